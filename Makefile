@@ -1,0 +1,81 @@
+# Makefile: the whole mt build, non-recursive, out of tree into build/.
+#   make            programs and library          make check     all tests (the README's test command)
+#   make demo       build + run the pipeline on a corpus that needs no download
+#   make deps       install the Debian packages   make install PREFIX=/usr/local
+#   make bench      side-by-side benchmarks (bench/)
+# Sources are found by wildcard: a new libcommon/<sub>/*.c, cmd/mt-*.c or tests/unit/test_*.c needs no edit here.
+
+PREFIX  ?= /usr/local
+B       := build
+CC      ?= cc
+OPT     ?= -O2
+CFLAGS  ?= $(OPT) -g
+MT_CFLAGS := -std=c11 -D_GNU_SOURCE -Wall -Wextra -pthread -Ilibcommon -MMD -MP \
+             $(shell pkg-config --cflags libzstd jansson 2>/dev/null)
+LDLIBS  := $(shell pkg-config --libs libzstd jansson 2>/dev/null || echo -lzstd -ljansson) -lm -pthread
+
+LIB_SRC  := $(sort $(wildcard libcommon/*/*.c))
+LIB_OBJ  := $(LIB_SRC:%.c=$(B)/obj/%.o)
+LIB      := $(B)/libmt.a
+CMD_SRC  := $(sort $(wildcard cmd/mt-*.c))
+PROGS    := $(CMD_SRC:cmd/%.c=$(B)/bin/%)
+TEST_SRC := $(sort $(wildcard tests/unit/test_*.c))
+TESTS    := $(TEST_SRC:tests/unit/%.c=$(B)/tests/%)
+MAN1     := $(sort $(wildcard man/*.1))
+MAN5     := $(sort $(wildcard man/*.5))
+MAN7     := $(sort $(wildcard man/*.7))
+
+.PHONY: all check demo deps install uninstall bench clean tests soak
+all: $(PROGS)
+
+$(B)/obj/%.o: %.c
+	@mkdir -p $(dir $@)
+	$(CC) $(MT_CFLAGS) $(CFLAGS) -c $< -o $@
+
+$(LIB): $(LIB_OBJ)
+	@rm -f $@
+	ar rcs $@ $^
+
+$(B)/bin/%: $(B)/obj/cmd/%.o $(LIB)
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -o $@ $< $(LIB) $(LDLIBS)
+
+$(B)/tests/%: $(B)/obj/tests/unit/%.o $(LIB)
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -o $@ $< $(LIB) $(LDLIBS)
+
+tests: $(PROGS) $(TESTS)
+
+check: tests
+	@tests/run
+
+soak: tests
+	@MT_SOAK=1 tests/run
+
+demo: $(PROGS)
+	@share/demo.sh
+
+deps:
+	@share/install-deps.sh
+
+bench: $(PROGS)
+	@for b in bench/*; do [ -x "$$b" ] && "$$b"; done
+
+install: $(PROGS)
+	install -d $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(PREFIX)/share/mt/gpt2 \
+	           $(DESTDIR)$(PREFIX)/share/man/man1 $(DESTDIR)$(PREFIX)/share/man/man5 $(DESTDIR)$(PREFIX)/share/man/man7
+	install -m 755 $(PROGS) $(DESTDIR)$(PREFIX)/bin
+	install -m 644 share/gpt2/* $(DESTDIR)$(PREFIX)/share/mt/gpt2
+	$(if $(MAN1),install -m 644 $(MAN1) $(DESTDIR)$(PREFIX)/share/man/man1)
+	$(if $(MAN5),install -m 644 $(MAN5) $(DESTDIR)$(PREFIX)/share/man/man5)
+	$(if $(MAN7),install -m 644 $(MAN7) $(DESTDIR)$(PREFIX)/share/man/man7)
+
+uninstall:
+	rm -f $(PROGS:$(B)/bin/%=$(DESTDIR)$(PREFIX)/bin/%)
+	rm -rf $(DESTDIR)$(PREFIX)/share/mt
+
+clean:
+	rm -rf $(B)
+
+.SECONDARY:
+-include $(shell find $(B)/obj -name '*.d' 2>/dev/null)

@@ -1,0 +1,39 @@
+/* reader.h: sequential input from a file or stdin, with transparent zstd decompression.
+ *
+ * Compression is detected by the zstd frame magic (28 B5 2F FD), never by the file name; concatenated
+ * and multi-frame zstd inputs work. A zstd input that ends inside a frame is an error ("truncated zstd
+ * input"), so a cut-off download is reported instead of silently tokenizing a prefix.
+ */
+#ifndef MT_IO_READER_H
+#define MT_IO_READER_H
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include "util/err.h"
+
+typedef struct mt_reader mt_reader;
+
+/* path "-" means stdin. */
+int mt_reader_open(mt_reader **r, const char *path, mt_err *e);
+void mt_reader_close(mt_reader *r);
+
+/* Reads up to n decompressed bytes. Returns the count, 0 at end of input, -1 on error. */
+ssize_t mt_reader_read(mt_reader *r, void *buf, size_t n, mt_err *e);
+/* Fills exactly n bytes. Returns 1 when read, 0 on clean end of input before any byte, -1 on error
+ * (including end of input after some but not all of the n bytes: "truncated"). */
+int mt_reader_read_full(mt_reader *r, void *buf, size_t n, mt_err *e);
+
+/* Next line without its '\n' (a final line without '\n' is returned too). *line stays valid until the
+ * next call. Returns 1, 0 at end of input, -1 on error. Lines may be arbitrarily long. */
+int mt_reader_getline(mt_reader *r, const char **line, size_t *len, mt_err *e);
+
+const char *mt_reader_name(const mt_reader *r); /* path, or "<stdin>" */
+uint64_t mt_reader_lineno(const mt_reader *r);  /* 1-based number of the line last returned */
+uint64_t mt_reader_offset(const mt_reader *r);  /* decompressed bytes consumed so far */
+uint64_t mt_reader_raw_offset(const mt_reader *r); /* bytes read from the underlying file */
+uint64_t mt_reader_raw_size(const mt_reader *r);   /* size of a regular file, else 0 */
+bool mt_reader_is_zstd(const mt_reader *r);
+
+#endif

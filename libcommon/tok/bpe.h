@@ -1,0 +1,61 @@
+/* bpe.h: byte-level BPE tokenizer (GPT-2 and any vocab.json + merges.txt of the same format).
+ *
+ * Semantics are those of tiktoken's encode_ordinary and HF tokenizers' ByteLevel BPE
+ * (add_prefix_space=False): pre-tokenization by the GPT-2 pattern
+ *   's|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+
+ * with Unicode 16 General_Category and White_Space tables, then byte-level BPE merges by merge rank
+ * inside each piece. Token ids come from vocab.json (not assumed to be 256 + merge rank).
+ *
+ * An mt_bpe is immutable after loading and shared by all threads; each thread encodes through its own
+ * mt_bpe_ctx (piece cache and scratch space).
+ */
+#ifndef MT_TOK_BPE_H
+#define MT_TOK_BPE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "util/err.h"
+#include "util/vec.h"
+
+typedef struct mt_bpe mt_bpe;
+typedef struct mt_bpe_ctx mt_bpe_ctx;
+
+/* Loads vocab.json (a JSON object string -> id) and merges.txt ("#version" header line optional, then
+ * one "a b" pair per line). Errors name the file and line: a malformed line, a merge whose parts or
+ * result are not in the vocabulary, a vocabulary without all 256 byte symbols, duplicate ids. */
+int mt_bpe_load(mt_bpe **out, const char *vocab_path, const char *merges_path, mt_err *e);
+void mt_bpe_free(mt_bpe *b);
+
+/* Number of entries in vocab.json (GPT-2: 50257); ids are < mt_bpe_id_limit(). */
+uint32_t mt_bpe_vocab_size(const mt_bpe *b);
+uint32_t mt_bpe_id_limit(const mt_bpe *b); /* 1 + largest id */
+/* Id of a vocabulary entry given by its vocab.json spelling (e.g. "<|endoftext|>"), or -1. */
+int64_t mt_bpe_lookup(const mt_bpe *b, const char *token);
+/* The end-of-document id: "<|endoftext|>" if present, else -1. */
+int64_t mt_bpe_eod(const mt_bpe *b);
+
+mt_bpe_ctx *mt_bpe_ctx_new(const mt_bpe *b);
+void mt_bpe_ctx_free(mt_bpe_ctx *c);
+
+/* Appends the ids of text[0..len) to out. text must be valid UTF-8 (see mt_utf8_sanitize). Special
+ * tokens are plain text (tiktoken encode_ordinary, Megatron). */
+void mt_bpe_encode(mt_bpe_ctx *c, const char *text, size_t len, mt_ids *out);
+/* As mt_bpe_encode, but literal special tokens (vocab entries that are neither a byte nor a merge
+ * result, e.g. "<|endoftext|>") map to their ids, as HF GPT2TokenizerFast does. */
+void mt_bpe_encode_special(mt_bpe_ctx *c, const char *text, size_t len, mt_ids *out);
+
+/* Appends the bytes of ids to out (the exact inverse of encoding on valid UTF-8; the output may be
+ * invalid UTF-8 when ids cut a character). Returns -1 with e set on an id outside the vocabulary. */
+int mt_bpe_decode(const mt_bpe *b, const uint32_t *ids, size_t n, mt_buf *out, mt_err *e);
+/* Bytes of one token; NULL for an id outside the vocabulary. */
+const char *mt_bpe_token_bytes(const mt_bpe *b, uint32_t id, size_t *len);
+
+/* UTF-8 validation. Returns the byte offset of the first invalid sequence, or len if all valid. */
+size_t mt_utf8_check(const char *s, size_t len);
+/* Copies s to out replacing each maximal invalid subpart by U+FFFD (Python errors='replace').
+ * Returns the number of replacements. */
+size_t mt_utf8_sanitize(const char *s, size_t len, mt_buf *out);
+
+#endif

@@ -1,0 +1,60 @@
+/* flags.h: one table per program drives flag parsing, --help text and error messages.
+ *
+ * Flags are GNU long options in Megatron's spelling: "--name value" or "--name=value"; MT_F_STRS takes
+ * one or more values up to the next "--flag" (argparse nargs='+'). Arguments not starting with "--"
+ * (and everything after a bare "--") are positional. "-" alone is positional (stdin). "-h"/"--help"
+ * prints the usage and exits 0; "--version" prints the version and exits 0.
+ */
+#ifndef MT_UTIL_FLAGS_H
+#define MT_UTIL_FLAGS_H
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include "util/err.h"
+
+#define MT_VERSION "0.1.0"
+
+typedef enum {
+    MT_F_BOOL,   /* bool*: set to true; takes no value */
+    MT_F_INT,    /* int*: decimal integer within [min, max] */
+    MT_F_I64,    /* int64_t*: decimal integer within [min, max] */
+    MT_F_DOUBLE, /* double*: finite number within [min, max] */
+    MT_F_STR,    /* const char**: one value */
+    MT_F_STRS,   /* mt_strs*: one or more values */
+    MT_F_CHOICE, /* const char**: one of the '|'-separated words in .choices */
+} mt_flag_type;
+
+typedef struct mt_strs {
+    const char **v;
+    int n;
+} mt_strs;
+
+typedef struct mt_flag {
+    const char *name;    /* "--json-keys" */
+    mt_flag_type type;
+    void *dst;
+    const char *metavar; /* "KEY" in "--json-keys KEY..." */
+    const char *help;    /* one line; defaults are spelled out in it */
+    double min, max;     /* numeric range when min < max; ignored otherwise */
+    const char *choices; /* MT_F_CHOICE: "constant|linear|cosine" */
+} mt_flag;
+
+typedef struct mt_cmd {
+    const char *name;     /* "mt-tokenize" */
+    const char *synopsis; /* "[options] [FILE...]" */
+    const char *summary;  /* one paragraph shown under the usage line */
+    const mt_flag *flags; /* terminated by an entry with name == NULL */
+} mt_cmd;
+
+/* Parses argv[1..argc-1]. Positional arguments go to pos (may be NULL: then any is an error). Records
+ * in *seen (if non-NULL, indexed like flags) whether each flag was given. Returns 0 or -1 with e set. */
+int mt_flags_parse(const mt_cmd *cmd, int argc, char **argv, mt_strs *pos, bool *seen, mt_err *e);
+void mt_flags_usage(const mt_cmd *cmd, FILE *f);
+
+/* Strict number parsing shared with other parsers: whole string, no overflow. 0 or -1. */
+int mt_parse_i64(const char *s, int64_t *out);
+int mt_parse_double(const char *s, double *out);
+
+#endif

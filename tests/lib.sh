@@ -1,0 +1,38 @@
+# lib.sh: helpers for pipeline tests (sourced). Each check prints "ok - <file>: <name>" or
+# "not ok - <file>: <name>: <why>"; tests/run counts them. Programs are on PATH from build/bin.
+#   t_ok NAME CMD...          CMD exits 0
+#   t_fails NAME CMD...       CMD exits non-zero
+#   t_cmp NAME EXPECTED GOT   files equal (a diff is shown when not)
+#   t_grep NAME PATTERN FILE  FILE has a line matching the extended regex PATTERN
+#   t_skip NAME WHY
+set -u
+T_FILE=$(basename "$0")
+T_TMP=$(mktemp -d "${TMPDIR:-/tmp}/mt-test.XXXXXX")
+trap 'rm -rf "$T_TMP"' EXIT
+T_TOP=${MT_TOP:-$(cd "$(dirname "$0")/../.." && pwd)}
+PATH="$T_TOP/build/bin:$PATH"
+export PATH
+GPT2_VOCAB=$T_TOP/share/gpt2/vocab.json
+GPT2_MERGES=$T_TOP/share/gpt2/merges.txt
+
+t_pass() { echo "ok - $T_FILE: $1"; }
+t_fail() { echo "not ok - $T_FILE: $1: $2"; }
+t_skip() { echo "skip - $T_FILE: $1: $2"; }
+t_ok() {
+    local name=$1; shift
+    if "$@" >"$T_TMP/out" 2>"$T_TMP/err"; then t_pass "$name"
+    else t_fail "$name" "exit $? from: $* :: $(head -c 300 "$T_TMP/err")"; fi
+}
+t_fails() {
+    local name=$1; shift
+    if "$@" >"$T_TMP/out" 2>"$T_TMP/err"; then t_fail "$name" "expected failure, got exit 0 from: $*"
+    else t_pass "$name"; fi
+}
+t_cmp() {
+    if cmp -s "$2" "$3"; then t_pass "$1"
+    else t_fail "$1" "files differ: $2 $3"; diff <(od -An -tx1 -v "$2" | head -c 2000) <(od -An -tx1 -v "$3" | head -c 2000) | head -20 >&2; fi
+}
+t_grep() {
+    if grep -Eq -- "$2" "$3"; then t_pass "$1"
+    else t_fail "$1" "no line matching /$2/ in $3: $(head -c 300 "$3")"; fi
+}

@@ -1,0 +1,177 @@
+/* test_util.c: flag parsing, zstd/plain reader, atomic outputs. */
+#include <fcntl.h>
+#include <stdint.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#include <zstd.h>
+
+#include "io/atomic.h"
+#include "io/reader.h"
+#include "t.h"
+#include "util/flags.h"
+
+static char tmpdir[256];
+
+static void write_file(const char *path, const void *p, size_t n)
+{
+    FILE *f = fopen(path, "wb");
+    fwrite(p, 1, n, f);
+    fclose(f);
+}
+
+TEST(flags_parse_values)
+{
+    int workers = 1;
+    double lr = 0;
+    bool eod = false;
+    const char *vocab = NULL, *style = "linear";
+    mt_strs keys = {0};
+    const mt_flag flags[] = {
+        {"--workers", MT_F_INT, &workers, "N", "workers", 1, 1024, NULL},
+        {"--lr", MT_F_DOUBLE, &lr, "LR", "lr", 0, 0, NULL},
+        {"--append-eod", MT_F_BOOL, &eod, NULL, "eod", 0, 0, NULL},
+        {"--vocab-file", MT_F_STR, &vocab, "FILE", "vocab", 0, 0, NULL},
+        {"--json-keys", MT_F_STRS, &keys, "KEY", "keys", 0, 0, NULL},
+        {"--lr-decay-style", MT_F_CHOICE, &style, NULL, "style", 0, 0, "constant|linear|cosine"},
+        {0},
+    };
+    mt_cmd cmd = {"t", "", "", flags};
+    char *argv[] = {"t", "--workers=4", "--lr", "5e-4", "--append-eod", "--json-keys", "a", "b", "--vocab-file",
+                    "v.json", "in.jsonl", "--lr-decay-style", "cosine", "-", NULL};
+    mt_strs pos;
+    mt_err e;
+    T_EQ_INT(mt_flags_parse(&cmd, 14, argv, &pos, NULL, &e), 0);
+    T_EQ_INT(workers, 4);
+    T_NEAR(lr, 5e-4, 1e-12);
+    T_CHECK(eod);
+    T_EQ_INT(keys.n, 2);
+    T_EQ_STR(keys.v[1], "b");
+    T_EQ_STR(vocab, "v.json");
+    T_EQ_STR(style, "cosine");
+    T_EQ_INT(pos.n, 2);
+    T_EQ_STR(pos.v[0], "in.jsonl");
+    T_EQ_STR(pos.v[1], "-");
+
+    char *bad1[] = {"t", "--workers", "0"};
+    T_EQ_INT(mt_flags_parse(&cmd, 3, bad1, &pos, NULL, &e), -1);
+    T_CHECK(strstr(e.msg, "--workers") && strstr(e.msg, "range"));
+    char *bad2[] = {"t", "--workers", "x2"};
+    T_EQ_INT(mt_flags_parse(&cmd, 3, bad2, &pos, NULL, &e), -1);
+    T_CHECK(strstr(e.msg, "not an integer"));
+    char *bad3[] = {"t", "--nope"};
+    T_EQ_INT(mt_flags_parse(&cmd, 2, bad3, &pos, NULL, &e), -1);
+    T_CHECK(strstr(e.msg, "unknown option '--nope'"));
+    char *bad4[] = {"t", "--lr-decay-style", "cosin"};
+    T_EQ_INT(mt_flags_parse(&cmd, 3, bad4, &pos, NULL, &e), -1);
+    T_CHECK(strstr(e.msg, "invalid choice"));
+    char *bad5[] = {"t", "--vocab-file"};
+    T_EQ_INT(mt_flags_parse(&cmd, 2, bad5, &pos, NULL, &e), -1);
+    T_CHECK(strstr(e.msg, "needs a value"));
+}
+
+static int read_lines(const char *path, char *acc, size_t cap, mt_err *e)
+{
+    mt_reader *r;
+    if (mt_reader_open(&r, path, e)) return -1;
+    const char *l;
+    size_t n;
+    int rc;
+    acc[0] = 0;
+    while ((rc = mt_reader_getline(r, &l, &n, e)) == 1) {
+        strncat(acc, l, n < cap - strlen(acc) - 2 ? n : 0);
+        strcat(acc, "|");
+    }
+    mt_reader_close(r);
+    return rc;
+}
+
+TEST(reader_plain_and_zstd)
+{
+    const char text[] = "first\n\nthird line\nno newline";
+    char p1[300], p2[300], acc[256];
+    mt_err e;
+    snprintf(p1, sizeof p1, "%s/plain.txt", tmpdir);
+    write_file(p1, text, strlen(text));
+    T_EQ_INT(read_lines(p1, acc, sizeof acc, &e), 0);
+    T_EQ_STR(acc, "first||third line|no newline|");
+
+    /* two concatenated zstd frames, named without .zst */
+    char z[512];
+    size_t a = ZSTD_compress(z, sizeof z, text, 10, 3);
+    size_t b = ZSTD_compress(z + a, sizeof z - a, text + 10, strlen(text) - 10, 3);
+    snprintf(p2, sizeof p2, "%s/compressed.dat", tmpdir);
+    write_file(p2, z, a + b);
+    T_EQ_INT(read_lines(p2, acc, sizeof acc, &e), 0);
+    T_EQ_STR(acc, "first||third line|no newline|");
+
+    /* truncated frame */
+    write_file(p2, z, a + b - 3);
+    T_EQ_INT(read_lines(p2, acc, sizeof acc, &e), -1);
+    T_CHECK(strstr(e.msg, "truncated zstd"));
+    T_CHECK(strstr(e.msg, p2));
+}
+
+TEST(reader_long_line)
+{
+    char p[300];
+    snprintf(p, sizeof p, "%s/long.txt", tmpdir);
+    size_t n = 3u << 20;
+    char *big = malloc(n + 3);
+    memset(big, 'x', n);
+    memcpy(big + n, "\ny\n", 3);
+    write_file(p, big, n + 3);
+    mt_reader *r;
+    mt_err e;
+    T_EQ_INT(mt_reader_open(&r, p, &e), 0);
+    const char *l;
+    size_t len;
+    T_EQ_INT(mt_reader_getline(r, &l, &len, &e), 1);
+    T_EQ_INT(len, n);
+    T_CHECK(l[0] == 'x' && l[n - 1] == 'x');
+    T_EQ_INT(mt_reader_getline(r, &l, &len, &e), 1);
+    T_EQ_INT(len, 1);
+    T_EQ_INT(mt_reader_lineno(r), 2);
+    T_EQ_INT(mt_reader_getline(r, &l, &len, &e), 0);
+    mt_reader_close(r);
+    free(big);
+}
+
+TEST(atomic_commit_and_abort)
+{
+    char p[300];
+    mt_err e;
+    mt_out o;
+    snprintf(p, sizeof p, "%s/out.bin", tmpdir);
+    T_EQ_INT(mt_out_open(&o, p, &e), 0);
+    T_EQ_INT(mt_out_write(&o, "abc", 3, &e), 0);
+    T_CHECK(access(p, F_OK) != 0); /* not visible before commit */
+    T_EQ_INT(mt_out_commit(&o, &e), 0);
+    struct stat st;
+    T_EQ_INT(stat(p, &st), 0);
+    T_EQ_INT(st.st_size, 3);
+
+    char p2[300];
+    snprintf(p2, sizeof p2, "%s/aborted.bin", tmpdir);
+    T_EQ_INT(mt_out_open(&o, p2, &e), 0);
+    char tmpname[600];
+    snprintf(tmpname, sizeof tmpname, "%s", o.tmp);
+    T_EQ_INT(access(tmpname, F_OK), 0);
+    mt_out_abort(&o);
+    T_CHECK(access(tmpname, F_OK) != 0);
+    T_CHECK(access(p2, F_OK) != 0);
+
+    T_EQ_INT(mt_out_open(&o, "/nonexistent-dir/x", &e), -1);
+    T_CHECK(strstr(e.msg, "/nonexistent-dir/x"));
+}
+
+T_MAIN_BEGIN("test_util")
+    snprintf(tmpdir, sizeof tmpdir, "%s/mt-unit-XXXXXX", getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp");
+    if (!mkdtemp(tmpdir)) return 1;
+    RUN(flags_parse_values);
+    RUN(reader_plain_and_zstd);
+    RUN(reader_long_line);
+    RUN(atomic_commit_and_abort);
+    char cmd[300];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmpdir);
+    if (system(cmd)) return 1;
+T_MAIN_END
