@@ -229,6 +229,49 @@ int mt_reader_getline(mt_reader *r, const char **line, size_t *len, mt_err *e)
     return 1;
 }
 
+int mt_reader_peek(mt_reader *r, size_t n, const unsigned char **p, size_t *got, mt_err *e)
+{
+    if (n > RAW_CAP / 2) n = RAW_CAP / 2;
+    for (;;) {
+        size_t have = r->zstd ? r->out_len - r->out_pos : r->raw_len - r->raw_pos;
+        *p = r->zstd ? r->out + r->out_pos : r->raw + r->raw_pos;
+        *got = have;
+        if (have >= n) return 0;
+        if (!r->zstd) {
+            if (r->eof_raw) return 0;
+            memmove(r->raw, r->raw + r->raw_pos, have);
+            r->raw_pos = 0;
+            r->raw_len = have;
+            ssize_t k = read(r->fd, r->raw + have, RAW_CAP - have);
+            if (k < 0 && errno == EINTR) continue;
+            if (k < 0) return mt_err_sys(e, "%s: read error", r->name);
+            if (k == 0) r->eof_raw = true;
+            r->raw_len += (size_t)k;
+            r->raw_off += (uint64_t)k;
+            continue;
+        }
+        memmove(r->out, r->out + r->out_pos, have);
+        r->out_pos = 0;
+        r->out_len = have;
+        if (r->raw_pos >= r->raw_len) {
+            ssize_t k = fill_raw(r, e);
+            if (k < 0) return -1;
+            if (k == 0) {
+                if (r->frame_open)
+                    return mt_err_set(e, "%s: truncated zstd input (ends inside a frame)", r->name);
+                return 0;
+            }
+        }
+        ZSTD_inBuffer in = {r->raw, r->raw_len, r->raw_pos};
+        ZSTD_outBuffer ob = {r->out, OUT_CAP, r->out_len};
+        size_t ret = ZSTD_decompressStream(r->dctx, &ob, &in);
+        if (ZSTD_isError(ret)) return mt_err_set(e, "%s: corrupt zstd input: %s", r->name, ZSTD_getErrorName(ret));
+        r->raw_pos = in.pos;
+        r->frame_open = ret != 0;
+        r->out_len = ob.pos;
+    }
+}
+
 const char *mt_reader_name(const mt_reader *r) { return r->name; }
 uint64_t mt_reader_lineno(const mt_reader *r) { return r->lineno; }
 uint64_t mt_reader_offset(const mt_reader *r) { return r->off; }

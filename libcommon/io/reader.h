@@ -29,6 +29,9 @@ int mt_reader_read_full(mt_reader *r, void *buf, size_t n, mt_err *e);
  * next call. Returns 1, 0 at end of input, -1 on error. Lines may be arbitrarily long. */
 int mt_reader_getline(mt_reader *r, const char **line, size_t *len, mt_err *e);
 
+/* Looks at the next n (at most 64 KiB) bytes without consuming them: *got < n only at end of input. */
+int mt_reader_peek(mt_reader *r, size_t n, const unsigned char **p, size_t *got, mt_err *e);
+
 const char *mt_reader_name(const mt_reader *r); /* path, or "<stdin>" */
 uint64_t mt_reader_lineno(const mt_reader *r);  /* 1-based number of the line last returned */
 uint64_t mt_reader_offset(const mt_reader *r);  /* decompressed bytes consumed so far */
