@@ -26,7 +26,8 @@ MAN5     := $(sort $(wildcard man/*.5))
 MAN7     := $(sort $(wildcard man/*.7))
 
 .PHONY: all check demo deps install uninstall bench clean tests soak
-all: $(PROGS)
+all: deps
+	@$(MAKE) --no-print-directory $(PROGS)
 
 $(B)/obj/%.o: %.c
 	@mkdir -p $(dir $@)
@@ -46,13 +47,16 @@ $(B)/tests/%: $(B)/obj/tests/unit/%.o $(LIB)
 
 tests: $(PROGS) $(TESTS)
 
-check: tests
+check: deps
+	@$(MAKE) --no-print-directory tests
 	@tests/run
 
-soak: tests
+soak: deps
+	@$(MAKE) --no-print-directory tests
 	@MT_SOAK=1 tests/run
 
-demo: $(PROGS)
+demo: deps
+	@$(MAKE) --no-print-directory $(PROGS)
 	@share/demo.sh
 
 deps:
