@@ -1,0 +1,62 @@
+/* gpt_cache.h: the on-disk cache of GPT index arrays, with a description that decides staleness.
+ *
+ * Files in the cache directory, for dataset prefix ".../corpus" and the train split:
+ *   corpus-train-{n}ns-{L}sl-{seed}s-{h}-description.json
+ *   corpus-train-{n}ns-{L}sl-{seed}s-{h}-document_index.npy   (and -sample_index.npy, -shuffle_index.npy)
+ * {n} is the requested sample count ("all" for one epoch), {h} 8 hex digits of a hash of the remaining
+ * parameters (path, split string and range, E, drop_last) so different splits never share names.
+ * The description (JSON) lists every parameter, the dataset fingerprint (.idx size and mtime, sequence
+ * count, hash of the sizes array) and the shapes/dtypes of the arrays. A cache is used only when its
+ * description is byte-identical to the one this build would write and every array validates; anything
+ * else is rebuilt. The arrays are written first and the description last, each atomically, so a crash
+ * leaves no description pointing at missing or partial arrays.
+ */
+#ifndef MT_DATA_GPT_CACHE_H
+#define MT_DATA_GPT_CACHE_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "data/gpt_index.h"
+#include "util/err.h"
+
+typedef struct mt_dataset_fp {
+    uint64_t idx_size;     /* bytes of <prefix>.idx */
+    int64_t idx_mtime_ns;  /* its modification time */
+    uint64_t n_seq;        /* sequences */
+    uint64_t sizes_hash;   /* mt_sizes_hash of the sizes array */
+} mt_dataset_fp;
+
+uint64_t mt_sizes_hash(const int32_t *sizes, size_t n);
+/* Stats idx_path (may be NULL: size/mtime 0) and hashes sizes. */
+int mt_dataset_fingerprint(const char *idx_path, const int32_t *sizes, size_t n, mt_dataset_fp *fp, mt_err *e);
+
+typedef struct mt_gpt_cache_key {
+    const char *dataset_path; /* the data prefix as given */
+    int split_index;          /* MT_SPLIT_TRAIN/VALID/TEST */
+    const char *split_string; /* --split as given */
+    int64_t lo, hi;           /* the split's sequence range */
+    mt_gpt_params params;
+    mt_dataset_fp fp;
+} mt_gpt_cache_key;
+
+enum { MT_CACHE_DESC, MT_CACHE_DOC, MT_CACHE_SAMPLE, MT_CACHE_SHUFFLE, MT_CACHE_NFILES };
+
+/* Malloc'd paths of the four files under dir. */
+void mt_gpt_cache_paths(const char *dir, const mt_gpt_cache_key *k, char *paths[MT_CACHE_NFILES]);
+void mt_gpt_cache_paths_free(char *paths[MT_CACHE_NFILES]);
+/* The JSON description for a key and its plan (malloc'd, ends with '\n'). */
+char *mt_gpt_cache_description(const mt_gpt_cache_key *k, const mt_gpt_plan *plan);
+
+/* Loads a valid cache into out (mapped, read-only). *hit false (and 0 returned) when absent or stale;
+ * *why then says why ("no description", "description differs", "...npy: ..."). -1 only on errors
+ * that rebuilding cannot fix (none today besides a bad plan). */
+int mt_gpt_cache_load(const char *dir, const mt_gpt_cache_key *k, const int32_t *sizes, size_t n_seq,
+                      mt_gpt_index *out, bool *hit, char *why, size_t why_cap, mt_err *e);
+int mt_gpt_cache_save(const char *dir, const mt_gpt_cache_key *k, const mt_gpt_index *ix, mt_err *e);
+
+/* Load if valid, else build and save (when dir is non-NULL). *cached tells which happened. */
+int mt_gpt_index_get(const char *dir, const mt_gpt_cache_key *k, const int32_t *sizes, size_t n_seq,
+                     mt_gpt_index *out, bool *cached, mt_err *e);
+
+#endif
