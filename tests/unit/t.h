@@ -12,7 +12,7 @@
 
 static const char *t_bin = "test";
 static int t_failed_case, t_skipped_case, t_total_failed;
-static char t_where[512];
+static char t_where[4096];
 
 #define T_FAILF(...)                                                                                         \
     do {                                                                                                     \
