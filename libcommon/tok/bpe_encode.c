@@ -95,7 +95,7 @@ void mt_bpe_encode_special(mt_bpe_ctx *c, const char *text, size_t len, mt_ids *
 {
     const mt_bpe *b = c->b;
     size_t ns = b->n_special;
-    if (!ns) {
+    if (!ns || !len) {
         mt_bpe_encode(c, text, len, out);
         return;
     }

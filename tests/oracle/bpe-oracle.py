@@ -1,8 +1,10 @@
 #!/usr/bin/env python3
 # bpe-oracle.py: compares mt's BPE encoder with tiktoken and HF tokenizers on seeded random Unicode
 # strings. Usage:  bpe-oracle.py HELPER VOCAB MERGES COUNT SEED
+#                  bpe-oracle.py HELPER VOCAB MERGES all-code-points   (every scalar value in context;
+#                                                                       about a minute)
 # HELPER is build/tests/test_bpe (its --encode-lines mode). Prints one "PASS name" or
-# "FAIL name: why" line per check, with up to a few mismatching strings escaped.
+# "FAIL name: why" line per check; up to five mismatching strings go to stderr, escaped.
 import json
 import random
 import subprocess
@@ -103,9 +105,22 @@ def report(name, strings, got, want):
     return not bad
 
 
+def all_code_points():
+    # each scalar value next to a letter, a space, a digit, NBSP, itself and a double space
+    out = []
+    for cp in range(0x110000):
+        if not 0xD800 <= cp <= 0xDFFF:
+            x = chr(cp)
+            out.append("a" + x + " " + x + "1 " + x + "\u00a0" + x + x + "  " + x)
+    return out
+
+
 def main():
-    helper, vocab, merges, count, seed = sys.argv[1:6]
-    strings = make_strings(int(count), int(seed))
+    helper, vocab, merges = sys.argv[1:4]
+    if sys.argv[4] == "all-code-points":
+        strings = all_code_points()
+    else:
+        strings = make_strings(int(sys.argv[4]), int(sys.argv[5]))
     tt = tiktoken.Encoding("gpt2-local", pat_str=PAT,
                            mergeable_ranks=data_gym_to_mergeable_bpe_ranks(merges, vocab),
                            special_tokens={EOD: 50256})
