@@ -6,13 +6,15 @@
 # HELPER is build/tests/test_bpe (its --encode-lines mode). Prints one "PASS name" or
 # "FAIL name: why" line per check; up to five mismatching strings go to stderr, escaped.
 import json
+import os
 import random
 import subprocess
 import sys
+import tempfile
 
 import tiktoken
 from tiktoken.load import data_gym_to_mergeable_bpe_ranks
-from tokenizers import Tokenizer, decoders, models, pre_tokenizers
+from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 
 PAT = r"""'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+"""
 EOD = "<|endoftext|>"
@@ -141,6 +143,29 @@ def main():
     hf.add_special_tokens([EOD])
     report("mt special == HF with <|endoftext|> added as special", strings, mt_sp,
            [e.ids for e in hf.encode_batch(strings, add_special_tokens=False)])
+    if len(strings) < 200000:
+        trained_vocab(helper, strings)
+
+
+def trained_vocab(helper, strings):
+    # a vocabulary unlike GPT-2's: trained here by HF on the strings themselves, <|endoftext|> = id 0,
+    # byte symbols in HF's order, merge results not at 256 + rank
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)
+    trainer = trainers.BpeTrainer(vocab_size=2000, special_tokens=[EOD], show_progress=False,
+                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
+    tok.train_from_iterator(strings[: len(strings) // 2], trainer)
+    with tempfile.TemporaryDirectory() as d:
+        vocab, merges = tok.model.save(d)
+        hf = Tokenizer(models.BPE.from_file(vocab, merges))
+        hf.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)
+        mt = run_helper(helper, vocab, merges, strings, False)
+        report("trained vocab: mt == HF tokenizers", strings, mt,
+               [e.ids for e in hf.encode_batch(strings, add_special_tokens=False)])
+        hf.add_special_tokens([EOD])
+        mt = run_helper(helper, vocab, merges, strings, True)
+        report("trained vocab: mt special == HF with <|endoftext|> special", strings, mt,
+               [e.ids for e in hf.encode_batch(strings, add_special_tokens=False)])
 
 
 if __name__ == "__main__":
