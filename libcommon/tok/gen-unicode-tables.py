@@ -70,5 +70,10 @@ for chunk, _ in sorted(blocks.items(), key=lambda kv: kv[1]):
         packed.append(chunk[i] | chunk[i + 1] << 2 | chunk[i + 2] << 4 | chunk[i + 3] << 6)
     out.write("    {" + ", ".join("0x%02x" % x for x in packed) + "},\n")
 out.write("};\n")
+out.write("\n/* U+0080..U+00FF, one class per byte: the direct path for Latin-1 */\n")
+out.write("const uint8_t mt_uc_latin1[128] = {\n")
+for i in range(0x80, 0x100, 16):
+    out.write("    " + ", ".join(str(table[c]) for c in range(i, i + 16)) + ",\n")
+out.write("};\n")
 counts = [table.count(k) for k in range(4)]
 out.write("/* counts: other %d, letter %d, number %d, space %d */\n" % tuple(counts))

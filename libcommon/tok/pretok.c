@@ -1,5 +1,5 @@
-/* pretok.c: GPT-2 pre-tokenizer scanner (see pretok.h). ASCII goes through a byte table; other
- * characters are decoded and looked up in the Unicode tables. */
+/* pretok.c: GPT-2 pre-tokenizer scanner (see pretok.h). ASCII and Latin-1 go through direct tables;
+ * other characters are decoded and looked up in the two-level Unicode table. */
 #include "tok/pretok.h"
 
 #include <stdint.h>
@@ -31,6 +31,10 @@ static inline int class_at(const unsigned char *s, size_t len, size_t i, size_t 
     if (s[i] < 0x80) {
         *n = 1;
         return ascii_class[s[i]];
+    }
+    if ((s[i] & 0xFE) == 0xC2 && i + 1 < len && (s[i + 1] & 0xC0) == 0x80) { /* U+0080..U+00FF */
+        *n = 2;
+        return mt_uc_latin1[(s[i] & 1) << 6 | (s[i + 1] & 0x3F)];
     }
     uint32_t cp;
     int k = mt_utf8_decode(s + i, len - i, &cp);

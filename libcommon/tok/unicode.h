@@ -14,6 +14,7 @@ enum { MT_UC_OTHER = 0, MT_UC_LETTER = 1, MT_UC_NUMBER = 2, MT_UC_SPACE = 3 };
 extern const uint32_t mt_uc_limit;
 extern const uint16_t mt_uc_stage1[];
 extern const uint8_t mt_uc_stage2[][MT_UC_BLOCK / 4];
+extern const uint8_t mt_uc_latin1[128]; /* classes of U+0080..U+00FF */
 
 /* Class of code point cp (any value; out of range and surrogates are MT_UC_OTHER). */
 static inline int mt_uc_class(uint32_t cp)
