@@ -69,6 +69,24 @@ static inline void t_run(const char *name, void (*fn)(void))
     fflush(stdout);
 }
 
+/* A fresh scratch directory for the binary's files, removed by t_tmpdir_remove(). */
+static char t_tmp[512];
+static inline const char *t_tmpdir(void)
+{
+    snprintf(t_tmp, sizeof t_tmp, "%s/mt-unit.XXXXXX", getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp");
+    if (!mkdtemp(t_tmp)) {
+        perror(t_tmp);
+        exit(1);
+    }
+    return t_tmp;
+}
+static inline void t_tmpdir_remove(void)
+{
+    char cmd[600];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", t_tmp);
+    if (t_tmp[0] && system(cmd) != 0) fprintf(stderr, "cannot remove %s\n", t_tmp);
+}
+
 #define T_MAIN_BEGIN(binname)                                                                                \
     int main(int argc, char **argv)                                                                          \
     {                                                                                                        \

@@ -14,7 +14,7 @@
 #include "tok/bpe.h"
 
 static char top[1024] = ".";
-static char tmpdir[256];
+static const char *tmpdir;
 static mt_bpe *gpt2;
 static mt_bpe_ctx *ctx;
 
@@ -477,11 +477,7 @@ int main(int argc, char **argv)
     t_bin = "test_bpe";
     const char *t = getenv("MT_TOP");
     if (t && *t) snprintf(top, sizeof top, "%s", t);
-    snprintf(tmpdir, sizeof tmpdir, "%s/mt-bpe.XXXXXX", getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp");
-    if (!mkdtemp(tmpdir)) {
-        perror("mkdtemp");
-        return 1;
-    }
+    tmpdir = t_tmpdir();
     RUN(gpt2_loads);
     RUN(whitespace_runs);
     RUN(contractions);
@@ -493,9 +489,7 @@ int main(int argc, char **argv)
     RUN(load_errors);
     RUN(adversarial_long_pieces);
     RUN(golden_ids);
-    char cmd[400];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmpdir);
-    if (system(cmd) != 0) fprintf(stderr, "test_bpe: cannot remove %s\n", tmpdir);
+    t_tmpdir_remove();
     mt_bpe_ctx_free(ctx);
     mt_bpe_free(gpt2);
     return t_total_failed ? 1 : 0;

@@ -7,7 +7,7 @@
 #include "t.h"
 #include "util/ordered.h"
 
-static char tmpdir[256];
+static const char *tmpdir;
 
 static void write_file(const char *path, const void *p, size_t n)
 {
@@ -201,13 +201,10 @@ TEST(ordered_pool_keeps_order)
 }
 
 T_MAIN_BEGIN("test_stream")
-    snprintf(tmpdir, sizeof tmpdir, "%s/mt-unit-XXXXXX", getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp");
-    if (!mkdtemp(tmpdir)) return 1;
+    tmpdir = t_tmpdir();
     RUN(tokstream_round_trip_and_widths);
     RUN(tokstream_every_truncation_is_an_error);
     RUN(jsonl_fields_and_errors);
     RUN(ordered_pool_keeps_order);
-    char cmd[300];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmpdir);
-    if (system(cmd)) return 1;
+    t_tmpdir_remove();
 T_MAIN_END

@@ -10,7 +10,7 @@
 #include "t.h"
 #include "util/flags.h"
 
-static char tmpdir[256];
+static const char *tmpdir;
 
 static void write_file(const char *path, const void *p, size_t n)
 {
@@ -165,13 +165,10 @@ TEST(atomic_commit_and_abort)
 }
 
 T_MAIN_BEGIN("test_util")
-    snprintf(tmpdir, sizeof tmpdir, "%s/mt-unit-XXXXXX", getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp");
-    if (!mkdtemp(tmpdir)) return 1;
+    tmpdir = t_tmpdir();
     RUN(flags_parse_values);
     RUN(reader_plain_and_zstd);
     RUN(reader_long_line);
     RUN(atomic_commit_and_abort);
-    char cmd[300];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmpdir);
-    if (system(cmd)) return 1;
+    t_tmpdir_remove();
 T_MAIN_END
