@@ -11,7 +11,7 @@ for p in "$T_TOP"/cmd/mt-*.c; do
 done
 for m in "$T_TOP"/man/*.[157]; do
     if ! command -v groff >/dev/null; then t_skip "$(basename "$m") renders cleanly" "groff not installed"; continue; fi
-    groff -man -ww -z "$m" > "$T_TMP/groff.err" 2>&1
+    groff -t -man -ww -z "$m" > "$T_TMP/groff.err" 2>&1
     if [ -s "$T_TMP/groff.err" ]; then t_fail "$(basename "$m") renders cleanly" "$(head -3 "$T_TMP/groff.err")"
     else t_pass "$(basename "$m") renders cleanly"; fi
 done
