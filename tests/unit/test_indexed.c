@@ -159,7 +159,9 @@ TEST(validation_messages)
     memcpy(x, example_idx, 94);
     x[25] = 0x10; /* huge S */
     expect_error(x, 94, example_bin, 12, "cannot fit");
-    expect_error(example_idx, 94 + 5, example_bin, 12, "trailing garbage");
+    unsigned char longer[99] = {0};
+    memcpy(longer, example_idx, 94);
+    expect_error(longer, sizeof longer, example_bin, 12, "trailing garbage");
 }
 
 TEST(fuzz_never_reads_out_of_bounds)
