@@ -80,6 +80,15 @@ static inline const char *t_tmpdir(void)
     }
     return t_tmp;
 }
+/* "<scratch dir>/<name>"; the last four results stay valid. */
+static inline char *t_path(const char *name)
+{
+    static char buf[4][600];
+    static int k;
+    k = (k + 1) % 4;
+    snprintf(buf[k], sizeof buf[k], "%s/%s", t_tmp, name);
+    return buf[k];
+}
 static inline void t_tmpdir_remove(void)
 {
     char cmd[600];

@@ -239,18 +239,9 @@ static void write_vocab(const char *path, const char *extra, int skip_byte)
     json_decref(o);
 }
 
-static char *tmp_path(const char *name)
-{
-    static char buf[4][512];
-    static int k;
-    k = (k + 1) % 4;
-    snprintf(buf[k], sizeof buf[k], "%s/%s", tmpdir, name);
-    return buf[k];
-}
-
 TEST(custom_vocab)
 {
-    char *v = tmp_path("v.json"), *m = tmp_path("m.txt");
+    char *v = t_path("v.json"), *m = t_path("m.txt");
     /* ids deliberately unrelated to merge order; "Ġ" is the space symbol */
     write_vocab(v, "{\"bc\": 7, \"ab\": 3, \"abc\": 5, \"aa\": 9, \"\xc4\xa0" "a\": 11, \"<s>\": 2, \"<x y>\": 4}", -1);
     write_file(m, "#version: 0.2\nb c\na b\na bc\na a\n\xc4\xa0 a\n");
@@ -332,7 +323,7 @@ static void expect_load_error(const char *v, const char *m, const char *want1, c
 
 TEST(load_errors)
 {
-    char *v = tmp_path("ev.json"), *m = tmp_path("em.txt"), *good = tmp_path("good.json");
+    char *v = t_path("ev.json"), *m = t_path("em.txt"), *good = t_path("good.json");
     write_vocab(good, "{\"ab\": 3}", -1);
     write_file(m, "#version: 0.2\na b\n");
     write_file(v, "{\"a\": 1,\n \"b\": 2,\n \"c\": ");
@@ -345,7 +336,7 @@ TEST(load_errors)
     expect_load_error(v, m, "ev.json", "duplicate id 1", __LINE__);
     write_vocab(v, "{\"ab\": 3}", 'q');
     expect_load_error(v, m, "ev.json", "byte 0x71", __LINE__); /* missing byte symbol */
-    expect_load_error(tmp_path("missing.json"), m, "missing.json", "No such file", __LINE__);
+    expect_load_error(t_path("missing.json"), m, "missing.json", "No such file", __LINE__);
 
     write_file(m, "#version: 0.2\na b\nab\n");
     expect_load_error(good, m, "em.txt", "line 3", __LINE__); /* one part */
@@ -357,7 +348,7 @@ TEST(load_errors)
     expect_load_error(good, m, "line 2", "\"zz\" is not in the vocabulary", __LINE__);
     write_file(m, "a b\nb a\n");
     expect_load_error(good, m, "line 2", "merge result \"ba\"", __LINE__);
-    expect_load_error(good, tmp_path("missing.txt"), "missing.txt", "No such file", __LINE__);
+    expect_load_error(good, t_path("missing.txt"), "missing.txt", "No such file", __LINE__);
     /* CRLF line ends and a missing final newline are accepted */
     write_file(m, "#version: 0.2\r\na b\r\na b");
     mt_bpe *b;

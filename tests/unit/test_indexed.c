@@ -8,15 +8,6 @@
 
 static const char *tmpdir;
 
-static char *path(const char *name)
-{
-    static char buf[4][600];
-    static int k;
-    k = (k + 1) % 4;
-    snprintf(buf[k], sizeof buf[k], "%s/%s", tmpdir, name);
-    return buf[k];
-}
-
 static size_t slurp(const char *p, unsigned char *buf, size_t cap)
 {
     FILE *f = fopen(p, "rb");
@@ -43,11 +34,11 @@ static const unsigned char example_bin[12] = {10, 0, 11, 0, 12, 0, 20, 0, 21, 0,
 
 TEST(reads_the_spec_example)
 {
-    spit(path("ex.idx"), example_idx, sizeof example_idx);
-    spit(path("ex.bin"), example_bin, sizeof example_bin);
+    spit(t_path("ex.idx"), example_idx, sizeof example_idx);
+    spit(t_path("ex.bin"), example_bin, sizeof example_bin);
     mt_indexed ds;
     mt_err e;
-    T_EQ_INT(mt_indexed_open(&ds, path("ex"), &e), 0);
+    T_EQ_INT(mt_indexed_open(&ds, t_path("ex"), &e), 0);
     T_EQ_INT(ds.dtype, 8);
     T_EQ_INT(ds.n_seq, 3);
     T_EQ_INT(ds.n_doc_idx, 3);
@@ -61,13 +52,13 @@ TEST(reads_the_spec_example)
     T_EQ_INT(t[1], 21);
     /* Merging it into a fresh writer reproduces it byte for byte. */
     mt_indexed_writer w;
-    T_EQ_INT(mt_indexed_writer_open(&w, path("copy"), 8, &e), 0);
+    T_EQ_INT(mt_indexed_writer_open(&w, t_path("copy"), 8, &e), 0);
     T_EQ_INT(mt_indexed_writer_append(&w, &ds, &e), 0);
     T_EQ_INT(mt_indexed_writer_finish(&w, &e), 0);
     unsigned char buf[200];
-    T_EQ_INT(slurp(path("copy.idx"), buf, sizeof buf), 94);
+    T_EQ_INT(slurp(t_path("copy.idx"), buf, sizeof buf), 94);
     T_CHECK(!memcmp(buf, example_idx, 94));
-    T_EQ_INT(slurp(path("copy.bin"), buf, sizeof buf), 12);
+    T_EQ_INT(slurp(t_path("copy.bin"), buf, sizeof buf), 12);
     T_CHECK(!memcmp(buf, example_bin, 12));
     mt_indexed_close(&ds);
 }
@@ -78,14 +69,14 @@ TEST(writes_documents_and_merges)
     mt_indexed_writer w;
     uint32_t a[3] = {10, 11, 12}, b[2] = {70000, 5};
     /* int32 dataset with an empty document */
-    T_EQ_INT(mt_indexed_writer_open(&w, path("w32"), 4, &e), 0);
+    T_EQ_INT(mt_indexed_writer_open(&w, t_path("w32"), 4, &e), 0);
     T_EQ_INT(mt_indexed_writer_add(&w, a, 3, &e), 0);
     T_EQ_INT(mt_indexed_writer_add(&w, NULL, 0, &e), 0);
     T_EQ_INT(mt_indexed_writer_add(&w, b, 2, &e), 0);
-    T_CHECK(access(path("w32.idx"), F_OK) != 0); /* nothing visible before finish */
+    T_CHECK(access(t_path("w32.idx"), F_OK) != 0); /* nothing visible before finish */
     T_EQ_INT(mt_indexed_writer_finish(&w, &e), 0);
     mt_indexed ds;
-    T_EQ_INT(mt_indexed_open(&ds, path("w32"), &e), 0);
+    T_EQ_INT(mt_indexed_open(&ds, t_path("w32"), &e), 0);
     T_EQ_INT(ds.n_seq, 2);
     T_EQ_INT(ds.n_doc_idx, 4);
     T_EQ_INT(mt_indexed_doc_idx(&ds, 2), 1); /* empty document: repeated value */
@@ -93,12 +84,12 @@ TEST(writes_documents_and_merges)
     mt_indexed_tokens(&ds, 1, 0, 2, t);
     T_EQ_INT(t[0], 70000);
     /* merge: doc_idx offsets shift by the sequences before */
-    T_EQ_INT(mt_indexed_writer_open(&w, path("m"), 4, &e), 0);
+    T_EQ_INT(mt_indexed_writer_open(&w, t_path("m"), 4, &e), 0);
     T_EQ_INT(mt_indexed_writer_append(&w, &ds, &e), 0);
     T_EQ_INT(mt_indexed_writer_append(&w, &ds, &e), 0);
     T_EQ_INT(mt_indexed_writer_finish(&w, &e), 0);
     mt_indexed m;
-    T_EQ_INT(mt_indexed_open(&m, path("m"), &e), 0);
+    T_EQ_INT(mt_indexed_open(&m, t_path("m"), &e), 0);
     T_EQ_INT(m.n_seq, 4);
     T_EQ_INT(m.n_doc_idx, 7);
     int64_t want[7] = {0, 1, 1, 2, 3, 3, 4};
@@ -106,26 +97,26 @@ TEST(writes_documents_and_merges)
     T_EQ_INT(mt_indexed_pointer(&m, 3), 32); /* (3 + 2 + 3) int32 tokens before it */
     mt_indexed_close(&m);
     /* dtype mismatch is refused */
-    spit(path("ex.idx"), example_idx, sizeof example_idx);
-    spit(path("ex.bin"), example_bin, sizeof example_bin);
+    spit(t_path("ex.idx"), example_idx, sizeof example_idx);
+    spit(t_path("ex.bin"), example_bin, sizeof example_bin);
     mt_indexed u16;
-    T_EQ_INT(mt_indexed_open(&u16, path("ex"), &e), 0);
-    T_EQ_INT(mt_indexed_writer_open(&w, path("mix"), 4, &e), 0);
+    T_EQ_INT(mt_indexed_open(&u16, t_path("ex"), &e), 0);
+    T_EQ_INT(mt_indexed_writer_open(&w, t_path("mix"), 4, &e), 0);
     T_EQ_INT(mt_indexed_writer_append(&w, &u16, &e), -1);
     T_CHECK(strstr(e.msg, "uint16") && strstr(e.msg, "int32"));
     mt_indexed_writer_abort(&w);
-    T_CHECK(access(path("mix.bin"), F_OK) != 0);
+    T_CHECK(access(t_path("mix.bin"), F_OK) != 0);
     mt_indexed_close(&u16);
     mt_indexed_close(&ds);
 }
 
 static void expect_error(const unsigned char *idx, size_t n, const unsigned char *bin, size_t bn, const char *frag)
 {
-    spit(path("bad.idx"), idx, n);
-    spit(path("bad.bin"), bin, bn);
+    spit(t_path("bad.idx"), idx, n);
+    spit(t_path("bad.bin"), bin, bn);
     mt_indexed ds;
     mt_err e;
-    if (mt_indexed_open(&ds, path("bad"), &e) == 0) {
+    if (mt_indexed_open(&ds, t_path("bad"), &e) == 0) {
         mt_indexed_close(&ds);
         T_FAILF("accepted a dataset that should fail with '%s'", frag);
     } else if (frag && !strstr(e.msg, frag)) {
@@ -171,11 +162,11 @@ TEST(fuzz_never_reads_out_of_bounds)
     unsigned char x[94];
     int accepted = 0;
     for (size_t cut = 0; cut < 94; cut++) {
-        spit(path("f.idx"), example_idx, cut);
-        spit(path("f.bin"), example_bin, 12);
+        spit(t_path("f.idx"), example_idx, cut);
+        spit(t_path("f.bin"), example_bin, 12);
         mt_indexed ds;
         mt_err e;
-        if (mt_indexed_open(&ds, path("f"), &e) == 0) T_FAILF("truncation at %zu accepted", cut);
+        if (mt_indexed_open(&ds, t_path("f"), &e) == 0) T_FAILF("truncation at %zu accepted", cut);
     }
     for (int iter = 0; iter < 3000; iter++) {
         memcpy(x, example_idx, 94);
@@ -184,10 +175,10 @@ TEST(fuzz_never_reads_out_of_bounds)
             s = s * 6364136223846793005ULL + 1442695040888963407ULL;
             x[(s >> 33) % 94] ^= (unsigned char)(1u << ((s >> 20) % 8));
         }
-        spit(path("f.idx"), x, 94);
+        spit(t_path("f.idx"), x, 94);
         mt_indexed ds;
         mt_err e;
-        if (mt_indexed_open(&ds, path("f"), &e) == 0) {
+        if (mt_indexed_open(&ds, t_path("f"), &e) == 0) {
             /* anything accepted must be self-consistent: read every token */
             uint32_t t[16];
             for (uint64_t i = 0; i < ds.n_seq; i++) {
