@@ -50,6 +50,13 @@ int64_t mt_indexed_doc_idx(const mt_indexed *ds, uint64_t i)
     return v;
 }
 
+int32_t *mt_indexed_sizes_copy(const mt_indexed *ds)
+{
+    int32_t *v = mt_xmalloc(ds->n_seq * sizeof *v);
+    if (ds->n_seq) memcpy(v, ds->sizes, ds->n_seq * sizeof *v);
+    return v;
+}
+
 void mt_indexed_tokens(const mt_indexed *ds, uint64_t i, uint64_t from, uint64_t n, uint32_t *out)
 {
     const unsigned char *p = ds->bin.data + mt_indexed_pointer(ds, i) + from * ds->itemsize;

@@ -42,6 +42,8 @@ void mt_indexed_close(mt_indexed *ds);
 int32_t mt_indexed_size(const mt_indexed *ds, uint64_t i);     /* tokens in sequence i */
 int64_t mt_indexed_pointer(const mt_indexed *ds, uint64_t i);  /* byte offset of sequence i in .bin */
 int64_t mt_indexed_doc_idx(const mt_indexed *ds, uint64_t i);  /* i < n_doc_idx */
+/* An aligned copy of the sizes array (caller frees), for index building over all sequences. */
+int32_t *mt_indexed_sizes_copy(const mt_indexed *ds);
 /* Copies tokens [from, from+n) of sequence i, widened to uint32 (negative ids of signed types wrap). */
 void mt_indexed_tokens(const mt_indexed *ds, uint64_t i, uint64_t from, uint64_t n, uint32_t *out);
 

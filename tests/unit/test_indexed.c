@@ -49,6 +49,9 @@ TEST(reads_the_spec_example)
     uint32_t t[2];
     mt_indexed_tokens(&ds, 1, 0, 2, t);
     T_EQ_INT(t[0], 20);
+    int32_t *sizes = mt_indexed_sizes_copy(&ds);
+    T_CHECK(sizes[0] == 3 && sizes[1] == 2 && sizes[2] == 1);
+    free(sizes);
     T_EQ_INT(t[1], 21);
     /* Merging it into a fresh writer reproduces it byte for byte. */
     mt_indexed_writer w;
