@@ -136,6 +136,10 @@ static int merge_main(const opts *o, mt_strs *pos)
     }
     if (mt_indexed_writer_finish(&writers[0], &e)) fail(&e);
     n_writers = 0;
+    if (o->input) {
+        for (int i = 0; i < in.n; i++) free((char *)in.v[i]);
+        free(in.v);
+    }
     return 0;
 }
 

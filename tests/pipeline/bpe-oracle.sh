@@ -3,7 +3,7 @@
 # (tests/oracle/bpe-oracle.py drives build/tests/test_bpe --encode-lines). Skips when PyPI is
 # unreachable. MT_SOAK=1 runs many more strings and every code point.
 . "$(dirname "$0")/../lib.sh"
-helper=$T_TOP/build/tests/test_bpe
+helper=$T_TOP/${MT_BUILD:-build}/tests/test_bpe
 if ! py=$("$T_TOP/tests/oracle/venv.sh" 2>"$T_TMP/venv.err"); then
     t_skip "oracles" "tiktoken/tokenizers unavailable: $(head -c 200 "$T_TMP/venv.err")"
     exit 0
