@@ -236,7 +236,7 @@ static char **list_datasets(const char *dir, int *count)
         stems[n++] = stem;
     }
     closedir(d);
-    qsort(stems, (size_t)n, sizeof *stems, cmp_str);
+    if (n) qsort(stems, (size_t)n, sizeof *stems, cmp_str);
     for (int i = 0; i < n; i++) {
         char *p = join3(dir, "/", stems[i]);
         free(stems[i]);
