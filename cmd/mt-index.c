@@ -98,8 +98,12 @@ static void out_flush(mt_buf *b)
 static void put_i64(mt_buf *b, int64_t v)
 {
     char t[24];
-    int n = snprintf(t, sizeof t, "%lld", (long long)v);
-    mt_buf_append(b, t, (size_t)n);
+    char *e = t + sizeof t, *p = e;
+    uint64_t u = v < 0 ? 0 - (uint64_t)v : (uint64_t)v;
+    do *--p = (char)('0' + u % 10);
+    while (u /= 10);
+    if (v < 0) *--p = '-';
+    mt_buf_append(b, p, (size_t)(e - p));
 }
 
 /* ---------------------------------------------------------------------------------------------- */
@@ -395,10 +399,11 @@ static void dump(const mt_strs *pos)
             bool first = true;
             for (uint64_t i = s0; i < s1; i++) {
                 int32_t len = mt_indexed_seq_len(&d, i);
+                const unsigned char *data = d.bin + mt_indexed_seq_offset(&d, i);
                 for (int32_t k = 0; k < len; k++) {
                     if (!first) mt_buf_putc(&o, ' ');
                     first = false;
-                    put_i64(&o, mt_indexed_token(&d, i, (uint64_t)k));
+                    put_i64(&o, mt_dtype_get(d.dtype, data, (uint64_t)k));
                 }
             }
             mt_buf_putc(&o, '\n');

@@ -299,10 +299,12 @@ t_fails "--decode without the BPE files" mt-index --dump --decode "$T_TMP/hello_
 t_grep "--decode without the BPE files message" "needs --vocab-file and --merge-file" "$T_TMP/err"
 
 # --- flags --------------------------------------------------------------------------------------------------
+sed 's/\\-/-/g' "$T_TOP/man/mt-index.1" >"$T_TMP/man.txt"
 t_ok "--help" mt-index --help
 for f in --output-prefix --merge --input --multimodal --info --json --dump --range --sequences --decode \
     --vocab-file --merge-file --keep-eod --log-interval --quiet; do
     t_grep "--help lists $f" "^  $f( |$)" "$T_TMP/out"
+    t_grep "man page documents $f" "^\.BI? $f( |$)" "$T_TMP/man.txt"
 done
 t_fails "unknown flag" mt-index --bogus
 t_grep "unknown flag message" "unknown option '--bogus'" "$T_TMP/err"
