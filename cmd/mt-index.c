@@ -10,6 +10,7 @@
 #include "data/indexed.h"
 #include "data/tokstream.h"
 #include "io/atomic.h"
+#include "io/jsonl.h"
 #include "io/reader.h"
 #include "tok/bpe.h"
 #include "util/err.h"
@@ -61,32 +62,6 @@ static const mt_cmd cmd = {
 };
 
 /* ---------------------------------------------------------------------------------------------- */
-
-static void json_string(mt_buf *b, const char *s, size_t n)
-{
-    static const char hex[] = "0123456789abcdef";
-    mt_buf_putc(b, '"');
-    for (size_t i = 0; i < n; i++) {
-        unsigned char c = (unsigned char)s[i];
-        switch (c) {
-        case '"': mt_buf_append(b, "\\\"", 2); break;
-        case '\\': mt_buf_append(b, "\\\\", 2); break;
-        case '\n': mt_buf_append(b, "\\n", 2); break;
-        case '\r': mt_buf_append(b, "\\r", 2); break;
-        case '\t': mt_buf_append(b, "\\t", 2); break;
-        case '\b': mt_buf_append(b, "\\b", 2); break;
-        case '\f': mt_buf_append(b, "\\f", 2); break;
-        default:
-            if (c < 0x20) {
-                char u[6] = {'\\', 'u', '0', '0', hex[c >> 4], hex[c & 15]};
-                mt_buf_append(b, u, 6);
-            } else {
-                mt_buf_putc(b, (char)c);
-            }
-        }
-    }
-    mt_buf_putc(b, '"');
-}
 
 static void out_flush(mt_buf *b)
 {
@@ -313,7 +288,7 @@ static void info(const mt_strs *pos)
         int k;
         if (json_out) {
             mt_buf_append(&o, "{\"prefix\": ", 11);
-            json_string(&o, pos->v[i], strlen(pos->v[i]));
+            mt_json_quote(&o, pos->v[i], strlen(pos->v[i]));
             k = snprintf(t, sizeof t,
                          ", \"dtype\": \"%s\", \"dtype_code\": %d, \"sequences\": %llu, \"documents\": %llu, "
                          "\"tokens\": %llu, \"min_length\": %d, \"mean_length\": %.6f, \"max_length\": %d, "
@@ -426,7 +401,7 @@ static void dump(const mt_strs *pos)
             if (mt_bpe_decode(bpe, ids.p, ids.n, &text, &e)) mt_die("%s: document %llu: %s", d.name, (ull)j, e.msg);
             replaced_docs += mt_utf8_sanitize(text.p ? text.p : "", text.n, &clean) > 0;
             mt_buf_append(&o, "{\"text\": ", 9);
-            json_string(&o, clean.p ? clean.p : "", clean.n);
+            mt_json_quote(&o, clean.p ? clean.p : "", clean.n);
             mt_buf_append(&o, "}\n", 2);
         }
         if (o.n >= 1 << 20) out_flush(&o);
