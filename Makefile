@@ -2,7 +2,8 @@
 #   make            programs and library          make check     all tests (the README's test command)
 #   make demo       build + run the pipeline on a corpus that needs no download
 #   make deps       install the Debian packages   make install PREFIX=/usr/local
-#   make bench      side-by-side benchmarks (bench/)
+#   make bench      side-by-side benchmarks (bench/)    make asan      all tests under ASan/UBSan
+#   make soak       long randomized runs (MT_SOAK=1)
 # Sources are found by wildcard: a new libcommon/<sub>/*.c, cmd/mt-*.c or tests/unit/test_*.c needs no edit here.
 
 PREFIX  ?= /usr/local
@@ -25,7 +26,7 @@ MAN1     := $(sort $(wildcard man/*.1))
 MAN5     := $(sort $(wildcard man/*.5))
 MAN7     := $(sort $(wildcard man/*.7))
 
-.PHONY: all check demo deps install uninstall bench clean tests soak
+.PHONY: all check demo deps install uninstall bench clean tests soak asan
 all: deps
 	@$(MAKE) --no-print-directory $(PROGS)
 
@@ -50,6 +51,11 @@ tests: $(PROGS) $(TESTS)
 check: deps
 	@$(MAKE) --no-print-directory tests
 	@tests/run
+
+# Every test against an AddressSanitizer + UBSan build (build-asan/); leaks fail too.
+asan: deps
+	@$(MAKE) --no-print-directory B=build-asan CFLAGS='-O1 -g -fsanitize=address,undefined -fno-omit-frame-pointer' tests
+	@MT_BUILD=build-asan ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=halt_on_error=1 tests/run
 
 soak: deps
 	@$(MAKE) --no-print-directory tests
@@ -79,7 +85,7 @@ uninstall:
 	rm -rf $(DESTDIR)$(PREFIX)/share/mt
 
 clean:
-	rm -rf $(B)
+	rm -rf $(B) build-asan
 
 .SECONDARY:
 -include $(shell find $(B)/obj -name '*.d' 2>/dev/null)

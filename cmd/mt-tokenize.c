@@ -174,7 +174,7 @@ static void feed(mt_ordered *pool, const char *path)
     mt_err e;
     mt_reader *r;
     if (mt_reader_open(&r, path, &e)) mt_die_err(&e);
-    const char *name = mt_reader_name(r);
+    const char *name = strcmp(path, "-") ? path : "<stdin>"; /* outlives the reader, unlike its name */
     batch *b = NULL;
     if (R.o->format == IN_DOCUMENT) {
         b = mt_ordered_acquire(pool);
@@ -387,6 +387,13 @@ int main(int argc, char **argv)
     o.format = !strcmp(o.format_s, "lines") ? IN_LINES : !strcmp(o.format_s, "document") ? IN_DOCUMENT : IN_JSONL;
     if (o.format != IN_JSONL && o.keys.n != 1)
         mt_die("--input-format %s makes one dataset: give at most one --json-keys name for it", o.format_s);
+    for (int i = 0; i < o.keys.n; i++) {
+        /* --json-keys takes every value up to the next flag (argparse nargs='+'), so an input file
+         * written after it would silently become a key. */
+        if (!access(o.keys.v[i], F_OK) && (strchr(o.keys.v[i], '/') || strchr(o.keys.v[i], '.')))
+            mt_die("--json-keys: '%s' is a file: put input files before --json-keys, after --, or give --input",
+                   o.keys.v[i]);
+    }
     if (o.input) inputs.v[inputs.n++] = o.input;
     if (inputs.n == 0) inputs.v[inputs.n++] = "-";
 

@@ -10,7 +10,7 @@ T_FILE=$(basename "$0")
 T_TMP=$(mktemp -d "${TMPDIR:-/tmp}/mt-test.XXXXXX")
 trap 'rm -rf "$T_TMP"' EXIT
 T_TOP=${MT_TOP:-$(cd "$(dirname "$0")/../.." && pwd)}
-PATH="$T_TOP/build/bin:$PATH"
+PATH="$T_TOP/${MT_BUILD:-build}/bin:$PATH"
 export PATH
 GPT2_VOCAB=$T_TOP/share/gpt2/vocab.json
 GPT2_MERGES=$T_TOP/share/gpt2/merges.txt

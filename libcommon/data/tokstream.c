@@ -91,7 +91,16 @@ static int need(mt_reader *r, void *buf, size_t n, const char *what, mt_err *e)
     return mt_err_prefix(e, "token stream (reading %s)", what);
 }
 
+static int read_header(mt_reader *r, mt_toks_header *h, mt_err *e);
+
 int mt_toks_read_header(mt_reader *r, mt_toks_header *h, mt_err *e)
+{
+    int rc = read_header(r, h, e);
+    if (rc) mt_toks_header_free(h);
+    return rc;
+}
+
+static int read_header(mt_reader *r, mt_toks_header *h, mt_err *e)
 {
     memset(h, 0, sizeof *h);
     unsigned char b[32];

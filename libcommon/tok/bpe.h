@@ -23,15 +23,17 @@ typedef struct mt_bpe mt_bpe;
 typedef struct mt_bpe_ctx mt_bpe_ctx;
 
 /* Loads vocab.json (a JSON object string -> id) and merges.txt ("#version" header line optional, then
- * one "a b" pair per line). Errors name the file and line: a malformed line, a merge whose parts or
- * result are not in the vocabulary, a vocabulary without all 256 byte symbols, duplicate ids. */
+ * one "a b" pair per line; merge i has rank i, a pair repeated later keeps its first rank). Errors name
+ * the file and line: a malformed line, a merge whose parts or result are not in the vocabulary, a
+ * vocabulary without all 256 byte symbols, duplicate ids, ids >= 2^28. */
 int mt_bpe_load(mt_bpe **out, const char *vocab_path, const char *merges_path, mt_err *e);
 void mt_bpe_free(mt_bpe *b);
 
 /* Number of entries in vocab.json (GPT-2: 50257); ids are < mt_bpe_id_limit(). */
 uint32_t mt_bpe_vocab_size(const mt_bpe *b);
 uint32_t mt_bpe_id_limit(const mt_bpe *b); /* 1 + largest id */
-/* Id of a vocabulary entry given by its vocab.json spelling (e.g. "<|endoftext|>"), or -1. */
+/* Id of a vocabulary entry given by its vocab.json spelling (e.g. "<|endoftext|>"), or -1. A linear
+ * search: look up once, not per token. */
 int64_t mt_bpe_lookup(const mt_bpe *b, const char *token);
 /* The end-of-document id: "<|endoftext|>" if present, else -1. */
 int64_t mt_bpe_eod(const mt_bpe *b);
@@ -39,8 +41,9 @@ int64_t mt_bpe_eod(const mt_bpe *b);
 mt_bpe_ctx *mt_bpe_ctx_new(const mt_bpe *b);
 void mt_bpe_ctx_free(mt_bpe_ctx *c);
 
-/* Appends the ids of text[0..len) to out. text must be valid UTF-8 (see mt_utf8_sanitize). Special
- * tokens are plain text (tiktoken encode_ordinary, Megatron). */
+/* Appends the ids of text[0..len) to out. text should be valid UTF-8 (see mt_utf8_sanitize); invalid
+ * bytes are still encoded (as "other" characters, one per maximal invalid subpart) and decode back to
+ * themselves. Special tokens are plain text (tiktoken encode_ordinary, Megatron). */
 void mt_bpe_encode(mt_bpe_ctx *c, const char *text, size_t len, mt_ids *out);
 /* As mt_bpe_encode, but literal special tokens (vocab entries that are neither a byte nor a merge
  * result, e.g. "<|endoftext|>") map to their ids, as HF GPT2TokenizerFast does. */
@@ -49,7 +52,8 @@ void mt_bpe_encode_special(mt_bpe_ctx *c, const char *text, size_t len, mt_ids *
 /* Appends the bytes of ids to out (the exact inverse of encoding on valid UTF-8; the output may be
  * invalid UTF-8 when ids cut a character). Returns -1 with e set on an id outside the vocabulary. */
 int mt_bpe_decode(const mt_bpe *b, const uint32_t *ids, size_t n, mt_buf *out, mt_err *e);
-/* Bytes of one token; NULL for an id outside the vocabulary. */
+/* Bytes of one token; NULL for an id outside the vocabulary. A spelling made of byte symbols stands
+ * for those bytes; any other spelling (possible for special tokens) for its own UTF-8. */
 const char *mt_bpe_token_bytes(const mt_bpe *b, uint32_t id, size_t *len);
 
 /* UTF-8 validation. Returns the byte offset of the first invalid sequence, or len if all valid. */

@@ -46,9 +46,11 @@ void mt_progress_update(mt_progress *p, uint64_t docs, uint64_t bytes, uint64_t 
 {
     if (!p->enabled) return;
     if (p->every) {
-        if (docs < p->next) return;
-        while (p->next <= docs) p->next += p->every;
-        draw(p, docs, bytes, total, mt_now(), false);
+        /* One line per multiple of the interval, as Megatron prints them, even when the count
+         * advances by a whole batch at a time; bytes are prorated. */
+        double now = mt_now();
+        for (; p->next <= docs; p->next += p->every)
+            draw(p, p->next, (uint64_t)((double)bytes * (double)p->next / (double)docs), total, now, false);
         return;
     }
     double now = mt_now();

@@ -21,9 +21,9 @@ with open(sys.argv[1], "w", encoding="utf-8") as f:
         f.write(json.dumps({"id": i, "text": d, "meta": {"n": i}}, ensure_ascii=(i % 2 == 0)) + "\n")
 EOF
 
-t_ok "tokenize JSON lines" tok --json-keys text "$T/c.jsonl"
+t_ok "tokenize JSON lines" tok "$T/c.jsonl" --json-keys text
 cp "$T_TMP/out" "$T/w1.toks"
-t_ok "tokenize with 4 workers" tok --json-keys text --workers 4 "$T/c.jsonl"
+t_ok "tokenize with 4 workers" tok --workers 4 --input "$T/c.jsonl" --json-keys text
 t_cmp "output identical for 1 and 4 workers" "$T/w1.toks" "$T_TMP/out"
 tok --json-keys text --workers 3 < "$T/c.jsonl" > "$T/stdin.toks" 2>/dev/null
 t_cmp "stdin gives the same stream as a file" "$T/w1.toks" "$T/stdin.toks"
@@ -71,7 +71,7 @@ t_cmp "--parse-special-tokens maps <|endoftext|> to 50256" "$T/s.want" "$T/s.got
 
 # Several keys: one dataset per key, records in input order.
 printf '{"a": "x", "b": "y z"}\n{"a": "", "b": "w"}\n' > "$T/m.jsonl"
-tok --json-keys a b "$T/m.jsonl" | tok --decode --json > "$T/m.out" 2>"$T/err"
+tok "$T/m.jsonl" --json-keys a b | tok --decode --json > "$T/m.out" 2>"$T/err"
 printf '{"a":"x"}\n{"b":"y z"}\n{"a":""}\n{"b":"w"}\n' > "$T/m.want"
 t_cmp "several --json-keys: one record per key per line" "$T/m.want" "$T/m.out"
 
@@ -114,6 +114,7 @@ if mt-tokenize --vocab-file "$T/v.json" --merge-file "$GPT2_MERGES" < "$T/k.json
 else t_grep "bad vocab file names the file and line" "v.json.*line [0-9]+" "$T/bad.err"; fi
 bad "bad --workers value" "--workers: 'two' is not an integer" --workers two "$T/k.jsonl"
 bad "--workers 0 rejected" "--workers: 0 is out of range" --workers 0 "$T/k.jsonl"
+bad "an input file after --json-keys is caught" "--json-keys: '.*k.jsonl' is a file" --json-keys text "$T/k.jsonl"
 bad "unknown flag" "unknown option '--frobnicate'" --frobnicate "$T/k.jsonl"
 bad "sentence splitting refused clearly" "--split-sentences: .*not supported" --split-sentences "$T/k.jsonl"
 

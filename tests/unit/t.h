@@ -12,7 +12,7 @@
 
 static const char *t_bin = "test";
 static int t_failed_case, t_skipped_case, t_total_failed;
-static char t_where[512];
+static char t_where[4096];
 
 #define T_FAILF(...)                                                                                         \
     do {                                                                                                     \
@@ -67,6 +67,33 @@ static inline void t_run(const char *name, void (*fn)(void))
         printf("ok - %s: %s\n", t_bin, name);
     }
     fflush(stdout);
+}
+
+/* A fresh scratch directory for the binary's files, removed by t_tmpdir_remove(). */
+static char t_tmp[512];
+static inline const char *t_tmpdir(void)
+{
+    snprintf(t_tmp, sizeof t_tmp, "%s/mt-unit.XXXXXX", getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp");
+    if (!mkdtemp(t_tmp)) {
+        perror(t_tmp);
+        exit(1);
+    }
+    return t_tmp;
+}
+/* "<scratch dir>/<name>"; the last four results stay valid. */
+static inline char *t_path(const char *name)
+{
+    static char buf[4][600];
+    static int k;
+    k = (k + 1) % 4;
+    snprintf(buf[k], sizeof buf[k], "%s/%s", t_tmp, name);
+    return buf[k];
+}
+static inline void t_tmpdir_remove(void)
+{
+    char cmd[600];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", t_tmp);
+    if (t_tmp[0] && system(cmd) != 0) fprintf(stderr, "cannot remove %s\n", t_tmp);
 }
 
 #define T_MAIN_BEGIN(binname)                                                                                \

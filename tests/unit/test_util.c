@@ -10,7 +10,7 @@
 #include "t.h"
 #include "util/flags.h"
 
-static char tmpdir[256];
+static const char *tmpdir;
 
 static void write_file(const char *path, const void *p, size_t n)
 {
@@ -51,21 +51,28 @@ TEST(flags_parse_values)
     T_EQ_INT(pos.n, 2);
     T_EQ_STR(pos.v[0], "in.jsonl");
     T_EQ_STR(pos.v[1], "-");
+    free(pos.v);
+    free(keys.v);
 
     char *bad1[] = {"t", "--workers", "0"};
     T_EQ_INT(mt_flags_parse(&cmd, 3, bad1, &pos, NULL, &e), -1);
+    free(pos.v);
     T_CHECK(strstr(e.msg, "--workers") && strstr(e.msg, "range"));
     char *bad2[] = {"t", "--workers", "x2"};
     T_EQ_INT(mt_flags_parse(&cmd, 3, bad2, &pos, NULL, &e), -1);
+    free(pos.v);
     T_CHECK(strstr(e.msg, "not an integer"));
     char *bad3[] = {"t", "--nope"};
     T_EQ_INT(mt_flags_parse(&cmd, 2, bad3, &pos, NULL, &e), -1);
+    free(pos.v);
     T_CHECK(strstr(e.msg, "unknown option '--nope'"));
     char *bad4[] = {"t", "--lr-decay-style", "cosin"};
     T_EQ_INT(mt_flags_parse(&cmd, 3, bad4, &pos, NULL, &e), -1);
+    free(pos.v);
     T_CHECK(strstr(e.msg, "invalid choice"));
     char *bad5[] = {"t", "--vocab-file"};
     T_EQ_INT(mt_flags_parse(&cmd, 2, bad5, &pos, NULL, &e), -1);
+    free(pos.v);
     T_CHECK(strstr(e.msg, "needs a value"));
 }
 
@@ -165,13 +172,10 @@ TEST(atomic_commit_and_abort)
 }
 
 T_MAIN_BEGIN("test_util")
-    snprintf(tmpdir, sizeof tmpdir, "%s/mt-unit-XXXXXX", getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp");
-    if (!mkdtemp(tmpdir)) return 1;
+    tmpdir = t_tmpdir();
     RUN(flags_parse_values);
     RUN(reader_plain_and_zstd);
     RUN(reader_long_line);
     RUN(atomic_commit_and_abort);
-    char cmd[300];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmpdir);
-    if (system(cmd)) return 1;
+    t_tmpdir_remove();
 T_MAIN_END

@@ -1,0 +1,131 @@
+/* bpe_encode.c: encoding text to ids: pre-tokenize, then per piece the whole-vocabulary-entry fast
+ * path, the per-context piece cache, or the merge loop; and the special-token splitting variant. */
+#include <stdlib.h>
+
+#include "tok/bpe_impl.h"
+#include "tok/pretok.h"
+
+/* Direct-mapped cache of short pieces that needed merging (a new piece evicts the old one). */
+#define CACHE_SLOTS 4096
+#define CACHE_KEY 26
+#define CACHE_IDS 8
+typedef struct cache_slot {
+    uint32_t hash;
+    uint8_t klen, nids; /* klen 0: empty */
+    char key[CACHE_KEY];
+    uint32_t ids[CACHE_IDS];
+} cache_slot;
+
+struct mt_bpe_ctx {
+    const mt_bpe *b;
+    mt_bpe_scratch w;
+    cache_slot *cache;
+};
+
+mt_bpe_ctx *mt_bpe_ctx_new(const mt_bpe *b)
+{
+    mt_bpe_ctx *c = mt_xcalloc(1, sizeof *c);
+    c->b = b;
+    c->cache = mt_xcalloc(CACHE_SLOTS, sizeof *c->cache);
+    return c;
+}
+
+void mt_bpe_ctx_free(mt_bpe_ctx *c)
+{
+    if (!c) return;
+    mt_bpe_scratch_free(&c->w);
+    free(c->cache);
+    free(c);
+}
+
+static void encode_piece(mt_bpe_ctx *c, const unsigned char *p, size_t n, mt_ids *out)
+{
+    const mt_bpe *b = c->b;
+    if (n == 1) {
+        mt_ids_push(out, b->byte_id[p[0]]);
+        return;
+    }
+    uint64_t h = mt_bpe_hash_bytes(p, n);
+    int64_t id = mt_bpe_piece_find(b, p, n, h);
+    if (id >= 0) {
+        mt_ids_push(out, (uint32_t)id);
+        return;
+    }
+    cache_slot *s = NULL;
+    uint32_t h32 = (uint32_t)(h >> 32);
+    if (n <= CACHE_KEY) {
+        s = &c->cache[(h >> 20) % CACHE_SLOTS];
+        if (s->klen == n && s->hash == h32 && !memcmp(s->key, p, n)) {
+            mt_ids_reserve(out, s->nids);
+            memcpy(out->p + out->n, s->ids, s->nids * sizeof *s->ids);
+            out->n += s->nids;
+            return;
+        }
+    }
+    size_t start = out->n;
+    mt_bpe_merge_piece(b, &c->w, p, n, out);
+    size_t got = out->n - start;
+    if (s && got <= CACHE_IDS) {
+        s->hash = h32;
+        s->klen = (uint8_t)n;
+        s->nids = (uint8_t)got;
+        memcpy(s->key, p, n);
+        memcpy(s->ids, out->p + start, got * sizeof *s->ids);
+    }
+}
+
+void mt_bpe_encode(mt_bpe_ctx *c, const char *text, size_t len, mt_ids *out)
+{
+    const unsigned char *s = (const unsigned char *)text;
+    size_t pos = 0;
+    while (pos < len) {
+        size_t end = mt_pretok_next(text, len, pos);
+        /* the merge loop indexes symbols with 32-bit integers: a piece over 1 GiB (never seen in
+         * text) is encoded in chunks */
+        while (end - pos > (1u << 30)) {
+            encode_piece(c, s + pos, 1u << 30, out);
+            pos += 1u << 30;
+        }
+        encode_piece(c, s + pos, end - pos, out);
+        pos = end;
+    }
+}
+
+void mt_bpe_encode_special(mt_bpe_ctx *c, const char *text, size_t len, mt_ids *out)
+{
+    const mt_bpe *b = c->b;
+    size_t ns = b->n_special;
+    if (!ns || !len) {
+        mt_bpe_encode(c, text, len, out);
+        return;
+    }
+    /* next occurrence of each special token (len + 1: none, SIZE_MAX: not searched yet); searched
+     * again only once pos has passed it */
+    size_t *at = mt_xmalloc(ns * sizeof *at);
+    for (size_t k = 0; k < ns; k++) at[k] = SIZE_MAX;
+    size_t pos = 0;
+    for (;;) {
+        size_t best = len + 1, best_len = 0, best_k = 0;
+        for (size_t k = 0; k < ns; k++) {
+            uint32_t id = b->special[k];
+            size_t tl = b->tok_off[id + 1] - b->tok_off[id];
+            if (!tl) continue;
+            if (at[k] == SIZE_MAX || at[k] < pos) {
+                const char *f = memmem(text + pos, len - pos, b->tok_bytes + b->tok_off[id], tl);
+                at[k] = f ? (size_t)(f - text) : len + 1;
+            }
+            /* earliest match wins; at the same position the longest */
+            if (at[k] < best || (at[k] == best && at[k] <= len && tl > best_len)) {
+                best = at[k];
+                best_len = tl;
+                best_k = k;
+            }
+        }
+        if (best > len) break;
+        mt_bpe_encode(c, text + pos, best - pos, out);
+        mt_ids_push(out, b->special[best_k]);
+        pos = best + best_len;
+    }
+    mt_bpe_encode(c, text + pos, len - pos, out);
+    free(at);
+}

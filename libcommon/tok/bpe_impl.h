@@ -1,0 +1,101 @@
+/* bpe_impl.h: internals shared by the bpe_*.c files: the loaded tables, their hash lookups, and the
+ * per-thread scratch space of the merge loop. Not part of the public API (see bpe.h). */
+#ifndef MT_TOK_BPE_IMPL_H
+#define MT_TOK_BPE_IMPL_H
+
+#include <stdint.h>
+#include <string.h>
+
+#include "tok/bpe.h"
+
+enum { MT_TOK_ABSENT = 0, MT_TOK_BYTE, MT_TOK_MERGED, MT_TOK_SPECIAL };
+
+/* (left, right) -> rank and result; key = left << 32 | right, MT_PAIR_EMPTY marks a free slot. */
+#define MT_PAIR_EMPTY UINT64_MAX
+typedef struct mt_bpe_pair {
+    uint64_t key;
+    uint32_t rank, result;
+} mt_bpe_pair;
+
+/* raw token bytes -> id, for the whole-piece fast path; id1 = id + 1, 0 marks a free slot. */
+typedef struct mt_bpe_piece {
+    uint32_t id1, hash;
+} mt_bpe_piece;
+
+struct mt_bpe {
+    uint32_t vocab_size, id_limit;
+    uint8_t *kind;      /* [id_limit] MT_TOK_* */
+    uint32_t *tok_off;  /* [id_limit + 1]: bytes of id are tok_bytes[tok_off[id] .. tok_off[id + 1]) */
+    char *tok_bytes;
+    uint32_t *spell_off; /* [id_limit + 1]: vocab.json spelling of id, likewise in spell */
+    char *spell;
+    uint32_t byte_id[256];
+    mt_bpe_pair *pairs;
+    uint64_t pair_mask;
+    unsigned pair_shift;
+    mt_bpe_piece *pieces;
+    uint64_t piece_mask;
+    uint32_t *special; /* ids of MT_TOK_SPECIAL tokens */
+    size_t n_special;
+    int64_t eod;
+};
+
+/* Growable scratch arrays of the merge loop (one per thread). */
+typedef struct mt_bpe_scratch {
+    uint32_t *id, *rank, *res;
+    int32_t *prev, *next;
+    uint64_t *heap;
+    size_t cap, heap_cap;
+} mt_bpe_scratch;
+
+static inline uint64_t mt_bpe_hash_bytes(const unsigned char *p, size_t n)
+{
+    uint64_t h = 0x9E3779B97F4A7C15ull ^ (n * 0xff51afd7ed558ccdull);
+    while (n >= 8) {
+        uint64_t v;
+        memcpy(&v, p, 8);
+        h = (h ^ v) * 0xbf58476d1ce4e5b9ull;
+        h ^= h >> 31;
+        p += 8;
+        n -= 8;
+    }
+    uint64_t v = 0;
+    for (size_t i = 0; i < n; i++) v |= (uint64_t)p[i] << (8 * i);
+    h = (h ^ v) * 0x94d049bb133111ebull;
+    return h ^ (h >> 29);
+}
+
+static inline const mt_bpe_pair *mt_bpe_pair_find(const mt_bpe *b, uint32_t left, uint32_t right)
+{
+    uint64_t key = (uint64_t)left << 32 | right;
+    uint64_t i = (key * 0x9E3779B97F4A7C15ull) >> b->pair_shift;
+    for (;;) {
+        const mt_bpe_pair *e = &b->pairs[i];
+        if (e->key == key) return e;
+        if (e->key == MT_PAIR_EMPTY) return NULL;
+        i = (i + 1) & b->pair_mask;
+    }
+}
+
+/* Id of the token whose bytes are exactly p[0..n) and that BPE itself produces for them, or -1. */
+static inline int64_t mt_bpe_piece_find(const mt_bpe *b, const unsigned char *p, size_t n, uint64_t h)
+{
+    uint64_t i = h & b->piece_mask;
+    uint32_t h32 = (uint32_t)(h >> 32);
+    for (;;) {
+        const mt_bpe_piece *e = &b->pieces[i];
+        if (!e->id1) return -1;
+        if (e->hash == h32) {
+            uint32_t id = e->id1 - 1, off = b->tok_off[id];
+            if (b->tok_off[id + 1] - off == n && !memcmp(b->tok_bytes + off, p, n)) return id;
+        }
+        i = (i + 1) & b->piece_mask;
+    }
+}
+
+/* Byte-level BPE of one piece p[0..n) (n >= 1) by merge rank, lowest rank first, leftmost among
+ * equals; appends the ids to out. O(n^2) scan for short pieces, a heap over a linked list for long. */
+void mt_bpe_merge_piece(const mt_bpe *b, mt_bpe_scratch *w, const unsigned char *p, size_t n, mt_ids *out);
+void mt_bpe_scratch_free(mt_bpe_scratch *w);
+
+#endif

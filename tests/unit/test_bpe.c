@@ -1,0 +1,487 @@
+/* test_bpe.c: the byte-level BPE tokenizer: the pattern's edge cases with exact GPT-2 ids, round
+ * trips, UTF-8 repair, load errors, a small hand-made vocabulary, adversarial long pieces and the
+ * golden ids in tests/golden (made with tiktoken).
+ * Also a helper for tests/pipeline/bpe-oracle.sh:
+ *   test_bpe --encode-lines [--special] VOCAB MERGES < lines
+ * reads one JSON string literal per line and prints its ids space-separated, one line each. */
+#include <jansson.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <unistd.h>
+
+#include "t.h"
+#include "tok/bpe.h"
+
+static char top[1024] = ".";
+static const char *tmpdir;
+static mt_bpe *gpt2;
+static mt_bpe_ctx *ctx;
+
+static void write_file(const char *path, const char *s)
+{
+    FILE *f = fopen(path, "wb");
+    fputs(s, f);
+    fclose(f);
+}
+
+/* ids of s as "1 2 3" (static buffer, valid until the next call) */
+static const char *ids_str(const mt_ids *v)
+{
+    static char buf[1 << 16];
+    size_t o = 0;
+    buf[0] = 0;
+    for (size_t i = 0; i < v->n && o + 16 < sizeof buf; i++)
+        o += (size_t)snprintf(buf + o, sizeof buf - o, i ? " %u" : "%u", v->p[i]);
+    return buf;
+}
+
+static const char *enc_n(const char *s, size_t n)
+{
+    mt_ids v = {0};
+    mt_bpe_encode(ctx, s, n, &v);
+    const char *r = ids_str(&v);
+    mt_ids_free(&v);
+    return r;
+}
+static const char *enc(const char *s) { return enc_n(s, strlen(s)); }
+
+static int load_gpt2(void)
+{
+    if (gpt2) return 0;
+    char v[1200], m[1200];
+    snprintf(v, sizeof v, "%s/share/gpt2/vocab.json", top);
+    snprintf(m, sizeof m, "%s/share/gpt2/merges.txt", top);
+    mt_err e = {{0}};
+    if (mt_bpe_load(&gpt2, v, m, &e)) {
+        fprintf(stderr, "%s\n", e.msg);
+        return -1;
+    }
+    ctx = mt_bpe_ctx_new(gpt2);
+    return 0;
+}
+
+#define NEED_GPT2()                                                                                          \
+    do {                                                                                                     \
+        if (load_gpt2()) {                                                                                   \
+            T_FAILF("cannot load GPT-2 files under %.300s/share/gpt2", top);                                     \
+            return;                                                                                          \
+        }                                                                                                    \
+    } while (0)
+
+TEST(gpt2_loads)
+{
+    NEED_GPT2();
+    T_EQ_INT(mt_bpe_vocab_size(gpt2), 50257);
+    T_EQ_INT(mt_bpe_id_limit(gpt2), 50257);
+    T_EQ_INT(mt_bpe_eod(gpt2), 50256);
+    T_EQ_INT(mt_bpe_lookup(gpt2, "<|endoftext|>"), 50256);
+    T_EQ_INT(mt_bpe_lookup(gpt2, "\xc4\xa0the"), 262); /* "Ġthe" */
+    T_EQ_INT(mt_bpe_lookup(gpt2, "no such token"), -1);
+    size_t n;
+    const char *p = mt_bpe_token_bytes(gpt2, 262, &n);
+    T_CHECK(p && n == 4 && !memcmp(p, " the", 4));
+    p = mt_bpe_token_bytes(gpt2, 198, &n);
+    T_CHECK(p && n == 1 && p[0] == '\n');
+    T_CHECK(mt_bpe_token_bytes(gpt2, 50257, &n) == NULL);
+}
+
+TEST(whitespace_runs)
+{
+    NEED_GPT2();
+    T_EQ_STR(enc("a\n\nb"), "64 198 198 65");
+    T_EQ_STR(enc("a\n\n"), "64 628");
+    T_EQ_STR(enc("x   \n  y"), "87 220 220 220 198 220 331");
+    T_EQ_STR(enc("a\r\n\r\nb"), "64 201 198 201 198 65");
+    T_EQ_STR(enc("end   "), "437 220 220 220");
+    T_EQ_STR(enc("  leading"), "220 3756");
+    T_EQ_STR(enc("a  \tb"), "64 220 220 197 65");
+    T_EQ_STR(enc(""), "");
+    T_EQ_STR(enc(" "), "220");
+}
+
+TEST(contractions)
+{
+    NEED_GPT2();
+    T_EQ_STR(enc("I'M here"), "40 6 44 994");
+    T_EQ_STR(enc("'steal"), "338 660 282");
+    T_EQ_STR(enc("''s"), "7061 82");
+    T_EQ_STR(enc(" 's"), "705 82");
+    T_EQ_STR(enc("hello!'s"), "31373 13679 82");
+    T_EQ_STR(enc("I'm we're they've you'll he'd it's don't"), "40 1101 356 821 484 1053 345 1183 339 1549 340 338 836 470");
+}
+
+TEST(unicode_spaces_and_numbers)
+{
+    NEED_GPT2();
+    T_EQ_STR(enc("a\xc2\xa0" "b"), "64 1849 65");        /* NBSP does not attach */
+    T_EQ_STR(enc("a\tb"), "64 197 65");
+    T_EQ_STR(enc("a\xe3\x80\x80" "b"), "64 5099 222 65"); /* U+3000 */
+    T_EQ_STR(enc(" 2024\xe5\xb9\xb4"), "48609 33176 112"); /* " 2024年" */
+    T_EQ_STR(enc("a\xe2\x80\xa8\xe2\x80\xa9" "b"), "64 447 101 447 102 65");
+    /* U+200B, U+FEFF, U+180E are not White_Space */
+    T_EQ_STR(enc("x\xe2\x80\x8by\xef\xbb\xbfz\xe1\xa0\x8e"), "87 9525 88 171 119 123 89 157 254 236");
+    T_EQ_STR(enc("\xc2\x85" "a"), "126 227 64"); /* U+0085 */
+}
+
+TEST(special_tokens)
+{
+    NEED_GPT2();
+    const char *s = "<|endoftext|>";
+    T_EQ_STR(enc(s), "27 91 437 1659 5239 91 29");
+    mt_ids v = {0};
+    mt_bpe_encode_special(ctx, s, strlen(s), &v);
+    T_EQ_STR(ids_str(&v), "50256");
+    v.n = 0;
+    const char *t = "Hello<|endoftext|><|endoftext|> world<|endoftext";
+    mt_bpe_encode_special(ctx, t, strlen(t), &v);
+    T_EQ_STR(ids_str(&v), "15496 50256 50256 995 27 91 437 1659 5239");
+    v.n = 0;
+    mt_bpe_encode_special(ctx, "abc", 3, &v);
+    T_EQ_STR(ids_str(&v), enc("abc"));
+    mt_ids_free(&v);
+}
+
+static int round_trips(const char *s, size_t n)
+{
+    mt_ids v = {0};
+    mt_buf out = {0};
+    mt_err e;
+    mt_bpe_encode(ctx, s, n, &v);
+    int ok = mt_bpe_decode(gpt2, v.p, v.n, &out, &e) == 0 && out.n == n && !memcmp(out.p, s, n);
+    mt_ids_free(&v);
+    mt_buf_free(&out);
+    return ok;
+}
+
+TEST(round_trip)
+{
+    NEED_GPT2();
+    const char *cases[] = {
+        "Hello, world! It's 2024.\n\n\tdef f(x):\n        return x**2  # square\n",
+        "Gr\xc3\xbc\xc3\x9f" "e aus K\xc3\xb6ln \xe2\x80\x94 \xd0\x9f\xd1\x80\xd0\xb8\xd0\xb2\xd0\xb5\xd1\x82 \xe4\xbd\xa0\xe5\xa5\xbd",
+        "\xf0\x9f\x91\xa9\xf0\x9f\x8f\xbd\xe2\x80\x8d\xf0\x9f\x92\xbb e\xcc\x81\xcc\x81\xcc\x81 \xe2\x80\xa8\r\n",
+        "\x01\x02\x7f \xc2\xad", "   ", "'", "''", "'ll've'",
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++)
+        if (!round_trips(cases[i], strlen(cases[i]))) T_FAILF("case %zu does not round-trip", i);
+    /* NUL bytes are ordinary characters */
+    T_CHECK(round_trips("a\0b\0\0 c", 7));
+    T_EQ_STR(enc_n("a\0b", 3), "64 188 65");
+    mt_err e;
+    mt_buf out = {0};
+    uint32_t bad[] = {64, 50257};
+    T_EQ_INT(mt_bpe_decode(gpt2, bad, 2, &out, &e), -1);
+    T_CHECK(strstr(e.msg, "50257") != NULL);
+    mt_buf_free(&out);
+}
+
+static const char *sanitized(const char *s, size_t n, size_t *bad)
+{
+    static char buf[256];
+    mt_buf out = {0};
+    *bad = mt_utf8_sanitize(s, n, &out);
+    size_t m = out.n < sizeof buf - 1 ? out.n : sizeof buf - 1;
+    memcpy(buf, out.p, m);
+    buf[m] = 0;
+    mt_buf_free(&out);
+    return buf;
+}
+
+#define FFFD "\xef\xbf\xbd"
+TEST(utf8_repair)
+{
+    size_t bad;
+    T_EQ_INT(mt_utf8_check("abc\xc3\xa9", 5), 5);
+    T_EQ_INT(mt_utf8_check("ab\xc3", 3), 2);
+    T_EQ_INT(mt_utf8_check("ab\xed\xa0\x80", 5), 2); /* surrogate */
+    T_EQ_INT(mt_utf8_check("\xf4\x90\x80\x80", 4), 0); /* > U+10FFFF */
+    T_EQ_INT(mt_utf8_check("\xc0\xaf", 2), 0);        /* overlong */
+    T_EQ_INT(mt_utf8_check("0123456789abcdef\x80", 17), 16);
+    /* Python: b'...'.decode('utf-8', 'replace') */
+    T_EQ_STR(sanitized("a\x80" "b", 3, &bad), "a" FFFD "b");
+    T_EQ_INT(bad, 1);
+    T_EQ_STR(sanitized("\xe2\x82", 2, &bad), FFFD); /* truncated 3-byte sequence: one replacement */
+    T_EQ_INT(bad, 1);
+    T_EQ_STR(sanitized("\xe2\x82x", 3, &bad), FFFD "x");
+    T_EQ_STR(sanitized("\xf0\x9f\x98", 3, &bad), FFFD);
+    T_EQ_STR(sanitized("\xed\xa0\x80", 3, &bad), FFFD FFFD FFFD); /* surrogate: ED then two lone bytes */
+    T_EQ_INT(bad, 3);
+    T_EQ_STR(sanitized("\xf4\x90\x80\x80", 4, &bad), FFFD FFFD FFFD FFFD);
+    T_EQ_STR(sanitized("\xc0\xaf", 2, &bad), FFFD FFFD);
+    T_EQ_STR(sanitized("\xe0\x80\xaf", 3, &bad), FFFD FFFD FFFD);
+    T_EQ_STR(sanitized("\xf0\x90\x80\xf0\x9f\x98\x80", 7, &bad), FFFD "\xf0\x9f\x98\x80");
+    T_EQ_INT(bad, 1);
+    T_EQ_STR(sanitized("\xff\xfe", 2, &bad), FFFD FFFD);
+    T_EQ_STR(sanitized("ok", 2, &bad), "ok");
+    T_EQ_INT(bad, 0);
+}
+
+/* a vocab.json with the 256 byte symbols (ids 1000 + byte, so not GPT-2's) plus extra entries */
+static void write_vocab(const char *path, const char *extra, int skip_byte)
+{
+    json_t *o = json_object();
+    unsigned next = 0x100;
+    for (int c = 0; c < 256; c++) {
+        int printable = (c >= 0x21 && c <= 0x7E) || (c >= 0xA1 && c <= 0xAC) || (c >= 0xAE);
+        unsigned cp = printable ? (unsigned)c : next++;
+        char u[3] = {0};
+        if (cp < 0x80) u[0] = (char)cp;
+        else u[0] = (char)(0xC0 | cp >> 6), u[1] = (char)(0x80 | (cp & 0x3F));
+        if (c != skip_byte) json_object_set_new(o, u, json_integer(1000 + c));
+    }
+    if (extra) {
+        json_t *x = json_loads(extra, 0, NULL);
+        json_object_update(o, x);
+        json_decref(x);
+    }
+    json_dump_file(o, path, JSON_INDENT(1));
+    json_decref(o);
+}
+
+TEST(custom_vocab)
+{
+    char *v = t_path("v.json"), *m = t_path("m.txt");
+    /* ids deliberately unrelated to merge order; "Ġ" is the space symbol */
+    write_vocab(v, "{\"bc\": 7, \"ab\": 3, \"abc\": 5, \"aa\": 9, \"\xc4\xa0" "a\": 11, \"<s>\": 2, \"<x y>\": 4}", -1);
+    write_file(m, "#version: 0.2\nb c\na b\na bc\na a\n\xc4\xa0 a\n");
+    mt_bpe *b;
+    mt_err e = {{0}};
+    if (mt_bpe_load(&b, v, m, &e)) {
+        T_FAILF("load: %.300s", e.msg);
+        return;
+    }
+    T_EQ_INT(mt_bpe_vocab_size(b), 263);
+    T_EQ_INT(mt_bpe_id_limit(b), 1256);
+    T_EQ_INT(mt_bpe_eod(b), -1);
+    T_EQ_INT(mt_bpe_lookup(b, "abc"), 5);
+    mt_bpe_ctx *c = mt_bpe_ctx_new(b);
+    mt_ids ids = {0};
+    struct {
+        const char *in, *want;
+    } cases[] = {
+        {"abc", "5"},             /* b c (rank 0) then a bc: the whole piece */
+        {"ab", "3"},              /* a b */
+        {"abab", "3 3"},          /* a b twice */
+        {"aaa", "9 1097"},        /* leftmost of equal ranks: aa a */
+        {"aaaa", "9 9"},
+        {"abcd", "5 1100"},       /* abc + d (d is byte 0x64) */
+        {"cab", "1099 3"},
+        {" a a", "11 11"},        /* " a" merges */
+        {"x <s> y", "1120 1032 1060 1115 1062 1032 1121"}, /* <s> is plain text here */
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        ids.n = 0;
+        mt_bpe_encode(c, cases[i].in, strlen(cases[i].in), &ids);
+        if (strcmp(ids_str(&ids), cases[i].want))
+            T_FAILF("\"%s\" -> %s, expected %s", cases[i].in, ids_str(&ids), cases[i].want);
+    }
+    /* special tokens: "<s>" and "<x y>" (its spelling is not byte symbols: its bytes are itself) */
+    ids.n = 0;
+    const char *s = "ab<s>ab<x y><s";
+    mt_bpe_encode_special(c, s, strlen(s), &ids);
+    T_EQ_STR(ids_str(&ids), "3 2 3 4 1060 1115");
+    size_t n;
+    const char *p = mt_bpe_token_bytes(b, 4, &n);
+    T_CHECK(p && n == 5 && !memcmp(p, "<x y>", 5));
+    T_CHECK(mt_bpe_token_bytes(b, 6, &n) == NULL); /* a gap in the ids */
+    /* a long piece goes through the heap-based merge loop and must agree with the short one */
+    char longs[301];
+    for (int i = 0; i < 300; i++) longs[i] = "abc"[i % 3];
+    longs[300] = 0;
+    ids.n = 0;
+    mt_bpe_encode(c, longs, 300, &ids);
+    T_EQ_INT(ids.n, 100);
+    int all5 = 1;
+    for (size_t i = 0; i < ids.n; i++) all5 &= ids.p[i] == 5;
+    T_CHECK(all5);
+    memset(longs, 'a', 299);
+    longs[299] = 0;
+    ids.n = 0;
+    mt_bpe_encode(c, longs, 299, &ids);
+    T_EQ_INT(ids.n, 150);
+    T_EQ_INT(ids.p[0], 9);
+    T_EQ_INT(ids.p[149], 1097);
+    mt_ids_free(&ids);
+    mt_bpe_ctx_free(c);
+    mt_bpe_free(b);
+}
+
+/* loading v/m must fail with a message containing want1 and want2 */
+static void expect_load_error(const char *v, const char *m, const char *want1, const char *want2, int line)
+{
+    mt_bpe *b = NULL;
+    mt_err e = {{0}};
+    if (mt_bpe_load(&b, v, m, &e) == 0) {
+        T_FAILF("line %d: load succeeded", line);
+        mt_bpe_free(b);
+        return;
+    }
+    if (!strstr(e.msg, want1) || !strstr(e.msg, want2))
+        T_FAILF("line %d: message \"%.300s\" lacks \"%s\" / \"%s\"", line, e.msg, want1, want2);
+}
+
+TEST(load_errors)
+{
+    char *v = t_path("ev.json"), *m = t_path("em.txt"), *good = t_path("good.json");
+    write_vocab(good, "{\"ab\": 3}", -1);
+    write_file(m, "#version: 0.2\na b\n");
+    write_file(v, "{\"a\": 1,\n \"b\": 2,\n \"c\": ");
+    expect_load_error(v, m, "ev.json", "line 3", __LINE__); /* truncated JSON */
+    write_file(v, "[1, 2]");
+    expect_load_error(v, m, "ev.json", "object", __LINE__);
+    write_file(v, "{\"a\": 1, \"b\": \"x\"}");
+    expect_load_error(v, m, "ev.json", "\"b\"", __LINE__);
+    write_file(v, "{\"a\": 1, \"b\": 1}");
+    expect_load_error(v, m, "ev.json", "duplicate id 1", __LINE__);
+    write_vocab(v, "{\"ab\": 3}", 'q');
+    expect_load_error(v, m, "ev.json", "byte 0x71", __LINE__); /* missing byte symbol */
+    expect_load_error(t_path("missing.json"), m, "missing.json", "No such file", __LINE__);
+
+    write_file(m, "#version: 0.2\na b\nab\n");
+    expect_load_error(good, m, "em.txt", "line 3", __LINE__); /* one part */
+    write_file(m, "a b\na  b\n");
+    expect_load_error(good, m, "em.txt", "line 2", __LINE__);
+    write_file(m, "a b\n\n");
+    expect_load_error(good, m, "em.txt", "line 2", __LINE__); /* empty line */
+    write_file(m, "a b\nab zz\n");
+    expect_load_error(good, m, "line 2", "\"zz\" is not in the vocabulary", __LINE__);
+    write_file(m, "a b\nb a\n");
+    expect_load_error(good, m, "line 2", "merge result \"ba\"", __LINE__);
+    expect_load_error(good, t_path("missing.txt"), "missing.txt", "No such file", __LINE__);
+    /* CRLF line ends and a missing final newline are accepted */
+    write_file(m, "#version: 0.2\r\na b\r\na b");
+    mt_bpe *b;
+    mt_err e = {{0}};
+    if (mt_bpe_load(&b, good, m, &e)) T_FAILF("CRLF merges: %.300s", e.msg);
+    else mt_bpe_free(b);
+}
+
+TEST(adversarial_long_pieces)
+{
+    NEED_GPT2();
+    size_t n = 1 << 20;
+    char *s = malloc(n + 1);
+    memset(s, 'a', n);
+    T_CHECK(round_trips(s, n));
+    /* base64 of pseudo-random bytes: long pieces of letters, digits and +/ */
+    static const char b64[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    uint64_t x = 88172645463325252ull;
+    for (size_t i = 0; i < n; i++) {
+        x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+        s[i] = b64[x % 64];
+    }
+    T_CHECK(round_trips(s, n));
+    /* one piece of 1 MB of a single non-ASCII letter */
+    for (size_t i = 0; i + 1 < n; i += 2) s[i] = (char)0xc3, s[i + 1] = (char)0xa9;
+    T_CHECK(round_trips(s, n));
+    /* invalid UTF-8 still encodes (byte by byte where needed) and round-trips */
+    for (size_t i = 0; i < n; i++) s[i] = (char)(x = x * 6364136223846793005ull + 1442695040888963407ull, x >> 56);
+    T_CHECK(round_trips(s, n));
+    free(s);
+}
+
+/* tests/golden/gpt2.jsonl: {"text": ..., "ids": [...]} per line, made by tests/golden/make-golden.py */
+TEST(golden_ids)
+{
+    NEED_GPT2();
+    char path[1200];
+    snprintf(path, sizeof path, "%s/tests/golden/gpt2.jsonl", top);
+    FILE *f = fopen(path, "r");
+    if (!f) {
+        T_FAILF("cannot open %.300s", path);
+        return;
+    }
+    char *line = NULL;
+    size_t cap = 0, lineno = 0, checked = 0;
+    mt_ids v = {0};
+    while (getline(&line, &cap, f) > 0) {
+        lineno++;
+        json_error_t je;
+        json_t *o = json_loads(line, JSON_ALLOW_NUL, &je);
+        json_t *t = json_object_get(o, "text"), *ids = json_object_get(o, "ids");
+        if (!json_is_string(t) || !json_is_array(ids)) {
+            T_FAILF("%.300s: line %zu: bad golden line", path, lineno);
+            json_decref(o);
+            break;
+        }
+        v.n = 0;
+        mt_bpe_encode(ctx, json_string_value(t), json_string_length(t), &v);
+        int same = v.n == json_array_size(ids);
+        for (size_t i = 0; same && i < v.n; i++) same = v.p[i] == json_integer_value(json_array_get(ids, i));
+        if (!same) T_FAILF("golden line %zu: got %.300s", lineno, ids_str(&v));
+        checked++;
+        json_decref(o);
+    }
+    free(line);
+    fclose(f);
+    mt_ids_free(&v);
+    T_CHECK(checked >= 50);
+}
+
+/* --encode-lines [--special] VOCAB MERGES: JSON string per input line -> ids per output line */
+static int encode_lines(int argc, char **argv)
+{
+    int special = argc > 2 && !strcmp(argv[2], "--special");
+    if (argc != 4 + special) {
+        fprintf(stderr, "usage: test_bpe --encode-lines [--special] VOCAB MERGES < lines\n");
+        return 2;
+    }
+    mt_bpe *b;
+    mt_err e;
+    if (mt_bpe_load(&b, argv[2 + special], argv[3 + special], &e)) {
+        fprintf(stderr, "test_bpe: %s\n", e.msg);
+        return 1;
+    }
+    mt_bpe_ctx *c = mt_bpe_ctx_new(b);
+    mt_ids v = {0};
+    char *line = NULL;
+    size_t cap = 0, lineno = 0;
+    int rc = 0;
+    while (getline(&line, &cap, stdin) > 0) {
+        lineno++;
+        json_error_t je;
+        json_t *s = json_loads(line, JSON_DECODE_ANY | JSON_ALLOW_NUL, &je);
+        if (!json_is_string(s)) {
+            fprintf(stderr, "test_bpe: stdin: line %zu: not a JSON string: %s\n", lineno, je.text);
+            rc = 1;
+            json_decref(s);
+            break;
+        }
+        v.n = 0;
+        if (special) mt_bpe_encode_special(c, json_string_value(s), json_string_length(s), &v);
+        else mt_bpe_encode(c, json_string_value(s), json_string_length(s), &v);
+        for (size_t i = 0; i < v.n; i++) printf(i ? " %u" : "%u", v.p[i]);
+        putchar('\n');
+        json_decref(s);
+    }
+    free(line);
+    mt_ids_free(&v);
+    mt_bpe_ctx_free(c);
+    mt_bpe_free(b);
+    return rc;
+}
+
+int main(int argc, char **argv)
+{
+    if (argc > 1 && !strcmp(argv[1], "--encode-lines")) return encode_lines(argc, argv);
+    t_bin = "test_bpe";
+    const char *t = getenv("MT_TOP");
+    if (t && *t) snprintf(top, sizeof top, "%s", t);
+    tmpdir = t_tmpdir();
+    RUN(gpt2_loads);
+    RUN(whitespace_runs);
+    RUN(contractions);
+    RUN(unicode_spaces_and_numbers);
+    RUN(special_tokens);
+    RUN(round_trip);
+    RUN(utf8_repair);
+    RUN(custom_vocab);
+    RUN(load_errors);
+    RUN(adversarial_long_pieces);
+    RUN(golden_ids);
+    t_tmpdir_remove();
+    mt_bpe_ctx_free(ctx);
+    mt_bpe_free(gpt2);
+    return t_total_failed ? 1 : 0;
+}
