@@ -86,6 +86,42 @@ TEST(vector_3_9_n13)
     check_vector(13, 2, 0, doc, 12, samp, 15, shuf);
 }
 
+TEST(sample_index_int64_path_matches_int32)
+{
+    mt_gpt_index ix;
+    mt_err e;
+    mt_gpt_params p = vparams(13);
+    T_EQ_INT(mt_gpt_index_build(SIZES, 6, 0, 6, &p, &ix, &e), 0);
+    int64_t s64[30];
+    T_EQ_INT(mt_gpt_build_sample_index(SIZES, ix.doc_idx, 12, 4, 1, 14, true, s64, &e), 0);
+    for (int i = 0; i < 30; i++) T_EQ_INT(s64[i], ((const int32_t *)ix.sample_idx)[i]);
+    /* dtype rules: int64 sample index once a sequence is longer than 2^31-1 is impossible with int32
+     * sizes, so only the document index length can trigger it; uint32 shuffle below 2^32-2 samples. */
+    T_CHECK(!ix.plan.sample_idx_64 && !ix.plan.shuffle_idx_64);
+    mt_gpt_index_free(&ix);
+    /* Plans at scale (nothing allocated): one 1-token sequence, L=1, E=1: n samples need n+1 epochs. */
+    int32_t one[1] = {1};
+    mt_gpt_plan pl;
+    p.seq_length = 1;
+    p.num_samples = 4294967293LL;
+    T_EQ_INT(mt_gpt_plan_make(one, 1, 0, 1, &p, &pl, &e), 0);
+    T_EQ_INT(pl.num_epochs, 4294967294LL);
+    T_EQ_INT(pl.num_samples, 4294967293LL);
+    T_CHECK(pl.sample_idx_64 && !pl.shuffle_idx_64);
+    p.num_samples = 4294967294LL;
+    T_EQ_INT(mt_gpt_plan_make(one, 1, 0, 1, &p, &pl, &e), 0);
+    T_CHECK(pl.sample_idx_64 && pl.shuffle_idx_64);
+    int32_t small[3] = {1000, 1000, 1000};
+    p.num_samples = 1000000000LL; /* 1e9 samples of 1 token over 3000-token epochs */
+    T_EQ_INT(mt_gpt_plan_make(small, 3, 0, 3, &p, &pl, &e), 0);
+    T_EQ_INT(pl.num_epochs, 333334);
+    T_CHECK(!pl.sample_idx_64 && !pl.shuffle_idx_64);
+    p.seq_length = 2;
+    p.num_samples = INT64_MAX / 2 + 1; /* n * L overflows */
+    T_EQ_INT(mt_gpt_plan_make(small, 3, 0, 3, &p, &pl, &e), -1);
+    T_CHECK(strstr(e.msg, "overflow"));
+}
+
 TEST(epochs_and_errors)
 {
     mt_gpt_plan pl;
@@ -449,6 +485,7 @@ if (!mkdtemp(tmpdir)) return 1;
 RUN(vector_3_9_n5);
 RUN(vector_3_9_n9_separate_final_epoch);
 RUN(vector_3_9_n13);
+RUN(sample_index_int64_path_matches_int32);
 RUN(epochs_and_errors);
 RUN(split_examples_3_2);
 RUN(num_samples_3_1);
