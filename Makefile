@@ -4,18 +4,21 @@
 #   make deps       install the Debian packages   make install PREFIX=/usr/local
 #   make bench      side-by-side benchmarks (bench/)    make asan      all tests under ASan/UBSan
 #   make soak       long randomized runs (MT_SOAK=1)
-# Sources are found by wildcard: a new libcommon/<sub>/*.c, cmd/mt-*.c or tests/unit/test_*.c needs no edit here.
+# Sources are found by wildcard: a new libcommon/<sub>/*.c, kernels/cpu/*.c, cmd/mt-*.c or tests/unit/test_*.c
+# needs no edit here.
 
 PREFIX  ?= /usr/local
 B       := build
 CC      ?= cc
 OPT     ?= -O2
 CFLAGS  ?= $(OPT) -g
-MT_CFLAGS := -std=c11 -D_GNU_SOURCE -Wall -Wextra -pthread -Ilibcommon -MMD -MP \
-             $(shell pkg-config --cflags libzstd jansson 2>/dev/null)
-LDLIBS  := $(shell pkg-config --libs libzstd jansson 2>/dev/null || echo -lzstd -ljansson) -lm -pthread
+MT_CFLAGS := -std=c11 -D_GNU_SOURCE -Wall -Wextra -pthread -fopenmp -Ilibcommon -Ikernels -MMD -MP \
+             $(shell pkg-config --cflags libzstd jansson openblas 2>/dev/null)
+LDLIBS  := $(shell pkg-config --libs libzstd jansson openblas 2>/dev/null || echo -lzstd -ljansson -lopenblas) \
+           -lm -pthread -fopenmp
 
-LIB_SRC  := $(sort $(wildcard libcommon/*/*.c))
+# libmt.a: the host library (libcommon/<sub>/*.c) and the kernel library's dispatch and cpu backend.
+LIB_SRC  := $(sort $(wildcard libcommon/*/*.c) $(wildcard kernels/*.c) $(wildcard kernels/cpu/*.c))
 LIB_OBJ  := $(LIB_SRC:%.c=$(B)/obj/%.o)
 LIB      := $(B)/libmt.a
 CMD_SRC  := $(sort $(wildcard cmd/mt-*.c))

@@ -1,0 +1,92 @@
+/* gpt.h: the GPT-2 model as Megatron builds it (spec 6.1), over the kernels/ operations.
+ *
+ * Pre-LayerNorm blocks, learned absolute positions, tanh GeLU, tied input/output embeddings, biases
+ * everywhere, LayerNorm eps from the config, vocabulary padded (mt_gpt_padded_vocab). The model owns
+ * one contiguous parameter buffer and one gradient buffer of the same layout on the backend's device
+ * (the optimizer and, later, the data-parallel all-reduce work on them as flat arrays), plus the
+ * activations for one micro-batch of at most max_batch x seq_length tokens.
+ *
+ * Parameter names and shapes are Megatron's legacy (v2) state-dict names (spec 5.3), weights [out, in],
+ * QKV rows in the per-head [np, 3, hn] order (checkpoint version 3.0):
+ *   language_model.embedding.word_embeddings.weight            [V_pad, h]
+ *   language_model.embedding.position_embeddings.weight        [max_pos, h]
+ *   language_model.encoder.layers.{i}.input_layernorm.{weight,bias}                  [h]
+ *   language_model.encoder.layers.{i}.self_attention.query_key_value.{weight,bias}   [3h, h], [3h]
+ *   language_model.encoder.layers.{i}.self_attention.dense.{weight,bias}             [h, h], [h]
+ *   language_model.encoder.layers.{i}.post_attention_layernorm.{weight,bias}         [h]
+ *   language_model.encoder.layers.{i}.mlp.dense_h_to_4h.{weight,bias}                [f, h], [f]
+ *   language_model.encoder.layers.{i}.mlp.dense_4h_to_h.{weight,bias}                [h, f], [h]
+ *   language_model.encoder.final_layernorm.{weight,bias}                              [h]
+ * in this order in the flat buffer. Dropout is not implemented: configs with dropout > 0 are rejected
+ * by the trainer's flag checks (Megatron's defaults are 0.1; users pass 0 on CPU).
+ */
+#ifndef MT_MODEL_GPT_H
+#define MT_MODEL_GPT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "kernels.h"
+#include "util/err.h"
+
+typedef struct mt_gpt_config {
+    int num_layers;
+    int hidden_size;
+    int num_heads;
+    int ffn_hidden_size;          /* 4 * hidden_size by default */
+    int seq_length;               /* tokens per sample (<= max_position_embeddings) */
+    int max_position_embeddings;
+    int vocab_size;               /* the tokenizer's, e.g. 50257 */
+    int padded_vocab_size;        /* mt_gpt_padded_vocab(vocab_size, divisible_by, tp) */
+    float layernorm_epsilon;      /* 1e-5 */
+    double init_method_std;       /* 0.02; output projections use std / sqrt(2 * num_layers) */
+    int exact_gelu;               /* 0: tanh approximation (Megatron's default fused path) */
+} mt_gpt_config;
+
+/* ceil(vocab / (divisible_by * tp)) * divisible_by * tp: 50257 -> 50304 (tp 1). */
+int mt_gpt_padded_vocab(int vocab_size, int divisible_by, int tp);
+/* Checks sizes (heads divide hidden, seq <= max_pos, positive values); -1 with a message naming the flag. */
+int mt_gpt_config_check(const mt_gpt_config *c, mt_err *e);
+
+typedef struct mt_gpt_tensor {
+    char name[128];
+    size_t offset;   /* in floats, into the parameter / gradient buffers */
+    size_t numel;
+    int ndim;        /* 1 or 2 */
+    int64_t shape[2];
+    int no_decay;    /* biases and LayerNorm parameters: weight decay 0 (spec 4.3) */
+} mt_gpt_tensor;
+
+typedef struct mt_gpt mt_gpt;
+
+/* Allocates parameters, gradients and activations for micro-batches of up to max_batch sequences of
+ * config->seq_length tokens. Parameters are zero until mt_gpt_init or a load. */
+mt_gpt *mt_gpt_create(mtk *k, const mt_gpt_config *config, int max_batch, mt_err *e);
+void mt_gpt_free(mt_gpt *m);
+const mt_gpt_config *mt_gpt_get_config(const mt_gpt *m);
+
+size_t mt_gpt_num_params(const mt_gpt *m);          /* floats in the flat buffer */
+int mt_gpt_num_tensors(const mt_gpt *m);
+const mt_gpt_tensor *mt_gpt_tensor_at(const mt_gpt *m, int i);
+const mt_gpt_tensor *mt_gpt_tensor_find(const mt_gpt *m, const char *name);   /* NULL if absent */
+float *mt_gpt_params(mt_gpt *m);                     /* device pointers */
+float *mt_gpt_grads(mt_gpt *m);
+
+/* Megatron's initialization (spec 6.1) from a deterministic generator seeded with seed. */
+void mt_gpt_init(mt_gpt *m, uint64_t seed);
+
+/* Forward pass of one micro-batch: tokens and targets are host arrays [B, T] (T <= seq_length,
+ * B <= max_batch), loss_mask [B, T] or NULL (all ones). Returns the masked mean loss
+ * sum(loss * mask) / sum(mask); writes per-token losses to tok_losses (host [B, T]) when non-NULL.
+ * The activations of this micro-batch are kept for mt_gpt_backward. */
+double mt_gpt_forward(mt_gpt *m, const int32_t *tokens, const int32_t *targets, const float *loss_mask,
+                      int B, int T, float *tok_losses);
+/* Backward pass of the last forward: ACCUMULATES d(loss_scale * masked mean loss)/d(params) into the
+ * gradient buffer (loss_scale = 1 / num_micro_batches for gradient accumulation). */
+void mt_gpt_backward(mt_gpt *m, float loss_scale);
+void mt_gpt_zero_grad(mt_gpt *m);
+
+/* Bytes of device memory held for parameters, gradients and activations (memory reports). */
+void mt_gpt_memory(const mt_gpt *m, size_t *param_bytes, size_t *grad_bytes, size_t *act_bytes);
+
+#endif
