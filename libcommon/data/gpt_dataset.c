@@ -1,0 +1,361 @@
+/* gpt_dataset.c: opens the datasets of --data-path, builds or loads every split's indices and blends,
+ * and reads sample i of a split (see gpt_dataset.h). */
+#include "data/gpt_dataset.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "data/blend.h"
+#include "data/gpt_cache.h"
+#include "io/atomic.h"
+#include "io/npy.h"
+#include "util/vec.h"
+
+static void mt_buf_puts(mt_buf *b, const char *s) { mt_buf_append(b, s, strlen(s)); }
+
+static bool parse_number(const char *s, double *v)
+{
+    char *end;
+    errno = 0;
+    *v = strtod(s, &end);
+    return end != s && *end == 0 && errno == 0;
+}
+
+int mt_data_path_parse(int n, char *const *args, char ***prefixes, double **weights, int *count, mt_err *e)
+{
+    *prefixes = NULL;
+    *weights = NULL;
+    *count = 0;
+    if (n < 1) return mt_err_set(e, "--data-path: no dataset given");
+    bool weighted = n % 2 == 0;
+    double v;
+    for (int i = 0; weighted && i < n; i += 2) weighted = parse_number(args[i], &v);
+    int k = weighted ? n / 2 : n;
+    if (k > MT_BLEND_MAX_DATASETS) return mt_err_set(e, "--data-path: %d datasets (at most %d)", k, MT_BLEND_MAX_DATASETS);
+    char **p = mt_xcalloc((size_t)k, sizeof *p);
+    double *w = weighted ? mt_xcalloc((size_t)k, sizeof *w) : NULL;
+    for (int i = 0; i < k; i++) {
+        if (weighted) {
+            parse_number(args[2 * i], &w[i]);
+            p[i] = args[2 * i + 1];
+        } else {
+            p[i] = args[i];
+            if (n > 1 && parse_number(p[i], &v))
+                goto odd;
+        }
+    }
+    *prefixes = p;
+    *weights = w;
+    *count = k;
+    return 0;
+odd:
+    free(p);
+    free(w);
+    return mt_err_set(e, "--data-path: expected PREFIX... or WEIGHT PREFIX pairs, got %d words with a number among "
+                         "the prefixes", n);
+}
+
+/* ---------------------------------------------------------------------------------------------- */
+
+static int open_source(mt_gpt_source *s, const char *prefix, mt_err *e)
+{
+    memset(s, 0, sizeof *s);
+    s->prefix = mt_xstrdup(prefix);
+    if (mt_indexed_open(&s->ds, prefix, e)) return -1;
+    size_t n = (size_t)s->ds.n_seqs;
+    s->sizes = mt_xmalloc((n ? n : 1) * sizeof(int32_t));
+    if (n) memcpy(s->sizes, s->ds.idx + 34, n * sizeof(int32_t));
+    s->tok = (mt_tokens){s->ds.bin, s->ds.bin_size, s->ds.dtype, s->sizes, s->ds.idx + 34 + 4 * n, n};
+    return 0;
+}
+
+static void close_source(mt_gpt_source *s)
+{
+    for (int k = 0; k < MT_NSPLITS; k++)
+        if (s->built[k]) mt_gpt_index_free(&s->ix[k]);
+    if (s->prefix) mt_indexed_close(&s->ds);
+    free(s->sizes);
+    free(s->prefix);
+}
+
+static int build_component(mt_gpt_source *s, const mt_gpt_data_args *a, const char *split_string, int k,
+                           int64_t num_samples, mt_err *e)
+{
+    mt_gpt_cache_key key = {0};
+    key.dataset_path = s->prefix;
+    key.split_index = k;
+    key.split_string = split_string;
+    key.lo = s->range[k].lo;
+    key.hi = s->range[k].hi;
+    key.params = (mt_gpt_params){num_samples, a->seq_length, 1, a->seed, true};
+    char idx_path[4096];
+    snprintf(idx_path, sizeof idx_path, "%s.idx", s->prefix);
+    if (mt_dataset_fingerprint(idx_path, s->sizes, (size_t)s->ds.n_seqs, &key.fp, e)) return -1;
+    bool cached;
+    if (mt_gpt_index_get(a->cache_dir, &key, s->sizes, (size_t)s->ds.n_seqs, &s->ix[k], &cached, e))
+        return mt_err_prefix(e, "%s: %s split", s->prefix, mt_split_names[k]);
+    s->built[k] = true;
+    if (a->note) a->note(a->note_ctx, s->prefix, k, cached, &s->ix[k].plan);
+    return 0;
+}
+
+/* ---------------------------------------------------------------------------------------------- */
+/* Blend index cache: <first prefix base>-blend<K>-<split>-<N>ns-<hash>-{description.json,
+ * dataset_index.npy, dataset_sample_index.npy}. The description embeds the components' own
+ * descriptions, so any change below invalidates the blend too. */
+
+static uint64_t fnv(const char *s)
+{
+    uint64_t h = 0xcbf29ce484222325ULL;
+    for (; *s; s++) h = (h ^ (unsigned char)*s) * 0x100000001b3ULL;
+    return h;
+}
+
+static char *blend_description(const mt_gpt_data *d, const mt_gpt_data_args *a, int k, int64_t size, const double *w)
+{
+    mt_buf b = {0};
+    char t[256];
+    mt_buf_puts(&b, "{\n  \"class\": \"BlendedDataset\",\n");
+    snprintf(t, sizeof t, "  \"split\": \"%s\",\n  \"size\": %lld,\n  \"weights\": [", mt_split_names[k], (long long)size);
+    mt_buf_puts(&b, t);
+    for (int i = 0; i < d->n; i++) {
+        snprintf(t, sizeof t, "%s%.17g", i ? ", " : "", w[i]);
+        mt_buf_puts(&b, t);
+    }
+    mt_buf_puts(&b, "],\n  \"datasets\": [\n");
+    for (int i = 0; i < d->n; i++) {
+        const mt_gpt_source *s = &d->src[i];
+        mt_gpt_cache_key key = {0};
+        key.dataset_path = s->prefix;
+        key.split_index = k;
+        key.split_string = d->split_string;
+        key.lo = s->range[k].lo;
+        key.hi = s->range[k].hi;
+        key.params = (mt_gpt_params){s->ix[k].plan.num_samples, a->seq_length, 1, a->seed, true};
+        char idx_path[4096];
+        snprintf(idx_path, sizeof idx_path, "%s.idx", s->prefix);
+        mt_err e;
+        if (mt_dataset_fingerprint(idx_path, s->sizes, (size_t)s->ds.n_seqs, &key.fp, &e)) memset(&key.fp, 0, sizeof key.fp);
+        char *c = mt_gpt_cache_description(&key, &s->ix[k].plan);
+        snprintf(t, sizeof t, "%s    {\"length\": %lld, \"description_hash\": \"%016llx\"}", i ? ",\n" : "",
+                 (long long)s->ix[k].plan.num_samples, (unsigned long long)fnv(c));
+        mt_buf_puts(&b, t);
+        free(c);
+    }
+    mt_buf_puts(&b, "\n  ]\n}\n");
+    mt_buf_putc(&b, 0);
+    return b.p;
+}
+
+static void blend_paths(const mt_gpt_data *d, const char *dir, int k, int64_t size, const char *desc, char *p[3])
+{
+    const char *base = strrchr(d->src[0].prefix, '/');
+    base = base ? base + 1 : d->src[0].prefix;
+    static const char *suffix[3] = {"description.json", "dataset_index.npy", "dataset_sample_index.npy"};
+    for (int i = 0; i < 3; i++) {
+        size_t n = strlen(dir) + strlen(base) + 128;
+        p[i] = mt_xmalloc(n);
+        snprintf(p[i], n, "%s/%s-blend%d-%s-%lldns-%08x-%s", dir, base, d->n, mt_split_names[k], (long long)size,
+                 (unsigned)(fnv(desc) & 0xffffffffu), suffix[i]);
+    }
+}
+
+static bool blend_load(mt_gpt_split_data *sp, char *p[3], const char *desc, int64_t size)
+{
+    mt_map m;
+    mt_err e;
+    if (mt_map_open(&m, p[0], &e)) return false;
+    bool same = m.size == strlen(desc) && !memcmp(m.data, desc, m.size);
+    mt_map_close(&m);
+    if (!same) return false;
+    mt_npy a, b;
+    if (mt_npy_open(&a, p[1], &e)) return false;
+    if (mt_npy_open(&b, p[2], &e)) {
+        mt_npy_close(&a);
+        return false;
+    }
+    bool ok = !mt_npy_expect(&a, p[1], "<i2", 1, &size, &e) && !mt_npy_expect(&b, p[2], "<i8", 1, &size, &e);
+    if (ok) {
+        sp->ds_index = mt_xmalloc((size_t)(size ? size : 1) * 2);
+        sp->ds_sample_index = mt_xmalloc((size_t)(size ? size : 1) * 8);
+        if (size) {
+            memcpy(sp->ds_index, a.data, (size_t)size * 2);
+            memcpy(sp->ds_sample_index, b.data, (size_t)size * 8);
+        }
+    }
+    mt_npy_close(&a);
+    mt_npy_close(&b);
+    return ok;
+}
+
+static int blend_save(const mt_gpt_split_data *sp, char *p[3], const char *desc, int64_t size, mt_err *e)
+{
+    if (mt_npy_write(p[1], "<i2", &size, 1, sp->ds_index, (size_t)size * 2, e)) return -1;
+    if (mt_npy_write(p[2], "<i8", &size, 1, sp->ds_sample_index, (size_t)size * 8, e)) return -1;
+    mt_out o;
+    if (mt_out_open(&o, p[0], e)) return -1;
+    if (mt_out_write(&o, desc, strlen(desc), e)) {
+        mt_out_abort(&o);
+        return -1;
+    }
+    return mt_out_commit(&o, e);
+}
+
+static int build_blend(mt_gpt_data *d, const mt_gpt_data_args *a, int k, int64_t size, const double *w, mt_err *e)
+{
+    mt_gpt_split_data *sp = &d->split[k];
+    sp->length = size;
+    int64_t *lens = mt_xmalloc((size_t)d->n * sizeof *lens);
+    for (int i = 0; i < d->n; i++) lens[i] = d->src[i].ix[k].plan.num_samples;
+    char *desc = NULL, *p[3] = {0};
+    if (a->cache_dir) {
+        desc = blend_description(d, a, k, size, w);
+        blend_paths(d, a->cache_dir, k, size, desc, p);
+        if (blend_load(sp, p, desc, size)) {
+            sp->blend_cached = true;
+            goto done;
+        }
+    }
+    sp->ds_index = mt_xmalloc((size_t)(size ? size : 1) * sizeof(int16_t));
+    sp->ds_sample_index = mt_xmalloc((size_t)(size ? size : 1) * sizeof(int64_t));
+    if (mt_blend_build(w, d->n, size, lens, sp->ds_index, sp->ds_sample_index, e)) {
+        mt_err_prefix(e, "%s split", mt_split_names[k]);
+        goto fail;
+    }
+    if (a->cache_dir && blend_save(sp, p, desc, size, e)) goto fail;
+done:
+    for (int i = 0; i < 3; i++) free(p[i]);
+    free(desc);
+    free(lens);
+    return 0;
+fail:
+    for (int i = 0; i < 3; i++) free(p[i]);
+    free(desc);
+    free(lens);
+    return -1;
+}
+
+/* ---------------------------------------------------------------------------------------------- */
+
+int mt_gpt_data_open(mt_gpt_data *d, const mt_gpt_data_args *a, mt_err *e)
+{
+    memset(d, 0, sizeof *d);
+    if (a->seq_length < 1) return mt_err_set(e, "--seq-length must be at least 1");
+    char **prefixes;
+    double *weights;
+    int n;
+    if (mt_data_path_parse(a->n_args, a->args, &prefixes, &weights, &n, e)) return -1;
+    d->n = n;
+    d->seq_length = a->seq_length;
+    d->split_string = mt_xstrdup(a->split ? a->split : "969, 30, 1");
+    d->src = mt_xcalloc((size_t)n, sizeof *d->src);
+    d->blended = !(n == 1 && !weights);
+    int rc = -1;
+    for (int i = 0; i < n; i++)
+        if (open_source(&d->src[i], prefixes[i], e)) goto out;
+    for (int i = 0; i < n; i++)
+        if (mt_split_ranges(d->split_string, (int64_t)d->src[i].ds.n_seqs, d->src[i].range, e))
+            goto out;
+    if (weights) {
+        d->weights = weights;
+        weights = NULL;
+        if (mt_blend_normalize(d->weights, n, e)) goto out;
+    }
+    for (int k = 0; k < MT_NSPLITS; k++) {
+        mt_gpt_split_data *sp = &d->split[k];
+        int64_t N = a->num_samples[k];
+        sp->requested = N;
+        /* A split is present when it has width in the (first) dataset, as the ranges depend only on
+         * the split string's weights being non-zero. */
+        sp->present = d->src[0].range[k].present;
+        if (!sp->present) continue;
+        if (!d->blended) {
+            if (build_component(&d->src[0], a, d->split_string, k, N, e)) goto out;
+            sp->length = d->src[0].ix[k].plan.num_samples;
+            continue;
+        }
+        if (d->weights) {
+            int64_t *per = mt_xmalloc((size_t)n * sizeof *per), size;
+            if (mt_blend_sizes(d->weights, n, N, a->surplus, per, &size, e)) {
+                free(per);
+                goto out;
+            }
+            for (int i = 0; i < n; i++)
+                if (build_component(&d->src[i], a, d->split_string, k, per[i], e)) {
+                    free(per);
+                    goto out;
+                }
+            free(per);
+            if (build_blend(d, a, k, size, d->weights, e)) goto out;
+        } else {
+            double *w = mt_xmalloc((size_t)n * sizeof *w);
+            int64_t total = 0;
+            for (int i = 0; i < n; i++) {
+                if (build_component(&d->src[i], a, d->split_string, k, -1, e)) {
+                    free(w);
+                    goto out;
+                }
+                w[i] = (double)d->src[i].ix[k].plan.num_samples;
+                total += d->src[i].ix[k].plan.num_samples;
+            }
+            if (mt_blend_normalize(w, n, e)) {
+                free(w);
+                mt_err_prefix(e, "%s split", mt_split_names[k]);
+                goto out;
+            }
+            int rc2 = build_blend(d, a, k, N < total ? N : total, w, e);
+            free(w);
+            if (rc2) goto out;
+        }
+    }
+    rc = 0;
+out:
+    free(prefixes);
+    free(weights);
+    if (rc) mt_gpt_data_close(d);
+    return rc;
+}
+
+void mt_gpt_data_close(mt_gpt_data *d)
+{
+    for (int i = 0; i < d->n; i++) close_source(&d->src[i]);
+    for (int k = 0; k < MT_NSPLITS; k++) {
+        free(d->split[k].ds_index);
+        free(d->split[k].ds_sample_index);
+    }
+    free(d->src);
+    free(d->weights);
+    free(d->split_string);
+    memset(d, 0, sizeof *d);
+}
+
+void mt_gpt_data_locate(const mt_gpt_data *d, int split, int64_t i, int *component, int64_t *sample)
+{
+    const mt_gpt_split_data *sp = &d->split[split];
+    if (!d->blended) {
+        *component = 0;
+        *sample = i;
+    } else {
+        *component = sp->ds_index[i];
+        *sample = sp->ds_sample_index[i];
+    }
+}
+
+int64_t mt_gpt_data_sample(const mt_gpt_data *d, int split, int64_t i, int64_t *out, mt_err *e)
+{
+    const mt_gpt_split_data *sp = &d->split[split];
+    if (!sp->present) return mt_err_set(e, "the %s split is empty (see --split)", mt_split_names[split]);
+    if (i < 0 || i >= sp->length)
+        return mt_err_set(e, "%s sample %lld out of range (the split has %lld)", mt_split_names[split], (long long)i,
+                          (long long)sp->length);
+    int c;
+    int64_t j;
+    mt_gpt_data_locate(d, split, i, &c, &j);
+    const mt_gpt_source *s = &d->src[c];
+    int64_t n = mt_gpt_sample_fetch(&s->tok, &s->ix[split], d->seq_length, 1, j, -1, out, e);
+    if (n < 0) return mt_err_prefix(e, "%s", s->prefix);
+    return n;
+}

@@ -1,0 +1,237 @@
+#!/usr/bin/env bash
+# shuffle-cli.sh: mt-shuffle end to end. Random Megatron datasets (written here with numpy), random
+# splits, lengths, seeds, batch flags and blends of 1-5 datasets; the .npy caches mt-shuffle writes and
+# the samples it prints are compared element for element with the numpy reference
+# (tests/oracle/gpt_dataset_ref.py). Then the spec's test vector, cache reuse and staleness, and errors.
+. "$(dirname "$0")/../lib.sh"
+PY=/usr/bin/python3
+if ! [ -x "$PY" ] || ! $PY -c 'import numpy' 2>/dev/null; then t_skip "mt-shuffle vs numpy" "no /usr/bin/python3 with numpy"; exit 0; fi
+
+$PY - "$T_TMP" "$T_TOP/tests/oracle" <<'PYEOF'
+import glob, math, os, random, subprocess, sys
+import numpy as np
+tmp = sys.argv[1]
+sys.path.insert(0, sys.argv[2])
+from gpt_dataset_ref import split_core, gpt, blend_sizes, blend_indices, fetch
+
+rnd = random.Random(20261122)
+fails = 0
+def report(name, ok, why=""):
+    global fails
+    print(("ok - shuffle-cli.sh: %s" % name) if ok else ("not ok - shuffle-cli.sh: %s: %s" % (name, why)))
+    fails += not ok
+
+def write_dataset(prefix, sizes, vocab=50257):
+    sizes = np.asarray(sizes, dtype=np.int32)
+    toks = np.array([rnd.randrange(vocab) for _ in range(int(sizes.sum()))], dtype=np.uint16)
+    ptr = np.zeros(len(sizes), dtype=np.int64)
+    if len(sizes) > 1:
+        ptr[1:] = np.cumsum(sizes[:-1].astype(np.int64)) * 2
+    doc = np.arange(len(sizes) + 1, dtype=np.int64)
+    with open(prefix + ".idx", "wb") as f:
+        f.write(b"MMIDIDX\x00\x00" + np.uint64(1).tobytes() + np.uint8(8).tobytes()
+                + np.uint64(len(sizes)).tobytes() + np.uint64(len(doc)).tobytes())
+        f.write(sizes.tobytes() + ptr.tobytes() + doc.tobytes())
+    toks.tofile(prefix + ".bin")
+    return sizes, toks, ptr // 2
+
+def run(args):
+    p = subprocess.run(["mt-shuffle"] + args, capture_output=True, text=True)
+    return p.returncode, p.stdout, p.stderr
+
+def one(pattern):
+    g = glob.glob(pattern)
+    if len(g) != 1:
+        raise AssertionError("expected one file for %s, found %d" % (os.path.basename(pattern), len(g)))
+    return np.load(g[0])
+
+def same(a, b):
+    return a.dtype == b.dtype and a.shape == b.shape and np.array_equal(a, b)
+
+def counts(ti, gbs, ei, ek):
+    return [ti * gbs, (ti // ei + 1) * ek * gbs, ek * gbs]
+
+case = 0
+n_cases = 40
+while case < n_cases:
+    K = rnd.choice([1, 1, 1, 2, 3, 5])
+    form = "single" if K == 1 and rnd.random() < 0.7 else rnd.choice(["weighted", "weighted", "unweighted"])
+    if K == 1 and form == "unweighted":
+        form = "single"
+    case += 1
+    d = os.path.join(tmp, "c%03d" % case)
+    os.makedirs(d)
+    dss = []
+    for k in range(K):
+        n = rnd.choice([3, 10, 40, 200])
+        sizes = [rnd.choice([0, 1, 5, 30, 200, 900]) if rnd.random() < 0.3 else rnd.randint(1, 300) for _ in range(n)]
+        prefix = os.path.join(d, "ds%d_text_document" % k)
+        dss.append((prefix,) + write_dataset(prefix, sizes))
+    split = rnd.choice(["969,30,1", "98,2,0", "80,10,10", "1,1,1", "100,0,0"])
+    L = rnd.choice([1, 4, 16, 64, 100])
+    seed = rnd.choice([1234, 0, 42, 2**32 - 1, rnd.randrange(2**32)])
+    gbs = rnd.choice([1, 4, 8, 32])
+    ti = rnd.randint(1, 60)
+    ei = rnd.randint(1, 30)
+    ek = rnd.randint(0, 3)
+    ws = [round(rnd.uniform(0.05, 3), 3) for _ in range(K)]
+    if form == "single":
+        dp = [dss[0][0]]
+    elif form == "weighted":
+        dp = [x for k in range(K) for x in ("%g" % ws[k], dss[k][0])]
+    else:
+        dp = [x[0] for x in dss]
+    cache = os.path.join(d, "cache")
+    args = ["--data-path"] + dp + ["--split", split, "--seq-length", str(L), "--train-iters", str(ti),
+            "--global-batch-size", str(gbs), "--eval-interval", str(ei), "--eval-iters", str(ek),
+            "--seed", str(seed), "--data-cache-path", cache, "--quiet"]
+    rc, out, err = run(args)
+    N = counts(ti, gbs, ei, ek)
+    name = "case %d: %s K=%d split %s L=%d seed %d" % (case, form, K, split, L, seed)
+    # The reference, split by split; an error in the reference must be an error in mt-shuffle.
+    try:
+        ref = []
+        for si in range(3):
+            ranges = [split_core(split, len(x[1]))[si] for x in dss]
+            if ranges[0] is None:
+                ref.append(None)
+                continue
+            if form == "single":
+                g = gpt(dss[0][1], ranges[0][0], ranges[0][1], N[si], L, 1, seed, True)
+                ref.append(([g], None, None, [N[si]]))
+            elif form == "weighted":
+                w, per, size = blend_sizes(ws, N[si], 0.005)
+                built = [gpt(x[1], r[0], r[1], p, L, 1, seed, True) for x, r, p in zip(dss, ranges, per)]
+                di, dsi, cur = blend_indices(w, size)
+                if any(cur[k] > built[k][0][3] for k in range(K)):
+                    raise ValueError("dataset too small for its share")
+                ref.append((built, di, dsi, per))
+            else:
+                built = [gpt(x[1], r[0], r[1], None, L, 1, seed, True) for x, r in zip(dss, ranges)]
+                lens = [b[0][3] for b in built]
+                w = (np.array(lens, dtype=np.float64) / np.sum(np.array(lens, dtype=np.float64))).tolist()
+                size = min(N[si], sum(lens))
+                di, dsi, cur = blend_indices(w, size)
+                if any(cur[k] > lens[k] for k in range(K)):
+                    raise ValueError("dataset too small for its share")
+                ref.append((built, di, dsi, ["all"] * K))
+    except (ValueError, AssertionError, ZeroDivisionError, IndexError) as ex:
+        report(name + ": fails like the reference (%s)" % ex, rc != 0 and err.strip().count("\n") == 0,
+               "rc %d, stderr %r" % (rc, err[:300]))
+        continue
+    if rc != 0:
+        report(name, False, "mt-shuffle failed (%d): %s" % (rc, err.strip()))
+        continue
+    try:
+        ok = True
+        for si, sname in enumerate(["train", "valid", "test"]):
+            if ref[si] is None:
+                ok &= not glob.glob(os.path.join(cache, "*-%s-*" % sname))
+                continue
+            built, di, dsi, per = ref[si]
+            for k, (plan, doc, samp, shuf) in enumerate(built):
+                base = os.path.join(cache, "ds%d_text_document-%s-%sns-%dsl-%ds-" % (k, sname, per[k], L, seed))
+                ok &= same(one(base + "*-document_index.npy"), doc)
+                ok &= same(one(base + "*-sample_index.npy"), samp)
+                ok &= same(one(base + "*-shuffle_index.npy"), shuf)
+            if di is not None:
+                bb = os.path.join(cache, "ds0_text_document-blend%d-%s-%dns-" % (K, sname, len(di)))
+                ok &= same(one(bb + "*-dataset_index.npy"), di)
+                ok &= same(one(bb + "*-dataset_sample_index.npy"), dsi)
+            # A few samples through --show-sample, against the reference fetch.
+            length = len(di) if di is not None else built[0][0][3]
+            for i in sorted(set(rnd.randrange(length) for _ in range(3))) if length else []:
+                rc2, out2, err2 = run(args + ["--show-sample", str(i), "--show-split", sname])
+                k, j = (int(di[i]), int(dsi[i])) if di is not None else (0, i)
+                _, doc, samp, shuf = built[k]
+                want = fetch(dss[k][2], dss[k][3], dss[k][1], doc, samp, shuf, L, 1, j)
+                got = np.array([int(x) for x in out2.split()], dtype=np.int64) if rc2 == 0 else None
+                ok &= got is not None and same(got, want)
+        report(name, ok, "arrays or samples differ from the reference")
+    except Exception as ex:
+        report(name, False, repr(ex))
+print("# %d mt-shuffle cases" % case, file=sys.stderr)
+PYEOF
+
+# ---- the spec's test vector (seed 1234, L=4, sizes [5,3,7,2,9,4]) through the command line ----
+$PY - "$T_TMP/tv" <<'PYEOF'
+import sys, numpy as np
+p = sys.argv[1]
+sizes = np.array([5, 3, 7, 2, 9, 4], dtype=np.int32)
+ptr = np.concatenate(([0], np.cumsum(sizes[:-1]))).astype(np.int64) * 2
+with open(p + ".idx", "wb") as f:
+    f.write(b"MMIDIDX\x00\x00" + np.uint64(1).tobytes() + np.uint8(8).tobytes() + np.uint64(6).tobytes() + np.uint64(7).tobytes())
+    f.write(sizes.tobytes() + ptr.tobytes() + np.arange(7, dtype=np.int64).tobytes())
+np.arange(30, dtype=np.uint16).tofile(p + ".bin")
+PYEOF
+tv() { mt-shuffle --data-path "$T_TMP/tv" --split 1,0,0 --seq-length 4 --train-samples "$1" --global-batch-size 1 \
+    --eval-iters 0 --data-cache-path "$T_TMP/tvc" --quiet "${@:2}"; }
+tv 9 >/dev/null 2>&1
+$PY - "$T_TMP/tvc" > "$T_TMP/tv.txt" 2>&1 <<'PYEOF'
+import glob, sys, numpy as np
+d = sys.argv[1]
+def g(s): return np.load(glob.glob(d + "/tv-train-9ns-4sl-1234s-*-" + s + ".npy")[0]).tolist()
+print(g("document_index")); print(g("sample_index")); print(g("shuffle_index"))
+PYEOF
+cat > "$T_TMP/tv.want" <<'EOF'
+[2, 1, 5, 0, 4, 3, 0, 4, 3, 2, 5, 1]
+[[0, 0], [0, 4], [1, 1], [2, 2], [3, 2], [4, 1], [4, 5], [5, 0], [6, 2], [7, 1], [7, 5], [8, 0], [9, 2], [9, 6], [10, 3]]
+[1, 0, 3, 2, 5, 4, 6, 9, 10, 12, 8, 11, 13, 7]
+EOF
+t_cmp "spec test vector n=9 (two epochs, last shuffled separately)" "$T_TMP/tv.want" "$T_TMP/tv.txt"
+# Sample 0 is row 1 after shuffling: sequence 2 (tokens 8..14) from offset 4, then the first 2 tokens of
+# sequence 1 (5, 6); the .bin holds each token's global position as its id.
+tv 9 --show-sample 0 > "$T_TMP/s0" 2>&1
+echo "12 13 14 5 6" > "$T_TMP/s0.want"
+t_cmp "spec test vector: sample 0 tokens" "$T_TMP/s0.want" "$T_TMP/s0"
+
+# ---- cache reuse and staleness ----
+tv 9 2>"$T_TMP/again" >/dev/null; t_ok "second run succeeds" tv 9
+mt-shuffle --data-path "$T_TMP/tv" --split 1,0,0 --seq-length 4 --train-samples 9 --global-batch-size 1 --eval-iters 0 \
+    --data-cache-path "$T_TMP/tvc" 2>"$T_TMP/again"
+t_grep "existing cache is reused" 'train: 14 samples.*cached' "$T_TMP/again"
+f=$(ls "$T_TMP"/tvc/tv-train-9ns-*-shuffle_index.npy)
+head -c 100 "$f" > "$T_TMP/cut" && cat "$T_TMP/cut" > "$f"
+mt-shuffle --data-path "$T_TMP/tv" --split 1,0,0 --seq-length 4 --train-samples 9 --global-batch-size 1 --eval-iters 0 \
+    --data-cache-path "$T_TMP/tvc" 2>"$T_TMP/again"
+t_grep "a truncated cache file is rebuilt, not used" 'train: 14 samples.*built' "$T_TMP/again"
+tv 9 >/dev/null 2>&1
+$PY -c 'import numpy as np,glob,sys; a=np.load(glob.glob(sys.argv[1]+"/tv-train-9ns-*-shuffle_index.npy")[0]); sys.exit(0 if a.tolist()==[1,0,3,2,5,4,6,9,10,12,8,11,13,7] else 1)' "$T_TMP/tvc" \
+    && t_pass "rebuilt cache has the right contents" || t_fail "rebuilt cache has the right contents" "differs"
+# The dataset changes (same name, other sizes): the old cache must not be used.
+$PY - "$T_TMP/tv" <<'PYEOF'
+import sys, numpy as np
+p = sys.argv[1]
+sizes = np.array([5, 3, 7, 2, 9, 5], dtype=np.int32)
+ptr = np.concatenate(([0], np.cumsum(sizes[:-1]))).astype(np.int64) * 2
+with open(p + ".idx", "wb") as f:
+    f.write(b"MMIDIDX\x00\x00" + np.uint64(1).tobytes() + np.uint8(8).tobytes() + np.uint64(6).tobytes() + np.uint64(7).tobytes())
+    f.write(sizes.tobytes() + ptr.tobytes() + np.arange(7, dtype=np.int64).tobytes())
+np.arange(31, dtype=np.uint16).tofile(p + ".bin")
+PYEOF
+mt-shuffle --data-path "$T_TMP/tv" --split 1,0,0 --seq-length 4 --train-samples 9 --global-batch-size 1 --eval-iters 0 \
+    --data-cache-path "$T_TMP/tvc" 2>"$T_TMP/again"
+t_grep "a changed dataset invalidates the cache" 'train: 15 samples.*built' "$T_TMP/again"
+t_ok "another seed gets its own files" tv 9 --seed 7
+n=$(ls "$T_TMP"/tvc/*-7s-*.npy | wc -l); [ "$n" = 3 ] && t_pass "seed 7 cache files" || t_fail "seed 7 cache files" "$n files"
+t_ok "--inspect writes nothing" mt-shuffle --data-path "$T_TMP/tv" --split 1,0,0 --seq-length 4 --train-samples 9 \
+    --global-batch-size 1 --data-cache-path "$T_TMP/none" --inspect
+[ ! -e "$T_TMP/none" ] && t_pass "--inspect left no cache directory" || t_fail "--inspect left no cache directory" "exists"
+t_grep "--inspect shows the epochs" 'tv: sequences \[0, 6\), 31 tokens per epoch, 2 epochs \(last shuffled separately\)' "$T_TMP/out"
+
+# ---- errors: one line, non-zero exit ----
+err1() {  # NAME PATTERN ARGS...
+    local name=$1 pat=$2; shift 2
+    if mt-shuffle "$@" >/dev/null 2>"$T_TMP/e"; then t_fail "$name" "exit 0"; return; fi
+    if [ "$(wc -l < "$T_TMP/e")" = 1 ] && grep -Eq -- "$pat" "$T_TMP/e"; then t_pass "$name"
+    else t_fail "$name" "$(head -c 300 "$T_TMP/e")"; fi
+}
+B="--seq-length 4 --global-batch-size 1 --data-cache-path $T_TMP/ec"
+err1 "missing dataset" 'nothere.idx' --data-path "$T_TMP/nothere" $B --train-iters 1
+err1 "both iters and samples" 'exactly one of' --data-path "$T_TMP/tv" $B --train-iters 1 --train-samples 4
+err1 "seed out of range" 'seed' --data-path "$T_TMP/tv" $B --train-iters 1 --seed 4294967296
+err1 "bad weight pairs" 'data-path' --data-path 0.5 "$T_TMP/tv" 0.5 $B --train-iters 1
+err1 "zero weights" 'weight' --data-path 0 "$T_TMP/tv" 0 "$T_TMP/tv" $B --train-iters 1
+printf 'MMIDIDX\0\0garbage' > "$T_TMP/bad.idx"; : > "$T_TMP/bad.bin"
+err1 "corrupt .idx named" 'bad.idx' --data-path "$T_TMP/bad" $B --train-iters 1
+err1 "sample out of range" 'out of range' --data-path "$T_TMP/tv" --split 1,0,0 $B --train-samples 9 --show-sample 999
