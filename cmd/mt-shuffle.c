@@ -1,6 +1,5 @@
 /* mt-shuffle: precompute Megatron's GPT sample indices and blends for every split; inspect samples
  * (man mt-shuffle.1). */
-#include <libgen.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -171,16 +170,8 @@ int main(int argc, char **argv)
     int64_t ns[MT_NSPLITS];
     if (mt_split_num_samples(train_iters, train_samples, gbs, eval_interval, eval_iters, ns, &e)) mt_die_err(&e);
 
-    char *dflt = NULL;
-    if (!cache_dir) {
-        char *copy = mt_xstrdup(data_path.v[data_path.n % 2 == 0 && data_path.n > 1 ? 1 : 0]);
-        const char *dir = dirname(copy);
-        size_t n = strlen(dir) + 16;
-        dflt = mt_xmalloc(n);
-        snprintf(dflt, n, "%s/index-cache", dir);
-        free(copy);
-        cache_dir = dflt;
-    }
+    char *dflt = mt_default_cache_dir(cache_dir, data_path.n, data_path.v);
+    cache_dir = dflt;
     mt_gpt_data_args a = {0};
     a.n_args = data_path.n;
     a.args = (char *const *)data_path.v;

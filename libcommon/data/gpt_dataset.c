@@ -58,6 +58,18 @@ odd:
                          "the prefixes", n);
 }
 
+char *mt_default_cache_dir(const char *given, int n, const char *const *args)
+{
+    if (given) return mt_xstrdup(given);
+    double v;
+    const char *first = n > 1 && n % 2 == 0 && parse_number(args[0], &v) ? args[1] : n ? args[0] : ".";
+    const char *slash = strrchr(first, '/');
+    size_t dl = slash ? (size_t)(slash - first) : 1;
+    char *out = mt_xmalloc(dl + 16);
+    snprintf(out, dl + 16, "%.*s/index-cache", (int)dl, slash ? first : ".");
+    return out;
+}
+
 /* ---------------------------------------------------------------------------------------------- */
 
 static int open_source(mt_gpt_source *s, const char *prefix, mt_err *e)

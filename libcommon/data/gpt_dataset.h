@@ -73,6 +73,10 @@ typedef struct mt_gpt_data {
  * words where every other word, starting with the first, is a number. */
 int mt_data_path_parse(int n, char *const *args, char ***prefixes, double **weights, int *count, mt_err *e);
 
+/* The index cache directory: given, or index-cache/ in the directory of the first dataset prefix of the
+ * --data-path words (malloc'd). mt-shuffle, mt-train and mt-eval agree on it. */
+char *mt_default_cache_dir(const char *given, int n_args, const char *const *args);
+
 int mt_gpt_data_open(mt_gpt_data *d, const mt_gpt_data_args *a, mt_err *e);
 void mt_gpt_data_close(mt_gpt_data *d);
 
