@@ -36,7 +36,7 @@ typedef struct mt_gpt_cache_key {
     int split_index;          /* MT_SPLIT_TRAIN/VALID/TEST */
     const char *split_string; /* --split as given */
     int64_t lo, hi;           /* the split's sequence range */
-    mt_gpt_params params;
+    mt_gpt_index_params params;
     mt_dataset_fp fp;
 } mt_gpt_cache_key;
 

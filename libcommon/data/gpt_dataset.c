@@ -102,7 +102,7 @@ static int build_component(mt_gpt_source *s, const mt_gpt_data_args *a, const ch
     key.split_string = split_string;
     key.lo = s->range[k].lo;
     key.hi = s->range[k].hi;
-    key.params = (mt_gpt_params){num_samples, a->seq_length, 1, a->seed, true};
+    key.params = (mt_gpt_index_params){num_samples, a->seq_length, 1, a->seed, true};
     char idx_path[4096];
     snprintf(idx_path, sizeof idx_path, "%s.idx", s->prefix);
     if (mt_dataset_fingerprint(idx_path, s->sizes, (size_t)s->ds.n_seqs, &key.fp, e)) return -1;
@@ -146,7 +146,7 @@ static char *blend_description(const mt_gpt_data *d, const mt_gpt_data_args *a, 
         key.split_string = d->split_string;
         key.lo = s->range[k].lo;
         key.hi = s->range[k].hi;
-        key.params = (mt_gpt_params){s->ix[k].plan.num_samples, a->seq_length, 1, a->seed, true};
+        key.params = (mt_gpt_index_params){s->ix[k].plan.num_samples, a->seq_length, 1, a->seed, true};
         char idx_path[4096];
         snprintf(idx_path, sizeof idx_path, "%s.idx", s->prefix);
         mt_err e;

@@ -21,7 +21,7 @@ static int64_t floordiv(int64_t a, int64_t b)
     return q;
 }
 
-int mt_gpt_plan_make(const int32_t *sizes, size_t n_seq, int64_t lo, int64_t hi, const mt_gpt_params *p,
+int mt_gpt_plan_make(const int32_t *sizes, size_t n_seq, int64_t lo, int64_t hi, const mt_gpt_index_params *p,
                      mt_gpt_plan *plan, mt_err *e)
 {
     memset(plan, 0, sizeof *plan);
@@ -159,7 +159,7 @@ static void *xalloc_bytes(int64_t count, size_t item, mt_err *e, const char *wha
     return p;
 }
 
-int mt_gpt_index_build(const int32_t *sizes, size_t n_seq, int64_t lo, int64_t hi, const mt_gpt_params *p,
+int mt_gpt_index_build(const int32_t *sizes, size_t n_seq, int64_t lo, int64_t hi, const mt_gpt_index_params *p,
                        mt_gpt_index *out, mt_err *e)
 {
     memset(out, 0, sizeof *out);

@@ -19,13 +19,13 @@
 #include "util/err.h"
 #include "util/mt19937.h"
 
-typedef struct mt_gpt_params {
+typedef struct mt_gpt_index_params {
     int64_t num_samples;  /* requested samples for this split; < 0 means None (one epoch) */
     int32_t seq_length;   /* L >= 1 */
     int add_extra_token;  /* E: 1 (Megatron default) or 0 */
     uint32_t seed;        /* --seed */
     bool drop_last;       /* true except valid with drop_last_partial_validation_sequence=False */
-} mt_gpt_params;
+} mt_gpt_index_params;
 
 typedef struct mt_gpt_plan {
     int64_t tokens_per_epoch; /* T */
@@ -41,7 +41,7 @@ typedef struct mt_gpt_plan {
 
 /* Epochs, final-epoch separation, output sizes and dtypes (3.3, 3.6, 3.7), without building anything.
  * n_seq is the whole dataset (the sample_index dtype rule looks at max over all sizes). */
-int mt_gpt_plan_make(const int32_t *sizes, size_t n_seq, int64_t lo, int64_t hi, const mt_gpt_params *p,
+int mt_gpt_plan_make(const int32_t *sizes, size_t n_seq, int64_t lo, int64_t hi, const mt_gpt_index_params *p,
                      mt_gpt_plan *plan, mt_err *e);
 
 typedef struct mt_gpt_index {
@@ -55,7 +55,7 @@ typedef struct mt_gpt_index {
 } mt_gpt_index;
 
 /* Builds all three arrays in memory. */
-int mt_gpt_index_build(const int32_t *sizes, size_t n_seq, int64_t lo, int64_t hi, const mt_gpt_params *p,
+int mt_gpt_index_build(const int32_t *sizes, size_t n_seq, int64_t lo, int64_t hi, const mt_gpt_index_params *p,
                        mt_gpt_index *out, mt_err *e);
 void mt_gpt_index_free(mt_gpt_index *ix);
 

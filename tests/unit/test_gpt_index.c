@@ -18,9 +18,9 @@
 
 static const int32_t SIZES[6] = {5, 3, 7, 2, 9, 4};
 
-static mt_gpt_params vparams(int64_t n)
+static mt_gpt_index_params vparams(int64_t n)
 {
-    mt_gpt_params p = {n, 4, 1, 1234, true};
+    mt_gpt_index_params p = {n, 4, 1, 1234, true};
     return p;
 }
 
@@ -42,7 +42,7 @@ static void check_vector(int64_t n, int epochs, int sep, const int *doc, int ndo
 {
     mt_gpt_index ix;
     mt_err e;
-    mt_gpt_params p = vparams(n);
+    mt_gpt_index_params p = vparams(n);
     T_EQ_INT(mt_gpt_index_build(SIZES, 6, 0, 6, &p, &ix, &e), 0);
     T_EQ_INT(ix.plan.tokens_per_epoch, 30);
     T_EQ_INT(ix.plan.num_epochs, epochs);
@@ -72,7 +72,7 @@ TEST(vector_3_9_n9_separate_final_epoch)
     check_vector(9, 2, 1, doc, 12, samp, 15, shuf);
     mt_gpt_plan pl;
     mt_err e;
-    mt_gpt_params p = vparams(9);
+    mt_gpt_index_params p = vparams(9);
     T_EQ_INT(mt_gpt_plan_make(SIZES, 6, 0, 6, &p, &pl, &e), 0);
     T_EQ_INT(pl.num_samples_sans_final_epoch, 7);
     T_EQ_INT(pl.num_samples_per_epoch, 7);
@@ -90,7 +90,7 @@ TEST(sample_index_int64_path_matches_int32)
 {
     mt_gpt_index ix;
     mt_err e;
-    mt_gpt_params p = vparams(13);
+    mt_gpt_index_params p = vparams(13);
     T_EQ_INT(mt_gpt_index_build(SIZES, 6, 0, 6, &p, &ix, &e), 0);
     int64_t s64[30];
     T_EQ_INT(mt_gpt_build_sample_index(SIZES, ix.doc_idx, 12, 4, 1, 14, true, s64, &e), 0);
@@ -126,7 +126,7 @@ TEST(epochs_and_errors)
 {
     mt_gpt_plan pl;
     mt_err e;
-    mt_gpt_params p = vparams(7); /* 7*4+1 = 29 <= 30: one epoch */
+    mt_gpt_index_params p = vparams(7); /* 7*4+1 = 29 <= 30: one epoch */
     T_EQ_INT(mt_gpt_plan_make(SIZES, 6, 0, 6, &p, &pl, &e), 0);
     T_EQ_INT(pl.num_epochs, 1);
     p.num_samples = 8; /* 33 > 30 */
@@ -378,7 +378,7 @@ TEST(sample_fetch_crosses_sequences)
     mt_tokens t = {(const unsigned char *)bin, sizeof bin, 8, SIZES, ptr, 6};
     mt_gpt_index ix;
     mt_err e;
-    mt_gpt_params p = vparams(5);
+    mt_gpt_index_params p = vparams(5);
     T_EQ_INT(mt_gpt_index_build(SIZES, 6, 0, 6, &p, &ix, &e), 0);
     int64_t out[5];
     /* sample 0 -> shuffle 5 -> rows (4,1),(4,5): doc_idx[4] = 4, items 1..5 */
