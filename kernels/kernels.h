@@ -72,13 +72,36 @@ void mtk_add(mtk *k, float *out, const float *a, const float *b, size_t n);   /*
 void mtk_acc(mtk *k, float *y, const float *x, size_t n);                      /* y += x */
 void mtk_scale(mtk *k, float *x, float s, size_t n);                           /* x *= s */
 
+/* ---- dropout with a counter-based mask: nothing is stored, backward recomputes the mask ----
+ * Element i (0-based within the call) is kept iff mtk_dropout_keep(d, i); kept values are scaled by
+ * 1/(1-p). The mask depends only on (seed, offset + i), never on threads or backend, so a resumed run
+ * and the CUDA backend draw the same masks. p == 0 (or d == NULL) is the identity. */
+typedef struct mtk_dropout {
+    float p;           /* probability of dropping, 0 <= p < 1 */
+    uint64_t seed;     /* one per micro-batch and site, chosen by the model */
+    uint64_t offset;   /* first counter value of this call */
+} mtk_dropout;
+/* splitmix64 finaliser of seed ^ (offset + i) * golden; keep iff the top 24 bits / 2^24 >= p. */
+static inline int mtk_dropout_keep(const mtk_dropout *d, uint64_t i) {
+    uint64_t z = d->seed ^ ((d->offset + i + 1) * 0x9E3779B97F4A7C15ull);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    z ^= z >> 31;
+    return (float)(z >> 40) * (1.0f / 16777216.0f) >= d->p;
+}
+void mtk_dropout_fwd(mtk *k, float *out, const float *inp, size_t n, const mtk_dropout *d);  /* out may alias inp */
+void mtk_dropout_bwd(mtk *k, float *dinp, const float *dout, size_t n, const mtk_dropout *d); /* dinp may alias dout */
+
 /* ---- causal self-attention over qkv [B,T,NH,3,HS] -> out [B,T,NH*HS] (head-major concat) ----
  * scores = q.k^T / sqrt(HS), future positions masked, softmax in fp32. lse [B,NH,T] (log-sum-exp of
  * each row) is saved for the backward pass, which recomputes probabilities instead of storing the
- * T x T matrix: memory is O(B*T*C), not O(B*NH*T^2). */
-void mtk_attention_fwd(mtk *k, float *out, float *lse, const float *qkv, int B, int T, int NH, int HS);
+ * T x T matrix: memory is O(B*T*C), not O(B*NH*T^2).
+ * drop (NULL or p == 0: none) is attention dropout on the probabilities; the probability of row i,
+ * column j of head h in sequence b is counter ((b*NH + h)*T + i)*T + j. */
+void mtk_attention_fwd(mtk *k, float *out, float *lse, const float *qkv, int B, int T, int NH, int HS,
+                       const mtk_dropout *drop);
 void mtk_attention_bwd(mtk *k, float *dqkv, const float *dout, const float *qkv, const float *out,
-                       const float *lse, int B, int T, int NH, int HS);
+                       const float *lse, int B, int T, int NH, int HS, const mtk_dropout *drop);
 
 /* ---- softmax cross-entropy over logits [N, V] (V = padded vocab; every column takes part) ----
  * losses[n] = logsumexp(logits[n,:]) - logits[n, target[n]] for every row.

@@ -17,8 +17,9 @@
  *   language_model.encoder.layers.{i}.mlp.dense_h_to_4h.{weight,bias}                [f, h], [f]
  *   language_model.encoder.layers.{i}.mlp.dense_4h_to_h.{weight,bias}                [h, f], [h]
  *   language_model.encoder.final_layernorm.{weight,bias}                              [h]
- * in this order in the flat buffer. Dropout is not implemented: configs with dropout > 0 are rejected
- * by the trainer's flag checks (Megatron's defaults are 0.1; users pass 0 on CPU).
+ * in this order in the flat buffer. Dropout as Megatron places it: hidden dropout after the embedding
+ * sum and on the attention and MLP outputs before each residual add, attention dropout on the
+ * attention probabilities; active only in training mode (mt_gpt_set_dropout).
  */
 #ifndef MT_MODEL_GPT_H
 #define MT_MODEL_GPT_H
@@ -41,6 +42,8 @@ typedef struct mt_gpt_config {
     float layernorm_epsilon;      /* 1e-5 */
     double init_method_std;       /* 0.02; output projections use std / sqrt(2 * num_layers) */
     int exact_gelu;               /* 0: tanh approximation (Megatron's default fused path) */
+    float hidden_dropout;         /* --hidden-dropout (Megatron's default 0.1) */
+    float attention_dropout;      /* --attention-dropout (Megatron's default 0.1) */
 } mt_gpt_config;
 
 /* ceil(vocab / (divisible_by * tp)) * divisible_by * tp: 50257 -> 50304 (tp 1). */
@@ -85,6 +88,11 @@ double mt_gpt_forward(mt_gpt *m, const int32_t *tokens, const int32_t *targets, 
  * gradient buffer (loss_scale = 1 / num_micro_batches for gradient accumulation). */
 void mt_gpt_backward(mt_gpt *m, float loss_scale);
 void mt_gpt_zero_grad(mt_gpt *m);
+
+/* Training mode (training = 1) applies the config's dropout to the following forward/backward pairs
+ * with masks drawn from key (the trainer derives one key per iteration and micro-batch from --seed, so
+ * a resumed run draws the same masks); evaluation mode (0, the default) applies none. */
+void mt_gpt_set_dropout(mt_gpt *m, int training, uint64_t key);
 
 /* Bytes of device memory held for parameters, gradients and activations (memory reports). */
 void mt_gpt_memory(const mt_gpt *m, size_t *param_bytes, size_t *grad_bytes, size_t *act_bytes);
