@@ -88,7 +88,7 @@ TEST(file_name_and_first_record)
     const char *p = mt_tb_path(tb);
     char host[256] = "localhost";
     gethostname(host, sizeof host);
-    char want[800];
+    char want[1200];
     const char *base = strrchr(p, '/') + 1;
     long long secs = atoll(base + strlen("events.out.tfevents."));
     T_CHECK(secs >= (long long)t0 && secs <= (long long)time(NULL));
