@@ -166,8 +166,9 @@ int mt_st_write(const char *path, const mt_st_tensor *t, int n, const mt_st_kv *
         json_t *m = json_object();
         json_object_set_new(hdr, "__metadata__", m);
         for (int i = 0; i < n_meta; i++) {
-            json_t *v = json_string(kv[i]->value);
-            if (!v || (i && !strcmp(kv[i]->key, kv[i - 1]->key)) || json_object_set_new(m, kv[i]->key, v)) {
+            /* json_object_set_new() takes v even when it fails */
+            json_t *v = (i && !strcmp(kv[i]->key, kv[i - 1]->key)) ? NULL : json_string(kv[i]->value);
+            if (!v || json_object_set_new(m, kv[i]->key, v)) {
                 mt_err_set(e, "%s: metadata key '%s': invalid or duplicate key, or value not UTF-8", path, kv[i]->key);
                 goto out;
             }
