@@ -1,0 +1,495 @@
+/* checkpoint.c: crash-safe Megatron-style checkpoint directories (see checkpoint.h). */
+#include "train/checkpoint.h"
+
+#include <ctype.h>
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <ftw.h>
+#include <inttypes.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "io/atomic.h"
+
+static char *path_join(const char *a, const char *b)
+{
+    size_t n = strlen(a) + strlen(b) + 2;
+    char *p = mt_xmalloc(n);
+    snprintf(p, n, "%s/%s", a, b);
+    return p;
+}
+
+static char *iter_name(int64_t iteration)
+{
+    char buf[64];
+    if (iteration == MT_CKPT_RELEASE) snprintf(buf, sizeof buf, "release");
+    else snprintf(buf, sizeof buf, "iter_%07" PRId64, iteration);
+    return mt_xstrdup(buf);
+}
+
+/* ---- saving ---- */
+
+static int mkdir_p(const char *dir, mt_err *e)
+{
+    char *p = mt_xstrdup(dir);
+    for (char *s = p + 1; *s; s++) {
+        if (*s != '/') continue;
+        *s = 0;
+        if (mkdir(p, 0755) && errno != EEXIST) {
+            mt_err_sys(e, "cannot create directory %s", p);
+            free(p);
+            return -1;
+        }
+        *s = '/';
+    }
+    int rc = 0;
+    if (mkdir(p, 0755) && errno != EEXIST) rc = mt_err_sys(e, "cannot create directory %s", p);
+    free(p);
+    return rc;
+}
+
+static int fsync_dir(const char *dir, mt_err *e)
+{
+    int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (fd < 0) return mt_err_sys(e, "%s", dir);
+    int rc = 0;
+    if (fsync(fd) && errno != EINVAL) rc = mt_err_sys(e, "%s: fsync", dir);
+    close(fd);
+    return rc;
+}
+
+static int rm_one(const char *path, const struct stat *st, int flag, struct FTW *ftw)
+{
+    (void)st;
+    (void)flag;
+    (void)ftw;
+    return remove(path) && errno != ENOENT ? -1 : 0;
+}
+
+static int rm_rf(const char *path)
+{
+    return nftw(path, rm_one, 16, FTW_DEPTH | FTW_PHYS);
+}
+
+/* Removes "<name>.tmp-<pid>[...]" directories of dead processes (and of this one: no save of ours is
+ * in progress). */
+static void remove_stale(const char *save_dir)
+{
+    DIR *d = opendir(save_dir);
+    if (!d) return;
+    struct dirent *de;
+    while ((de = readdir(d))) {
+        const char *t = strstr(de->d_name, ".tmp-");
+        if (!t || (strncmp(de->d_name, "iter_", 5) && strncmp(de->d_name, "release", 7))) continue;
+        char *end;
+        long pid = strtol(t + 5, &end, 10);
+        if (end == t + 5 || pid <= 0) continue;
+        if (pid != (long)getpid() && !(kill((pid_t)pid, 0) && errno == ESRCH)) continue;
+        char *p = path_join(save_dir, de->d_name);
+        rm_rf(p);
+        free(p);
+    }
+    closedir(d);
+}
+
+typedef struct {
+    int crash_after; /* -1: off */
+    int steps;
+} crash_hook;
+
+static void step_done(crash_hook *h)
+{
+    if (h->crash_after >= 0 && h->steps++ >= h->crash_after) _exit(99);
+}
+
+static int write_tensors(const char *path, const mt_ckpt_tensor *t, int n, mt_err *e)
+{
+    mt_st_tensor *st = mt_xcalloc((size_t)(n ? n : 1), sizeof *st);
+    for (int i = 0; i < n; i++) {
+        if (t[i].ndim < 0 || t[i].ndim > MT_CKPT_MAXDIM) {
+            free(st);
+            return mt_err_set(e, "%s: tensor '%s': %d dimensions (0..%d supported)", path, t[i].name ? t[i].name : "",
+                              t[i].ndim, MT_CKPT_MAXDIM);
+        }
+        st[i].name = t[i].name;
+        st[i].dtype = MT_ST_F32;
+        st[i].ndim = t[i].ndim;
+        for (int d = 0; d < t[i].ndim; d++) st[i].shape[d] = t[i].shape[d];
+        st[i].data = t[i].data;
+    }
+    static const mt_st_kv meta[] = {{"format", "pt"}};
+    int rc = mt_st_write(path, st, n, meta, 1, e);
+    free(st);
+    return rc;
+}
+
+static int write_text(const char *path, const char *s, mt_err *e)
+{
+    mt_out o;
+    if (mt_out_open(&o, path, e)) return -1;
+    if (mt_out_write(&o, s, strlen(s), e)) {
+        mt_out_abort(&o);
+        return -1;
+    }
+    return mt_out_commit(&o, e);
+}
+
+/* Moves the complete directory tmp onto final. An existing final is exchanged atomically and then
+ * left at tmp (*old_at_tmp set) for the caller to remove. */
+static int install_dir(const char *tmp, const char *final, int *old_at_tmp, mt_err *e)
+{
+    *old_at_tmp = 0;
+    if (rename(tmp, final) == 0) return 0;
+    if (errno != ENOTEMPTY && errno != EEXIST) return mt_err_sys(e, "cannot rename %s to %s", tmp, final);
+    if (renameat2(AT_FDCWD, tmp, AT_FDCWD, final, RENAME_EXCHANGE) == 0) {
+        *old_at_tmp = 1;
+        return 0;
+    }
+    if (errno != EINVAL && errno != ENOSYS) return mt_err_sys(e, "cannot exchange %s and %s", tmp, final);
+    /* No RENAME_EXCHANGE on this file system: move the old directory aside (under a name loading
+     * ignores), then the new one into place. */
+    size_t n = strlen(final) + 64;
+    char *aside = mt_xmalloc(n);
+    snprintf(aside, n, "%s.tmp-%ld-old", final, (long)getpid());
+    rm_rf(aside);
+    int rc = 0;
+    if (rename(final, aside)) rc = mt_err_sys(e, "cannot rename %s to %s", final, aside);
+    else if (rename(tmp, final)) rc = mt_err_sys(e, "cannot rename %s to %s", tmp, final);
+    else rm_rf(aside);
+    free(aside);
+    return rc;
+}
+
+int mt_ckpt_save(const char *save_dir, int64_t iteration, const mt_ckpt_tensor *model, int n_model,
+                 const mt_ckpt_tensor *optim, int n_optim, json_t *meta, mt_err *e)
+{
+    if (iteration < 0) return mt_err_set(e, "%s: cannot save iteration %" PRId64, save_dir, iteration);
+    if (!json_is_object(meta)) return mt_err_set(e, "%s: checkpoint metadata is not a JSON object", save_dir);
+    crash_hook hook = {-1, 0};
+    const char *c = getenv("MT_CKPT_CRASH_AFTER");
+    if (c && *c) hook.crash_after = atoi(c);
+    if (mkdir_p(save_dir, e)) return -1;
+    remove_stale(save_dir);
+
+    char *name = iter_name(iteration), *final = path_join(save_dir, name);
+    size_t n = strlen(final) + 32;
+    char *tmp = mt_xmalloc(n);
+    snprintf(tmp, n, "%s.tmp-%ld", final, (long)getpid());
+    char *rank = path_join(tmp, "mp_rank_00");
+    char *model_path = path_join(rank, "model.safetensors"), *optim_path = path_join(rank, "optim.safetensors"),
+         *meta_path = path_join(rank, "meta.json"), *tracker = path_join(save_dir, MT_CKPT_TRACKER);
+    char *text = NULL;
+    int rc = -1, old_at_tmp = 0;
+
+    if (mkdir(tmp, 0755)) {
+        mt_err_sys(e, "cannot create directory %s", tmp);
+        goto out;
+    }
+    if (mkdir(rank, 0755)) {
+        mt_err_sys(e, "cannot create directory %s", rank);
+        goto out;
+    }
+    step_done(&hook);
+    if (write_tensors(model_path, model, n_model, e)) goto out;
+    step_done(&hook);
+    if (n_optim > 0) {
+        if (write_tensors(optim_path, optim, n_optim, e)) goto out;
+        step_done(&hook);
+    }
+    text = json_dumps(meta, JSON_INDENT(2));
+    if (!text) {
+        mt_err_set(e, "%s: cannot format the metadata", meta_path);
+        goto out;
+    }
+    size_t tl = strlen(text);
+    text = mt_xrealloc(text, tl + 2);
+    memcpy(text + tl, "\n", 2);
+    if (write_text(meta_path, text, e)) goto out;
+    step_done(&hook);
+    if (fsync_dir(rank, e) || fsync_dir(tmp, e)) goto out;
+    if (install_dir(tmp, final, &old_at_tmp, e) || fsync_dir(save_dir, e)) goto out;
+    step_done(&hook);
+    if (old_at_tmp) rm_rf(tmp);
+    char num[32];
+    snprintf(num, sizeof num, "%" PRId64, iteration);
+    if (write_text(tracker, num, e)) goto out;
+    step_done(&hook);
+    rc = 0;
+out:
+    if (rc) rm_rf(tmp);
+    free(text);
+    free(name);
+    free(final);
+    free(tmp);
+    free(rank);
+    free(model_path);
+    free(optim_path);
+    free(meta_path);
+    free(tracker);
+    return rc;
+}
+
+/* ---- loading ---- */
+
+int mt_ckpt_latest(const char *load_dir, int64_t *iteration, mt_err *e)
+{
+    char *path = path_join(load_dir, MT_CKPT_TRACKER);
+    FILE *f = fopen(path, "rb");
+    if (!f) {
+        int rc = errno == ENOENT ? 1 : mt_err_sys(e, "%s", path);
+        free(path);
+        return rc;
+    }
+    char buf[128];
+    size_t n = fread(buf, 1, sizeof buf - 1, f);
+    int bad_read = ferror(f);
+    fclose(f);
+    if (bad_read) {
+        mt_err_sys(e, "%s: read failed", path);
+        free(path);
+        return -1;
+    }
+    buf[n] = 0;
+    if (memchr(buf, 0, n)) {
+        mt_err_set(e, "%s: contains a NUL byte (expected an iteration number or 'release')", path);
+        free(path);
+        return -1;
+    }
+    char *s = buf;
+    while (*s && isspace((unsigned char)*s)) s++;
+    size_t len = strlen(s);
+    while (len && isspace((unsigned char)s[len - 1])) s[--len] = 0;
+    int rc = 0;
+    if (!strcmp(s, "release")) {
+        *iteration = MT_CKPT_RELEASE;
+    } else {
+        int64_t v = 0;
+        int ok = len > 0 && n < sizeof buf - 1;
+        for (size_t i = 0; ok && i < len; i++) {
+            if (!isdigit((unsigned char)s[i]) || v > (INT64_MAX - 9) / 10) ok = 0;
+            else v = v * 10 + (s[i] - '0');
+        }
+        if (ok) *iteration = v;
+        else rc = mt_err_set(e, "%s: '%.40s' is not an iteration number or 'release'", path, s);
+    }
+    free(path);
+    return rc;
+}
+
+struct mt_ckpt_reader {
+    char *dir;
+    int64_t iteration;
+    bool release;
+    mt_st_file f[2];
+    bool has[2];
+    unsigned char *read[2];
+    json_t *meta;
+};
+
+void mt_ckpt_close(mt_ckpt_reader *r)
+{
+    if (!r) return;
+    for (int i = 0; i < 2; i++) {
+        if (r->has[i]) mt_st_close(&r->f[i]);
+        free(r->read[i]);
+    }
+    json_decref(r->meta);
+    free(r->dir);
+    free(r);
+}
+
+mt_ckpt_reader *mt_ckpt_open(const char *load_dir, int64_t iteration, mt_err *e)
+{
+    char why[96];
+    if (iteration == MT_CKPT_LATEST) {
+        int rc = mt_ckpt_latest(load_dir, &iteration, e);
+        if (rc == 1) {
+            char *t = path_join(load_dir, MT_CKPT_TRACKER);
+            mt_err_set(e, "%s: no such file (no checkpoint in %s)", t, load_dir);
+            free(t);
+        }
+        if (rc) return NULL;
+        if (iteration == MT_CKPT_RELEASE) snprintf(why, sizeof why, "tracker says release");
+        else snprintf(why, sizeof why, "tracker says iteration %" PRId64, iteration);
+    } else if (iteration == MT_CKPT_RELEASE) {
+        snprintf(why, sizeof why, "release checkpoint requested");
+    } else if (iteration >= 0) {
+        snprintf(why, sizeof why, "iteration %" PRId64 " requested", iteration);
+    } else {
+        mt_err_set(e, "%s: invalid checkpoint iteration %" PRId64, load_dir, iteration);
+        return NULL;
+    }
+    mt_ckpt_reader *r = mt_xcalloc(1, sizeof *r);
+    r->release = iteration == MT_CKPT_RELEASE;
+    r->iteration = r->release ? 0 : iteration;
+    char *name = iter_name(iteration), *top = path_join(load_dir, name);
+    r->dir = path_join(top, "mp_rank_00");
+    char *model = path_join(r->dir, "model.safetensors"), *optim = path_join(r->dir, "optim.safetensors"),
+         *meta = path_join(r->dir, "meta.json");
+    struct stat st;
+    int ok = 0;
+    if (stat(top, &st) || !S_ISDIR(st.st_mode)) {
+        mt_err_set(e, "%s: no such directory (%s)", top, why);
+        goto out;
+    }
+    if (stat(r->dir, &st) || !S_ISDIR(st.st_mode)) {
+        mt_err_set(e, "%s: no such directory (%s; only tensor and pipeline parallel size 1 is supported)", r->dir, why);
+        goto out;
+    }
+    if (stat(model, &st)) {
+        char *pt = path_join(r->dir, "model_optim_rng.pt");
+        int torch = stat(pt, &st) == 0;
+        free(pt);
+        mt_err_set(e, "%s: no such file (%s%s)", model, why,
+                   torch ? "; the directory holds a PyTorch model_optim_rng.pt, which must be converted first" : "");
+        goto out;
+    }
+    if (mt_st_open(&r->f[0], model, e)) goto out;
+    r->has[0] = true;
+    if (stat(optim, &st) == 0) {
+        if (mt_st_open(&r->f[1], optim, e)) goto out;
+        r->has[1] = true;
+    }
+    for (int i = 0; i < 2; i++) r->read[i] = mt_xcalloc((size_t)r->f[i].n + 1, 1);
+    if (stat(meta, &st)) {
+        mt_err_set(e, "%s: no such file (%s)", meta, why);
+        goto out;
+    }
+    json_error_t je;
+    r->meta = json_load_file(meta, JSON_REJECT_DUPLICATES, &je);
+    if (!r->meta) {
+        mt_err_set(e, "%s: line %d: %s", meta, je.line, je.text);
+        goto out;
+    }
+    if (!json_is_object(r->meta)) {
+        mt_err_set(e, "%s: not a JSON object", meta);
+        goto out;
+    }
+    json_t *it = json_object_get(r->meta, "iteration");
+    if (!r->release && json_is_integer(it) && json_integer_value(it) != r->iteration) {
+        mt_err_set(e, "%s: iteration %" JSON_INTEGER_FORMAT " does not match the directory %s", meta,
+                   json_integer_value(it), name);
+        goto out;
+    }
+    ok = 1;
+out:
+    free(name);
+    free(top);
+    free(model);
+    free(optim);
+    free(meta);
+    if (!ok) {
+        mt_ckpt_close(r);
+        return NULL;
+    }
+    return r;
+}
+
+int64_t mt_ckpt_iteration(const mt_ckpt_reader *r)
+{
+    return r->iteration;
+}
+
+bool mt_ckpt_is_release(const mt_ckpt_reader *r)
+{
+    return r->release;
+}
+
+const char *mt_ckpt_dir(const mt_ckpt_reader *r)
+{
+    return r->dir;
+}
+
+bool mt_ckpt_has_optim(const mt_ckpt_reader *r)
+{
+    return r->has[1];
+}
+
+json_t *mt_ckpt_meta(const mt_ckpt_reader *r)
+{
+    return r->meta;
+}
+
+const mt_st_file *mt_ckpt_file(const mt_ckpt_reader *r, int which)
+{
+    return (which == 0 || which == 1) && r->has[which] ? &r->f[which] : NULL;
+}
+
+static float half_to_float(uint16_t h)
+{
+    uint32_t sign = (uint32_t)(h >> 15) << 31, ex = (h >> 10) & 31, man = h & 1023, bits;
+    if (ex == 31) {
+        bits = sign | 0x7f800000u | (man << 13);
+    } else if (ex) {
+        bits = sign | ((ex + 112) << 23) | (man << 13);
+    } else if (man) { /* subnormal: normalize */
+        int shift = 0;
+        while (!(man & 1024)) {
+            man <<= 1;
+            shift++;
+        }
+        bits = sign | ((uint32_t)(113 - shift) << 23) | ((man & 1023) << 13);
+    } else {
+        bits = sign;
+    }
+    float f;
+    memcpy(&f, &bits, 4);
+    return f;
+}
+
+int mt_ckpt_read_tensor(mt_ckpt_reader *r, int which, const char *name, int ndim, const int64_t *shape, float *dst,
+                        mt_err *e)
+{
+    if (which != 0 && which != 1) return mt_err_set(e, "%s: invalid checkpoint file %d", r->dir, which);
+    if (!r->has[which])
+        return mt_err_set(e, "%s: no optimizer state (optim.safetensors absent; saved with --no-save-optim?)", r->dir);
+    const mt_st_file *f = &r->f[which];
+    const mt_st_info *t = mt_st_find(f, name);
+    if (!t) return mt_err_set(e, "%s: missing tensor '%s'", f->path, name);
+    int same = t->ndim == ndim;
+    for (int i = 0; same && i < ndim; i++) same = t->shape[i] == shape[i];
+    if (!same) {
+        char have[256], want[256];
+        return mt_err_set(e, "%s: tensor '%s' has shape %s, this model needs %s", f->path, name,
+                          mt_st_shape_str(have, sizeof have, t->ndim, t->shape), mt_st_shape_str(want, sizeof want, ndim, shape));
+    }
+    const unsigned char *p = t->data;
+    switch (t->dtype) {
+    case MT_ST_F32:
+        if (t->nbytes) memcpy(dst, p, t->nbytes);
+        break;
+    case MT_ST_BF16:
+        for (int64_t i = 0; i < t->numel; i++) {
+            uint32_t bits = (uint32_t)(p[2 * i] | p[2 * i + 1] << 8) << 16;
+            memcpy(&dst[i], &bits, 4);
+        }
+        break;
+    case MT_ST_F16:
+        for (int64_t i = 0; i < t->numel; i++) dst[i] = half_to_float((uint16_t)(p[2 * i] | p[2 * i + 1] << 8));
+        break;
+    default:
+        return mt_err_set(e, "%s: tensor '%s' is %s, not F32, F16 or BF16", f->path, name, mt_st_dtype_name(t->dtype));
+    }
+    r->read[which][t - f->t] = 1;
+    return 0;
+}
+
+int mt_ckpt_check_all_read(const mt_ckpt_reader *r, int which, mt_err *e)
+{
+    if ((which != 0 && which != 1) || !r->has[which]) return 0;
+    const mt_st_file *f = &r->f[which];
+    int unread = 0, first = -1;
+    for (int i = 0; i < f->n; i++)
+        if (!r->read[which][i]) {
+            if (first < 0) first = i;
+            unread++;
+        }
+    if (!unread) return 0;
+    if (unread == 1) return mt_err_set(e, "%s: unexpected tensor '%s'", f->path, f->t[first].name);
+    return mt_err_set(e, "%s: unexpected tensor '%s' (and %d more)", f->path, f->t[first].name, unread - 1);
+}

@@ -1,0 +1,100 @@
+/* checkpoint.h: Megatron-style checkpoint directories holding safetensors files.
+ *
+ * Layout (one tensor-parallel, one pipeline rank):
+ *   <save>/latest_checkpointed_iteration.txt   the iteration as decimal digits, no newline
+ *   <save>/iter_%07d/mp_rank_00/model.safetensors   weights under Megatron's legacy names (F32)
+ *   <save>/iter_%07d/mp_rank_00/optim.safetensors   AdamW state, "<param>.exp_avg" and
+ *                                                   "<param>.exp_avg_sq", plus whatever else the
+ *                                                   caller passes; absent when saved without it
+ *   <save>/iter_%07d/mp_rank_00/meta.json           a JSON object built by the caller (args,
+ *                                                   iteration, consumed samples, RNG, scaler, ...)
+ * When loading, the tracker may also say "release" (directory <load>/release/, iteration 0), as in
+ * Megatron.
+ *
+ * Saving is crash-safe: everything is written into <save>/iter_%07d.tmp-<pid>/ (each file fsynced
+ * and renamed into place, the directories fsynced), which is then renamed to iter_%07d (an existing
+ * directory of the same iteration is swapped out atomically with renameat2(RENAME_EXCHANGE) and then
+ * removed), the save directory is fsynced, and only then is the tracker replaced atomically. A crash
+ * at any point leaves the tracker naming a complete directory. Loading never looks at *.tmp-*
+ * directories; a save removes those left by processes that no longer run.
+ *
+ * Test hook: with MT_CKPT_CRASH_AFTER=<n> in the environment a save calls _exit(99) after its n-th
+ * step. Steps: 1 model.safetensors, 2 optim.safetensors (when saved), next meta.json, then the rename
+ * to iter_%07d, then the tracker; n = 0 stops after the temporary directory is created.
+ *
+ * Errors are one line naming the file, e.g.
+ *   "ckpt/iter_0000200/mp_rank_00/model.safetensors: no such file (tracker says iteration 200)".
+ */
+#ifndef MT_TRAIN_CHECKPOINT_H
+#define MT_TRAIN_CHECKPOINT_H
+
+#include <jansson.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "io/safetensors.h"
+#include "util/err.h"
+
+#define MT_CKPT_MAXDIM 4
+#define MT_CKPT_TRACKER "latest_checkpointed_iteration.txt"
+/* Iteration values for mt_ckpt_open(): the tracker's choice, or the "release" directory. */
+#define MT_CKPT_LATEST (-1)
+#define MT_CKPT_RELEASE (-2)
+
+/* A tensor to save: float32, C order. */
+typedef struct mt_ckpt_tensor {
+    const char *name;
+    int ndim;
+    int64_t shape[MT_CKPT_MAXDIM];
+    const float *data;
+} mt_ckpt_tensor;
+
+enum { MT_CKPT_MODEL = 0, MT_CKPT_OPTIM = 1 };
+
+/* Saves iteration (>= 0) under save_dir (created if missing). n_optim == 0 writes no optim file
+ * (--no-save-optim). meta must be a JSON object; it is stored as meta.json unchanged (the caller
+ * owns it). Tensor names must be unique per file. Returns 0 or -1. */
+int mt_ckpt_save(const char *save_dir, int64_t iteration, const mt_ckpt_tensor *model, int n_model,
+                 const mt_ckpt_tensor *optim, int n_optim, json_t *meta, mt_err *e);
+
+/* Reads <load_dir>/latest_checkpointed_iteration.txt: 0 with *iteration set (MT_CKPT_RELEASE for
+ * "release"), 1 when there is no tracker (no checkpoint; *iteration unchanged), -1 on error
+ * (unreadable, or not a non-negative decimal number or "release"). */
+int mt_ckpt_latest(const char *load_dir, int64_t *iteration, mt_err *e);
+
+typedef struct mt_ckpt_reader mt_ckpt_reader;
+
+/* Opens one checkpoint: iteration >= 0, MT_CKPT_LATEST (from the tracker; an error when there is
+ * none) or MT_CKPT_RELEASE. Maps and validates model.safetensors, optim.safetensors when present,
+ * and reads meta.json (a JSON object; if it has an integer "iteration" it must agree). NULL on
+ * error. */
+mt_ckpt_reader *mt_ckpt_open(const char *load_dir, int64_t iteration, mt_err *e);
+void mt_ckpt_close(mt_ckpt_reader *r);
+
+/* The iteration loaded (0 for a release checkpoint), whether it was "release", its
+ * "<load>/iter_%07d/mp_rank_00" directory, and whether it has optimizer state. */
+int64_t mt_ckpt_iteration(const mt_ckpt_reader *r);
+bool mt_ckpt_is_release(const mt_ckpt_reader *r);
+const char *mt_ckpt_dir(const mt_ckpt_reader *r);
+bool mt_ckpt_has_optim(const mt_ckpt_reader *r);
+
+/* meta.json, borrowed: valid until mt_ckpt_close (json_incref to keep it). */
+json_t *mt_ckpt_meta(const mt_ckpt_reader *r);
+
+/* The opened safetensors file (which: MT_CKPT_MODEL or MT_CKPT_OPTIM), NULL when absent; for
+ * listing names and metadata. */
+const mt_st_file *mt_ckpt_file(const mt_ckpt_reader *r, int which);
+
+/* Copies tensor name of file which into dst (prod(shape) floats) after checking that it exists and
+ * has exactly this shape. F32 is copied; F16 and BF16 are widened; other dtypes are an error.
+ * Errors: "<file>: missing tensor '<name>'", "<file>: tensor '<name>' has shape [3072, 768], this
+ * model needs [2048, 512]", "<dir>: no optimizer state (optim.safetensors absent; saved with
+ * --no-save-optim?)". Returns 0 or -1. */
+int mt_ckpt_read_tensor(mt_ckpt_reader *r, int which, const char *name, int ndim, const int64_t *shape, float *dst,
+                        mt_err *e);
+
+/* After loading: -1 with "<file>: unexpected tensor 'x' (and N more)" if file which holds tensors
+ * that mt_ckpt_read_tensor never read (a checkpoint of another model), else 0. */
+int mt_ckpt_check_all_read(const mt_ckpt_reader *r, int which, mt_err *e);
+
+#endif
