@@ -1,0 +1,182 @@
+/* attention.c: causal multi-head self-attention on cpu, flash-style.
+ *
+ * Forward: each (sequence, head, block of BQ queries) is one OpenMP work item; it walks the key blocks
+ * up to the diagonal with an online softmax (running max m, running sum l, output accumulator O), the
+ * tile products going through cblas_sgemm on strided views of qkv. Only lse = m + log l is saved.
+ * Backward: each (sequence, head) is one work item; it recomputes P = exp(S - lse) tile by tile, with
+ * D_i = dout_i . out_i, dS = P * (dP - D), and accumulates dq, dk, dv of its own head in place.
+ * Attention dropout multiplies the probabilities by mask / (1 - p) after the softmax sum (lse is that of
+ * the undropped softmax); the backward applies the same mask to dP. Every work item writes only its own
+ * outputs in a fixed order, so results do not depend on the number of threads.
+ */
+#include <cblas.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cpu.h"
+
+enum { BQ = 64, BK = 64 };
+
+/* OpenBLAS must not start its own threads for the small tile products inside our parallel region. */
+static int blas_single(void)
+{
+    int n = openblas_get_num_threads();
+    openblas_set_num_threads(1);
+    return n;
+}
+
+void cpu_attention_fwd(mtk *k, float *out, float *lse, const float *qkv, int B, int T, int NH, int HS,
+                       const mtk_dropout *drop)
+{
+    (void)k;
+    const int C = NH * HS;
+    const size_t S3 = 3 * (size_t)C;
+    const float scale = 1.0f / sqrtf((float)HS);
+    const int dropping = drop && drop->p > 0.0f;
+    const float dscale = dropping ? 1.0f / (1.0f - drop->p) : 1.0f;
+    const int nqb = (T + BQ - 1) / BQ;
+    const int blas_threads = blas_single();
+
+#pragma omp parallel
+    {
+        float *S = cpu_scratch(BQ * BK), *O = cpu_scratch((size_t)BQ * HS);
+        float m[BQ], l[BQ];
+#pragma omp for schedule(dynamic, 1)
+        for (int item = 0; item < B * NH * nqb; item++) {
+            const int qb = nqb - 1 - item % nqb;   /* longest rows first */
+            const int bh = item / nqb, b = bh / NH, h = bh % NH;
+            const int i0 = qb * BQ, bq = T - i0 < BQ ? T - i0 : BQ;
+            const float *base = qkv + (size_t)b * T * S3 + (size_t)h * 3 * HS;
+            const float *q = base + (size_t)i0 * S3;
+            memset(O, 0, sizeof(float) * bq * HS);
+            for (int r = 0; r < bq; r++) m[r] = -INFINITY, l[r] = 0.0f;
+
+            for (int j0 = 0; j0 < i0 + bq; j0 += BK) {
+                const int bk = i0 + bq - j0 < BK ? i0 + bq - j0 : BK;
+                const float *kj = base + (size_t)j0 * S3 + HS, *vj = base + (size_t)j0 * S3 + 2 * HS;
+                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, bq, bk, HS, scale, q, (int)S3, kj, (int)S3,
+                            0.0f, S, BK);
+                for (int r = 0; r < bq; r++) {
+                    const int i = i0 + r;
+                    const int nv = i - j0 + 1 < bk ? i - j0 + 1 : bk;   /* unmasked columns of this row */
+                    float *s = S + (size_t)r * BK;
+                    if (nv <= 0) {
+                        for (int c = 0; c < bk; c++) s[c] = 0.0f;
+                        continue;
+                    }
+                    float mx = m[r];
+                    for (int c = 0; c < nv; c++) mx = s[c] > mx ? s[c] : mx;
+                    const float corr = expf(m[r] - mx);
+                    float sum = 0.0f;
+                    for (int c = 0; c < nv; c++) {
+                        s[c] = expf(s[c] - mx);
+                        sum += s[c];
+                    }
+                    for (int c = nv; c < bk; c++) s[c] = 0.0f;
+                    l[r] = l[r] * corr + sum;
+                    m[r] = mx;
+                    if (corr != 1.0f) {
+                        float *o = O + (size_t)r * HS;
+                        for (int d = 0; d < HS; d++) o[d] *= corr;
+                    }
+                    if (dropping) {
+                        const uint64_t ctr = (((uint64_t)b * NH + h) * T + i) * T + j0;
+                        for (int c = 0; c < nv; c++) s[c] = mtk_dropout_keep(drop, ctr + c) ? s[c] * dscale : 0.0f;
+                    }
+                }
+                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, bq, HS, bk, 1.0f, S, BK, vj, (int)S3, 1.0f, O,
+                            HS);
+            }
+            for (int r = 0; r < bq; r++) {
+                const int i = i0 + r;
+                float *o = out + ((size_t)b * T + i) * C + (size_t)h * HS;
+                const float inv = 1.0f / l[r];
+                for (int d = 0; d < HS; d++) o[d] = O[(size_t)r * HS + d] * inv;
+                lse[((size_t)b * NH + h) * T + i] = m[r] + logf(l[r]);
+            }
+        }
+        free(S);
+        free(O);
+    }
+    openblas_set_num_threads(blas_threads);
+}
+
+void cpu_attention_bwd(mtk *k, float *dqkv, const float *dout, const float *qkv, const float *out, const float *lse,
+                       int B, int T, int NH, int HS, const mtk_dropout *drop)
+{
+    (void)k;
+    const int C = NH * HS;
+    const size_t S3 = 3 * (size_t)C;
+    const float scale = 1.0f / sqrtf((float)HS);
+    const int dropping = drop && drop->p > 0.0f;
+    const float dscale = dropping ? 1.0f / (1.0f - drop->p) : 1.0f;
+    const int blas_threads = blas_single();
+
+#pragma omp parallel
+    {
+        float *S = cpu_scratch(BQ * BK), *dP = cpu_scratch(BQ * BK), *D = cpu_scratch((size_t)T);
+#pragma omp for schedule(dynamic, 1)
+        for (int bh = 0; bh < B * NH; bh++) {
+            const int b = bh / NH, h = bh % NH;
+            const float *base = qkv + (size_t)b * T * S3 + (size_t)h * 3 * HS;
+            float *dbase = dqkv + (size_t)b * T * S3 + (size_t)h * 3 * HS;
+            const float *dob = dout + (size_t)b * T * C + (size_t)h * HS;
+            const float *ob = out + (size_t)b * T * C + (size_t)h * HS;
+            const float *L = lse + (size_t)bh * T;
+            for (int t = 0; t < T; t++) {
+                memset(dbase + (size_t)t * S3, 0, sizeof(float) * 3 * HS);
+                const float *a = dob + (size_t)t * C, *o = ob + (size_t)t * C;
+                float s = 0.0f;
+                for (int d = 0; d < HS; d++) s += a[d] * o[d];
+                D[t] = s;
+            }
+            for (int j0 = 0; j0 < T; j0 += BK) {
+                const int bk = T - j0 < BK ? T - j0 : BK;
+                const float *kj = base + (size_t)j0 * S3 + HS, *vj = base + (size_t)j0 * S3 + 2 * HS;
+                float *dkj = dbase + (size_t)j0 * S3 + HS, *dvj = dbase + (size_t)j0 * S3 + 2 * HS;
+                for (int i0 = j0 / BQ * BQ; i0 < T; i0 += BQ) {
+                    const int bq = T - i0 < BQ ? T - i0 : BQ;
+                    const float *qi = base + (size_t)i0 * S3, *doi = dob + (size_t)i0 * C;
+                    float *dqi = dbase + (size_t)i0 * S3;
+                    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, bq, bk, HS, scale, qi, (int)S3, kj,
+                                (int)S3, 0.0f, S, BK);
+                    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, bq, bk, HS, 1.0f, doi, C, vj, (int)S3, 0.0f,
+                                dP, BK);
+                    for (int r = 0; r < bq; r++) {
+                        const int i = i0 + r;
+                        const int nv = i - j0 + 1 < bk ? (i - j0 + 1 > 0 ? i - j0 + 1 : 0) : bk;
+                        float *s = S + (size_t)r * BK, *dp = dP + (size_t)r * BK;
+                        const float li = L[i], Di = D[i];
+                        if (dropping) {
+                            const uint64_t ctr = (((uint64_t)b * NH + h) * T + i) * T + j0;
+                            for (int c = 0; c < nv; c++) {
+                                const float p = expf(s[c] - li);
+                                const float mk = mtk_dropout_keep(drop, ctr + c) ? dscale : 0.0f;
+                                s[c] = p * mk;                      /* dropped probability, for dv */
+                                dp[c] = p * (dp[c] * mk - Di);      /* dS */
+                            }
+                        } else {
+                            for (int c = 0; c < nv; c++) {
+                                const float p = expf(s[c] - li);
+                                s[c] = p;
+                                dp[c] = p * (dp[c] - Di);
+                            }
+                        }
+                        for (int c = nv; c < bk; c++) s[c] = dp[c] = 0.0f;
+                    }
+                    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, bk, HS, bq, 1.0f, S, BK, doi, C, 1.0f, dvj,
+                                (int)S3);
+                    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, bq, HS, bk, scale, dP, BK, kj, (int)S3,
+                                1.0f, dqi, (int)S3);
+                    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, bk, HS, bq, scale, dP, BK, qi, (int)S3, 1.0f,
+                                dkj, (int)S3);
+                }
+            }
+        }
+        free(S);
+        free(dP);
+        free(D);
+    }
+    openblas_set_num_threads(blas_threads);
+}

@@ -1,0 +1,23 @@
+/* elementwise.c: add, accumulate and scale over flat float arrays. */
+#include "cpu.h"
+
+void cpu_add(mtk *k, float *out, const float *a, const float *b, size_t n)
+{
+    (void)k;
+#pragma omp parallel for schedule(static)
+    for (size_t i = 0; i < n; i++) out[i] = a[i] + b[i];
+}
+
+void cpu_acc(mtk *k, float *y, const float *x, size_t n)
+{
+    (void)k;
+#pragma omp parallel for schedule(static)
+    for (size_t i = 0; i < n; i++) y[i] += x[i];
+}
+
+void cpu_scale(mtk *k, float *x, float s, size_t n)
+{
+    (void)k;
+#pragma omp parallel for schedule(static)
+    for (size_t i = 0; i < n; i++) x[i] *= s;
+}
