@@ -75,17 +75,22 @@ const mt_gpt_tensor *mt_gpt_tensor_find(const mt_gpt *m, const char *name);   /*
 float *mt_gpt_params(mt_gpt *m);                     /* device pointers */
 float *mt_gpt_grads(mt_gpt *m);
 
-/* Megatron's initialization (spec 6.1) from a deterministic generator seeded with seed. */
+/* Megatron's initialization (spec 6.1) from a deterministic generator seeded with seed: the weight
+ * elements, in buffer order, are std * numpy.random.RandomState(seed mod 2^32).normal() draws rounded
+ * to float (std / sqrt(2L) for the output projections); biases 0, LayerNorm weights 1. */
 void mt_gpt_init(mt_gpt *m, uint64_t seed);
 
 /* Forward pass of one micro-batch: tokens and targets are host arrays [B, T] (T <= seq_length,
  * B <= max_batch), loss_mask [B, T] or NULL (all ones). Returns the masked mean loss
  * sum(loss * mask) / sum(mask); writes per-token losses to tok_losses (host [B, T]) when non-NULL.
- * The activations of this micro-batch are kept for mt_gpt_backward. */
+ * The activations of this micro-batch are kept for mt_gpt_backward. An all-zero mask gives loss 0 and
+ * no gradient; a token or target outside [0, padded_vocab_size) or a bad B/T returns NaN and runs
+ * nothing (the following backward does nothing). */
 double mt_gpt_forward(mt_gpt *m, const int32_t *tokens, const int32_t *targets, const float *loss_mask,
                       int B, int T, float *tok_losses);
 /* Backward pass of the last forward: ACCUMULATES d(loss_scale * masked mean loss)/d(params) into the
- * gradient buffer (loss_scale = 1 / num_micro_batches for gradient accumulation). */
+ * gradient buffer (loss_scale = 1 / num_micro_batches for gradient accumulation). One backward per
+ * forward: it turns the kept logits into their gradient in place. */
 void mt_gpt_backward(mt_gpt *m, float loss_scale);
 void mt_gpt_zero_grad(mt_gpt *m);
 
@@ -93,6 +98,10 @@ void mt_gpt_zero_grad(mt_gpt *m);
  * with masks drawn from key (the trainer derives one key per iteration and micro-batch from --seed, so
  * a resumed run draws the same masks); evaluation mode (0, the default) applies none. */
 void mt_gpt_set_dropout(mt_gpt *m, int training, uint64_t key);
+/* The mtk_dropout seed of one dropout site under key (counters start at offset 0 at every site):
+ * site 0 is the embedding, and layer l has 1 + 3l (attention probabilities), 2 + 3l (attention output)
+ * and 3 + 3l (MLP output). seed = splitmix64 finaliser of key + (site + 1) * 0x9E3779B97F4A7C15. */
+uint64_t mt_gpt_dropout_seed(uint64_t key, uint64_t site);
 
 /* Bytes of device memory held for parameters, gradients and activations (memory reports). */
 void mt_gpt_memory(const mt_gpt *m, size_t *param_bytes, size_t *grad_bytes, size_t *act_bytes);

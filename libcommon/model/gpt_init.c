@@ -1,0 +1,113 @@
+/* gpt_init.c: the GPT model's configuration checks, padded vocabulary size and Megatron's parameter
+ * initialization (spec 6.1) drawn from MT19937 normals.
+ *
+ * Initialization fills the flat buffer in order. Weights (word and position embeddings, QKV, fc) are
+ * N(0, std) and the output projections (self_attention.dense, mlp.dense_4h_to_h) N(0, std / sqrt(2L)),
+ * padded vocabulary rows included; biases are 0, LayerNorm weights 1. The normals are numpy's legacy
+ * RandomState(seed).normal draws (polar method, one cached value carried between tensors), taken one
+ * per weight element in buffer order, so a numpy reference can rebuild the initial parameters exactly.
+ */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "model/gpt_impl.h"
+#include "util/mt19937.h"
+
+int mt_gpt_padded_vocab(int vocab_size, int divisible_by, int tp)
+{
+    if (vocab_size <= 0) return vocab_size;
+    long long mult = (long long)(divisible_by > 0 ? divisible_by : 1) * (tp > 0 ? tp : 1);
+    long long p = (vocab_size + mult - 1) / mult * mult;
+    return p > 2147483647LL ? -1 : (int)p;
+}
+
+int mt_gpt_config_check(const mt_gpt_config *c, mt_err *e)
+{
+    if (c->num_layers <= 0) return mt_err_set(e, "--num-layers (%d) must be positive", c->num_layers);
+    if (c->hidden_size <= 0) return mt_err_set(e, "--hidden-size (%d) must be positive", c->hidden_size);
+    if (c->num_heads <= 0) return mt_err_set(e, "--num-attention-heads (%d) must be positive", c->num_heads);
+    if (c->hidden_size % c->num_heads)
+        return mt_err_set(e, "--num-attention-heads (%d) must divide --hidden-size (%d)", c->num_heads,
+                          c->hidden_size);
+    if (c->ffn_hidden_size <= 0) return mt_err_set(e, "--ffn-hidden-size (%d) must be positive", c->ffn_hidden_size);
+    if (c->max_position_embeddings <= 0)
+        return mt_err_set(e, "--max-position-embeddings (%d) must be positive", c->max_position_embeddings);
+    if (c->seq_length <= 0) return mt_err_set(e, "--seq-length (%d) must be positive", c->seq_length);
+    if (c->seq_length > c->max_position_embeddings)
+        return mt_err_set(e, "--seq-length (%d) must not exceed --max-position-embeddings (%d)", c->seq_length,
+                          c->max_position_embeddings);
+    if (c->vocab_size <= 0) return mt_err_set(e, "vocabulary size (%d) must be positive", c->vocab_size);
+    if (c->padded_vocab_size < c->vocab_size)
+        return mt_err_set(e, "padded vocabulary size (%d) is smaller than the vocabulary (%d): check "
+                          "--make-vocab-size-divisible-by", c->padded_vocab_size, c->vocab_size);
+    if (!(c->layernorm_epsilon > 0))
+        return mt_err_set(e, "--layernorm-epsilon (%g) must be positive", (double)c->layernorm_epsilon);
+    if (!(c->init_method_std >= 0) || !isfinite(c->init_method_std))
+        return mt_err_set(e, "--init-method-std (%g) must be a non-negative number", c->init_method_std);
+    if (!(c->hidden_dropout >= 0 && c->hidden_dropout < 1))
+        return mt_err_set(e, "--hidden-dropout (%g) must be in [0, 1)", (double)c->hidden_dropout);
+    if (!(c->attention_dropout >= 0 && c->attention_dropout < 1))
+        return mt_err_set(e, "--attention-dropout (%g) must be in [0, 1)", (double)c->attention_dropout);
+    /* Every kernel takes element counts of one activation as int. */
+    long long c3 = 3LL * c->hidden_size, widest = c->ffn_hidden_size > c3 ? c->ffn_hidden_size : c3;
+    if (widest > 2147483647LL / 4) return mt_err_set(e, "--hidden-size/--ffn-hidden-size too large");
+    return 0;
+}
+
+/* numpy legacy random_sample and gauss (polar method) over MT19937. */
+typedef struct {
+    mt_rs rs;
+    int has_gauss;
+    double gauss;
+} normal_rng;
+
+static double rng_double(mt_rs *rs)
+{
+    uint32_t a = mt_rs_next32(rs) >> 5, b = mt_rs_next32(rs) >> 6;
+    return (a * 67108864.0 + b) / 9007199254740992.0;
+}
+
+static double rng_gauss(normal_rng *g)
+{
+    if (g->has_gauss) {
+        g->has_gauss = 0;
+        return g->gauss;
+    }
+    double x1, x2, r2;
+    do {
+        x1 = 2.0 * rng_double(&g->rs) - 1.0;
+        x2 = 2.0 * rng_double(&g->rs) - 1.0;
+        r2 = x1 * x1 + x2 * x2;
+    } while (r2 >= 1.0 || r2 == 0.0);
+    double f = sqrt(-2.0 * log(r2) / r2);
+    g->gauss = f * x1;
+    g->has_gauss = 1;
+    return f * x2;
+}
+
+void mt_gpt_init(mt_gpt *m, uint64_t seed)
+{
+    normal_rng *g = mt_xcalloc(1, sizeof *g);
+    mt_rs_seed(&g->rs, (uint32_t)seed);
+    const size_t chunk = (size_t)1 << 20;
+    float *buf = mt_xmalloc(chunk * sizeof *buf);
+    int L = m->c.num_layers;
+    double std = m->c.init_method_std, out_std = std / sqrt(2.0 * L);
+    for (int i = 0; i < m->ntensors; i++) {
+        const mt_gpt_tensor *t = &m->tensors[i];
+        int j = i >= 2 && i < MT_GPT_LNF_W(L) ? (i - 2) % MT_GPT_PER_LAYER : -1;
+        int is_ln_weight = j == MT_GPT_LN1_W || j == MT_GPT_LN2_W || i == MT_GPT_LNF_W(L);
+        int is_random = t->ndim == 2;
+        double s = (j == MT_GPT_PROJ_W || j == MT_GPT_FC2_W) ? out_std : std;
+        for (size_t done = 0; done < t->numel; done += chunk) {
+            size_t n = t->numel - done < chunk ? t->numel - done : chunk;
+            for (size_t q = 0; q < n; q++)
+                buf[q] = is_random ? (float)(s * rng_gauss(g)) : is_ln_weight ? 1.0f : 0.0f;
+            mtk_to_device(m->k, m->params + t->offset + done, buf, n * sizeof *buf);
+        }
+    }
+    free(buf);
+    free(g);
+    m->have_forward = 0;
+}

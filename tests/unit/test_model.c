@@ -1,0 +1,690 @@
+/* test_model.c: the GPT model: configuration checks, padded vocabulary, tensor table, initialization,
+ * finite-difference gradients of every tensor (with and without dropout), loss mask, loss scale and
+ * accumulation, dropout determinism, memory report; plus a --dump DIR mode that writes a tiny model's
+ * parameters, batch, loss, gradients and ten AdamW steps for tests/pipeline/model-torch.sh.
+ */
+#include <errno.h>
+#include <inttypes.h>
+#include <stdint.h>
+#include <sys/stat.h>
+
+#include "io/npy.h"
+#include "kernels.h"
+#include "model/gpt.h"
+#include "t.h"
+
+static mtk *K;
+
+static mt_gpt_config tiny_config(void)
+{
+    mt_gpt_config c = {0};
+    c.num_layers = 2;
+    c.hidden_size = 8;
+    c.num_heads = 2;
+    c.ffn_hidden_size = 16;
+    c.seq_length = 5;
+    c.max_position_embeddings = 6;
+    c.vocab_size = 11;
+    c.padded_vocab_size = mt_gpt_padded_vocab(11, 8, 1);
+    c.layernorm_epsilon = 1e-5f;
+    c.init_method_std = 0.02;
+    c.hidden_dropout = 0.1f;
+    c.attention_dropout = 0.1f;
+    return c;
+}
+
+/* Small deterministic generator for test data (not the model's). */
+static uint64_t lcg_state = 88172645463325252ull;
+static double urand(void)
+{
+    lcg_state = lcg_state * 6364136223846793005ull + 1442695040888963407ull;
+    return (double)(lcg_state >> 11) / 9007199254740992.0;
+}
+
+static float *host_params(mt_gpt *m)
+{
+    size_t n = mt_gpt_num_params(m);
+    float *h = malloc(n * sizeof *h);
+    mtk_to_host(K, h, mt_gpt_params(m), n * sizeof *h);
+    return h;
+}
+static float *host_grads(mt_gpt *m)
+{
+    size_t n = mt_gpt_num_params(m);
+    float *h = malloc(n * sizeof *h);
+    mtk_to_host(K, h, mt_gpt_grads(m), n * sizeof *h);
+    return h;
+}
+
+/* Every parameter ~ U(-a, a) (LayerNorm weights around 1), so that no gradient is degenerate. */
+static void randomize(mt_gpt *m, double a)
+{
+    float *h = host_params(m);
+    for (int i = 0; i < mt_gpt_num_tensors(m); i++) {
+        const mt_gpt_tensor *t = mt_gpt_tensor_at(m, i);
+        int ln_w = strstr(t->name, "layernorm.weight") != NULL;
+        for (size_t j = 0; j < t->numel; j++) h[t->offset + j] = (float)((ln_w ? 1 : 0) + a * (2 * urand() - 1));
+    }
+    mtk_to_device(K, mt_gpt_params(m), h, mt_gpt_num_params(m) * sizeof *h);
+    free(h);
+}
+
+static void random_batch(int32_t *tok, int32_t *tgt, int n, int vocab)
+{
+    for (int i = 0; i < n; i++) {
+        tok[i] = (int32_t)(urand() * vocab);
+        tgt[i] = (int32_t)(urand() * vocab);
+    }
+}
+
+TEST(padded_vocab)
+{
+    T_EQ_INT(mt_gpt_padded_vocab(50257, 128, 1), 50304);
+    T_EQ_INT(mt_gpt_padded_vocab(50257, 128, 2), 50432);
+    T_EQ_INT(mt_gpt_padded_vocab(67, 64, 1), 128);
+    T_EQ_INT(mt_gpt_padded_vocab(128, 128, 1), 128);
+    T_EQ_INT(mt_gpt_padded_vocab(129, 128, 1), 256);
+    T_EQ_INT(mt_gpt_padded_vocab(11, 1, 1), 11);
+}
+
+TEST(config_checks)
+{
+    mt_err e;
+    mt_gpt_config c = tiny_config();
+    T_EQ_INT(mt_gpt_config_check(&c, &e), 0);
+    c.hidden_size = 768;
+    c.num_heads = 5;
+    T_EQ_INT(mt_gpt_config_check(&c, &e), -1);
+    T_EQ_STR(e.msg, "--num-attention-heads (5) must divide --hidden-size (768)");
+    c = tiny_config();
+    c.seq_length = 7;
+    T_EQ_INT(mt_gpt_config_check(&c, &e), -1);
+    T_EQ_STR(e.msg, "--seq-length (7) must not exceed --max-position-embeddings (6)");
+    struct {
+        int field;
+        const char *flag;
+    } cases[] = {{0, "--num-layers"}, {1, "--hidden-size"}, {2, "--num-attention-heads"}, {3, "--ffn-hidden-size"},
+                 {4, "--max-position-embeddings"}, {5, "--seq-length"}, {6, "--make-vocab-size-divisible-by"},
+                 {7, "--layernorm-epsilon"}, {8, "--init-method-std"}, {9, "--hidden-dropout"},
+                 {10, "--attention-dropout"}};
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        c = tiny_config();
+        switch (cases[i].field) {
+        case 0: c.num_layers = 0; break;
+        case 1: c.hidden_size = -8; break;
+        case 2: c.num_heads = 0; break;
+        case 3: c.ffn_hidden_size = 0; break;
+        case 4: c.max_position_embeddings = 0; break;
+        case 5: c.seq_length = 0; break;
+        case 6: c.padded_vocab_size = 10; break;
+        case 7: c.layernorm_epsilon = 0; break;
+        case 8: c.init_method_std = -1; break;
+        case 9: c.hidden_dropout = 1; break;
+        case 10: c.attention_dropout = -0.5f; break;
+        }
+        T_EQ_INT(mt_gpt_config_check(&c, &e), -1);
+        if (!strstr(e.msg, cases[i].flag)) T_FAILF("case %zu: message '%s' does not name %s", i, e.msg, cases[i].flag);
+    }
+    c = tiny_config();
+    c.num_heads = 3;
+    T_CHECK(mt_gpt_create(K, &c, 1, &e) == NULL);
+    T_CHECK(strstr(e.msg, "--num-attention-heads (3)") != NULL);
+    c = tiny_config();
+    T_CHECK(mt_gpt_create(K, &c, 0, &e) == NULL);
+}
+
+TEST(tensor_table)
+{
+    mt_err e;
+    mt_gpt_config c = tiny_config();
+    c.num_layers = 3;
+    c.ffn_hidden_size = 24;
+    mt_gpt *m = mt_gpt_create(K, &c, 2, &e);
+    if (!m) T_SKIP(e.msg);
+    int L = 3, h = 8, f = 24, V = 16, P = 6;
+    T_EQ_INT(mt_gpt_num_tensors(m), 2 + 12 * L + 2);
+    size_t expect_total = (size_t)V * h + (size_t)P * h + (size_t)L * (4 * h + 3 * h * h + 3 * h + h * h + h + f * h + f + h * f + h) + 2 * h;
+    T_EQ_INT(mt_gpt_num_params(m), expect_total);
+    size_t off = 0;
+    for (int i = 0; i < mt_gpt_num_tensors(m); i++) {
+        const mt_gpt_tensor *t = mt_gpt_tensor_at(m, i);
+        T_EQ_INT(t->offset, off);
+        T_EQ_INT(t->numel, t->ndim == 2 ? t->shape[0] * t->shape[1] : t->shape[0]);
+        int bias = strlen(t->name) > 5 && !strcmp(t->name + strlen(t->name) - 5, ".bias");
+        T_EQ_INT(t->no_decay, bias || t->ndim == 1);
+        T_EQ_INT(t->no_decay, t->ndim == 1);
+        T_CHECK(mt_gpt_tensor_find(m, t->name) == t);
+        off += t->numel;
+    }
+    T_CHECK(mt_gpt_tensor_at(m, -1) == NULL && mt_gpt_tensor_at(m, mt_gpt_num_tensors(m)) == NULL);
+    T_CHECK(mt_gpt_tensor_find(m, "language_model.nothing") == NULL);
+    const mt_gpt_tensor *t = mt_gpt_tensor_at(m, 0);
+    T_EQ_STR(t->name, "language_model.embedding.word_embeddings.weight");
+    T_EQ_INT(t->shape[0], V);
+    T_EQ_INT(t->shape[1], h);
+    t = mt_gpt_tensor_at(m, 1);
+    T_EQ_STR(t->name, "language_model.embedding.position_embeddings.weight");
+    T_EQ_INT(t->shape[0], P);
+    static const char *names[12] = {"input_layernorm.weight", "input_layernorm.bias",
+                                    "self_attention.query_key_value.weight", "self_attention.query_key_value.bias",
+                                    "self_attention.dense.weight", "self_attention.dense.bias",
+                                    "post_attention_layernorm.weight", "post_attention_layernorm.bias",
+                                    "mlp.dense_h_to_4h.weight", "mlp.dense_h_to_4h.bias", "mlp.dense_4h_to_h.weight",
+                                    "mlp.dense_4h_to_h.bias"};
+    int64_t shapes[12][2] = {{h, 0}, {h, 0}, {3 * h, h}, {3 * h, 0}, {h, h}, {h, 0},
+                             {h, 0}, {h, 0}, {f, h},     {f, 0},     {h, f}, {h, 0}};
+    for (int l = 0; l < L; l++)
+        for (int j = 0; j < 12; j++) {
+            t = mt_gpt_tensor_at(m, 2 + 12 * l + j);
+            char want[128];
+            snprintf(want, sizeof want, "language_model.encoder.layers.%d.%s", l, names[j]);
+            T_EQ_STR(t->name, want);
+            T_EQ_INT(t->ndim, shapes[j][1] ? 2 : 1);
+            T_EQ_INT(t->shape[0], shapes[j][0]);
+            if (shapes[j][1]) T_EQ_INT(t->shape[1], shapes[j][1]);
+        }
+    T_EQ_STR(mt_gpt_tensor_at(m, 2 + 12 * L)->name, "language_model.encoder.final_layernorm.weight");
+    T_EQ_STR(mt_gpt_tensor_at(m, 3 + 12 * L)->name, "language_model.encoder.final_layernorm.bias");
+    T_EQ_INT(mt_gpt_tensor_at(m, 3 + 12 * L)->offset + h, mt_gpt_num_params(m));
+    T_CHECK(mt_gpt_get_config(m)->num_layers == 3);
+
+    /* Memory: parameters and gradients are one float each; activations grow with the batch. */
+    size_t pb, gb, ab1, ab2;
+    mt_gpt_memory(m, &pb, &gb, &ab1);
+    T_EQ_INT(pb, mt_gpt_num_params(m) * 4);
+    T_EQ_INT(gb, pb);
+    mt_gpt *m4 = mt_gpt_create(K, &c, 4, &e);
+    mt_gpt_memory(m4, NULL, NULL, &ab2);
+    T_CHECK(ab1 > 0 && ab2 > ab1 && ab2 <= 2 * ab1 + 1);
+    mt_gpt_free(m4);
+    mt_gpt_free(m);
+}
+
+static void stats(const float *x, size_t n, double *mean, double *std)
+{
+    double s = 0, s2 = 0;
+    for (size_t i = 0; i < n; i++) s += x[i];
+    *mean = s / n;
+    for (size_t i = 0; i < n; i++) s2 += (x[i] - *mean) * (x[i] - *mean);
+    *std = sqrt(s2 / n);
+}
+
+TEST(init_statistics)
+{
+    mt_err e;
+    mt_gpt_config c = tiny_config();
+    c.num_layers = 4;
+    c.hidden_size = 64;
+    c.num_heads = 4;
+    c.ffn_hidden_size = 256;
+    c.vocab_size = 500;
+    c.padded_vocab_size = mt_gpt_padded_vocab(500, 128, 1);
+    c.max_position_embeddings = 64;
+    mt_gpt *m = mt_gpt_create(K, &c, 1, &e);
+    if (!m) T_SKIP(e.msg);
+    mt_gpt_init(m, 0);
+    float *p = host_params(m);
+    /* numpy.random.RandomState(0).normal() == 1.764052345967664, then 0.4001572083672233 */
+    T_EQ_INT(p[0] == (float)(0.02 * 1.764052345967664), 1);
+    T_EQ_INT(p[1] == (float)(0.02 * 0.4001572083672233), 1);
+    double out_std = 0.02 / sqrt(8.0);
+    for (int i = 0; i < mt_gpt_num_tensors(m); i++) {
+        const mt_gpt_tensor *t = mt_gpt_tensor_at(m, i);
+        double mu, sd;
+        stats(p + t->offset, t->numel, &mu, &sd);
+        if (t->ndim == 2) {
+            int out = strstr(t->name, "dense.weight") || strstr(t->name, "dense_4h_to_h.weight");
+            double want = out ? out_std : 0.02;
+            double tol = 4 * want / sqrt(2.0 * t->numel) + 1e-12;   /* ~4 standard errors of the sample std */
+            if (fabs(sd - want) > tol) T_FAILF("%s: std %g, expected %g", t->name, sd, want);
+            if (fabs(mu) > 4 * want / sqrt((double)t->numel)) T_FAILF("%s: mean %g", t->name, mu);
+        } else {
+            double want = strstr(t->name, "layernorm.weight") ? 1.0 : 0.0;
+            for (size_t j = 0; j < t->numel; j++)
+                if (p[t->offset + j] != want) {
+                    T_FAILF("%s[%zu] = %g, expected %g", t->name, j, p[t->offset + j], want);
+                    break;
+                }
+        }
+    }
+    /* The padded vocabulary rows are drawn like the others. */
+    const mt_gpt_tensor *wte = mt_gpt_tensor_at(m, 0);
+    double mu, sd;
+    stats(p + wte->offset + (size_t)500 * 64, (size_t)12 * 64, &mu, &sd);
+    T_CHECK(sd > 0.015 && sd < 0.025);
+    /* Same seed, same parameters; another seed, others. */
+    mt_gpt_init(m, 0);
+    float *q = host_params(m);
+    T_CHECK(!memcmp(p, q, mt_gpt_num_params(m) * sizeof *p));
+    mt_gpt_init(m, 1);
+    free(q);
+    q = host_params(m);
+    T_CHECK(memcmp(p, q, wte->numel * sizeof *p) != 0);
+    free(p);
+    free(q);
+    mt_gpt_free(m);
+}
+
+/* Central differences against the backward pass for a sample of entries of every tensor. Entries
+ * whose gradient is below 1% of the tensor's largest are compared in absolute terms only. */
+static double grad_check(mt_gpt *m, const int32_t *tok, const int32_t *tgt, const float *mask, int B, int T,
+                         int per_tensor, double *worst_abs)
+{
+    mt_gpt_zero_grad(m);
+    double loss = mt_gpt_forward(m, tok, tgt, mask, B, T, NULL);
+    mt_gpt_backward(m, 1.0f);
+    float *g = host_grads(m), *p = host_params(m);
+    double worst = 0, wabs = 0, eps = 1e-2;
+    for (int i = 0; i < mt_gpt_num_tensors(m); i++) {
+        const mt_gpt_tensor *t = mt_gpt_tensor_at(m, i);
+        double gmax = 0;
+        for (size_t j = 0; j < t->numel; j++) gmax = fmax(gmax, fabs(g[t->offset + j]));
+        for (int s = 0; s < per_tensor; s++) {
+            size_t j = t->offset;
+            /* the largest gradient first, then random entries */
+            if (s == 0) {
+                for (size_t q = 0; q < t->numel; q++)
+                    if (fabs(g[t->offset + q]) == gmax) {
+                        j = t->offset + q;
+                        break;
+                    }
+            } else {
+                j = t->offset + (size_t)(urand() * t->numel);
+            }
+            float keep = p[j];
+            p[j] = (float)(keep + eps);
+            mtk_to_device(K, mt_gpt_params(m) + j, p + j, sizeof(float));
+            double lp = mt_gpt_forward(m, tok, tgt, mask, B, T, NULL);
+            p[j] = (float)(keep - eps);
+            mtk_to_device(K, mt_gpt_params(m) + j, p + j, sizeof(float));
+            double lm = mt_gpt_forward(m, tok, tgt, mask, B, T, NULL);
+            p[j] = keep;
+            mtk_to_device(K, mt_gpt_params(m) + j, p + j, sizeof(float));
+            double fd = (lp - lm) / (2 * eps), an = g[j];
+            double err = fabs(fd - an);
+            wabs = fmax(wabs, err);
+            if (fabs(an) >= 0.01 * gmax && gmax > 0) worst = fmax(worst, err / fmax(fabs(an), fabs(fd)));
+            if (err > 1e-2 * fmax(fabs(an), 0.01 * gmax) + 1e-4)
+                T_FAILF("%s[%zu]: backward %.6g, central difference %.6g (loss %.6g)", t->name, j - t->offset, an, fd,
+                        loss);
+            if (getenv("MT_TEST_VERBOSE"))
+                fprintf(stderr, "%-60s %6zu  bwd %12.6g  fd %12.6g\n", t->name, j - t->offset, an, fd);
+        }
+    }
+    free(g);
+    free(p);
+    *worst_abs = wabs;
+    return worst;
+}
+
+TEST(gradients_match_central_differences)
+{
+    mt_err e;
+    mt_gpt_config c = tiny_config();
+    int B = 2, T = 5;
+    mt_gpt *m = mt_gpt_create(K, &c, B, &e);
+    if (!m) T_SKIP(e.msg);
+    randomize(m, 0.3);
+    int32_t tok[10], tgt[10];
+    random_batch(tok, tgt, B * T, c.padded_vocab_size);
+    float mask[10] = {1, 1, 0, 1, 1, 1, 1, 1, 0.5f, 1};
+    double wabs, worst = grad_check(m, tok, tgt, mask, B, T, 8, &wabs);
+    if (getenv("MT_TEST_VERBOSE")) fprintf(stderr, "worst relative %.3g, worst absolute %.3g\n", worst, wabs);
+    /* T shorter than seq_length: the unused position rows get no gradient */
+    mt_gpt_zero_grad(m);
+    mt_gpt_forward(m, tok, tgt, NULL, 2, 3, NULL);
+    mt_gpt_backward(m, 1.0f);
+    float *g = host_grads(m);
+    const mt_gpt_tensor *wpe = mt_gpt_tensor_at(m, 1);
+    for (size_t j = 3 * 8; j < wpe->numel; j++) T_CHECK(g[wpe->offset + j] == 0);
+    T_CHECK(g[wpe->offset] != 0);
+    free(g);
+    (void)grad_check(m, tok, tgt, NULL, 2, 3, 3, &wabs);
+    mt_gpt_free(m);
+}
+
+TEST(gradients_with_dropout)
+{
+    mt_err e;
+    mt_gpt_config c = tiny_config();
+    c.hidden_dropout = 0.2f;
+    c.attention_dropout = 0.3f;
+    int B = 2, T = 5;
+    mt_gpt *m = mt_gpt_create(K, &c, B, &e);
+    if (!m) T_SKIP(e.msg);
+    randomize(m, 0.3);
+    int32_t tok[10], tgt[10];
+    random_batch(tok, tgt, B * T, c.vocab_size);
+    mt_gpt_set_dropout(m, 1, 12345);
+    double wabs, worst = grad_check(m, tok, tgt, NULL, B, T, 8, &wabs);
+    if (getenv("MT_TEST_VERBOSE")) fprintf(stderr, "dropout: worst relative %.3g, worst absolute %.3g\n", worst, wabs);
+    mt_gpt_free(m);
+}
+
+TEST(loss_mask_scale_and_accumulation)
+{
+    mt_err e;
+    mt_gpt_config c = tiny_config();
+    int B = 2, T = 5, N = 10;
+    mt_gpt *m = mt_gpt_create(K, &c, B, &e);
+    if (!m) T_SKIP(e.msg);
+    randomize(m, 0.3);
+    size_t n = mt_gpt_num_params(m);
+    int32_t tok[10], tgt[10], tgt2[10];
+    random_batch(tok, tgt, N, c.vocab_size);
+    float mask[10] = {1, 0, 1, 1, 0, 1, 1, 0, 1, 1}, tl[10];
+    double loss = mt_gpt_forward(m, tok, tgt, mask, B, T, tl), want = 0;
+    for (int i = 0; i < N; i++) {
+        want += tl[i] * mask[i];
+        T_CHECK(tl[i] > 0 && isfinite(tl[i]));
+    }
+    T_NEAR(loss, want / 7, 1e-12);
+    double all = mt_gpt_forward(m, tok, tgt, NULL, B, T, NULL);
+    want = 0;
+    for (int i = 0; i < N; i++) want += tl[i];
+    T_NEAR(all, want / N, 1e-6);
+
+    /* Targets under a zero mask change neither the loss nor the gradient. */
+    mt_gpt_zero_grad(m);
+    mt_gpt_forward(m, tok, tgt, mask, B, T, NULL);
+    mt_gpt_backward(m, 1.0f);
+    float *g1 = host_grads(m);
+    memcpy(tgt2, tgt, sizeof tgt2);
+    for (int i = 0; i < N; i++)
+        if (mask[i] == 0) tgt2[i] = (tgt[i] + 3) % c.vocab_size;
+    mt_gpt_zero_grad(m);
+    T_NEAR(mt_gpt_forward(m, tok, tgt2, mask, B, T, NULL), loss, 1e-12);
+    mt_gpt_backward(m, 1.0f);
+    float *g2 = host_grads(m);
+    T_CHECK(!memcmp(g1, g2, n * sizeof *g1));
+    /* ... but they do without the mask */
+    mt_gpt_zero_grad(m);
+    mt_gpt_forward(m, tok, tgt2, NULL, B, T, NULL);
+    mt_gpt_backward(m, 1.0f);
+    free(g2);
+    g2 = host_grads(m);
+    T_CHECK(memcmp(g1, g2, n * sizeof *g1) != 0);
+
+    /* Backward accumulates: two passes at scale 0.25 equal one at 0.5; the scale is linear. */
+    mt_gpt_zero_grad(m);
+    for (int r = 0; r < 2; r++) {
+        mt_gpt_forward(m, tok, tgt, mask, B, T, NULL);
+        mt_gpt_backward(m, 0.25f);
+    }
+    free(g2);
+    g2 = host_grads(m);
+    double md = 0, mx = 0;
+    for (size_t i = 0; i < n; i++) {
+        md = fmax(md, fabs(2 * g2[i] - g1[i]));
+        mx = fmax(mx, fabs(g1[i]));
+    }
+    T_CHECK(mx > 0 && md <= 1e-6 * mx);
+    /* A second backward without a forward adds nothing. */
+    mt_gpt_backward(m, 1.0f);
+    float *g3 = host_grads(m);
+    T_CHECK(!memcmp(g2, g3, n * sizeof *g2));
+    /* All-zero mask: loss 0, no gradient. */
+    float zero[10] = {0};
+    mt_gpt_zero_grad(m);
+    T_EQ_INT(mt_gpt_forward(m, tok, tgt, zero, B, T, NULL) == 0.0, 1);
+    mt_gpt_backward(m, 1.0f);
+    T_EQ_INT(mtk_sumsq(K, mt_gpt_grads(m), n) == 0.0, 1);
+    /* Out-of-range tokens, targets or sizes: NaN. */
+    int32_t bad[10];
+    memcpy(bad, tok, sizeof bad);
+    bad[3] = c.padded_vocab_size;
+    T_CHECK(isnan(mt_gpt_forward(m, bad, tgt, NULL, B, T, NULL)));
+    bad[3] = -1;
+    T_CHECK(isnan(mt_gpt_forward(m, tok, bad, NULL, B, T, NULL)));
+    T_CHECK(isnan(mt_gpt_forward(m, tok, tgt, NULL, B + 1, T, NULL)));
+    T_CHECK(isnan(mt_gpt_forward(m, tok, tgt, NULL, 1, T + 1, NULL)));
+    free(g1);
+    free(g2);
+    free(g3);
+    mt_gpt_free(m);
+}
+
+TEST(dropout_modes)
+{
+    mt_err e;
+    mt_gpt_config c = tiny_config();
+    c.hidden_dropout = 0.2f;
+    c.attention_dropout = 0.2f;
+    int B = 2, T = 5, N = 10;
+    mt_gpt *m = mt_gpt_create(K, &c, B, &e);
+    if (!m) T_SKIP(e.msg);
+    randomize(m, 0.3);
+    size_t n = mt_gpt_num_params(m);
+    int32_t tok[10], tgt[10];
+    random_batch(tok, tgt, N, c.vocab_size);
+    float a[10], b[10];
+    double l0 = mt_gpt_forward(m, tok, tgt, NULL, B, T, a);   /* default: evaluation mode */
+    double l1 = mt_gpt_forward(m, tok, tgt, NULL, B, T, b);
+    T_CHECK(l0 == l1 && !memcmp(a, b, sizeof a));
+    mt_gpt_set_dropout(m, 0, 777);
+    T_CHECK(mt_gpt_forward(m, tok, tgt, NULL, B, T, b) == l0 && !memcmp(a, b, sizeof a));
+
+    mt_gpt_set_dropout(m, 1, 777);
+    double d1 = mt_gpt_forward(m, tok, tgt, NULL, B, T, a);
+    mt_gpt_zero_grad(m);
+    mt_gpt_backward(m, 1.0f);
+    float *g1 = host_grads(m);
+    double d2 = mt_gpt_forward(m, tok, tgt, NULL, B, T, b);
+    mt_gpt_zero_grad(m);
+    mt_gpt_backward(m, 1.0f);
+    float *g2 = host_grads(m);
+    T_CHECK(d1 == d2 && !memcmp(a, b, sizeof a));
+    T_CHECK(!memcmp(g1, g2, n * sizeof *g1));
+    T_CHECK(d1 != l0);
+    mt_gpt_set_dropout(m, 1, 778);
+    double d3 = mt_gpt_forward(m, tok, tgt, NULL, B, T, b);
+    T_CHECK(d3 != d1 && memcmp(a, b, sizeof a) != 0);
+
+    /* Sites draw different masks, and keys different seeds. */
+    T_CHECK(mt_gpt_dropout_seed(777, 0) != mt_gpt_dropout_seed(777, 1));
+    T_CHECK(mt_gpt_dropout_seed(777, 1) != mt_gpt_dropout_seed(778, 1));
+    T_CHECK(mt_gpt_dropout_seed(0, 0) != mt_gpt_dropout_seed(1, 0));
+
+    /* Attention dropout alone and hidden dropout alone each change the loss. */
+    c.hidden_dropout = 0;
+    mt_gpt *ma = mt_gpt_create(K, &c, B, &e);
+    c.hidden_dropout = 0.2f;
+    c.attention_dropout = 0;
+    mt_gpt *mh = mt_gpt_create(K, &c, B, &e);
+    float *p = host_params(m);
+    mtk_to_device(K, mt_gpt_params(ma), p, n * sizeof *p);
+    mtk_to_device(K, mt_gpt_params(mh), p, n * sizeof *p);
+    mt_gpt_set_dropout(ma, 1, 777);
+    mt_gpt_set_dropout(mh, 1, 777);
+    double la = mt_gpt_forward(ma, tok, tgt, NULL, B, T, NULL), lh = mt_gpt_forward(mh, tok, tgt, NULL, B, T, NULL);
+    T_CHECK(la != l0 && lh != l0 && la != lh && la != d1 && lh != d1);
+    /* p = 0 in training mode is evaluation */
+    c.hidden_dropout = 0;
+    mt_gpt *m0 = mt_gpt_create(K, &c, B, &e);
+    mtk_to_device(K, mt_gpt_params(m0), p, n * sizeof *p);
+    mt_gpt_set_dropout(m0, 1, 777);
+    T_CHECK(mt_gpt_forward(m0, tok, tgt, NULL, B, T, NULL) == l0);
+    mt_gpt_free(m0);
+    mt_gpt_free(ma);
+    mt_gpt_free(mh);
+    free(p);
+    free(g1);
+    free(g2);
+    mt_gpt_free(m);
+}
+
+/* ---- --dump DIR: the tiny model for tests/pipeline/model-torch.sh ----
+ * DIR/eval and DIR/drop (training mode, dropout 0.1/0.1, key 4242 + step) each get:
+ *   meta.txt      key value lines (config, batch, optimizer settings, loss)
+ *   table.txt     name offset numel ndim rows cols no_decay, one tensor a line
+ *   params.npy    float32 [P] initial parameters (mt_gpt_init seed 1234)
+ *   tokens.npy, targets.npy int32 [B,T]; mask.npy float32 [B,T]
+ *   tok_losses.npy float32 [B,T]; grads.npy float32 [P] of the masked mean loss
+ *   step_tokens.npy, step_targets.npy int32 [S,B,T]; step_mask.npy float32 [S,B,T]
+ *   step_losses.npy float64 [S+1]: the loss of step s's batch before its update (key 4242 + s), and last
+ *   the loss of batch 0 after all S updates (evaluation mode)
+ * Steps are AdamW through mtk_adamw: lr 1e-3, betas 0.9/0.999, eps 1e-8, weight decay 0.1 on
+ * tensors that are not no_decay. */
+enum { D_B = 3, D_T = 16, D_STEPS = 10 };
+
+static int dump_npy(const char *dir, const char *name, const char *descr, const int64_t *shape, int ndim,
+                    const void *data)
+{
+    char p[1024];
+    snprintf(p, sizeof p, "%s/%s", dir, name);
+    size_t n = (size_t)mt_npy_itemsize(descr);
+    for (int i = 0; i < ndim; i++) n *= (size_t)shape[i];
+    mt_err e;
+    if (mt_npy_write(p, descr, shape, ndim, data, n, &e)) {
+        fprintf(stderr, "%s\n", e.msg);
+        return -1;
+    }
+    return 0;
+}
+
+static int dump_variant(const char *dir, int training)
+{
+    if (mkdir(dir, 0777) && errno != EEXIST) {
+        perror(dir);
+        return 1;
+    }
+    mt_gpt_config c = {0};
+    c.num_layers = 2;
+    c.hidden_size = 32;
+    c.num_heads = 4;
+    c.ffn_hidden_size = 128;
+    c.seq_length = D_T;
+    c.max_position_embeddings = 20;
+    c.vocab_size = 67;
+    c.padded_vocab_size = mt_gpt_padded_vocab(67, 64, 1);
+    c.layernorm_epsilon = 1e-5f;
+    c.init_method_std = 0.2;
+    c.hidden_dropout = 0.1f;
+    c.attention_dropout = 0.1f;
+    mt_err e;
+    mt_gpt *m = mt_gpt_create(K, &c, D_B, &e);
+    if (!m) {
+        fprintf(stderr, "%s\n", e.msg);
+        return 1;
+    }
+    mt_gpt_init(m, 1234);
+    size_t n = mt_gpt_num_params(m);
+    const int N = D_B * D_T;
+    uint64_t key = 4242;
+    int32_t tok[D_STEPS][N], tgt[D_STEPS][N];
+    float mask[D_STEPS][N];
+    lcg_state = 99;
+    for (int s = 0; s < D_STEPS; s++) {
+        random_batch(tok[s], tgt[s], N, c.vocab_size);
+        for (int i = 0; i < N; i++) mask[s][i] = urand() < 0.15 ? 0.0f : 1.0f;
+    }
+
+    int rc = 0;
+    int64_t shp[3] = {D_STEPS, D_B, D_T}, pshape[1] = {(int64_t)n};
+    float *p0 = host_params(m);
+    rc |= dump_npy(dir, "params.npy", "<f4", pshape, 1, p0);
+    rc |= dump_npy(dir, "tokens.npy", "<i4", shp + 1, 2, tok[0]);
+    rc |= dump_npy(dir, "targets.npy", "<i4", shp + 1, 2, tgt[0]);
+    rc |= dump_npy(dir, "mask.npy", "<f4", shp + 1, 2, mask[0]);
+    rc |= dump_npy(dir, "step_tokens.npy", "<i4", shp, 3, tok);
+    rc |= dump_npy(dir, "step_targets.npy", "<i4", shp, 3, tgt);
+    rc |= dump_npy(dir, "step_mask.npy", "<f4", shp, 3, mask);
+
+    float tl[N];
+    mt_gpt_set_dropout(m, training, key);
+    mt_gpt_zero_grad(m);
+    double loss = mt_gpt_forward(m, tok[0], tgt[0], mask[0], D_B, D_T, tl);
+    mt_gpt_backward(m, 1.0f);
+    float *g = host_grads(m);
+    rc |= dump_npy(dir, "tok_losses.npy", "<f4", shp + 1, 2, tl);
+    rc |= dump_npy(dir, "grads.npy", "<f4", pshape, 1, g);
+
+    float *mom = mtk_alloc(K, n * sizeof(float), &e), *var = mtk_alloc(K, n * sizeof(float), &e);
+    double losses[D_STEPS + 1];
+    for (int s = 0; s < D_STEPS; s++) {
+        mt_gpt_set_dropout(m, training, key + (uint64_t)s);
+        mt_gpt_zero_grad(m);
+        losses[s] = mt_gpt_forward(m, tok[s], tgt[s], mask[s], D_B, D_T, NULL);
+        mt_gpt_backward(m, 1.0f);
+        for (int i = 0; i < mt_gpt_num_tensors(m); i++) {
+            const mt_gpt_tensor *t = mt_gpt_tensor_at(m, i);
+            mtk_adamw(K, mt_gpt_params(m) + t->offset, mt_gpt_grads(m) + t->offset, mom + t->offset, var + t->offset,
+                      t->numel, 1e-3f, 0.9f, 0.999f, 1e-8f, t->no_decay ? 0.0f : 0.1f, s + 1, 1.0f);
+        }
+    }
+    mt_gpt_set_dropout(m, 0, 0);
+    losses[D_STEPS] = mt_gpt_forward(m, tok[0], tgt[0], mask[0], D_B, D_T, NULL);
+    int64_t lshape[1] = {D_STEPS + 1};
+    rc |= dump_npy(dir, "step_losses.npy", "<f8", lshape, 1, losses);
+
+    char path[1024];
+    snprintf(path, sizeof path, "%s/meta.txt", dir);
+    FILE *f = fopen(path, "w");
+    if (!f) {
+        perror(path);
+        return 1;
+    }
+    fprintf(f, "num_layers %d\nhidden_size %d\nnum_heads %d\nffn_hidden_size %d\nseq_length %d\n", c.num_layers,
+            c.hidden_size, c.num_heads, c.ffn_hidden_size, c.seq_length);
+    fprintf(f, "max_position_embeddings %d\nvocab_size %d\npadded_vocab_size %d\nlayernorm_epsilon %.9g\n",
+            c.max_position_embeddings, c.vocab_size, c.padded_vocab_size, (double)c.layernorm_epsilon);
+    fprintf(f, "init_method_std %.17g\nexact_gelu %d\nhidden_dropout %.9g\nattention_dropout %.9g\n",
+            c.init_method_std, c.exact_gelu, (double)c.hidden_dropout, (double)c.attention_dropout);
+    fprintf(f, "seed 1234\ntraining %d\nkey %" PRIu64 "\nB %d\nT %d\nsteps %d\n", training, key, D_B, D_T, D_STEPS);
+    fprintf(f, "lr 1e-3\nbeta1 0.9\nbeta2 0.999\nadam_eps 1e-8\nweight_decay 0.1\nloss %.17g\n", loss);
+    fclose(f);
+    snprintf(path, sizeof path, "%s/table.txt", dir);
+    f = fopen(path, "w");
+    if (!f) {
+        perror(path);
+        return 1;
+    }
+    for (int i = 0; i < mt_gpt_num_tensors(m); i++) {
+        const mt_gpt_tensor *t = mt_gpt_tensor_at(m, i);
+        fprintf(f, "%s %zu %zu %d %" PRId64 " %" PRId64 " %d\n", t->name, t->offset, t->numel, t->ndim, t->shape[0],
+                t->ndim == 2 ? t->shape[1] : 0, t->no_decay);
+    }
+    fclose(f);
+    mtk_free(K, mom);
+    mtk_free(K, var);
+    free(p0);
+    free(g);
+    mt_gpt_free(m);
+    return rc ? 1 : 0;
+}
+
+static int dump_main(const char *dir)
+{
+    if (mkdir(dir, 0777) && errno != EEXIST) {
+        perror(dir);
+        return 1;
+    }
+    char sub[1024];
+    snprintf(sub, sizeof sub, "%s/eval", dir);
+    if (dump_variant(sub, 0)) return 1;
+    snprintf(sub, sizeof sub, "%s/drop", dir);
+    return dump_variant(sub, 1);
+}
+
+T_MAIN_BEGIN("test_model")
+mt_err e;
+K = mtk_open("cpu", 0, &e);
+if (!K) {
+    fprintf(stderr, "%s\n", e.msg);
+    return 1;
+}
+if (argc > 2 && !strcmp(argv[1], "--dump")) {
+    int rc = dump_main(argv[2]);
+    mtk_close(K);
+    return rc;
+}
+RUN(padded_vocab);
+RUN(config_checks);
+RUN(tensor_table);
+RUN(init_statistics);
+RUN(gradients_match_central_differences);
+RUN(gradients_with_dropout);
+RUN(loss_mask_scale_and_accumulation);
+RUN(dropout_modes);
+mtk_close(K);
+T_MAIN_END
