@@ -81,14 +81,6 @@ MTK_CLONES static void row_bwd(float *s, float *dp, const float *mk, int nv, int
     for (int c = nv; c < bk; c++) s[c] = dp[c] = 0.0f;
 }
 
-/* OpenBLAS must not start its own threads for the small tile products inside our parallel region. */
-static int blas_single(void)
-{
-    int n = openblas_get_num_threads();
-    openblas_set_num_threads(1);
-    return n;
-}
-
 void cpu_attention_fwd(mtk *k, float *out, float *lse, const float *qkv, int B, int T, int NH, int HS,
                        const mtk_dropout *drop)
 {
@@ -99,7 +91,6 @@ void cpu_attention_fwd(mtk *k, float *out, float *lse, const float *qkv, int B, 
     const int dropping = drop && drop->p > 0.0f;
     const float dscale = dropping ? 1.0f / (1.0f - drop->p) : 1.0f;
     const int nqb = (T + BQ - 1) / BQ;
-    const int blas_threads = blas_single();
 
 #pragma omp parallel
     {
@@ -155,7 +146,6 @@ void cpu_attention_fwd(mtk *k, float *out, float *lse, const float *qkv, int B, 
         free(O);
         free(mk);
     }
-    openblas_set_num_threads(blas_threads);
 }
 
 void cpu_attention_bwd(mtk *k, float *dqkv, const float *dout, const float *qkv, const float *out, const float *lse,
@@ -167,7 +157,6 @@ void cpu_attention_bwd(mtk *k, float *dqkv, const float *dout, const float *qkv,
     const float scale = 1.0f / sqrtf((float)HS);
     const int dropping = drop && drop->p > 0.0f;
     const float dscale = dropping ? 1.0f / (1.0f - drop->p) : 1.0f;
-    const int blas_threads = blas_single();
 
 #pragma omp parallel
     {
@@ -223,5 +212,4 @@ void cpu_attention_bwd(mtk *k, float *dqkv, const float *dout, const float *qkv,
         free(D);
         free(mk);
     }
-    openblas_set_num_threads(blas_threads);
 }
