@@ -446,6 +446,7 @@ TEST(attention_small_fd)
 {
     check_attention((att_shape){2, 7, 3, 5, NULL}, 1);
     check_attention((att_shape){1, 13, 2, 8, NULL}, 1);
+    check_attention((att_shape){3, 1, 2, 4, NULL}, 1);   /* one token: out = v */
 }
 
 TEST(attention_dropout_fd)
