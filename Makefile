@@ -33,6 +33,9 @@ MAN7     := $(sort $(wildcard man/*.7))
 all: deps
 	@$(MAKE) --no-print-directory $(PROGS)
 
+# The cpu kernels' loops must vectorize: branch-free selects need -fno-trapping-math (results unchanged).
+$(B)/obj/kernels/cpu/%.o: MT_CFLAGS += -fno-trapping-math -fno-math-errno -ftree-vectorize -fvect-cost-model=dynamic
+
 $(B)/obj/%.o: %.c
 	@mkdir -p $(dir $@)
 	$(CC) $(MT_CFLAGS) $(CFLAGS) -c $< -o $@

@@ -15,15 +15,70 @@
 #include <string.h>
 
 #include "cpu.h"
+#include "vmath.h"
 
 enum { BQ = 64, BK = 64 };
 
-/* OpenBLAS must not start its own threads for the small tile products inside our parallel region. */
-static int blas_single(void)
+/* ---- row helpers over one tile row, compiled for AVX2 and the baseline ---- */
+
+MTK_CLONES static float row_max(const float *s, int n, float mx)
 {
-    int n = openblas_get_num_threads();
-    openblas_set_num_threads(1);
-    return n;
+#pragma omp simd reduction(max : mx)
+    for (int c = 0; c < n; c++) mx = s[c] > mx ? s[c] : mx;
+    return mx;
+}
+
+/* s[c] = exp(s[c] - mx) for c < nv, 0 up to bk; returns the sum in a fixed order. */
+MTK_CLONES static float row_exp(float *s, int nv, int bk, float mx)
+{
+    float acc[8] = {0};
+    for (int c = 0; c < nv; c++) s[c] = vexp(s[c] - mx);
+    for (int c = nv; c < bk; c++) s[c] = 0.0f;
+    int c = 0;
+    for (; c + 8 <= nv; c += 8)
+        for (int l = 0; l < 8; l++) acc[l] += s[c + l];
+    float sum = 0.0f;
+    for (; c < nv; c++) sum += s[c];
+    for (int l = 0; l < 8; l++) sum += acc[l];
+    return sum;
+}
+
+MTK_CLONES static void row_scale(float *o, int n, float a)
+{
+    for (int d = 0; d < n; d++) o[d] *= a;
+}
+
+/* The dropout factor of counters ctr .. ctr+n-1 (mtk_dropout_keep written out so that it vectorizes):
+ * mk[c] = scale if kept, else 0. */
+MTK_CLONES static void row_mask(float *mk, int n, uint64_t seed, uint64_t ctr, float p, float scale)
+{
+    for (int c = 0; c < n; c++) {
+        uint64_t z = seed ^ ((ctr + (uint64_t)c + 1) * 0x9E3779B97F4A7C15ull);
+        z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+        z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+        z ^= z >> 31;
+        mk[c] = (float)(int32_t)(uint32_t)(z >> 40) * (1.0f / 16777216.0f) >= p ? scale : 0.0f;
+    }
+}
+
+/* Backward tile row: P = exp(S - lse) on the nv unmasked columns; with a dropout factor mk (may be NULL)
+ * s becomes P * mk (the dropped probabilities, for dv) and dp becomes dS = P * (dp * mk - D). */
+MTK_CLONES static void row_bwd(float *s, float *dp, const float *mk, int nv, int bk, float lse, float D)
+{
+    if (mk) {
+        for (int c = 0; c < nv; c++) {
+            float p = vexp(s[c] - lse);
+            s[c] = p * mk[c];
+            dp[c] = p * (dp[c] * mk[c] - D);
+        }
+    } else {
+        for (int c = 0; c < nv; c++) {
+            float p = vexp(s[c] - lse);
+            s[c] = p;
+            dp[c] = p * (dp[c] - D);
+        }
+    }
+    for (int c = nv; c < bk; c++) s[c] = dp[c] = 0.0f;
 }
 
 void cpu_attention_fwd(mtk *k, float *out, float *lse, const float *qkv, int B, int T, int NH, int HS,
@@ -36,11 +91,10 @@ void cpu_attention_fwd(mtk *k, float *out, float *lse, const float *qkv, int B, 
     const int dropping = drop && drop->p > 0.0f;
     const float dscale = dropping ? 1.0f / (1.0f - drop->p) : 1.0f;
     const int nqb = (T + BQ - 1) / BQ;
-    const int blas_threads = blas_single();
 
 #pragma omp parallel
     {
-        float *S = cpu_scratch(BQ * BK), *O = cpu_scratch((size_t)BQ * HS);
+        float *S = cpu_scratch(BQ * BK), *O = cpu_scratch((size_t)BQ * HS), *mk = cpu_scratch(BK);
         float m[BQ], l[BQ];
 #pragma omp for schedule(dynamic, 1)
         for (int item = 0; item < B * NH * nqb; item++) {
@@ -65,24 +119,16 @@ void cpu_attention_fwd(mtk *k, float *out, float *lse, const float *qkv, int B, 
                         for (int c = 0; c < bk; c++) s[c] = 0.0f;
                         continue;
                     }
-                    float mx = m[r];
-                    for (int c = 0; c < nv; c++) mx = s[c] > mx ? s[c] : mx;
-                    const float corr = expf(m[r] - mx);
-                    float sum = 0.0f;
-                    for (int c = 0; c < nv; c++) {
-                        s[c] = expf(s[c] - mx);
-                        sum += s[c];
-                    }
-                    for (int c = nv; c < bk; c++) s[c] = 0.0f;
+                    const float mx = row_max(s, nv, m[r]);
+                    const float corr = vexp(m[r] - mx);
+                    const float sum = row_exp(s, nv, bk, mx);
                     l[r] = l[r] * corr + sum;
                     m[r] = mx;
-                    if (corr != 1.0f) {
-                        float *o = O + (size_t)r * HS;
-                        for (int d = 0; d < HS; d++) o[d] *= corr;
-                    }
+                    if (corr != 1.0f) row_scale(O + (size_t)r * HS, HS, corr);
                     if (dropping) {
-                        const uint64_t ctr = (((uint64_t)b * NH + h) * T + i) * T + j0;
-                        for (int c = 0; c < nv; c++) s[c] = mtk_dropout_keep(drop, ctr + c) ? s[c] * dscale : 0.0f;
+                        const uint64_t ctr = drop->offset + ((((uint64_t)b * NH + h) * T + i) * T + j0);
+                        row_mask(mk, nv, drop->seed, ctr, drop->p, dscale);
+                        for (int c = 0; c < nv; c++) s[c] *= mk[c];
                     }
                 }
                 cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, bq, HS, bk, 1.0f, S, BK, vj, (int)S3, 1.0f, O,
@@ -98,8 +144,8 @@ void cpu_attention_fwd(mtk *k, float *out, float *lse, const float *qkv, int B, 
         }
         free(S);
         free(O);
+        free(mk);
     }
-    openblas_set_num_threads(blas_threads);
 }
 
 void cpu_attention_bwd(mtk *k, float *dqkv, const float *dout, const float *qkv, const float *out, const float *lse,
@@ -111,11 +157,10 @@ void cpu_attention_bwd(mtk *k, float *dqkv, const float *dout, const float *qkv,
     const float scale = 1.0f / sqrtf((float)HS);
     const int dropping = drop && drop->p > 0.0f;
     const float dscale = dropping ? 1.0f / (1.0f - drop->p) : 1.0f;
-    const int blas_threads = blas_single();
 
 #pragma omp parallel
     {
-        float *S = cpu_scratch(BQ * BK), *dP = cpu_scratch(BQ * BK), *D = cpu_scratch((size_t)T);
+        float *S = cpu_scratch(BQ * BK), *dP = cpu_scratch(BQ * BK), *D = cpu_scratch((size_t)T), *mk = cpu_scratch(BK);
 #pragma omp for schedule(dynamic, 1)
         for (int bh = 0; bh < B * NH; bh++) {
             const int b = bh / NH, h = bh % NH;
@@ -147,23 +192,11 @@ void cpu_attention_bwd(mtk *k, float *dqkv, const float *dout, const float *qkv,
                         const int i = i0 + r;
                         const int nv = i - j0 + 1 < bk ? (i - j0 + 1 > 0 ? i - j0 + 1 : 0) : bk;
                         float *s = S + (size_t)r * BK, *dp = dP + (size_t)r * BK;
-                        const float li = L[i], Di = D[i];
                         if (dropping) {
-                            const uint64_t ctr = (((uint64_t)b * NH + h) * T + i) * T + j0;
-                            for (int c = 0; c < nv; c++) {
-                                const float p = expf(s[c] - li);
-                                const float mk = mtk_dropout_keep(drop, ctr + c) ? dscale : 0.0f;
-                                s[c] = p * mk;                      /* dropped probability, for dv */
-                                dp[c] = p * (dp[c] * mk - Di);      /* dS */
-                            }
-                        } else {
-                            for (int c = 0; c < nv; c++) {
-                                const float p = expf(s[c] - li);
-                                s[c] = p;
-                                dp[c] = p * (dp[c] - Di);
-                            }
+                            const uint64_t ctr = drop->offset + ((((uint64_t)b * NH + h) * T + i) * T + j0);
+                            row_mask(mk, nv, drop->seed, ctr, drop->p, dscale);
                         }
-                        for (int c = nv; c < bk; c++) s[c] = dp[c] = 0.0f;
+                        row_bwd(s, dp, dropping ? mk : NULL, nv, bk, L[i], D[i]);
                     }
                     cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, bk, HS, bq, 1.0f, S, BK, doi, C, 1.0f, dvj,
                                 (int)S3);
@@ -177,6 +210,6 @@ void cpu_attention_bwd(mtk *k, float *dqkv, const float *dout, const float *qkv,
         free(S);
         free(dP);
         free(D);
+        free(mk);
     }
-    openblas_set_num_threads(blas_threads);
 }

@@ -1,28 +1,85 @@
-/* layernorm.c: LayerNorm over the last dimension (mean/rstd saved) and its backward. */
+/* layernorm.c: LayerNorm over the last dimension (mean/rstd saved) and its backward.
+ * Row sums go through 8 fixed lanes, so they vectorize and add up in the same order everywhere. */
 #include <math.h>
 
 #include "cpu.h"
+#include "vmath.h"
+
+enum { LANES = 8 };
+
+MTK_CLONES static void row_fwd(float *o, float *mean, float *rstd, const float *x, const float *w, const float *b,
+                               int C, float eps)
+{
+    float a[LANES] = {0};
+    int c = 0;
+    for (; c + LANES <= C; c += LANES)
+        for (int l = 0; l < LANES; l++) a[l] += x[c + l];
+    float s = 0;
+    for (; c < C; c++) s += x[c];
+    for (int l = 0; l < LANES; l++) s += a[l], a[l] = 0;
+    const float m = s / C;
+    for (c = 0; c + LANES <= C; c += LANES)
+        for (int l = 0; l < LANES; l++) {
+            float d = x[c + l] - m;
+            a[l] += d * d;
+        }
+    float v = 0;
+    for (; c < C; c++) v += (x[c] - m) * (x[c] - m);
+    for (int l = 0; l < LANES; l++) v += a[l];
+    const float r = 1.0f / sqrtf(v / C + eps);
+    for (c = 0; c < C; c++) o[c] = (x[c] - m) * r * w[c] + b[c];
+    *mean = m;
+    *rstd = r;
+}
 
 void cpu_layernorm_fwd(mtk *k, float *out, float *mean, float *rstd, const float *inp, const float *w,
                        const float *b, int N, int C, float eps)
 {
     (void)k;
 #pragma omp parallel for schedule(static)
-    for (int n = 0; n < N; n++) {
-        const float *x = inp + (size_t)n * C;
-        float *o = out + (size_t)n * C;
-        float s = 0;
-        for (int c = 0; c < C; c++) s += x[c];
-        float m = s / C;
-        float v = 0;
-        for (int c = 0; c < C; c++) {
-            float d = x[c] - m;
-            v += d * d;
+    for (int n = 0; n < N; n++)
+        row_fwd(out + (size_t)n * C, mean + n, rstd + n, inp + (size_t)n * C, w, b, C, eps);
+}
+
+/* dx += (dy*w - mean(dy*w) - norm * mean(dy*w*norm)) * rstd for one row. */
+MTK_CLONES static void row_bwd(float *dx, const float *dy, const float *x, const float *w, float m, float r, int C)
+{
+    float a[LANES] = {0}, an[LANES] = {0};
+    int c = 0;
+    for (; c + LANES <= C; c += LANES)
+        for (int l = 0; l < LANES; l++) {
+            float dn = dy[c + l] * w[c + l];
+            a[l] += dn;
+            an[l] += dn * ((x[c + l] - m) * r);
         }
-        float r = 1.0f / sqrtf(v / C + eps);
-        for (int c = 0; c < C; c++) o[c] = (x[c] - m) * r * w[c] + b[c];
-        mean[n] = m;
-        rstd[n] = r;
+    float sd = 0, sdn = 0;
+    for (; c < C; c++) {
+        float dn = dy[c] * w[c];
+        sd += dn;
+        sdn += dn * ((x[c] - m) * r);
+    }
+    for (int l = 0; l < LANES; l++) sd += a[l], sdn += an[l];
+    sd /= C;
+    sdn /= C;
+    for (c = 0; c < C; c++) dx[c] += (dy[c] * w[c] - sd - (x[c] - m) * r * sdn) * r;
+}
+
+/* dw[c0..c1) += dy * norm and db += dy over all rows, in row order. */
+MTK_CLONES static void band_wgrad(float *dw, float *db, const float *dout, const float *inp, const float *mean,
+                                  const float *rstd, int N, int C, int c0, int c1)
+{
+    float aw[64] = {0}, ab[64] = {0};
+    for (int n = 0; n < N; n++) {
+        const float *x = inp + (size_t)n * C + c0, *dy = dout + (size_t)n * C + c0;
+        const float m = mean[n], r = rstd[n];
+        for (int c = 0; c < c1 - c0; c++) {
+            aw[c] += dy[c] * ((x[c] - m) * r);
+            ab[c] += dy[c];
+        }
+    }
+    for (int c = 0; c < c1 - c0; c++) {
+        dw[c0 + c] += aw[c];
+        db[c0 + c] += ab[c];
     }
 }
 
@@ -30,43 +87,12 @@ void cpu_layernorm_bwd(mtk *k, float *dinp, float *dw, float *db, const float *d
                        const float *w, const float *mean, const float *rstd, int N, int C)
 {
     (void)k;
-    /* Input gradient row by row. */
 #pragma omp parallel for schedule(static)
-    for (int n = 0; n < N; n++) {
-        const float *x = inp + (size_t)n * C, *dy = dout + (size_t)n * C;
-        float *dx = dinp + (size_t)n * C;
-        const float m = mean[n], r = rstd[n];
-        float sd = 0, sdn = 0;   /* sums of dnorm and dnorm * norm */
-        for (int c = 0; c < C; c++) {
-            float dn = dy[c] * w[c];
-            sd += dn;
-            sdn += dn * (x[c] - m) * r;
-        }
-        sd /= C;
-        sdn /= C;
-        for (int c = 0; c < C; c++) {
-            float nrm = (x[c] - m) * r;
-            dx[c] += (dy[c] * w[c] - sd - nrm * sdn) * r;
-        }
-    }
-    /* Weight and bias gradients: each thread owns a band of channels and sums the rows in order. */
-    enum { BAND = 64 };
-    int nband = (C + BAND - 1) / BAND;
+    for (int n = 0; n < N; n++)
+        row_bwd(dinp + (size_t)n * C, dout + (size_t)n * C, inp + (size_t)n * C, w, mean[n], rstd[n], C);
+    /* Each thread owns bands of 64 channels, so the sums do not depend on the thread count. */
+    const int nband = (C + 63) / 64;
 #pragma omp parallel for schedule(static)
-    for (int bnd = 0; bnd < nband; bnd++) {
-        int c0 = bnd * BAND, c1 = c0 + BAND < C ? c0 + BAND : C;
-        float aw[BAND] = {0}, ab[BAND] = {0};
-        for (int n = 0; n < N; n++) {
-            const float *x = inp + (size_t)n * C, *dy = dout + (size_t)n * C;
-            const float m = mean[n], r = rstd[n];
-            for (int c = c0; c < c1; c++) {
-                aw[c - c0] += dy[c] * (x[c] - m) * r;
-                ab[c - c0] += dy[c];
-            }
-        }
-        for (int c = c0; c < c1; c++) {
-            dw[c] += aw[c - c0];
-            db[c] += ab[c - c0];
-        }
-    }
+    for (int bnd = 0; bnd < nband; bnd++)
+        band_wgrad(dw, db, dout, inp, mean, rstd, N, C, bnd * 64, bnd * 64 + 64 < C ? bnd * 64 + 64 : C);
 }

@@ -1,13 +1,44 @@
-/* matmul.c: the linear layer on cpu: out = inp . W^T + bias through cblas_sgemm, and its backward. */
+/* matmul.c: the linear layer on cpu: out = inp . W^T + bias, and its backward, through cblas_sgemm.
+ * OpenBLAS runs single-threaded (ops.c) and the products are split over OpenMP threads here, in slabs
+ * of whole output rows or columns: every output element still sums over the full inner dimension in
+ * one call, and no BLAS worker threads spin against the OpenMP ones between calls. */
 #include <cblas.h>
+#include <omp.h>
 
 #include "cpu.h"
+
+/* C[M,N] = alpha op(A) op(B) + beta C (row-major), cut along the longer of M and N into one slab per
+ * thread (multiples of 64). */
+static void par_sgemm(CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int M, int N, int K, float alpha, const float *A,
+                      int lda, const float *B, int ldb, float beta, float *C, int ldc)
+{
+    int nt = omp_get_max_threads();
+    int along_m = M >= N, len = along_m ? M : N;
+    int slab = (len + nt - 1) / nt;
+    slab = (slab + 63) / 64 * 64;
+    int ns = (len + slab - 1) / slab;
+    if (ns <= 1 || omp_in_parallel()) {
+        cblas_sgemm(CblasRowMajor, ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+        return;
+    }
+#pragma omp parallel for schedule(static, 1)
+    for (int s = 0; s < ns; s++) {
+        int a0 = s * slab, n = len - a0 < slab ? len - a0 : slab;
+        if (along_m) {
+            const float *As = ta == CblasNoTrans ? A + (size_t)a0 * lda : A + a0;
+            cblas_sgemm(CblasRowMajor, ta, tb, n, N, K, alpha, As, lda, B, ldb, beta, C + (size_t)a0 * ldc, ldc);
+        } else {
+            const float *Bs = tb == CblasNoTrans ? B + a0 : B + (size_t)a0 * ldb;
+            cblas_sgemm(CblasRowMajor, ta, tb, M, n, K, alpha, A, lda, Bs, ldb, beta, C + a0, ldc);
+        }
+    }
+}
 
 void cpu_matmul_fwd(mtk *k, float *out, const float *inp, const float *w, const float *bias, int N, int C, int OC)
 {
     (void)k;
     if (N <= 0 || OC <= 0) return;
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, N, OC, C, 1.0f, inp, C, w, C, 0.0f, out, OC);
+    par_sgemm(CblasNoTrans, CblasTrans, N, OC, C, 1.0f, inp, C, w, C, 0.0f, out, OC);
     if (!bias) return;
 #pragma omp parallel for schedule(static)
     for (int n = 0; n < N; n++) {
@@ -16,7 +47,7 @@ void cpu_matmul_fwd(mtk *k, float *out, const float *inp, const float *w, const 
     }
 }
 
-/* Column sums of dout [N,OC] added to dbias, in row order for every column: each thread owns a band of
+/* Column sums of dout [N,OC] added to dbias, in row order for every column: each thread owns bands of
  * columns, so the result does not depend on the thread count. */
 static void bias_grad(float *dbias, const float *dout, int N, int OC)
 {
@@ -41,11 +72,11 @@ void cpu_matmul_bwd(mtk *k, float *dinp, float *dw, float *dbias, const float *d
     if (N <= 0) return;
     if (dinp) {
         if (OC > 0)
-            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, N, C, OC, 1.0f, dout, OC, w, C, 0.0f, dinp, C);
+            par_sgemm(CblasNoTrans, CblasNoTrans, N, C, OC, 1.0f, dout, OC, w, C, 0.0f, dinp, C);
         else
             for (size_t i = 0; i < (size_t)N * C; i++) dinp[i] = 0;
     }
     if (dw && OC > 0 && C > 0)
-        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, OC, C, N, 1.0f, dout, OC, inp, C, 1.0f, dw, C);
+        par_sgemm(CblasTrans, CblasNoTrans, OC, C, N, 1.0f, dout, OC, inp, C, 1.0f, dw, C);
     if (dbias && OC > 0) bias_grad(dbias, dout, N, OC);
 }

@@ -1,4 +1,4 @@
-/* ops.c: the cpu backend's table of operations and its open/close (OpenMP and OpenBLAS thread counts). */
+/* ops.c: the cpu backend's table of operations and its open/close (OpenMP threads; OpenBLAS single-threaded). */
 #include <cblas.h>
 #include <omp.h>
 
@@ -7,10 +7,9 @@
 static int cpu_open(mtk *k, int threads, mt_err *e)
 {
     (void)e;
-    if (threads > 0) {
-        omp_set_num_threads(threads);
-        openblas_set_num_threads(threads);
-    }
+    if (threads > 0) omp_set_num_threads(threads);
+    /* All parallelism is OpenMP's: BLAS calls are made per thread on slabs or tiles (matmul.c, attention.c). */
+    openblas_set_num_threads(1);
     k->threads = threads > 0 ? threads : omp_get_max_threads();
     return 0;
 }

@@ -1,11 +1,13 @@
 /* test_kernels.c: the kernel library's cpu backend against naive double-precision references written
  * here, every backward against central finite differences or an analytic double reference, on odd sizes;
  * plus dropout masks, the AdamW formula, and bit-identical results across runs and thread counts. */
+#include <cblas.h>
 #include <math.h>
 #include <omp.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "kernels.h"
 #include "t.h"
@@ -444,6 +446,7 @@ TEST(attention_small_fd)
 {
     check_attention((att_shape){2, 7, 3, 5, NULL}, 1);
     check_attention((att_shape){1, 13, 2, 8, NULL}, 1);
+    check_attention((att_shape){3, 1, 2, 4, NULL}, 1);   /* one token: out = v */
 }
 
 TEST(attention_dropout_fd)
@@ -679,12 +682,92 @@ TEST(deterministic)
     det_free(&a);
 }
 
+/* ---- timing (test_kernels --bench [B T C NH V]): not a test, used by bench/kernels-cpu ---- */
+
+static double now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+/* Best of reps wall seconds of stmt. */
+#define TIME(best, reps, stmt)                                                                               \
+    do {                                                                                                     \
+        best = 1e30;                                                                                         \
+        for (int tr = 0; tr < (reps); tr++) {                                                                \
+            double t0 = now();                                                                               \
+            stmt;                                                                                            \
+            double dt = now() - t0;                                                                          \
+            if (dt < best) best = dt;                                                                        \
+        }                                                                                                    \
+    } while (0)
+
+static int bench_main(int argc, char **argv)
+{
+    int B = argc > 2 ? atoi(argv[2]) : 4, T = argc > 3 ? atoi(argv[3]) : 1024, C = argc > 4 ? atoi(argv[4]) : 768;
+    int NH = argc > 5 ? atoi(argv[5]) : 12, V = argc > 6 ? atoi(argv[6]) : 50304;
+    const int N = B * T, HS = C / NH, reps = 3;
+    double t;
+    printf("B=%d T=%d C=%d NH=%d V=%d threads=%d\n", B, T, C, NH, V, omp_get_max_threads());
+    float *x = frand((size_t)N * C, 1), *w = frand((size_t)4 * C * C, 0.05), *bias = frand(4 * C, 1);
+    float *h = frand((size_t)N * 4 * C, 1), *dh = frand((size_t)N * 4 * C, 1), *dx = fdev((size_t)N * C);
+    float *dw = fdev((size_t)4 * C * C), *db = fdev(4 * C);
+    double mm = 2.0 * N * C * 4.0 * C;
+    /* the reference: one cblas_sgemm of the same shape with OpenBLAS's own threads (the backend keeps
+     * OpenBLAS single-threaded and splits the product over OpenMP threads) */
+    openblas_set_num_threads(omp_get_max_threads());
+    TIME(t, reps, cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, N, 4 * C, C, 1.0f, x, C, w, C, 0.0f, h, 4 * C));
+    openblas_set_num_threads(1);
+    printf("%-28s %8.2f ms %8.1f GFLOP/s\n", "cblas_sgemm N x 4C x C", t * 1e3, mm / t * 1e-9);
+    TIME(t, reps, mtk_matmul_fwd(K, h, x, w, bias, N, C, 4 * C));
+    printf("%-28s %8.2f ms %8.1f GFLOP/s\n", "matmul_fwd (+bias)", t * 1e3, mm / t * 1e-9);
+    TIME(t, reps, mtk_matmul_bwd(K, dx, dw, db, dh, x, w, N, C, 4 * C));
+    printf("%-28s %8.2f ms %8.1f GFLOP/s\n", "matmul_bwd (dinp,dw,dbias)", t * 1e3, 2 * mm / t * 1e-9);
+    size_t ng = (size_t)N * 4 * C;
+    for (int exact = 0; exact <= 1; exact++) {
+        TIME(t, reps, mtk_gelu_fwd(K, dh, h, ng, exact));
+        printf("gelu_fwd%-20s %8.2f ms %8.2f ns/elem\n", exact ? " (erf)" : " (tanh)", t * 1e3, t / ng * 1e9);
+        TIME(t, reps, mtk_gelu_bwd(K, dh, h, h, ng, exact));
+        printf("gelu_bwd%-20s %8.2f ms %8.2f ns/elem\n", exact ? " (erf)" : " (tanh)", t * 1e3, t / ng * 1e9);
+    }
+    float *lo = fdev((size_t)N * C), *mean = fdev(N), *rstd = fdev(N), *lw = frand(C, 1), *lb = frand(C, 1);
+    TIME(t, reps, mtk_layernorm_fwd(K, lo, mean, rstd, x, lw, lb, N, C, 1e-5f));
+    printf("%-28s %8.2f ms\n", "layernorm_fwd", t * 1e3);
+    TIME(t, reps, mtk_layernorm_bwd(K, dx, lw, lb, lo, x, lw, mean, rstd, N, C));
+    printf("%-28s %8.2f ms\n", "layernorm_bwd", t * 1e3);
+    float *qkv = frand((size_t)N * 3 * C, 1), *ao = fdev((size_t)N * C), *lse = fdev((size_t)B * NH * T);
+    float *dq = fdev((size_t)N * 3 * C);
+    double af = 2.0 * B * NH * (double)T * T * HS;   /* two causal products: 2 * 2 * T*T/2 * HS */
+    mtk_dropout d = {0.1f, 1, 0};
+    for (int dr = 0; dr <= 1; dr++) {
+        TIME(t, reps, mtk_attention_fwd(K, ao, lse, qkv, B, T, NH, HS, dr ? &d : NULL));
+        printf("attention_fwd%-15s %8.2f ms %8.1f GFLOP/s\n", dr ? " (dropout)" : "", t * 1e3, af / t * 1e-9);
+        TIME(t, reps, mtk_attention_bwd(K, dq, x, qkv, ao, lse, B, T, NH, HS, dr ? &d : NULL));
+        printf("attention_bwd%-15s %8.2f ms %8.1f GFLOP/s\n", dr ? " (dropout)" : "", t * 1e3, 2.5 * af / t * 1e-9);
+    }
+    int NX = N < 1024 ? N : 1024;
+    float *logits = frand((size_t)NX * V, 3), *losses = fdev(NX);
+    int32_t *tg = malloc(sizeof(int32_t) * NX);
+    for (int i = 0; i < NX; i++) tg[i] = i * 7 % V;
+    TIME(t, reps, mtk_xent_fwd_bwd(K, losses, logits, logits, tg, NULL, NX, V));
+    printf("%-28s %8.2f ms %8.2f ns/elem (%d rows)\n", "xent_fwd_bwd (in place)", t * 1e3, t / ((double)NX * V) * 1e9, NX);
+    ffree(x), ffree(w), ffree(bias), ffree(h), ffree(dh), ffree(dx), ffree(dw), ffree(db), ffree(lo), ffree(mean);
+    ffree(rstd), ffree(lw), ffree(lb), ffree(qkv), ffree(ao), ffree(lse), ffree(dq), ffree(logits), ffree(losses);
+    free(tg);
+    return 0;
+}
+
 T_MAIN_BEGIN("test_kernels")
 mt_err e;
 K = mtk_open("cpu", 0, &e);
 if (!K) {
     printf("not ok - test_kernels: open: %s\n", e.msg);
     return 1;
+}
+if (argc > 1 && !strcmp(argv[1], "--bench")) {
+    int rc = bench_main(argc, argv);
+    mtk_close(K);
+    return rc;
 }
 RUN(open_and_memory);
 RUN(matmul_fwd);
