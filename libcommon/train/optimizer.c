@@ -1,0 +1,57 @@
+/* optimizer.c: AdamW with Megatron's decay groups and global-norm gradient clipping. */
+#include "train/optimizer.h"
+
+#include <math.h>
+
+int mt_adamw_init(mt_adamw *o, mtk *k, mt_gpt *model, double beta1, double beta2, double eps, double clip_grad,
+                  mt_err *e)
+{
+    size_t n = mt_gpt_num_params(model);
+    o->k = k;
+    o->model = model;
+    o->step = 0;
+    o->beta1 = beta1;
+    o->beta2 = beta2;
+    o->eps = eps;
+    o->clip_grad = clip_grad;
+    o->exp_avg = mtk_alloc(k, n * sizeof(float), e);
+    o->exp_avg_sq = o->exp_avg ? mtk_alloc(k, n * sizeof(float), e) : NULL;
+    if (!o->exp_avg_sq) {
+        if (o->exp_avg) mtk_free(k, o->exp_avg);
+        return mt_err_prefix(e, "optimizer state (%zu parameters)", n);
+    }
+    return 0;
+}
+
+void mt_adamw_free(mt_adamw *o)
+{
+    if (o->exp_avg) mtk_free(o->k, o->exp_avg);
+    if (o->exp_avg_sq) mtk_free(o->k, o->exp_avg_sq);
+    o->exp_avg = o->exp_avg_sq = NULL;
+}
+
+double mt_adamw_step(mt_adamw *o, double lr, double wd)
+{
+    float *g = mt_gpt_grads(o->model), *p = mt_gpt_params(o->model);
+    double norm = sqrt(mtk_sumsq(o->k, g, mt_gpt_num_params(o->model)));
+    if (!isfinite(norm)) return norm;
+    float scale = 1.0f;
+    if (o->clip_grad > 0) {
+        double coef = o->clip_grad / (norm + 1e-6);
+        if (coef < 1.0) scale = (float)coef;
+    }
+    o->step++;
+    int nt = mt_gpt_num_tensors(o->model);
+    for (int i = 0; i < nt; i++) {
+        const mt_gpt_tensor *t = mt_gpt_tensor_at(o->model, i);
+        mtk_adamw(o->k, p + t->offset, g + t->offset, o->exp_avg + t->offset, o->exp_avg_sq + t->offset, t->numel,
+                  (float)lr, (float)o->beta1, (float)o->beta2, (float)o->eps, t->no_decay ? 0.0f : (float)wd,
+                  (int)o->step, scale);
+    }
+    return norm;
+}
+
+double mt_params_norm(mtk *k, mt_gpt *model)
+{
+    return sqrt(mtk_sumsq(k, mt_gpt_params(model), mt_gpt_num_params(model)));
+}

@@ -1,0 +1,37 @@
+/* optimizer.h: AdamW over the model's flat parameter buffer, with Megatron's parameter groups and
+ * gradient clipping (spec 4.3).
+ *
+ * The exp_avg / exp_avg_sq moments live on the backend's device in the parameter buffer's layout.
+ * Biases and LayerNorm parameters (tensor no_decay) get weight decay 0; the global L2 norm of all
+ * gradients is computed before clipping (the logged "grad norm"), and the gradients are scaled by
+ * clip / (norm + 1e-6) when that is below 1.
+ */
+#ifndef MT_TRAIN_OPTIMIZER_H
+#define MT_TRAIN_OPTIMIZER_H
+
+#include <stdint.h>
+
+#include "kernels.h"
+#include "model/gpt.h"
+
+typedef struct mt_adamw {
+    mtk *k;
+    mt_gpt *model;
+    float *exp_avg, *exp_avg_sq;   /* device, num_params floats each */
+    int64_t step;                  /* updates taken (bias correction uses step + 1 on the next) */
+    double beta1, beta2, eps, clip_grad;
+} mt_adamw;
+
+int mt_adamw_init(mt_adamw *o, mtk *k, mt_gpt *model, double beta1, double beta2, double eps, double clip_grad,
+                  mt_err *e);
+void mt_adamw_free(mt_adamw *o);
+
+/* One update from the accumulated gradients with learning rate lr and weight decay wd (decay params
+ * only). Returns the pre-clip global gradient norm; a non-finite norm skips the update and returns it
+ * (the caller counts a nan iteration). */
+double mt_adamw_step(mt_adamw *o, double lr, double wd);
+
+/* L2 norm of all parameters (--log-params-norm). */
+double mt_params_norm(mtk *k, mt_gpt *model);
+
+#endif
