@@ -64,6 +64,13 @@ awk -v a="$first" -v b="$last" -v v="$val" -v h="$ent" 'BEGIN { exit !(b < a - 1
     && t_pass "loss falls ($first -> $last; validation $val < unigram entropy $ent)" \
     || t_fail "loss falls" "first $first last $last validation $val entropy $ent"
 
+# --train-samples with the schedule in samples is the same run as --train-iters
+# shellcheck disable=SC2086
+mt-train $model $(echo "$sched" | sed 's/--train-iters 60/--train-samples 480/; s/--lr-warmup-iters 5/--lr-warmup-samples 40/') \
+    >"$d/S.log" 2>"$d/S.err"
+diff <(losses "$d/A.log") <(losses "$d/S.log") >/dev/null && t_pass "--train-samples 480 = --train-iters 60" \
+    || t_fail "--train-samples" "$(tail -2 "$d/S.err")"
+
 # 2. killed with SIGKILL after the checkpoint at 20, resumed: identical loss lines for the rest
 # shellcheck disable=SC2086
 (exec mt-train $model $sched --save "$d/B" --load "$d/B" --save-interval 20) >"$d/B1.log" 2>"$d/B1.err" &
