@@ -1,6 +1,7 @@
 /* sgemm.c: the machine's single-precision matrix-multiply rate for bench/train-cpu: cblas_sgemm of
  * OpenBLAS (the library mt links) on an M x N x K product with its own threading at the given thread
- * count, best of several timed repetitions after a warm-up, printed as "GFLOP/s" (2MNK per product).
+ * count, best of several timed repetitions after a warm-up, printed as "GFLOP/s CORENAME" (2MNK flops per
+ * product; CORENAME is the kernel set OpenBLAS chose for this CPU).
  * Usage: sgemm THREADS [M N K] (default 1024 1024 1024). Built by bench/train-cpu with cc -lopenblas. */
 #define _POSIX_C_SOURCE 200809L
 #include <cblas.h>
@@ -44,7 +45,7 @@ int main(int argc, char **argv)
         double r = flop * per / (now_s() - t0) / 1e9;
         if (r > best) best = r;
     }
-    printf("%.1f\n", best);
+    printf("%.1f %s\n", best, openblas_get_corename());
     free(A);
     free(B);
     free(C);
