@@ -2,8 +2,8 @@
 # learned positions, tanh GeLU, tied embeddings, biases, causal attention written as matmul + mask +
 # softmax since torch 1.13 has no scaled_dot_product_attention) trained with AdamW and gradient clipping
 # on random tokens, dropout 0, in fp32 on the CPU with a fixed thread count. Prints one line:
-#   tokens_per_s <x> params <n> step_ms <ms>
-# timed over the measured steps after the warm-up ones.
+#   params <n> loss <last loss> step_ms <ms> <ms> ...
+# with the time of each step after the warm-up ones (forward, backward, clipping, AdamW, zeroing).
 # Usage: train_torch.py LAYERS HIDDEN HEADS SEQ MAX_POSITIONS BATCH VOCAB_PADDED THREADS WARMUP STEPS
 import math
 import sys
@@ -72,21 +72,19 @@ def main():
                             lr=1e-4, betas=(0.9, 0.999), eps=1e-8, foreach=False)
     g = torch.Generator().manual_seed(1)
     data = torch.randint(0, min(V, 50257), (warmup + steps, B, T + 1), generator=g)
-    t0 = 0.0
+    times = []
     for i in range(warmup + steps):
-        if i == warmup:
-            t0 = time.perf_counter()
+        t0 = time.perf_counter()
         x, y = data[i, :, :-1], data[i, :, 1:]
-        loss = model(x, y)
         opt.zero_grad(set_to_none=False)
+        loss = model(x, y)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()
-    dt = time.perf_counter() - t0
+        if i >= warmup:
+            times.append((time.perf_counter() - t0) * 1e3)
     nparams = sum(p.numel() for p in model.parameters())
-    print("tokens_per_s %.2f params %d step_ms %.1f loss %.4f" % (steps * B * T / dt, nparams, dt / steps * 1e3,
-                                                                    loss.item()))
-
+    print("params %d loss %.4f step_ms %s" % (nparams, loss.item(), " ".join("%.1f" % t for t in times)))
 
 if __name__ == "__main__":
     main()
