@@ -17,6 +17,7 @@
 #include "train/evaluate.h"
 #include "train/report.h"
 #include "util/err.h"
+#include "util/ompenv.h"
 #include "util/flags.h"
 #include "util/vec.h"
 
@@ -262,6 +263,7 @@ static void score_mode(ev *v)
 
 int main(int argc, char **argv)
 {
+    mt_omp_env_default(argv);
     mt_set_progname(argv[0]);
     mt_err e;
     if (mt_flags_parse(&cmd, argc, argv, NULL, NULL, &e)) mt_die_err(&e);

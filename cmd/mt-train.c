@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <time.h>
 
 #include "data/gpt_dataset.h"
@@ -22,6 +23,7 @@
 #include "train/schedule.h"
 #include "train/tensorboard.h"
 #include "util/err.h"
+#include "util/ompenv.h"
 
 /* Megatron-Core's (v0.13) iteration line: timestamp, learning rate as %.6E */
 #define LOG_STYLE MT_LOG_CORE
@@ -61,6 +63,7 @@ typedef struct trainer {
     mt_tb *tb;
     FILE *metrics;
     double flops_per_iter;
+    int memory_reported;
 } trainer;
 
 static uint64_t mix64(uint64_t z)
@@ -400,6 +403,22 @@ static void setup(trainer *t)
 
 /* ---- the loop ---- */
 
+/* Megatron's memory report after the first logged iteration, for the cpu backend: what the model and
+ * optimizer hold (parameters, gradients, AdamW's two moments, the activations and scratch of one
+ * micro-batch) and the process's peak resident set, in MB. */
+static void report_memory(const trainer *t)
+{
+    size_t pb, gb, ab;
+    mt_gpt_memory(t->model, &pb, &gb, &ab);
+    double mb = 1024.0 * 1024.0, ob = 2.0 * (double)mt_gpt_num_params(t->model) * sizeof(float);
+    struct rusage ru;
+    double peak = getrusage(RUSAGE_SELF, &ru) ? 0 : (double)ru.ru_maxrss * 1024.0;   /* ru_maxrss: KiB */
+    printf("[Rank 0] (after %lld iterations) memory (MB) | parameters: %.1f | gradients: %.1f | optimizer: %.1f | "
+           "activations: %.1f | total: %.1f | peak RSS: %.1f\n",
+           (long long)t->iteration, pb / mb, gb / mb, ob / mb, ab / mb, (pb + gb + ob + ab) / mb, peak / mb);
+    fflush(stdout);
+}
+
 typedef struct interval {
     double t0;
     mt_log_accum acc;
@@ -447,6 +466,10 @@ static void log_iteration(trainer *t, interval *iv, double grad_norm)
         if (mt_tb_flush(t->tb, &e)) mt_die_err(&e);
     }
     mt_log_accum_reset(&iv->acc);
+    if (!t->memory_reported) {
+        report_memory(t);
+        t->memory_reported = 1;
+    }
     iv->t0 = now_s();
 }
 
@@ -533,6 +556,7 @@ static int train(trainer *t)
 
 int main(int argc, char **argv)
 {
+    mt_omp_env_default(argv);
     mt_set_progname(argv[0]);
     static trainer t;
     mt_err e;

@@ -1,5 +1,5 @@
 /* matmul.c: the linear layer on cpu: out = inp . W^T + bias, and its backward, through cblas_sgemm.
- * OpenBLAS runs single-threaded (ops.c) and the products are split over OpenMP threads here, in slabs
+ * OpenBLAS runs single-threaded (ops.c) and the products are split over OpenMP threads here, in chunks
  * of whole output rows or columns: every output element still sums over the full inner dimension in
  * one call, and no BLAS worker threads spin against the OpenMP ones between calls. */
 #include <cblas.h>
@@ -7,23 +7,27 @@
 
 #include "cpu.h"
 
-/* C[M,N] = alpha op(A) op(B) + beta C (row-major), cut along the longer of M and N into one slab per
- * thread (multiples of 64). */
+/* C[M,N] = alpha op(A) op(B) + beta C (row-major), cut along the longer of M and N into chunks of a
+ * multiple of 64 (about CHUNKS_PER_THREAD per thread, at least 128 wide) that the threads take in turn:
+ * a thread that loses its core to other work for a while holds back only its current chunk, not half of
+ * the product. */
+enum { CHUNKS_PER_THREAD = 4, MIN_CHUNK = 128 };
+
 static void par_sgemm(CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int M, int N, int K, float alpha, const float *A,
                       int lda, const float *B, int ldb, float beta, float *C, int ldc)
 {
     int nt = omp_get_max_threads();
     int along_m = M >= N, len = along_m ? M : N;
-    int slab = (len + nt - 1) / nt;
-    slab = (slab + 63) / 64 * 64;
-    int ns = (len + slab - 1) / slab;
-    if (ns <= 1 || omp_in_parallel()) {
+    int chunk = (len + CHUNKS_PER_THREAD * nt - 1) / (CHUNKS_PER_THREAD * nt);
+    chunk = chunk < MIN_CHUNK ? MIN_CHUNK : (chunk + 63) / 64 * 64;
+    int ns = (len + chunk - 1) / chunk;
+    if (nt <= 1 || ns <= 1 || omp_in_parallel()) {
         cblas_sgemm(CblasRowMajor, ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
         return;
     }
-#pragma omp parallel for schedule(static, 1)
+#pragma omp parallel for schedule(dynamic, 1)
     for (int s = 0; s < ns; s++) {
-        int a0 = s * slab, n = len - a0 < slab ? len - a0 : slab;
+        int a0 = s * chunk, n = len - a0 < chunk ? len - a0 : chunk;
         if (along_m) {
             const float *As = ta == CblasNoTrans ? A + (size_t)a0 * lda : A + a0;
             cblas_sgemm(CblasRowMajor, ta, tb, n, N, K, alpha, As, lda, B, ldb, beta, C + (size_t)a0 * ldc, ldc);

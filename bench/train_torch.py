@@ -1,0 +1,90 @@
+# train_torch.py: the PyTorch side of bench/train-cpu: a plain GPT-2 in torch (pre-LayerNorm blocks,
+# learned positions, tanh GeLU, tied embeddings, biases, causal attention written as matmul + mask +
+# softmax since torch 1.13 has no scaled_dot_product_attention) trained with AdamW and gradient clipping
+# on random tokens, dropout 0, in fp32 on the CPU with a fixed thread count. Prints one line:
+#   params <n> loss <last loss> step_ms <ms> <ms> ...
+# with the time of each step after the warm-up ones (forward, backward, clipping, AdamW, zeroing).
+# Usage: train_torch.py LAYERS HIDDEN HEADS SEQ MAX_POSITIONS BATCH VOCAB_PADDED THREADS WARMUP STEPS
+import math
+import sys
+import time
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+
+class Block(nn.Module):
+    def __init__(self, h, nh):
+        super().__init__()
+        self.nh = nh
+        self.ln1 = nn.LayerNorm(h, eps=1e-5)
+        self.qkv = nn.Linear(h, 3 * h)
+        self.proj = nn.Linear(h, h)
+        self.ln2 = nn.LayerNorm(h, eps=1e-5)
+        self.fc = nn.Linear(h, 4 * h)
+        self.fc2 = nn.Linear(4 * h, h)
+
+    def forward(self, x, mask):
+        B, T, C = x.shape
+        hs = C // self.nh
+        q, k, v = self.qkv(self.ln1(x)).split(C, dim=2)
+        q = q.view(B, T, self.nh, hs).transpose(1, 2)
+        k = k.view(B, T, self.nh, hs).transpose(1, 2)
+        v = v.view(B, T, self.nh, hs).transpose(1, 2)
+        att = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(hs))
+        att = att.masked_fill(mask[:T, :T], float("-inf"))
+        att = F.softmax(att, dim=-1)
+        y = (att @ v).transpose(1, 2).contiguous().view(B, T, C)
+        x = x + self.proj(y)
+        return x + self.fc2(F.gelu(self.fc(self.ln2(x)), approximate="tanh"))
+
+
+class GPT(nn.Module):
+    def __init__(self, L, h, nh, P, V):
+        super().__init__()
+        self.wte = nn.Embedding(V, h)
+        self.wpe = nn.Embedding(P, h)
+        self.blocks = nn.ModuleList([Block(h, nh) for _ in range(L)])
+        self.lnf = nn.LayerNorm(h, eps=1e-5)
+        self.register_buffer("mask", torch.triu(torch.ones(P, P, dtype=torch.bool), diagonal=1))
+        for p in self.parameters():
+            if p.dim() == 2:
+                nn.init.normal_(p, std=0.02)
+
+    def forward(self, idx, targets):
+        B, T = idx.shape
+        x = self.wte(idx) + self.wpe(torch.arange(T))
+        for b in self.blocks:
+            x = b(x, self.mask)
+        logits = self.lnf(x) @ self.wte.weight.t()   # tied output layer
+        return F.cross_entropy(logits.view(-1, logits.size(-1)), targets.reshape(-1))
+
+
+def main():
+    L, h, nh, T, P, B, V, threads, warmup, steps = (int(a) for a in sys.argv[1:11])
+    torch.set_num_threads(threads)
+    torch.manual_seed(1234)
+    model = GPT(L, h, nh, P, V)
+    decay = [p for p in model.parameters() if p.dim() == 2]
+    no_decay = [p for p in model.parameters() if p.dim() < 2]
+    opt = torch.optim.AdamW([{"params": decay, "weight_decay": 0.1}, {"params": no_decay, "weight_decay": 0.0}],
+                            lr=1e-4, betas=(0.9, 0.999), eps=1e-8, foreach=False)
+    g = torch.Generator().manual_seed(1)
+    data = torch.randint(0, min(V, 50257), (warmup + steps, B, T + 1), generator=g)
+    times = []
+    for i in range(warmup + steps):
+        t0 = time.perf_counter()
+        x, y = data[i, :, :-1], data[i, :, 1:]
+        opt.zero_grad(set_to_none=False)
+        loss = model(x, y)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        if i >= warmup:
+            times.append((time.perf_counter() - t0) * 1e3)
+    nparams = sum(p.numel() for p in model.parameters())
+    print("params %d loss %.4f step_ms %s" % (nparams, loss.item(), " ".join("%.1f" % t for t in times)))
+
+if __name__ == "__main__":
+    main()
