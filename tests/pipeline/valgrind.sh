@@ -2,11 +2,15 @@
 # valgrind.sh: mt-train (save, exit, resume with --load) and mt-eval (split mode and --score) under
 # valgrind's memcheck on a tiny model: no invalid reads or writes, no uses of uninitialized values and
 # no definite or indirect leaks. Blocks "possibly lost" in a thread pool's stacks are not errors here.
-# Skipped when valgrind is not installed.
+# Skipped when valgrind is not installed, and for sanitizer builds (make asan).
 . "$(dirname "$0")/../lib.sh"
 py=/usr/bin/python3
 d=$T_TMP
 if ! command -v valgrind >/dev/null 2>&1; then t_skip "memcheck" "valgrind is not installed"; exit 0; fi
+# memcheck cannot run sanitizer builds (make asan checks those itself)
+if ldd "$(command -v mt-train)" 2>/dev/null | grep -q 'libasan\|libtsan\|libubsan'; then
+    t_skip "memcheck" "the programs under test are built with a sanitizer"; exit 0
+fi
 
 # One thread: OpenMP and OpenBLAS start no pools, and memcheck runs the programs as they run in tests.
 export OMP_NUM_THREADS=1
