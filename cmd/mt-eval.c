@@ -96,6 +96,7 @@ static void load_model(ev *v, json_t **args_out)
     const char *dir = mt_ckpt_dir(r);
     json_t *args = json_object_get(mt_ckpt_meta(r), "args");
     if (!json_is_object(args)) mt_die("%s/meta.json: missing \"args\"", dir);
+    args = json_deep_copy(args);   /* outlives the reader: the vocabulary paths below point into it */
     const char *tt = arg_str(args, "tokenizer-type");
     v->vocab_file = vocab_file ? vocab_file : arg_str(args, "vocab-file");
     v->merge_file = merge_file ? merge_file : arg_str(args, "merge-file");
@@ -139,7 +140,7 @@ static void load_model(ev *v, json_t **args_out)
     if (mt_ckpt_check_all_read(r, MT_CKPT_MODEL, &e)) mt_die_err(&e);
     mtk_to_device(v->k, mt_gpt_params(v->model), host, np * sizeof(float));
     free(host);
-    *args_out = json_deep_copy(args);
+    *args_out = args;
     fprintf(stderr, "%s: loaded %s (%zu parameters)\n", mt_progname(), dir, np);
     mt_ckpt_close(r);
 }

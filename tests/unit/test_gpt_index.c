@@ -361,7 +361,9 @@ TEST(npy_reader_validates)
     write_bytes(path, s, tot);
     T_EQ_INT(mt_npy_open(&v, path, &e), 0);
     T_EQ_INT(v.data_offset, 10 + hl);
-    T_EQ_INT(((const int32_t *)v.data)[1], 9);
+    int32_t got;   /* the data starts at an odd offset here: no int32_t loads through it */
+    memcpy(&got, (const char *)v.data + 4, sizeof got);
+    T_EQ_INT(got, 9);
     mt_npy_close(&v);
 }
 
