@@ -38,7 +38,7 @@ static const mt_flag flags[] = {
     {"--eval-iters", MT_F_I64, &eval_iters, "N", "micro-batches to evaluate (default: every whole one in the split)", 1, 1e15, NULL},
     {"--micro-batch-size", MT_F_I64, &mbs, "B", "sequences per forward pass (default: the checkpoint's)", 1, 1 << 20, NULL},
     {"--seed", MT_F_I64, &seed, "SEED", "sample order seed (default: the checkpoint's)", 0, 4294967295.0, NULL},
-    {"--data-cache-path", MT_F_STR, &data_cache_path, "DIR", "index cache (default: index-cache/ beside the data)", 0, 0, NULL},
+    {"--data-cache-path", MT_F_STR, &data_cache_path, "DIR", "index cache (default: the checkpoint's, else index-cache/ beside the data)", 0, 0, NULL},
     {"--eod-mask-loss", MT_F_BOOL, &eod_mask_loss, NULL, "no loss at end-of-document input tokens", 0, 0, NULL},
     {"--score", MT_F_BOOL, &score, NULL, "read JSON lines on stdin, print one score line per document", 0, 0, NULL},
     {"--json-key", MT_F_STR, &score_key, "KEY", "with --score: the text field (default \"text\")", 0, 0, NULL},
@@ -169,9 +169,12 @@ static void eval_split_mode(ev *v, json_t *args)
     json_t *s = json_object_get(args, "seed");
     da.seed = (uint32_t)(seed >= 0 ? seed : json_is_integer(s) ? json_integer_value(s) : 1234);
     for (int i = 0; i < MT_NSPLITS; i++) da.num_samples[i] = i == k ? -1 : 1;
-    char *cache = mt_default_cache_dir(data_cache_path, nw, words);
+    /* the training run's cache directory and blend surplus unless given (same samples as mt-train) */
+    const char *cache_dir = data_cache_path ? data_cache_path : data_path.n ? NULL : arg_str(args, "data-cache-path");
+    char *cache = mt_default_cache_dir(cache_dir, nw, words);
     da.cache_dir = cache;
-    da.surplus = 0.005;
+    json_t *su = json_object_get(args, "mid-level-dataset-surplus");
+    da.surplus = json_is_number(su) ? json_number_value(su) : 0.005;
     mt_gpt_data d;
     if (mt_gpt_data_open(&d, &da, &e)) mt_die_err(&e);
     mt_batch b;

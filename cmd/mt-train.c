@@ -80,8 +80,10 @@ static uint64_t dropout_key(const trainer *t, int64_t it, int m)
     return mix64(mix64((uint64_t)t->a.seed + 0x9E3779B97F4A7C15ull) ^ ((uint64_t)it * 0x100000001B3ull + (uint64_t)m));
 }
 
-/* Model FLOPs per iteration (forward + backward = 3x forward), Megatron's num_floating_point_operations
- * for GPT without GQA/SwiGLU: 24 B T L h^2 (1 + T/(6h) + V/(16 L h)) x 3 / 3 ... written out below. */
+/* Model FLOPs of one iteration (forward + backward = 3 x forward, no recomputation), as Megatron's
+ * num_floating_point_operations counts them for GPT: per layer and token the QKV, dense and MLP
+ * products, the attention scores and weighted values over the full T (causality not discounted), and
+ * the logits over the padded vocabulary. */
 static double flops_per_iteration(const trainer *t)
 {
     double B = (double)t->a.global_batch_size, T = t->cfg.seq_length, L = t->cfg.num_layers,

@@ -1,7 +1,8 @@
 #!/bin/sh
 # demo.sh: what `make demo` runs: builds a corpus that needs no download (the Python standard library
 # sources on this machine, as CodeParrot-style JSON lines, zstd-compressed) and runs every step of the
-# mt pipeline that exists: tokenize + index, sample indices (shuffle), and inspects the results.
+# mt pipeline that exists: tokenize + index, sample indices (shuffle), training a small GPT on the CPU,
+# evaluation and scoring, and inspects the results.
 # Outputs go to demo/ (or $MT_DEMO_DIR).
 set -eu
 top=$(cd "$(dirname "$0")/.." && pwd)
@@ -13,7 +14,11 @@ mkdir -p "$out/data"
 step() { printf '\n== %s\n' "$*" >&2; }
 data=$out/data/codeparrot_content_document
 # The training schedule: mt-shuffle precomputes the sample indices of exactly this run.
-SCHED="--split 969,30,1 --seq-length 128 --train-iters 300 --global-batch-size 8 --eval-interval 100 --eval-iters 5 --seed 1234"
+SCHED="--split 969,30,1 --seq-length 128 --train-iters 600 --global-batch-size 8 --eval-interval 200 --eval-iters 10 --seed 1234"
+# A small GPT-2 (4 layers, hidden 64: 3.4M parameters, most of them the 50304-row embedding).
+MODEL="--num-layers 4 --hidden-size 64 --num-attention-heads 4 --max-position-embeddings 128 --micro-batch-size 8
+       --lr 3e-3 --min-lr 3e-4 --lr-decay-style cosine --lr-warmup-iters 30 --weight-decay 0.1 --clip-grad 1.0
+       --hidden-dropout 0 --attention-dropout 0 --log-interval 10"
 
 
 step "corpus: Python standard library sources -> $out/codeparrot.jsonl.zst"
@@ -44,5 +49,25 @@ step "inspect: training sample 0, as text (first 300 characters)"
 # shellcheck disable=SC2086
 "$bin/mt-shuffle" --data-path "$data" $SCHED --data-cache-path "$out/data/index-cache" --show-sample 0 --decode \
     --vocab-file "$vocab" --merge-file "$merges" | head -c 300 >&2
+
+step "train: mt-train, 600 iterations of 8 x 128 tokens on the CPU -> $out/ckpt (log: $out/train.log)"
+# --load resumes from the last checkpoint when the demo is run again (or was interrupted).
+# shellcheck disable=SC2086
+"$bin/mt-train" $MODEL $SCHED --data-path "$data" --data-cache-path "$out/data/index-cache" \
+    --vocab-file "$vocab" --merge-file "$merges" --save "$out/ckpt" --load "$out/ckpt" --save-interval 200 \
+    --tensorboard-dir "$out/tb" --metrics-file "$out/metrics.jsonl" --exit-signal-handler | tee "$out/train.log"
+
+step "evaluate: mt-eval on the test split"
+"$bin/mt-eval" --load "$out/ckpt" --eval-split test
+
+step "score: mt-eval --score, log-probability of two snippets"
+printf '%s\n' '{"text": "def add(a, b):\n    return a + b\n"}' '{"text": "add(a, b): def\n b + a return\n"}' \
+    | "$bin/mt-eval" --load "$out/ckpt" --score
+
+step "learning: validation loss against the unigram entropy of the corpus (nats per token)"
+"$bin/mt-index" --dump "$data" | awk '{ for (i = 1; i <= NF; i++) c[$i]++; n += NF }
+    END { for (t in c) { p = c[t] / n; h -= p * log(p) } printf "unigram entropy of the corpus: %.3f\n", h }' >&2
+grep -E 'validation loss at iteration [0-9]+ \|' "$out/train.log" \
+    | sed -E 's/.*at (iteration [0-9]+).*lm loss value: ([^ ]+).*/validation loss at \1: \2/' >&2
 
 printf '\n\ndemo finished: outputs in %s\n' "$out" >&2

@@ -9,8 +9,9 @@ d=$T_TMP
 
 # A dataset of 61 token ids (NullTokenizer --vocab-size 60: ids 0..59, end of document 60): documents
 # walk a fixed random permutation with occasional jumps, so a model can learn the successor rule.
-$py - "$d/data" <<'EOF'
+PYTHONPATH=$T_TOP/tests/oracle $py - "$d/data" <<'EOF'
 import sys, numpy as np
+from indexed_write import write_indexed
 rs = np.random.RandomState(7)
 perm = rs.permutation(60)
 docs = []
@@ -20,15 +21,7 @@ for _ in range(400):
     for _ in range(n - 1):
         x.append(perm[x[-1]] if rs.rand() < 0.9 else rs.randint(60))
     docs.append(x + [60])
-sizes = np.array([len(x) for x in docs], dtype=np.int32)
-toks = np.concatenate([np.array(x, dtype=np.uint16) for x in docs])
-ptr = np.zeros(len(sizes), dtype=np.int64); ptr[1:] = np.cumsum(sizes[:-1].astype(np.int64)) * 2
-doc = np.arange(len(sizes) + 1, dtype=np.int64)
-with open(sys.argv[1] + ".idx", "wb") as f:
-    f.write(b"MMIDIDX\x00\x00" + np.uint64(1).tobytes() + np.uint8(8).tobytes()
-            + np.uint64(len(sizes)).tobytes() + np.uint64(len(doc)).tobytes())
-    f.write(sizes.tobytes() + ptr.tobytes() + doc.tobytes())
-toks.tofile(sys.argv[1] + ".bin")
+toks = write_indexed(sys.argv[1], docs)
 counts = np.bincount(toks, minlength=61).astype(float); p = counts[counts > 0] / counts.sum()
 open(sys.argv[1] + ".entropy", "w").write("%.6f\n" % float(-(p * np.log(p)).sum()))
 EOF

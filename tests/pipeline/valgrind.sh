@@ -21,18 +21,12 @@ check() {   # NAME LOG: the command ran (exit status in $rc) and memcheck report
 }
 
 # A NullTokenizer dataset (ids 0..59, end of document 60): 120 short documents.
-$py - "$d/data" <<'EOF'
+PYTHONPATH=$T_TOP/tests/oracle $py - "$d/data" <<'EOF'
 import sys, numpy as np
+from indexed_write import write_indexed
 rs = np.random.RandomState(3)
 docs = [list(rs.randint(0, 60, rs.randint(8, 40))) + [60] for _ in range(120)]
-sizes = np.array([len(x) for x in docs], dtype=np.int32)
-ptr = np.zeros(len(sizes), dtype=np.int64); ptr[1:] = np.cumsum(sizes[:-1].astype(np.int64)) * 2
-doc = np.arange(len(sizes) + 1, dtype=np.int64)
-with open(sys.argv[1] + ".idx", "wb") as f:
-    f.write(b"MMIDIDX\x00\x00" + np.uint64(1).tobytes() + np.uint8(8).tobytes()
-            + np.uint64(len(sizes)).tobytes() + np.uint64(len(doc)).tobytes())
-    f.write(sizes.tobytes() + ptr.tobytes() + doc.tobytes())
-np.concatenate([np.array(x, dtype=np.uint16) for x in docs]).tofile(sys.argv[1] + ".bin")
+write_indexed(sys.argv[1], docs)
 EOF
 
 model="--num-layers 1 --hidden-size 16 --num-attention-heads 2 --seq-length 16 --max-position-embeddings 16
