@@ -485,8 +485,10 @@ static void tb_iteration(trainer *t, double loss, double grad_norm)
     tb_scalar(t, "batch-size vs samples", s, (double)t->a.global_batch_size);
     tb_scalar(t, "lm loss", it, loss);
     tb_scalar(t, "lm loss vs samples", s, loss);
-    tb_scalar(t, "loss-scale", it, 1.0);
-    tb_scalar(t, "loss-scale vs samples", s, 1.0);
+    if (!t->a.no_log_loss_scale_to_tensorboard) {
+        tb_scalar(t, "loss-scale", it, 1.0);
+        tb_scalar(t, "loss-scale vs samples", s, 1.0);
+    }
     if (t->a.clip_grad > 0) {
         tb_scalar(t, "grad-norm", it, grad_norm);
         tb_scalar(t, "grad-norm vs samples", s, grad_norm);

@@ -14,10 +14,13 @@ mkdir -p "$out/data"
 step() { printf '\n== %s\n' "$*" >&2; }
 data=$out/data/codeparrot_content_document
 # The training schedule: mt-shuffle precomputes the sample indices of exactly this run.
-SCHED="--split 969,30,1 --seq-length 128 --train-iters 600 --global-batch-size 8 --eval-interval 200 --eval-iters 10 --seed 1234"
+# MT_DEMO_ITERS shortens the run (the test suite runs the whole script with a few iterations).
+iters=${MT_DEMO_ITERS:-600}
+SCHED="--split 969,30,1 --seq-length 128 --train-iters $iters --global-batch-size 8 --eval-interval $(( (iters + 2) / 3 ))
+       --eval-iters 10 --seed 1234"
 # A small GPT-2 (4 layers, hidden 64: 3.4M parameters, most of them the 50304-row embedding).
 MODEL="--num-layers 4 --hidden-size 64 --num-attention-heads 4 --max-position-embeddings 128 --micro-batch-size 8
-       --lr 3e-3 --min-lr 3e-4 --lr-decay-style cosine --lr-warmup-iters 30 --weight-decay 0.1 --clip-grad 1.0
+       --lr 3e-3 --min-lr 3e-4 --lr-decay-style cosine --lr-warmup-iters $(( (iters + 19) / 20 )) --weight-decay 0.1 --clip-grad 1.0
        --hidden-dropout 0 --attention-dropout 0 --log-interval 10"
 
 
@@ -50,12 +53,13 @@ step "inspect: training sample 0, as text (first 300 characters)"
 "$bin/mt-shuffle" --data-path "$data" $SCHED --data-cache-path "$out/data/index-cache" --show-sample 0 --decode \
     --vocab-file "$vocab" --merge-file "$merges" | head -c 300 >&2
 
-step "train: mt-train, 600 iterations of 8 x 128 tokens on the CPU -> $out/ckpt (log: $out/train.log)"
+step "train: mt-train, $iters iterations of 8 x 128 tokens on the CPU -> $out/ckpt (log: $out/train.log)"
 # --load resumes from the last checkpoint when the demo is run again (or was interrupted).
 # shellcheck disable=SC2086
-"$bin/mt-train" $MODEL $SCHED --data-path "$data" --data-cache-path "$out/data/index-cache" \
-    --vocab-file "$vocab" --merge-file "$merges" --save "$out/ckpt" --load "$out/ckpt" --save-interval 200 \
-    --tensorboard-dir "$out/tb" --metrics-file "$out/metrics.jsonl" --exit-signal-handler | tee "$out/train.log"
+{ "$bin/mt-train" $MODEL $SCHED --data-path "$data" --data-cache-path "$out/data/index-cache" \
+    --vocab-file "$vocab" --merge-file "$merges" --save "$out/ckpt" --load "$out/ckpt" --save-interval $(( (iters + 2) / 3 )) \
+    --tensorboard-dir "$out/tb" --metrics-file "$out/metrics.jsonl" --exit-signal-handler; echo $? > "$out/.train.rc"; } | tee "$out/train.log"
+[ "$(cat "$out/.train.rc")" = 0 ] || { echo "demo: mt-train failed" >&2; exit 1; }
 
 step "evaluate: mt-eval on the test split"
 "$bin/mt-eval" --load "$out/ckpt" --eval-split test

@@ -47,6 +47,7 @@ typedef struct mt_train_args {
     double exit_duration_in_mins;
     const char *tensorboard_dir, *metrics_file;
     bool exit_signal_handler, skip_train, log_validation_ppl_to_tensorboard, log_throughput, log_params_norm;
+    bool no_log_loss_scale_to_tensorboard;
     /* parallelism (4.8): one rank for now */
     int tensor_model_parallel_size, pipeline_model_parallel_size;
     /* mt's own */
