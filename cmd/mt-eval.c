@@ -4,6 +4,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "data/gpt_dataset.h"
 #include "data/split.h"
@@ -141,7 +142,7 @@ static void load_model(ev *v, json_t **args_out)
     mtk_to_device(v->k, mt_gpt_params(v->model), host, np * sizeof(float));
     free(host);
     *args_out = args;
-    fprintf(stderr, "%s: loaded %s (%zu parameters)\n", mt_progname(), dir, np);
+    if (isatty(2)) fprintf(stderr, "%s: loaded %s (%zu parameters)\n", mt_progname(), dir, np);
     mt_ckpt_close(r);
 }
 

@@ -125,3 +125,12 @@ for name, ids, g in zip(names, docs, got):
         report(name + ": later windows start from the token before them", abs(g["logprob"] - lp) * 10 < alt,
                "restarting from <|endoftext|> would be off by %.3g, the reference is off by %.3g" % (alt, abs(g["logprob"] - lp)))
 PYEOF
+
+# Bad input on stdin: one line naming the line, non-zero exit, and the documents before it scored.
+printf '%s\n' '{"text": "ok"}' '{"text": "ok", }' | mt-eval --load "$d/ck" --score >"$d/bad.out" 2>"$d/bad.err"
+rc=$?
+[ $rc != 0 ] && [ "$(wc -l <"$d/bad.err")" = 1 ] && grep -q '<stdin>: line 2: ' "$d/bad.err" && [ "$(wc -l <"$d/bad.out")" = 1 ] \
+    && t_pass "--score: malformed JSON line is a one-line error naming the line" \
+    || t_fail "--score: malformed JSON" "rc $rc: $(cat "$d/bad.err")"
+printf '%s\n' '{"content": "x"}' | mt-eval --load "$d/ck" --score >/dev/null 2>"$d/bad.err"
+grep -q 'line 1: no string "text"' "$d/bad.err" && t_pass "--score: missing key named" || t_fail "--score: missing key" "$(cat "$d/bad.err")"
