@@ -49,8 +49,9 @@ int mt_gpt_plan_make(const int32_t *sizes, size_t n_seq, int64_t lo, int64_t hi,
                               (long long)p->num_samples, (long long)L);
         if (need > T) {
             if (T == 0)
-                return mt_err_set(e, "split [%lld, %lld) has no tokens but %lld samples were requested", (long long)lo,
-                                  (long long)hi, (long long)p->num_samples);
+                return mt_err_set(e, "sequences [%lld, %lld) have no tokens but %lld samples were requested "
+                                     "(give the split more weight in --split, or more data)",
+                                  (long long)lo, (long long)hi, (long long)p->num_samples);
             epochs = need / T + (need % T != 0);
         }
     }
