@@ -16,6 +16,7 @@
 #include "train/batch.h"
 #include "train/checkpoint.h"
 #include "train/evaluate.h"
+#include "train/model_ckpt.h"
 #include "train/report.h"
 #include "util/err.h"
 #include "util/ompenv.h"
@@ -133,14 +134,7 @@ static void load_model(ev *v, json_t **args_out)
     v->model = mt_gpt_create(v->k, &v->cfg, (int)mbs, &e);
     if (!v->model) mt_die_err(&e);
     size_t np = mt_gpt_num_params(v->model);
-    float *host = mt_xmalloc(np * sizeof(float));
-    for (int i = 0; i < mt_gpt_num_tensors(v->model); i++) {
-        const mt_gpt_tensor *g = mt_gpt_tensor_at(v->model, i);
-        if (mt_ckpt_read_tensor(r, MT_CKPT_MODEL, g->name, g->ndim, g->shape, host + g->offset, &e)) mt_die_err(&e);
-    }
-    if (mt_ckpt_check_all_read(r, MT_CKPT_MODEL, &e)) mt_die_err(&e);
-    mtk_to_device(v->k, mt_gpt_params(v->model), host, np * sizeof(float));
-    free(host);
+    if (mt_gpt_load_weights(v->model, v->k, r, &e)) mt_die_err(&e);
     *args_out = args;
     if (isatty(2)) fprintf(stderr, "%s: loaded %s (%zu parameters)\n", mt_progname(), dir, np);
     mt_ckpt_close(r);

@@ -18,6 +18,7 @@
 #include "train/batch.h"
 #include "train/checkpoint.h"
 #include "train/evaluate.h"
+#include "train/model_ckpt.h"
 #include "train/optimizer.h"
 #include "train/report.h"
 #include "train/schedule.h"
@@ -210,13 +211,7 @@ static void load_checkpoint(trainer *t)
     printf("loading checkpoint from %s at iteration %lld\n", t->a.load, (long long)mt_ckpt_iteration(rd));
     size_t np = mt_gpt_num_params(t->model);
     int nt = mt_gpt_num_tensors(t->model);
-    float *host = mt_xmalloc(np * sizeof(float));
-    for (int i = 0; i < nt; i++) {
-        const mt_gpt_tensor *g = mt_gpt_tensor_at(t->model, i);
-        if (mt_ckpt_read_tensor(rd, MT_CKPT_MODEL, g->name, g->ndim, g->shape, host + g->offset, &e)) mt_die_err(&e);
-    }
-    if (mt_ckpt_check_all_read(rd, MT_CKPT_MODEL, &e)) mt_die_err(&e);
-    mtk_to_device(t->k, mt_gpt_params(t->model), host, np * sizeof(float));
+    if (mt_gpt_load_weights(t->model, t->k, rd, &e)) mt_die_err(&e);
     if (!t->a.finetune) {
         t->iteration = mt_ckpt_is_release(rd) ? 0 : meta_int(meta, "iteration", dir);
         t->consumed_train = meta_int(meta, "consumed_train_samples", dir);
@@ -260,7 +255,6 @@ static void load_checkpoint(trainer *t)
     }
     printf("  successfully loaded checkpoint from %s [ t 1/1, p 1/1 ] at iteration %lld\n", t->a.load,
             (long long)t->iteration);
-    free(host);
     mt_ckpt_close(rd);
     t->last_saved = t->iteration;
 }
