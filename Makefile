@@ -60,7 +60,7 @@ check: deps
 
 # Every test against an AddressSanitizer + UBSan build (build-asan/); leaks fail too.
 asan: deps
-	@$(MAKE) --no-print-directory B=build-asan CFLAGS='-O1 -g -fsanitize=address,undefined -fno-omit-frame-pointer' tests
+	@$(MAKE) --no-print-directory B=build-asan CFLAGS='-O1 -g -fsanitize=address,undefined,float-cast-overflow -fno-omit-frame-pointer' tests
 	@MT_BUILD=build-asan ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=halt_on_error=1 tests/run
 
 soak: deps

@@ -13,11 +13,13 @@
 #define MTK_CLONES
 #endif
 
-/* e^x; 0 below -87.3 (so exp(-inf) is 0), e^88.3 above 88.3. */
+/* e^x; 0 below -87.3 (so exp(-inf) is 0), e^88.3 above 88.3, NaN for NaN. The clamp is written so that
+ * NaN takes the lower bound: the float-to-int conversion below then always has a value in range (NaN's
+ * would be undefined), and NaN is passed through by the last select. */
 static inline float vexp(float x)
 {
     const float lo = -87.3f, hi = 88.3f;
-    float xc = x < lo ? lo : (x > hi ? hi : x);
+    float xc = x > lo ? (x < hi ? x : hi) : lo;
     /* x = n ln2 + r, |r| <= ln2/2; n rounded to nearest by the 1.5 * 2^23 trick */
     float nf = (xc * 1.44269504088896341f + 12582912.0f) - 12582912.0f;
     float r = xc - nf * 0.693145751953125f;
@@ -34,7 +36,8 @@ static inline float vexp(float x)
         float f;
     } s;
     s.u = (uint32_t)((int32_t)nf + 127) << 23;
-    return x < lo ? 0.0f : p * s.f;
+    float y = x < lo ? 0.0f : p * s.f;
+    return x == x ? y : x;
 }
 
 /* erfc(z) for z >= 0 (Chebyshev fit of erfc with fractional error about 1.2e-7). */
