@@ -1,6 +1,9 @@
 /* mt-train: train a GPT-2 model on one rank with Megatron-LM's flags, data order, schedule, log lines
  * and checkpoint layout (man mt-train.1). */
 #include <errno.h>
+#include <float.h>
+#include <limits.h>
+#include <stddef.h>
 #include <math.h>
 #include <signal.h>
 #include <stdio.h>
@@ -97,6 +100,14 @@ static double flops_per_iteration(const trainer *t)
 
 /* ---- checkpoints ---- */
 
+/* The first non-finite value of n floats, or -1. */
+static ptrdiff_t first_nonfinite(const float *x, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        if (!isfinite(x[i])) return (ptrdiff_t)i;
+    return -1;
+}
+
 static json_t *sched_json(const mt_sched *s)
 {
     return json_pack("{s:f,s:f,s:f,s:f,s:I,s:s,s:I,s:f,s:f,s:I,s:s}", "max_lr", s->max_lr, "min_lr", s->min_lr,
@@ -117,6 +128,18 @@ static void save_checkpoint(trainer *t)
     if (with_optim) {
         mtk_to_host(t->k, host + np, t->opt.exp_avg, np * sizeof(float));
         mtk_to_host(t->k, host + 2 * np, t->opt.exp_avg_sq, np * sizeof(float));
+    }
+    /* never a checkpoint of NaN/inf weights or moments: resuming from it could only go on producing NaN */
+    for (int part = 0; part < (with_optim ? 3 : 1); part++) {
+        ptrdiff_t bad = first_nonfinite(host + (size_t)part * np, np);
+        if (bad < 0) continue;
+        const char *name = "?";
+        for (int i = 0; i < nt; i++) {
+            const mt_gpt_tensor *g = mt_gpt_tensor_at(t->model, i);
+            if ((size_t)bad >= g->offset && (size_t)bad < g->offset + g->numel) name = g->name;
+        }
+        mt_die("%s: not saving iteration %lld: %s%s holds a non-finite value", t->a.save, (long long)t->iteration,
+               name, part == 0 ? "" : part == 1 ? ".exp_avg" : ".exp_avg_sq");
     }
     mt_ckpt_tensor *mt = mt_xcalloc((size_t)nt, sizeof *mt), *ot = mt_xcalloc((size_t)nt * 2, sizeof *ot);
     char (*names)[160] = mt_xcalloc((size_t)nt * 2, sizeof *names);
@@ -161,31 +184,151 @@ static void save_checkpoint(trainer *t)
     t->last_saved = t->iteration;
 }
 
-static int64_t meta_int(json_t *meta, const char *key, const char *where)
-{
-    json_t *v = json_object_get(meta, key);
-    if (!json_is_integer(v)) mt_die("%s/meta.json: missing integer \"%s\"", where, key);
-    return json_integer_value(v);
-}
+/* Numbers read from a checkpoint's meta.json are checked for type and range before any conversion (a
+ * double outside an integer type's range has no defined conversion) and before use; a bad one is an
+ * error naming the file and the field ("opt_param_scheduler.num_steps"). Counts stay within 2^53, where
+ * doubles are exact and sums of two counts cannot overflow. */
+#define META_MAX_COUNT ((int64_t)1 << 53)
 
-static double meta_num(json_t *o, const char *key, const char *where)
+static json_t *meta_get(json_t *o, const char *obj, const char *key, const char *where, const char *want)
 {
     json_t *v = json_object_get(o, key);
-    if (!json_is_number(v)) mt_die("%s/meta.json: missing number \"%s\"", where, key);
-    return json_number_value(v);
+    if (!v) mt_die("%s/meta.json: missing %s \"%s%s\"", where, want, obj, key);
+    return v;
 }
 
-/* Megatron's _check_and_set: the flag's value unless the checkpoint's is to be used, and a mismatch
- * is an error unless one of the two scheduler flags says which wins. */
+static int64_t meta_count(json_t *o, const char *obj, const char *key, const char *where, int64_t lo, int64_t hi)
+{
+    json_t *v = meta_get(o, obj, key, where, "integer");
+    if (json_is_integer(v)) {
+        json_int_t x = json_integer_value(v);
+        if (x >= lo && x <= hi) return (int64_t)x;
+        mt_die("%s/meta.json: \"%s%s\" is %lld, outside [%lld, %lld]", where, obj, key, (long long)x, (long long)lo,
+               (long long)hi);
+    }
+    if (json_is_real(v)) {   /* 480.0 is 480; 1e300 and 2.5 are errors */
+        double x = json_real_value(v);
+        if (x >= (double)lo && x <= (double)hi && x == floor(x)) return (int64_t)x;
+        mt_die("%s/meta.json: \"%s%s\" is %.17g, not an integer in [%lld, %lld]", where, obj, key, x, (long long)lo,
+               (long long)hi);
+    }
+    mt_die("%s/meta.json: \"%s%s\" is not an integer", where, obj, key);
+}
+
+static double meta_real(json_t *o, const char *obj, const char *key, const char *where, double lo, double hi)
+{
+    json_t *v = meta_get(o, obj, key, where, "number");
+    if (!json_is_number(v)) mt_die("%s/meta.json: \"%s%s\" is not a number", where, obj, key);
+    double x = json_number_value(v);
+    if (!(x >= lo && x <= hi)) mt_die("%s/meta.json: \"%s%s\" is %.17g, outside [%g, %g]", where, obj, key, x, lo, hi);
+    return x;
+}
+
+/* A schedule style's name: one that parse knows, else an error naming the field. */
+static const char *meta_style(json_t *o, const char *obj, const char *key, const char *where, int (*parse)(const char *))
+{
+    json_t *v = meta_get(o, obj, key, where, "string");
+    if (!json_is_string(v) || parse(json_string_value(v)))
+        mt_die("%s/meta.json: \"%s%s\" is not a known style name", where, obj, key);
+    return json_string_value(v);
+}
+static int parse_lr_style(const char *s)
+{
+    mt_lr_style x;
+    return mt_lr_style_parse(s, &x);
+}
+static int parse_wd_style(const char *s)
+{
+    mt_wd_style x;
+    return mt_wd_style_parse(s, &x);
+}
+
+/* Megatron's OptimizerParamScheduler._check_and_set: this run's value with --override-opt_param-scheduler,
+ * the checkpoint's with --use-checkpoint-opt_param-scheduler, and otherwise the two must agree. */
+static void sched_mismatch(const char *where, const char *name, const char *saved, const char *mine)
+{
+    mt_die("%s: the checkpoint's %s (%s) differs from this run's (%s); pass "
+           "--override-opt_param-scheduler or --use-checkpoint-opt_param-scheduler",
+           where, name, saved, mine);
+}
+
 static double sched_value(const trainer *t, double mine, double saved, const char *name, const char *where)
 {
     if (t->a.override_opt_param_scheduler) return mine;
     if (t->a.use_checkpoint_opt_param_scheduler) return saved;
-    if (fabs(mine - saved) > 1e-12 * fmax(fabs(mine), fabs(saved)))
-        mt_die("%s: the checkpoint's %s (%.17g) differs from this run's (%.17g); pass "
-               "--override-opt_param-scheduler or --use-checkpoint-opt_param-scheduler",
-               where, name, saved, mine);
+    if (fabs(mine - saved) > 1e-12 * fmax(fabs(mine), fabs(saved))) {
+        char s[32], m[32];
+        snprintf(s, sizeof s, "%.17g", saved);
+        snprintf(m, sizeof m, "%.17g", mine);
+        sched_mismatch(where, name, s, m);
+    }
     return mine;
+}
+
+static int64_t sched_count(const trainer *t, int64_t mine, int64_t saved, const char *name, const char *where)
+{
+    if (t->a.override_opt_param_scheduler) return mine;
+    if (t->a.use_checkpoint_opt_param_scheduler) return saved;
+    if (mine != saved) {
+        char s[32], m[32];
+        snprintf(s, sizeof s, "%lld", (long long)saved);
+        snprintf(m, sizeof m, "%lld", (long long)mine);
+        sched_mismatch(where, name, s, m);
+    }
+    return mine;
+}
+
+static const char *sched_style(const trainer *t, const char *mine, const char *saved, const char *name, const char *where)
+{
+    if (t->a.override_opt_param_scheduler) return mine;
+    if (t->a.use_checkpoint_opt_param_scheduler) return saved;
+    if (strcmp(mine, saved)) sched_mismatch(where, name, saved, mine);
+    return mine;
+}
+
+/* The scheduler as Megatron's load_state_dict restores it: every field through _check_and_set, then
+ * num_steps from the checkpoint (also with --override-opt_param-scheduler). The result is checked as a
+ * schedule from the flags would be. */
+static void load_schedule(trainer *t, json_t *meta, const char *dir)
+{
+    json_t *s = json_object_get(meta, "opt_param_scheduler");
+    if (!json_is_object(s)) mt_die("%s/meta.json: missing \"opt_param_scheduler\"", dir);
+    const char *P = "opt_param_scheduler.";
+    const double max = (double)META_MAX_COUNT;
+    const mt_sched *sc = &t->sched;
+    double max_lr = sched_value(t, sc->max_lr, meta_real(s, P, "max_lr", dir, 0, DBL_MAX), "learning rate", dir);
+    double min_lr = sched_value(t, sc->min_lr, meta_real(s, P, "min_lr", dir, 0, DBL_MAX), "minimum learning rate", dir);
+    double init_lr = sc->init_lr;   /* not in Megatron's state: optional */
+    if (json_object_get(s, "lr_warmup_init"))
+        init_lr = sched_value(t, sc->init_lr, meta_real(s, P, "lr_warmup_init", dir, 0, DBL_MAX),
+                              "warmup initial learning rate", dir);
+    double warmup = sched_value(t, sc->warmup_steps, meta_real(s, P, "lr_warmup_steps", dir, 0, max), "warmup steps", dir);
+    int64_t decay = sched_count(t, sc->decay_steps, meta_count(s, P, "lr_decay_steps", dir, 1, META_MAX_COUNT),
+                                "total number of decay steps", dir);
+    mt_lr_style style;
+    mt_lr_style_parse(sched_style(t, mt_lr_style_name(sc->style), meta_style(s, P, "lr_decay_style", dir, parse_lr_style),
+                                  "learning rate decay style", dir),
+                      &style);
+    double start_wd = sched_value(t, sc->start_wd, meta_real(s, P, "start_wd", dir, 0, DBL_MAX), "start weight decay", dir);
+    double end_wd = sched_value(t, sc->end_wd, meta_real(s, P, "end_wd", dir, 0, DBL_MAX), "end weight decay", dir);
+    int64_t wd_steps = sched_count(t, sc->wd_incr_steps, meta_count(s, P, "wd_incr_steps", dir, 0, META_MAX_COUNT),
+                                   "total number of weight decay steps", dir);
+    mt_wd_style wd_style;
+    mt_wd_style_parse(sched_style(t, mt_wd_style_name(sc->wd_style), meta_style(s, P, "wd_incr_style", dir, parse_wd_style),
+                                  "weight decay incr style", dir),
+                      &wd_style);
+    /* samples of successful iterations: never more than were consumed */
+    int64_t num_steps = meta_count(s, P, "num_steps", dir, 0, t->consumed_train);
+    mt_sched ns;
+    mt_err e;
+    if (mt_sched_init_steps(&ns, init_lr, max_lr, min_lr, warmup, decay, style, sc->wsd_decay_steps, sc->wsd_style,
+                            start_wd, end_wd, wd_steps, wd_style, &e)) {
+        mt_err_prefix(&e, "%s/meta.json: opt_param_scheduler", dir);
+        mt_die_err(&e);
+    }
+    ns.num_steps = num_steps;
+    mt_sched_step(&ns, 0);
+    t->sched = ns;
 }
 
 static void load_checkpoint(trainer *t)
@@ -213,26 +356,19 @@ static void load_checkpoint(trainer *t)
     int nt = mt_gpt_num_tensors(t->model);
     if (mt_gpt_load_weights(t->model, t->k, rd, &e)) mt_die_err(&e);
     if (!t->a.finetune) {
-        t->iteration = mt_ckpt_is_release(rd) ? 0 : meta_int(meta, "iteration", dir);
-        t->consumed_train = meta_int(meta, "consumed_train_samples", dir);
-        t->consumed_valid = meta_int(meta, "consumed_valid_samples", dir);
-        json_t *fl = json_object_get(meta, "num_floating_point_operations_so_far");
-        t->flops_so_far = json_is_number(fl) ? json_number_value(fl) : 0;
-        json_t *s = json_object_get(meta, "opt_param_scheduler");
-        if (!json_is_object(s)) mt_die("%s/meta.json: missing \"opt_param_scheduler\"", dir);
-        mt_sched *sc = &t->sched;
-        sc->max_lr = sched_value(t, sc->max_lr, meta_num(s, "max_lr", dir), "learning rate", dir);
-        sc->min_lr = sched_value(t, sc->min_lr, meta_num(s, "min_lr", dir), "minimum learning rate", dir);
-        sc->warmup_steps = sched_value(t, sc->warmup_steps, meta_num(s, "lr_warmup_steps", dir), "warmup steps", dir);
-        sc->decay_steps = (int64_t)sched_value(t, (double)sc->decay_steps, meta_num(s, "lr_decay_steps", dir),
-                                               "total number of decay steps", dir);
-        sc->start_wd = sched_value(t, sc->start_wd, meta_num(s, "start_wd", dir), "start weight decay", dir);
-        sc->end_wd = sched_value(t, sc->end_wd, meta_num(s, "end_wd", dir), "end weight decay", dir);
-        if (!t->a.override_opt_param_scheduler) {
-            sc->num_steps = (int64_t)meta_num(s, "num_steps", dir);
-            mt_sched_step(sc, 0);
-        }
+        int release = mt_ckpt_is_release(rd);
+        t->iteration = release ? 0 : meta_count(meta, "", "iteration", dir, 0, META_MAX_COUNT);
+        t->consumed_train = meta_count(meta, "", "consumed_train_samples", dir, 0, META_MAX_COUNT);
+        t->consumed_valid = meta_count(meta, "", "consumed_valid_samples", dir, 0, META_MAX_COUNT);
+        t->flops_so_far = json_object_get(meta, "num_floating_point_operations_so_far")
+                              ? meta_real(meta, "", "num_floating_point_operations_so_far", dir, 0, DBL_MAX)
+                              : 0;
+        load_schedule(t, meta, dir);
         if (!t->a.no_load_optim) {
+            json_t *o = json_object_get(meta, "optimizer");
+            if (!json_is_object(o)) mt_die("%s/meta.json: missing \"optimizer\"", dir);
+            /* a step per successful iteration; a negative one would make the bias correction divide by 0 */
+            t->opt.step = meta_count(o, "optimizer.", "step", dir, 0, release || t->iteration > INT_MAX ? INT_MAX : t->iteration);
             float *m = mt_xmalloc(np * sizeof(float)), *v = mt_xmalloc(np * sizeof(float));
             for (int i = 0; i < nt; i++) {
                 const mt_gpt_tensor *g = mt_gpt_tensor_at(t->model, i);
@@ -243,9 +379,6 @@ static void load_checkpoint(trainer *t)
                     mt_ckpt_read_tensor(rd, MT_CKPT_OPTIM, n2, g->ndim, g->shape, v + g->offset, &e))
                     mt_die_err(&e);
             }
-            json_t *o = json_object_get(meta, "optimizer");
-            if (!json_is_object(o)) mt_die("%s/meta.json: missing \"optimizer\"", dir);
-            t->opt.step = meta_int(o, "step", dir);
             mtk_to_device(t->k, t->opt.exp_avg, m, np * sizeof(float));
             mtk_to_device(t->k, t->opt.exp_avg_sq, v, np * sizeof(float));
             free(m);
@@ -489,6 +622,17 @@ static void tb_iteration(trainer *t, double loss, double grad_norm)
     }
 }
 
+/* Megatron's --check-for-nan-in-loss-and-grad (on unless --no-check-for-nan-in-loss-and-grad): a
+ * non-finite loss or grad norm stops the run before the optimizer step, so that neither the weights nor
+ * a checkpoint take it. */
+static void check_finite(const trainer *t, const char *what, double v)
+{
+    if (t->a.no_check_for_nan_in_loss_and_grad || isfinite(v)) return;
+    mt_die("iteration %lld: %s is %g; stopping before the optimizer step, no checkpoint written "
+           "(--no-check-for-nan-in-loss-and-grad skips such iterations instead)",
+           (long long)t->iteration + 1, what, v);
+}
+
 /* One optimizer step over num_micro micro-batches. Returns the pre-clip grad norm (NaN/inf: skipped). */
 static double train_step(trainer *t, double *loss_sum, double *tokens)
 {
@@ -506,7 +650,10 @@ static double train_step(trainer *t, double *loss_sum, double *tokens)
         *tokens += t->batch.mask_sum;
     }
     mt_gpt_set_dropout(t->model, 0, 0);
-    return mt_adamw_step(&t->opt, t->sched.lr, t->sched.wd);
+    check_finite(t, "the lm loss", *tokens > 0 ? *loss_sum / *tokens : 0);
+    double norm = mt_adamw_step(&t->opt, t->sched.lr, t->sched.wd);   /* no update when norm is NaN/inf */
+    check_finite(t, "the grad norm", norm);
+    return norm;
 }
 
 static int train(trainer *t)
@@ -559,6 +706,8 @@ int main(int argc, char **argv)
     static trainer t;
     mt_err e;
     if (mt_train_args_parse(&t.a, argc, argv, &e)) mt_die_err(&e);
+    /* a --save that cannot be written fails now, not after the training it was to keep */
+    if (t.a.save && mt_ckpt_check_save_dir(t.a.save, &e)) mt_die("--save: %s", e.msg);
     setup(&t);
     if (t.a.load) load_checkpoint(&t);
     if (t.a.tensorboard_dir) {

@@ -72,10 +72,12 @@ static const mt_flag flags[] = {
     {"--end-weight-decay", MT_F_DOUBLE, &A.end_weight_decay, "WD", "weight decay at the end (incr style)", 0, 1e6, NULL},
     {"--weight-decay-incr-style", MT_F_CHOICE, &A.weight_decay_incr_style, NULL, "weight decay schedule (default constant)", 0, 0,
      "constant|linear|cosine"},
-    {"--adam-beta1", MT_F_DOUBLE, &A.adam_beta1, "B1", "Adam beta1 (default 0.9)", 0, 1, NULL},
-    {"--adam-beta2", MT_F_DOUBLE, &A.adam_beta2, "B2", "Adam beta2 (default 0.999)", 0, 1, NULL},
-    {"--adam-eps", MT_F_DOUBLE, &A.adam_eps, "EPS", "Adam epsilon (default 1e-8)", 0, 1, NULL},
+    {"--adam-beta1", MT_F_DOUBLE, &A.adam_beta1, "B1", "Adam beta1, in [0, 1) (default 0.9)", 0, 1, NULL},
+    {"--adam-beta2", MT_F_DOUBLE, &A.adam_beta2, "B2", "Adam beta2, in [0, 1) (default 0.999)", 0, 1, NULL},
+    {"--adam-eps", MT_F_DOUBLE, &A.adam_eps, "EPS", "Adam epsilon, > 0 (default 1e-8)", 0, 1, NULL},
     {"--clip-grad", MT_F_DOUBLE, &A.clip_grad, "C", "clip the global gradient L2 norm to C; 0 = off (default 1.0)", 0, 1e12, NULL},
+    {"--no-check-for-nan-in-loss-and-grad", MT_F_BOOL, &A.no_check_for_nan_in_loss_and_grad, NULL,
+     "skip an iteration whose loss or grad norm is NaN/inf instead of stopping with an error", 0, 0, NULL},
     {"--override-opt_param-scheduler", MT_F_BOOL, &A.override_opt_param_scheduler, NULL,
      "on --load, take schedule values from the flags, not the checkpoint", 0, 0, NULL},
     {"--use-checkpoint-opt_param-scheduler", MT_F_BOOL, &A.use_checkpoint_opt_param_scheduler, NULL,
@@ -323,6 +325,10 @@ int mt_train_args_parse(mt_train_args *out, int argc, char **argv, mt_err *e)
     }
     if (given(seen, "--lr-warmup-fraction") && (given(seen, "--lr-warmup-iters") || given(seen, "--lr-warmup-samples")))
         return mt_err_set(e, "--lr-warmup-fraction and --lr-warmup-iters/--lr-warmup-samples are mutually exclusive");
+    /* PyTorch's Adam: betas in [0, 1), eps >= 0; eps 0 divides 0 by 0 where a gradient is 0 */
+    if (!(a->adam_beta1 < 1.0)) return mt_err_set(e, "--adam-beta1 %g: must be in [0, 1)", a->adam_beta1);
+    if (!(a->adam_beta2 < 1.0)) return mt_err_set(e, "--adam-beta2 %g: must be in [0, 1)", a->adam_beta2);
+    if (!(a->adam_eps > 0.0)) return mt_err_set(e, "--adam-eps %g: must be positive", a->adam_eps);
     if (a->min_lr > a->lr && !a->skip_train)
         return mt_err_set(e, "--min-lr (%g) must not exceed --lr (%g)", a->min_lr, a->lr);
     if (!strcmp(a->weight_decay_incr_style, "constant")) {

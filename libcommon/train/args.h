@@ -31,7 +31,7 @@ typedef struct mt_train_args {
     double lr, min_lr, lr_warmup_fraction, lr_warmup_init, weight_decay, start_weight_decay, end_weight_decay;
     double adam_beta1, adam_beta2, adam_eps, clip_grad;
     int64_t lr_decay_iters, lr_decay_samples, lr_warmup_iters, lr_warmup_samples;
-    bool override_opt_param_scheduler, use_checkpoint_opt_param_scheduler;
+    bool override_opt_param_scheduler, use_checkpoint_opt_param_scheduler, no_check_for_nan_in_loss_and_grad;
     /* checkpoints (4.5) */
     const char *save, *load, *ckpt_format;
     int64_t save_interval;

@@ -234,6 +234,23 @@ out:
     return rc;
 }
 
+int mt_ckpt_check_save_dir(const char *save_dir, mt_err *e)
+{
+    struct stat st;
+    if (mkdir_p(save_dir, e)) return -1;
+    if (stat(save_dir, &st)) return mt_err_sys(e, "%s", save_dir);
+    if (!S_ISDIR(st.st_mode)) return mt_err_set(e, "%s: not a directory", save_dir);
+    /* the probe is named like a save's temporary, so that one left by a crash is removed by the next save */
+    size_t n = strlen(save_dir) + 64;
+    char *probe = mt_xmalloc(n);
+    snprintf(probe, n, "%s/iter_write_probe.tmp-%ld", save_dir, (long)getpid());
+    int rc = 0;
+    if (mkdir(probe, 0755)) rc = mt_err_sys(e, "%s: cannot write there", save_dir);
+    else rmdir(probe);
+    free(probe);
+    return rc;
+}
+
 /* ---- loading ---- */
 
 int mt_ckpt_latest(const char *load_dir, int64_t *iteration, mt_err *e)

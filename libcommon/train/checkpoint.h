@@ -57,6 +57,10 @@ enum { MT_CKPT_MODEL = 0, MT_CKPT_OPTIM = 1 };
 int mt_ckpt_save(const char *save_dir, int64_t iteration, const mt_ckpt_tensor *model, int n_model,
                  const mt_ckpt_tensor *optim, int n_optim, json_t *meta, mt_err *e);
 
+/* Checks at start-up that save_dir is usable: creates it (and its parents) if missing, then that it is a
+ * directory in which this process can create entries. Returns 0 or -1 naming the directory. */
+int mt_ckpt_check_save_dir(const char *save_dir, mt_err *e);
+
 /* Reads <load_dir>/latest_checkpointed_iteration.txt: 0 with *iteration set (MT_CKPT_RELEASE for
  * "release"), 1 when there is no tracker (no checkpoint; *iteration unchanged), -1 on error
  * (unreadable, or not a non-negative decimal number or "release"). */

@@ -97,6 +97,10 @@ int mt_sched_init(mt_sched *s, const mt_sched_args *a, mt_err *e)
         if (has_fraction && a->lr_warmup_iters != 0)
             return mt_err_set(e, "give only one of --lr-warmup-fraction and --lr-warmup-iters");
         int64_t decay_iters = a->lr_decay_iters >= 0 ? a->lr_decay_iters : a->train_iters;
+        /* counts in samples stay below 2^53 (exact in doubles; no int64 overflow in the products) */
+        const int64_t most = ((int64_t)1 << 53) / gbs;
+        if (a->train_iters > most || decay_iters > most || a->lr_warmup_iters > most || a->lr_wsd_decay_iters > most)
+            return mt_err_set(e, "iteration counts times --global-batch-size %lld exceed 2^53 samples", (long long)gbs);
         decay = decay_iters * gbs;
         wd_steps = a->train_iters * gbs;
         if (a->lr_wsd_decay_iters >= 0) wsd = a->lr_wsd_decay_iters * gbs;
