@@ -129,7 +129,7 @@ static void load_model(ev *v, json_t **args_out)
     };
     if (mt_gpt_config_check(&v->cfg, &e)) mt_die("%s/meta.json: %s", dir, e.msg);
     if (mbs <= 0) mbs = arg_int(args, "micro-batch-size", dir);
-    v->k = mtk_open(backend, threads, &e);
+    v->k = mtk_open(&(mtk_config){.backend = backend, .threads = threads}, &e);
     if (!v->k) mt_die_err(&e);
     v->model = mt_gpt_create(v->k, &v->cfg, (int)mbs, &e);
     if (!v->model) mt_die_err(&e);

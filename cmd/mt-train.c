@@ -67,18 +67,11 @@ typedef struct trainer {
     int memory_reported;
 } trainer;
 
-static uint64_t mix64(uint64_t z)
-{
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    return z ^ (z >> 31);
-}
-
 /* The dropout key of micro-batch m of the iteration that starts at iteration it (so resume redraws
  * the same masks). */
 static uint64_t dropout_key(const trainer *t, int64_t it, int m)
 {
-    return mix64(mix64((uint64_t)t->a.seed + 0x9E3779B97F4A7C15ull) ^ ((uint64_t)it * 0x100000001B3ull + (uint64_t)m));
+    return mt_mix64(mt_mix64((uint64_t)t->a.seed + MT_GOLDEN64) ^ ((uint64_t)it * 0x100000001B3ull + (uint64_t)m));
 }
 
 /* Model FLOPs of one iteration (forward + backward = 3 x forward, no recomputation), as Megatron's
@@ -378,7 +371,7 @@ static void setup(trainer *t)
         .attention_dropout = (float)t->a.attention_dropout,
     };
     if (mt_gpt_config_check(&t->cfg, &e)) mt_die_err(&e);
-    t->k = mtk_open(t->a.backend, t->a.threads, &e);
+    t->k = mtk_open(&(mtk_config){.backend = t->a.backend, .threads = t->a.threads}, &e);
     if (!t->k) mt_die_err(&e);
     t->num_micro = (int)(t->a.global_batch_size / t->a.micro_batch_size);
     t->train_iters = mt_train_total_iters(&t->a);

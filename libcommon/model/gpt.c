@@ -129,6 +129,13 @@ mt_gpt *mt_gpt_create(mtk *k, const mt_gpt_config *config, int max_batch, mt_err
         mt_gpt_free(m);
         return NULL;
     }
+    size_t big = N * V > N * F ? N * V : N * F;
+    mtk_limits lim = {.max_act = big > V * C ? big : V * C, .max_flat = m->nparams, .max_seq = config->seq_length,
+                      .max_head_size = (int)(C / (size_t)config->num_heads)};
+    if (mtk_reserve(k, &lim, e)) {
+        mt_gpt_free(m);
+        return NULL;
+    }
     m->h_losses = mt_xmalloc(N * fl);
     m->h_dscale = mt_xmalloc(N * fl);
     return m;
@@ -186,13 +193,7 @@ void mt_gpt_set_dropout(mt_gpt *m, int training, uint64_t key)
  * splitmix64 hash of the key and the site, so sites and keys draw unrelated masks. */
 enum { SITE_EMBED = 0, SITE_ATTN_PROBS = 1, SITE_ATTN_OUT = 2, SITE_MLP_OUT = 3 };
 
-uint64_t mt_gpt_dropout_seed(uint64_t key, uint64_t site)
-{
-    uint64_t z = key + (site + 1) * 0x9E3779B97F4A7C15ull;
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    return z ^ (z >> 31);
-}
+uint64_t mt_gpt_dropout_seed(uint64_t key, uint64_t site) { return mt_mix64(key + (site + 1) * MT_GOLDEN64); }
 
 /* NULL when this site applies no dropout (evaluation mode or p == 0). */
 static const mtk_dropout *site_dropout(const mt_gpt *m, mtk_dropout *d, int layer, int kind)
@@ -225,7 +226,7 @@ double mt_gpt_forward(mt_gpt *m, const int32_t *tokens, const int32_t *targets, 
 
     mtk_to_device(k, m->d_tok, tokens, (size_t)N * sizeof(int32_t));
     mtk_to_device(k, m->d_tgt, targets, (size_t)N * sizeof(int32_t));
-    mtk_embed_fwd(k, m->res, m->d_tok, mt_gpt_p(m, MT_GPT_WTE), mt_gpt_p(m, MT_GPT_WPE), B, T, C);
+    mtk_embed_fwd(k, m->res, m->d_tok, mt_gpt_p(m, MT_GPT_WTE), mt_gpt_p(m, MT_GPT_WPE), B, T, C, 0, 0, V);
     if ((drop = site_dropout(m, &dd, 0, SITE_EMBED))) mtk_dropout_fwd(k, m->res, m->res, (size_t)N * C, drop);
 
     for (int l = 0; l < L; l++) {
@@ -341,5 +342,5 @@ void mt_gpt_backward(mt_gpt *m, float loss_scale)
     }
 
     if ((drop = site_dropout(m, &dd, 0, SITE_EMBED))) mtk_dropout_bwd(k, dres, dres, (size_t)N * C, drop);
-    mtk_embed_bwd(k, mt_gpt_g(m, MT_GPT_WTE), mt_gpt_g(m, MT_GPT_WPE), dres, m->d_tok, B, T, C);
+    mtk_embed_bwd(k, mt_gpt_g(m, MT_GPT_WTE), mt_gpt_g(m, MT_GPT_WPE), dres, m->d_tok, B, T, C, 0, 0, V);
 }

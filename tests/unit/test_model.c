@@ -668,7 +668,7 @@ static int dump_main(const char *dir)
 
 T_MAIN_BEGIN("test_model")
 mt_err e;
-K = mtk_open("cpu", 0, &e);
+K = mtk_open(&(mtk_config){.backend = "cpu"}, &e);
 if (!K) {
     fprintf(stderr, "%s\n", e.msg);
     return 1;
