@@ -85,6 +85,7 @@ static const char *arg_str(json_t *args, const char *key)
 typedef struct ev {
     mtk *k;
     mt_gpt *model;
+    mt_gpt_ctx *ctx;
     mt_gpt_config cfg;
     int64_t vocab, eod;
     const char *vocab_file, *merge_file;
@@ -129,10 +130,12 @@ static void load_model(ev *v, json_t **args_out)
     };
     if (mt_gpt_config_check(&v->cfg, &e)) mt_die("%s/meta.json: %s", dir, e.msg);
     if (mbs <= 0) mbs = arg_int(args, "micro-batch-size", dir);
-    v->k = mtk_open(backend, threads, &e);
+    v->k = mtk_open(&(mtk_config){.backend = backend, .threads = threads}, &e);
     if (!v->k) mt_die_err(&e);
-    v->model = mt_gpt_create(v->k, &v->cfg, (int)mbs, &e);
+    v->model = mt_gpt_create(v->k, &v->cfg, MT_GPT_INFER_ONLY, &e);
     if (!v->model) mt_die_err(&e);
+    v->ctx = mt_gpt_ctx_new(v->model, (int)mbs, &e);
+    if (!v->ctx) mt_die_err(&e);
     size_t np = mt_gpt_num_params(v->model);
     if (mt_gpt_load_weights(v->model, v->k, r, &e)) mt_die_err(&e);
     *args_out = args;
@@ -176,7 +179,7 @@ static void eval_split_mode(ev *v, json_t *args)
     mt_batch_init(&b, (int)mbs, v->cfg.seq_length, v->vocab, v->eod, eod_mask_loss);
     mt_eval_result r;
     int64_t consumed = 0;
-    if (mt_evaluate(v->model, &b, &d, k, &consumed, eval_iters, 1, &r, &e)) mt_die_err(&e);
+    if (mt_evaluate(v->ctx, &b, &d, k, &consumed, eval_iters, 1, &r, &e)) mt_die_err(&e);
     if (r.samples == 0) mt_die("the %s split has fewer than --micro-batch-size (%lld) samples", mt_split_names[k], (long long)mbs);
     if (json_out) {
         printf("{\"split\": \"%s\", \"samples\": %lld, \"tokens\": %.0f, \"loss\": %.9g, \"ppl\": %.9g}\n", eval_split,
@@ -197,6 +200,7 @@ static void eval_split_mode(ev *v, json_t *args)
  * (each window's context restarts; a long document is scored in consecutive chunks). */
 static void score_doc(ev *v, const uint32_t *ids, size_t n, double *logprob)
 {
+    mt_err e;
     int T = v->cfg.seq_length;
     int32_t *tok = mt_xmalloc((size_t)T * sizeof *tok), *tgt = mt_xmalloc((size_t)T * sizeof *tgt);
     float *mask = mt_xmalloc((size_t)T * sizeof *mask), *tl = mt_xmalloc((size_t)T * sizeof *tl);
@@ -214,7 +218,8 @@ static void score_doc(ev *v, const uint32_t *ids, size_t n, double *logprob)
                 mask[t] = 0;
             }
         }
-        mt_gpt_forward(v->model, tok, tgt, mask, 1, (int)m, tl);
+        mt_gpt_loss l;
+        if (mt_gpt_forward(v->ctx, tok, tgt, mask, 1, (int)m, tl, &l, &e)) mt_die_err(&e);
         for (size_t t = 0; t < m; t++) *logprob -= tl[t];
     }
     free(tok);
@@ -232,7 +237,7 @@ static void score_mode(ev *v)
     mt_bpe_ctx *ctx = mt_bpe_ctx_new(bpe);
     mt_reader *rd;
     if (mt_reader_open(&rd, "-", &e)) mt_die_err(&e);
-    mt_gpt_set_dropout(v->model, 0, 0);
+    mt_gpt_set_dropout(v->ctx, 0, 0);
     const char *line;
     size_t len;
     int64_t lineno = 0;
@@ -276,6 +281,7 @@ int main(int argc, char **argv)
     else
         eval_split_mode(&v, args);
     json_decref(args);
+    mt_gpt_ctx_free(v.ctx);
     mt_gpt_free(v.model);
     mtk_close(v.k);
     return 0;

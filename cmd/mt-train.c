@@ -51,6 +51,7 @@ typedef struct trainer {
     mt_train_args a;
     mtk *k;
     mt_gpt *model;
+    mt_gpt_ctx *ctx;        /* activations of the micro-batch in flight */
     mt_gpt_config cfg;
     mt_adamw opt;           /* (ckpt) moments, step */
     mt_sched sched;         /* (ckpt) num_steps */
@@ -70,18 +71,11 @@ typedef struct trainer {
     int memory_reported;
 } trainer;
 
-static uint64_t mix64(uint64_t z)
-{
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    return z ^ (z >> 31);
-}
-
 /* The dropout key of micro-batch m of the iteration that starts at iteration it (so resume redraws
  * the same masks). */
 static uint64_t dropout_key(const trainer *t, int64_t it, int m)
 {
-    return mix64(mix64((uint64_t)t->a.seed + 0x9E3779B97F4A7C15ull) ^ ((uint64_t)it * 0x100000001B3ull + (uint64_t)m));
+    return mt_mix64(mt_mix64((uint64_t)t->a.seed + MT_GOLDEN64) ^ ((uint64_t)it * 0x100000001B3ull + (uint64_t)m));
 }
 
 /* Model FLOPs of one iteration (forward + backward = 3 x forward, no recomputation), as Megatron's
@@ -406,7 +400,7 @@ static void evaluate_and_print(trainer *t, int split, mt_eval_when when, int64_t
     mt_eval_result r;
     int64_t test_consumed = 0;
     int64_t *consumed = split == MT_SPLIT_VALID ? &t->consumed_valid : &test_consumed;
-    if (mt_evaluate(t->model, &t->batch, &t->data, split, consumed, iters, t->num_micro, &r, &e)) mt_die_err(&e);
+    if (mt_evaluate(t->ctx, &t->batch, &t->data, split, consumed, iters, t->num_micro, &r, &e)) mt_die_err(&e);
     char prefix[128];
     mt_eval_prefix(prefix, sizeof prefix, LOG_STYLE, when, t->iteration);
     mt_loss_value lv = {"lm loss", r.loss};
@@ -511,13 +505,15 @@ static void setup(trainer *t)
         .attention_dropout = (float)t->a.attention_dropout,
     };
     if (mt_gpt_config_check(&t->cfg, &e)) mt_die_err(&e);
-    t->k = mtk_open(t->a.backend, t->a.threads, &e);
+    t->k = mtk_open(&(mtk_config){.backend = t->a.backend, .threads = t->a.threads}, &e);
     if (!t->k) mt_die_err(&e);
     t->num_micro = (int)(t->a.global_batch_size / t->a.micro_batch_size);
     t->train_iters = mt_train_total_iters(&t->a);
     open_data(t);
-    t->model = mt_gpt_create(t->k, &t->cfg, t->a.micro_batch_size, &e);
+    t->model = mt_gpt_create(t->k, &t->cfg, MT_GPT_TRAIN, &e);
     if (!t->model) mt_die_err(&e);
+    t->ctx = mt_gpt_ctx_new(t->model, t->a.micro_batch_size, &e);
+    if (!t->ctx) mt_die_err(&e);
     mt_gpt_init(t->model, (uint64_t)t->a.seed);
     if (mt_adamw_init(&t->opt, t->k, t->model, t->a.adam_beta1, t->a.adam_beta2, t->a.adam_eps, t->a.clip_grad, &e))
         mt_die_err(&e);
@@ -642,14 +638,16 @@ static double train_step(trainer *t, double *loss_sum, double *tokens)
     for (int m = 0; m < t->num_micro; m++) {
         if (mt_batch_read(&t->batch, &t->data, MT_SPLIT_TRAIN, t->consumed_train + (int64_t)m * t->a.micro_batch_size, &e))
             mt_die_err(&e);
-        mt_gpt_set_dropout(t->model, 1, dropout_key(t, t->iteration, m));
-        double loss = mt_gpt_forward(t->model, t->batch.tokens, t->batch.targets, t->batch.loss_mask, t->batch.B,
-                                     t->batch.T, NULL);
-        mt_gpt_backward(t->model, 1.0f / (float)t->num_micro);
-        if (t->batch.mask_sum > 0) *loss_sum += loss * t->batch.mask_sum;
-        *tokens += t->batch.mask_sum;
+        mt_gpt_set_dropout(t->ctx, 1, dropout_key(t, t->iteration, m));
+        mt_gpt_loss l;
+        if (mt_gpt_forward(t->ctx, t->batch.tokens, t->batch.targets, t->batch.loss_mask, t->batch.B, t->batch.T, NULL,
+                           &l, &e) ||
+            mt_gpt_backward(t->ctx, l.count > 0 ? (double)(1.0f / (float)t->num_micro) / l.count : 0.0, &e))
+            mt_die_err(&e);
+        *loss_sum += l.sum;
+        *tokens += l.count;
     }
-    mt_gpt_set_dropout(t->model, 0, 0);
+    mt_gpt_set_dropout(t->ctx, 0, 0);
     check_finite(t, "the lm loss", *tokens > 0 ? *loss_sum / *tokens : 0);
     double norm = mt_adamw_step(&t->opt, t->sched.lr, t->sched.wd);   /* no update when norm is NaN/inf */
     check_finite(t, "the grad norm", norm);
@@ -738,6 +736,7 @@ int main(int argc, char **argv)
     if (t.metrics) fclose(t.metrics);
     mt_batch_free(&t.batch);
     mt_adamw_free(&t.opt);
+    mt_gpt_ctx_free(t.ctx);
     mt_gpt_free(t.model);
     mt_gpt_data_close(&t.data);
     mtk_close(t.k);

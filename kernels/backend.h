@@ -1,15 +1,20 @@
 /* backend.h: the table of operations a kernel backend provides, and the mtk handle that carries it.
- * Private to kernels/: the public API (kernels.h) dispatches through k->ops. Every entry has the
- * signature of the public function of the same name. */
+ * Private to kernels/: the public API (kernels.h) dispatches through k->ops after the checks that every
+ * backend shares (sticky error, sizes against the reserved limits) in mtk.c. Every operation entry has
+ * the signature of the public function of the same name; activation-dtype arguments are void *. */
 #ifndef MT_KERNELS_BACKEND_H
 #define MT_KERNELS_BACKEND_H
+
+#include <stdarg.h>
 
 #include "kernels.h"
 
 typedef struct mtk_ops {
     const char *name;
-    int (*open)(mtk *k, int threads, mt_err *e);
+    int (*open)(mtk *k, const mtk_config *cfg, mt_err *e);
     void (*close)(mtk *k);
+    /* Workspace bytes this backend needs for operations up to l (mtk.c allocates and owns it). */
+    size_t (*workspace_need)(const mtk *k, const mtk_limits *l);
 
     void *(*alloc)(mtk *k, size_t bytes, mt_err *e);
     void (*free)(mtk *k, void *p);
@@ -17,33 +22,49 @@ typedef struct mtk_ops {
     void (*to_device)(mtk *k, void *dst, const void *src, size_t bytes);
     void (*to_host)(mtk *k, void *dst, const void *src, size_t bytes);
     void (*copy)(mtk *k, void *dst, const void *src, size_t bytes);
-    void (*sync)(mtk *k);
+    void (*convert)(mtk *k, void *dst, mtk_dtype dt, const void *src, mtk_dtype st, size_t n);
+    int (*sync)(mtk *k);   /* -1 when the device reported an error (it calls mtk_fail) */
 
-    void (*embed_fwd)(mtk *k, float *out, const int32_t *tok, const float *wte, const float *wpe, int B, int T,
-                      int C);
-    void (*embed_bwd)(mtk *k, float *dwte, float *dwpe, const float *dout, const int32_t *tok, int B, int T,
-                      int C);
-    void (*layernorm_fwd)(mtk *k, float *out, float *mean, float *rstd, const float *inp, const float *w,
+    /* Queues and events; NULL entries mean a backend without queues (everything is complete at once). */
+    void *(*native_queue)(mtk *k, int queue);
+    void *(*event_new)(mtk *k, mt_err *e);
+    void (*event_free)(mtk *k, void *ev);
+    void (*event_record)(mtk *k, void *ev, int queue);
+    void (*event_wait)(mtk *k, void *ev, int queue);
+    int (*event_done)(mtk *k, void *ev);
+
+    void (*embed_fwd)(mtk *k, void *out, const int32_t *tok, const void *wte, const void *wpe, int B, int T, int C,
+                      int pos0, int v0, int nv);
+    void (*embed_bwd)(mtk *k, float *dwte, float *dwpe, const void *dout, const int32_t *tok, int B, int T, int C,
+                      int pos0, int v0, int nv);
+    void (*layernorm_fwd)(mtk *k, void *out, float *mean, float *rstd, const void *inp, const float *w,
                           const float *b, int N, int C, float eps);
-    void (*layernorm_bwd)(mtk *k, float *dinp, float *dw, float *db, const float *dout, const float *inp,
+    void (*layernorm_bwd)(mtk *k, void *dinp, float *dw, float *db, const void *dout, const void *inp,
                           const float *w, const float *mean, const float *rstd, int N, int C);
-    void (*matmul_fwd)(mtk *k, float *out, const float *inp, const float *w, const float *bias, int N, int C,
-                       int OC);
-    void (*matmul_bwd)(mtk *k, float *dinp, float *dw, float *dbias, const float *dout, const float *inp,
-                       const float *w, int N, int C, int OC);
-    void (*gelu_fwd)(mtk *k, float *out, const float *inp, size_t n, int exact);
-    void (*gelu_bwd)(mtk *k, float *dinp, const float *inp, const float *dout, size_t n, int exact);
-    void (*add)(mtk *k, float *out, const float *a, const float *b, size_t n);
-    void (*acc)(mtk *k, float *y, const float *x, size_t n);
-    void (*scale)(mtk *k, float *x, float s, size_t n);
-    void (*dropout_fwd)(mtk *k, float *out, const float *inp, size_t n, const mtk_dropout *d);
-    void (*dropout_bwd)(mtk *k, float *dinp, const float *dout, size_t n, const mtk_dropout *d);
-    void (*attention_fwd)(mtk *k, float *out, float *lse, const float *qkv, int B, int T, int NH, int HS,
+    void (*matmul_fwd)(mtk *k, void *out, const void *inp, const void *w, const float *bias, int N, int C, int OC);
+    void (*matmul_bwd)(mtk *k, void *dinp, float *dw, float *dbias, const void *dout, const void *inp,
+                       const void *w, int N, int C, int OC);
+    void (*gelu_fwd)(mtk *k, void *out, const void *inp, size_t n, int exact);
+    void (*gelu_bwd)(mtk *k, void *dinp, const void *inp, const void *dout, size_t n, int exact);
+    void (*add)(mtk *k, void *out, const void *a, const void *b, size_t n);
+    void (*acc)(mtk *k, void *y, const void *x, size_t n);
+    void (*scale)(mtk *k, void *x, float s, size_t n);
+    void (*dropout_fwd)(mtk *k, void *out, const void *inp, size_t n, const mtk_dropout *d);
+    void (*dropout_bwd)(mtk *k, void *dinp, const void *dout, size_t n, const mtk_dropout *d);
+    void (*attention_fwd)(mtk *k, void *out, float *lse, const void *qkv, int B, int T, int NH, int HS,
                           const mtk_dropout *drop);
-    void (*attention_bwd)(mtk *k, float *dqkv, const float *dout, const float *qkv, const float *out,
-                          const float *lse, int B, int T, int NH, int HS, const mtk_dropout *drop);
-    void (*xent_fwd_bwd)(mtk *k, float *losses, float *dlogits, const float *logits, const int32_t *target,
+    void (*attention_bwd)(mtk *k, void *dqkv, const void *dout, const void *qkv, const void *out, const float *lse,
+                          int B, int T, int NH, int HS, const mtk_dropout *drop);
+    void (*attention_kv)(mtk *k, void *out, const void *qkv, void *kcache, void *vcache, int B, int T, int pos0,
+                         int Tmax, int NH, int HS);
+    void (*xent_fwd_bwd)(mtk *k, float *losses, void *dlogits, const void *logits, const int32_t *target,
                          const float *dscale, int N, int V);
+    void (*xent_rowmax)(mtk *k, float *rowmax, const void *logits, int N, int V);
+    void (*xent_sumexp)(mtk *k, float *sumexp, float *tlogit, const void *logits, const float *rowmax,
+                        const int32_t *target, int N, int V, int v0);
+    void (*xent_loss)(mtk *k, float *losses, const float *rowmax, const float *sumexp, const float *tlogit, int N);
+    void (*xent_bwd)(mtk *k, void *dlogits, const void *logits, const float *rowmax, const float *sumexp,
+                     const int32_t *target, const float *dscale, int N, int V, int v0);
     double (*sumsq)(mtk *k, const float *x, size_t n);
     size_t (*count_nonfinite)(mtk *k, const float *x, size_t n);
     void (*adamw)(mtk *k, float *p, const float *g, float *m, float *v, size_t n, float lr, float b1, float b2,
@@ -52,9 +73,26 @@ typedef struct mtk_ops {
 
 struct mtk {
     const mtk_ops *ops;
-    int threads;   /* worker threads the backend uses (cpu: OpenMP threads) */
-    void *impl;    /* backend state */
+    int threads;          /* worker threads the backend uses (cpu: OpenMP threads) */
+    int device;
+    mtk_dtype act;        /* activation dtype */
+    int queue;            /* current queue */
+    mtk_limits lim;       /* what mtk_reserve has covered so far */
+    unsigned char *ws;    /* workspace (device memory), ws_bytes long */
+    size_t ws_bytes, ws_used;
+    int failed;           /* sticky error set */
+    mt_err err;
+    void *impl;           /* backend state */
 };
+
+/* Records the first error (later ones are dropped) and makes the following operations no-ops. */
+void mtk_fail(mtk *k, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* Takes bytes (64-byte aligned) from the workspace for the current operation; NULL + error when the
+ * reservation does not cover it. mtk.c rewinds the workspace at the start of every operation. */
+void *mtk_ws_take(mtk *k, size_t bytes);
+
+/* Sets e's message (e may be NULL); returns -1. */
+int mtk_err_set(mt_err *e, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
 extern const mtk_ops mtk_cpu_ops;
 

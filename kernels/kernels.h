@@ -3,18 +3,38 @@
  * One set of operations over *device buffers* owned by a backend. The model code (libcommon/model)
  * calls only these functions and never learns which backend runs them: "cpu" (kernels/cpu: C11,
  * OpenMP, CBLAS via OpenBLAS; device memory is host memory) or, later, "cuda" (kernels/cuda).
+ * kernels/ includes nothing from libcommon: what both share is in mt_base.h.
  *
- * Conventions (every backend follows them; tests in tests/unit/test_kernels.c check the cpu one):
- *   - Activations are row-major [N, C] with N = B*T tokens (b major, t minor). fp32 throughout for now;
- *     a dtype argument arrives with bf16 on CUDA.
+ * Dtypes (kernels/README.md has the rationale):
+ *   - The *activation dtype* is chosen when the backend is opened (mtk_config.act_dtype: fp32, bf16 or
+ *     fp16). Every argument typed mtk_act * is stored in it: activations and their gradients, and the
+ *     parameters that feed a product or a lookup (matrices, word and position embeddings, the KV cache).
+ *   - Arguments typed float * are always fp32: master weights, 1-D parameters (biases, norm weights),
+ *     every parameter gradient (accumulated in fp32), optimizer moments, LayerNorm mean/rstd, attention
+ *     log-sum-exp, losses and per-token scales, cross-entropy row statistics.
+ *   - Arithmetic, softmax and every reduction are fp32 (sums of squares in double) whatever the storage.
+ *
+ * Conventions (every backend follows them; tests/unit/test_kernels.c is the conformance suite):
+ *   - Activations are row-major [N, C] with N = B*T tokens (b major, t minor).
  *   - Weights are [out, in] (PyTorch Linear / Megatron layout): y = x . W^T + b.
  *   - Backward ops ACCUMULATE (+=) into weight/bias gradients (gradient accumulation over micro-batches),
  *     and ASSIGN input gradients unless the comment says "accumulates".
  *   - The fused QKV activation of one token is laid out per head as [NH][3][HS] (Megatron checkpoint
  *     version >= 2.0: q, k, v of head 0, then of head 1, ...), so weight rows keep Megatron's order.
- *   - Pointers named d* are gradients; scratch memory an op needs is allocated inside the backend.
- *   - Calls are asynchronous with respect to the host on devices that have a queue; mtk_sync() and the
- *     copy functions order them. The cpu backend is synchronous.
+ *   - Pointers named d* are gradients.
+ *
+ * Memory: buffers come from mtk_alloc and belong to the caller. Scratch that an operation needs comes
+ * from the backend's *workspace*, sized once by mtk_reserve for the largest shapes the caller will use;
+ * no operation allocates. An operation given more than was reserved does nothing and sets the error.
+ *
+ * Errors are sticky, as on a GPU: an operation that fails (bad sizes, more than reserved, a device
+ * fault) records the first error and makes the following operations no-ops until mtk_clear_error;
+ * mtk_sync and mtk_status report it. Operations themselves return nothing and never abort.
+ *
+ * Queues and events: operations are enqueued on the current queue (mtk_set_queue), asynchronously with
+ * respect to the host on backends that have queues; copies to the host and mtk_sync wait. Events order
+ * one queue after another, so that communication (a second queue) can overlap compute. The cpu backend
+ * runs every operation at once, in call order, and its events are always complete.
  */
 #ifndef MT_KERNELS_H
 #define MT_KERNELS_H
@@ -22,55 +42,101 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "util/err.h"
+#include "mt_base.h"
 
 typedef struct mtk mtk;   /* one backend instance bound to one device */
+typedef void mtk_act;     /* storage of the activation dtype (see above) */
 
-/* Opens backend "cpu" (threads: OpenMP threads, 0 = default) or "cuda" (device index in threads' place
- * is given by the caller through MT_CUDA_DEVICE later). Returns NULL and fills e on failure. */
-mtk *mtk_open(const char *backend, int threads, mt_err *e);
+typedef struct mtk_config {
+    const char *backend;  /* "cpu" or "cuda" */
+    int threads;          /* cpu: OpenMP threads, 0 = OpenMP's default */
+    int device;           /* cuda: device index (the local rank picks it) */
+    mtk_dtype act_dtype;  /* storage of activations and working weights */
+} mtk_config;
+
+/* Opens a backend. Returns NULL and fills e on failure. */
+mtk *mtk_open(const mtk_config *cfg, mt_err *e);
 void mtk_close(mtk *k);
 const char *mtk_name(const mtk *k);
+mtk_dtype mtk_act_dtype(const mtk *k);
+size_t mtk_act_size(const mtk *k);   /* bytes of one activation element */
+int mtk_threads(const mtk *k);
+
+/* ---- workspace ---- */
+typedef struct mtk_limits {
+    size_t max_act;       /* most elements of any one activation-dtype operand (a weight matrix counts) */
+    size_t max_flat;      /* most elements of an fp32 array given to sumsq, count_nonfinite or adamw */
+    int max_seq;          /* longest T of attention (with a KV cache: its length) */
+    int max_head_size;    /* largest HS of attention */
+} mtk_limits;
+/* Grows the workspace to cover operations up to these limits (the maximum over every call so far).
+ * Call it when a model or context is created, never inside a step. -1 + e when out of memory. */
+int mtk_reserve(mtk *k, const mtk_limits *l, mt_err *e);
+size_t mtk_workspace_bytes(const mtk *k);
+
+/* ---- errors ---- */
+/* 0, or -1 with the first error since the last mtk_clear_error copied to e (e may be NULL). */
+int mtk_status(mtk *k, mt_err *e);
+void mtk_clear_error(mtk *k);
 
 /* ---- memory ---- */
 void *mtk_alloc(mtk *k, size_t bytes, mt_err *e);      /* zero-filled; NULL + e on failure */
 void mtk_free(mtk *k, void *p);
 void mtk_zero(mtk *k, void *p, size_t bytes);
 void mtk_to_device(mtk *k, void *dst, const void *src, size_t bytes);
-void mtk_to_host(mtk *k, void *dst, const void *src, size_t bytes);
-void mtk_copy(mtk *k, void *dst, const void *src, size_t bytes);   /* device to device */
-void mtk_sync(mtk *k);
+void mtk_to_host(mtk *k, void *dst, const void *src, size_t bytes);   /* waits for the current queue */
+void mtk_copy(mtk *k, void *dst, const void *src, size_t bytes);      /* device to device */
+/* dst[i] = (dst_dtype) src[i] for n elements, device to device, round to nearest even. */
+void mtk_convert(mtk *k, void *dst, mtk_dtype dst_dtype, const void *src, mtk_dtype src_dtype, size_t n);
+/* Waits for every queue; returns mtk_status. */
+int mtk_sync(mtk *k, mt_err *e);
 
-/* ---- embedding: out[b,t,:] = wte[tok[b,t],:] + wpe[t,:] ---- */
-void mtk_embed_fwd(mtk *k, float *out, const int32_t *tok, const float *wte, const float *wpe,
-                   int B, int T, int C);
-/* dwte[tok[b,t],:] += dout[b,t,:]; dwpe[t,:] += sum_b dout[b,t,:]. Deterministic (no atomics order
- * dependence): the cpu backend sums in a fixed order. */
-void mtk_embed_bwd(mtk *k, float *dwte, float *dwpe, const float *dout, const int32_t *tok,
-                   int B, int T, int C);
+/* ---- queues and events ---- */
+enum { MTK_QUEUE_COMPUTE = 0, MTK_QUEUE_COMM = 1, MTK_QUEUES = 2 };
+void mtk_set_queue(mtk *k, int queue);     /* following operations go to this queue */
+int mtk_queue(const mtk *k);
+void *mtk_native_queue(mtk *k, int queue); /* cuda: the cudaStream_t (for NCCL); cpu: NULL */
+typedef struct mtk_event mtk_event;
+mtk_event *mtk_event_new(mtk *k, mt_err *e);
+void mtk_event_free(mtk *k, mtk_event *ev);
+void mtk_event_record(mtk *k, mtk_event *ev);   /* marks the current queue's position */
+void mtk_event_wait(mtk *k, mtk_event *ev);     /* the current queue waits until ev has completed */
+int mtk_event_done(mtk *k, mtk_event *ev);      /* 1 when complete (non-blocking) */
+
+/* ---- embedding ----
+ * out[b,t,:] = (v0 <= tok < v0 + nv ? wte[tok - v0,:] : 0) + (wpe ? wpe[pos0 + t,:] : 0).
+ * wte holds rows v0 .. v0+nv-1 of the vocabulary (a vocabulary-parallel shard; v0 = 0, nv = V on one
+ * rank); tokens of other shards contribute zero (their owner adds them in the all-reduce). pos0 is the
+ * position of the first token (generation with a KV cache continues at the cache length). */
+void mtk_embed_fwd(mtk *k, mtk_act *out, const int32_t *tok, const mtk_act *wte, const mtk_act *wpe, int B, int T,
+                   int C, int pos0, int v0, int nv);
+/* dwte[tok - v0,:] += dout[b,t,:] for tokens of this shard; dwpe[pos0 + t,:] += sum_b dout[b,t,:] (dwpe
+ * NULL: skipped). Deterministic: the sums run in a fixed order. */
+void mtk_embed_bwd(mtk *k, float *dwte, float *dwpe, const mtk_act *dout, const int32_t *tok, int B, int T, int C,
+                   int pos0, int v0, int nv);
 
 /* ---- LayerNorm over the last dimension, eps e.g. 1e-5; mean/rstd [N] are saved for backward ---- */
-void mtk_layernorm_fwd(mtk *k, float *out, float *mean, float *rstd, const float *inp,
-                       const float *w, const float *b, int N, int C, float eps);
+void mtk_layernorm_fwd(mtk *k, mtk_act *out, float *mean, float *rstd, const mtk_act *inp, const float *w,
+                       const float *b, int N, int C, float eps);
 /* dinp ACCUMULATES (it is the residual stream's gradient); dw, db accumulate. */
-void mtk_layernorm_bwd(mtk *k, float *dinp, float *dw, float *db, const float *dout, const float *inp,
+void mtk_layernorm_bwd(mtk *k, mtk_act *dinp, float *dw, float *db, const mtk_act *dout, const mtk_act *inp,
                        const float *w, const float *mean, const float *rstd, int N, int C);
 
 /* ---- linear: out[N,OC] = inp[N,C] . w[OC,C]^T + bias[OC] (bias may be NULL) ---- */
-void mtk_matmul_fwd(mtk *k, float *out, const float *inp, const float *w, const float *bias,
-                    int N, int C, int OC);
+void mtk_matmul_fwd(mtk *k, mtk_act *out, const mtk_act *inp, const mtk_act *w, const float *bias, int N, int C,
+                    int OC);
 /* dinp = dout . w (assigned; NULL to skip), dw += dout^T . inp, dbias += sum_n dout (NULL to skip). */
-void mtk_matmul_bwd(mtk *k, float *dinp, float *dw, float *dbias, const float *dout, const float *inp,
-                    const float *w, int N, int C, int OC);
+void mtk_matmul_bwd(mtk *k, mtk_act *dinp, float *dw, float *dbias, const mtk_act *dout, const mtk_act *inp,
+                    const mtk_act *w, int N, int C, int OC);
 
 /* ---- GeLU, tanh approximation 0.5x(1+tanh(sqrt(2/pi)(x+0.044715x^3))) (exact=1: erf form) ---- */
-void mtk_gelu_fwd(mtk *k, float *out, const float *inp, size_t n, int exact);
-void mtk_gelu_bwd(mtk *k, float *dinp, const float *inp, const float *dout, size_t n, int exact);
+void mtk_gelu_fwd(mtk *k, mtk_act *out, const mtk_act *inp, size_t n, int exact);
+void mtk_gelu_bwd(mtk *k, mtk_act *dinp, const mtk_act *inp, const mtk_act *dout, size_t n, int exact);
 
 /* ---- elementwise ---- */
-void mtk_add(mtk *k, float *out, const float *a, const float *b, size_t n);   /* out = a + b */
-void mtk_acc(mtk *k, float *y, const float *x, size_t n);                      /* y += x */
-void mtk_scale(mtk *k, float *x, float s, size_t n);                           /* x *= s */
+void mtk_add(mtk *k, mtk_act *out, const mtk_act *a, const mtk_act *b, size_t n);   /* out = a + b */
+void mtk_acc(mtk *k, mtk_act *y, const mtk_act *x, size_t n);                      /* y += x */
+void mtk_scale(mtk *k, mtk_act *x, float s, size_t n);                             /* x *= s */
 
 /* ---- dropout with a counter-based mask: nothing is stored, backward recomputes the mask ----
  * Element i (0-based within the call) is kept iff mtk_dropout_keep(d, i); kept values are scaled by
@@ -81,16 +147,14 @@ typedef struct mtk_dropout {
     uint64_t seed;     /* one per micro-batch and site, chosen by the model */
     uint64_t offset;   /* first counter value of this call */
 } mtk_dropout;
-/* splitmix64 finaliser of seed ^ (offset + i) * golden; keep iff the top 24 bits / 2^24 >= p. */
-static inline int mtk_dropout_keep(const mtk_dropout *d, uint64_t i) {
-    uint64_t z = d->seed ^ ((d->offset + i + 1) * 0x9E3779B97F4A7C15ull);
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    z ^= z >> 31;
+/* mt_mix64(seed ^ (offset + i + 1) * golden); keep iff the top 24 bits / 2^24 >= p. */
+static inline int mtk_dropout_keep(const mtk_dropout *d, uint64_t i)
+{
+    uint64_t z = mt_mix64(d->seed ^ ((d->offset + i + 1) * MT_GOLDEN64));
     return (float)(z >> 40) * (1.0f / 16777216.0f) >= d->p;
 }
-void mtk_dropout_fwd(mtk *k, float *out, const float *inp, size_t n, const mtk_dropout *d);  /* out may alias inp */
-void mtk_dropout_bwd(mtk *k, float *dinp, const float *dout, size_t n, const mtk_dropout *d); /* dinp may alias dout */
+void mtk_dropout_fwd(mtk *k, mtk_act *out, const mtk_act *inp, size_t n, const mtk_dropout *d);  /* out may alias inp */
+void mtk_dropout_bwd(mtk *k, mtk_act *dinp, const mtk_act *dout, size_t n, const mtk_dropout *d); /* may alias */
 
 /* ---- causal self-attention over qkv [B,T,NH,3,HS] -> out [B,T,NH*HS] (head-major concat) ----
  * scores = q.k^T / sqrt(HS), future positions masked, softmax in fp32. lse [B,NH,T] (log-sum-exp of
@@ -98,27 +162,48 @@ void mtk_dropout_bwd(mtk *k, float *dinp, const float *dout, size_t n, const mtk
  * T x T matrix: memory is O(B*T*C), not O(B*NH*T^2).
  * drop (NULL or p == 0: none) is attention dropout on the probabilities; the probability of row i,
  * column j of head h in sequence b is counter ((b*NH + h)*T + i)*T + j. */
-void mtk_attention_fwd(mtk *k, float *out, float *lse, const float *qkv, int B, int T, int NH, int HS,
+void mtk_attention_fwd(mtk *k, mtk_act *out, float *lse, const mtk_act *qkv, int B, int T, int NH, int HS,
                        const mtk_dropout *drop);
-void mtk_attention_bwd(mtk *k, float *dqkv, const float *dout, const float *qkv, const float *out,
+void mtk_attention_bwd(mtk *k, mtk_act *dqkv, const mtk_act *dout, const mtk_act *qkv, const mtk_act *out,
                        const float *lse, int B, int T, int NH, int HS, const mtk_dropout *drop);
+/* Inference with a KV cache: kcache, vcache [B, NH, Tmax, HS] hold the keys and values of positions
+ * 0 .. pos0-1 of each sequence. The T new tokens' keys and values (from qkv [B,T,NH,3,HS]) are appended
+ * at positions pos0 .. pos0+T-1, and new token t attends to positions 0 .. pos0+t. No dropout, no lse.
+ * pos0 + T must not exceed Tmax. */
+void mtk_attention_kv(mtk *k, mtk_act *out, const mtk_act *qkv, mtk_act *kcache, mtk_act *vcache, int B, int T,
+                      int pos0, int Tmax, int NH, int HS);
 
 /* ---- softmax cross-entropy over logits [N, V] (V = padded vocab; every column takes part) ----
  * losses[n] = logsumexp(logits[n,:]) - logits[n, target[n]] for every row.
  * If dlogits != NULL it is set to (softmax - onehot) * dscale[n] (dscale NULL means 1); dlogits may
  * alias logits (computed in place). */
-void mtk_xent_fwd_bwd(mtk *k, float *losses, float *dlogits, const float *logits, const int32_t *target,
+void mtk_xent_fwd_bwd(mtk *k, float *losses, mtk_act *dlogits, const mtk_act *logits, const int32_t *target,
                       const float *dscale, int N, int V);
+/* The same in pieces, for a vocabulary split over tensor-parallel ranks (logits [N, V] are columns
+ * v0 .. v0+V-1 of the full vocabulary); between the pieces the caller all-reduces over the ranks:
+ *   1. rowmax[n] = max_j logits[n,j]                          -> all-reduce MAX
+ *   2. sumexp[n] = sum_j exp(logits[n,j] - rowmax[n]) and
+ *      tlogit[n] = logits[n, target[n] - v0] if the target is in this shard, else 0
+ *                                                              -> all-reduce SUM of both
+ *   3. losses[n] = log(sumexp[n]) + rowmax[n] - tlogit[n]
+ *   4. dlogits = (exp(logits - rowmax) / sumexp - onehot) * dscale (dlogits may alias logits).
+ * With one shard (v0 = 0) they give mtk_xent_fwd_bwd's results to rounding. */
+void mtk_xent_rowmax(mtk *k, float *rowmax, const mtk_act *logits, int N, int V);
+void mtk_xent_sumexp(mtk *k, float *sumexp, float *tlogit, const mtk_act *logits, const float *rowmax,
+                     const int32_t *target, int N, int V, int v0);
+void mtk_xent_loss(mtk *k, float *losses, const float *rowmax, const float *sumexp, const float *tlogit, int N);
+void mtk_xent_bwd(mtk *k, mtk_act *dlogits, const mtk_act *logits, const float *rowmax, const float *sumexp,
+                  const int32_t *target, const float *dscale, int N, int V, int v0);
 
-/* ---- reductions and optimizer ---- */
-/* Sum of squares of x[0..n), accumulated in double, returned to the host. */
+/* ---- reductions and optimizer (fp32 arrays) ---- */
+/* Sum of squares of x[0..n), accumulated in double in a fixed order, returned to the host (waits). */
 double mtk_sumsq(mtk *k, const float *x, size_t n);
-/* Count of non-finite values in x (overflow checks). */
+/* Count of non-finite values in x (overflow checks; waits). */
 size_t mtk_count_nonfinite(mtk *k, const float *x, size_t n);
 /* AdamW (decoupled weight decay), bias-corrected at step t >= 1:
  *   m = b1 m + (1-b1) g ; v = b2 v + (1-b2) g^2 ; g scaled by grad_scale first (clipping / unscaling)
  *   p -= lr * ( (m / (1-b1^t)) / (sqrt(v / (1-b2^t)) + eps) + wd * p ) */
-void mtk_adamw(mtk *k, float *p, const float *g, float *m, float *v, size_t n, float lr, float b1,
-               float b2, float eps, float wd, int t, float grad_scale);
+void mtk_adamw(mtk *k, float *p, const float *g, float *m, float *v, size_t n, float lr, float b1, float b2,
+               float eps, float wd, int t, float grad_scale);
 
 #endif

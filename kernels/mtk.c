@@ -1,27 +1,60 @@
-/* mtk.c: opening a kernel backend by name and dispatching the public operations (kernels.h) to it. */
+/* mtk.c: opening a kernel backend by name, the workspace, the sticky error, queues and events, and the
+ * dispatch of the public operations (kernels.h) to the backend after the checks every backend shares:
+ * an operation after an error does nothing; sizes beyond what mtk_reserve covered set the error. */
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "backend.h"
 
-mtk *mtk_open(const char *backend, int threads, mt_err *e)
+int mtk_err_set(mt_err *e, const char *fmt, ...)
+{
+    if (e) {
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(e->msg, sizeof e->msg, fmt, ap);
+        va_end(ap);
+    }
+    return -1;
+}
+
+void mtk_fail(mtk *k, const char *fmt, ...)
+{
+    if (k->failed) return;
+    k->failed = 1;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(k->err.msg, sizeof k->err.msg, fmt, ap);
+    va_end(ap);
+}
+
+mtk *mtk_open(const mtk_config *cfg, mt_err *e)
 {
     const mtk_ops *ops = NULL;
+    const char *backend = cfg ? cfg->backend : NULL;
     if (backend && !strcmp(backend, "cpu")) ops = &mtk_cpu_ops;
     else if (backend && !strcmp(backend, "cuda")) {
-        mt_err_set(e, "this build has no CUDA backend");
+        mtk_err_set(e, "this build has no CUDA backend");
         return NULL;
     } else {
-        mt_err_set(e, "unknown kernel backend '%s' (have: cpu)", backend ? backend : "");
+        mtk_err_set(e, "unknown kernel backend '%s' (have: cpu)", backend ? backend : "");
+        return NULL;
+    }
+    if (cfg->act_dtype != MTK_F32 && cfg->act_dtype != MTK_BF16 && cfg->act_dtype != MTK_F16) {
+        mtk_err_set(e, "unknown activation dtype %d", (int)cfg->act_dtype);
         return NULL;
     }
     mtk *k = calloc(1, sizeof *k);
     if (!k) {
-        mt_err_set(e, "out of memory");
+        mtk_err_set(e, "out of memory");
         return NULL;
     }
     k->ops = ops;
-    if (ops->open(k, threads, e) < 0) {
+    k->act = cfg->act_dtype;
+    k->device = cfg->device;
+    if (ops->open(k, cfg, e) < 0) {
         free(k);
         return NULL;
     }
@@ -31,82 +64,311 @@ mtk *mtk_open(const char *backend, int threads, mt_err *e)
 void mtk_close(mtk *k)
 {
     if (!k) return;
+    if (k->ws) k->ops->free(k, k->ws);
     k->ops->close(k);
     free(k);
 }
 
 const char *mtk_name(const mtk *k) { return k->ops->name; }
+mtk_dtype mtk_act_dtype(const mtk *k) { return k->act; }
+size_t mtk_act_size(const mtk *k) { return mtk_dtype_size(k->act); }
+int mtk_threads(const mtk *k) { return k->threads; }
+
+/* ---- workspace ---- */
+
+int mtk_reserve(mtk *k, const mtk_limits *l, mt_err *e)
+{
+    mtk_limits m = k->lim;
+    if (l->max_act > m.max_act) m.max_act = l->max_act;
+    if (l->max_flat > m.max_flat) m.max_flat = l->max_flat;
+    if (l->max_seq > m.max_seq) m.max_seq = l->max_seq;
+    if (l->max_head_size > m.max_head_size) m.max_head_size = l->max_head_size;
+    size_t need = k->ops->workspace_need(k, &m);
+    if (need > k->ws_bytes) {
+        void *p = k->ops->alloc(k, need, e);
+        if (!p) return mtk_err_set(e, "kernel workspace of %zu bytes: %s", need, e ? e->msg : "out of memory");
+        if (k->ws) k->ops->free(k, k->ws);
+        k->ws = p;
+        k->ws_bytes = need;
+    }
+    k->lim = m;
+    return 0;
+}
+
+size_t mtk_workspace_bytes(const mtk *k) { return k->ws_bytes; }
+
+void *mtk_ws_take(mtk *k, size_t bytes)
+{
+    size_t n = (bytes + 63) / 64 * 64;
+    if (n > k->ws_bytes - k->ws_used || k->ws_used > k->ws_bytes) {
+        mtk_fail(k, "kernel workspace: %zu bytes needed beyond the %zu reserved (mtk_reserve)", n - (k->ws_bytes - k->ws_used),
+                 k->ws_bytes);
+        return NULL;
+    }
+    void *p = k->ws + k->ws_used;
+    k->ws_used += n;
+    return p;
+}
+
+/* ---- errors ---- */
+
+int mtk_status(mtk *k, mt_err *e)
+{
+    if (!k->failed) return 0;
+    if (e) memcpy(e->msg, k->err.msg, sizeof e->msg);
+    return -1;
+}
+
+void mtk_clear_error(mtk *k)
+{
+    k->failed = 0;
+    k->err.msg[0] = 0;
+}
+
+/* ---- memory ---- */
 
 void *mtk_alloc(mtk *k, size_t bytes, mt_err *e) { return k->ops->alloc(k, bytes, e); }
-void mtk_free(mtk *k, void *p) { k->ops->free(k, p); }
-void mtk_zero(mtk *k, void *p, size_t bytes) { k->ops->zero(k, p, bytes); }
-void mtk_to_device(mtk *k, void *dst, const void *src, size_t bytes) { k->ops->to_device(k, dst, src, bytes); }
-void mtk_to_host(mtk *k, void *dst, const void *src, size_t bytes) { k->ops->to_host(k, dst, src, bytes); }
-void mtk_copy(mtk *k, void *dst, const void *src, size_t bytes) { k->ops->copy(k, dst, src, bytes); }
-void mtk_sync(mtk *k) { k->ops->sync(k); }
+void mtk_free(mtk *k, void *p)
+{
+    if (p) k->ops->free(k, p);
+}
+void mtk_zero(mtk *k, void *p, size_t bytes)
+{
+    if (!k->failed) k->ops->zero(k, p, bytes);
+}
+void mtk_to_device(mtk *k, void *dst, const void *src, size_t bytes)
+{
+    if (!k->failed) k->ops->to_device(k, dst, src, bytes);
+}
+void mtk_to_host(mtk *k, void *dst, const void *src, size_t bytes)
+{
+    if (!k->failed) k->ops->to_host(k, dst, src, bytes);
+}
+void mtk_copy(mtk *k, void *dst, const void *src, size_t bytes)
+{
+    if (!k->failed) k->ops->copy(k, dst, src, bytes);
+}
+void mtk_convert(mtk *k, void *dst, mtk_dtype dst_dtype, const void *src, mtk_dtype src_dtype, size_t n)
+{
+    if (!k->failed) k->ops->convert(k, dst, dst_dtype, src, src_dtype, n);
+}
+int mtk_sync(mtk *k, mt_err *e)
+{
+    k->ops->sync(k);
+    return mtk_status(k, e);
+}
 
-void mtk_embed_fwd(mtk *k, float *out, const int32_t *tok, const float *wte, const float *wpe, int B, int T, int C)
+/* ---- queues and events ---- */
+
+struct mtk_event {
+    void *native;   /* the backend's event; NULL on a backend without queues */
+};
+
+void mtk_set_queue(mtk *k, int queue) { k->queue = queue >= 0 && queue < MTK_QUEUES ? queue : MTK_QUEUE_COMPUTE; }
+int mtk_queue(const mtk *k) { return k->queue; }
+void *mtk_native_queue(mtk *k, int queue) { return k->ops->native_queue ? k->ops->native_queue(k, queue) : NULL; }
+
+mtk_event *mtk_event_new(mtk *k, mt_err *e)
 {
-    k->ops->embed_fwd(k, out, tok, wte, wpe, B, T, C);
+    mtk_event *ev = calloc(1, sizeof *ev);
+    if (!ev) {
+        mtk_err_set(e, "out of memory");
+        return NULL;
+    }
+    if (k->ops->event_new && !(ev->native = k->ops->event_new(k, e))) {
+        free(ev);
+        return NULL;
+    }
+    return ev;
 }
-void mtk_embed_bwd(mtk *k, float *dwte, float *dwpe, const float *dout, const int32_t *tok, int B, int T, int C)
+void mtk_event_free(mtk *k, mtk_event *ev)
 {
-    k->ops->embed_bwd(k, dwte, dwpe, dout, tok, B, T, C);
+    if (!ev) return;
+    if (ev->native && k->ops->event_free) k->ops->event_free(k, ev->native);
+    free(ev);
 }
-void mtk_layernorm_fwd(mtk *k, float *out, float *mean, float *rstd, const float *inp, const float *w,
+void mtk_event_record(mtk *k, mtk_event *ev)
+{
+    if (ev->native && k->ops->event_record) k->ops->event_record(k, ev->native, k->queue);
+}
+void mtk_event_wait(mtk *k, mtk_event *ev)
+{
+    if (ev->native && k->ops->event_wait) k->ops->event_wait(k, ev->native, k->queue);
+}
+int mtk_event_done(mtk *k, mtk_event *ev)
+{
+    return ev->native && k->ops->event_done ? k->ops->event_done(k, ev->native) : 1;
+}
+
+/* ---- the shared checks ---- */
+
+/* 1 when the operation may run: no earlier error, sizes positive, activation operands of at most
+ * n_act elements within the reservation; the workspace is rewound for it. */
+static int ready(mtk *k, const char *op, long long a, long long b, size_t n_act)
+{
+    if (k->failed) return 0;
+    if (a < 0 || b < 0) {
+        mtk_fail(k, "%s: negative size (%lld, %lld)", op, a, b);
+        return 0;
+    }
+    if (n_act > k->lim.max_act && k->act != MTK_F32) {
+        mtk_fail(k, "%s: an operand of %zu elements exceeds the %zu reserved (mtk_reserve)", op, n_act, k->lim.max_act);
+        return 0;
+    }
+    k->ws_used = 0;
+    return 1;
+}
+
+static int ready_att(mtk *k, const char *op, int B, int T, int NH, int HS, size_t n_act)
+{
+    if (!ready(k, op, B, T, n_act)) return 0;
+    if (NH <= 0 || HS <= 0) {
+        mtk_fail(k, "%s: %d heads of size %d", op, NH, HS);
+        return 0;
+    }
+    if (T > k->lim.max_seq || HS > k->lim.max_head_size) {
+        mtk_fail(k, "%s: T %d, head size %d exceed the reserved %d, %d (mtk_reserve)", op, T, HS, k->lim.max_seq,
+                 k->lim.max_head_size);
+        return 0;
+    }
+    return 1;
+}
+
+static int ready_flat(mtk *k, const char *op, size_t n)
+{
+    if (k->failed) return 0;
+    if (n > k->lim.max_flat) {
+        mtk_fail(k, "%s: %zu elements exceed the %zu reserved (mtk_reserve)", op, n, k->lim.max_flat);
+        return 0;
+    }
+    k->ws_used = 0;
+    return 1;
+}
+
+static size_t mx(size_t a, size_t b) { return a > b ? a : b; }
+
+/* ---- operations ---- */
+
+void mtk_embed_fwd(mtk *k, mtk_act *out, const int32_t *tok, const mtk_act *wte, const mtk_act *wpe, int B, int T,
+                   int C, int pos0, int v0, int nv)
+{
+    if (ready(k, "embed_fwd", (long long)B * T, pos0 < 0 ? -1 : C, mx((size_t)B * T * C, (size_t)nv * C)))
+        k->ops->embed_fwd(k, out, tok, wte, wpe, B, T, C, pos0, v0, nv);
+}
+void mtk_embed_bwd(mtk *k, float *dwte, float *dwpe, const mtk_act *dout, const int32_t *tok, int B, int T, int C,
+                   int pos0, int v0, int nv)
+{
+    if (ready(k, "embed_bwd", (long long)B * T, pos0 < 0 ? -1 : C, (size_t)B * T * C))
+        k->ops->embed_bwd(k, dwte, dwpe, dout, tok, B, T, C, pos0, v0, nv);
+}
+void mtk_layernorm_fwd(mtk *k, mtk_act *out, float *mean, float *rstd, const mtk_act *inp, const float *w,
                        const float *b, int N, int C, float eps)
 {
-    k->ops->layernorm_fwd(k, out, mean, rstd, inp, w, b, N, C, eps);
+    if (ready(k, "layernorm_fwd", N, C, (size_t)N * C)) k->ops->layernorm_fwd(k, out, mean, rstd, inp, w, b, N, C, eps);
 }
-void mtk_layernorm_bwd(mtk *k, float *dinp, float *dw, float *db, const float *dout, const float *inp,
+void mtk_layernorm_bwd(mtk *k, mtk_act *dinp, float *dw, float *db, const mtk_act *dout, const mtk_act *inp,
                        const float *w, const float *mean, const float *rstd, int N, int C)
 {
-    k->ops->layernorm_bwd(k, dinp, dw, db, dout, inp, w, mean, rstd, N, C);
+    if (ready(k, "layernorm_bwd", N, C, (size_t)N * C))
+        k->ops->layernorm_bwd(k, dinp, dw, db, dout, inp, w, mean, rstd, N, C);
 }
-void mtk_matmul_fwd(mtk *k, float *out, const float *inp, const float *w, const float *bias, int N, int C, int OC)
+void mtk_matmul_fwd(mtk *k, mtk_act *out, const mtk_act *inp, const mtk_act *w, const float *bias, int N, int C,
+                    int OC)
 {
-    k->ops->matmul_fwd(k, out, inp, w, bias, N, C, OC);
+    if (ready(k, "matmul_fwd", N, (long long)C * OC, mx(mx((size_t)N * C, (size_t)N * OC), (size_t)OC * C)))
+        k->ops->matmul_fwd(k, out, inp, w, bias, N, C, OC);
 }
-void mtk_matmul_bwd(mtk *k, float *dinp, float *dw, float *dbias, const float *dout, const float *inp,
-                    const float *w, int N, int C, int OC)
+void mtk_matmul_bwd(mtk *k, mtk_act *dinp, float *dw, float *dbias, const mtk_act *dout, const mtk_act *inp,
+                    const mtk_act *w, int N, int C, int OC)
 {
-    k->ops->matmul_bwd(k, dinp, dw, dbias, dout, inp, w, N, C, OC);
+    if (ready(k, "matmul_bwd", N, (long long)C * OC, mx(mx((size_t)N * C, (size_t)N * OC), (size_t)OC * C)))
+        k->ops->matmul_bwd(k, dinp, dw, dbias, dout, inp, w, N, C, OC);
 }
-void mtk_gelu_fwd(mtk *k, float *out, const float *inp, size_t n, int exact) { k->ops->gelu_fwd(k, out, inp, n, exact); }
-void mtk_gelu_bwd(mtk *k, float *dinp, const float *inp, const float *dout, size_t n, int exact)
+void mtk_gelu_fwd(mtk *k, mtk_act *out, const mtk_act *inp, size_t n, int exact)
 {
-    k->ops->gelu_bwd(k, dinp, inp, dout, n, exact);
+    if (ready(k, "gelu_fwd", 0, 0, n)) k->ops->gelu_fwd(k, out, inp, n, exact);
 }
-void mtk_add(mtk *k, float *out, const float *a, const float *b, size_t n) { k->ops->add(k, out, a, b, n); }
-void mtk_acc(mtk *k, float *y, const float *x, size_t n) { k->ops->acc(k, y, x, n); }
-void mtk_scale(mtk *k, float *x, float s, size_t n) { k->ops->scale(k, x, s, n); }
-void mtk_dropout_fwd(mtk *k, float *out, const float *inp, size_t n, const mtk_dropout *d)
+void mtk_gelu_bwd(mtk *k, mtk_act *dinp, const mtk_act *inp, const mtk_act *dout, size_t n, int exact)
 {
-    k->ops->dropout_fwd(k, out, inp, n, d);
+    if (ready(k, "gelu_bwd", 0, 0, n)) k->ops->gelu_bwd(k, dinp, inp, dout, n, exact);
 }
-void mtk_dropout_bwd(mtk *k, float *dinp, const float *dout, size_t n, const mtk_dropout *d)
+void mtk_add(mtk *k, mtk_act *out, const mtk_act *a, const mtk_act *b, size_t n)
 {
-    k->ops->dropout_bwd(k, dinp, dout, n, d);
+    if (ready(k, "add", 0, 0, n)) k->ops->add(k, out, a, b, n);
 }
-void mtk_attention_fwd(mtk *k, float *out, float *lse, const float *qkv, int B, int T, int NH, int HS,
+void mtk_acc(mtk *k, mtk_act *y, const mtk_act *x, size_t n)
+{
+    if (ready(k, "acc", 0, 0, n)) k->ops->acc(k, y, x, n);
+}
+void mtk_scale(mtk *k, mtk_act *x, float s, size_t n)
+{
+    if (ready(k, "scale", 0, 0, n)) k->ops->scale(k, x, s, n);
+}
+void mtk_dropout_fwd(mtk *k, mtk_act *out, const mtk_act *inp, size_t n, const mtk_dropout *d)
+{
+    if (ready(k, "dropout_fwd", 0, 0, n)) k->ops->dropout_fwd(k, out, inp, n, d);
+}
+void mtk_dropout_bwd(mtk *k, mtk_act *dinp, const mtk_act *dout, size_t n, const mtk_dropout *d)
+{
+    if (ready(k, "dropout_bwd", 0, 0, n)) k->ops->dropout_bwd(k, dinp, dout, n, d);
+}
+void mtk_attention_fwd(mtk *k, mtk_act *out, float *lse, const mtk_act *qkv, int B, int T, int NH, int HS,
                        const mtk_dropout *drop)
 {
-    k->ops->attention_fwd(k, out, lse, qkv, B, T, NH, HS, drop);
+    if (ready_att(k, "attention_fwd", B, T, NH, HS, (size_t)B * T * 3 * NH * HS))
+        k->ops->attention_fwd(k, out, lse, qkv, B, T, NH, HS, drop);
 }
-void mtk_attention_bwd(mtk *k, float *dqkv, const float *dout, const float *qkv, const float *out, const float *lse,
-                       int B, int T, int NH, int HS, const mtk_dropout *drop)
+void mtk_attention_bwd(mtk *k, mtk_act *dqkv, const mtk_act *dout, const mtk_act *qkv, const mtk_act *out,
+                       const float *lse, int B, int T, int NH, int HS, const mtk_dropout *drop)
 {
-    k->ops->attention_bwd(k, dqkv, dout, qkv, out, lse, B, T, NH, HS, drop);
+    if (ready_att(k, "attention_bwd", B, T, NH, HS, (size_t)B * T * 3 * NH * HS))
+        k->ops->attention_bwd(k, dqkv, dout, qkv, out, lse, B, T, NH, HS, drop);
 }
-void mtk_xent_fwd_bwd(mtk *k, float *losses, float *dlogits, const float *logits, const int32_t *target,
+void mtk_attention_kv(mtk *k, mtk_act *out, const mtk_act *qkv, mtk_act *kcache, mtk_act *vcache, int B, int T,
+                      int pos0, int Tmax, int NH, int HS)
+{
+    if (!ready_att(k, "attention_kv", B, Tmax, NH, HS, mx((size_t)B * T * 3 * NH * HS, (size_t)B * NH * Tmax * HS)))
+        return;
+    if (pos0 < 0 || T < 0 || pos0 + T > Tmax) {
+        mtk_fail(k, "attention_kv: positions %d..%d beyond the cache of %d", pos0, pos0 + T - 1, Tmax);
+        return;
+    }
+    k->ops->attention_kv(k, out, qkv, kcache, vcache, B, T, pos0, Tmax, NH, HS);
+}
+void mtk_xent_fwd_bwd(mtk *k, float *losses, mtk_act *dlogits, const mtk_act *logits, const int32_t *target,
                       const float *dscale, int N, int V)
 {
-    k->ops->xent_fwd_bwd(k, losses, dlogits, logits, target, dscale, N, V);
+    if (ready(k, "xent_fwd_bwd", N, V, (size_t)N * V)) k->ops->xent_fwd_bwd(k, losses, dlogits, logits, target, dscale, N, V);
 }
-double mtk_sumsq(mtk *k, const float *x, size_t n) { return k->ops->sumsq(k, x, n); }
-size_t mtk_count_nonfinite(mtk *k, const float *x, size_t n) { return k->ops->count_nonfinite(k, x, n); }
+void mtk_xent_rowmax(mtk *k, float *rowmax, const mtk_act *logits, int N, int V)
+{
+    if (ready(k, "xent_rowmax", N, V, (size_t)N * V)) k->ops->xent_rowmax(k, rowmax, logits, N, V);
+}
+void mtk_xent_sumexp(mtk *k, float *sumexp, float *tlogit, const mtk_act *logits, const float *rowmax,
+                     const int32_t *target, int N, int V, int v0)
+{
+    if (ready(k, "xent_sumexp", N, V, (size_t)N * V)) k->ops->xent_sumexp(k, sumexp, tlogit, logits, rowmax, target, N, V, v0);
+}
+void mtk_xent_loss(mtk *k, float *losses, const float *rowmax, const float *sumexp, const float *tlogit, int N)
+{
+    if (ready(k, "xent_loss", N, 0, 0)) k->ops->xent_loss(k, losses, rowmax, sumexp, tlogit, N);
+}
+void mtk_xent_bwd(mtk *k, mtk_act *dlogits, const mtk_act *logits, const float *rowmax, const float *sumexp,
+                  const int32_t *target, const float *dscale, int N, int V, int v0)
+{
+    if (ready(k, "xent_bwd", N, V, (size_t)N * V))
+        k->ops->xent_bwd(k, dlogits, logits, rowmax, sumexp, target, dscale, N, V, v0);
+}
+double mtk_sumsq(mtk *k, const float *x, size_t n)
+{
+    return ready_flat(k, "sumsq", n) ? k->ops->sumsq(k, x, n) : NAN;
+}
+size_t mtk_count_nonfinite(mtk *k, const float *x, size_t n)
+{
+    return ready_flat(k, "count_nonfinite", n) ? k->ops->count_nonfinite(k, x, n) : (size_t)-1;
+}
 void mtk_adamw(mtk *k, float *p, const float *g, float *m, float *v, size_t n, float lr, float b1, float b2,
                float eps, float wd, int t, float grad_scale)
 {
-    k->ops->adamw(k, p, g, m, v, n, lr, b1, b2, eps, wd, t, grad_scale);
+    if (ready_flat(k, "adamw", n)) k->ops->adamw(k, p, g, m, v, n, lr, b1, b2, eps, wd, t, grad_scale);
 }

@@ -11,6 +11,7 @@
  */
 #include <cblas.h>
 #include <math.h>
+#include <omp.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -53,10 +54,7 @@ MTK_CLONES static void row_scale(float *o, int n, float a)
 MTK_CLONES static void row_mask(float *mk, int n, uint64_t seed, uint64_t ctr, float p, float scale)
 {
     for (int c = 0; c < n; c++) {
-        uint64_t z = seed ^ ((ctr + (uint64_t)c + 1) * 0x9E3779B97F4A7C15ull);
-        z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-        z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-        z ^= z >> 31;
+        uint64_t z = mt_mix64(seed ^ ((ctr + (uint64_t)c + 1) * MT_GOLDEN64));
         mk[c] = (float)(int32_t)(uint32_t)(z >> 40) * (1.0f / 16777216.0f) >= p ? scale : 0.0f;
     }
 }
@@ -81,10 +79,19 @@ MTK_CLONES static void row_bwd(float *s, float *dp, const float *mk, int nv, int
     for (int c = nv; c < bk; c++) s[c] = dp[c] = 0.0f;
 }
 
+/* Floats of workspace one thread uses (forward, backward or the KV-cache path), 64-byte multiples. */
+size_t cpu_attention_ws_floats(int T, int HS)
+{
+    size_t n = 2 * (size_t)BQ * BK + (size_t)BQ * HS + (size_t)T + 2 * BK;
+    return (n + 15) / 16 * 16;
+}
+
 void cpu_attention_fwd(mtk *k, float *out, float *lse, const float *qkv, int B, int T, int NH, int HS,
                        const mtk_dropout *drop)
 {
-    (void)k;
+    const size_t per = cpu_attention_ws_floats(T, HS);
+    float *ws = mtk_ws_take(k, per * (size_t)k->threads * sizeof(float));
+    if (!ws) return;
     const int C = NH * HS;
     const size_t S3 = 3 * (size_t)C;
     const float scale = 1.0f / sqrtf((float)HS);
@@ -92,9 +99,9 @@ void cpu_attention_fwd(mtk *k, float *out, float *lse, const float *qkv, int B, 
     const float dscale = dropping ? 1.0f / (1.0f - drop->p) : 1.0f;
     const int nqb = (T + BQ - 1) / BQ;
 
-#pragma omp parallel
+#pragma omp parallel num_threads(k->threads)
     {
-        float *S = cpu_scratch(BQ * BK), *O = cpu_scratch((size_t)BQ * HS), *mk = cpu_scratch(BK);
+        float *S = ws + per * (size_t)omp_get_thread_num(), *O = S + BQ * BK, *mk = O + (size_t)BQ * HS;
         float m[BQ], l[BQ];
 #pragma omp for schedule(dynamic, 1)
         for (int item = 0; item < B * NH * nqb; item++) {
@@ -142,25 +149,24 @@ void cpu_attention_fwd(mtk *k, float *out, float *lse, const float *qkv, int B, 
                 lse[((size_t)b * NH + h) * T + i] = m[r] + logf(l[r]);
             }
         }
-        free(S);
-        free(O);
-        free(mk);
     }
 }
 
 void cpu_attention_bwd(mtk *k, float *dqkv, const float *dout, const float *qkv, const float *out, const float *lse,
                        int B, int T, int NH, int HS, const mtk_dropout *drop)
 {
-    (void)k;
+    const size_t per = cpu_attention_ws_floats(T, HS);
+    float *ws = mtk_ws_take(k, per * (size_t)k->threads * sizeof(float));
+    if (!ws) return;
     const int C = NH * HS;
     const size_t S3 = 3 * (size_t)C;
     const float scale = 1.0f / sqrtf((float)HS);
     const int dropping = drop && drop->p > 0.0f;
     const float dscale = dropping ? 1.0f / (1.0f - drop->p) : 1.0f;
 
-#pragma omp parallel
+#pragma omp parallel num_threads(k->threads)
     {
-        float *S = cpu_scratch(BQ * BK), *dP = cpu_scratch(BQ * BK), *D = cpu_scratch((size_t)T), *mk = cpu_scratch(BK);
+        float *S = ws + per * (size_t)omp_get_thread_num(), *dP = S + BQ * BK, *D = dP + BQ * BK, *mk = D + T;
 #pragma omp for schedule(dynamic, 1)
         for (int bh = 0; bh < B * NH; bh++) {
             const int b = bh / NH, h = bh % NH;
@@ -207,9 +213,52 @@ void cpu_attention_bwd(mtk *k, float *dqkv, const float *dout, const float *qkv,
                 }
             }
         }
-        free(S);
-        free(dP);
-        free(D);
-        free(mk);
+    }
+}
+
+/* Inference with a KV cache: append the new keys and values, then each (sequence, head, new token)
+ * attends to the cache up to its own position with a plain two-pass softmax in fp32. */
+void cpu_attention_kv(mtk *k, float *out, const float *qkv, float *kc, float *vc, int B, int T, int pos0, int Tmax,
+                      int NH, int HS)
+{
+    const int C = NH * HS;
+    const size_t S3 = 3 * (size_t)C;
+    const float scale = 1.0f / sqrtf((float)HS);
+    const size_t per = cpu_attention_ws_floats(Tmax, HS);
+    float *ws = mtk_ws_take(k, per * (size_t)k->threads * sizeof(float));
+    if (!ws) return;
+#pragma omp parallel for schedule(static) num_threads(k->threads)
+    for (int bh = 0; bh < B * NH; bh++) {
+        const int b = bh / NH, h = bh % NH;
+        for (int t = 0; t < T; t++) {
+            const float *src = qkv + ((size_t)b * T + t) * S3 + (size_t)h * 3 * HS;
+            memcpy(kc + ((size_t)bh * Tmax + pos0 + t) * HS, src + HS, sizeof(float) * (size_t)HS);
+            memcpy(vc + ((size_t)bh * Tmax + pos0 + t) * HS, src + 2 * HS, sizeof(float) * (size_t)HS);
+        }
+    }
+#pragma omp parallel num_threads(k->threads)
+    {
+        float *s = ws + per * (size_t)omp_get_thread_num();
+#pragma omp for schedule(dynamic, 1)
+        for (int item = 0; item < B * NH * T; item++) {
+            const int t = item % T, bh = item / T, b = bh / NH, h = bh % NH, n = pos0 + t + 1;
+            const float *q = qkv + ((size_t)b * T + t) * S3 + (size_t)h * 3 * HS;
+            const float *kb = kc + (size_t)bh * Tmax * HS, *vb = vc + (size_t)bh * Tmax * HS;
+            float mx = -INFINITY;
+            for (int j = 0; j < n; j++) {
+                float a = 0.0f;
+                for (int d = 0; d < HS; d++) a += q[d] * kb[(size_t)j * HS + d];
+                s[j] = a * scale;
+                mx = s[j] > mx ? s[j] : mx;
+            }
+            float sum = 0.0f;
+            for (int j = 0; j < n; j++) sum += s[j] = vexp(s[j] - mx);
+            float *o = out + ((size_t)b * T + t) * C + (size_t)h * HS;
+            for (int d = 0; d < HS; d++) o[d] = 0.0f;
+            for (int j = 0; j < n; j++) {
+                const float p = s[j] / sum;
+                for (int d = 0; d < HS; d++) o[d] += p * vb[(size_t)j * HS + d];
+            }
+        }
     }
 }

@@ -1,5 +1,6 @@
-/* cpu.h: the cpu backend's operations (the .c files of kernels/cpu), collected into mtk_cpu_ops by ops.c.
- * Each has the signature of the public kernels.h function of the same name with cpu_ for mtk_. */
+/* cpu.h: the cpu backend's fp32 kernels (the .c files of kernels/cpu). ops.c puts them in mtk_cpu_ops,
+ * directly for fp32 activations and through fp32 staging in the workspace for bf16/fp16 storage.
+ * Each kernel has the signature of the public kernels.h function with float for every operand. */
 #ifndef MT_KERNELS_CPU_H
 #define MT_KERNELS_CPU_H
 
@@ -9,10 +10,13 @@ void *cpu_alloc(mtk *k, size_t bytes, mt_err *e);
 void cpu_free(mtk *k, void *p);
 void cpu_zero(mtk *k, void *p, size_t bytes);
 void cpu_copy(mtk *k, void *dst, const void *src, size_t bytes);
-void cpu_sync(mtk *k);
+void cpu_convert(mtk *k, void *dst, mtk_dtype dt, const void *src, mtk_dtype st, size_t n);
+int cpu_sync(mtk *k);
 
-void cpu_embed_fwd(mtk *k, float *out, const int32_t *tok, const float *wte, const float *wpe, int B, int T, int C);
-void cpu_embed_bwd(mtk *k, float *dwte, float *dwpe, const float *dout, const int32_t *tok, int B, int T, int C);
+void cpu_embed_fwd(mtk *k, float *out, const int32_t *tok, const float *wte, const float *wpe, int B, int T, int C,
+                   int pos0, int v0, int nv);
+void cpu_embed_bwd(mtk *k, float *dwte, float *dwpe, const float *dout, const int32_t *tok, int B, int T, int C,
+                   int pos0, int v0, int nv);
 void cpu_layernorm_fwd(mtk *k, float *out, float *mean, float *rstd, const float *inp, const float *w,
                        const float *b, int N, int C, float eps);
 void cpu_layernorm_bwd(mtk *k, float *dinp, float *dw, float *db, const float *dout, const float *inp,
@@ -31,15 +35,23 @@ void cpu_attention_fwd(mtk *k, float *out, float *lse, const float *qkv, int B, 
                        const mtk_dropout *drop);
 void cpu_attention_bwd(mtk *k, float *dqkv, const float *dout, const float *qkv, const float *out, const float *lse,
                        int B, int T, int NH, int HS, const mtk_dropout *drop);
+void cpu_attention_kv(mtk *k, float *out, const float *qkv, float *kcache, float *vcache, int B, int T, int pos0,
+                      int Tmax, int NH, int HS);
 void cpu_xent_fwd_bwd(mtk *k, float *losses, float *dlogits, const float *logits, const int32_t *target,
                       const float *dscale, int N, int V);
+void cpu_xent_rowmax(mtk *k, float *rowmax, const float *logits, int N, int V);
+void cpu_xent_sumexp(mtk *k, float *sumexp, float *tlogit, const float *logits, const float *rowmax,
+                     const int32_t *target, int N, int V, int v0);
+void cpu_xent_loss(mtk *k, float *losses, const float *rowmax, const float *sumexp, const float *tlogit, int N);
+void cpu_xent_bwd(mtk *k, float *dlogits, const float *logits, const float *rowmax, const float *sumexp,
+                  const int32_t *target, const float *dscale, int N, int V, int v0);
 double cpu_sumsq(mtk *k, const float *x, size_t n);
 size_t cpu_count_nonfinite(mtk *k, const float *x, size_t n);
 void cpu_adamw(mtk *k, float *p, const float *g, float *m, float *v, size_t n, float lr, float b1, float b2,
                float eps, float wd, int t, float grad_scale);
 
-/* Scratch memory for one thread inside a parallel region: 64-byte aligned, not zeroed; aborts when out
- * of memory (kernels have no error path). */
-float *cpu_scratch(size_t nfloats);
+/* Workspace the kernels take: attention per thread (floats), sumsq partials (bytes). */
+size_t cpu_attention_ws_floats(int T, int HS);
+size_t cpu_sumsq_ws_bytes(size_t n);
 
 #endif

@@ -1,5 +1,5 @@
-/* memory.c: cpu backend memory: device buffers are 64-byte aligned, zero-filled host allocations. */
-#include <stdio.h>
+/* memory.c: cpu backend memory: device buffers are 64-byte aligned, zero-filled host allocations;
+ * dtype conversion. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -11,13 +11,13 @@ void *cpu_alloc(mtk *k, size_t bytes, mt_err *e)
 {
     (void)k;
     if (bytes > SIZE_MAX - 64) {
-        mt_err_set(e, "cannot allocate %zu bytes", bytes);
+        mtk_err_set(e, "cannot allocate %zu bytes", bytes);
         return NULL;
     }
     size_t n = round64(bytes);
     void *p = aligned_alloc(64, n);
     if (!p) {
-        mt_err_set(e, "cannot allocate %zu bytes of kernel memory", bytes);
+        mtk_err_set(e, "cannot allocate %zu bytes of kernel memory", bytes);
         return NULL;
     }
     memset(p, 0, n);
@@ -42,14 +42,31 @@ void cpu_copy(mtk *k, void *dst, const void *src, size_t bytes)
     if (bytes && dst != src) memmove(dst, src, bytes);
 }
 
-void cpu_sync(mtk *k) { (void)k; }
-
-float *cpu_scratch(size_t nfloats)
+int cpu_sync(mtk *k)
 {
-    void *p = aligned_alloc(64, round64(nfloats * sizeof(float)));
-    if (!p) {
-        fprintf(stderr, "kernels: out of memory for %zu floats of scratch\n", nfloats);
-        abort();
+    (void)k;
+    return 0;
+}
+
+/* Element conversions between the storage dtypes (mt_base.h: round to nearest even). */
+static float load(const void *p, mtk_dtype t, size_t i)
+{
+    return t == MTK_F32 ? ((const float *)p)[i]
+         : t == MTK_BF16 ? mt_bf16_to_f32(((const uint16_t *)p)[i]) : mt_f16_to_f32(((const uint16_t *)p)[i]);
+}
+
+void cpu_convert(mtk *k, void *dst, mtk_dtype dt, const void *src, mtk_dtype st, size_t n)
+{
+    (void)k;
+    if (dt == st) {
+        if (dst != src && n) memmove(dst, src, n * mtk_dtype_size(dt));
+        return;
     }
-    return p;
+#pragma omp parallel for schedule(static)
+    for (size_t i = 0; i < n; i++) {
+        float v = load(src, st, i);
+        if (dt == MTK_F32) ((float *)dst)[i] = v;
+        else if (dt == MTK_BF16) ((uint16_t *)dst)[i] = mt_f32_to_bf16(v);
+        else ((uint16_t *)dst)[i] = mt_f32_to_f16(v);
+    }
 }

@@ -1,48 +1,249 @@
-/* ops.c: the cpu backend's table of operations and its open/close (OpenMP threads; OpenBLAS single-threaded). */
+/* ops.c: the cpu backend's table of operations, its open/close (OpenMP threads; OpenBLAS single-threaded)
+ * and workspace size. With fp32 activations each operation hands its operands straight to the fp32
+ * kernel; with bf16 or fp16 storage it converts its activation operands into fp32 staging buffers in
+ * the workspace, runs the fp32 kernel and rounds its activation outputs back: bf16/fp16 storage with
+ * fp32 arithmetic, the reference the CUDA backend's reduced-precision paths are held to. */
 #include <cblas.h>
 #include <omp.h>
+#include <stdint.h>
 
 #include "cpu.h"
 
-static int cpu_open(mtk *k, int threads, mt_err *e)
+enum { STAGES = 4 };   /* the most activation operands one operation stages */
+
+static int cpu_open(mtk *k, const mtk_config *cfg, mt_err *e)
 {
     (void)e;
-    if (threads > 0) omp_set_num_threads(threads);
+    if (cfg->threads > 0) omp_set_num_threads(cfg->threads);
     /* All parallelism is OpenMP's: BLAS calls are made per thread on slabs or tiles (matmul.c, attention.c). */
     openblas_set_num_threads(1);
-    k->threads = threads > 0 ? threads : omp_get_max_threads();
+    k->threads = cfg->threads > 0 ? cfg->threads : omp_get_max_threads();
     return 0;
 }
 
 static void cpu_close(mtk *k) { (void)k; }
 
+static size_t cpu_workspace_need(const mtk *k, const mtk_limits *l)
+{
+    size_t att = l->max_seq > 0 ? cpu_attention_ws_floats(l->max_seq, l->max_head_size) * sizeof(float) * (size_t)k->threads : 0;
+    size_t red = cpu_sumsq_ws_bytes(l->max_flat);
+    size_t n = att > red ? att : red;
+    if (k->act != MTK_F32) n += STAGES * ((l->max_act * sizeof(float) + 63) / 64 * 64);
+    return n + 64;
+}
+
+/* ---- fp32 staging of bf16/fp16 operands ---- */
+
+/* With fp32 activations these hand the operands through untouched (no copies); otherwise: */
+static float *in(mtk *k, const void *p, size_t n)   /* a staged fp32 copy of p (NULL stays NULL) */
+{
+    if (!p || k->act == MTK_F32) return (float *)(uintptr_t)p;
+    float *s = mtk_ws_take(k, n * sizeof(float));
+    if (s) cpu_convert(k, s, MTK_F32, p, k->act, n);
+    return s;
+}
+static float *buf(mtk *k, void *p, size_t n)  /* an fp32 buffer for an output p (NULL stays NULL) */
+{
+    if (!p || k->act == MTK_F32) return p;
+    return mtk_ws_take(k, n * sizeof(float));
+}
+static void out(mtk *k, void *p, const float *s, size_t n)
+{
+    if (p && s && k->act != MTK_F32) cpu_convert(k, p, k->act, s, MTK_F32, n);
+}
+#define STAGED_OK (!k->failed)
+
+static void s_embed_fwd(mtk *k, void *o, const int32_t *tok, const void *wte, const void *wpe, int B, int T, int C,
+                        int pos0, int v0, int nv)
+{
+    size_t N = (size_t)B * T;
+    float *fte = in(k, wte, (size_t)nv * C), *fpe = in(k, wpe, (size_t)(pos0 + T) * C), *fo = buf(k, o, N * C);
+    if (!STAGED_OK) return;
+    cpu_embed_fwd(k, fo, tok, fte, fpe, B, T, C, pos0, v0, nv);
+    out(k, o, fo, N * C);
+}
+static void s_embed_bwd(mtk *k, float *dwte, float *dwpe, const void *dout, const int32_t *tok, int B, int T, int C,
+                        int pos0, int v0, int nv)
+{
+    float *fd = in(k, dout, (size_t)B * T * C);
+    if (STAGED_OK) cpu_embed_bwd(k, dwte, dwpe, fd, tok, B, T, C, pos0, v0, nv);
+}
+static void s_layernorm_fwd(mtk *k, void *o, float *mean, float *rstd, const void *inp, const float *w,
+                            const float *b, int N, int C, float eps)
+{
+    size_t n = (size_t)N * C;
+    float *fi = in(k, inp, n), *fo = o == inp ? fi : buf(k, o, n);
+    if (!STAGED_OK) return;
+    cpu_layernorm_fwd(k, fo, mean, rstd, fi, w, b, N, C, eps);
+    out(k, o, fo, n);
+}
+static void s_layernorm_bwd(mtk *k, void *dinp, float *dw, float *db, const void *dout, const void *inp,
+                            const float *w, const float *mean, const float *rstd, int N, int C)
+{
+    size_t n = (size_t)N * C;
+    float *fdi = in(k, dinp, n), *fdo = in(k, dout, n), *fi = in(k, inp, n);   /* dinp accumulates */
+    if (!STAGED_OK) return;
+    cpu_layernorm_bwd(k, fdi, dw, db, fdo, fi, w, mean, rstd, N, C);
+    out(k, dinp, fdi, n);
+}
+static void s_matmul_fwd(mtk *k, void *o, const void *inp, const void *w, const float *bias, int N, int C, int OC)
+{
+    float *fi = in(k, inp, (size_t)N * C), *fw = in(k, w, (size_t)OC * C), *fo = buf(k, o, (size_t)N * OC);
+    if (!STAGED_OK) return;
+    cpu_matmul_fwd(k, fo, fi, fw, bias, N, C, OC);
+    out(k, o, fo, (size_t)N * OC);
+}
+static void s_matmul_bwd(mtk *k, void *dinp, float *dw, float *dbias, const void *dout, const void *inp,
+                         const void *w, int N, int C, int OC)
+{
+    float *fdo = in(k, dout, (size_t)N * OC), *fi = dw ? in(k, inp, (size_t)N * C) : NULL;
+    float *fw = dinp ? in(k, w, (size_t)OC * C) : NULL, *fdi = buf(k, dinp, (size_t)N * C);
+    if (!STAGED_OK) return;
+    cpu_matmul_bwd(k, fdi, dw, dbias, fdo, fi, fw, N, C, OC);
+    out(k, dinp, fdi, (size_t)N * C);
+}
+static void s_gelu_fwd(mtk *k, void *o, const void *inp, size_t n, int exact)
+{
+    float *fi = in(k, inp, n), *fo = o == inp ? fi : buf(k, o, n);
+    if (!STAGED_OK) return;
+    cpu_gelu_fwd(k, fo, fi, n, exact);
+    out(k, o, fo, n);
+}
+static void s_gelu_bwd(mtk *k, void *dinp, const void *inp, const void *dout, size_t n, int exact)
+{
+    float *fi = in(k, inp, n), *fd = in(k, dout, n), *fo = dinp == dout ? fd : buf(k, dinp, n);
+    if (!STAGED_OK) return;
+    cpu_gelu_bwd(k, fo, fi, fd, n, exact);
+    out(k, dinp, fo, n);
+}
+static void s_add(mtk *k, void *o, const void *a, const void *b, size_t n)
+{
+    float *fa = in(k, a, n), *fb = b == a ? fa : in(k, b, n), *fo = buf(k, o, n);
+    if (!STAGED_OK) return;
+    cpu_add(k, fo, fa, fb, n);
+    out(k, o, fo, n);
+}
+static void s_acc(mtk *k, void *y, const void *x, size_t n)
+{
+    float *fy = in(k, y, n), *fx = x == y ? fy : in(k, x, n);
+    if (!STAGED_OK) return;
+    cpu_acc(k, fy, fx, n);
+    out(k, y, fy, n);
+}
+static void s_scale(mtk *k, void *x, float s, size_t n)
+{
+    float *fx = in(k, x, n);
+    if (!STAGED_OK) return;
+    cpu_scale(k, fx, s, n);
+    out(k, x, fx, n);
+}
+static void s_dropout_fwd(mtk *k, void *o, const void *inp, size_t n, const mtk_dropout *d)
+{
+    float *fi = in(k, inp, n), *fo = o == inp ? fi : buf(k, o, n);
+    if (!STAGED_OK) return;
+    cpu_dropout_fwd(k, fo, fi, n, d);
+    out(k, o, fo, n);
+}
+static void s_dropout_bwd(mtk *k, void *dinp, const void *dout, size_t n, const mtk_dropout *d)
+{
+    float *fd = in(k, dout, n), *fo = dinp == dout ? fd : buf(k, dinp, n);
+    if (!STAGED_OK) return;
+    cpu_dropout_bwd(k, fo, fd, n, d);
+    out(k, dinp, fo, n);
+}
+static void s_attention_fwd(mtk *k, void *o, float *lse, const void *qkv, int B, int T, int NH, int HS,
+                            const mtk_dropout *drop)
+{
+    size_t n = (size_t)B * T * NH * HS;
+    float *fq = in(k, qkv, 3 * n), *fo = buf(k, o, n);
+    if (!STAGED_OK) return;
+    cpu_attention_fwd(k, fo, lse, fq, B, T, NH, HS, drop);
+    out(k, o, fo, n);
+}
+static void s_attention_bwd(mtk *k, void *dqkv, const void *dout, const void *qkv, const void *o, const float *lse,
+                            int B, int T, int NH, int HS, const mtk_dropout *drop)
+{
+    size_t n = (size_t)B * T * NH * HS;
+    float *fdo = in(k, dout, n), *fq = in(k, qkv, 3 * n), *fo = in(k, o, n), *fdq = buf(k, dqkv, 3 * n);
+    if (!STAGED_OK) return;
+    cpu_attention_bwd(k, fdq, fdo, fq, fo, lse, B, T, NH, HS, drop);
+    out(k, dqkv, fdq, 3 * n);
+}
+static void s_attention_kv(mtk *k, void *o, const void *qkv, void *kc, void *vc, int B, int T, int pos0, int Tmax,
+                           int NH, int HS)
+{
+    size_t n = (size_t)B * T * NH * HS, nc = (size_t)B * NH * Tmax * HS;
+    float *fq = in(k, qkv, 3 * n), *fk = in(k, kc, nc), *fv = in(k, vc, nc), *fo = buf(k, o, n);
+    if (!STAGED_OK) return;
+    cpu_attention_kv(k, fo, fq, fk, fv, B, T, pos0, Tmax, NH, HS);
+    out(k, o, fo, n);
+    out(k, kc, fk, nc);
+    out(k, vc, fv, nc);
+}
+static void s_xent_fwd_bwd(mtk *k, float *losses, void *dlogits, const void *logits, const int32_t *target,
+                           const float *dscale, int N, int V)
+{
+    size_t n = (size_t)N * V;
+    float *fl = in(k, logits, n), *fd = dlogits == logits ? fl : buf(k, dlogits, n);
+    if (!STAGED_OK) return;
+    cpu_xent_fwd_bwd(k, losses, fd, fl, target, dscale, N, V);
+    out(k, dlogits, fd, n);
+}
+static void s_xent_rowmax(mtk *k, float *rowmax, const void *logits, int N, int V)
+{
+    float *fl = in(k, logits, (size_t)N * V);
+    if (STAGED_OK) cpu_xent_rowmax(k, rowmax, fl, N, V);
+}
+static void s_xent_sumexp(mtk *k, float *sumexp, float *tlogit, const void *logits, const float *rowmax,
+                          const int32_t *target, int N, int V, int v0)
+{
+    float *fl = in(k, logits, (size_t)N * V);
+    if (STAGED_OK) cpu_xent_sumexp(k, sumexp, tlogit, fl, rowmax, target, N, V, v0);
+}
+static void s_xent_bwd(mtk *k, void *dlogits, const void *logits, const float *rowmax, const float *sumexp,
+                       const int32_t *target, const float *dscale, int N, int V, int v0)
+{
+    size_t n = (size_t)N * V;
+    float *fl = in(k, logits, n), *fd = dlogits == logits ? fl : buf(k, dlogits, n);
+    if (!STAGED_OK) return;
+    cpu_xent_bwd(k, fd, fl, rowmax, sumexp, target, dscale, N, V, v0);
+    out(k, dlogits, fd, n);
+}
+
 const mtk_ops mtk_cpu_ops = {
     .name = "cpu",
     .open = cpu_open,
     .close = cpu_close,
+    .workspace_need = cpu_workspace_need,
     .alloc = cpu_alloc,
     .free = cpu_free,
     .zero = cpu_zero,
     .to_device = cpu_copy,
     .to_host = cpu_copy,
     .copy = cpu_copy,
+    .convert = cpu_convert,
     .sync = cpu_sync,
-    .embed_fwd = cpu_embed_fwd,
-    .embed_bwd = cpu_embed_bwd,
-    .layernorm_fwd = cpu_layernorm_fwd,
-    .layernorm_bwd = cpu_layernorm_bwd,
-    .matmul_fwd = cpu_matmul_fwd,
-    .matmul_bwd = cpu_matmul_bwd,
-    .gelu_fwd = cpu_gelu_fwd,
-    .gelu_bwd = cpu_gelu_bwd,
-    .add = cpu_add,
-    .acc = cpu_acc,
-    .scale = cpu_scale,
-    .dropout_fwd = cpu_dropout_fwd,
-    .dropout_bwd = cpu_dropout_bwd,
-    .attention_fwd = cpu_attention_fwd,
-    .attention_bwd = cpu_attention_bwd,
-    .xent_fwd_bwd = cpu_xent_fwd_bwd,
+    .embed_fwd = s_embed_fwd,
+    .embed_bwd = s_embed_bwd,
+    .layernorm_fwd = s_layernorm_fwd,
+    .layernorm_bwd = s_layernorm_bwd,
+    .matmul_fwd = s_matmul_fwd,
+    .matmul_bwd = s_matmul_bwd,
+    .gelu_fwd = s_gelu_fwd,
+    .gelu_bwd = s_gelu_bwd,
+    .add = s_add,
+    .acc = s_acc,
+    .scale = s_scale,
+    .dropout_fwd = s_dropout_fwd,
+    .dropout_bwd = s_dropout_bwd,
+    .attention_fwd = s_attention_fwd,
+    .attention_bwd = s_attention_bwd,
+    .attention_kv = s_attention_kv,
+    .xent_fwd_bwd = s_xent_fwd_bwd,
+    .xent_rowmax = s_xent_rowmax,
+    .xent_sumexp = s_xent_sumexp,
+    .xent_loss = cpu_xent_loss,
+    .xent_bwd = s_xent_bwd,
     .sumsq = cpu_sumsq,
     .count_nonfinite = cpu_count_nonfinite,
     .adamw = cpu_adamw,

@@ -1,4 +1,5 @@
 /* reduce.c: sum of squares (double, fixed-order blocks) and the count of non-finite values. */
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -6,12 +7,14 @@
 
 enum { BLOCK = 8192 };
 
+size_t cpu_sumsq_ws_bytes(size_t n) { return (n + BLOCK - 1) / BLOCK * sizeof(double) + 64; }
+
 double cpu_sumsq(mtk *k, const float *x, size_t n)
 {
-    (void)k;
     size_t nb = (n + BLOCK - 1) / BLOCK;
     if (!nb) return 0.0;
-    double *part = (double *)cpu_scratch(nb * 2);
+    double *part = mtk_ws_take(k, nb * sizeof(double));
+    if (!part) return NAN;
     /* Block partials are summed in block order, so the result does not depend on the thread count. */
 #pragma omp parallel for schedule(static)
     for (size_t b = 0; b < nb; b++) {
@@ -22,7 +25,6 @@ double cpu_sumsq(mtk *k, const float *x, size_t n)
     }
     double s = 0;
     for (size_t b = 0; b < nb; b++) s += part[b];
-    free(part);
     return s;
 }
 

@@ -62,3 +62,50 @@ void cpu_xent_fwd_bwd(mtk *k, float *losses, float *dlogits, const float *logits
         d[tg] -= sc;
     }
 }
+
+/* ---- the pieces of a vocabulary-parallel cross-entropy (kernels.h) ---- */
+
+void cpu_xent_rowmax(mtk *k, float *rowmax, const float *logits, int N, int V)
+{
+    (void)k;
+#pragma omp parallel for schedule(static)
+    for (int n = 0; n < N; n++) rowmax[n] = row_max(logits + (size_t)n * V, V);
+}
+
+void cpu_xent_sumexp(mtk *k, float *sumexp, float *tlogit, const float *logits, const float *rowmax,
+                     const int32_t *target, int N, int V, int v0)
+{
+    (void)k;
+#pragma omp parallel for schedule(static)
+    for (int n = 0; n < N; n++) {
+        const float *x = logits + (size_t)n * V;
+        sumexp[n] = (float)row_expsum(NULL, x, V, rowmax[n]);
+        const int64_t t = (int64_t)target[n] - v0;
+        tlogit[n] = t >= 0 && t < V ? x[t] : 0.0f;
+    }
+}
+
+void cpu_xent_loss(mtk *k, float *losses, const float *rowmax, const float *sumexp, const float *tlogit, int N)
+{
+    (void)k;
+    for (int n = 0; n < N; n++) losses[n] = (float)(rowmax[n] + log((double)sumexp[n]) - tlogit[n]);
+}
+
+MTK_CLONES static void row_softmax_grad(float *d, const float *x, int V, float mx, float inv)
+{
+    for (int j = 0; j < V; j++) d[j] = vexp(x[j] - mx) * inv;
+}
+
+void cpu_xent_bwd(mtk *k, float *dlogits, const float *logits, const float *rowmax, const float *sumexp,
+                  const int32_t *target, const float *dscale, int N, int V, int v0)
+{
+    (void)k;
+#pragma omp parallel for schedule(static)
+    for (int n = 0; n < N; n++) {
+        const float sc = dscale ? dscale[n] : 1.0f;
+        float *d = dlogits + (size_t)n * V;
+        row_softmax_grad(d, logits + (size_t)n * V, V, rowmax[n], (float)(sc / (double)sumexp[n]));
+        const int64_t t = (int64_t)target[n] - v0;
+        if (t >= 0 && t < V) d[t] -= sc;
+    }
+}

@@ -66,89 +66,58 @@ static void build_table(mt_gpt *m)
     add_tensor(m, "language_model.encoder.final_layernorm.bias", h, 0, 1);
 }
 
-/* ---- lifetime ---- */
+/* ---- weights ---- */
 
-static void *dev_alloc(mt_gpt *m, size_t bytes, int *failed, mt_err *e)
-{
-    if (*failed) return NULL;
-    void *p = mtk_alloc(m->k, bytes ? bytes : 1, e);
-    if (!p) *failed = 1;
-    m->act_bytes += bytes;
-    return p;
-}
-
-mt_gpt *mt_gpt_create(mtk *k, const mt_gpt_config *config, int max_batch, mt_err *e)
+mt_gpt *mt_gpt_create(mtk *k, const mt_gpt_config *config, int mode, mt_err *e)
 {
     if (mt_gpt_config_check(config, e)) return NULL;
-    if (max_batch <= 0) {
-        mt_err_set(e, "--micro-batch-size (%d) must be positive", max_batch);
-        return NULL;
-    }
     mt_gpt *m = mt_xcalloc(1, sizeof *m);
     m->k = k;
     m->c = *config;
-    m->max_batch = max_batch;
-    m->nmax = (size_t)max_batch * (size_t)config->seq_length;
-    if (m->nmax > 2147483647u / 4) {
-        free(m);
-        mt_err_set(e, "--micro-batch-size (%d) x --seq-length (%d) is too large", max_batch, config->seq_length);
-        return NULL;
-    }
+    m->asz = mtk_act_size(k);
     build_table(m);
-
-    int failed = 0;
-    size_t L = (size_t)config->num_layers, C = (size_t)config->hidden_size, F = (size_t)config->ffn_hidden_size;
-    size_t N = m->nmax, V = (size_t)config->padded_vocab_size, fl = sizeof(float);
+    size_t fl = sizeof(float);
     m->params = mtk_alloc(k, m->nparams * fl, e);
-    if (!m->params) failed = 1;
-    else {
-        m->grads = mtk_alloc(k, m->nparams * fl, e);
-        if (!m->grads) failed = 1;
-    }
-    m->res = dev_alloc(m, (2 * L + 1) * N * C * fl, &failed, e);
-    m->ln = dev_alloc(m, (2 * L + 1) * N * C * fl, &failed, e);
-    m->ln_mean = dev_alloc(m, (2 * L + 1) * N * fl, &failed, e);
-    m->ln_rstd = dev_alloc(m, (2 * L + 1) * N * fl, &failed, e);
-    m->qkv = dev_alloc(m, L * N * 3 * C * fl, &failed, e);
-    m->atty = dev_alloc(m, L * N * C * fl, &failed, e);
-    m->lse = dev_alloc(m, L * N * (size_t)config->num_heads * fl, &failed, e);
-    m->fch = dev_alloc(m, L * N * F * fl, &failed, e);
-    m->logits = dev_alloc(m, N * V * fl, &failed, e);
-    m->s_c1 = dev_alloc(m, N * C * fl, &failed, e);
-    m->s_c2 = dev_alloc(m, N * C * fl, &failed, e);
-    m->s_c3 = dev_alloc(m, N * C * fl, &failed, e);
-    m->s_qkv = dev_alloc(m, N * 3 * C * fl, &failed, e);
-    m->s_f1 = dev_alloc(m, N * F * fl, &failed, e);
-    m->s_f2 = dev_alloc(m, N * F * fl, &failed, e);
-    m->d_tok = dev_alloc(m, N * sizeof(int32_t), &failed, e);
-    m->d_tgt = dev_alloc(m, N * sizeof(int32_t), &failed, e);
-    m->d_losses = dev_alloc(m, N * fl, &failed, e);
-    m->d_dscale = dev_alloc(m, N * fl, &failed, e);
-    if (failed) {
-        mt_err_prefix(e, "GPT model (%zu parameters, %zu activation bytes)", m->nparams, m->act_bytes);
+    if (m->params && mode == MT_GPT_TRAIN) m->grads = mtk_alloc(k, m->nparams * fl, e);
+    if (m->params && mtk_act_dtype(k) != MTK_F32) m->work = mtk_alloc(k, m->nparams * m->asz, e);
+    else m->work = m->params;
+    if (!m->params || (mode == MT_GPT_TRAIN && !m->grads) || !m->work) {
+        mt_err_prefix(e, "GPT model (%zu parameters)", m->nparams);
         mt_gpt_free(m);
         return NULL;
     }
-    m->h_losses = mt_xmalloc(N * fl);
-    m->h_dscale = mt_xmalloc(N * fl);
     return m;
 }
 
 void mt_gpt_free(mt_gpt *m)
 {
     if (!m) return;
-    void *dev[] = {m->params, m->grads, m->res,   m->ln,    m->ln_mean, m->ln_rstd, m->qkv,   m->atty,
-                   m->lse,    m->fch,   m->logits, m->s_c1, m->s_c2,    m->s_c3,    m->s_qkv, m->s_f1,
-                   m->s_f2,   m->d_tok, m->d_tgt, m->d_losses, m->d_dscale};
-    for (size_t i = 0; i < sizeof dev / sizeof dev[0]; i++)
-        if (dev[i]) mtk_free(m->k, dev[i]);
+    if (m->work && m->work != m->params) mtk_free(m->k, m->work);
+    if (m->params) mtk_free(m->k, m->params);
+    if (m->grads) mtk_free(m->k, m->grads);
     free(m->tensors);
-    free(m->h_losses);
-    free(m->h_dscale);
     free(m);
 }
 
+void mt_gpt_params_changed(mt_gpt *m)
+{
+    if (m->work != m->params) mtk_convert(m->k, m->work, mtk_act_dtype(m->k), m->params, MTK_F32, m->nparams);
+}
+
+int mt_gpt_reserve(mt_gpt *m, size_t n, int T, mt_err *e)
+{
+    const mt_gpt_config *c = &m->c;
+    size_t C = (size_t)c->hidden_size, V = (size_t)c->padded_vocab_size, F = (size_t)c->ffn_hidden_size;
+    /* the largest activation-dtype operand of any operation: activations [n][V|F|3C], weights [V|pos|3C|F][C] */
+    size_t cand[] = {n * V, n * F, n * 3 * C, V * C, (size_t)c->max_position_embeddings * C, 3 * C * C, F * C};
+    size_t big = 0;
+    for (size_t i = 0; i < sizeof cand / sizeof cand[0]; i++) big = cand[i] > big ? cand[i] : big;
+    mtk_limits lim = {.max_act = big, .max_flat = m->nparams, .max_seq = T, .max_head_size = (int)(C / (size_t)c->num_heads)};
+    return mtk_reserve(m->k, &lim, e);
+}
+
 const mt_gpt_config *mt_gpt_get_config(const mt_gpt *m) { return &m->c; }
+mtk *mt_gpt_backend(const mt_gpt *m) { return m->k; }
 size_t mt_gpt_num_params(const mt_gpt *m) { return m->nparams; }
 int mt_gpt_num_tensors(const mt_gpt *m) { return m->ntensors; }
 const mt_gpt_tensor *mt_gpt_tensor_at(const mt_gpt *m, int i)
@@ -164,21 +133,98 @@ const mt_gpt_tensor *mt_gpt_tensor_find(const mt_gpt *m, const char *name)
 float *mt_gpt_params(mt_gpt *m) { return m->params; }
 float *mt_gpt_grads(mt_gpt *m) { return m->grads; }
 
-void mt_gpt_zero_grad(mt_gpt *m) { mtk_zero(m->k, m->grads, m->nparams * sizeof(float)); }
+void mt_gpt_zero_grad(mt_gpt *m)
+{
+    if (m->grads) mtk_zero(m->k, m->grads, m->nparams * sizeof(float));
+}
 
 void mt_gpt_memory(const mt_gpt *m, size_t *param_bytes, size_t *grad_bytes, size_t *act_bytes)
 {
-    if (param_bytes) *param_bytes = m->nparams * sizeof(float);
-    if (grad_bytes) *grad_bytes = m->nparams * sizeof(float);
-    if (act_bytes) *act_bytes = m->act_bytes;
+    size_t wb = m->work != m->params ? m->nparams * m->asz : 0;
+    if (param_bytes) *param_bytes = m->nparams * sizeof(float) + wb;
+    if (grad_bytes) *grad_bytes = m->grads ? m->nparams * sizeof(float) : 0;
+    if (act_bytes) *act_bytes = m->ctx_bytes;
+}
+
+/* ---- activation contexts ---- */
+
+static void *ctx_alloc(mt_gpt_ctx *x, size_t bytes, int *failed, mt_err *e)
+{
+    if (*failed) return NULL;
+    void *p = mtk_alloc(x->m->k, bytes ? bytes : 1, e);
+    if (!p) *failed = 1;
+    x->bytes += bytes;
+    return p;
+}
+
+mt_gpt_ctx *mt_gpt_ctx_new(mt_gpt *m, int max_batch, mt_err *e)
+{
+    const mt_gpt_config *config = &m->c;
+    if (max_batch <= 0) {
+        mt_err_set(e, "--micro-batch-size (%d) must be positive", max_batch);
+        return NULL;
+    }
+    mt_gpt_ctx *x = mt_xcalloc(1, sizeof *x);
+    x->m = m;
+    x->max_batch = max_batch;
+    x->nmax = (size_t)max_batch * (size_t)config->seq_length;
+    if (x->nmax > 2147483647u / 4) {
+        free(x);
+        mt_err_set(e, "--micro-batch-size (%d) x --seq-length (%d) is too large", max_batch, config->seq_length);
+        return NULL;
+    }
+    int failed = 0;
+    size_t L = (size_t)config->num_layers, C = (size_t)config->hidden_size, F = (size_t)config->ffn_hidden_size;
+    size_t N = x->nmax, V = (size_t)config->padded_vocab_size, fl = sizeof(float), a = m->asz;
+    x->res = ctx_alloc(x, (2 * L + 1) * N * C * a, &failed, e);
+    x->ln = ctx_alloc(x, (2 * L + 1) * N * C * a, &failed, e);
+    x->ln_mean = ctx_alloc(x, (2 * L + 1) * N * fl, &failed, e);
+    x->ln_rstd = ctx_alloc(x, (2 * L + 1) * N * fl, &failed, e);
+    x->qkv = ctx_alloc(x, L * N * 3 * C * a, &failed, e);
+    x->atty = ctx_alloc(x, L * N * C * a, &failed, e);
+    x->lse = ctx_alloc(x, L * N * (size_t)config->num_heads * fl, &failed, e);
+    x->fch = ctx_alloc(x, L * N * F * a, &failed, e);
+    x->logits = ctx_alloc(x, N * V * a, &failed, e);
+    x->s_c1 = ctx_alloc(x, N * C * a, &failed, e);
+    x->s_c2 = ctx_alloc(x, N * C * a, &failed, e);
+    x->s_c3 = ctx_alloc(x, N * C * a, &failed, e);
+    x->s_qkv = ctx_alloc(x, N * 3 * C * a, &failed, e);
+    x->s_f1 = ctx_alloc(x, N * F * a, &failed, e);
+    x->s_f2 = ctx_alloc(x, N * F * a, &failed, e);
+    x->d_tok = ctx_alloc(x, N * sizeof(int32_t), &failed, e);
+    x->d_tgt = ctx_alloc(x, N * sizeof(int32_t), &failed, e);
+    x->d_losses = ctx_alloc(x, N * fl, &failed, e);
+    x->d_dscale = ctx_alloc(x, N * fl, &failed, e);
+    if (failed || mt_gpt_reserve(m, N, config->seq_length, e)) {
+        mt_err_prefix(e, "GPT activations (%zu bytes)", x->bytes);
+        mt_gpt_ctx_free(x);
+        return NULL;
+    }
+    x->h_losses = mt_xmalloc(N * fl);
+    x->h_dscale = mt_xmalloc(N * fl);
+    m->ctx_bytes += x->bytes;
+    return x;
+}
+
+void mt_gpt_ctx_free(mt_gpt_ctx *x)
+{
+    if (!x) return;
+    void *dev[] = {x->res,  x->ln,   x->ln_mean, x->ln_rstd, x->qkv,   x->atty,  x->lse,   x->fch,    x->logits,  x->s_c1,
+                   x->s_c2, x->s_c3, x->s_qkv,   x->s_f1,    x->s_f2,  x->d_tok, x->d_tgt, x->d_losses, x->d_dscale};
+    for (size_t i = 0; i < sizeof dev / sizeof dev[0]; i++)
+        if (dev[i]) mtk_free(x->m->k, dev[i]);
+    if (x->h_losses) x->m->ctx_bytes -= x->bytes;
+    free(x->h_losses);
+    free(x->h_dscale);
+    free(x);
 }
 
 /* ---- dropout ---- */
 
-void mt_gpt_set_dropout(mt_gpt *m, int training, uint64_t key)
+void mt_gpt_set_dropout(mt_gpt_ctx *x, int training, uint64_t key)
 {
-    m->training = training != 0;
-    m->dropout_key = key;
+    x->training = training != 0;
+    x->dropout_key = key;
 }
 
 /* Dropout sites of one micro-batch: the embedding (0), and per layer l the attention probabilities
@@ -186,160 +232,175 @@ void mt_gpt_set_dropout(mt_gpt *m, int training, uint64_t key)
  * splitmix64 hash of the key and the site, so sites and keys draw unrelated masks. */
 enum { SITE_EMBED = 0, SITE_ATTN_PROBS = 1, SITE_ATTN_OUT = 2, SITE_MLP_OUT = 3 };
 
-uint64_t mt_gpt_dropout_seed(uint64_t key, uint64_t site)
-{
-    uint64_t z = key + (site + 1) * 0x9E3779B97F4A7C15ull;
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    return z ^ (z >> 31);
-}
+uint64_t mt_gpt_dropout_seed(uint64_t key, uint64_t site) { return mt_mix64(key + (site + 1) * MT_GOLDEN64); }
 
 /* NULL when this site applies no dropout (evaluation mode or p == 0). */
-static const mtk_dropout *site_dropout(const mt_gpt *m, mtk_dropout *d, int layer, int kind)
+static const mtk_dropout *site_dropout(const mt_gpt_ctx *x, mtk_dropout *d, int layer, int kind)
 {
-    float p = kind == SITE_ATTN_PROBS ? m->c.attention_dropout : m->c.hidden_dropout;
-    if (!m->training || !(p > 0)) return NULL;
+    float p = kind == SITE_ATTN_PROBS ? x->m->c.attention_dropout : x->m->c.hidden_dropout;
+    if (!x->training || !(p > 0)) return NULL;
     uint64_t site = kind == SITE_EMBED ? 0 : 1 + 3 * (uint64_t)layer + (uint64_t)(kind - 1);
     d->p = p;
-    d->seed = mt_gpt_dropout_seed(m->dropout_key, site);
+    d->seed = mt_gpt_dropout_seed(x->dropout_key, site);
     d->offset = 0;
     return d;
 }
 
 /* ---- forward ---- */
 
-double mt_gpt_forward(mt_gpt *m, const int32_t *tokens, const int32_t *targets, const float *loss_mask,
-                      int B, int T, float *tok_losses)
+/* Element i of an activation-dtype buffer. */
+#define AT(buf, i) ((void *)((char *)(buf) + (size_t)(i) * m->asz))
+
+int mt_gpt_forward(mt_gpt_ctx *x, const int32_t *tokens, const int32_t *targets, const float *loss_mask, int B,
+                   int T, float *tok_losses, mt_gpt_loss *loss, mt_err *e)
 {
+    mt_gpt *m = x->m;
     const mt_gpt_config *c = &m->c;
-    m->have_forward = 0;
-    if (B <= 0 || T <= 0 || B > m->max_batch || T > c->seq_length) return NAN;
+    x->have_forward = 0;
+    loss->sum = loss->count = 0;
+    if (B <= 0 || T <= 0 || B > x->max_batch || T > c->seq_length)
+        return mt_err_set(e, "GPT forward: batch %d x %d tokens outside the context's %d x %d", B, T, x->max_batch,
+                          c->seq_length);
     int N = B * T, C = c->hidden_size, F = c->ffn_hidden_size, NH = c->num_heads, V = c->padded_vocab_size;
     int L = c->num_layers;
-    size_t nC = m->nmax * (size_t)C;
+    size_t nC = x->nmax * (size_t)C;
     for (int i = 0; i < N; i++)
-        if (tokens[i] < 0 || tokens[i] >= V || targets[i] < 0 || targets[i] >= V) return NAN;
+        if (tokens[i] < 0 || tokens[i] >= V || targets[i] < 0 || targets[i] >= V)
+            return mt_err_set(e, "GPT forward: token %d or target %d at position %d outside the vocabulary [0, %d)",
+                              tokens[i], targets[i], i, V);
     mtk *k = m->k;
     mtk_dropout dd;
     const mtk_dropout *drop;
 
-    mtk_to_device(k, m->d_tok, tokens, (size_t)N * sizeof(int32_t));
-    mtk_to_device(k, m->d_tgt, targets, (size_t)N * sizeof(int32_t));
-    mtk_embed_fwd(k, m->res, m->d_tok, mt_gpt_p(m, MT_GPT_WTE), mt_gpt_p(m, MT_GPT_WPE), B, T, C);
-    if ((drop = site_dropout(m, &dd, 0, SITE_EMBED))) mtk_dropout_fwd(k, m->res, m->res, (size_t)N * C, drop);
+    mtk_to_device(k, x->d_tok, tokens, (size_t)N * sizeof(int32_t));
+    mtk_to_device(k, x->d_tgt, targets, (size_t)N * sizeof(int32_t));
+    mtk_embed_fwd(k, x->res, x->d_tok, mt_gpt_w(m, MT_GPT_WTE), mt_gpt_w(m, MT_GPT_WPE), B, T, C, 0, 0, V);
+    if ((drop = site_dropout(x, &dd, 0, SITE_EMBED))) mtk_dropout_fwd(k, x->res, x->res, (size_t)N * C, drop);
 
     for (int l = 0; l < L; l++) {
 #define P(j) mt_gpt_p(m, MT_GPT_LAYER_T(l, j))
-        float *res_in = m->res + (size_t)(2 * l) * nC, *res_mid = res_in + nC, *res_out = res_mid + nC;
-        float *ln1 = m->ln + (size_t)(2 * l) * nC, *ln2 = ln1 + nC;
-        float *mean1 = m->ln_mean + (size_t)(2 * l) * m->nmax, *rstd1 = m->ln_rstd + (size_t)(2 * l) * m->nmax;
-        float *mean2 = mean1 + m->nmax, *rstd2 = rstd1 + m->nmax;
-        float *qkv = m->qkv + (size_t)l * 3 * nC, *atty = m->atty + (size_t)l * nC;
-        float *lse = m->lse + (size_t)l * m->nmax * NH, *fch = m->fch + (size_t)l * m->nmax * F;
+#define W(j) mt_gpt_w(m, MT_GPT_LAYER_T(l, j))
+        void *res_in = AT(x->res, (size_t)(2 * l) * nC), *res_mid = AT(res_in, nC), *res_out = AT(res_mid, nC);
+        void *ln1 = AT(x->ln, (size_t)(2 * l) * nC), *ln2 = AT(ln1, nC);
+        float *mean1 = x->ln_mean + (size_t)(2 * l) * x->nmax, *rstd1 = x->ln_rstd + (size_t)(2 * l) * x->nmax;
+        float *mean2 = mean1 + x->nmax, *rstd2 = rstd1 + x->nmax;
+        void *qkv = AT(x->qkv, (size_t)l * 3 * nC), *atty = AT(x->atty, (size_t)l * nC);
+        float *lse = x->lse + (size_t)l * x->nmax * NH;
+        void *fch = AT(x->fch, (size_t)l * x->nmax * F);
 
         mtk_layernorm_fwd(k, ln1, mean1, rstd1, res_in, P(MT_GPT_LN1_W), P(MT_GPT_LN1_B), N, C, c->layernorm_epsilon);
-        mtk_matmul_fwd(k, qkv, ln1, P(MT_GPT_QKV_W), P(MT_GPT_QKV_B), N, C, 3 * C);
-        mtk_attention_fwd(k, atty, lse, qkv, B, T, NH, C / NH, site_dropout(m, &dd, l, SITE_ATTN_PROBS));
-        mtk_matmul_fwd(k, m->s_c1, atty, P(MT_GPT_PROJ_W), P(MT_GPT_PROJ_B), N, C, C);
-        if ((drop = site_dropout(m, &dd, l, SITE_ATTN_OUT))) mtk_dropout_fwd(k, m->s_c1, m->s_c1, (size_t)N * C, drop);
-        mtk_add(k, res_mid, res_in, m->s_c1, (size_t)N * C);
+        mtk_matmul_fwd(k, qkv, ln1, W(MT_GPT_QKV_W), P(MT_GPT_QKV_B), N, C, 3 * C);
+        mtk_attention_fwd(k, atty, lse, qkv, B, T, NH, C / NH, site_dropout(x, &dd, l, SITE_ATTN_PROBS));
+        mtk_matmul_fwd(k, x->s_c1, atty, W(MT_GPT_PROJ_W), P(MT_GPT_PROJ_B), N, C, C);
+        if ((drop = site_dropout(x, &dd, l, SITE_ATTN_OUT))) mtk_dropout_fwd(k, x->s_c1, x->s_c1, (size_t)N * C, drop);
+        mtk_add(k, res_mid, res_in, x->s_c1, (size_t)N * C);
 
         mtk_layernorm_fwd(k, ln2, mean2, rstd2, res_mid, P(MT_GPT_LN2_W), P(MT_GPT_LN2_B), N, C, c->layernorm_epsilon);
-        mtk_matmul_fwd(k, fch, ln2, P(MT_GPT_FC_W), P(MT_GPT_FC_B), N, C, F);
-        mtk_gelu_fwd(k, m->s_f1, fch, (size_t)N * F, c->exact_gelu);
-        mtk_matmul_fwd(k, m->s_c1, m->s_f1, P(MT_GPT_FC2_W), P(MT_GPT_FC2_B), N, F, C);
-        if ((drop = site_dropout(m, &dd, l, SITE_MLP_OUT))) mtk_dropout_fwd(k, m->s_c1, m->s_c1, (size_t)N * C, drop);
-        mtk_add(k, res_out, res_mid, m->s_c1, (size_t)N * C);
+        mtk_matmul_fwd(k, fch, ln2, W(MT_GPT_FC_W), P(MT_GPT_FC_B), N, C, F);
+        mtk_gelu_fwd(k, x->s_f1, fch, (size_t)N * F, c->exact_gelu);
+        mtk_matmul_fwd(k, x->s_c1, x->s_f1, W(MT_GPT_FC2_W), P(MT_GPT_FC2_B), N, F, C);
+        if ((drop = site_dropout(x, &dd, l, SITE_MLP_OUT))) mtk_dropout_fwd(k, x->s_c1, x->s_c1, (size_t)N * C, drop);
+        mtk_add(k, res_out, res_mid, x->s_c1, (size_t)N * C);
 #undef P
+#undef W
     }
 
-    float *lnf = m->ln + (size_t)(2 * L) * nC;
-    mtk_layernorm_fwd(k, lnf, m->ln_mean + (size_t)(2 * L) * m->nmax, m->ln_rstd + (size_t)(2 * L) * m->nmax,
-                      m->res + (size_t)(2 * L) * nC, mt_gpt_p(m, MT_GPT_LNF_W(L)), mt_gpt_p(m, MT_GPT_LNF_B(L)), N, C,
-                      c->layernorm_epsilon);
-    mtk_matmul_fwd(k, m->logits, lnf, mt_gpt_p(m, MT_GPT_WTE), NULL, N, C, V);
-    mtk_xent_fwd_bwd(k, m->d_losses, NULL, m->logits, m->d_tgt, NULL, N, V);
-    mtk_to_host(k, m->h_losses, m->d_losses, (size_t)N * sizeof(float));
+    void *lnf = AT(x->ln, (size_t)(2 * L) * nC);
+    mtk_layernorm_fwd(k, lnf, x->ln_mean + (size_t)(2 * L) * x->nmax, x->ln_rstd + (size_t)(2 * L) * x->nmax,
+                      AT(x->res, (size_t)(2 * L) * nC), mt_gpt_p(m, MT_GPT_LNF_W(L)), mt_gpt_p(m, MT_GPT_LNF_B(L)), N,
+                      C, c->layernorm_epsilon);
+    mtk_matmul_fwd(k, x->logits, lnf, mt_gpt_w(m, MT_GPT_WTE), NULL, N, C, V);
+    mtk_xent_fwd_bwd(k, x->d_losses, NULL, x->logits, x->d_tgt, NULL, N, V);
+    mtk_to_host(k, x->h_losses, x->d_losses, (size_t)N * sizeof(float));
+    if (mtk_sync(k, e)) return mt_err_prefix(e, "GPT forward");
 
     double sum = 0, msum = 0;
     for (int i = 0; i < N; i++) {
         double w = loss_mask ? loss_mask[i] : 1.0;
-        sum += w * m->h_losses[i];
+        sum += w * x->h_losses[i];
         msum += w;
-        m->h_dscale[i] = (float)w;
+        x->h_dscale[i] = (float)w;
     }
-    if (tok_losses) memcpy(tok_losses, m->h_losses, (size_t)N * sizeof(float));
-    m->B = B;
-    m->T = T;
-    m->mask_sum = msum;
-    m->have_forward = 1;
-    return msum != 0 ? sum / msum : 0.0;
+    if (tok_losses) memcpy(tok_losses, x->h_losses, (size_t)N * sizeof(float));
+    x->B = B;
+    x->T = T;
+    x->mask_sum = msum;
+    x->have_forward = 1;
+    loss->sum = sum;
+    loss->count = msum;
+    return 0;
 }
 
 /* ---- backward ---- */
 
-void mt_gpt_backward(mt_gpt *m, float loss_scale)
+int mt_gpt_backward(mt_gpt_ctx *x, double scale, mt_err *e)
 {
-    if (!m->have_forward) return;
-    m->have_forward = 0;   /* the logits become dlogits below */
+    mt_gpt *m = x->m;
+    if (!m->grads) return mt_err_set(e, "GPT backward: the model was created without gradients");
+    if (!x->have_forward) return mt_err_set(e, "GPT backward: no forward pass to go back through");
+    x->have_forward = 0;   /* the logits become dlogits below */
     const mt_gpt_config *c = &m->c;
-    int B = m->B, T = m->T, N = B * T, C = c->hidden_size, F = c->ffn_hidden_size, NH = c->num_heads;
+    int B = x->B, T = x->T, N = B * T, C = c->hidden_size, F = c->ffn_hidden_size, NH = c->num_heads;
     int V = c->padded_vocab_size, L = c->num_layers;
-    size_t nC = m->nmax * (size_t)C;
+    size_t nC = x->nmax * (size_t)C;
     mtk *k = m->k;
     mtk_dropout dd;
     const mtk_dropout *drop;
 
-    double per = m->mask_sum != 0 ? (double)loss_scale / m->mask_sum : 0.0;
-    for (int i = 0; i < N; i++) m->h_dscale[i] = (float)(m->h_dscale[i] * per);
-    mtk_to_device(k, m->d_dscale, m->h_dscale, (size_t)N * sizeof(float));
+    for (int i = 0; i < N; i++) x->h_dscale[i] = (float)(x->h_dscale[i] * scale);
+    mtk_to_device(k, x->d_dscale, x->h_dscale, (size_t)N * sizeof(float));
 
     /* Logits and the final LayerNorm; dres is the residual stream's gradient from here down. */
-    float *dres = m->s_c1, *dtmp = m->s_c2, *dln = m->s_c3;
-    float *lnf = m->ln + (size_t)(2 * L) * nC;
-    mtk_xent_fwd_bwd(k, m->d_losses, m->logits, m->logits, m->d_tgt, m->d_dscale, N, V);
-    mtk_matmul_bwd(k, dln, mt_gpt_g(m, MT_GPT_WTE), NULL, m->logits, lnf, mt_gpt_p(m, MT_GPT_WTE), N, C, V);
-    mtk_zero(k, dres, (size_t)N * C * sizeof(float));
+    void *dres = x->s_c1, *dtmp = x->s_c2, *dln = x->s_c3;
+    void *lnf = AT(x->ln, (size_t)(2 * L) * nC);
+    mtk_xent_fwd_bwd(k, x->d_losses, x->logits, x->logits, x->d_tgt, x->d_dscale, N, V);
+    mtk_matmul_bwd(k, dln, mt_gpt_g(m, MT_GPT_WTE), NULL, x->logits, lnf, mt_gpt_w(m, MT_GPT_WTE), N, C, V);
+    mtk_zero(k, dres, (size_t)N * C * m->asz);
     mtk_layernorm_bwd(k, dres, mt_gpt_g(m, MT_GPT_LNF_W(L)), mt_gpt_g(m, MT_GPT_LNF_B(L)), dln,
-                      m->res + (size_t)(2 * L) * nC, mt_gpt_p(m, MT_GPT_LNF_W(L)),
-                      m->ln_mean + (size_t)(2 * L) * m->nmax, m->ln_rstd + (size_t)(2 * L) * m->nmax, N, C);
+                      AT(x->res, (size_t)(2 * L) * nC), mt_gpt_p(m, MT_GPT_LNF_W(L)),
+                      x->ln_mean + (size_t)(2 * L) * x->nmax, x->ln_rstd + (size_t)(2 * L) * x->nmax, N, C);
 
     for (int l = L - 1; l >= 0; l--) {
 #define P(j) mt_gpt_p(m, MT_GPT_LAYER_T(l, j))
+#define W(j) mt_gpt_w(m, MT_GPT_LAYER_T(l, j))
 #define G(j) mt_gpt_g(m, MT_GPT_LAYER_T(l, j))
-        float *res_in = m->res + (size_t)(2 * l) * nC, *res_mid = res_in + nC;
-        float *ln1 = m->ln + (size_t)(2 * l) * nC, *ln2 = ln1 + nC;
-        float *mean1 = m->ln_mean + (size_t)(2 * l) * m->nmax, *rstd1 = m->ln_rstd + (size_t)(2 * l) * m->nmax;
-        float *mean2 = mean1 + m->nmax, *rstd2 = rstd1 + m->nmax;
-        float *qkv = m->qkv + (size_t)l * 3 * nC, *atty = m->atty + (size_t)l * nC;
-        float *lse = m->lse + (size_t)l * m->nmax * NH, *fch = m->fch + (size_t)l * m->nmax * F;
+        void *res_in = AT(x->res, (size_t)(2 * l) * nC), *res_mid = AT(res_in, nC);
+        void *ln1 = AT(x->ln, (size_t)(2 * l) * nC), *ln2 = AT(ln1, nC);
+        float *mean1 = x->ln_mean + (size_t)(2 * l) * x->nmax, *rstd1 = x->ln_rstd + (size_t)(2 * l) * x->nmax;
+        float *mean2 = mean1 + x->nmax, *rstd2 = rstd1 + x->nmax;
+        void *qkv = AT(x->qkv, (size_t)l * 3 * nC), *atty = AT(x->atty, (size_t)l * nC);
+        float *lse = x->lse + (size_t)l * x->nmax * NH;
+        void *fch = AT(x->fch, (size_t)l * x->nmax * F);
 
         /* MLP: res_out = res_mid + drop(fc2(gelu(fc(ln2(res_mid))))) */
-        const float *dout = dres;
-        if ((drop = site_dropout(m, &dd, l, SITE_MLP_OUT))) {
+        const void *dout = dres;
+        if ((drop = site_dropout(x, &dd, l, SITE_MLP_OUT))) {
             mtk_dropout_bwd(k, dtmp, dres, (size_t)N * C, drop);
             dout = dtmp;
         }
-        mtk_gelu_fwd(k, m->s_f1, fch, (size_t)N * F, c->exact_gelu);
-        mtk_matmul_bwd(k, m->s_f2, G(MT_GPT_FC2_W), G(MT_GPT_FC2_B), dout, m->s_f1, P(MT_GPT_FC2_W), N, F, C);
-        mtk_gelu_bwd(k, m->s_f1, fch, m->s_f2, (size_t)N * F, c->exact_gelu);
-        mtk_matmul_bwd(k, dln, G(MT_GPT_FC_W), G(MT_GPT_FC_B), m->s_f1, ln2, P(MT_GPT_FC_W), N, C, F);
+        mtk_gelu_fwd(k, x->s_f1, fch, (size_t)N * F, c->exact_gelu);
+        mtk_matmul_bwd(k, x->s_f2, G(MT_GPT_FC2_W), G(MT_GPT_FC2_B), dout, x->s_f1, W(MT_GPT_FC2_W), N, F, C);
+        mtk_gelu_bwd(k, x->s_f1, fch, x->s_f2, (size_t)N * F, c->exact_gelu);
+        mtk_matmul_bwd(k, dln, G(MT_GPT_FC_W), G(MT_GPT_FC_B), x->s_f1, ln2, W(MT_GPT_FC_W), N, C, F);
         mtk_layernorm_bwd(k, dres, G(MT_GPT_LN2_W), G(MT_GPT_LN2_B), dln, res_mid, P(MT_GPT_LN2_W), mean2, rstd2, N, C);
 
         /* Attention: res_mid = res_in + drop(dense(attn(qkv(ln1(res_in))))) */
         dout = dres;
-        if ((drop = site_dropout(m, &dd, l, SITE_ATTN_OUT))) {
+        if ((drop = site_dropout(x, &dd, l, SITE_ATTN_OUT))) {
             mtk_dropout_bwd(k, dtmp, dres, (size_t)N * C, drop);
             dout = dtmp;
         }
-        mtk_matmul_bwd(k, dln, G(MT_GPT_PROJ_W), G(MT_GPT_PROJ_B), dout, atty, P(MT_GPT_PROJ_W), N, C, C);
-        mtk_attention_bwd(k, m->s_qkv, dln, qkv, atty, lse, B, T, NH, C / NH, site_dropout(m, &dd, l, SITE_ATTN_PROBS));
-        mtk_matmul_bwd(k, dln, G(MT_GPT_QKV_W), G(MT_GPT_QKV_B), m->s_qkv, ln1, P(MT_GPT_QKV_W), N, C, 3 * C);
+        mtk_matmul_bwd(k, dln, G(MT_GPT_PROJ_W), G(MT_GPT_PROJ_B), dout, atty, W(MT_GPT_PROJ_W), N, C, C);
+        mtk_attention_bwd(k, x->s_qkv, dln, qkv, atty, lse, B, T, NH, C / NH, site_dropout(x, &dd, l, SITE_ATTN_PROBS));
+        mtk_matmul_bwd(k, dln, G(MT_GPT_QKV_W), G(MT_GPT_QKV_B), x->s_qkv, ln1, W(MT_GPT_QKV_W), N, C, 3 * C);
         mtk_layernorm_bwd(k, dres, G(MT_GPT_LN1_W), G(MT_GPT_LN1_B), dln, res_in, P(MT_GPT_LN1_W), mean1, rstd1, N, C);
 #undef P
+#undef W
 #undef G
     }
 
-    if ((drop = site_dropout(m, &dd, 0, SITE_EMBED))) mtk_dropout_bwd(k, dres, dres, (size_t)N * C, drop);
-    mtk_embed_bwd(k, mt_gpt_g(m, MT_GPT_WTE), mt_gpt_g(m, MT_GPT_WPE), dres, m->d_tok, B, T, C);
+    if ((drop = site_dropout(x, &dd, 0, SITE_EMBED))) mtk_dropout_bwd(k, dres, dres, (size_t)N * C, drop);
+    mtk_embed_bwd(k, mt_gpt_g(m, MT_GPT_WTE), mt_gpt_g(m, MT_GPT_WPE), dres, x->d_tok, B, T, C, 0, 0, V);
+    if (mtk_status(k, e)) return mt_err_prefix(e, "GPT backward");
+    return 0;
 }

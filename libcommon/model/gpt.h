@@ -3,8 +3,8 @@
  * Pre-LayerNorm blocks, learned absolute positions, tanh GeLU, tied input/output embeddings, biases
  * everywhere, LayerNorm eps from the config, vocabulary padded (mt_gpt_padded_vocab). The model owns
  * one contiguous parameter buffer and one gradient buffer of the same layout on the backend's device
- * (the optimizer and, later, the data-parallel all-reduce work on them as flat arrays), plus the
- * activations for one micro-batch of at most max_batch x seq_length tokens.
+ * (the optimizer and, later, the data-parallel all-reduce work on them as flat arrays); activations are
+ * in contexts (below).
  *
  * Parameter names and shapes are Megatron's legacy (v2) state-dict names (spec 5.3), weights [out, in],
  * QKV rows in the per-head [np, 3, hn] order (checkpoint version 3.0):
@@ -60,50 +60,88 @@ typedef struct mt_gpt_tensor {
     int no_decay;    /* biases and LayerNorm parameters: weight decay 0 (spec 4.3) */
 } mt_gpt_tensor;
 
+/* The model (mt_gpt) is the *weights*: fp32 master parameters in one flat buffer in tensor-table order,
+ * a working copy in the backend's activation dtype for the matrices and embeddings when that dtype is
+ * not fp32, and the fp32 gradients (same layout) only when created for training. Activations live in
+ * *contexts*: an mt_gpt_ctx holds what one micro-batch in flight keeps from forward to backward (several
+ * may exist at once, e.g. one per micro-batch of a pipeline schedule); an mt_gpt_infer holds a KV cache
+ * for generation and no gradients. Every buffer belongs to the object that allocated it. */
 typedef struct mt_gpt mt_gpt;
+typedef struct mt_gpt_ctx mt_gpt_ctx;
+typedef struct mt_gpt_infer mt_gpt_infer;
 
-/* Allocates parameters, gradients and activations for micro-batches of up to max_batch sequences of
- * config->seq_length tokens. Parameters are zero until mt_gpt_init or a load. */
-mt_gpt *mt_gpt_create(mtk *k, const mt_gpt_config *config, int max_batch, mt_err *e);
+enum { MT_GPT_INFER_ONLY = 0, MT_GPT_TRAIN = 1 };
+/* Allocates the parameters (and, with MT_GPT_TRAIN, the gradients). Parameters are zero until
+ * mt_gpt_init or a load. */
+mt_gpt *mt_gpt_create(mtk *k, const mt_gpt_config *config, int mode, mt_err *e);
 void mt_gpt_free(mt_gpt *m);
 const mt_gpt_config *mt_gpt_get_config(const mt_gpt *m);
+mtk *mt_gpt_backend(const mt_gpt *m);
 
 size_t mt_gpt_num_params(const mt_gpt *m);          /* floats in the flat buffer */
 int mt_gpt_num_tensors(const mt_gpt *m);
 const mt_gpt_tensor *mt_gpt_tensor_at(const mt_gpt *m, int i);
 const mt_gpt_tensor *mt_gpt_tensor_find(const mt_gpt *m, const char *name);   /* NULL if absent */
-float *mt_gpt_params(mt_gpt *m);                     /* device pointers */
-float *mt_gpt_grads(mt_gpt *m);
+float *mt_gpt_params(mt_gpt *m);                     /* device pointers, fp32 */
+float *mt_gpt_grads(mt_gpt *m);                      /* NULL unless created with MT_GPT_TRAIN */
+/* After the master parameters change (init, load, optimizer step): refresh the working copy in the
+ * activation dtype (nothing to do in fp32). */
+void mt_gpt_params_changed(mt_gpt *m);
 
 /* Megatron's initialization (spec 6.1) from a deterministic generator seeded with seed: the weight
  * elements, in buffer order, are std * numpy.random.RandomState(seed mod 2^32).normal() draws rounded
  * to float (std / sqrt(2L) for the output projections); biases 0, LayerNorm weights 1. */
 void mt_gpt_init(mt_gpt *m, uint64_t seed);
 
+/* ---- training and evaluation: one context per micro-batch in flight ---- */
+
+/* Activations for micro-batches of up to max_batch sequences of config->seq_length tokens. */
+mt_gpt_ctx *mt_gpt_ctx_new(mt_gpt *m, int max_batch, mt_err *e);
+void mt_gpt_ctx_free(mt_gpt_ctx *x);
+
+/* The loss of a forward pass: sum over tokens of mask * per-token loss, and sum of the mask. */
+typedef struct mt_gpt_loss {
+    double sum;
+    double count;
+} mt_gpt_loss;
+
 /* Forward pass of one micro-batch: tokens and targets are host arrays [B, T] (T <= seq_length,
- * B <= max_batch), loss_mask [B, T] or NULL (all ones). Returns the masked mean loss
- * sum(loss * mask) / sum(mask); writes per-token losses to tok_losses (host [B, T]) when non-NULL.
- * The activations of this micro-batch are kept for mt_gpt_backward. An all-zero mask gives loss 0 and
- * no gradient; a token or target outside [0, padded_vocab_size) or a bad B/T returns NaN and runs
- * nothing (the following backward does nothing). */
-double mt_gpt_forward(mt_gpt *m, const int32_t *tokens, const int32_t *targets, const float *loss_mask,
-                      int B, int T, float *tok_losses);
-/* Backward pass of the last forward: ACCUMULATES d(loss_scale * masked mean loss)/d(params) into the
- * gradient buffer (loss_scale = 1 / num_micro_batches for gradient accumulation). One backward per
+ * B <= max_batch), loss_mask [B, T] or NULL (all ones). Fills *loss; writes per-token losses to
+ * tok_losses (host [B, T]) when non-NULL. The activations are kept in x for mt_gpt_backward. A token
+ * or target outside [0, padded_vocab_size), a bad B/T or a kernel error: -1 with a message, and the
+ * following backward fails. */
+int mt_gpt_forward(mt_gpt_ctx *x, const int32_t *tokens, const int32_t *targets, const float *loss_mask, int B,
+                   int T, float *tok_losses, mt_gpt_loss *loss, mt_err *e);
+/* Backward pass of x's last forward: ACCUMULATES d(scale * loss.sum)/d(params) into the gradients
+ * (a trainer averaging over M micro-batches passes scale = 1 / (M * loss.count)). One backward per
  * forward: it turns the kept logits into their gradient in place. */
-void mt_gpt_backward(mt_gpt *m, float loss_scale);
+int mt_gpt_backward(mt_gpt_ctx *x, double scale, mt_err *e);
 void mt_gpt_zero_grad(mt_gpt *m);
 
-/* Training mode (training = 1) applies the config's dropout to the following forward/backward pairs
+/* Training mode (training = 1) applies the config's dropout to x's following forward/backward pairs
  * with masks drawn from key (the trainer derives one key per iteration and micro-batch from --seed, so
  * a resumed run draws the same masks); evaluation mode (0, the default) applies none. */
-void mt_gpt_set_dropout(mt_gpt *m, int training, uint64_t key);
+void mt_gpt_set_dropout(mt_gpt_ctx *x, int training, uint64_t key);
+
+/* ---- generation: a KV cache, no gradients ---- */
+
+/* A cache for batch sequences of up to max_len tokens (<= max_position_embeddings). */
+mt_gpt_infer *mt_gpt_infer_new(mt_gpt *m, int batch, int max_len, mt_err *e);
+void mt_gpt_infer_free(mt_gpt_infer *s);
+void mt_gpt_infer_reset(mt_gpt_infer *s);   /* empties the cache */
+int mt_gpt_infer_len(const mt_gpt_infer *s);  /* tokens in the cache */
+/* Appends T tokens to every sequence (tokens host [batch, T]) and writes the logits of the last one,
+ * host [batch, padded_vocab_size] (columns from vocab_size on are padding: a sampler ignores them).
+ * -1 + message when the cache would overflow, a token is out of range, or a kernel failed. */
+int mt_gpt_infer_step(mt_gpt_infer *s, const int32_t *tokens, int T, float *logits, mt_err *e);
+
 /* The mtk_dropout seed of one dropout site under key (counters start at offset 0 at every site):
  * site 0 is the embedding, and layer l has 1 + 3l (attention probabilities), 2 + 3l (attention output)
  * and 3 + 3l (MLP output). seed = splitmix64 finaliser of key + (site + 1) * 0x9E3779B97F4A7C15. */
 uint64_t mt_gpt_dropout_seed(uint64_t key, uint64_t site);
 
-/* Bytes of device memory held for parameters, gradients and activations (memory reports). */
+/* Bytes of device memory held for parameters (with the working copy), gradients, and the activations
+ * and KV caches of the live contexts (memory reports). */
 void mt_gpt_memory(const mt_gpt *m, size_t *param_bytes, size_t *grad_bytes, size_t *act_bytes);
 
 #endif

@@ -1,6 +1,6 @@
-/* gpt_impl.h: the GPT model's private state, shared by gpt.c (buffers, tensor table, forward, backward)
- * and gpt_init.c (configuration checks and parameter initialization). Not part of the public interface.
- */
+/* gpt_impl.h: the GPT model's private state, shared by gpt.c (weights, contexts, forward, backward),
+ * gpt_init.c (configuration checks and parameter initialization) and gpt_infer.c (generation with a
+ * KV cache). Not part of the public interface. */
 #ifndef MT_MODEL_GPT_IMPL_H
 #define MT_MODEL_GPT_IMPL_H
 
@@ -32,43 +32,52 @@ enum {
 struct mt_gpt {
     mtk *k;
     mt_gpt_config c;
-    int max_batch;
-    size_t nmax;            /* max_batch * seq_length: the token stride of per-layer activations */
+    size_t asz;             /* bytes of one activation-dtype element */
 
     int ntensors;
     mt_gpt_tensor *tensors;
     size_t nparams;
-    float *params, *grads;  /* device, nparams floats each */
+    float *params, *grads;  /* device, nparams floats each (grads: training only) */
+    void *work;             /* working copy in the activation dtype (== params in fp32) */
+    size_t ctx_bytes;       /* activations and caches of the live contexts */
+};
 
-    /* Activations kept from forward for backward (device). Layer l's slices are at l * nmax * width. */
-    float *res;      /* [2L+1][N][C]: res 0 = embedding after dropout; 2l+1 = after layer l's attention; 2l+2 = after its MLP */
-    float *ln;       /* [2L+1][N][C]: LayerNorm outputs, ln1 (2l), ln2 (2l+1), final (2L) */
+/* Activations of one micro-batch in flight (device unless noted). Layer l's slices are at l * nmax * width. */
+struct mt_gpt_ctx {
+    mt_gpt *m;
+    int max_batch;
+    size_t nmax;     /* max_batch * seq_length: the token stride of per-layer activations */
+    void *res;       /* [2L+1][N][C]: res 0 = embedding after dropout; 2l+1 = after layer l's attention; 2l+2 = after its MLP */
+    void *ln;        /* [2L+1][N][C]: LayerNorm outputs, ln1 (2l), ln2 (2l+1), final (2L) */
     float *ln_mean;  /* [2L+1][N] */
     float *ln_rstd;  /* [2L+1][N] */
-    float *qkv;      /* [L][N][3C], per token [NH][3][HS] */
-    float *atty;     /* [L][N][C]: attention output before the dense projection */
+    void *qkv;       /* [L][N][3C], per token [NH][3][HS] */
+    void *atty;      /* [L][N][C]: attention output before the dense projection */
     float *lse;      /* [L][B][NH][T] */
-    float *fch;      /* [L][N][F]: fc output before GeLU (GeLU is recomputed in backward) */
-    float *logits;   /* [N][V_pad], overwritten in place by dlogits in backward */
-    /* Scratch (device), shared by forward and backward. */
-    float *s_c1, *s_c2, *s_c3; /* [N][C] */
-    float *s_qkv;              /* [N][3C] */
-    float *s_f1, *s_f2;        /* [N][F] */
-    int32_t *d_tok, *d_tgt;    /* [N] */
-    float *d_losses, *d_dscale;/* [N] */
-    size_t act_bytes;
+    void *fch;       /* [L][N][F]: fc output before GeLU (GeLU is recomputed in backward) */
+    void *logits;    /* [N][V_pad], overwritten in place by dlogits in backward */
+    void *s_c1, *s_c2, *s_c3; /* scratch [N][C] */
+    void *s_qkv;              /* scratch [N][3C] */
+    void *s_f1, *s_f2;        /* scratch [N][F] */
+    int32_t *d_tok, *d_tgt;   /* [N] */
+    float *d_losses, *d_dscale; /* [N] */
+    size_t bytes;
 
     /* Host state of the last forward. */
     float *h_losses, *h_dscale; /* [nmax] */
     int B, T;
     double mask_sum;
     int have_forward;           /* a valid forward is waiting for its backward */
-
     int training;
     uint64_t dropout_key;
 };
 
+/* Master (fp32) and working (activation dtype) pointers of tensor t. */
 static inline float *mt_gpt_p(mt_gpt *m, int t) { return m->params + m->tensors[t].offset; }
+static inline void *mt_gpt_w(mt_gpt *m, int t) { return (char *)m->work + m->tensors[t].offset * m->asz; }
 static inline float *mt_gpt_g(mt_gpt *m, int t) { return m->grads + m->tensors[t].offset; }
+
+/* Reserves the backend workspace for n tokens of T at most (contexts and caches call it). */
+int mt_gpt_reserve(mt_gpt *m, size_t n, int T, mt_err *e);
 
 #endif

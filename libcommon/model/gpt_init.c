@@ -109,5 +109,5 @@ void mt_gpt_init(mt_gpt *m, uint64_t seed)
     }
     free(buf);
     free(g);
-    m->have_forward = 0;
+    mt_gpt_params_changed(m);
 }

@@ -3,7 +3,7 @@
 
 #include <math.h>
 
-int mt_evaluate(mt_gpt *m, mt_batch *b, const mt_gpt_data *d, int split, int64_t *consumed, int64_t iters,
+int mt_evaluate(mt_gpt_ctx *m, mt_batch *b, const mt_gpt_data *d, int split, int64_t *consumed, int64_t iters,
                 int num_micro, mt_eval_result *r, mt_err *e)
 {
     r->loss = r->loss_sum = r->tokens = 0;
@@ -14,9 +14,10 @@ int mt_evaluate(mt_gpt *m, mt_batch *b, const mt_gpt_data *d, int split, int64_t
     mt_gpt_set_dropout(m, 0, 0);
     for (int64_t i = 0; i < total_micro; i++) {
         if (mt_batch_read(b, d, split, *consumed, e)) return -1;
-        double loss = mt_gpt_forward(m, b->tokens, b->targets, b->loss_mask, b->B, b->T, NULL);
-        if (b->mask_sum > 0) r->loss_sum += loss * b->mask_sum;
-        r->tokens += b->mask_sum;
+        mt_gpt_loss l;
+        if (mt_gpt_forward(m, b->tokens, b->targets, b->loss_mask, b->B, b->T, NULL, &l, e)) return -1;
+        r->loss_sum += l.sum;
+        r->tokens += l.count;
         *consumed += b->B;
         r->samples += b->B;
     }

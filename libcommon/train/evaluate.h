@@ -21,7 +21,7 @@ typedef struct mt_eval_result {
     int64_t samples;
 } mt_eval_result;
 
-int mt_evaluate(mt_gpt *m, mt_batch *b, const mt_gpt_data *d, int split, int64_t *consumed, int64_t iters,
+int mt_evaluate(mt_gpt_ctx *m, mt_batch *b, const mt_gpt_data *d, int split, int64_t *consumed, int64_t iters,
                 int num_micro, mt_eval_result *r, mt_err *e);
 
 #endif

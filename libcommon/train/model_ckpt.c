@@ -13,7 +13,10 @@ int mt_gpt_load_weights(mt_gpt *m, mtk *k, mt_ckpt_reader *r, mt_err *e)
         rc = mt_ckpt_read_tensor(r, MT_CKPT_MODEL, g->name, g->ndim, g->shape, host + g->offset, e);
     }
     if (!rc) rc = mt_ckpt_check_all_read(r, MT_CKPT_MODEL, e);
-    if (!rc) mtk_to_device(k, mt_gpt_params(m), host, np * sizeof(float));
+    if (!rc) {
+        mtk_to_device(k, mt_gpt_params(m), host, np * sizeof(float));
+        mt_gpt_params_changed(m);
+    }
     free(host);
     return rc;
 }

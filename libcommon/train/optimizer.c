@@ -48,6 +48,7 @@ double mt_adamw_step(mt_adamw *o, double lr, double wd)
                   (float)lr, (float)o->beta1, (float)o->beta2, (float)o->eps, t->no_decay ? 0.0f : (float)wd,
                   (int)o->step, scale);
     }
+    mt_gpt_params_changed(o->model);
     return norm;
 }
 

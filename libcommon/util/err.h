@@ -14,9 +14,8 @@
 #define MT_PRINTF(a, b) __attribute__((format(printf, a, b)))
 #define MT_NORETURN _Noreturn
 
-typedef struct mt_err {
-    char msg[1024];
-} mt_err;
+/* The error value itself (struct mt_err, a message buffer) is in kernels/mt_base.h, shared with kernels/. */
+#include "mt_base.h"
 
 /* Sets e->msg (e may be NULL) and returns -1, so that "return mt_err_set(e, ...)" reads naturally. */
 int mt_err_set(mt_err *e, const char *fmt, ...) MT_PRINTF(2, 3);

@@ -14,6 +14,18 @@
 
 static mtk *K;
 
+/* A cpu backend with fp32 activations and a workspace for every shape used below. */
+static mtk *open_cpu(int threads, mt_err *e)
+{
+    mtk *k = mtk_open(&(mtk_config){.backend = "cpu", .threads = threads}, e);
+    mtk_limits lim = {.max_act = (size_t)1 << 26, .max_flat = (size_t)1 << 26, .max_seq = 1024, .max_head_size = 256};
+    if (k && mtk_reserve(k, &lim, e)) {
+        mtk_close(k);
+        return NULL;
+    }
+    return k;
+}
+
 /* ---- helpers ---- */
 
 static uint64_t rng_state = 0x1234567ull;
@@ -76,9 +88,9 @@ TEST(open_and_memory)
 {
     mt_err e;
     e.msg[0] = 0;
-    T_CHECK(mtk_open("x", 0, &e) == NULL);
+    T_CHECK(mtk_open(&(mtk_config){.backend = "x"}, &e) == NULL);
     T_EQ_STR(e.msg, "unknown kernel backend 'x' (have: cpu)");
-    T_CHECK(mtk_open("cuda", 0, &e) == NULL);
+    T_CHECK(mtk_open(&(mtk_config){.backend = "cuda"}, &e) == NULL);
     T_EQ_STR(e.msg, "this build has no CUDA backend");
     T_EQ_STR(mtk_name(K), "cpu");
 
@@ -92,7 +104,7 @@ TEST(open_and_memory)
     mtk_to_device(K, p, host, 1000);
     unsigned char *q = mtk_alloc(K, 1000, &e);
     mtk_copy(K, q, p, 1000);
-    mtk_sync(K);
+    T_CHECK(mtk_sync(K, NULL) == 0);
     mtk_to_host(K, back, q, 1000);
     T_CHECK(!memcmp(host, back, 1000));
     mtk_zero(K, q, 500);
@@ -536,9 +548,9 @@ TEST(embed)
             rwte[tok[n] * C + c] += dout[n * C + c];
             rwpe[(n % T) * C + c] += dout[n * C + c];
         }
-    mtk_embed_fwd(K, out, tok, wte, wpe, B, T, C);
+    mtk_embed_fwd(K, out, tok, wte, wpe, B, T, C, 0, 0, V);
     T_CLOSE(out, r, B * T * C, 1e-7);
-    mtk_embed_bwd(K, dwte, dwpe, dout, tok, B, T, C);
+    mtk_embed_bwd(K, dwte, dwpe, dout, tok, B, T, C, 0, 0, V);
     T_CLOSE(dwte, rwte, V * C, 1e-6);
     T_CLOSE(dwpe, rwpe, T * C, 1e-6);
     free(tok), ffree(wte), ffree(wpe), ffree(out), ffree(dout), ffree(dwte), ffree(dwpe);
@@ -613,7 +625,7 @@ static void det_run(run_out *r)
     int32_t *tok = malloc(sizeof(int32_t) * N);
     for (int i = 0; i < N; i++) tok[i] = i % 5;
     r->dwte = fdev((size_t)V * C), r->dwpe = fdev((size_t)T * C);
-    mtk_embed_bwd(K, r->dwte, r->dwpe, dout, tok, B, T, C);
+    mtk_embed_bwd(K, r->dwte, r->dwpe, dout, tok, B, T, C, 0, 0, V);
     float *logits = frand((size_t)N * V, 3);
     r->xl = fdev(N), r->xd = fdev((size_t)N * V);
     mtk_xent_fwd_bwd(K, r->xl, r->xd, logits, tok, NULL, N, V);
@@ -666,13 +678,13 @@ TEST(deterministic)
     /* the same bits with another thread count (the BLAS products excepted) */
     int nt = omp_get_max_threads();
     mt_err e;
-    mtk *k3 = mtk_open("cpu", 3, &e), *saved = K;
+    mtk *k3 = open_cpu(3, &e), *saved = K;
     K = k3;
     det_run(&b);
     det_compare(&a, &b, 0);
     det_free(&b);
     mtk_close(k3);
-    mtk *k1 = mtk_open("cpu", nt, &e);
+    mtk *k1 = open_cpu(nt, &e);
     K = k1;
     det_run(&b);
     det_compare(&a, &b, 1);
@@ -759,7 +771,7 @@ static int bench_main(int argc, char **argv)
 
 T_MAIN_BEGIN("test_kernels")
 mt_err e;
-K = mtk_open("cpu", 0, &e);
+K = open_cpu(0, &e);
 if (!K) {
     printf("not ok - test_kernels: open: %s\n", e.msg);
     return 1;

@@ -4,6 +4,7 @@
  * parameters, batch, loss, gradients and ten AdamW steps for tests/pipeline/model-torch.sh.
  */
 #include <errno.h>
+#include <math.h>
 #include <inttypes.h>
 #include <stdint.h>
 #include <sys/stat.h>
@@ -14,6 +15,56 @@
 #include "t.h"
 
 static mtk *K;
+
+/* The model as these tests drive it: weights with gradients and one activation context created
+ * together; fwd returns the masked mean loss (NaN on an error) and bwd(m, s) backpropagates s times
+ * that mean, as a trainer with 1/s micro-batches does. */
+static struct {
+    mt_gpt *m;
+    mt_gpt_ctx *x;
+    double count;
+} reg[16];
+static int slot(const mt_gpt *m)
+{
+    for (int i = 0; i < 16; i++)
+        if (reg[i].m == m) return i;
+    return -1;
+}
+static mt_gpt *create(mtk *k, const mt_gpt_config *c, int max_batch, mt_err *e)
+{
+    int i = slot(NULL);
+    mt_gpt *m = i < 0 ? NULL : mt_gpt_create(k, c, MT_GPT_TRAIN, e);
+    if (!m) return NULL;
+    mt_gpt_ctx *x = mt_gpt_ctx_new(m, max_batch, e);
+    if (!x) {
+        mt_gpt_free(m);
+        return NULL;
+    }
+    reg[i].m = m, reg[i].x = x, reg[i].count = 0;
+    return m;
+}
+static void destroy(mt_gpt *m)
+{
+    int i = slot(m);
+    if (i >= 0) mt_gpt_ctx_free(reg[i].x), reg[i].m = NULL, reg[i].x = NULL;
+    mt_gpt_free(m);
+}
+static double fwd(mt_gpt *m, const int32_t *tok, const int32_t *tgt, const float *mask, int B, int T, float *tl)
+{
+    mt_err e;
+    mt_gpt_loss l;
+    int i = slot(m);
+    if (mt_gpt_forward(reg[i].x, tok, tgt, mask, B, T, tl, &l, &e)) return NAN;
+    reg[i].count = l.count;
+    return l.count != 0 ? l.sum / l.count : 0.0;
+}
+static void bwd(mt_gpt *m, float s)
+{
+    mt_err e;
+    int i = slot(m);
+    (void)mt_gpt_backward(reg[i].x, reg[i].count != 0 ? (double)s / reg[i].count : 0.0, &e);   /* no forward: no-op */
+}
+static void set_dropout(mt_gpt *m, int training, uint64_t key) { mt_gpt_set_dropout(reg[slot(m)].x, training, key); }
 
 static mt_gpt_config tiny_config(void)
 {
@@ -127,10 +178,10 @@ TEST(config_checks)
     }
     c = tiny_config();
     c.num_heads = 3;
-    T_CHECK(mt_gpt_create(K, &c, 1, &e) == NULL);
+    T_CHECK(create(K, &c, 1, &e) == NULL);
     T_CHECK(strstr(e.msg, "--num-attention-heads (3)") != NULL);
     c = tiny_config();
-    T_CHECK(mt_gpt_create(K, &c, 0, &e) == NULL);
+    T_CHECK(create(K, &c, 0, &e) == NULL);
 }
 
 TEST(tensor_table)
@@ -139,7 +190,7 @@ TEST(tensor_table)
     mt_gpt_config c = tiny_config();
     c.num_layers = 3;
     c.ffn_hidden_size = 24;
-    mt_gpt *m = mt_gpt_create(K, &c, 2, &e);
+    mt_gpt *m = create(K, &c, 2, &e);
     if (!m) T_SKIP(e.msg);
     int L = 3, h = 8, f = 24, V = 16, P = 6;
     T_EQ_INT(mt_gpt_num_tensors(m), 2 + 12 * L + 2);
@@ -193,11 +244,11 @@ TEST(tensor_table)
     mt_gpt_memory(m, &pb, &gb, &ab1);
     T_EQ_INT(pb, mt_gpt_num_params(m) * 4);
     T_EQ_INT(gb, pb);
-    mt_gpt *m4 = mt_gpt_create(K, &c, 4, &e);
+    mt_gpt *m4 = create(K, &c, 4, &e);
     mt_gpt_memory(m4, NULL, NULL, &ab2);
     T_CHECK(ab1 > 0 && ab2 > ab1 && ab2 <= 2 * ab1 + 1);
-    mt_gpt_free(m4);
-    mt_gpt_free(m);
+    destroy(m4);
+    destroy(m);
 }
 
 static void stats(const float *x, size_t n, double *mean, double *std)
@@ -220,7 +271,7 @@ TEST(init_statistics)
     c.vocab_size = 500;
     c.padded_vocab_size = mt_gpt_padded_vocab(500, 128, 1);
     c.max_position_embeddings = 64;
-    mt_gpt *m = mt_gpt_create(K, &c, 1, &e);
+    mt_gpt *m = create(K, &c, 1, &e);
     if (!m) T_SKIP(e.msg);
     mt_gpt_init(m, 0);
     float *p = host_params(m);
@@ -262,7 +313,7 @@ TEST(init_statistics)
     T_CHECK(memcmp(p, q, wte->numel * sizeof *p) != 0);
     free(p);
     free(q);
-    mt_gpt_free(m);
+    destroy(m);
 }
 
 /* Central differences against the backward pass for a sample of entries of every tensor. Entries
@@ -271,8 +322,8 @@ static double grad_check(mt_gpt *m, const int32_t *tok, const int32_t *tgt, cons
                          int per_tensor, double *worst_abs)
 {
     mt_gpt_zero_grad(m);
-    double loss = mt_gpt_forward(m, tok, tgt, mask, B, T, NULL);
-    mt_gpt_backward(m, 1.0f);
+    double loss = fwd(m, tok, tgt, mask, B, T, NULL);
+    bwd(m, 1.0f);
     float *g = host_grads(m), *p = host_params(m);
     double worst = 0, wabs = 0, eps = 1e-2;
     for (int i = 0; i < mt_gpt_num_tensors(m); i++) {
@@ -294,10 +345,10 @@ static double grad_check(mt_gpt *m, const int32_t *tok, const int32_t *tgt, cons
             float keep = p[j];
             p[j] = (float)(keep + eps);
             mtk_to_device(K, mt_gpt_params(m) + j, p + j, sizeof(float));
-            double lp = mt_gpt_forward(m, tok, tgt, mask, B, T, NULL);
+            double lp = fwd(m, tok, tgt, mask, B, T, NULL);
             p[j] = (float)(keep - eps);
             mtk_to_device(K, mt_gpt_params(m) + j, p + j, sizeof(float));
-            double lm = mt_gpt_forward(m, tok, tgt, mask, B, T, NULL);
+            double lm = fwd(m, tok, tgt, mask, B, T, NULL);
             p[j] = keep;
             mtk_to_device(K, mt_gpt_params(m) + j, p + j, sizeof(float));
             double fd = (lp - lm) / (2 * eps), an = g[j];
@@ -322,7 +373,7 @@ TEST(gradients_match_central_differences)
     mt_err e;
     mt_gpt_config c = tiny_config();
     int B = 2, T = 5;
-    mt_gpt *m = mt_gpt_create(K, &c, B, &e);
+    mt_gpt *m = create(K, &c, B, &e);
     if (!m) T_SKIP(e.msg);
     randomize(m, 0.3);
     int32_t tok[10], tgt[10];
@@ -332,15 +383,15 @@ TEST(gradients_match_central_differences)
     if (getenv("MT_TEST_VERBOSE")) fprintf(stderr, "worst relative %.3g, worst absolute %.3g\n", worst, wabs);
     /* T shorter than seq_length: the unused position rows get no gradient */
     mt_gpt_zero_grad(m);
-    mt_gpt_forward(m, tok, tgt, NULL, 2, 3, NULL);
-    mt_gpt_backward(m, 1.0f);
+    fwd(m, tok, tgt, NULL, 2, 3, NULL);
+    bwd(m, 1.0f);
     float *g = host_grads(m);
     const mt_gpt_tensor *wpe = mt_gpt_tensor_at(m, 1);
     for (size_t j = 3 * 8; j < wpe->numel; j++) T_CHECK(g[wpe->offset + j] == 0);
     T_CHECK(g[wpe->offset] != 0);
     free(g);
     (void)grad_check(m, tok, tgt, NULL, 2, 3, 3, &wabs);
-    mt_gpt_free(m);
+    destroy(m);
 }
 
 TEST(gradients_with_dropout)
@@ -350,15 +401,15 @@ TEST(gradients_with_dropout)
     c.hidden_dropout = 0.2f;
     c.attention_dropout = 0.3f;
     int B = 2, T = 5;
-    mt_gpt *m = mt_gpt_create(K, &c, B, &e);
+    mt_gpt *m = create(K, &c, B, &e);
     if (!m) T_SKIP(e.msg);
     randomize(m, 0.3);
     int32_t tok[10], tgt[10];
     random_batch(tok, tgt, B * T, c.vocab_size);
-    mt_gpt_set_dropout(m, 1, 12345);
+    set_dropout(m, 1, 12345);
     double wabs, worst = grad_check(m, tok, tgt, NULL, B, T, 8, &wabs);
     if (getenv("MT_TEST_VERBOSE")) fprintf(stderr, "dropout: worst relative %.3g, worst absolute %.3g\n", worst, wabs);
-    mt_gpt_free(m);
+    destroy(m);
 }
 
 TEST(loss_mask_scale_and_accumulation)
@@ -366,41 +417,41 @@ TEST(loss_mask_scale_and_accumulation)
     mt_err e;
     mt_gpt_config c = tiny_config();
     int B = 2, T = 5, N = 10;
-    mt_gpt *m = mt_gpt_create(K, &c, B, &e);
+    mt_gpt *m = create(K, &c, B, &e);
     if (!m) T_SKIP(e.msg);
     randomize(m, 0.3);
     size_t n = mt_gpt_num_params(m);
     int32_t tok[10], tgt[10], tgt2[10];
     random_batch(tok, tgt, N, c.vocab_size);
     float mask[10] = {1, 0, 1, 1, 0, 1, 1, 0, 1, 1}, tl[10];
-    double loss = mt_gpt_forward(m, tok, tgt, mask, B, T, tl), want = 0;
+    double loss = fwd(m, tok, tgt, mask, B, T, tl), want = 0;
     for (int i = 0; i < N; i++) {
         want += tl[i] * mask[i];
         T_CHECK(tl[i] > 0 && isfinite(tl[i]));
     }
     T_NEAR(loss, want / 7, 1e-12);
-    double all = mt_gpt_forward(m, tok, tgt, NULL, B, T, NULL);
+    double all = fwd(m, tok, tgt, NULL, B, T, NULL);
     want = 0;
     for (int i = 0; i < N; i++) want += tl[i];
     T_NEAR(all, want / N, 1e-6);
 
     /* Targets under a zero mask change neither the loss nor the gradient. */
     mt_gpt_zero_grad(m);
-    mt_gpt_forward(m, tok, tgt, mask, B, T, NULL);
-    mt_gpt_backward(m, 1.0f);
+    fwd(m, tok, tgt, mask, B, T, NULL);
+    bwd(m, 1.0f);
     float *g1 = host_grads(m);
     memcpy(tgt2, tgt, sizeof tgt2);
     for (int i = 0; i < N; i++)
         if (mask[i] == 0) tgt2[i] = (tgt[i] + 3) % c.vocab_size;
     mt_gpt_zero_grad(m);
-    T_NEAR(mt_gpt_forward(m, tok, tgt2, mask, B, T, NULL), loss, 1e-12);
-    mt_gpt_backward(m, 1.0f);
+    T_NEAR(fwd(m, tok, tgt2, mask, B, T, NULL), loss, 1e-12);
+    bwd(m, 1.0f);
     float *g2 = host_grads(m);
     T_CHECK(!memcmp(g1, g2, n * sizeof *g1));
     /* ... but they do without the mask */
     mt_gpt_zero_grad(m);
-    mt_gpt_forward(m, tok, tgt2, NULL, B, T, NULL);
-    mt_gpt_backward(m, 1.0f);
+    fwd(m, tok, tgt2, NULL, B, T, NULL);
+    bwd(m, 1.0f);
     free(g2);
     g2 = host_grads(m);
     T_CHECK(memcmp(g1, g2, n * sizeof *g1) != 0);
@@ -408,8 +459,8 @@ TEST(loss_mask_scale_and_accumulation)
     /* Backward accumulates: two passes at scale 0.25 equal one at 0.5; the scale is linear. */
     mt_gpt_zero_grad(m);
     for (int r = 0; r < 2; r++) {
-        mt_gpt_forward(m, tok, tgt, mask, B, T, NULL);
-        mt_gpt_backward(m, 0.25f);
+        fwd(m, tok, tgt, mask, B, T, NULL);
+        bwd(m, 0.25f);
     }
     free(g2);
     g2 = host_grads(m);
@@ -420,28 +471,28 @@ TEST(loss_mask_scale_and_accumulation)
     }
     T_CHECK(mx > 0 && md <= 1e-6 * mx);
     /* A second backward without a forward adds nothing. */
-    mt_gpt_backward(m, 1.0f);
+    bwd(m, 1.0f);
     float *g3 = host_grads(m);
     T_CHECK(!memcmp(g2, g3, n * sizeof *g2));
     /* All-zero mask: loss 0, no gradient. */
     float zero[10] = {0};
     mt_gpt_zero_grad(m);
-    T_EQ_INT(mt_gpt_forward(m, tok, tgt, zero, B, T, NULL) == 0.0, 1);
-    mt_gpt_backward(m, 1.0f);
+    T_EQ_INT(fwd(m, tok, tgt, zero, B, T, NULL) == 0.0, 1);
+    bwd(m, 1.0f);
     T_EQ_INT(mtk_sumsq(K, mt_gpt_grads(m), n) == 0.0, 1);
     /* Out-of-range tokens, targets or sizes: NaN. */
     int32_t bad[10];
     memcpy(bad, tok, sizeof bad);
     bad[3] = c.padded_vocab_size;
-    T_CHECK(isnan(mt_gpt_forward(m, bad, tgt, NULL, B, T, NULL)));
+    T_CHECK(isnan(fwd(m, bad, tgt, NULL, B, T, NULL)));
     bad[3] = -1;
-    T_CHECK(isnan(mt_gpt_forward(m, tok, bad, NULL, B, T, NULL)));
-    T_CHECK(isnan(mt_gpt_forward(m, tok, tgt, NULL, B + 1, T, NULL)));
-    T_CHECK(isnan(mt_gpt_forward(m, tok, tgt, NULL, 1, T + 1, NULL)));
+    T_CHECK(isnan(fwd(m, tok, bad, NULL, B, T, NULL)));
+    T_CHECK(isnan(fwd(m, tok, tgt, NULL, B + 1, T, NULL)));
+    T_CHECK(isnan(fwd(m, tok, tgt, NULL, 1, T + 1, NULL)));
     free(g1);
     free(g2);
     free(g3);
-    mt_gpt_free(m);
+    destroy(m);
 }
 
 TEST(dropout_modes)
@@ -451,33 +502,33 @@ TEST(dropout_modes)
     c.hidden_dropout = 0.2f;
     c.attention_dropout = 0.2f;
     int B = 2, T = 5, N = 10;
-    mt_gpt *m = mt_gpt_create(K, &c, B, &e);
+    mt_gpt *m = create(K, &c, B, &e);
     if (!m) T_SKIP(e.msg);
     randomize(m, 0.3);
     size_t n = mt_gpt_num_params(m);
     int32_t tok[10], tgt[10];
     random_batch(tok, tgt, N, c.vocab_size);
     float a[10], b[10];
-    double l0 = mt_gpt_forward(m, tok, tgt, NULL, B, T, a);   /* default: evaluation mode */
-    double l1 = mt_gpt_forward(m, tok, tgt, NULL, B, T, b);
+    double l0 = fwd(m, tok, tgt, NULL, B, T, a);   /* default: evaluation mode */
+    double l1 = fwd(m, tok, tgt, NULL, B, T, b);
     T_CHECK(l0 == l1 && !memcmp(a, b, sizeof a));
-    mt_gpt_set_dropout(m, 0, 777);
-    T_CHECK(mt_gpt_forward(m, tok, tgt, NULL, B, T, b) == l0 && !memcmp(a, b, sizeof a));
+    set_dropout(m, 0, 777);
+    T_CHECK(fwd(m, tok, tgt, NULL, B, T, b) == l0 && !memcmp(a, b, sizeof a));
 
-    mt_gpt_set_dropout(m, 1, 777);
-    double d1 = mt_gpt_forward(m, tok, tgt, NULL, B, T, a);
+    set_dropout(m, 1, 777);
+    double d1 = fwd(m, tok, tgt, NULL, B, T, a);
     mt_gpt_zero_grad(m);
-    mt_gpt_backward(m, 1.0f);
+    bwd(m, 1.0f);
     float *g1 = host_grads(m);
-    double d2 = mt_gpt_forward(m, tok, tgt, NULL, B, T, b);
+    double d2 = fwd(m, tok, tgt, NULL, B, T, b);
     mt_gpt_zero_grad(m);
-    mt_gpt_backward(m, 1.0f);
+    bwd(m, 1.0f);
     float *g2 = host_grads(m);
     T_CHECK(d1 == d2 && !memcmp(a, b, sizeof a));
     T_CHECK(!memcmp(g1, g2, n * sizeof *g1));
     T_CHECK(d1 != l0);
-    mt_gpt_set_dropout(m, 1, 778);
-    double d3 = mt_gpt_forward(m, tok, tgt, NULL, B, T, b);
+    set_dropout(m, 1, 778);
+    double d3 = fwd(m, tok, tgt, NULL, B, T, b);
     T_CHECK(d3 != d1 && memcmp(a, b, sizeof a) != 0);
 
     /* Sites draw different masks, and keys different seeds. */
@@ -487,30 +538,174 @@ TEST(dropout_modes)
 
     /* Attention dropout alone and hidden dropout alone each change the loss. */
     c.hidden_dropout = 0;
-    mt_gpt *ma = mt_gpt_create(K, &c, B, &e);
+    mt_gpt *ma = create(K, &c, B, &e);
     c.hidden_dropout = 0.2f;
     c.attention_dropout = 0;
-    mt_gpt *mh = mt_gpt_create(K, &c, B, &e);
+    mt_gpt *mh = create(K, &c, B, &e);
     float *p = host_params(m);
     mtk_to_device(K, mt_gpt_params(ma), p, n * sizeof *p);
     mtk_to_device(K, mt_gpt_params(mh), p, n * sizeof *p);
-    mt_gpt_set_dropout(ma, 1, 777);
-    mt_gpt_set_dropout(mh, 1, 777);
-    double la = mt_gpt_forward(ma, tok, tgt, NULL, B, T, NULL), lh = mt_gpt_forward(mh, tok, tgt, NULL, B, T, NULL);
+    set_dropout(ma, 1, 777);
+    set_dropout(mh, 1, 777);
+    double la = fwd(ma, tok, tgt, NULL, B, T, NULL), lh = fwd(mh, tok, tgt, NULL, B, T, NULL);
     T_CHECK(la != l0 && lh != l0 && la != lh && la != d1 && lh != d1);
     /* p = 0 in training mode is evaluation */
     c.hidden_dropout = 0;
-    mt_gpt *m0 = mt_gpt_create(K, &c, B, &e);
+    mt_gpt *m0 = create(K, &c, B, &e);
     mtk_to_device(K, mt_gpt_params(m0), p, n * sizeof *p);
-    mt_gpt_set_dropout(m0, 1, 777);
-    T_CHECK(mt_gpt_forward(m0, tok, tgt, NULL, B, T, NULL) == l0);
-    mt_gpt_free(m0);
-    mt_gpt_free(ma);
-    mt_gpt_free(mh);
+    set_dropout(m0, 1, 777);
+    T_CHECK(fwd(m0, tok, tgt, NULL, B, T, NULL) == l0);
+    destroy(m0);
+    destroy(ma);
+    destroy(mh);
     free(p);
     free(g1);
     free(g2);
+    destroy(m);
+}
+
+/* Generation with a KV cache gives the logits of a full forward pass at every position: a prompt of 2
+ * tokens, then one token at a time, for 2 sequences at once. */
+TEST(kv_cache_matches_forward)
+{
+    mt_gpt_config c = tiny_config();
+    c.init_method_std = 0.3;
+    mt_err e;
+    mt_gpt *m = create(K, &c, 2, &e);
+    T_CHECK(m != NULL);
+    mt_gpt_init(m, 7);
+    enum { B = 2, T = 5 };
+    int32_t tok[B * T], tgt[B * T];
+    float tl[B * T];
+    for (int i = 0; i < B * T; i++) tok[i] = (int32_t)(urand() * c.vocab_size), tgt[i] = (int32_t)(urand() * c.vocab_size);
+    T_CHECK(!isnan(fwd(m, tok, tgt, NULL, B, T, tl)));
+    mt_gpt_infer *s = mt_gpt_infer_new(m, B, T, &e);
+    T_CHECK(s != NULL);
+    int V = c.padded_vocab_size;
+    float *logits = mt_xmalloc((size_t)B * V * sizeof(float));
+    double worst = 0;
+    for (int pos = 0; pos < T;) {
+        int n = pos == 0 ? 2 : 1;
+        int32_t step[B * 2];
+        for (int b = 0; b < B; b++)
+            for (int j = 0; j < n; j++) step[b * n + j] = tok[b * T + pos + j];
+        T_CHECK(mt_gpt_infer_step(s, step, n, logits, &e) == 0);
+        pos += n;
+        T_EQ_INT(mt_gpt_infer_len(s), pos);
+        for (int b = 0; b < B; b++) {   /* -log softmax(logits)[target] of the last new token */
+            const float *x = logits + (size_t)b * V;
+            double mx = -INFINITY, se = 0;
+            for (int v = 0; v < V; v++) mx = x[v] > mx ? x[v] : mx;
+            for (int v = 0; v < V; v++) se += exp(x[v] - mx);
+            double want = tl[b * T + pos - 1], got = mx + log(se) - x[tgt[b * T + pos - 1]];
+            if (fabs(got - want) > worst) worst = fabs(got - want);
+        }
+    }
+    T_CHECK(worst < 1e-5);
+    int32_t one[B] = {1, 2};
+    T_CHECK(mt_gpt_infer_step(s, one, 1, logits, &e) == -1);   /* the cache is full */
+    T_CHECK(strstr(e.msg, "exceed the context") != NULL);
+    mt_gpt_infer_reset(s);
+    T_EQ_INT(mt_gpt_infer_len(s), 0);
+    T_CHECK(mt_gpt_infer_step(s, one, 1, logits, &e) == 0);
+    mt_gpt_infer_free(s);
+    T_CHECK(mt_gpt_infer_new(m, 1, c.max_position_embeddings + 1, &e) == NULL);
+    free(logits);
+    destroy(m);
+}
+
+/* Two micro-batches in flight (two contexts, as a pipeline schedule keeps them) give the gradients of
+ * running them one after the other, bit for bit; a model without gradients refuses a backward pass. */
+TEST(contexts_in_flight)
+{
+    mt_gpt_config c = tiny_config();
+    c.hidden_dropout = c.attention_dropout = 0;
+    mt_err e;
+    mt_gpt *m = mt_gpt_create(K, &c, MT_GPT_TRAIN, &e);
+    T_CHECK(m != NULL);
+    mt_gpt_init(m, 3);
+    mt_gpt_ctx *x1 = mt_gpt_ctx_new(m, 2, &e), *x2 = mt_gpt_ctx_new(m, 2, &e);
+    T_CHECK(x1 && x2);
+    enum { B = 2, T = 5 };
+    int32_t ta[B * T], ga[B * T], tb[B * T], gb[B * T];
+    for (int i = 0; i < B * T; i++) {
+        ta[i] = (int32_t)(urand() * c.vocab_size), ga[i] = (int32_t)(urand() * c.vocab_size);
+        tb[i] = (int32_t)(urand() * c.vocab_size), gb[i] = (int32_t)(urand() * c.vocab_size);
+    }
+    size_t n = mt_gpt_num_params(m);
+    mt_gpt_loss la, lb;
+    mt_gpt_zero_grad(m);
+    T_CHECK(!mt_gpt_forward(x1, ta, ga, NULL, B, T, NULL, &la, &e) && !mt_gpt_backward(x1, 0.5 / la.count, &e));
+    T_CHECK(!mt_gpt_forward(x1, tb, gb, NULL, B, T, NULL, &lb, &e) && !mt_gpt_backward(x1, 0.5 / lb.count, &e));
+    float *seq = host_grads(m);
+    mt_gpt_zero_grad(m);
+    T_CHECK(!mt_gpt_forward(x1, ta, ga, NULL, B, T, NULL, &la, &e) && !mt_gpt_forward(x2, tb, gb, NULL, B, T, NULL, &lb, &e));
+    T_CHECK(!mt_gpt_backward(x1, 0.5 / la.count, &e) && !mt_gpt_backward(x2, 0.5 / lb.count, &e));
+    float *par = host_grads(m);
+    T_CHECK(!memcmp(seq, par, n * sizeof(float)));
+    T_CHECK(mt_gpt_backward(x1, 1.0, &e) == -1);   /* one backward per forward */
+    mt_gpt_ctx_free(x1);
+    mt_gpt_ctx_free(x2);
     mt_gpt_free(m);
+    free(seq);
+    free(par);
+
+    mt_gpt *mi = mt_gpt_create(K, &c, MT_GPT_INFER_ONLY, &e);
+    T_CHECK(mi && mt_gpt_grads(mi) == NULL);
+    mt_gpt_ctx *xi = mt_gpt_ctx_new(mi, 1, &e);
+    T_CHECK(!mt_gpt_forward(xi, ta, ga, NULL, 1, T, NULL, &la, &e));
+    T_CHECK(mt_gpt_backward(xi, 1.0, &e) == -1 && strstr(e.msg, "without gradients"));
+    mt_gpt_ctx_free(xi);
+    mt_gpt_free(mi);
+}
+
+/* The same model on a backend with bf16 activations: fp32 master weights, bf16 working copy and
+ * activations, fp32 gradients; the loss within what 8 mantissa bits allow, the gradients close. */
+TEST(bf16_activations)
+{
+    mt_gpt_config c = tiny_config();
+    c.hidden_dropout = c.attention_dropout = 0;
+    c.init_method_std = 0.2;
+    mt_err e;
+    mtk *kb = mtk_open(&(mtk_config){.backend = "cpu", .act_dtype = MTK_BF16}, &e);
+    T_CHECK(kb != NULL);
+    mt_gpt *m32 = mt_gpt_create(K, &c, MT_GPT_TRAIN, &e), *m16 = mt_gpt_create(kb, &c, MT_GPT_TRAIN, &e);
+    T_CHECK(m32 && m16);
+    mt_gpt_init(m32, 5);
+    mt_gpt_init(m16, 5);
+    mt_gpt_ctx *x32 = mt_gpt_ctx_new(m32, 2, &e), *x16 = mt_gpt_ctx_new(m16, 2, &e);
+    T_CHECK(x32 && x16);
+    enum { B = 2, T = 5 };
+    int32_t tok[B * T], tgt[B * T];
+    for (int i = 0; i < B * T; i++) tok[i] = (int32_t)(urand() * c.vocab_size), tgt[i] = (int32_t)(urand() * c.vocab_size);
+    mt_gpt_loss l32, l16;
+    mt_gpt_zero_grad(m32);
+    mt_gpt_zero_grad(m16);
+    T_CHECK(!mt_gpt_forward(x32, tok, tgt, NULL, B, T, NULL, &l32, &e) && !mt_gpt_backward(x32, 1.0 / l32.count, &e));
+    int r16 = mt_gpt_forward(x16, tok, tgt, NULL, B, T, NULL, &l16, &e);
+    if (r16) fprintf(stderr, "bf16: %s\n", e.msg);
+    T_CHECK(!r16 && !mt_gpt_backward(x16, 1.0 / l16.count, &e));
+    T_NEAR(l16.sum / l16.count, l32.sum / l32.count, 2e-2 * (l32.sum / l32.count));
+    size_t n = mt_gpt_num_params(m32);
+    float *g32 = host_grads(m32), *g16 = mt_xmalloc(n * sizeof(float));
+    mtk_to_host(kb, g16, mt_gpt_grads(m16), n * sizeof(float));
+    double mx = 0, err = 0;
+    for (size_t i = 0; i < n; i++) {
+        mx = fabs(g32[i]) > mx ? fabs(g32[i]) : mx;
+        err = fabs(g32[i] - g16[i]) > err ? fabs(g32[i] - g16[i]) : err;
+    }
+    T_CHECK(err <= 5e-2 * mx);
+    size_t pb32, pb16;
+    mt_gpt_memory(m32, &pb32, NULL, NULL);
+    mt_gpt_memory(m16, &pb16, NULL, NULL);
+    T_EQ_INT(pb16, pb32 + n * 2);   /* the bf16 working copy */
+    free(g32);
+    free(g16);
+    mt_gpt_ctx_free(x32);
+    mt_gpt_ctx_free(x16);
+    mt_gpt_free(m32);
+    mt_gpt_free(m16);
+    mtk_close(kb);
 }
 
 /* ---- --dump DIR: the tiny model for tests/pipeline/model-torch.sh ----
@@ -562,7 +757,7 @@ static int dump_variant(const char *dir, int training)
     c.hidden_dropout = 0.1f;
     c.attention_dropout = 0.1f;
     mt_err e;
-    mt_gpt *m = mt_gpt_create(K, &c, D_B, &e);
+    mt_gpt *m = create(K, &c, D_B, &e);
     if (!m) {
         fprintf(stderr, "%s\n", e.msg);
         return 1;
@@ -591,10 +786,10 @@ static int dump_variant(const char *dir, int training)
     rc |= dump_npy(dir, "step_mask.npy", "<f4", shp, 3, mask);
 
     float tl[N];
-    mt_gpt_set_dropout(m, training, key);
+    set_dropout(m, training, key);
     mt_gpt_zero_grad(m);
-    double loss = mt_gpt_forward(m, tok[0], tgt[0], mask[0], D_B, D_T, tl);
-    mt_gpt_backward(m, 1.0f);
+    double loss = fwd(m, tok[0], tgt[0], mask[0], D_B, D_T, tl);
+    bwd(m, 1.0f);
     float *g = host_grads(m);
     rc |= dump_npy(dir, "tok_losses.npy", "<f4", shp + 1, 2, tl);
     rc |= dump_npy(dir, "grads.npy", "<f4", pshape, 1, g);
@@ -602,18 +797,18 @@ static int dump_variant(const char *dir, int training)
     float *mom = mtk_alloc(K, n * sizeof(float), &e), *var = mtk_alloc(K, n * sizeof(float), &e);
     double losses[D_STEPS + 1];
     for (int s = 0; s < D_STEPS; s++) {
-        mt_gpt_set_dropout(m, training, key + (uint64_t)s);
+        set_dropout(m, training, key + (uint64_t)s);
         mt_gpt_zero_grad(m);
-        losses[s] = mt_gpt_forward(m, tok[s], tgt[s], mask[s], D_B, D_T, NULL);
-        mt_gpt_backward(m, 1.0f);
+        losses[s] = fwd(m, tok[s], tgt[s], mask[s], D_B, D_T, NULL);
+        bwd(m, 1.0f);
         for (int i = 0; i < mt_gpt_num_tensors(m); i++) {
             const mt_gpt_tensor *t = mt_gpt_tensor_at(m, i);
             mtk_adamw(K, mt_gpt_params(m) + t->offset, mt_gpt_grads(m) + t->offset, mom + t->offset, var + t->offset,
                       t->numel, 1e-3f, 0.9f, 0.999f, 1e-8f, t->no_decay ? 0.0f : 0.1f, s + 1, 1.0f);
         }
     }
-    mt_gpt_set_dropout(m, 0, 0);
-    losses[D_STEPS] = mt_gpt_forward(m, tok[0], tgt[0], mask[0], D_B, D_T, NULL);
+    set_dropout(m, 0, 0);
+    losses[D_STEPS] = fwd(m, tok[0], tgt[0], mask[0], D_B, D_T, NULL);
     int64_t lshape[1] = {D_STEPS + 1};
     rc |= dump_npy(dir, "step_losses.npy", "<f8", lshape, 1, losses);
 
@@ -649,7 +844,7 @@ static int dump_variant(const char *dir, int training)
     mtk_free(K, var);
     free(p0);
     free(g);
-    mt_gpt_free(m);
+    destroy(m);
     return rc ? 1 : 0;
 }
 
@@ -668,7 +863,7 @@ static int dump_main(const char *dir)
 
 T_MAIN_BEGIN("test_model")
 mt_err e;
-K = mtk_open("cpu", 0, &e);
+K = mtk_open(&(mtk_config){.backend = "cpu"}, &e);
 if (!K) {
     fprintf(stderr, "%s\n", e.msg);
     return 1;
@@ -686,5 +881,8 @@ RUN(gradients_match_central_differences);
 RUN(gradients_with_dropout);
 RUN(loss_mask_scale_and_accumulation);
 RUN(dropout_modes);
+RUN(kv_cache_matches_forward);
+RUN(contexts_in_flight);
+RUN(bf16_activations);
 mtk_close(K);
 T_MAIN_END

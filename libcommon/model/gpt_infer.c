@@ -1,0 +1,123 @@
+/* gpt_infer.c: generation with a KV cache. Each step embeds the new tokens at the cache's length,
+ * runs every layer with mtk_attention_kv (appending their keys and values to that layer's cache) and
+ * returns the logits of the last new token; nothing is kept for a backward pass and no dropout applies. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "model/gpt_impl.h"
+
+struct mt_gpt_infer {
+    mt_gpt *m;
+    int batch, max_len, len;
+    size_t tmax;               /* batch * max_len: token capacity of the scratch */
+    void *kc, *vc;             /* [L][batch][NH][max_len][HS] */
+    void *x, *h, *qkv, *att, *f, *tmp;   /* scratch: [tokens][C], [C], [3C], [C], [F], [C] */
+    void *logits;              /* [batch][V_pad] */
+    float *logits32;           /* [batch][V_pad], fp32 (bf16/fp16 activations) */
+    float *mean, *rstd;        /* [tokens] */
+    int32_t *d_tok;
+    float *h_logits;           /* host [batch][V_pad] */
+    size_t bytes;
+};
+
+mt_gpt_infer *mt_gpt_infer_new(mt_gpt *m, int batch, int max_len, mt_err *e)
+{
+    const mt_gpt_config *c = &m->c;
+    if (batch <= 0 || max_len <= 0 || max_len > c->max_position_embeddings) {
+        mt_err_set(e, "generation: %d sequences of up to %d tokens (the model has %d positions)", batch, max_len,
+                   c->max_position_embeddings);
+        return NULL;
+    }
+    mt_gpt_infer *s = mt_xcalloc(1, sizeof *s);
+    s->m = m;
+    s->batch = batch;
+    s->max_len = max_len;
+    s->tmax = (size_t)batch * (size_t)max_len;
+    size_t L = (size_t)c->num_layers, C = (size_t)c->hidden_size, F = (size_t)c->ffn_hidden_size;
+    size_t V = (size_t)c->padded_vocab_size, a = m->asz, n = s->tmax;
+    void **bufs[] = {&s->kc, &s->vc, &s->x, &s->h, &s->qkv, &s->att, &s->f, &s->tmp, &s->logits,
+                     (void **)&s->logits32, (void **)&s->mean, (void **)&s->rstd, (void **)&s->d_tok};
+    size_t sizes[] = {L * n * C * a, L * n * C * a, n * C * a, n * C * a, n * 3 * C * a, n * C * a, n * F * a,
+                      n * C * a, (size_t)batch * V * a, (size_t)batch * V * 4, n * 4, n * 4, n * 4};
+    for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++) {
+        if (!(*bufs[i] = mtk_alloc(m->k, sizes[i], e)) ) {
+            mt_err_prefix(e, "generation cache");
+            mt_gpt_infer_free(s);
+            return NULL;
+        }
+        s->bytes += sizes[i];
+    }
+    if (mt_gpt_reserve(m, n, max_len, e)) {
+        mt_gpt_infer_free(s);
+        return NULL;
+    }
+    s->h_logits = mt_xmalloc((size_t)batch * V * sizeof(float));
+    m->ctx_bytes += s->bytes;
+    return s;
+}
+
+void mt_gpt_infer_free(mt_gpt_infer *s)
+{
+    if (!s) return;
+    void *dev[] = {s->kc,     s->vc,       s->x,    s->h,    s->qkv,  s->att,  s->f,
+                   s->tmp,    s->logits,   s->logits32, s->mean, s->rstd, s->d_tok};
+    for (size_t i = 0; i < sizeof dev / sizeof dev[0]; i++)
+        if (dev[i]) mtk_free(s->m->k, dev[i]);
+    if (s->h_logits) s->m->ctx_bytes -= s->bytes;
+    free(s->h_logits);
+    free(s);
+}
+
+void mt_gpt_infer_reset(mt_gpt_infer *s) { s->len = 0; }
+int mt_gpt_infer_len(const mt_gpt_infer *s) { return s->len; }
+
+#define AT(buf, i) ((void *)((char *)(buf) + (size_t)(i) * m->asz))
+
+int mt_gpt_infer_step(mt_gpt_infer *s, const int32_t *tokens, int T, float *logits, mt_err *e)
+{
+    mt_gpt *m = s->m;
+    const mt_gpt_config *c = &m->c;
+    int B = s->batch, N = B * T, C = c->hidden_size, F = c->ffn_hidden_size, NH = c->num_heads;
+    int V = c->padded_vocab_size, L = c->num_layers, HS = C / NH;
+    if (T <= 0 || s->len + T > s->max_len)
+        return mt_err_set(e, "generation: %d more tokens after %d exceed the context of %d", T, s->len, s->max_len);
+    for (int i = 0; i < N; i++)
+        if (tokens[i] < 0 || tokens[i] >= c->vocab_size)
+            return mt_err_set(e, "generation: token %d outside the vocabulary [0, %d)", tokens[i], c->vocab_size);
+    mtk *k = m->k;
+    size_t cache = (size_t)B * NH * s->max_len * HS;   /* elements of one layer's cache */
+    mtk_to_device(k, s->d_tok, tokens, (size_t)N * sizeof(int32_t));
+    mtk_embed_fwd(k, s->x, s->d_tok, mt_gpt_w(m, MT_GPT_WTE), mt_gpt_w(m, MT_GPT_WPE), B, T, C, s->len, 0, V);
+    for (int l = 0; l < L; l++) {
+#define P(j) mt_gpt_p(m, MT_GPT_LAYER_T(l, j))
+#define W(j) mt_gpt_w(m, MT_GPT_LAYER_T(l, j))
+        mtk_layernorm_fwd(k, s->h, s->mean, s->rstd, s->x, P(MT_GPT_LN1_W), P(MT_GPT_LN1_B), N, C, c->layernorm_epsilon);
+        mtk_matmul_fwd(k, s->qkv, s->h, W(MT_GPT_QKV_W), P(MT_GPT_QKV_B), N, C, 3 * C);
+        mtk_attention_kv(k, s->att, s->qkv, AT(s->kc, (size_t)l * cache), AT(s->vc, (size_t)l * cache), B, T, s->len,
+                         s->max_len, NH, HS);
+        mtk_matmul_fwd(k, s->tmp, s->att, W(MT_GPT_PROJ_W), P(MT_GPT_PROJ_B), N, C, C);
+        mtk_acc(k, s->x, s->tmp, (size_t)N * C);
+        mtk_layernorm_fwd(k, s->h, s->mean, s->rstd, s->x, P(MT_GPT_LN2_W), P(MT_GPT_LN2_B), N, C, c->layernorm_epsilon);
+        mtk_matmul_fwd(k, s->f, s->h, W(MT_GPT_FC_W), P(MT_GPT_FC_B), N, C, F);
+        mtk_gelu_fwd(k, s->f, s->f, (size_t)N * F, c->exact_gelu);
+        mtk_matmul_fwd(k, s->tmp, s->f, W(MT_GPT_FC2_W), P(MT_GPT_FC2_B), N, F, C);
+        mtk_acc(k, s->x, s->tmp, (size_t)N * C);
+#undef P
+#undef W
+    }
+    /* The last new token of each sequence: gather its row, the final LayerNorm, the logits. */
+    for (int b = 0; b < B; b++)
+        mtk_copy(k, AT(s->h, (size_t)b * C), AT(s->x, ((size_t)b * T + (size_t)(T - 1)) * C), (size_t)C * m->asz);
+    mtk_layernorm_fwd(k, s->tmp, s->mean, s->rstd, s->h, mt_gpt_p(m, MT_GPT_LNF_W(L)), mt_gpt_p(m, MT_GPT_LNF_B(L)), B,
+                      C, c->layernorm_epsilon);
+    mtk_matmul_fwd(k, s->logits, s->tmp, mt_gpt_w(m, MT_GPT_WTE), NULL, B, C, V);
+    if (mtk_act_dtype(k) == MTK_F32) mtk_to_host(k, s->h_logits, s->logits, (size_t)B * V * sizeof(float));
+    else {
+        mtk_convert(k, s->logits32, MTK_F32, s->logits, mtk_act_dtype(k), (size_t)B * V);
+        mtk_to_host(k, s->h_logits, s->logits32, (size_t)B * V * sizeof(float));
+    }
+    if (mtk_sync(k, e)) return mt_err_prefix(e, "generation");
+    memcpy(logits, s->h_logits, (size_t)B * V * sizeof(float));
+    s->len += T;
+    return 0;
+}
