@@ -33,6 +33,8 @@ MAN7     := $(sort $(wildcard man/*.7))
 all: deps
 	@$(MAKE) --no-print-directory $(PROGS)
 
+# kernels/ builds on its own: its objects are compiled without libcommon on the include path.
+$(B)/obj/kernels/%.o: MT_CFLAGS := $(filter-out -Ilibcommon,$(MT_CFLAGS))
 # The cpu kernels' loops must vectorize: branch-free selects need -fno-trapping-math (results unchanged).
 $(B)/obj/kernels/cpu/%.o: MT_CFLAGS += -fno-trapping-math -fno-math-errno -ftree-vectorize -fvect-cost-model=dynamic
 
