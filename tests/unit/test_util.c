@@ -1,4 +1,4 @@
-/* test_util.c: flag parsing, zstd/plain reader, atomic outputs. */
+/* test_util.c: flag parsing, zstd/plain reader, atomic outputs, mkdir -p. */
 #include <fcntl.h>
 #include <stdint.h>
 #include <sys/stat.h>
@@ -6,6 +6,7 @@
 #include <zstd.h>
 
 #include "io/atomic.h"
+#include "io/fsutil.h"
 #include "io/reader.h"
 #include "t.h"
 #include "util/flags.h"
@@ -171,11 +172,27 @@ TEST(atomic_commit_and_abort)
     T_CHECK(strstr(e.msg, "/nonexistent-dir/x"));
 }
 
+TEST(mkdir_p_parents_existing_and_errors)
+{
+    mt_err e;
+    struct stat st;
+    T_EQ_INT(mt_mkdir_p(t_path("a/b//c/"), &e), 0);
+    T_CHECK(stat(t_path("a/b/c"), &st) == 0 && S_ISDIR(st.st_mode));
+    T_EQ_INT(mt_mkdir_p(t_path("a/b"), &e), 0); /* already there */
+    write_file(t_path("plain"), "x", 1);
+    T_EQ_INT(mt_mkdir_p(t_path("plain"), &e), -1);
+    T_CHECK(strstr(e.msg, "plain") && strstr(e.msg, "not a directory"));
+    T_EQ_INT(mt_mkdir_p(t_path("plain/sub"), &e), -1);
+    T_CHECK(strstr(e.msg, "cannot create directory") && strstr(e.msg, "/plain: "));
+    T_EQ_INT(mt_mkdir_p("", &e), -1);
+}
+
 T_MAIN_BEGIN("test_util")
     tmpdir = t_tmpdir();
     RUN(flags_parse_values);
     RUN(reader_plain_and_zstd);
     RUN(reader_long_line);
     RUN(atomic_commit_and_abort);
+    RUN(mkdir_p_parents_existing_and_errors);
     t_tmpdir_remove();
 T_MAIN_END
