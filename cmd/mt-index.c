@@ -38,13 +38,11 @@ static const mt_flag flags[] = {
      "with --dump: documents A..B-1 (also A:, :B, or N alone)", 0, 0, NULL},
     {"--sequences", MT_F_BOOL, &by_sequence, NULL,
      "with --dump: a line per sequence, not per document", 0, 0, NULL},
-    {"--decode", MT_F_BOOL, &decode, NULL, "with --dump: {\"text\": ...} JSON lines instead", 0, 0, NULL},
-    {"--vocab-file", MT_F_STR, &vocab_file, "FILE", "with --decode: vocab.json", 0, 0, NULL},
-    {"--merge-file", MT_F_STR, &merge_file, "FILE", "with --decode: merges.txt", 0, 0, NULL},
+    MT_FLAGS_DECODE(&decode, "with --dump: {\"text\": ...} JSON lines instead", &vocab_file, &merge_file),
     {"--keep-eod", MT_F_BOOL, &keep_eod, NULL,
      "with --decode: keep each document's final EOD token", 0, 0, NULL},
     {"--log-interval", MT_F_I64, &log_interval, "N", "progress line every N documents, even to a file", 1, 1e15, NULL},
-    {"--quiet", MT_F_BOOL, &quiet, NULL, "no progress and no summary on stderr", 0, 0, NULL},
+    MT_FLAG_QUIET(&quiet, "no progress and no summary on stderr"),
     {0},
 };
 

@@ -22,17 +22,16 @@ static double surplus = 0.005;
 static bool inspect, decode, quiet;
 
 static const mt_flag flags[] = {
-    {"--data-path", MT_F_STRS, &data_path, "[W] PREFIX", "dataset prefix, or weight/prefix pairs to blend", 0, 0, NULL},
-    {"--split", MT_F_STR, &split_arg, "STR", "train,valid,test weights (default \"969, 30, 1\")", 0, 0, NULL},
+    MT_FLAG_DATA_PATH(&data_path, "dataset prefix, or weight/prefix pairs to blend"),
+    MT_FLAG_SPLIT(&split_arg, MT_HELP_SPLIT),
     {"--seq-length", MT_F_INT, &seq_length, "L", "tokens per sample (plus one label token)", 1, 2147483647, NULL},
     {"--train-iters", MT_F_I64, &train_iters, "N", "training iterations: N x global batch train samples", 1, 1e15, NULL},
     {"--train-samples", MT_F_I64, &train_samples, "S", "training samples (instead of --train-iters)", 1, 1e15, NULL},
     {"--global-batch-size", MT_F_I64, &gbs, "G", "samples per iteration", 1, 1e12, NULL},
     {"--eval-interval", MT_F_I64, &eval_interval, "I", "iterations between evaluations (default 1000)", 1, 1e15, NULL},
     {"--eval-iters", MT_F_I64, &eval_iters, "K", "iterations per evaluation (default 100)", 0, 1e15, NULL},
-    {"--seed", MT_F_I64, &seed, "SEED", "RandomState seed, 0..4294967295 (default 1234)", 0, 4294967295.0, NULL},
-    {"--data-cache-path", MT_F_STR, &cache_dir, "DIR",
-     "where the .npy index files go (default: index-cache/ beside the first dataset)", 0, 0, NULL},
+    MT_FLAG_SEED(&seed, "RandomState seed, 0..4294967295 (default 1234)"),
+    MT_FLAG_DATA_CACHE_PATH(&cache_dir, "where the .npy index files go (default: index-cache/ beside the first dataset)"),
     {"--mid-level-dataset-surplus", MT_F_DOUBLE, &surplus, "X",
      "extra fraction each blended dataset is built with (default 0.005)", 0, 1e6, NULL},
     {"--inspect", MT_F_BOOL, &inspect, NULL, "describe every split's indices; write nothing", 0, 0, NULL},
@@ -40,10 +39,8 @@ static const mt_flag flags[] = {
     {"--show-count", MT_F_I64, &show_count, "N", "with --show-sample: samples I..I+N-1 (default 1)", 1, 1e9, NULL},
     {"--show-split", MT_F_CHOICE, &show_split, "SPLIT", "with --show-sample: train (default), valid or test", 0, 0,
      "train|valid|test"},
-    {"--decode", MT_F_BOOL, &decode, NULL, "with --show-sample: {\"text\": ...} JSON lines instead of ids", 0, 0, NULL},
-    {"--vocab-file", MT_F_STR, &vocab_file, "FILE", "with --decode: vocab.json", 0, 0, NULL},
-    {"--merge-file", MT_F_STR, &merge_file, "FILE", "with --decode: merges.txt", 0, 0, NULL},
-    {"--quiet", MT_F_BOOL, &quiet, NULL, "no report on stderr", 0, 0, NULL},
+    MT_FLAGS_DECODE(&decode, "with --show-sample: {\"text\": ...} JSON lines instead of ids", &vocab_file, &merge_file),
+    MT_FLAG_QUIET(&quiet, "no report on stderr"),
     {0},
 };
 

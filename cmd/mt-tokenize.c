@@ -328,8 +328,8 @@ int main(int argc, char **argv)
     opts o = {.tokenizer_type = "GPT2BPETokenizer", .format_s = "jsonl", .workers = 1};
     const char *default_keys[] = {"text"};
     const mt_flag flags[] = {
-        {"--vocab-file", MT_F_STR, &o.vocab, "FILE", "vocab.json of the BPE (required)", 0, 0, NULL},
-        {"--merge-file", MT_F_STR, &o.merges, "FILE", "merges.txt of the BPE (required)", 0, 0, NULL},
+        MT_FLAG_VOCAB_FILE(&o.vocab, "vocab.json of the BPE (required)"),
+        MT_FLAG_MERGE_FILE(&o.merges, "merges.txt of the BPE (required)"),
         {"--tokenizer-type", MT_F_CHOICE, &o.tokenizer_type, NULL, "tokenizer (default GPT2BPETokenizer)", 0, 0,
          "GPT2BPETokenizer"},
         {"--input", MT_F_STR, &o.input, "FILE", "input file, as Megatron's flag (also: positional FILEs; - = stdin)",
@@ -353,7 +353,7 @@ int main(int argc, char **argv)
          NULL},
         {"--log-interval", MT_F_I64, &o.log_interval, "N",
          "print a progress line every N documents even when stderr is not a terminal", 1, 1e18, NULL},
-        {"--quiet", MT_F_BOOL, &o.quiet, NULL, "no progress output", 0, 0, NULL},
+        MT_FLAG_QUIET(&o.quiet, "no progress output"),
         {"--output-prefix", MT_F_STR, &o.output_prefix, "P", "not used: pipe the stream into mt-index --output-prefix P",
          0, 0, NULL},
         {NULL, 0, NULL, NULL, NULL, 0, 0, NULL},

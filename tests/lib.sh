@@ -1,5 +1,6 @@
 # lib.sh: helpers for pipeline tests (sourced). Each check prints "ok - <file>: <name>" or
-# "not ok - <file>: <name>: <why>"; tests/run counts them. Programs are on PATH from build/bin.
+# "not ok - <file>: <name>: <why>"; tests/run counts them. Scratch files go under $T_TMP, never a fixed path,
+# so that tests/run can run files in parallel. Programs are on PATH from build/bin.
 #   t_ok NAME CMD...          CMD exits 0
 #   t_fails NAME CMD...       CMD exits non-zero
 #   t_cmp NAME EXPECTED GOT   files equal (a diff is shown when not)
@@ -8,7 +9,16 @@
 set -u
 T_FILE=$(basename "$0")
 T_TMP=$(mktemp -d "${TMPDIR:-/tmp}/mt-test.XXXXXX")
-trap 'rm -rf "$T_TMP"' EXIT
+T_FAILED=0
+# The scratch directory goes when the script ends, unless a check failed or the script exited non-zero:
+# then it stays and its path is printed. Under tests/run (MT_TEST_KEEP_TMP=1) the runner decides, also
+# for failures reported by a script's own Python.
+t_cleanup() {
+    local rc=$?
+    if [ -n "${MT_TEST_KEEP_TMP:-}" ]; then return; fi
+    if [ "$T_FAILED" != 0 ] || [ "$rc" != 0 ]; then echo "# scratch kept: $T_TMP" >&2; else rm -rf "$T_TMP"; fi
+}
+trap t_cleanup EXIT
 T_TOP=${MT_TOP:-$(cd "$(dirname "$0")/../.." && pwd)}
 PATH="$T_TOP/${MT_BUILD:-build}/bin:$PATH"
 export PATH
@@ -16,7 +26,7 @@ GPT2_VOCAB=$T_TOP/share/gpt2/vocab.json
 GPT2_MERGES=$T_TOP/share/gpt2/merges.txt
 
 t_pass() { echo "ok - $T_FILE: $1"; }
-t_fail() { echo "not ok - $T_FILE: $1: $2"; }
+t_fail() { T_FAILED=1; echo "not ok - $T_FILE: $1: $2"; }
 t_skip() { echo "skip - $T_FILE: $1: $2"; }
 t_ok() {
     local name=$1; shift

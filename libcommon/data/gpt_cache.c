@@ -11,6 +11,7 @@
 
 #include "data/split.h"
 #include "io/atomic.h"
+#include "io/fsutil.h"
 #include "io/mapfile.h"
 
 uint64_t mt_sizes_hash(const int32_t *sizes, size_t n)
@@ -211,25 +212,6 @@ out:
     return rc;
 }
 
-static int mkdir_p(const char *dir, mt_err *e)
-{
-    char *d = mt_xstrdup(dir);
-    for (char *p = d + 1; *p; p++) {
-        if (*p != '/') continue;
-        *p = 0;
-        if (mkdir(d, 0755) && errno != EEXIST) {
-            mt_err_sys(e, "cannot create directory %s", d);
-            free(d);
-            return -1;
-        }
-        *p = '/';
-    }
-    int rc = 0;
-    if (mkdir(d, 0755) && errno != EEXIST) rc = mt_err_sys(e, "cannot create directory %s", d);
-    free(d);
-    return rc;
-}
-
 int mt_gpt_index_get(const char *dir, const mt_gpt_cache_key *k, const int32_t *sizes, size_t n_seq,
                      mt_gpt_index *out, bool *cached, mt_err *e)
 {
@@ -240,7 +222,7 @@ int mt_gpt_index_get(const char *dir, const mt_gpt_cache_key *k, const int32_t *
         if (*cached) return 0;
     }
     if (mt_gpt_index_build(sizes, n_seq, k->lo, k->hi, &k->params, out, e)) return -1;
-    if (dir && (mkdir_p(dir, e) || mt_gpt_cache_save(dir, k, out, e))) {
+    if (dir && (mt_mkdir_p(dir, e) || mt_gpt_cache_save(dir, k, out, e))) {
         mt_gpt_index_free(out);
         return -1;
     }

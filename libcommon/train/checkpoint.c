@@ -15,6 +15,7 @@
 #include <unistd.h>
 
 #include "io/atomic.h"
+#include "io/fsutil.h"
 
 static char *path_join(const char *a, const char *b)
 {
@@ -33,25 +34,6 @@ static char *iter_name(int64_t iteration)
 }
 
 /* ---- saving ---- */
-
-static int mkdir_p(const char *dir, mt_err *e)
-{
-    char *p = mt_xstrdup(dir);
-    for (char *s = p + 1; *s; s++) {
-        if (*s != '/') continue;
-        *s = 0;
-        if (mkdir(p, 0755) && errno != EEXIST) {
-            mt_err_sys(e, "cannot create directory %s", p);
-            free(p);
-            return -1;
-        }
-        *s = '/';
-    }
-    int rc = 0;
-    if (mkdir(p, 0755) && errno != EEXIST) rc = mt_err_sys(e, "cannot create directory %s", p);
-    free(p);
-    return rc;
-}
 
 static int fsync_dir(const char *dir, mt_err *e)
 {
@@ -173,7 +155,7 @@ int mt_ckpt_save(const char *save_dir, int64_t iteration, const mt_ckpt_tensor *
     crash_hook hook = {-1, 0};
     const char *c = getenv("MT_CKPT_CRASH_AFTER");
     if (c && *c) hook.crash_after = atoi(c);
-    if (mkdir_p(save_dir, e)) return -1;
+    if (mt_mkdir_p(save_dir, e)) return -1;
     remove_stale(save_dir);
 
     char *name = iter_name(iteration), *final = path_join(save_dir, name);

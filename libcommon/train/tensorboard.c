@@ -2,16 +2,15 @@
  * tensorboard.h). */
 #include "train/tensorboard.h"
 
-#include <errno.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 #include <sys/time.h>
 #include <time.h>
 #include <unistd.h>
 
+#include "io/fsutil.h"
 #include "util/vec.h"
 
 struct mt_tb {
@@ -160,25 +159,6 @@ static double now_secs(void)
     return (double)tv.tv_sec + (double)tv.tv_usec * 1e-6;
 }
 
-static int mkdir_p(const char *dir, mt_err *e)
-{
-    char *d = mt_xstrdup(dir);
-    int rc = 0;
-    for (char *p = d + 1;; p++) {
-        if (*p && *p != '/') continue;
-        char c = *p;
-        *p = 0;
-        if (mkdir(d, 0755) && errno != EEXIST) {
-            rc = mt_err_sys(e, "cannot create directory %s", d);
-            break;
-        }
-        if (!c) break;
-        *p = c;
-    }
-    free(d);
-    return rc;
-}
-
 static int write_event(mt_tb *tb, const mt_buf *ev, mt_err *e)
 {
     unsigned char head[12], tail[4];
@@ -196,7 +176,7 @@ static int write_event(mt_tb *tb, const mt_buf *ev, mt_err *e)
 
 mt_tb *mt_tb_open(const char *dir, mt_err *e)
 {
-    if (mkdir_p(dir, e)) return NULL;
+    if (mt_mkdir_p(dir, e)) return NULL;
     char host[256];
     if (gethostname(host, sizeof host)) snprintf(host, sizeof host, "localhost");
     host[sizeof host - 1] = 0;

@@ -48,6 +48,23 @@ typedef struct mt_cmd {
     const mt_flag *flags; /* terminated by an entry with name == NULL */
 } mt_cmd;
 
+/* Rows of the flags that several programs take: name, type, metavar and range are spelled once here,
+ * the help (which states each program's own default) is the program's. */
+#define MT_FLAG_DATA_PATH(dst, help) {"--data-path", MT_F_STRS, (dst), "[W] PREFIX", (help), 0, 0, NULL}
+#define MT_FLAG_SPLIT(dst, help) {"--split", MT_F_STR, (dst), "STR", (help), 0, 0, NULL}
+#define MT_FLAG_DATA_CACHE_PATH(dst, help) {"--data-cache-path", MT_F_STR, (dst), "DIR", (help), 0, 0, NULL}
+#define MT_FLAG_SEED(dst, help) {"--seed", MT_F_I64, (dst), "SEED", (help), 0, 4294967295.0, NULL}
+#define MT_FLAG_VOCAB_FILE(dst, help) {"--vocab-file", MT_F_STR, (dst), "FILE", (help), 0, 0, NULL}
+#define MT_FLAG_MERGE_FILE(dst, help) {"--merge-file", MT_F_STR, (dst), "FILE", (help), 0, 0, NULL}
+#define MT_FLAG_QUIET(dst, help) {"--quiet", MT_F_BOOL, (dst), NULL, (help), 0, 0, NULL}
+/* Megatron's default --split, as the help of the programs that build splits states it. */
+#define MT_HELP_SPLIT "train,valid,test weights (default \"969, 30, 1\")"
+/* --decode and the tokenizer files it needs, in programs that print token ids (mt-index, mt-shuffle). */
+#define MT_FLAGS_DECODE(decode, help, vocab, merges)                                                         \
+    {"--decode", MT_F_BOOL, (decode), NULL, (help), 0, 0, NULL},                                             \
+        MT_FLAG_VOCAB_FILE((vocab), "with --decode: vocab.json"),                                            \
+        MT_FLAG_MERGE_FILE((merges), "with --decode: merges.txt")
+
 /* Parses argv[1..argc-1]. Positional arguments go to pos (may be NULL: then any is an error). Records
  * in *seen (if non-NULL, indexed like flags) whether each flag was given. Returns 0 or -1 with e set. */
 int mt_flags_parse(const mt_cmd *cmd, int argc, char **argv, mt_strs *pos, bool *seen, mt_err *e);

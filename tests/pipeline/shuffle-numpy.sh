@@ -5,7 +5,7 @@
 # over many seeded random cases, compared element for element with the C code (test_gpt_index --dump).
 . "$(dirname "$0")/../lib.sh"
 PY=/usr/bin/python3
-BIN=$T_TOP/build/tests/test_gpt_index
+BIN=$T_TOP/${MT_BUILD:-build}/tests/test_gpt_index
 if ! [ -x "$PY" ] || ! $PY -c 'import numpy' 2>/dev/null; then t_skip "numpy reference" "no /usr/bin/python3 with numpy"; exit 0; fi
 [ -x "$BIN" ] || { t_fail "numpy reference" "$BIN not built"; exit 0; }
 $PY - "$T_TMP" "$BIN" "${MT_SOAK:-0}" "$T_TOP/tests/oracle" <<'PYEOF'

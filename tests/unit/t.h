@@ -69,7 +69,9 @@ static inline void t_run(const char *name, void (*fn)(void))
     fflush(stdout);
 }
 
-/* A fresh scratch directory for the binary's files, removed by t_tmpdir_remove(). */
+/* A fresh scratch directory for the binary's files under $TMPDIR, removed by t_tmpdir_remove() at the end
+ * unless a case failed: then it stays and its path is printed on stderr. Under tests/run
+ * (MT_TEST_KEEP_TMP=1) the runner removes it or keeps and prints it. */
 static char t_tmp[512];
 static inline const char *t_tmpdir(void)
 {
@@ -91,9 +93,15 @@ static inline char *t_path(const char *name)
 }
 static inline void t_tmpdir_remove(void)
 {
+    if (!t_tmp[0]) return;
+    if (t_total_failed) {
+        if (!getenv("MT_TEST_KEEP_TMP")) fprintf(stderr, "# scratch kept: %s\n", t_tmp);
+        return;
+    }
+    if (getenv("MT_TEST_KEEP_TMP")) return;
     char cmd[600];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", t_tmp);
-    if (t_tmp[0] && system(cmd) != 0) fprintf(stderr, "cannot remove %s\n", t_tmp);
+    if (system(cmd) != 0) fprintf(stderr, "cannot remove %s\n", t_tmp);
 }
 
 #define T_MAIN_BEGIN(binname)                                                                                \

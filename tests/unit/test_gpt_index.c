@@ -482,8 +482,11 @@ TEST(cache_roundtrip_and_staleness)
 
 T_MAIN_BEGIN("test_gpt_index")
 if (argc > 2 && !strcmp(argv[1], "--dump")) return dump_main(argv[2]);
-snprintf(tmpdir, sizeof tmpdir, "%s/mt-gpt-index.XXXXXX", getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp");
-if (!mkdtemp(tmpdir)) return 1;
+{
+    const char *d = t_tmpdir();
+    if (strlen(d) >= sizeof tmpdir) return 1;
+    memcpy(tmpdir, d, strlen(d) + 1);
+}
 RUN(vector_3_9_n5);
 RUN(vector_3_9_n9_separate_final_epoch);
 RUN(vector_3_9_n13);
@@ -498,9 +501,5 @@ RUN(npy_reader_validates);
 RUN(sample_fetch_crosses_sequences);
 RUN(sampler_ids_3_12);
 RUN(cache_roundtrip_and_staleness);
-{
-    char cmd[600];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmpdir);
-    if (system(cmd)) {}
-}
+t_tmpdir_remove();
 T_MAIN_END

@@ -571,8 +571,9 @@ TEST(fuzz_truncations_and_flips)
 }
 
 T_MAIN_BEGIN("test_indexed")
-    snprintf(tmpdir, sizeof tmpdir, "%s/mt-unit-XXXXXX", getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp");
-    if (!mkdtemp(tmpdir)) return 1;
+    const char *d = t_tmpdir();
+    if (strlen(d) >= sizeof tmpdir) return 1;
+    memcpy(tmpdir, d, strlen(d) + 1);
     RUN(worked_example_bytes);
     RUN(int32_round_trip);
     RUN(empty_documents_and_datasets);
@@ -582,7 +583,5 @@ T_MAIN_BEGIN("test_indexed")
     RUN(validation_messages);
     RUN(eod_length_bug_files);
     RUN(fuzz_truncations_and_flips);
-    char cmd[400];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmpdir);
-    if (system(cmd)) return 1;
+    t_tmpdir_remove();
 T_MAIN_END

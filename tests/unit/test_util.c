@@ -1,4 +1,4 @@
-/* test_util.c: flag parsing, zstd/plain reader, atomic outputs. */
+/* test_util.c: flag parsing, zstd/plain reader, atomic outputs, mkdir -p. */
 #include <fcntl.h>
 #include <stdint.h>
 #include <sys/stat.h>
@@ -6,6 +6,7 @@
 #include <zstd.h>
 
 #include "io/atomic.h"
+#include "io/fsutil.h"
 #include "io/reader.h"
 #include "t.h"
 #include "util/flags.h"
@@ -171,11 +172,76 @@ TEST(atomic_commit_and_abort)
     T_CHECK(strstr(e.msg, "/nonexistent-dir/x"));
 }
 
+/* The shared rows parse and print as the programs' own rows did (mt-shuffle's table, in part). */
+TEST(flags_shared_rows)
+{
+    mt_strs data = {0}, pos;
+    const char *split = NULL, *vocab = NULL, *merges = NULL;
+    int64_t seed = 1234;
+    bool decode = false, quiet = false;
+    const mt_flag flags[] = {
+        MT_FLAG_DATA_PATH(&data, "dataset prefix"),
+        MT_FLAG_SPLIT(&split, MT_HELP_SPLIT),
+        MT_FLAG_SEED(&seed, "seed"),
+        MT_FLAGS_DECODE(&decode, "decode ids", &vocab, &merges),
+        MT_FLAG_QUIET(&quiet, "quiet"),
+        {0},
+    };
+    mt_cmd cmd = {"t", "", "", flags};
+    mt_err e;
+    char *argv[] = {"t", "--data-path", "1", "a", "2", "b", "--split=9,1,0", "--seed", "4294967295", "--decode",
+                    "--vocab-file", "v.json", "--merge-file", "m.txt", "--quiet", NULL};
+    if (mt_flags_parse(&cmd, 15, argv, &pos, NULL, &e)) {
+        T_FAILF("%s:%d: %s", __FILE__, __LINE__, e.msg);
+        return;
+    }
+    T_EQ_INT(data.n, 4);
+    T_EQ_STR(split, "9,1,0");
+    T_EQ_INT(seed, 4294967295LL);
+    T_CHECK(decode && quiet);
+    T_EQ_STR(vocab, "v.json");
+    T_EQ_STR(merges, "m.txt");
+    free(pos.v);
+    free(data.v);
+    char *bad[] = {"t", "--seed", "4294967296"};
+    T_EQ_INT(mt_flags_parse(&cmd, 3, bad, &pos, NULL, &e), -1);
+    T_CHECK(strstr(e.msg, "--seed"));
+    free(pos.v);
+
+    char *usage = NULL;
+    size_t n = 0;
+    FILE *f = open_memstream(&usage, &n);
+    mt_flags_usage(&cmd, f);
+    fclose(f);
+    T_CHECK(strstr(usage, "--data-path [W] PREFIX"));
+    T_CHECK(strstr(usage, "--seed SEED"));
+    T_CHECK(strstr(usage, "train,valid,test weights (default \"969, 30, 1\")"));
+    T_CHECK(strstr(usage, "--merge-file FILE") && strstr(usage, "with --decode: merges.txt"));
+    free(usage);
+}
+
+TEST(mkdir_p_parents_existing_and_errors)
+{
+    mt_err e;
+    struct stat st;
+    T_EQ_INT(mt_mkdir_p(t_path("a/b//c/"), &e), 0);
+    T_CHECK(stat(t_path("a/b/c"), &st) == 0 && S_ISDIR(st.st_mode));
+    T_EQ_INT(mt_mkdir_p(t_path("a/b"), &e), 0); /* already there */
+    write_file(t_path("plain"), "x", 1);
+    T_EQ_INT(mt_mkdir_p(t_path("plain"), &e), -1);
+    T_CHECK(strstr(e.msg, "plain") && strstr(e.msg, "not a directory"));
+    T_EQ_INT(mt_mkdir_p(t_path("plain/sub"), &e), -1);
+    T_CHECK(strstr(e.msg, "cannot create directory") && strstr(e.msg, "/plain: "));
+    T_EQ_INT(mt_mkdir_p("", &e), -1);
+}
+
 T_MAIN_BEGIN("test_util")
     tmpdir = t_tmpdir();
     RUN(flags_parse_values);
     RUN(reader_plain_and_zstd);
     RUN(reader_long_line);
     RUN(atomic_commit_and_abort);
+    RUN(flags_shared_rows);
+    RUN(mkdir_p_parents_existing_and_errors);
     t_tmpdir_remove();
 T_MAIN_END
