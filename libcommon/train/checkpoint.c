@@ -219,7 +219,7 @@ out:
 int mt_ckpt_check_save_dir(const char *save_dir, mt_err *e)
 {
     struct stat st;
-    if (mkdir_p(save_dir, e)) return -1;
+    if (mt_mkdir_p(save_dir, e)) return -1;
     if (stat(save_dir, &st)) return mt_err_sys(e, "%s", save_dir);
     if (!S_ISDIR(st.st_mode)) return mt_err_set(e, "%s: not a directory", save_dir);
     /* the probe is named like a save's temporary, so that one left by a crash is removed by the next save */
