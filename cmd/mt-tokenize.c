@@ -104,9 +104,7 @@ static void work(void *state, void *item)
         mt_err e;
         int n_fields = 1;
         if (o->format == IN_JSONL) {
-            size_t k = 0;
-            while (k < len && (line[k] == ' ' || line[k] == '\t' || line[k] == '\r')) k++;
-            if (k == len) continue; /* blank line */
+            if (mt_jsonl_blank(line, len)) continue;
             if (mt_jsonl_extract(&w->json, line, len, o->keys.v, o->keys.n, w->fields, &e)) {
                 note_bad(b, lineno, e.msg);
                 if (!o->skip_bad) return;
