@@ -151,6 +151,12 @@ printf '{"a": 1,\n' > "$T/v.json"
 if mt-tokenize --vocab-file "$T/v.json" --merge-file "$GPT2_MERGES" < "$T/k.jsonl" > /dev/null 2> "$T/bad.err"; then
     t_fail "bad vocab file" "exit 0"
 else t_grep "bad vocab file names the file and line" "v.json.*line [0-9]+" "$T/bad.err"; fi
+mt-tokenize --vocab-file "$T/no-vocab.json" --merge-file "$GPT2_MERGES" < "$T/k.jsonl" > /dev/null 2> "$T/bad.err"
+t_grep "missing vocab file: No such file, naming it" "^mt-tokenize: [^ ]*no-vocab.json: No such file or directory$" "$T/bad.err"
+mt-tokenize --vocab-file "$T" --merge-file "$GPT2_MERGES" < "$T/k.jsonl" > /dev/null 2> "$T/bad.err"
+t_grep "a directory as vocab file: is a directory" "^mt-tokenize: $T: is a directory$" "$T/bad.err"
+mt-tokenize --vocab-file "$GPT2_VOCAB" --merge-file "$T" < "$T/k.jsonl" > /dev/null 2> "$T/bad.err"
+t_grep "a directory as merge file: is a directory" "^mt-tokenize: $T: is a directory$" "$T/bad.err"
 bad "bad --workers value" "--workers: 'two' is not an integer" --workers two "$T/k.jsonl"
 bad "--workers 0 rejected" "--workers: 0 is out of range" --workers 0 "$T/k.jsonl"
 bad "an input file after --json-keys is caught" "--json-keys: '.*k.jsonl' is a file" --json-keys text "$T/k.jsonl"
