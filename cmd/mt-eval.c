@@ -26,7 +26,7 @@
 static const char *load_dir, *eval_split = "valid", *data_cache_path, *split_arg, *vocab_file, *merge_file,
                   *backend = "cpu", *score_key = "text";
 static mt_strs data_path;
-static int64_t ckpt_step = -1, eval_iters = -1, mbs, seed = -1;
+static int64_t ckpt_step = -1, eval_iters = -1, mbs, seed = -1, max_line = MT_MAX_LINE_DEFAULT;
 static int threads;
 static bool score, json_out, eod_mask_loss;
 
@@ -44,6 +44,8 @@ static const mt_flag flags[] = {
     {"--eod-mask-loss", MT_F_BOOL, &eod_mask_loss, NULL, "no loss at end-of-document input tokens", 0, 0, NULL},
     {"--score", MT_F_BOOL, &score, NULL, "read JSON lines on stdin, print one score line per document", 0, 0, NULL},
     {"--json-key", MT_F_STR, &score_key, "KEY", "with --score: the text field (default \"text\")", 0, 0, NULL},
+    {"--max-line-bytes", MT_F_I64, &max_line, "N", "with --score: longest input line in bytes (default 1 GiB, 0: no limit)",
+     0, 1e18, NULL},
     MT_FLAG_VOCAB_FILE(&vocab_file, "with --score: vocab.json (default: the checkpoint's)"),
     MT_FLAG_MERGE_FILE(&merge_file, "with --score: merges.txt (default: the checkpoint's)"),
     {"--json", MT_F_BOOL, &json_out, NULL, "print the split's result as one JSON object on stdout", 0, 0, NULL},
@@ -182,8 +184,15 @@ static void eval_split_mode(ev *v, json_t *args)
     if (mt_evaluate(v->ctx, &b, &d, k, &consumed, eval_iters, 1, &r, &e)) mt_die_err(&e);
     if (r.samples == 0) mt_die("the %s split has fewer than --micro-batch-size (%lld) samples", mt_split_names[k], (long long)mbs);
     if (json_out) {
-        printf("{\"split\": \"%s\", \"samples\": %lld, \"tokens\": %.0f, \"loss\": %.9g, \"ppl\": %.9g}\n", eval_split,
-               (long long)r.samples, r.tokens, r.loss, mt_ppl(r.loss));
+        json_t *o = json_object();
+        json_object_set_new(o, "split", json_string(eval_split));
+        json_object_set_new(o, "samples", json_integer((json_int_t)r.samples));
+        json_object_set_new(o, "tokens", json_integer((json_int_t)r.tokens));
+        json_object_set_new(o, "loss", mt_json_real(r.loss));
+        json_object_set_new(o, "ppl", mt_json_real(isfinite(r.loss) ? mt_ppl(r.loss) : NAN));
+        char *line = mt_json_line(o);
+        printf("%s\n", line);
+        free(line);
     } else {
         char prefix[64];
         snprintf(prefix, sizeof prefix, "%s set", !strcmp(eval_split, "all") ? "whole" : mt_split_names[k]);
@@ -237,28 +246,37 @@ static void score_mode(ev *v)
     mt_bpe_ctx *ctx = mt_bpe_ctx_new(bpe);
     mt_reader *rd;
     if (mt_reader_open(&rd, "-", &e)) mt_die_err(&e);
+    mt_reader_set_max_line(rd, (size_t)max_line);
     mt_gpt_set_dropout(v->ctx, 0, 0);
+    /* the input rules of mt-tokenize: blank lines skipped, lone surrogate escapes as U+FFFD, the same
+     * messages for bad lines */
+    mt_jsonl js = {0};
+    const char *keys[1] = {score_key};
+    mt_jsonl_field text;
     const char *line;
     size_t len;
-    int64_t lineno = 0;
     mt_ids ids = {0};
     int rc;
     while ((rc = mt_reader_getline(rd, &line, &len, &e)) > 0) {
-        lineno++;
-        json_error_t je;
-        json_t *o = json_loadb(line, len, 0, &je);
-        if (!o) mt_die("<stdin>: line %lld: %s", (long long)lineno, je.text);
-        json_t *tx = json_object_get(o, score_key);
-        if (!json_is_string(tx)) mt_die("<stdin>: line %lld: no string \"%s\"", (long long)lineno, score_key);
+        if (mt_jsonl_blank(line, len)) continue;
+        if (mt_jsonl_extract(&js, line, len, keys, 1, &text, &e))
+            mt_die("%s: line %llu: %s", mt_reader_name(rd), (unsigned long long)mt_reader_lineno(rd), e.msg);
         ids.n = 0;
-        mt_bpe_encode(ctx, json_string_value(tx), json_string_length(tx), &ids);
+        mt_bpe_encode(ctx, text.text, text.len, &ids);
         double lp = 0;
         if (ids.n) score_doc(v, ids.p, ids.n, &lp);
         double loss = ids.n ? -lp / (double)ids.n : 0;
-        printf("{\"tokens\": %zu, \"logprob\": %.9g, \"loss\": %.9g, \"ppl\": %.9g}\n", ids.n, lp, loss, exp(loss));
-        json_decref(o);
+        json_t *o = json_object();
+        json_object_set_new(o, "tokens", json_integer((json_int_t)ids.n));
+        json_object_set_new(o, "logprob", mt_json_real(lp));
+        json_object_set_new(o, "loss", mt_json_real(loss));
+        json_object_set_new(o, "ppl", mt_json_real(exp(loss)));
+        char *out = mt_json_line(o);
+        printf("%s\n", out);
+        free(out);
     }
     if (rc < 0) mt_die_err(&e);
+    mt_jsonl_free(&js);
     free(ids.p);
     mt_reader_close(rd);
     mt_bpe_ctx_free(ctx);

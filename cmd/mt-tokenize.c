@@ -29,7 +29,7 @@ typedef struct opts {
     mt_strs keys;
     bool append_eod, special, skip_bad, decode, json_out, quiet;
     int workers;
-    int64_t log_interval;
+    int64_t log_interval, max_line;
     input_format format;
 } opts;
 
@@ -104,9 +104,7 @@ static void work(void *state, void *item)
         mt_err e;
         int n_fields = 1;
         if (o->format == IN_JSONL) {
-            size_t k = 0;
-            while (k < len && (line[k] == ' ' || line[k] == '\t' || line[k] == '\r')) k++;
-            if (k == len) continue; /* blank line */
+            if (mt_jsonl_blank(line, len)) continue;
             if (mt_jsonl_extract(&w->json, line, len, o->keys.v, o->keys.n, w->fields, &e)) {
                 note_bad(b, lineno, e.msg);
                 if (!o->skip_bad) return;
@@ -114,6 +112,9 @@ static void work(void *state, void *item)
             }
             n_fields = o->keys.n;
         } else {
+            /* Python's text mode (universal newlines) reads "a\r\n" as "a\n": a CRLF line's \r is no
+             * part of the document. */
+            if (o->format == IN_LINES && len && line[len - 1] == '\r') len--;
             size_t bad = mt_utf8_check(line, len);
             if (bad < len) {
                 w->clean.n = 0;
@@ -162,8 +163,10 @@ static int emit(void *user, void *item)
     return 0;
 }
 
-static void batch_add_line(batch *b, const char *line, size_t len)
+static void batch_add_line(batch *b, const char *line, size_t len, uint64_t lineno)
 {
+    if (mt_buf_try_reserve(&b->in, len))
+        mt_die("%s: line %llu: out of memory for a line of %zu bytes", b->src, (unsigned long long)lineno, len);
     mt_buf_append(&b->in, line, len);
     b->end[b->n_lines++] = b->in.n;
 }
@@ -174,6 +177,7 @@ static void feed(mt_ordered *pool, const char *path)
     mt_err e;
     mt_reader *r;
     if (mt_reader_open(&r, path, &e)) mt_die_err(&e);
+    mt_reader_set_max_line(r, (size_t)R.o->max_line);
     const char *name = strcmp(path, "-") ? path : "<stdin>"; /* outlives the reader, unlike its name */
     batch *b = NULL;
     if (R.o->format == IN_DOCUMENT) {
@@ -185,7 +189,14 @@ static void feed(mt_ordered *pool, const char *path)
         b->n_lines = 0;
         char buf[1 << 16];
         ssize_t n;
-        while ((n = mt_reader_read(r, buf, sizeof buf, &e)) > 0) mt_buf_append(&b->in, buf, (size_t)n);
+        size_t max = (size_t)R.o->max_line;
+        while ((n = mt_reader_read(r, buf, sizeof buf, &e)) > 0) {
+            if (max && b->in.n + (size_t)n > max)
+                mt_die("%s: document longer than %zu bytes (--max-line-bytes)", name, max);
+            if (mt_buf_try_reserve(&b->in, (size_t)n))
+                mt_die("%s: out of memory after %zu bytes of the document", name, b->in.n);
+            mt_buf_append(&b->in, buf, (size_t)n);
+        }
         if (n < 0) mt_die_err(&e);
         b->end[b->n_lines++] = b->in.n;
         b->in_offset = mt_reader_raw_offset(r);
@@ -206,7 +217,7 @@ static void feed(mt_ordered *pool, const char *path)
             b->in.n = 0;
             b->n_lines = 0;
         }
-        batch_add_line(b, line, len);
+        batch_add_line(b, line, len, mt_reader_lineno(r));
         if (b->n_lines == BATCH_LINES || b->in.n >= BATCH_BYTES) {
             b->in_offset = mt_reader_raw_offset(r);
             mt_ordered_submit(pool, b);
@@ -244,6 +255,7 @@ static int decode_main(const opts *o, const mt_bpe *bpe, mt_strs *inputs)
     for (int f = 0; f < inputs->n; f++) {
         mt_reader *r;
         if (mt_reader_open(&r, inputs->v[f], &e)) mt_die_err(&e);
+        mt_reader_set_max_line(r, (size_t)o->max_line);
         const unsigned char *peek;
         size_t got;
         if (mt_reader_peek(r, 8, &peek, &got, &e)) mt_die_err(&e);
@@ -325,7 +337,7 @@ static const char *unsupported[][2] = {
 int main(int argc, char **argv)
 {
     mt_set_progname(argv[0]);
-    opts o = {.tokenizer_type = "GPT2BPETokenizer", .format_s = "jsonl", .workers = 1};
+    opts o = {.tokenizer_type = "GPT2BPETokenizer", .format_s = "jsonl", .workers = 1, .max_line = MT_MAX_LINE_DEFAULT};
     const char *default_keys[] = {"text"};
     const mt_flag flags[] = {
         MT_FLAG_VOCAB_FILE(&o.vocab, "vocab.json of the BPE (required)"),
@@ -345,6 +357,9 @@ int main(int argc, char **argv)
          NULL},
         {"--workers", MT_F_INT, &o.workers, "N", "tokenizer threads (default 1); output is identical for any N", 1,
          1024, NULL},
+        {"--max-line-bytes", MT_F_I64, &o.max_line, "N",
+         "longest input line (with --input-format document: file) in bytes; longer is an error (default 1 GiB, "
+         "0: no limit)", 0, 1e18, NULL},
         {"--skip-bad-lines", MT_F_BOOL, &o.skip_bad, NULL,
          "skip malformed lines (bad JSON, missing key, non-string) and report them, instead of failing", 0, 0, NULL},
         {"--decode", MT_F_BOOL, &o.decode, NULL,

@@ -217,6 +217,7 @@ int mt_gpt_index_get(const char *dir, const mt_gpt_cache_key *k, const int32_t *
 {
     *cached = false;
     if (dir) {
+        mt_out_sweep_dir(dir); /* temporaries of a build that was killed, even when nothing is rebuilt */
         char why[1200];
         if (mt_gpt_cache_load(dir, k, sizes, n_seq, out, cached, why, sizeof why, e)) return -1;
         if (*cached) return 0;

@@ -1,12 +1,16 @@
 /* atomic.c: temp-file + fsync + rename outputs with cleanup on death (see atomic.h). */
 #include "io/atomic.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <ftw.h>
 #include <libgen.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #define MAX_OPEN 64
@@ -46,12 +50,93 @@ void mt_out_install_signal_cleanup(void)
     mt_at_die(cleanup_all);
 }
 
+/* ---- temporaries of dead processes ---- */
+
+/* Digits s[0..) up to stop (or the end when stop is 0): their value, or -1 (none, or too many). */
+static long digits(const char *s, char stop, const char **end)
+{
+    long v = 0;
+    const char *p = s;
+    for (; *p >= '0' && *p <= '9'; p++) {
+        if (p - s >= 18) return -1;
+        v = v * 10 + (*p - '0');
+    }
+    if (p == s || *p != stop) return -1;
+    *end = p;
+    return v;
+}
+
+long mt_out_tmp_pid(const char *name)
+{
+    if (name[0] != '.') return -1;
+    /* the last ".tmp." with a non-empty base before it and "<pid>.<n>" after it */
+    for (const char *t = strstr(name + 1, ".tmp."); t; t = strstr(t + 1, ".tmp.")) {
+        const char *end;
+        if (t == name + 1) continue;
+        long pid = digits(t + 5, '.', &end);
+        if (pid <= 0 || digits(end + 1, 0, &end) < 0) continue;
+        return pid;
+    }
+    return -1;
+}
+
+bool mt_pid_dead(long pid) { return pid > 0 && kill((pid_t)pid, 0) && errno == ESRCH; }
+
+static int rm_one(const char *path, const struct stat *st, int flag, struct FTW *ftw)
+{
+    (void)st;
+    (void)flag;
+    (void)ftw;
+    return remove(path) && errno != ENOENT ? -1 : 0;
+}
+
+int mt_remove_stale(const char *dir, long (*tmp_pid)(const char *name), bool self, bool dirs)
+{
+    DIR *d = opendir(dir);
+    if (!d) return 0;
+    int removed = 0;
+    struct dirent *de;
+    while ((de = readdir(d))) {
+        long pid = tmp_pid(de->d_name);
+        if (pid <= 0) continue;
+        if (pid == (long)getpid() ? !self : !mt_pid_dead(pid)) continue;
+        struct stat st;
+        if (fstatat(dirfd(d), de->d_name, &st, AT_SYMLINK_NOFOLLOW)) continue;
+        size_t n = strlen(dir) + strlen(de->d_name) + 2;
+        char *p = mt_xmalloc(n);
+        snprintf(p, n, "%s/%s", dir, de->d_name);
+        if (S_ISREG(st.st_mode) ? unlink(p) == 0 : S_ISDIR(st.st_mode) && dirs && nftw(p, rm_one, 16, FTW_DEPTH | FTW_PHYS) == 0)
+            removed++;
+        free(p);
+    }
+    closedir(d);
+    return removed;
+}
+
+/* Directories already swept by this process (each is swept once: later temporaries there are ours). */
+static pthread_mutex_t swept_lock = PTHREAD_MUTEX_INITIALIZER;
+static char *swept[32];
+
+void mt_out_sweep_dir(const char *dir)
+{
+    pthread_mutex_lock(&swept_lock);
+    int i = 0;
+    for (; i < 32 && swept[i]; i++)
+        if (!strcmp(swept[i], dir)) break;
+    if (i == 32 || !swept[i]) {
+        mt_remove_stale(dir, mt_out_tmp_pid, false, false);
+        if (i < 32) swept[i] = mt_xstrdup(dir);
+    }
+    pthread_mutex_unlock(&swept_lock);
+}
+
 int mt_out_open(mt_out *o, const char *path, mt_err *e)
 {
     memset(o, 0, sizeof *o);
     mt_at_die(cleanup_all);
     char *d1 = mt_xstrdup(path), *d2 = mt_xstrdup(path);
     const char *dir = dirname(d1), *base = basename(d2);
+    mt_out_sweep_dir(dir);
     size_t n = strlen(dir) + strlen(base) + 64;
     char *tmp = mt_xmalloc(n);
     snprintf(tmp, n, "%s/.%s.tmp.%ld.%u", dir, base, (long)getpid(), __atomic_fetch_add(&counter, 1, __ATOMIC_RELAXED));

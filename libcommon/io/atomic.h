@@ -26,6 +26,19 @@ int mt_out_write(mt_out *o, const void *p, size_t n, mt_err *e);
 int mt_out_commit(mt_out *o, mt_err *e);
 void mt_out_abort(mt_out *o);
 
+/* Temp files of a process killed with SIGKILL (or by the OOM killer) outlive it. mt_out_open sweeps
+ * the directory it writes in, once per process: temporaries of mt_out_open's exact pattern whose PID
+ * names no live process (kill(pid, 0) fails with ESRCH) are removed. Temporaries of live processes, of
+ * this one, and of PIDs owned by other users are left alone. */
+void mt_out_sweep_dir(const char *dir);
+/* The PID in a name ".<base>.tmp.<pid>.<n>" (mt_out_open's temporaries), or -1 for any other name. */
+long mt_out_tmp_pid(const char *name);
+/* True when no process has this id (kill(pid, 0) fails with ESRCH). */
+bool mt_pid_dead(long pid);
+/* Removes the entries of dir whose name tmp_pid maps to the PID of a dead process (or of this one, when
+ * self): regular files, and directories with their contents when dirs. Returns how many. */
+int mt_remove_stale(const char *dir, long (*tmp_pid)(const char *name), bool self, bool dirs);
+
 /* Installs handlers that remove open temp files and re-raise on SIGINT/SIGTERM/SIGHUP/SIGPIPE. */
 void mt_out_install_signal_cleanup(void);
 

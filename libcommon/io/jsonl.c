@@ -88,6 +88,13 @@ static const char *type_name(const json_t *v)
     }
 }
 
+bool mt_jsonl_blank(const char *line, size_t len)
+{
+    for (size_t k = 0; k < len; k++)
+        if (line[k] != ' ' && line[k] != '\t' && line[k] != '\r') return false;
+    return true;
+}
+
 int mt_jsonl_extract(mt_jsonl *st, const char *line, size_t len, const char *const *keys, int n_keys,
                      mt_jsonl_field *fields, mt_err *e)
 {

@@ -6,6 +6,7 @@
 #ifndef MT_IO_JSONL_H
 #define MT_IO_JSONL_H
 
+#include <stdbool.h>
 #include <stddef.h>
 
 #include "util/err.h"
@@ -20,6 +21,9 @@ typedef struct mt_jsonl {
     void *doc;      /* json_t* of the last parsed line */
     mt_buf repair;  /* line with lone surrogate escapes replaced */
 } mt_jsonl;
+
+/* True when line[0..len) holds only blanks (space, tab, CR): such a line is no record and is skipped. */
+bool mt_jsonl_blank(const char *line, size_t len);
 
 /* Parses line[0..len) and fills fields[i] with the string value of keys[i]. On error returns -1 with a
  * message "column C: <what>" (the caller prefixes file and line): malformed JSON, not an object,

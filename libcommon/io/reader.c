@@ -13,6 +13,9 @@
 
 #define RAW_CAP (1u << 17)
 #define OUT_CAP (1u << 18)
+/* Compressed bytes given to the decoder per call: a corrupt block is reported at most this far from
+ * where it ends (the decoder itself reports no position). */
+#define ZSTD_SLICE (1u << 13)
 
 struct mt_reader {
     int fd;
@@ -27,6 +30,7 @@ struct mt_reader {
     unsigned char *out;
     size_t out_pos, out_len;
     uint64_t off, lineno;
+    size_t max_line; /* 0: no limit */
     mt_buf line;
 };
 
@@ -108,6 +112,24 @@ void mt_reader_close(mt_reader *r)
     free(r);
 }
 
+/* Runs the decoder on the raw bytes at raw_pos (at most ZSTD_SLICE of them), appending to
+ * r->out[out_len..OUT_CAP). The decoder reports no position, so the offset named on corruption is where
+ * the slice that completed the bad block ends. */
+static int decompress(mt_reader *r, mt_err *e)
+{
+    size_t end = r->raw_len - r->raw_pos > ZSTD_SLICE ? r->raw_pos + ZSTD_SLICE : r->raw_len;
+    ZSTD_inBuffer in = {r->raw, end, r->raw_pos};
+    ZSTD_outBuffer ob = {r->out, OUT_CAP, r->out_len};
+    size_t ret = ZSTD_decompressStream(r->dctx, &ob, &in);
+    if (ZSTD_isError(ret))
+        return mt_err_set(e, "%s: corrupt zstd input near compressed byte %llu: %s", r->name,
+                          (unsigned long long)(r->raw_off - (r->raw_len - end)), ZSTD_getErrorName(ret));
+    r->raw_pos = in.pos;
+    r->frame_open = ret != 0;
+    r->out_len = ob.pos;
+    return 0;
+}
+
 /* Makes decompressed bytes available in r->out[out_pos..out_len). Returns count, 0 at EOF, -1 error. */
 static ssize_t fill_out(mt_reader *r, mt_err *e)
 {
@@ -120,16 +142,8 @@ static ssize_t fill_out(mt_reader *r, mt_err *e)
                                   (unsigned long long)r->raw_off);
             return 0;
         }
-        ZSTD_inBuffer in = {r->raw, r->raw_len, r->raw_pos};
-        ZSTD_outBuffer ob = {r->out, OUT_CAP, 0};
-        size_t ret = ZSTD_decompressStream(r->dctx, &ob, &in);
-        if (ZSTD_isError(ret))
-            return mt_err_set(e, "%s: corrupt zstd input near byte %llu: %s", r->name,
-                              (unsigned long long)(r->raw_off - (r->raw_len - in.pos)), ZSTD_getErrorName(ret));
-        r->raw_pos = in.pos;
-        r->frame_open = ret != 0;
-        r->out_pos = 0;
-        r->out_len = ob.pos;
+        r->out_pos = r->out_len = 0;
+        if (decompress(r, e)) return -1;
     }
     return (ssize_t)(r->out_len - r->out_pos);
 }
@@ -189,6 +203,29 @@ int mt_reader_read_full(mt_reader *r, void *buf, size_t n, mt_err *e)
     return 1;
 }
 
+/* Appends to the line being assembled; a line over the limit, or memory that cannot be had, is an error
+ * naming the line instead of the program's abort on allocation failure. */
+static int line_append(mt_reader *r, const void *p, size_t n, mt_err *e)
+{
+    unsigned long long lineno = (unsigned long long)r->lineno + 1;
+    if (r->max_line && r->line.n + n > r->max_line)
+        return mt_err_set(e, "%s: line %llu: longer than %zu bytes (--max-line-bytes)", r->name, lineno,
+                          r->max_line);
+    if (r->line.n + n + 1 > r->line.cap) {
+        size_t c = r->line.cap ? r->line.cap : 64;
+        while (c < r->line.n + n + 1) c *= 2;
+        if (r->max_line && c > r->max_line + 1) c = r->max_line + 1;
+        char *q = realloc(r->line.p, c);
+        if (!q)
+            return mt_err_set(e, "%s: line %llu: out of memory after %zu bytes of it", r->name, lineno, r->line.n);
+        r->line.p = q;
+        r->line.cap = c;
+    }
+    memcpy(r->line.p + r->line.n, p, n);
+    r->line.n += n;
+    return 0;
+}
+
 int mt_reader_getline(mt_reader *r, const char **line, size_t *len, mt_err *e)
 {
     r->line.n = 0;
@@ -202,7 +239,7 @@ int mt_reader_getline(mt_reader *r, const char **line, size_t *len, mt_err *e)
         const unsigned char *nl = memchr(p, '\n', (size_t)a);
         if (nl) {
             size_t k = (size_t)(nl - p);
-            if (r->line.n == 0) {
+            if (r->line.n == 0 && (!r->max_line || k <= r->max_line)) {
                 /* Fast path: the line lies in the buffer; return it in place. The buffer is only
                  * refilled on the next call, after the caller is done with it. */
                 *line = (const char *)p;
@@ -211,23 +248,25 @@ int mt_reader_getline(mt_reader *r, const char **line, size_t *len, mt_err *e)
                 r->lineno++;
                 return 1;
             }
-            mt_buf_append(&r->line, p, k);
+            if (line_append(r, p, k, e)) return -1;
             consume(r, k + 1);
             r->lineno++;
             *line = r->line.p;
             *len = r->line.n;
             return 1;
         }
-        mt_buf_append(&r->line, p, (size_t)a);
+        if (line_append(r, p, (size_t)a, e)) return -1;
         consume(r, (size_t)a);
     }
     if (!any && r->line.n == 0) return 0;
     r->lineno++;
-    mt_buf_reserve(&r->line, 1);
+    if (line_append(r, "", 0, e)) return -1;
     *line = r->line.p;
     *len = r->line.n;
     return 1;
 }
+
+void mt_reader_set_max_line(mt_reader *r, size_t max) { r->max_line = max; }
 
 int mt_reader_peek(mt_reader *r, size_t n, const unsigned char **p, size_t *got, mt_err *e)
 {
@@ -262,13 +301,7 @@ int mt_reader_peek(mt_reader *r, size_t n, const unsigned char **p, size_t *got,
                 return 0;
             }
         }
-        ZSTD_inBuffer in = {r->raw, r->raw_len, r->raw_pos};
-        ZSTD_outBuffer ob = {r->out, OUT_CAP, r->out_len};
-        size_t ret = ZSTD_decompressStream(r->dctx, &ob, &in);
-        if (ZSTD_isError(ret)) return mt_err_set(e, "%s: corrupt zstd input: %s", r->name, ZSTD_getErrorName(ret));
-        r->raw_pos = in.pos;
-        r->frame_open = ret != 0;
-        r->out_len = ob.pos;
+        if (decompress(r, e)) return -1;
     }
 }
 

@@ -26,8 +26,13 @@ ssize_t mt_reader_read(mt_reader *r, void *buf, size_t n, mt_err *e);
 int mt_reader_read_full(mt_reader *r, void *buf, size_t n, mt_err *e);
 
 /* Next line without its '\n' (a final line without '\n' is returned too). *line stays valid until the
- * next call. Returns 1, 0 at end of input, -1 on error. Lines may be arbitrarily long. */
+ * next call. Returns 1, 0 at end of input, -1 on error. A line longer than the limit set with
+ * mt_reader_set_max_line, or one that memory cannot hold, is an error naming the input and the line. */
 int mt_reader_getline(mt_reader *r, const char **line, size_t *len, mt_err *e);
+/* The programs' default for --max-line-bytes: 1 GiB. */
+#define MT_MAX_LINE_DEFAULT (1 << 30)
+/* Longest line mt_reader_getline returns, in bytes without the '\n'; 0 (the default): no limit. */
+void mt_reader_set_max_line(mt_reader *r, size_t max);
 
 /* Looks at the next n (at most 64 KiB) bytes without consuming them: *got < n only at end of input. */
 int mt_reader_peek(mt_reader *r, size_t n, const unsigned char **p, size_t *got, mt_err *e);

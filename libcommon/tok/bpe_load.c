@@ -4,6 +4,7 @@
 #include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <sys/stat.h>
 
 #include "tok/bpe_impl.h"
 #include "tok/unicode.h"
@@ -48,10 +49,23 @@ static size_t pow2_at_least(size_t n)
     return c;
 }
 
+/* A missing, unreadable or directory path, said as such (jansson reports "line -1 column -1" for the
+ * first and a syntax error for a directory). */
+static int check_file(const char *path, mt_err *e)
+{
+    struct stat st;
+    if (stat(path, &st)) return mt_err_sys(e, "%s", path);
+    if (S_ISDIR(st.st_mode)) return mt_err_set(e, "%s: is a directory", path);
+    return 0;
+}
+
 static int load_vocab(mt_bpe *b, const char *path, const uint16_t inv[0x144], json_t **rootp, mt_err *e)
 {
+    if (check_file(path, e)) return -1;
     json_error_t je;
+    errno = 0;
     json_t *root = json_load_file(path, JSON_REJECT_DUPLICATES | JSON_ALLOW_NUL, &je);
+    if (!root && je.line < 0) return errno ? mt_err_sys(e, "%s", path) : mt_err_set(e, "%s: %s", path, je.text);
     if (!root) return mt_err_set(e, "%s: line %d column %d: %s", path, je.line, je.column, je.text);
     *rootp = root;
     if (!json_is_object(root)) return mt_err_set(e, "%s: not a JSON object of token -> id", path);
@@ -130,6 +144,7 @@ static int64_t vocab_id(json_t *root, const char *s, size_t n)
 
 static int load_merges(mt_bpe *b, const char *path, json_t *root, const uint16_t inv[0x144], mt_err *e)
 {
+    if (check_file(path, e)) return -1;
     FILE *f = fopen(path, "rb");
     if (!f) return mt_err_sys(e, "%s", path);
     /* collect the lines, then size the pair table */

@@ -58,26 +58,18 @@ static int rm_rf(const char *path)
     return nftw(path, rm_one, 16, FTW_DEPTH | FTW_PHYS);
 }
 
-/* Removes "<name>.tmp-<pid>[...]" directories of dead processes (and of this one: no save of ours is
- * in progress). */
-static void remove_stale(const char *save_dir)
+/* The PID of a save directory in progress, "iter_<N>.tmp-<pid>[...]" or "release.tmp-<pid>[...]", else -1. */
+static long save_tmp_pid(const char *name)
 {
-    DIR *d = opendir(save_dir);
-    if (!d) return;
-    struct dirent *de;
-    while ((de = readdir(d))) {
-        const char *t = strstr(de->d_name, ".tmp-");
-        if (!t || (strncmp(de->d_name, "iter_", 5) && strncmp(de->d_name, "release", 7))) continue;
-        char *end;
-        long pid = strtol(t + 5, &end, 10);
-        if (end == t + 5 || pid <= 0) continue;
-        if (pid != (long)getpid() && !(kill((pid_t)pid, 0) && errno == ESRCH)) continue;
-        char *p = path_join(save_dir, de->d_name);
-        rm_rf(p);
-        free(p);
-    }
-    closedir(d);
+    const char *t = strstr(name, ".tmp-");
+    if (!t || (strncmp(name, "iter_", 5) && strncmp(name, "release", 7))) return -1;
+    char *end;
+    long pid = strtol(t + 5, &end, 10);
+    return end == t + 5 || pid <= 0 ? -1 : pid;
 }
+
+/* Removes save directories of dead processes (and of this one: no save of ours is in progress). */
+static void remove_stale(const char *save_dir) { mt_remove_stale(save_dir, save_tmp_pid, true, true); }
 
 typedef struct {
     int crash_after; /* -1: off */

@@ -191,10 +191,9 @@ int mt_print_validation(FILE *f, const char *suffix, const char *prefix, const m
 }
 
 /* ---- JSON lines ---- */
-static void j_real(json_t *o, const char *key, double v)
-{
-    json_object_set_new(o, key, isfinite(v) ? json_real(v) : json_null());
-}
+json_t *mt_json_real(double v) { return isfinite(v) ? json_real(v) : json_null(); }
+
+static void j_real(json_t *o, const char *key, double v) { json_object_set_new(o, key, mt_json_real(v)); }
 static void j_int(json_t *o, const char *key, int64_t v) { json_object_set_new(o, key, json_integer((json_int_t)v)); }
 
 static void j_loss(json_t *o, const char *key, const char *suffix, double v)
@@ -213,6 +212,16 @@ static char *j_dump(json_t *o)
     json_decref(o);
     if (!s) return mt_xstrdup("{}");
     char *r = mt_xstrdup(s); /* callers free() with the C library's free */
+    free(s);
+    return r;
+}
+
+char *mt_json_line(json_t *o)
+{
+    char *s = json_dumps(o, JSON_PRESERVE_ORDER | JSON_REAL_PRECISION(9));
+    json_decref(o);
+    if (!s) return mt_xstrdup("{}");
+    char *r = mt_xstrdup(s);
     free(s);
     return r;
 }
@@ -251,7 +260,8 @@ char *mt_metrics_eval_json(const char *type, int64_t iteration, int64_t consumed
     j_int(o, "consumed_samples", consumed_samples);
     for (int i = 0; i < n; i++) {
         j_loss(o, losses[i].key, "", losses[i].value);
-        j_loss(o, losses[i].key, "_ppl", mt_ppl(losses[i].value));
+        /* not mt_ppl's exp(20) for a NaN loss (Megatron's min(20, nan) in the log): null, as the loss */
+        j_loss(o, losses[i].key, "_ppl", isfinite(losses[i].value) ? mt_ppl(losses[i].value) : NAN);
     }
     return j_dump(o);
 }

@@ -20,6 +20,8 @@
 #include <stdint.h>
 #include <stdio.h>
 
+#include <jansson.h>
+
 #include "util/err.h"
 
 typedef enum { MT_LOG_V2, MT_LOG_CORE, MT_LOG_HEAD } mt_log_style;
@@ -109,6 +111,12 @@ int mt_print_validation(FILE *f, const char *suffix, const char *prefix, const m
  *   {"type":"validation"|"test","iteration","consumed_samples","lm_loss","lm_loss_ppl",...}.
  * The strings are malloc'd, without newline; the write functions add it and flush. */
 char *mt_metrics_iter_json(const mt_iter_log *l);
+/* The number rule of every JSON object mt writes (metrics, mt-eval): a real, or null for NaN and +-inf,
+ * which JSON cannot spell ("nan" would make the line unreadable to every JSON parser). */
+json_t *mt_json_real(double v);
+/* o (consumed) as one line without newline, {"key": value, ...} in insertion order, reals with 9
+ * significant digits; malloc'd. */
+char *mt_json_line(json_t *o);
 char *mt_metrics_eval_json(const char *type, int64_t iteration, int64_t consumed_samples,
                            const mt_loss_value *losses, int n);
 int mt_metrics_write_iter(FILE *f, const mt_iter_log *l, mt_err *e);

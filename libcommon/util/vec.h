@@ -26,6 +26,18 @@ static inline void mt_buf_reserve(mt_buf *b, size_t extra)
     b->p = mt_xrealloc(b->p, c);
     b->cap = c;
 }
+/* As mt_buf_reserve, but a failed allocation returns -1 (b unchanged) for the caller to report. */
+static inline int mt_buf_try_reserve(mt_buf *b, size_t extra)
+{
+    if (b->n + extra <= b->cap) return 0;
+    size_t c = b->cap ? b->cap : 64;
+    while (c < b->n + extra) c *= 2;
+    char *p = realloc(b->p, c);
+    if (!p) return -1;
+    b->p = p;
+    b->cap = c;
+    return 0;
+}
 static inline void mt_buf_append(mt_buf *b, const void *s, size_t n)
 {
     mt_buf_reserve(b, n);

@@ -11,9 +11,9 @@
 . "$(dirname "$0")/../lib.sh"
 PY=/usr/bin/python3
 d=$T_TMP
-if ! [ -x "$PY" ] || ! $PY -c 'import numpy, torch' 2>/dev/null; then
-    t_skip "torch reference" "no /usr/bin/python3 with numpy and torch (make deps installs python3-torch)"; exit 0
-fi
+if ! [ -x "$PY" ]; then t_skip "mt-eval --score" "no /usr/bin/python3"; exit 0; fi
+has_torch=1
+$PY -c 'import numpy, torch' 2>/dev/null || has_torch=
 export OMP_NUM_THREADS=1
 tok() { mt-tokenize --vocab-file "$GPT2_VOCAB" --merge-file "$GPT2_MERGES" "$@"; }
 
@@ -44,7 +44,9 @@ then t_pass "mt-eval --score ran"
 else t_fail "mt-eval --score ran" "$(cat "$d/eval.err")"; exit 0; fi
 tok --input "$d/docs.jsonl" >"$d/docs.toks" 2>"$d/tok.err" || { t_fail "mt-tokenize" "$(cat "$d/tok.err")"; exit 0; }
 
-$PY - "$d/ck" "$d/docs.toks" "$d/scores.jsonl" "$T_TOP/tests/oracle" "$T_FILE" <<'PYEOF'
+if [ -z "$has_torch" ]; then
+    t_skip "torch reference" "no /usr/bin/python3 with numpy and torch (make deps installs python3-torch)"
+else $PY - "$d/ck" "$d/docs.toks" "$d/scores.jsonl" "$T_TOP/tests/oracle" "$T_FILE" <<'PYEOF'
 import json, os, struct, sys
 import numpy as np
 import torch
@@ -125,6 +127,7 @@ for name, ids, g in zip(names, docs, got):
         report(name + ": later windows start from the token before them", abs(g["logprob"] - lp) * 10 < alt,
                "restarting from <|endoftext|> would be off by %.3g, the reference is off by %.3g" % (alt, abs(g["logprob"] - lp)))
 PYEOF
+fi
 
 # Bad input on stdin: one line naming the line, non-zero exit, and the documents before it scored.
 printf '%s\n' '{"text": "ok"}' '{"text": "ok", }' | mt-eval --load "$d/ck" --score >"$d/bad.out" 2>"$d/bad.err"
@@ -133,4 +136,59 @@ rc=$?
     && t_pass "--score: malformed JSON line is a one-line error naming the line" \
     || t_fail "--score: malformed JSON" "rc $rc: $(cat "$d/bad.err")"
 printf '%s\n' '{"content": "x"}' | mt-eval --load "$d/ck" --score >/dev/null 2>"$d/bad.err"
-grep -q 'line 1: no string "text"' "$d/bad.err" && t_pass "--score: missing key named" || t_fail "--score: missing key" "$(cat "$d/bad.err")"
+grep -q "<stdin>: line 1: missing key 'text'" "$d/bad.err" && t_pass "--score: missing key named" || t_fail "--score: missing key" "$(cat "$d/bad.err")"
+
+# The input rules of mt-tokenize (one JSON-lines reader): blank lines are no documents, a lone surrogate
+# escape is U+FFFD, bad lines give mt-tokenize's messages, a runaway line is bounded by --max-line-bytes.
+printf '{"text": "ab"}\n\n  \r\n{"text": "a\\ud800b"}\n{"text": "a\xef\xbf\xbdb"}\n' >"$d/rules.jsonl"
+if mt-eval --load "$d/ck" --score <"$d/rules.jsonl" >"$d/rules.out" 2>"$d/rules.err"
+then t_pass "--score: blank lines and a lone surrogate escape are accepted"
+else t_fail "--score: blank lines and a lone surrogate escape" "$(cat "$d/rules.err")"; fi
+[ "$(wc -l <"$d/rules.out")" = 3 ] && [ "$(sed -n 2p "$d/rules.out")" = "$(sed -n 3p "$d/rules.out")" ] \
+    && t_pass "--score: one line per document, blank lines skipped, \\ud800 scored as U+FFFD" \
+    || t_fail "--score: blank lines skipped, \\ud800 as U+FFFD" "$(cat "$d/rules.out")"
+tok --input "$d/rules.jsonl" 2>/dev/null | tok --decode >"$d/rules.tok" 2>/dev/null
+[ "$(wc -l <"$d/rules.tok")" = 3 ] && t_pass "mt-tokenize reads the same three documents" \
+    || t_fail "mt-tokenize reads the same three documents" "$(cat "$d/rules.tok")"
+for input in '{"text": 12}' '[1]' '{"text": "x"' ; do
+    printf '%s\n' "$input" >"$d/one.jsonl"
+    tok --input "$d/one.jsonl" 2>&1 >/dev/null | sed 's/^mt-tokenize: [^:]*: //' >"$d/tok.msg"
+    mt-eval --load "$d/ck" --score <"$d/one.jsonl" 2>&1 >/dev/null | sed 's/^mt-eval: [^:]*: //' >"$d/eval.msg"
+    [ -s "$d/eval.msg" ] && cmp -s "$d/tok.msg" "$d/eval.msg" && t_pass "--score: $input: mt-tokenize's message" \
+        || t_fail "--score: $input: mt-tokenize's message" "mt-eval '$(cat "$d/eval.msg")', mt-tokenize '$(cat "$d/tok.msg")'"
+done
+printf '{"text": "a"}\n{"content": "x"}\n' | mt-eval --load "$d/ck" --score --json-key content >"$d/key.out" 2>"$d/key.err"
+grep -q "<stdin>: line 1: missing key 'content'" "$d/key.err" && t_pass "--json-key: missing key named with its line" \
+    || t_fail "--json-key: missing key" "$(cat "$d/key.err")"
+mt-eval --load "$d/ck" --score --max-line-bytes 4096 </dev/zero >/dev/null 2>"$d/zero.err"
+rc=$?
+[ $rc = 1 ] && [ "$(wc -l <"$d/zero.err")" = 1 ] && grep -q '<stdin>: line 1: longer than 4096 bytes' "$d/zero.err" \
+    && t_pass "--score --max-line-bytes: a runaway line is a one-line error" \
+    || t_fail "--score --max-line-bytes" "rc $rc: $(head -c 300 "$d/zero.err")"
+
+# NaN weights: the loss is NaN, written as null (JSON has no NaN), as --metrics-file does.
+cp -r "$d/ck" "$d/cknan"
+$PY - "$d/cknan" <<'EOF'
+import json, os, struct, sys
+ck = sys.argv[1]
+it = open(os.path.join(ck, "latest_checkpointed_iteration.txt")).read().strip()
+path = os.path.join(ck, "iter_%07d" % int(it), "mp_rank_00", "model.safetensors")
+raw = bytearray(open(path, "rb").read())
+hlen = struct.unpack("<Q", raw[:8])[0]
+a, b = json.loads(raw[8:8 + hlen])["language_model.encoder.final_layernorm.weight"]["data_offsets"]
+raw[8 + hlen + a:8 + hlen + b] = struct.pack("<f", float("nan")) * ((b - a) // 4)
+open(path, "wb").write(raw)
+EOF
+strict_json() { $PY -c '
+import json, sys
+def no(c): raise ValueError("not JSON: " + c)
+for l in open(sys.argv[1]):
+    o = json.loads(l, parse_constant=no)
+    assert o["loss"] is None and o["ppl"] is None, o
+' "$1"; }
+printf '{"text": "import os"}\n' | mt-eval --load "$d/cknan" --score >"$d/nan.out" 2>"$d/nan.err"
+strict_json "$d/nan.out" 2>"$d/nan.py" && t_pass "--score: NaN loss written as null" \
+    || t_fail "--score: NaN loss written as null" "$(cat "$d/nan.out" "$d/nan.err") $(tail -1 "$d/nan.py")"
+mt-eval --load "$d/cknan" --eval-split all --json >"$d/nan.out" 2>"$d/nan.err"
+strict_json "$d/nan.out" 2>"$d/nan.py" && t_pass "--json: NaN loss written as null" \
+    || t_fail "--json: NaN loss written as null" "$(cat "$d/nan.out" "$d/nan.err") $(tail -1 "$d/nan.py")"

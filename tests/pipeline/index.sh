@@ -209,6 +209,31 @@ t_fails "merge: --input not a directory" mt-index --merge --input "$T_TMP/s1.tok
 t_fails "merge: empty directory" mt-index --merge --input "$T_TMP/stdin/../trunc" --output-prefix "$T_TMP/m4"
 t_grep "empty directory message" "no datasets" "$T_TMP/err"
 
+# --- temporaries of killed runs ------------------------------------------------------------------------------
+# SIGKILL runs no handler: the next run writing beside the orphan removes it (its PID is dead); a merge
+# of a directory holding one ignores it.
+k=$T_TMP/killed; mkdir -p "$k"
+{ head -c 4000 "$T_TMP/p1.toks"; sleep 30; } | mt-index --quiet --output-prefix "$k/part" &
+ipid=$!
+for _ in $(seq 100); do ls -A "$k" | grep -q "\.tmp\.$ipid\." && break; sleep 0.05; done
+kill -KILL "$ipid"; wait "$ipid" 2>/dev/null
+orphans=$(ls -A "$k" | grep -c "^\.part_text_document\.[a-z]*\.tmp\.$ipid\.[0-9]*$")
+[ "$orphans" -ge 1 ] && t_pass "kill -KILL of mt-index leaves a temporary ($orphans)" \
+    || t_fail "kill -KILL of mt-index leaves a temporary" "$(ls -A "$k")"
+sleep 60 & live=$!
+: >"$k/.other.bin.tmp.$live.0"
+cp "$m/Z.bin" "$m/Z.idx" "$k/"   # a dataset to merge beside the temporaries
+t_ok "merge --input ignores temporaries in the directory" \
+    mt-index --quiet --merge --input "$k" --output-prefix "$T_TMP/kmerged"
+t_cmp "merge with temporaries beside: the one dataset" "$m/Z.bin" "$T_TMP/kmerged.bin"
+: >"$k/.other.bin.tmp.$ipid.0.keep"; : >"$k/other.bin.tmp.$ipid.0"   # not the pattern: never removed
+t_ok "the next run writing there" mt-index --quiet --output-prefix "$k/again" "$T_TMP/p2.toks"
+ls -A "$k" | sort >"$T_TMP/left"
+printf '%s\n' ".other.bin.tmp.$ipid.0.keep" ".other.bin.tmp.$live.0" Z.bin Z.idx again_text_document.bin \
+    again_text_document.idx "other.bin.tmp.$ipid.0" | sort >"$T_TMP/left.want"
+t_cmp "it removed the dead run's temporaries, nothing else (a live PID's, other names kept)" "$T_TMP/left.want" "$T_TMP/left"
+kill "$live"; wait "$live" 2>/dev/null
+
 # --- info ---------------------------------------------------------------------------------------------------
 t_ok "--info" mt-index --info "$d/run_text_document"
 cp "$T_TMP/out" "$T_TMP/info.txt"

@@ -214,6 +214,16 @@ mt-shuffle --data-path "$T_TMP/tv" --split 1,0,0 --seq-length 4 --train-samples 
 t_grep "a changed dataset invalidates the cache" 'train: 15 samples.*built' "$T_TMP/again"
 t_ok "another seed gets its own files" tv 9 --seed 7
 n=$(ls "$T_TMP"/tvc/*-7s-*.npy | wc -l); [ "$n" = 3 ] && t_pass "seed 7 cache files" || t_fail "seed 7 cache files" "$n files"
+# A temporary of a killed build (kill -KILL runs no handler) is removed by the next run even when the cache
+# is complete and nothing is written; a live process's temporary and other names are kept.
+dead=$(sh -c 'echo $$')
+sleep 60 & live=$!
+for f in ".x-7s.npy.tmp.$dead.0" ".x-7s.npy.tmp.$live.0" "x.npy.tmp.$dead.0"; do : >"$T_TMP/tvc/$f"; done
+t_ok "a run on a complete cache" tv 9 --seed 7
+left=$(cd "$T_TMP/tvc" && ls -A | grep 'tmp' | sort | tr '\n' ' ')
+[ "$left" = ".x-7s.npy.tmp.$live.0 x.npy.tmp.$dead.0 " ] && t_pass "it removed the dead process's temporary only" \
+    || t_fail "it removed the dead process's temporary only" "left: $left"
+kill "$live"; wait "$live" 2>/dev/null
 t_ok "--inspect writes nothing" mt-shuffle --data-path "$T_TMP/tv" --split 1,0,0 --seq-length 4 --train-samples 9 \
     --global-batch-size 1 --data-cache-path "$T_TMP/none" --inspect
 [ ! -e "$T_TMP/none" ] && t_pass "--inspect left no cache directory" || t_fail "--inspect left no cache directory" "exists"

@@ -80,6 +80,9 @@ printf 'first line\nsecond \xff line\n' > "$T/p.txt"
 tok --input-format lines "$T/p.txt" | tok --decode > "$T/p.out" 2>"$T/err"
 printf 'first line\nsecond \xef\xbf\xbd line\n' > "$T/p.want"
 t_cmp "lines mode: one document per line, invalid UTF-8 -> U+FFFD" "$T/p.want" "$T/p.out"
+printf 'crlf\r\nmid\rdle\r\n\r\nlast\r' | tok --input-format lines | tok --decode --json > "$T/crlf.out" 2>"$T/err"
+printf '{"text":"crlf"}\n{"text":"mid\\rdle"}\n{"text":""}\n{"text":"last"}\n' > "$T/crlf.want"
+t_cmp "lines mode: a CRLF line's \\r is stripped (Python's universal newlines), others kept" "$T/crlf.want" "$T/crlf.out"
 printf 'doc one\nstill one\n' > "$T/d1.txt"; printf 'doc two' > "$T/d2.txt"
 tok --input-format document "$T/d1.txt" "$T/d2.txt" | tok --decode --json > "$T/d.out" 2>"$T/err"
 printf '{"text":"doc one\\nstill one\\n"}\n{"text":"doc two"}\n' > "$T/d.want"
@@ -108,10 +111,52 @@ bad "not an object" "b5.jsonl: line 1: expected a JSON object" "$T/b5.jsonl"
 head -c 3000 "$T/c.data" > "$T/trunc.zst"
 bad "truncated zstd input" "trunc.zst: truncated zstd" "$T/trunc.zst"
 bad "missing input file" "nope.jsonl: No such file" "$T/nope.jsonl"
+# Corruption inside a zstd file is reported at its compressed offset (the block ending there), not byte 0.
+$PY - "$T/c.data" "$T/corrupt.zst" <<'EOF'
+import sys
+b = bytearray(open(sys.argv[1], "rb").read())
+for i in range(len(b) // 2, len(b) // 2 + 64):
+    b[i] ^= 0x5A
+open(sys.argv[2], "wb").write(b)
+EOF
+bad "corrupt zstd input is one line" "corrupt.zst: corrupt zstd input near compressed byte [0-9]+" "$T/corrupt.zst"
+at=$(sed -n 's/.*near compressed byte \([0-9]*\).*/\1/p' "$T/bad.err")
+size=$(wc -c < "$T/corrupt.zst")
+if [ -n "$at" ] && [ "$at" -ge $((size / 2)) ] && [ "$at" -le "$size" ]; then t_pass "corrupt zstd input: offset at or after the damage"
+else t_fail "corrupt zstd input: offset at or after the damage" "damage at $((size / 2)) of $size, reported '${at}'"; fi
+
+# One input line is bounded (--max-line-bytes): a runaway line is a one-line error naming file and line.
+printf '{"text": "abc"}\n' > "$T/ml.jsonl"   # 15 bytes before the newline
+t_ok "--max-line-bytes: a line of exactly N bytes is read" tok --max-line-bytes 15 "$T/ml.jsonl"
+bad "--max-line-bytes: a line of N+1 bytes is an error" "ml.jsonl: line 1: longer than 14 bytes \(--max-line-bytes\)" \
+    --max-line-bytes 14 "$T/ml.jsonl"
+bad "--max-line-bytes: /dev/zero as JSON lines" "^mt-tokenize: /dev/zero: line 1: longer than 65536 bytes" \
+    --max-line-bytes 65536 /dev/zero
+bad "--max-line-bytes: /dev/zero as lines" "^mt-tokenize: /dev/zero: line 1: longer than 65536 bytes" \
+    --input-format lines --max-line-bytes 65536 /dev/zero
+bad "--max-line-bytes: /dev/zero as a document" "^mt-tokenize: /dev/zero: document longer than 65536 bytes" \
+    --input-format document --max-line-bytes 65536 /dev/zero
+# With no limit, memory that runs out is the same kind of error (exit 1), not an abort.
+if (ulimit -v 400000 && mt-tokenize --help) >/dev/null 2>&1; then
+    for fmt in jsonl lines; do
+        (ulimit -v 400000; exec mt-tokenize --vocab-file "$GPT2_VOCAB" --merge-file "$GPT2_MERGES" \
+            --input-format $fmt --max-line-bytes 0 /dev/zero) >/dev/null 2>"$T/oom.err"
+        rc=$?
+        if [ $rc = 1 ] && [ "$(wc -l < "$T/oom.err")" = 1 ] && grep -q '/dev/zero: line 1: out of memory' "$T/oom.err"
+        then t_pass "--input-format $fmt: allocation failure on a long line is a one-line error, exit 1"
+        else t_fail "--input-format $fmt: allocation failure on a long line" "exit $rc: $(head -c 300 "$T/oom.err")"; fi
+    done
+else t_skip "allocation failure on a long line" "ulimit -v does not work with this build (sanitizers)"; fi
 printf '{"a": 1,\n' > "$T/v.json"
 if mt-tokenize --vocab-file "$T/v.json" --merge-file "$GPT2_MERGES" < "$T/k.jsonl" > /dev/null 2> "$T/bad.err"; then
     t_fail "bad vocab file" "exit 0"
 else t_grep "bad vocab file names the file and line" "v.json.*line [0-9]+" "$T/bad.err"; fi
+mt-tokenize --vocab-file "$T/no-vocab.json" --merge-file "$GPT2_MERGES" < "$T/k.jsonl" > /dev/null 2> "$T/bad.err"
+t_grep "missing vocab file: No such file, naming it" "^mt-tokenize: [^ ]*no-vocab.json: No such file or directory$" "$T/bad.err"
+mt-tokenize --vocab-file "$T" --merge-file "$GPT2_MERGES" < "$T/k.jsonl" > /dev/null 2> "$T/bad.err"
+t_grep "a directory as vocab file: is a directory" "^mt-tokenize: $T: is a directory$" "$T/bad.err"
+mt-tokenize --vocab-file "$GPT2_VOCAB" --merge-file "$T" < "$T/k.jsonl" > /dev/null 2> "$T/bad.err"
+t_grep "a directory as merge file: is a directory" "^mt-tokenize: $T: is a directory$" "$T/bad.err"
 bad "bad --workers value" "--workers: 'two' is not an integer" --workers two "$T/k.jsonl"
 bad "--workers 0 rejected" "--workers: 0 is out of range" --workers 0 "$T/k.jsonl"
 bad "an input file after --json-keys is caught" "--json-keys: '.*k.jsonl' is a file" --json-keys text "$T/k.jsonl"

@@ -222,6 +222,18 @@ TEST(metrics_json)
     T_CHECK(!strncmp(s, "{\"type\":\"validation\",\"iteration\":1000,\"consumed_samples\":512000,\"lm_loss\":5.25,\"lm_loss_ppl\":", 92));
     json_decref(o);
     free(s);
+    /* a NaN loss: null, and so its perplexity (not exp(20), the log's min(20, nan)) */
+    mt_loss_value nan_loss = {"lm loss", NAN};
+    s = mt_metrics_eval_json("validation", 1, 8, &nan_loss, 1);
+    T_EQ_STR(s, "{\"type\":\"validation\",\"iteration\":1,\"consumed_samples\":8,\"lm_loss\":null,\"lm_loss_ppl\":null}");
+    free(s);
+    json_t *n = json_object();
+    json_object_set_new(n, "loss", mt_json_real(-NAN));
+    json_object_set_new(n, "ppl", mt_json_real(INFINITY));
+    json_object_set_new(n, "x", mt_json_real(0));
+    s = mt_json_line(n);
+    T_EQ_STR(s, "{\"loss\": null, \"ppl\": null, \"x\": 0.0}");
+    free(s);
 
     char buf[4096];
     FILE *f = fmemopen(buf, sizeof buf, "w");

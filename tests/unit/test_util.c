@@ -2,6 +2,7 @@
 #include <fcntl.h>
 #include <stdint.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 #include <zstd.h>
 
@@ -235,6 +236,85 @@ TEST(mkdir_p_parents_existing_and_errors)
     T_EQ_INT(mt_mkdir_p("", &e), -1);
 }
 
+TEST(reader_max_line)
+{
+    char p[300];
+    snprintf(p, sizeof p, "%s/bounded.txt", tmpdir);
+    write_file(p, "abc\nabcd\nab", 11);
+    mt_reader *r;
+    mt_err e;
+    T_EQ_INT(mt_reader_open(&r, p, &e), 0);
+    mt_reader_set_max_line(r, 3);
+    const char *l;
+    size_t len;
+    T_EQ_INT(mt_reader_getline(r, &l, &len, &e), 1);
+    T_EQ_INT(len, 3);
+    T_EQ_INT(mt_reader_getline(r, &l, &len, &e), -1); /* in the buffer: the fast path is bounded too */
+    T_CHECK(strstr(e.msg, "bounded.txt: line 2: longer than 3 bytes"));
+    mt_reader_close(r);
+    T_EQ_INT(mt_reader_open(&r, p, &e), 0);
+    mt_reader_set_max_line(r, 4);
+    for (int i = 0; i < 3; i++) T_EQ_INT(mt_reader_getline(r, &l, &len, &e), 1);
+    T_EQ_INT(len, 2);
+    T_EQ_INT(mt_reader_getline(r, &l, &len, &e), 0);
+    mt_reader_close(r);
+}
+
+/* A PID that no process has: a child's, after it is reaped. */
+static long dead_pid(void)
+{
+    pid_t c = fork();
+    if (c == 0) _exit(0);
+    waitpid(c, NULL, 0);
+    return (long)c;
+}
+
+static bool exists(const char *dir, const char *name)
+{
+    char p[600];
+    snprintf(p, sizeof p, "%s/%s", dir, name);
+    return access(p, F_OK) == 0;
+}
+
+TEST(atomic_stale_temporaries)
+{
+    T_EQ_INT(mt_out_tmp_pid(".a.bin.tmp.123.0"), 123);
+    T_EQ_INT(mt_out_tmp_pid(".a.tmp.b.bin.tmp.77.12"), 77);
+    T_EQ_INT(mt_out_tmp_pid("a.bin.tmp.123.0"), -1);    /* no leading dot */
+    T_EQ_INT(mt_out_tmp_pid(".tmp.123.0"), -1);         /* no name */
+    T_EQ_INT(mt_out_tmp_pid(".a.bin.tmp.123.0.x"), -1); /* more after the counter */
+    T_EQ_INT(mt_out_tmp_pid(".a.bin.tmp.123."), -1);
+    T_EQ_INT(mt_out_tmp_pid(".a.bin.tmp.-1.0"), -1);
+    T_EQ_INT(mt_out_tmp_pid(".a.bin.tmp.0.0"), -1);
+    T_CHECK(mt_pid_dead(dead_pid()));
+    T_CHECK(!mt_pid_dead((long)getpid()));
+
+    char dir[300], name[6][128], p[1200];
+    snprintf(dir, sizeof dir, "%s/stale", tmpdir);
+    T_EQ_INT(mkdir(dir, 0755), 0);
+    long dead = dead_pid();
+    snprintf(name[0], sizeof name[0], ".x.bin.tmp.%ld.0", dead);              /* removed */
+    snprintf(name[1], sizeof name[1], ".x.idx.tmp.%ld.3", dead);              /* removed */
+    snprintf(name[2], sizeof name[2], ".x.bin.tmp.%ld.0", (long)getppid());   /* alive: kept */
+    snprintf(name[3], sizeof name[3], ".x.bin.tmp.%ld.1", (long)getpid());    /* ours: kept */
+    snprintf(name[4], sizeof name[4], "x.bin.tmp.%ld.0", dead);               /* another name: kept */
+    snprintf(name[5], sizeof name[5], ".d.tmp.%ld.0", dead);                  /* a directory: kept */
+    for (int i = 0; i < 5; i++) {
+        snprintf(p, sizeof p, "%s/%s", dir, name[i]);
+        write_file(p, "x", 1);
+    }
+    snprintf(p, sizeof p, "%s/%s", dir, name[5]);
+    T_EQ_INT(mkdir(p, 0755), 0);
+    /* the first output opened in the directory sweeps it */
+    mt_out o;
+    mt_err e;
+    snprintf(p, sizeof p, "%s/x.bin", dir);
+    T_EQ_INT(mt_out_open(&o, p, &e), 0);
+    T_EQ_INT(mt_out_commit(&o, &e), 0);
+    T_CHECK(!exists(dir, name[0]) && !exists(dir, name[1]));
+    for (int i = 2; i < 6; i++) T_CHECK(exists(dir, name[i]));
+}
+
 T_MAIN_BEGIN("test_util")
     tmpdir = t_tmpdir();
     RUN(flags_parse_values);
@@ -243,5 +323,7 @@ T_MAIN_BEGIN("test_util")
     RUN(atomic_commit_and_abort);
     RUN(flags_shared_rows);
     RUN(mkdir_p_parents_existing_and_errors);
+    RUN(reader_max_line);
+    RUN(atomic_stale_temporaries);
     t_tmpdir_remove();
 T_MAIN_END
