@@ -16,7 +16,7 @@
 #include "train/batch.h"
 #include "train/checkpoint.h"
 #include "train/evaluate.h"
-#include "train/model_ckpt.h"
+#include "train/open_model.h"
 #include "train/report.h"
 #include "util/err.h"
 #include "util/ompenv.h"
@@ -64,117 +64,65 @@ static const mt_cmd cmd = {
     flags,
 };
 
-static int arg_int(json_t *args, const char *key, const char *where)
-{
-    json_t *v = json_object_get(args, key);
-    if (!json_is_integer(v)) mt_die("%s/meta.json: args has no integer \"%s\"", where, key);
-    return (int)json_integer_value(v);
-}
-
-static double arg_num(json_t *args, const char *key, const char *where)
-{
-    json_t *v = json_object_get(args, key);
-    if (!json_is_number(v)) mt_die("%s/meta.json: args has no number \"%s\"", where, key);
-    return json_number_value(v);
-}
-
-static const char *arg_str(json_t *args, const char *key)
-{
-    json_t *v = json_object_get(args, key);
-    return json_is_string(v) ? json_string_value(v) : NULL;
-}
-
 typedef struct ev {
     mtk *k;
+    mt_model_ckpt mc;   /* config, tokenizer, meta.json and model of the checkpoint */
     mt_gpt *model;
     mt_gpt_ctx *ctx;
     mt_gpt_config cfg;
     int64_t vocab, eod;
-    const char *vocab_file, *merge_file;
 } ev;
 
-static void load_model(ev *v, json_t **args_out)
+static void load_model(ev *v)
 {
     mt_err e;
-    mt_ckpt_reader *r = mt_ckpt_open(load_dir, ckpt_step >= 0 ? ckpt_step : MT_CKPT_LATEST, &e);
-    if (!r) mt_die_err(&e);
-    const char *dir = mt_ckpt_dir(r);
-    json_t *args = json_object_get(mt_ckpt_meta(r), "args");
-    if (!json_is_object(args)) mt_die("%s/meta.json: missing \"args\"", dir);
-    args = json_deep_copy(args);   /* outlives the reader: the vocabulary paths below point into it */
-    const char *tt = arg_str(args, "tokenizer-type");
-    v->vocab_file = vocab_file ? vocab_file : arg_str(args, "vocab-file");
-    v->merge_file = merge_file ? merge_file : arg_str(args, "merge-file");
-    if (tt && !strcmp(tt, "NullTokenizer")) {
-        v->vocab = arg_int(args, "vocab-size", dir) + 1;
-        v->eod = v->vocab - 1;
-    } else {
-        if (!v->vocab_file || !v->merge_file) mt_die("%s: no vocabulary: pass --vocab-file and --merge-file", dir);
-        mt_bpe *b;
-        if (mt_bpe_load(&b, v->vocab_file, v->merge_file, &e)) mt_die_err(&e);
-        v->vocab = mt_bpe_vocab_size(b);
-        v->eod = mt_bpe_eod(b);
-        mt_bpe_free(b);
-    }
-    v->cfg = (mt_gpt_config){
-        .num_layers = arg_int(args, "num-layers", dir),
-        .hidden_size = arg_int(args, "hidden-size", dir),
-        .num_heads = arg_int(args, "num-attention-heads", dir),
-        .ffn_hidden_size = arg_int(args, "ffn-hidden-size", dir),
-        .seq_length = arg_int(args, "seq-length", dir),
-        .max_position_embeddings = arg_int(args, "max-position-embeddings", dir),
-        .vocab_size = (int)v->vocab,
-        .padded_vocab_size = mt_gpt_padded_vocab((int)v->vocab, arg_int(args, "make-vocab-size-divisible-by", dir), 1),
-        .layernorm_epsilon = (float)arg_num(args, "layernorm-epsilon", dir),
-        .init_method_std = arg_num(args, "init-method-std", dir),
-        .exact_gelu = json_is_true(json_object_get(args, "no-bias-gelu-fusion")) &&
-                      !json_is_true(json_object_get(args, "openai-gelu")),
-    };
-    if (mt_gpt_config_check(&v->cfg, &e)) mt_die("%s/meta.json: %s", dir, e.msg);
-    if (mbs <= 0) mbs = arg_int(args, "micro-batch-size", dir);
+    mt_model_open_opts o = {.iteration = ckpt_step >= 0 ? ckpt_step : MT_CKPT_LATEST, .vocab_file = vocab_file,
+                            .merge_file = merge_file};
+    if (mt_model_open(&v->mc, load_dir, &o, &e)) mt_die_err(&e);
+    v->cfg = v->mc.cfg;
+    v->vocab = v->mc.tok.vocab_size;
+    v->eod = v->mc.tok.eod;
+    if (mbs <= 0) mbs = v->mc.a.micro_batch_size;
     v->k = mtk_open(&(mtk_config){.backend = backend, .threads = threads}, &e);
     if (!v->k) mt_die_err(&e);
-    v->model = mt_gpt_create(v->k, &v->cfg, MT_GPT_INFER_ONLY, &e);
-    if (!v->model) mt_die_err(&e);
+    if (mt_model_load_weights(&v->mc, v->k, NULL, &e)) mt_die_err(&e);
+    v->model = v->mc.model;
     v->ctx = mt_gpt_ctx_new(v->model, (int)mbs, &e);
     if (!v->ctx) mt_die_err(&e);
-    size_t np = mt_gpt_num_params(v->model);
-    if (mt_gpt_load_weights(v->model, v->k, r, &e)) mt_die_err(&e);
-    *args_out = args;
-    if (isatty(2)) fprintf(stderr, "%s: loaded %s (%zu parameters)\n", mt_progname(), dir, np);
-    mt_ckpt_close(r);
+    if (isatty(2)) fprintf(stderr, "%s: loaded %s (%zu parameters)\n", mt_progname(), v->mc.dir, mt_gpt_num_params(v->model));
 }
 
-static void eval_split_mode(ev *v, json_t *args)
+static void eval_split_mode(ev *v)
 {
     mt_err e;
     int k = !strcmp(eval_split, "train") ? MT_SPLIT_TRAIN : !strcmp(eval_split, "test") ? MT_SPLIT_TEST : MT_SPLIT_VALID;
     const char *split = split_arg;
     if (!strcmp(eval_split, "all")) split = "1,0,0", k = MT_SPLIT_TRAIN;
-    if (!split) split = arg_str(args, "split");
+    if (!split) split = v->mc.a.split;
     const char **words = data_path.v;
     int nw = data_path.n;
-    json_t *dp = json_object_get(args, "data-path");
+    json_t *dp = json_object_get(v->mc.args, "data-path");
     if (!nw) {
         if (!json_is_array(dp) || !json_array_size(dp)) mt_die("no --data-path and none in the checkpoint");
         nw = (int)json_array_size(dp);
         words = mt_xcalloc((size_t)nw, sizeof *words);
-        for (int i = 0; i < nw; i++) words[i] = json_string_value(json_array_get(dp, (size_t)i));
+        for (int i = 0; i < nw; i++) {
+            words[i] = json_string_value(json_array_get(dp, (size_t)i));
+            if (!words[i]) mt_die("%s/meta.json: \"args.data-path\" holds a non-string", v->mc.dir);
+        }
     }
     mt_gpt_data_args da = {0};
     da.n_args = nw;
     da.args = (char *const *)words;
     da.split = split;
     da.seq_length = v->cfg.seq_length;
-    json_t *s = json_object_get(args, "seed");
-    da.seed = (uint32_t)(seed >= 0 ? seed : json_is_integer(s) ? json_integer_value(s) : 1234);
+    da.seed = (uint32_t)(seed >= 0 ? seed : v->mc.a.seed);
     for (int i = 0; i < MT_NSPLITS; i++) da.num_samples[i] = i == k ? -1 : 1;
     /* the training run's cache directory and blend surplus unless given (same samples as mt-train) */
-    const char *cache_dir = data_cache_path ? data_cache_path : data_path.n ? NULL : arg_str(args, "data-cache-path");
+    const char *cache_dir = data_cache_path ? data_cache_path : data_path.n ? NULL : v->mc.a.data_cache_path;
     char *cache = mt_default_cache_dir(cache_dir, nw, words);
     da.cache_dir = cache;
-    json_t *su = json_object_get(args, "mid-level-dataset-surplus");
-    da.surplus = json_is_number(su) ? json_number_value(su) : 0.005;
+    da.surplus = v->mc.a.mid_level_dataset_surplus;
     mt_gpt_data d;
     if (mt_gpt_data_open(&d, &da, &e)) mt_die_err(&e);
     mt_batch b;
@@ -240,9 +188,12 @@ static void score_doc(ev *v, const uint32_t *ids, size_t n, double *logprob)
 static void score_mode(ev *v)
 {
     mt_err e;
-    if (!v->vocab_file || !v->merge_file) mt_die("--score needs --vocab-file and --merge-file (the checkpoint has none)");
-    mt_bpe *bpe;
-    if (mt_bpe_load(&bpe, v->vocab_file, v->merge_file, &e)) mt_die_err(&e);
+    mt_bpe *bpe = v->mc.tok.bpe;   /* the checkpoint's BPE; with NullTokenizer, the one given */
+    if (!bpe) {
+        if (!v->mc.vocab_file || !v->mc.merge_file)
+            mt_die("--score needs --vocab-file and --merge-file (the checkpoint has none)");
+        if (mt_bpe_load(&bpe, v->mc.vocab_file, v->mc.merge_file, &e)) mt_die_err(&e);
+    }
     mt_bpe_ctx *ctx = mt_bpe_ctx_new(bpe);
     mt_reader *rd;
     if (mt_reader_open(&rd, "-", &e)) mt_die_err(&e);
@@ -280,7 +231,7 @@ static void score_mode(ev *v)
     free(ids.p);
     mt_reader_close(rd);
     mt_bpe_ctx_free(ctx);
-    mt_bpe_free(bpe);
+    if (bpe != v->mc.tok.bpe) mt_bpe_free(bpe);
 }
 
 int main(int argc, char **argv)
@@ -292,15 +243,13 @@ int main(int argc, char **argv)
     if (!load_dir) mt_die("--load is required (try --help)");
     if (!strcmp(backend, "cuda")) mt_die("--backend cuda: this build has no CUDA backend");
     ev v = {0};
-    json_t *args;
-    load_model(&v, &args);
+    load_model(&v);
     if (score)
         score_mode(&v);
     else
-        eval_split_mode(&v, args);
-    json_decref(args);
+        eval_split_mode(&v);
     mt_gpt_ctx_free(v.ctx);
-    mt_gpt_free(v.model);
+    mt_model_close(&v.mc);
     mtk_close(v.k);
     return 0;
 }

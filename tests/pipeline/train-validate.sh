@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # train-validate.sh: mt-train refuses what would silently train, resume or save wrongly: a resume with
 # another schedule, a --save that cannot be written, impossible optimizer values, a NaN loss or grad
-# norm, NaN weights in a checkpoint, and out-of-range numbers in a checkpoint's meta.json.
+# norm, NaN weights in a checkpoint, and out-of-range numbers in a checkpoint's meta.json (also where
+# mt-eval reads the model's shape and the data order from its args).
 . "$(dirname "$0")/../lib.sh"
 py=/usr/bin/python3
 d=$T_TMP
@@ -96,9 +97,9 @@ train --load "$d/nan" --save "$d/nan" --lr-decay-style cosine --no-check-for-nan
 t_grep "no NaN checkpoint with the check off" '^5$' "$d/nan/latest_checkpointed_iteration.txt"
 
 # 6. numbers in meta.json are checked (type and range) before use, naming the file and the field
-tamper() {   # tamper NAME FIELD VALUE PATTERN: FIELD (a.b) set to the JSON VALUE; the error must match PATTERN
+edit_meta() {   # edit_meta FIELD VALUE: a copy of ck in t whose FIELD (a.b) is the JSON VALUE
     rm -rf "$d/t" && cp -r "$d/ck" "$d/t"
-    $py - "$d/t/iter_0000005/mp_rank_00/meta.json" "$2" "$3" <<'EOF'
+    $py - "$d/t/iter_0000005/mp_rank_00/meta.json" "$1" "$2" <<'EOF'
 import sys, json
 p, field, value = sys.argv[1:]
 m = json.load(open(p)); o = m; keys = field.split(".")
@@ -106,6 +107,9 @@ for k in keys[:-1]: o = o[k]
 o[keys[-1]] = json.loads(value)
 open(p, "w").write(json.dumps(m))
 EOF
+}
+tamper() {   # tamper NAME FIELD VALUE PATTERN: mt-train --load with FIELD set to VALUE fails matching PATTERN
+    edit_meta "$2" "$3"
     if err1 train --load "$d/t" --lr-decay-style cosine; then t_grep "$1" "$4" "$d/e"
     else t_fail "$1" "$(cat "$d/o" "$d/e" | tail -2)"; fi
 }
@@ -125,3 +129,24 @@ tamper "iteration missing" iteration null "\"iteration\" is not an integer"
 tamper "consumed_train_samples -8" consumed_train_samples -8 "\"consumed_train_samples\" is -8, outside"
 tamper "consumed_valid_samples -1" consumed_valid_samples -1 "\"consumed_valid_samples\" is -1, outside"
 tamper "flops negative" num_floating_point_operations_so_far -1 "\"num_floating_point_operations_so_far\" is -1, outside"
+
+# 7. mt-eval opens the model the same way: the args it reads (model sizes, seed, surplus, ...) are
+# checked for type and against the range of their mt-train flag, naming the file and the field
+evaluate() { mt-eval --load "$d/t" --eval-split train --eval-iters 1; }
+edit_meta iteration 5
+evaluate >"$d/o" 2>"$d/e" && t_grep "mt-eval of the untouched checkpoint" 'lm loss value' "$d/o" \
+    || t_fail "mt-eval of the untouched checkpoint" "$(tail -2 "$d/e")"
+tamper_eval() {   # as tamper, for mt-eval
+    edit_meta "$2" "$3"
+    if err1 evaluate; then t_grep "mt-eval: $1" "$4" "$d/e"
+    else t_fail "mt-eval: $1" "$(cat "$d/o" "$d/e" | tail -2)"; fi
+}
+tamper_eval "num-layers 0" args.num-layers 0 "$m\"args.num-layers\" is 0, outside \[1, 100000\]"
+tamper_eval "hidden-size 1e300" args.hidden-size 1e300 "$m\"args.hidden-size\" is 1.0000000000000001e\+300, not an integer"
+tamper_eval "micro-batch-size 2.5" args.micro-batch-size 2.5 "\"args.micro-batch-size\" is 2.5, not an integer"
+tamper_eval "num-attention-heads missing" args.num-attention-heads null "\"args.num-attention-heads\" is not an integer"
+tamper_eval "seed -1" args.seed -1 "$m\"args.seed\" is -1, outside \[0, 4294967295\]"
+tamper_eval "seed a string" args.seed '"x"' "\"args.seed\" is not an integer"
+tamper_eval "surplus negative" args.mid-level-dataset-surplus -1 "\"args.mid-level-dataset-surplus\" is -1, outside"
+tamper_eval "layernorm-epsilon a string" args.layernorm-epsilon '"x"' "\"args.layernorm-epsilon\" is not a number"
+tamper_eval "vocab-size 0" args.vocab-size 0 "\"args.vocab-size\" is 0, outside"

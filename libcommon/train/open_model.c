@@ -1,0 +1,182 @@
+/* open_model.c: config, tokenizer, metadata and weights of a trained model from its checkpoint. */
+#include "train/open_model.h"
+
+#include <math.h>
+#include <string.h>
+
+#include "train/ckpt_meta.h"
+#include "train/model_ckpt.h"
+
+int mt_tokenizer_open(mt_tokenizer *t, const char *type, const char *vocab_file, const char *merge_file,
+                      int64_t null_vocab_size, mt_err *e)
+{
+    memset(t, 0, sizeof *t);
+    if (type && !strcmp(type, "NullTokenizer")) {
+        t->vocab_size = null_vocab_size + 1;   /* Megatron's NullTokenizer: eod is the id after the vocab */
+        t->eod = null_vocab_size;
+        return 0;
+    }
+    if (mt_bpe_load(&t->bpe, vocab_file, merge_file, e)) return -1;
+    t->vocab_size = mt_bpe_vocab_size(t->bpe);
+    t->eod = mt_bpe_eod(t->bpe);
+    return 0;
+}
+
+void mt_tokenizer_close(mt_tokenizer *t)
+{
+    if (t->bpe) mt_bpe_free(t->bpe);
+    t->bpe = NULL;
+}
+
+mt_gpt_config mt_gpt_config_from_args(const mt_train_args *a, int64_t vocab_size)
+{
+    return (mt_gpt_config){
+        .num_layers = a->num_layers,
+        .hidden_size = a->hidden_size,
+        .num_heads = a->num_attention_heads,
+        .ffn_hidden_size = a->ffn_hidden_size,
+        .seq_length = a->seq_length,
+        .max_position_embeddings = a->max_position_embeddings,
+        .vocab_size = (int)vocab_size,
+        .padded_vocab_size = mt_gpt_padded_vocab((int)vocab_size, a->make_vocab_size_divisible_by, 1),
+        .layernorm_epsilon = (float)a->layernorm_epsilon,
+        .init_method_std = a->init_method_std,
+        .exact_gelu = a->no_bias_gelu_fusion && !a->openai_gelu,
+        .hidden_dropout = (float)a->hidden_dropout,
+        .attention_dropout = (float)a->attention_dropout,
+    };
+}
+
+/* ---- the args of meta.json, each checked against the range of its mt-train flag ---- */
+
+static const mt_flag *train_flag(const char *key)
+{
+    for (const mt_flag *f = mt_train_cmd()->flags; f->name; f++)
+        if (!strcmp(f->name + 2, key)) return f;
+    return NULL;
+}
+
+static int absent(const json_t *args, const char *key)
+{
+    json_t *v = json_object_get(args, key);
+    return !v || json_is_null(v);
+}
+
+/* An integer arg; an absent (or null) one is the error "missing" unless optional, then dflt. */
+static int arg_i64(const mt_model_ckpt *mc, const char *key, int optional, int64_t dflt, int64_t *out, mt_err *e)
+{
+    if (optional && absent(mc->args, key)) {
+        *out = dflt;
+        return 0;
+    }
+    const mt_flag *f = train_flag(key);
+    return mt_meta_count(mc->args, "args.", key, mc->dir, (int64_t)f->min, (int64_t)f->max, out, e);
+}
+
+static int arg_int(const mt_model_ckpt *mc, const char *key, int *out, mt_err *e)
+{
+    int64_t x;
+    if (arg_i64(mc, key, 0, 0, &x, e)) return -1;
+    *out = (int)x;   /* the flags' ranges are within int */
+    return 0;
+}
+
+static int arg_real(const mt_model_ckpt *mc, const char *key, int optional, double dflt, double *out, mt_err *e)
+{
+    if (optional && absent(mc->args, key)) {
+        *out = dflt;
+        return 0;
+    }
+    const mt_flag *f = train_flag(key);
+    return mt_meta_real(mc->args, "args.", key, mc->dir, f->min, f->max, out, e);
+}
+
+/* A string arg, or NULL when absent or null; anything else is an error. */
+static int arg_str(const mt_model_ckpt *mc, const char *key, const char **out, mt_err *e)
+{
+    json_t *v = json_object_get(mc->args, key);
+    *out = json_is_string(v) ? json_string_value(v) : NULL;
+    if (v && !json_is_null(v) && !json_is_string(v))
+        return mt_err_set(e, "%s/meta.json: \"args.%s\" is not a string", mc->dir, key);
+    return 0;
+}
+
+static int read_args(mt_model_ckpt *mc, mt_err *e)
+{
+    mt_train_args *a = &mc->a;
+    memset(a, 0, sizeof *a);
+    if (arg_int(mc, "num-layers", &a->num_layers, e) || arg_int(mc, "hidden-size", &a->hidden_size, e) ||
+        arg_int(mc, "num-attention-heads", &a->num_attention_heads, e) ||
+        arg_int(mc, "ffn-hidden-size", &a->ffn_hidden_size, e) || arg_int(mc, "seq-length", &a->seq_length, e) ||
+        arg_int(mc, "max-position-embeddings", &a->max_position_embeddings, e) ||
+        arg_int(mc, "make-vocab-size-divisible-by", &a->make_vocab_size_divisible_by, e) ||
+        arg_int(mc, "micro-batch-size", &a->micro_batch_size, e) ||
+        arg_real(mc, "layernorm-epsilon", 0, 0, &a->layernorm_epsilon, e) ||
+        arg_real(mc, "init-method-std", 0, 0, &a->init_method_std, e) ||
+        /* dropout does nothing outside training: optional */
+        arg_real(mc, "hidden-dropout", 1, 0, &a->hidden_dropout, e) ||
+        arg_real(mc, "attention-dropout", 1, 0, &a->attention_dropout, e) ||
+        arg_i64(mc, "seed", 1, 1234, &a->seed, e) ||
+        arg_real(mc, "mid-level-dataset-surplus", 1, 0.005, &a->mid_level_dataset_surplus, e) ||
+        arg_str(mc, "tokenizer-type", &a->tokenizer_type, e) || arg_str(mc, "vocab-file", &a->vocab_file, e) ||
+        arg_str(mc, "merge-file", &a->merge_file, e) || arg_str(mc, "split", &a->split, e) ||
+        arg_str(mc, "data-cache-path", &a->data_cache_path, e))
+        return -1;
+    a->no_bias_gelu_fusion = json_is_true(json_object_get(mc->args, "no-bias-gelu-fusion"));
+    a->openai_gelu = json_is_true(json_object_get(mc->args, "openai-gelu"));
+    if (a->tokenizer_type && !strcmp(a->tokenizer_type, "NullTokenizer") &&
+        arg_i64(mc, "vocab-size", 0, 0, &a->vocab_size, e))
+        return -1;
+    return 0;
+}
+
+/* ---- opening ---- */
+
+static int open_meta(mt_model_ckpt *mc, const mt_model_open_opts *o, mt_err *e)
+{
+    mc->args = json_object_get(mc->meta, "args");
+    if (!json_is_object(mc->args)) return mt_err_set(e, "%s/meta.json: missing \"args\"", mc->dir);
+    if (o->expect) return mt_train_args_check_model(o->expect, mc->args, mc->dir, e);
+    if (read_args(mc, e)) return -1;
+    const mt_train_args *a = &mc->a;
+    mc->vocab_file = o->vocab_file ? o->vocab_file : a->vocab_file;
+    mc->merge_file = o->merge_file ? o->merge_file : a->merge_file;
+    int null_tok = a->tokenizer_type && !strcmp(a->tokenizer_type, "NullTokenizer");
+    if (!null_tok && (!mc->vocab_file || !mc->merge_file))
+        return mt_err_set(e, "%s: no vocabulary: pass --vocab-file and --merge-file", mc->dir);
+    if (mt_tokenizer_open(&mc->tok, a->tokenizer_type, mc->vocab_file, mc->merge_file, a->vocab_size, e)) return -1;
+    mc->cfg = mt_gpt_config_from_args(a, mc->tok.vocab_size);
+    if (mt_gpt_config_check(&mc->cfg, e)) return mt_err_prefix(e, "%s/meta.json", mc->dir);
+    return 0;
+}
+
+int mt_model_open(mt_model_ckpt *mc, const char *load_dir, const mt_model_open_opts *o, mt_err *e)
+{
+    memset(mc, 0, sizeof *mc);
+    mc->reader = mt_ckpt_open(load_dir, o->iteration, e);
+    if (!mc->reader) return -1;
+    mc->dir = mt_ckpt_dir(mc->reader);
+    mc->meta = mt_ckpt_meta(mc->reader);
+    if (open_meta(mc, o, e)) {
+        mt_model_close(mc);
+        return -1;
+    }
+    return 0;
+}
+
+int mt_model_load_weights(mt_model_ckpt *mc, mtk *k, mt_gpt *model, mt_err *e)
+{
+    if (!model) {
+        mc->model = model = mt_gpt_create(k, &mc->cfg, MT_GPT_INFER_ONLY, e);
+        if (!model) return -1;
+    }
+    return mt_gpt_load_weights(model, k, mc->reader, e);
+}
+
+void mt_model_close(mt_model_ckpt *mc)
+{
+    mt_gpt_free(mc->model);
+    mt_tokenizer_close(&mc->tok);
+    if (mc->reader) mt_ckpt_close(mc->reader);
+    memset(mc, 0, sizeof *mc);
+}

@@ -1,0 +1,70 @@
+/* open_model.h: the one way to open a trained model: from a checkpoint directory (and iteration), the
+ * model config built from the checkpoint's args exactly as mt-train builds it from its flags, the
+ * tokenizer the args name (GPT-2 BPE from the recorded vocab/merge files, or NullTokenizer), the
+ * checkpoint's meta.json and the weights in an mt_gpt on a given backend. Used by mt-eval and mt-train
+ * --load (and by the programs that generate from or convert checkpoints).
+ *
+ * Opening is two calls so that a caller can report between them: mt_model_open reads and checks the
+ * metadata, mt_model_load_weights reads the weights. Numbers in meta.json's args are checked for type
+ * and against the range of the mt-train flag they come from, naming the file and the field
+ * ("<dir>/meta.json: \"args.num-layers\" is 0, outside [1, 100000]").
+ */
+#ifndef MT_TRAIN_OPEN_MODEL_H
+#define MT_TRAIN_OPEN_MODEL_H
+
+#include <jansson.h>
+#include <stdint.h>
+
+#include "kernels.h"
+#include "model/gpt.h"
+#include "tok/bpe.h"
+#include "train/args.h"
+#include "train/checkpoint.h"
+#include "util/err.h"
+
+/* A tokenizer as mt-train's --tokenizer-type names it: bpe is NULL for NullTokenizer (ids 0..n-1, end
+ * of document n, so vocab_size n + 1). */
+typedef struct mt_tokenizer {
+    mt_bpe *bpe;
+    int64_t vocab_size, eod;
+} mt_tokenizer;
+
+/* type NULL means GPT2BPETokenizer (vocab_file and merge_file required); null_vocab_size is
+ * NullTokenizer's --vocab-size. 0, or -1 with e set. */
+int mt_tokenizer_open(mt_tokenizer *t, const char *type, const char *vocab_file, const char *merge_file,
+                      int64_t null_vocab_size, mt_err *e);
+void mt_tokenizer_close(mt_tokenizer *t);
+
+/* The model config of the args with the tokenizer's vocab_size (padded by --make-vocab-size-divisible-by);
+ * not checked (mt_gpt_config_check). */
+mt_gpt_config mt_gpt_config_from_args(const mt_train_args *a, int64_t vocab_size);
+
+typedef struct mt_model_open_opts {
+    int64_t iteration;                    /* >= 0, MT_CKPT_LATEST or MT_CKPT_RELEASE */
+    const char *vocab_file, *merge_file;  /* override the checkpoint's (NULL: its own) */
+    /* mt-train --load: the checkpoint's args must describe the model of these flags (the first
+     * differing flag is the error); the config and tokenizer are then the caller's and not built. */
+    const mt_train_args *expect;
+} mt_model_open_opts;
+
+typedef struct mt_model_ckpt {
+    mt_ckpt_reader *reader;  /* open until mt_model_close (optimizer state is read from it) */
+    const char *dir;         /* "<load>/iter_%07d/mp_rank_00" */
+    json_t *meta;            /* meta.json, borrowed from the reader */
+    json_t *args;            /* meta.json's "args" object, borrowed */
+    /* without expect: */
+    mt_train_args a;         /* the model, tokenizer and data fields of the args, checked; the rest 0 */
+    const char *vocab_file, *merge_file;   /* the tokenizer's files (an override or the args'), or NULL */
+    mt_tokenizer tok;
+    mt_gpt_config cfg;       /* checked */
+    mt_gpt *model;           /* created by mt_model_load_weights when it was given none; freed by close */
+} mt_model_ckpt;
+
+/* Opens the checkpoint of load_dir and reads its metadata. 0, or -1 with e set (nothing left open). */
+int mt_model_open(mt_model_ckpt *mc, const char *load_dir, const mt_model_open_opts *o, mt_err *e);
+/* Reads the weights into model, or (model NULL) into a model of mc->cfg created on k without gradients
+ * (mc->model; the caller makes the activation or inference contexts it needs). 0, or -1 with e set. */
+int mt_model_load_weights(mt_model_ckpt *mc, mtk *k, mt_gpt *model, mt_err *e);
+void mt_model_close(mt_model_ckpt *mc);
+
+#endif

@@ -1,0 +1,334 @@
+/* train_ckpt.c: saving and loading a run's checkpoint state (see train_ckpt.h). */
+#include "train/train_ckpt.h"
+
+#include <float.h>
+#include <limits.h>
+#include <math.h>
+#include <stddef.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "train/checkpoint.h"
+#include "train/ckpt_meta.h"
+#include "train/open_model.h"
+
+/* ---- saving ---- */
+
+/* The first non-finite value of n floats, or -1. */
+static ptrdiff_t first_nonfinite(const float *x, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        if (!isfinite(x[i])) return (ptrdiff_t)i;
+    return -1;
+}
+
+static json_t *sched_json(const mt_sched *s)
+{
+    return json_pack("{s:f,s:f,s:f,s:f,s:I,s:s,s:I,s:f,s:f,s:I,s:s}", "max_lr", s->max_lr, "min_lr", s->min_lr,
+                     "lr_warmup_init", s->init_lr, "lr_warmup_steps", s->warmup_steps, "lr_decay_steps",
+                     (json_int_t)s->decay_steps, "lr_decay_style", mt_lr_style_name(s->style), "num_steps",
+                     (json_int_t)s->num_steps, "start_wd", s->start_wd, "end_wd", s->end_wd, "wd_incr_steps",
+                     (json_int_t)s->wd_incr_steps, "wd_incr_style", mt_wd_style_name(s->wd_style));
+}
+
+static json_t *meta_json(const mt_trainer *t, int with_optim)
+{
+    json_t *meta = json_object();
+    json_object_set_new(meta, "checkpoint_version", json_real(3.0));
+    json_object_set_new(meta, "iteration", json_integer(t->iteration));
+    json_object_set_new(meta, "args", mt_train_args_to_json(&t->a));
+    json_object_set_new(meta, "consumed_train_samples", json_integer(t->consumed_train));
+    json_object_set_new(meta, "consumed_valid_samples", json_integer(t->consumed_valid));
+    json_object_set_new(meta, "num_floating_point_operations_so_far", json_real(t->flops_so_far));
+    json_object_set_new(meta, "opt_param_scheduler", sched_json(&t->sched));
+    if (with_optim)
+        json_object_set_new(meta, "optimizer",
+                            json_pack("{s:s,s:I,s:f,s:f,s:f}", "type", "adamw", "step", (json_int_t)t->opt.step,
+                                      "beta1", t->opt.beta1, "beta2", t->opt.beta2, "eps", t->opt.eps));
+    if (!t->a.no_save_rng)
+        json_object_set_new(meta, "rng_state",
+                            json_pack("{s:I,s:s}", "seed", (json_int_t)t->a.seed, "dropout",
+                                      "counter-based: masks derive from seed, iteration and micro-batch"));
+    json_object_set_new(meta, "loss_scaler", json_pack("{s:f}", "scale", 1.0));
+    return meta;
+}
+
+int mt_trainer_save(mt_trainer *t, FILE *log, mt_err *e)
+{
+    int nt = mt_gpt_num_tensors(t->model);
+    size_t np = mt_gpt_num_params(t->model);
+    int with_optim = !t->a.no_save_optim;
+    float *host = mt_xmalloc(np * sizeof(float) * (with_optim ? 3 : 1));
+    mtk_to_host(t->k, host, mt_gpt_params(t->model), np * sizeof(float));
+    if (with_optim) {
+        mtk_to_host(t->k, host + np, t->opt.exp_avg, np * sizeof(float));
+        mtk_to_host(t->k, host + 2 * np, t->opt.exp_avg_sq, np * sizeof(float));
+    }
+    /* never a checkpoint of NaN/inf weights or moments: resuming from it could only go on producing NaN */
+    for (int part = 0; part < (with_optim ? 3 : 1); part++) {
+        ptrdiff_t bad = first_nonfinite(host + (size_t)part * np, np);
+        if (bad < 0) continue;
+        const char *name = "?";
+        for (int i = 0; i < nt; i++) {
+            const mt_gpt_tensor *g = mt_gpt_tensor_at(t->model, i);
+            if ((size_t)bad >= g->offset && (size_t)bad < g->offset + g->numel) name = g->name;
+        }
+        mt_err_set(e, "%s: not saving iteration %lld: %s%s holds a non-finite value", t->a.save,
+                   (long long)t->iteration, name, part == 0 ? "" : part == 1 ? ".exp_avg" : ".exp_avg_sq");
+        free(host);
+        return -1;
+    }
+    mt_ckpt_tensor *mt = mt_xcalloc((size_t)nt, sizeof *mt), *ot = mt_xcalloc((size_t)nt * 2, sizeof *ot);
+    char (*names)[160] = mt_xcalloc((size_t)nt * 2, sizeof *names);
+    for (int i = 0; i < nt; i++) {
+        const mt_gpt_tensor *g = mt_gpt_tensor_at(t->model, i);
+        mt_ckpt_tensor c = {g->name, g->ndim, {g->shape[0], g->shape[1]}, host + g->offset};
+        mt[i] = c;
+        if (with_optim) {
+            snprintf(names[2 * i], sizeof names[0], "%s.exp_avg", g->name);
+            snprintf(names[2 * i + 1], sizeof names[0], "%s.exp_avg_sq", g->name);
+            mt_ckpt_tensor m1 = {names[2 * i], g->ndim, {g->shape[0], g->shape[1]}, host + np + g->offset};
+            mt_ckpt_tensor m2 = {names[2 * i + 1], g->ndim, {g->shape[0], g->shape[1]}, host + 2 * np + g->offset};
+            ot[2 * i] = m1;
+            ot[2 * i + 1] = m2;
+        }
+    }
+    json_t *meta = meta_json(t, with_optim);
+    if (log) fprintf(log, "saving checkpoint at iteration %7lld to %s\n", (long long)t->iteration, t->a.save);
+    int rc = mt_ckpt_save(t->a.save, t->iteration, mt, nt, ot, with_optim ? 2 * nt : 0, meta, e);
+    if (!rc && log)
+        fprintf(log, "  successfully saved checkpoint at iteration %7lld to %s\n", (long long)t->iteration, t->a.save);
+    json_decref(meta);
+    free(names);
+    free(ot);
+    free(mt);
+    free(host);
+    if (!rc) t->last_saved = t->iteration;
+    return rc;
+}
+
+/* ---- the scheduler ---- */
+
+/* A schedule style's name: one that parse knows, else an error naming the field. */
+static int meta_style(const json_t *o, const char *obj, const char *key, const char *where,
+                      int (*parse)(const char *), const char **out, mt_err *e)
+{
+    json_t *v = json_object_get(o, key);
+    if (!v) return mt_err_set(e, "%s/meta.json: missing string \"%s%s\"", where, obj, key);
+    if (!json_is_string(v) || parse(json_string_value(v)))
+        return mt_err_set(e, "%s/meta.json: \"%s%s\" is not a known style name", where, obj, key);
+    *out = json_string_value(v);
+    return 0;
+}
+static int parse_lr_style(const char *s)
+{
+    mt_lr_style x;
+    return mt_lr_style_parse(s, &x);
+}
+static int parse_wd_style(const char *s)
+{
+    mt_wd_style x;
+    return mt_wd_style_parse(s, &x);
+}
+
+/* Megatron's OptimizerParamScheduler._check_and_set: this run's value with --override-opt_param-scheduler,
+ * the checkpoint's with --use-checkpoint-opt_param-scheduler, and otherwise the two must agree. */
+static int sched_mismatch(const char *where, const char *name, const char *saved, const char *mine, mt_err *e)
+{
+    return mt_err_set(e,
+                      "%s: the checkpoint's %s (%s) differs from this run's (%s); pass "
+                      "--override-opt_param-scheduler or --use-checkpoint-opt_param-scheduler",
+                      where, name, saved, mine);
+}
+
+static int sched_value(const mt_trainer *t, double mine, double saved, const char *name, const char *where,
+                       double *out, mt_err *e)
+{
+    *out = mine;
+    if (t->a.override_opt_param_scheduler) return 0;
+    if (t->a.use_checkpoint_opt_param_scheduler) {
+        *out = saved;
+        return 0;
+    }
+    if (fabs(mine - saved) > 1e-12 * fmax(fabs(mine), fabs(saved))) {
+        char s[32], m[32];
+        snprintf(s, sizeof s, "%.17g", saved);
+        snprintf(m, sizeof m, "%.17g", mine);
+        return sched_mismatch(where, name, s, m, e);
+    }
+    return 0;
+}
+
+static int sched_count(const mt_trainer *t, int64_t mine, int64_t saved, const char *name, const char *where,
+                       int64_t *out, mt_err *e)
+{
+    *out = mine;
+    if (t->a.override_opt_param_scheduler) return 0;
+    if (t->a.use_checkpoint_opt_param_scheduler) {
+        *out = saved;
+        return 0;
+    }
+    if (mine != saved) {
+        char s[32], m[32];
+        snprintf(s, sizeof s, "%lld", (long long)saved);
+        snprintf(m, sizeof m, "%lld", (long long)mine);
+        return sched_mismatch(where, name, s, m, e);
+    }
+    return 0;
+}
+
+static int sched_style(const mt_trainer *t, const char *mine, const char *saved, const char *name, const char *where,
+                       const char **out, mt_err *e)
+{
+    *out = mine;
+    if (t->a.override_opt_param_scheduler) return 0;
+    if (t->a.use_checkpoint_opt_param_scheduler) {
+        *out = saved;
+        return 0;
+    }
+    if (strcmp(mine, saved)) return sched_mismatch(where, name, saved, mine, e);
+    return 0;
+}
+
+/* A real field of the scheduler through _check_and_set. */
+static int sched_real_field(const mt_trainer *t, const json_t *s, const char *key, double hi, double mine,
+                            const char *name, const char *dir, double *out, mt_err *e)
+{
+    double saved;
+    if (mt_meta_real(s, "opt_param_scheduler.", key, dir, 0, hi, &saved, e)) return -1;
+    return sched_value(t, mine, saved, name, dir, out, e);
+}
+
+static int sched_count_field(const mt_trainer *t, const json_t *s, const char *key, int64_t lo, int64_t mine,
+                             const char *name, const char *dir, int64_t *out, mt_err *e)
+{
+    int64_t saved;
+    if (mt_meta_count(s, "opt_param_scheduler.", key, dir, lo, MT_META_MAX_COUNT, &saved, e)) return -1;
+    return sched_count(t, mine, saved, name, dir, out, e);
+}
+
+/* The scheduler as Megatron's load_state_dict restores it: every field through _check_and_set, then
+ * num_steps from the checkpoint (also with --override-opt_param-scheduler). The result is checked as a
+ * schedule from the flags would be. */
+static int load_schedule(mt_trainer *t, const json_t *meta, const char *dir, mt_err *e)
+{
+    json_t *s = json_object_get(meta, "opt_param_scheduler");
+    if (!json_is_object(s)) return mt_err_set(e, "%s/meta.json: missing \"opt_param_scheduler\"", dir);
+    const char *P = "opt_param_scheduler.";
+    const double max = (double)MT_META_MAX_COUNT;
+    const mt_sched *sc = &t->sched;
+    double max_lr, min_lr, init_lr = sc->init_lr, warmup, start_wd, end_wd;
+    int64_t decay, wd_steps, num_steps;
+    const char *saved_style = NULL, *lr_style = NULL, *saved_wd_style = NULL, *wd_style_name = NULL;
+    if (sched_real_field(t, s, "max_lr", DBL_MAX, sc->max_lr, "learning rate", dir, &max_lr, e) ||
+        sched_real_field(t, s, "min_lr", DBL_MAX, sc->min_lr, "minimum learning rate", dir, &min_lr, e))
+        return -1;
+    /* not in Megatron's state: optional */
+    if (json_object_get(s, "lr_warmup_init") &&
+        sched_real_field(t, s, "lr_warmup_init", DBL_MAX, sc->init_lr, "warmup initial learning rate", dir, &init_lr, e))
+        return -1;
+    if (sched_real_field(t, s, "lr_warmup_steps", max, sc->warmup_steps, "warmup steps", dir, &warmup, e) ||
+        sched_count_field(t, s, "lr_decay_steps", 1, sc->decay_steps, "total number of decay steps", dir, &decay, e) ||
+        meta_style(s, P, "lr_decay_style", dir, parse_lr_style, &saved_style, e) ||
+        sched_style(t, mt_lr_style_name(sc->style), saved_style, "learning rate decay style", dir, &lr_style, e) ||
+        sched_real_field(t, s, "start_wd", DBL_MAX, sc->start_wd, "start weight decay", dir, &start_wd, e) ||
+        sched_real_field(t, s, "end_wd", DBL_MAX, sc->end_wd, "end weight decay", dir, &end_wd, e) ||
+        sched_count_field(t, s, "wd_incr_steps", 0, sc->wd_incr_steps, "total number of weight decay steps", dir,
+                          &wd_steps, e) ||
+        meta_style(s, P, "wd_incr_style", dir, parse_wd_style, &saved_wd_style, e) ||
+        sched_style(t, mt_wd_style_name(sc->wd_style), saved_wd_style, "weight decay incr style", dir, &wd_style_name,
+                    e) ||
+        /* samples of successful iterations: never more than were consumed */
+        mt_meta_count(s, P, "num_steps", dir, 0, t->consumed_train, &num_steps, e))
+        return -1;
+    mt_lr_style style;
+    mt_wd_style wd_style;
+    mt_lr_style_parse(lr_style, &style);
+    mt_wd_style_parse(wd_style_name, &wd_style);
+    mt_sched ns;
+    if (mt_sched_init_steps(&ns, init_lr, max_lr, min_lr, warmup, decay, style, sc->wsd_decay_steps, sc->wsd_style,
+                            start_wd, end_wd, wd_steps, wd_style, e))
+        return mt_err_prefix(e, "%s/meta.json: opt_param_scheduler", dir);
+    ns.num_steps = num_steps;
+    mt_sched_step(&ns, 0);
+    t->sched = ns;
+    return 0;
+}
+
+/* ---- loading ---- */
+
+static int load_optimizer(mt_trainer *t, mt_model_ckpt *mc, int release, mt_err *e)
+{
+    json_t *o = json_object_get(mc->meta, "optimizer");
+    if (!json_is_object(o)) return mt_err_set(e, "%s/meta.json: missing \"optimizer\"", mc->dir);
+    /* a step per successful iteration; a negative one would make the bias correction divide by 0 */
+    if (mt_meta_count(o, "optimizer.", "step", mc->dir, 0, release || t->iteration > INT_MAX ? INT_MAX : t->iteration,
+                      &t->opt.step, e))
+        return -1;
+    size_t np = mt_gpt_num_params(t->model);
+    int nt = mt_gpt_num_tensors(t->model), rc = 0;
+    float *m = mt_xmalloc(np * sizeof(float)), *v = mt_xmalloc(np * sizeof(float));
+    for (int i = 0; i < nt && !rc; i++) {
+        const mt_gpt_tensor *g = mt_gpt_tensor_at(t->model, i);
+        char n1[160], n2[160];
+        snprintf(n1, sizeof n1, "%s.exp_avg", g->name);
+        snprintf(n2, sizeof n2, "%s.exp_avg_sq", g->name);
+        rc = mt_ckpt_read_tensor(mc->reader, MT_CKPT_OPTIM, n1, g->ndim, g->shape, m + g->offset, e) ||
+                     mt_ckpt_read_tensor(mc->reader, MT_CKPT_OPTIM, n2, g->ndim, g->shape, v + g->offset, e)
+                 ? -1
+                 : 0;
+    }
+    if (!rc) {
+        mtk_to_device(t->k, t->opt.exp_avg, m, np * sizeof(float));
+        mtk_to_device(t->k, t->opt.exp_avg_sq, v, np * sizeof(float));
+    }
+    free(m);
+    free(v);
+    return rc;
+}
+
+/* The counters, the scheduler and (unless --no-load-optim) the optimizer. */
+static int load_state(mt_trainer *t, mt_model_ckpt *mc, mt_err *e)
+{
+    const char *dir = mc->dir;
+    json_t *meta = mc->meta;
+    int release = mt_ckpt_is_release(mc->reader);
+    t->iteration = 0;
+    if (!release && mt_meta_count(meta, "", "iteration", dir, 0, MT_META_MAX_COUNT, &t->iteration, e)) return -1;
+    if (mt_meta_count(meta, "", "consumed_train_samples", dir, 0, MT_META_MAX_COUNT, &t->consumed_train, e) ||
+        mt_meta_count(meta, "", "consumed_valid_samples", dir, 0, MT_META_MAX_COUNT, &t->consumed_valid, e))
+        return -1;
+    t->flops_so_far = 0;
+    if (json_object_get(meta, "num_floating_point_operations_so_far") &&
+        mt_meta_real(meta, "", "num_floating_point_operations_so_far", dir, 0, DBL_MAX, &t->flops_so_far, e))
+        return -1;
+    if (load_schedule(t, meta, dir, e)) return -1;
+    if (!t->a.no_load_optim && load_optimizer(t, mc, release, e)) return -1;
+    /* --no-load-rng: nothing to restore; dropout masks derive from --seed and the iteration */
+    return 0;
+}
+
+int mt_trainer_load(mt_trainer *t, FILE *log, mt_err *e)
+{
+    int64_t it;
+    int r = mt_ckpt_latest(t->a.load, &it, e);
+    if (r < 0) return -1;
+    if (r == 1) {
+        if (t->a.exit_on_missing_checkpoint)
+            return mt_err_set(e, "%s: no %s: no checkpoint to load (--exit-on-missing-checkpoint)", t->a.load,
+                              MT_CKPT_TRACKER);
+        return 1;
+    }
+    mt_model_ckpt mc;
+    mt_model_open_opts o = {.iteration = MT_CKPT_LATEST, .expect = &t->a};
+    if (mt_model_open(&mc, t->a.load, &o, e)) return -1;
+    if (log) fprintf(log, "loading checkpoint from %s at iteration %lld\n", t->a.load, (long long)mt_ckpt_iteration(mc.reader));
+    int rc = mt_model_load_weights(&mc, t->k, t->model, e);
+    if (!rc && !t->a.finetune) rc = load_state(t, &mc, e);
+    if (!rc && log)
+        fprintf(log, "  successfully loaded checkpoint from %s [ t 1/1, p 1/1 ] at iteration %lld\n", t->a.load,
+                (long long)t->iteration);
+    mt_model_close(&mc);
+    if (!rc) t->last_saved = t->iteration;
+    return rc;
+}

@@ -1,0 +1,26 @@
+/* train_ckpt.h: a run's checkpoint: the model's tensors, AdamW's moments and meta.json (args, iteration,
+ * consumed samples, FLOPs, the scheduler, the optimizer, the RNG and the loss scaler), saved from and
+ * restored into an mt_trainer in Megatron's layout (checkpoint.h has the files).
+ */
+#ifndef MT_TRAIN_TRAIN_CKPT_H
+#define MT_TRAIN_TRAIN_CKPT_H
+
+#include <stdio.h>
+
+#include "train/trainer.h"
+#include "util/err.h"
+
+/* Saves iteration t->iteration to --save, printing Megatron's "saving checkpoint ..." and "successfully
+ * saved ..." lines on log (NULL: none). Never a checkpoint of non-finite weights or moments: an error
+ * naming the tensor. Sets t->last_saved. 0, or -1 with e set. */
+int mt_trainer_save(mt_trainer *t, FILE *log, mt_err *e);
+
+/* Loads --load's latest checkpoint: checks that its args describe this model, reads the weights and,
+ * unless --finetune, the iteration, consumed samples, FLOPs, the scheduler (Megatron's _check_and_set
+ * with --override-opt_param-scheduler / --use-checkpoint-opt_param-scheduler) and, unless
+ * --no-load-optim, AdamW's step and moments; every number of meta.json checked for type and range.
+ * Prints Megatron's "loading checkpoint ..." lines on log. 0 when loaded, 1 when --load has no
+ * checkpoint (no tracker file; an error with --exit-on-missing-checkpoint), -1 with e set. */
+int mt_trainer_load(mt_trainer *t, FILE *log, mt_err *e);
+
+#endif

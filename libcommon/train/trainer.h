@@ -1,0 +1,75 @@
+/* trainer.h: the training state and step of one run (Megatron's train_step), as a library.
+ *
+ * mt_trainer holds what a run carries from iteration to iteration: the model, AdamW, the schedule, the
+ * data and the counters that a checkpoint restores (marked ckpt; saved and loaded by train_ckpt.h).
+ * mt-train is the flags, the wiring and the reporting around it (log lines, TensorBoard, metrics,
+ * signals).
+ *
+ * One step (mt_trainer_step) is, in order:
+ *   1. zero the gradients;
+ *   2. for each of the num_micro micro-batches: read it (samples consumed_train + m * micro_batch_size
+ *      of the train split), set the dropout key of (iteration, m), forward, backward with loss scale
+ *      1 / num_micro (gradient accumulation);
+ *         - pipeline parallelism replaces this loop by its schedule (1F1B: forward and backward of the
+ *           micro-batches interleaved per stage, activations sent to the next stage and gradients
+ *           received from it around each forward/backward);
+ *   3. with --check-for-nan-in-loss-and-grad (the default) a non-finite loss is an error;
+ *         - data parallelism reduces the gradients across ranks here (all-reduce, or reduce-scatter
+ *           for a distributed optimizer), and the loss sum and token count with them, before the norm;
+ *   4. the optimizer step: global grad norm, clipping, AdamW update; a non-finite norm skips the update
+ *      (an error with the check on);
+ *   5. the schedule steps when the update was taken; iteration, consumed samples and FLOPs advance.
+ */
+#ifndef MT_TRAIN_TRAINER_H
+#define MT_TRAIN_TRAINER_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "data/gpt_dataset.h"
+#include "kernels.h"
+#include "model/gpt.h"
+#include "train/args.h"
+#include "train/batch.h"
+#include "train/optimizer.h"
+#include "train/schedule.h"
+#include "util/err.h"
+
+typedef struct mt_trainer {
+    mt_train_args a;
+    mtk *k;
+    mt_gpt *model;
+    mt_gpt_ctx *ctx;        /* activations of the micro-batch in flight (pipeline: one per micro-batch) */
+    mt_gpt_config cfg;
+    mt_adamw opt;            /* (ckpt) moments, step */
+    mt_sched sched;          /* (ckpt) num_steps */
+    mt_gpt_data data;
+    mt_batch batch;
+    int64_t vocab_size, eod;
+    int num_micro;           /* global batch / micro batch */
+    int64_t train_iters;
+    int64_t iteration;       /* (ckpt) */
+    int64_t consumed_train;  /* (ckpt) */
+    int64_t consumed_valid;  /* (ckpt) */
+    double flops_so_far;     /* (ckpt) num_floating_point_operations_so_far */
+    double flops_per_iter;   /* model FLOPs of one iteration (forward + backward) */
+    int64_t last_saved;      /* the iteration last saved or loaded */
+} mt_trainer;
+
+/* Builds the run of the (parsed and checked) args: tokenizer, config, backend, data, model initialised
+ * from --seed, AdamW and the schedule. 0, or -1 with e set (mt_trainer_close frees what was built). */
+int mt_trainer_open(mt_trainer *t, const mt_train_args *a, mt_err *e);
+void mt_trainer_close(mt_trainer *t);
+
+typedef struct mt_step_result {
+    double loss_sum, tokens;  /* masked token losses and their count over the micro-batches */
+    double loss;              /* loss_sum / tokens (0 without tokens) */
+    double grad_norm;         /* before clipping */
+    bool skipped;             /* non-finite grad norm: no update (only with the NaN check off) */
+} mt_step_result;
+
+/* One iteration (see above). -1 with e set on a read error or, with the NaN check on, a non-finite loss
+ * or grad norm (then nothing advanced and the weights are those before the step). */
+int mt_trainer_step(mt_trainer *t, mt_step_result *r, mt_err *e);
+
+#endif

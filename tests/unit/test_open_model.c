@@ -1,0 +1,158 @@
+/* test_open_model.c: the checked reads of meta.json numbers, and opening a trained model: the config
+ * from a checkpoint's args equals the one mt-train builds from the same flags, the weights round-trip,
+ * and a bad checkpoint is an error value, not an exit. */
+#include <stdint.h>
+#include <unistd.h>
+
+#include "t.h"
+#include "train/ckpt_meta.h"
+#include "train/open_model.h"
+
+TEST(meta_numbers)
+{
+    mt_err e;
+    json_t *o = json_pack("{s:I,s:f,s:f,s:f,s:s,s:I}", "n", (json_int_t)480, "r", 480.0, "h", 2.5, "big", 1e300,
+                          "s", "x", "neg", (json_int_t)-1);
+    int64_t n = 0;
+    double x = 0;
+    T_EQ_INT(mt_meta_count(o, "o.", "n", "d", 0, 1000, &n, &e), 0);
+    T_EQ_INT(n, 480);
+    T_EQ_INT(mt_meta_count(o, "o.", "r", "d", 0, 1000, &n, &e), 0);   /* 480.0 is 480 */
+    T_EQ_INT(n, 480);
+    T_EQ_INT(mt_meta_count(o, "o.", "h", "d", 0, 1000, &n, &e), -1);
+    T_EQ_STR(e.msg, "d/meta.json: \"o.h\" is 2.5, not an integer in [0, 1000]");
+    T_EQ_INT(mt_meta_count(o, "o.", "big", "d", 0, MT_META_MAX_COUNT, &n, &e), -1);
+    T_EQ_INT(mt_meta_count(o, "o.", "neg", "d", 0, 5, &n, &e), -1);
+    T_EQ_STR(e.msg, "d/meta.json: \"o.neg\" is -1, outside [0, 5]");
+    T_EQ_INT(mt_meta_count(o, "o.", "s", "d", 0, 5, &n, &e), -1);
+    T_EQ_STR(e.msg, "d/meta.json: \"o.s\" is not an integer");
+    T_EQ_INT(mt_meta_count(o, "o.", "gone", "d", 0, 5, &n, &e), -1);
+    T_EQ_STR(e.msg, "d/meta.json: missing integer \"o.gone\"");
+    T_EQ_INT(mt_meta_real(o, "", "h", "d", 0, 3, &x, &e), 0);
+    T_NEAR(x, 2.5, 0);
+    T_EQ_INT(mt_meta_real(o, "", "h", "d", 0, 1, &x, &e), -1);
+    T_EQ_STR(e.msg, "d/meta.json: \"h\" is 2.5, outside [0, 1]");
+    T_EQ_INT(mt_meta_real(o, "", "s", "d", 0, 1, &x, &e), -1);
+    T_EQ_STR(e.msg, "d/meta.json: \"s\" is not a number");
+    json_decref(o);
+}
+
+static char dir[600];
+
+/* Saves a checkpoint of a model built from argv as mt-train builds it; the args as it writes them. */
+static int save_model(mt_train_args *a, mtk *k, mt_gpt **out, mt_err *e)
+{
+    char *argv[] = {"mt-train", "--num-layers", "2", "--hidden-size", "16", "--num-attention-heads", "2",
+                    "--seq-length", "8", "--max-position-embeddings", "12", "--tokenizer-type", "NullTokenizer",
+                    "--vocab-size", "37", "--make-vocab-size-divisible-by", "8", "--micro-batch-size", "3",
+                    "--train-iters", "1", "--lr", "1e-3", "--no-bias-gelu-fusion", "--layernorm-epsilon", "1e-6",
+                    "--hidden-dropout", "0.2", "--seed", "77", "--data-path", "nowhere", NULL};
+    if (mt_train_args_parse(a, (int)(sizeof argv / sizeof *argv) - 1, argv, e)) return -1;
+    mt_tokenizer tok;
+    if (mt_tokenizer_open(&tok, a->tokenizer_type, a->vocab_file, a->merge_file, a->vocab_size, e)) return -1;
+    mt_gpt_config cfg = mt_gpt_config_from_args(a, tok.vocab_size);
+    mt_gpt *m = mt_gpt_create(k, &cfg, MT_GPT_INFER_ONLY, e);
+    if (!m) return -1;
+    mt_gpt_init(m, 77);
+    int nt = mt_gpt_num_tensors(m);
+    size_t np = mt_gpt_num_params(m);
+    float *host = malloc(np * sizeof(float));
+    mtk_to_host(k, host, mt_gpt_params(m), np * sizeof(float));
+    mt_ckpt_tensor *ts = calloc((size_t)nt, sizeof *ts);
+    for (int i = 0; i < nt; i++) {
+        const mt_gpt_tensor *g = mt_gpt_tensor_at(m, i);
+        mt_ckpt_tensor c = {g->name, g->ndim, {g->shape[0], g->shape[1]}, host + g->offset};
+        ts[i] = c;
+    }
+    json_t *meta = json_object();
+    json_object_set_new(meta, "iteration", json_integer(3));
+    json_object_set_new(meta, "args", mt_train_args_to_json(a));
+    int rc = mt_ckpt_save(dir, 3, ts, nt, NULL, 0, meta, e);
+    json_decref(meta);
+    free(ts);
+    free(host);
+    *out = m;
+    return rc;
+}
+
+TEST(open_roundtrip)
+{
+    mt_err e;
+    mtk *k = mtk_open(&(mtk_config){.backend = "cpu", .threads = 1}, &e);
+    T_CHECK(k);
+    if (!k) return;
+    mt_train_args a;
+    mt_gpt *saved = NULL;
+    if (save_model(&a, k, &saved, &e)) {
+        T_FAILF("save: %s", e.msg);
+        return;
+    }
+    mt_model_ckpt mc;
+    mt_model_open_opts o = {.iteration = MT_CKPT_LATEST};
+    if (mt_model_open(&mc, dir, &o, &e)) {
+        T_FAILF("open: %s", e.msg);
+        mt_gpt_free(saved);
+        mtk_close(k);
+        return;
+    }
+    const mt_gpt_config *want = mt_gpt_get_config(saved);
+    /* every field, dropout and epsilon included */
+    T_EQ_INT(mc.cfg.num_layers, want->num_layers);
+    T_EQ_INT(mc.cfg.hidden_size, want->hidden_size);
+    T_EQ_INT(mc.cfg.num_heads, want->num_heads);
+    T_EQ_INT(mc.cfg.ffn_hidden_size, want->ffn_hidden_size);
+    T_EQ_INT(mc.cfg.seq_length, want->seq_length);
+    T_EQ_INT(mc.cfg.max_position_embeddings, want->max_position_embeddings);
+    T_EQ_INT(mc.cfg.vocab_size, want->vocab_size);
+    T_EQ_INT(mc.cfg.padded_vocab_size, want->padded_vocab_size);
+    T_CHECK(mc.cfg.layernorm_epsilon == want->layernorm_epsilon && mc.cfg.init_method_std == want->init_method_std);
+    T_CHECK(mc.cfg.hidden_dropout == want->hidden_dropout && mc.cfg.attention_dropout == want->attention_dropout);
+    T_EQ_INT(mc.cfg.exact_gelu, want->exact_gelu);
+    T_EQ_INT(mc.cfg.padded_vocab_size, 40);
+    T_EQ_INT(mc.cfg.exact_gelu, 1);
+    T_CHECK(mc.tok.bpe == NULL);
+    T_EQ_INT(mc.tok.vocab_size, 38);
+    T_EQ_INT(mc.tok.eod, 37);
+    T_EQ_INT(mc.a.micro_batch_size, 3);
+    T_EQ_INT(mc.a.seed, 77);
+    T_EQ_INT(json_integer_value(json_object_get(mc.meta, "iteration")), 3);
+    T_EQ_INT(mt_model_load_weights(&mc, k, NULL, &e), 0);
+    T_CHECK(mc.model != NULL);
+    if (mc.model) {
+        size_t np = mt_gpt_num_params(saved);
+        float *x = malloc(np * sizeof(float)), *y = malloc(np * sizeof(float));
+        mtk_to_host(k, x, mt_gpt_params(saved), np * sizeof(float));
+        mtk_to_host(k, y, mt_gpt_params(mc.model), np * sizeof(float));
+        T_CHECK(mt_gpt_num_params(mc.model) == np && !memcmp(x, y, np * sizeof(float)));
+        free(x);
+        free(y);
+    }
+    mt_model_close(&mc);
+
+    /* mt-train --load: the args must describe the model of this run's flags */
+    mt_train_args other = a;
+    other.hidden_size = 32;
+    mt_model_open_opts ox = {.iteration = MT_CKPT_LATEST, .expect = &other};
+    T_EQ_INT(mt_model_open(&mc, dir, &ox, &e), -1);
+    T_CHECK(strstr(e.msg, "checkpoint was saved with --hidden-size 16, this run has --hidden-size 32") != NULL);
+    ox.expect = &a;
+    T_EQ_INT(mt_model_open(&mc, dir, &ox, &e), 0);
+    T_EQ_INT(mt_model_load_weights(&mc, k, saved, &e), 0);
+    mt_model_close(&mc);
+
+    /* no checkpoint: an error value naming the directory */
+    char none[700];
+    snprintf(none, sizeof none, "%s/none", t_tmp);
+    T_EQ_INT(mt_model_open(&mc, none, &o, &e), -1);
+    T_CHECK(strstr(e.msg, none) != NULL);
+    mt_gpt_free(saved);
+    mtk_close(k);
+}
+
+T_MAIN_BEGIN("test_open_model")
+t_tmpdir();
+snprintf(dir, sizeof dir, "%s/ck", t_tmp);
+RUN(meta_numbers);
+RUN(open_roundtrip);
+t_tmpdir_remove();
+T_MAIN_END
