@@ -377,7 +377,12 @@ static void dump(const mt_strs *pos)
                 for (int32_t k = 0; k < len; k++) {
                     if (!first) mt_buf_putc(&o, ' ');
                     first = false;
-                    put_i64(&o, mt_dtype_get(d.dtype, data, (uint64_t)k));
+                    int64_t v = mt_dtype_get(d.dtype, data, (uint64_t)k);
+                    if (v < 0)   /* the rule of every reader of token ids (data/sample.c) */
+                        mt_die("%s: sequence %llu, token %d (byte %llu of the .bin): %lld is not a token id", d.name,
+                               (ull)i, k, (ull)(mt_indexed_seq_offset(&d, i) + (uint64_t)k * mt_dtype_size(d.dtype)),
+                               (long long)v);
+                    put_i64(&o, v);
                 }
             }
             mt_buf_putc(&o, '\n');

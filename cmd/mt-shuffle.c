@@ -78,7 +78,8 @@ static void print_inspect(const mt_gpt_data *d)
     for (int k = 0; k < MT_NSPLITS; k++) {
         const mt_gpt_split_data *sp = &d->split[k];
         if (!sp->present) {
-            printf("%s: absent (zero weight in --split)\n", mt_split_names[k]);
+            printf("%s: absent (%s)\n", mt_split_names[k],
+                   d->src[0].range[k].present ? "no tokens, and no samples asked of it" : "zero weight in --split");
             continue;
         }
         printf("%s: %lld samples (requested %lld)\n", mt_split_names[k], (long long)sp->length, (long long)sp->requested);

@@ -168,6 +168,17 @@ int mt_gpt_cache_load(const char *dir, const mt_gpt_cache_key *k, const int32_t 
     out->doc_idx = (int32_t *)out->npy[0].data;
     out->sample_idx = (void *)out->npy[1].data;
     out->shuffle_idx = (void *)out->npy[2].data;
+    /* A description that matches but arrays that do not hold together: damaged or edited by hand. Using
+     * them would train on the wrong data (another split's documents, repeated samples): an error. */
+    const char *const arrays[3] = {paths[MT_CACHE_DOC], paths[MT_CACHE_SAMPLE], paths[MT_CACHE_SHUFFLE]};
+    if (mt_gpt_index_check(out, sizes, k->lo, k->hi, arrays, e)) {
+        mt_err_prefix(e, "index cache");
+        for (int j = 0; j < 3; j++) mt_npy_close(&out->npy[j]);
+        memset(out, 0, sizeof *out);
+        free(want);
+        mt_gpt_cache_paths_free(paths);
+        return -1;
+    }
     *hit = true;
 miss:
     free(want);

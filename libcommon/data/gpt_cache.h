@@ -8,7 +8,7 @@
  * The description (JSON) lists every parameter, the dataset fingerprint (.idx size and mtime, sequence
  * count, hash of the sizes array) and the shapes/dtypes of the arrays. A cache is used only when its
  * description is byte-identical to the one this build would write and every array validates; anything
- * else is rebuilt. The arrays are written first and the description last, each atomically, so a crash
+ * else is rebuilt, except arrays that match their description but do not hold together (an error). The arrays are written first and the description last, each atomically, so a crash
  * leaves no description pointing at missing or partial arrays.
  */
 #ifndef MT_DATA_GPT_CACHE_H
@@ -50,7 +50,9 @@ char *mt_gpt_cache_description(const mt_gpt_cache_key *k, const mt_gpt_plan *pla
 
 /* Loads a valid cache into out (mapped, read-only). *hit false (and 0 returned) when absent or stale;
  * *why then says why ("no description", "description differs", "...npy: ..."). -1 only on errors
- * that rebuilding cannot fix (none today besides a bad plan). */
+ * that rebuilding cannot fix: a bad plan, or arrays that match their description but do not hold
+ * together (mt_gpt_index_check: entries outside the split, a shuffle index that is no permutation),
+ * which means a damaged or edited cache; the message names the file. */
 int mt_gpt_cache_load(const char *dir, const mt_gpt_cache_key *k, const int32_t *sizes, size_t n_seq,
                       mt_gpt_index *out, bool *hit, char *why, size_t why_cap, mt_err *e);
 int mt_gpt_cache_save(const char *dir, const mt_gpt_cache_key *k, const mt_gpt_index *ix, mt_err *e);

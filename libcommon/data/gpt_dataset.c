@@ -175,32 +175,49 @@ static void blend_paths(const mt_gpt_data *d, const char *dir, int k, int64_t si
     }
 }
 
-static bool blend_load(mt_gpt_split_data *sp, char *p[3], const char *desc, int64_t size)
+/* 1: loaded, 0: absent or stale (rebuild), -1: the arrays match their description but name components or
+ * samples that do not exist (a damaged or edited cache: an error naming the file). */
+static int blend_load(mt_gpt_split_data *sp, char *p[3], const char *desc, int64_t size, int n, const int64_t *lens,
+                      mt_err *e)
 {
     mt_map m;
-    mt_err e;
-    if (mt_map_open(&m, p[0], &e)) return false;
+    mt_err le;
+    if (mt_map_open(&m, p[0], &le)) return 0;
     bool same = m.size == strlen(desc) && !memcmp(m.data, desc, m.size);
     mt_map_close(&m);
-    if (!same) return false;
+    if (!same) return 0;
     mt_npy a, b;
-    if (mt_npy_open(&a, p[1], &e)) return false;
-    if (mt_npy_open(&b, p[2], &e)) {
+    if (mt_npy_open(&a, p[1], &le)) return 0;
+    if (mt_npy_open(&b, p[2], &le)) {
         mt_npy_close(&a);
-        return false;
+        return 0;
     }
-    bool ok = !mt_npy_expect(&a, p[1], "<i2", 1, &size, &e) && !mt_npy_expect(&b, p[2], "<i8", 1, &size, &e);
-    if (ok) {
+    int rc = !mt_npy_expect(&a, p[1], "<i2", 1, &size, &le) && !mt_npy_expect(&b, p[2], "<i8", 1, &size, &le);
+    if (rc) {
         sp->ds_index = mt_xmalloc((size_t)(size ? size : 1) * 2);
         sp->ds_sample_index = mt_xmalloc((size_t)(size ? size : 1) * 8);
         if (size) {
             memcpy(sp->ds_index, a.data, (size_t)size * 2);
             memcpy(sp->ds_sample_index, b.data, (size_t)size * 8);
         }
+        for (int64_t i = 0; i < size && rc == 1; i++) {
+            int c = sp->ds_index[i];
+            if (c < 0 || c >= n)
+                rc = mt_err_set(e, "index cache: %s: entry %lld is dataset %d of %d", p[1], (long long)i, c, n);
+            else if (sp->ds_sample_index[i] < 0 || sp->ds_sample_index[i] >= lens[c])
+                rc = mt_err_set(e, "index cache: %s: entry %lld is sample %lld of dataset %d, which has %lld", p[2],
+                                (long long)i, (long long)sp->ds_sample_index[i], c, (long long)lens[c]);
+        }
+        if (rc < 0) {
+            free(sp->ds_index);
+            free(sp->ds_sample_index);
+            sp->ds_index = NULL;
+            sp->ds_sample_index = NULL;
+        }
     }
     mt_npy_close(&a);
     mt_npy_close(&b);
-    return ok;
+    return rc;
 }
 
 static int blend_save(const mt_gpt_split_data *sp, char *p[3], const char *desc, int64_t size, mt_err *e)
@@ -226,7 +243,9 @@ static int build_blend(mt_gpt_data *d, const mt_gpt_data_args *a, int k, int64_t
     if (a->cache_dir) {
         desc = blend_description(d, a, k, size, w);
         blend_paths(d, a->cache_dir, k, size, desc, p);
-        if (blend_load(sp, p, desc, size)) {
+        int hit = blend_load(sp, p, desc, size, d->n, lens, e);
+        if (hit < 0) goto fail;
+        if (hit) {
             sp->blend_cached = true;
             goto done;
         }
@@ -283,6 +302,14 @@ int mt_gpt_data_open(mt_gpt_data *d, const mt_gpt_data_args *a, mt_err *e)
         /* A split is present when it has width in the (first) dataset, as the ranges depend only on
          * the split string's weights being non-zero. */
         sp->present = d->src[0].range[k].present;
+        /* Zero samples asked of a split whose documents hold no tokens: nothing to build (Megatron-Core
+         * would loop forever looking for the one extra token); asking samples of it stays an error. */
+        if (sp->present && N == 0 && (!d->blended || d->weights)) {   /* (an unweighted blend takes whole epochs) */
+            int64_t tokens = 0;
+            for (int i = 0; i < n; i++)
+                for (int64_t j = d->src[i].range[k].lo; j < d->src[i].range[k].hi; j++) tokens += d->src[i].sizes[j];
+            if (tokens == 0) sp->present = false;
+        }
         if (!sp->present) continue;
         if (!d->blended) {
             if (build_component(&d->src[0], a, d->split_string, k, N, e)) goto out;

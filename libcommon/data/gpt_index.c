@@ -2,6 +2,7 @@
 #include "data/gpt_index.h"
 
 #include <math.h>
+#include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -198,4 +199,43 @@ void mt_gpt_index_free(mt_gpt_index *ix)
     }
     ix->doc_idx = NULL;
     ix->sample_idx = ix->shuffle_idx = NULL;
+}
+
+int mt_gpt_index_check(const mt_gpt_index *ix, const int32_t *sizes, int64_t lo, int64_t hi,
+                       const char *const paths[3], mt_err *e)
+{
+    const mt_gpt_plan *p = &ix->plan;
+    for (int64_t i = 0; i < p->doc_index_len; i++)
+        if (ix->doc_idx[i] < lo || ix->doc_idx[i] >= hi)
+            return mt_err_set(e, "%s: entry %lld is sequence %d, outside this split's sequences [%lld, %lld)", paths[0],
+                              (long long)i, ix->doc_idx[i], (long long)lo, (long long)hi);
+    int64_t pd = -1, po = 0;
+    for (int64_t i = 0; i <= p->num_samples; i++) {
+        int64_t d, o;
+        mt_gpt_sample_row(ix, i, &d, &o);
+        /* (an empty split's single row is (0, 0) with no document behind it) */
+        bool end = d == p->doc_index_len && o == 0;
+        if (!end && (d < 0 || d >= p->doc_index_len || o < 0 || o > sizes[ix->doc_idx[d]]))
+            return mt_err_set(e, "%s: row %lld (%lld, %lld) lies outside the document index or its document", paths[1],
+                              (long long)i, (long long)d, (long long)o);
+        if (d < pd || (d == pd && o <= po))
+            return mt_err_set(e, "%s: row %lld (%lld, %lld) does not advance past row %lld (%lld, %lld)", paths[1],
+                              (long long)i, (long long)d, (long long)o, (long long)(i - 1), (long long)pd, (long long)po);
+        pd = d, po = o;
+    }
+    uint64_t *seen = calloc((size_t)(p->num_samples / 64 + 1), sizeof *seen);
+    if (!seen) return mt_err_set(e, "%s: out of memory checking it", paths[2]);
+    int rc = 0;
+    for (int64_t i = 0; i < p->num_samples && !rc; i++) {
+        int64_t v = mt_gpt_shuffle_at(ix, i);
+        if (v < 0 || v >= p->num_samples)
+            rc = mt_err_set(e, "%s: entry %lld is %lld, outside [0, %lld)", paths[2], (long long)i, (long long)v,
+                            (long long)p->num_samples);
+        else if (seen[v / 64] >> (v % 64) & 1)
+            rc = mt_err_set(e, "%s: entry %lld repeats sample %lld (not a permutation)", paths[2], (long long)i, (long long)v);
+        else
+            seen[v / 64] |= 1ull << (v % 64);
+    }
+    free(seen);
+    return rc;
 }

@@ -58,6 +58,12 @@ typedef struct mt_gpt_index {
 int mt_gpt_index_build(const int32_t *sizes, size_t n_seq, int64_t lo, int64_t hi, const mt_gpt_index_params *p,
                        mt_gpt_index *out, mt_err *e);
 void mt_gpt_index_free(mt_gpt_index *ix);
+/* Structural checks of arrays read from a cache, in one pass each: every document index entry lies in
+ * the split's sequences [lo, hi); the sample index rows advance (document position, offset) strictly,
+ * within the document index and each document's length; the shuffle index is a permutation of
+ * [0, num_samples). -1 with a message naming the offending file (paths: document, sample, shuffle). */
+int mt_gpt_index_check(const mt_gpt_index *ix, const int32_t *sizes, int64_t lo, int64_t hi,
+                       const char *const paths[3], mt_err *e);
 
 /* The pieces, exposed for tests and tools. */
 /* Megatron _build_document_index: docs lo..hi-1 repeated num_epochs times, shuffled (once, or twice

@@ -251,6 +251,10 @@ int mt_indexed_open(mt_indexed *d, const char *prefix, mt_err *e)
     snprintf(path, n, "%s.idx", prefix);
     if (mt_map_open(&im, path, e)) {
         free(path);
+        size_t pl = strlen(prefix);
+        if (pl > 4 && (!strcmp(prefix + pl - 4, ".bin") || !strcmp(prefix + pl - 4, ".idx")))
+            mt_err_set(e, "%s: a dataset is named by its prefix, without .bin or .idx (try %.*s)", prefix, (int)(pl - 4),
+                       prefix);
         return -1;
     }
     snprintf(path, n, "%s.bin", prefix);

@@ -40,6 +40,11 @@ int mt_tokens_read(const mt_tokens *t, int64_t seq, int64_t offset, int64_t coun
         case 4: { int32_t v; memcpy(&v, p, 4); out[k] = v; } break;
         default: { int64_t v; memcpy(&v, p, 8); out[k] = v; } break;
         }
+        /* one rule for every reader of token ids (mt-index --dump too): a negative value is no token */
+        if (out[k] < 0)
+            return mt_err_set(e, "sequence %lld, token %lld (byte %llu of the .bin): %lld is not a token id",
+                              (long long)seq, (long long)(offset + k), (unsigned long long)(start + (uint64_t)k * (uint64_t)is),
+                              (long long)out[k]);
     }
     return 0;
 }

@@ -96,6 +96,11 @@ while case < n_cases:
             if ranges[0] is None:
                 ref.append(None)
                 continue
+            # zero samples asked of a split whose sequences hold no tokens: nothing is built (an unweighted
+            # blend takes whole epochs and builds as before)
+            if form != "unweighted" and N[si] == 0 and sum(int(np.sum(x[1][r[0]:r[1]])) for x, r in zip(dss, ranges)) == 0:
+                ref.append(None)
+                continue
             if form == "single":
                 g = gpt(dss[0][1], ranges[0][0], ranges[0][1], N[si], L, 1, seed, True)
                 ref.append(([g], None, None, [N[si]]))
