@@ -16,55 +16,48 @@
 
 /* ---- tensor table ---- */
 
-static void add_tensor(mt_gpt *m, const char *name, int64_t rows, int64_t cols, int no_decay)
+mt_model_arch mt_gpt_arch(const mt_gpt_config *c)
 {
-    mt_gpt_tensor *t = &m->tensors[m->ntensors++];
-    snprintf(t->name, sizeof t->name, "%s", name);
-    t->offset = m->nparams;
-    t->ndim = cols ? 2 : 1;
-    t->shape[0] = rows;
-    t->shape[1] = cols;
-    t->numel = (size_t)rows * (size_t)(cols ? cols : 1);
-    t->no_decay = no_decay;
-    m->nparams += t->numel;
+    mt_model_arch a = {
+        .num_layers = c->num_layers,
+        .hidden_size = c->hidden_size,
+        .num_heads = c->num_heads,
+        .num_query_groups = c->num_heads,
+        .ffn_hidden_size = c->ffn_hidden_size,
+        .max_position_embeddings = c->max_position_embeddings,
+        .padded_vocab_size = c->padded_vocab_size,
+        .norm = MT_NORM_LAYERNORM,
+        .position = MT_POS_LEARNED,
+        .mlp = MT_MLP_GELU,
+        .add_bias_linear = 1,
+        .tied_embeddings = 1,
+    };
+    return a;
 }
 
-static void build_table(mt_gpt *m)
+/* The table of one rank holding the whole model (the layout of tensor rank 0 of 1, stage 0 of 1). */
+static int build_table(mt_gpt *m, mt_err *e)
 {
-    const mt_gpt_config *c = &m->c;
-    int64_t h = c->hidden_size, f = c->ffn_hidden_size;
-    m->tensors = mt_xcalloc((size_t)MT_GPT_LNF_B(c->num_layers) + 1, sizeof *m->tensors);
-    add_tensor(m, "language_model.embedding.word_embeddings.weight", c->padded_vocab_size, h, 0);
-    add_tensor(m, "language_model.embedding.position_embeddings.weight", c->max_position_embeddings, h, 0);
-    static const struct {
-        const char *suffix;
-        int rows;   /* in units of h (1, 3) or f (-1) */
-        int cols;   /* 0: 1-D, 1: h, -1: f */
-    } per_layer[MT_GPT_PER_LAYER] = {
-        {"input_layernorm.weight", 1, 0},
-        {"input_layernorm.bias", 1, 0},
-        {"self_attention.query_key_value.weight", 3, 1},
-        {"self_attention.query_key_value.bias", 3, 0},
-        {"self_attention.dense.weight", 1, 1},
-        {"self_attention.dense.bias", 1, 0},
-        {"post_attention_layernorm.weight", 1, 0},
-        {"post_attention_layernorm.bias", 1, 0},
-        {"mlp.dense_h_to_4h.weight", -1, 1},
-        {"mlp.dense_h_to_4h.bias", -1, 0},
-        {"mlp.dense_4h_to_h.weight", 1, -1},
-        {"mlp.dense_4h_to_h.bias", 1, 0},
-    };
-    for (int l = 0; l < c->num_layers; l++)
-        for (int j = 0; j < MT_GPT_PER_LAYER; j++) {
-            char name[128];
-            snprintf(name, sizeof name, "language_model.encoder.layers.%d.%s", l, per_layer[j].suffix);
-            int64_t rows = per_layer[j].rows < 0 ? f : per_layer[j].rows * h;
-            int64_t cols = per_layer[j].cols == 0 ? 0 : per_layer[j].cols < 0 ? f : h;
-            add_tensor(m, name, rows, cols, cols == 0);
-        }
-    add_tensor(m, "language_model.encoder.final_layernorm.weight", h, 0, 1);
-    add_tensor(m, "language_model.encoder.final_layernorm.bias", h, 0, 1);
+    mt_model_arch a = mt_gpt_arch(&m->c);
+    mt_layout_part whole = {0, 1, 0, 1};
+    if (mt_layout_build(&a, &whole, &m->layout, e)) return -1;
+    m->tensors = mt_xcalloc((size_t)m->layout.n, sizeof *m->tensors);
+    for (int i = 0; i < m->layout.n; i++) {
+        const mt_layout_tensor *l = &m->layout.t[i];
+        mt_gpt_tensor *t = &m->tensors[m->ntensors++];
+        snprintf(t->name, sizeof t->name, "%s", l->name);
+        t->offset = l->offset;
+        t->numel = l->numel;
+        t->ndim = l->ndim;
+        t->shape[0] = l->local_shape[0];
+        t->shape[1] = l->local_shape[1];
+        t->no_decay = l->no_decay;
+    }
+    m->nparams = m->layout.numel;
+    return 0;
 }
+
+const mt_layout *mt_gpt_layout(const mt_gpt *m) { return &m->layout; }
 
 /* ---- weights ---- */
 
@@ -75,7 +68,10 @@ mt_gpt *mt_gpt_create(mtk *k, const mt_gpt_config *config, int mode, mt_err *e)
     m->k = k;
     m->c = *config;
     m->asz = mtk_act_size(k);
-    build_table(m);
+    if (build_table(m, e)) {
+        mt_gpt_free(m);
+        return NULL;
+    }
     size_t fl = sizeof(float);
     m->params = mtk_alloc(k, m->nparams * fl, e);
     if (m->params && mode == MT_GPT_TRAIN) m->grads = mtk_alloc(k, m->nparams * fl, e);
@@ -96,6 +92,7 @@ void mt_gpt_free(mt_gpt *m)
     if (m->params) mtk_free(m->k, m->params);
     if (m->grads) mtk_free(m->k, m->grads);
     free(m->tensors);
+    mt_layout_free(&m->layout);
     free(m);
 }
 

@@ -28,6 +28,7 @@
 #include <stdint.h>
 
 #include "kernels.h"
+#include "model/layout.h"
 #include "util/err.h"
 
 typedef struct mt_gpt_config {
@@ -82,6 +83,9 @@ size_t mt_gpt_num_params(const mt_gpt *m);          /* floats in the flat buffer
 int mt_gpt_num_tensors(const mt_gpt *m);
 const mt_gpt_tensor *mt_gpt_tensor_at(const mt_gpt *m, int i);
 const mt_gpt_tensor *mt_gpt_tensor_find(const mt_gpt *m, const char *name);   /* NULL if absent */
+/* The layout behind the table (model/layout.h), and GPT-2's architecture in the layout's terms. */
+const mt_layout *mt_gpt_layout(const mt_gpt *m);
+mt_model_arch mt_gpt_arch(const mt_gpt_config *c);
 float *mt_gpt_params(mt_gpt *m);                     /* device pointers, fp32 */
 float *mt_gpt_grads(mt_gpt *m);                      /* NULL unless created with MT_GPT_TRAIN */
 /* After the master parameters change (init, load, optimizer step): refresh the working copy in the

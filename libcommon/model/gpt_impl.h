@@ -34,8 +34,9 @@ struct mt_gpt {
     mt_gpt_config c;
     size_t asz;             /* bytes of one activation-dtype element */
 
+    mt_layout layout;       /* the tensor table (model/layout.h): one rank holding the whole model */
     int ntensors;
-    mt_gpt_tensor *tensors;
+    mt_gpt_tensor *tensors; /* the layout's entries as the model's callers see them */
     size_t nparams;
     float *params, *grads;  /* device, nparams floats each (grads: training only) */
     void *work;             /* working copy in the activation dtype (== params in fp32) */

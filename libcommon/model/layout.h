@@ -1,0 +1,87 @@
+/* layout.h: every tensor of a model as a pure function of its architecture and of one rank's place in
+ * the tensor/pipeline grid: name, global shape, this rank's slice (partition dimension and offset) and
+ * its offset in the rank's flat parameter buffer. No device memory and no kernels: the model allocates
+ * from it, and checkpoint conversion and resharding use it on its own.
+ *
+ * Partitioning is Megatron's (spec 7.2-7.6): the word embeddings and the output layer split by
+ * vocabulary rows; QKV and the first MLP matrix column-parallel (rows of [out, in] split, with their
+ * biases), each rank holding whole heads (query groups) in the per-head [np, 3, hn] order; the attention
+ * and MLP output matrices row-parallel (columns split, biases replicated); norms and position
+ * embeddings replicated. Layers split evenly over pipeline stages; the first stage holds the
+ * embeddings, the last the final norm and, with tied embeddings and more than one stage, its own copy
+ * of the word embeddings for the output layer (word_embeddings_for_head).
+ *
+ * Names are the keys of Megatron's legacy (v2/v3) state dict of that rank, layer indices local to the
+ * stage (spec 5.3); `layer` gives the global index. With one stage and one tensor rank, GPT-2's table
+ * is exactly the one mt's checkpoints have always had.
+ */
+#ifndef MT_MODEL_LAYOUT_H
+#define MT_MODEL_LAYOUT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "util/err.h"
+
+typedef enum { MT_NORM_LAYERNORM, MT_NORM_RMSNORM } mt_norm_kind;
+typedef enum { MT_POS_LEARNED, MT_POS_ROPE } mt_pos_kind;
+typedef enum { MT_MLP_GELU, MT_MLP_SWIGLU } mt_mlp_kind;
+
+/* The architecture: GPT-2 today (LayerNorm, learned positions, GeLU, biases, tied embeddings); the
+ * LLaMA family (RMSNorm, rotary positions, SwiGLU, grouped-query attention, no biases, untied) is
+ * described too, for conversion and the model options to come. */
+typedef struct mt_model_arch {
+    int num_layers, hidden_size, num_heads;
+    int num_query_groups;   /* = num_heads: multi-head attention; fewer: grouped-query */
+    int ffn_hidden_size, max_position_embeddings, padded_vocab_size;
+    mt_norm_kind norm;
+    mt_pos_kind position;
+    mt_mlp_kind mlp;
+    int add_bias_linear;    /* biases on the linear layers (GPT-2: 1) */
+    int tied_embeddings;    /* the output layer is the word embedding (GPT-2: 1) */
+} mt_model_arch;
+
+typedef struct mt_layout_part {
+    int tp_rank, tp_size, pp_stage, pp_stages;
+} mt_layout_part;
+
+typedef enum {
+    MT_T_WORD_EMB, MT_T_POS_EMB,
+    MT_T_NORM1_W, MT_T_NORM1_B, MT_T_QKV_W, MT_T_QKV_B, MT_T_PROJ_W, MT_T_PROJ_B,
+    MT_T_NORM2_W, MT_T_NORM2_B, MT_T_FC1_W, MT_T_FC1_B, MT_T_FC2_W, MT_T_FC2_B,
+    MT_T_FINAL_NORM_W, MT_T_FINAL_NORM_B,
+    MT_T_OUTPUT,            /* the output layer: untied, or the last stage's copy of tied embeddings */
+    MT_T_KINDS
+} mt_tensor_kind;
+
+typedef struct mt_layout_tensor {
+    char name[128];
+    mt_tensor_kind kind;
+    int layer;                 /* global layer index, -1 outside the transformer layers */
+    int ndim;                  /* 1 or 2 */
+    int64_t global_shape[2];   /* [out, in] for matrices */
+    int64_t local_shape[2];    /* this rank's slice */
+    int partition_dim;         /* -1 replicated; 0 rows split (column-parallel, vocabulary); 1 columns split */
+    int64_t partition_offset;  /* first global row/column of the slice along partition_dim */
+    size_t offset, numel;      /* in elements, in the rank's flat buffer */
+    int no_decay;              /* biases and norm weights: no weight decay */
+} mt_layout_tensor;
+
+typedef struct mt_layout {
+    mt_model_arch arch;
+    mt_layout_part part;
+    int first_layer, num_layers;   /* the stage's global layers [first_layer, first_layer + num_layers) */
+    int n;
+    mt_layout_tensor *t;           /* in buffer order */
+    size_t numel;                  /* the rank's flat buffer */
+} mt_layout;
+
+/* Builds the layout of one rank. -1 with a message naming the flag when the architecture cannot be
+ * split this way (heads, query groups, ffn, vocabulary not divisible by the tensor size; layers by the
+ * stages; out-of-range ranks). */
+int mt_layout_build(const mt_model_arch *a, const mt_layout_part *p, mt_layout *out, mt_err *e);
+void mt_layout_free(mt_layout *l);
+const mt_layout_tensor *mt_layout_find(const mt_layout *l, const char *name);      /* NULL if absent */
+const mt_layout_tensor *mt_layout_get(const mt_layout *l, int layer, mt_tensor_kind kind); /* NULL if absent */
+
+#endif
