@@ -1,6 +1,19 @@
-/* test_kernels.c: the kernel library's cpu backend against naive double-precision references written
- * here, every backward against central finite differences or an analytic double reference, on odd sizes;
- * plus dropout masks, the AdamW formula, and bit-identical results across runs and thread counts. */
+/* test_kernels.c: the kernel conformance suite. Every backend (cpu now; cuda and the SIMT simulator
+ * later) must pass it: each operation against a naive double-precision reference written here, every
+ * backward against central finite differences or an analytic double reference, on odd sizes (not
+ * multiples of 8, 16 or 64); dropout masks, the AdamW formula, the vocabulary-parallel cross-entropy
+ * pieces over 1-3 shards, the embedding's position offset and vocabulary shard, attention over a KV
+ * cache against the full causal attention, dtype conversion, the workspace and the sticky error,
+ * events; on the cpu backend, bit-identical results across runs and thread counts.
+ *
+ * The backend comes from MT_TEST_BACKEND (default cpu) and the activation dtype from MT_TEST_DTYPE
+ * (fp32, bf16 or fp16; default fp32); tests/pipeline/kernels-dtypes.sh runs the suite for bf16 and
+ * fp16 too. Data moves only through mtk_to_device/mtk_to_host: each test works on host arrays (float
+ * for activation and fp32 operands, int32 for ids) mirrored by device buffers of the operand's dtype,
+ * uploaded before and downloaded after every operation (the wrappers below). Activation arrays hold
+ * values already rounded to the dtype, so the references see exactly what the kernels see; tolerances
+ * on activation outputs are widened for bf16/fp16 by what rounding an output to 8/11 mantissa bits
+ * (with one rounded intermediate such as attention's saved output) implies. */
 #include <cblas.h>
 #include <math.h>
 #include <omp.h>
@@ -13,48 +26,190 @@
 #include "t.h"
 
 static mtk *K;
+static const char *BACKEND = "cpu";
+static mtk_dtype ACT = MTK_F32;
+static int DIRECT;   /* --bench on cpu fp32: device buffers used directly, no mirrors */
 
-/* A cpu backend with fp32 activations and a workspace for every shape used below. */
-static mtk *open_cpu(int threads, mt_err *e)
+/* A backend with the suite's activation dtype and a workspace for every shape used below. */
+static mtk *open_k(int threads, mtk_dtype act, mt_err *e)
 {
-    mtk *k = mtk_open(&(mtk_config){.backend = "cpu", .threads = threads}, e);
-    mtk_limits lim = {.max_act = (size_t)1 << 26, .max_flat = (size_t)1 << 26, .max_seq = 1024, .max_head_size = 256};
+    mtk *k = mtk_open(&(mtk_config){.backend = BACKEND, .threads = threads, .act_dtype = act}, e);
+    mtk_limits lim = {.max_act = (size_t)1 << 24, .max_flat = (size_t)1 << 24, .max_seq = 1024, .max_head_size = 256};
     if (k && mtk_reserve(k, &lim, e)) {
         mtk_close(k);
         return NULL;
     }
     return k;
 }
+static mtk *open_cpu(int threads, mt_err *e) { return open_k(threads, ACT, e); }
+
+/* ---- host arrays mirrored on the device ---- */
+
+enum { KA, KF, KI };   /* activation dtype, fp32, int32 */
+typedef struct {
+    mtk *k;
+    char *h;      /* host: float (KA, KF) or int32 (KI) */
+    void *d;
+    size_t n;
+    int kind;
+} mirror;
+static mirror MIR[512];
+
+static size_t dsize(int kind) { return kind == KA ? mtk_dtype_size(ACT) : 4; }
+/* x rounded to the activation dtype (as the kernels store it) */
+static float q(float x)
+{
+    return ACT == MTK_F32 ? x : ACT == MTK_BF16 ? mt_bf16_to_f32(mt_f32_to_bf16(x)) : mt_f16_to_f32(mt_f32_to_f16(x));
+}
+static mirror *find(const void *h)
+{
+    for (int i = 0; i < 512; i++)
+        if (MIR[i].h && (const char *)h >= MIR[i].h && (const char *)h < MIR[i].h + MIR[i].n * 4 + (MIR[i].n == 0))
+            return &MIR[i];
+    return NULL;
+}
+static void *newbuf(size_t n, int kind)
+{
+    mt_err e;
+    if (DIRECT) {
+        void *p = mtk_alloc(K, (n ? n : 1) * 4, &e);
+        if (!p) fprintf(stderr, "%s\n", e.msg), exit(1);
+        return p;
+    }
+    for (int i = 0; i < 512; i++)
+        if (!MIR[i].h) {
+            MIR[i].k = K;
+            MIR[i].h = calloc(n ? n : 1, 4);
+            MIR[i].d = mtk_alloc(K, (n ? n : 1) * dsize(kind), &e);
+            if (!MIR[i].h || !MIR[i].d) fprintf(stderr, "%s\n", e.msg), exit(1);
+            MIR[i].n = n;
+            MIR[i].kind = kind;
+            return MIR[i].h;
+        }
+    fprintf(stderr, "test_kernels: too many buffers\n");
+    exit(1);
+}
+static void ffree(void *h)
+{
+    if (DIRECT) {
+        mtk_free(K, h);
+        return;
+    }
+    mirror *m = find(h);
+    if (!m) return;
+    mtk_free(m->k, m->d);
+    free(m->h);
+    memset(m, 0, sizeof *m);
+}
+/* The device address of host address h (inside a mirrored array; NULL stays NULL). */
+static void *D(const void *h)
+{
+    if (!h || DIRECT) return (void *)(uintptr_t)h;
+    mirror *m = find(h);
+    if (!m) {
+        fprintf(stderr, "test_kernels: %p is not a mirrored array\n", h);
+        exit(1);
+    }
+    size_t i = (size_t)((const char *)h - m->h) / 4;
+    return (char *)m->d + i * dsize(m->kind);
+}
+static void up_all(void)
+{
+    if (DIRECT) return;
+    for (int i = 0; i < 512; i++) {
+        mirror *m = &MIR[i];
+        if (!m->h) continue;
+        if (m->kind != KA || ACT == MTK_F32) {
+            mtk_to_device(m->k, m->d, m->h, m->n * 4);
+            continue;
+        }
+        uint16_t *t = malloc((m->n ? m->n : 1) * 2);
+        const float *f = (const float *)m->h;
+        for (size_t j = 0; j < m->n; j++) t[j] = ACT == MTK_BF16 ? mt_f32_to_bf16(f[j]) : mt_f32_to_f16(f[j]);
+        mtk_to_device(m->k, m->d, t, m->n * 2);
+        free(t);
+    }
+}
+static void down_all(void)
+{
+    if (DIRECT) return;
+    for (int i = 0; i < 512; i++) {
+        mirror *m = &MIR[i];
+        if (!m->h) continue;
+        if (m->kind != KA || ACT == MTK_F32) {
+            mtk_to_host(m->k, m->h, m->d, m->n * 4);
+            continue;
+        }
+        uint16_t *t = malloc((m->n ? m->n : 1) * 2);
+        mtk_to_host(m->k, t, m->d, m->n * 2);
+        float *f = (float *)m->h;
+        for (size_t j = 0; j < m->n; j++) f[j] = ACT == MTK_BF16 ? mt_bf16_to_f32(t[j]) : mt_f16_to_f32(t[j]);
+        free(t);
+    }
+}
+
+/* Every operation goes through its mirrors: upload, run, download. */
+#define mtk_embed_fwd(k, o, t, we, wp, B, T, C, p0, v0, nv) \
+    (up_all(), mtk_embed_fwd(k, D(o), D(t), D(we), D(wp), B, T, C, p0, v0, nv), down_all())
+#define mtk_embed_bwd(k, dwe, dwp, dout, t, B, T, C, p0, v0, nv) \
+    (up_all(), mtk_embed_bwd(k, D(dwe), D(dwp), D(dout), D(t), B, T, C, p0, v0, nv), down_all())
+#define mtk_layernorm_fwd(k, o, mn, rs, i, w, b, N, C, eps) \
+    (up_all(), mtk_layernorm_fwd(k, D(o), D(mn), D(rs), D(i), D(w), D(b), N, C, eps), down_all())
+#define mtk_layernorm_bwd(k, di, dw, db, dout, i, w, mn, rs, N, C) \
+    (up_all(), mtk_layernorm_bwd(k, D(di), D(dw), D(db), D(dout), D(i), D(w), D(mn), D(rs), N, C), down_all())
+#define mtk_matmul_fwd(k, o, i, w, b, N, C, OC) (up_all(), mtk_matmul_fwd(k, D(o), D(i), D(w), D(b), N, C, OC), down_all())
+#define mtk_matmul_bwd(k, di, dw, db, dout, i, w, N, C, OC) \
+    (up_all(), mtk_matmul_bwd(k, D(di), D(dw), D(db), D(dout), D(i), D(w), N, C, OC), down_all())
+#define mtk_gelu_fwd(k, o, i, n, x) (up_all(), mtk_gelu_fwd(k, D(o), D(i), n, x), down_all())
+#define mtk_gelu_bwd(k, di, i, dout, n, x) (up_all(), mtk_gelu_bwd(k, D(di), D(i), D(dout), n, x), down_all())
+#define mtk_add(k, o, a, b, n) (up_all(), mtk_add(k, D(o), D(a), D(b), n), down_all())
+#define mtk_acc(k, y, x, n) (up_all(), mtk_acc(k, D(y), D(x), n), down_all())
+#define mtk_scale(k, x, s, n) (up_all(), mtk_scale(k, D(x), s, n), down_all())
+#define mtk_dropout_fwd(k, o, i, n, d) (up_all(), mtk_dropout_fwd(k, D(o), D(i), n, d), down_all())
+#define mtk_dropout_bwd(k, di, dout, n, d) (up_all(), mtk_dropout_bwd(k, D(di), D(dout), n, d), down_all())
+#define mtk_attention_fwd(k, o, l, qkv, B, T, NH, HS, d) \
+    (up_all(), mtk_attention_fwd(k, D(o), D(l), D(qkv), B, T, NH, HS, d), down_all())
+#define mtk_attention_bwd(k, dq, dout, qkv, o, l, B, T, NH, HS, d) \
+    (up_all(), mtk_attention_bwd(k, D(dq), D(dout), D(qkv), D(o), D(l), B, T, NH, HS, d), down_all())
+#define mtk_attention_kv(k, o, qkv, kc, vc, B, T, p0, Tm, NH, HS) \
+    (up_all(), mtk_attention_kv(k, D(o), D(qkv), D(kc), D(vc), B, T, p0, Tm, NH, HS), down_all())
+#define mtk_xent_fwd_bwd(k, l, d, x, t, s, N, V) (up_all(), mtk_xent_fwd_bwd(k, D(l), D(d), D(x), D(t), D(s), N, V), down_all())
+#define mtk_xent_rowmax(k, m, x, N, V) (up_all(), mtk_xent_rowmax(k, D(m), D(x), N, V), down_all())
+#define mtk_xent_sumexp(k, se, tl, x, m, t, N, V, v0) \
+    (up_all(), mtk_xent_sumexp(k, D(se), D(tl), D(x), D(m), D(t), N, V, v0), down_all())
+#define mtk_xent_loss(k, l, m, se, tl, N) (up_all(), mtk_xent_loss(k, D(l), D(m), D(se), D(tl), N), down_all())
+#define mtk_xent_bwd(k, d, x, m, se, t, s, N, V, v0) \
+    (up_all(), mtk_xent_bwd(k, D(d), D(x), D(m), D(se), D(t), D(s), N, V, v0), down_all())
+#define mtk_adamw(k, p, g, m, v, n, lr, b1, b2, eps, wd, t, gs) \
+    (up_all(), mtk_adamw(k, D(p), D(g), D(m), D(v), n, lr, b1, b2, eps, wd, t, gs), down_all())
+#define mtk_sumsq(k, x, n) (up_all(), mtk_sumsq(k, D(x), n))
+#define mtk_count_nonfinite(k, x, n) (up_all(), mtk_count_nonfinite(k, D(x), n))
 
 /* ---- helpers ---- */
 
 static uint64_t rng_state = 0x1234567ull;
 static double urand(void)   /* uniform in [-1, 1) */
 {
-    rng_state += 0x9E3779B97F4A7C15ull;
-    uint64_t z = rng_state;
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    z ^= z >> 31;
-    return (double)(z >> 11) / 9007199254740992.0 * 2.0 - 1.0;
+    rng_state += MT_GOLDEN64;
+    return (double)(mt_mix64(rng_state) >> 11) / 9007199254740992.0 * 2.0 - 1.0;
 }
 
-static float *fdev(size_t n)   /* device buffer of n floats, zero-filled */
-{
-    mt_err e;
-    float *p = mtk_alloc(K, n * sizeof(float), &e);
-    if (!p) {
-        fprintf(stderr, "%s\n", e.msg);
-        exit(1);
-    }
-    return p;
-}
+/* fp32 arrays (zero-filled, or uniform in [-s, s)), activation arrays (rounded), int32 arrays */
+static float *fdev(size_t n) { return newbuf(n, KF); }
 static float *frand(size_t n, double s)
 {
     float *p = fdev(n);
     for (size_t i = 0; i < n; i++) p[i] = (float)(urand() * s);
     return p;
 }
+static float *adev(size_t n) { return newbuf(n, DIRECT ? KF : KA); }
+static float *arand(size_t n, double s)
+{
+    float *p = adev(n);
+    for (size_t i = 0; i < n; i++) p[i] = q((float)(urand() * s));
+    return p;
+}
+static int32_t *idev(size_t n) { return newbuf(n, KI); }
 static double *dnew(size_t n) { return calloc(n ? n : 1, sizeof(double)); }
 static double *todouble(const float *x, size_t n)
 {
@@ -62,7 +217,6 @@ static double *todouble(const float *x, size_t n)
     for (size_t i = 0; i < n; i++) d[i] = x[i];
     return d;
 }
-static void ffree(void *p) { mtk_free(K, p); }
 
 /* max |got - want| over the array, relative to max |want| (so tiny entries do not dominate). */
 static double maxerr(const float *got, const double *want, size_t n)
@@ -75,11 +229,20 @@ static double maxerr(const float *got, const double *want, size_t n)
     }
     return e / m;
 }
+/* The tolerance for got: tol for fp32 results; for an activation-dtype result, at least what rounding
+ * to 8 (bf16) or 11 (fp16) mantissa bits with one rounded intermediate allows. */
+static double tol_for(const float *got, double tol)
+{
+    mirror *m = DIRECT ? NULL : find(got);
+    if (!m || m->kind != KA || ACT == MTK_F32) return tol;
+    double floor = ACT == MTK_BF16 ? 1e-2 : 2e-3;
+    return tol > floor ? tol : floor;
+}
 #define T_CLOSE(got, want, n, tol)                                                                           \
     do {                                                                                                     \
-        double t_e = maxerr(got, want, n);                                                                   \
-        if (!(t_e <= (tol))) T_FAILF("%s:%d: %s vs %s: relative error %.3g > %g", __FILE__, __LINE__, #got, \
-                                     #want, t_e, (double)(tol));                                             \
+        double t_e = maxerr(got, want, n), t_tol = tol_for(got, tol);                                        \
+        if (!(t_e <= t_tol)) T_FAILF("%s:%d: %s vs %s: relative error %.3g > %g", __FILE__, __LINE__, #got, \
+                                     #want, t_e, t_tol);                                                     \
     } while (0)
 
 /* ---- backend, memory ---- */
@@ -94,24 +257,27 @@ TEST(open_and_memory)
     T_EQ_STR(e.msg, "this build has no CUDA backend");
     T_EQ_STR(mtk_name(K), "cpu");
 
+    T_EQ_STR(mtk_dtype_name(mtk_act_dtype(K)), mtk_dtype_name(ACT));
+    T_EQ_INT(mtk_act_size(K), mtk_dtype_size(ACT));
     unsigned char *p = mtk_alloc(K, 1000, &e);
     T_CHECK(p && ((uintptr_t)p & 63) == 0);
-    int zero = 1;
-    for (int i = 0; i < 1000; i++) zero &= p[i] == 0;
-    T_CHECK(zero);
     unsigned char host[1000], back[1000];
+    mtk_to_host(K, back, p, 1000);
+    int zero = 1;
+    for (int i = 0; i < 1000; i++) zero &= back[i] == 0;
+    T_CHECK(zero);
     for (int i = 0; i < 1000; i++) host[i] = (unsigned char)(i * 7);
     mtk_to_device(K, p, host, 1000);
-    unsigned char *q = mtk_alloc(K, 1000, &e);
-    mtk_copy(K, q, p, 1000);
+    unsigned char *q2 = mtk_alloc(K, 1000, &e);
+    mtk_copy(K, q2, p, 1000);
     T_CHECK(mtk_sync(K, NULL) == 0);
-    mtk_to_host(K, back, q, 1000);
+    mtk_to_host(K, back, q2, 1000);
     T_CHECK(!memcmp(host, back, 1000));
-    mtk_zero(K, q, 500);
-    mtk_to_host(K, back, q, 1000);
+    mtk_zero(K, q2, 500);
+    mtk_to_host(K, back, q2, 1000);
     T_CHECK(back[0] == 0 && back[499] == 0 && back[500] == host[500]);
     mtk_free(K, p);
-    mtk_free(K, q);
+    mtk_free(K, q2);
     void *z = mtk_alloc(K, 0, &e);
     T_CHECK(z != NULL);
     mtk_free(K, z);
@@ -132,7 +298,7 @@ static void ref_matmul(double *out, const double *inp, const double *w, const do
 TEST(matmul_fwd)
 {
     const int N = 13, C = 67, OC = 19;
-    float *x = frand(N * C, 1), *w = frand(OC * C, 1), *b = frand(OC, 1), *out = fdev(N * OC);
+    float *x = arand(N * C, 1), *w = arand(OC * C, 1), *b = frand(OC, 1), *out = adev(N * OC);
     double *xd = todouble(x, N * C), *wd = todouble(w, OC * C), *bd = todouble(b, OC), *ref = dnew(N * OC);
     mtk_matmul_fwd(K, out, x, w, b, N, C, OC);
     ref_matmul(ref, xd, wd, bd, N, C, OC);
@@ -146,8 +312,8 @@ TEST(matmul_fwd)
 TEST(matmul_bwd)
 {
     const int N = 13, C = 67, OC = 19;
-    float *x = frand(N * C, 1), *w = frand(OC * C, 1), *dout = frand(N * OC, 1);
-    float *dinp = frand(N * C, 1), *dw = frand(OC * C, 1), *db = frand(OC, 1);
+    float *x = arand(N * C, 1), *w = arand(OC * C, 1), *dout = arand(N * OC, 1);
+    float *dinp = arand(N * C, 1), *dw = frand(OC * C, 1), *db = frand(OC, 1);
     double *rdinp = dnew(N * C), *rdw = todouble(dw, OC * C), *rdb = todouble(db, OC);
     for (int n = 0; n < N; n++)
         for (int c = 0; c < C; c++) {
@@ -215,9 +381,9 @@ static double ln_loss(const double *x, const double *w, const double *b, const d
 TEST(layernorm)
 {
     const int N = 7, C = 37;
-    float *x = frand(N * C, 2), *w = frand(C, 1), *b = frand(C, 1), *out = fdev(N * C);
+    float *x = arand(N * C, 2), *w = frand(C, 1), *b = frand(C, 1), *out = adev(N * C);
     float *mean = fdev(N), *rstd = fdev(N);
-    for (int i = 0; i < N * C; i++) x[i] += 3.0f;   /* nonzero mean */
+    for (int i = 0; i < N * C; i++) x[i] = q(x[i] + 3.0f);   /* nonzero mean */
     double *xd = todouble(x, N * C), *wd = todouble(w, C), *bd = todouble(b, C);
     double *ref = dnew(N * C), *rm = dnew(N), *rr = dnew(N), *tmp = dnew(N * C);
     mtk_layernorm_fwd(K, out, mean, rstd, x, w, b, N, C, 1e-5f);
@@ -226,7 +392,7 @@ TEST(layernorm)
     T_CLOSE(mean, rm, N, 1e-6);
     T_CLOSE(rstd, rr, N, 1e-5);
 
-    float *R = frand(N * C, 1), *dinp = frand(N * C, 1), *dw = frand(C, 1), *db = frand(C, 1);
+    float *R = arand(N * C, 1), *dinp = arand(N * C, 1), *dw = frand(C, 1), *db = frand(C, 1);
     double *Rd = todouble(R, N * C);
     double *gx = dnew(N * C), *gw = dnew(C), *gb = dnew(C);
     FD_GRAD(gx, xd, N * C, ln_loss(xd, wd, bd, Rd, N, C, tmp));
@@ -253,8 +419,8 @@ static double ref_gelu(double x, int exact)
 TEST(gelu)
 {
     const size_t n = 1003;
-    float *x = frand(n, 5), *out = fdev(n), *dout = frand(n, 1), *dinp = fdev(n);
-    x[0] = 0, x[1] = -12, x[2] = 12, x[3] = 1e-4f;
+    float *x = arand(n, 5), *out = adev(n), *dout = arand(n, 1), *dinp = adev(n);
+    x[0] = 0, x[1] = -12, x[2] = 12, x[3] = q(1e-4f);
     double *ref = dnew(n), *g = dnew(n);
     for (int exact = 0; exact <= 1; exact++) {
         for (size_t i = 0; i < n; i++) {
@@ -267,7 +433,7 @@ TEST(gelu)
         mtk_gelu_bwd(K, dinp, x, dout, n, exact);
         T_CLOSE(dinp, g, n, 1e-5);
         /* in place */
-        float *y = fdev(n);
+        float *y = adev(n);
         memcpy(y, x, n * sizeof *y);
         mtk_gelu_fwd(K, y, y, n, exact);
         T_CHECK(!memcmp(y, out, n * sizeof *y));
@@ -281,15 +447,15 @@ TEST(gelu)
 TEST(elementwise)
 {
     const size_t n = 1001;
-    float *a = frand(n, 1), *b = frand(n, 1), *o = fdev(n);
+    float *a = arand(n, 1), *b = arand(n, 1), *o = adev(n);
     double *r = dnew(n);
     for (size_t i = 0; i < n; i++) r[i] = (double)a[i] + b[i];
     mtk_add(K, o, a, b, n);
     T_CLOSE(o, r, n, 1e-7);
-    for (size_t i = 0; i < n; i++) r[i] += a[i];
+    for (size_t i = 0; i < n; i++) r[i] = (double)o[i] + a[i];   /* from the stored sum */
     mtk_acc(K, o, a, n);
     T_CLOSE(o, r, n, 1e-7);
-    for (size_t i = 0; i < n; i++) r[i] *= -0.37;
+    for (size_t i = 0; i < n; i++) r[i] = o[i] * -0.37;
     mtk_scale(K, o, -0.37f, n);
     T_CLOSE(o, r, n, 1e-7);
     ffree(a), ffree(b), ffree(o), free(r);
@@ -300,7 +466,7 @@ TEST(elementwise)
 TEST(dropout)
 {
     const size_t n = 200003;
-    float *x = frand(n, 1), *o = fdev(n), *g = frand(n, 1), *dg = fdev(n);
+    float *x = arand(n, 1), *o = adev(n), *g = arand(n, 1), *dg = adev(n);
     mtk_dropout d = {0.3f, 42, 1000};
     mtk_dropout_fwd(K, o, x, n, &d);
     size_t kept = 0;
@@ -309,16 +475,16 @@ TEST(dropout)
     for (size_t i = 0; i < n; i++) {
         int keep = mtk_dropout_keep(&d, i);
         kept += keep;
-        ok &= o[i] == (keep ? x[i] * s : 0.0f);
+        ok &= o[i] == (keep ? q(x[i] * s) : 0.0f);
     }
     T_CHECK(ok);
     T_NEAR((double)kept / n, 0.7, 0.01);
     mtk_dropout_bwd(K, dg, g, n, &d);
     ok = 1;
-    for (size_t i = 0; i < n; i++) ok &= dg[i] == (mtk_dropout_keep(&d, i) ? g[i] * s : 0.0f);
+    for (size_t i = 0; i < n; i++) ok &= dg[i] == (mtk_dropout_keep(&d, i) ? q(g[i] * s) : 0.0f);
     T_CHECK(ok);
     /* in place, and a call at offset + 5 sees the same mask as elements 5.. of the whole call */
-    float *y = fdev(n);
+    float *y = adev(n);
     memcpy(y, x, n * sizeof *y);
     mtk_dropout d2 = d;
     d2.offset += 5;
@@ -430,8 +596,8 @@ static void check_attention(att_shape s, int fd)
 {
     const size_t nqkv = (size_t)s.B * s.T * 3 * s.NH * s.HS, nout = (size_t)s.B * s.T * s.NH * s.HS;
     const size_t nlse = (size_t)s.B * s.NH * s.T;
-    float *qkv = frand(nqkv, 1.5), *out = fdev(nout), *lse = fdev(nlse), *dout = frand(nout, 1);
-    float *dqkv = frand(nqkv, 1);   /* garbage: the kernel assigns */
+    float *qkv = arand(nqkv, 1.5), *out = adev(nout), *lse = fdev(nlse), *dout = arand(nout, 1);
+    float *dqkv = arand(nqkv, 1);   /* garbage: the kernel assigns */
     double *qd = todouble(qkv, nqkv), *rout = dnew(nout), *rlse = dnew(nlse), *rd = dnew(nqkv);
     double *gd = todouble(dout, nout);
     mtk_attention_fwd(K, out, lse, qkv, s.B, s.T, s.NH, s.HS, s.drop);
@@ -484,13 +650,14 @@ TEST(attention_large_scores)
     /* scores far from zero: the softmax must stay finite and exact */
     att_shape s = {1, 70, 2, 8, NULL};
     const size_t nqkv = (size_t)s.T * 3 * s.NH * s.HS, nout = (size_t)s.T * s.NH * s.HS;
-    float *qkv = frand(nqkv, 30), *out = fdev(nout), *lse = fdev(s.NH * s.T);
+    float *qkv = arand(nqkv, 30), *out = adev(nout), *lse = fdev(s.NH * s.T), *o32 = fdev(nout);
     double *qd = todouble(qkv, nqkv), *rout = dnew(nout);
     mtk_attention_fwd(K, out, lse, qkv, s.B, s.T, s.NH, s.HS, NULL);
     ref_attention(rout, NULL, qd, s);
-    T_CHECK(mtk_count_nonfinite(K, out, nout) == 0);
+    for (size_t i = 0; i < nout; i++) o32[i] = out[i];
+    T_CHECK(mtk_count_nonfinite(K, o32, nout) == 0);
     T_CLOSE(out, rout, nout, 1e-4);
-    ffree(qkv), ffree(out), ffree(lse), free(qd), free(rout);
+    ffree(qkv), ffree(out), ffree(lse), ffree(o32), free(qd), free(rout);
 }
 
 /* ---- cross-entropy ---- */
@@ -498,9 +665,10 @@ TEST(attention_large_scores)
 TEST(xent)
 {
     const int N = 9, V = 67;
-    float *logits = frand(N * V, 4), *losses = fdev(N), *d = fdev(N * V), *dscale = frand(N, 1);
-    int32_t tg[9] = {0, 66, 5, 5, 30, 1, 65, 2, 40};
-    for (int j = 0; j < V; j++) logits[2 * V + j] += 80.0f;   /* large logits */
+    float *logits = arand(N * V, 4), *losses = fdev(N), *d = adev(N * V), *dscale = frand(N, 1);
+    int32_t *tg = idev(N);
+    memcpy(tg, (int32_t[9]){0, 66, 5, 5, 30, 1, 65, 2, 40}, sizeof(int32_t) * 9);
+    for (int j = 0; j < V; j++) logits[2 * V + j] = q(logits[2 * V + j] + 80.0f);   /* large logits */
     double *rl = dnew(N), *rd = dnew(N * V), *rd1 = dnew(N * V);
     for (int n = 0; n < N; n++) {
         double m = -INFINITY, s = 0;
@@ -528,7 +696,7 @@ TEST(xent)
     mtk_xent_fwd_bwd(K, l2, logits, logits, tg, dscale, N, V);
     T_CHECK(!memcmp(l2, losses, N * sizeof *l2));
     T_CHECK(!memcmp(logits, d, (size_t)N * V * sizeof *d));
-    ffree(logits), ffree(losses), ffree(d), ffree(dscale), ffree(l2), free(rl), free(rd), free(rd1);
+    ffree(logits), ffree(losses), ffree(d), ffree(dscale), ffree(l2), ffree(tg), free(rl), free(rd), free(rd1);
 }
 
 /* ---- embedding ---- */
@@ -536,10 +704,10 @@ TEST(xent)
 TEST(embed)
 {
     const int B = 3, T = 7, C = 70, V = 11;
-    int32_t *tok = malloc(sizeof(int32_t) * B * T);
+    int32_t *tok = idev(B * T);
     for (int i = 0; i < B * T; i++) tok[i] = (i * 5) % 4;   /* only 4 distinct tokens: many repeats */
     tok[3] = V - 1;
-    float *wte = frand(V * C, 1), *wpe = frand(T * C, 1), *out = fdev(B * T * C), *dout = frand(B * T * C, 1);
+    float *wte = arand(V * C, 1), *wpe = arand(T * C, 1), *out = adev(B * T * C), *dout = arand(B * T * C, 1);
     float *dwte = frand(V * C, 1), *dwpe = frand(T * C, 1);
     double *r = dnew(B * T * C), *rwte = todouble(dwte, V * C), *rwpe = todouble(dwpe, T * C);
     for (int n = 0; n < B * T; n++)
@@ -553,7 +721,7 @@ TEST(embed)
     mtk_embed_bwd(K, dwte, dwpe, dout, tok, B, T, C, 0, 0, V);
     T_CLOSE(dwte, rwte, V * C, 1e-6);
     T_CLOSE(dwpe, rwpe, T * C, 1e-6);
-    free(tok), ffree(wte), ffree(wpe), ffree(out), ffree(dout), ffree(dwte), ffree(dwpe);
+    ffree(tok), ffree(wte), ffree(wpe), ffree(out), ffree(dout), ffree(dwte), ffree(dwpe);
     free(r), free(rwte), free(rwpe);
 }
 
@@ -601,6 +769,241 @@ TEST(adamw)
     ffree(p), ffree(m), ffree(v), free(rp), free(rm), free(rv);
 }
 
+/* ---- vocabulary-parallel cross-entropy pieces ---- */
+
+/* The logits split into S column shards; the all-reduces (MAX of rowmax, SUM of sumexp and tlogit) done
+ * on the host; losses and dlogits against the fused kernel and the double reference. */
+static void xent_shards(int S)
+{
+    const int N = 7, V = 61;
+    float *logits = arand(N * V, 4), *dscale = frand(N, 1), *fl = fdev(N), *fd = adev(N * V);
+    int32_t *tg = idev(N);
+    for (int n = 0; n < N; n++) tg[n] = (n * 17 + 3) % V;
+    tg[0] = 0, tg[N - 1] = V - 1;
+    mtk_xent_fwd_bwd(K, fl, fd, logits, tg, dscale, N, V);
+    double *rl = dnew(N), *rd = dnew(N * V);
+    for (int n = 0; n < N; n++) {
+        double m = -INFINITY, s = 0;
+        for (int j = 0; j < V; j++) m = fmax(m, logits[n * V + j]);
+        for (int j = 0; j < V; j++) s += exp(logits[n * V + j] - m);
+        rl[n] = m + log(s) - logits[n * V + tg[n]];
+        for (int j = 0; j < V; j++) rd[n * V + j] = (exp(logits[n * V + j] - m) / s - (j == tg[n])) * dscale[n];
+    }
+    float *mx = fdev(N), *se = fdev(N), *tl = fdev(N), *loss = fdev(N), *dl = adev(N * V);
+    float *gm = fdev(N), *gs = fdev(N), *gt = fdev(N);
+    for (int n = 0; n < N; n++) gm[n] = -INFINITY;
+    int v0[4];
+    for (int r = 0; r <= S; r++) v0[r] = r * V / S;
+    float *part[3];
+    for (int r = 0; r < S; r++) {   /* each shard's columns, contiguous as a rank holds them */
+        int w = v0[r + 1] - v0[r];
+        part[r] = adev((size_t)N * w);
+        for (int n = 0; n < N; n++) memcpy(part[r] + (size_t)n * w, logits + (size_t)n * V + v0[r], sizeof(float) * w);
+        mtk_xent_rowmax(K, mx, part[r], N, w);
+        for (int n = 0; n < N; n++) gm[n] = fmaxf(gm[n], mx[n]);
+    }
+    for (int r = 0; r < S; r++) {
+        int w = v0[r + 1] - v0[r];
+        mtk_xent_sumexp(K, se, tl, part[r], gm, tg, N, w, v0[r]);
+        for (int n = 0; n < N; n++) gs[n] += se[n], gt[n] += tl[n];
+    }
+    mtk_xent_loss(K, loss, gm, gs, gt, N);
+    T_CLOSE(loss, rl, N, 1e-6);
+    double err = 0;
+    for (int n = 0; n < N; n++) err = fmax(err, fabs(loss[n] - fl[n]) / fmax(1e-6, fabs(fl[n])));
+    T_CHECK(err < 1e-5);   /* the fused kernel, to rounding */
+    for (int r = 0; r < S; r++) {
+        int w = v0[r + 1] - v0[r];
+        mtk_xent_bwd(K, part[r], part[r], gm, gs, tg, dscale, N, w, v0[r]);   /* in place */
+        for (int n = 0; n < N; n++) memcpy(dl + (size_t)n * V + v0[r], part[r] + (size_t)n * w, sizeof(float) * w);
+        ffree(part[r]);
+    }
+    T_CLOSE(dl, rd, N * V, 1e-5);
+    ffree(logits), ffree(dscale), ffree(fl), ffree(fd), ffree(tg), ffree(mx), ffree(se), ffree(tl), ffree(loss);
+    ffree(dl), ffree(gm), ffree(gs), ffree(gt), free(rl), free(rd);
+}
+
+TEST(xent_vocab_parallel)
+{
+    xent_shards(1);
+    xent_shards(2);
+    xent_shards(3);
+}
+
+/* ---- embedding: position offset and vocabulary shard ---- */
+
+TEST(embed_offset_and_shard)
+{
+    const int B = 2, T = 5, C = 19, V = 13, P = 9, pos0 = 3, v0 = 4, nv = 5;
+    int32_t *tok = idev(B * T);
+    for (int i = 0; i < B * T; i++) tok[i] = (i * 7) % V;   /* some in [4, 9), some outside */
+    float *wte = arand(nv * C, 1), *wpe = arand(P * C, 1), *out = adev(B * T * C), *dout = arand(B * T * C, 1);
+    float *dwte = frand(nv * C, 1), *dwpe = frand(P * C, 1);
+    double *r = dnew(B * T * C), *rr = dnew(B * T * C), *rwte = todouble(dwte, nv * C), *rwpe = todouble(dwpe, P * C);
+    for (int n = 0; n < B * T; n++) {
+        int in = tok[n] >= v0 && tok[n] < v0 + nv;
+        for (int c = 0; c < C; c++) {
+            double e = in ? wte[(tok[n] - v0) * C + c] : 0;
+            r[n * C + c] = e + wpe[(pos0 + n % T) * C + c];
+            rr[n * C + c] = e;
+            if (in) rwte[(tok[n] - v0) * C + c] += dout[n * C + c];
+            rwpe[(pos0 + n % T) * C + c] += dout[n * C + c];
+        }
+    }
+    mtk_embed_fwd(K, out, tok, wte, wpe, B, T, C, pos0, v0, nv);
+    T_CLOSE(out, r, B * T * C, 1e-7);
+    mtk_embed_fwd(K, out, tok, wte, NULL, B, T, C, pos0, v0, nv);   /* no positions: the shard's rows only */
+    T_CLOSE(out, rr, B * T * C, 1e-7);
+    mtk_embed_bwd(K, dwte, dwpe, dout, tok, B, T, C, pos0, v0, nv);
+    T_CLOSE(dwte, rwte, nv * C, 1e-6);
+    T_CLOSE(dwpe, rwpe, P * C, 1e-6);
+    float *keep = fdev(P * C);
+    memcpy(keep, dwpe, sizeof(float) * P * C);
+    mtk_embed_bwd(K, dwte, NULL, dout, tok, B, T, C, pos0, v0, nv);   /* dwpe NULL: skipped */
+    T_CHECK(!memcmp(keep, dwpe, sizeof(float) * P * C));
+    ffree(tok), ffree(wte), ffree(wpe), ffree(out), ffree(dout), ffree(dwte), ffree(dwpe), ffree(keep);
+    free(r), free(rr), free(rwte), free(rwpe);
+}
+
+/* ---- attention over a KV cache ---- */
+
+/* A prompt of P tokens, then one token at a time: every new token's output equals the full causal
+ * attention's at its position, for B sequences. */
+static void check_kv(int B, int T, int NH, int HS, int P)
+{
+    const int C = NH * HS, Tmax = T + 2;
+    float *qkv = arand((size_t)B * T * 3 * C, 1.5), *full = adev((size_t)B * T * C), *lse = fdev((size_t)B * NH * T);
+    mtk_attention_fwd(K, full, lse, qkv, B, T, NH, HS, NULL);
+    float *kc = adev((size_t)B * NH * Tmax * HS), *vc = adev((size_t)B * NH * Tmax * HS);
+    double *want = dnew((size_t)B * C);
+    for (int pos = 0; pos < T;) {
+        int n = pos == 0 ? P : 1;
+        float *step = arand((size_t)B * n * 3 * C, 1), *o = adev((size_t)B * n * C);
+        for (int b = 0; b < B; b++)
+            memcpy(step + (size_t)b * n * 3 * C, qkv + ((size_t)b * T + pos) * 3 * C, sizeof(float) * n * 3 * C);
+        mtk_attention_kv(K, o, step, kc, vc, B, n, pos, Tmax, NH, HS);
+        for (int b = 0; b < B; b++)
+            for (int j = 0; j < n; j++) {
+                double *w = dnew(C);
+                for (int c = 0; c < C; c++) w[c] = full[((size_t)b * T + pos + j) * C + c];
+                T_CLOSE(o + ((size_t)b * n + j) * C, w, C, 2e-5);
+                free(w);
+            }
+        ffree(step), ffree(o);
+        pos += n;
+    }
+    ffree(qkv), ffree(full), ffree(lse), ffree(kc), ffree(vc), free(want);
+}
+
+TEST(attention_kv_cache)
+{
+    check_kv(1, 9, 2, 8, 4);
+    check_kv(3, 7, 3, 5, 2);     /* odd heads and head size */
+    check_kv(2, 70, 1, 16, 65);  /* a prompt past one key block */
+    float *qkv = arand(3 * 8, 1), *o = adev(8), *kc = adev(2 * 8), *vc = adev(2 * 8);
+    mt_err e;
+    mtk_attention_kv(K, o, qkv, kc, vc, 1, 1, 2, 2, 2, 4);   /* position 2 of a cache of 2 */
+    T_EQ_INT(mtk_status(K, &e), -1);
+    T_CHECK(strstr(e.msg, "attention_kv") != NULL);
+    mtk_clear_error(K);
+    ffree(qkv), ffree(o), ffree(kc), ffree(vc);
+}
+
+/* ---- conversion, workspace, sticky error, events ---- */
+
+TEST(convert)
+{
+    const size_t n = 1000;
+    mt_err e;
+    float h[1000], back[1000];
+    for (size_t i = 0; i < n; i++) h[i] = (float)(urand() * (i < 10 ? 1e5 : 3));
+    h[0] = 0, h[1] = -0.0f, h[2] = INFINITY, h[3] = 1e-6f;
+    float *d32 = mtk_alloc(K, n * 4, &e), *r32 = mtk_alloc(K, n * 4, &e);
+    void *d16 = mtk_alloc(K, n * 2, &e);
+    mtk_to_device(K, d32, h, n * 4);
+    for (int t = MTK_BF16; t <= MTK_F16; t++) {
+        mtk_convert(K, d16, (mtk_dtype)t, d32, MTK_F32, n);
+        mtk_convert(K, r32, MTK_F32, d16, (mtk_dtype)t, n);
+        mtk_to_host(K, back, r32, n * 4);
+        int ok = 1;
+        for (size_t i = 0; i < n; i++) {
+            float want = t == MTK_BF16 ? mt_bf16_to_f32(mt_f32_to_bf16(h[i])) : mt_f16_to_f32(mt_f32_to_f16(h[i]));
+            ok &= memcmp(&want, &back[i], 4) == 0;
+        }
+        T_CHECK(ok);
+    }
+    mtk_convert(K, r32, MTK_F32, d32, MTK_F32, n);   /* same dtype: a copy */
+    mtk_to_host(K, back, r32, n * 4);
+    T_CHECK(!memcmp(back, h, n * 4));
+    T_EQ_INT(mtk_sync(K, &e), 0);
+    mtk_free(K, d32), mtk_free(K, r32), mtk_free(K, d16);
+}
+
+TEST(workspace_and_sticky_error)
+{
+    /* a backend of its own, its raw device buffers: the operations are called directly (parenthesized) */
+    mt_err e;
+    mtk *k = mtk_open(&(mtk_config){.backend = BACKEND, .threads = 2, .act_dtype = ACT}, &e);
+    T_CHECK(k != NULL);
+    size_t asz = mtk_act_size(k);
+    void *qkv = mtk_alloc(k, 3 * 8 * 16 * asz, &e), *out = mtk_alloc(k, 8 * 16 * asz, &e);
+    float *lse = mtk_alloc(k, 2 * 8 * 4, &e), *x = mtk_alloc(k, 100 * 4, &e);
+    (mtk_attention_fwd)(k, out, lse, qkv, 1, 8, 2, 8, NULL);   /* nothing reserved yet */
+    T_EQ_INT(mtk_status(k, &e), -1);
+    T_CHECK(strstr(e.msg, "attention_fwd") && strstr(e.msg, "reserve"));
+    char first[1024];
+    snprintf(first, sizeof first, "%s", e.msg);
+    T_CHECK((mtk_sumsq)(k, x, 100) != (mtk_sumsq)(k, x, 100));   /* later operations do nothing (NaN) */
+    T_EQ_INT(mtk_sync(k, &e), -1);
+    T_EQ_STR(e.msg, first);   /* the first error stays */
+    mtk_clear_error(k);
+    T_EQ_INT(mtk_status(k, NULL), 0);
+    mtk_limits lim = {.max_act = 3 * 8 * 16, .max_flat = 100, .max_seq = 8, .max_head_size = 8};
+    T_EQ_INT(mtk_reserve(k, &lim, &e), 0);
+    size_t ws = mtk_workspace_bytes(k);
+    T_CHECK(ws > 0);
+    (mtk_attention_fwd)(k, out, lse, qkv, 1, 8, 2, 8, NULL);
+    T_EQ_INT((mtk_sumsq)(k, x, 100), 0.0);
+    T_EQ_INT(mtk_sync(k, &e), 0);
+    mtk_limits small = {.max_seq = 4};
+    T_EQ_INT(mtk_reserve(k, &small, &e), 0);   /* reservations only grow */
+    T_EQ_INT(mtk_workspace_bytes(k), ws);
+    (mtk_attention_fwd)(k, out, lse, qkv, 1, 16, 1, 8, NULL);   /* T beyond the reservation */
+    T_EQ_INT(mtk_sync(k, &e), -1);
+    T_CHECK(strstr(e.msg, "exceed the reserved"));
+    mtk_clear_error(k);
+    (mtk_sumsq)(k, x, 101);   /* a flat array beyond the reservation */
+    T_EQ_INT(mtk_status(k, &e), -1);
+    mtk_free(k, qkv), mtk_free(k, out), mtk_free(k, lse), mtk_free(k, x);
+    mtk_close(k);
+}
+
+TEST(queues_and_events)
+{
+    mt_err e;
+    mtk_event *ev = mtk_event_new(K, &e);
+    T_CHECK(ev != NULL);
+    T_EQ_INT(mtk_queue(K), MTK_QUEUE_COMPUTE);
+    mtk_set_queue(K, MTK_QUEUE_COMM);
+    T_EQ_INT(mtk_queue(K), MTK_QUEUE_COMM);
+    float *a = arand(100, 1), *b = adev(100);
+    mtk_scale(K, a, 2.0f, 100);
+    mtk_event_record(K, ev);
+    mtk_set_queue(K, MTK_QUEUE_COMPUTE);
+    mtk_event_wait(K, ev);
+    mtk_add(K, b, a, a, 100);
+    T_EQ_INT(mtk_sync(K, &e), 0);
+    T_EQ_INT(mtk_event_done(K, ev), 1);
+    int ok = 1;
+    for (int i = 0; i < 100; i++) ok &= b[i] == q(a[i] + a[i]);
+    T_CHECK(ok);
+    mtk_set_queue(K, 99);   /* no such queue: the compute queue */
+    T_EQ_INT(mtk_queue(K), MTK_QUEUE_COMPUTE);
+    if (!strcmp(BACKEND, "cpu")) T_CHECK(mtk_native_queue(K, 0) == NULL);
+    mtk_event_free(K, ev);
+    ffree(a), ffree(b);
+}
+
 /* ---- determinism ---- */
 
 typedef struct {
@@ -614,28 +1017,29 @@ static void det_run(run_out *r)
     rng_state = 777;
     const int B = 2, T = 150, NH = 3, HS = 16, C = NH * HS, N = B * T, V = 67;
     mtk_dropout d = {0.1f, 3, 11};
-    float *qkv = frand((size_t)N * 3 * C, 1), *dout = frand((size_t)N * C, 1);
-    r->out = fdev((size_t)N * C), r->lse = fdev((size_t)B * NH * T), r->dqkv = fdev((size_t)N * 3 * C);
+    float *qkv = arand((size_t)N * 3 * C, 1), *dout = arand((size_t)N * C, 1), *q32 = fdev((size_t)N * 3 * C);
+    for (size_t i = 0; i < (size_t)N * 3 * C; i++) q32[i] = qkv[i];
+    r->out = adev((size_t)N * C), r->lse = fdev((size_t)B * NH * T), r->dqkv = adev((size_t)N * 3 * C);
     mtk_attention_fwd(K, r->out, r->lse, qkv, B, T, NH, HS, &d);
     mtk_attention_bwd(K, r->dqkv, dout, qkv, r->out, r->lse, B, T, NH, HS, &d);
-    float *w = frand(C, 1), *b = frand(C, 1), *mean = fdev(N), *rstd = fdev(N), *lo = fdev((size_t)N * C);
-    r->lnd = fdev((size_t)N * C), r->lnw = fdev(C), r->lnb = fdev(C);
+    float *w = frand(C, 1), *b = frand(C, 1), *mean = fdev(N), *rstd = fdev(N), *lo = adev((size_t)N * C);
+    r->lnd = adev((size_t)N * C), r->lnw = fdev(C), r->lnb = fdev(C);
     mtk_layernorm_fwd(K, lo, mean, rstd, qkv, w, b, N, C, 1e-5f);
     mtk_layernorm_bwd(K, r->lnd, r->lnw, r->lnb, dout, qkv, w, mean, rstd, N, C);
-    int32_t *tok = malloc(sizeof(int32_t) * N);
+    int32_t *tok = idev(N);
     for (int i = 0; i < N; i++) tok[i] = i % 5;
     r->dwte = fdev((size_t)V * C), r->dwpe = fdev((size_t)T * C);
     mtk_embed_bwd(K, r->dwte, r->dwpe, dout, tok, B, T, C, 0, 0, V);
-    float *logits = frand((size_t)N * V, 3);
-    r->xl = fdev(N), r->xd = fdev((size_t)N * V);
+    float *logits = arand((size_t)N * V, 3);
+    r->xl = fdev(N), r->xd = adev((size_t)N * V);
     mtk_xent_fwd_bwd(K, r->xl, r->xd, logits, tok, NULL, N, V);
-    r->ss = mtk_sumsq(K, qkv, (size_t)N * 3 * C);
-    r->mo = fdev((size_t)N * V), r->mdw = fdev((size_t)V * C), r->mdb = fdev(V);
-    float *mw = frand((size_t)V * C, 1), *mb = frand(V, 1), *mdi = fdev((size_t)N * C);
+    r->ss = mtk_sumsq(K, q32, (size_t)N * 3 * C);
+    r->mo = adev((size_t)N * V), r->mdw = fdev((size_t)V * C), r->mdb = fdev(V);
+    float *mw = arand((size_t)V * C, 1), *mb = frand(V, 1), *mdi = adev((size_t)N * C);
     mtk_matmul_fwd(K, r->mo, r->out, mw, mb, N, C, V);
     mtk_matmul_bwd(K, mdi, r->mdw, r->mdb, logits, r->out, mw, N, C, V);
-    ffree(qkv), ffree(dout), ffree(w), ffree(b), ffree(mean), ffree(rstd), ffree(lo), free(tok), ffree(logits);
-    ffree(mw), ffree(mb), ffree(mdi);
+    ffree(qkv), ffree(dout), ffree(w), ffree(b), ffree(mean), ffree(rstd), ffree(lo), ffree(tok), ffree(logits);
+    ffree(mw), ffree(mb), ffree(mdi), ffree(q32);
 }
 
 static void det_free(run_out *r)
@@ -759,24 +1163,40 @@ static int bench_main(int argc, char **argv)
     }
     int NX = N < 1024 ? N : 1024;
     float *logits = frand((size_t)NX * V, 3), *losses = fdev(NX);
-    int32_t *tg = malloc(sizeof(int32_t) * NX);
+    int32_t *tg = idev(NX);
     for (int i = 0; i < NX; i++) tg[i] = i * 7 % V;
     TIME(t, reps, mtk_xent_fwd_bwd(K, losses, logits, logits, tg, NULL, NX, V));
     printf("%-28s %8.2f ms %8.2f ns/elem (%d rows)\n", "xent_fwd_bwd (in place)", t * 1e3, t / ((double)NX * V) * 1e9, NX);
     ffree(x), ffree(w), ffree(bias), ffree(h), ffree(dh), ffree(dx), ffree(dw), ffree(db), ffree(lo), ffree(mean);
     ffree(rstd), ffree(lw), ffree(lb), ffree(qkv), ffree(ao), ffree(lse), ffree(dq), ffree(logits), ffree(losses);
-    free(tg);
+    ffree(tg);
     return 0;
 }
 
 T_MAIN_BEGIN("test_kernels")
 mt_err e;
+const char *be = getenv("MT_TEST_BACKEND"), *dt = getenv("MT_TEST_DTYPE");
+if (be && *be) BACKEND = be;
+if (dt && *dt) {
+    if (!strcmp(dt, "bf16")) ACT = MTK_BF16;
+    else if (!strcmp(dt, "fp16")) ACT = MTK_F16;
+    else if (strcmp(dt, "fp32")) {
+        printf("not ok - test_kernels: MT_TEST_DTYPE=%s: expected fp32, bf16 or fp16\n", dt);
+        return 1;
+    }
+}
+int bench = argc > 1 && !strcmp(argv[1], "--bench");
+if (bench && (strcmp(BACKEND, "cpu") || ACT != MTK_F32)) {
+    fprintf(stderr, "test_kernels --bench: times the cpu backend in fp32 only\n");
+    return 2;
+}
+DIRECT = bench;
 K = open_cpu(0, &e);
 if (!K) {
-    printf("not ok - test_kernels: open: %s\n", e.msg);
+    printf("not ok - test_kernels: open %s: %s\n", BACKEND, e.msg);
     return 1;
 }
-if (argc > 1 && !strcmp(argv[1], "--bench")) {
+if (bench) {
     int rc = bench_main(argc, argv);
     mtk_close(K);
     return rc;
@@ -792,10 +1212,16 @@ RUN(attention_small_fd);
 RUN(attention_dropout_fd);
 RUN(attention_blocks);
 RUN(attention_large_scores);
+RUN(attention_kv_cache);
 RUN(xent);
+RUN(xent_vocab_parallel);
 RUN(embed);
+RUN(embed_offset_and_shard);
 RUN(reductions);
 RUN(adamw);
-RUN(deterministic);
+RUN(convert);
+RUN(workspace_and_sticky_error);
+RUN(queues_and_events);
+if (!strcmp(BACKEND, "cpu")) RUN(deterministic);   /* thread counts: the cpu backend's promise */
 mtk_close(K);
 T_MAIN_END
