@@ -248,6 +248,29 @@ static const mtk_dropout *site_dropout(const mt_gpt_ctx *x, mtk_dropout *d, int 
 /* Element i of an activation-dtype buffer. */
 #define AT(buf, i) ((void *)((char *)(buf) + (size_t)(i) * m->asz))
 
+/* Layer l's slices of a context's activations (gpt_impl.h), shared by forward and backward. */
+typedef struct layer_acts {
+    void *res_in, *res_mid, *res_out, *ln1, *ln2, *qkv, *atty, *fch;
+    float *mean1, *rstd1, *mean2, *rstd2, *lse;
+} layer_acts;
+
+static void layer_views(const mt_gpt_ctx *x, int l, layer_acts *a)
+{
+    const mt_gpt *m = x->m;
+    size_t nC = x->nmax * (size_t)m->c.hidden_size, L2 = (size_t)(2 * l);
+    a->res_in = AT(x->res, L2 * nC);
+    a->res_mid = AT(a->res_in, nC);
+    a->res_out = AT(a->res_mid, nC);
+    a->ln1 = AT(x->ln, L2 * nC);
+    a->ln2 = AT(a->ln1, nC);
+    a->mean1 = x->ln_mean + L2 * x->nmax, a->rstd1 = x->ln_rstd + L2 * x->nmax;
+    a->mean2 = a->mean1 + x->nmax, a->rstd2 = a->rstd1 + x->nmax;
+    a->qkv = AT(x->qkv, (size_t)l * 3 * nC);
+    a->atty = AT(x->atty, (size_t)l * nC);
+    a->lse = x->lse + (size_t)l * x->nmax * (size_t)m->c.num_heads;
+    a->fch = AT(x->fch, (size_t)l * x->nmax * (size_t)m->c.ffn_hidden_size);
+}
+
 int mt_gpt_forward(mt_gpt_ctx *x, const int32_t *tokens, const int32_t *targets, const float *loss_mask, int B,
                    int T, float *tok_losses, mt_gpt_loss *loss, mt_err *e)
 {
@@ -277,13 +300,11 @@ int mt_gpt_forward(mt_gpt_ctx *x, const int32_t *tokens, const int32_t *targets,
     for (int l = 0; l < L; l++) {
 #define P(j) mt_gpt_p(m, MT_GPT_LAYER_T(l, j))
 #define W(j) mt_gpt_w(m, MT_GPT_LAYER_T(l, j))
-        void *res_in = AT(x->res, (size_t)(2 * l) * nC), *res_mid = AT(res_in, nC), *res_out = AT(res_mid, nC);
-        void *ln1 = AT(x->ln, (size_t)(2 * l) * nC), *ln2 = AT(ln1, nC);
-        float *mean1 = x->ln_mean + (size_t)(2 * l) * x->nmax, *rstd1 = x->ln_rstd + (size_t)(2 * l) * x->nmax;
-        float *mean2 = mean1 + x->nmax, *rstd2 = rstd1 + x->nmax;
-        void *qkv = AT(x->qkv, (size_t)l * 3 * nC), *atty = AT(x->atty, (size_t)l * nC);
-        float *lse = x->lse + (size_t)l * x->nmax * NH;
-        void *fch = AT(x->fch, (size_t)l * x->nmax * F);
+        layer_acts a;
+        layer_views(x, l, &a);
+        void *res_in = a.res_in, *res_mid = a.res_mid, *res_out = a.res_out, *ln1 = a.ln1, *ln2 = a.ln2;
+        float *mean1 = a.mean1, *rstd1 = a.rstd1, *mean2 = a.mean2, *rstd2 = a.rstd2, *lse = a.lse;
+        void *qkv = a.qkv, *atty = a.atty, *fch = a.fch;
 
         mtk_layernorm_fwd(k, ln1, mean1, rstd1, res_in, P(MT_GPT_LN1_W), P(MT_GPT_LN1_B), N, C, c->layernorm_epsilon);
         mtk_matmul_fwd(k, qkv, ln1, W(MT_GPT_QKV_W), P(MT_GPT_QKV_B), N, C, 3 * C);
@@ -361,13 +382,11 @@ int mt_gpt_backward(mt_gpt_ctx *x, double scale, mt_err *e)
 #define P(j) mt_gpt_p(m, MT_GPT_LAYER_T(l, j))
 #define W(j) mt_gpt_w(m, MT_GPT_LAYER_T(l, j))
 #define G(j) mt_gpt_g(m, MT_GPT_LAYER_T(l, j))
-        void *res_in = AT(x->res, (size_t)(2 * l) * nC), *res_mid = AT(res_in, nC);
-        void *ln1 = AT(x->ln, (size_t)(2 * l) * nC), *ln2 = AT(ln1, nC);
-        float *mean1 = x->ln_mean + (size_t)(2 * l) * x->nmax, *rstd1 = x->ln_rstd + (size_t)(2 * l) * x->nmax;
-        float *mean2 = mean1 + x->nmax, *rstd2 = rstd1 + x->nmax;
-        void *qkv = AT(x->qkv, (size_t)l * 3 * nC), *atty = AT(x->atty, (size_t)l * nC);
-        float *lse = x->lse + (size_t)l * x->nmax * NH;
-        void *fch = AT(x->fch, (size_t)l * x->nmax * F);
+        layer_acts a;
+        layer_views(x, l, &a);
+        void *res_in = a.res_in, *res_mid = a.res_mid, *ln1 = a.ln1, *ln2 = a.ln2;
+        float *mean1 = a.mean1, *rstd1 = a.rstd1, *mean2 = a.mean2, *rstd2 = a.rstd2, *lse = a.lse;
+        void *qkv = a.qkv, *atty = a.atty, *fch = a.fch;
 
         /* MLP: res_out = res_mid + drop(fc2(gelu(fc(ln2(res_mid))))) */
         const void *dout = dres;
