@@ -117,12 +117,21 @@ class Dropout:
         return probs * keep_mask(site_seed(self.key, site), self.pa, tuple(probs.shape))
 
 
+class NoDropout:
+    def hidden(self, x, site):
+        return x
+
+    def attn(self, probs, site):
+        return probs
+
+
 def gelu_tanh(x):
     return 0.5 * x * (1.0 + torch.tanh(math.sqrt(2.0 / math.pi) * (x + 0.044715 * x ** 3)))
 
 
-def forward(cfg, P, tokens, targets, mask, drop):
-    """Masked mean loss and per-token losses. tokens/targets int64 [B,T], mask float64 [B,T]."""
+def logits(cfg, P, tokens, drop=None):
+    """Logits [B, T, V_pad] of tokens int64 [B, T] (drop None: no dropout)."""
+    drop = drop or NoDropout()
     B, T = tokens.shape
     C, NH, L = cfg["hidden_size"], cfg["num_heads"], cfg["num_layers"]
     HS = C // NH
@@ -151,7 +160,13 @@ def forward(cfg, P, tokens, targets, mask, drop):
         x = x + drop.hidden(o, 3 + 3 * l)
     x = torch.nn.functional.layer_norm(x, (C,), P["language_model.encoder.final_layernorm.weight"],
                                        P["language_model.encoder.final_layernorm.bias"], eps)
-    logits = x @ wte.T                                                  # tied, over the padded vocabulary
-    losses = torch.nn.functional.cross_entropy(logits.reshape(B * T, -1), targets.reshape(-1),
+    return x @ wte.T                                                    # tied, over the padded vocabulary
+
+
+def forward(cfg, P, tokens, targets, mask, drop):
+    """Masked mean loss and per-token losses. tokens/targets int64 [B,T], mask float64 [B,T]."""
+    B, T = tokens.shape
+    out = logits(cfg, P, tokens, drop)
+    losses = torch.nn.functional.cross_entropy(out.reshape(B * T, -1), targets.reshape(-1),
                                                reduction="none").view(B, T)
     return (losses * mask).sum() / mask.sum(), losses

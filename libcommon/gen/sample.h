@@ -1,0 +1,38 @@
+/* sample.h: choosing the next token from a model's logits, as Hugging Face's generate orders the
+ * steps: repetition penalty (a logit > 0 divided by the penalty, otherwise multiplied), temperature,
+ * top-k, top-p (the smallest set of most likely tokens whose probability reaches p, the one that
+ * crosses p included), then one draw from the renormalized probabilities. Greedy (or temperature 0)
+ * takes the first largest logit after the penalty. Draws come from numpy's MT19937 seeded with --seed,
+ * 53 bits per draw, so a seeded run repeats exactly. */
+#ifndef MT_GEN_SAMPLE_H
+#define MT_GEN_SAMPLE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "util/mt19937.h"
+
+typedef struct mt_sampling {
+    int greedy;                  /* or temperature == 0 */
+    double temperature;          /* > 0 */
+    int top_k;                   /* 0: all */
+    double top_p;                /* (0, 1]; 1: all */
+    double repetition_penalty;   /* >= 1... any > 0; 1: none */
+} mt_sampling;
+
+/* Scratch for one vocabulary of V entries. */
+typedef struct mt_sampler {
+    int V;
+    double *x;                   /* adjusted logits */
+    struct mt_cand { double v; int32_t id; } *c;
+    uint8_t *seen;               /* repetition penalty: ids already in the sequence */
+} mt_sampler;
+
+void mt_sampler_init(mt_sampler *s, int V);
+void mt_sampler_free(mt_sampler *s);
+/* The next id from logits[0..V) given the sequence so far (prev, for the penalty). *logprob receives the
+ * chosen id's log-probability under the model itself (log-softmax of the raw logits). */
+int32_t mt_sample_next(mt_sampler *s, const float *logits, const mt_sampling *p, const uint32_t *prev, size_t nprev,
+                       mt_rs *rng, double *logprob);
+
+#endif

@@ -1,0 +1,104 @@
+#!/usr/bin/env bash
+# generate.sh: mt-generate on a tiny GPT-2-vocabulary model. Greedy continuations (batched and not) equal
+# token for token those of an independent float64 reference that recomputes the whole sequence at every
+# step (tests/oracle/generate_ref.py over tests/oracle/gpt_torch.py, reading model.safetensors itself,
+# from the prompt ids mt-generate reports), with log-probabilities to 1e-4; the streamed text equals the
+# --json text; seeded sampling repeats and another seed differs; --stop ends a continuation before the
+# stop string; bad input is a one-line error.
+. "$(dirname "$0")/../lib.sh"
+PY=/usr/bin/python3
+d=$T_TMP
+export OMP_NUM_THREADS=2
+
+$PY - >"$d/train.jsonl" <<'PYEOF'
+import json
+for i in range(80):
+    print(json.dumps({"text": "def f%d(x, y=%d):\n    return x * y + %d\n" % (i, i % 7, i * i)}))
+PYEOF
+mt-tokenize --vocab-file "$GPT2_VOCAB" --merge-file "$GPT2_MERGES" --append-eod --input "$d/train.jsonl" \
+    | mt-index --output-prefix "$d/data" 2>"$d/index.err" || { t_fail "dataset" "$(cat "$d/index.err")"; exit 0; }
+if mt-train --num-layers 2 --hidden-size 32 --num-attention-heads 4 --seq-length 32 --max-position-embeddings 48 \
+        --micro-batch-size 4 --global-batch-size 8 --train-iters 30 --lr 1e-2 --log-interval 10 --eval-iters 0 \
+        --init-method-std 0.1 --split 100,0,0 --seed 3 --vocab-file "$GPT2_VOCAB" --merge-file "$GPT2_MERGES" \
+        --data-path "$d/data_text_document" --data-cache-path "$d/cache" --save "$d/ck" >"$d/train.log" 2>"$d/train.err"
+then t_pass "tiny GPT-2-vocabulary model trained"
+else t_fail "tiny GPT-2-vocabulary model trained" "$(tail -2 "$d/train.err")"; exit 0; fi
+gen() { mt-generate --load "$d/ck" "$@"; }
+err1() { "$@" >"$d/o" 2>"$d/e"; local rc=$?; [ $rc != 0 ] && [ "$(wc -l <"$d/e")" -eq 1 ]; }
+
+# 1. greedy against the reference; the two prompts of equal length run as one batch, and alone
+prompts=("def f3(x" "def f4(y" "import os" "x = 1" "y = 2")   # lengths 5 5 2 3 3: two batches of two
+gen --greedy --max-new-tokens 20 --json "${prompts[@]}" >"$d/greedy.jsonl" 2>"$d/g.err" \
+    && t_pass "greedy --json ran" || t_fail "greedy --json ran" "$(cat "$d/g.err")"
+gen --greedy --max-new-tokens 20 --json --batch-size 1 "${prompts[@]}" >"$d/greedy1.jsonl" 2>/dev/null
+# the same tokens; log-probabilities to rounding (a batch's products are blocked otherwise)
+$PY -c 'import json, sys
+a = [json.loads(l) for l in open(sys.argv[1])]; b = [json.loads(l) for l in open(sys.argv[2])]
+ok = len(a) == len(b) == 5 and all(x["tokens"] == y["tokens"] and x["text"] == y["text"] and
+     max(abs(p - q) for p, q in zip(x["logprobs"], y["logprobs"])) < 1e-5 for x, y in zip(a, b))
+sys.exit(not ok)' "$d/greedy1.jsonl" "$d/greedy.jsonl" && t_pass "batched prompts give the unbatched continuations" \
+    || t_fail "batched prompts give the unbatched continuations" "differ"
+if $PY -c 'import torch, numpy' 2>/dev/null; then
+    $PY -c 'import json, sys
+for l in open(sys.argv[1]):
+    r = json.loads(l); print(json.dumps({"ids": r["prompt_ids"], "n": len(r["tokens"])}))' "$d/greedy.jsonl" \
+        | PYTHONPATH=$T_TOP/tests/oracle $PY "$T_TOP/tests/oracle/generate_ref.py" "$d/ck/iter_0000030/mp_rank_00" 50257 \
+        >"$d/ref.jsonl" 2>"$d/ref.err"
+    if $PY - "$d/greedy.jsonl" "$d/ref.jsonl" >"$d/cmp.txt" 2>&1 <<'PYEOF'
+import json, sys
+got = [json.loads(l) for l in open(sys.argv[1])]
+ref = [json.loads(l) for l in open(sys.argv[2])]
+assert len(got) == len(ref) == 5, (len(got), len(ref))
+worst = 0
+for g, r in zip(got, ref):
+    assert len(g["tokens"]) == 20 and g["stop"] == "length", g
+    assert g["tokens"] == r["tokens"], (g["prompt"], g["tokens"], r["tokens"])
+    worst = max([worst] + [abs(a - b) for a, b in zip(g["logprobs"], r["logprobs"])])
+assert worst < 1e-4, worst
+print("largest log-probability difference %.2g" % worst)
+PYEOF
+    then t_pass "greedy equals the float64 reference token for token ($(cat "$d/cmp.txt"))"
+    else t_fail "greedy equals the float64 reference token for token" "$(tail -3 "$d/cmp.txt") $(tail -2 "$d/ref.err")"; fi
+else
+    t_skip "greedy against the reference" "Debian's python3-torch is not installed"
+fi
+
+# 2. streamed text is the --json text, one line per prompt; prompts from stdin and from JSON lines
+gen --greedy --max-new-tokens 20 "${prompts[@]}" >"$d/plain.txt" 2>/dev/null
+$PY -c 'import json, sys
+[sys.stdout.write(json.loads(l)["text"] + "\n") for l in open(sys.argv[1])]' "$d/greedy.jsonl" >"$d/want.txt"
+t_cmp "streamed text equals the --json text" "$d/want.txt" "$d/plain.txt"
+printf '%s\n' "${prompts[@]}" | gen --greedy --max-new-tokens 20 >"$d/stdin.txt" 2>/dev/null
+t_cmp "prompts from stdin lines" "$d/want.txt" "$d/stdin.txt"
+printf '{"q": "%s"}\n' "${prompts[@]}" | gen --greedy --max-new-tokens 20 --json-keys q >"$d/jk.txt" 2>/dev/null
+t_cmp "prompts from JSON lines (--json-keys)" "$d/want.txt" "$d/jk.txt"
+
+# 3. seeded sampling repeats; another seed, or no top-k, differs
+s1=$(gen --seed 5 --top-k 40 --top-p 0.95 --temperature 1.2 --max-new-tokens 24 --json "${prompts[@]}" 2>/dev/null)
+s2=$(gen --seed 5 --top-k 40 --top-p 0.95 --temperature 1.2 --max-new-tokens 24 --json "${prompts[@]}" 2>/dev/null)
+s3=$(gen --seed 6 --top-k 40 --top-p 0.95 --temperature 1.2 --max-new-tokens 24 --json "${prompts[@]}" 2>/dev/null)
+[ -n "$s1" ] && [ "$s1" = "$s2" ] && t_pass "seeded sampling repeats" || t_fail "seeded sampling repeats" "differs"
+[ "$s1" != "$s3" ] && t_pass "another seed samples otherwise" || t_fail "another seed samples otherwise" "same"
+# top-k 1 is greedy whatever the temperature
+gen --top-k 1 --temperature 3 --max-new-tokens 20 --json "${prompts[@]}" >"$d/k1.jsonl" 2>/dev/null
+$PY -c 'import json, sys
+a = [json.loads(l)["tokens"] for l in open(sys.argv[1])]; b = [json.loads(l)["tokens"] for l in open(sys.argv[2])]
+sys.exit(a != b)' "$d/k1.jsonl" "$d/greedy.jsonl" && t_pass "--top-k 1 is greedy" || t_fail "--top-k 1 is greedy" "differs"
+
+# 4. --stop: the continuation ends before the stop string
+stopstr=$($PY -c 'import json, sys; t = json.loads(open(sys.argv[1]).readline())["text"]; print(t[6:9])' "$d/greedy.jsonl")
+gen --greedy --max-new-tokens 20 --json --stop "$stopstr" "${prompts[0]}" >"$d/stop.jsonl" 2>/dev/null
+$PY - "$d/stop.jsonl" "$d/greedy.jsonl" "$stopstr" <<'PYEOF' && t_pass "--stop ends before the stop string" || t_fail "--stop ends before the stop string" "$(cat "$d/stop.jsonl")"
+import json, sys
+s, g, stop = json.loads(open(sys.argv[1]).readline()), json.loads(open(sys.argv[2]).readline()), sys.argv[3]
+full = g["text"]
+assert s["stop"] == "stop" and s["text"] == full[:full.index(stop)], (s, stop)
+PYEOF
+
+# 5. bad input: one line, non-zero exit
+long=$($PY -c 'print(" ".join(["x"] * 60))')
+err1 gen --greedy "$long" && t_grep "prompt longer than the context" 'leave no room in the model.s 48 positions' "$d/e" \
+    || t_fail "prompt longer than the context" "$(cat "$d/e")"
+err1 gen --temperature -1 "x" && t_pass "negative temperature refused" || t_fail "negative temperature refused" "$(cat "$d/e")"
+err1 mt-generate "x" && t_grep "--load required" 'load is required' "$d/e" || t_fail "--load required" "$(cat "$d/e")"
+err1 gen --load "$d/nowhere" "x" && t_pass "missing checkpoint: one line" || t_fail "missing checkpoint: one line" "$(cat "$d/e")"

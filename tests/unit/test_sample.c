@@ -1,0 +1,86 @@
+/* test_sample.c: next-token choice (gen/sample.h): greedy and the repetition penalty's two signs,
+ * top-k 1, the top-p set (the token that crosses p kept, the rest never drawn), draw frequencies
+ * against the softmax at temperature 1 and 0.5, the reported log-probability, and seeded repetition. */
+#include <math.h>
+
+#include "gen/sample.h"
+#include "t.h"
+
+
+TEST(greedy_and_penalty)
+{
+    mt_sampler sm;
+    mt_sampler_init(&sm, 3);
+    mt_rs rng;
+    mt_rs_seed(&rng, 1);
+    float a[3] = {2.0f, 1.9f, -5.0f};
+    double lp;
+    T_EQ_INT(mt_sample_next(&sm, a, &(mt_sampling){1, 1, 0, 1, 1}, NULL, 0, &rng, &lp), 0);
+    double lse = log(exp(2.0) + exp(1.9) + exp(-5.0));
+    T_NEAR(lp, 2.0 - lse, 1e-6);
+    uint32_t prev[1] = {0};
+    T_EQ_INT(mt_sample_next(&sm, a, &(mt_sampling){1, 1, 0, 1, 2.0}, prev, 1, &rng, &lp), 1);   /* 2/2 = 1 < 1.9 */
+    T_NEAR(lp, 1.9 - lse, 1e-6);   /* the log-probability under the model, not the penalized one */
+    float b[3] = {-1.0f, -1.5f, -9.0f};
+    T_EQ_INT(mt_sample_next(&sm, b, &(mt_sampling){1, 1, 0, 1, 2.0}, prev, 1, &rng, &lp), 1);   /* -1*2 = -2 < -1.5 */
+    T_EQ_INT(mt_sample_next(&sm, a, &(mt_sampling){0, 0.0, 0, 1, 1}, NULL, 0, &rng, &lp), 0);    /* temperature 0 */
+    mt_sampler_free(&sm);
+}
+
+TEST(topk_topp_and_frequencies)
+{
+    enum { V = 4, DRAWS = 20000 };
+    mt_sampler sm;
+    mt_sampler_init(&sm, V);
+    mt_rs rng;
+    mt_rs_seed(&rng, 7);
+    const double pr[V] = {0.5, 0.3, 0.15, 0.05};
+    float x[V];
+    for (int j = 0; j < V; j++) x[j] = (float)log(pr[j]);
+    int cnt[V] = {0};
+    for (int i = 0; i < DRAWS; i++) cnt[mt_sample_next(&sm, x, &(mt_sampling){0, 1, 1, 1, 1}, NULL, 0, &rng, NULL)]++;
+    T_EQ_INT(cnt[0], DRAWS);   /* top-k 1 */
+    for (int j = 0; j < V; j++) cnt[j] = 0;
+    for (int i = 0; i < DRAWS; i++) cnt[mt_sample_next(&sm, x, &(mt_sampling){0, 1, 0, 0.6, 1}, NULL, 0, &rng, NULL)]++;
+    T_CHECK(cnt[2] == 0 && cnt[3] == 0);   /* 0.5 < 0.6 <= 0.8: the first two only */
+    T_NEAR(cnt[0] / (double)DRAWS, 0.5 / 0.8, 0.03);
+    for (int j = 0; j < V; j++) cnt[j] = 0;
+    for (int i = 0; i < DRAWS; i++) cnt[mt_sample_next(&sm, x, &(mt_sampling){0, 1, 3, 1, 1}, NULL, 0, &rng, NULL)]++;
+    T_CHECK(cnt[3] == 0);   /* top-k 3 */
+    T_NEAR(cnt[2] / (double)DRAWS, 0.15 / 0.95, 0.1);
+    for (int j = 0; j < V; j++) cnt[j] = 0;
+    for (int i = 0; i < DRAWS; i++) cnt[mt_sample_next(&sm, x, &(mt_sampling){0, 1, 0, 1, 1}, NULL, 0, &rng, NULL)]++;
+    for (int j = 0; j < V; j++) T_NEAR(cnt[j] / (double)DRAWS, pr[j], 0.08);   /* within 8% relative */
+    for (int j = 0; j < V; j++) cnt[j] = 0;
+    for (int i = 0; i < DRAWS; i++) cnt[mt_sample_next(&sm, x, &(mt_sampling){0, 0.5, 0, 1, 1}, NULL, 0, &rng, NULL)]++;
+    double z = 0;
+    for (int j = 0; j < V; j++) z += pr[j] * pr[j];   /* temperature 0.5 squares the probabilities */
+    T_NEAR(cnt[0] / (double)DRAWS, 0.25 / z, 0.03);
+    mt_sampler_free(&sm);
+}
+
+TEST(seeded)
+{
+    enum { V = 50 };
+    mt_sampler sm;
+    mt_sampler_init(&sm, V);
+    float x[V];
+    for (int j = 0; j < V; j++) x[j] = (float)sin(j * 1.3);
+    int a[100], b[100], c[100];
+    mt_rs r1, r2, r3;
+    mt_rs_seed(&r1, 42), mt_rs_seed(&r2, 42), mt_rs_seed(&r3, 43);
+    for (int i = 0; i < 100; i++) {
+        a[i] = mt_sample_next(&sm, x, &(mt_sampling){0, 1.0, 0, 0.9, 1}, NULL, 0, &r1, NULL);
+        b[i] = mt_sample_next(&sm, x, &(mt_sampling){0, 1.0, 0, 0.9, 1}, NULL, 0, &r2, NULL);
+        c[i] = mt_sample_next(&sm, x, &(mt_sampling){0, 1.0, 0, 0.9, 1}, NULL, 0, &r3, NULL);
+    }
+    T_CHECK(!memcmp(a, b, sizeof a));
+    T_CHECK(memcmp(a, c, sizeof a) != 0);
+    mt_sampler_free(&sm);
+}
+
+T_MAIN_BEGIN("test_sample")
+RUN(greedy_and_penalty);
+RUN(topk_topp_and_frequencies);
+RUN(seeded);
+T_MAIN_END
