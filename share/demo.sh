@@ -74,8 +74,12 @@ step "learning: validation loss against the unigram entropy of the corpus (nats 
 grep -E 'validation loss at iteration [0-9]+ \|' "$out/train.log" \
     | sed -E 's/.*at (iteration [0-9]+).*lm loss value: ([^ ]+).*/validation loss at \1: \2/' >&2
 
-step "generate: mt-generate, a greedy and a sampled continuation of a prompt (KV cache)"
-"$bin/mt-generate" --load "$out/ckpt" --greedy --max-new-tokens 48 'def read_file(path):'
-"$bin/mt-generate" --load "$out/ckpt" --temperature 0.8 --top-p 0.9 --seed 1 --max-new-tokens 48 'import os'
+step "generate: mt-generate, a greedy and a sampled continuation of two prompts (KV cache)"
+p1=$'def read_file(path):\n    with open(path) as f:\n        return'
+p2=$'import os\nimport sys\n\n\ndef main('
+printf '%s' "$p1"; "$bin/mt-generate" --load "$out/ckpt" --greedy --max-new-tokens 40 "$p1"
+echo "-----"
+printf '%s' "$p2"; "$bin/mt-generate" --load "$out/ckpt" --temperature 0.7 --top-p 0.9 --repetition-penalty 1.2 --seed 1 \
+    --max-new-tokens 40 "$p2"
 
 printf '\n\ndemo finished: outputs in %s\n' "$out" >&2
