@@ -1,11 +1,12 @@
 /* open_model.c: config, tokenizer, metadata and weights of a trained model from its checkpoint. */
 #include "train/open_model.h"
 
+#include <stdlib.h>
+
 #include <math.h>
 #include <string.h>
 
 #include "train/ckpt_meta.h"
-#include "train/model_ckpt.h"
 
 int mt_tokenizer_open(mt_tokenizer *t, const char *type, const char *vocab_file, const char *merge_file,
                       int64_t null_vocab_size, mt_err *e)
@@ -164,13 +165,33 @@ int mt_model_open(mt_model_ckpt *mc, const char *load_dir, const mt_model_open_o
     return 0;
 }
 
+/* Reads every tensor of the model from the checkpoint's model file (names and shapes must match), fails
+ * on tensors the model does not have, copies the weights to the device and refreshes the working copy. */
+static int load_weights(mt_gpt *m, mtk *k, mt_ckpt_reader *r, mt_err *e)
+{
+    size_t np = mt_gpt_num_params(m);
+    float *host = mt_xmalloc(np * sizeof(float));
+    int rc = 0;
+    for (int i = 0; i < mt_gpt_num_tensors(m) && !rc; i++) {
+        const mt_gpt_tensor *g = mt_gpt_tensor_at(m, i);
+        rc = mt_ckpt_read_tensor(r, MT_CKPT_MODEL, g->name, g->ndim, g->shape, host + g->offset, e);
+    }
+    if (!rc) rc = mt_ckpt_check_all_read(r, MT_CKPT_MODEL, e);
+    if (!rc) {
+        mtk_to_device(k, mt_gpt_params(m), host, np * sizeof(float));
+        mt_gpt_params_changed(m);
+    }
+    free(host);
+    return rc;
+}
+
 int mt_model_load_weights(mt_model_ckpt *mc, mtk *k, mt_gpt *model, mt_err *e)
 {
     if (!model) {
         mc->model = model = mt_gpt_create(k, &mc->cfg, MT_GPT_INFER_ONLY, e);
         if (!model) return -1;
     }
-    return mt_gpt_load_weights(model, k, mc->reader, e);
+    return load_weights(model, k, mc->reader, e);
 }
 
 void mt_model_close(mt_model_ckpt *mc)
