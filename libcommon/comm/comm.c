@@ -1,0 +1,69 @@
+/* comm.c: the one-rank communicator and helpers shared by the implementations (see comm.h). */
+#include "comm/comm.h"
+
+#include <stdlib.h>
+
+size_t mt_cdtype_size(mt_cdtype t)
+{
+    switch (t) {
+    case MT_C_F32: return 4;
+    case MT_C_F64: return 8;
+    case MT_C_I64: return 8;
+    case MT_C_BYTE: return 1;
+    }
+    return 1;
+}
+
+void mt_comm_even_counts(size_t n, int size, size_t *counts)
+{
+    for (int i = 0; i < size; i++) counts[i] = n / (size_t)size + ((size_t)i < n % (size_t)size);
+}
+
+static int s_all_reduce(mt_comm *c, void *buf, size_t n, mt_cdtype t, mt_err *e)
+{
+    (void)c, (void)buf, (void)n, (void)t, (void)e;
+    return 0;
+}
+static int s_chunks(mt_comm *c, void *buf, const size_t *counts, mt_cdtype t, mt_err *e)
+{
+    (void)c, (void)buf, (void)counts, (void)t, (void)e;
+    return 0;
+}
+static int s_broadcast(mt_comm *c, void *buf, size_t n, mt_cdtype t, int root, mt_err *e)
+{
+    (void)c, (void)buf, (void)n, (void)t;
+    return root == 0 ? 0 : mt_err_set(e, "broadcast from rank %d in a group of one", root);
+}
+static int s_send(mt_comm *c, const void *buf, size_t n, mt_cdtype t, int peer, mt_err *e)
+{
+    (void)c, (void)buf, (void)n, (void)t;
+    return mt_err_set(e, "send to rank %d in a group of one", peer);
+}
+static int s_recv(mt_comm *c, void *buf, size_t n, mt_cdtype t, int peer, mt_err *e)
+{
+    (void)c, (void)buf, (void)n, (void)t;
+    return mt_err_set(e, "receive from rank %d in a group of one", peer);
+}
+static int s_barrier(mt_comm *c, mt_err *e)
+{
+    (void)c, (void)e;
+    return 0;
+}
+static mt_comm *s_split(mt_comm *c, int color, int key, mt_err *e)
+{
+    (void)c, (void)color, (void)key, (void)e;
+    return mt_comm_single();
+}
+static void s_free(mt_comm *c) { free(c); }
+
+static const mt_comm_ops single_ops = {"single", s_all_reduce, s_chunks, s_chunks, s_broadcast,
+                                       s_send,   s_recv,       s_barrier, s_split, s_free};
+
+mt_comm *mt_comm_single(void)
+{
+    mt_comm *c = mt_xcalloc(1, sizeof *c);
+    c->ops = &single_ops;
+    c->rank = 0;
+    c->size = 1;
+    return c;
+}

@@ -1,0 +1,92 @@
+/* comm.h: a communicator over a group of ranks, as an operations table (like kernels' mtk_ops), so
+ * that the CPU ranks' MPI implementation and the GPU ranks' NCCL implementation are interchangeable.
+ *
+ * Every operation is collective over the communicator's ranks unless it is send/recv. Reductions are
+ * sums. reduce_scatter and all_gather work in place on one buffer of all ranks' chunks, chunk i holding
+ * counts[i] elements at offset counts[0] + ... + counts[i-1] (chunks may be empty): after
+ * reduce_scatter, this rank's chunk holds the sum over ranks of that chunk; after all_gather every
+ * chunk holds its owner's values. all_reduce is a reduce_scatter followed by an all_gather (a ring),
+ * so every rank ends with bit-identical sums.
+ *
+ * Traffic: every operation adds the bytes this rank hands to the transport to c->bytes_sent (a ring
+ * all-reduce of S bytes sends 2 (N-1)/N S), so that a step's traffic can be reported.
+ *
+ * Groups: mt_comm_split makes sub-communicators (tensor, pipeline, data-parallel groups of
+ * comm/grid.h) by colour, as MPI_Comm_split does; rank order in the new group follows key.
+ */
+#ifndef MT_COMM_COMM_H
+#define MT_COMM_COMM_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "util/err.h"
+
+typedef enum { MT_C_F32, MT_C_F64, MT_C_I64, MT_C_BYTE } mt_cdtype;
+
+typedef struct mt_comm mt_comm;
+
+typedef struct mt_comm_ops {
+    const char *name;
+    int (*all_reduce)(mt_comm *c, void *buf, size_t n, mt_cdtype t, mt_err *e);
+    int (*reduce_scatter)(mt_comm *c, void *buf, const size_t *counts, mt_cdtype t, mt_err *e);
+    int (*all_gather)(mt_comm *c, void *buf, const size_t *counts, mt_cdtype t, mt_err *e);
+    int (*broadcast)(mt_comm *c, void *buf, size_t n, mt_cdtype t, int root, mt_err *e);
+    int (*send)(mt_comm *c, const void *buf, size_t n, mt_cdtype t, int peer, mt_err *e);
+    int (*recv)(mt_comm *c, void *buf, size_t n, mt_cdtype t, int peer, mt_err *e);
+    int (*barrier)(mt_comm *c, mt_err *e);
+    mt_comm *(*split)(mt_comm *c, int color, int key, mt_err *e);
+    void (*free)(mt_comm *c);
+} mt_comm_ops;
+
+struct mt_comm {
+    const mt_comm_ops *ops;
+    int rank, size;
+    uint64_t bytes_sent;   /* bytes this rank sent, over the communicator's life */
+    void *impl;
+};
+
+size_t mt_cdtype_size(mt_cdtype t);
+
+/* A communicator of one rank: every collective is the identity and sends nothing. */
+mt_comm *mt_comm_single(void);
+/* MPI_COMM_WORLD (MPI must be running: comm/bootstrap.h). NULL with e set. */
+mt_comm *mt_comm_mpi_world(mt_err *e);
+
+/* The operations, through the table. */
+static inline int mt_all_reduce(mt_comm *c, void *buf, size_t n, mt_cdtype t, mt_err *e)
+{
+    return c->ops->all_reduce(c, buf, n, t, e);
+}
+static inline int mt_reduce_scatter(mt_comm *c, void *buf, const size_t *counts, mt_cdtype t, mt_err *e)
+{
+    return c->ops->reduce_scatter(c, buf, counts, t, e);
+}
+static inline int mt_all_gather(mt_comm *c, void *buf, const size_t *counts, mt_cdtype t, mt_err *e)
+{
+    return c->ops->all_gather(c, buf, counts, t, e);
+}
+static inline int mt_broadcast(mt_comm *c, void *buf, size_t n, mt_cdtype t, int root, mt_err *e)
+{
+    return c->ops->broadcast(c, buf, n, t, root, e);
+}
+static inline int mt_send(mt_comm *c, const void *buf, size_t n, mt_cdtype t, int peer, mt_err *e)
+{
+    return c->ops->send(c, buf, n, t, peer, e);
+}
+static inline int mt_recv(mt_comm *c, void *buf, size_t n, mt_cdtype t, int peer, mt_err *e)
+{
+    return c->ops->recv(c, buf, n, t, peer, e);
+}
+static inline int mt_barrier(mt_comm *c, mt_err *e) { return c->ops->barrier(c, e); }
+static inline mt_comm *mt_comm_split(mt_comm *c, int color, int key, mt_err *e) { return c->ops->split(c, color, key, e); }
+static inline void mt_comm_free(mt_comm *c)
+{
+    if (c) c->ops->free(c);
+}
+
+/* counts[i] = the share of chunk i when n elements are cut into size near-equal contiguous chunks
+ * (the first n % size one longer). */
+void mt_comm_even_counts(size_t n, int size, size_t *counts);
+
+#endif

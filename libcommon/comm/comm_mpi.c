@@ -1,0 +1,246 @@
+/* comm_mpi.c: the communicator of CPU ranks over MPI (see comm.h). The collectives are rings of
+ * MPI_Sendrecv between neighbours, so that the summation order is fixed, every rank gets identical
+ * sums and the bytes sent are the ones counted. */
+#include "comm/comm.h"
+
+#include <limits.h>
+#include <mpi.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct mpi_impl {
+    MPI_Comm comm;
+    void *tmp;          /* receive buffer of the reductions */
+    size_t tmp_bytes;
+} mpi_impl;
+
+#define TAG 77
+#define PIECE ((size_t)1 << 26)   /* bytes per MPI call: counts stay below INT_MAX */
+
+static const mt_comm_ops mpi_ops;
+
+static MPI_Comm comm_of(mt_comm *c) { return ((mpi_impl *)c->impl)->comm; }
+
+static int mpi_fail(mt_comm *c, const char *what, int rc, mt_err *e)
+{
+    char s[MPI_MAX_ERROR_STRING];
+    int n = 0;
+    if (MPI_Error_string(rc, s, &n) != MPI_SUCCESS) snprintf(s, sizeof s, "error %d", rc);
+    return mt_err_set(e, "%s (rank %d of %d): %s", what, c->rank, c->size, s);
+}
+
+/* Sends sb bytes to `to` while receiving rb bytes from `from`, each in pieces of at most PIECE bytes
+ * (as many pieces as its own length needs, so both sides agree on them). */
+static int sendrecv(mt_comm *c, const void *sbuf, size_t sb, int to, void *rbuf, size_t rb, int from, mt_err *e)
+{
+    size_t ns = sb ? (sb + PIECE - 1) / PIECE : 1, nr = rb ? (rb + PIECE - 1) / PIECE : 1;
+    MPI_Request *q = mt_xmalloc((ns + nr) * sizeof *q);
+    int rc = MPI_SUCCESS;
+    for (size_t i = 0; i < nr && rc == MPI_SUCCESS; i++) {
+        size_t k = rb - i * PIECE < PIECE ? rb - i * PIECE : PIECE;
+        rc = MPI_Irecv((char *)rbuf + i * PIECE, (int)k, MPI_BYTE, from, TAG, comm_of(c), &q[i]);
+    }
+    for (size_t i = 0; i < ns && rc == MPI_SUCCESS; i++) {
+        size_t k = sb - i * PIECE < PIECE ? sb - i * PIECE : PIECE;
+        rc = MPI_Isend((const char *)sbuf + i * PIECE, (int)k, MPI_BYTE, to, TAG, comm_of(c), &q[nr + i]);
+        c->bytes_sent += k;
+    }
+    if (rc == MPI_SUCCESS) rc = MPI_Waitall((int)(ns + nr), q, MPI_STATUSES_IGNORE);
+    free(q);
+    return rc == MPI_SUCCESS ? 0 : mpi_fail(c, "MPI_Sendrecv", rc, e);
+}
+
+static void *tmp_buf(mt_comm *c, size_t bytes)
+{
+    mpi_impl *m = c->impl;
+    if (bytes > m->tmp_bytes) {
+        free(m->tmp);
+        m->tmp = mt_xmalloc(bytes);
+        m->tmp_bytes = bytes;
+    }
+    return m->tmp;
+}
+
+static void add(void *dst, const void *src, size_t n, mt_cdtype t)
+{
+    switch (t) {
+    case MT_C_F32: {
+        float *d = dst;
+        const float *s = src;
+        for (size_t i = 0; i < n; i++) d[i] += s[i];
+        break;
+    }
+    case MT_C_F64: {
+        double *d = dst;
+        const double *s = src;
+        for (size_t i = 0; i < n; i++) d[i] += s[i];
+        break;
+    }
+    case MT_C_I64: {
+        int64_t *d = dst;
+        const int64_t *s = src;
+        for (size_t i = 0; i < n; i++) d[i] += s[i];
+        break;
+    }
+    case MT_C_BYTE: {
+        unsigned char *d = dst;
+        const unsigned char *s = src;
+        for (size_t i = 0; i < n; i++) d[i] = (unsigned char)(d[i] + s[i]);
+        break;
+    }
+    }
+}
+
+static int mod(int a, int n) { return ((a % n) + n) % n; }
+
+static int m_reduce_scatter(mt_comm *c, void *buf, const size_t *counts, mt_cdtype t, mt_err *e)
+{
+    int N = c->size, r = c->rank;
+    if (N == 1) return 0;
+    size_t es = mt_cdtype_size(t), *off = mt_xmalloc((size_t)N * sizeof *off), maxc = 0;
+    for (int i = 0; i < N; i++) {
+        off[i] = i ? off[i - 1] + counts[i - 1] : 0;
+        if (counts[i] > maxc) maxc = counts[i];
+    }
+    char *b = buf, *tmp = tmp_buf(c, maxc * es + 1);
+    int rc = 0, to = mod(r + 1, N), from = mod(r - 1, N);
+    /* step s: send chunk r-s-1 (accumulated so far), receive chunk r-s-2 and add this rank's values;
+     * after N-1 steps chunk r is complete here */
+    for (int s = 0; s < N - 1 && !rc; s++) {
+        int sc = mod(r - s - 1, N), rcv = mod(r - s - 2, N);
+        rc = sendrecv(c, b + off[sc] * es, counts[sc] * es, to, tmp, counts[rcv] * es, from, e);
+        if (!rc) add(b + off[rcv] * es, tmp, counts[rcv], t);
+    }
+    free(off);
+    return rc;
+}
+
+static int m_all_gather(mt_comm *c, void *buf, const size_t *counts, mt_cdtype t, mt_err *e)
+{
+    int N = c->size, r = c->rank;
+    if (N == 1) return 0;
+    size_t es = mt_cdtype_size(t), *off = mt_xmalloc((size_t)N * sizeof *off);
+    for (int i = 0; i < N; i++) off[i] = i ? off[i - 1] + counts[i - 1] : 0;
+    char *b = buf;
+    int rc = 0, to = mod(r + 1, N), from = mod(r - 1, N);
+    for (int s = 0; s < N - 1 && !rc; s++) {
+        int sc = mod(r - s, N), rcv = mod(r - s - 1, N);
+        rc = sendrecv(c, b + off[sc] * es, counts[sc] * es, to, b + off[rcv] * es, counts[rcv] * es, from, e);
+    }
+    free(off);
+    return rc;
+}
+
+static int m_all_reduce(mt_comm *c, void *buf, size_t n, mt_cdtype t, mt_err *e)
+{
+    if (c->size == 1) return 0;
+    size_t *counts = mt_xmalloc((size_t)c->size * sizeof *counts);
+    mt_comm_even_counts(n, c->size, counts);
+    int rc = m_reduce_scatter(c, buf, counts, t, e) || m_all_gather(c, buf, counts, t, e) ? -1 : 0;
+    free(counts);
+    return rc;
+}
+
+static int m_send(mt_comm *c, const void *buf, size_t n, mt_cdtype t, int peer, mt_err *e)
+{
+    size_t bytes = n * mt_cdtype_size(t);
+    const char *p = buf;
+    do {
+        size_t k = bytes < PIECE ? bytes : PIECE;
+        int rc = MPI_Send(p, (int)k, MPI_BYTE, peer, TAG, comm_of(c));
+        if (rc != MPI_SUCCESS) return mpi_fail(c, "MPI_Send", rc, e);
+        c->bytes_sent += k;
+        p += k, bytes -= k;
+    } while (bytes > 0);
+    return 0;
+}
+
+static int m_recv(mt_comm *c, void *buf, size_t n, mt_cdtype t, int peer, mt_err *e)
+{
+    size_t bytes = n * mt_cdtype_size(t);
+    char *p = buf;
+    do {
+        size_t k = bytes < PIECE ? bytes : PIECE;
+        int rc = MPI_Recv(p, (int)k, MPI_BYTE, peer, TAG, comm_of(c), MPI_STATUS_IGNORE);
+        if (rc != MPI_SUCCESS) return mpi_fail(c, "MPI_Recv", rc, e);
+        p += k, bytes -= k;
+    } while (bytes > 0);
+    return 0;
+}
+
+/* A chain from the root, in pieces so that the ranks forward while receiving. */
+static int m_broadcast(mt_comm *c, void *buf, size_t n, mt_cdtype t, int root, mt_err *e)
+{
+    int N = c->size;
+    if (root < 0 || root >= N) return mt_err_set(e, "broadcast from rank %d of %d", root, N);
+    if (N == 1) return 0;
+    int i = mod(c->rank - root, N), prev = mod(c->rank - 1, N), next = mod(c->rank + 1, N);
+    size_t bytes = n * mt_cdtype_size(t);
+    char *p = buf;
+    do {
+        size_t k = bytes < PIECE ? bytes : PIECE;
+        int rc;
+        if (i > 0 && (rc = MPI_Recv(p, (int)k, MPI_BYTE, prev, TAG, comm_of(c), MPI_STATUS_IGNORE)) != MPI_SUCCESS)
+            return mpi_fail(c, "MPI_Recv", rc, e);
+        if (i < N - 1) {
+            if ((rc = MPI_Send(p, (int)k, MPI_BYTE, next, TAG, comm_of(c))) != MPI_SUCCESS)
+                return mpi_fail(c, "MPI_Send", rc, e);
+            c->bytes_sent += k;
+        }
+        p += k, bytes -= k;
+    } while (bytes > 0);
+    return 0;
+}
+
+static int m_barrier(mt_comm *c, mt_err *e)
+{
+    int rc = MPI_Barrier(comm_of(c));
+    return rc == MPI_SUCCESS ? 0 : mpi_fail(c, "MPI_Barrier", rc, e);
+}
+
+static mt_comm *wrap(MPI_Comm comm)
+{
+    mt_comm *c = mt_xcalloc(1, sizeof *c);
+    mpi_impl *m = mt_xcalloc(1, sizeof *m);
+    m->comm = comm;
+    c->ops = &mpi_ops;
+    c->impl = m;
+    MPI_Comm_rank(comm, &c->rank);
+    MPI_Comm_size(comm, &c->size);
+    return c;
+}
+
+static mt_comm *m_split(mt_comm *c, int color, int key, mt_err *e)
+{
+    MPI_Comm nc;
+    int rc = MPI_Comm_split(comm_of(c), color, key, &nc);
+    if (rc != MPI_SUCCESS) {
+        mpi_fail(c, "MPI_Comm_split", rc, e);
+        return NULL;
+    }
+    return wrap(nc);
+}
+
+static void m_free(mt_comm *c)
+{
+    mpi_impl *m = c->impl;
+    if (m->comm != MPI_COMM_WORLD) MPI_Comm_free(&m->comm);
+    free(m->tmp);
+    free(m);
+    free(c);
+}
+
+static const mt_comm_ops mpi_ops = {"mpi",  m_all_reduce, m_reduce_scatter, m_all_gather, m_broadcast,
+                                    m_send, m_recv,       m_barrier,        m_split,      m_free};
+
+mt_comm *mt_comm_mpi_world(mt_err *e)
+{
+    int up = 0;
+    MPI_Initialized(&up);
+    if (!up) {
+        mt_err_set(e, "MPI is not running (comm/bootstrap.h starts it)");
+        return NULL;
+    }
+    return wrap(MPI_COMM_WORLD);
+}

@@ -1,0 +1,60 @@
+/* grid.c: Megatron's rank order for the parallel groups (see grid.h). */
+#include "comm/grid.h"
+
+int mt_grid_make(mt_grid *g, int world, int tp, int cp, int pp, mt_err *e)
+{
+    if (tp < 1 || cp < 1 || pp < 1 || world < 1 || world % (tp * cp * pp))
+        return mt_err_set(e,
+                          "world size %d is not a multiple of --tensor-model-parallel-size (%d) x "
+                          "--context-parallel-size (%d) x --pipeline-model-parallel-size (%d)",
+                          world, tp, cp, pp);
+    g->tp = tp, g->cp = cp, g->pp = pp, g->dp = world / (tp * cp * pp);
+    return 0;
+}
+
+int mt_grid_world(const mt_grid *g) { return g->tp * g->cp * g->dp * g->pp; }
+
+mt_grid_coord mt_grid_coords(const mt_grid *g, int rank)
+{
+    mt_grid_coord c;
+    c.tp = rank % g->tp;
+    rank /= g->tp;
+    c.cp = rank % g->cp;
+    rank /= g->cp;
+    c.dp = rank % g->dp;
+    c.pp = rank / g->dp;
+    return c;
+}
+
+int mt_grid_rank(const mt_grid *g, mt_grid_coord c) { return c.tp + g->tp * (c.cp + g->cp * (c.dp + g->dp * c.pp)); }
+
+int mt_grid_group(const mt_grid *g, int rank, mt_group_kind kind, int *members, int *color, int *index)
+{
+    mt_grid_coord me = mt_grid_coords(g, rank);
+    int n = 0, world = mt_grid_world(g), col = -1;
+    if (kind == MT_GROUP_EMBD && me.pp != 0 && me.pp != g->pp - 1) {
+        if (color) *color = -1;
+        if (index) *index = -1;
+        return 0;
+    }
+    for (int r = 0; r < world; r++) {
+        mt_grid_coord c = mt_grid_coords(g, r);
+        int same = 0;
+        switch (kind) {
+        case MT_GROUP_TP: same = c.cp == me.cp && c.dp == me.dp && c.pp == me.pp; break;
+        case MT_GROUP_CP: same = c.tp == me.tp && c.dp == me.dp && c.pp == me.pp; break;
+        case MT_GROUP_DP: same = c.tp == me.tp && c.cp == me.cp && c.pp == me.pp; break;
+        case MT_GROUP_PP: same = c.tp == me.tp && c.cp == me.cp && c.dp == me.dp; break;
+        case MT_GROUP_MP: same = c.cp == me.cp && c.dp == me.dp; break;
+        case MT_GROUP_EMBD:
+            same = c.tp == me.tp && c.cp == me.cp && c.dp == me.dp && (c.pp == 0 || c.pp == g->pp - 1);
+            break;
+        }
+        if (!same) continue;
+        if (r == rank && index) *index = n;
+        if (n == 0) col = r;   /* the group's lowest rank names it */
+        members[n++] = r;
+    }
+    if (color) *color = col;
+    return n;
+}

@@ -1,0 +1,25 @@
+#!/usr/bin/env bash
+# comm-mpi.sh: the communicator under mpirun with 2 and 4 ranks (test_comm --mpi): PMIx bootstrap and its
+# blob exchange, ring all-reduce / reduce-scatter / all-gather / broadcast / send-recv / barrier against
+# values every rank computes, bytes counted, split groups in Megatron's order. Every rank reports.
+. "$(dirname "$0")/../lib.sh"
+bin=$T_TOP/${MT_BUILD:-build}/tests/test_comm
+if ! command -v mpirun >/dev/null; then t_skip "mpirun" "openmpi-bin is not installed"; exit 0; fi
+export OMPI_MCA_mpi_yield_when_idle=1 OMPI_MCA_btl_base_warn_component_unused=0
+# OpenMPI keeps allocations until exit: no leak report under make asan
+export ASAN_OPTIONS="${ASAN_OPTIONS:+$ASAN_OPTIONS:}detect_leaks=0"
+root=""; [ "$(id -u)" = 0 ] && root=--allow-run-as-root
+for n in 2 4; do
+    # shellcheck disable=SC2086
+    TMPDIR=$T_TMP timeout -k 5 120 mpirun $root --oversubscribe -np $n "$bin" --mpi >"$T_TMP/out$n" 2>"$T_TMP/err$n"
+    rc=$?
+    oks=$(grep -c '^ok - test_comm\[rank [0-9]*/'$n'\]' "$T_TMP/out$n")
+    if [ $rc = 0 ] && [ "$oks" = $((5 * n)) ] && ! grep -q '^not ok' "$T_TMP/out$n"; then
+        t_pass "$n ranks: every collective on every rank ($oks checks)"
+    else
+        t_fail "$n ranks" "exit $rc, $oks ok lines: $(grep -m3 '^not ok' "$T_TMP/out$n") $(tail -c 300 "$T_TMP/err$n")"
+    fi
+    for r in $(seq 0 $((n - 1))); do
+        grep -q "^ok - test_comm\[rank $r/$n\]: mpi_bootstrap" "$T_TMP/out$n" || t_fail "$n ranks: rank $r" "did not report"
+    done
+done

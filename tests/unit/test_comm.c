@@ -1,0 +1,331 @@
+/* test_comm.c: the communicator layer. Run plainly: Megatron's rank order of the parallel groups, the
+ * refusal of launches without PMIx, the bootstrap and communicator of a singleton. Run as
+ * "test_comm --mpi" under mpirun with several ranks (tests/pipeline/comm-mpi.sh): the PMIx bootstrap,
+ * every collective of the MPI communicator against values each rank can compute, in the world and in
+ * split groups, and the bytes each one counts. */
+#include <stdint.h>
+
+#include "comm/bootstrap.h"
+#include "comm/comm.h"
+#include "comm/grid.h"
+#include "t.h"
+
+static int members_eq(const int *m, int n, const int *want, int nw)
+{
+    if (n != nw) return 0;
+    for (int i = 0; i < n; i++)
+        if (m[i] != want[i]) return 0;
+    return 1;
+}
+
+/* Megatron's example: 16 ranks, tensor 2, pipeline 4 -> data 2. */
+TEST(grid_megatron_example)
+{
+    mt_grid g;
+    mt_err e;
+    T_CHECK(mt_grid_make(&g, 16, 2, 1, 4, &e) == 0);
+    T_EQ_INT(g.dp, 2);
+    int m[16], n, color, idx;
+    for (int r = 0; r < 16; r++) {
+        /* data-parallel: [0,2] [1,3] [4,6] [5,7] ... */
+        n = mt_grid_group(&g, r, MT_GROUP_DP, m, &color, &idx);
+        int base = (r / 4) * 4 + r % 2, dp[2] = {base, base + 2};
+        T_CHECK(members_eq(m, n, dp, 2));
+        T_EQ_INT(idx, (r % 4) / 2);
+        /* tensor: [0,1] [2,3] ... */
+        n = mt_grid_group(&g, r, MT_GROUP_TP, m, &color, &idx);
+        int tp[2] = {r & ~1, (r & ~1) + 1};
+        T_CHECK(members_eq(m, n, tp, 2));
+        T_EQ_INT(color, r & ~1);
+        /* pipeline: [0,4,8,12] [1,5,9,13] [2,6,10,14] [3,7,11,15] */
+        n = mt_grid_group(&g, r, MT_GROUP_PP, m, &color, &idx);
+        int pp[4] = {r % 4, r % 4 + 4, r % 4 + 8, r % 4 + 12};
+        T_CHECK(members_eq(m, n, pp, 4));
+        T_EQ_INT(idx, r / 4);
+        /* embedding: first and last stage of the pipeline group */
+        n = mt_grid_group(&g, r, MT_GROUP_EMBD, m, &color, &idx);
+        if (r / 4 == 0 || r / 4 == 3) {
+            int em[2] = {r % 4, r % 4 + 12};
+            T_CHECK(members_eq(m, n, em, 2));
+        } else {
+            T_EQ_INT(n, 0);
+            T_EQ_INT(color, -1);
+        }
+        /* model-parallel: tensor x pipeline, same data rank */
+        n = mt_grid_group(&g, r, MT_GROUP_MP, m, NULL, NULL);
+        T_EQ_INT(n, 8);
+        T_EQ_INT(mt_grid_rank(&g, mt_grid_coords(&g, r)), r);
+    }
+}
+
+TEST(grid_coords_and_errors)
+{
+    mt_grid g;
+    mt_err e;
+    T_CHECK(mt_grid_make(&g, 24, 2, 3, 2, &e) == 0);
+    T_EQ_INT(g.dp, 2);
+    /* rank = tp + 2 (cp + 3 (dp + 2 pp)) */
+    mt_grid_coord c = mt_grid_coords(&g, 1 + 2 * (2 + 3 * (1 + 2 * 1)));
+    T_EQ_INT(c.tp, 1);
+    T_EQ_INT(c.cp, 2);
+    T_EQ_INT(c.dp, 1);
+    T_EQ_INT(c.pp, 1);
+    int m[24];
+    /* data-parallel group of rank 0: ranks with tp 0, cp 0, pp 0 -> 0 and 6 */
+    int n = mt_grid_group(&g, 0, MT_GROUP_DP, m, NULL, NULL), want[2] = {0, 6};
+    T_CHECK(members_eq(m, n, want, 2));
+    /* every rank is in exactly one group of each kind, and colours are equal within a group */
+    for (int r = 0; r < 24; r++) {
+        int col, k = mt_grid_group(&g, r, MT_GROUP_CP, m, &col, NULL);
+        T_EQ_INT(k, 3);
+        for (int i = 0; i < k; i++) {
+            int c2, m2[24];
+            mt_grid_group(&g, m[i], MT_GROUP_CP, m2, &c2, NULL);
+            T_EQ_INT(c2, col);
+        }
+    }
+    T_CHECK(mt_grid_make(&g, 10, 4, 1, 1, &e) == -1);
+    T_CHECK(strstr(e.msg, "--tensor-model-parallel-size (4)") != NULL);
+    /* one stage: the embedding group is the rank itself */
+    T_CHECK(mt_grid_make(&g, 4, 1, 1, 1, &e) == 0);
+    n = mt_grid_group(&g, 3, MT_GROUP_EMBD, m, NULL, NULL);
+    T_EQ_INT(n, 1);
+    T_EQ_INT(m[0], 3);
+}
+
+static const char *const *fake_env;
+static const char *fake_get(const char *name)
+{
+    for (int i = 0; fake_env[i]; i += 2)
+        if (!strcmp(fake_env[i], name)) return fake_env[i + 1];
+    return NULL;
+}
+
+TEST(refuse_launch_without_pmix)
+{
+    mt_err e;
+    const char *srun2[] = {"SLURM_NTASKS", "2", "SLURM_STEP_NUM_TASKS", "2", NULL};
+    fake_env = srun2;
+    T_CHECK(mt_boot_check_env(fake_get, &e) == -1);
+    T_CHECK(strstr(e.msg, "srun --mpi=pmix") != NULL);
+    const char *ompi[] = {"OMPI_COMM_WORLD_SIZE", "4", NULL};
+    fake_env = ompi;
+    T_CHECK(mt_boot_check_env(fake_get, &e) == -1);
+    const char *pmi[] = {"PMI_SIZE", "3", NULL};
+    fake_env = pmi;
+    T_CHECK(mt_boot_check_env(fake_get, &e) == -1);
+    /* one task (an sbatch script's own shell, srun -n 1) is a singleton */
+    const char *one[] = {"SLURM_NTASKS", "1", "SLURM_STEP_NUM_TASKS", "1", NULL};
+    fake_env = one;
+    T_CHECK(mt_boot_check_env(fake_get, &e) == 0);
+    const char *none[] = {NULL};
+    fake_env = none;
+    T_CHECK(mt_boot_check_env(fake_get, &e) == 0);
+}
+
+TEST(single_rank_comm)
+{
+    mt_comm *c = mt_comm_single();
+    mt_err e;
+    float x[3] = {1, 2, 3};
+    size_t counts[1] = {3};
+    T_CHECK(mt_all_reduce(c, x, 3, MT_C_F32, &e) == 0);
+    T_CHECK(mt_reduce_scatter(c, x, counts, MT_C_F32, &e) == 0);
+    T_CHECK(mt_all_gather(c, x, counts, MT_C_F32, &e) == 0);
+    T_CHECK(mt_broadcast(c, x, 3, MT_C_F32, 0, &e) == 0);
+    T_CHECK(mt_barrier(c, &e) == 0);
+    T_CHECK(x[0] == 1 && x[1] == 2 && x[2] == 3);
+    T_EQ_INT(c->bytes_sent, 0);
+    T_CHECK(mt_send(c, x, 1, MT_C_F32, 1, &e) == -1);
+    mt_comm *s = mt_comm_split(c, 0, 0, &e);
+    T_EQ_INT(s->size, 1);
+    mt_comm_free(s);
+    mt_comm_free(c);
+    size_t ec[4];
+    mt_comm_even_counts(10, 4, ec);
+    T_CHECK(ec[0] == 3 && ec[1] == 3 && ec[2] == 2 && ec[3] == 2);
+}
+
+/* ---- under mpirun ---- */
+
+static mt_boot boot;
+static mt_comm *world;
+
+static float val(int rank, size_t i) { return (float)((rank + 1) * 1000 + (int)(i % 977)) * 0.5f; }
+
+TEST(mpi_bootstrap)
+{
+    T_CHECK(boot.pmix);
+    T_CHECK(boot.size >= 2);
+    T_EQ_INT(world->rank, boot.rank);
+    T_EQ_INT(world->size, boot.size);
+    T_CHECK(boot.local_rank >= 0 && boot.local_rank < boot.local_size);
+    /* the 128-byte blob an NCCL unique id would be */
+    unsigned char blob[128];
+    for (int i = 0; i < 128; i++) blob[i] = boot.rank == 0 ? (unsigned char)(i * 7 + 3) : 0;
+    mt_err e;
+    if (mt_boot_share(&boot, "mt.test.blob", blob, sizeof blob, 0, &e)) T_FAILF("%s", e.msg);
+    for (int i = 0; i < 128; i++) T_EQ_INT(blob[i], (unsigned char)(i * 7 + 3));
+}
+
+TEST(mpi_all_reduce)
+{
+    int N = world->size;
+    mt_err e;
+    /* sizes below, at and above the rank count, odd */
+    size_t sizes[] = {1, 3, (size_t)N, 1001, 100003};
+    for (size_t k = 0; k < sizeof sizes / sizeof sizes[0]; k++) {
+        size_t n = sizes[k];
+        float *x = malloc(n * sizeof *x);
+        for (size_t i = 0; i < n; i++) x[i] = val(world->rank, i);
+        uint64_t before = world->bytes_sent;
+        if (mt_all_reduce(world, x, n, MT_C_F32, &e)) T_FAILF("%s", e.msg);
+        for (size_t i = 0; i < n; i++) {
+            double want = 0;
+            for (int r = 0; r < N; r++) want += val(r, i);
+            if (fabs(x[i] - want) > 1e-6 * fabs(want)) {
+                T_FAILF("n %zu element %zu: %g, expected %g", n, i, x[i], want);
+                break;
+            }
+        }
+        /* ring: 2 (N-1) chunks of about n/N floats */
+        size_t c[64];
+        mt_comm_even_counts(n, N, c);
+        uint64_t sent = world->bytes_sent - before, want_sent = 0;
+        for (int s = 0; s < N - 1; s++) want_sent += 4 * (c[((world->rank - s - 1) % N + N) % N] + c[((world->rank - s) % N + N) % N]);
+        T_EQ_INT(sent, want_sent);
+        free(x);
+    }
+    double d[2] = {world->rank, 1};
+    if (mt_all_reduce(world, d, 2, MT_C_F64, &e)) T_FAILF("%s", e.msg);
+    T_CHECK(d[0] == N * (N - 1) / 2.0 && d[1] == N);
+    int64_t q = world->rank + 1;
+    if (mt_all_reduce(world, &q, 1, MT_C_I64, &e)) T_FAILF("%s", e.msg);
+    T_EQ_INT(q, N * (N + 1) / 2);
+}
+
+TEST(mpi_reduce_scatter_all_gather)
+{
+    int N = world->size;
+    mt_err e;
+    /* uneven chunks, one empty */
+    size_t counts[64], n = 0;
+    for (int r = 0; r < N; r++) n += counts[r] = r == 1 ? 0 : (size_t)(17 * r + 5);
+    float *x = malloc(n * sizeof *x);
+    for (size_t i = 0; i < n; i++) x[i] = val(world->rank, i);
+    if (mt_reduce_scatter(world, x, counts, MT_C_F32, &e)) T_FAILF("%s", e.msg);
+    size_t off = 0;
+    for (int r = 0; r < world->rank; r++) off += counts[r];
+    for (size_t i = off; i < off + counts[world->rank]; i++) {
+        double want = 0;
+        for (int r = 0; r < N; r++) want += val(r, i);
+        if (x[i] != (float)want) {
+            T_FAILF("reduce_scatter element %zu: %g, expected %g", i, x[i], want);
+            break;
+        }
+    }
+    /* all_gather: every chunk from its owner */
+    for (size_t i = off; i < off + counts[world->rank]; i++) x[i] = (float)(world->rank * 100000 + (int)i);
+    if (mt_all_gather(world, x, counts, MT_C_F32, &e)) T_FAILF("%s", e.msg);
+    off = 0;
+    for (int r = 0; r < N; r++) {
+        for (size_t i = off; i < off + counts[r]; i++)
+            if (x[i] != (float)(r * 100000 + (int)i)) {
+                T_FAILF("all_gather element %zu of rank %d: %g", i, r, x[i]);
+                break;
+            }
+        off += counts[r];
+    }
+    free(x);
+}
+
+TEST(mpi_broadcast_send_recv_barrier)
+{
+    int N = world->size;
+    mt_err e;
+    size_t n = 300001;
+    unsigned char *b = malloc(n);
+    int root = N - 1;
+    for (size_t i = 0; i < n; i++) b[i] = world->rank == root ? (unsigned char)(i * 31) : 0;
+    uint64_t before = world->bytes_sent;
+    if (mt_broadcast(world, b, n, MT_C_BYTE, root, &e)) T_FAILF("%s", e.msg);
+    for (size_t i = 0; i < n; i++)
+        if (b[i] != (unsigned char)(i * 31)) {
+            T_FAILF("broadcast byte %zu", i);
+            break;
+        }
+    /* a chain: every rank but the last from the root sends the buffer once */
+    T_EQ_INT(world->bytes_sent - before, world->rank == (root + N - 1) % N ? 0 : n);
+    free(b);
+    /* a ring of send/recv: even ranks send first */
+    double x = world->rank * 2.5, y = -1;
+    int next = (world->rank + 1) % N, prev = (world->rank + N - 1) % N;
+    if (world->rank % 2 == 0) {
+        if (mt_send(world, &x, 1, MT_C_F64, next, &e) || mt_recv(world, &y, 1, MT_C_F64, prev, &e)) T_FAILF("%s", e.msg);
+    } else {
+        if (mt_recv(world, &y, 1, MT_C_F64, prev, &e) || mt_send(world, &x, 1, MT_C_F64, next, &e)) T_FAILF("%s", e.msg);
+    }
+    T_CHECK(y == prev * 2.5);
+    if (mt_barrier(world, &e)) T_FAILF("%s", e.msg);
+}
+
+TEST(mpi_split_groups)
+{
+    mt_err e;
+    int N = world->size;
+    if (N % 2) T_SKIP("an odd number of ranks");
+    /* a grid of tensor size 2: the data-parallel group of each rank by Megatron's order */
+    mt_grid g;
+    T_CHECK(mt_grid_make(&g, N, 2, 1, 1, &e) == 0);
+    int m[64], color, idx, n = mt_grid_group(&g, world->rank, MT_GROUP_DP, m, &color, &idx);
+    mt_comm *dp = mt_comm_split(world, color, idx, &e);
+    if (!dp) {
+        T_FAILF("%s", e.msg);
+        return;
+    }
+    T_EQ_INT(dp->size, n);
+    T_EQ_INT(dp->rank, idx);
+    int64_t r = world->rank;
+    if (mt_all_reduce(dp, &r, 1, MT_C_I64, &e)) T_FAILF("%s", e.msg);
+    int64_t want = 0;
+    for (int i = 0; i < n; i++) want += m[i];
+    T_EQ_INT(r, want);
+    mt_comm_free(dp);
+}
+
+int main(int argc, char **argv)
+{
+    t_bin = "test_comm";
+    if (argc > 1 && !strcmp(argv[1], "--mpi")) {
+        mt_err e;
+        if (mt_boot_init(&boot, &e) || mt_boot_mpi(&boot, &e) || !(world = mt_comm_mpi_world(&e))) {
+            printf("not ok - test_comm: bootstrap: %s\n", e.msg);
+            return 1;
+        }
+        char name[64];
+        snprintf(name, sizeof name, "test_comm[rank %d/%d]", boot.rank, boot.size);
+        t_bin = name;
+        RUN(mpi_bootstrap);
+        RUN(mpi_all_reduce);
+        RUN(mpi_reduce_scatter_all_gather);
+        RUN(mpi_broadcast_send_recv_barrier);
+        RUN(mpi_split_groups);
+        mt_comm_free(world);
+        mt_boot_finalize(&boot);
+        return t_total_failed ? 1 : 0;
+    }
+    RUN(grid_megatron_example);
+    RUN(grid_coords_and_errors);
+    RUN(refuse_launch_without_pmix);
+    RUN(single_rank_comm);
+    mt_boot b;
+    mt_err e;
+    /* not under a launcher here (tests/run starts this binary directly) */
+    if (!getenv("PMIX_RANK") && !getenv("SLURM_NTASKS")) {
+        int rc = mt_boot_init(&b, &e);
+        printf("%s - test_comm: singleton bootstrap%s%s\n", rc == 0 && b.rank == 0 && b.size == 1 && !b.pmix ? "ok" : "not ok",
+               rc ? ": " : "", rc ? e.msg : "");
+        if (rc) t_total_failed++;
+    }
+    return t_total_failed ? 1 : 0;
+}
