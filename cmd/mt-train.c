@@ -1,6 +1,8 @@
-/* mt-train: train a GPT-2 model on one rank with Megatron-LM's flags, data order, schedule, log lines
- * and checkpoint layout (man mt-train.1). The run's state, its step and its checkpoints are
- * libcommon/train's (trainer.h, train_ckpt.h); this file is the flags, the wiring and the reporting. */
+/* mt-train: train a GPT-2 model with Megatron-LM's flags, data order, schedule, log lines and
+ * checkpoint layout, on one rank or data-parallel over the ranks of a PMIx launch (srun --mpi=pmix,
+ * mpirun, mt-train -n N; man mt-train.1, LAUNCHING). The run's state, its step and its checkpoints are
+ * libcommon/train's (trainer.h, train_ckpt.h), the bootstrap and communicator libcommon/comm's; this
+ * file is the flags, the wiring and the reporting (by rank 0). */
 #include <errno.h>
 #include <math.h>
 #include <signal.h>
@@ -10,6 +12,10 @@
 #include <sys/resource.h>
 #include <time.h>
 
+#include "comm/bootstrap.h"
+#include "comm/comm.h"
+#include "comm/grid.h"
+#include "comm/launch.h"
 #include "data/split.h"
 #include "kernels.h"
 #include "model/gpt.h"
@@ -40,18 +46,29 @@ static double now_s(void)
     return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
 }
 
-/* The run (t) and what reports on it. */
+/* The run (t), the job it is part of, and what reports on it. */
 typedef struct run {
     mt_trainer t;
+    mt_boot boot;
+    mt_comm *world, *dp;
     mt_tb *tb;
     FILE *metrics;
     int memory_reported;
 } run;
 
+static mt_boot *abort_boot;
+/* A fatal error of one rank ends every rank (after mt_die has printed the message naming this rank). */
+static void abort_job(void)
+{
+    if (abort_boot && abort_boot->size > 1) mt_boot_abort(abort_boot, 1, "mt-train: a rank failed");
+}
+
 static void save_checkpoint(run *r)
 {
     mt_err e;
     if (mt_trainer_save(&r->t, stdout, &e)) mt_die_err(&e);
+    /* the job goes on (or ends) only when the checkpoint is complete */
+    if (mt_barrier(r->world, &e)) mt_die_err(&e);
 }
 
 /* ---- evaluation ---- */
@@ -68,7 +85,7 @@ static void evaluate_and_print(run *r, int split, mt_eval_when when, int64_t ite
     mt_eval_result res;
     int64_t test_consumed = 0;
     int64_t *consumed = split == MT_SPLIT_VALID ? &r->t.consumed_valid : &test_consumed;
-    if (mt_evaluate(r->t.ctx, &r->t.batch, &r->t.data, split, consumed, iters, r->t.num_micro, &res, &e)) mt_die_err(&e);
+    if (mt_trainer_evaluate(&r->t, split, consumed, iters, &res, &e)) mt_die_err(&e);
     char prefix[128];
     mt_eval_prefix(prefix, sizeof prefix, LOG_STYLE, when, r->t.iteration);
     mt_loss_value lv = {"lm loss", res.loss};
@@ -100,7 +117,7 @@ static void report_memory(const run *r)
 {
     size_t pb, gb, ab;
     mt_gpt_memory(r->t.model, &pb, &gb, &ab);
-    double mb = 1024.0 * 1024.0, ob = 2.0 * (double)mt_gpt_num_params(r->t.model) * sizeof(float);
+    double mb = 1024.0 * 1024.0, ob = (double)mt_trainer_optimizer_bytes(&r->t);
     struct rusage ru;
     double peak = getrusage(RUSAGE_SELF, &ru) ? 0 : (double)ru.ru_maxrss * 1024.0;   /* ru_maxrss: KiB */
     printf("[Rank 0] (after %lld iterations) memory (MB) | parameters: %.1f | gradients: %.1f | optimizer: %.1f | "
@@ -183,6 +200,22 @@ static void tb_iteration(run *r, double loss, double grad_norm)
     }
 }
 
+/* Whether to stop after this iteration by signal (*sig) or by --exit-duration-in-mins (*late). With
+ * several ranks it must be the same iteration everywhere: the flags are summed over the job (as
+ * Megatron all-gathers the signal state each iteration) and rank 0's clock decides the duration. */
+static void stop_flags(run *r, double start, int *sig, int *late)
+{
+    double mins = r->t.a.exit_duration_in_mins;
+    int64_t f[2] = {got_sigterm, mins > 0 && (now_s() - start) / 60.0 > mins};
+    if (r->world->size > 1 && (r->t.a.exit_signal_handler || mins > 0)) {
+        if (r->world->rank != 0) f[1] = 0;
+        mt_err e;
+        if (mt_all_reduce(r->world, f, 2, MT_C_I64, &e)) mt_die_err(&e);
+    }
+    *sig = f[0] > 0;
+    *late = f[1] > 0;
+}
+
 static int train(run *r)
 {
     mt_trainer *t = &r->t;
@@ -201,11 +234,12 @@ static int train(run *r)
         if (t->a.eval_iters > 0 && t->iteration % t->a.eval_interval == 0 && t->data.split[MT_SPLIT_VALID].present)
             evaluate_and_print(r, MT_SPLIT_VALID, MT_EVAL_DURING, t->a.eval_iters);
         if (t->a.save && t->a.save_interval && t->iteration % t->a.save_interval == 0) save_checkpoint(r);
-        int stop = 0;
-        if (got_sigterm) {
+        int stop = 0, sig, late;
+        stop_flags(r, start, &sig, &late);
+        if (sig) {
             fprintf(stderr, "exiting program after receiving SIGTERM.\n");
             stop = 1;
-        } else if (t->a.exit_duration_in_mins > 0 && (now_s() - start) / 60.0 > t->a.exit_duration_in_mins) {
+        } else if (late) {
             fprintf(stderr, "exiting program after %f minutes\n", (now_s() - start) / 60.0);
             stop = 1;
         } else if (t->a.exit_interval && t->iteration % t->a.exit_interval == 0) {
@@ -220,6 +254,39 @@ static int train(run *r)
     return 0;
 }
 
+/* The job: bootstrap (a refused launch stops here, before anything is written), MPI, the grid and the
+ * data-parallel group. Ranks other than 0 print nothing on stdout. */
+static void join_job(run *r, const mt_train_args *a)
+{
+    mt_err e;
+    if (mt_boot_init(&r->boot, &e)) mt_die_err(&e);
+    static char name[300];
+    if (r->boot.size > 1) {
+        snprintf(name, sizeof name, "mt-train: rank %d (%s)", r->boot.rank, r->boot.host);
+        mt_set_progname(name);
+        abort_boot = &r->boot;
+        mt_at_die(abort_job);
+    }
+    if (mt_boot_mpi(&r->boot, &e)) mt_die_err(&e);
+    r->world = r->boot.size > 1 ? mt_comm_mpi_world(&e) : mt_comm_single();
+    if (!r->world) mt_die_err(&e);
+    mt_grid g;
+    if (mt_grid_make(&g, r->boot.size, a->tensor_model_parallel_size, 1, a->pipeline_model_parallel_size, &e))
+        mt_die_err(&e);
+    int color = 0, idx = 0;
+    if (g.dp > 1) {
+        int *m = mt_xmalloc((size_t)mt_grid_world(&g) * sizeof *m);
+        mt_grid_group(&g, r->boot.rank, MT_GROUP_DP, m, &color, &idx);
+        free(m);
+    }
+    r->dp = r->world->size > 1 ? mt_comm_split(r->world, color, idx, &e) : mt_comm_single();
+    if (!r->dp) mt_die_err(&e);
+    if (r->boot.rank != 0 && !freopen("/dev/null", "w", stdout)) mt_die("/dev/null: %s", strerror(errno));
+    printf("using world size: %d, data-parallel size: %d, context-parallel size: 1, tensor-model-parallel size: %d, "
+           "pipeline-model-parallel size: %d\n",
+           r->boot.size, g.dp, g.tp, g.pp);
+}
+
 int main(int argc, char **argv)
 {
     mt_omp_env_default(argv);
@@ -228,10 +295,17 @@ int main(int argc, char **argv)
     static mt_train_args a;
     mt_trainer *t = &r.t;
     mt_err e;
+    int nranks = mt_launch_take_n(&argc, argv, &e);
+    if (nranks < 0) mt_die_err(&e);
     if (mt_train_args_parse(&a, argc, argv, &e)) mt_die_err(&e);
+    if (nranks > 0) {
+        mt_launch_exec(nranks, argc, argv, &e);
+        mt_die_err(&e);
+    }
+    join_job(&r, &a);
     /* a --save that cannot be written fails now, not after the training it was to keep */
-    if (a.save && mt_ckpt_check_save_dir(a.save, &e)) mt_die("--save: %s", e.msg);
-    if (mt_trainer_open(t, &a, &e)) mt_die_err(&e);
+    if (a.save && r.boot.rank == 0 && mt_ckpt_check_save_dir(a.save, &e)) mt_die("--save: %s", e.msg);
+    if (mt_trainer_open_dp(t, &a, r.dp, &e)) mt_die_err(&e);
     printf("> padded vocab (size: %lld) with %lld dummy tokens (new size: %d)\n", (long long)t->vocab_size,
            (long long)(t->cfg.padded_vocab_size - t->vocab_size), t->cfg.padded_vocab_size);
     printf(" > number of parameters on (tensor, pipeline) model parallel rank (0, 0): %zu\n",
@@ -243,11 +317,11 @@ int main(int argc, char **argv)
             fprintf(stderr, "WARNING: could not find %s/%s; will not load any checkpoints and will start from random\n",
                     a.load, MT_CKPT_TRACKER);
     }
-    if (a.tensorboard_dir) {
+    if (a.tensorboard_dir && r.boot.rank == 0) {
         r.tb = mt_tb_open(a.tensorboard_dir, &e);
         if (!r.tb) mt_die_err(&e);
     }
-    if (a.metrics_file) {
+    if (a.metrics_file && r.boot.rank == 0) {
         r.metrics = fopen(a.metrics_file, "a");
         if (!r.metrics) mt_die("%s: %s", a.metrics_file, strerror(errno));
     }
@@ -270,5 +344,8 @@ int main(int argc, char **argv)
     if (r.tb && mt_tb_close(r.tb, &e)) mt_die_err(&e);
     if (r.metrics) fclose(r.metrics);
     mt_trainer_close(t);
+    mt_comm_free(r.dp);
+    mt_comm_free(r.world);
+    mt_boot_finalize(&r.boot);
     return 0;
 }

@@ -129,7 +129,7 @@ static const mt_flag flags[] = {
     {"--log-params-norm", MT_F_BOOL, &A.log_params_norm, NULL, "add the parameters' L2 norm to the iteration line", 0, 0, NULL},
     NOOP_I("--timing-log-level", "N", "accepted; no timer breakdown"),
     NOOP_B("--log-timers-to-tensorboard", "accepted; no timer breakdown"),
-    NOOP_B("--log-world-size-to-tensorboard", "accepted; the world size is 1"),
+    NOOP_B("--log-world-size-to-tensorboard", "accepted; the log states the world size"),
     NOOP_I("--num-dataset-builder-threads", "N", "accepted; indices are built in one thread"),
     NOOP_B("--no-create-attention-mask-in-dataloader", "accepted; the causal mask is never materialized"),
     {"--no-log-loss-scale-to-tensorboard", MT_F_BOOL, &A.no_log_loss_scale_to_tensorboard, NULL,
@@ -140,14 +140,17 @@ static const mt_flag flags[] = {
     {"--exit-signal-handler", MT_F_BOOL, &A.exit_signal_handler, NULL,
      "on SIGTERM, finish the iteration, save and exit 0", 0, 0, NULL},
     /* parallelism */
-    {"--tensor-model-parallel-size", MT_F_INT, &A.tensor_model_parallel_size, "N", "1 (one rank)", 1, 1 << 20, NULL},
-    {"--pipeline-model-parallel-size", MT_F_INT, &A.pipeline_model_parallel_size, "N", "1 (one rank)", 1, 1 << 20, NULL},
+    {"--tensor-model-parallel-size", MT_F_INT, &A.tensor_model_parallel_size, "N", "1 (ranks are data-parallel)", 1, 1 << 20, NULL},
+    {"--pipeline-model-parallel-size", MT_F_INT, &A.pipeline_model_parallel_size, "N", "1 (ranks are data-parallel)", 1, 1 << 20, NULL},
     NOOP_B("--sequence-parallel", "accepted; off with tensor parallel size 1, as in Megatron"),
-    NOOP_B("--use-distributed-optimizer", "accepted; identical with one data-parallel rank"),
-    NOOP_B("--overlap-grad-reduce", "accepted; no reduction with one rank"),
-    NOOP_B("--overlap-param-gather", "accepted; no gather with one rank"),
+    {"--use-distributed-optimizer", MT_F_BOOL, &A.use_distributed_optimizer, NULL,
+     "accepted; every data-parallel rank keeps the whole optimizer state", 0, 0, NULL},
+    {"--ddp-bucket-size", MT_F_I64, &A.ddp_bucket_size, "N",
+     "parameters per gradient reduction bucket (default max(40000000, 1000000 x data-parallel size))", 1, 1e15, NULL},
+    NOOP_B("--overlap-grad-reduce", "accepted; buckets are reduced after the backward pass"),
+    NOOP_B("--overlap-param-gather", "accepted; parameters are gathered after the optimizer step"),
     NOOP_B("--accumulate-allreduce-grads-in-fp32", "accepted; gradients are fp32"),
-    NOOP_S("--distributed-backend", "NAME", "accepted; one rank"),
+    NOOP_S("--distributed-backend", "NAME", "accepted; CPU ranks use MPI, GPU ranks NCCL"),
     NOOP_B("--recompute-activations", "accepted; activations are kept (same results, more memory)"),
     NOOP_S("--recompute-granularity", "G", "accepted; activations are kept (same results, more memory)"),
     /* mt */
@@ -162,9 +165,11 @@ static const mt_cmd cmd = {
     "                --max-position-embeddings P --micro-batch-size B [--global-batch-size G]\n"
     "                (--train-iters N | --train-samples S) --lr LR --data-path [W] PREFIX...\n"
     "                (--vocab-file F --merge-file F | --tokenizer-type NullTokenizer --vocab-size N)\n"
-    "                [--save DIR] [--load DIR] [options]",
-    "Trains a GPT-2 model on one rank with Megatron-LM's flags, schedule, data order, log lines and\n"
-    "checkpoint layout. Checkpoints hold safetensors and JSON; --load resumes exactly.",
+    "                [--save DIR] [--load DIR] [-n RANKS] [options]",
+    "Trains a GPT-2 model with Megatron-LM's flags, schedule, data order, log lines and checkpoint\n"
+    "layout, on one rank or data-parallel over the ranks of srun --mpi=pmix, mpirun, or -n RANKS (that\n"
+    "many ranks on this machine; man mt-train, LAUNCHING). Checkpoints hold safetensors and JSON; --load\n"
+    "resumes exactly.",
     flags,
 };
 
@@ -305,7 +310,7 @@ int mt_train_args_parse(mt_train_args *out, int argc, char **argv, mt_err *e)
                              "layout (--ckpt-format torch)", a->ckpt_format);
     if (a->tensor_model_parallel_size != 1 || a->pipeline_model_parallel_size != 1)
         return mt_err_set(e, "--tensor-model-parallel-size and --pipeline-model-parallel-size must be 1: "
-                             "this trainer runs one rank");
+                             "the ranks of a job are data-parallel");
     if (!strcmp(a->backend, "cuda")) return mt_err_set(e, "--backend cuda: this build has no CUDA backend");
     /* batch (4.2): one data-parallel rank */
     if (!given(seen, "--global-batch-size")) a->global_batch_size = a->micro_batch_size;

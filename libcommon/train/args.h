@@ -48,8 +48,10 @@ typedef struct mt_train_args {
     const char *tensorboard_dir, *metrics_file;
     bool exit_signal_handler, skip_train, log_validation_ppl_to_tensorboard, log_throughput, log_params_norm;
     bool no_log_loss_scale_to_tensorboard;
-    /* parallelism (4.8): one rank for now */
+    /* parallelism (4.8): data parallelism over the job's ranks; tensor and pipeline sizes 1 for now */
     int tensor_model_parallel_size, pipeline_model_parallel_size;
+    bool use_distributed_optimizer;
+    int64_t ddp_bucket_size;   /* parameters per gradient bucket; 0: Megatron's max(40M, 1M x dp) */
     /* mt's own */
     const char *backend;
     int threads;

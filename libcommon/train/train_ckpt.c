@@ -55,6 +55,11 @@ static json_t *meta_json(const mt_trainer *t, int with_optim)
 
 int mt_trainer_save(mt_trainer *t, FILE *log, mt_err *e)
 {
+    /* data-parallel ranks hold the same state: the first writes it */
+    if (t->dp_rank != 0) {
+        t->last_saved = t->iteration;
+        return 0;
+    }
     int nt = mt_gpt_num_tensors(t->model);
     size_t np = mt_gpt_num_params(t->model);
     int with_optim = !t->a.no_save_optim;

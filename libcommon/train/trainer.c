@@ -2,6 +2,7 @@
 #include "train/trainer.h"
 
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -74,10 +75,18 @@ static int build_schedule(mt_trainer *t, mt_err *e)
     return mt_sched_init(&t->sched, &s, e);
 }
 
-int mt_trainer_open(mt_trainer *t, const mt_train_args *a, mt_err *e)
+int mt_trainer_open(mt_trainer *t, const mt_train_args *a, mt_err *e) { return mt_trainer_open_dp(t, a, NULL, e); }
+
+int mt_trainer_open_dp(mt_trainer *t, const mt_train_args *a, mt_comm *dp, mt_err *e)
 {
     memset(t, 0, sizeof *t);
     t->a = *a;
+    t->dp = dp ? dp : (t->own_dp = mt_comm_single());
+    t->dp_rank = t->dp->rank;
+    t->dp_size = t->dp->size;
+    if (t->a.global_batch_size % ((int64_t)t->a.micro_batch_size * t->dp_size))
+        return mt_err_set(e, "--global-batch-size (%lld) must be a multiple of --micro-batch-size (%d) x data-parallel size (%d)",
+                          (long long)t->a.global_batch_size, t->a.micro_batch_size, t->dp_size);
     mt_tokenizer tok;
     if (mt_tokenizer_open(&tok, t->a.tokenizer_type, t->a.vocab_file, t->a.merge_file, t->a.vocab_size, e)) return -1;
     t->vocab_size = tok.vocab_size;
@@ -87,7 +96,7 @@ int mt_trainer_open(mt_trainer *t, const mt_train_args *a, mt_err *e)
     if (mt_gpt_config_check(&t->cfg, e)) return -1;
     t->k = mtk_open(&(mtk_config){.backend = t->a.backend, .threads = t->a.threads}, e);
     if (!t->k) return -1;
-    t->num_micro = (int)(t->a.global_batch_size / t->a.micro_batch_size);
+    t->num_micro = (int)(t->a.global_batch_size / ((int64_t)t->a.micro_batch_size * t->dp_size));
     t->train_iters = mt_train_total_iters(&t->a);
     if (open_data(t, e)) return -1;
     t->model = mt_gpt_create(t->k, &t->cfg, MT_GPT_TRAIN, e);
@@ -100,6 +109,14 @@ int mt_trainer_open(mt_trainer *t, const mt_train_args *a, mt_err *e)
     if (build_schedule(t, e)) return -1;
     mt_batch_init(&t->batch, t->a.micro_batch_size, t->a.seq_length, t->vocab_size, t->eod, t->a.eod_mask_loss);
     t->flops_per_iter = flops_per_iteration(t);
+    const char *tr = getenv("MT_TRACE_SAMPLES");
+    if (tr && *tr) {
+        char path[4096];
+        snprintf(path, sizeof path, "%s.%d", tr, t->dp_rank);
+        if (!(t->trace = fopen(path, "w"))) return mt_err_sys(e, "MT_TRACE_SAMPLES: %s", path);
+    }
+    mt_grad_sync_init(&t->gs, t->dp, mt_gpt_num_params(t->model),
+                      t->a.ddp_bucket_size ? (size_t)t->a.ddp_bucket_size : mt_grad_sync_default_bucket(t->dp_size));
     return 0;
 }
 
@@ -112,6 +129,11 @@ void mt_trainer_close(mt_trainer *t)
     mt_gpt_free(t->model);
     mt_gpt_data_close(&t->data);
     mtk_close(t->k);
+    mt_grad_sync_free(&t->gs);
+    if (t->trace) fclose(t->trace);
+    t->trace = NULL;
+    mt_comm_free(t->own_dp);
+    t->own_dp = t->dp = NULL;
     t->model = NULL;
     t->k = NULL;
 }
@@ -128,22 +150,34 @@ static int check_finite(const mt_trainer *t, const char *what, double v, mt_err 
                       (long long)t->iteration + 1, what, v);
 }
 
+/* The first sample of this rank's micro-batch m of the global batch that starts at sample first
+ * (MegatronPretrainingSampler: each step of mbs x dp samples gives rank r the r-th mbs of them). */
+static int64_t micro_first(const mt_trainer *t, int64_t first, int m)
+{
+    return first + ((int64_t)m * t->dp_size + t->dp_rank) * t->a.micro_batch_size;
+}
+
 int mt_trainer_step(mt_trainer *t, mt_step_result *r, mt_err *e)
 {
     memset(r, 0, sizeof *r);
     mt_gpt_zero_grad(t->model);
+    int total_micro = t->num_micro * t->dp_size;
     /* the micro-batches (pipeline parallelism: its schedule replaces this loop) */
     for (int m = 0; m < t->num_micro; m++) {
-        if (mt_batch_read(&t->batch, &t->data, MT_SPLIT_TRAIN, t->consumed_train + (int64_t)m * t->a.micro_batch_size, e)) {
+        if (mt_batch_read(&t->batch, &t->data, MT_SPLIT_TRAIN, micro_first(t, t->consumed_train, m), e)) {
             mt_gpt_set_dropout(t->ctx, 0, 0);
             return -1;
         }
-        mt_gpt_set_dropout(t->ctx, 1, dropout_key(t, t->iteration, m));
+        if (t->trace)
+            fprintf(t->trace, "%lld %lld %d\n", (long long)t->iteration + 1,
+                    (long long)micro_first(t, t->consumed_train, m), t->batch.B);
+        mt_gpt_set_dropout(t->ctx, 1, dropout_key(t, t->iteration, m * t->dp_size + t->dp_rank));
         mt_gpt_loss l;
-        /* each micro-batch's mean loss weighs 1 / num_micro, as Megatron averages them */
+        /* each micro-batch's mean loss weighs 1 / (all ranks' micro-batches), as Megatron averages them
+         * (1 / num_micro in the loss, 1 / dp on the gradients) */
         if (mt_gpt_forward(t->ctx, t->batch.tokens, t->batch.targets, t->batch.loss_mask, t->batch.B, t->batch.T, NULL,
                            &l, e) ||
-            mt_gpt_backward(t->ctx, l.count > 0 ? (double)(1.0f / (float)t->num_micro) / l.count : 0.0, e)) {
+            mt_gpt_backward(t->ctx, l.count > 0 ? (double)(1.0f / (float)total_micro) / l.count : 0.0, e)) {
             mt_gpt_set_dropout(t->ctx, 0, 0);
             return -1;
         }
@@ -151,9 +185,15 @@ int mt_trainer_step(mt_trainer *t, mt_step_result *r, mt_err *e)
         r->tokens += l.count;
     }
     mt_gpt_set_dropout(t->ctx, 0, 0);
+    if (t->dp_size > 1) {
+        double sums[2] = {r->loss_sum, r->tokens};
+        if (mt_all_reduce(t->dp, sums, 2, MT_C_F64, e) || mt_grad_all_reduce(&t->gs, mt_gpt_grads(t->model), e))
+            return mt_err_prefix(e, "iteration %lld: data-parallel reduction", (long long)t->iteration + 1);
+        r->loss_sum = sums[0];
+        r->tokens = sums[1];
+    }
     r->loss = r->tokens > 0 ? r->loss_sum / r->tokens : 0;
     if (check_finite(t, "the lm loss", r->loss, e)) return -1;
-    /* (data parallelism: the gradient reduction across ranks goes here) */
     r->grad_norm = mt_adamw_step(&t->opt, t->sched.lr, t->sched.wd);   /* no update when norm is NaN/inf */
     if (check_finite(t, "the grad norm", r->grad_norm, e)) return -1;
     r->skipped = !isfinite(r->grad_norm);
@@ -161,5 +201,35 @@ int mt_trainer_step(mt_trainer *t, mt_step_result *r, mt_err *e)
     t->iteration++;
     t->consumed_train += t->a.global_batch_size;
     t->flops_so_far += t->flops_per_iter;
+    return 0;
+}
+
+size_t mt_trainer_optimizer_bytes(const mt_trainer *t) { return 2 * mt_gpt_num_params(t->model) * sizeof(float); }
+
+int mt_trainer_evaluate(mt_trainer *t, int split, int64_t *consumed, int64_t iters, mt_eval_result *r, mt_err *e)
+{
+    r->loss = r->loss_sum = r->tokens = 0;
+    r->samples = 0;
+    const mt_gpt_split_data *sp = &t->data.split[split];
+    if (!sp->present) return mt_err_set(e, "the %s split is empty (see --split)", mt_split_names[split]);
+    mt_gpt_set_dropout(t->ctx, 0, 0);
+    for (int64_t it = 0; it < iters; it++) {
+        for (int m = 0; m < t->num_micro; m++) {
+            if (mt_batch_read(&t->batch, &t->data, split, micro_first(t, *consumed, m), e)) return -1;
+            mt_gpt_loss l;
+            if (mt_gpt_forward(t->ctx, t->batch.tokens, t->batch.targets, t->batch.loss_mask, t->batch.B, t->batch.T,
+                               NULL, &l, e))
+                return -1;
+            r->loss_sum += l.sum;
+            r->tokens += l.count;
+        }
+        *consumed += t->a.global_batch_size;
+        r->samples += t->a.global_batch_size;
+    }
+    double sums[2] = {r->loss_sum, r->tokens};
+    if (mt_all_reduce(t->dp, sums, 2, MT_C_F64, e)) return mt_err_prefix(e, "evaluation");
+    r->loss_sum = sums[0];
+    r->tokens = sums[1];
+    r->loss = r->tokens > 0 ? r->loss_sum / r->tokens : NAN;
     return 0;
 }

@@ -7,15 +7,17 @@
  *
  * One step (mt_trainer_step) is, in order:
  *   1. zero the gradients;
- *   2. for each of the num_micro micro-batches: read it (samples consumed_train + m * micro_batch_size
- *      of the train split), set the dropout key of (iteration, m), forward, backward with loss scale
- *      1 / num_micro (gradient accumulation);
+ *   2. for each of this rank's num_micro micro-batches (global batch / (micro batch x data-parallel
+ *      size)): read it as Megatron's sampler assigns it (micro-batch m of data-parallel rank r is
+ *      samples consumed_train + (m * dp_size + r) * micro_batch_size ...), set the dropout key of
+ *      (iteration, m * dp_size + r) (the masks of a one-rank run), forward, backward with loss scale
+ *      1 / (num_micro * dp_size) (gradient accumulation);
  *         - pipeline parallelism replaces this loop by its schedule (1F1B: forward and backward of the
  *           micro-batches interleaved per stage, activations sent to the next stage and gradients
  *           received from it around each forward/backward);
  *   3. with --check-for-nan-in-loss-and-grad (the default) a non-finite loss is an error;
- *         - data parallelism reduces the gradients across ranks here (all-reduce, or reduce-scatter
- *           for a distributed optimizer), and the loss sum and token count with them, before the norm;
+ *      data parallelism reduces the gradients across ranks here (grad_sync.h: bucketed all-reduce), and
+ *      the loss sum and token count with them, before the check, so every rank sees the same loss;
  *   4. the optimizer step: global grad norm, clipping, AdamW update; a non-finite norm skips the update
  *      (an error with the check on);
  *   5. the schedule steps when the update was taken; iteration, consumed samples and FLOPs advance.
@@ -25,12 +27,16 @@
 
 #include <stdbool.h>
 #include <stdint.h>
+#include <stdio.h>
 
 #include "data/gpt_dataset.h"
 #include "kernels.h"
 #include "model/gpt.h"
 #include "train/args.h"
+#include "comm/comm.h"
 #include "train/batch.h"
+#include "train/grad_sync.h"
+#include "train/evaluate.h"
 #include "train/optimizer.h"
 #include "train/schedule.h"
 #include "util/err.h"
@@ -46,7 +52,12 @@ typedef struct mt_trainer {
     mt_gpt_data data;
     mt_batch batch;
     int64_t vocab_size, eod;
-    int num_micro;           /* global batch / micro batch */
+    int num_micro;           /* this rank's micro-batches: global batch / (micro batch x dp_size) */
+    mt_comm *dp;             /* the data-parallel group (a one-rank group unless mt_trainer_open_dp got one) */
+    mt_comm *own_dp;         /* dp when the trainer made it */
+    int dp_rank, dp_size;
+    mt_grad_sync gs;         /* gradient buckets over dp */
+    FILE *trace;             /* $MT_TRACE_SAMPLES.<dp rank>: the train samples this rank reads (a test hook) */
     int64_t train_iters;
     int64_t iteration;       /* (ckpt) */
     int64_t consumed_train;  /* (ckpt) */
@@ -59,6 +70,10 @@ typedef struct mt_trainer {
 /* Builds the run of the (parsed and checked) args: tokenizer, config, backend, data, model initialised
  * from --seed, AdamW and the schedule. 0, or -1 with e set (mt_trainer_close frees what was built). */
 int mt_trainer_open(mt_trainer *t, const mt_train_args *a, mt_err *e);
+/* The same as one of the ranks of the data-parallel group dp (not owned; must outlive the trainer):
+ * every rank builds the same model from --seed. The global batch must be a multiple of micro batch x
+ * dp->size. */
+int mt_trainer_open_dp(mt_trainer *t, const mt_train_args *a, mt_comm *dp, mt_err *e);
 void mt_trainer_close(mt_trainer *t);
 
 typedef struct mt_step_result {
@@ -71,5 +86,13 @@ typedef struct mt_step_result {
 /* One iteration (see above). -1 with e set on a read error or, with the NaN check on, a non-finite loss
  * or grad norm (then nothing advanced and the weights are those before the step). */
 int mt_trainer_step(mt_trainer *t, mt_step_result *r, mt_err *e);
+
+/* Bytes of optimizer state this rank holds (AdamW's two moments over its parameters). */
+size_t mt_trainer_optimizer_bytes(const mt_trainer *t);
+
+/* Megatron's evaluate() over the data-parallel group: iters global batches of split from *consumed
+ * (which advances by the global batch per iteration), each rank forwarding its micro-batches as the
+ * training sampler assigns them; the loss sums and token counts are summed over the ranks. */
+int mt_trainer_evaluate(mt_trainer *t, int split, int64_t *consumed, int64_t iters, mt_eval_result *r, mt_err *e);
 
 #endif

@@ -1,0 +1,22 @@
+/* launch.h: `mt-train -n N`, N ranks on this machine without a launcher given by the user.
+ *
+ * The ranks need a PMIx server (comm/bootstrap.h). mt-train gets one by replacing itself with Open MPI's
+ * mpirun (its ORTE daemon is a PMIx server, and the MPI data plane of CPU ranks is Open MPI's anyway):
+ *   mpirun [--allow-run-as-root] --oversubscribe --bind-to none -np N <this program> <the other args>
+ * (--allow-run-as-root only when running as root: mt-train -n is the launcher the user asked for). The
+ * program is $MT_MPIRUN when set, else mpirun from PATH. No Slurm is involved.
+ */
+#ifndef MT_COMM_LAUNCH_H
+#define MT_COMM_LAUNCH_H
+
+#include "util/err.h"
+
+/* Removes "-n N" from argv (before a bare "--") and returns N, 0 when absent, -1 with e set for a bad N
+ * or -n under a launcher. */
+int mt_launch_take_n(int *argc, char **argv, mt_err *e);
+
+/* execs the launcher for n ranks of this program with argv[1..argc-1]; returns -1 with e set only when
+ * it could not be started. */
+int mt_launch_exec(int n, int argc, char **argv, mt_err *e);
+
+#endif

@@ -1,0 +1,171 @@
+#!/usr/bin/env bash
+# train-dp.sh: data-parallel mt-train under mpirun (2 and 4 CPU ranks) and mt-train -n: every iteration's
+# loss and grad norm equal the one-rank run's at the same global batch (1e-5 relative), the log states
+# the world and data-parallel sizes, each rank reads exactly its share of the samples as Megatron's sampler
+# assigns them, one rank writes the log and checkpoints and resume is exact, a launch of several tasks
+# without PMIx is refused before anything is written, a killed rank ends the job, and SIGTERM to one rank
+# with --exit-signal-handler stops every rank at the same iteration with one checkpoint and exit 0.
+. "$(dirname "$0")/../lib.sh"
+py=/usr/bin/python3
+d=$T_TMP
+if ! command -v mpirun >/dev/null; then t_skip "mpirun" "openmpi-bin is not installed"; exit 0; fi
+export OMP_NUM_THREADS=1 OMPI_MCA_mpi_yield_when_idle=1 OMPI_MCA_btl_base_warn_component_unused=0 TMPDIR=$T_TMP
+export ASAN_OPTIONS="${ASAN_OPTIONS:+$ASAN_OPTIONS:}detect_leaks=0"
+root=""; [ "$(id -u)" = 0 ] && root=--allow-run-as-root
+mpi() { local n=$1; shift; timeout -k 5 120 mpirun $root --oversubscribe -np "$n" "$@"; }
+# the newest rank (mt-train re-executes itself as /proc/self/exe, so match the command line)
+newest_rank() { pgrep -n -f "^([^ ]*/)?mt-train --num-layers"; }
+
+PYTHONPATH=$T_TOP/tests/oracle $py - "$d/data" <<'PYEOF'
+import sys, numpy as np
+from indexed_write import write_indexed
+rs = np.random.RandomState(7)
+perm = rs.permutation(60)
+docs = []
+for _ in range(300):
+    n = rs.randint(20, 90)
+    x = [rs.randint(60)]
+    for _ in range(n - 1):
+        x.append(perm[x[-1]] if rs.rand() < 0.9 else rs.randint(60))
+    docs.append(x + [60])
+write_indexed(sys.argv[1], docs)
+PYEOF
+
+args="--num-layers 2 --hidden-size 32 --num-attention-heads 4 --seq-length 32 --max-position-embeddings 32
+      --tokenizer-type NullTokenizer --vocab-size 60 --make-vocab-size-divisible-by 16
+      --micro-batch-size 2 --global-batch-size 8 --train-iters 20 --lr 3e-3 --min-lr 3e-4 --lr-decay-style cosine
+      --lr-warmup-iters 5 --weight-decay 0.1 --clip-grad 1.0 --log-interval 1 --eval-interval 10 --eval-iters 2
+      --split 90,5,5 --seed 77 --data-path $d/data --data-cache-path $d/cache"
+# the index cache once, so that the runs below only read it
+# shellcheck disable=SC2086
+mt-train $args --train-iters 1 --eval-iters 0 >/dev/null 2>&1
+
+# same_losses NAME A.jsonl B.jsonl: every train iteration's lm_loss and grad_norm within 1e-5 relative,
+# and the validation losses too
+same_losses() {
+    if $py - "$2" "$3" >"$d/cmp.out" 2>&1 <<'PYEOF'
+import json, sys
+def load(p):
+    rows = [json.loads(l) for l in open(p)]
+    tr = {r["iteration"]: (r["lm_loss"], r["grad_norm"]) for r in rows if r["type"] == "train"}
+    ev = [(r["type"], r["iteration"], r["lm_loss"]) for r in rows if r["type"] != "train"]
+    return tr, ev
+(a, ea), (b, eb) = load(sys.argv[1]), load(sys.argv[2])
+assert sorted(a) == list(range(1, 21)), "iterations %s" % sorted(a)
+assert sorted(b) == sorted(a), "iterations %s vs %s" % (sorted(b), sorted(a))
+worst = 0
+for i in a:
+    for x, y in zip(a[i], b[i]):
+        worst = max(worst, abs(x - y) / abs(x))
+assert worst < 1e-5, "worst relative difference %g" % worst
+assert len(ea) == len(eb) and len(ea) >= 3, (ea, eb)
+for x, y in zip(ea, eb):
+    assert x[:2] == y[:2] and abs(x[2] - y[2]) / abs(x[2]) < 1e-5, (x, y)
+print("worst %.2g" % worst)
+PYEOF
+    then t_pass "$1 ($(cat "$d/cmp.out"))"; else t_fail "$1" "$(tail -3 "$d/cmp.out")"; fi
+}
+
+# shellcheck disable=SC2086
+MT_TRACE_SAMPLES=$d/trace1 mt-train $args --metrics-file "$d/m1.jsonl" --save "$d/c1" --save-interval 10 \
+    >"$d/one.log" 2>"$d/one.err" || t_fail "one rank" "$(tail -3 "$d/one.err")"
+t_grep "one rank: the log states world and data-parallel size" '^using world size: 1, data-parallel size: 1,' "$d/one.log"
+
+for n in 2 4; do
+    # shellcheck disable=SC2086
+    if MT_TRACE_SAMPLES=$d/trace$n mpi $n mt-train $args --metrics-file "$d/m$n.jsonl" --save "$d/c$n" \
+        --save-interval 10 >"$d/dp$n.log" 2>"$d/dp$n.err"; then t_pass "DP=$n under mpirun"
+    else t_fail "DP=$n under mpirun" "$(tail -5 "$d/dp$n.err")"; fi
+    t_grep "DP=$n: the log states world and data-parallel size" "^using world size: $n, data-parallel size: $n," "$d/dp$n.log"
+    same_losses "DP=$n: the one-rank losses and grad norms of 20 iterations" "$d/m1.jsonl" "$d/m$n.jsonl"
+    c=$(grep -cE '^ *(\[[^]]*\])? iteration ' "$d/dp$n.log")
+    [ "$c" = 20 ] && t_pass "DP=$n: one rank prints the iteration lines" || t_fail "DP=$n: one rank prints" "$c lines"
+    # each rank's samples: the sampler's share, disjoint, together the one-rank run's samples
+    if $py - "$d/trace" "$n" >"$d/tr.out" 2>&1 <<'PYEOF'
+import sys
+base, n = sys.argv[1], int(sys.argv[2])
+def read(p):
+    return [tuple(map(int, l.split())) for l in open(p)]
+one = read(base + "1.0")
+mbs, gbs = 2, 8
+all_samples = sorted(s for it, f, b in one for s in range(f, f + b))
+got = []
+for r in range(n):
+    rows = read("%s%d.%d" % (base, n, r))
+    assert len(rows) == 20 * gbs // (mbs * n), (r, len(rows))
+    for k, (it, f, b) in enumerate(rows):
+        m = k % (gbs // (mbs * n))
+        want = (it - 1) * gbs + (m * n + r) * mbs
+        assert f == want and b == mbs, ("rank", r, "row", k, (it, f, b), "expected first", want)
+        got += range(f, f + b)
+assert len(got) == len(set(got)), "ranks read the same sample"
+assert sorted(got) == all_samples, "not the one-rank samples"
+print("%d ranks, %d samples each" % (n, len(got) // n))
+PYEOF
+    then t_pass "DP=$n: ranks read different samples, Megatron's share each ($(cat "$d/tr.out"))"
+    else t_fail "DP=$n: samples" "$(tail -2 "$d/tr.out")"; fi
+    # one checkpoint layout, the same weights as the one-rank run's (to rounding)
+    if [ "$(cat "$d/c$n/latest_checkpointed_iteration.txt")" = 20 ] && [ -s "$d/c$n/iter_0000010/mp_rank_00/model.safetensors" ] &&
+        [ "$(find "$d/c$n" -name '*.tmp-*' | wc -l)" = 0 ]; then t_pass "DP=$n: checkpoints at 10 and 20"
+    else t_fail "DP=$n: checkpoints" "$(ls -R "$d/c$n" | head)"; fi
+done
+
+# resume DP=2 from its iteration-10 checkpoint: the same losses as the uninterrupted run
+cp -r "$d/c2" "$d/r2" && echo 10 > "$d/r2/latest_checkpointed_iteration.txt" && rm -rf "$d/r2/iter_0000020"
+# shellcheck disable=SC2086
+mpi 2 mt-train $args --metrics-file "$d/r2.jsonl" --load "$d/r2" --save "$d/r2" >"$d/r2.log" 2>"$d/r2.err" ||
+    t_fail "DP=2 resume" "$(tail -3 "$d/r2.err")"
+$py - "$d/m2.jsonl" "$d/r2.jsonl" >"$d/res.out" 2>&1 <<'PYEOF' && t_pass "DP=2: resume at 10 gives the same losses" || t_fail "DP=2 resume" "$(tail -2 "$d/res.out")"
+import json, sys
+a = {r["iteration"]: r["lm_loss"] for r in map(json.loads, open(sys.argv[1])) if r["type"] == "train"}
+b = {r["iteration"]: r["lm_loss"] for r in map(json.loads, open(sys.argv[2])) if r["type"] == "train"}
+assert sorted(b) == list(range(11, 21)), sorted(b)
+assert all(a[i] == b[i] for i in b), [(a[i], b[i]) for i in b]
+PYEOF
+
+# mt-train -n 2: its own launcher, no Slurm, no mpirun given
+# shellcheck disable=SC2086
+if timeout -k 5 300 mt-train -n 2 $args --metrics-file "$d/n2.jsonl" >"$d/n2.log" 2>"$d/n2.err"; then t_pass "mt-train -n 2"
+else t_fail "mt-train -n 2" "$(tail -5 "$d/n2.err")"; fi
+t_grep "mt-train -n 2: two ranks" '^using world size: 2, data-parallel size: 2,' "$d/n2.log"
+same_losses "mt-train -n 2: the one-rank losses" "$d/m1.jsonl" "$d/n2.jsonl"
+
+# several tasks without PMIx (srun --mpi=none -n 2 sets these): refused before anything is written
+# shellcheck disable=SC2086
+if env -u PMIX_RANK -u PMIX_NAMESPACE SLURM_NTASKS=2 SLURM_STEP_NUM_TASKS=2 mt-train $args --save "$d/refused" \
+    --tensorboard-dir "$d/refused-tb" >"$d/ref.out" 2>"$d/ref.err"; then t_fail "launch without PMIx refused" "exit 0"
+elif grep -q -- '--mpi=pmix' "$d/ref.err" && [ ! -e "$d/refused" ] && [ ! -e "$d/refused-tb" ] && [ ! -s "$d/ref.out" ]; then
+    t_pass "launch of 2 tasks without PMIx refused, nothing written ($(head -c 120 "$d/ref.err"))"
+else t_fail "launch without PMIx refused" "$(cat "$d/ref.err") $(ls "$d")"; fi
+
+# a killed rank ends the job within 10 s, naming the rank and the host
+long="${args/--train-iters 20/--train-iters 100000} --eval-iters 0"
+# shellcheck disable=SC2086
+(mpi 2 mt-train $long >"$d/k.log" 2>"$d/k.err"; echo $? >"$d/k.rc") &
+for _ in $(seq 1200); do grep -q ' iteration  *3/' "$d/k.log" 2>/dev/null && break; sleep 0.05; done
+victim=$(newest_rank)
+echo "# killing rank pid $victim: $(tr '\0' ' ' </proc/"$victim"/cmdline 2>/dev/null | head -c 60)" >&2
+t0=$(date +%s.%N)
+kill -9 "$victim"
+for _ in $(seq 200); do [ -s "$d/k.rc" ] && break; sleep 0.1; done
+t1=$(date +%s.%N)
+wait
+if [ -s "$d/k.rc" ] && [ "$(cat "$d/k.rc")" != 0 ] && awk -v a="$t0" -v b="$t1" 'BEGIN { exit !(b - a < 10) }' &&
+    grep -qE "rank [01].*$(hostname)|$(hostname).*rank [01]" "$d/k.err"; then
+    t_pass "a killed rank ends the job within 10 s ($(grep -m1 -E 'rank [01]' "$d/k.err" | head -c 150))"
+else t_fail "a killed rank ends the job" "rc $(cat "$d/k.rc" 2>/dev/null) after $(awk -v a="$t0" -v b="$t1" 'BEGIN { print b - a }') s: $(tail -c 400 "$d/k.err")"; fi
+
+# SIGTERM to one rank only, with --exit-signal-handler: every rank stops at the same iteration, one
+# checkpoint, exit 0
+# shellcheck disable=SC2086
+(mpi 2 mt-train $long --exit-signal-handler --save "$d/sig" >"$d/s.log" 2>"$d/s.err"; echo $? >"$d/s.rc") &
+for _ in $(seq 1200); do grep -q ' iteration  *3/' "$d/s.log" 2>/dev/null && break; sleep 0.05; done
+victim=$(newest_rank)
+kill -TERM "$victim"
+for _ in $(seq 300); do [ -s "$d/s.rc" ] && break; sleep 0.1; done
+wait
+it=$(cat "$d/sig/latest_checkpointed_iteration.txt" 2>/dev/null)
+if [ "$(cat "$d/s.rc" 2>/dev/null)" = 0 ] && [ -n "$it" ] && [ -d "$d/sig/iter_$(printf %07d "$it")" ] &&
+    [ "$(grep -c 'exiting program after receiving SIGTERM' "$d/s.err")" = 2 ]; then
+    t_pass "SIGTERM to one rank: both ranks stop, checkpoint at $it, exit 0"
+else t_fail "SIGTERM to one rank" "rc $(cat "$d/s.rc" 2>/dev/null), tracker '$it': $(tail -c 300 "$d/s.err")"; fi
