@@ -142,6 +142,12 @@ static int install_dir(const char *tmp, const char *final, int *old_at_tmp, mt_e
 int mt_ckpt_save(const char *save_dir, int64_t iteration, const mt_ckpt_tensor *model, int n_model,
                  const mt_ckpt_tensor *optim, int n_optim, json_t *meta, mt_err *e)
 {
+    return mt_ckpt_save_ex(save_dir, iteration, model, n_model, optim, n_optim, meta, NULL, NULL, e);
+}
+
+int mt_ckpt_save_ex(const char *save_dir, int64_t iteration, const mt_ckpt_tensor *model, int n_model,
+                    const mt_ckpt_tensor *optim, int n_optim, json_t *meta, mt_ckpt_fill fill, void *arg, mt_err *e)
+{
     if (iteration < 0) return mt_err_set(e, "%s: cannot save iteration %" PRId64, save_dir, iteration);
     if (!json_is_object(meta)) return mt_err_set(e, "%s: checkpoint metadata is not a JSON object", save_dir);
     crash_hook hook = {-1, 0};
@@ -185,6 +191,7 @@ int mt_ckpt_save(const char *save_dir, int64_t iteration, const mt_ckpt_tensor *
     memcpy(text + tl, "\n", 2);
     if (write_text(meta_path, text, e)) goto out;
     step_done(&hook);
+    if (fill && fill(rank, arg, e)) goto out;
     if (fsync_dir(rank, e) || fsync_dir(tmp, e)) goto out;
     if (install_dir(tmp, final, &old_at_tmp, e) || fsync_dir(save_dir, e)) goto out;
     step_done(&hook);

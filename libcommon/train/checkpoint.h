@@ -57,6 +57,14 @@ enum { MT_CKPT_MODEL = 0, MT_CKPT_OPTIM = 1 };
 int mt_ckpt_save(const char *save_dir, int64_t iteration, const mt_ckpt_tensor *model, int n_model,
                  const mt_ckpt_tensor *optim, int n_optim, json_t *meta, mt_err *e);
 
+/* mt_ckpt_save with a hook: fill(dir, arg, e) runs after meta.json is written, with the temporary
+ * ".../iter_%07d.tmp-<pid>/mp_rank_00" directory, to add files (the distributed optimizer's shards,
+ * written by every data-parallel rank); it returns 0, or -1 with e set to abandon the save. Its files
+ * are then part of the directory that is installed before the tracker changes. */
+typedef int (*mt_ckpt_fill)(const char *dir, void *arg, mt_err *e);
+int mt_ckpt_save_ex(const char *save_dir, int64_t iteration, const mt_ckpt_tensor *model, int n_model,
+                    const mt_ckpt_tensor *optim, int n_optim, json_t *meta, mt_ckpt_fill fill, void *arg, mt_err *e);
+
 /* Checks at start-up that save_dir is usable: creates it (and its parents) if missing, then that it is a
  * directory in which this process can create entries. Returns 0 or -1 naming the directory. */
 int mt_ckpt_check_save_dir(const char *save_dir, mt_err *e);

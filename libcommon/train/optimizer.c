@@ -14,6 +14,8 @@ int mt_adamw_init(mt_adamw *o, mtk *k, mt_gpt *model, double beta1, double beta2
     o->beta2 = beta2;
     o->eps = eps;
     o->clip_grad = clip_grad;
+    o->lo = 0;
+    o->hi = n;
     o->exp_avg = mtk_alloc(k, n * sizeof(float), e);
     o->exp_avg_sq = o->exp_avg ? mtk_alloc(k, n * sizeof(float), e) : NULL;
     if (!o->exp_avg_sq) {
@@ -30,10 +32,29 @@ void mt_adamw_free(mt_adamw *o)
     o->exp_avg = o->exp_avg_sq = NULL;
 }
 
+int mt_adamw_shard(mt_adamw *o, size_t lo, size_t hi, mt_err *e)
+{
+    mt_adamw_free(o);
+    size_t n = hi > lo ? hi - lo : 0;
+    o->lo = lo;
+    o->hi = lo + n;
+    o->exp_avg = mtk_alloc(o->k, (n ? n : 1) * sizeof(float), e);
+    o->exp_avg_sq = o->exp_avg ? mtk_alloc(o->k, (n ? n : 1) * sizeof(float), e) : NULL;
+    if (!o->exp_avg_sq) return mt_err_prefix(e, "optimizer state (shard of %zu parameters)", n);
+    mtk_zero(o->k, o->exp_avg, (n ? n : 1) * sizeof(float));
+    mtk_zero(o->k, o->exp_avg_sq, (n ? n : 1) * sizeof(float));
+    return 0;
+}
+
 double mt_adamw_step(mt_adamw *o, double lr, double wd)
 {
+    double norm = sqrt(mtk_sumsq(o->k, mt_gpt_grads(o->model), mt_gpt_num_params(o->model)));
+    return mt_adamw_update(o, lr, wd, norm);
+}
+
+double mt_adamw_update(mt_adamw *o, double lr, double wd, double norm)
+{
     float *g = mt_gpt_grads(o->model), *p = mt_gpt_params(o->model);
-    double norm = sqrt(mtk_sumsq(o->k, g, mt_gpt_num_params(o->model)));
     if (!isfinite(norm)) return norm;
     float scale = 1.0f;
     if (o->clip_grad > 0) {
@@ -44,9 +65,11 @@ double mt_adamw_step(mt_adamw *o, double lr, double wd)
     int nt = mt_gpt_num_tensors(o->model);
     for (int i = 0; i < nt; i++) {
         const mt_gpt_tensor *t = mt_gpt_tensor_at(o->model, i);
-        mtk_adamw(o->k, p + t->offset, g + t->offset, o->exp_avg + t->offset, o->exp_avg_sq + t->offset, t->numel,
-                  (float)lr, (float)o->beta1, (float)o->beta2, (float)o->eps, t->no_decay ? 0.0f : (float)wd,
-                  (int)o->step, scale);
+        /* the part of the tensor in [lo, hi) (all of it unless sharded) */
+        size_t a = t->offset > o->lo ? t->offset : o->lo, b = t->offset + t->numel < o->hi ? t->offset + t->numel : o->hi;
+        if (a >= b) continue;
+        mtk_adamw(o->k, p + a, g + a, o->exp_avg + (a - o->lo), o->exp_avg_sq + (a - o->lo), b - a, (float)lr,
+                  (float)o->beta1, (float)o->beta2, (float)o->eps, t->no_decay ? 0.0f : (float)wd, (int)o->step, scale);
     }
     mt_gpt_params_changed(o->model);
     return norm;

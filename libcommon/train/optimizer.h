@@ -17,7 +17,8 @@
 typedef struct mt_adamw {
     mtk *k;
     mt_gpt *model;
-    float *exp_avg, *exp_avg_sq;   /* device, num_params floats each */
+    float *exp_avg, *exp_avg_sq;   /* device, hi - lo floats each: the moments of parameters lo .. hi - 1 */
+    size_t lo, hi;                 /* 0, num_params unless sharded (distributed optimizer) */
     int64_t step;                  /* updates taken (bias correction uses step + 1 on the next) */
     double beta1, beta2, eps, clip_grad;
 } mt_adamw;
@@ -30,6 +31,13 @@ void mt_adamw_free(mt_adamw *o);
  * only). Returns the pre-clip global gradient norm; a non-finite norm skips the update and returns it
  * (the caller counts a nan iteration). */
 double mt_adamw_step(mt_adamw *o, double lr, double wd);
+
+/* The distributed optimizer's shard: from now on the moments (zeroed) cover parameters lo .. hi - 1 only
+ * and an update changes only those. 0, or -1 with e set. */
+int mt_adamw_shard(mt_adamw *o, size_t lo, size_t hi, mt_err *e);
+/* The update of mt_adamw_step with the global gradient norm given (computed over the shards by the
+ * caller): clipping by it, AdamW on parameters lo .. hi - 1. Returns norm; no update when it is not finite. */
+double mt_adamw_update(mt_adamw *o, double lr, double wd, double norm);
 
 /* L2 norm of all parameters (--log-params-norm). */
 double mt_params_norm(mtk *k, mt_gpt *model);

@@ -10,6 +10,7 @@
 
 #include "train/checkpoint.h"
 #include "train/ckpt_meta.h"
+#include "train/dist_ckpt.h"
 #include "train/open_model.h"
 
 /* ---- saving ---- */
@@ -41,10 +42,12 @@ static json_t *meta_json(const mt_trainer *t, int with_optim)
     json_object_set_new(meta, "consumed_valid_samples", json_integer(t->consumed_valid));
     json_object_set_new(meta, "num_floating_point_operations_so_far", json_real(t->flops_so_far));
     json_object_set_new(meta, "opt_param_scheduler", sched_json(&t->sched));
-    if (with_optim)
-        json_object_set_new(meta, "optimizer",
-                            json_pack("{s:s,s:I,s:f,s:f,s:f}", "type", "adamw", "step", (json_int_t)t->opt.step,
-                                      "beta1", t->opt.beta1, "beta2", t->opt.beta2, "eps", t->opt.eps));
+    if (with_optim) {
+        json_t *o = json_pack("{s:s,s:I,s:f,s:f,s:f}", "type", "adamw", "step", (json_int_t)t->opt.step, "beta1",
+                              t->opt.beta1, "beta2", t->opt.beta2, "eps", t->opt.eps);
+        if (t->a.use_distributed_optimizer) json_object_set_new(o, "distributed", mt_dist_ckpt_meta(t));
+        json_object_set_new(meta, "optimizer", o);
+    }
     if (!t->a.no_save_rng)
         json_object_set_new(meta, "rng_state",
                             json_pack("{s:I,s:s}", "seed", (json_int_t)t->a.seed, "dropout",
@@ -53,24 +56,33 @@ static json_t *meta_json(const mt_trainer *t, int with_optim)
     return meta;
 }
 
+static int save_rank0(mt_trainer *t, FILE *log, mt_err *e);
+
 int mt_trainer_save(mt_trainer *t, FILE *log, mt_err *e)
 {
-    /* data-parallel ranks hold the same state: the first writes it */
-    if (t->dp_rank != 0) {
-        t->last_saved = t->iteration;
-        return 0;
-    }
+    /* the distributed optimizer's shards come from every data-parallel rank (dist_ckpt.h); otherwise the
+     * ranks hold the same state and the first writes it */
+    int shards = t->a.use_distributed_optimizer && !t->a.no_save_optim;
+    int rc = t->dp_rank == 0 ? save_rank0(t, log, e) : shards ? mt_dist_ckpt_save_peer(t, e) : 0;
+    if (t->dp_rank == 0 && shards) rc = mt_dist_ckpt_save_done(t, rc, e);
+    if (!rc) t->last_saved = t->iteration;
+    return rc;
+}
+
+static int save_rank0(mt_trainer *t, FILE *log, mt_err *e)
+{
     int nt = mt_gpt_num_tensors(t->model);
     size_t np = mt_gpt_num_params(t->model);
-    int with_optim = !t->a.no_save_optim;
-    float *host = mt_xmalloc(np * sizeof(float) * (with_optim ? 3 : 1));
+    int with_optim = !t->a.no_save_optim, shards = with_optim && t->a.use_distributed_optimizer;
+    int full_optim = with_optim && !shards;   /* optim.safetensors: the whole moments */
+    float *host = mt_xmalloc(np * sizeof(float) * (full_optim ? 3 : 1));
     mtk_to_host(t->k, host, mt_gpt_params(t->model), np * sizeof(float));
-    if (with_optim) {
+    if (full_optim) {
         mtk_to_host(t->k, host + np, t->opt.exp_avg, np * sizeof(float));
         mtk_to_host(t->k, host + 2 * np, t->opt.exp_avg_sq, np * sizeof(float));
     }
     /* never a checkpoint of NaN/inf weights or moments: resuming from it could only go on producing NaN */
-    for (int part = 0; part < (with_optim ? 3 : 1); part++) {
+    for (int part = 0; part < (full_optim ? 3 : 1); part++) {
         ptrdiff_t bad = first_nonfinite(host + (size_t)part * np, np);
         if (bad < 0) continue;
         const char *name = "?";
@@ -89,7 +101,7 @@ int mt_trainer_save(mt_trainer *t, FILE *log, mt_err *e)
         const mt_gpt_tensor *g = mt_gpt_tensor_at(t->model, i);
         mt_ckpt_tensor c = {g->name, g->ndim, {g->shape[0], g->shape[1]}, host + g->offset};
         mt[i] = c;
-        if (with_optim) {
+        if (full_optim) {
             snprintf(names[2 * i], sizeof names[0], "%s.exp_avg", g->name);
             snprintf(names[2 * i + 1], sizeof names[0], "%s.exp_avg_sq", g->name);
             mt_ckpt_tensor m1 = {names[2 * i], g->ndim, {g->shape[0], g->shape[1]}, host + np + g->offset};
@@ -100,7 +112,8 @@ int mt_trainer_save(mt_trainer *t, FILE *log, mt_err *e)
     }
     json_t *meta = meta_json(t, with_optim);
     if (log) fprintf(log, "saving checkpoint at iteration %7lld to %s\n", (long long)t->iteration, t->a.save);
-    int rc = mt_ckpt_save(t->a.save, t->iteration, mt, nt, ot, with_optim ? 2 * nt : 0, meta, e);
+    int rc = mt_ckpt_save_ex(t->a.save, t->iteration, mt, nt, ot, full_optim ? 2 * nt : 0, meta,
+                             shards ? mt_dist_ckpt_fill : NULL, t, e);
     if (!rc && log)
         fprintf(log, "  successfully saved checkpoint at iteration %7lld to %s\n", (long long)t->iteration, t->a.save);
     json_decref(meta);
@@ -108,7 +121,6 @@ int mt_trainer_save(mt_trainer *t, FILE *log, mt_err *e)
     free(ot);
     free(mt);
     free(host);
-    if (!rc) t->last_saved = t->iteration;
     return rc;
 }
 
@@ -273,6 +285,12 @@ static int load_optimizer(mt_trainer *t, mt_model_ckpt *mc, int release, mt_err 
     size_t np = mt_gpt_num_params(t->model);
     int nt = mt_gpt_num_tensors(t->model), rc = 0;
     float *m = mt_xmalloc(np * sizeof(float)), *v = mt_xmalloc(np * sizeof(float));
+    /* moments saved as distributed-optimizer shards (any data-parallel size): the whole of them first */
+    json_t *dist = json_object_get(o, "distributed");
+    if (dist && !mt_ckpt_has_optim(mc->reader)) {
+        rc = mt_dist_ckpt_read(mc->dir, dist, np, m, v, e);
+        nt = 0;
+    }
     for (int i = 0; i < nt && !rc; i++) {
         const mt_gpt_tensor *g = mt_gpt_tensor_at(t->model, i);
         char n1[160], n2[160];
@@ -283,9 +301,9 @@ static int load_optimizer(mt_trainer *t, mt_model_ckpt *mc, int release, mt_err 
                  ? -1
                  : 0;
     }
-    if (!rc) {
-        mtk_to_device(t->k, t->opt.exp_avg, m, np * sizeof(float));
-        mtk_to_device(t->k, t->opt.exp_avg_sq, v, np * sizeof(float));
+    if (!rc) {   /* this rank's part (all unless the optimizer is sharded) */
+        mtk_to_device(t->k, t->opt.exp_avg, m + t->opt.lo, (t->opt.hi - t->opt.lo) * sizeof(float));
+        mtk_to_device(t->k, t->opt.exp_avg_sq, v + t->opt.lo, (t->opt.hi - t->opt.lo) * sizeof(float));
     }
     free(m);
     free(v);

@@ -117,6 +117,10 @@ int mt_trainer_open_dp(mt_trainer *t, const mt_train_args *a, mt_comm *dp, mt_er
     }
     mt_grad_sync_init(&t->gs, t->dp, mt_gpt_num_params(t->model),
                       t->a.ddp_bucket_size ? (size_t)t->a.ddp_bucket_size : mt_grad_sync_default_bucket(t->dp_size));
+    /* the distributed optimizer: moments for this rank's shard only */
+    if (t->a.use_distributed_optimizer &&
+        mt_adamw_shard(&t->opt, t->gs.shard_lo[t->dp_rank], t->gs.shard_lo[t->dp_rank + 1], e))
+        return -1;
     return 0;
 }
 
@@ -185,17 +189,34 @@ int mt_trainer_step(mt_trainer *t, mt_step_result *r, mt_err *e)
         r->tokens += l.count;
     }
     mt_gpt_set_dropout(t->ctx, 0, 0);
+    int dist = t->a.use_distributed_optimizer;
+    float *grads = mt_gpt_grads(t->model);
     if (t->dp_size > 1) {
         double sums[2] = {r->loss_sum, r->tokens};
-        if (mt_all_reduce(t->dp, sums, 2, MT_C_F64, e) || mt_grad_all_reduce(&t->gs, mt_gpt_grads(t->model), e))
+        if (mt_all_reduce(t->dp, sums, 2, MT_C_F64, e) ||
+            (dist ? mt_grad_reduce_scatter(&t->gs, grads, e) : mt_grad_all_reduce(&t->gs, grads, e)))
             return mt_err_prefix(e, "iteration %lld: data-parallel reduction", (long long)t->iteration + 1);
         r->loss_sum = sums[0];
         r->tokens = sums[1];
     }
     r->loss = r->tokens > 0 ? r->loss_sum / r->tokens : 0;
     if (check_finite(t, "the lm loss", r->loss, e)) return -1;
-    r->grad_norm = mt_adamw_step(&t->opt, t->sched.lr, t->sched.wd);   /* no update when norm is NaN/inf */
-    if (check_finite(t, "the grad norm", r->grad_norm, e)) return -1;
+    if (dist) {
+        /* the norm over the shards' reduced gradients, the update of this rank's shard, then every
+         * rank's updated parameters to every rank */
+        double ss = mtk_sumsq(t->k, grads + t->opt.lo, t->opt.hi - t->opt.lo);
+        if (mt_all_reduce(t->dp, &ss, 1, MT_C_F64, e)) return mt_err_prefix(e, "grad norm");
+        r->grad_norm = mt_adamw_update(&t->opt, t->sched.lr, t->sched.wd, sqrt(ss));
+        if (check_finite(t, "the grad norm", r->grad_norm, e)) return -1;
+        if (isfinite(r->grad_norm)) {
+            if (mt_grad_all_gather(&t->gs, mt_gpt_params(t->model), e))
+                return mt_err_prefix(e, "iteration %lld: parameter all-gather", (long long)t->iteration + 1);
+            mt_gpt_params_changed(t->model);
+        }
+    } else {
+        r->grad_norm = mt_adamw_step(&t->opt, t->sched.lr, t->sched.wd);   /* no update when norm is NaN/inf */
+        if (check_finite(t, "the grad norm", r->grad_norm, e)) return -1;
+    }
     r->skipped = !isfinite(r->grad_norm);
     if (!r->skipped) mt_sched_step(&t->sched, t->a.global_batch_size);
     t->iteration++;
@@ -204,7 +225,7 @@ int mt_trainer_step(mt_trainer *t, mt_step_result *r, mt_err *e)
     return 0;
 }
 
-size_t mt_trainer_optimizer_bytes(const mt_trainer *t) { return 2 * mt_gpt_num_params(t->model) * sizeof(float); }
+size_t mt_trainer_optimizer_bytes(const mt_trainer *t) { return 2 * (t->opt.hi - t->opt.lo) * sizeof(float); }
 
 int mt_trainer_evaluate(mt_trainer *t, int split, int64_t *consumed, int64_t iters, mt_eval_result *r, mt_err *e)
 {

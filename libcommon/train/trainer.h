@@ -16,10 +16,12 @@
  *           micro-batches interleaved per stage, activations sent to the next stage and gradients
  *           received from it around each forward/backward);
  *   3. with --check-for-nan-in-loss-and-grad (the default) a non-finite loss is an error;
- *      data parallelism reduces the gradients across ranks here (grad_sync.h: bucketed all-reduce), and
- *      the loss sum and token count with them, before the check, so every rank sees the same loss;
+ *      data parallelism reduces the gradients across ranks here (grad_sync.h: bucketed all-reduce, or
+ *      reduce-scatter into each rank's shard with --use-distributed-optimizer), and the loss sum and
+ *      token count with them, before the check, so every rank sees the same loss;
  *   4. the optimizer step: global grad norm, clipping, AdamW update; a non-finite norm skips the update
- *      (an error with the check on);
+ *      (an error with the check on); the distributed optimizer (ZeRO-1) updates only this rank's shard
+ *      of the parameters (its AdamW moments exist only for it) and all-gathers the parameters;
  *   5. the schedule steps when the update was taken; iteration, consumed samples and FLOPs advance.
  */
 #ifndef MT_TRAIN_TRAINER_H
@@ -65,6 +67,7 @@ typedef struct mt_trainer {
     double flops_so_far;     /* (ckpt) num_floating_point_operations_so_far */
     double flops_per_iter;   /* model FLOPs of one iteration (forward + backward) */
     int64_t last_saved;      /* the iteration last saved or loaded */
+    int dist_fill_ran;       /* a save's shard hook has run (dist_ckpt.c) */
 } mt_trainer;
 
 /* Builds the run of the (parsed and checked) args: tokenizer, config, backend, data, model initialised

@@ -123,6 +123,49 @@ assert sorted(b) == list(range(11, 21)), sorted(b)
 assert all(a[i] == b[i] for i in b), [(a[i], b[i]) for i in b]
 PYEOF
 
+# the distributed optimizer (ZeRO-1): the same losses; its shards in the checkpoint, resumed at DP=1, 2 and 4
+for n in 2 4; do
+    # shellcheck disable=SC2086
+    if mpi $n mt-train $args --use-distributed-optimizer --metrics-file "$d/do$n.jsonl" --save "$d/cdo$n" \
+        --save-interval 10 >"$d/do$n.log" 2>"$d/do$n.err"; then t_pass "DP=$n --use-distributed-optimizer"
+    else t_fail "DP=$n --use-distributed-optimizer" "$(tail -5 "$d/do$n.err")"; fi
+    same_losses "DP=$n distributed optimizer: the one-rank losses and grad norms" "$d/m1.jsonl" "$d/do$n.jsonl"
+done
+c=$d/cdo2/iter_0000010/mp_rank_00
+if [ -s "$c/distrib_optim_000.safetensors" ] && [ -s "$c/distrib_optim_001.safetensors" ] && [ ! -e "$c/optim.safetensors" ] &&
+    grep -q '"shard_offsets"' "$c/meta.json"; then t_pass "distributed optimizer: one shard file per rank in the checkpoint"
+else t_fail "distributed optimizer checkpoint" "$(ls "$c")"; fi
+for n in 1 2 4; do
+    rm -rf "$d/rd$n" && cp -r "$d/cdo2" "$d/rd$n" && printf 10 >"$d/rd$n/latest_checkpointed_iteration.txt" && rm -rf "$d/rd$n/iter_0000020"
+    opt=--use-distributed-optimizer; [ $n = 1 ] && opt=
+    # shellcheck disable=SC2086
+    if mpi $n mt-train $args $opt --metrics-file "$d/rd$n.jsonl" --load "$d/rd$n" --save "$d/rd$n" >"$d/rd$n.log" 2>"$d/rd$n.err" &&
+        $py - "$d/do2.jsonl" "$d/rd$n.jsonl" >"$d/rd.out" 2>&1 <<'PYEOF'
+import json, sys
+a = {r["iteration"]: r["lm_loss"] for r in map(json.loads, open(sys.argv[1])) if r["type"] == "train"}
+b = {r["iteration"]: r["lm_loss"] for r in map(json.loads, open(sys.argv[2])) if r["type"] == "train"}
+assert sorted(b) == list(range(11, 21)), sorted(b)
+w = max(abs(a[i] - b[i]) / a[i] for i in b)
+assert w < 1e-5, w
+print("worst %.2g" % w)
+PYEOF
+    then t_pass "DP=2 sharded checkpoint resumed on DP=$n ${opt:-(plain optimizer)}: the same losses ($(cat "$d/rd.out"))"
+    else t_fail "DP=2 sharded checkpoint resumed on DP=$n" "$(tail -3 "$d/rd$n.err") $(tail -2 "$d/rd.out")"; fi
+done
+
+# optimizer memory per rank in the memory line: 1/DP of the plain optimizer's
+big="${args/--hidden-size 32/--hidden-size 128} --train-iters 1 --lr-warmup-iters 0 --eval-iters 0"
+# shellcheck disable=SC2086
+mt-train $big >"$d/mem1.log" 2>&1
+for n in 2 4; do
+    # shellcheck disable=SC2086
+    mpi $n mt-train $big --use-distributed-optimizer >"$d/mem$n.log" 2>&1
+    o1=$(sed -n 's/.*| optimizer: \([0-9.]*\) |.*/\1/p' "$d/mem1.log"); on=$(sed -n 's/.*| optimizer: \([0-9.]*\) |.*/\1/p' "$d/mem$n.log")
+    if [ -n "$o1" ] && [ -n "$on" ] && awk -v a="$o1" -v b="$on" -v n=$n 'BEGIN { exit !(a > 1 && b - a / n < 0.06 && a / n - b < 0.06) }'
+    then t_pass "DP=$n distributed optimizer: optimizer memory per rank $on MB (one rank: $o1 MB)"
+    else t_fail "optimizer memory at DP=$n" "one rank '$o1', DP=$n '$on': $(grep memory "$d/mem$n.log")"; fi
+done
+
 # mt-train -n 2: its own launcher, no Slurm, no mpirun given
 # shellcheck disable=SC2086
 if timeout -k 5 300 mt-train -n 2 $args --metrics-file "$d/n2.jsonl" >"$d/n2.log" 2>"$d/n2.err"; then t_pass "mt-train -n 2"
