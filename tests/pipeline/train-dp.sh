@@ -198,6 +198,17 @@ if [ -s "$d/k.rc" ] && [ "$(cat "$d/k.rc")" != 0 ] && awk -v a="$t0" -v b="$t1" 
     t_pass "a killed rank ends the job within 10 s ($(grep -m1 -E 'rank [01]' "$d/k.err" | head -c 150))"
 else t_fail "a killed rank ends the job" "rc $(cat "$d/k.rc" 2>/dev/null) after $(awk -v a="$t0" -v b="$t1" 'BEGIN { print b - a }') s: $(tail -c 400 "$d/k.err")"; fi
 
+# an error on one rank only (its sample trace cannot be created) ends the job, naming the rank and host
+mkdir -p "$d/bad.1"
+t0=$(date +%s.%N)
+# shellcheck disable=SC2086
+MT_TRACE_SAMPLES=$d/bad mpi 2 mt-train $long >"$d/b.log" 2>"$d/b.err"
+rc=$?
+t1=$(date +%s.%N)
+if [ $rc != 0 ] && grep -q "^mt-train: rank 1 ($(hostname)): MT_TRACE_SAMPLES: .*bad.1" "$d/b.err" &&
+    awk -v a="$t0" -v b="$t1" 'BEGIN { exit !(b - a < 10) }'; then t_pass "an error on rank 1 ends the job, naming rank and host"
+else t_fail "an error on rank 1" "rc $rc: $(head -c 400 "$d/b.err")"; fi
+
 # SIGTERM to one rank only, with --exit-signal-handler: every rank stops at the same iteration, one
 # checkpoint, exit 0
 # shellcheck disable=SC2086
