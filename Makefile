@@ -56,7 +56,16 @@ $(B)/tests/%: $(B)/obj/tests/unit/%.o $(LIB)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -o $@ $< $(LIB) $(LDLIBS)
 
-tests: $(PROGS) $(TESTS)
+# The NCCL communicator, compiled and linked against the CUDA toolkit's NCCL when it is there; the program
+# runs on GPU machines (tests/gpu/test_nccl.c says how).
+CUDA    ?= /usr/local/cuda
+NCCL_TEST := $(if $(wildcard $(CUDA)/include/nccl.h),$(B)/gpu/test_nccl)
+$(B)/gpu/test_nccl: tests/gpu/test_nccl.c libcommon/comm/comm_nccl.c libcommon/comm/comm_nccl.h $(LIB)
+	@mkdir -p $(dir $@)
+	$(CC) $(filter-out -MMD -MP,$(MT_CFLAGS)) $(CFLAGS) -DMT_HAVE_NCCL -I$(CUDA)/include -o $@ tests/gpu/test_nccl.c \
+	    libcommon/comm/comm_nccl.c $(LIB) -L$(CUDA)/lib64 -Wl,-rpath,$(CUDA)/lib64 -lnccl -lcudart $(LDLIBS)
+
+tests: $(PROGS) $(TESTS) $(NCCL_TEST)
 
 check: deps
 	@$(MAKE) --no-print-directory tests

@@ -1,11 +1,16 @@
 #!/bin/sh
 # install-deps.sh: installs the Debian packages mt needs to build and test (run as root, or via sudo).
 # Idempotent: prints nothing and touches nothing when every package is already installed.
+#   share/install-deps.sh          what the build and `make check` need
+#   share/install-deps.sh slurm    what the Slurm tests need (a throw-away Slurm on 127.0.0.1:
+#                                  slurmctld, slurmd, munge, the PMIx plugin's tools); asked for by
+#                                  tests/pipeline/train-slurm.sh only
 set -eu
 
 PKGS="build-essential pkg-config zstd libzstd-dev libjansson-dev
       libopenblas-dev libopenmpi-dev openmpi-bin libpmix-dev
       python3 python3-venv python3-numpy python3-torch"
+[ "${1:-}" = slurm ] && PKGS="slurm-wlm munge libpmix-bin"
 
 missing=""
 for p in $PKGS; do

@@ -1,0 +1,174 @@
+/* comm_nccl.c: the NCCL implementation of the communicator's operations table (see comm_nccl.h).
+ * Compiled to nothing unless MT_HAVE_NCCL is defined (the Makefile's nccl-check target compiles it
+ * against /usr/local/cuda). */
+#include "comm/comm_nccl.h"
+
+#ifdef MT_HAVE_NCCL
+#include <cuda_runtime.h>
+#include <nccl.h>
+#include <stdlib.h>
+
+typedef struct nccl_impl {
+    ncclComm_t comm;
+    cudaStream_t stream;
+} nccl_impl;
+
+static const mt_comm_ops nccl_ops;
+
+static ncclDataType_t nccl_type(mt_cdtype t)
+{
+    switch (t) {
+    case MT_C_F32: return ncclFloat32;
+    case MT_C_F64: return ncclFloat64;
+    case MT_C_I64: return ncclInt64;
+    case MT_C_BYTE: return ncclUint8;
+    }
+    return ncclUint8;
+}
+
+/* Waits for the stream; the first NCCL or CUDA error as e. */
+static int finish(mt_comm *c, const char *what, ncclResult_t r, mt_err *e)
+{
+    nccl_impl *m = c->impl;
+    if (r != ncclSuccess) return mt_err_set(e, "%s (rank %d of %d): %s", what, c->rank, c->size, ncclGetErrorString(r));
+    cudaError_t ce = cudaStreamSynchronize(m->stream);
+    if (ce != cudaSuccess) return mt_err_set(e, "%s (rank %d of %d): %s", what, c->rank, c->size, cudaGetErrorString(ce));
+    ncclResult_t ar;
+    if (ncclCommGetAsyncError(m->comm, &ar) == ncclSuccess && ar != ncclSuccess)
+        return mt_err_set(e, "%s (rank %d of %d): %s", what, c->rank, c->size, ncclGetErrorString(ar));
+    return 0;
+}
+
+static int n_all_reduce(mt_comm *c, void *buf, size_t n, mt_cdtype t, mt_err *e)
+{
+    nccl_impl *m = c->impl;
+    if (c->size == 1) return 0;
+    ncclResult_t r = ncclAllReduce(buf, buf, n, nccl_type(t), ncclSum, m->comm, m->stream);
+    c->bytes_sent += 2 * (n * mt_cdtype_size(t)) * (size_t)(c->size - 1) / (size_t)c->size;
+    return finish(c, "ncclAllReduce", r, e);
+}
+
+/* reduce_scatter / all_gather over chunks of any sizes: one rooted operation per chunk in a group. */
+static int chunks(mt_comm *c, void *buf, const size_t *counts, mt_cdtype t, int gather, mt_err *e)
+{
+    nccl_impl *m = c->impl;
+    if (c->size == 1) return 0;
+    size_t es = mt_cdtype_size(t), off = 0;
+    char *b = buf;
+    ncclResult_t r = ncclGroupStart();
+    for (int i = 0; i < c->size && r == ncclSuccess; i++) {
+        if (counts[i])
+            r = gather ? ncclBroadcast(b + off * es, b + off * es, counts[i], nccl_type(t), i, m->comm, m->stream)
+                       : ncclReduce(b + off * es, b + off * es, counts[i], nccl_type(t), ncclSum, i, m->comm, m->stream);
+        /* ring volume: every chunk but one (the next rank's for a gather, this rank's for a reduction) */
+        if (i != (gather ? (c->rank + 1) % c->size : c->rank)) c->bytes_sent += counts[i] * es;
+        off += counts[i];
+    }
+    ncclResult_t r2 = ncclGroupEnd();
+    return finish(c, gather ? "all-gather" : "reduce-scatter", r != ncclSuccess ? r : r2, e);
+}
+static int n_reduce_scatter(mt_comm *c, void *buf, const size_t *counts, mt_cdtype t, mt_err *e)
+{
+    return chunks(c, buf, counts, t, 0, e);
+}
+static int n_all_gather(mt_comm *c, void *buf, const size_t *counts, mt_cdtype t, mt_err *e)
+{
+    return chunks(c, buf, counts, t, 1, e);
+}
+
+static int n_broadcast(mt_comm *c, void *buf, size_t n, mt_cdtype t, int root, mt_err *e)
+{
+    nccl_impl *m = c->impl;
+    if (root < 0 || root >= c->size) return mt_err_set(e, "broadcast from rank %d of %d", root, c->size);
+    if (c->size == 1) return 0;
+    ncclResult_t r = ncclBroadcast(buf, buf, n, nccl_type(t), root, m->comm, m->stream);
+    if ((c->rank - root + c->size) % c->size != c->size - 1) c->bytes_sent += n * mt_cdtype_size(t);
+    return finish(c, "ncclBroadcast", r, e);
+}
+
+static int n_send(mt_comm *c, const void *buf, size_t n, mt_cdtype t, int peer, mt_err *e)
+{
+    nccl_impl *m = c->impl;
+    ncclResult_t r = ncclSend(buf, n, nccl_type(t), peer, m->comm, m->stream);
+    c->bytes_sent += n * mt_cdtype_size(t);
+    return finish(c, "ncclSend", r, e);
+}
+
+static int n_recv(mt_comm *c, void *buf, size_t n, mt_cdtype t, int peer, mt_err *e)
+{
+    nccl_impl *m = c->impl;
+    return finish(c, "ncclRecv", ncclRecv(buf, n, nccl_type(t), peer, m->comm, m->stream), e);
+}
+
+static int n_barrier(mt_comm *c, mt_err *e)
+{
+    nccl_impl *m = c->impl;
+    if (c->size == 1) return 0;
+    float *x;
+    if (cudaMalloc((void **)&x, sizeof *x) != cudaSuccess) return mt_err_set(e, "barrier: cudaMalloc failed");
+    ncclResult_t r = ncclAllReduce(x, x, 1, ncclFloat32, ncclSum, m->comm, m->stream);
+    int rc = finish(c, "barrier", r, e);
+    cudaFree(x);
+    return rc;
+}
+
+static mt_comm *wrap(ncclComm_t comm, cudaStream_t stream)
+{
+    mt_comm *c = mt_xcalloc(1, sizeof *c);
+    nccl_impl *m = mt_xcalloc(1, sizeof *m);
+    m->comm = comm;
+    m->stream = stream;
+    c->ops = &nccl_ops;
+    c->impl = m;
+    ncclCommUserRank(comm, &c->rank);
+    ncclCommCount(comm, &c->size);
+    return c;
+}
+
+static mt_comm *n_split(mt_comm *c, int color, int key, mt_err *e)
+{
+    nccl_impl *m = c->impl;
+    ncclComm_t nc;
+    ncclResult_t r = ncclCommSplit(m->comm, color, key, &nc, NULL);
+    if (r != ncclSuccess) {
+        mt_err_set(e, "ncclCommSplit: %s", ncclGetErrorString(r));
+        return NULL;
+    }
+    return wrap(nc, m->stream);
+}
+
+static void n_free(mt_comm *c)
+{
+    nccl_impl *m = c->impl;
+    ncclCommDestroy(m->comm);
+    free(m);
+    free(c);
+}
+
+static const mt_comm_ops nccl_ops = {"nccl", n_all_reduce, n_reduce_scatter, n_all_gather, n_broadcast,
+                                     n_send, n_recv,       n_barrier,        n_split,      n_free};
+
+mt_comm *mt_comm_nccl_world(mt_boot *b, void *stream, mt_err *e)
+{
+    if (cudaSetDevice(b->local_rank) != cudaSuccess) {
+        mt_err_set(e, "rank %d: cannot use GPU %d (local rank)", b->rank, b->local_rank);
+        return NULL;
+    }
+    ncclUniqueId id;
+    if (b->rank == 0 && ncclGetUniqueId(&id) != ncclSuccess) {
+        mt_err_set(e, "ncclGetUniqueId failed");
+        return NULL;
+    }
+    if (mt_boot_share(b, "mt.nccl.unique_id", &id, sizeof id, 0, e)) return NULL;
+    ncclComm_t comm;
+    ncclResult_t r = ncclCommInitRank(&comm, b->size, id, b->rank);
+    if (r != ncclSuccess) {
+        mt_err_set(e, "ncclCommInitRank (rank %d of %d): %s", b->rank, b->size, ncclGetErrorString(r));
+        return NULL;
+    }
+    return wrap(comm, (cudaStream_t)stream);
+}
+#else
+/* without NCCL this file defines nothing */
+typedef int mt_comm_nccl_unused;
+#endif
