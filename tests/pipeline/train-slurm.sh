@@ -1,0 +1,106 @@
+#!/usr/bin/env bash
+# train-slurm.sh: mt-train under a real Slurm started on 127.0.0.1 for the test (tests/slurm/local-slurm.sh;
+# root, and the packages of `share/install-deps.sh slurm`, installed here when missing): srun --mpi=pmix with
+# 2 and 4 ranks, with and without the distributed optimizer, gives the one-rank losses; srun --mpi=none -n 2
+# is refused before anything is written; a killed task ends the step within 10 s; SIGTERM from Slurm
+# (scancel --signal=TERM) with --exit-signal-handler stops every rank at one iteration with one checkpoint.
+. "$(dirname "$0")/../lib.sh"
+py=/usr/bin/python3
+d=$T_TMP
+if [ "$(id -u)" != 0 ]; then t_skip "slurm" "needs root to start slurmctld, slurmd and munged"; exit 0; fi
+if ! command -v slurmctld >/dev/null || ! command -v munged >/dev/null; then
+    "$T_TOP/share/install-deps.sh" slurm >"$d/deps.log" 2>&1 || true
+fi
+if ! command -v slurmctld >/dev/null || ! command -v munged >/dev/null || ! command -v srun >/dev/null; then
+    t_skip "slurm" "slurm-wlm/munge not installed and could not be installed: $(tail -c 200 "$d/deps.log" 2>/dev/null)"; exit 0
+fi
+# munged wants every directory above its socket searchable by all: a directory of its own under /tmp
+LOCAL_SLURM_DIR=$(mktemp -d /tmp/mt-slurm.XXXXXX) && chmod 755 "$LOCAL_SLURM_DIR"
+export LOCAL_SLURM_DIR LOCAL_SLURM_PORT=$((20000 + ($$ % 4000) * 2))
+slurm_stop() {
+    cp "$LOCAL_SLURM_DIR"/log/*.log "$d/" 2>/dev/null
+    "$T_TOP/tests/slurm/local-slurm.sh" stop >/dev/null 2>&1 && rm -rf "$LOCAL_SLURM_DIR"
+}
+trap 'slurm_stop; t_cleanup' EXIT
+if ! "$T_TOP/tests/slurm/local-slurm.sh" start >"$d/slurm.out" 2>"$d/slurm.err"; then
+    t_skip "slurm" "local Slurm did not start: $(tail -c 300 "$d/slurm.err")"; exit 0
+fi
+# shellcheck disable=SC1091
+. "$LOCAL_SLURM_DIR/env"
+export OMP_NUM_THREADS=1 OMPI_MCA_mpi_yield_when_idle=1 OMPI_MCA_btl_base_warn_component_unused=0 TMPDIR=$d
+export ASAN_OPTIONS="${ASAN_OPTIONS:+$ASAN_OPTIONS:}detect_leaks=0"
+run_srun() { timeout -k 5 120 srun -K1 --immediate=10 "$@"; }
+
+PYTHONPATH=$T_TOP/tests/oracle $py - "$d/data" <<'PYEOF'
+import sys, numpy as np
+from indexed_write import write_indexed
+rs = np.random.RandomState(3)
+docs = [list(rs.randint(0, 60, rs.randint(20, 90))) + [60] for _ in range(300)]
+write_indexed(sys.argv[1], docs)
+PYEOF
+args="--num-layers 2 --hidden-size 32 --num-attention-heads 4 --seq-length 32 --max-position-embeddings 32
+      --tokenizer-type NullTokenizer --vocab-size 60 --make-vocab-size-divisible-by 16
+      --micro-batch-size 2 --global-batch-size 8 --train-iters 20 --lr 3e-3 --lr-warmup-iters 5 --clip-grad 1.0
+      --log-interval 1 --eval-interval 10 --eval-iters 2 --split 90,5,5 --seed 5 --data-path $d/data
+      --data-cache-path $d/cache"
+# shellcheck disable=SC2086
+mt-train $args --metrics-file "$d/m1.jsonl" >"$d/one.log" 2>"$d/one.err" || t_fail "one rank" "$(tail -3 "$d/one.err")"
+
+same() {
+    $py - "$d/m1.jsonl" "$1" <<'PYEOF'
+import json, sys
+def load(p):
+    return {r["iteration"]: r["lm_loss"] for r in map(json.loads, open(p)) if r["type"] == "train"}
+a, b = load(sys.argv[1]), load(sys.argv[2])
+assert sorted(a) == sorted(b) == list(range(1, 21)), (sorted(a), sorted(b))
+w = max(abs(a[i] - b[i]) / a[i] for i in a)
+assert w < 1e-5, w
+print("worst %.2g" % w)
+PYEOF
+}
+for n in 2 4; do
+    for opt in "" --use-distributed-optimizer; do
+        name="srun --mpi=pmix -n $n${opt:+ $opt}"
+        # shellcheck disable=SC2086
+        if run_srun --mpi=pmix -n $n mt-train $args $opt --metrics-file "$d/s$n$opt.jsonl" >"$d/s.log" 2>"$d/s.err" &&
+            grep -q "^using world size: $n, data-parallel size: $n," "$d/s.log" && same "$d/s$n$opt.jsonl" >"$d/cmp" 2>&1
+        then t_pass "$name: $n ranks, the one-rank losses ($(cat "$d/cmp"))"
+        else t_fail "$name" "$(tail -3 "$d/s.err") $(head -1 "$d/s.log") $(tail -2 "$d/cmp" 2>/dev/null)"; fi
+    done
+done
+
+# srun --mpi=none -n 2: two would-be singletons; refused, nothing written
+# shellcheck disable=SC2086
+if run_srun --mpi=none -n 2 mt-train $args --save "$d/refused" >"$d/r.log" 2>"$d/r.err"; then t_fail "srun --mpi=none refused" "exit 0"
+elif grep -q -- 'use srun --mpi=pmix' "$d/r.err" && [ ! -e "$d/refused" ]; then t_pass "srun --mpi=none -n 2 refused, nothing written"
+else t_fail "srun --mpi=none refused" "$(head -c 300 "$d/r.err")"; fi
+
+long="${args/--train-iters 20/--train-iters 100000} --eval-iters 0"
+newest_rank() { pgrep -n -f "^([^ ]*/)?mt-train --num-layers"; }
+# a killed task ends the step within 10 s (srun -K1), naming the host and task
+# shellcheck disable=SC2086
+(run_srun --mpi=pmix -n 2 mt-train $long >"$d/k.log" 2>"$d/k.err"; echo $? >"$d/k.rc") &
+for _ in $(seq 1200); do grep -q ' iteration  *3/' "$d/k.log" 2>/dev/null && break; sleep 0.05; done
+victim=$(newest_rank)
+t0=$(date +%s.%N)
+kill -9 "$victim"
+for _ in $(seq 200); do [ -s "$d/k.rc" ] && break; sleep 0.1; done
+t1=$(date +%s.%N)
+wait
+if [ -s "$d/k.rc" ] && [ "$(cat "$d/k.rc")" != 0 ] && awk -v a="$t0" -v b="$t1" 'BEGIN { exit !(b - a < 10) }' &&
+    grep -qE 'localhost: task [01]: Killed' "$d/k.err"; then t_pass "a killed task ends the step within 10 s"
+else t_fail "a killed task" "rc $(cat "$d/k.rc" 2>/dev/null): $(tail -c 300 "$d/k.err")"; fi
+
+# SIGTERM from Slurm to the job's tasks, with --exit-signal-handler: one iteration, one checkpoint, exit 0
+# shellcheck disable=SC2086
+(run_srun --mpi=pmix -n 2 -J mt-sigterm mt-train $long --exit-signal-handler --save "$d/sig" >"$d/g.log" 2>"$d/g.err"
+ echo $? >"$d/g.rc") &
+for _ in $(seq 1200); do grep -q ' iteration  *3/' "$d/g.log" 2>/dev/null && break; sleep 0.05; done
+scancel --signal=TERM --name=mt-sigterm
+for _ in $(seq 300); do [ -s "$d/g.rc" ] && break; sleep 0.1; done
+wait
+it=$(cat "$d/sig/latest_checkpointed_iteration.txt" 2>/dev/null)
+if [ "$(cat "$d/g.rc" 2>/dev/null)" = 0 ] && [ -n "$it" ] && [ -d "$d/sig/iter_$(printf %07d "$it")" ] &&
+    [ "$(grep -c 'exiting program after receiving SIGTERM' "$d/g.err")" = 2 ]; then
+    t_pass "scancel --signal=TERM: both ranks stop at iteration $it, one checkpoint, exit 0"
+else t_fail "scancel --signal=TERM" "rc $(cat "$d/g.rc" 2>/dev/null) tracker '$it': $(tail -c 300 "$d/g.err")"; fi
