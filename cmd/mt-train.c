@@ -123,6 +123,13 @@ static void report_memory(const run *r)
     printf("[Rank 0] (after %lld iterations) memory (MB) | parameters: %.1f | gradients: %.1f | optimizer: %.1f | "
            "activations: %.1f | total: %.1f | peak RSS: %.1f\n",
            (long long)r->t.iteration, pb / mb, gb / mb, ob / mb, ab / mb, (pb + gb + ob + ab) / mb, peak / mb);
+    /* data-parallel traffic of the last step against a ring all-reduce of the gradients, 2 (N-1)/N of them */
+    if (r->t.dp_size > 1) {
+        int n = r->t.dp_size;
+        printf("[Rank 0] data-parallel communication per iteration | bytes sent: %llu | gradient bytes: %zu | "
+               "ring all-reduce volume 2(N-1)/N: %.0f\n",
+               (unsigned long long)r->t.step_bytes, gb, 2.0 * (n - 1) / n * (double)gb);
+    }
     fflush(stdout);
 }
 

@@ -164,6 +164,7 @@ static int64_t micro_first(const mt_trainer *t, int64_t first, int m)
 int mt_trainer_step(mt_trainer *t, mt_step_result *r, mt_err *e)
 {
     memset(r, 0, sizeof *r);
+    uint64_t sent0 = t->dp->bytes_sent;
     mt_gpt_zero_grad(t->model);
     int total_micro = t->num_micro * t->dp_size;
     /* the micro-batches (pipeline parallelism: its schedule replaces this loop) */
@@ -218,6 +219,7 @@ int mt_trainer_step(mt_trainer *t, mt_step_result *r, mt_err *e)
         if (check_finite(t, "the grad norm", r->grad_norm, e)) return -1;
     }
     r->skipped = !isfinite(r->grad_norm);
+    t->step_bytes = t->dp->bytes_sent - sent0;
     if (!r->skipped) mt_sched_step(&t->sched, t->a.global_batch_size);
     t->iteration++;
     t->consumed_train += t->a.global_batch_size;

@@ -68,6 +68,7 @@ typedef struct mt_trainer {
     double flops_per_iter;   /* model FLOPs of one iteration (forward + backward) */
     int64_t last_saved;      /* the iteration last saved or loaded */
     int dist_fill_ran;       /* a save's shard hook has run (dist_ckpt.c) */
+    uint64_t step_bytes;     /* bytes this rank sent to the data-parallel group in the last step */
 } mt_trainer;
 
 /* Builds the run of the (parsed and checked) args: tokenizer, config, backend, data, model initialised

@@ -110,6 +110,15 @@ PYEOF
     else t_fail "DP=$n: checkpoints" "$(ls -R "$d/c$n" | head)"; fi
 done
 
+# bytes each rank sends per step: the ring all-reduce volume 2(N-1)/N of the gradient bytes, plus the loss sums
+for n in 2 4; do
+    line=$(grep 'data-parallel communication per iteration' "$d/dp$n.log")
+    sent=$(echo "$line" | sed -n 's/.*bytes sent: \([0-9]*\) .*/\1/p'); vol=$(echo "$line" | sed -n 's/.*2(N-1)\/N: \([0-9]*\).*/\1/p')
+    if [ -n "$sent" ] && [ -n "$vol" ] && [ "$sent" -ge "$vol" ] && [ "$sent" -le $((vol + 64)) ]; then
+        t_pass "DP=$n: bytes sent per step $sent = ring volume $vol + the loss sums"
+    else t_fail "DP=$n: bytes sent per step" "'$line'"; fi
+done
+
 # resume DP=2 from its iteration-10 checkpoint: the same losses as the uninterrupted run
 cp -r "$d/c2" "$d/r2" && echo 10 > "$d/r2/latest_checkpointed_iteration.txt" && rm -rf "$d/r2/iter_0000020"
 # shellcheck disable=SC2086
