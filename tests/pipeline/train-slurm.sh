@@ -104,3 +104,17 @@ if [ "$(cat "$d/g.rc" 2>/dev/null)" = 0 ] && [ -n "$it" ] && [ -d "$d/sig/iter_$
     [ "$(grep -c 'exiting program after receiving SIGTERM' "$d/g.err")" = 2 ]; then
     t_pass "scancel --signal=TERM: both ranks stop at iteration $it, one checkpoint, exit 0"
 else t_fail "scancel --signal=TERM" "rc $(cat "$d/g.rc" 2>/dev/null) tracker '$it': $(tail -c 300 "$d/g.err")"; fi
+
+# the sbatch example, shrunk through its variables: two ranks, a checkpoint, the world size in its log
+(cd "$d" && MT_TRAIN=$(command -v mt-train) DATA=$d/data CKPT=$d/sb MODEL="--num-layers 2 --hidden-size 32
+    --num-attention-heads 4 --seq-length 32 --max-position-embeddings 32 --tokenizer-type NullTokenizer --vocab-size 60" \
+    TRAIN="--micro-batch-size 2 --global-batch-size 8 --train-iters 6 --lr 3e-3 --log-interval 1 --save-interval 3
+    --eval-iters 1 --eval-interval 3 --split 90,5,5" \
+    timeout -k 5 120 sbatch --wait --export=ALL --ntasks-per-node=2 --cpus-per-task=1 --output="$d/sb.out" \
+    "$T_TOP/share/examples/train-gpt2.sbatch" >"$d/sb.submit" 2>&1)
+rc=$?
+if [ $rc = 0 ] && grep -q '^using world size: 2, data-parallel size: 2,' "$d/sb.out" &&
+    [ "$(cat "$d/sb/latest_checkpointed_iteration.txt" 2>/dev/null)" = 6 ] &&
+    [ -s "$d/sb/iter_0000006/mp_rank_00/distrib_optim_001.safetensors" ]; then
+    t_pass "share/examples/train-gpt2.sbatch: 2 ranks, sharded checkpoint at 6"
+else t_fail "sbatch example" "rc $rc: $(tail -c 300 "$d/sb.submit") $(tail -c 400 "$d/sb.out" 2>/dev/null)"; fi
