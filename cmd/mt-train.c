@@ -336,6 +336,7 @@ int main(int argc, char **argv)
         struct sigaction sa;
         memset(&sa, 0, sizeof sa);
         sa.sa_handler = on_sigterm;
+        sa.sa_flags = SA_RESTART;   /* a signal must not fail a write or a collective midway */
         sigaction(SIGTERM, &sa, NULL);
     }
     int stopped = 0;

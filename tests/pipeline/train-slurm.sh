@@ -76,7 +76,7 @@ elif grep -q -- 'use srun --mpi=pmix' "$d/r.err" && [ ! -e "$d/refused" ]; then 
 else t_fail "srun --mpi=none refused" "$(head -c 300 "$d/r.err")"; fi
 
 long="${args/--train-iters 20/--train-iters 100000} --eval-iters 0"
-newest_rank() { pgrep -n -f "^([^ ]*/)?mt-train --num-layers"; }
+newest_rank() { pgrep -n -f "^([^ ]*/)?mt-train .*--data-path $d/data "; }
 # a killed task ends the step within 10 s (srun -K1), naming the host and task
 # shellcheck disable=SC2086
 (run_srun --mpi=pmix -n 2 mt-train $long >"$d/k.log" 2>"$d/k.err"; echo $? >"$d/k.rc") &
