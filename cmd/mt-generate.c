@@ -26,7 +26,7 @@ static int threads;
 static bool greedy, json_out, add_bos;
 
 static const mt_flag flags[] = {
-    {"--load", MT_F_STR, &load_dir, "DIR", "checkpoint directory (required)", 0, 0, NULL},
+    {"--load", MT_F_STR, &load_dir, "DIR", "checkpoint directory, or a Hugging Face GPT-2 directory (required)", 0, 0, NULL},
     {"--ckpt-step", MT_F_I64, &ckpt_step, "N", "iteration to load (default: latest_checkpointed_iteration.txt)", 0, 1e15, NULL},
     {"--max-new-tokens", MT_F_I64, &max_new, "N", "tokens to generate at most per prompt (default 64)", 1, 1e9, NULL},
     {"--greedy", MT_F_BOOL, &greedy, NULL, "always the most likely token (as --temperature 0)", 0, 0, NULL},

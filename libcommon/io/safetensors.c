@@ -110,6 +110,13 @@ static int cmp_kv(const void *a, const void *b)
 
 int mt_st_write(const char *path, const mt_st_tensor *t, int n, const mt_st_kv *meta, int n_meta, mt_err *e)
 {
+    return mt_st_write_fill(path, t, n, meta, n_meta, NULL, NULL, e);
+}
+
+int mt_st_write_fill(const char *path, const mt_st_tensor *t, int n, const mt_st_kv *meta, int n_meta,
+                     mt_st_fill_fn fill, void *ctx, mt_err *e)
+{
+    void *buf = NULL;
     if (n < 0 || n_meta < 0) return mt_err_set(e, "%s: negative tensor or metadata count", path);
     int *order = mt_xmalloc(sizeof(int) * (size_t)(n ? n : 1));
     uint64_t *nbytes = mt_xmalloc(sizeof(uint64_t) * (size_t)(n ? n : 1));
@@ -140,7 +147,7 @@ int mt_st_write(const char *path, const mt_st_tensor *t, int n, const mt_st_kv *
                        why);
             goto out;
         }
-        if (nbytes[i] && !x->data) {
+        if (nbytes[i] && !x->data && !fill) {
             mt_err_set(e, "%s: tensor '%s': no data", path, x->name);
             goto out;
         }
@@ -206,14 +213,31 @@ int mt_st_write(const char *path, const mt_st_tensor *t, int n, const mt_st_kv *
         mt_out_abort(&o);
         goto out;
     }
-    for (int k = 0; k < n; k++)
-        if (mt_out_write(&o, t[order[k]].data, (size_t)nbytes[order[k]], e)) {
+    if (fill) {
+        uint64_t most = 0;
+        for (int i = 0; i < n; i++)
+            if (!t[i].data && nbytes[i] > most) most = nbytes[i];
+        buf = mt_xmalloc(most ? (size_t)most : 1);
+    }
+    for (int k = 0; k < n; k++) {
+        int i = order[k];
+        const void *src = t[i].data;
+        if (!src && fill && nbytes[i]) {
+            if (fill(ctx, i, buf, (size_t)nbytes[i], e)) {
+                mt_out_abort(&o);
+                goto out;
+            }
+            src = buf;
+        }
+        if (mt_out_write(&o, src, (size_t)nbytes[i], e)) {
             mt_out_abort(&o);
             goto out;
         }
+    }
     if (mt_out_commit(&o, e)) goto out;
     rc = 0;
 out:
+    free(buf);
     free(text);
     json_decref(hdr);
     free(order);

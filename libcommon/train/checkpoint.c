@@ -81,6 +81,14 @@ static void step_done(crash_hook *h)
     if (h->crash_after >= 0 && h->steps++ >= h->crash_after) _exit(99);
 }
 
+/* mt_st_write_fill's callback: a tensor saved without data is produced by its own fill function. */
+static int fill_tensor(void *ctx, int index, void *buf, size_t nbytes, mt_err *e)
+{
+    const mt_ckpt_tensor *t = (const mt_ckpt_tensor *)ctx + index;
+    (void)nbytes;
+    return t->fill(t->fill_ctx, t, buf, e);
+}
+
 static int write_tensors(const char *path, const mt_ckpt_tensor *t, int n, mt_err *e)
 {
     mt_st_tensor *st = mt_xcalloc((size_t)(n ? n : 1), sizeof *st);
@@ -90,6 +98,10 @@ static int write_tensors(const char *path, const mt_ckpt_tensor *t, int n, mt_er
             return mt_err_set(e, "%s: tensor '%s': %d dimensions (0..%d supported)", path, t[i].name ? t[i].name : "",
                               t[i].ndim, MT_CKPT_MAXDIM);
         }
+        if (!t[i].data && !t[i].fill) {
+            free(st);
+            return mt_err_set(e, "%s: tensor '%s': no data", path, t[i].name ? t[i].name : "");
+        }
         st[i].name = t[i].name;
         st[i].dtype = MT_ST_F32;
         st[i].ndim = t[i].ndim;
@@ -97,7 +109,7 @@ static int write_tensors(const char *path, const mt_ckpt_tensor *t, int n, mt_er
         st[i].data = t[i].data;
     }
     static const mt_st_kv meta[] = {{"format", "pt"}};
-    int rc = mt_st_write(path, st, n, meta, 1, e);
+    int rc = mt_st_write_fill(path, st, n, meta, 1, fill_tensor, (void *)t, e);
     free(st);
     return rc;
 }
@@ -142,7 +154,8 @@ static int install_dir(const char *tmp, const char *final, int *old_at_tmp, mt_e
 int mt_ckpt_save(const char *save_dir, int64_t iteration, const mt_ckpt_tensor *model, int n_model,
                  const mt_ckpt_tensor *optim, int n_optim, json_t *meta, mt_err *e)
 {
-    if (iteration < 0) return mt_err_set(e, "%s: cannot save iteration %" PRId64, save_dir, iteration);
+    if (iteration < 0 && iteration != MT_CKPT_RELEASE)
+        return mt_err_set(e, "%s: cannot save iteration %" PRId64, save_dir, iteration);
     if (!json_is_object(meta)) return mt_err_set(e, "%s: checkpoint metadata is not a JSON object", save_dir);
     crash_hook hook = {-1, 0};
     const char *c = getenv("MT_CKPT_CRASH_AFTER");
@@ -190,7 +203,8 @@ int mt_ckpt_save(const char *save_dir, int64_t iteration, const mt_ckpt_tensor *
     step_done(&hook);
     if (old_at_tmp) rm_rf(tmp);
     char num[32];
-    snprintf(num, sizeof num, "%" PRId64, iteration);
+    if (iteration == MT_CKPT_RELEASE) snprintf(num, sizeof num, "release");
+    else snprintf(num, sizeof num, "%" PRId64, iteration);
     if (write_text(tracker, num, e)) goto out;
     step_done(&hook);
     rc = 0;

@@ -41,17 +41,20 @@
 #define MT_CKPT_LATEST (-1)
 #define MT_CKPT_RELEASE (-2)
 
-/* A tensor to save: float32, C order. */
+/* A tensor to save: float32, C order. With data NULL, fill writes its prod(shape) floats into dst when
+ * the file reaches it (one tensor in memory at a time; 0, or -1 with e set). */
 typedef struct mt_ckpt_tensor {
     const char *name;
     int ndim;
     int64_t shape[MT_CKPT_MAXDIM];
     const float *data;
+    int (*fill)(void *fill_ctx, const struct mt_ckpt_tensor *t, float *dst, mt_err *e);
+    void *fill_ctx;
 } mt_ckpt_tensor;
 
 enum { MT_CKPT_MODEL = 0, MT_CKPT_OPTIM = 1 };
 
-/* Saves iteration (>= 0) under save_dir (created if missing). n_optim == 0 writes no optim file
+/* Saves iteration (>= 0, or MT_CKPT_RELEASE: directory release/, tracker "release") under save_dir (created if missing). n_optim == 0 writes no optim file
  * (--no-save-optim). meta must be a JSON object; it is stored as meta.json unchanged (the caller
  * owns it). Tensor names must be unique per file. Returns 0 or -1. */
 int mt_ckpt_save(const char *save_dir, int64_t iteration, const mt_ckpt_tensor *model, int n_model,
