@@ -21,6 +21,7 @@
 static const char *load_dir, *to_fmt, *from_fmt, *in_dir, *out_dir, *save_dir, *dtype_name, *vocab_file,
     *merge_file;
 static int64_t iteration = -1;
+static int target_tp, target_pp;
 
 static const mt_flag flags[] = {
     {"--load", MT_F_STR, &load_dir, "DIR", "mt checkpoint to convert (with --to hf)", 0, 0, NULL},
@@ -31,7 +32,9 @@ static const mt_flag flags[] = {
      "with --to hf: tensor dtype (default: the dtype the checkpoint was converted from, else fp32)", 0, 0, "fp32|bf16|fp16"},
     {"--from", MT_F_CHOICE, &from_fmt, NULL, "read a Hugging Face directory (--in) into a checkpoint (--save)", 0, 0, "hf"},
     {"--in", MT_F_STR, &in_dir, "DIR", "with --from hf: the Hugging Face GPT-2 directory", 0, 0, NULL},
-    {"--save", MT_F_STR, &save_dir, "DIR", "with --from hf: the checkpoint directory to write", 0, 0, NULL},
+    {"--save", MT_F_STR, &save_dir, "DIR", "the checkpoint directory to write (--from hf, or resharding --load)", 0, 0, NULL},
+    {"--target-tensor-parallel-size", MT_F_INT, &target_tp, "N", "tensor-parallel size of the checkpoint written (default 1)", 1, 4096, NULL},
+    {"--target-pipeline-parallel-size", MT_F_INT, &target_pp, "N", "pipeline-parallel size of the checkpoint written (default 1)", 1, 4096, NULL},
     MT_FLAG_VOCAB_FILE(&vocab_file, "vocab.json (default: the source's)"),
     MT_FLAG_MERGE_FILE(&merge_file, "merges.txt (default: the source's)"),
     {0},
@@ -40,10 +43,12 @@ static const mt_flag flags[] = {
 static const mt_cmd cmd = {
     "mt-ckpt-convert",
     "--load DIR --to hf --out DIR [--dtype fp32|bf16|fp16]\n"
-    "               --from hf --in DIR --save DIR",
+    "               --from hf --in DIR --save DIR [--target-tensor-parallel-size N --target-pipeline-parallel-size N]\n"
+    "               --load DIR --save DIR --target-tensor-parallel-size N --target-pipeline-parallel-size N",
     "Converts a checkpoint written by mt-train into a directory that Hugging Face transformers loads as\n"
     "GPT2LMHeadModel with its tokenizer, or such a directory into a checkpoint that mt-train loads (with\n"
-    "--finetune), mt-eval and mt-generate use. Tensors are converted one at a time.",
+    "--finetune), mt-eval and mt-generate use, or reshards a checkpoint of any tensor/pipeline-parallel\n"
+    "layout to another. Tensors are converted one at a time.",
     flags,
 };
 
@@ -159,19 +164,110 @@ static void to_hf(void)
     mt_model_close(&mc);
 }
 
-/* ---- Hugging Face -> mt ---- */
+/* ---- writing a checkpoint of any layout ---- */
 
-typedef struct import_ctx {
+/* One tensor of one target rank: a slice of a whole tensor of the source. */
+typedef struct slice_src {
     mt_model_ckpt *mc;
-    int n, done;
-} import_ctx;
+    const mt_layout_tensor *lt;   /* the target rank's tensor */
+    const mt_layout_tensor *w;    /* the whole tensor (one-rank layout of the target's padding) */
+    const char *moment;           /* NULL: the weights; ".exp_avg" or ".exp_avg_sq" */
+    float *whole;                 /* shared buffer of the largest whole tensor */
+    int *done, total;
+} slice_src;
 
-static int import_fill(void *ctx, const mt_ckpt_tensor *t, float *dst, mt_err *e)
+static int slice_fill(void *ctx, const mt_ckpt_tensor *t, float *dst, mt_err *e)
 {
-    import_ctx *x = ctx;
-    if (mt_model_read_tensor(x->mc, t->name, t->ndim, t->shape, dst, e)) return -1;
-    progress(++x->done, x->n);
+    slice_src *x = ctx;
+    const mt_layout_tensor *lt = x->lt, *w = x->w;
+    (void)t;
+    int rc = x->moment ? mt_model_read_optim(x->mc, w->name, x->moment, w->ndim, w->global_shape, x->whole, e)
+                       : mt_model_read_tensor(x->mc, w->name, w->ndim, w->global_shape, x->whole, e);
+    if (rc) return -1;
+    int64_t rows = lt->local_shape[0], cols = lt->ndim == 2 ? lt->local_shape[1] : 1;
+    int64_t C = lt->ndim == 2 ? lt->global_shape[1] : 1;
+    if (lt->partition_dim == 1)
+        for (int64_t r = 0; r < rows; r++)
+            memcpy(dst + r * cols, x->whole + r * C + lt->partition_offset, sizeof(float) * (size_t)cols);
+    else
+        memcpy(dst, x->whole + (lt->partition_dim == 0 ? lt->partition_offset * C : 0),
+               sizeof(float) * (size_t)(rows * cols));
+    progress(++*x->done, x->total);
     return 0;
+}
+
+/* Writes the model of mc (and its AdamW moments when with_optim) as a checkpoint of tensor size tp and
+ * pipeline size pp: every rank's meta.json is meta with those sizes in its args. */
+static int write_ranks(mt_model_ckpt *mc, const char *save, int64_t it, int tp, int pp, json_t *meta, int with_optim,
+                       mt_err *e)
+{
+    mt_model_arch a = mc->arch;
+    int d = mc->a.make_vocab_size_divisible_by;
+    a.padded_vocab_size = mt_gpt_padded_vocab(mc->vocab_size, d, tp);
+    int n = tp * pp, rc = 0, done = 0, total = 0;
+    mt_layout whole, *l = mt_xcalloc((size_t)n, sizeof *l);
+    mt_layout_part one = {0, 1, 0, 1};
+    if (mt_layout_build(&a, &one, &whole, e)) {
+        free(l);
+        return -1;
+    }
+    size_t most = 1;
+    for (int i = 0; i < whole.n; i++)
+        if (whole.t[i].numel > most) most = whole.t[i].numel;
+    for (int i = 0; i < n && !rc; i++) {
+        mt_layout_part part = {i % tp, tp, i / tp, pp};
+        if (mt_layout_build(&a, &part, &l[i], e)) rc = -1;
+        else total += l[i].n * (with_optim ? 3 : 1);
+    }
+    mt_ckpt_rank *ranks = mt_xcalloc((size_t)n, sizeof *ranks);
+    char (*names)[32] = mt_xcalloc((size_t)n, sizeof *names);
+    slice_src **srcs = mt_xcalloc((size_t)n, sizeof *srcs);
+    char (**ons)[200] = mt_xcalloc((size_t)n, sizeof *ons);
+    float *buf = mt_xmalloc(most * sizeof(float));
+    for (int i = 0; i < n && !rc; i++) {
+        int nt = l[i].n, per = with_optim ? 3 : 1;
+        mt_ckpt_tensor *ct = mt_xcalloc((size_t)nt * (size_t)per, sizeof *ct);
+        slice_src *src = mt_xcalloc((size_t)nt * (size_t)per, sizeof *src);
+        char (*on)[200] = mt_xcalloc((size_t)nt * 2 + 1, sizeof *on);
+        for (int j = 0; j < nt; j++) {
+            const mt_layout_tensor *lt = &l[i].t[j];
+            /* the head copy of tied embeddings is a slice of the word embeddings */
+            mt_tensor_kind k = lt->kind == MT_T_OUTPUT && a.tied_embeddings ? MT_T_WORD_EMB : lt->kind;
+            const mt_layout_tensor *w = mt_layout_get(&whole, lt->layer, k);
+            for (int m = 0; m < per; m++) {
+                int q = m * nt + j;
+                const char *moment = m == 0 ? NULL : m == 1 ? ".exp_avg" : ".exp_avg_sq";
+                src[q] = (slice_src){mc, lt, w, moment, buf, &done, total};
+                if (m) snprintf(on[(m - 1) * nt + j], sizeof *on, "%s%s", lt->name, moment);
+                ct[q] = (mt_ckpt_tensor){.name = m ? on[(m - 1) * nt + j] : lt->name, .ndim = lt->ndim,
+                                         .shape = {lt->local_shape[0], lt->local_shape[1]}, .fill = slice_fill,
+                                         .fill_ctx = &src[q]};
+            }
+        }
+        mt_ckpt_rank_name(names[i], sizeof *names, i % tp, i / tp, pp);
+        json_t *m = json_deep_copy(meta), *args = json_object_get(m, "args");
+        json_object_set_new(args, "tensor-model-parallel-size", json_integer(tp));
+        json_object_set_new(args, "pipeline-model-parallel-size", json_integer(pp));
+        ranks[i] = (mt_ckpt_rank){names[i], ct, nt, with_optim ? ct + nt : NULL, with_optim ? 2 * nt : 0, m};
+        srcs[i] = src;
+        ons[i] = on;
+    }
+    if (!rc) rc = mt_ckpt_save_ranks(save, it, ranks, n, e);
+    for (int i = 0; i < n; i++) {
+        free((void *)ranks[i].model);
+        free(srcs[i]);
+        free(ons[i]);
+        json_decref(ranks[i].meta);
+        mt_layout_free(&l[i]);
+    }
+    free(srcs);
+    free(ons);
+    free(ranks);
+    free(names);
+    free(buf);
+    free(l);
+    mt_layout_free(&whole);
+    return rc;
 }
 
 /* Copies the tokenizer file src to <save>/<name> (atomically) and returns the copy's absolute path. */
@@ -203,32 +299,45 @@ static void from_hf(void)
     char *merges = vocab ? copy_into(mc.merge_file, save_dir, "merges.txt", &e) : NULL;
     if (!merges) mt_die_err(&e);
 
-    mt_model_arch arch = mt_gpt_arch(&mc.cfg);
-    mt_layout l;
-    mt_layout_part one = {0, 1, 0, 1};
-    if (mt_layout_build(&arch, &one, &l, &e)) mt_die_err(&e);
-    import_ctx x = {&mc, l.n, 0};
-    mt_ckpt_tensor *ct = mt_xcalloc((size_t)l.n, sizeof *ct);
-    for (int i = 0; i < l.n; i++)
-        ct[i] = (mt_ckpt_tensor){.name = l.t[i].name, .ndim = l.t[i].ndim,
-                                 .shape = {l.t[i].global_shape[0], l.t[i].global_shape[1]}, .fill = import_fill,
-                                 .fill_ctx = &x};
     /* the tensors are read while saving; what the source has besides them is checked first */
     json_t *args = mt_hf_megatron_args(&mc.hf->cfg, mc.a.make_vocab_size_divisible_by, vocab, merges);
     json_t *meta = json_pack("{s:f,s:o,s:i,s:i,s:{s:s,s:s,s:s,s:i}}", "checkpoint_version", 3.0, "args", args,
                              "consumed_train_samples", 0, "consumed_valid_samples", 0, "converted_from", "format",
-                             "huggingface", "dir", in_dir, "dtype", "fp32", "vocab_size", mc.hf->cfg.vocab_size);
-    const char *dn = dtype_of_st(mc.hf->dtype);   /* recorded for the way back (--to hf's default dtype) */
-    json_object_set_new(json_object_get(meta, "converted_from"), "dtype", json_string(dn));
+                             "huggingface", "dir", in_dir, "dtype", dtype_of_st(mc.hf->dtype), "vocab_size",
+                             mc.hf->cfg.vocab_size);
     int rc = mt_model_check_all_read(&mc, &e);   /* names only: the data are read while saving */
-    if (!rc) rc = mt_ckpt_save(save_dir, MT_CKPT_RELEASE, ct, l.n, NULL, 0, meta, &e);
+    if (!rc) rc = write_ranks(&mc, save_dir, MT_CKPT_RELEASE, target_tp ? target_tp : 1, target_pp ? target_pp : 1,
+                              meta, 0, &e);
     if (rc) mt_die_err(&e);
-    fprintf(stderr, "%s: wrote %s (release, %d tensors from %s, %s)\n", mt_progname(), save_dir, l.n, in_dir, dn);
+    fprintf(stderr, "%s: wrote %s (release, from %s, %s)\n", mt_progname(), save_dir, in_dir,
+            dtype_of_st(mc.hf->dtype));
     json_decref(meta);
-    free(ct);
-    mt_layout_free(&l);
     free(vocab);
     free(merges);
+    mt_model_close(&mc);
+}
+
+/* ---- mt -> mt: another tensor/pipeline layout ---- */
+
+static void reshard(void)
+{
+    mt_err e;
+    mt_model_ckpt mc;
+    mt_model_open_opts o = {.iteration = iteration >= 0 ? iteration : MT_CKPT_LATEST, .vocab_file = vocab_file,
+                            .merge_file = merge_file};
+    if (mt_model_open(&mc, load_dir, &o, &e)) mt_die_err(&e);
+    if (mc.hf) mt_die("%s: a Hugging Face directory: use --from hf --in %s --save DIR", load_dir, load_dir);
+    if (mt_ckpt_check_save_dir(save_dir, &e)) mt_die_err(&e);
+    int tp = target_tp ? target_tp : 1, pp = target_pp ? target_pp : 1, stp, spp;
+    mt_model_parallel_sizes(&mc, &stp, &spp);
+    int with_optim = mt_ckpt_has_optim(mc.reader);
+    json_t *meta = json_deep_copy(mc.meta);
+    if (write_ranks(&mc, save_dir, mc.iteration, tp, pp, meta, with_optim, &e) ||
+        mt_model_check_all_read(&mc, &e) || (with_optim && mt_model_check_all_read_optim(&mc, &e)))
+        mt_die_err(&e);
+    fprintf(stderr, "%s: wrote %s: tensor-parallel %d -> %d, pipeline %d -> %d%s\n", mt_progname(), save_dir, stp, tp,
+            spp, pp, with_optim ? ", with optimizer state" : "");
+    json_decref(meta);
     mt_model_close(&mc);
 }
 
@@ -241,13 +350,17 @@ int main(int argc, char **argv)
     if (to_fmt && from_fmt) mt_die("--to and --from are exclusive (try --help)");
     if (to_fmt) {
         if (in_dir || save_dir) mt_die("--to hf reads --load and writes --out (--in and --save go with --from hf)");
+        if (target_tp || target_pp) mt_die("--to hf writes one directory: --target-*-parallel-size go with --save");
         to_hf();
     } else if (from_fmt) {
         if (load_dir || out_dir || dtype_name || iteration >= 0)
             mt_die("--from hf reads --in and writes --save (--load, --out, --dtype and --iteration go with --to hf)");
         from_hf();
+    } else if (load_dir && save_dir) {
+        if (in_dir || out_dir || dtype_name) mt_die("resharding reads --load and writes --save (--in, --out, --dtype go with --from/--to hf)");
+        reshard();
     } else {
-        mt_die("nothing to do: give --to hf or --from hf (try --help)");
+        mt_die("nothing to do: give --to hf, --from hf, or --load and --save with target sizes (try --help)");
     }
     return 0;
 }

@@ -151,12 +151,61 @@ static int install_dir(const char *tmp, const char *final, int *old_at_tmp, mt_e
     return rc;
 }
 
-int mt_ckpt_save(const char *save_dir, int64_t iteration, const mt_ckpt_tensor *model, int n_model,
-                 const mt_ckpt_tensor *optim, int n_optim, json_t *meta, mt_err *e)
+void mt_ckpt_rank_name(char *buf, size_t cap, int tp_rank, int pp_rank, int pp_size)
+{
+    if (pp_size > 1) snprintf(buf, cap, "mp_rank_%02d_%03d", tp_rank, pp_rank);
+    else snprintf(buf, cap, "mp_rank_%02d", tp_rank);
+}
+
+/* Writes one rank's files into tmp/<name>. */
+static int save_rank(const char *tmp, const mt_ckpt_rank *k, crash_hook *hook, mt_err *e)
+{
+    char *rank = path_join(tmp, k->name);
+    char *model_path = path_join(rank, "model.safetensors"), *optim_path = path_join(rank, "optim.safetensors"),
+         *meta_path = path_join(rank, "meta.json");
+    char *text = NULL;
+    int rc = -1;
+    if (!json_is_object(k->meta)) {
+        mt_err_set(e, "%s: checkpoint metadata is not a JSON object", rank);
+        goto out;
+    }
+    if (mkdir(rank, 0755)) {
+        mt_err_sys(e, "cannot create directory %s", rank);
+        goto out;
+    }
+    step_done(hook);
+    if (write_tensors(model_path, k->model, k->n_model, e)) goto out;
+    step_done(hook);
+    if (k->n_optim > 0) {
+        if (write_tensors(optim_path, k->optim, k->n_optim, e)) goto out;
+        step_done(hook);
+    }
+    text = json_dumps(k->meta, JSON_INDENT(2));
+    if (!text) {
+        mt_err_set(e, "%s: cannot format the metadata", meta_path);
+        goto out;
+    }
+    size_t tl = strlen(text);
+    text = mt_xrealloc(text, tl + 2);
+    memcpy(text + tl, "\n", 2);
+    if (write_text(meta_path, text, e)) goto out;
+    step_done(hook);
+    if (fsync_dir(rank, e)) goto out;
+    rc = 0;
+out:
+    free(text);
+    free(rank);
+    free(model_path);
+    free(optim_path);
+    free(meta_path);
+    return rc;
+}
+
+int mt_ckpt_save_ranks(const char *save_dir, int64_t iteration, const mt_ckpt_rank *ranks, int n_ranks, mt_err *e)
 {
     if (iteration < 0 && iteration != MT_CKPT_RELEASE)
         return mt_err_set(e, "%s: cannot save iteration %" PRId64, save_dir, iteration);
-    if (!json_is_object(meta)) return mt_err_set(e, "%s: checkpoint metadata is not a JSON object", save_dir);
+    if (n_ranks < 1) return mt_err_set(e, "%s: no rank to save", save_dir);
     crash_hook hook = {-1, 0};
     const char *c = getenv("MT_CKPT_CRASH_AFTER");
     if (c && *c) hook.crash_after = atoi(c);
@@ -167,38 +216,16 @@ int mt_ckpt_save(const char *save_dir, int64_t iteration, const mt_ckpt_tensor *
     size_t n = strlen(final) + 32;
     char *tmp = mt_xmalloc(n);
     snprintf(tmp, n, "%s.tmp-%ld", final, (long)getpid());
-    char *rank = path_join(tmp, "mp_rank_00");
-    char *model_path = path_join(rank, "model.safetensors"), *optim_path = path_join(rank, "optim.safetensors"),
-         *meta_path = path_join(rank, "meta.json"), *tracker = path_join(save_dir, MT_CKPT_TRACKER);
-    char *text = NULL;
+    char *tracker = path_join(save_dir, MT_CKPT_TRACKER);
     int rc = -1, old_at_tmp = 0;
 
     if (mkdir(tmp, 0755)) {
         mt_err_sys(e, "cannot create directory %s", tmp);
         goto out;
     }
-    if (mkdir(rank, 0755)) {
-        mt_err_sys(e, "cannot create directory %s", rank);
-        goto out;
-    }
-    step_done(&hook);
-    if (write_tensors(model_path, model, n_model, e)) goto out;
-    step_done(&hook);
-    if (n_optim > 0) {
-        if (write_tensors(optim_path, optim, n_optim, e)) goto out;
-        step_done(&hook);
-    }
-    text = json_dumps(meta, JSON_INDENT(2));
-    if (!text) {
-        mt_err_set(e, "%s: cannot format the metadata", meta_path);
-        goto out;
-    }
-    size_t tl = strlen(text);
-    text = mt_xrealloc(text, tl + 2);
-    memcpy(text + tl, "\n", 2);
-    if (write_text(meta_path, text, e)) goto out;
-    step_done(&hook);
-    if (fsync_dir(rank, e) || fsync_dir(tmp, e)) goto out;
+    for (int i = 0; i < n_ranks; i++)
+        if (save_rank(tmp, &ranks[i], &hook, e)) goto out;
+    if (fsync_dir(tmp, e)) goto out;
     if (install_dir(tmp, final, &old_at_tmp, e) || fsync_dir(save_dir, e)) goto out;
     step_done(&hook);
     if (old_at_tmp) rm_rf(tmp);
@@ -210,16 +237,18 @@ int mt_ckpt_save(const char *save_dir, int64_t iteration, const mt_ckpt_tensor *
     rc = 0;
 out:
     if (rc) rm_rf(tmp);
-    free(text);
     free(name);
     free(final);
     free(tmp);
-    free(rank);
-    free(model_path);
-    free(optim_path);
-    free(meta_path);
     free(tracker);
     return rc;
+}
+
+int mt_ckpt_save(const char *save_dir, int64_t iteration, const mt_ckpt_tensor *model, int n_model,
+                 const mt_ckpt_tensor *optim, int n_optim, json_t *meta, mt_err *e)
+{
+    mt_ckpt_rank r = {"mp_rank_00", model, n_model, optim, n_optim, meta};
+    return mt_ckpt_save_ranks(save_dir, iteration, &r, 1, e);
 }
 
 int mt_ckpt_check_save_dir(const char *save_dir, mt_err *e)
@@ -310,6 +339,11 @@ void mt_ckpt_close(mt_ckpt_reader *r)
 
 mt_ckpt_reader *mt_ckpt_open(const char *load_dir, int64_t iteration, mt_err *e)
 {
+    return mt_ckpt_open_rank(load_dir, iteration, NULL, e);
+}
+
+mt_ckpt_reader *mt_ckpt_open_rank(const char *load_dir, int64_t iteration, const char *rank_name, mt_err *e)
+{
     char why[96];
     if (iteration == MT_CKPT_LATEST) {
         int rc = mt_ckpt_latest(load_dir, &iteration, e);
@@ -333,17 +367,23 @@ mt_ckpt_reader *mt_ckpt_open(const char *load_dir, int64_t iteration, mt_err *e)
     r->release = iteration == MT_CKPT_RELEASE;
     r->iteration = r->release ? 0 : iteration;
     char *name = iter_name(iteration), *top = path_join(load_dir, name);
-    r->dir = path_join(top, "mp_rank_00");
+    struct stat st;
+    if (!rank_name) {   /* the first rank: mp_rank_00, or mp_rank_00_000 in a pipeline-parallel checkpoint */
+        char *pp0 = path_join(top, "mp_rank_00_000"), *tp0 = path_join(top, "mp_rank_00");
+        rank_name = stat(tp0, &st) && !stat(pp0, &st) ? "mp_rank_00_000" : "mp_rank_00";
+        free(pp0);
+        free(tp0);
+    }
+    r->dir = path_join(top, rank_name);
     char *model = path_join(r->dir, "model.safetensors"), *optim = path_join(r->dir, "optim.safetensors"),
          *meta = path_join(r->dir, "meta.json");
-    struct stat st;
     int ok = 0;
     if (stat(top, &st) || !S_ISDIR(st.st_mode)) {
         mt_err_set(e, "%s: no such directory (%s)", top, why);
         goto out;
     }
     if (stat(r->dir, &st) || !S_ISDIR(st.st_mode)) {
-        mt_err_set(e, "%s: no such directory (%s; only tensor and pipeline parallel size 1 is supported)", r->dir, why);
+        mt_err_set(e, "%s: no such directory (%s)", r->dir, why);
         goto out;
     }
     if (stat(model, &st)) {

@@ -21,6 +21,7 @@
 #include "tok/bpe.h"
 #include "train/args.h"
 #include "train/checkpoint.h"
+#include "train/ckpt_global.h"
 #include "util/err.h"
 
 /* A tokenizer as mt-train's --tokenizer-type names it: bpe is NULL for NullTokenizer (ids 0..n-1, end
@@ -56,6 +57,13 @@ typedef struct mt_model_ckpt {
     mt_hf_dir *hf;
     mt_hf_tensor *hf_map;    /* its tensors against the Megatron ones */
     int hf_n;
+    /* a checkpoint: its directory and iteration, and (once the architecture is known) every rank of a
+     * tensor/pipeline-parallel one */
+    char *load_dir;
+    int64_t iteration;
+    mt_model_arch arch;      /* padded for one tensor rank */
+    int vocab_size, have_arch;
+    mt_ckpt_global *g;
     json_t *args;            /* meta.json's "args" object, borrowed */
     /* without expect: */
     mt_train_args a;         /* the model, tokenizer and data fields of the args, checked; the rest 0 */
@@ -79,5 +87,11 @@ void mt_model_close(mt_model_ckpt *mc);
 int mt_model_read_tensor(mt_model_ckpt *mc, const char *name, int ndim, const int64_t *shape, float *dst, mt_err *e);
 /* After every tensor was read: the source holds nothing else (a checkpoint of another model). */
 int mt_model_check_all_read(mt_model_ckpt *mc, mt_err *e);
+/* The same for the AdamW moments of a checkpoint (suffix ".exp_avg" or ".exp_avg_sq"). */
+int mt_model_read_optim(mt_model_ckpt *mc, const char *name, const char *suffix, int ndim, const int64_t *shape,
+                        float *dst, mt_err *e);
+int mt_model_check_all_read_optim(mt_model_ckpt *mc, mt_err *e);
+/* The tensor-parallel and pipeline-parallel sizes the checkpoint was saved with (1 and 1 for HF). */
+void mt_model_parallel_sizes(const mt_model_ckpt *mc, int *tp, int *pp);
 
 #endif

@@ -270,14 +270,12 @@ static int load_optimizer(mt_trainer *t, mt_model_ckpt *mc, mt_err *e)
     float *m = mt_xmalloc(np * sizeof(float)), *v = mt_xmalloc(np * sizeof(float));
     for (int i = 0; i < nt && !rc; i++) {
         const mt_gpt_tensor *g = mt_gpt_tensor_at(t->model, i);
-        char n1[160], n2[160];
-        snprintf(n1, sizeof n1, "%s.exp_avg", g->name);
-        snprintf(n2, sizeof n2, "%s.exp_avg_sq", g->name);
-        rc = mt_ckpt_read_tensor(mc->reader, MT_CKPT_OPTIM, n1, g->ndim, g->shape, m + g->offset, e) ||
-                     mt_ckpt_read_tensor(mc->reader, MT_CKPT_OPTIM, n2, g->ndim, g->shape, v + g->offset, e)
+        rc = mt_model_read_optim(mc, g->name, ".exp_avg", g->ndim, g->shape, m + g->offset, e) ||
+                     mt_model_read_optim(mc, g->name, ".exp_avg_sq", g->ndim, g->shape, v + g->offset, e)
                  ? -1
                  : 0;
     }
+    if (!rc) rc = mt_model_check_all_read_optim(mc, e);
     if (!rc) {
         mtk_to_device(t->k, t->opt.exp_avg, m, np * sizeof(float));
         mtk_to_device(t->k, t->opt.exp_avg_sq, v, np * sizeof(float));
