@@ -137,8 +137,9 @@ static void to_hf(void)
         size_t m = (size_t)t[i].mt_shape[0] * (size_t)(t[i].ndim == 2 ? t[i].mt_shape[1] : 1);
         if (m > most) most = m;
     }
-    export_ctx x = {&mc, t, n, 0, (mt_st_dtype)st_dtype(dn), mt_xmalloc(most * sizeof(float)),
-                    mt_xmalloc(most * sizeof(float))};
+    mt_st_dtype dt = (mt_st_dtype)st_dtype(dn);
+    export_ctx x = {&mc, t, n, 0, dt, mt_xmalloc(most * sizeof(float)),
+                    dt == MT_ST_F32 ? NULL : mt_xmalloc(most * sizeof(float))};
     mt_st_tensor *st = mt_xcalloc((size_t)n, sizeof *st);
     char (*names)[128] = mt_xcalloc((size_t)n, sizeof *names);
     for (int i = 0; i < n; i++) {

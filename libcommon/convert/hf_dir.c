@@ -8,7 +8,6 @@
 #include <string.h>
 #include <sys/stat.h>
 
-#include "mt_base.h"
 
 static char *join(const char *a, const char *b)
 {
@@ -150,28 +149,6 @@ static const mt_st_info *find(const mt_hf_dir *d, const char *name, int *fi)
     return NULL;
 }
 
-/* Widens numel elements of a float dtype to float32. */
-static int to_f32(const mt_st_info *t, float *dst, const char *file, mt_err *e)
-{
-    const unsigned char *p = t->data;
-    int64_t n = t->numel;
-    switch (t->dtype) {
-    case MT_ST_F32:
-        if (n) memcpy(dst, p, (size_t)n * 4);
-        return 0;
-    case MT_ST_F16:
-    case MT_ST_BF16:
-        for (int64_t i = 0; i < n; i++) {
-            uint16_t h = (uint16_t)(p[2 * i] | p[2 * i + 1] << 8);
-            dst[i] = t->dtype == MT_ST_F16 ? mt_f16_to_f32(h) : mt_bf16_to_f32(h);
-        }
-        return 0;
-    default:
-        return mt_err_set(e, "%s: tensor '%s' has dtype %s; F32, F16 or BF16 expected", file, t->name,
-                          mt_st_dtype_name(t->dtype));
-    }
-}
-
 int mt_hf_dir_read(mt_hf_dir *d, const mt_hf_tensor *t, float *dst, mt_err *e)
 {
     int fi;
@@ -188,7 +165,10 @@ int mt_hf_dir_read(mt_hf_dir *d, const mt_hf_tensor *t, float *dst, mt_err *e)
         return mt_err_set(e, "%s: tensor '%s' has shape %s, config.json needs %s", file, s->name,
                           mt_st_shape_str(a, sizeof a, s->ndim, s->shape), mt_st_shape_str(b, sizeof b, t->ndim, t->hf_shape));
     }
-    if (to_f32(s, dst, file, e)) return -1;
+    if (mt_st_to_f32(s, dst))
+        return mt_err_set(e, "%s: tensor '%s' has dtype %s; F32, F16 or BF16 expected", file, s->name,
+                          mt_st_dtype_name(s->dtype));
+    mt_st_drop(&d->files[fi], s);
     return 0;
 }
 

@@ -5,8 +5,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
+#include <sys/mman.h>
 
 #include "io/atomic.h"
+#include "mt_base.h"
 
 #if defined(__BYTE_ORDER__) && __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
 #error "safetensors.c assumes a little-endian host"
@@ -441,4 +444,30 @@ const mt_st_info *mt_st_find(const mt_st_file *f, const char *name)
 const char *mt_st_meta(const mt_st_file *f, const char *key)
 {
     return f->meta ? json_string_value(json_object_get(f->meta, key)) : NULL;
+}
+
+int mt_st_to_f32(const mt_st_info *t, float *dst)
+{
+    const unsigned char *p = t->data;
+    switch (t->dtype) {
+    case MT_ST_F32:
+        if (t->nbytes) memcpy(dst, p, t->nbytes);
+        return 0;
+    case MT_ST_BF16:
+        for (int64_t i = 0; i < t->numel; i++) dst[i] = mt_bf16_to_f32((uint16_t)(p[2 * i] | p[2 * i + 1] << 8));
+        return 0;
+    case MT_ST_F16:
+        for (int64_t i = 0; i < t->numel; i++) dst[i] = mt_f16_to_f32((uint16_t)(p[2 * i] | p[2 * i + 1] << 8));
+        return 0;
+    default:
+        return -1;
+    }
+}
+
+void mt_st_drop(const mt_st_file *f, const mt_st_info *t)
+{
+    if (!t->nbytes || !f->map.data) return;
+    long page = sysconf(_SC_PAGESIZE);
+    uintptr_t a = (uintptr_t)t->data & ~(uintptr_t)(page - 1), b = (uintptr_t)t->data + t->nbytes;
+    madvise((void *)a, b - a, MADV_DONTNEED);   /* a read-only file mapping: the pages come back from the file */
 }

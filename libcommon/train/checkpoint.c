@@ -465,28 +465,6 @@ const mt_st_file *mt_ckpt_file(const mt_ckpt_reader *r, int which)
     return (which == 0 || which == 1) && r->has[which] ? &r->f[which] : NULL;
 }
 
-static float half_to_float(uint16_t h)
-{
-    uint32_t sign = (uint32_t)(h >> 15) << 31, ex = (h >> 10) & 31, man = h & 1023, bits;
-    if (ex == 31) {
-        bits = sign | 0x7f800000u | (man << 13);
-    } else if (ex) {
-        bits = sign | ((ex + 112) << 23) | (man << 13);
-    } else if (man) { /* subnormal: normalize */
-        int shift = 0;
-        while (!(man & 1024)) {
-            man <<= 1;
-            shift++;
-        }
-        bits = sign | ((uint32_t)(113 - shift) << 23) | ((man & 1023) << 13);
-    } else {
-        bits = sign;
-    }
-    float f;
-    memcpy(&f, &bits, 4);
-    return f;
-}
-
 int mt_ckpt_read_tensor(mt_ckpt_reader *r, int which, const char *name, int ndim, const int64_t *shape, float *dst,
                         mt_err *e)
 {
@@ -503,23 +481,9 @@ int mt_ckpt_read_tensor(mt_ckpt_reader *r, int which, const char *name, int ndim
         return mt_err_set(e, "%s: tensor '%s' has shape %s, this model needs %s", f->path, name,
                           mt_st_shape_str(have, sizeof have, t->ndim, t->shape), mt_st_shape_str(want, sizeof want, ndim, shape));
     }
-    const unsigned char *p = t->data;
-    switch (t->dtype) {
-    case MT_ST_F32:
-        if (t->nbytes) memcpy(dst, p, t->nbytes);
-        break;
-    case MT_ST_BF16:
-        for (int64_t i = 0; i < t->numel; i++) {
-            uint32_t bits = (uint32_t)(p[2 * i] | p[2 * i + 1] << 8) << 16;
-            memcpy(&dst[i], &bits, 4);
-        }
-        break;
-    case MT_ST_F16:
-        for (int64_t i = 0; i < t->numel; i++) dst[i] = half_to_float((uint16_t)(p[2 * i] | p[2 * i + 1] << 8));
-        break;
-    default:
+    if (mt_st_to_f32(t, dst))
         return mt_err_set(e, "%s: tensor '%s' is %s, not F32, F16 or BF16", f->path, name, mt_st_dtype_name(t->dtype));
-    }
+    mt_st_drop(f, t);
     r->read[which][t - f->t] = 1;
     return 0;
 }
