@@ -16,7 +16,8 @@ import torch
 DT = {"F32": "<f4", "F16": "<f2", "F64": "<f8"}
 
 
-def read_safetensors(path):
+def read_safetensors(path, strip="transformer."):
+    """{name: float64 tensor} of a safetensors file (F32, F16, BF16, F64), the prefix strip removed."""
     with open(path, "rb") as f:
         n = struct.unpack("<Q", f.read(8))[0]
         head = json.loads(f.read(n))
@@ -32,7 +33,7 @@ def read_safetensors(path):
             arr = u.view(np.float32)
         else:
             arr = np.frombuffer(raw, dtype=DT[t["dtype"]])
-        key = name[len("transformer."):] if name.startswith("transformer.") else name
+        key = name[len(strip):] if strip and name.startswith(strip) else name
         out[key] = torch.tensor(arr.astype(np.float64).reshape(t["shape"]))
     return out
 
