@@ -6,7 +6,6 @@ logits, the padding columns left out as mt-generate leaves them out)."""
 import json
 import sys
 
-import numpy as np
 import torch
 
 import gpt_torch
