@@ -66,12 +66,12 @@ static int shard_and_agree(mt_trainer *t, const char *dir, mt_err *e)
     return 0;
 }
 
-int mt_dist_ckpt_fill(const char *dir, void *arg, mt_err *e)
+int mt_dist_ckpt_fill(const char *tmp, void *arg, mt_err *e)
 {
     mt_trainer *t = arg;
     char path[PATH_BYTES] = {0};
-    if (strlen(dir) >= PATH_BYTES) return mt_err_set(e, "%s: path too long for the data-parallel ranks", dir);
-    strcpy(path, dir);
+    if (strlen(tmp) + 12 >= PATH_BYTES) return mt_err_set(e, "%s: path too long for the data-parallel ranks", tmp);
+    snprintf(path, sizeof path, "%s/mp_rank_00", tmp);
     t->dist_fill_ran = 1;
     if (mt_broadcast(t->dp, path, PATH_BYTES, MT_C_BYTE, 0, e)) return -1;
     return shard_and_agree(t, path, e);

@@ -99,21 +99,21 @@ static int save_rank0(mt_trainer *t, FILE *log, mt_err *e)
     char (*names)[160] = mt_xcalloc((size_t)nt * 2, sizeof *names);
     for (int i = 0; i < nt; i++) {
         const mt_gpt_tensor *g = mt_gpt_tensor_at(t->model, i);
-        mt_ckpt_tensor c = {g->name, g->ndim, {g->shape[0], g->shape[1]}, host + g->offset};
+        mt_ckpt_tensor c = {.name = g->name, .ndim = g->ndim, .shape = {g->shape[0], g->shape[1]}, .data = host + g->offset};
         mt[i] = c;
         if (full_optim) {
             snprintf(names[2 * i], sizeof names[0], "%s.exp_avg", g->name);
             snprintf(names[2 * i + 1], sizeof names[0], "%s.exp_avg_sq", g->name);
-            mt_ckpt_tensor m1 = {names[2 * i], g->ndim, {g->shape[0], g->shape[1]}, host + np + g->offset};
-            mt_ckpt_tensor m2 = {names[2 * i + 1], g->ndim, {g->shape[0], g->shape[1]}, host + 2 * np + g->offset};
+            mt_ckpt_tensor m1 = {.name = names[2 * i], .ndim = g->ndim, .shape = {g->shape[0], g->shape[1]}, .data = host + np + g->offset};
+            mt_ckpt_tensor m2 = {.name = names[2 * i + 1], .ndim = g->ndim, .shape = {g->shape[0], g->shape[1]}, .data = host + 2 * np + g->offset};
             ot[2 * i] = m1;
             ot[2 * i + 1] = m2;
         }
     }
     json_t *meta = meta_json(t, with_optim);
     if (log) fprintf(log, "saving checkpoint at iteration %7lld to %s\n", (long long)t->iteration, t->a.save);
-    int rc = mt_ckpt_save_ex(t->a.save, t->iteration, mt, nt, ot, full_optim ? 2 * nt : 0, meta,
-                             shards ? mt_dist_ckpt_fill : NULL, t, e);
+    mt_ckpt_rank rank0 = {"mp_rank_00", mt, nt, ot, full_optim ? 2 * nt : 0, meta};
+    int rc = mt_ckpt_save_ranks_ex(t->a.save, t->iteration, &rank0, 1, shards ? mt_dist_ckpt_fill : NULL, t, e);
     if (!rc && log)
         fprintf(log, "  successfully saved checkpoint at iteration %7lld to %s\n", (long long)t->iteration, t->a.save);
     json_decref(meta);
@@ -274,12 +274,12 @@ static int load_schedule(mt_trainer *t, const json_t *meta, const char *dir, mt_
 
 /* ---- loading ---- */
 
-static int load_optimizer(mt_trainer *t, mt_model_ckpt *mc, int release, mt_err *e)
+static int load_optimizer(mt_trainer *t, mt_model_ckpt *mc, mt_err *e)
 {
     json_t *o = json_object_get(mc->meta, "optimizer");
     if (!json_is_object(o)) return mt_err_set(e, "%s/meta.json: missing \"optimizer\"", mc->dir);
     /* a step per successful iteration; a negative one would make the bias correction divide by 0 */
-    if (mt_meta_count(o, "optimizer.", "step", mc->dir, 0, release || t->iteration > INT_MAX ? INT_MAX : t->iteration,
+    if (mt_meta_count(o, "optimizer.", "step", mc->dir, 0, t->iteration > INT_MAX ? INT_MAX : t->iteration,
                       &t->opt.step, e))
         return -1;
     size_t np = mt_gpt_num_params(t->model);
@@ -293,14 +293,12 @@ static int load_optimizer(mt_trainer *t, mt_model_ckpt *mc, int release, mt_err 
     }
     for (int i = 0; i < nt && !rc; i++) {
         const mt_gpt_tensor *g = mt_gpt_tensor_at(t->model, i);
-        char n1[160], n2[160];
-        snprintf(n1, sizeof n1, "%s.exp_avg", g->name);
-        snprintf(n2, sizeof n2, "%s.exp_avg_sq", g->name);
-        rc = mt_ckpt_read_tensor(mc->reader, MT_CKPT_OPTIM, n1, g->ndim, g->shape, m + g->offset, e) ||
-                     mt_ckpt_read_tensor(mc->reader, MT_CKPT_OPTIM, n2, g->ndim, g->shape, v + g->offset, e)
+        rc = mt_model_read_optim(mc, g->name, ".exp_avg", g->ndim, g->shape, m + g->offset, e) ||
+                     mt_model_read_optim(mc, g->name, ".exp_avg_sq", g->ndim, g->shape, v + g->offset, e)
                  ? -1
                  : 0;
     }
+    if (!rc && nt) rc = mt_model_check_all_read_optim(mc, e);
     if (!rc) {   /* this rank's part (all unless the optimizer is sharded) */
         mtk_to_device(t->k, t->opt.exp_avg, m + t->opt.lo, (t->opt.hi - t->opt.lo) * sizeof(float));
         mtk_to_device(t->k, t->opt.exp_avg_sq, v + t->opt.lo, (t->opt.hi - t->opt.lo) * sizeof(float));
@@ -317,7 +315,10 @@ static int load_state(mt_trainer *t, mt_model_ckpt *mc, mt_err *e)
     json_t *meta = mc->meta;
     int release = mt_ckpt_is_release(mc->reader);
     t->iteration = 0;
-    if (!release && mt_meta_count(meta, "", "iteration", dir, 0, MT_META_MAX_COUNT, &t->iteration, e)) return -1;
+    /* as Megatron: a release checkpoint (e.g. converted from Hugging Face) gives weights only; training
+     * starts at iteration 0 with this run's schedule and fresh optimizer state */
+    if (release) return 0;
+    if (mt_meta_count(meta, "", "iteration", dir, 0, MT_META_MAX_COUNT, &t->iteration, e)) return -1;
     if (mt_meta_count(meta, "", "consumed_train_samples", dir, 0, MT_META_MAX_COUNT, &t->consumed_train, e) ||
         mt_meta_count(meta, "", "consumed_valid_samples", dir, 0, MT_META_MAX_COUNT, &t->consumed_valid, e))
         return -1;
@@ -326,7 +327,7 @@ static int load_state(mt_trainer *t, mt_model_ckpt *mc, mt_err *e)
         mt_meta_real(meta, "", "num_floating_point_operations_so_far", dir, 0, DBL_MAX, &t->flops_so_far, e))
         return -1;
     if (load_schedule(t, meta, dir, e)) return -1;
-    if (!t->a.no_load_optim && load_optimizer(t, mc, release, e)) return -1;
+    if (!t->a.no_load_optim && load_optimizer(t, mc, e)) return -1;
     /* --no-load-rng: nothing to restore; dropout masks derive from --seed and the iteration */
     return 0;
 }
@@ -336,6 +337,10 @@ int mt_trainer_load(mt_trainer *t, FILE *log, mt_err *e)
     int64_t it;
     int r = mt_ckpt_latest(t->a.load, &it, e);
     if (r < 0) return -1;
+    if (r == 1 && mt_hf_dir_is(t->a.load))
+        return mt_err_set(e, "%s: a Hugging Face model directory, not a checkpoint: convert it first with "
+                             "mt-ckpt-convert --from hf --in %s --save DIR, then --load DIR --finetune",
+                          t->a.load, t->a.load);
     if (r == 1) {
         if (t->a.exit_on_missing_checkpoint)
             return mt_err_set(e, "%s: no %s: no checkpoint to load (--exit-on-missing-checkpoint)", t->a.load,
