@@ -98,7 +98,10 @@ int mt_trainer_open_dp(mt_trainer *t, const mt_train_args *a, mt_comm *dp, mt_er
     if (!t->k) return -1;
     t->num_micro = (int)(t->a.global_batch_size / ((int64_t)t->a.micro_batch_size * t->dp_size));
     t->train_iters = mt_train_total_iters(&t->a);
+    /* rank 0 builds the index cache, the others then read it (as Megatron builds on rank 0 first) */
+    if (t->dp_rank != 0 && mt_barrier(t->dp, e)) return -1;
     if (open_data(t, e)) return -1;
+    if (t->dp_rank == 0 && mt_barrier(t->dp, e)) return -1;
     t->model = mt_gpt_create(t->k, &t->cfg, MT_GPT_TRAIN, e);
     if (!t->model) return -1;
     t->ctx = mt_gpt_ctx_new(t->model, t->a.micro_batch_size, e);
