@@ -331,8 +331,10 @@ static void reshard(void)
     if (mt_ckpt_check_save_dir(save_dir, &e)) mt_die_err(&e);
     int tp = target_tp ? target_tp : 1, pp = target_pp ? target_pp : 1, stp, spp;
     mt_model_parallel_sizes(&mc, &stp, &spp);
-    int with_optim = mt_ckpt_has_optim(mc.reader);
+    int with_optim = mt_model_has_optim(&mc);
     json_t *meta = json_deep_copy(mc.meta);
+    /* distributed-optimizer shards become each rank's optim.safetensors */
+    json_object_del(json_object_get(meta, "optimizer"), "distributed");
     if (write_ranks(&mc, save_dir, mc.iteration, tp, pp, meta, with_optim, &e) ||
         mt_model_check_all_read(&mc, &e) || (with_optim && mt_model_check_all_read_optim(&mc, &e)))
         mt_die_err(&e);

@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include "train/ckpt_meta.h"
+#include "train/dist_ckpt.h"
 
 int mt_tokenizer_open(mt_tokenizer *t, const char *type, const char *vocab_file, const char *merge_file,
                       int64_t null_vocab_size, mt_err *e)
@@ -275,17 +276,51 @@ int mt_model_check_all_read(mt_model_ckpt *mc, mt_err *e)
     return mt_ckpt_global_check_all_read(mc->g, MT_CKPT_MODEL, NULL, e);
 }
 
+/* The distributed optimizer's moments ("optimizer.distributed" in meta.json, no optim.safetensors). */
+static json_t *distributed(const mt_model_ckpt *mc)
+{
+    if (mc->hf || mt_ckpt_has_optim(mc->reader)) return NULL;
+    return json_object_get(json_object_get(mc->meta, "optimizer"), "distributed");
+}
+
+int mt_model_has_optim(const mt_model_ckpt *mc)
+{
+    return !mc->hf && (mt_ckpt_has_optim(mc->reader) || distributed(mc));
+}
+
+/* A moment tensor from the distributed optimizer's shards, reassembled into the flat buffer once. */
+static int read_dist_moment(mt_model_ckpt *mc, const char *name, const char *suffix, int ndim, const int64_t *shape,
+                            float *dst, mt_err *e)
+{
+    const mt_layout *w = &mc->g->whole;
+    if (!mc->flat_m) {
+        mc->flat_m = mt_xmalloc(w->numel * sizeof(float));
+        mc->flat_v = mt_xmalloc(w->numel * sizeof(float));
+        if (mt_dist_ckpt_read(mc->dir, distributed(mc), w->numel, mc->flat_m, mc->flat_v, e)) return -1;
+    }
+    const mt_layout_tensor *t = mt_layout_find(w, name);
+    if (!t || ndim != t->ndim || (ndim == 2 && shape[1] != t->global_shape[1]) ||
+        (t->kind != MT_T_WORD_EMB && shape[0] != t->global_shape[0]))
+        return mt_err_set(e, "%s: the optimizer shards have no tensor '%s' of this shape", mc->dir, name);
+    const float *src = (strcmp(suffix, ".exp_avg") ? mc->flat_v : mc->flat_m) + t->offset;
+    int64_t cols = ndim == 2 ? shape[1] : 1, keep = shape[0] < t->global_shape[0] ? shape[0] : t->global_shape[0];
+    memcpy(dst, src, sizeof(float) * (size_t)(keep * cols));
+    memset(dst + keep * cols, 0, sizeof(float) * (size_t)((shape[0] - keep) * cols));
+    return 0;
+}
+
 int mt_model_read_optim(mt_model_ckpt *mc, const char *name, const char *suffix, int ndim, const int64_t *shape,
                         float *dst, mt_err *e)
 {
     if (mc->hf) return mt_err_set(e, "%s: a Hugging Face directory has no optimizer state", mc->dir);
     if (open_shards(mc, e)) return -1;
+    if (distributed(mc)) return read_dist_moment(mc, name, suffix, ndim, shape, dst, e);
     return mt_ckpt_global_read(mc->g, MT_CKPT_OPTIM, name, suffix, ndim, shape, dst, e);
 }
 
 int mt_model_check_all_read_optim(mt_model_ckpt *mc, mt_err *e)
 {
-    if (mc->hf) return 0;
+    if (mc->hf || distributed(mc)) return 0;
     if (open_shards(mc, e)) return -1;
     static const char *const moments[] = {".exp_avg", ".exp_avg_sq", NULL};
     return mt_ckpt_global_check_all_read(mc->g, MT_CKPT_OPTIM, moments, e);
@@ -334,6 +369,8 @@ void mt_model_close(mt_model_ckpt *mc)
         free(mc->g);
     }
     free(mc->load_dir);
+    free(mc->flat_m);
+    free(mc->flat_v);
     if (mc->reader) mt_ckpt_close(mc->reader);
     if (mc->hf) {
         json_decref(mc->meta);

@@ -64,6 +64,7 @@ typedef struct mt_model_ckpt {
     mt_model_arch arch;      /* padded for one tensor rank */
     int vocab_size, have_arch;
     mt_ckpt_global *g;
+    float *flat_m, *flat_v;  /* the distributed optimizer's moments, reassembled at the first read */
     json_t *args;            /* meta.json's "args" object, borrowed */
     /* without expect: */
     mt_train_args a;         /* the model, tokenizer and data fields of the args, checked; the rest 0 */
@@ -87,7 +88,9 @@ void mt_model_close(mt_model_ckpt *mc);
 int mt_model_read_tensor(mt_model_ckpt *mc, const char *name, int ndim, const int64_t *shape, float *dst, mt_err *e);
 /* After every tensor was read: the source holds nothing else (a checkpoint of another model). */
 int mt_model_check_all_read(mt_model_ckpt *mc, mt_err *e);
-/* The same for the AdamW moments of a checkpoint (suffix ".exp_avg" or ".exp_avg_sq"). */
+/* Whether the checkpoint has AdamW moments: optim.safetensors, or the distributed optimizer's shards. */
+int mt_model_has_optim(const mt_model_ckpt *mc);
+/* The same for the AdamW moments of a checkpoint (suffix ".exp_avg" or ".exp_avg_sq"), from either. */
 int mt_model_read_optim(mt_model_ckpt *mc, const char *name, const char *suffix, int ndim, const int64_t *shape,
                         float *dst, mt_err *e);
 int mt_model_check_all_read_optim(mt_model_ckpt *mc, mt_err *e);

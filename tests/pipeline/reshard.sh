@@ -91,3 +91,26 @@ open(p, "wb").write(b)
 PYEOF
 err1 mt-eval --load "$d/diff" --score <"$d/doc.jsonl" && grep -q "final_layernorm.weight' differs" "$d/e" \
     && t_pass "replicated copies that differ: one-line error" || t_fail "replicated copies that differ" "$(cat "$d/e")"
+
+# the distributed optimizer's shards (2 data-parallel ranks) become each rank's optim.safetensors
+if command -v mpirun >/dev/null; then
+    export OMPI_MCA_mpi_yield_when_idle=1 OMPI_MCA_btl_base_warn_component_unused=0
+    export ASAN_OPTIONS="${ASAN_OPTIONS:+$ASAN_OPTIONS:}detect_leaks=0"
+    if OMP_NUM_THREADS=1 TMPDIR=$d timeout -k 5 180 mt-train -n 2 --use-distributed-optimizer --num-layers 2 --hidden-size 32 \
+            --num-attention-heads 4 --seq-length 32 --max-position-embeddings 32 --micro-batch-size 2 --global-batch-size 4 \
+            --train-iters 10 --lr 5e-3 --lr-decay-style cosine --log-interval 1 --eval-iters 0 --split 100,0,0 --seed 9 \
+            --vocab-file "$GPT2_VOCAB" --merge-file "$GPT2_MERGES" --data-path "$d/data_text_document" \
+            --data-cache-path "$d/cache" --save "$d/dist" --save-interval 5 >"$d/dist.log" 2>"$d/dist.err"; then
+        ls "$d/dist/iter_0000005/mp_rank_00" | grep -q distrib_optim_001 && t_pass "DP=2 distributed-optimizer checkpoint" \
+            || t_fail "DP=2 distributed-optimizer checkpoint" "$(ls "$d/dist/iter_0000005/mp_rank_00")"
+        losses "$d/dist.log" | awk '$1 > 5' >"$d/want-dist"
+        mt-ckpt-convert --load "$d/dist" --iteration 5 --save "$d/dist-tp2" --target-tensor-parallel-size 2 2>"$d/e" \
+            || t_fail "reshard the distributed-optimizer checkpoint" "$(cat "$d/e")"
+        grep -q 'with optimizer state' "$d/e" && [ -f "$d/dist-tp2/iter_0000005/mp_rank_01/optim.safetensors" ] \
+            && t_pass "its moments resharded into optim.safetensors" || t_fail "its moments resharded" "$(cat "$d/e")"
+        train --load "$d/dist-tp2" --save "$d/dist-tp2" >"$d/dist-tp2.log" 2>"$d/e"
+        losses "$d/dist-tp2.log" >"$d/got"
+        if [ -s "$d/got" ] && cmp -s "$d/want-dist" "$d/got"; then t_pass "resumed on one rank from tp2: the DP=2 run's losses (6-10)"
+        else t_fail "resumed on one rank from tp2: the DP=2 run's losses" "$(paste "$d/want-dist" "$d/got" | head -3) $(tail -1 "$d/e")"; fi
+    else t_fail "DP=2 distributed-optimizer training" "$(tail -2 "$d/dist.err")"; fi
+else t_skip "distributed optimizer" "mpirun is not installed"; fi
