@@ -95,5 +95,7 @@ void *mtk_ws_take(mtk *k, size_t bytes);
 int mtk_err_set(mt_err *e, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
 extern const mtk_ops mtk_cpu_ops;
+extern const mtk_ops mtk_sim_ops;    /* kernels/cuda under the SIMT simulator (kernels/sim) */
+extern const mtk_ops mtk_cuda_ops;   /* kernels/cuda built by nvcc */
 
 #endif

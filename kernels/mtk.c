@@ -30,16 +30,34 @@ void mtk_fail(mtk *k, const char *fmt, ...)
     va_end(ap);
 }
 
+/* The backends of this build: the Makefile defines MTK_HAVE_SIM when the CUDA headers are there (the
+ * CUDA kernels run on the CPU under the SIMT simulator) and MTK_HAVE_CUDA when nvcc built them. */
+static const mtk_ops *const BACKENDS[] = {
+    &mtk_cpu_ops,
+#ifdef MTK_HAVE_SIM
+    &mtk_sim_ops,
+#endif
+#ifdef MTK_HAVE_CUDA
+    &mtk_cuda_ops,
+#endif
+};
+enum { NBACKENDS = sizeof BACKENDS / sizeof *BACKENDS };
+
 mtk *mtk_open(const mtk_config *cfg, mt_err *e)
 {
     const mtk_ops *ops = NULL;
     const char *backend = cfg ? cfg->backend : NULL;
-    if (backend && !strcmp(backend, "cpu")) ops = &mtk_cpu_ops;
-    else if (backend && !strcmp(backend, "cuda")) {
+    for (int i = 0; i < NBACKENDS && backend; i++)
+        if (!strcmp(backend, BACKENDS[i]->name)) ops = BACKENDS[i];
+    if (!ops && backend && !strcmp(backend, "cuda")) {
         mtk_err_set(e, "this build has no CUDA backend");
         return NULL;
-    } else {
-        mtk_err_set(e, "unknown kernel backend '%s' (have: cpu)", backend ? backend : "");
+    }
+    if (!ops) {
+        char have[128] = "";
+        for (int i = 0; i < NBACKENDS; i++)
+            snprintf(have + strlen(have), sizeof have - strlen(have), "%s%s", i ? ", " : "", BACKENDS[i]->name);
+        mtk_err_set(e, "unknown kernel backend '%s' (have: %s)", backend ? backend : "", have);
         return NULL;
     }
     if (cfg->act_dtype != MTK_F32 && cfg->act_dtype != MTK_BF16 && cfg->act_dtype != MTK_F16) {

@@ -252,10 +252,12 @@ TEST(open_and_memory)
     mt_err e;
     e.msg[0] = 0;
     T_CHECK(mtk_open(&(mtk_config){.backend = "x"}, &e) == NULL);
-    T_EQ_STR(e.msg, "unknown kernel backend 'x' (have: cpu)");
-    T_CHECK(mtk_open(&(mtk_config){.backend = "cuda"}, &e) == NULL);
-    T_EQ_STR(e.msg, "this build has no CUDA backend");
-    T_EQ_STR(mtk_name(K), "cpu");
+    T_CHECK(!strncmp(e.msg, "unknown kernel backend 'x' (have: cpu", 37));   /* sim, cuda: when built */
+    /* without a GPU (or without nvcc) opening cuda fails with a reason */
+    mtk *kc = mtk_open(&(mtk_config){.backend = "cuda"}, &e);
+    if (!kc) T_CHECK(!strcmp(e.msg, "this build has no CUDA backend") || !strncmp(e.msg, "cuda: ", 6));
+    mtk_close(kc);
+    T_EQ_STR(mtk_name(K), BACKEND);
 
     T_EQ_STR(mtk_dtype_name(mtk_act_dtype(K)), mtk_dtype_name(ACT));
     T_EQ_INT(mtk_act_size(K), mtk_dtype_size(ACT));

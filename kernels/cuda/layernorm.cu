@@ -1,0 +1,105 @@
+// layernorm.cu: LayerNorm over the last dimension and its backward. Forward and the input gradient:
+// one warp per row (fp32 sums over lanes, mean and rstd saved); weight and bias gradients: one thread
+// per channel walking the rows in order, so the sums are the same on every run.
+#include "cuda.h"
+
+namespace MTK_CU_NS {
+
+enum { ROWS = THREADS / 32 };   // rows per block
+
+template <class T>
+__global__ void ln_fwd_kernel(T *out, float *mean, float *rstd, const T *inp, const float *w, const float *b, int N,
+                              int C, float eps)
+{
+    const int lane = threadIdx.x & 31, row = blockIdx.x * ROWS + (threadIdx.x >> 5);
+    if (row >= N) return;   // whole warps leave together
+    const T *x = inp + (size_t)row * C;
+    float s = 0.0f;
+    for (int c = lane; c < C; c += 32) s += ldf(x[c]);
+    const float m = warp_sum(s) / C;
+    float v = 0.0f;
+    for (int c = lane; c < C; c += 32) {
+        const float d = ldf(x[c]) - m;
+        v += d * d;
+    }
+    const float r = 1.0f / sqrtf(warp_sum(v) / C + eps);
+    T *o = out + (size_t)row * C;
+    for (int c = lane; c < C; c += 32) o[c] = stf<T>((ldf(x[c]) - m) * r * w[c] + b[c]);
+    if (lane == 0) mean[row] = m, rstd[row] = r;
+}
+
+template <class T>
+static void ln_fwd(mtk *k, void *out, float *mean, float *rstd, const void *inp, const float *w, const float *b, int N,
+                   int C, float eps)
+{
+    LAUNCH(ln_fwd_kernel<T>, (N + ROWS - 1) / ROWS, THREADS, 0, stream(k))((T *)out, mean, rstd, (const T *)inp, w, b,
+                                                                           N, C, eps);
+}
+
+void layernorm_fwd(mtk *k, void *out, float *mean, float *rstd, const void *inp, const float *w, const float *b, int N,
+                   int C, float eps)
+{
+    if (N <= 0 || C <= 0) return;
+    MTK_CU_DISPATCH(k, ln_fwd, k, out, mean, rstd, inp, w, b, N, C, eps);
+    check(k, "layernorm_fwd");
+}
+
+// dinp += (dy w - mean(dy w) - xhat mean(dy w xhat)) rstd, one warp per row.
+template <class T>
+__global__ void ln_bwd_kernel(T *dinp, const T *dout, const T *inp, const float *w, const float *mean,
+                              const float *rstd, int N, int C)
+{
+    const int lane = threadIdx.x & 31, row = blockIdx.x * ROWS + (threadIdx.x >> 5);
+    if (row >= N) return;
+    const T *x = inp + (size_t)row * C, *dy = dout + (size_t)row * C;
+    T *dx = dinp + (size_t)row * C;
+    const float m = mean[row], r = rstd[row];
+    float sd = 0.0f, sdn = 0.0f;
+    for (int c = lane; c < C; c += 32) {
+        const float dn = ldf(dy[c]) * w[c];
+        sd += dn;
+        sdn += dn * ((ldf(x[c]) - m) * r);
+    }
+    sd = warp_sum(sd) / C;
+    sdn = warp_sum(sdn) / C;
+    for (int c = lane; c < C; c += 32) {
+        const float xh = (ldf(x[c]) - m) * r;
+        dx[c] = stf<T>(ldf(dx[c]) + (ldf(dy[c]) * w[c] - sd - xh * sdn) * r);
+    }
+}
+
+template <class T>
+__global__ void ln_wgrad_kernel(float *dw, float *db, const T *dout, const T *inp, const float *mean, const float *rstd,
+                                int N, int C)
+{
+    const int c = blockIdx.x * blockDim.x + threadIdx.x;
+    if (c >= C) return;
+    float aw = 0.0f, ab = 0.0f;
+    for (int n = 0; n < N; n++) {
+        const float dy = ldf(dout[(size_t)n * C + c]);
+        aw += dy * ((ldf(inp[(size_t)n * C + c]) - mean[n]) * rstd[n]);
+        ab += dy;
+    }
+    dw[c] += aw;
+    db[c] += ab;
+}
+
+template <class T>
+static void ln_bwd(mtk *k, void *dinp, float *dw, float *db, const void *dout, const void *inp, const float *w,
+                   const float *mean, const float *rstd, int N, int C)
+{
+    LAUNCH(ln_bwd_kernel<T>, (N + ROWS - 1) / ROWS, THREADS, 0, stream(k))((T *)dinp, (const T *)dout, (const T *)inp,
+                                                                           w, mean, rstd, N, C);
+    LAUNCH(ln_wgrad_kernel<T>, (C + THREADS - 1) / THREADS, THREADS, 0, stream(k))(dw, db, (const T *)dout,
+                                                                                   (const T *)inp, mean, rstd, N, C);
+}
+
+void layernorm_bwd(mtk *k, void *dinp, float *dw, float *db, const void *dout, const void *inp, const float *w,
+                   const float *mean, const float *rstd, int N, int C)
+{
+    if (N <= 0 || C <= 0) return;
+    MTK_CU_DISPATCH(k, ln_bwd, k, dinp, dw, db, dout, inp, w, mean, rstd, N, C);
+    check(k, "layernorm_bwd");
+}
+
+}  // namespace MTK_CU_NS
