@@ -67,6 +67,8 @@ constexpr int warpSize = 32;
 #define SIMT_TSAN(...)
 #endif
 #if defined(__SANITIZE_ADDRESS__)
+#include <pthread.h>
+#include <sanitizer/asan_interface.h>
 #include <sanitizer/common_interface_defs.h>
 #define SIMT_ASAN(...) __VA_ARGS__
 #else
@@ -154,15 +156,18 @@ SIMT_FN int pick() {                               // next fiber to run, per sch
   }
   W.rn--; return W.rq[last];
 }
-// ASan: announce the stack we switch to (to < 0: the scheduler's), and finish the switch once back.
+// ASan: announce the stack we switch to (to < 0: the OS thread's own, where the scheduler runs), and
+// finish the switch once running on it. Fiber stacks are unpoisoned when reused (stale redzones).
 SIMT_FN void asan_switch([[maybe_unused]] int to, [[maybe_unused]] bool exiting) {
   SIMT_ASAN(Worker& W = worker(); void* fake = nullptr;
             if (to < 0) __sanitizer_start_switch_fiber(exiting ? nullptr : &fake, W.asan_bottom, W.asan_size);
             else __sanitizer_start_switch_fiber(exiting ? nullptr : &fake, W.stacks[to] + 4096, W.stack_size));
 }
-SIMT_FN void asan_back() {
-  SIMT_ASAN(Worker& W = worker(); const void* b = nullptr; size_t s = 0; __sanitizer_finish_switch_fiber(nullptr, &b, &s);
-            if (W.cur < 0) { W.asan_bottom = b; W.asan_size = s; });
+SIMT_FN void asan_back() { SIMT_ASAN(__sanitizer_finish_switch_fiber(nullptr, nullptr, nullptr)); }
+SIMT_FN void asan_thread_stack([[maybe_unused]] Worker& W) {
+  SIMT_ASAN(if (W.asan_bottom) return; pthread_attr_t a; void* lo = nullptr; size_t n = 0;
+            if (!pthread_getattr_np(pthread_self(), &a)) { pthread_attr_getstack(&a, &lo, &n); pthread_attr_destroy(&a); }
+            W.asan_bottom = lo; W.asan_size = n);
 }
 SIMT_FN void run(int to, bool exiting = false) {   // switch from current fiber (or scheduler) to `to`
   Worker& W = worker(); Ctx& from = W.cur < 0 ? W.sched : W.f[W.cur].ctx;
@@ -253,8 +258,10 @@ SIMT_FN void run_block(Worker& W, dim3 bd) {
   W.f = W.fv.data(); W.w = W.wv.data(); W.rq = W.rqv.data(); W.nf = n; W.rh = W.rn = 0;
   if (!W.dyn.empty()) memset(W.dyn.data(), 0xff, W.dyn.size());   // poison: floats read as NaN
   SIMT_TSAN(W.ts_sched = __tsan_get_current_fiber());
+  asan_thread_stack(W);
   for (int i = 0; i < n; i++) {
     Fiber& f = W.f[i]; f.tid = {i % bd.x, (i / bd.x) % bd.y, i / (bd.x * bd.y)}; f.lane = i & 31; f.warp = i >> 5;
+    SIMT_ASAN(__asan_unpoison_memory_region(W.stacks[i] + 4096, W.stack_size));
     W.w[f.warp].exist |= 1u << f.lane; ctx_init(f.ctx, W.stacks[i] + 4096, W.stack_size, fiber_main); push(i);
   }
   W.nlive = n; W.nbar = 0; W.cur = -1;
