@@ -911,6 +911,89 @@ TEST(attention_kv_cache)
     ffree(qkv), ffree(o), ffree(kc), ffree(vc);
 }
 
+/* ---- more odd shapes: sizes around the block, warp and 16-byte-pack widths of a GPU backend, one row or
+ * one element, and operands at unaligned addresses ---- */
+
+TEST(odd_shapes)
+{
+    static const int mm[][3] = {{1, 1, 1}, {3, 129, 33}, {70, 17, 257}};
+    for (int s = 0; s < 3; s++) {
+        const int N = mm[s][0], C = mm[s][1], OC = mm[s][2];
+        float *x = arand(N * C, 1), *w = arand(OC * C, 1), *b = frand(OC, 1), *out = adev(N * OC);
+        float *dout = arand(N * OC, 1), *dinp = adev(N * C), *dw = frand(OC * C, 1), *db = frand(OC, 1);
+        double *xd = todouble(x, N * C), *wd = todouble(w, OC * C), *bd = todouble(b, OC), *ref = dnew(N * OC);
+        double *rdi = dnew(N * C), *rdw = todouble(dw, OC * C), *rdb = todouble(db, OC);
+        for (int n = 0; n < N; n++)
+            for (int o = 0; o < OC; o++) {
+                rdb[o] += dout[n * OC + o];
+                for (int c = 0; c < C; c++) {
+                    rdi[n * C + c] += (double)dout[n * OC + o] * w[o * C + c];
+                    rdw[o * C + c] += (double)dout[n * OC + o] * x[n * C + c];
+                }
+            }
+        mtk_matmul_fwd(K, out, x, w, b, N, C, OC);
+        ref_matmul(ref, xd, wd, bd, N, C, OC);
+        T_CLOSE(out, ref, N * OC, 1e-5);
+        mtk_matmul_bwd(K, dinp, dw, db, dout, x, w, N, C, OC);
+        T_CLOSE(dinp, rdi, N * C, 1e-5);
+        T_CLOSE(dw, rdw, OC * C, 1e-5);
+        T_CLOSE(db, rdb, OC, 1e-5);
+        ffree(x), ffree(w), ffree(b), ffree(out), ffree(dout), ffree(dinp), ffree(dw), ffree(db);
+        free(xd), free(wd), free(bd), free(ref), free(rdi), free(rdw), free(rdb);
+    }
+    static const int ln[][2] = {{1, 1}, {5, 97}, {2, 300}};
+    for (int s = 0; s < 3; s++) {
+        const int N = ln[s][0], C = ln[s][1];
+        float *x = arand(N * C, 2), *w = frand(C, 1), *b = frand(C, 1), *out = adev(N * C), *mean = fdev(N), *rstd = fdev(N);
+        double *xd = todouble(x, N * C), *wd = todouble(w, C), *bd = todouble(b, C), *ref = dnew(N * C);
+        double *rm = dnew(N), *rr = dnew(N);
+        mtk_layernorm_fwd(K, out, mean, rstd, x, w, b, N, C, 1e-5f);
+        ref_layernorm(ref, rm, rr, xd, wd, bd, N, C, 1e-5);
+        T_CLOSE(out, ref, N * C, 1e-5);
+        T_CLOSE(rstd, rr, N, 1e-5);
+        ffree(x), ffree(w), ffree(b), ffree(out), ffree(mean), ffree(rstd), free(xd), free(wd), free(bd), free(ref);
+        free(rm), free(rr);
+    }
+    /* element-wise at lengths around a 16-byte pack, from aligned and unaligned addresses */
+    static const size_t ns[] = {1, 7, 9, 17, 33};
+    for (int s = 0; s < 5; s++)
+        for (int off = 0; off <= 1; off++) {
+            const size_t n = ns[s];
+            float *a = arand(n + 1, 1), *b = arand(n + 1, 1), *o = adev(n + 1), *g = adev(n + 1);
+            double *r = dnew(n), *rg = dnew(n);
+            for (size_t i = 0; i < n; i++) r[i] = (double)a[off + i] + b[off + i], rg[i] = ref_gelu(a[off + i], 0);
+            mtk_add(K, o + off, a + off, b + off, n);
+            T_CLOSE(o + off, r, n, 1e-7);
+            mtk_gelu_fwd(K, g + off, a + off, n, 0);
+            T_CLOSE(g + off, rg, n, 2e-6);
+            ffree(a), ffree(b), ffree(o), ffree(g), free(r), free(rg);
+        }
+    /* cross-entropy rows wider than a block of threads */
+    static const int xv[] = {257, 513};
+    for (int s = 0; s < 2; s++) {
+        const int N = 3, V = xv[s];
+        float *logits = arand(N * V, 4), *losses = fdev(N), *d = adev(N * V);
+        int32_t *tg = idev(N);
+        double *rl = dnew(N), *rd = dnew(N * V);
+        for (int n = 0; n < N; n++) {
+            tg[n] = (n * 131 + 7) % V;
+            double m = -INFINITY, sum = 0;
+            for (int j = 0; j < V; j++) m = fmax(m, logits[n * V + j]);
+            for (int j = 0; j < V; j++) sum += exp(logits[n * V + j] - m);
+            rl[n] = m + log(sum) - logits[n * V + tg[n]];
+            for (int j = 0; j < V; j++) rd[n * V + j] = exp(logits[n * V + j] - m) / sum - (j == tg[n]);
+        }
+        mtk_xent_fwd_bwd(K, losses, d, logits, tg, NULL, N, V);
+        T_CLOSE(losses, rl, N, 1e-5);
+        T_CLOSE(d, rd, N * V, 1e-5);
+        ffree(logits), ffree(losses), ffree(d), ffree(tg), free(rl), free(rd);
+    }
+    /* attention: a head size of 64 and of 1, sequences just past a tile of 32 and 64 rows */
+    check_attention((att_shape){1, 33, 1, 64, NULL}, 0);
+    check_attention((att_shape){2, 65, 2, 1, NULL}, 0);
+    check_attention((att_shape){1, 97, 2, 32, NULL}, 0);
+}
+
 /* ---- conversion, workspace, sticky error, events ---- */
 
 TEST(convert)
@@ -1215,6 +1298,7 @@ RUN(attention_dropout_fd);
 RUN(attention_blocks);
 RUN(attention_large_scores);
 RUN(attention_kv_cache);
+RUN(odd_shapes);
 RUN(xent);
 RUN(xent_vocab_parallel);
 RUN(embed);
