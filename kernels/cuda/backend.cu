@@ -54,8 +54,9 @@ static void close(mtk *k)
 static size_t workspace_need(const mtk *k, const mtk_limits *l)
 {
     (void)k;
-    // sumsq / count_nonfinite partials; the rest of the kernels need no scratch.
-    return reduce_ws_bytes(l->max_flat) + 256;
+    // sumsq / count_nonfinite partials, or two sets of column-sum partials; nothing else needs scratch.
+    size_t r = reduce_ws_bytes(l->max_flat), c = 2 * (COLSUM_WS_FLOATS * sizeof(float) + 64);
+    return (r > c ? r : c) + 256;
 }
 
 static int sync(mtk *k)

@@ -105,6 +105,12 @@ __device__ __forceinline__ bool drop_keep(uint64_t seed, uint64_t ctr, float p)
     return (float)(z >> 40) * (1.0f / 16777216.0f) >= p;
 }
 
+// ---- deterministic column sums (elementwise.cu): rows in R fixed chunks, partials in the workspace ----
+enum { COLSUM_WS_FLOATS = 1 << 20 };   // partials of one column sum (the workspace holds two)
+int colsum_chunks(int N, int C);        // R: chunks of rows, R * C <= COLSUM_WS_FLOATS
+// dst[c] += sum_r part[r * C + c] in chunk order
+void colsum_finish(mtk *k, float *dst, const float *part, int R, int C);
+
 // ---- launch sizes ----
 enum { THREADS = 256 };
 static inline unsigned blocks_for(size_t work, unsigned per = THREADS, unsigned cap = 4096)

@@ -125,22 +125,57 @@ void bias_rows(mtk *k, void *out, mtk_dtype dt, const float *bias, int N, int OC
     else LAUNCH(bias_rows_kernel<f16>, blocks_for(n), THREADS, 0, stream(k))((f16 *)out, bias, n, OC);
 }
 
-// dst[c] += sum_n x[n, c]: a thread per column walks the rows in order (deterministic).
-template <class T> __global__ void colsum_kernel(float *dst, const T *x, int N, int C)
+// dst[c] += sum_n x[n, c], deterministic: block (32, 8) sums a 32-column strip of one chunk of rows (each
+// of the 8 row lanes in row order, then the lanes in order); a second kernel adds the chunks in order.
+int colsum_chunks(int N, int C)
+{
+    int r = (N + 255) / 256, cap = COLSUM_WS_FLOATS / (C > 0 ? C : 1);
+    if (r > 64) r = 64;
+    if (r > cap) r = cap;
+    return r < 1 ? 1 : r;
+}
+
+template <class T> __global__ void colsum_part_kernel(float *part, const T *x, int N, int C)
+{
+    __shared__ float sh[8][33];
+    const int c = blockIdx.x * 32 + threadIdx.x, R = gridDim.y, per = (N + R - 1) / R;
+    const int n0 = blockIdx.y * per, n1 = n0 + per < N ? n0 + per : N;
+    float s = 0.0f;
+    if (c < C)
+        for (int n = n0 + threadIdx.y; n < n1; n += 8) s += ldf(x[(size_t)n * C + c]);
+    sh[threadIdx.y][threadIdx.x] = s;
+    __syncthreads();
+    if (threadIdx.y == 0 && c < C) {
+        float t = 0.0f;
+        for (int y = 0; y < 8; y++) t += sh[y][threadIdx.x];
+        part[(size_t)blockIdx.y * C + c] = t;
+    }
+}
+
+__global__ void colsum_finish_kernel(float *dst, const float *part, int R, int C)
 {
     const int c = blockIdx.x * blockDim.x + threadIdx.x;
     if (c >= C) return;
     float s = 0.0f;
-    for (int n = 0; n < N; n++) s += ldf(x[(size_t)n * C + c]);
+    for (int r = 0; r < R; r++) s += part[(size_t)r * C + c];
     dst[c] += s;
 }
+void colsum_finish(mtk *k, float *dst, const float *part, int R, int C)
+{
+    LAUNCH(colsum_finish_kernel, (C + THREADS - 1) / THREADS, THREADS, 0, stream(k))(dst, part, R, C);
+}
+
 template <class T> static void colsum_t(mtk *k, float *dst, const void *x, int N, int C)
 {
-    LAUNCH(colsum_kernel<T>, (C + THREADS - 1) / THREADS, THREADS, 0, stream(k))(dst, (const T *)x, N, C);
+    const int R = colsum_chunks(N, C);
+    float *part = (float *)mtk_ws_take(k, (size_t)R * C * sizeof(float));
+    if (!part) return;
+    LAUNCH(colsum_part_kernel<T>, dim3((C + 31) / 32, R), dim3(32, 8), 0, stream(k))(part, (const T *)x, N, C);
+    colsum_finish(k, dst, part, R, C);
 }
 void colsum_acc(mtk *k, float *dst, const void *x, int N, int C)
 {
-    if (C > 0) MTK_CU_DISPATCH(k, colsum_t, k, dst, x, N, C);
+    if (C > 0 && N > 0) MTK_CU_DISPATCH(k, colsum_t, k, dst, x, N, C);
 }
 
 }  // namespace MTK_CU_NS

@@ -1,6 +1,6 @@
 // layernorm.cu: LayerNorm over the last dimension and its backward. Forward and the input gradient:
 // one warp per row (fp32 sums over lanes, mean and rstd saved); weight and bias gradients: one thread
-// per channel walking the rows in order, so the sums are the same on every run.
+// per channel over fixed chunks of rows, then the chunks in order: the same sums on every run.
 #include "cuda.h"
 
 namespace MTK_CU_NS {
@@ -68,20 +68,31 @@ __global__ void ln_bwd_kernel(T *dinp, const T *dout, const T *inp, const float 
     }
 }
 
+// dw += sum_n dy xhat, db += sum_n dy: per 32-channel strip and chunk of rows (as colsum_acc), then the
+// chunks in order.
 template <class T>
-__global__ void ln_wgrad_kernel(float *dw, float *db, const T *dout, const T *inp, const float *mean, const float *rstd,
+__global__ void ln_wgrad_kernel(float *pw, float *pb, const T *dout, const T *inp, const float *mean, const float *rstd,
                                 int N, int C)
 {
-    const int c = blockIdx.x * blockDim.x + threadIdx.x;
-    if (c >= C) return;
+    __shared__ float sw[8][33], sb[8][33];
+    const int c = blockIdx.x * 32 + threadIdx.x, R = gridDim.y, per = (N + R - 1) / R;
+    const int n0 = blockIdx.y * per, n1 = n0 + per < N ? n0 + per : N;
     float aw = 0.0f, ab = 0.0f;
-    for (int n = 0; n < N; n++) {
-        const float dy = ldf(dout[(size_t)n * C + c]);
-        aw += dy * ((ldf(inp[(size_t)n * C + c]) - mean[n]) * rstd[n]);
-        ab += dy;
+    if (c < C)
+        for (int n = n0 + threadIdx.y; n < n1; n += 8) {
+            const float dy = ldf(dout[(size_t)n * C + c]);
+            aw += dy * ((ldf(inp[(size_t)n * C + c]) - mean[n]) * rstd[n]);
+            ab += dy;
+        }
+    sw[threadIdx.y][threadIdx.x] = aw;
+    sb[threadIdx.y][threadIdx.x] = ab;
+    __syncthreads();
+    if (threadIdx.y == 0 && c < C) {
+        float tw = 0.0f, tb = 0.0f;
+        for (int y = 0; y < 8; y++) tw += sw[y][threadIdx.x], tb += sb[y][threadIdx.x];
+        pw[(size_t)blockIdx.y * C + c] = tw;
+        pb[(size_t)blockIdx.y * C + c] = tb;
     }
-    dw[c] += aw;
-    db[c] += ab;
 }
 
 template <class T>
@@ -90,8 +101,13 @@ static void ln_bwd(mtk *k, void *dinp, float *dw, float *db, const void *dout, c
 {
     LAUNCH(ln_bwd_kernel<T>, (N + ROWS - 1) / ROWS, THREADS, 0, stream(k))((T *)dinp, (const T *)dout, (const T *)inp,
                                                                            w, mean, rstd, N, C);
-    LAUNCH(ln_wgrad_kernel<T>, (C + THREADS - 1) / THREADS, THREADS, 0, stream(k))(dw, db, (const T *)dout,
-                                                                                   (const T *)inp, mean, rstd, N, C);
+    const int R = colsum_chunks(N, C);
+    float *pw = (float *)mtk_ws_take(k, (size_t)R * C * sizeof(float)), *pb = pw ? (float *)mtk_ws_take(k, (size_t)R * C * sizeof(float)) : NULL;
+    if (!pb) return;
+    LAUNCH(ln_wgrad_kernel<T>, dim3((C + 31) / 32, R), dim3(32, 8), 0, stream(k))(pw, pb, (const T *)dout,
+                                                                                 (const T *)inp, mean, rstd, N, C);
+    colsum_finish(k, dw, pw, R, C);
+    colsum_finish(k, db, pb, R, C);
 }
 
 void layernorm_bwd(mtk *k, void *dinp, float *dw, float *db, const void *dout, const void *inp, const float *w,
