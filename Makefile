@@ -59,7 +59,8 @@ tests: $(PROGS) $(TESTS)
 # ---- CUDA backend and SIMT simulator (kernels/cuda/*.cu, kernels/sim; kernels/README.md) ----
 # The same .cu sources build the "sim" backend (g++ with kernels/sim/simt_sim.h force-included; needs
 # only the CUDA headers) and, when nvcc exists, the "cuda" backend for sm_80 and sm_90, linked against
-# cuBLASLt. Both go into libmt.a; mtk.c registers what was built (MTK_HAVE_SIM, MTK_HAVE_CUDA).
+# cuBLASLt. Both go into libmt.a; mtk.c registers what was built (MTK_HAVE_SIM, MTK_HAVE_CUDA). g++ does
+# not know `#pragma unroll`: -Wno-unknown-pragmas.
 CUDA_HOME ?= /usr/local/cuda
 NVCC      ?= $(firstword $(wildcard $(CUDA_HOME)/bin/nvcc) $(shell command -v nvcc 2>/dev/null))
 CXX       ?= g++
@@ -77,7 +78,7 @@ LDLIBS    += -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcublasLt -lcud
 else ifeq ($(MAKELEVEL),0)
 $(info make: no nvcc (CUDA_HOME=$(CUDA_HOME)): building without the CUDA backend)
 endif
-SIM_CXXFLAGS := -std=c++20 -D_GNU_SOURCE -Wall -Wextra -pthread -x c++ -include kernels/sim/simt_sim.h \
+SIM_CXXFLAGS := -std=c++20 -D_GNU_SOURCE -Wall -Wextra -Wno-unknown-pragmas -pthread -x c++ -include kernels/sim/simt_sim.h \
                 -I$(CUDA_HOME)/include -Ikernels $(shell pkg-config --cflags openblas 2>/dev/null) -MMD -MP
 NVCC_FLAGS   := -std=c++20 -O2 -g -gencode arch=compute_80,code=sm_80 -gencode arch=compute_90,code=sm_90 \
                 -Xcompiler -Wall,-Wextra -Ikernels -MMD -MP

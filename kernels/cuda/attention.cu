@@ -9,7 +9,12 @@
 
 namespace MTK_CU_NS {
 
-enum { TQ = 64, TK = 32 };   // forward: query rows per block, key rows per shared tile; backward: TK and TK
+// Tiles: the forward takes tq query rows per block (one thread each) and tk keys per shared tile; the
+// backward tk rows both ways. Smaller tiles for large heads keep shared memory within sm_80's 163 KiB.
+struct Tiles {
+    int tq, tk;
+};
+static Tiles tiles_for(int HS) { return HS <= 128 ? Tiles{64, 32} : Tiles{16, 16}; }
 
 template <class T> struct Rows {   // rows of one (sequence, head): p + b sb + h sh + t st
     const T *p;
@@ -45,10 +50,11 @@ __device__ void load_tile(float *s, int ld, Rows<T> src, int b, int h, int t0, i
 // Forward: query i (0 <= i < nq) of (b, h) attends keys 0 .. pos0 + i.
 template <class T>
 __global__ void attn_fwd_kernel(T *out, size_t o_sb, size_t o_sh, size_t o_st, float *lse, Rows<T> q, Rows<T> kr,
-                                Rows<T> vr, int nq, int nk, int pos0, int NH, int HS, float sc, Drop dr)
+                                Rows<T> vr, int nq, int nk, int pos0, int NH, int HS, float sc, Drop dr, int TK)
 {
     DYN_SHARED(float, sm);
-    const int ld = HS + 1, b = blockIdx.z, h = blockIdx.y, i0 = blockIdx.x * TQ, r = threadIdx.x, i = i0 + r;
+    const int TQ = blockDim.x, ld = HS + 1, b = blockIdx.z, h = blockIdx.y, i0 = blockIdx.x * TQ, r = threadIdx.x;
+    const int i = i0 + r;
     float *Qs = sm, *Os = Qs + TQ * ld, *Ks = Os + TQ * ld, *Vs = Ks + TK * ld;
     load_tile(Qs, ld, q, b, h, i0, TQ, nq, HS);
     for (int d = 0; d < HS; d++) Os[r * ld + d] = 0.0f;
@@ -88,18 +94,85 @@ __global__ void attn_fwd_kernel(T *out, size_t o_sb, size_t o_sh, size_t o_st, f
     if (lse) lse[((size_t)b * NH + h) * nq + i] = m + logf(l);
 }
 
-static size_t fwd_smem(int HS) { return (size_t)(2 * TQ + 2 * TK) * (HS + 1) * sizeof(float); }
-static size_t bwd_smem(int HS) { return ((size_t)6 * TK * (HS + 1) + 2 * TK) * sizeof(float); }
+// The same forward for a head size D known at compile time: the query row and the output accumulator
+// of each thread live in registers, the key and value tiles in shared memory (read by every thread of a
+// warp at the same address: broadcasts).
+template <class T, int D>
+__global__ void __launch_bounds__(64) attn_fwd_reg_kernel(T *out, size_t o_sb, size_t o_sh, size_t o_st, float *lse,
+                                                          Rows<T> q, Rows<T> kr, Rows<T> vr, int nq, int nk, int pos0,
+                                                          int NH, float sc, Drop dr, int TK)
+{
+    DYN_SHARED(float, sm);
+    const int TQ = blockDim.x, ld = D + 1, b = blockIdx.z, h = blockIdx.y, i0 = blockIdx.x * TQ, r = threadIdx.x;
+    const int i = i0 + r;
+    float *Qs = sm, *Ks = Qs + TQ * ld, *Vs = Ks + TK * ld;
+    load_tile(Qs, ld, q, b, h, i0, TQ, nq, D);
+    __syncthreads();
+    float qi[D], oi[D];
+#pragma unroll
+    for (int d = 0; d < D; d++) qi[d] = Qs[r * ld + d], oi[d] = 0.0f;
+    const bool valid = i < nq;
+    const int last = pos0 + (i0 + TQ < nq ? i0 + TQ : nq) - 1;
+    float m = -INFINITY, l = 0.0f;
+    for (int j0 = 0; j0 <= last; j0 += TK) {
+        __syncthreads();
+        load_tile(Ks, ld, kr, b, h, j0, TK, nk, D);
+        load_tile(Vs, ld, vr, b, h, j0, TK, nk, D);
+        __syncthreads();
+        if (!valid) continue;
+        const int jend = pos0 + i < j0 + TK - 1 ? pos0 + i : j0 + TK - 1;
+        for (int j = j0; j <= jend; j++) {
+            const float *kj = Ks + (j - j0) * ld, *vj = Vs + (j - j0) * ld;
+            float s = 0.0f;
+#pragma unroll
+            for (int d = 0; d < D; d++) s += qi[d] * kj[d];
+            s *= sc;
+            if (s > m) {
+                const float corr = expf(m - s);
+                l *= corr;
+#pragma unroll
+                for (int d = 0; d < D; d++) oi[d] *= corr;
+                m = s;
+            }
+            const float p = expf(s - m);
+            l += p;
+            const float pd = p * dr.factor(b, h, NH, nq, i, j);
+#pragma unroll
+            for (int d = 0; d < D; d++) oi[d] += pd * vj[d];
+        }
+    }
+    if (!valid) return;
+    T *o = out + b * o_sb + h * o_sh + (size_t)i * o_st;
+    const float inv = 1.0f / l;
+#pragma unroll
+    for (int d = 0; d < D; d++) o[d] = stf<T>(oi[d] * inv);
+    if (lse) lse[((size_t)b * NH + h) * nq + i] = m + logf(l);
+}
+
+template <class T, int D>
+static void fwd_reg(mtk *k, T *out, size_t o_sb, size_t o_sh, size_t o_st, float *lse, Rows<T> q, Rows<T> kr, Rows<T> vr,
+                    int B, int nq, int nk, int pos0, int NH, Drop dr)
+{
+    const int tq = 64, tk = 32;
+    const size_t smem = (size_t)(tq + 2 * tk) * (D + 1) * sizeof(float);   // 33 KiB at D = 64
+    dim3 grid((nq + tq - 1) / tq, NH, B);
+    LAUNCH((attn_fwd_reg_kernel<T, D>), grid, tq, smem, stream(k))(out, o_sb, o_sh, o_st, lse, q, kr, vr, nq, nk, pos0,
+                                                                   NH, 1.0f / sqrtf((float)D), dr, tk);
+}
 
 template <class T>
 static void fwd_launch(mtk *k, T *out, size_t o_sb, size_t o_sh, size_t o_st, float *lse, Rows<T> q, Rows<T> kr,
                        Rows<T> vr, int B, int nq, int nk, int pos0, int NH, int HS, Drop dr)
 {
-    const size_t smem = fwd_smem(HS);
+    if (HS == 64) return fwd_reg<T, 64>(k, out, o_sb, o_sh, o_st, lse, q, kr, vr, B, nq, nk, pos0, NH, dr);
+    if (HS == 32) return fwd_reg<T, 32>(k, out, o_sb, o_sh, o_st, lse, q, kr, vr, B, nq, nk, pos0, NH, dr);
+    if (HS == 16) return fwd_reg<T, 16>(k, out, o_sb, o_sh, o_st, lse, q, kr, vr, B, nq, nk, pos0, NH, dr);
+    const Tiles t = tiles_for(HS);
+    const size_t smem = (size_t)(2 * t.tq + 2 * t.tk) * (HS + 1) * sizeof(float);
     cudaFuncSetAttribute((const void *)attn_fwd_kernel<T>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
-    dim3 grid((nq + TQ - 1) / TQ, NH, B);
-    LAUNCH(attn_fwd_kernel<T>, grid, TQ, smem, stream(k))(out, o_sb, o_sh, o_st, lse, q, kr, vr, nq, nk, pos0, NH, HS,
-                                                         1.0f / sqrtf((float)HS), dr);
+    dim3 grid((nq + t.tq - 1) / t.tq, NH, B);
+    LAUNCH(attn_fwd_kernel<T>, grid, t.tq, smem, stream(k))(out, o_sb, o_sh, o_st, lse, q, kr, vr, nq, nk, pos0, NH, HS,
+                                                           1.0f / sqrtf((float)HS), dr, t.tk);
 }
 
 template <class T>
@@ -129,7 +202,8 @@ __global__ void attn_dkv_kernel(T *dqkv, const T *qkv, const T *dout, const T *o
                                 int HS, float sc, Drop dr)
 {
     DYN_SHARED(float, sm);
-    const int ld = HS + 1, b = blockIdx.z, h = blockIdx.y, j0 = blockIdx.x * TK, r = threadIdx.x, j = j0 + r;
+    const int TK = blockDim.x, ld = HS + 1, b = blockIdx.z, h = blockIdx.y, j0 = blockIdx.x * TK, r = threadIdx.x;
+    const int j = j0 + r;
     const size_t C = (size_t)NH * HS, S3 = 3 * C;
     Rows<T> q{qkv, T_ * S3, 3 * (size_t)HS, S3}, kr{qkv + HS, T_ * S3, 3 * (size_t)HS, S3},
         vr{qkv + 2 * HS, T_ * S3, 3 * (size_t)HS, S3}, go{dout, T_ * C, (size_t)HS, C}, oo{out, T_ * C, (size_t)HS, C};
@@ -174,7 +248,8 @@ __global__ void attn_dq_kernel(T *dqkv, const T *qkv, const T *dout, const T *ou
                                int HS, float sc, Drop dr)
 {
     DYN_SHARED(float, sm);
-    const int ld = HS + 1, b = blockIdx.z, h = blockIdx.y, i0 = blockIdx.x * TK, r = threadIdx.x, i = i0 + r;
+    const int TK = blockDim.x, ld = HS + 1, b = blockIdx.z, h = blockIdx.y, i0 = blockIdx.x * TK, r = threadIdx.x;
+    const int i = i0 + r;
     const size_t C = (size_t)NH * HS, S3 = 3 * C;
     Rows<T> q{qkv, T_ * S3, 3 * (size_t)HS, S3}, kr{qkv + HS, T_ * S3, 3 * (size_t)HS, S3},
         vr{qkv + 2 * HS, T_ * S3, 3 * (size_t)HS, S3}, go{dout, T_ * C, (size_t)HS, C};
@@ -218,14 +293,15 @@ template <class T>
 static void abwd(mtk *k, void *dqkv, const void *dout, const void *qkv, const void *out, const float *lse, int B, int T_,
                  int NH, int HS, Drop dr)
 {
-    const size_t smem = bwd_smem(HS);
+    const int tk = tiles_for(HS).tk;
+    const size_t smem = ((size_t)6 * tk * (HS + 1) + 2 * tk) * sizeof(float);
     const float sc = 1.0f / sqrtf((float)HS);
     cudaFuncSetAttribute((const void *)attn_dkv_kernel<T>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
     cudaFuncSetAttribute((const void *)attn_dq_kernel<T>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
-    dim3 grid((T_ + TK - 1) / TK, NH, B);
-    LAUNCH(attn_dkv_kernel<T>, grid, TK, smem, stream(k))((T *)dqkv, (const T *)qkv, (const T *)dout, (const T *)out, lse,
+    dim3 grid((T_ + tk - 1) / tk, NH, B);
+    LAUNCH(attn_dkv_kernel<T>, grid, tk, smem, stream(k))((T *)dqkv, (const T *)qkv, (const T *)dout, (const T *)out, lse,
                                                           T_, NH, HS, sc, dr);
-    LAUNCH(attn_dq_kernel<T>, grid, TK, smem, stream(k))((T *)dqkv, (const T *)qkv, (const T *)dout, (const T *)out, lse,
+    LAUNCH(attn_dq_kernel<T>, grid, tk, smem, stream(k))((T *)dqkv, (const T *)qkv, (const T *)dout, (const T *)out, lse,
                                                          T_, NH, HS, sc, dr);
 }
 

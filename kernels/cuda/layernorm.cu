@@ -1,6 +1,6 @@
 // layernorm.cu: LayerNorm over the last dimension and its backward. Forward and the input gradient:
-// one warp per row (fp32 sums over lanes, mean and rstd saved); weight and bias gradients: one thread
-// per channel over fixed chunks of rows, then the chunks in order: the same sums on every run.
+// one warp per row (fp32 sums over lanes, mean and rstd saved); weight and bias gradients: 32-channel
+// strips over fixed chunks of rows, then the chunks in order: the same sums on every run.
 #include "cuda.h"
 
 namespace MTK_CU_NS {
