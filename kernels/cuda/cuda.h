@@ -38,6 +38,8 @@ struct Cu {
     void *lt_ws;              // cuBLASLt workspace
     size_t lt_ws_bytes;
     int bias_epilogue_off;    // the bias epilogue was refused once: bias by a kernel from then on
+    void *plans;              // gemm.cu: cuBLASLt descriptors and algorithms by shape (cuda build)
+    unsigned next_plan;
 };
 static inline Cu *cu(mtk *k) { return (Cu *)k->impl; }
 static inline cudaStream_t stream(mtk *k) { return cu(k)->q[k->queue]; }

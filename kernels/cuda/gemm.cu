@@ -4,6 +4,8 @@
 // kernel after the product, decided once). Simulator build: the operands are widened to fp32 and the
 // product is the CPU's BLAS sgemm, as the cpu backend computes it; bias and rounding as on the GPU.
 #include "cuda.h"
+#include <stdlib.h>
+#include <string.h>
 #ifdef SIMT_SIM
 #include <cblas.h>
 #include <vector>
@@ -65,7 +67,28 @@ void gemm(mtk *k, bool ta, bool tb, int M, int N, int K, const void *A, int lda,
 
 #else
 
-enum { LT_WS = 32 << 20 };
+enum { LT_WS = 32 << 20, PLANS = 128 };
+
+// A product's cuBLASLt descriptors and chosen algorithm, kept by shape: a training step repeats the same
+// few dozen shapes, and the heuristic query costs more than launching the product.
+struct Plan {
+    int used, ok;
+    bool ta, tb, bias;
+    int M, N, K, lda, ldb, ldc, act, cd;
+    uint32_t al[4];
+    cublasLtMatmulDesc_t op;
+    cublasLtMatrixLayout_t la, lb, lc;
+    cublasLtMatmulAlgo_t algo;
+};
+
+static void plan_clear(Plan *p)
+{
+    if (p->lc) cublasLtMatrixLayoutDestroy(p->lc);
+    if (p->lb) cublasLtMatrixLayoutDestroy(p->lb);
+    if (p->la) cublasLtMatrixLayoutDestroy(p->la);
+    if (p->op) cublasLtMatmulDescDestroy(p->op);
+    memset(p, 0, sizeof *p);
+}
 
 int gemm_open(mtk *k, mt_err *e)
 {
@@ -73,9 +96,13 @@ int gemm_open(mtk *k, mt_err *e)
     if (cublasLtCreate(&h) != CUBLAS_STATUS_SUCCESS) return mtk_err_set(e, "cuda: cannot initialise cuBLASLt");
     Cu *c = cu(k);
     c->lt = h;
-    if (cudaMalloc(&c->lt_ws, LT_WS) != cudaSuccess) {
+    c->plans = calloc(PLANS, sizeof(Plan));
+    if (!c->plans || cudaMalloc(&c->lt_ws, LT_WS) != cudaSuccess) {
         cudaGetLastError();
+        free(c->plans);
+        c->plans = NULL;
         cublasLtDestroy(h);
+        c->lt = NULL;
         return mtk_err_set(e, "cuda: cannot allocate the cuBLASLt workspace");
     }
     c->lt_ws_bytes = LT_WS;
@@ -85,9 +112,12 @@ int gemm_open(mtk *k, mt_err *e)
 void gemm_close(mtk *k)
 {
     Cu *c = cu(k);
+    Plan *pl = (Plan *)c->plans;
+    for (int i = 0; pl && i < PLANS; i++) plan_clear(&pl[i]);
+    free(c->plans);
     if (c->lt) cublasLtDestroy((cublasLtHandle_t)c->lt);
     if (c->lt_ws) cudaFree(c->lt_ws);
-    c->lt = c->lt_ws = NULL;
+    c->plans = c->lt = c->lt_ws = NULL;
 }
 
 static cudaDataType_t cuda_type(mtk_dtype t) { return t == MTK_F32 ? CUDA_R_32F : t == MTK_BF16 ? CUDA_R_16BF : CUDA_R_16F; }
@@ -98,54 +128,75 @@ static uint32_t alignment(const void *p)
     return a;
 }
 
-// One cuBLASLt product in column-major terms: D[N,M] = op(B)[N,K] op(A)[K,M] (+ bias over rows of D).
+// Builds the plan of one product in column-major terms: D[N,M] = op(B)[N,K] op(A)[K,M] (+ bias over the
+// rows of D); p->ok = 0 when cuBLASLt has no algorithm for it.
+static void plan_build(mtk *k, Plan *p)
+{
+    Cu *c = cu(k);
+    const cudaDataType_t ab = cuda_type((mtk_dtype)p->act), ct = cuda_type((mtk_dtype)p->cd);
+    cublasLtMatmulPreference_t pref = NULL;
+    cublasOperation_t opa = p->tb ? CUBLAS_OP_T : CUBLAS_OP_N, opb = p->ta ? CUBLAS_OP_T : CUBLAS_OP_N;
+    size_t ws = c->lt_ws_bytes;
+    cublasLtMatmulHeuristicResult_t res;
+    int found = 0;
+    p->used = 1;
+    if (cublasLtMatmulDescCreate(&p->op, CUBLAS_COMPUTE_32F, CUDA_R_32F) != CUBLAS_STATUS_SUCCESS) return;
+    cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_TRANSA, &opa, sizeof opa);
+    cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_TRANSB, &opb, sizeof opb);
+    if (p->bias) {
+        cublasLtEpilogue_t ep = CUBLASLT_EPILOGUE_BIAS;
+        cudaDataType_t bt = CUDA_R_32F;
+        cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_EPILOGUE, &ep, sizeof ep);
+        if (cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bt, sizeof bt) != CUBLAS_STATUS_SUCCESS)
+            return;
+    }
+    if (cublasLtMatrixLayoutCreate(&p->la, ab, p->tb ? p->K : p->N, p->tb ? p->N : p->K, p->ldb) != CUBLAS_STATUS_SUCCESS ||
+        cublasLtMatrixLayoutCreate(&p->lb, ab, p->ta ? p->M : p->K, p->ta ? p->K : p->M, p->lda) != CUBLAS_STATUS_SUCCESS ||
+        cublasLtMatrixLayoutCreate(&p->lc, ct, p->N, p->M, p->ldc) != CUBLAS_STATUS_SUCCESS ||
+        cublasLtMatmulPreferenceCreate(&pref) != CUBLAS_STATUS_SUCCESS)
+        return;
+    cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof ws);
+    cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &p->al[0], sizeof p->al[0]);
+    cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &p->al[1], sizeof p->al[1]);
+    cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &p->al[2], sizeof p->al[2]);
+    cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &p->al[3], sizeof p->al[3]);
+    if (cublasLtMatmulAlgoGetHeuristic((cublasLtHandle_t)c->lt, p->op, p->la, p->lb, p->lc, p->lc, pref, 1, &res,
+                                       &found) == CUBLAS_STATUS_SUCCESS && found > 0) {
+        p->algo = res.algo;
+        p->ok = 1;
+    }
+    cublasLtMatmulPreferenceDestroy(pref);
+}
+
+// One cuBLASLt product through the plan of its shape; 0 when cuBLASLt cannot do it.
 static int lt_matmul(mtk *k, bool ta, bool tb, int M, int N, int K, const void *A, int lda, const void *B, int ldb,
                      void *C, int ldc, mtk_dtype cd, float beta, const float *bias)
 {
     Cu *c = cu(k);
-    const cudaDataType_t ab = cuda_type(k->act), ct = cuda_type(cd);
-    cublasLtMatmulDesc_t op = NULL;
-    cublasLtMatrixLayout_t la = NULL, lb = NULL, lc = NULL;
-    cublasLtMatmulPreference_t pref = NULL;
-    int ok = 0;
-    cublasOperation_t opa = tb ? CUBLAS_OP_T : CUBLAS_OP_N, opb = ta ? CUBLAS_OP_T : CUBLAS_OP_N;
-    size_t ws = c->lt_ws_bytes;
-    uint32_t al[4] = {alignment(B), alignment(A), alignment(C), alignment(C)};
-    cublasLtMatmulHeuristicResult_t res;
-    int found = 0;
-    const float one = 1.0f;
-    if (cublasLtMatmulDescCreate(&op, CUBLAS_COMPUTE_32F, CUDA_R_32F) != CUBLAS_STATUS_SUCCESS) goto done;
-    cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSA, &opa, sizeof opa);
-    cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSB, &opb, sizeof opb);
-    if (bias) {
-        cublasLtEpilogue_t ep = CUBLASLT_EPILOGUE_BIAS;
-        cudaDataType_t bt = CUDA_R_32F;
-        cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_EPILOGUE, &ep, sizeof ep);
-        cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof bias);
-        if (cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bt, sizeof bt) != CUBLAS_STATUS_SUCCESS)
-            goto done;
+    Plan key;
+    memset(&key, 0, sizeof key);
+    key.ta = ta, key.tb = tb, key.bias = bias != NULL, key.M = M, key.N = N, key.K = K, key.lda = lda, key.ldb = ldb;
+    key.ldc = ldc, key.act = k->act, key.cd = cd;
+    key.al[0] = alignment(B), key.al[1] = alignment(A), key.al[2] = key.al[3] = alignment(C);
+    Plan *pl = (Plan *)c->plans, *p = NULL;
+    for (int i = 0; i < PLANS && pl[i].used; i++)
+        if (pl[i].ta == key.ta && pl[i].tb == key.tb && pl[i].bias == key.bias && pl[i].M == M && pl[i].N == N &&
+            pl[i].K == K && pl[i].lda == lda && pl[i].ldb == ldb && pl[i].ldc == ldc && pl[i].act == key.act &&
+            pl[i].cd == key.cd && !memcmp(pl[i].al, key.al, sizeof key.al)) {
+            p = &pl[i];
+            break;
+        }
+    if (!p) {   // a free slot, else the oldest one in turn
+        p = &pl[c->next_plan++ % PLANS];
+        plan_clear(p);
+        *p = key;
+        plan_build(k, p);
     }
-    if (cublasLtMatrixLayoutCreate(&la, ab, tb ? K : N, tb ? N : K, ldb) != CUBLAS_STATUS_SUCCESS) goto done;
-    if (cublasLtMatrixLayoutCreate(&lb, ab, ta ? M : K, ta ? K : M, lda) != CUBLAS_STATUS_SUCCESS) goto done;
-    if (cublasLtMatrixLayoutCreate(&lc, ct, N, M, ldc) != CUBLAS_STATUS_SUCCESS) goto done;
-    if (cublasLtMatmulPreferenceCreate(&pref) != CUBLAS_STATUS_SUCCESS) goto done;
-    cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof ws);
-    cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &al[0], sizeof al[0]);
-    cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &al[1], sizeof al[1]);
-    cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &al[2], sizeof al[2]);
-    cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &al[3], sizeof al[3]);
-    if (cublasLtMatmulAlgoGetHeuristic((cublasLtHandle_t)c->lt, op, la, lb, lc, lc, pref, 1, &res, &found) !=
-            CUBLAS_STATUS_SUCCESS || found == 0)
-        goto done;
-    ok = cublasLtMatmul((cublasLtHandle_t)c->lt, op, &one, B, la, A, lb, &beta, C, lc, C, lc, &res.algo, c->lt_ws, ws,
-                        stream(k)) == CUBLAS_STATUS_SUCCESS;
-done:
-    if (pref) cublasLtMatmulPreferenceDestroy(pref);
-    if (lc) cublasLtMatrixLayoutDestroy(lc);
-    if (lb) cublasLtMatrixLayoutDestroy(lb);
-    if (la) cublasLtMatrixLayoutDestroy(la);
-    if (op) cublasLtMatmulDescDestroy(op);
-    return ok;
+    if (!p->ok) return 0;
+    if (bias) cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof bias);
+    const float one = 1.0f;
+    return cublasLtMatmul((cublasLtHandle_t)c->lt, p->op, &one, B, p->la, A, p->lb, &beta, C, p->lc, C, p->lc, &p->algo,
+                          c->lt_ws, c->lt_ws_bytes, stream(k)) == CUBLAS_STATUS_SUCCESS;
 }
 
 void gemm(mtk *k, bool ta, bool tb, int M, int N, int K, const void *A, int lda, const void *B, int ldb, void *C,
