@@ -118,6 +118,10 @@ void mtk_embed_bwd(mtk *k, float *dwte, float *dwpe, const mtk_act *dout, const 
 /* ---- LayerNorm over the last dimension, eps e.g. 1e-5; mean/rstd [N] are saved for backward ---- */
 void mtk_layernorm_fwd(mtk *k, mtk_act *out, float *mean, float *rstd, const mtk_act *inp, const float *w,
                        const float *b, int N, int C, float eps);
+/* The residual add fused with the LayerNorm that follows it: res = a + b (stored in the activation dtype),
+ * then out = LayerNorm(res as stored), exactly as mtk_add followed by mtk_layernorm_fwd. */
+void mtk_add_layernorm_fwd(mtk *k, mtk_act *res, mtk_act *out, float *mean, float *rstd, const mtk_act *a,
+                           const mtk_act *b, const float *w, const float *bias, int N, int C, float eps);
 /* dinp ACCUMULATES (it is the residual stream's gradient); dw, db accumulate. */
 void mtk_layernorm_bwd(mtk *k, mtk_act *dinp, float *dw, float *db, const mtk_act *dout, const mtk_act *inp,
                        const float *w, const float *mean, const float *rstd, int N, int C);

@@ -284,6 +284,18 @@ void mtk_layernorm_fwd(mtk *k, mtk_act *out, float *mean, float *rstd, const mtk
 {
     if (ready(k, "layernorm_fwd", N, C, (size_t)N * C)) k->ops->layernorm_fwd(k, out, mean, rstd, inp, w, b, N, C, eps);
 }
+void mtk_add_layernorm_fwd(mtk *k, mtk_act *res, mtk_act *out, float *mean, float *rstd, const mtk_act *a,
+                           const mtk_act *b, const float *w, const float *bias, int N, int C, float eps)
+{
+    if (!ready(k, "add_layernorm_fwd", N, C, (size_t)N * C)) return;
+    if (k->ops->add_layernorm_fwd) {
+        k->ops->add_layernorm_fwd(k, res, out, mean, rstd, a, b, w, bias, N, C, eps);
+        return;
+    }
+    k->ops->add(k, res, a, b, (size_t)N * C);
+    k->ws_used = 0;
+    if (!k->failed) k->ops->layernorm_fwd(k, out, mean, rstd, res, w, bias, N, C, eps);
+}
 void mtk_layernorm_bwd(mtk *k, mtk_act *dinp, float *dw, float *db, const mtk_act *dout, const mtk_act *inp,
                        const float *w, const float *mean, const float *rstd, int N, int C)
 {

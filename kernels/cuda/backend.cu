@@ -136,6 +136,7 @@ extern "C" const mtk_ops MTK_CU_OPS = {
     .embed_fwd = ns::embed_fwd,
     .embed_bwd = ns::embed_bwd,
     .layernorm_fwd = ns::layernorm_fwd,
+    .add_layernorm_fwd = ns::add_layernorm_fwd,
     .layernorm_bwd = ns::layernorm_bwd,
     .matmul_fwd = ns::matmul_fwd,
     .matmul_bwd = ns::matmul_bwd,

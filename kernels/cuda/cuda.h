@@ -162,6 +162,8 @@ void colsum_acc(mtk *k, float *dst, const void *x, int N, int C);
 // layernorm.cu
 void layernorm_fwd(mtk *k, void *out, float *mean, float *rstd, const void *inp, const float *w, const float *b, int N,
                    int C, float eps);
+void add_layernorm_fwd(mtk *k, void *res, void *out, float *mean, float *rstd, const void *a, const void *b,
+                       const float *w, const float *bias, int N, int C, float eps);
 void layernorm_bwd(mtk *k, void *dinp, float *dw, float *db, const void *dout, const void *inp, const float *w,
                    const float *mean, const float *rstd, int N, int C);
 // embed.cu

@@ -1,5 +1,6 @@
-// layernorm.cu: LayerNorm over the last dimension and its backward. Forward and the input gradient:
-// one warp per row (fp32 sums over lanes, mean and rstd saved); weight and bias gradients: 32-channel
+// layernorm.cu: LayerNorm over the last dimension (also fused with the residual add before it) and its
+// backward. Forward and the input gradient: one warp per row (fp32 sums over lanes, mean and rstd
+// saved); weight and bias gradients: 32-channel
 // strips over fixed chunks of rows, then the chunks in order: the same sums on every run.
 #include "cuda.h"
 
@@ -26,6 +27,48 @@ __global__ void ln_fwd_kernel(T *out, float *mean, float *rstd, const T *inp, co
     T *o = out + (size_t)row * C;
     for (int c = lane; c < C; c += 32) o[c] = stf<T>((ldf(x[c]) - m) * r * w[c] + b[c]);
     if (lane == 0) mean[row] = m, rstd[row] = r;
+}
+
+// The residual add fused in: res = a + b is stored, and its stored (rounded) value is what gets normalised.
+template <class T>
+__global__ void add_ln_fwd_kernel(T *res, T *out, float *mean, float *rstd, const T *a, const T *b, const float *w,
+                                  const float *bias, int N, int C, float eps)
+{
+    const int lane = threadIdx.x & 31, row = blockIdx.x * ROWS + (threadIdx.x >> 5);
+    if (row >= N) return;
+    const size_t o = (size_t)row * C;
+    float s = 0.0f;
+    for (int c = lane; c < C; c += 32) {
+        const T r = stf<T>(ldf(a[o + c]) + ldf(b[o + c]));
+        res[o + c] = r;   // read back below by this same lane only
+        s += ldf(r);
+    }
+    const float m = warp_sum(s) / C;
+    float v = 0.0f;
+    for (int c = lane; c < C; c += 32) {
+        const float d = ldf(res[o + c]) - m;
+        v += d * d;
+    }
+    const float r = 1.0f / sqrtf(warp_sum(v) / C + eps);
+    for (int c = lane; c < C; c += 32) out[o + c] = stf<T>((ldf(res[o + c]) - m) * r * w[c] + bias[c]);
+    if (lane == 0) mean[row] = m, rstd[row] = r;
+}
+
+template <class T>
+static void add_ln(mtk *k, void *res, void *out, float *mean, float *rstd, const void *a, const void *b, const float *w,
+                   const float *bias, int N, int C, float eps)
+{
+    LAUNCH(add_ln_fwd_kernel<T>, (N + ROWS - 1) / ROWS, THREADS, 0, stream(k))((T *)res, (T *)out, mean, rstd,
+                                                                               (const T *)a, (const T *)b, w, bias, N,
+                                                                               C, eps);
+}
+
+void add_layernorm_fwd(mtk *k, void *res, void *out, float *mean, float *rstd, const void *a, const void *b,
+                       const float *w, const float *bias, int N, int C, float eps)
+{
+    if (N <= 0 || C <= 0) return;
+    MTK_CU_DISPATCH(k, add_ln, k, res, out, mean, rstd, a, b, w, bias, N, C, eps);
+    check(k, "add_layernorm_fwd");
 }
 
 template <class T>

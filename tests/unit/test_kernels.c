@@ -155,6 +155,8 @@ static void down_all(void)
     (up_all(), mtk_embed_bwd(k, D(dwe), D(dwp), D(dout), D(t), B, T, C, p0, v0, nv), down_all())
 #define mtk_layernorm_fwd(k, o, mn, rs, i, w, b, N, C, eps) \
     (up_all(), mtk_layernorm_fwd(k, D(o), D(mn), D(rs), D(i), D(w), D(b), N, C, eps), down_all())
+#define mtk_add_layernorm_fwd(k, r, o, mn, rs, a, b, w, bi, N, C, eps) \
+    (up_all(), mtk_add_layernorm_fwd(k, D(r), D(o), D(mn), D(rs), D(a), D(b), D(w), D(bi), N, C, eps), down_all())
 #define mtk_layernorm_bwd(k, di, dw, db, dout, i, w, mn, rs, N, C) \
     (up_all(), mtk_layernorm_bwd(k, D(di), D(dw), D(db), D(dout), D(i), D(w), D(mn), D(rs), N, C), down_all())
 #define mtk_matmul_fwd(k, o, i, w, b, N, C, OC) (up_all(), mtk_matmul_fwd(k, D(o), D(i), D(w), D(b), N, C, OC), down_all())
@@ -408,6 +410,28 @@ TEST(layernorm)
     T_CLOSE(db, gb, C, 1e-4);
     ffree(x), ffree(w), ffree(b), ffree(out), ffree(mean), ffree(rstd), ffree(R), ffree(dinp), ffree(dw), ffree(db);
     free(xd), free(wd), free(bd), free(ref), free(rm), free(rr), free(tmp), free(Rd), free(gx), free(gw), free(gb);
+}
+
+TEST(add_layernorm)
+{
+    /* the fused residual add + LayerNorm gives what add then layernorm give, bit for bit */
+    const int N = 9, C = 70;
+    float *a = arand(N * C, 2), *b = arand(N * C, 1), *w = frand(C, 1), *bias = frand(C, 1);
+    float *res = adev(N * C), *out = adev(N * C), *mean = fdev(N), *rstd = fdev(N);
+    float *res2 = adev(N * C), *out2 = adev(N * C), *mean2 = fdev(N), *rstd2 = fdev(N);
+    mtk_add_layernorm_fwd(K, res, out, mean, rstd, a, b, w, bias, N, C, 1e-5f);
+    mtk_add(K, res2, a, b, (size_t)N * C);
+    mtk_layernorm_fwd(K, out2, mean2, rstd2, res2, w, bias, N, C, 1e-5f);
+    T_CHECK(!memcmp(res, res2, sizeof(float) * N * C));
+    double *xd = todouble(res2, N * C), *wd = todouble(w, C), *bd = todouble(bias, C), *ref = dnew(N * C);
+    ref_layernorm(ref, NULL, NULL, xd, wd, bd, N, C, 1e-5);
+    T_CLOSE(out, ref, N * C, 1e-5);
+    T_CLOSE(out2, ref, N * C, 1e-5);
+    double e = 0;
+    for (int i = 0; i < N; i++) e = fmax(e, fabs((double)mean[i] - mean2[i]) + fabs((double)rstd[i] - rstd2[i]) / rstd2[i]);
+    T_CHECK(e < 1e-5);
+    ffree(a), ffree(b), ffree(w), ffree(bias), ffree(res), ffree(out), ffree(mean), ffree(rstd), ffree(res2);
+    ffree(out2), ffree(mean2), ffree(rstd2), free(xd), free(wd), free(bd), free(ref);
 }
 
 /* ---- gelu ---- */
@@ -1290,6 +1314,7 @@ RUN(open_and_memory);
 RUN(matmul_fwd);
 RUN(matmul_bwd);
 RUN(layernorm);
+RUN(add_layernorm);
 RUN(gelu);
 RUN(elementwise);
 RUN(dropout);
