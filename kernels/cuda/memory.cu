@@ -21,7 +21,9 @@ void *alloc(mtk *k, size_t bytes, mt_err *e)
         mtk_err_set(e, "cannot allocate %zu bytes of device memory", bytes);
         return NULL;
     }
-    if (cudaMemset(p, 0, n) != cudaSuccess) {
+    // cudaMemset runs on the legacy default stream, which does not order the backend's non-blocking
+    // streams: wait for it here, outside any step.
+    if (cudaMemset(p, 0, n) != cudaSuccess || cudaDeviceSynchronize() != cudaSuccess) {
         cudaFree(p);
         mtk_err_set(e, "cannot clear %zu bytes of device memory", bytes);
         return NULL;
