@@ -1,31 +1,61 @@
 // layernorm.cu: LayerNorm over the last dimension (also fused with the residual add before it) and its
 // backward. Forward and the input gradient: one warp per row (fp32 sums over lanes, mean and rstd
-// saved); weight and bias gradients: 32-channel
-// strips over fixed chunks of rows, then the chunks in order: the same sums on every run.
+// saved; 16-byte loads and stores when rows allow); weight and bias gradients: 32-channel strips over
+// fixed chunks of rows, then the chunks in order: the same sums on every run.
 #include "cuda.h"
 
 namespace MTK_CU_NS {
 
 enum { ROWS = THREADS / 32 };   // rows per block
 
-template <class T>
+// VEC: rows of whole 16-byte packs at aligned addresses; each lane takes every 32nd pack.
+template <class T, bool VEC>
 __global__ void ln_fwd_kernel(T *out, float *mean, float *rstd, const T *inp, const float *w, const float *b, int N,
                               int C, float eps)
 {
     const int lane = threadIdx.x & 31, row = blockIdx.x * ROWS + (threadIdx.x >> 5);
     if (row >= N) return;   // whole warps leave together
     const T *x = inp + (size_t)row * C;
+    T *o = out + (size_t)row * C;
+    constexpr int P = Pack<T>::N;
+    const Pack<T> *xp = reinterpret_cast<const Pack<T> *>(x);
+    const int np = C / P;
     float s = 0.0f;
-    for (int c = lane; c < C; c += 32) s += ldf(x[c]);
+    if (VEC)
+        for (int pk = lane; pk < np; pk += 32) {
+            const Pack<T> u = xp[pk];
+            for (int j = 0; j < P; j++) s += ldf(u.v[j]);
+        }
+    else
+        for (int c = lane; c < C; c += 32) s += ldf(x[c]);
     const float m = warp_sum(s) / C;
     float v = 0.0f;
-    for (int c = lane; c < C; c += 32) {
-        const float d = ldf(x[c]) - m;
-        v += d * d;
-    }
+    if (VEC)
+        for (int pk = lane; pk < np; pk += 32) {
+            const Pack<T> u = xp[pk];
+            for (int j = 0; j < P; j++) {
+                const float d = ldf(u.v[j]) - m;
+                v += d * d;
+            }
+        }
+    else
+        for (int c = lane; c < C; c += 32) {
+            const float d = ldf(x[c]) - m;
+            v += d * d;
+        }
     const float r = 1.0f / sqrtf(warp_sum(v) / C + eps);
-    T *o = out + (size_t)row * C;
-    for (int c = lane; c < C; c += 32) o[c] = stf<T>((ldf(x[c]) - m) * r * w[c] + b[c]);
+    if (VEC)
+        for (int pk = lane; pk < np; pk += 32) {
+            const Pack<T> u = xp[pk];
+            Pack<T> y;
+            for (int j = 0; j < P; j++) {
+                const int c = pk * P + j;
+                y.v[j] = stf<T>((ldf(u.v[j]) - m) * r * w[c] + b[c]);
+            }
+            reinterpret_cast<Pack<T> *>(o)[pk] = y;
+        }
+    else
+        for (int c = lane; c < C; c += 32) o[c] = stf<T>((ldf(x[c]) - m) * r * w[c] + b[c]);
     if (lane == 0) mean[row] = m, rstd[row] = r;
 }
 
@@ -75,8 +105,11 @@ template <class T>
 static void ln_fwd(mtk *k, void *out, float *mean, float *rstd, const void *inp, const float *w, const float *b, int N,
                    int C, float eps)
 {
-    LAUNCH(ln_fwd_kernel<T>, (N + ROWS - 1) / ROWS, THREADS, 0, stream(k))((T *)out, mean, rstd, (const T *)inp, w, b,
-                                                                           N, C, eps);
+    const unsigned g = (N + ROWS - 1) / ROWS;
+    if (C % Pack<T>::N == 0 && aligned16(out) && aligned16(inp))
+        LAUNCH((ln_fwd_kernel<T, true>), g, THREADS, 0, stream(k))((T *)out, mean, rstd, (const T *)inp, w, b, N, C, eps);
+    else
+        LAUNCH((ln_fwd_kernel<T, false>), g, THREADS, 0, stream(k))((T *)out, mean, rstd, (const T *)inp, w, b, N, C, eps);
 }
 
 void layernorm_fwd(mtk *k, void *out, float *mean, float *rstd, const void *inp, const float *w, const float *b, int N,

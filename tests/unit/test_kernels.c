@@ -965,8 +965,8 @@ TEST(odd_shapes)
         ffree(x), ffree(w), ffree(b), ffree(out), ffree(dout), ffree(dinp), ffree(dw), ffree(db);
         free(xd), free(wd), free(bd), free(ref), free(rdi), free(rdw), free(rdb);
     }
-    static const int ln[][2] = {{1, 1}, {5, 97}, {2, 300}};
-    for (int s = 0; s < 3; s++) {
+    static const int ln[][2] = {{1, 1}, {5, 97}, {2, 300}, {3, 64}};
+    for (int s = 0; s < 4; s++) {
         const int N = ln[s][0], C = ln[s][1];
         float *x = arand(N * C, 2), *w = frand(C, 1), *b = frand(C, 1), *out = adev(N * C), *mean = fdev(N), *rstd = fdev(N);
         double *xd = todouble(x, N * C), *wd = todouble(w, C), *bd = todouble(b, C), *ref = dnew(N * C);
