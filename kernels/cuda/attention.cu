@@ -197,11 +197,16 @@ void attention_fwd(mtk *k, void *out, float *lse, const void *qkv, int B, int T,
 // dk_j += sc dS_ij q_i; dq_i += sc dS_ij k_j.
 
 // dk, dv: one thread per key row j of the block's tile; query tiles i >= j stream through shared memory.
-template <class T>
+// D > 0: the head size, known at compile time; the thread's dk and dv accumulate in registers.
+template <class T, int D>
 __global__ void attn_dkv_kernel(T *dqkv, const T *qkv, const T *dout, const T *out, const float *lse, int T_, int NH,
-                                int HS, float sc, Drop dr)
+                                int HS_, float sc, Drop dr)
 {
     DYN_SHARED(float, sm);
+    const int HS = D > 0 ? D : HS_;
+    float rk[D > 0 ? D : 1], rv[D > 0 ? D : 1];
+    if constexpr (D > 0)
+        for (int d = 0; d < D; d++) rk[d] = rv[d] = 0.0f;
     const int TK = blockDim.x, ld = HS + 1, b = blockIdx.z, h = blockIdx.y, j0 = blockIdx.x * TK, r = threadIdx.x;
     const int j = j0 + r;
     const size_t C = (size_t)NH * HS, S3 = 3 * C;
@@ -220,9 +225,9 @@ __global__ void attn_dkv_kernel(T *dqkv, const T *qkv, const T *dout, const T *o
         load_tile(Gs, ld, go, b, h, i0, TK, T_, HS);
         if (i0 + r < T_) {
             const T *o = oo.row(b, h, i0 + r), *g = go.row(b, h, i0 + r);
-            float D = 0.0f;
-            for (int d = 0; d < HS; d++) D += ldf(g[d]) * ldf(o[d]);
-            Ds[r] = D;
+            float Di = 0.0f;
+            for (int d = 0; d < HS; d++) Di += ldf(g[d]) * ldf(o[d]);
+            Ds[r] = Di;
             Ls[r] = lse[((size_t)b * NH + h) * T_ + i0 + r];
         }
         __syncthreads();
@@ -234,20 +239,34 @@ __global__ void attn_dkv_kernel(T *dqkv, const T *qkv, const T *dout, const T *o
             for (int d = 0; d < HS; d++) s += qi[d] * kj[d], dp += gi[d] * vj[d];
             const float p = expf(s * sc - Ls[i - i0]), f = dr.factor(b, h, NH, T_, i, j);
             const float ds = p * (dp * f - Ds[i - i0]) * sc, pf = p * f;
-            for (int d = 0; d < HS; d++) dvj[d] += pf * gi[d], dkj[d] += ds * qi[d];
+            if constexpr (D > 0) {
+#pragma unroll
+                for (int d = 0; d < D; d++) rv[d] += pf * gi[d], rk[d] += ds * qi[d];
+            } else {
+                for (int d = 0; d < HS; d++) dvj[d] += pf * gi[d], dkj[d] += ds * qi[d];
+            }
         }
     }
     if (j >= T_) return;
     T *dk = dqkv + b * T_ * S3 + (size_t)j * S3 + (size_t)h * 3 * HS + HS, *dv = dk + HS;
-    for (int d = 0; d < HS; d++) dk[d] = stf<T>(dkj[d]), dv[d] = stf<T>(dvj[d]);
+    if constexpr (D > 0) {
+#pragma unroll
+        for (int d = 0; d < D; d++) dk[d] = stf<T>(rk[d]), dv[d] = stf<T>(rv[d]);
+    } else {
+        for (int d = 0; d < HS; d++) dk[d] = stf<T>(dkj[d]), dv[d] = stf<T>(dvj[d]);
+    }
 }
 
 // dq: one thread per query row i; key tiles j <= i stream through shared memory.
-template <class T>
+template <class T, int D>
 __global__ void attn_dq_kernel(T *dqkv, const T *qkv, const T *dout, const T *out, const float *lse, int T_, int NH,
-                               int HS, float sc, Drop dr)
+                               int HS_, float sc, Drop dr)
 {
     DYN_SHARED(float, sm);
+    const int HS = D > 0 ? D : HS_;
+    float rq[D > 0 ? D : 1];
+    if constexpr (D > 0)
+        for (int d = 0; d < D; d++) rq[d] = 0.0f;
     const int TK = blockDim.x, ld = HS + 1, b = blockIdx.z, h = blockIdx.y, i0 = blockIdx.x * TK, r = threadIdx.x;
     const int i = i0 + r;
     const size_t C = (size_t)NH * HS, S3 = 3 * C;
@@ -258,11 +277,11 @@ __global__ void attn_dq_kernel(T *dqkv, const T *qkv, const T *dout, const T *ou
     load_tile(Gs, ld, go, b, h, i0, TK, T_, HS);
     for (int d = 0; d < HS; d++) dQ[r * ld + d] = 0.0f;
     const bool valid = i < T_;
-    float D = 0.0f, L = 0.0f;
+    float Di = 0.0f, L = 0.0f;
     if (valid) {
         const T *o = out + b * T_ * C + (size_t)i * C + (size_t)h * HS;
         const T *g = go.row(b, h, i);
-        for (int d = 0; d < HS; d++) D += ldf(g[d]) * ldf(o[d]);
+        for (int d = 0; d < HS; d++) Di += ldf(g[d]) * ldf(o[d]);
         L = lse[((size_t)b * NH + h) * T_ + i];
     }
     const float *qi = Qs + r * ld, *gi = Gs + r * ld;
@@ -280,29 +299,49 @@ __global__ void attn_dq_kernel(T *dqkv, const T *qkv, const T *dout, const T *ou
             float s = 0.0f, dp = 0.0f;
             for (int d = 0; d < HS; d++) s += qi[d] * kj[d], dp += gi[d] * vj[d];
             const float p = expf(s * sc - L), f = dr.factor(b, h, NH, T_, i, j);
-            const float ds = p * (dp * f - D) * sc;
-            for (int d = 0; d < HS; d++) dqi[d] += ds * kj[d];
+            const float ds = p * (dp * f - Di) * sc;
+            if constexpr (D > 0) {
+#pragma unroll
+                for (int d = 0; d < D; d++) rq[d] += ds * kj[d];
+            } else {
+                for (int d = 0; d < HS; d++) dqi[d] += ds * kj[d];
+            }
         }
     }
     if (!valid) return;
     T *dq = dqkv + b * T_ * S3 + (size_t)i * S3 + (size_t)h * 3 * HS;
-    for (int d = 0; d < HS; d++) dq[d] = stf<T>(dqi[d]);
+    if constexpr (D > 0) {
+#pragma unroll
+        for (int d = 0; d < D; d++) dq[d] = stf<T>(rq[d]);
+    } else {
+        for (int d = 0; d < HS; d++) dq[d] = stf<T>(dqi[d]);
+    }
+}
+
+template <class T, int D>
+static void bwd_launch(mtk *k, void *dqkv, const void *dout, const void *qkv, const void *out, const float *lse, int B,
+                       int T_, int NH, int HS, Drop dr)
+{
+    const int tk = tiles_for(HS).tk;
+    const size_t smem = ((size_t)6 * tk * (HS + 1) + 2 * tk) * sizeof(float);
+    const float sc = 1.0f / sqrtf((float)HS);
+    cudaFuncSetAttribute((const void *)attn_dkv_kernel<T, D>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
+    cudaFuncSetAttribute((const void *)attn_dq_kernel<T, D>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
+    dim3 grid((T_ + tk - 1) / tk, NH, B);
+    LAUNCH((attn_dkv_kernel<T, D>), grid, tk, smem, stream(k))((T *)dqkv, (const T *)qkv, (const T *)dout,
+                                                               (const T *)out, lse, T_, NH, HS, sc, dr);
+    LAUNCH((attn_dq_kernel<T, D>), grid, tk, smem, stream(k))((T *)dqkv, (const T *)qkv, (const T *)dout,
+                                                              (const T *)out, lse, T_, NH, HS, sc, dr);
 }
 
 template <class T>
 static void abwd(mtk *k, void *dqkv, const void *dout, const void *qkv, const void *out, const float *lse, int B, int T_,
                  int NH, int HS, Drop dr)
 {
-    const int tk = tiles_for(HS).tk;
-    const size_t smem = ((size_t)6 * tk * (HS + 1) + 2 * tk) * sizeof(float);
-    const float sc = 1.0f / sqrtf((float)HS);
-    cudaFuncSetAttribute((const void *)attn_dkv_kernel<T>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
-    cudaFuncSetAttribute((const void *)attn_dq_kernel<T>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
-    dim3 grid((T_ + tk - 1) / tk, NH, B);
-    LAUNCH(attn_dkv_kernel<T>, grid, tk, smem, stream(k))((T *)dqkv, (const T *)qkv, (const T *)dout, (const T *)out, lse,
-                                                          T_, NH, HS, sc, dr);
-    LAUNCH(attn_dq_kernel<T>, grid, tk, smem, stream(k))((T *)dqkv, (const T *)qkv, (const T *)dout, (const T *)out, lse,
-                                                         T_, NH, HS, sc, dr);
+    if (HS == 64) bwd_launch<T, 64>(k, dqkv, dout, qkv, out, lse, B, T_, NH, HS, dr);
+    else if (HS == 32) bwd_launch<T, 32>(k, dqkv, dout, qkv, out, lse, B, T_, NH, HS, dr);
+    else if (HS == 16) bwd_launch<T, 16>(k, dqkv, dout, qkv, out, lse, B, T_, NH, HS, dr);
+    else bwd_launch<T, 0>(k, dqkv, dout, qkv, out, lse, B, T_, NH, HS, dr);
 }
 
 void attention_bwd(mtk *k, void *dqkv, const void *dout, const void *qkv, const void *out, const float *lse, int B,
