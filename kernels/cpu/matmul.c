@@ -42,6 +42,10 @@ void cpu_matmul_fwd(mtk *k, float *out, const float *inp, const float *w, const 
 {
     (void)k;
     if (N <= 0 || OC <= 0) return;
+    if (N <= MT_CPU_SMALL_N) {
+        cpu_matmul_small(out, inp, w, bias, N, C, OC);
+        return;
+    }
     par_sgemm(CblasNoTrans, CblasTrans, N, OC, C, 1.0f, inp, C, w, C, 0.0f, out, OC);
     if (!bias) return;
 #pragma omp parallel for schedule(static)
