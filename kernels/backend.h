@@ -45,6 +45,9 @@ typedef struct mtk_ops {
     void (*layernorm_bwd)(mtk *k, void *dinp, float *dw, float *db, const void *dout, const void *inp,
                           const float *w, const float *mean, const float *rstd, int N, int C);
     void (*matmul_fwd)(mtk *k, void *out, const void *inp, const void *w, const float *bias, int N, int C, int OC);
+    /* May be NULL: mtk.c runs matmul_fwd, then gelu_fwd. */
+    void (*matmul_gelu_fwd)(mtk *k, void *out, void *pre, const void *inp, const void *w, const float *bias, int N,
+                            int C, int OC, int exact);
     void (*matmul_bwd)(mtk *k, void *dinp, float *dw, float *dbias, const void *dout, const void *inp,
                        const void *w, int N, int C, int OC);
     void (*gelu_fwd)(mtk *k, void *out, const void *inp, size_t n, int exact);

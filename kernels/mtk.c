@@ -308,6 +308,19 @@ void mtk_matmul_fwd(mtk *k, mtk_act *out, const mtk_act *inp, const mtk_act *w, 
     if (ready(k, "matmul_fwd", N, (long long)C * OC, mx(mx((size_t)N * C, (size_t)N * OC), (size_t)OC * C)))
         k->ops->matmul_fwd(k, out, inp, w, bias, N, C, OC);
 }
+void mtk_matmul_gelu_fwd(mtk *k, mtk_act *out, mtk_act *pre, const mtk_act *inp, const mtk_act *w, const float *bias,
+                         int N, int C, int OC, int exact)
+{
+    if (!ready(k, "matmul_gelu_fwd", N, (long long)C * OC, mx(mx((size_t)N * C, (size_t)N * OC), (size_t)OC * C)))
+        return;
+    if (k->ops->matmul_gelu_fwd) {
+        k->ops->matmul_gelu_fwd(k, out, pre, inp, w, bias, N, C, OC, exact);
+        return;
+    }
+    k->ops->matmul_fwd(k, pre, inp, w, bias, N, C, OC);
+    k->ws_used = 0;
+    if (!k->failed) k->ops->gelu_fwd(k, out, pre, (size_t)N * OC, exact);
+}
 void mtk_matmul_bwd(mtk *k, mtk_act *dinp, float *dw, float *dbias, const mtk_act *dout, const mtk_act *inp,
                     const mtk_act *w, int N, int C, int OC)
 {

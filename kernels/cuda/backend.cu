@@ -139,6 +139,7 @@ extern "C" const mtk_ops MTK_CU_OPS = {
     .add_layernorm_fwd = ns::add_layernorm_fwd,
     .layernorm_bwd = ns::layernorm_bwd,
     .matmul_fwd = ns::matmul_fwd,
+    .matmul_gelu_fwd = ns::matmul_gelu_fwd,
     .matmul_bwd = ns::matmul_bwd,
     .gelu_fwd = ns::gelu_fwd,
     .gelu_bwd = ns::gelu_bwd,

@@ -38,6 +38,7 @@ struct Cu {
     void *lt_ws;              // cuBLASLt workspace
     size_t lt_ws_bytes;
     int bias_epilogue_off;    // the bias epilogue was refused once: bias by a kernel from then on
+    int gelu_epilogue_off;    // the same for the GeLU epilogue: the GeLU kernel after the product
     void *plans;              // gemm.cu: cuBLASLt descriptors and algorithms by shape (cuda build)
     unsigned next_plan;
 };
@@ -142,11 +143,14 @@ void copy(mtk *k, void *dst, const void *src, size_t bytes);
 void convert(mtk *k, void *dst, mtk_dtype dt, const void *src, mtk_dtype st, size_t n);
 // gemm.cu: row-major C[M,N] = op(A) op(B) (+ beta C) (+ bias[N] per row); A, B in the activation dtype,
 // C in cd (the activation dtype or fp32). ta: A is stored [K,M]; tb: B is stored [N,K].
+// gelu_out (NULL: none): also gelu_out = gelu_tanh(C), taken before C is rounded where the epilogue does it.
 void gemm(mtk *k, bool ta, bool tb, int M, int N, int K, const void *A, int lda, const void *B, int ldb, void *C,
-          int ldc, mtk_dtype cd, float beta, const float *bias);
+          int ldc, mtk_dtype cd, float beta, const float *bias, void *gelu_out = NULL);
 int gemm_open(mtk *k, mt_err *e);
 void gemm_close(mtk *k);
 void matmul_fwd(mtk *k, void *out, const void *inp, const void *w, const float *bias, int N, int C, int OC);
+void matmul_gelu_fwd(mtk *k, void *out, void *pre, const void *inp, const void *w, const float *bias, int N, int C,
+                     int OC, int exact);
 void matmul_bwd(mtk *k, void *dinp, float *dw, float *dbias, const void *dout, const void *inp, const void *w, int N,
                 int C, int OC);
 // elementwise.cu

@@ -37,8 +37,12 @@ static const float *widen(std::vector<float> &buf, const void *p, mtk_dtype t, i
 }
 
 void gemm(mtk *k, bool ta, bool tb, int M, int N, int K, const void *A, int lda, const void *B, int ldb, void *C,
-          int ldc, mtk_dtype cd, float beta, const float *bias)
+          int ldc, mtk_dtype cd, float beta, const float *bias, void *gelu_out)
 {
+    if (gelu_out) {   // not fused here (matmul_gelu_fwd never asks): the product, then the GeLU kernel
+        mtk_fail(k, "gemm: no GeLU epilogue in the simulator build");
+        return;
+    }
     if (M <= 0 || N <= 0) return;
     thread_local std::vector<float> ba, bb, bc;
     const float *fa = widen(ba, A, k->act, ta ? K : M, ta ? M : K, lda);
@@ -73,7 +77,7 @@ enum { LT_WS = 32 << 20, PLANS = 128 };
 // few dozen shapes, and the heuristic query costs more than launching the product.
 struct Plan {
     int used, ok;
-    bool ta, tb, bias;
+    bool ta, tb, bias, gelu;
     int M, N, K, lda, ldb, ldc, act, cd;
     uint32_t al[4];
     cublasLtMatmulDesc_t op;
@@ -143,11 +147,18 @@ static void plan_build(mtk *k, Plan *p)
     if (cublasLtMatmulDescCreate(&p->op, CUBLAS_COMPUTE_32F, CUDA_R_32F) != CUBLAS_STATUS_SUCCESS) return;
     cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_TRANSA, &opa, sizeof opa);
     cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_TRANSB, &opb, sizeof opb);
-    if (p->bias) {
-        cublasLtEpilogue_t ep = CUBLASLT_EPILOGUE_BIAS;
+    if (p->bias || p->gelu) {
+        cublasLtEpilogue_t ep = p->gelu ? (p->bias ? CUBLASLT_EPILOGUE_GELU_AUX_BIAS : CUBLASLT_EPILOGUE_GELU_AUX)
+                                        : CUBLASLT_EPILOGUE_BIAS;
         cudaDataType_t bt = CUDA_R_32F;
-        cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_EPILOGUE, &ep, sizeof ep);
-        if (cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bt, sizeof bt) != CUBLAS_STATUS_SUCCESS)
+        int64_t aux_ld = p->ldc;
+        if (cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_EPILOGUE, &ep, sizeof ep) != CUBLAS_STATUS_SUCCESS)
+            return;
+        if (p->bias &&
+            cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bt, sizeof bt) != CUBLAS_STATUS_SUCCESS)
+            return;
+        if (p->gelu &&
+            cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, &aux_ld, sizeof aux_ld) != CUBLAS_STATUS_SUCCESS)
             return;
     }
     if (cublasLtMatrixLayoutCreate(&p->la, ab, p->tb ? p->K : p->N, p->tb ? p->N : p->K, p->ldb) != CUBLAS_STATUS_SUCCESS ||
@@ -168,19 +179,21 @@ static void plan_build(mtk *k, Plan *p)
     cublasLtMatmulPreferenceDestroy(pref);
 }
 
-// One cuBLASLt product through the plan of its shape; 0 when cuBLASLt cannot do it.
+// One cuBLASLt product through the plan of its shape; 0 when cuBLASLt cannot do it. aux (NULL: none):
+// the GeLU epilogue, C receiving gelu(product) and aux the product (the pre-activation), both [M, ldc].
 static int lt_matmul(mtk *k, bool ta, bool tb, int M, int N, int K, const void *A, int lda, const void *B, int ldb,
-                     void *C, int ldc, mtk_dtype cd, float beta, const float *bias)
+                     void *C, int ldc, mtk_dtype cd, float beta, const float *bias, void *aux = NULL)
 {
     Cu *c = cu(k);
     Plan key;
     memset(&key, 0, sizeof key);
-    key.ta = ta, key.tb = tb, key.bias = bias != NULL, key.M = M, key.N = N, key.K = K, key.lda = lda, key.ldb = ldb;
+    key.ta = ta, key.tb = tb, key.bias = bias != NULL, key.gelu = aux != NULL, key.M = M, key.N = N, key.K = K, key.lda = lda, key.ldb = ldb;
     key.ldc = ldc, key.act = k->act, key.cd = cd;
     key.al[0] = alignment(B), key.al[1] = alignment(A), key.al[2] = key.al[3] = alignment(C);
     Plan *pl = (Plan *)c->plans, *p = NULL;
     for (int i = 0; i < PLANS && pl[i].used; i++)
-        if (pl[i].ta == key.ta && pl[i].tb == key.tb && pl[i].bias == key.bias && pl[i].M == M && pl[i].N == N &&
+        if (pl[i].ta == key.ta && pl[i].tb == key.tb && pl[i].bias == key.bias && pl[i].gelu == key.gelu &&
+            pl[i].M == M && pl[i].N == N &&
             pl[i].K == K && pl[i].lda == lda && pl[i].ldb == ldb && pl[i].ldc == ldc && pl[i].act == key.act &&
             pl[i].cd == key.cd && !memcmp(pl[i].al, key.al, sizeof key.al)) {
             p = &pl[i];
@@ -194,22 +207,31 @@ static int lt_matmul(mtk *k, bool ta, bool tb, int M, int N, int K, const void *
     }
     if (!p->ok) return 0;
     if (bias) cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof bias);
+    if (aux) cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &aux, sizeof aux);
     const float one = 1.0f;
     return cublasLtMatmul((cublasLtHandle_t)c->lt, p->op, &one, B, p->la, A, p->lb, &beta, C, p->lc, C, p->lc, &p->algo,
                           c->lt_ws, c->lt_ws_bytes, stream(k)) == CUBLAS_STATUS_SUCCESS;
 }
 
 void gemm(mtk *k, bool ta, bool tb, int M, int N, int K, const void *A, int lda, const void *B, int ldb, void *C,
-          int ldc, mtk_dtype cd, float beta, const float *bias)
+          int ldc, mtk_dtype cd, float beta, const float *bias, void *gelu_out)
 {
     if (M <= 0 || N <= 0) return;
+    Cu *c = cu(k);
+    if (gelu_out) {   // gelu_out = gelu(C), C = the product: the epilogue, else the caller's fallback
+        if (K > 0 && beta == 0.0f && !c->gelu_epilogue_off &&
+            lt_matmul(k, ta, tb, M, N, K, A, lda, B, ldb, gelu_out, ldc, cd, beta, bias, C))
+            return;
+        c->gelu_epilogue_off = 1;
+        mtk_fail(k, "gemm: no GeLU epilogue for this product");
+        return;
+    }
     if (K <= 0) {   // nothing to multiply: C = beta C (+ bias)
         if (beta == 0.0f) cudaMemsetAsync(C, 0, (size_t)M * ldc * mtk_dtype_size(cd), stream(k));
         else if (beta != 1.0f) mtk_fail(k, "gemm: K = 0 with beta %g", beta);
         if (bias) bias_rows(k, C, cd, bias, M, N);
         return;
     }
-    Cu *c = cu(k);
     if (bias && !c->bias_epilogue_off) {
         if (lt_matmul(k, ta, tb, M, N, K, A, lda, B, ldb, C, ldc, cd, beta, bias)) return;
         c->bias_epilogue_off = 1;   // this cuBLASLt refuses an fp32 bias here: a kernel adds it from now on
@@ -227,6 +249,26 @@ void matmul_fwd(mtk *k, void *out, const void *inp, const void *w, const float *
 {
     gemm(k, false, true, N, OC, C, inp, C, w, C, out, OC, k->act, 0.0f, bias);
     check(k, "matmul_fwd");
+}
+
+// The tanh GeLU as cuBLASLt's epilogue when it takes this product (the cuda build), else the product and
+// then the GeLU kernel.
+void matmul_gelu_fwd(mtk *k, void *out, void *pre, const void *inp, const void *w, const float *bias, int N, int C,
+                     int OC, int exact)
+{
+#ifndef SIMT_SIM
+    if (!exact && C > 0 && !cu(k)->gelu_epilogue_off) {
+        gemm(k, false, true, N, OC, C, inp, C, w, C, pre, OC, k->act, 0.0f, bias, out);
+        if (!k->failed) {
+            check(k, "matmul_gelu_fwd");
+            return;
+        }
+        mtk_clear_error(k);   // refused (no device error): the unfused path from now on
+    }
+#endif
+    gemm(k, false, true, N, OC, C, inp, C, w, C, pre, OC, k->act, 0.0f, bias);
+    if (!k->failed) gelu_fwd(k, out, pre, (size_t)N * OC, exact);
+    check(k, "matmul_gelu_fwd");
 }
 
 void matmul_bwd(mtk *k, void *dinp, float *dw, float *dbias, const void *dout, const void *inp, const void *w, int N,

@@ -160,6 +160,8 @@ static void down_all(void)
 #define mtk_layernorm_bwd(k, di, dw, db, dout, i, w, mn, rs, N, C) \
     (up_all(), mtk_layernorm_bwd(k, D(di), D(dw), D(db), D(dout), D(i), D(w), D(mn), D(rs), N, C), down_all())
 #define mtk_matmul_fwd(k, o, i, w, b, N, C, OC) (up_all(), mtk_matmul_fwd(k, D(o), D(i), D(w), D(b), N, C, OC), down_all())
+#define mtk_matmul_gelu_fwd(k, o, pre, i, w, b, N, C, OC, x) \
+    (up_all(), mtk_matmul_gelu_fwd(k, D(o), D(pre), D(i), D(w), D(b), N, C, OC, x), down_all())
 #define mtk_matmul_bwd(k, di, dw, db, dout, i, w, N, C, OC) \
     (up_all(), mtk_matmul_bwd(k, D(di), D(dw), D(db), D(dout), D(i), D(w), N, C, OC), down_all())
 #define mtk_gelu_fwd(k, o, i, n, x) (up_all(), mtk_gelu_fwd(k, D(o), D(i), n, x), down_all())
@@ -470,6 +472,26 @@ TEST(gelu)
         ffree(y);
     }
     ffree(x), ffree(out), ffree(dout), ffree(dinp), free(ref), free(g);
+}
+
+TEST(matmul_gelu)
+{
+    /* the MLP's first layer with its GeLU: pre as matmul_fwd, out = gelu(pre) to the dtype's rounding */
+    const int N = 11, C = 37, OC = 72;
+    float *x = arand(N * C, 1), *w = arand(OC * C, 0.5), *b = frand(OC, 1), *out = adev(N * OC), *pre = adev(N * OC);
+    double *xd = todouble(x, N * C), *wd = todouble(w, OC * C), *bd = todouble(b, OC), *ref = dnew(N * OC);
+    double *rg = dnew(N * OC);
+    ref_matmul(ref, xd, wd, bd, N, C, OC);
+    for (int exact = 0; exact <= 1; exact++) {
+        for (int i = 0; i < N * OC; i++) rg[i] = ref_gelu(ref[i], exact);
+        mtk_matmul_gelu_fwd(K, out, pre, x, w, b, N, C, OC, exact);
+        T_CLOSE(pre, ref, N * OC, 1e-5);
+        T_CLOSE(out, rg, N * OC, 1e-5);
+        mtk_matmul_gelu_fwd(K, out, pre, x, w, NULL, N, C, OC, exact);   /* no bias */
+        for (int i = 0; i < N * OC; i++) rg[i] = ref_gelu(ref[i] - bd[i % OC], exact);
+        T_CLOSE(out, rg, N * OC, 1e-5);
+    }
+    ffree(x), ffree(w), ffree(b), ffree(out), ffree(pre), free(xd), free(wd), free(bd), free(ref), free(rg);
 }
 
 /* ---- elementwise ---- */
@@ -1320,6 +1342,7 @@ RUN(matmul_bwd);
 RUN(layernorm);
 RUN(add_layernorm);
 RUN(gelu);
+RUN(matmul_gelu);
 RUN(elementwise);
 RUN(dropout);
 RUN(attention_small_fd);
