@@ -114,8 +114,8 @@ ifeq ($(B),build)
 endif
 endif
 sim-san:
-	@$(MAKE) --no-print-directory NVCC= B=build-tsan OPT=-O1 CFLAGS='-O1 -g -fsanitize=thread' build-tsan/sim/test_kernels build-tsan/sim/simt_selftest
-	@$(MAKE) --no-print-directory NVCC= B=build-asan-sim CFLAGS='-O1 -g -fsanitize=address -fno-omit-frame-pointer' build-asan-sim/sim/test_kernels build-asan-sim/sim/simt_selftest
+	@$(MAKE) -s --no-print-directory NVCC= B=build-tsan OPT=-O1 CFLAGS='-O1 -g -fsanitize=thread' build-tsan/sim/test_kernels build-tsan/sim/simt_selftest
+	@$(MAKE) -s --no-print-directory NVCC= B=build-asan-sim CFLAGS='-O1 -g -fsanitize=address -fno-omit-frame-pointer' build-asan-sim/sim/test_kernels build-asan-sim/sim/simt_selftest
 # ---- end of the CUDA block ----
 
 check: deps
