@@ -78,8 +78,9 @@ LDLIBS    += -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcublasLt -lcud
 else ifeq ($(MAKELEVEL),0)
 $(info make: no nvcc (CUDA_HOME=$(CUDA_HOME)): building without the CUDA backend)
 endif
-SIM_CXXFLAGS := -std=c++20 -D_GNU_SOURCE -Wall -Wextra -Wno-unknown-pragmas -pthread -x c++ -include kernels/sim/simt_sim.h \
-                -I$(CUDA_HOME)/include -Ikernels $(shell pkg-config --cflags openblas 2>/dev/null) -MMD -MP
+SIM_CXXFLAGS := -std=c++20 -D_GNU_SOURCE -Wall -Wextra -Wno-unknown-pragmas -pthread -x c++ \
+                -include kernels/sim/simt_sim.h -I$(CUDA_HOME)/include -Ikernels \
+                $(shell pkg-config --cflags openblas 2>/dev/null) -MMD -MP
 NVCC_FLAGS   := -std=c++20 -O2 -g -gencode arch=compute_80,code=sm_80 -gencode arch=compute_90,code=sm_90 \
                 -Xcompiler -Wall,-Wextra -Ikernels -MMD -MP
 $(LIB): $(SIM_OBJ) $(CUDA_OBJ)
