@@ -67,6 +67,69 @@ $(B)/gpu/test_nccl: tests/gpu/test_nccl.c libcommon/comm/comm_nccl.c libcommon/c
 
 tests: $(PROGS) $(TESTS) $(NCCL_TEST)
 
+# ---- CUDA backend and SIMT simulator (kernels/cuda/*.cu, kernels/sim; kernels/README.md) ----
+# The same .cu sources build the "sim" backend (g++ with kernels/sim/simt_sim.h force-included; needs
+# only the CUDA headers) and, when nvcc exists, the "cuda" backend for sm_80 and sm_90, linked against
+# cuBLASLt. Both go into libmt.a; mtk.c registers what was built (MTK_HAVE_SIM, MTK_HAVE_CUDA). g++ does
+# not know `#pragma unroll`: -Wno-unknown-pragmas.
+CUDA_HOME ?= /usr/local/cuda
+NVCC      ?= $(firstword $(wildcard $(CUDA_HOME)/bin/nvcc) $(shell command -v nvcc 2>/dev/null))
+CXX       ?= g++
+CU_SRC    := $(sort $(wildcard kernels/cuda/*.cu))
+MTK_DEFS  :=
+ifneq ($(wildcard $(CUDA_HOME)/include/cuda_runtime_api.h),)
+SIM_OBJ   := $(CU_SRC:%.cu=$(B)/obj/sim/%.o)
+MTK_DEFS  += -DMTK_HAVE_SIM
+LDLIBS    += -lstdc++
+endif
+ifneq ($(NVCC),)
+CUDA_OBJ  := $(CU_SRC:%.cu=$(B)/obj/cuda/%.o)
+MTK_DEFS  += -DMTK_HAVE_CUDA
+LDLIBS    += -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcublasLt -lcudart
+else ifeq ($(MAKELEVEL),0)
+$(info make: no nvcc (CUDA_HOME=$(CUDA_HOME)): building without the CUDA backend)
+endif
+SIM_CXXFLAGS := -std=c++20 -D_GNU_SOURCE -Wall -Wextra -Wno-unknown-pragmas -pthread -x c++ \
+                -include kernels/sim/simt_sim.h -I$(CUDA_HOME)/include -Ikernels \
+                $(shell pkg-config --cflags openblas 2>/dev/null) -MMD -MP
+NVCC_FLAGS   := -std=c++20 -O2 -g -gencode arch=compute_80,code=sm_80 -gencode arch=compute_90,code=sm_90 \
+                -Xcompiler -Wall,-Wextra -Ikernels -MMD -MP
+$(LIB): $(SIM_OBJ) $(CUDA_OBJ)
+# mtk.o is rebuilt when the set of backends changes.
+MTK_STAMP := $(B)/obj/kernels/backends
+$(shell mkdir -p $(B)/obj/kernels; echo '$(MTK_DEFS)' | cmp -s - $(MTK_STAMP) || echo '$(MTK_DEFS)' > $(MTK_STAMP))
+$(B)/obj/kernels/mtk.o: MT_CFLAGS += $(MTK_DEFS)
+$(B)/obj/kernels/mtk.o: $(MTK_STAMP)
+$(B)/obj/sim/%.o: %.cu
+	@mkdir -p $(dir $@)
+	$(CXX) $(SIM_CXXFLAGS) $(CFLAGS) -c $< -o $@
+$(B)/obj/cuda/%.o: %.cu
+	@mkdir -p $(dir $@)
+	$(NVCC) $(NVCC_FLAGS) -c $< -o $@
+# The simulator's own tests (tests/sim): a self-test program (warp-op semantics, planted races and
+# out-of-bounds reads), and test_kernels linked with only the kernel library; make check also builds
+# both under ThreadSanitizer (build-tsan) and AddressSanitizer (build-asan-sim) for
+# tests/pipeline/sim-sanitizers.sh.
+KLIB_OBJ := $(filter $(B)/obj/kernels/%,$(LIB_OBJ)) $(SIM_OBJ)
+$(B)/sim/simt_selftest: tests/sim/selftest.cu kernels/sim/simt_sim.h
+	@mkdir -p $(dir $@)
+	$(CXX) $(SIM_CXXFLAGS) $(CFLAGS) -o $@ $< -lstdc++ -lm -pthread
+$(B)/sim/test_kernels: $(B)/obj/tests/unit/test_kernels.o $(KLIB_OBJ)
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -o $@ $^ $(LDLIBS)
+.PHONY: sim-tests sim-san
+ifneq ($(SIM_OBJ),)
+tests: sim-tests
+sim-tests: $(B)/sim/simt_selftest
+ifeq ($(B),build)
+	@$(MAKE) --no-print-directory sim-san
+endif
+endif
+sim-san:
+	@$(MAKE) -s --no-print-directory NVCC= B=build-tsan OPT=-O1 CFLAGS='-O1 -g -fsanitize=thread' build-tsan/sim/test_kernels build-tsan/sim/simt_selftest
+	@$(MAKE) -s --no-print-directory NVCC= B=build-asan-sim CFLAGS='-O1 -g -fsanitize=address -fno-omit-frame-pointer' build-asan-sim/sim/test_kernels build-asan-sim/sim/simt_selftest
+# ---- end of the CUDA block ----
+
 check: deps
 	@$(MAKE) --no-print-directory tests
 	@tests/run
@@ -104,7 +167,7 @@ uninstall:
 	rm -rf $(DESTDIR)$(PREFIX)/share/mt
 
 clean:
-	rm -rf $(B) build-asan
+	rm -rf $(B) build-asan build-tsan build-asan-sim
 
 .SECONDARY:
 -include $(shell find $(B)/obj -name '*.d' 2>/dev/null)

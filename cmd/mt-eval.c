@@ -17,6 +17,7 @@
 #include "train/batch.h"
 #include "train/checkpoint.h"
 #include "train/evaluate.h"
+#include "train/device.h"
 #include "train/open_model.h"
 #include "train/report.h"
 #include "util/err.h"
@@ -25,7 +26,7 @@
 #include "util/vec.h"
 
 static const char *load_dir, *eval_split = "valid", *data_cache_path, *split_arg, *vocab_file, *merge_file,
-                  *backend = "cpu", *score_key = "text", *logits_path;
+                  *device, *score_key = "text", *logits_path;
 static mt_strs data_path;
 static int64_t ckpt_step = -1, eval_iters = -1, mbs, seed = -1, max_line = MT_MAX_LINE_DEFAULT;
 static int threads;
@@ -52,7 +53,8 @@ static const mt_flag flags[] = {
     MT_FLAG_VOCAB_FILE(&vocab_file, "with --score: vocab.json (default: the checkpoint's)"),
     MT_FLAG_MERGE_FILE(&merge_file, "with --score: merges.txt (default: the checkpoint's)"),
     {"--json", MT_F_BOOL, &json_out, NULL, "print the split's result as one JSON object on stdout", 0, 0, NULL},
-    {"--backend", MT_F_CHOICE, &backend, NULL, "kernel backend (default cpu)", 0, 0, "cpu|cuda"},
+    {"--device", MT_F_CHOICE, &device, NULL, "where the kernels run: cpu, or cuda (the GPU of the local rank); "
+     "default cuda when a GPU is there", 0, 0, MT_DEVICE_CHOICES},
     {"--threads", MT_F_INT, &threads, "N", "CPU threads (default: OpenMP's)", 0, 4096, NULL},
     {0},
 };
@@ -86,7 +88,7 @@ static void load_model(ev *v)
     v->vocab = v->mc.tok.vocab_size;
     v->eod = v->mc.tok.eod;
     if (mbs <= 0) mbs = v->mc.a.micro_batch_size;
-    v->k = mtk_open(&(mtk_config){.backend = backend, .threads = threads}, &e);
+    v->k = mt_device_open(device, threads, MTK_F32, &e);
     if (!v->k) mt_die_err(&e);
     if (mt_model_load_weights(&v->mc, v->k, NULL, &e)) mt_die_err(&e);
     v->model = v->mc.model;
@@ -258,7 +260,6 @@ int main(int argc, char **argv)
     if (mt_flags_parse(&cmd, argc, argv, NULL, NULL, &e)) mt_die_err(&e);
     if (!load_dir) mt_die("--load is required (try --help)");
     if (logits_path && !score) mt_die("--logits goes with --score");
-    if (!strcmp(backend, "cuda")) mt_die("--backend cuda: this build has no CUDA backend");
     ev v = {0};
     load_model(&v);
     if (score)

@@ -11,6 +11,7 @@
 #include "kernels.h"
 #include "model/gpt.h"
 #include "tok/bpe.h"
+#include "train/device.h"
 #include "train/open_model.h"
 #include "train/report.h"
 #include "util/err.h"
@@ -20,7 +21,7 @@
 #include "util/progress.h"
 #include "util/vec.h"
 
-static const char *load_dir, *vocab_file, *merge_file, *backend = "cpu", *json_key, *stop;
+static const char *load_dir, *vocab_file, *merge_file, *device, *json_key, *stop;
 static int64_t ckpt_step = -1, max_new = 64, top_k, seed = 1234, batch_size = 8, max_line = MT_MAX_LINE_DEFAULT;
 static double temperature = 1.0, top_p = 1.0, rep_penalty = 1.0;
 static int threads;
@@ -45,7 +46,8 @@ static const mt_flag flags[] = {
     {"--json", MT_F_BOOL, &json_out, NULL, "one JSON object per prompt: text, token ids, log-probabilities, stop reason", 0, 0, NULL},
     MT_FLAG_VOCAB_FILE(&vocab_file, "vocab.json (default: the checkpoint's)"),
     MT_FLAG_MERGE_FILE(&merge_file, "merges.txt (default: the checkpoint's)"),
-    {"--backend", MT_F_CHOICE, &backend, NULL, "kernel backend (default cpu)", 0, 0, "cpu|cuda"},
+    {"--device", MT_F_CHOICE, &device, NULL, "where the kernels run: cpu, or cuda (the GPU of the local rank); "
+     "default cuda when a GPU is there", 0, 0, MT_DEVICE_CHOICES},
     {"--threads", MT_F_INT, &threads, "N", "CPU threads (default: OpenMP's)", 0, 4096, NULL},
     {0},
 };
@@ -284,7 +286,6 @@ int main(int argc, char **argv)
     mt_strs pos = {0};
     if (mt_flags_parse(&cmd, argc, argv, &pos, NULL, &e)) mt_die_err(&e);
     if (!load_dir) mt_die("--load is required (try --help)");
-    if (!strcmp(backend, "cuda")) mt_die("--backend cuda: this build has no CUDA backend");
     if (seed < 0 || seed > 4294967295LL) mt_die("--seed %lld: expected 0 .. 4294967295", (long long)seed);
 
     mt_model_ckpt mc;
@@ -292,7 +293,7 @@ int main(int argc, char **argv)
                             .merge_file = merge_file};
     if (mt_model_open(&mc, load_dir, &o, &e)) mt_die_err(&e);
     if (!mc.tok.bpe) mt_die("%s: the checkpoint has no BPE vocabulary (NullTokenizer): pass --vocab-file and --merge-file", mc.dir);
-    mtk *k = mtk_open(&(mtk_config){.backend = backend, .threads = threads}, &e);
+    mtk *k = mt_device_open(device, threads, MTK_F32, &e);
     if (!k) mt_die_err(&e);
     if (mt_model_load_weights(&mc, k, NULL, &e)) mt_die_err(&e);
 

@@ -39,9 +39,15 @@ typedef struct mtk_ops {
                       int pos0, int v0, int nv);
     void (*layernorm_fwd)(mtk *k, void *out, float *mean, float *rstd, const void *inp, const float *w,
                           const float *b, int N, int C, float eps);
+    /* May be NULL: mtk.c runs add, then layernorm_fwd. */
+    void (*add_layernorm_fwd)(mtk *k, void *res, void *out, float *mean, float *rstd, const void *a, const void *b,
+                              const float *w, const float *bias, int N, int C, float eps);
     void (*layernorm_bwd)(mtk *k, void *dinp, float *dw, float *db, const void *dout, const void *inp,
                           const float *w, const float *mean, const float *rstd, int N, int C);
     void (*matmul_fwd)(mtk *k, void *out, const void *inp, const void *w, const float *bias, int N, int C, int OC);
+    /* May be NULL: mtk.c runs matmul_fwd, then gelu_fwd. */
+    void (*matmul_gelu_fwd)(mtk *k, void *out, void *pre, const void *inp, const void *w, const float *bias, int N,
+                            int C, int OC, int exact);
     void (*matmul_bwd)(mtk *k, void *dinp, float *dw, float *dbias, const void *dout, const void *inp,
                        const void *w, int N, int C, int OC);
     void (*gelu_fwd)(mtk *k, void *out, const void *inp, size_t n, int exact);
@@ -95,5 +101,7 @@ void *mtk_ws_take(mtk *k, size_t bytes);
 int mtk_err_set(mt_err *e, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
 extern const mtk_ops mtk_cpu_ops;
+extern const mtk_ops mtk_sim_ops;    /* kernels/cuda under the SIMT simulator (kernels/sim) */
+extern const mtk_ops mtk_cuda_ops;   /* kernels/cuda built by nvcc */
 
 #endif

@@ -118,6 +118,10 @@ void mtk_embed_bwd(mtk *k, float *dwte, float *dwpe, const mtk_act *dout, const 
 /* ---- LayerNorm over the last dimension, eps e.g. 1e-5; mean/rstd [N] are saved for backward ---- */
 void mtk_layernorm_fwd(mtk *k, mtk_act *out, float *mean, float *rstd, const mtk_act *inp, const float *w,
                        const float *b, int N, int C, float eps);
+/* The residual add fused with the LayerNorm that follows it: res = a + b (stored in the activation dtype),
+ * then out = LayerNorm(res as stored), exactly as mtk_add followed by mtk_layernorm_fwd. */
+void mtk_add_layernorm_fwd(mtk *k, mtk_act *res, mtk_act *out, float *mean, float *rstd, const mtk_act *a,
+                           const mtk_act *b, const float *w, const float *bias, int N, int C, float eps);
 /* dinp ACCUMULATES (it is the residual stream's gradient); dw, db accumulate. */
 void mtk_layernorm_bwd(mtk *k, mtk_act *dinp, float *dw, float *db, const mtk_act *dout, const mtk_act *inp,
                        const float *w, const float *mean, const float *rstd, int N, int C);
@@ -125,6 +129,12 @@ void mtk_layernorm_bwd(mtk *k, mtk_act *dinp, float *dw, float *db, const mtk_ac
 /* ---- linear: out[N,OC] = inp[N,C] . w[OC,C]^T + bias[OC] (bias may be NULL) ---- */
 void mtk_matmul_fwd(mtk *k, mtk_act *out, const mtk_act *inp, const mtk_act *w, const float *bias, int N, int C,
                     int OC);
+/* The MLP's first layer with its GeLU: pre = inp . w^T + bias (kept for the backward), out = gelu(pre), as
+ * mtk_matmul_fwd then mtk_gelu_fwd. A backend may fuse them (cuda, tanh form: a cuBLASLt GeLU epilogue,
+ * which takes the GeLU of the product before pre is rounded to the activation dtype): the same results
+ * to the rounding of that dtype. */
+void mtk_matmul_gelu_fwd(mtk *k, mtk_act *out, mtk_act *pre, const mtk_act *inp, const mtk_act *w, const float *bias,
+                         int N, int C, int OC, int exact);
 /* dinp = dout . w (assigned; NULL to skip), dw += dout^T . inp, dbias += sum_n dout (NULL to skip). */
 void mtk_matmul_bwd(mtk *k, mtk_act *dinp, float *dw, float *dbias, const mtk_act *dout, const mtk_act *inp,
                     const mtk_act *w, int N, int C, int OC);

@@ -30,16 +30,34 @@ void mtk_fail(mtk *k, const char *fmt, ...)
     va_end(ap);
 }
 
+/* The backends of this build: the Makefile defines MTK_HAVE_SIM when the CUDA headers are there (the
+ * CUDA kernels run on the CPU under the SIMT simulator) and MTK_HAVE_CUDA when nvcc built them. */
+static const mtk_ops *const BACKENDS[] = {
+    &mtk_cpu_ops,
+#ifdef MTK_HAVE_SIM
+    &mtk_sim_ops,
+#endif
+#ifdef MTK_HAVE_CUDA
+    &mtk_cuda_ops,
+#endif
+};
+enum { NBACKENDS = sizeof BACKENDS / sizeof *BACKENDS };
+
 mtk *mtk_open(const mtk_config *cfg, mt_err *e)
 {
     const mtk_ops *ops = NULL;
     const char *backend = cfg ? cfg->backend : NULL;
-    if (backend && !strcmp(backend, "cpu")) ops = &mtk_cpu_ops;
-    else if (backend && !strcmp(backend, "cuda")) {
+    for (int i = 0; i < NBACKENDS && backend; i++)
+        if (!strcmp(backend, BACKENDS[i]->name)) ops = BACKENDS[i];
+    if (!ops && backend && !strcmp(backend, "cuda")) {
         mtk_err_set(e, "this build has no CUDA backend");
         return NULL;
-    } else {
-        mtk_err_set(e, "unknown kernel backend '%s' (have: cpu)", backend ? backend : "");
+    }
+    if (!ops) {
+        char have[128] = "";
+        for (int i = 0; i < NBACKENDS; i++)
+            snprintf(have + strlen(have), sizeof have - strlen(have), "%s%s", i ? ", " : "", BACKENDS[i]->name);
+        mtk_err_set(e, "unknown kernel backend '%s' (have: %s)", backend ? backend : "", have);
         return NULL;
     }
     if (cfg->act_dtype != MTK_F32 && cfg->act_dtype != MTK_BF16 && cfg->act_dtype != MTK_F16) {
@@ -266,6 +284,18 @@ void mtk_layernorm_fwd(mtk *k, mtk_act *out, float *mean, float *rstd, const mtk
 {
     if (ready(k, "layernorm_fwd", N, C, (size_t)N * C)) k->ops->layernorm_fwd(k, out, mean, rstd, inp, w, b, N, C, eps);
 }
+void mtk_add_layernorm_fwd(mtk *k, mtk_act *res, mtk_act *out, float *mean, float *rstd, const mtk_act *a,
+                           const mtk_act *b, const float *w, const float *bias, int N, int C, float eps)
+{
+    if (!ready(k, "add_layernorm_fwd", N, C, (size_t)N * C)) return;
+    if (k->ops->add_layernorm_fwd) {
+        k->ops->add_layernorm_fwd(k, res, out, mean, rstd, a, b, w, bias, N, C, eps);
+        return;
+    }
+    k->ops->add(k, res, a, b, (size_t)N * C);
+    k->ws_used = 0;
+    if (!k->failed) k->ops->layernorm_fwd(k, out, mean, rstd, res, w, bias, N, C, eps);
+}
 void mtk_layernorm_bwd(mtk *k, mtk_act *dinp, float *dw, float *db, const mtk_act *dout, const mtk_act *inp,
                        const float *w, const float *mean, const float *rstd, int N, int C)
 {
@@ -277,6 +307,19 @@ void mtk_matmul_fwd(mtk *k, mtk_act *out, const mtk_act *inp, const mtk_act *w, 
 {
     if (ready(k, "matmul_fwd", N, (long long)C * OC, mx(mx((size_t)N * C, (size_t)N * OC), (size_t)OC * C)))
         k->ops->matmul_fwd(k, out, inp, w, bias, N, C, OC);
+}
+void mtk_matmul_gelu_fwd(mtk *k, mtk_act *out, mtk_act *pre, const mtk_act *inp, const mtk_act *w, const float *bias,
+                         int N, int C, int OC, int exact)
+{
+    if (!ready(k, "matmul_gelu_fwd", N, (long long)C * OC, mx(mx((size_t)N * C, (size_t)N * OC), (size_t)OC * C)))
+        return;
+    if (k->ops->matmul_gelu_fwd) {
+        k->ops->matmul_gelu_fwd(k, out, pre, inp, w, bias, N, C, OC, exact);
+        return;
+    }
+    k->ops->matmul_fwd(k, pre, inp, w, bias, N, C, OC);
+    k->ws_used = 0;
+    if (!k->failed) k->ops->gelu_fwd(k, out, pre, (size_t)N * OC, exact);
 }
 void mtk_matmul_bwd(mtk *k, mtk_act *dinp, float *dw, float *dbias, const mtk_act *dout, const mtk_act *inp,
                     const mtk_act *w, int N, int C, int OC)

@@ -6,7 +6,8 @@
  * thread count. Compiled for AVX-512, AVX2 and baseline x86-64, chosen at load time. */
 #include "cpu.h"
 
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && \
+    !defined(__SANITIZE_THREAD__)   /* sanitized ifunc resolvers crash at load time (vmath.h) */
 #define MT_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
 #else
 #define MT_CLONES

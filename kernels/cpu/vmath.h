@@ -7,7 +7,8 @@
 
 #include <stdint.h>
 
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && !defined(__SANITIZE_ADDRESS__)
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && !defined(__SANITIZE_ADDRESS__) && \
+    !defined(__SANITIZE_THREAD__)   /* sanitized ifunc resolvers crash at load time */
 #define MTK_CLONES __attribute__((target_clones("avx2", "default")))
 #else
 #define MTK_CLONES

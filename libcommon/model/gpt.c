@@ -311,11 +311,9 @@ int mt_gpt_forward(mt_gpt_ctx *x, const int32_t *tokens, const int32_t *targets,
         mtk_attention_fwd(k, atty, lse, qkv, B, T, NH, C / NH, site_dropout(x, &dd, l, SITE_ATTN_PROBS));
         mtk_matmul_fwd(k, x->s_c1, atty, W(MT_GPT_PROJ_W), P(MT_GPT_PROJ_B), N, C, C);
         if ((drop = site_dropout(x, &dd, l, SITE_ATTN_OUT))) mtk_dropout_fwd(k, x->s_c1, x->s_c1, (size_t)N * C, drop);
-        mtk_add(k, res_mid, res_in, x->s_c1, (size_t)N * C);
-
-        mtk_layernorm_fwd(k, ln2, mean2, rstd2, res_mid, P(MT_GPT_LN2_W), P(MT_GPT_LN2_B), N, C, c->layernorm_epsilon);
-        mtk_matmul_fwd(k, fch, ln2, W(MT_GPT_FC_W), P(MT_GPT_FC_B), N, C, F);
-        mtk_gelu_fwd(k, x->s_f1, fch, (size_t)N * F, c->exact_gelu);
+        mtk_add_layernorm_fwd(k, res_mid, ln2, mean2, rstd2, res_in, x->s_c1, P(MT_GPT_LN2_W), P(MT_GPT_LN2_B), N, C,
+                              c->layernorm_epsilon);
+        mtk_matmul_gelu_fwd(k, x->s_f1, fch, ln2, W(MT_GPT_FC_W), P(MT_GPT_FC_B), N, C, F, c->exact_gelu);
         mtk_matmul_fwd(k, x->s_c1, x->s_f1, W(MT_GPT_FC2_W), P(MT_GPT_FC2_B), N, F, C);
         if ((drop = site_dropout(x, &dd, l, SITE_MLP_OUT))) mtk_dropout_fwd(k, x->s_c1, x->s_c1, (size_t)N * C, drop);
         mtk_add(k, res_out, res_mid, x->s_c1, (size_t)N * C);

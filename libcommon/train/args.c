@@ -1,5 +1,6 @@
 /* args.c: mt-train's flag table (Megatron names and defaults), checks, and the JSON form of the args. */
 #include "train/args.h"
+#include "train/device.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -155,7 +156,8 @@ static const mt_flag flags[] = {
     NOOP_B("--recompute-activations", "accepted; activations are kept (same results, more memory)"),
     NOOP_S("--recompute-granularity", "G", "accepted; activations are kept (same results, more memory)"),
     /* mt */
-    {"--backend", MT_F_CHOICE, &A.backend, NULL, "kernel backend (default cpu)", 0, 0, "cpu|cuda"},
+    {"--device", MT_F_CHOICE, &A.backend, NULL, "where the kernels run: cpu, or cuda (the GPU of the local rank); "
+     "default cuda when a GPU is there", 0, 0, MT_DEVICE_CHOICES},
     {"--threads", MT_F_INT, &A.threads, "N", "CPU threads (default: OpenMP's, e.g. OMP_NUM_THREADS)", 0, 4096, NULL},
     {0},
 };
@@ -243,7 +245,7 @@ static void defaults(mt_train_args *a)
     a->log_interval = 100;
     a->tensorboard_log_interval = 1;
     a->tensor_model_parallel_size = a->pipeline_model_parallel_size = 1;
-    a->backend = "cpu";
+    a->backend = NULL;   /* --device: cuda when a GPU is there, else cpu */
 }
 
 static int check_unsupported(int argc, char **argv, mt_err *e)
@@ -312,7 +314,6 @@ int mt_train_args_parse(mt_train_args *out, int argc, char **argv, mt_err *e)
     if (a->tensor_model_parallel_size != 1 || a->pipeline_model_parallel_size != 1)
         return mt_err_set(e, "--tensor-model-parallel-size and --pipeline-model-parallel-size must be 1: "
                              "the ranks of a job are data-parallel");
-    if (!strcmp(a->backend, "cuda")) return mt_err_set(e, "--backend cuda: this build has no CUDA backend");
     /* batch (4.2): one data-parallel rank */
     if (!given(seen, "--global-batch-size")) a->global_batch_size = a->micro_batch_size;
     if (a->global_batch_size % a->micro_batch_size)

@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "data/split.h"
+#include "train/device.h"
 #include "train/open_model.h"
 
 /* The dropout key of micro-batch m of the iteration that starts at iteration it (so resume redraws
@@ -94,7 +95,7 @@ int mt_trainer_open_dp(mt_trainer *t, const mt_train_args *a, mt_comm *dp, mt_er
     mt_tokenizer_close(&tok);
     t->cfg = mt_gpt_config_from_args(&t->a, t->vocab_size);
     if (mt_gpt_config_check(&t->cfg, e)) return -1;
-    t->k = mtk_open(&(mtk_config){.backend = t->a.backend, .threads = t->a.threads}, e);
+    t->k = mt_device_open(t->a.backend, t->a.threads, MTK_F32, e);
     if (!t->k) return -1;
     t->num_micro = (int)(t->a.global_batch_size / ((int64_t)t->a.micro_batch_size * t->dp_size));
     t->train_iters = mt_train_total_iters(&t->a);

@@ -1,0 +1,162 @@
+// backend.cu: the CUDA backend's table of operations (kernels/backend.h), its open/close (device
+// choice, two streams, the cuBLASLt handle), workspace size, sync, queues and events. Built twice from
+// the same source: mtk_cuda_ops by nvcc and mtk_sim_ops under the SIMT simulator.
+#include "cuda.h"
+
+namespace MTK_CU_NS {
+
+static int open(mtk *k, const mtk_config *cfg, mt_err *e)
+{
+    int n = 0;
+    cudaError_t err = cudaGetDeviceCount(&n);
+    if (err != cudaSuccess || n == 0) {
+        cudaGetLastError();
+        return mtk_err_set(e, "%s: no CUDA device (%s)", MTK_CU_OPS.name, err != cudaSuccess ? cudaGetErrorString(err) : "none found");
+    }
+    if (cfg->device < 0 || cfg->device >= n)
+        return mtk_err_set(e, "%s: device %d does not exist (%d found)", MTK_CU_OPS.name, cfg->device, n);
+    if (cudaSetDevice(cfg->device) != cudaSuccess) {
+        cudaGetLastError();
+        return mtk_err_set(e, "%s: cannot use device %d", MTK_CU_OPS.name, cfg->device);
+    }
+    Cu *c = (Cu *)calloc(1, sizeof *c);
+    if (!c) return mtk_err_set(e, "out of memory");
+    k->impl = c;
+    for (int q = 0; q < MTK_QUEUES; q++)
+        if (cudaStreamCreateWithFlags(&c->q[q], cudaStreamNonBlocking) != cudaSuccess) {
+            cudaGetLastError();
+            for (int r = 0; r < q; r++) cudaStreamDestroy(c->q[r]);
+            free(c);
+            k->impl = NULL;
+            return mtk_err_set(e, "%s: cannot create a stream", MTK_CU_OPS.name);
+        }
+    if (gemm_open(k, e) < 0) {
+        for (int q = 0; q < MTK_QUEUES; q++) cudaStreamDestroy(c->q[q]);
+        free(c);
+        k->impl = NULL;
+        return -1;
+    }
+    k->threads = 1;
+    return 0;
+}
+
+static void close(mtk *k)
+{
+    Cu *c = cu(k);
+    if (!c) return;
+    cudaDeviceSynchronize();
+    gemm_close(k);
+    for (int q = 0; q < MTK_QUEUES; q++) cudaStreamDestroy(c->q[q]);
+    free(c);
+    k->impl = NULL;
+}
+
+static size_t workspace_need(const mtk *k, const mtk_limits *l)
+{
+    (void)k;
+    // sumsq / count_nonfinite partials, or two sets of column-sum partials; nothing else needs scratch.
+    size_t r = reduce_ws_bytes(l->max_flat), c = 2 * (COLSUM_WS_FLOATS * sizeof(float) + 64);
+    return (r > c ? r : c) + 256;
+}
+
+static int sync(mtk *k)
+{
+    cudaError_t err = cudaDeviceSynchronize();
+    if (err == cudaSuccess) err = cudaGetLastError();
+    if (err == cudaSuccess) return 0;
+    mtk_fail(k, "%s: device error: %s", MTK_CU_OPS.name, cudaGetErrorString(err));
+    return -1;
+}
+
+static void *native_queue(mtk *k, int q) { return q >= 0 && q < MTK_QUEUES ? (void *)cu(k)->q[q] : NULL; }
+
+static void *event_new(mtk *k, mt_err *e)
+{
+    (void)k;
+    cudaEvent_t ev;
+    if (cudaEventCreateWithFlags(&ev, cudaEventDisableTiming) != cudaSuccess) {
+        cudaGetLastError();
+        mtk_err_set(e, "cannot create a CUDA event");
+        return NULL;
+    }
+    return (void *)ev;
+}
+static void event_free(mtk *k, void *ev)
+{
+    (void)k;
+    cudaEventDestroy((cudaEvent_t)ev);
+}
+static void event_record(mtk *k, void *ev, int q)
+{
+    cudaEventRecord((cudaEvent_t)ev, cu(k)->q[q]);
+    check(k, "event_record");
+}
+static void event_wait(mtk *k, void *ev, int q)
+{
+    cudaStreamWaitEvent(cu(k)->q[q], (cudaEvent_t)ev, 0);
+    check(k, "event_wait");
+}
+static int event_done(mtk *k, void *ev)
+{
+    (void)k;
+    cudaError_t err = cudaEventQuery((cudaEvent_t)ev);
+    if (err == cudaErrorNotReady) {
+        cudaGetLastError();
+        return 0;
+    }
+    return 1;
+}
+
+}  // namespace MTK_CU_NS
+
+namespace ns = MTK_CU_NS;
+extern "C" const mtk_ops MTK_CU_OPS = {
+#ifdef SIMT_SIM
+    .name = "sim",
+#else
+    .name = "cuda",
+#endif
+    .open = ns::open,
+    .close = ns::close,
+    .workspace_need = ns::workspace_need,
+    .alloc = ns::alloc,
+    .free = ns::dfree,
+    .zero = ns::zero,
+    .to_device = ns::to_device,
+    .to_host = ns::to_host,
+    .copy = ns::copy,
+    .convert = ns::convert,
+    .sync = ns::sync,
+    .native_queue = ns::native_queue,
+    .event_new = ns::event_new,
+    .event_free = ns::event_free,
+    .event_record = ns::event_record,
+    .event_wait = ns::event_wait,
+    .event_done = ns::event_done,
+    .embed_fwd = ns::embed_fwd,
+    .embed_bwd = ns::embed_bwd,
+    .layernorm_fwd = ns::layernorm_fwd,
+    .add_layernorm_fwd = ns::add_layernorm_fwd,
+    .layernorm_bwd = ns::layernorm_bwd,
+    .matmul_fwd = ns::matmul_fwd,
+    .matmul_gelu_fwd = ns::matmul_gelu_fwd,
+    .matmul_bwd = ns::matmul_bwd,
+    .gelu_fwd = ns::gelu_fwd,
+    .gelu_bwd = ns::gelu_bwd,
+    .add = ns::add,
+    .acc = ns::acc,
+    .scale = ns::scale,
+    .dropout_fwd = ns::dropout_fwd,
+    .dropout_bwd = ns::dropout_bwd,
+    .attention_fwd = ns::attention_fwd,
+    .attention_bwd = ns::attention_bwd,
+    .attention_kv = ns::attention_kv,
+    .xent_fwd_bwd = ns::xent_fwd_bwd,
+    .xent_rowmax = ns::xent_rowmax,
+    .xent_sumexp = ns::xent_sumexp,
+    .xent_loss = ns::xent_loss,
+    .xent_bwd = ns::xent_bwd,
+    .sumsq = ns::sumsq,
+    .count_nonfinite = ns::count_nonfinite,
+    .adamw = ns::adamw,
+};

@@ -1,0 +1,201 @@
+// cuda.h: what the .cu files of the CUDA backend share: the backend state, storage-type helpers
+// (fp32/bf16/fp16 loads and round-to-nearest-even stores, 16-byte packs), warp and block reductions,
+// launch sizes, the dtype dispatch of host wrappers, and the operations each file provides.
+//
+// The same sources build two backends: "cuda" (nvcc, sm_80/sm_90, cuBLASLt) and "sim" (g++ with
+// kernels/sim/simt_sim.h force-included; the GEMM wrapper calls the CPU's BLAS). Everything lives in a
+// namespace of its own per build so both can be linked into one program; only the ops table is C.
+#pragma once
+#include "../sim/simt_sim.h"   // under nvcc: LAUNCH and DYN_SHARED only
+#include <cuda_runtime_api.h>
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <stddef.h>
+#include <stdint.h>
+
+extern "C" {
+#include "../backend.h"
+}
+
+#ifdef SIMT_SIM
+#define MTK_CU_NS mtk_simk
+#define MTK_CU_OPS mtk_sim_ops
+#else
+#define MTK_CU_NS mtk_cudak
+#define MTK_CU_OPS mtk_cuda_ops
+#endif
+extern "C" const mtk_ops MTK_CU_OPS;
+
+namespace MTK_CU_NS {
+
+typedef __nv_bfloat16 bf16;
+typedef __half f16;
+
+// ---- backend state (k->impl) ----
+struct Cu {
+    cudaStream_t q[MTK_QUEUES];
+    void *lt;                 // cublasLtHandle_t (cuda build)
+    void *lt_ws;              // cuBLASLt workspace
+    size_t lt_ws_bytes;
+    int bias_epilogue_off;    // the bias epilogue was refused once: bias by a kernel from then on
+    int gelu_epilogue_off;    // the same for the GeLU epilogue: the GeLU kernel after the product
+    void *plans;              // gemm.cu: cuBLASLt descriptors and algorithms by shape (cuda build)
+    unsigned next_plan;
+};
+static inline Cu *cu(mtk *k) { return (Cu *)k->impl; }
+static inline cudaStream_t stream(mtk *k) { return cu(k)->q[k->queue]; }
+// Records a launch or runtime error as the backend's sticky error; returns 1 when there was one.
+int check(mtk *k, const char *what);
+
+// ---- storage types ----
+__device__ __forceinline__ float ldf(float x) { return x; }
+__device__ __forceinline__ float ldf(bf16 x) { return __bfloat162float(x); }
+__device__ __forceinline__ float ldf(f16 x) { return __half2float(x); }
+template <class T> __device__ __forceinline__ T stf(float x);
+template <> __device__ __forceinline__ float stf<float>(float x) { return x; }
+template <> __device__ __forceinline__ bf16 stf<bf16>(float x) { return __float2bfloat16_rn(x); }
+template <> __device__ __forceinline__ f16 stf<f16>(float x) { return __float2half_rn(x); }
+
+// 16 bytes of T: one vector load or store.
+template <class T> struct alignas(16) Pack {
+    static constexpr int N = 16 / sizeof(T);
+    T v[N];
+};
+static inline bool aligned16(const void *p) { return ((uintptr_t)p & 15) == 0; }
+
+// ---- reductions (blockDim.x a multiple of 32; buf: 32 floats of shared memory) ----
+__device__ __forceinline__ float warp_sum(float v)
+{
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+    return v;
+}
+__device__ __forceinline__ float warp_max(float v)
+{
+    for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+    return v;
+}
+// Every thread gets the block's sum (max); the order of the sum is fixed by the block shape.
+__device__ __forceinline__ float block_sum(float v, float *buf)
+{
+    const int lane = threadIdx.x & 31, w = threadIdx.x >> 5, nw = blockDim.x >> 5;
+    v = warp_sum(v);
+    if (lane == 0) buf[w] = v;
+    __syncthreads();
+    v = lane < nw ? buf[lane] : 0.0f;
+    v = warp_sum(v);
+    __syncthreads();   // buf is reused by the next call
+    return v;
+}
+__device__ __forceinline__ float block_max(float v, float *buf)
+{
+    const int lane = threadIdx.x & 31, w = threadIdx.x >> 5, nw = blockDim.x >> 5;
+    v = warp_max(v);
+    if (lane == 0) buf[w] = v;
+    __syncthreads();
+    v = lane < nw ? buf[lane] : -INFINITY;
+    v = warp_max(v);
+    __syncthreads();
+    return v;
+}
+
+// ---- counter-based dropout mask (kernels.h, mtk_dropout_keep) ----
+__device__ __forceinline__ bool drop_keep(uint64_t seed, uint64_t ctr, float p)
+{
+    uint64_t z = seed ^ ((ctr + 1) * 0x9E3779B97F4A7C15ull);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    z ^= z >> 31;
+    return (float)(z >> 40) * (1.0f / 16777216.0f) >= p;
+}
+
+// ---- deterministic column sums (elementwise.cu): rows in R fixed chunks, partials in the workspace ----
+enum { COLSUM_WS_FLOATS = 1 << 20 };   // partials of one column sum (the workspace holds two)
+int colsum_chunks(int N, int C);        // R: chunks of rows, R * C <= COLSUM_WS_FLOATS
+// dst[c] += sum_r part[r * C + c] in chunk order
+void colsum_finish(mtk *k, float *dst, const float *part, int R, int C);
+
+// ---- launch sizes ----
+enum { THREADS = 256 };
+static inline unsigned blocks_for(size_t work, unsigned per = THREADS, unsigned cap = 4096)
+{
+    size_t b = (work + per - 1) / per;
+    return (unsigned)(b < 1 ? 1 : b > cap ? cap : b);
+}
+
+// Runs F::template run<T>(args...) for the backend's activation dtype.
+#define MTK_CU_DISPATCH(k, F, ...)                                                                          \
+    do {                                                                                                     \
+        switch ((k)->act) {                                                                                  \
+        case MTK_BF16: F<bf16>(__VA_ARGS__); break;                                                          \
+        case MTK_F16: F<f16>(__VA_ARGS__); break;                                                            \
+        default: F<float>(__VA_ARGS__); break;                                                               \
+        }                                                                                                    \
+    } while (0)
+
+// ---- the operations, one group per file ----
+// memory.cu
+void *alloc(mtk *k, size_t bytes, mt_err *e);
+void dfree(mtk *k, void *p);
+void zero(mtk *k, void *p, size_t bytes);
+void to_device(mtk *k, void *dst, const void *src, size_t bytes);
+void to_host(mtk *k, void *dst, const void *src, size_t bytes);
+void copy(mtk *k, void *dst, const void *src, size_t bytes);
+void convert(mtk *k, void *dst, mtk_dtype dt, const void *src, mtk_dtype st, size_t n);
+// gemm.cu: row-major C[M,N] = op(A) op(B) (+ beta C) (+ bias[N] per row); A, B in the activation dtype,
+// C in cd (the activation dtype or fp32). ta: A is stored [K,M]; tb: B is stored [N,K].
+// gelu_out (NULL: none): also gelu_out = gelu_tanh(C), taken before C is rounded where the epilogue does it.
+void gemm(mtk *k, bool ta, bool tb, int M, int N, int K, const void *A, int lda, const void *B, int ldb, void *C,
+          int ldc, mtk_dtype cd, float beta, const float *bias, void *gelu_out = NULL);
+int gemm_open(mtk *k, mt_err *e);
+void gemm_close(mtk *k);
+void matmul_fwd(mtk *k, void *out, const void *inp, const void *w, const float *bias, int N, int C, int OC);
+void matmul_gelu_fwd(mtk *k, void *out, void *pre, const void *inp, const void *w, const float *bias, int N, int C,
+                     int OC, int exact);
+void matmul_bwd(mtk *k, void *dinp, float *dw, float *dbias, const void *dout, const void *inp, const void *w, int N,
+                int C, int OC);
+// elementwise.cu
+void gelu_fwd(mtk *k, void *out, const void *inp, size_t n, int exact);
+void gelu_bwd(mtk *k, void *dinp, const void *inp, const void *dout, size_t n, int exact);
+void add(mtk *k, void *out, const void *a, const void *b, size_t n);
+void acc(mtk *k, void *y, const void *x, size_t n);
+void scale(mtk *k, void *x, float s, size_t n);
+void dropout_fwd(mtk *k, void *out, const void *inp, size_t n, const mtk_dropout *d);
+void dropout_bwd(mtk *k, void *dinp, const void *dout, size_t n, const mtk_dropout *d);
+void bias_rows(mtk *k, void *out, mtk_dtype dt, const float *bias, int N, int OC);
+void colsum_acc(mtk *k, float *dst, const void *x, int N, int C);
+// layernorm.cu
+void layernorm_fwd(mtk *k, void *out, float *mean, float *rstd, const void *inp, const float *w, const float *b, int N,
+                   int C, float eps);
+void add_layernorm_fwd(mtk *k, void *res, void *out, float *mean, float *rstd, const void *a, const void *b,
+                       const float *w, const float *bias, int N, int C, float eps);
+void layernorm_bwd(mtk *k, void *dinp, float *dw, float *db, const void *dout, const void *inp, const float *w,
+                   const float *mean, const float *rstd, int N, int C);
+// embed.cu
+void embed_fwd(mtk *k, void *out, const int32_t *tok, const void *wte, const void *wpe, int B, int T, int C, int pos0,
+               int v0, int nv);
+void embed_bwd(mtk *k, float *dwte, float *dwpe, const void *dout, const int32_t *tok, int B, int T, int C, int pos0,
+               int v0, int nv);
+// attention.cu
+void attention_fwd(mtk *k, void *out, float *lse, const void *qkv, int B, int T, int NH, int HS,
+                   const mtk_dropout *drop);
+void attention_bwd(mtk *k, void *dqkv, const void *dout, const void *qkv, const void *out, const float *lse, int B,
+                   int T, int NH, int HS, const mtk_dropout *drop);
+void attention_kv(mtk *k, void *out, const void *qkv, void *kcache, void *vcache, int B, int T, int pos0, int Tmax,
+                  int NH, int HS);
+// xent.cu
+void xent_fwd_bwd(mtk *k, float *losses, void *dlogits, const void *logits, const int32_t *target,
+                  const float *dscale, int N, int V);
+void xent_rowmax(mtk *k, float *rowmax, const void *logits, int N, int V);
+void xent_sumexp(mtk *k, float *sumexp, float *tlogit, const void *logits, const float *rowmax, const int32_t *target,
+                 int N, int V, int v0);
+void xent_loss(mtk *k, float *losses, const float *rowmax, const float *sumexp, const float *tlogit, int N);
+void xent_bwd(mtk *k, void *dlogits, const void *logits, const float *rowmax, const float *sumexp,
+              const int32_t *target, const float *dscale, int N, int V, int v0);
+// reduce.cu
+size_t reduce_ws_bytes(size_t n);
+double sumsq(mtk *k, const float *x, size_t n);
+size_t count_nonfinite(mtk *k, const float *x, size_t n);
+void adamw(mtk *k, float *p, const float *g, float *m, float *v, size_t n, float lr, float b1, float b2, float eps,
+           float wd, int t, float grad_scale);
+
+}  // namespace MTK_CU_NS

@@ -1,0 +1,89 @@
+// embed.cu: token + position embedding with a vocabulary shard and a position offset, and its
+// deterministic backward: no atomics; the first position of each token id sums the rows of all its
+// positions in position order (the cpu backend's order), and a thread per (position, channel) sums the
+// sequences of dwpe in order.
+#include "cuda.h"
+
+namespace MTK_CU_NS {
+
+template <class T>
+__global__ void embed_fwd_kernel(T *out, const int32_t *tok, const T *wte, const T *wpe, int T_, int C, int pos0,
+                                 int v0, int nv, size_t n)
+{
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
+        const size_t row = i / C;
+        const int c = (int)(i % C);
+        const int64_t r = (int64_t)tok[row] - v0;
+        float v = r >= 0 && r < nv ? ldf(wte[(size_t)r * C + c]) : 0.0f;
+        if (wpe) v += ldf(wpe[(size_t)(pos0 + (int)(row % T_)) * C + c]);
+        out[i] = stf<T>(v);
+    }
+}
+
+template <class T>
+static void efwd(mtk *k, void *out, const int32_t *tok, const void *wte, const void *wpe, int B, int T_, int C, int pos0,
+                 int v0, int nv)
+{
+    const size_t n = (size_t)B * T_ * C;
+    LAUNCH(embed_fwd_kernel<T>, blocks_for(n), THREADS, 0, stream(k))((T *)out, tok, (const T *)wte, (const T *)wpe, T_,
+                                                                      C, pos0, v0, nv, n);
+}
+
+void embed_fwd(mtk *k, void *out, const int32_t *tok, const void *wte, const void *wpe, int B, int T, int C, int pos0,
+               int v0, int nv)
+{
+    if (B * T <= 0 || C <= 0) return;
+    MTK_CU_DISPATCH(k, efwd, k, out, tok, wte, wpe, B, T, C, pos0, v0, nv);
+    check(k, "embed_fwd");
+}
+
+// One block per position n: it leads its token id when no earlier position has the same id; the
+// leader adds dout of every position with that id, in order, to the shard's row.
+template <class T>
+__global__ void embed_wte_kernel(float *dwte, const T *dout, const int32_t *tok, int N, int C, int v0, int nv)
+{
+    const int n = blockIdx.x, id = tok[n];
+    const int64_t r = (int64_t)id - v0;
+    if (r < 0 || r >= nv) return;   // the whole block leaves
+    int earlier = 0;
+    for (int j = threadIdx.x; j < n; j += blockDim.x) earlier |= tok[j] == id;
+    if (__syncthreads_or(earlier)) return;
+    for (int c = threadIdx.x; c < C; c += blockDim.x) {
+        float s = dwte[(size_t)r * C + c];
+        for (int j = n; j < N; j++)
+            if (tok[j] == id) s += ldf(dout[(size_t)j * C + c]);
+        dwte[(size_t)r * C + c] = s;
+    }
+}
+
+template <class T>
+__global__ void embed_wpe_kernel(float *dwpe, const T *dout, int B, int T_, int C, int pos0)
+{
+    const size_t n = (size_t)T_ * C;
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
+        float s = dwpe[(size_t)pos0 * C + i];
+        for (int b = 0; b < B; b++) s += ldf(dout[(size_t)b * n + i]);
+        dwpe[(size_t)pos0 * C + i] = s;
+    }
+}
+
+template <class T>
+static void ebwd(mtk *k, float *dwte, float *dwpe, const void *dout, const int32_t *tok, int B, int T_, int C, int pos0,
+                 int v0, int nv)
+{
+    const int N = B * T_;
+    LAUNCH(embed_wte_kernel<T>, N, 128, 0, stream(k))(dwte, (const T *)dout, tok, N, C, v0, nv);
+    if (dwpe)
+        LAUNCH(embed_wpe_kernel<T>, blocks_for((size_t)T_ * C), THREADS, 0, stream(k))(dwpe, (const T *)dout, B, T_, C,
+                                                                                       pos0);
+}
+
+void embed_bwd(mtk *k, float *dwte, float *dwpe, const void *dout, const int32_t *tok, int B, int T, int C, int pos0,
+               int v0, int nv)
+{
+    if (B * T <= 0 || C <= 0) return;
+    MTK_CU_DISPATCH(k, ebwd, k, dwte, dwpe, dout, tok, B, T, C, pos0, v0, nv);
+    check(k, "embed_bwd");
+}
+
+}  // namespace MTK_CU_NS

@@ -1,0 +1,95 @@
+// memory.cu: device memory of the CUDA backend (zero-filled allocations, copies on the current queue,
+// copies to the host that wait for it) and conversion between the storage dtypes on the device.
+#include "cuda.h"
+
+namespace MTK_CU_NS {
+
+int check(mtk *k, const char *what)
+{
+    cudaError_t err = cudaGetLastError();
+    if (err == cudaSuccess) return 0;
+    mtk_fail(k, "%s: %s", what, cudaGetErrorString(err));
+    return 1;
+}
+
+void *alloc(mtk *k, size_t bytes, mt_err *e)
+{
+    void *p = NULL;
+    size_t n = bytes ? (bytes + 255) / 256 * 256 : 256;
+    if (bytes > SIZE_MAX - 256 || cudaMalloc(&p, n) != cudaSuccess) {
+        cudaGetLastError();
+        mtk_err_set(e, "cannot allocate %zu bytes of device memory", bytes);
+        return NULL;
+    }
+    // cudaMemset runs on the legacy default stream, which does not order the backend's non-blocking
+    // streams: wait for it here, outside any step.
+    if (cudaMemset(p, 0, n) != cudaSuccess || cudaDeviceSynchronize() != cudaSuccess) {
+        cudaFree(p);
+        mtk_err_set(e, "cannot clear %zu bytes of device memory", bytes);
+        return NULL;
+    }
+    (void)k;
+    return p;
+}
+
+void dfree(mtk *k, void *p)
+{
+    (void)k;
+    cudaFree(p);
+}
+
+void zero(mtk *k, void *p, size_t bytes)
+{
+    if (bytes) cudaMemsetAsync(p, 0, bytes, stream(k));
+    check(k, "zero");
+}
+
+void to_device(mtk *k, void *dst, const void *src, size_t bytes)
+{
+    // The host buffer may change as soon as we return: copy and wait.
+    if (bytes) cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, stream(k));
+    cudaStreamSynchronize(stream(k));
+    check(k, "to_device");
+}
+
+void to_host(mtk *k, void *dst, const void *src, size_t bytes)
+{
+    if (bytes) cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, stream(k));
+    cudaStreamSynchronize(stream(k));
+    check(k, "to_host");
+}
+
+void copy(mtk *k, void *dst, const void *src, size_t bytes)
+{
+    if (bytes && dst != src) cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, stream(k));
+    check(k, "copy");
+}
+
+template <class D, class S> __global__ void convert_kernel(D *dst, const S *src, size_t n)
+{
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x)
+        dst[i] = stf<D>(ldf(src[i]));
+}
+
+template <class D> static void convert_from(mtk *k, D *dst, const void *src, mtk_dtype st, size_t n)
+{
+    const unsigned g = blocks_for(n);
+    if (st == MTK_F32) LAUNCH((convert_kernel<D, float>), g, THREADS, 0, stream(k))(dst, (const float *)src, n);
+    else if (st == MTK_BF16) LAUNCH((convert_kernel<D, bf16>), g, THREADS, 0, stream(k))(dst, (const bf16 *)src, n);
+    else LAUNCH((convert_kernel<D, f16>), g, THREADS, 0, stream(k))(dst, (const f16 *)src, n);
+}
+
+void convert(mtk *k, void *dst, mtk_dtype dt, const void *src, mtk_dtype st, size_t n)
+{
+    if (!n) return;
+    if (dt == st) {
+        copy(k, dst, src, n * mtk_dtype_size(dt));
+        return;
+    }
+    if (dt == MTK_F32) convert_from(k, (float *)dst, src, st, n);
+    else if (dt == MTK_BF16) convert_from(k, (bf16 *)dst, src, st, n);
+    else convert_from(k, (f16 *)dst, src, st, n);
+    check(k, "convert");
+}
+
+}  // namespace MTK_CU_NS

@@ -1,0 +1,97 @@
+// reduce.cu: the sum of squares (double, in a fixed order: a fixed grid of per-thread strided sums, a
+// shared-memory tree per block, then one block over the block partials), the count of non-finite values,
+// and the fused AdamW update over fp32 master weights.
+#include "cuda.h"
+
+namespace MTK_CU_NS {
+
+enum { RB = 256, RMAX = 1024 };   // threads per block, most blocks
+
+size_t reduce_ws_bytes(size_t n)
+{
+    (void)n;
+    return (RMAX + 1) * sizeof(double) + 64;
+}
+
+template <class A> __device__ A block_tree(A v, A *sh)
+{
+    sh[threadIdx.x] = v;
+    __syncthreads();
+    for (int s = RB / 2; s > 0; s >>= 1) {
+        if ((int)threadIdx.x < s) sh[threadIdx.x] += sh[threadIdx.x + s];
+        __syncthreads();
+    }
+    return sh[0];
+}
+
+__device__ __forceinline__ double sq_of(float x) { return (double)x * x; }
+__device__ __forceinline__ double nonfinite_of(float x)
+{
+    uint32_t u;
+    memcpy(&u, &x, 4);
+    return (u & 0x7f800000u) == 0x7f800000u ? 1.0 : 0.0;
+}
+
+template <int COUNT> __global__ void partial_kernel(double *part, const float *x, size_t n)
+{
+    __shared__ double sh[RB];
+    double s = 0.0;
+    for (size_t i = (size_t)blockIdx.x * RB + threadIdx.x; i < n; i += (size_t)gridDim.x * RB)
+        s += COUNT ? nonfinite_of(x[i]) : sq_of(x[i]);
+    s = block_tree(s, sh);
+    if (threadIdx.x == 0) part[blockIdx.x] = s;
+}
+__global__ void final_kernel(double *part, int nb)
+{
+    __shared__ double sh[RB];
+    double s = 0.0;
+    for (int i = threadIdx.x; i < nb; i += RB) s += part[i];
+    s = block_tree(s, sh);
+    if (threadIdx.x == 0) part[RMAX] = s;
+}
+
+template <int COUNT> static double reduce(mtk *k, const float *x, size_t n, const char *what)
+{
+    if (!n) return 0.0;
+    double *part = (double *)mtk_ws_take(k, (RMAX + 1) * sizeof(double));
+    if (!part) return NAN;
+    const unsigned nb = blocks_for(n, RB, RMAX);
+    LAUNCH(partial_kernel<COUNT>, nb, RB, 0, stream(k))(part, x, n);
+    LAUNCH(final_kernel, 1, RB, 0, stream(k))(part, (int)nb);
+    double r = NAN;
+    if (check(k, what)) return NAN;
+    to_host(k, &r, part + RMAX, sizeof r);
+    return k->failed ? NAN : r;
+}
+
+double sumsq(mtk *k, const float *x, size_t n) { return reduce<0>(k, x, n, "sumsq"); }
+size_t count_nonfinite(mtk *k, const float *x, size_t n)
+{
+    double c = reduce<1>(k, x, n, "count_nonfinite");
+    return c == c ? (size_t)c : (size_t)-1;
+}
+
+__global__ void adamw_kernel(float *p, const float *g, float *m, float *v, size_t n, float lr, float b1, float b2,
+                             float eps, float wd, float bc1, float bc2, float gs)
+{
+    const float ib1 = 1.0f - b1, ib2 = 1.0f - b2;
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
+        const float gi = g[i] * gs;
+        const float mi = b1 * m[i] + ib1 * gi;
+        const float vi = b2 * v[i] + ib2 * gi * gi;
+        m[i] = mi;
+        v[i] = vi;
+        p[i] -= lr * ((mi / bc1) / (sqrtf(vi / bc2) + eps) + wd * p[i]);
+    }
+}
+
+void adamw(mtk *k, float *p, const float *g, float *m, float *v, size_t n, float lr, float b1, float b2, float eps,
+           float wd, int t, float grad_scale)
+{
+    if (!n) return;
+    const float bc1 = (float)(1.0 - pow(b1, t)), bc2 = (float)(1.0 - pow(b2, t));
+    LAUNCH(adamw_kernel, blocks_for(n), THREADS, 0, stream(k))(p, g, m, v, n, lr, b1, b2, eps, wd, bc1, bc2, grad_scale);
+    check(k, "adamw");
+}
+
+}  // namespace MTK_CU_NS
