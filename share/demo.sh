@@ -75,8 +75,8 @@ grep -E 'validation loss at iteration [0-9]+ \|' "$out/train.log" \
     | sed -E 's/.*at (iteration [0-9]+).*lm loss value: ([^ ]+).*/validation loss at \1: \2/' >&2
 
 step "generate: mt-generate, a greedy and a sampled continuation of two prompts (KV cache)"
-p1=$'def read_file(path):\n    with open(path) as f:\n        return'
-p2=$'import os\nimport sys\n\n\ndef main('
+p1=$(printf 'def read_file(path):\n    with open(path) as f:\n        return')
+p2=$(printf 'import os\nimport sys\n\n\ndef main(')
 printf '%s' "$p1"; "$bin/mt-generate" --load "$out/ckpt" --greedy --max-new-tokens 40 "$p1"
 echo "-----"
 printf '%s' "$p2"; "$bin/mt-generate" --load "$out/ckpt" --temperature 0.7 --top-p 0.9 --repetition-penalty 1.2 --seed 1 \
@@ -89,7 +89,7 @@ ls -l "$out/hf" >&2
 echo "(in Python: AutoModelForCausalLM.from_pretrained(\"$out/hf\"), AutoTokenizer.from_pretrained(\"$out/hf\"))" >&2
 
 step "generate from the Hugging Face directory: mt-generate --load $out/hf"
-p3=$'class Config:\n    def __init__(self'
+p3=$(printf 'class Config:\n    def __init__(self')
 printf '%s' "$p3"; "$bin/mt-generate" --load "$out/hf" --top-k 40 --temperature 0.8 --seed 2 --max-new-tokens 48 "$p3"
 
 printf '\n\ndemo finished: outputs in %s\n' "$out" >&2
