@@ -30,6 +30,9 @@ void mt_adamw_free(mt_adamw *o);
  * only). Returns the pre-clip global gradient norm; a non-finite norm skips the update and returns it
  * (the caller counts a nan iteration). */
 double mt_adamw_step(mt_adamw *o, double lr, double wd);
+/* The same with gradients that carry a loss scale: they are multiplied by unscale (1 / loss scale) first,
+ * and the returned norm is that of the unscaled gradients. unscale 1.0 is mt_adamw_step exactly. */
+double mt_adamw_step_unscale(mt_adamw *o, double lr, double wd, double unscale);
 
 /* L2 norm of all parameters (--log-params-norm). */
 double mt_params_norm(mtk *k, mt_gpt *model);

@@ -85,7 +85,8 @@ int mt_trainer_open(mt_trainer *t, const mt_train_args *a, mt_err *e)
     mt_tokenizer_close(&tok);
     t->cfg = mt_gpt_config_from_args(&t->a, t->vocab_size);
     if (mt_gpt_config_check(&t->cfg, e)) return -1;
-    t->k = mtk_open(&(mtk_config){.backend = t->a.backend, .threads = t->a.threads}, e);
+    mtk_dtype act = t->a.bf16 ? MTK_BF16 : t->a.fp16 ? MTK_F16 : MTK_F32;
+    t->k = mtk_open(&(mtk_config){.backend = t->a.backend, .threads = t->a.threads, .act_dtype = act}, e);
     if (!t->k) return -1;
     t->num_micro = (int)(t->a.global_batch_size / t->a.micro_batch_size);
     t->train_iters = mt_train_total_iters(&t->a);
@@ -98,6 +99,11 @@ int mt_trainer_open(mt_trainer *t, const mt_train_args *a, mt_err *e)
     if (mt_adamw_init(&t->opt, t->k, t->model, t->a.adam_beta1, t->a.adam_beta2, t->a.adam_eps, t->a.clip_grad, e))
         return -1;
     if (build_schedule(t, e)) return -1;
+    if (t->a.loss_scale > 0) mt_loss_scaler_constant(&t->scaler, t->a.loss_scale);
+    else if (t->a.fp16)
+        mt_loss_scaler_dynamic(&t->scaler, t->a.initial_loss_scale, t->a.min_loss_scale, (int64_t)t->a.loss_scale_window,
+                               t->a.hysteresis);
+    else mt_loss_scaler_constant(&t->scaler, 1.0);
     mt_batch_init(&t->batch, t->a.micro_batch_size, t->a.seq_length, t->vocab_size, t->eod, t->a.eod_mask_loss);
     t->flops_per_iter = flops_per_iteration(t);
     return 0;
@@ -132,6 +138,7 @@ int mt_trainer_step(mt_trainer *t, mt_step_result *r, mt_err *e)
 {
     memset(r, 0, sizeof *r);
     mt_gpt_zero_grad(t->model);
+    double ls = t->scaler.scale;   /* 1.0 in fp32 and bf16: the products below are then exact */
     /* the micro-batches (pipeline parallelism: its schedule replaces this loop) */
     for (int m = 0; m < t->num_micro; m++) {
         if (mt_batch_read(&t->batch, &t->data, MT_SPLIT_TRAIN, t->consumed_train + (int64_t)m * t->a.micro_batch_size, e)) {
@@ -143,7 +150,7 @@ int mt_trainer_step(mt_trainer *t, mt_step_result *r, mt_err *e)
         /* each micro-batch's mean loss weighs 1 / num_micro, as Megatron averages them */
         if (mt_gpt_forward(t->ctx, t->batch.tokens, t->batch.targets, t->batch.loss_mask, t->batch.B, t->batch.T, NULL,
                            &l, e) ||
-            mt_gpt_backward(t->ctx, l.count > 0 ? (double)(1.0f / (float)t->num_micro) / l.count : 0.0, e)) {
+            mt_gpt_backward(t->ctx, l.count > 0 ? (double)(1.0f / (float)t->num_micro) / l.count * ls : 0.0, e)) {
             mt_gpt_set_dropout(t->ctx, 0, 0);
             return -1;
         }
@@ -154,9 +161,17 @@ int mt_trainer_step(mt_trainer *t, mt_step_result *r, mt_err *e)
     r->loss = r->tokens > 0 ? r->loss_sum / r->tokens : 0;
     if (check_finite(t, "the lm loss", r->loss, e)) return -1;
     /* (data parallelism: the gradient reduction across ranks goes here) */
-    r->grad_norm = mt_adamw_step(&t->opt, t->sched.lr, t->sched.wd);   /* no update when norm is NaN/inf */
-    if (check_finite(t, "the grad norm", r->grad_norm, e)) return -1;
+    if (mt_loss_scaler_test_overflow(t->iteration + 1)) {   /* test hook: an overflow as fp16 would make it */
+        float inf = INFINITY;
+        mtk_to_device(t->k, mt_gpt_grads(t->model), &inf, sizeof inf);
+    }
+    /* unscaled by 1 / loss scale; no update when the norm is NaN/inf */
+    r->grad_norm = mt_adamw_step_unscale(&t->opt, t->sched.lr, t->sched.wd, 1.0 / ls);
+    bool has_scaler = t->a.fp16 || t->a.loss_scale > 0;   /* an overflow skips the step, as Megatron's */
+    if (!has_scaler && check_finite(t, "the grad norm", r->grad_norm, e)) return -1;
     r->skipped = !isfinite(r->grad_norm);
+    mt_loss_scaler_update(&t->scaler, r->skipped);
+    r->loss_scale = t->scaler.scale;
     if (!r->skipped) mt_sched_step(&t->sched, t->a.global_batch_size);
     t->iteration++;
     t->consumed_train += t->a.global_batch_size;
