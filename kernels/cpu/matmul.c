@@ -13,9 +13,16 @@
  * the product. */
 enum { CHUNKS_PER_THREAD = 4, MIN_CHUNK = 128 };
 
-static void par_sgemm(CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int M, int N, int K, float alpha, const float *A,
+static void par_sgemm(mtk *k, CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int M, int N, int K, float alpha, const float *A,
                       int lda, const float *B, int ldb, float beta, float *C, int ldc)
 {
+    cpu_state *st = k->impl;
+    if (st->sgemm_dnnl && alpha == 1.0f && (beta == 0.0f || beta == 1.0f) && M > 0 && N > 0 && K > 0) {
+        long sam = ta == CblasNoTrans ? lda : 1, sak = ta == CblasNoTrans ? 1 : lda;
+        long sbk = tb == CblasNoTrans ? ldb : 1, sbn = tb == CblasNoTrans ? 1 : ldb;
+        cpu_dnnl_matmul(k, st->dnnl, MTK_F32, M, N, K, A, sam, sak, B, sbk, sbn, NULL, beta == 1.0f, C, MTK_F32, ldc);
+        return;
+    }
     int nt = omp_get_max_threads();
     int along_m = M >= N, len = along_m ? M : N;
     int chunk = (len + CHUNKS_PER_THREAD * nt - 1) / (CHUNKS_PER_THREAD * nt);
@@ -40,9 +47,8 @@ static void par_sgemm(CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int M, int N, int 
 
 void cpu_matmul_fwd(mtk *k, float *out, const float *inp, const float *w, const float *bias, int N, int C, int OC)
 {
-    (void)k;
     if (N <= 0 || OC <= 0) return;
-    par_sgemm(CblasNoTrans, CblasTrans, N, OC, C, 1.0f, inp, C, w, C, 0.0f, out, OC);
+    par_sgemm(k, CblasNoTrans, CblasTrans, N, OC, C, 1.0f, inp, C, w, C, 0.0f, out, OC);
     if (!bias) return;
 #pragma omp parallel for schedule(static)
     for (int n = 0; n < N; n++) {
@@ -72,15 +78,14 @@ static void bias_grad(float *dbias, const float *dout, int N, int OC)
 void cpu_matmul_bwd(mtk *k, float *dinp, float *dw, float *dbias, const float *dout, const float *inp,
                     const float *w, int N, int C, int OC)
 {
-    (void)k;
     if (N <= 0) return;
     if (dinp) {
         if (OC > 0)
-            par_sgemm(CblasNoTrans, CblasNoTrans, N, C, OC, 1.0f, dout, OC, w, C, 0.0f, dinp, C);
+            par_sgemm(k, CblasNoTrans, CblasNoTrans, N, C, OC, 1.0f, dout, OC, w, C, 0.0f, dinp, C);
         else
             for (size_t i = 0; i < (size_t)N * C; i++) dinp[i] = 0;
     }
     if (dw && OC > 0 && C > 0)
-        par_sgemm(CblasTrans, CblasNoTrans, OC, C, N, 1.0f, dout, OC, inp, C, 1.0f, dw, C);
+        par_sgemm(k, CblasTrans, CblasNoTrans, OC, C, N, 1.0f, dout, OC, inp, C, 1.0f, dw, C);
     if (dbias && OC > 0) bias_grad(dbias, dout, N, OC);
 }
