@@ -23,7 +23,7 @@ static const char *load_dir, *vocab_file, *merge_file, *backend = "cpu", *json_k
 static int64_t ckpt_step = -1, max_new = 64, top_k, seed = 1234, batch_size = 8, max_line = MT_MAX_LINE_DEFAULT;
 static double temperature = 1.0, top_p = 1.0, rep_penalty = 1.0;
 static int threads;
-static bool greedy, json_out, add_bos;
+static bool greedy, json_out, add_bos, bf16, fp16;
 
 static const mt_flag flags[] = {
     {"--load", MT_F_STR, &load_dir, "DIR", "checkpoint directory (required)", 0, 0, NULL},
@@ -45,6 +45,8 @@ static const mt_flag flags[] = {
     MT_FLAG_MERGE_FILE(&merge_file, "merges.txt (default: the checkpoint's)"),
     {"--backend", MT_F_CHOICE, &backend, NULL, "kernel backend (default cpu)", 0, 0, "cpu|cuda"},
     {"--threads", MT_F_INT, &threads, "N", "CPU threads (default: OpenMP's)", 0, 4096, NULL},
+    {"--bf16", MT_F_BOOL, &bf16, NULL, "compute in bf16: activations and a bf16 copy of the fp32 weights", 0, 0, NULL},
+    {"--fp16", MT_F_BOOL, &fp16, NULL, "compute in fp16: activations and an fp16 copy of the fp32 weights", 0, 0, NULL},
     {0},
 };
 
@@ -273,6 +275,7 @@ int main(int argc, char **argv)
     if (mt_flags_parse(&cmd, argc, argv, &pos, NULL, &e)) mt_die_err(&e);
     if (!load_dir) mt_die("--load is required (try --help)");
     if (!strcmp(backend, "cuda")) mt_die("--backend cuda: this build has no CUDA backend");
+    if (bf16 && fp16) mt_die("--bf16 and --fp16 are mutually exclusive");
     if (seed < 0 || seed > 4294967295LL) mt_die("--seed %lld: expected 0 .. 4294967295", (long long)seed);
 
     mt_model_ckpt mc;
@@ -280,7 +283,8 @@ int main(int argc, char **argv)
                             .merge_file = merge_file};
     if (mt_model_open(&mc, load_dir, &o, &e)) mt_die_err(&e);
     if (!mc.tok.bpe) mt_die("%s: the checkpoint has no BPE vocabulary (NullTokenizer): pass --vocab-file and --merge-file", mc.dir);
-    mtk *k = mtk_open(&(mtk_config){.backend = backend, .threads = threads}, &e);
+    mtk *k = mtk_open(&(mtk_config){.backend = backend, .threads = threads,
+                                      .act_dtype = bf16 ? MTK_BF16 : fp16 ? MTK_F16 : MTK_F32}, &e);
     if (!k) mt_die_err(&e);
     if (mt_model_load_weights(&mc, k, NULL, &e)) mt_die_err(&e);
 

@@ -29,7 +29,7 @@ export OMP_NUM_THREADS=2
 model="--num-layers 2 --hidden-size 64 --num-attention-heads 4 --seq-length 32 --max-position-embeddings 32
        --tokenizer-type NullTokenizer --vocab-size 60 --make-vocab-size-divisible-by 16"
 sched="--micro-batch-size 4 --global-batch-size 8 --lr 3e-3 --min-lr 3e-4 --lr-decay-style cosine
-       --lr-warmup-iters 5 --weight-decay 0.1 --clip-grad 1.0 --eval-iters 4 --split 90,5,5 --seed 77
+       --lr-warmup-iters 5 --weight-decay 0.1 --clip-grad 1.0 --eval-iters 3 --split 90,5,5 --seed 77
        --data-path $d/data --data-cache-path $d/cache"
 # shellcheck disable=SC2086
 train() { mt-train $model $sched "$@"; }
@@ -39,7 +39,7 @@ valloss() { grep 'on validation set' "$1" | sed -E 's/.*lm loss value: ([^ ]+) .
 # 1. bf16 against fp32: 200 iterations, final validation loss within 2%
 for p in fp32 bf16; do
     flag=; [ $p = bf16 ] && flag=--bf16
-    train --train-iters 200 --log-interval 50 --eval-interval 1000 $flag >"$d/$p.log" 2>"$d/$p.err" \
+    train --train-iters 200 --log-interval 50 --eval-interval 1000 --save "$d/ck-$p" $flag >"$d/$p.log" 2>"$d/$p.err" \
         || t_fail "$p run" "$(tail -3 "$d/$p.err")"
 done
 a=$(valloss "$d/fp32.log") b=$(valloss "$d/bf16.log")
@@ -51,6 +51,17 @@ pf=$(sed -nE 's/.*memory \(MB\) \| parameters: ([0-9.]+).*/\1/p' "$d/fp32.log")
 pb=$(sed -nE 's/.*memory \(MB\) \| parameters: ([0-9.]+).*/\1/p' "$d/bf16.log")
 awk -v a="$pf" -v b="$pb" 'BEGIN { exit !(b > a * 1.4 && b < a * 1.6) }' && t_pass "bf16 working copy ($pf -> $pb MB)" \
     || t_fail "bf16 working copy" "parameters $pf MB fp32, $pb MB bf16"
+
+# mt-eval --bf16 on the bf16 checkpoint: mt-train's own test evaluation exactly; in fp32 a little apart
+want=$(grep 'on test set' "$d/bf16.log" | sed -E 's/.*lm loss value: ([^ ]+) .*/\1/')
+got=$(mt-eval --load "$d/ck-bf16" --eval-split test --eval-iters 6 --bf16 --json 2>"$d/E.err" \
+    | $py -c 'import json,sys; print("%.6E" % json.load(sys.stdin)["loss"])' 2>/dev/null)
+f32=$(mt-eval --load "$d/ck-bf16" --eval-split test --eval-iters 6 --json 2>>"$d/E.err" \
+    | $py -c 'import json,sys; print("%.6E" % json.load(sys.stdin)["loss"])' 2>/dev/null)
+[ -n "$want" ] && [ "$want" = "$got" ] && t_pass "mt-eval --bf16 test loss = mt-train --bf16's ($got)" \
+    || t_fail "mt-eval --bf16" "mt-train $want, mt-eval $got: $(head -c 300 "$d/E.err")"
+awk -v a="$got" -v b="$f32" 'BEGIN { r = (b - a) / a; if (r < 0) r = -r; exit !(a > 0 && a != b && r < 0.01) }' \
+    && t_pass "mt-eval fp32 of the bf16 checkpoint: $f32, within 1% of bf16's" || t_fail "mt-eval fp32 of bf16 checkpoint" "$f32 vs $got"
 
 # 2. fp16, dynamic scaler with overflows injected at iterations 12-14 and 31: skipped, logged, and the
 # scale follows Megatron's rule (hysteresis 2, window 8), falling and growing back
