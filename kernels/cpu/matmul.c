@@ -11,7 +11,7 @@
  * multiple of 64 (about CHUNKS_PER_THREAD per thread, at least 128 wide) that the threads take in turn:
  * a thread that loses its core to other work for a while holds back only its current chunk, not half of
  * the product. */
-enum { CHUNKS_PER_THREAD = 4, MIN_CHUNK = 128 };
+enum { CHUNKS_PER_THREAD = 4, MIN_CHUNK = 128, DW_ROWS = 2048, DW_SPLIT = 8192 };
 
 static void par_sgemm(mtk *k, CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int M, int N, int K, float alpha, const float *A,
                       int lda, const float *B, int ldb, float beta, float *C, int ldc)
@@ -20,7 +20,14 @@ static void par_sgemm(mtk *k, CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int M, int
     if (st->sgemm_dnnl && alpha == 1.0f && (beta == 0.0f || beta == 1.0f) && M > 0 && N > 0 && K > 0) {
         long sam = ta == CblasNoTrans ? lda : 1, sak = ta == CblasNoTrans ? 1 : lda;
         long sbk = tb == CblasNoTrans ? ldb : 1, sbn = tb == CblasNoTrans ? 1 : ldb;
-        cpu_dnnl_matmul(k, st->dnnl, MTK_F32, M, N, K, A, sam, sak, B, sbk, sbn, NULL, beta == 1.0f, C, MTK_F32, ldc);
+        /* a transposed A (the weight gradient) in slabs of DW_ROWS rows, as matmul_bf16.c does */
+        int slab = ta == CblasNoTrans || M <= DW_SPLIT ? M : DW_ROWS;
+        for (int m0 = 0; m0 < M; m0 += slab) {
+            int m = M - m0 < slab ? M - m0 : slab;
+            if (cpu_dnnl_matmul(k, st->dnnl, MTK_F32, m, N, K, A + (size_t)m0 * (size_t)sam, sam, sak, B, sbk, sbn, NULL,
+                                beta == 1.0f, C + (size_t)m0 * (size_t)ldc, MTK_F32, ldc))
+                return;
+        }
         return;
     }
     int nt = omp_get_max_threads();

@@ -7,6 +7,8 @@
 
 #include "cpu.h"
 
+enum { DW_ROWS = 2048, DW_SPLIT = 8192 };
+
 void cpu_matmul_fwd_bf16(mtk *k, void *out, const void *inp, const void *w, const float *bias, int N, int C, int OC)
 {
     cpu_state *s = k->impl;
@@ -38,7 +40,14 @@ void cpu_matmul_bwd_bf16(mtk *k, void *dinp, float *dw, float *dbias, const void
     cpu_state *s = k->impl;
     /* dinp[N,C] = dout[N,OC] . w[OC,C] */
     if (dinp && cpu_dnnl_matmul(k, s->dnnl, MTK_BF16, N, C, OC, dout, OC, 1, w, C, 1, NULL, 0, dinp, MTK_BF16, C)) return;
-    /* dw[OC,C] += dout^T . inp: dout^T[o,n] = dout[n*OC + o] */
-    if (dw && cpu_dnnl_matmul(k, s->dnnl, MTK_BF16, OC, C, N, dout, 1, OC, inp, C, 1, NULL, 1, dw, MTK_F32, C)) return;
+    /* dw[OC,C] += dout^T . inp: dout^T[o,n] = dout[n*OC + o]; more than DW_SPLIT rows in slabs of DW_ROWS
+     * (the LM head's 50304 rows in one product run at about 60% of the rate of such slabs) */
+    int slab = OC > DW_SPLIT ? DW_ROWS : OC;
+    for (int o = 0; dw && o < OC; o += slab) {
+        int m = OC - o < slab ? OC - o : slab;
+        if (cpu_dnnl_matmul(k, s->dnnl, MTK_BF16, m, C, N, (const uint16_t *)dout + o, 1, OC, inp, C, 1, NULL, 1,
+                            dw + (size_t)o * C, MTK_F32, C))
+            return;
+    }
     if (dbias) bias_grad_bf16(dbias, dout, N, OC);
 }

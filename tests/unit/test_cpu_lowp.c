@@ -5,6 +5,7 @@
  * several blocks and odd tails (the conformance suite, test_kernels, holds the same paths to a reference
  * within a tolerance). Also: the bf16 matrix products through oneDNN against fp32 products of the same
  * bf16 values within the error of rounding the output, and their weight gradient accumulating. */
+#define _POSIX_C_SOURCE 200809L
 #include <stdint.h>
 
 #include "kernels.h"
@@ -175,7 +176,7 @@ TEST(embedding)
 TEST(matmul)
 {
     if (DT != MTK_BF16) T_SKIP("fp16 products are staged through the fp32 ones");
-    int N = 67, C = 129, OC = 300;
+    int N = 67, C = 41, OC = 4500;   /* more weight-gradient rows than one slab (2048) */
     float *fx, *fw, *fdy;
     void *x = rnd((size_t)N * C, 1, &fx), *w = rnd((size_t)OC * C, 1, &fw), *dy = rnd((size_t)N * OC, 1, &fdy);
     float *bias, *fo = fbuf((size_t)N * OC), *h = malloc((size_t)N * OC * 4), *g = malloc((size_t)N * OC * 4);
@@ -196,6 +197,18 @@ TEST(matmul)
     worst = 0;
     for (size_t i = 0; i < (size_t)OC * C; i++) worst = fmax(worst, fabs(dw1[i] - dw2[i]) / fmax(1.0, fabs(dw2[i])));
     T_CHECK(worst < 1e-4);   /* fp32 accumulation of exact bf16 products, only the order differs */
+    /* and the fp32 products (oneDNN, in slabs) against OpenBLAS's */
+    setenv("MT_CPU_SGEMM", "openblas", 1);
+    mtk *ko = open_dt(MTK_F32);
+    unsetenv("MT_CPU_SGEMM");
+    float *dw3 = mtk_alloc(ko, (size_t)OC * C * sizeof(float), NULL);
+    mtk_matmul_bwd(ko, NULL, dw3, NULL, fdy, fx, fw, N, C, OC);
+    mtk_matmul_bwd(ko, NULL, dw3, NULL, fdy, fx, fw, N, C, OC);
+    worst = 0;
+    for (size_t i = 0; i < (size_t)OC * C; i++) worst = fmax(worst, fabs(dw3[i] - dw2[i]) / fmax(1.0, fabs(dw3[i])));
+    T_CHECK(worst < 1e-5);
+    mtk_free(ko, dw3);
+    mtk_close(ko);
     void *dx = lbuf((size_t)N * C);
     float *fdx = fbuf((size_t)N * C);
     mtk_matmul_bwd(kl, dx, NULL, NULL, dy, x, w, N, C, OC), mtk_matmul_bwd(kf, fdx, NULL, NULL, fdy, fx, fw, N, C, OC);
