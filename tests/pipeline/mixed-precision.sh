@@ -133,7 +133,7 @@ t_fails "--loss-scale without --fp16/--bf16" train --train-iters 1 --loss-scale 
 t_fails "--hysteresis without --fp16" train --train-iters 1 --bf16 --hysteresis 3
 
 # 6. MT_SOAK=1: the demo model (share/demo.sh) for 300 iterations on the demo corpus, fp32 against bf16
-if [ -n "${MT_SOAK:-}" ]; then
+if [ "${MT_SOAK:-0}" != 0 ]; then
     demo=$d/demo
     mkdir -p "$demo"
     "$T_TOP/share/make-demo-corpus.sh" | mt-tokenize --vocab-file "$GPT2_VOCAB" --merge-file "$GPT2_MERGES" \
