@@ -8,6 +8,7 @@
 
 #include "data/gpt_dataset.h"
 #include "data/split.h"
+#include "io/atomic.h"
 #include "io/jsonl.h"
 #include "io/reader.h"
 #include "kernels.h"
@@ -24,14 +25,14 @@
 #include "util/vec.h"
 
 static const char *load_dir, *eval_split = "valid", *data_cache_path, *split_arg, *vocab_file, *merge_file,
-                  *backend = "cpu", *score_key = "text";
+                  *backend = "cpu", *score_key = "text", *logits_path;
 static mt_strs data_path;
 static int64_t ckpt_step = -1, eval_iters = -1, mbs, seed = -1, max_line = MT_MAX_LINE_DEFAULT;
 static int threads;
 static bool score, json_out, eod_mask_loss, bf16, fp16;
 
 static const mt_flag flags[] = {
-    {"--load", MT_F_STR, &load_dir, "DIR", "checkpoint directory (required)", 0, 0, NULL},
+    {"--load", MT_F_STR, &load_dir, "DIR", "checkpoint directory, or a Hugging Face GPT-2 directory (required)", 0, 0, NULL},
     {"--ckpt-step", MT_F_I64, &ckpt_step, "N", "iteration to load (default: latest_checkpointed_iteration.txt)", 0, 1e15, NULL},
     MT_FLAG_DATA_PATH(&data_path, "dataset prefix or weight/prefix pairs (default: the checkpoint's)"),
     MT_FLAG_SPLIT(&split_arg, "train,valid,test weights (default: the checkpoint's)"),
@@ -43,6 +44,8 @@ static const mt_flag flags[] = {
     MT_FLAG_DATA_CACHE_PATH(&data_cache_path, "index cache (default: the checkpoint's, else index-cache/ beside the data)"),
     {"--eod-mask-loss", MT_F_BOOL, &eod_mask_loss, NULL, "no loss at end-of-document input tokens", 0, 0, NULL},
     {"--score", MT_F_BOOL, &score, NULL, "read JSON lines on stdin, print one score line per document", 0, 0, NULL},
+    {"--logits", MT_F_STR, &logits_path, "FILE",
+     "with --score: write every scored token's logits (raw float32 rows of vocabulary size) to FILE", 0, 0, NULL},
     {"--json-key", MT_F_STR, &score_key, "KEY", "with --score: the text field (default \"text\")", 0, 0, NULL},
     {"--max-line-bytes", MT_F_I64, &max_line, "N", "with --score: longest input line in bytes (default 1 GiB, 0: no limit)",
      0, 1e18, NULL},
@@ -158,9 +161,10 @@ static void eval_split_mode(ev *v)
 
 /* Scores one document: tokens after an end-of-document token, in windows of seq_length predictions
  * (each window's context restarts; a long document is scored in consecutive chunks). */
-static void score_doc(ev *v, const uint32_t *ids, size_t n, double *logprob)
+static void score_doc(ev *v, const uint32_t *ids, size_t n, double *logprob, mt_out *logits)
 {
     mt_err e;
+    float *lg = logits ? mt_xmalloc((size_t)v->cfg.seq_length * (size_t)v->cfg.padded_vocab_size * sizeof *lg) : NULL;
     int T = v->cfg.seq_length;
     int32_t *tok = mt_xmalloc((size_t)T * sizeof *tok), *tgt = mt_xmalloc((size_t)T * sizeof *tgt);
     float *mask = mt_xmalloc((size_t)T * sizeof *mask), *tl = mt_xmalloc((size_t)T * sizeof *tl);
@@ -181,7 +185,16 @@ static void score_doc(ev *v, const uint32_t *ids, size_t n, double *logprob)
         mt_gpt_loss l;
         if (mt_gpt_forward(v->ctx, tok, tgt, mask, 1, (int)m, tl, &l, &e)) mt_die_err(&e);
         for (size_t t = 0; t < m; t++) *logprob -= tl[t];
+        if (logits) {
+            if (mt_gpt_logits(v->ctx, lg, &e)) mt_die_err(&e);
+            for (size_t t = 0; t < m; t++)
+                if (mt_out_write(logits, lg + t * (size_t)v->cfg.padded_vocab_size, (size_t)v->vocab * sizeof *lg, &e)) {
+                    mt_out_abort(logits);
+                    mt_die_err(&e);
+                }
+        }
     }
+    free(lg);
     free(tok);
     free(tgt);
     free(mask);
@@ -202,6 +215,8 @@ static void score_mode(ev *v)
     if (mt_reader_open(&rd, "-", &e)) mt_die_err(&e);
     mt_reader_set_max_line(rd, (size_t)max_line);
     mt_gpt_set_dropout(v->ctx, 0, 0);
+    mt_out lo;
+    if (logits_path && mt_out_open(&lo, logits_path, &e)) mt_die_err(&e);
     /* the input rules of mt-tokenize: blank lines skipped, lone surrogate escapes as U+FFFD, the same
      * messages for bad lines */
     mt_jsonl js = {0};
@@ -218,7 +233,7 @@ static void score_mode(ev *v)
         ids.n = 0;
         mt_bpe_encode(ctx, text.text, text.len, &ids);
         double lp = 0;
-        if (ids.n) score_doc(v, ids.p, ids.n, &lp);
+        if (ids.n) score_doc(v, ids.p, ids.n, &lp, logits_path ? &lo : NULL);
         double loss = ids.n ? -lp / (double)ids.n : 0;
         json_t *o = json_object();
         json_object_set_new(o, "tokens", json_integer((json_int_t)ids.n));
@@ -230,6 +245,7 @@ static void score_mode(ev *v)
         free(out);
     }
     if (rc < 0) mt_die_err(&e);
+    if (logits_path && mt_out_commit(&lo, &e)) mt_die_err(&e);
     mt_jsonl_free(&js);
     free(ids.p);
     mt_reader_close(rd);
@@ -244,6 +260,7 @@ int main(int argc, char **argv)
     mt_err e;
     if (mt_flags_parse(&cmd, argc, argv, NULL, NULL, &e)) mt_die_err(&e);
     if (!load_dir) mt_die("--load is required (try --help)");
+    if (logits_path && !score) mt_die("--logits goes with --score");
     if (!strcmp(backend, "cuda")) mt_die("--backend cuda: this build has no CUDA backend");
     if (bf16 && fp16) mt_die("--bf16 and --fp16 are mutually exclusive");
     ev v = {0};

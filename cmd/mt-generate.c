@@ -17,16 +17,17 @@
 #include "util/flags.h"
 #include "util/mt19937.h"
 #include "util/ompenv.h"
+#include "util/progress.h"
 #include "util/vec.h"
 
 static const char *load_dir, *vocab_file, *merge_file, *backend = "cpu", *json_key, *stop;
 static int64_t ckpt_step = -1, max_new = 64, top_k, seed = 1234, batch_size = 8, max_line = MT_MAX_LINE_DEFAULT;
 static double temperature = 1.0, top_p = 1.0, rep_penalty = 1.0;
 static int threads;
-static bool greedy, json_out, add_bos, bf16, fp16;
+static bool greedy, json_out, add_bos, timing, bf16, fp16;
 
 static const mt_flag flags[] = {
-    {"--load", MT_F_STR, &load_dir, "DIR", "checkpoint directory (required)", 0, 0, NULL},
+    {"--load", MT_F_STR, &load_dir, "DIR", "checkpoint directory, or a Hugging Face GPT-2 directory (required)", 0, 0, NULL},
     {"--ckpt-step", MT_F_I64, &ckpt_step, "N", "iteration to load (default: latest_checkpointed_iteration.txt)", 0, 1e15, NULL},
     {"--max-new-tokens", MT_F_I64, &max_new, "N", "tokens to generate at most per prompt (default 64)", 1, 1e9, NULL},
     {"--greedy", MT_F_BOOL, &greedy, NULL, "always the most likely token (as --temperature 0)", 0, 0, NULL},
@@ -40,6 +41,7 @@ static const mt_flag flags[] = {
     {"--batch-size", MT_F_I64, &batch_size, "B", "consecutive prompts of the same length generated together (default 8)", 1, 4096, NULL},
     {"--json-keys", MT_F_STR, &json_key, "KEY", "stdin is JSON lines, the prompt in KEY (default: one prompt per line)", 0, 0, NULL},
     {"--max-line-bytes", MT_F_I64, &max_line, "N", "longest input line in bytes (default 1 GiB, 0: no limit)", 0, 1e18, NULL},
+    {"--timing", MT_F_BOOL, &timing, NULL, "per batch on stderr: time to first token, new tokens per second", 0, 0, NULL},
     {"--json", MT_F_BOOL, &json_out, NULL, "one JSON object per prompt: text, token ids, log-probabilities, stop reason", 0, 0, NULL},
     MT_FLAG_VOCAB_FILE(&vocab_file, "vocab.json (default: the checkpoint's)"),
     MT_FLAG_MERGE_FILE(&merge_file, "merges.txt (default: the checkpoint's)"),
@@ -178,8 +180,12 @@ static void generate(mt_gpt *model, const mt_bpe *bpe, int64_t eod, int V, promp
         for (int t = 0; t < T; t++) in[b * T + t] = (int32_t)p[b].ids.p[t];
     }
     int n = T, live = B;
+    double t0 = mt_now(), t_first = t0;
+    size_t made = 0;
     for (int step = 0; step < new_max && live; step++) {
         if (mt_gpt_infer_step(s, in, n, logits, &e)) mt_die_err(&e);
+        if (step == 0) t_first = mt_now();
+        made += (size_t)live;
         for (int b = 0; b < B; b++) {
             if (q[b].why) {
                 in[b] = (int32_t)(eod >= 0 ? eod : 0);   /* finished: its inputs are ignored */
@@ -194,6 +200,12 @@ static void generate(mt_gpt *model, const mt_bpe *bpe, int64_t eod, int V, promp
             in[b] = id;
         }
         n = 1;
+    }
+    if (timing) {
+        double t1 = mt_now(), rest = t1 - t_first;
+        fprintf(stderr, "%s: batch of %d x %d prompt tokens: first token after %.1f ms; %zu new tokens in %.1f ms, "
+                "%.1f tokens/s (after the first: %.1f tokens/s)\n", mt_progname(), B, T, (t_first - t0) * 1e3, made,
+                (t1 - t0) * 1e3, (double)made / (t1 - t0), rest > 0 ? (double)(made - (size_t)B) / rest : 0.0);
     }
     for (int b = 0; b < B; b++) {
         if (!q[b].why) q[b].why = "length";

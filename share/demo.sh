@@ -82,4 +82,14 @@ echo "-----"
 printf '%s' "$p2"; "$bin/mt-generate" --load "$out/ckpt" --temperature 0.7 --top-p 0.9 --repetition-penalty 1.2 --seed 1 \
     --max-new-tokens 40 "$p2"
 
+step "convert: mt-ckpt-convert -> $out/hf, a Hugging Face GPT2LMHeadModel directory with its tokenizer"
+rm -rf "$out/hf"
+"$bin/mt-ckpt-convert" --load "$out/ckpt" --to hf --out "$out/hf"
+ls -l "$out/hf" >&2
+echo "(in Python: AutoModelForCausalLM.from_pretrained(\"$out/hf\"), AutoTokenizer.from_pretrained(\"$out/hf\"))" >&2
+
+step "generate from the Hugging Face directory: mt-generate --load $out/hf"
+p3=$'class Config:\n    def __init__(self'
+printf '%s' "$p3"; "$bin/mt-generate" --load "$out/hf" --top-k 40 --temperature 0.8 --seed 2 --max-new-tokens 48 "$p3"
+
 printf '\n\ndemo finished: outputs in %s\n' "$out" >&2

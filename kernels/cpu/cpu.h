@@ -25,6 +25,9 @@ void cpu_layernorm_fwd(mtk *k, float *out, float *mean, float *rstd, const float
 void cpu_layernorm_bwd(mtk *k, float *dinp, float *dw, float *db, const float *dout, const float *inp,
                        const float *w, const float *mean, const float *rstd, int N, int C);
 void cpu_matmul_fwd(mtk *k, float *out, const float *inp, const float *w, const float *bias, int N, int C, int OC);
+/* cpu_matmul_fwd for N <= MT_CPU_SMALL_N rows (matmul_small.c): reads the weights once, no BLAS packing. */
+enum { MT_CPU_SMALL_N = 8 };
+void cpu_matmul_small(float *out, const float *inp, const float *w, const float *bias, int N, int C, int OC);
 void cpu_matmul_bwd(mtk *k, float *dinp, float *dw, float *dbias, const float *dout, const float *inp,
                     const float *w, int N, int C, int OC);
 void cpu_gelu_fwd(mtk *k, float *out, const float *inp, size_t n, int exact);

@@ -55,6 +55,10 @@ static void par_sgemm(mtk *k, CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int M, int
 void cpu_matmul_fwd(mtk *k, float *out, const float *inp, const float *w, const float *bias, int N, int C, int OC)
 {
     if (N <= 0 || OC <= 0) return;
+    if (N <= MT_CPU_SMALL_N) {
+        cpu_matmul_small(out, inp, w, bias, N, C, OC);
+        return;
+    }
     par_sgemm(k, CblasNoTrans, CblasTrans, N, OC, C, 1.0f, inp, C, w, C, 0.0f, out, OC);
     if (!bias) return;
 #pragma omp parallel for schedule(static)

@@ -2,8 +2,12 @@
 #include "io/fsutil.h"
 
 #include <errno.h>
+#include <ftw.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <sys/stat.h>
+
+#include "io/atomic.h"
 
 static int mkdir_one(const char *p, mt_err *e)
 {
@@ -27,4 +31,41 @@ int mt_mkdir_p(const char *dir, mt_err *e)
     if (rc == 0) rc = mkdir_one(p, e);
     free(p);
     return rc;
+}
+
+int mt_copy_file(const char *src, const char *dst, mt_err *e)
+{
+    FILE *in = fopen(src, "rb");
+    if (!in) return mt_err_sys(e, "%s", src);
+    mt_out o;
+    if (mt_out_open(&o, dst, e)) {
+        fclose(in);
+        return -1;
+    }
+    char buf[1 << 16];
+    size_t n;
+    int rc = 0;
+    while (!rc && (n = fread(buf, 1, sizeof buf, in)) > 0) rc = mt_out_write(&o, buf, n, e);
+    if (!rc && ferror(in)) rc = mt_err_sys(e, "%s: read", src);
+    fclose(in);
+    if (rc) {
+        mt_out_abort(&o);
+        return -1;
+    }
+    return mt_out_commit(&o, e);
+}
+
+static int rm_one(const char *path, const struct stat *st, int flag, struct FTW *ftw)
+{
+    (void)st;
+    (void)flag;
+    (void)ftw;
+    return remove(path) && errno != ENOENT ? -1 : 0;
+}
+
+int mt_rm_rf(const char *path)
+{
+    struct stat st;
+    if (lstat(path, &st) && errno == ENOENT) return 0;
+    return nftw(path, rm_one, 16, FTW_DEPTH | FTW_PHYS);
 }

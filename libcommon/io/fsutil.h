@@ -10,4 +10,11 @@
  * path that could not be created. */
 int mt_mkdir_p(const char *dir, mt_err *e);
 
+/* Copies the regular file src to dst through io/atomic (dst appears only when complete). 0, or -1 with e
+ * naming the file. */
+int mt_copy_file(const char *src, const char *dst, mt_err *e);
+
+/* Removes path and everything under it (no error when absent). 0, or -1. */
+int mt_rm_rf(const char *path);
+
 #endif

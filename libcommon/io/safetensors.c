@@ -5,8 +5,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
+#include <sys/mman.h>
 
 #include "io/atomic.h"
+#include "mt_base.h"
 
 #if defined(__BYTE_ORDER__) && __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
 #error "safetensors.c assumes a little-endian host"
@@ -110,6 +113,13 @@ static int cmp_kv(const void *a, const void *b)
 
 int mt_st_write(const char *path, const mt_st_tensor *t, int n, const mt_st_kv *meta, int n_meta, mt_err *e)
 {
+    return mt_st_write_fill(path, t, n, meta, n_meta, NULL, NULL, e);
+}
+
+int mt_st_write_fill(const char *path, const mt_st_tensor *t, int n, const mt_st_kv *meta, int n_meta,
+                     mt_st_fill_fn fill, void *ctx, mt_err *e)
+{
+    void *buf = NULL;
     if (n < 0 || n_meta < 0) return mt_err_set(e, "%s: negative tensor or metadata count", path);
     int *order = mt_xmalloc(sizeof(int) * (size_t)(n ? n : 1));
     uint64_t *nbytes = mt_xmalloc(sizeof(uint64_t) * (size_t)(n ? n : 1));
@@ -140,7 +150,7 @@ int mt_st_write(const char *path, const mt_st_tensor *t, int n, const mt_st_kv *
                        why);
             goto out;
         }
-        if (nbytes[i] && !x->data) {
+        if (nbytes[i] && !x->data && !fill) {
             mt_err_set(e, "%s: tensor '%s': no data", path, x->name);
             goto out;
         }
@@ -206,14 +216,31 @@ int mt_st_write(const char *path, const mt_st_tensor *t, int n, const mt_st_kv *
         mt_out_abort(&o);
         goto out;
     }
-    for (int k = 0; k < n; k++)
-        if (mt_out_write(&o, t[order[k]].data, (size_t)nbytes[order[k]], e)) {
+    if (fill) {
+        uint64_t most = 0;
+        for (int i = 0; i < n; i++)
+            if (!t[i].data && nbytes[i] > most) most = nbytes[i];
+        buf = mt_xmalloc(most ? (size_t)most : 1);
+    }
+    for (int k = 0; k < n; k++) {
+        int i = order[k];
+        const void *src = t[i].data;
+        if (!src && fill && nbytes[i]) {
+            if (fill(ctx, i, buf, (size_t)nbytes[i], e)) {
+                mt_out_abort(&o);
+                goto out;
+            }
+            src = buf;
+        }
+        if (mt_out_write(&o, src, (size_t)nbytes[i], e)) {
             mt_out_abort(&o);
             goto out;
         }
+    }
     if (mt_out_commit(&o, e)) goto out;
     rc = 0;
 out:
+    free(buf);
     free(text);
     json_decref(hdr);
     free(order);
@@ -417,4 +444,30 @@ const mt_st_info *mt_st_find(const mt_st_file *f, const char *name)
 const char *mt_st_meta(const mt_st_file *f, const char *key)
 {
     return f->meta ? json_string_value(json_object_get(f->meta, key)) : NULL;
+}
+
+int mt_st_to_f32(const mt_st_info *t, float *dst)
+{
+    const unsigned char *p = t->data;
+    switch (t->dtype) {
+    case MT_ST_F32:
+        if (t->nbytes) memcpy(dst, p, t->nbytes);
+        return 0;
+    case MT_ST_BF16:
+        for (int64_t i = 0; i < t->numel; i++) dst[i] = mt_bf16_to_f32((uint16_t)(p[2 * i] | p[2 * i + 1] << 8));
+        return 0;
+    case MT_ST_F16:
+        for (int64_t i = 0; i < t->numel; i++) dst[i] = mt_f16_to_f32((uint16_t)(p[2 * i] | p[2 * i + 1] << 8));
+        return 0;
+    default:
+        return -1;
+    }
+}
+
+void mt_st_drop(const mt_st_file *f, const mt_st_info *t)
+{
+    if (!t->nbytes || !f->map.data) return;
+    long page = sysconf(_SC_PAGESIZE);
+    uintptr_t a = (uintptr_t)t->data & ~(uintptr_t)(page - 1), b = (uintptr_t)t->data + t->nbytes;
+    madvise((void *)a, b - a, MADV_DONTNEED);   /* a read-only file mapping: the pages come back from the file */
 }

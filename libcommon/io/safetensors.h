@@ -88,10 +88,25 @@ typedef struct mt_st_file {
 int mt_st_open(mt_st_file *f, const char *path, mt_err *e);
 void mt_st_close(mt_st_file *f);
 
+/* Fills buf (nbytes, the data of tensor t[index] in file order) for mt_st_write_fill; 0 or -1 with e set. */
+typedef int (*mt_st_fill_fn)(void *ctx, int index, void *buf, size_t nbytes, mt_err *e);
+
+/* As mt_st_write, but tensors whose data is NULL are produced one at a time by fill into one buffer of
+ * the largest such tensor's size, in the order they are written: a file larger than memory can be
+ * streamed. An error from fill leaves nothing under path. */
+int mt_st_write_fill(const char *path, const mt_st_tensor *t, int n, const mt_st_kv *meta, int n_meta,
+                     mt_st_fill_fn fill, void *ctx, mt_err *e);
+
 /* The tensor called name, or NULL. */
 const mt_st_info *mt_st_find(const mt_st_file *f, const char *name);
 /* The metadata value for key, or NULL. */
 const char *mt_st_meta(const mt_st_file *f, const char *key);
+/* Widens a float tensor (F32, F16 or BF16, exactly) to float32 in dst; -1 for any other dtype. */
+int mt_st_to_f32(const mt_st_info *t, float *dst);
+/* Lets the kernel drop t's pages from this process's memory after it was read (they are read again
+ * from the file if touched): converting a model tensor by tensor then needs memory for one tensor. */
+void mt_st_drop(const mt_st_file *f, const mt_st_info *t);
+
 /* Writes "[d0, d1]" into buf (for messages); returns buf. */
 char *mt_st_shape_str(char *buf, size_t cap, int ndim, const int64_t *shape);
 

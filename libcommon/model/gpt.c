@@ -351,6 +351,23 @@ int mt_gpt_forward(mt_gpt_ctx *x, const int32_t *tokens, const int32_t *targets,
 
 /* ---- backward ---- */
 
+int mt_gpt_logits(mt_gpt_ctx *x, float *host, mt_err *e)
+{
+    if (!x->have_forward) return mt_err_set(e, "GPT logits: no forward pass (or a backward consumed it)");
+    mtk *k = x->m->k;
+    size_t n = (size_t)x->B * (size_t)x->T * (size_t)x->m->c.padded_vocab_size;
+    mtk_dtype dt = mtk_act_dtype(k);
+    if (dt == MTK_F32) {
+        mtk_to_host(k, host, x->logits, n * sizeof(float));
+    } else {
+        uint16_t *h = mt_xmalloc(n * sizeof *h);
+        mtk_to_host(k, h, x->logits, n * sizeof *h);
+        for (size_t i = 0; i < n; i++) host[i] = dt == MTK_BF16 ? mt_bf16_to_f32(h[i]) : mt_f16_to_f32(h[i]);
+        free(h);
+    }
+    return mtk_sync(k, e) ? mt_err_prefix(e, "GPT logits") : 0;
+}
+
 int mt_gpt_backward(mt_gpt_ctx *x, double scale, mt_err *e)
 {
     mt_gpt *m = x->m;

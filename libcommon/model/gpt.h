@@ -116,6 +116,8 @@ typedef struct mt_gpt_loss {
  * following backward fails. */
 int mt_gpt_forward(mt_gpt_ctx *x, const int32_t *tokens, const int32_t *targets, const float *loss_mask, int B,
                    int T, float *tok_losses, mt_gpt_loss *loss, mt_err *e);
+/* The logits of x's last forward pass (before its backward), host [B, T, padded_vocab_size] fp32. */
+int mt_gpt_logits(mt_gpt_ctx *x, float *host, mt_err *e);
 /* Backward pass of x's last forward: ACCUMULATES d(scale * loss.sum)/d(params) into the gradients
  * (a trainer averaging over M micro-batches passes scale = 1 / (M * loss.count)). One backward per
  * forward: it turns the kept logits into their gradient in place. */

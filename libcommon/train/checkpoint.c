@@ -81,6 +81,14 @@ static void step_done(crash_hook *h)
     if (h->crash_after >= 0 && h->steps++ >= h->crash_after) _exit(99);
 }
 
+/* mt_st_write_fill's callback: a tensor saved without data is produced by its own fill function. */
+static int fill_tensor(void *ctx, int index, void *buf, size_t nbytes, mt_err *e)
+{
+    const mt_ckpt_tensor *t = (const mt_ckpt_tensor *)ctx + index;
+    (void)nbytes;
+    return t->fill(t->fill_ctx, t, buf, e);
+}
+
 static int write_tensors(const char *path, const mt_ckpt_tensor *t, int n, mt_err *e)
 {
     mt_st_tensor *st = mt_xcalloc((size_t)(n ? n : 1), sizeof *st);
@@ -90,6 +98,10 @@ static int write_tensors(const char *path, const mt_ckpt_tensor *t, int n, mt_er
             return mt_err_set(e, "%s: tensor '%s': %d dimensions (0..%d supported)", path, t[i].name ? t[i].name : "",
                               t[i].ndim, MT_CKPT_MAXDIM);
         }
+        if (!t[i].data && !t[i].fill) {
+            free(st);
+            return mt_err_set(e, "%s: tensor '%s': no data", path, t[i].name ? t[i].name : "");
+        }
         st[i].name = t[i].name;
         st[i].dtype = MT_ST_F32;
         st[i].ndim = t[i].ndim;
@@ -97,7 +109,7 @@ static int write_tensors(const char *path, const mt_ckpt_tensor *t, int n, mt_er
         st[i].data = t[i].data;
     }
     static const mt_st_kv meta[] = {{"format", "pt"}};
-    int rc = mt_st_write(path, st, n, meta, 1, e);
+    int rc = mt_st_write_fill(path, st, n, meta, 1, fill_tensor, (void *)t, e);
     free(st);
     return rc;
 }
@@ -139,11 +151,61 @@ static int install_dir(const char *tmp, const char *final, int *old_at_tmp, mt_e
     return rc;
 }
 
-int mt_ckpt_save(const char *save_dir, int64_t iteration, const mt_ckpt_tensor *model, int n_model,
-                 const mt_ckpt_tensor *optim, int n_optim, json_t *meta, mt_err *e)
+void mt_ckpt_rank_name(char *buf, size_t cap, int tp_rank, int pp_rank, int pp_size)
 {
-    if (iteration < 0) return mt_err_set(e, "%s: cannot save iteration %" PRId64, save_dir, iteration);
-    if (!json_is_object(meta)) return mt_err_set(e, "%s: checkpoint metadata is not a JSON object", save_dir);
+    if (pp_size > 1) snprintf(buf, cap, "mp_rank_%02d_%03d", tp_rank, pp_rank);
+    else snprintf(buf, cap, "mp_rank_%02d", tp_rank);
+}
+
+/* Writes one rank's files into tmp/<name>. */
+static int save_rank(const char *tmp, const mt_ckpt_rank *k, crash_hook *hook, mt_err *e)
+{
+    char *rank = path_join(tmp, k->name);
+    char *model_path = path_join(rank, "model.safetensors"), *optim_path = path_join(rank, "optim.safetensors"),
+         *meta_path = path_join(rank, "meta.json");
+    char *text = NULL;
+    int rc = -1;
+    if (!json_is_object(k->meta)) {
+        mt_err_set(e, "%s: checkpoint metadata is not a JSON object", rank);
+        goto out;
+    }
+    if (mkdir(rank, 0755)) {
+        mt_err_sys(e, "cannot create directory %s", rank);
+        goto out;
+    }
+    step_done(hook);
+    if (write_tensors(model_path, k->model, k->n_model, e)) goto out;
+    step_done(hook);
+    if (k->n_optim > 0) {
+        if (write_tensors(optim_path, k->optim, k->n_optim, e)) goto out;
+        step_done(hook);
+    }
+    text = json_dumps(k->meta, JSON_INDENT(2));
+    if (!text) {
+        mt_err_set(e, "%s: cannot format the metadata", meta_path);
+        goto out;
+    }
+    size_t tl = strlen(text);
+    text = mt_xrealloc(text, tl + 2);
+    memcpy(text + tl, "\n", 2);
+    if (write_text(meta_path, text, e)) goto out;
+    step_done(hook);
+    if (fsync_dir(rank, e)) goto out;
+    rc = 0;
+out:
+    free(text);
+    free(rank);
+    free(model_path);
+    free(optim_path);
+    free(meta_path);
+    return rc;
+}
+
+int mt_ckpt_save_ranks(const char *save_dir, int64_t iteration, const mt_ckpt_rank *ranks, int n_ranks, mt_err *e)
+{
+    if (iteration < 0 && iteration != MT_CKPT_RELEASE)
+        return mt_err_set(e, "%s: cannot save iteration %" PRId64, save_dir, iteration);
+    if (n_ranks < 1) return mt_err_set(e, "%s: no rank to save", save_dir);
     crash_hook hook = {-1, 0};
     const char *c = getenv("MT_CKPT_CRASH_AFTER");
     if (c && *c) hook.crash_after = atoi(c);
@@ -154,58 +216,39 @@ int mt_ckpt_save(const char *save_dir, int64_t iteration, const mt_ckpt_tensor *
     size_t n = strlen(final) + 32;
     char *tmp = mt_xmalloc(n);
     snprintf(tmp, n, "%s.tmp-%ld", final, (long)getpid());
-    char *rank = path_join(tmp, "mp_rank_00");
-    char *model_path = path_join(rank, "model.safetensors"), *optim_path = path_join(rank, "optim.safetensors"),
-         *meta_path = path_join(rank, "meta.json"), *tracker = path_join(save_dir, MT_CKPT_TRACKER);
-    char *text = NULL;
+    char *tracker = path_join(save_dir, MT_CKPT_TRACKER);
     int rc = -1, old_at_tmp = 0;
 
     if (mkdir(tmp, 0755)) {
         mt_err_sys(e, "cannot create directory %s", tmp);
         goto out;
     }
-    if (mkdir(rank, 0755)) {
-        mt_err_sys(e, "cannot create directory %s", rank);
-        goto out;
-    }
-    step_done(&hook);
-    if (write_tensors(model_path, model, n_model, e)) goto out;
-    step_done(&hook);
-    if (n_optim > 0) {
-        if (write_tensors(optim_path, optim, n_optim, e)) goto out;
-        step_done(&hook);
-    }
-    text = json_dumps(meta, JSON_INDENT(2));
-    if (!text) {
-        mt_err_set(e, "%s: cannot format the metadata", meta_path);
-        goto out;
-    }
-    size_t tl = strlen(text);
-    text = mt_xrealloc(text, tl + 2);
-    memcpy(text + tl, "\n", 2);
-    if (write_text(meta_path, text, e)) goto out;
-    step_done(&hook);
-    if (fsync_dir(rank, e) || fsync_dir(tmp, e)) goto out;
+    for (int i = 0; i < n_ranks; i++)
+        if (save_rank(tmp, &ranks[i], &hook, e)) goto out;
+    if (fsync_dir(tmp, e)) goto out;
     if (install_dir(tmp, final, &old_at_tmp, e) || fsync_dir(save_dir, e)) goto out;
     step_done(&hook);
     if (old_at_tmp) rm_rf(tmp);
     char num[32];
-    snprintf(num, sizeof num, "%" PRId64, iteration);
+    if (iteration == MT_CKPT_RELEASE) snprintf(num, sizeof num, "release");
+    else snprintf(num, sizeof num, "%" PRId64, iteration);
     if (write_text(tracker, num, e)) goto out;
     step_done(&hook);
     rc = 0;
 out:
     if (rc) rm_rf(tmp);
-    free(text);
     free(name);
     free(final);
     free(tmp);
-    free(rank);
-    free(model_path);
-    free(optim_path);
-    free(meta_path);
     free(tracker);
     return rc;
+}
+
+int mt_ckpt_save(const char *save_dir, int64_t iteration, const mt_ckpt_tensor *model, int n_model,
+                 const mt_ckpt_tensor *optim, int n_optim, json_t *meta, mt_err *e)
+{
+    mt_ckpt_rank r = {"mp_rank_00", model, n_model, optim, n_optim, meta};
+    return mt_ckpt_save_ranks(save_dir, iteration, &r, 1, e);
 }
 
 int mt_ckpt_check_save_dir(const char *save_dir, mt_err *e)
@@ -296,6 +339,11 @@ void mt_ckpt_close(mt_ckpt_reader *r)
 
 mt_ckpt_reader *mt_ckpt_open(const char *load_dir, int64_t iteration, mt_err *e)
 {
+    return mt_ckpt_open_rank(load_dir, iteration, NULL, e);
+}
+
+mt_ckpt_reader *mt_ckpt_open_rank(const char *load_dir, int64_t iteration, const char *rank_name, mt_err *e)
+{
     char why[96];
     if (iteration == MT_CKPT_LATEST) {
         int rc = mt_ckpt_latest(load_dir, &iteration, e);
@@ -319,17 +367,23 @@ mt_ckpt_reader *mt_ckpt_open(const char *load_dir, int64_t iteration, mt_err *e)
     r->release = iteration == MT_CKPT_RELEASE;
     r->iteration = r->release ? 0 : iteration;
     char *name = iter_name(iteration), *top = path_join(load_dir, name);
-    r->dir = path_join(top, "mp_rank_00");
+    struct stat st;
+    if (!rank_name) {   /* the first rank: mp_rank_00, or mp_rank_00_000 in a pipeline-parallel checkpoint */
+        char *pp0 = path_join(top, "mp_rank_00_000"), *tp0 = path_join(top, "mp_rank_00");
+        rank_name = stat(tp0, &st) && !stat(pp0, &st) ? "mp_rank_00_000" : "mp_rank_00";
+        free(pp0);
+        free(tp0);
+    }
+    r->dir = path_join(top, rank_name);
     char *model = path_join(r->dir, "model.safetensors"), *optim = path_join(r->dir, "optim.safetensors"),
          *meta = path_join(r->dir, "meta.json");
-    struct stat st;
     int ok = 0;
     if (stat(top, &st) || !S_ISDIR(st.st_mode)) {
         mt_err_set(e, "%s: no such directory (%s)", top, why);
         goto out;
     }
     if (stat(r->dir, &st) || !S_ISDIR(st.st_mode)) {
-        mt_err_set(e, "%s: no such directory (%s; only tensor and pipeline parallel size 1 is supported)", r->dir, why);
+        mt_err_set(e, "%s: no such directory (%s)", r->dir, why);
         goto out;
     }
     if (stat(model, &st)) {
@@ -411,28 +465,6 @@ const mt_st_file *mt_ckpt_file(const mt_ckpt_reader *r, int which)
     return (which == 0 || which == 1) && r->has[which] ? &r->f[which] : NULL;
 }
 
-static float half_to_float(uint16_t h)
-{
-    uint32_t sign = (uint32_t)(h >> 15) << 31, ex = (h >> 10) & 31, man = h & 1023, bits;
-    if (ex == 31) {
-        bits = sign | 0x7f800000u | (man << 13);
-    } else if (ex) {
-        bits = sign | ((ex + 112) << 23) | (man << 13);
-    } else if (man) { /* subnormal: normalize */
-        int shift = 0;
-        while (!(man & 1024)) {
-            man <<= 1;
-            shift++;
-        }
-        bits = sign | ((uint32_t)(113 - shift) << 23) | ((man & 1023) << 13);
-    } else {
-        bits = sign;
-    }
-    float f;
-    memcpy(&f, &bits, 4);
-    return f;
-}
-
 int mt_ckpt_read_tensor(mt_ckpt_reader *r, int which, const char *name, int ndim, const int64_t *shape, float *dst,
                         mt_err *e)
 {
@@ -449,23 +481,9 @@ int mt_ckpt_read_tensor(mt_ckpt_reader *r, int which, const char *name, int ndim
         return mt_err_set(e, "%s: tensor '%s' has shape %s, this model needs %s", f->path, name,
                           mt_st_shape_str(have, sizeof have, t->ndim, t->shape), mt_st_shape_str(want, sizeof want, ndim, shape));
     }
-    const unsigned char *p = t->data;
-    switch (t->dtype) {
-    case MT_ST_F32:
-        if (t->nbytes) memcpy(dst, p, t->nbytes);
-        break;
-    case MT_ST_BF16:
-        for (int64_t i = 0; i < t->numel; i++) {
-            uint32_t bits = (uint32_t)(p[2 * i] | p[2 * i + 1] << 8) << 16;
-            memcpy(&dst[i], &bits, 4);
-        }
-        break;
-    case MT_ST_F16:
-        for (int64_t i = 0; i < t->numel; i++) dst[i] = half_to_float((uint16_t)(p[2 * i] | p[2 * i + 1] << 8));
-        break;
-    default:
+    if (mt_st_to_f32(t, dst))
         return mt_err_set(e, "%s: tensor '%s' is %s, not F32, F16 or BF16", f->path, name, mt_st_dtype_name(t->dtype));
-    }
+    mt_st_drop(f, t);
     r->read[which][t - f->t] = 1;
     return 0;
 }

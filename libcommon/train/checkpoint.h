@@ -41,21 +41,41 @@
 #define MT_CKPT_LATEST (-1)
 #define MT_CKPT_RELEASE (-2)
 
-/* A tensor to save: float32, C order. */
+/* A tensor to save: float32, C order. With data NULL, fill writes its prod(shape) floats into dst when
+ * the file reaches it (one tensor in memory at a time; 0, or -1 with e set). */
 typedef struct mt_ckpt_tensor {
     const char *name;
     int ndim;
     int64_t shape[MT_CKPT_MAXDIM];
     const float *data;
+    int (*fill)(void *fill_ctx, const struct mt_ckpt_tensor *t, float *dst, mt_err *e);
+    void *fill_ctx;
 } mt_ckpt_tensor;
 
 enum { MT_CKPT_MODEL = 0, MT_CKPT_OPTIM = 1 };
 
-/* Saves iteration (>= 0) under save_dir (created if missing). n_optim == 0 writes no optim file
+/* Saves iteration (>= 0, or MT_CKPT_RELEASE: directory release/, tracker "release") under save_dir (created if missing). n_optim == 0 writes no optim file
  * (--no-save-optim). meta must be a JSON object; it is stored as meta.json unchanged (the caller
  * owns it). Tensor names must be unique per file. Returns 0 or -1. */
 int mt_ckpt_save(const char *save_dir, int64_t iteration, const mt_ckpt_tensor *model, int n_model,
                  const mt_ckpt_tensor *optim, int n_optim, json_t *meta, mt_err *e);
+
+/* One rank's directory of a checkpoint: name (mt_ckpt_rank_name), its tensors and its meta.json. */
+typedef struct mt_ckpt_rank {
+    const char *name;
+    const mt_ckpt_tensor *model;
+    int n_model;
+    const mt_ckpt_tensor *optim;
+    int n_optim;
+    json_t *meta;
+} mt_ckpt_rank;
+
+/* As mt_ckpt_save, for a checkpoint of several ranks (tensor and pipeline parallel): every rank's
+ * directory is written into the temporary directory before it is installed and the tracker updated. */
+int mt_ckpt_save_ranks(const char *save_dir, int64_t iteration, const mt_ckpt_rank *ranks, int n_ranks, mt_err *e);
+
+/* Megatron's rank directory name: "mp_rank_TT" with one pipeline stage, "mp_rank_TT_PPP" with more. */
+void mt_ckpt_rank_name(char *buf, size_t cap, int tp_rank, int pp_rank, int pp_size);
 
 /* Checks at start-up that save_dir is usable: creates it (and its parents) if missing, then that it is a
  * directory in which this process can create entries. Returns 0 or -1 naming the directory. */
@@ -73,6 +93,9 @@ typedef struct mt_ckpt_reader mt_ckpt_reader;
  * and reads meta.json (a JSON object; if it has an integer "iteration" it must agree). NULL on
  * error. */
 mt_ckpt_reader *mt_ckpt_open(const char *load_dir, int64_t iteration, mt_err *e);
+/* The same for the rank directory rank_name ("mp_rank_01_002"); NULL: the first rank (mp_rank_00, or
+ * mp_rank_00_000 when the checkpoint has pipeline stages). */
+mt_ckpt_reader *mt_ckpt_open_rank(const char *load_dir, int64_t iteration, const char *rank_name, mt_err *e);
 void mt_ckpt_close(mt_ckpt_reader *r);
 
 /* The iteration loaded (0 for a release checkpoint), whether it was "release", its

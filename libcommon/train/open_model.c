@@ -5,6 +5,7 @@
 
 #include <math.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "train/ckpt_meta.h"
 
@@ -148,14 +149,66 @@ static int open_meta(mt_model_ckpt *mc, const mt_model_open_opts *o, mt_err *e)
     if (mt_tokenizer_open(&mc->tok, a->tokenizer_type, mc->vocab_file, mc->merge_file, a->vocab_size, e)) return -1;
     mc->cfg = mt_gpt_config_from_args(a, mc->tok.vocab_size);
     if (mt_gpt_config_check(&mc->cfg, e)) return mt_err_prefix(e, "%s/meta.json", mc->dir);
+    mc->arch = mt_gpt_arch(&mc->cfg);
+    mc->vocab_size = mc->cfg.vocab_size;
+    mc->have_arch = 1;
+    return 0;
+}
+
+/* A Hugging Face directory: args from config.json, tokenizer files from the directory, the vocabulary
+ * padded to exactly the model's rows. */
+static int open_hf(mt_model_ckpt *mc, const char *load_dir, const mt_model_open_opts *o, mt_err *e)
+{
+    if (o->expect)
+        return mt_err_set(e, "%s: a Hugging Face model directory, not a checkpoint: convert it first with "
+                             "mt-ckpt-convert --from hf", load_dir);
+    mc->hf = mt_xcalloc(1, sizeof *mc->hf);
+    if (mt_hf_dir_open(mc->hf, load_dir, e)) {
+        free(mc->hf);
+        mc->hf = NULL;
+        return -1;
+    }
+    mc->dir = mc->hf->dir;
+    size_t n = strlen(load_dir) + 32;
+    char *vocab = mt_xmalloc(n), *merges = mt_xmalloc(n);
+    snprintf(vocab, n, "%s/vocab.json", load_dir);
+    snprintf(merges, n, "%s/merges.txt", load_dir);
+    int hv = access(vocab, F_OK) == 0, hm = access(merges, F_OK) == 0;
+    mc->meta = json_pack("{s:o}", "args", mt_hf_megatron_args(&mc->hf->cfg, 1, hv ? vocab : NULL, hm ? merges : NULL));
+    free(vocab);
+    free(merges);
+    if (open_meta(mc, o, e)) return -1;
+    int64_t rows = mc->hf->cfg.vocab_size, V = mc->tok.vocab_size;
+    if (rows < V)
+        return mt_err_set(e, "%s/config.json: vocab_size %lld is below the tokenizer's %lld tokens", load_dir,
+                          (long long)rows, (long long)V);
+    int d = mt_hf_divisible_by(rows, V);
+    json_object_set_new(mc->args, "make-vocab-size-divisible-by", json_integer(d));
+    mc->a.make_vocab_size_divisible_by = d;
+    mc->cfg.padded_vocab_size = mt_gpt_padded_vocab((int)V, d, 1);
+    mc->arch = mt_gpt_arch(&mc->cfg);
+    mt_model_arch a = mt_hf_arch(&mc->hf->cfg, mc->cfg.padded_vocab_size);
+    mc->hf_map = mt_hf_tensors(&a, rows, &mc->hf_n, e);
+    if (!mc->hf_map) return mt_err_prefix(e, "%s", load_dir);
     return 0;
 }
 
 int mt_model_open(mt_model_ckpt *mc, const char *load_dir, const mt_model_open_opts *o, mt_err *e)
 {
     memset(mc, 0, sizeof *mc);
+    int64_t it;
+    mt_err probe = {0};
+    if (o->iteration == MT_CKPT_LATEST && mt_ckpt_latest(load_dir, &it, &probe) == 1 && mt_hf_dir_is(load_dir)) {
+        if (open_hf(mc, load_dir, o, e)) {
+            mt_model_close(mc);
+            return -1;
+        }
+        return 0;
+    }
     mc->reader = mt_ckpt_open(load_dir, o->iteration, e);
     if (!mc->reader) return -1;
+    mc->load_dir = mt_xstrdup(load_dir);
+    mc->iteration = mt_ckpt_is_release(mc->reader) ? MT_CKPT_RELEASE : mt_ckpt_iteration(mc->reader);
     mc->dir = mt_ckpt_dir(mc->reader);
     mc->meta = mt_ckpt_meta(mc->reader);
     if (open_meta(mc, o, e)) {
@@ -165,18 +218,91 @@ int mt_model_open(mt_model_ckpt *mc, const char *load_dir, const mt_model_open_o
     return 0;
 }
 
+void mt_model_parallel_sizes(const mt_model_ckpt *mc, int *tp, int *pp)
+{
+    json_t *t = json_object_get(mc->args, "tensor-model-parallel-size"),
+           *p = json_object_get(mc->args, "pipeline-model-parallel-size");
+    *tp = json_is_integer(t) ? (int)json_integer_value(t) : 1;
+    *pp = json_is_integer(p) ? (int)json_integer_value(p) : 1;
+}
+
+/* Every rank of the checkpoint, opened at the first read. */
+static int open_shards(mt_model_ckpt *mc, mt_err *e)
+{
+    if (mc->g) return 0;
+    if (!mc->have_arch) return mt_err_set(e, "%s: the model's architecture is not known yet", mc->dir);
+    int tp, pp;
+    mt_model_parallel_sizes(mc, &tp, &pp);
+    if (tp < 1 || pp < 1 || tp > 4096 || pp > 4096)
+        return mt_err_set(e, "%s/meta.json: tensor/pipeline-model-parallel-size %d/%d out of range", mc->dir, tp, pp);
+    /* the checkpoint's vocabulary was padded for its tensor-parallel size */
+    mt_model_arch a = mc->arch;
+    json_t *d = json_object_get(mc->args, "make-vocab-size-divisible-by");
+    if (tp > 1 && json_is_integer(d) && json_integer_value(d) > 0 && json_integer_value(d) < (1 << 20))
+        a.padded_vocab_size = mt_gpt_padded_vocab(mc->vocab_size, (int)json_integer_value(d), tp);
+    mt_ckpt_global *g = mt_xcalloc(1, sizeof *g);
+    if (mt_ckpt_global_open(g, mc->reader, mc->load_dir, mc->iteration, &a, tp, pp, e)) {
+        free(g);
+        return mt_err_prefix(e, "%s", mc->load_dir);
+    }
+    mc->g = g;
+    return 0;
+}
+
+int mt_model_read_tensor(mt_model_ckpt *mc, const char *name, int ndim, const int64_t *shape, float *dst, mt_err *e)
+{
+    if (!mc->hf) {
+        if (open_shards(mc, e)) return -1;
+        return mt_ckpt_global_read(mc->g, MT_CKPT_MODEL, name, NULL, ndim, shape, dst, e);
+    }
+    const mt_hf_tensor *t = mt_hf_by_mt_name(mc->hf_map, mc->hf_n, name);
+    if (!t) return mt_err_set(e, "%s: GPT2LMHeadModel has no tensor for '%s'", mc->dir, name);
+    for (int i = 0; i < ndim; i++)
+        if (ndim != t->ndim || shape[i] != t->mt_shape[i])
+            return mt_err_set(e, "%s: tensor '%s' does not have the shape of this model", mc->dir, t->hf);
+    size_t n = (size_t)t->hf_shape[0] * (size_t)(t->ndim == 2 ? t->hf_shape[1] : 1);
+    float *tmp = mt_xmalloc((n ? n : 1) * sizeof(float));
+    int rc = mt_hf_dir_read(mc->hf, t, tmp, e);
+    if (!rc) mt_hf_import(t, mc->hf->cfg.n_head, tmp, dst);
+    free(tmp);
+    return rc;
+}
+
+int mt_model_check_all_read(mt_model_ckpt *mc, mt_err *e)
+{
+    if (mc->hf) return mt_hf_dir_check_names(mc->hf, mc->hf_map, mc->hf_n, e);
+    if (open_shards(mc, e)) return -1;
+    return mt_ckpt_global_check_all_read(mc->g, MT_CKPT_MODEL, NULL, e);
+}
+
+int mt_model_read_optim(mt_model_ckpt *mc, const char *name, const char *suffix, int ndim, const int64_t *shape,
+                        float *dst, mt_err *e)
+{
+    if (mc->hf) return mt_err_set(e, "%s: a Hugging Face directory has no optimizer state", mc->dir);
+    if (open_shards(mc, e)) return -1;
+    return mt_ckpt_global_read(mc->g, MT_CKPT_OPTIM, name, suffix, ndim, shape, dst, e);
+}
+
+int mt_model_check_all_read_optim(mt_model_ckpt *mc, mt_err *e)
+{
+    if (mc->hf) return 0;
+    if (open_shards(mc, e)) return -1;
+    static const char *const moments[] = {".exp_avg", ".exp_avg_sq", NULL};
+    return mt_ckpt_global_check_all_read(mc->g, MT_CKPT_OPTIM, moments, e);
+}
+
 /* Reads every tensor of the model from the checkpoint's model file (names and shapes must match), fails
  * on tensors the model does not have, copies the weights to the device and refreshes the working copy. */
-static int load_weights(mt_gpt *m, mtk *k, mt_ckpt_reader *r, mt_err *e)
+static int load_weights(mt_gpt *m, mtk *k, mt_model_ckpt *mc, mt_err *e)
 {
     size_t np = mt_gpt_num_params(m);
     float *host = mt_xmalloc(np * sizeof(float));
     int rc = 0;
     for (int i = 0; i < mt_gpt_num_tensors(m) && !rc; i++) {
         const mt_gpt_tensor *g = mt_gpt_tensor_at(m, i);
-        rc = mt_ckpt_read_tensor(r, MT_CKPT_MODEL, g->name, g->ndim, g->shape, host + g->offset, e);
+        rc = mt_model_read_tensor(mc, g->name, g->ndim, g->shape, host + g->offset, e);
     }
-    if (!rc) rc = mt_ckpt_check_all_read(r, MT_CKPT_MODEL, e);
+    if (!rc) rc = mt_model_check_all_read(mc, e);
     if (!rc) {
         mtk_to_device(k, mt_gpt_params(m), host, np * sizeof(float));
         mt_gpt_params_changed(m);
@@ -191,13 +317,29 @@ int mt_model_load_weights(mt_model_ckpt *mc, mtk *k, mt_gpt *model, mt_err *e)
         mc->model = model = mt_gpt_create(k, &mc->cfg, MT_GPT_INFER_ONLY, e);
         if (!model) return -1;
     }
-    return load_weights(model, k, mc->reader, e);
+    if (!mc->have_arch) {   /* opened for mt-train --load: the model of its flags */
+        mc->arch = mt_gpt_arch(mt_gpt_get_config(model));
+        mc->vocab_size = mt_gpt_get_config(model)->vocab_size;
+        mc->have_arch = 1;
+    }
+    return load_weights(model, k, mc, e);
 }
 
 void mt_model_close(mt_model_ckpt *mc)
 {
     mt_gpt_free(mc->model);
     mt_tokenizer_close(&mc->tok);
+    if (mc->g) {
+        mt_ckpt_global_close(mc->g);
+        free(mc->g);
+    }
+    free(mc->load_dir);
     if (mc->reader) mt_ckpt_close(mc->reader);
+    if (mc->hf) {
+        json_decref(mc->meta);
+        mt_hf_dir_close(mc->hf);
+        free(mc->hf);
+        free(mc->hf_map);
+    }
     memset(mc, 0, sizeof *mc);
 }

@@ -15,11 +15,13 @@
 #include <jansson.h>
 #include <stdint.h>
 
+#include "convert/hf_dir.h"
 #include "kernels.h"
 #include "model/gpt.h"
 #include "tok/bpe.h"
 #include "train/args.h"
 #include "train/checkpoint.h"
+#include "train/ckpt_global.h"
 #include "util/err.h"
 
 /* A tokenizer as mt-train's --tokenizer-type names it: bpe is NULL for NullTokenizer (ids 0..n-1, end
@@ -48,9 +50,20 @@ typedef struct mt_model_open_opts {
 } mt_model_open_opts;
 
 typedef struct mt_model_ckpt {
-    mt_ckpt_reader *reader;  /* open until mt_model_close (optimizer state is read from it) */
-    const char *dir;         /* "<load>/iter_%07d/mp_rank_00" */
-    json_t *meta;            /* meta.json, borrowed from the reader */
+    mt_ckpt_reader *reader;  /* open until mt_model_close (optimizer state is read from it); NULL for HF */
+    const char *dir;         /* "<load>/iter_%07d/mp_rank_00", or the Hugging Face directory */
+    json_t *meta;            /* meta.json, borrowed from the reader; for HF, {"args": ...} made from config.json */
+    /* a Hugging Face directory (config.json, model.safetensors) opened in place of a checkpoint: */
+    mt_hf_dir *hf;
+    mt_hf_tensor *hf_map;    /* its tensors against the Megatron ones */
+    int hf_n;
+    /* a checkpoint: its directory and iteration, and (once the architecture is known) every rank of a
+     * tensor/pipeline-parallel one */
+    char *load_dir;
+    int64_t iteration;
+    mt_model_arch arch;      /* padded for one tensor rank */
+    int vocab_size, have_arch;
+    mt_ckpt_global *g;
     json_t *args;            /* meta.json's "args" object, borrowed */
     /* without expect: */
     mt_train_args a;         /* the model, tokenizer and data fields of the args, checked; the rest 0 */
@@ -60,11 +73,25 @@ typedef struct mt_model_ckpt {
     mt_gpt *model;           /* created by mt_model_load_weights when it was given none; freed by close */
 } mt_model_ckpt;
 
-/* Opens the checkpoint of load_dir and reads its metadata. 0, or -1 with e set (nothing left open). */
+/* Opens the checkpoint of load_dir and reads its metadata. A Hugging Face GPT-2 directory (mt_hf_dir_is,
+ * and no checkpoint tracker) opens as a release checkpoint whose args come from its config.json and whose
+ * tokenizer is its vocab.json and merges.txt. 0, or -1 with e set (nothing left open). */
 int mt_model_open(mt_model_ckpt *mc, const char *load_dir, const mt_model_open_opts *o, mt_err *e);
 /* Reads the weights into model, or (model NULL) into a model of mc->cfg created on k without gradients
  * (mc->model; the caller makes the activation or inference contexts it needs). 0, or -1 with e set. */
 int mt_model_load_weights(mt_model_ckpt *mc, mtk *k, mt_gpt *model, mt_err *e);
 void mt_model_close(mt_model_ckpt *mc);
+
+/* Reads one Megatron tensor of the whole model (name and global shape as in the one-rank layout) as
+ * float32 into dst, from either kind of source. 0, or -1 with e set. */
+int mt_model_read_tensor(mt_model_ckpt *mc, const char *name, int ndim, const int64_t *shape, float *dst, mt_err *e);
+/* After every tensor was read: the source holds nothing else (a checkpoint of another model). */
+int mt_model_check_all_read(mt_model_ckpt *mc, mt_err *e);
+/* The same for the AdamW moments of a checkpoint (suffix ".exp_avg" or ".exp_avg_sq"). */
+int mt_model_read_optim(mt_model_ckpt *mc, const char *name, const char *suffix, int ndim, const int64_t *shape,
+                        float *dst, mt_err *e);
+int mt_model_check_all_read_optim(mt_model_ckpt *mc, mt_err *e);
+/* The tensor-parallel and pipeline-parallel sizes the checkpoint was saved with (1 and 1 for HF). */
+void mt_model_parallel_sizes(const mt_model_ckpt *mc, int *tp, int *pp);
 
 #endif

@@ -82,13 +82,13 @@ int mt_trainer_save(mt_trainer *t, FILE *log, mt_err *e)
     char (*names)[160] = mt_xcalloc((size_t)nt * 2, sizeof *names);
     for (int i = 0; i < nt; i++) {
         const mt_gpt_tensor *g = mt_gpt_tensor_at(t->model, i);
-        mt_ckpt_tensor c = {g->name, g->ndim, {g->shape[0], g->shape[1]}, host + g->offset};
+        mt_ckpt_tensor c = {.name = g->name, .ndim = g->ndim, .shape = {g->shape[0], g->shape[1]}, .data = host + g->offset};
         mt[i] = c;
         if (with_optim) {
             snprintf(names[2 * i], sizeof names[0], "%s.exp_avg", g->name);
             snprintf(names[2 * i + 1], sizeof names[0], "%s.exp_avg_sq", g->name);
-            mt_ckpt_tensor m1 = {names[2 * i], g->ndim, {g->shape[0], g->shape[1]}, host + np + g->offset};
-            mt_ckpt_tensor m2 = {names[2 * i + 1], g->ndim, {g->shape[0], g->shape[1]}, host + 2 * np + g->offset};
+            mt_ckpt_tensor m1 = {.name = names[2 * i], .ndim = g->ndim, .shape = {g->shape[0], g->shape[1]}, .data = host + np + g->offset};
+            mt_ckpt_tensor m2 = {.name = names[2 * i + 1], .ndim = g->ndim, .shape = {g->shape[0], g->shape[1]}, .data = host + 2 * np + g->offset};
             ot[2 * i] = m1;
             ot[2 * i + 1] = m2;
         }
@@ -257,12 +257,12 @@ static int load_schedule(mt_trainer *t, const json_t *meta, const char *dir, mt_
 
 /* ---- loading ---- */
 
-static int load_optimizer(mt_trainer *t, mt_model_ckpt *mc, int release, mt_err *e)
+static int load_optimizer(mt_trainer *t, mt_model_ckpt *mc, mt_err *e)
 {
     json_t *o = json_object_get(mc->meta, "optimizer");
     if (!json_is_object(o)) return mt_err_set(e, "%s/meta.json: missing \"optimizer\"", mc->dir);
     /* a step per successful iteration; a negative one would make the bias correction divide by 0 */
-    if (mt_meta_count(o, "optimizer.", "step", mc->dir, 0, release || t->iteration > INT_MAX ? INT_MAX : t->iteration,
+    if (mt_meta_count(o, "optimizer.", "step", mc->dir, 0, t->iteration > INT_MAX ? INT_MAX : t->iteration,
                       &t->opt.step, e))
         return -1;
     size_t np = mt_gpt_num_params(t->model);
@@ -270,14 +270,12 @@ static int load_optimizer(mt_trainer *t, mt_model_ckpt *mc, int release, mt_err 
     float *m = mt_xmalloc(np * sizeof(float)), *v = mt_xmalloc(np * sizeof(float));
     for (int i = 0; i < nt && !rc; i++) {
         const mt_gpt_tensor *g = mt_gpt_tensor_at(t->model, i);
-        char n1[160], n2[160];
-        snprintf(n1, sizeof n1, "%s.exp_avg", g->name);
-        snprintf(n2, sizeof n2, "%s.exp_avg_sq", g->name);
-        rc = mt_ckpt_read_tensor(mc->reader, MT_CKPT_OPTIM, n1, g->ndim, g->shape, m + g->offset, e) ||
-                     mt_ckpt_read_tensor(mc->reader, MT_CKPT_OPTIM, n2, g->ndim, g->shape, v + g->offset, e)
+        rc = mt_model_read_optim(mc, g->name, ".exp_avg", g->ndim, g->shape, m + g->offset, e) ||
+                     mt_model_read_optim(mc, g->name, ".exp_avg_sq", g->ndim, g->shape, v + g->offset, e)
                  ? -1
                  : 0;
     }
+    if (!rc) rc = mt_model_check_all_read_optim(mc, e);
     if (!rc) {
         mtk_to_device(t->k, t->opt.exp_avg, m, np * sizeof(float));
         mtk_to_device(t->k, t->opt.exp_avg_sq, v, np * sizeof(float));
@@ -294,7 +292,10 @@ static int load_state(mt_trainer *t, mt_model_ckpt *mc, mt_err *e)
     json_t *meta = mc->meta;
     int release = mt_ckpt_is_release(mc->reader);
     t->iteration = 0;
-    if (!release && mt_meta_count(meta, "", "iteration", dir, 0, MT_META_MAX_COUNT, &t->iteration, e)) return -1;
+    /* as Megatron: a release checkpoint (e.g. converted from Hugging Face) gives weights only; training
+     * starts at iteration 0 with this run's schedule and fresh optimizer state */
+    if (release) return 0;
+    if (mt_meta_count(meta, "", "iteration", dir, 0, MT_META_MAX_COUNT, &t->iteration, e)) return -1;
     if (mt_meta_count(meta, "", "consumed_train_samples", dir, 0, MT_META_MAX_COUNT, &t->consumed_train, e) ||
         mt_meta_count(meta, "", "consumed_valid_samples", dir, 0, MT_META_MAX_COUNT, &t->consumed_valid, e))
         return -1;
@@ -303,7 +304,7 @@ static int load_state(mt_trainer *t, mt_model_ckpt *mc, mt_err *e)
         mt_meta_real(meta, "", "num_floating_point_operations_so_far", dir, 0, DBL_MAX, &t->flops_so_far, e))
         return -1;
     if (load_schedule(t, meta, dir, e)) return -1;
-    if (!t->a.no_load_optim && load_optimizer(t, mc, release, e)) return -1;
+    if (!t->a.no_load_optim && load_optimizer(t, mc, e)) return -1;
     /* the dynamic scaler's state belongs to the optimizer's (Megatron: optimizer["grad_scaler"]); it is
      * restored when the checkpoint was written by an --fp16 run with a dynamic scaler */
     json_t *ls = json_object_get(meta, "loss_scaler");
@@ -319,6 +320,10 @@ int mt_trainer_load(mt_trainer *t, FILE *log, mt_err *e)
     int64_t it;
     int r = mt_ckpt_latest(t->a.load, &it, e);
     if (r < 0) return -1;
+    if (r == 1 && mt_hf_dir_is(t->a.load))
+        return mt_err_set(e, "%s: a Hugging Face model directory, not a checkpoint: convert it first with "
+                             "mt-ckpt-convert --from hf --in %s --save DIR, then --load DIR --finetune",
+                          t->a.load, t->a.load);
     if (r == 1) {
         if (t->a.exit_on_missing_checkpoint)
             return mt_err_set(e, "%s: no %s: no checkpoint to load (--exit-on-missing-checkpoint)", t->a.load,

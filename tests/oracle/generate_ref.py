@@ -4,35 +4,19 @@ the whole sequence at every step (no cache). stdin: JSON lines {"ids": [...], "n
 lines {"tokens": [...], "logprobs": [...]} (log-softmax over the tokenizer's vocabulary of the raw
 logits, the padding columns left out as mt-generate leaves them out)."""
 import json
-import struct
 import sys
 
-import numpy as np
 import torch
 
 import gpt_torch
-
-
-def read_safetensors(path):
-    with open(path, "rb") as f:
-        n = struct.unpack("<Q", f.read(8))[0]
-        head = json.loads(f.read(n))
-        data = f.read()
-    out = {}
-    for name, t in head.items():
-        if name == "__metadata__":
-            continue
-        assert t["dtype"] == "F32", t
-        a, b = t["data_offsets"]
-        out[name] = torch.tensor(np.frombuffer(data[a:b], dtype="<f4").astype(np.float64).reshape(t["shape"]))
-    return out
+from hf_ref import read_safetensors
 
 
 def main():
     d = sys.argv[1]
     vocab = int(sys.argv[2])
     args = json.load(open(d + "/meta.json"))["args"]
-    P = read_safetensors(d + "/model.safetensors")
+    P = read_safetensors(d + "/model.safetensors", strip=None)
     cfg = {"hidden_size": args["hidden-size"], "num_heads": args["num-attention-heads"],
            "num_layers": args["num-layers"], "layernorm_epsilon": args["layernorm-epsilon"]}
     for line in sys.stdin:

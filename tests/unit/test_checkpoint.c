@@ -43,7 +43,7 @@ static void make_state(state *s, int tag, int64_t iteration)
         }
         snprintf(s->mname[i], sizeof s->mname[i], "%s.exp_avg", pnames[i]);
         snprintf(s->vname[i], sizeof s->vname[i], "%s.exp_avg_sq", pnames[i]);
-        mt_ckpt_tensor t = {pnames[i], pndim[i], {0}, s->w[i]};
+        mt_ckpt_tensor t = {.name = pnames[i], .ndim = pndim[i], .shape = {0}, .data = s->w[i]};
         memcpy(t.shape, pshape[i], sizeof t.shape);
         s->model[i] = t;
         s->optim[2 * i] = t;

@@ -297,16 +297,20 @@ static void ref_matmul(double *out, const double *inp, const double *w, const do
 
 TEST(matmul_fwd)
 {
-    const int N = 13, C = 67, OC = 19;
-    float *x = arand(N * C, 1), *w = arand(OC * C, 1), *b = frand(OC, 1), *out = adev(N * OC);
-    double *xd = todouble(x, N * C), *wd = todouble(w, OC * C), *bd = todouble(b, OC), *ref = dnew(N * OC);
-    mtk_matmul_fwd(K, out, x, w, b, N, C, OC);
-    ref_matmul(ref, xd, wd, bd, N, C, OC);
-    T_CLOSE(out, ref, N * OC, 1e-5);
-    mtk_matmul_fwd(K, out, x, w, NULL, N, C, OC);
-    ref_matmul(ref, xd, wd, NULL, N, C, OC);
-    T_CLOSE(out, ref, N * OC, 1e-5);
-    ffree(x), ffree(w), ffree(b), ffree(out), free(xd), free(wd), free(bd), free(ref);
+    /* 13 rows: the GEMM path; 1, 3 and 8 rows: the few-row path of token-by-token generation */
+    static const int shapes[][3] = {{13, 67, 19}, {1, 67, 70}, {3, 33, 65}, {8, 67, 19}};
+    for (size_t s = 0; s < sizeof shapes / sizeof *shapes; s++) {
+        const int N = shapes[s][0], C = shapes[s][1], OC = shapes[s][2];
+        float *x = arand(N * C, 1), *w = arand(OC * C, 1), *b = frand(OC, 1), *out = adev(N * OC);
+        double *xd = todouble(x, N * C), *wd = todouble(w, OC * C), *bd = todouble(b, OC), *ref = dnew(N * OC);
+        mtk_matmul_fwd(K, out, x, w, b, N, C, OC);
+        ref_matmul(ref, xd, wd, bd, N, C, OC);
+        T_CLOSE(out, ref, N * OC, 1e-5);
+        mtk_matmul_fwd(K, out, x, w, NULL, N, C, OC);
+        ref_matmul(ref, xd, wd, NULL, N, C, OC);
+        T_CLOSE(out, ref, N * OC, 1e-5);
+        ffree(x), ffree(w), ffree(b), ffree(out), free(xd), free(wd), free(bd), free(ref);
+    }
 }
 
 TEST(matmul_bwd)

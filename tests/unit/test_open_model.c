@@ -61,7 +61,7 @@ static int save_model(mt_train_args *a, mtk *k, mt_gpt **out, mt_err *e)
     mt_ckpt_tensor *ts = calloc((size_t)nt, sizeof *ts);
     for (int i = 0; i < nt; i++) {
         const mt_gpt_tensor *g = mt_gpt_tensor_at(m, i);
-        mt_ckpt_tensor c = {g->name, g->ndim, {g->shape[0], g->shape[1]}, host + g->offset};
+        mt_ckpt_tensor c = {.name = g->name, .ndim = g->ndim, .shape = {g->shape[0], g->shape[1]}, .data = host + g->offset};
         ts[i] = c;
     }
     json_t *meta = json_object();

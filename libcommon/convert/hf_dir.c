@@ -1,0 +1,206 @@
+/* hf_dir.c: a Hugging Face GPT-2 directory's config and safetensors files (see hf_dir.h). */
+#include "convert/hf_dir.h"
+
+#include <errno.h>
+#include <jansson.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+
+static char *join(const char *a, const char *b)
+{
+    size_t n = strlen(a) + strlen(b) + 2;
+    char *p = mt_xmalloc(n);
+    snprintf(p, n, "%s/%s", a, b);
+    return p;
+}
+
+static bool exists(const char *dir, const char *name)
+{
+    char *p = join(dir, name);
+    struct stat st;
+    bool ok = stat(p, &st) == 0 && S_ISREG(st.st_mode);
+    free(p);
+    return ok;
+}
+
+bool mt_hf_dir_is(const char *dir)
+{
+    return exists(dir, "config.json") &&
+           (exists(dir, "model.safetensors") || exists(dir, "model.safetensors.index.json") ||
+            exists(dir, "pytorch_model.bin"));
+}
+
+static const mt_st_info *find(const mt_hf_dir *d, const char *name, int *fi);
+
+static int cmp_str(const void *a, const void *b) { return strcmp(*(char *const *)a, *(char *const *)b); }
+
+/* The shard file names of model.safetensors.index.json, sorted and unique; *n set. */
+static char **index_files(const char *path, int *n, mt_err *e)
+{
+    json_error_t je;
+    json_t *o = json_load_file(path, JSON_REJECT_DUPLICATES, &je);
+    if (!o) {
+        mt_err_set(e, "%s: line %d, column %d: %s", path, je.line, je.column, je.text);
+        return NULL;
+    }
+    json_t *wm = json_object_get(o, "weight_map");
+    char **names = NULL;
+    int k = 0;
+    if (!json_is_object(wm) || !json_object_size(wm)) {
+        mt_err_set(e, "%s: no \"weight_map\" object", path);
+        goto out;
+    }
+    names = mt_xcalloc(json_object_size(wm), sizeof *names);
+    const char *key;
+    json_t *v;
+    json_object_foreach(wm, key, v)
+    {
+        const char *f = json_string_value(v);
+        if (!f || !*f || strchr(f, '/') || !strcmp(f, ".") || !strcmp(f, "..")) {
+            mt_err_set(e, "%s: weight_map[\"%s\"] is not a file name in the directory", path, key);
+            for (int i = 0; i < k; i++) free(names[i]);
+            free(names);
+            names = NULL;
+            goto out;
+        }
+        names[k++] = mt_xstrdup(f);
+    }
+    qsort(names, (size_t)k, sizeof *names, cmp_str);
+    int u = 0;
+    for (int i = 0; i < k; i++) {
+        if (u && !strcmp(names[u - 1], names[i])) free(names[i]);
+        else names[u++] = names[i];
+    }
+    *n = u;
+out:
+    json_decref(o);
+    return names;
+}
+
+int mt_hf_dir_open(mt_hf_dir *d, const char *dir, mt_err *e)
+{
+    memset(d, 0, sizeof *d);
+    char *cfg = join(dir, "config.json");
+    int rc = mt_hf_config_read(cfg, &d->cfg, e);
+    free(cfg);
+    if (rc) return -1;
+    char **names = NULL;
+    int n = 0;
+    if (exists(dir, "model.safetensors")) {
+        names = mt_xmalloc(sizeof *names);
+        names[0] = mt_xstrdup("model.safetensors");
+        n = 1;
+    } else if (exists(dir, "model.safetensors.index.json")) {
+        char *ix = join(dir, "model.safetensors.index.json");
+        names = index_files(ix, &n, e);
+        free(ix);
+        if (!names) return -1;
+    } else if (exists(dir, "pytorch_model.bin")) {
+        return mt_err_set(e, "%s: holds pytorch_model.bin but no model.safetensors: save it with "
+                             "save_pretrained(safe_serialization=True) first", dir);
+    } else {
+        return mt_err_set(e, "%s: no model.safetensors or model.safetensors.index.json", dir);
+    }
+    d->dir = mt_xstrdup(dir);
+    d->files = mt_xcalloc((size_t)n, sizeof *d->files);
+    rc = 0;
+    for (int i = 0; i < n; i++) {
+        char *p = join(dir, names[i]);
+        if (!rc && mt_st_open(&d->files[i], p, e)) rc = -1;
+        else if (!rc) d->nfiles++;
+        free(p);
+        free(names[i]);
+    }
+    free(names);
+    if (rc) {
+        mt_hf_dir_close(d);
+        return -1;
+    }
+    int fi;
+    const mt_st_info *wte = find(d, "wte.weight", &fi);
+    d->dtype = wte ? wte->dtype : MT_ST_F32;
+    return 0;
+}
+
+void mt_hf_dir_close(mt_hf_dir *d)
+{
+    for (int i = 0; i < d->nfiles; i++) mt_st_close(&d->files[i]);
+    free(d->files);
+    free(d->dir);
+    memset(d, 0, sizeof *d);
+}
+
+/* The tensor called name (without prefix), with or without "transformer."; its file index in *fi. */
+static const mt_st_info *find(const mt_hf_dir *d, const char *name, int *fi)
+{
+    char full[160];
+    snprintf(full, sizeof full, "transformer.%s", name);
+    for (int i = 0; i < d->nfiles; i++) {
+        const mt_st_info *t = mt_st_find(&d->files[i], full);
+        if (!t) t = mt_st_find(&d->files[i], name);
+        if (t) {
+            *fi = i;
+            return t;
+        }
+    }
+    return NULL;
+}
+
+int mt_hf_dir_read(mt_hf_dir *d, const mt_hf_tensor *t, float *dst, mt_err *e)
+{
+    int fi;
+    const mt_st_info *s = find(d, t->hf, &fi);
+    if (!s) {
+        if (d->nfiles == 1) return mt_err_set(e, "%s: missing tensor 'transformer.%s'", d->files[0].path, t->hf);
+        return mt_err_set(e, "%s: missing tensor 'transformer.%s' (in none of the %d shards)", d->dir, t->hf, d->nfiles);
+    }
+    const char *file = d->files[fi].path;
+    bool same = s->ndim == t->ndim;
+    for (int i = 0; same && i < t->ndim; i++) same = s->shape[i] == t->hf_shape[i];
+    if (!same) {
+        char a[128], b[128];
+        return mt_err_set(e, "%s: tensor '%s' has shape %s, config.json needs %s", file, s->name,
+                          mt_st_shape_str(a, sizeof a, s->ndim, s->shape), mt_st_shape_str(b, sizeof b, t->ndim, t->hf_shape));
+    }
+    if (mt_st_to_f32(s, dst))
+        return mt_err_set(e, "%s: tensor '%s' has dtype %s; F32, F16 or BF16 expected", file, s->name,
+                          mt_st_dtype_name(s->dtype));
+    mt_st_drop(&d->files[fi], s);
+    return 0;
+}
+
+/* "h.<digits>.attn.bias" or "h.<digits>.attn.masked_bias", with or without the prefix. */
+static bool mask_buffer(const char *name)
+{
+    if (!strncmp(name, "transformer.", 12)) name += 12;
+    if (strncmp(name, "h.", 2)) return false;
+    name += 2;
+    if (*name < '0' || *name > '9') return false;
+    while (*name >= '0' && *name <= '9') name++;
+    return !strcmp(name, ".attn.bias") || !strcmp(name, ".attn.masked_bias");
+}
+
+int mt_hf_dir_check_names(const mt_hf_dir *d, const mt_hf_tensor *map, int n, mt_err *e)
+{
+    for (int i = 0; i < d->nfiles; i++)
+        for (int j = 0; j < d->files[i].n; j++) {
+            const mt_st_info *t = &d->files[i].t[j];
+            const char *name = !strncmp(t->name, "transformer.", 12) ? t->name + 12 : t->name;
+            bool known = mask_buffer(name);
+            for (int k = 0; k < n && !known; k++) known = !strcmp(map[k].hf, name);
+            if (!strcmp(t->name, "lm_head.weight")) {   /* tied: must be the word embeddings */
+                int wi;
+                const mt_st_info *w = find(d, "wte.weight", &wi);
+                if (!w || t->dtype != w->dtype || t->nbytes != w->nbytes || (w->nbytes && memcmp(t->data, w->data, w->nbytes)))
+                    return mt_err_set(e, "%s: lm_head.weight differs from the word embeddings: mt ties them (GPT-2)",
+                                      d->files[i].path);
+                known = true;
+            }
+            if (!known)
+                return mt_err_set(e, "%s: unexpected tensor '%s' (not part of GPT2LMHeadModel)", d->files[i].path, t->name);
+        }
+    return 0;
+}

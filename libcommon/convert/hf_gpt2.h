@@ -1,0 +1,77 @@
+/* hf_gpt2.h: Hugging Face's GPT2LMHeadModel in Megatron's terms: its config.json, the name, shape and
+ * transform of each of its tensors against the Megatron (legacy) tensor of mt's checkpoints, and the
+ * transforms themselves. Pure functions over host buffers; reading and writing files is the caller's.
+ *
+ * Mapping (spec 6.3, 6.4): wte <-> word_embeddings (rows: HF has the tokenizer's vocabulary, Megatron the
+ * padded one; padding rows are zero on import and dropped on export), wpe <-> position_embeddings, ln_1 /
+ * ln_2 / ln_f <-> input_layernorm / post_attention_layernorm / final_layernorm, c_attn <-> query_key_value
+ * (HF Conv1D [h, 3h] with columns [q | k | v], each head-major; Megatron [3h, h] with rows per head
+ * [np][3][hn]), c_proj / c_fc / mlp.c_proj <-> dense / dense_h_to_4h / dense_4h_to_h transposed (Conv1D
+ * is [in, out]); biases copied (c_attn's reordered like its columns). lm_head is wte (tied).
+ */
+#ifndef MT_CONVERT_HF_GPT2_H
+#define MT_CONVERT_HF_GPT2_H
+
+#include <jansson.h>
+#include <stdint.h>
+
+#include "model/layout.h"
+#include "util/err.h"
+
+/* The fields of a GPT-2 config.json that shape the model. */
+typedef struct mt_hf_config {
+    int n_layer, n_embd, n_head, n_inner, n_positions, vocab_size;
+    double layer_norm_epsilon, initializer_range;
+    int exact_gelu;                 /* activation_function "gelu" (erf); else a tanh approximation */
+    int bos_token_id, eos_token_id;
+    const char *torch_dtype;        /* written to config.json ("float32" when NULL) */
+} mt_hf_config;
+
+/* Reads and checks path (a config.json): model_type gpt2, a supported activation, attention scaled by
+ * 1/sqrt(head size) only, tied embeddings, sizes in range. One-line errors naming the file and key,
+ * e.g. "x/config.json: model_type is 'llama'; only GPT-2 (gpt2) is supported". */
+int mt_hf_config_read(const char *path, mt_hf_config *c, mt_err *e);
+/* Writes config.json as transformers' save_pretrained does (sorted keys, indent 2), atomically. */
+int mt_hf_config_write(const char *path, const mt_hf_config *c, mt_err *e);
+
+typedef enum { MT_HF_COPY, MT_HF_TRANSPOSE, MT_HF_QKV_WEIGHT, MT_HF_QKV_BIAS } mt_hf_xform;
+
+/* One HF tensor and the Megatron tensor it comes from. Shapes: HF's and Megatron's global ones; for the
+ * word embeddings hf_shape[0] (the HF rows) may be below mt_shape[0] (padded). */
+typedef struct mt_hf_tensor {
+    char hf[96];                 /* without the "transformer." prefix: "wte.weight", "h.0.attn.c_attn.weight" */
+    char mt[128];                /* the Megatron name */
+    mt_tensor_kind kind;
+    int layer;
+    mt_hf_xform x;
+    int ndim;
+    int64_t hf_shape[2], mt_shape[2];
+} mt_hf_tensor;
+
+/* The tensors of GPT2LMHeadModel with hf_rows rows of word embeddings, for the Megatron architecture a
+ * (one tensor rank, one stage; GPT-2 features only), in transformers' state-dict order. *n set; the
+ * array is the caller's to free. NULL with e set when a is not GPT-2 or hf_rows exceeds the padded
+ * vocabulary. */
+mt_hf_tensor *mt_hf_tensors(const mt_model_arch *a, int64_t hf_rows, int *n, mt_err *e);
+
+/* Megatron -> HF: src in mt_shape, dst in hf_shape. num_heads for the QKV reorder. */
+void mt_hf_export(const mt_hf_tensor *t, int num_heads, const float *src, float *dst);
+/* HF -> Megatron: src in hf_shape, dst in mt_shape (rows beyond the HF ones set to 0). */
+void mt_hf_import(const mt_hf_tensor *t, int num_heads, const float *src, float *dst);
+
+/* The entry whose Megatron name is mt_name, or NULL. */
+const mt_hf_tensor *mt_hf_by_mt_name(const mt_hf_tensor *t, int n, const char *mt_name);
+
+/* The args object of mt-train (Megatron flag names without "--") describing the model of c with the given
+ * tokenizer files (NULL: null): what a checkpoint converted from c records in its meta.json. */
+json_t *mt_hf_megatron_args(const mt_hf_config *c, int divisible_by, const char *vocab_file, const char *merge_file);
+
+/* The --make-vocab-size-divisible-by that pads a tokenizer of vocab tokens to exactly the model's rows
+ * (rows >= vocab): 1 when they are equal, so that no padding row joins the softmax (an HF model has none:
+ * zero rows would each add exp(0) to the normalizer of logits that are mostly far below 0). */
+int mt_hf_divisible_by(int64_t rows, int64_t vocab);
+
+/* The architecture of an HF config with the given padded vocabulary. */
+mt_model_arch mt_hf_arch(const mt_hf_config *c, int padded_vocab);
+
+#endif

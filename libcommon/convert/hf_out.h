@@ -1,0 +1,27 @@
+/* hf_out.h: writing a Hugging Face model directory so that it appears complete or not at all: files go
+ * into a hidden temporary directory beside the target (".<name>.tmp.<pid>.0", swept by later runs when
+ * its process is dead), which is renamed onto the target (absent, or an empty directory) at the end.
+ */
+#ifndef MT_CONVERT_HF_OUT_H
+#define MT_CONVERT_HF_OUT_H
+
+#include "convert/hf_gpt2.h"
+#include "util/err.h"
+
+typedef struct mt_hf_out {
+    char *dir, *tmp;
+    char *model_path;   /* <tmp>/model.safetensors, for the caller to write */
+} mt_hf_out;
+
+/* Checks that dir is absent or an empty directory (its parent is created if missing) and creates the
+ * temporary directory. 0, or -1 with e set. */
+int mt_hf_out_begin(mt_hf_out *o, const char *dir, mt_err *e);
+/* Writes config.json, generation_config.json, tokenizer_config.json, special_tokens_map.json and copies
+ * of the GPT-2 vocab.json and merges.txt. */
+int mt_hf_out_files(mt_hf_out *o, const mt_hf_config *c, const char *vocab_file, const char *merge_file, mt_err *e);
+/* Renames the temporary directory onto dir. */
+int mt_hf_out_commit(mt_hf_out *o, mt_err *e);
+/* Removes the temporary directory (after an error). */
+void mt_hf_out_abort(mt_hf_out *o);
+
+#endif

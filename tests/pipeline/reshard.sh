@@ -1,0 +1,93 @@
+#!/usr/bin/env bash
+# reshard.sh: mt-ckpt-convert --target-tensor-parallel-size / --target-pipeline-parallel-size. A
+# checkpoint resharded to tp 2 x pp 2, tp 4 and pp 2 holds Megatron's rank directories with each rank's
+# slices; it resumes (on one rank, read back whole) with the losses of the uninterrupted run, its
+# optimizer state included; back to one rank it is byte-identical to the original; mt-eval and the
+# Hugging Face export read it as they read the original; a missing shard, a layout the model does not
+# allow, and rank copies that disagree are one-line errors.
+. "$(dirname "$0")/../lib.sh"
+PY=/usr/bin/python3
+d=$T_TMP
+export OMP_NUM_THREADS=2
+err1() { "$@" >"$d/o" 2>"$d/e"; local rc=$?; [ $rc != 0 ] && [ "$(wc -l <"$d/e")" -eq 1 ]; }
+
+$PY - >"$d/train.jsonl" <<'PYEOF'
+import json
+for i in range(120):
+    print(json.dumps({"text": "def g%d(a, b=%d):\n    return [a + b * k for k in range(%d)]\n" % (i, i % 5, i % 9)}))
+PYEOF
+mt-tokenize --vocab-file "$GPT2_VOCAB" --merge-file "$GPT2_MERGES" --append-eod --quiet --input "$d/train.jsonl" \
+    | mt-index --output-prefix "$d/data" 2>/dev/null
+train() { mt-train --num-layers 2 --hidden-size 32 --num-attention-heads 4 --seq-length 32 --max-position-embeddings 32 \
+        --micro-batch-size 2 --global-batch-size 4 --train-iters 10 --lr 5e-3 --lr-decay-style cosine --log-interval 1 \
+        --eval-iters 0 --split 100,0,0 --seed 9 --vocab-file "$GPT2_VOCAB" --merge-file "$GPT2_MERGES" \
+        --data-path "$d/data_text_document" --data-cache-path "$d/cache" "$@"; }
+losses() { grep -oE 'iteration +[0-9]+/ +10 \|.*lm loss: [0-9.E+-]+' "$1" | sed -E 's/iteration +([0-9]+).*lm loss: ([0-9.E+-]+)/\1 \2/'; }
+train --save "$d/ck" --save-interval 5 >"$d/full.log" 2>"$d/full.err" || { t_fail "training" "$(tail -2 "$d/full.err")"; exit 0; }
+losses "$d/full.log" | awk '$1 > 5' >"$d/want"
+[ "$(wc -l <"$d/want")" = 5 ] || t_fail "the uninterrupted run logged iterations 6-10" "$(cat "$d/want")"
+
+for lay in "2 2" "4 1" "1 2"; do
+    set -- $lay; t=$1 p=$2 name=tp$1pp$2
+    if mt-ckpt-convert --load "$d/ck" --iteration 5 --save "$d/$name" --target-tensor-parallel-size "$t" \
+            --target-pipeline-parallel-size "$p" 2>"$d/e"; then t_pass "$name: resharded"
+    else t_fail "$name: resharded" "$(cat "$d/e")"; continue; fi
+    want_dirs=$($PY -c "
+t, p = $t, $p
+print(' '.join(sorted(('mp_rank_%02d_%03d' % (i, j)) if p > 1 else 'mp_rank_%02d' % i for i in range(t) for j in range(p))))")
+    [ "$(ls "$d/$name/iter_0000005" | tr '\n' ' ' | sed 's/ $//')" = "$want_dirs" ] && t_pass "$name: Megatron's rank directories" \
+        || t_fail "$name: Megatron's rank directories" "$(ls "$d/$name/iter_0000005")"
+    cp -r "$d/$name" "$d/$name-run"
+    train --load "$d/$name-run" --save "$d/$name-run" >"$d/$name.log" 2>"$d/$name.err"
+    losses "$d/$name.log" >"$d/got"
+    if [ -s "$d/got" ] && cmp -s "$d/want" "$d/got"; then t_pass "$name: resumes with the uninterrupted run's losses (iterations 6-10)"
+    else t_fail "$name: resumes with the uninterrupted run's losses" "$(paste "$d/want" "$d/got" | head -3) $(tail -1 "$d/$name.err")"; fi
+done
+
+# slices: tp 2 x pp 2 holds half of the QKV rows of a layer on its stage, the head copy on the last stage
+$PY - "$d/tp2pp2/iter_0000005" <<'PYEOF' >"$d/c" 2>&1 && t_pass "tp2pp2: each rank holds its slices" || t_fail "tp2pp2: slices" "$(tail -1 "$d/c")"
+import json, struct, sys
+def head(p):
+    b = open(p, "rb").read(8 + 100000); n = struct.unpack("<Q", b[:8])[0]
+    h = json.loads(b[8:8 + n]); h.pop("__metadata__", None); return h
+a = head(sys.argv[1] + "/mp_rank_01_000/model.safetensors")
+z = head(sys.argv[1] + "/mp_rank_00_001/model.safetensors")
+assert a["language_model.encoder.layers.0.self_attention.query_key_value.weight"]["shape"] == [48, 32], a
+assert a["language_model.embedding.word_embeddings.weight"]["shape"] == [50432 // 2, 32]   # padded for tp 2
+assert "language_model.embedding.position_embeddings.weight" not in z
+assert z["word_embeddings_for_head.weight"]["shape"] == [50432 // 2, 32], sorted(z)
+assert "language_model.encoder.layers.0.input_layernorm.weight" in z      # stage 1's layer 1, local index 0
+PYEOF
+
+# back to one rank: byte-identical; the same evaluation and Hugging Face export
+mt-ckpt-convert --load "$d/tp2pp2" --save "$d/back" 2>/dev/null
+for f in model.safetensors optim.safetensors; do
+    t_cmp "tp2pp2 -> tp1pp1: $f byte-identical to the original" "$d/ck/iter_0000005/mp_rank_00/$f" "$d/back/iter_0000005/mp_rank_00/$f"
+done
+printf '%s\n' '{"text": "def g3(a, b=3):\n    return a"}' >"$d/doc.jsonl"
+mt-eval --load "$d/ck" --ckpt-step 5 --score <"$d/doc.jsonl" >"$d/s1" 2>&1
+mt-eval --load "$d/tp2pp2" --score <"$d/doc.jsonl" >"$d/s2" 2>&1
+[ -s "$d/s1" ] && t_cmp "mt-eval reads tp2pp2 as the original" "$d/s1" "$d/s2"
+mt-ckpt-convert --load "$d/ck" --iteration 5 --to hf --out "$d/hf1" 2>/dev/null
+mt-ckpt-convert --load "$d/tp2pp2" --to hf --out "$d/hf2" 2>/dev/null
+t_cmp "--to hf from tp2pp2 = from one rank" "$d/hf1/model.safetensors" "$d/hf2/model.safetensors"
+
+# errors
+err1 mt-ckpt-convert --load "$d/ck" --save "$d/bad" --target-tensor-parallel-size 3 && grep -q 'tensor' "$d/e" \
+    && t_pass "tp 3 of 4 heads: one-line error" || t_fail "tp 3 of 4 heads" "$(cat "$d/e")"
+err1 mt-ckpt-convert --load "$d/ck" --save "$d/bad" --target-pipeline-parallel-size 3 && grep -q 'pipeline' "$d/e" \
+    && t_pass "pp 3 of 2 layers: one-line error" || t_fail "pp 3 of 2 layers" "$(cat "$d/e")"
+[ ! -e "$d/bad/latest_checkpointed_iteration.txt" ] || t_fail "nothing saved after an error" "$(ls "$d/bad")"
+cp -r "$d/tp2pp2" "$d/miss"; rm -r "$d/miss/iter_0000005/mp_rank_01_001"
+err1 mt-eval --load "$d/miss" --score <"$d/doc.jsonl" && grep -q 'mp_rank_01_001' "$d/e" \
+    && t_pass "a missing shard: one-line error naming it" || t_fail "a missing shard" "$(cat "$d/e")"
+cp -r "$d/tp2pp2" "$d/diff"
+$PY - "$d/diff/iter_0000005/mp_rank_01_001/model.safetensors" <<'PYEOF'
+import json, struct, sys
+p = sys.argv[1]; b = bytearray(open(p, "rb").read()); n = struct.unpack("<Q", b[:8])[0]
+h = json.loads(b[8:8 + n]); o = h["language_model.encoder.final_layernorm.weight"]["data_offsets"][0]
+b[8 + n + o] ^= 1                                         # tensor rank 1's copy of a replicated tensor
+open(p, "wb").write(b)
+PYEOF
+err1 mt-eval --load "$d/diff" --score <"$d/doc.jsonl" && grep -q "final_layernorm.weight' differs" "$d/e" \
+    && t_pass "replicated copies that differ: one-line error" || t_fail "replicated copies that differ" "$(cat "$d/e")"
