@@ -17,7 +17,7 @@ MT_CFLAGS := -std=c11 -D_GNU_SOURCE -Wall -Wextra -pthread -fopenmp -Ilibcommon 
              $(shell pkg-config --cflags pmix ompi-c 2>/dev/null)
 LDLIBS  := $(shell pkg-config --libs libzstd jansson openblas 2>/dev/null || echo -lzstd -ljansson -lopenblas) \
            $(shell pkg-config --libs pmix ompi-c 2>/dev/null || echo -lpmix -lmpi) \
-           -lm -pthread -fopenmp
+           -ldnnl -lm -pthread -fopenmp
 
 # libmt.a: the host library (libcommon/<sub>/*.c) and the kernel library's dispatch and cpu backend.
 LIB_SRC  := $(sort $(wildcard libcommon/*/*.c) $(wildcard kernels/*.c) $(wildcard kernels/cpu/*.c))

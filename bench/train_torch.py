@@ -1,10 +1,13 @@
 # train_torch.py: the PyTorch side of bench/train-cpu: a plain GPT-2 in torch (pre-LayerNorm blocks,
 # learned positions, tanh GeLU, tied embeddings, biases, causal attention written as matmul + mask +
 # softmax since torch 1.13 has no scaled_dot_product_attention) trained with AdamW and gradient clipping
-# on random tokens, dropout 0, in fp32 on the CPU with a fixed thread count. Prints one line:
+# on random tokens, dropout 0, in fp32 on the CPU with a fixed thread count, or with the forward pass
+# under torch.autocast("cpu", dtype=torch.bfloat16) (bf16 matrix products through oneDNN, fp32
+# weights, gradients and optimizer: PyTorch's CPU mixed precision) when PRECISION is bf16. Prints one line:
 #   params <n> loss <last loss> step_ms <ms> <ms> ...
 # with the time of each step after the warm-up ones (forward, backward, clipping, AdamW, zeroing).
-# Usage: train_torch.py LAYERS HIDDEN HEADS SEQ MAX_POSITIONS BATCH VOCAB_PADDED THREADS WARMUP STEPS
+# Usage: train_torch.py LAYERS HIDDEN HEADS SEQ MAX_POSITIONS BATCH VOCAB_PADDED THREADS WARMUP STEPS [fp32|bf16]
+import contextlib
 import math
 import sys
 import time
@@ -63,6 +66,8 @@ class GPT(nn.Module):
 
 def main():
     L, h, nh, T, P, B, V, threads, warmup, steps = (int(a) for a in sys.argv[1:11])
+    bf16 = len(sys.argv) > 11 and sys.argv[11] == "bf16"
+    amp = (lambda: torch.autocast("cpu", dtype=torch.bfloat16)) if bf16 else contextlib.nullcontext
     torch.set_num_threads(threads)
     torch.manual_seed(1234)
     model = GPT(L, h, nh, P, V)
@@ -77,7 +82,8 @@ def main():
         t0 = time.perf_counter()
         x, y = data[i, :, :-1], data[i, :, 1:]
         opt.zero_grad(set_to_none=False)
-        loss = model(x, y)
+        with amp():
+            loss = model(x, y)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()

@@ -30,7 +30,7 @@ static const char *load_dir, *eval_split = "valid", *data_cache_path, *split_arg
 static mt_strs data_path;
 static int64_t ckpt_step = -1, eval_iters = -1, mbs, seed = -1, max_line = MT_MAX_LINE_DEFAULT;
 static int threads;
-static bool score, json_out, eod_mask_loss;
+static bool score, json_out, eod_mask_loss, bf16, fp16;
 
 static const mt_flag flags[] = {
     {"--load", MT_F_STR, &load_dir, "DIR", "checkpoint directory, or a Hugging Face GPT-2 directory (required)", 0, 0, NULL},
@@ -56,6 +56,8 @@ static const mt_flag flags[] = {
     {"--device", MT_F_CHOICE, &device, NULL, "where the kernels run: cpu, or cuda (the GPU of the local rank); "
      "default cuda when a GPU is there", 0, 0, MT_DEVICE_CHOICES},
     {"--threads", MT_F_INT, &threads, "N", "CPU threads (default: OpenMP's)", 0, 4096, NULL},
+    {"--bf16", MT_F_BOOL, &bf16, NULL, "compute in bf16: activations and a bf16 copy of the fp32 weights", 0, 0, NULL},
+    {"--fp16", MT_F_BOOL, &fp16, NULL, "compute in fp16: activations and an fp16 copy of the fp32 weights", 0, 0, NULL},
     {0},
 };
 
@@ -88,7 +90,7 @@ static void load_model(ev *v)
     v->vocab = v->mc.tok.vocab_size;
     v->eod = v->mc.tok.eod;
     if (mbs <= 0) mbs = v->mc.a.micro_batch_size;
-    v->k = mt_device_open(device, threads, MTK_F32, &e);
+    v->k = mt_device_open(device, threads, bf16 ? MTK_BF16 : fp16 ? MTK_F16 : MTK_F32, &e);
     if (!v->k) mt_die_err(&e);
     if (mt_model_load_weights(&v->mc, v->k, NULL, &e)) mt_die_err(&e);
     v->model = v->mc.model;
@@ -260,6 +262,7 @@ int main(int argc, char **argv)
     if (mt_flags_parse(&cmd, argc, argv, NULL, NULL, &e)) mt_die_err(&e);
     if (!load_dir) mt_die("--load is required (try --help)");
     if (logits_path && !score) mt_die("--logits goes with --score");
+    if (bf16 && fp16) mt_die("--bf16 and --fp16 are mutually exclusive");
     ev v = {0};
     load_model(&v);
     if (score)

@@ -25,7 +25,7 @@ static const char *load_dir, *vocab_file, *merge_file, *device, *json_key, *stop
 static int64_t ckpt_step = -1, max_new = 64, top_k, seed = 1234, batch_size = 8, max_line = MT_MAX_LINE_DEFAULT;
 static double temperature = 1.0, top_p = 1.0, rep_penalty = 1.0;
 static int threads;
-static bool greedy, json_out, add_bos, timing;
+static bool greedy, json_out, add_bos, timing, bf16, fp16;
 
 static const mt_flag flags[] = {
     {"--load", MT_F_STR, &load_dir, "DIR", "checkpoint directory, or a Hugging Face GPT-2 directory (required)", 0, 0, NULL},
@@ -49,6 +49,8 @@ static const mt_flag flags[] = {
     {"--device", MT_F_CHOICE, &device, NULL, "where the kernels run: cpu, or cuda (the GPU of the local rank); "
      "default cuda when a GPU is there", 0, 0, MT_DEVICE_CHOICES},
     {"--threads", MT_F_INT, &threads, "N", "CPU threads (default: OpenMP's)", 0, 4096, NULL},
+    {"--bf16", MT_F_BOOL, &bf16, NULL, "compute in bf16: activations and a bf16 copy of the fp32 weights", 0, 0, NULL},
+    {"--fp16", MT_F_BOOL, &fp16, NULL, "compute in fp16: activations and an fp16 copy of the fp32 weights", 0, 0, NULL},
     {0},
 };
 
@@ -286,6 +288,7 @@ int main(int argc, char **argv)
     mt_strs pos = {0};
     if (mt_flags_parse(&cmd, argc, argv, &pos, NULL, &e)) mt_die_err(&e);
     if (!load_dir) mt_die("--load is required (try --help)");
+    if (bf16 && fp16) mt_die("--bf16 and --fp16 are mutually exclusive");
     if (seed < 0 || seed > 4294967295LL) mt_die("--seed %lld: expected 0 .. 4294967295", (long long)seed);
 
     mt_model_ckpt mc;
@@ -293,7 +296,7 @@ int main(int argc, char **argv)
                             .merge_file = merge_file};
     if (mt_model_open(&mc, load_dir, &o, &e)) mt_die_err(&e);
     if (!mc.tok.bpe) mt_die("%s: the checkpoint has no BPE vocabulary (NullTokenizer): pass --vocab-file and --merge-file", mc.dir);
-    mtk *k = mt_device_open(device, threads, MTK_F32, &e);
+    mtk *k = mt_device_open(device, threads, bf16 ? MTK_BF16 : fp16 ? MTK_F16 : MTK_F32, &e);
     if (!k) mt_die_err(&e);
     if (mt_model_load_weights(&mc, k, NULL, &e)) mt_die_err(&e);
 

@@ -138,7 +138,7 @@ typedef struct interval {
     mt_log_accum acc;
 } interval;
 
-static void log_iteration(run *r, interval *iv, double grad_norm)
+static void log_iteration(run *r, interval *iv, const mt_step_result *s)
 {
     mt_err e;
     double dt = now_s() - iv->t0;
@@ -154,9 +154,9 @@ static void log_iteration(run *r, interval *iv, double grad_norm)
     l.lr = r->t.sched.lr;
     l.global_batch_size = r->t.a.global_batch_size;
     mt_log_accum_fill(&iv->acc, &l);
-    l.loss_scale = 1.0;
-    l.has_grad_norm = r->t.a.clip_grad > 0;
-    l.grad_norm = grad_norm;
+    l.loss_scale = s->loss_scale;
+    l.has_grad_norm = r->t.a.clip_grad > 0 && !s->skipped;   /* Megatron: no norm of a skipped step */
+    l.grad_norm = s->grad_norm;
     l.has_tokens_per_sec = true;
     l.tokens_per_sec = dt > 0 ? (double)n * (double)r->t.a.global_batch_size * r->t.a.seq_length / dt : 0;
     double tflops = dt > 0 ? (double)n * r->t.flops_per_iter / dt / 1e12 : 0;
@@ -187,10 +187,11 @@ static void log_iteration(run *r, interval *iv, double grad_norm)
     iv->t0 = now_s();
 }
 
-static void tb_iteration(run *r, double loss, double grad_norm)
+static void tb_iteration(run *r, const mt_step_result *st)
 {
     if (!r->tb || r->t.iteration % r->t.a.tensorboard_log_interval) return;
     int64_t it = r->t.iteration, s = r->t.consumed_train;
+    double loss = st->loss, grad_norm = st->grad_norm;
     tb_scalar(r, "learning-rate", it, r->t.sched.lr);
     tb_scalar(r, "learning-rate vs samples", s, r->t.sched.lr);
     tb_scalar(r, "batch-size", it, (double)r->t.a.global_batch_size);
@@ -198,10 +199,10 @@ static void tb_iteration(run *r, double loss, double grad_norm)
     tb_scalar(r, "lm loss", it, loss);
     tb_scalar(r, "lm loss vs samples", s, loss);
     if (!r->t.a.no_log_loss_scale_to_tensorboard) {
-        tb_scalar(r, "loss-scale", it, 1.0);
-        tb_scalar(r, "loss-scale vs samples", s, 1.0);
+        tb_scalar(r, "loss-scale", it, st->loss_scale);
+        tb_scalar(r, "loss-scale vs samples", s, st->loss_scale);
     }
-    if (r->t.a.clip_grad > 0) {
+    if (r->t.a.clip_grad > 0 && !st->skipped) {
         tb_scalar(r, "grad-norm", it, grad_norm);
         tb_scalar(r, "grad-norm vs samples", s, grad_norm);
     }
@@ -236,8 +237,8 @@ static int train(run *r)
         if (mt_trainer_step(t, &s, &e)) mt_die_err(&e);
         mt_loss_value lv = {"lm loss", s.loss};
         mt_log_accum_add(&iv.acc, s.skipped, &lv, 1);
-        tb_iteration(r, s.loss, s.grad_norm);
-        if (t->iteration % t->a.log_interval == 0) log_iteration(r, &iv, s.grad_norm);
+        tb_iteration(r, &s);
+        if (t->iteration % t->a.log_interval == 0) log_iteration(r, &iv, &s);
         if (t->a.eval_iters > 0 && t->iteration % t->a.eval_interval == 0 && t->data.split[MT_SPLIT_VALID].present)
             evaluate_and_print(r, MT_SPLIT_VALID, MT_EVAL_DURING, t->a.eval_iters);
         if (t->a.save && t->a.save_interval && t->iteration % t->a.save_interval == 0) save_checkpoint(r);

@@ -8,7 +8,7 @@
 set -eu
 
 PKGS="build-essential pkg-config zstd libzstd-dev libjansson-dev
-      libopenblas-dev libopenmpi-dev openmpi-bin libpmix-dev
+      libopenblas-dev libdnnl-dev libopenmpi-dev openmpi-bin libpmix-dev
       python3 python3-venv python3-numpy python3-torch"
 [ "${1:-}" = slurm ] && PKGS="slurm-wlm munge libpmix-bin"
 

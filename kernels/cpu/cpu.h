@@ -11,6 +11,9 @@ void cpu_free(mtk *k, void *p);
 void cpu_zero(mtk *k, void *p, size_t bytes);
 void cpu_copy(mtk *k, void *dst, const void *src, size_t bytes);
 void cpu_convert(mtk *k, void *dst, mtk_dtype dt, const void *src, mtk_dtype st, size_t n);
+/* Serial conversions of n elements (the calling thread only), round to nearest even. */
+void cpu_to_f32(float *dst, const void *src, mtk_dtype st, size_t n);
+void cpu_from_f32(void *dst, mtk_dtype dt, const float *src, size_t n);
 int cpu_sync(mtk *k);
 
 void cpu_embed_fwd(mtk *k, float *out, const int32_t *tok, const float *wte, const float *wpe, int B, int T, int C,
@@ -52,6 +55,27 @@ double cpu_sumsq(mtk *k, const float *x, size_t n);
 size_t cpu_count_nonfinite(mtk *k, const float *x, size_t n);
 void cpu_adamw(mtk *k, float *p, const float *g, float *m, float *v, size_t n, float lr, float b1, float b2,
                float eps, float wd, int t, float grad_scale);
+
+/* oneDNN matrix products (dnnl.c): C[M,N] = A[M,K] . B[K,N] (+ bias[N], fp32) (+ C when accumulate),
+ * A and B of dtype ab addressed by element strides (row, column), C of dtype cdt row-major with ldc.
+ * Every size must be positive. 0, or -1 with the backend's error set. */
+typedef struct cpu_dnnl cpu_dnnl;
+int cpu_dnnl_open(cpu_dnnl **d, mt_err *e);
+void cpu_dnnl_close(cpu_dnnl *d);
+int cpu_dnnl_matmul(mtk *k, cpu_dnnl *d, mtk_dtype ab, int M, int N, int K, const void *A, long sam, long sak,
+                    const void *B, long sbk, long sbn, const float *bias, int accumulate, void *C, mtk_dtype cdt,
+                    long ldc);
+
+/* The cpu backend's state (k->impl). */
+typedef struct cpu_state {
+    cpu_dnnl *dnnl;
+    int sgemm_dnnl;   /* fp32 linear layers through oneDNN (default), or OpenBLAS with MT_CPU_SGEMM=openblas */
+} cpu_state;
+
+/* The linear layer with bf16 operands through oneDNN (matmul_bf16.c); N, C, OC positive. */
+void cpu_matmul_fwd_bf16(mtk *k, void *out, const void *inp, const void *w, const float *bias, int N, int C, int OC);
+void cpu_matmul_bwd_bf16(mtk *k, void *dinp, float *dw, float *dbias, const void *dout, const void *inp,
+                         const void *w, int N, int C, int OC);
 
 /* Workspace the kernels take: attention per thread (floats), sumsq partials (bytes). */
 size_t cpu_attention_ws_floats(int T, int HS);

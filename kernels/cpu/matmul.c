@@ -11,11 +11,25 @@
  * multiple of 64 (about CHUNKS_PER_THREAD per thread, at least 128 wide) that the threads take in turn:
  * a thread that loses its core to other work for a while holds back only its current chunk, not half of
  * the product. */
-enum { CHUNKS_PER_THREAD = 4, MIN_CHUNK = 128 };
+enum { CHUNKS_PER_THREAD = 4, MIN_CHUNK = 128, DW_ROWS = 2048, DW_SPLIT = 8192 };
 
-static void par_sgemm(CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int M, int N, int K, float alpha, const float *A,
+static void par_sgemm(mtk *k, CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int M, int N, int K, float alpha, const float *A,
                       int lda, const float *B, int ldb, float beta, float *C, int ldc)
 {
+    cpu_state *st = k->impl;
+    if (st->sgemm_dnnl && alpha == 1.0f && (beta == 0.0f || beta == 1.0f) && M > 0 && N > 0 && K > 0) {
+        long sam = ta == CblasNoTrans ? lda : 1, sak = ta == CblasNoTrans ? 1 : lda;
+        long sbk = tb == CblasNoTrans ? ldb : 1, sbn = tb == CblasNoTrans ? 1 : ldb;
+        /* a transposed A (the weight gradient) in slabs of DW_ROWS rows, as matmul_bf16.c does */
+        int slab = ta == CblasNoTrans || M <= DW_SPLIT ? M : DW_ROWS;
+        for (int m0 = 0; m0 < M; m0 += slab) {
+            int m = M - m0 < slab ? M - m0 : slab;
+            if (cpu_dnnl_matmul(k, st->dnnl, MTK_F32, m, N, K, A + (size_t)m0 * (size_t)sam, sam, sak, B, sbk, sbn, NULL,
+                                beta == 1.0f, C + (size_t)m0 * (size_t)ldc, MTK_F32, ldc))
+                return;
+        }
+        return;
+    }
     int nt = omp_get_max_threads();
     int along_m = M >= N, len = along_m ? M : N;
     int chunk = (len + CHUNKS_PER_THREAD * nt - 1) / (CHUNKS_PER_THREAD * nt);
@@ -40,13 +54,12 @@ static void par_sgemm(CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int M, int N, int 
 
 void cpu_matmul_fwd(mtk *k, float *out, const float *inp, const float *w, const float *bias, int N, int C, int OC)
 {
-    (void)k;
     if (N <= 0 || OC <= 0) return;
     if (N <= MT_CPU_SMALL_N) {
         cpu_matmul_small(out, inp, w, bias, N, C, OC);
         return;
     }
-    par_sgemm(CblasNoTrans, CblasTrans, N, OC, C, 1.0f, inp, C, w, C, 0.0f, out, OC);
+    par_sgemm(k, CblasNoTrans, CblasTrans, N, OC, C, 1.0f, inp, C, w, C, 0.0f, out, OC);
     if (!bias) return;
 #pragma omp parallel for schedule(static)
     for (int n = 0; n < N; n++) {
@@ -76,15 +89,14 @@ static void bias_grad(float *dbias, const float *dout, int N, int OC)
 void cpu_matmul_bwd(mtk *k, float *dinp, float *dw, float *dbias, const float *dout, const float *inp,
                     const float *w, int N, int C, int OC)
 {
-    (void)k;
     if (N <= 0) return;
     if (dinp) {
         if (OC > 0)
-            par_sgemm(CblasNoTrans, CblasNoTrans, N, C, OC, 1.0f, dout, OC, w, C, 0.0f, dinp, C);
+            par_sgemm(k, CblasNoTrans, CblasNoTrans, N, C, OC, 1.0f, dout, OC, w, C, 0.0f, dinp, C);
         else
             for (size_t i = 0; i < (size_t)N * C; i++) dinp[i] = 0;
     }
     if (dw && OC > 0 && C > 0)
-        par_sgemm(CblasTrans, CblasNoTrans, OC, C, N, 1.0f, dout, OC, inp, C, 1.0f, dw, C);
+        par_sgemm(k, CblasTrans, CblasNoTrans, OC, C, N, 1.0f, dout, OC, inp, C, 1.0f, dw, C);
     if (dbias && OC > 0) bias_grad(dbias, dout, N, OC);
 }

@@ -6,6 +6,8 @@
 #include <cblas.h>
 #include <omp.h>
 #include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
 
 #include "cpu.h"
 
@@ -13,7 +15,15 @@ enum { STAGES = 4 };   /* the most activation operands one operation stages */
 
 static int cpu_open(mtk *k, const mtk_config *cfg, mt_err *e)
 {
-    (void)e;
+    cpu_state *s = calloc(1, sizeof *s);
+    if (!s) return mtk_err_set(e, "out of memory");
+    if (cpu_dnnl_open(&s->dnnl, e)) {
+        free(s);
+        return -1;
+    }
+    const char *g = getenv("MT_CPU_SGEMM");
+    s->sgemm_dnnl = !(g && !strcmp(g, "openblas"));
+    k->impl = s;
     if (cfg->threads > 0) omp_set_num_threads(cfg->threads);
     /* All parallelism is OpenMP's: BLAS calls are made per thread on slabs or tiles (matmul.c, attention.c). */
     openblas_set_num_threads(1);
@@ -21,7 +31,14 @@ static int cpu_open(mtk *k, const mtk_config *cfg, mt_err *e)
     return 0;
 }
 
-static void cpu_close(mtk *k) { (void)k; }
+static void cpu_close(mtk *k)
+{
+    cpu_state *s = k->impl;
+    if (!s) return;
+    cpu_dnnl_close(s->dnnl);
+    free(s);
+    k->impl = NULL;
+}
 
 static size_t cpu_workspace_need(const mtk *k, const mtk_limits *l)
 {
@@ -53,9 +70,170 @@ static void out(mtk *k, void *p, const float *s, size_t n)
 }
 #define STAGED_OK (!k->failed)
 
+/* ---- blocked staging: the operands of elementwise and row-wise operations a block at a time ----
+ * Each thread converts one block of every operand into its own fp32 buffers in the workspace, runs the
+ * fp32 kernel on it (its own parallel loop is then nested, so one thread runs it) and rounds the outputs
+ * back: the working set stays in the thread's cache instead of whole fp32 copies going through memory.
+ * The kernels run are elementwise or independent per row, so the results are those of full staging. */
+
+enum { BLOCK = 16384, MAX_OPS = 3 };
+
+typedef void (*block_fn)(mtk *k, const void *arg, float *const *buf, size_t i0, size_t len);
+
+/* Runs f over [0, n) in blocks of block items (elements, or rows of width elements), with nops fp32
+ * buffers of block * width floats per thread; 0, or -1 when the workspace cannot hold the buffers (the
+ * caller stages whole operands instead). */
+static int blocked(mtk *k, size_t n, size_t block, size_t width, int nops, block_fn f, const void *arg)
+{
+    size_t stride = (block * width * sizeof(float) + 63) / 64 * 64, nt = (size_t)k->threads;
+    if (k->ws_bytes - k->ws_used < stride * (size_t)nops * nt + 64) return -1;
+    unsigned char *ws = mtk_ws_take(k, stride * (size_t)nops * nt);
+    if (!ws) return -1;
+    size_t nb = (n + block - 1) / block;
+#pragma omp parallel for schedule(static) num_threads(k->threads) if (nb > 1)
+    for (size_t b = 0; b < nb; b++) {
+        float *buf[MAX_OPS];
+        for (int j = 0; j < nops; j++) buf[j] = (float *)(ws + ((size_t)omp_get_thread_num() * (size_t)nops + (size_t)j) * stride);
+        size_t i0 = b * block;
+        f(k, arg, buf, i0, n - i0 < block ? n - i0 : block);
+    }
+    return 0;
+}
+
+static const void *at(const mtk *k, const void *p, size_t i) { return (const char *)p + i * mtk_dtype_size(k->act); }
+static void *atw(const mtk *k, void *p, size_t i) { return (char *)p + i * mtk_dtype_size(k->act); }
+
+typedef struct ew_arg {
+    void *o;
+    const void *a, *b;
+    size_t n;
+    int exact;
+    float s;
+    const mtk_dropout *d;
+    /* row-wise operations */
+    int C;
+    float *mean, *rstd, *f1;
+    const float *w, *bias, *rowmax, *sumexp, *dscale;
+    float eps;
+    const int32_t *target;
+    int v0;
+} ew_arg;
+
+static void b_gelu_fwd(mtk *k, const void *v, float *const *buf, size_t i0, size_t len)
+{
+    const ew_arg *a = v;
+    cpu_to_f32(buf[0], at(k, a->a, i0), k->act, len);
+    cpu_gelu_fwd(k, buf[0], buf[0], len, a->exact);
+    cpu_from_f32(atw(k, a->o, i0), k->act, buf[0], len);
+}
+static void b_gelu_bwd(mtk *k, const void *v, float *const *buf, size_t i0, size_t len)
+{
+    const ew_arg *a = v;   /* a: inp, b: dout */
+    cpu_to_f32(buf[0], at(k, a->a, i0), k->act, len);
+    cpu_to_f32(buf[1], at(k, a->b, i0), k->act, len);
+    cpu_gelu_bwd(k, buf[1], buf[0], buf[1], len, a->exact);
+    cpu_from_f32(atw(k, a->o, i0), k->act, buf[1], len);
+}
+static void b_add(mtk *k, const void *v, float *const *buf, size_t i0, size_t len)
+{
+    const ew_arg *a = v;
+    cpu_to_f32(buf[0], at(k, a->a, i0), k->act, len);
+    cpu_to_f32(buf[1], at(k, a->b, i0), k->act, len);
+    cpu_add(k, buf[0], buf[0], buf[1], len);
+    cpu_from_f32(atw(k, a->o, i0), k->act, buf[0], len);
+}
+static void b_scale(mtk *k, const void *v, float *const *buf, size_t i0, size_t len)
+{
+    const ew_arg *a = v;
+    cpu_to_f32(buf[0], at(k, a->a, i0), k->act, len);
+    cpu_scale(k, buf[0], a->s, len);
+    cpu_from_f32(atw(k, a->o, i0), k->act, buf[0], len);
+}
+static void b_dropout(mtk *k, const void *v, float *const *buf, size_t i0, size_t len)
+{
+    const ew_arg *a = v;
+    mtk_dropout d = *a->d;
+    d.offset += i0;   /* the mask of element i0 + i is counter offset + i0 + i, as in one call */
+    cpu_to_f32(buf[0], at(k, a->a, i0), k->act, len);
+    cpu_dropout_fwd(k, buf[0], buf[0], len, &d);
+    cpu_from_f32(atw(k, a->o, i0), k->act, buf[0], len);
+}
+/* rows i0 .. i0+len-1 of [N, C] */
+static void b_layernorm_fwd(mtk *k, const void *v, float *const *buf, size_t i0, size_t len)
+{
+    const ew_arg *a = v;
+    size_t C = (size_t)a->C;
+    cpu_to_f32(buf[0], at(k, a->a, i0 * C), k->act, len * C);
+    cpu_layernorm_fwd(k, buf[0], a->mean + i0, a->rstd + i0, buf[0], a->w, a->bias, (int)len, a->C, a->eps);
+    cpu_from_f32(atw(k, a->o, i0 * C), k->act, buf[0], len * C);
+}
+/* rows of logits [N, V] (C = V): loss and, when o is set, dlogits */
+static void b_xent(mtk *k, const void *v, float *const *buf, size_t i0, size_t len)
+{
+    const ew_arg *a = v;
+    size_t V = (size_t)a->C;
+    cpu_to_f32(buf[0], at(k, a->a, i0 * V), k->act, len * V);
+    cpu_xent_fwd_bwd(k, a->f1 + i0, a->o ? buf[0] : NULL, buf[0], a->target + i0, a->dscale ? a->dscale + i0 : NULL,
+                     (int)len, (int)V);
+    if (a->o) cpu_from_f32(atw(k, a->o, i0 * V), k->act, buf[0], len * V);
+}
+static void b_xent_rowmax(mtk *k, const void *v, float *const *buf, size_t i0, size_t len)
+{
+    const ew_arg *a = v;
+    size_t V = (size_t)a->C;
+    cpu_to_f32(buf[0], at(k, a->a, i0 * V), k->act, len * V);
+    cpu_xent_rowmax(k, a->f1 + i0, buf[0], (int)len, (int)V);
+}
+static void b_xent_sumexp(mtk *k, const void *v, float *const *buf, size_t i0, size_t len)
+{
+    const ew_arg *a = v;   /* f1: sumexp, mean: tlogit */
+    size_t V = (size_t)a->C;
+    cpu_to_f32(buf[0], at(k, a->a, i0 * V), k->act, len * V);
+    cpu_xent_sumexp(k, a->f1 + i0, a->mean + i0, buf[0], a->rowmax + i0, a->target + i0, (int)len, (int)V, a->v0);
+}
+static void b_xent_bwd(mtk *k, const void *v, float *const *buf, size_t i0, size_t len)
+{
+    const ew_arg *a = v;
+    size_t V = (size_t)a->C;
+    cpu_to_f32(buf[0], at(k, a->a, i0 * V), k->act, len * V);
+    cpu_xent_bwd(k, buf[0], buf[0], a->rowmax + i0, a->sumexp + i0, a->target + i0, a->dscale ? a->dscale + i0 : NULL,
+                 (int)len, (int)V, a->v0);
+    cpu_from_f32(atw(k, a->o, i0 * V), k->act, buf[0], len * V);
+}
+/* rows per block for rows of C elements: about BLOCK elements, at least one row */
+static size_t rows_per_block(int C) { return C >= BLOCK ? 1 : (size_t)(BLOCK / C); }
+
+/* Reduced-precision embedding: each output row from its two table rows, converted a row at a time (the
+ * tables are the largest operands; staging them whole would convert every row for a few). */
+static void embed_fwd_rows(mtk *k, void *o, const int32_t *tok, const void *wte, const void *wpe, int B, int T, int C,
+                           int pos0, int v0, int nv, float *rows)
+{
+    size_t Cz = (size_t)C;
+#pragma omp parallel for schedule(static) num_threads(k->threads)
+    for (int n = 0; n < B * T; n++) {
+        float *e = rows + (size_t)omp_get_thread_num() * 2 * Cz, *p = e + Cz;
+        const int64_t r = (int64_t)tok[n] - v0;
+        if (r >= 0 && r < nv) cpu_to_f32(e, at(k, wte, (size_t)r * Cz), k->act, Cz);
+        else memset(e, 0, Cz * sizeof(float));
+        if (wpe) {
+            cpu_to_f32(p, at(k, wpe, (size_t)(pos0 + n % T) * Cz), k->act, Cz);
+            for (size_t c = 0; c < Cz; c++) e[c] += p[c];
+        }
+        cpu_from_f32(atw(k, o, (size_t)n * Cz), k->act, e, Cz);
+    }
+}
+
 static void s_embed_fwd(mtk *k, void *o, const int32_t *tok, const void *wte, const void *wpe, int B, int T, int C,
                         int pos0, int v0, int nv)
 {
+    if (k->act != MTK_F32 && C > 0) {
+        size_t need = (size_t)k->threads * 2 * (size_t)C * sizeof(float);
+        float *rows = k->ws_bytes - k->ws_used >= need + 64 ? mtk_ws_take(k, need) : NULL;
+        if (rows) {
+            embed_fwd_rows(k, o, tok, wte, wpe, B, T, C, pos0, v0, nv, rows);
+            return;
+        }
+    }
     size_t N = (size_t)B * T;
     float *fte = in(k, wte, (size_t)nv * C), *fpe = in(k, wpe, (size_t)(pos0 + T) * C), *fo = buf(k, o, N * C);
     if (!STAGED_OK) return;
@@ -71,6 +249,11 @@ static void s_embed_bwd(mtk *k, float *dwte, float *dwpe, const void *dout, cons
 static void s_layernorm_fwd(mtk *k, void *o, float *mean, float *rstd, const void *inp, const float *w,
                             const float *b, int N, int C, float eps)
 {
+    if (k->act != MTK_F32 && N > 0 && C > 0) {
+        ew_arg a = {.o = o, .a = inp, .C = C, .mean = mean, .rstd = rstd, .w = w, .bias = b, .eps = eps};
+        size_t r = rows_per_block(C);
+        if (!blocked(k, (size_t)N, r, (size_t)C, 1, b_layernorm_fwd, &a)) return;
+    }
     size_t n = (size_t)N * C;
     float *fi = in(k, inp, n), *fo = o == inp ? fi : buf(k, o, n);
     if (!STAGED_OK) return;
@@ -88,6 +271,10 @@ static void s_layernorm_bwd(mtk *k, void *dinp, float *dw, float *db, const void
 }
 static void s_matmul_fwd(mtk *k, void *o, const void *inp, const void *w, const float *bias, int N, int C, int OC)
 {
+    if (k->act == MTK_BF16 && N > 0 && C > 0 && OC > 0) {
+        cpu_matmul_fwd_bf16(k, o, inp, w, bias, N, C, OC);
+        return;
+    }
     float *fi = in(k, inp, (size_t)N * C), *fw = in(k, w, (size_t)OC * C), *fo = buf(k, o, (size_t)N * OC);
     if (!STAGED_OK) return;
     cpu_matmul_fwd(k, fo, fi, fw, bias, N, C, OC);
@@ -96,6 +283,10 @@ static void s_matmul_fwd(mtk *k, void *o, const void *inp, const void *w, const 
 static void s_matmul_bwd(mtk *k, void *dinp, float *dw, float *dbias, const void *dout, const void *inp,
                          const void *w, int N, int C, int OC)
 {
+    if (k->act == MTK_BF16 && N > 0 && C > 0 && OC > 0) {
+        cpu_matmul_bwd_bf16(k, dinp, dw, dbias, dout, inp, w, N, C, OC);
+        return;
+    }
     float *fdo = in(k, dout, (size_t)N * OC), *fi = dw ? in(k, inp, (size_t)N * C) : NULL;
     float *fw = dinp ? in(k, w, (size_t)OC * C) : NULL, *fdi = buf(k, dinp, (size_t)N * C);
     if (!STAGED_OK) return;
@@ -104,6 +295,7 @@ static void s_matmul_bwd(mtk *k, void *dinp, float *dw, float *dbias, const void
 }
 static void s_gelu_fwd(mtk *k, void *o, const void *inp, size_t n, int exact)
 {
+    if (k->act != MTK_F32 && !blocked(k, n, BLOCK, 1, 1, b_gelu_fwd, &(ew_arg){.o = o, .a = inp, .exact = exact})) return;
     float *fi = in(k, inp, n), *fo = o == inp ? fi : buf(k, o, n);
     if (!STAGED_OK) return;
     cpu_gelu_fwd(k, fo, fi, n, exact);
@@ -111,6 +303,9 @@ static void s_gelu_fwd(mtk *k, void *o, const void *inp, size_t n, int exact)
 }
 static void s_gelu_bwd(mtk *k, void *dinp, const void *inp, const void *dout, size_t n, int exact)
 {
+    if (k->act != MTK_F32 &&
+        !blocked(k, n, BLOCK, 1, 2, b_gelu_bwd, &(ew_arg){.o = dinp, .a = inp, .b = dout, .exact = exact}))
+        return;
     float *fi = in(k, inp, n), *fd = in(k, dout, n), *fo = dinp == dout ? fd : buf(k, dinp, n);
     if (!STAGED_OK) return;
     cpu_gelu_bwd(k, fo, fi, fd, n, exact);
@@ -118,6 +313,7 @@ static void s_gelu_bwd(mtk *k, void *dinp, const void *inp, const void *dout, si
 }
 static void s_add(mtk *k, void *o, const void *a, const void *b, size_t n)
 {
+    if (k->act != MTK_F32 && !blocked(k, n, BLOCK, 1, 2, b_add, &(ew_arg){.o = o, .a = a, .b = b})) return;
     float *fa = in(k, a, n), *fb = b == a ? fa : in(k, b, n), *fo = buf(k, o, n);
     if (!STAGED_OK) return;
     cpu_add(k, fo, fa, fb, n);
@@ -125,6 +321,7 @@ static void s_add(mtk *k, void *o, const void *a, const void *b, size_t n)
 }
 static void s_acc(mtk *k, void *y, const void *x, size_t n)
 {
+    if (k->act != MTK_F32 && !blocked(k, n, BLOCK, 1, 2, b_add, &(ew_arg){.o = y, .a = y, .b = x})) return;
     float *fy = in(k, y, n), *fx = x == y ? fy : in(k, x, n);
     if (!STAGED_OK) return;
     cpu_acc(k, fy, fx, n);
@@ -132,6 +329,7 @@ static void s_acc(mtk *k, void *y, const void *x, size_t n)
 }
 static void s_scale(mtk *k, void *x, float s, size_t n)
 {
+    if (k->act != MTK_F32 && !blocked(k, n, BLOCK, 1, 1, b_scale, &(ew_arg){.o = x, .a = x, .s = s})) return;
     float *fx = in(k, x, n);
     if (!STAGED_OK) return;
     cpu_scale(k, fx, s, n);
@@ -139,6 +337,8 @@ static void s_scale(mtk *k, void *x, float s, size_t n)
 }
 static void s_dropout_fwd(mtk *k, void *o, const void *inp, size_t n, const mtk_dropout *d)
 {
+    if (k->act != MTK_F32 && d && d->p > 0 && !blocked(k, n, BLOCK, 1, 1, b_dropout, &(ew_arg){.o = o, .a = inp, .d = d}))
+        return;
     float *fi = in(k, inp, n), *fo = o == inp ? fi : buf(k, o, n);
     if (!STAGED_OK) return;
     cpu_dropout_fwd(k, fo, fi, n, d);
@@ -146,6 +346,8 @@ static void s_dropout_fwd(mtk *k, void *o, const void *inp, size_t n, const mtk_
 }
 static void s_dropout_bwd(mtk *k, void *dinp, const void *dout, size_t n, const mtk_dropout *d)
 {
+    if (k->act != MTK_F32 && d && d->p > 0 && !blocked(k, n, BLOCK, 1, 1, b_dropout, &(ew_arg){.o = dinp, .a = dout, .d = d}))
+        return;
     float *fd = in(k, dout, n), *fo = dinp == dout ? fd : buf(k, dinp, n);
     if (!STAGED_OK) return;
     cpu_dropout_bwd(k, fo, fd, n, d);
@@ -183,6 +385,10 @@ static void s_attention_kv(mtk *k, void *o, const void *qkv, void *kc, void *vc,
 static void s_xent_fwd_bwd(mtk *k, float *losses, void *dlogits, const void *logits, const int32_t *target,
                            const float *dscale, int N, int V)
 {
+    if (k->act != MTK_F32 && N > 0 && V > 0 && (!dlogits || dlogits == logits)) {
+        ew_arg a = {.o = dlogits, .a = logits, .C = V, .f1 = losses, .target = target, .dscale = dscale};
+        if (!blocked(k, (size_t)N, rows_per_block(V), (size_t)V, 1, b_xent, &a)) return;
+    }
     size_t n = (size_t)N * V;
     float *fl = in(k, logits, n), *fd = dlogits == logits ? fl : buf(k, dlogits, n);
     if (!STAGED_OK) return;
@@ -191,18 +397,30 @@ static void s_xent_fwd_bwd(mtk *k, float *losses, void *dlogits, const void *log
 }
 static void s_xent_rowmax(mtk *k, float *rowmax, const void *logits, int N, int V)
 {
+    if (k->act != MTK_F32 && N > 0 && V > 0 &&
+        !blocked(k, (size_t)N, rows_per_block(V), (size_t)V, 1, b_xent_rowmax, &(ew_arg){.a = logits, .C = V, .f1 = rowmax}))
+        return;
     float *fl = in(k, logits, (size_t)N * V);
     if (STAGED_OK) cpu_xent_rowmax(k, rowmax, fl, N, V);
 }
 static void s_xent_sumexp(mtk *k, float *sumexp, float *tlogit, const void *logits, const float *rowmax,
                           const int32_t *target, int N, int V, int v0)
 {
+    if (k->act != MTK_F32 && N > 0 && V > 0) {
+        ew_arg a = {.a = logits, .C = V, .f1 = sumexp, .mean = tlogit, .rowmax = rowmax, .target = target, .v0 = v0};
+        if (!blocked(k, (size_t)N, rows_per_block(V), (size_t)V, 1, b_xent_sumexp, &a)) return;
+    }
     float *fl = in(k, logits, (size_t)N * V);
     if (STAGED_OK) cpu_xent_sumexp(k, sumexp, tlogit, fl, rowmax, target, N, V, v0);
 }
 static void s_xent_bwd(mtk *k, void *dlogits, const void *logits, const float *rowmax, const float *sumexp,
                        const int32_t *target, const float *dscale, int N, int V, int v0)
 {
+    if (k->act != MTK_F32 && N > 0 && V > 0) {
+        ew_arg a = {.o = dlogits, .a = logits, .C = V, .rowmax = rowmax, .sumexp = sumexp, .target = target,
+                    .dscale = dscale, .v0 = v0};
+        if (!blocked(k, (size_t)N, rows_per_block(V), (size_t)V, 1, b_xent_bwd, &a)) return;
+    }
     size_t n = (size_t)N * V;
     float *fl = in(k, logits, n), *fd = dlogits == logits ? fl : buf(k, dlogits, n);
     if (!STAGED_OK) return;

@@ -83,6 +83,20 @@ static const mt_flag flags[] = {
      "on --load, take schedule values from the flags, not the checkpoint", 0, 0, NULL},
     {"--use-checkpoint-opt_param-scheduler", MT_F_BOOL, &A.use_checkpoint_opt_param_scheduler, NULL,
      "on --load, take schedule values from the checkpoint", 0, 0, NULL},
+    /* mixed precision */
+    {"--bf16", MT_F_BOOL, &A.bf16, NULL,
+     "bf16 weights and activations; fp32 master weights, optimizer state, gradients and reductions", 0, 0, NULL},
+    {"--fp16", MT_F_BOOL, &A.fp16, NULL,
+     "fp16 weights and activations (fp32 master weights etc.) with loss scaling (dynamic unless --loss-scale)", 0, 0, NULL},
+    {"--loss-scale", MT_F_DOUBLE, &A.loss_scale, "S", "static loss scale (with --fp16 or --bf16); a power of 2 keeps the scaling exact",
+     0, 1e38, NULL},
+    {"--initial-loss-scale", MT_F_DOUBLE, &A.initial_loss_scale, "S", "dynamic loss scale at the start (default 2^32)",
+     0, 1e38, NULL},
+    {"--min-loss-scale", MT_F_DOUBLE, &A.min_loss_scale, "S", "dynamic loss scale floor (default 1.0)", 0, 1e38, NULL},
+    {"--loss-scale-window", MT_F_DOUBLE, &A.loss_scale_window, "N",
+     "iterations without overflow before the dynamic scale doubles (default 1000)", 1, 1e15, NULL},
+    {"--hysteresis", MT_F_INT, &A.hysteresis, "N", "overflows tolerated before the dynamic scale halves (default 2)", 1,
+     1 << 30, NULL},
     /* checkpoints */
     {"--save", MT_F_STR, &A.save, "DIR", "checkpoint directory to write", 0, 0, NULL},
     {"--load", MT_F_STR, &A.load, "DIR", "checkpoint directory to resume from (nothing there: start fresh)", 0, 0, NULL},
@@ -182,13 +196,6 @@ const mt_cmd *mt_train_cmd(void) { return &cmd; }
 static const struct {
     const char *name, *why;
 } unsupported[] = {
-    {"--fp16", "the CPU backend trains in fp32"},
-    {"--bf16", "the CPU backend trains in fp32"},
-    {"--loss-scale", "loss scaling applies to --fp16 only"},
-    {"--initial-loss-scale", "loss scaling applies to --fp16 only"},
-    {"--min-loss-scale", "loss scaling applies to --fp16 only"},
-    {"--loss-scale-window", "loss scaling applies to --fp16 only"},
-    {"--hysteresis", "loss scaling applies to --fp16 only"},
     {"--rampup-batch-size", "batch size ramp-up is not implemented"},
     {"--swiglu", "only the GPT-2 MLP (GeLU) is implemented"},
     {"--untie-embeddings-and-output-weights", "input and output embeddings are always tied (GPT-2)"},
@@ -246,6 +253,10 @@ static void defaults(mt_train_args *a)
     a->tensorboard_log_interval = 1;
     a->tensor_model_parallel_size = a->pipeline_model_parallel_size = 1;
     a->backend = NULL;   /* --device: cuda when a GPU is there, else cpu */
+    a->initial_loss_scale = 4294967296.0;
+    a->min_loss_scale = 1.0;
+    a->loss_scale_window = 1000;
+    a->hysteresis = 2;
 }
 
 static int check_unsupported(int argc, char **argv, mt_err *e)
@@ -314,6 +325,19 @@ int mt_train_args_parse(mt_train_args *out, int argc, char **argv, mt_err *e)
     if (a->tensor_model_parallel_size != 1 || a->pipeline_model_parallel_size != 1)
         return mt_err_set(e, "--tensor-model-parallel-size and --pipeline-model-parallel-size must be 1: "
                              "the ranks of a job are data-parallel");
+    /* mixed precision (4.4) */
+    if (a->fp16 && a->bf16) return mt_err_set(e, "--fp16 and --bf16 are mutually exclusive");
+    if (given(seen, "--loss-scale") && !(a->loss_scale > 0))
+        return mt_err_set(e, "--loss-scale %g: must be positive", a->loss_scale);
+    if (given(seen, "--loss-scale") && !a->fp16 && !a->bf16)
+        return mt_err_set(e, "--loss-scale applies with --fp16 or --bf16 only");
+    static const char *const dyn[] = {"--initial-loss-scale", "--min-loss-scale", "--loss-scale-window", "--hysteresis", NULL};
+    for (int i = 0; dyn[i]; i++)
+        if (given(seen, dyn[i]) && !a->fp16) return mt_err_set(e, "%s applies to the dynamic loss scaler of --fp16 only", dyn[i]);
+    if (!(a->initial_loss_scale > 0) || !(a->min_loss_scale > 0))
+        return mt_err_set(e, "--initial-loss-scale and --min-loss-scale must be positive");
+    if (a->loss_scale_window != floor(a->loss_scale_window))
+        return mt_err_set(e, "--loss-scale-window %g: must be a whole number of steps", a->loss_scale_window);
     /* batch (4.2): one data-parallel rank */
     if (!given(seen, "--global-batch-size")) a->global_batch_size = a->micro_batch_size;
     if (a->global_batch_size % a->micro_batch_size)

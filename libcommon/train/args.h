@@ -32,6 +32,10 @@ typedef struct mt_train_args {
     double adam_beta1, adam_beta2, adam_eps, clip_grad;
     int64_t lr_decay_iters, lr_decay_samples, lr_warmup_iters, lr_warmup_samples;
     bool override_opt_param_scheduler, use_checkpoint_opt_param_scheduler, no_check_for_nan_in_loss_and_grad;
+    /* mixed precision (4.4) */
+    bool fp16, bf16;
+    double loss_scale, initial_loss_scale, min_loss_scale, loss_scale_window;
+    int hysteresis;
     /* checkpoints (4.5) */
     const char *save, *load, *ckpt_format;
     int64_t save_interval;

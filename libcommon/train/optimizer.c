@@ -46,21 +46,24 @@ int mt_adamw_shard(mt_adamw *o, size_t lo, size_t hi, mt_err *e)
     return 0;
 }
 
-double mt_adamw_step(mt_adamw *o, double lr, double wd)
+double mt_adamw_step(mt_adamw *o, double lr, double wd) { return mt_adamw_step_unscale(o, lr, wd, 1.0); }
+
+double mt_adamw_step_unscale(mt_adamw *o, double lr, double wd, double unscale)
 {
-    double norm = sqrt(mtk_sumsq(o->k, mt_gpt_grads(o->model), mt_gpt_num_params(o->model)));
-    return mt_adamw_update(o, lr, wd, norm);
+    double norm = sqrt(mtk_sumsq(o->k, mt_gpt_grads(o->model), mt_gpt_num_params(o->model))) * unscale;
+    return mt_adamw_update(o, lr, wd, norm, unscale);
 }
 
-double mt_adamw_update(mt_adamw *o, double lr, double wd, double norm)
+double mt_adamw_update(mt_adamw *o, double lr, double wd, double norm, double unscale)
 {
     float *g = mt_gpt_grads(o->model), *p = mt_gpt_params(o->model);
     if (!isfinite(norm)) return norm;
-    float scale = 1.0f;
+    double coef = 1.0;
     if (o->clip_grad > 0) {
-        double coef = o->clip_grad / (norm + 1e-6);
-        if (coef < 1.0) scale = (float)coef;
+        double c = o->clip_grad / (norm + 1e-6);
+        if (c < 1.0) coef = c;
     }
+    float scale = (float)(coef * unscale);
     o->step++;
     int nt = mt_gpt_num_tensors(o->model);
     for (int i = 0; i < nt; i++) {

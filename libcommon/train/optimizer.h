@@ -31,13 +31,17 @@ void mt_adamw_free(mt_adamw *o);
  * only). Returns the pre-clip global gradient norm; a non-finite norm skips the update and returns it
  * (the caller counts a nan iteration). */
 double mt_adamw_step(mt_adamw *o, double lr, double wd);
+/* The same with gradients that carry a loss scale: they are multiplied by unscale (1 / loss scale) first,
+ * and the returned norm is that of the unscaled gradients. unscale 1.0 is mt_adamw_step exactly. */
+double mt_adamw_step_unscale(mt_adamw *o, double lr, double wd, double unscale);
 
 /* The distributed optimizer's shard: from now on the moments (zeroed) cover parameters lo .. hi - 1 only
  * and an update changes only those. 0, or -1 with e set. */
 int mt_adamw_shard(mt_adamw *o, size_t lo, size_t hi, mt_err *e);
-/* The update of mt_adamw_step with the global gradient norm given (computed over the shards by the
- * caller): clipping by it, AdamW on parameters lo .. hi - 1. Returns norm; no update when it is not finite. */
-double mt_adamw_update(mt_adamw *o, double lr, double wd, double norm);
+/* The update of mt_adamw_step_unscale with the global (unscaled) gradient norm given (computed over the
+ * shards by the caller): clipping by it, the gradients multiplied by unscale, AdamW on parameters
+ * lo .. hi - 1. Returns norm; no update when it is not finite. */
+double mt_adamw_update(mt_adamw *o, double lr, double wd, double norm, double unscale);
 
 /* L2 norm of all parameters (--log-params-norm). */
 double mt_params_norm(mtk *k, mt_gpt *model);

@@ -52,7 +52,7 @@ static json_t *meta_json(const mt_trainer *t, int with_optim)
         json_object_set_new(meta, "rng_state",
                             json_pack("{s:I,s:s}", "seed", (json_int_t)t->a.seed, "dropout",
                                       "counter-based: masks derive from seed, iteration and micro-batch"));
-    json_object_set_new(meta, "loss_scaler", json_pack("{s:f}", "scale", 1.0));
+    json_object_set_new(meta, "loss_scaler", mt_loss_scaler_to_json(&t->scaler));
     return meta;
 }
 
@@ -328,6 +328,12 @@ static int load_state(mt_trainer *t, mt_model_ckpt *mc, mt_err *e)
         return -1;
     if (load_schedule(t, meta, dir, e)) return -1;
     if (!t->a.no_load_optim && load_optimizer(t, mc, e)) return -1;
+    /* the dynamic scaler's state belongs to the optimizer's (Megatron: optimizer["grad_scaler"]); it is
+     * restored when the checkpoint was written by an --fp16 run with a dynamic scaler */
+    json_t *ls = json_object_get(meta, "loss_scaler");
+    if (!t->a.no_load_optim && t->scaler.dynamic && json_is_true(json_object_get(ls, "dynamic")) &&
+        mt_loss_scaler_from_json(&t->scaler, ls, dir, e))
+        return -1;
     /* --no-load-rng: nothing to restore; dropout masks derive from --seed and the iteration */
     return 0;
 }

@@ -95,7 +95,8 @@ int mt_trainer_open_dp(mt_trainer *t, const mt_train_args *a, mt_comm *dp, mt_er
     mt_tokenizer_close(&tok);
     t->cfg = mt_gpt_config_from_args(&t->a, t->vocab_size);
     if (mt_gpt_config_check(&t->cfg, e)) return -1;
-    t->k = mt_device_open(t->a.backend, t->a.threads, MTK_F32, e);
+    mtk_dtype act = t->a.bf16 ? MTK_BF16 : t->a.fp16 ? MTK_F16 : MTK_F32;
+    t->k = mt_device_open(t->a.backend, t->a.threads, act, e);
     if (!t->k) return -1;
     t->num_micro = (int)(t->a.global_batch_size / ((int64_t)t->a.micro_batch_size * t->dp_size));
     t->train_iters = mt_train_total_iters(&t->a);
@@ -111,6 +112,11 @@ int mt_trainer_open_dp(mt_trainer *t, const mt_train_args *a, mt_comm *dp, mt_er
     if (mt_adamw_init(&t->opt, t->k, t->model, t->a.adam_beta1, t->a.adam_beta2, t->a.adam_eps, t->a.clip_grad, e))
         return -1;
     if (build_schedule(t, e)) return -1;
+    if (t->a.loss_scale > 0) mt_loss_scaler_constant(&t->scaler, t->a.loss_scale);
+    else if (t->a.fp16)
+        mt_loss_scaler_dynamic(&t->scaler, t->a.initial_loss_scale, t->a.min_loss_scale, (int64_t)t->a.loss_scale_window,
+                               t->a.hysteresis);
+    else mt_loss_scaler_constant(&t->scaler, 1.0);
     mt_batch_init(&t->batch, t->a.micro_batch_size, t->a.seq_length, t->vocab_size, t->eod, t->a.eod_mask_loss);
     t->flops_per_iter = flops_per_iteration(t);
     const char *tr = getenv("MT_TRACE_SAMPLES");
@@ -171,6 +177,7 @@ int mt_trainer_step(mt_trainer *t, mt_step_result *r, mt_err *e)
     uint64_t sent0 = t->dp->bytes_sent;
     mt_gpt_zero_grad(t->model);
     int total_micro = t->num_micro * t->dp_size;
+    double ls = t->scaler.scale;   /* 1.0 in fp32 and bf16: the products below are then exact */
     /* the micro-batches (pipeline parallelism: its schedule replaces this loop) */
     for (int m = 0; m < t->num_micro; m++) {
         if (mt_batch_read(&t->batch, &t->data, MT_SPLIT_TRAIN, micro_first(t, t->consumed_train, m), e)) {
@@ -186,7 +193,7 @@ int mt_trainer_step(mt_trainer *t, mt_step_result *r, mt_err *e)
          * (1 / num_micro in the loss, 1 / dp on the gradients) */
         if (mt_gpt_forward(t->ctx, t->batch.tokens, t->batch.targets, t->batch.loss_mask, t->batch.B, t->batch.T, NULL,
                            &l, e) ||
-            mt_gpt_backward(t->ctx, l.count > 0 ? (double)(1.0f / (float)total_micro) / l.count : 0.0, e)) {
+            mt_gpt_backward(t->ctx, l.count > 0 ? (double)(1.0f / (float)total_micro) / l.count * ls : 0.0, e)) {
             mt_gpt_set_dropout(t->ctx, 0, 0);
             return -1;
         }
@@ -206,23 +213,32 @@ int mt_trainer_step(mt_trainer *t, mt_step_result *r, mt_err *e)
     }
     r->loss = r->tokens > 0 ? r->loss_sum / r->tokens : 0;
     if (check_finite(t, "the lm loss", r->loss, e)) return -1;
+    if (mt_loss_scaler_test_overflow(t->iteration + 1)) {   /* test hook: an overflow as fp16 would make it */
+        float inf = INFINITY;
+        mtk_to_device(t->k, grads, &inf, sizeof inf);
+    }
+    /* gradients unscaled by 1 / loss scale; no update when the norm is NaN/inf: with a loss scaler that is
+     * an overflow and the step is skipped, as Megatron's */
+    bool has_scaler = t->a.fp16 || t->a.loss_scale > 0;
     if (dist) {
         /* the norm over the shards' reduced gradients, the update of this rank's shard, then every
          * rank's updated parameters to every rank */
         double ss = mtk_sumsq(t->k, grads + t->opt.lo, t->opt.hi - t->opt.lo);
         if (mt_all_reduce(t->dp, &ss, 1, MT_C_F64, e)) return mt_err_prefix(e, "grad norm");
-        r->grad_norm = mt_adamw_update(&t->opt, t->sched.lr, t->sched.wd, sqrt(ss));
-        if (check_finite(t, "the grad norm", r->grad_norm, e)) return -1;
+        r->grad_norm = mt_adamw_update(&t->opt, t->sched.lr, t->sched.wd, sqrt(ss) * (1.0 / ls), 1.0 / ls);
+        if (!has_scaler && check_finite(t, "the grad norm", r->grad_norm, e)) return -1;
         if (isfinite(r->grad_norm)) {
             if (mt_grad_all_gather(&t->gs, mt_gpt_params(t->model), e))
                 return mt_err_prefix(e, "iteration %lld: parameter all-gather", (long long)t->iteration + 1);
             mt_gpt_params_changed(t->model);
         }
     } else {
-        r->grad_norm = mt_adamw_step(&t->opt, t->sched.lr, t->sched.wd);   /* no update when norm is NaN/inf */
-        if (check_finite(t, "the grad norm", r->grad_norm, e)) return -1;
+        r->grad_norm = mt_adamw_step_unscale(&t->opt, t->sched.lr, t->sched.wd, 1.0 / ls);
+        if (!has_scaler && check_finite(t, "the grad norm", r->grad_norm, e)) return -1;
     }
     r->skipped = !isfinite(r->grad_norm);
+    mt_loss_scaler_update(&t->scaler, r->skipped);
+    r->loss_scale = t->scaler.scale;
     t->step_bytes = t->dp->bytes_sent - sent0;
     if (!r->skipped) mt_sched_step(&t->sched, t->a.global_batch_size);
     t->iteration++;

@@ -11,7 +11,8 @@
  *      size)): read it as Megatron's sampler assigns it (micro-batch m of data-parallel rank r is
  *      samples consumed_train + (m * dp_size + r) * micro_batch_size ...), set the dropout key of
  *      (iteration, m * dp_size + r) (the masks of a one-rank run), forward, backward with loss scale
- *      1 / (num_micro * dp_size) (gradient accumulation);
+ *      (mixed-precision loss scale) / (num_micro * dp_size) (gradient
+ *      accumulation);
  *         - pipeline parallelism replaces this loop by its schedule (1F1B: forward and backward of the
  *           micro-batches interleaved per stage, activations sent to the next stage and gradients
  *           received from it around each forward/backward);
@@ -19,8 +20,9 @@
  *      data parallelism reduces the gradients across ranks here (grad_sync.h: bucketed all-reduce, or
  *      reduce-scatter into each rank's shard with --use-distributed-optimizer), and the loss sum and
  *      token count with them, before the check, so every rank sees the same loss;
- *   4. the optimizer step: global grad norm, clipping, AdamW update; a non-finite norm skips the update
- *      (an error with the check on); the distributed optimizer (ZeRO-1) updates only this rank's shard
+ *   4. the optimizer step: the gradients are unscaled (x 1 / loss scale), global grad norm, clipping,
+ *      AdamW update; a non-finite norm skips the update: with a loss scaler (--fp16, --loss-scale) that
+ *      is an overflow and the scaler backs off (loss_scaler.h), otherwise an error with the check on; the distributed optimizer (ZeRO-1) updates only this rank's shard
  *      of the parameters (its AdamW moments exist only for it) and all-gathers the parameters;
  *   5. the schedule steps when the update was taken; iteration, consumed samples and FLOPs advance.
  */
@@ -39,6 +41,7 @@
 #include "train/batch.h"
 #include "train/grad_sync.h"
 #include "train/evaluate.h"
+#include "train/loss_scaler.h"
 #include "train/optimizer.h"
 #include "train/schedule.h"
 #include "util/err.h"
@@ -51,6 +54,7 @@ typedef struct mt_trainer {
     mt_gpt_config cfg;
     mt_adamw opt;            /* (ckpt) moments, step */
     mt_sched sched;          /* (ckpt) num_steps */
+    mt_loss_scaler scaler;   /* (ckpt, dynamic) --fp16 / --loss-scale; a constant 1.0 otherwise */
     mt_gpt_data data;
     mt_batch batch;
     int64_t vocab_size, eod;
@@ -84,7 +88,8 @@ typedef struct mt_step_result {
     double loss_sum, tokens;  /* masked token losses and their count over the micro-batches */
     double loss;              /* loss_sum / tokens (0 without tokens) */
     double grad_norm;         /* before clipping */
-    bool skipped;             /* non-finite grad norm: no update (only with the NaN check off) */
+    bool skipped;             /* non-finite gradients: no update (fp16 overflow, or the NaN check off) */
+    double loss_scale;        /* the loss scale after the step (what Megatron logs) */
 } mt_step_result;
 
 /* One iteration (see above). -1 with e set on a read error or, with the NaN check on, a non-finite loss

@@ -1,0 +1,166 @@
+/* dnnl.c: matrix products through oneDNN's matmul primitive (Debian's libdnnl): bf16 operands with fp32
+ * accumulation and an fp32 bias added before the output is rounded, on CPUs with AVX512-BF16 (or AMX)
+ * at the hardware's bf16 rate, and through oneDNN's emulation elsewhere.
+ *
+ * A primitive is built once per shape, stride pattern and output dtype and kept in a small cache (a GPT
+ * step uses a dozen); the operands' memory objects are kept with it and pointed at each call's buffers.
+ * Scratch memory is ours (user scratchpad mode): one buffer, grown when a primitive is built, shared by
+ * all primitives since they run one at a time, so a step maps no memory (oneDNN's own scratchpad would
+ * be allocated, and for the large products mapped and unmapped, on every call).
+ * oneDNN threads with the same OpenMP runtime as the rest of the backend, so it uses the backend's
+ * thread count. Results are the same from run to run for a given thread count. */
+#include <oneapi/dnnl/dnnl.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cpu.h"
+
+enum { CACHE = 48 };
+
+typedef struct entry {
+    long key[12];
+    dnnl_primitive_t prim;
+    dnnl_memory_t a, b, bias, c, scratch;
+    unsigned long used;
+} entry;
+
+struct cpu_dnnl {
+    dnnl_engine_t eng;
+    dnnl_stream_t stream;
+    entry e[CACHE];
+    unsigned long tick;
+    void *scratch;        /* scratch_bytes, 64-byte aligned */
+    size_t scratch_bytes;
+};
+
+int cpu_dnnl_open(cpu_dnnl **out, mt_err *e)
+{
+    cpu_dnnl *d = calloc(1, sizeof *d);
+    if (!d) return mtk_err_set(e, "out of memory");
+    if (dnnl_engine_create(&d->eng, dnnl_cpu, 0) != dnnl_success) {
+        free(d);
+        return mtk_err_set(e, "oneDNN: no CPU engine");
+    }
+    if (dnnl_stream_create(&d->stream, d->eng, dnnl_stream_default_flags) != dnnl_success) {
+        dnnl_engine_destroy(d->eng);
+        free(d);
+        return mtk_err_set(e, "oneDNN: no CPU stream");
+    }
+    *out = d;
+    return 0;
+}
+
+static void entry_free(entry *x)
+{
+    if (x->prim) dnnl_primitive_destroy(x->prim);
+    dnnl_memory_t m[] = {x->a, x->b, x->bias, x->c, x->scratch};
+    for (int i = 0; i < 5; i++)
+        if (m[i]) dnnl_memory_destroy(m[i]);
+    memset(x, 0, sizeof *x);
+}
+
+void cpu_dnnl_close(cpu_dnnl *d)
+{
+    if (!d) return;
+    for (int i = 0; i < CACHE; i++) entry_free(&d->e[i]);
+    free(d->scratch);
+    dnnl_stream_destroy(d->stream);
+    dnnl_engine_destroy(d->eng);
+    free(d);
+}
+
+static dnnl_data_type_t dt_of(mtk_dtype t) { return t == MTK_F32 ? dnnl_f32 : t == MTK_BF16 ? dnnl_bf16 : dnnl_f16; }
+
+/* Builds the primitive of one key into x; -1 when oneDNN has no implementation for it. */
+static int build(cpu_dnnl *d, entry *x, mtk_dtype ab, int M, int N, int K, long sam, long sak, long sbk, long sbn,
+                 int has_bias, int accumulate, mtk_dtype cdt, long ldc)
+{
+    dnnl_memory_desc_t amd, bmd, biasmd, cmd;
+    dnnl_dims_t ad = {M, K}, as = {sam, sak}, bd = {K, N}, bs = {sbk, sbn}, cd = {M, N}, cs = {ldc, 1};
+    dnnl_dims_t biasd = {1, N}, biass = {N, 1};
+    if (dnnl_memory_desc_init_by_strides(&amd, 2, ad, dt_of(ab), as) != dnnl_success ||
+        dnnl_memory_desc_init_by_strides(&bmd, 2, bd, dt_of(ab), bs) != dnnl_success ||
+        dnnl_memory_desc_init_by_strides(&cmd, 2, cd, dt_of(cdt), cs) != dnnl_success ||
+        dnnl_memory_desc_init_by_strides(&biasmd, 2, biasd, dnnl_f32, biass) != dnnl_success)
+        return -1;
+    dnnl_matmul_desc_t md;
+    if (dnnl_matmul_desc_init(&md, &amd, &bmd, has_bias ? &biasmd : NULL, &cmd) != dnnl_success) return -1;
+    dnnl_primitive_attr_t attr = NULL;
+    dnnl_post_ops_t po = NULL;
+    int rc = -1;
+    dnnl_primitive_desc_t pd = NULL;
+    if (dnnl_primitive_attr_create(&attr) != dnnl_success) return -1;
+    if (dnnl_primitive_attr_set_scratchpad_mode(attr, dnnl_scratchpad_mode_user) != dnnl_success) goto out;
+    if (accumulate && (dnnl_post_ops_create(&po) != dnnl_success || dnnl_post_ops_append_sum(po, 1.0f) != dnnl_success ||
+                       dnnl_primitive_attr_set_post_ops(attr, po) != dnnl_success))
+        goto out;
+    if (dnnl_primitive_desc_create(&pd, &md, attr, d->eng, NULL) != dnnl_success) goto out;
+    if (dnnl_primitive_create(&x->prim, pd) != dnnl_success) goto out;
+    const dnnl_memory_desc_t *smd = dnnl_primitive_desc_query_md(pd, dnnl_query_scratchpad_md, 0);
+    size_t sb = smd ? dnnl_memory_desc_get_size(smd) : 0;
+    if (sb > d->scratch_bytes) {
+        void *p = aligned_alloc(64, (sb + 63) / 64 * 64);
+        if (!p) goto out;
+        free(d->scratch);
+        d->scratch = p;
+        d->scratch_bytes = sb;
+    }
+    if (sb && dnnl_memory_create(&x->scratch, smd, d->eng, DNNL_MEMORY_NONE) != dnnl_success) goto out;
+    if (dnnl_memory_create(&x->a, &amd, d->eng, DNNL_MEMORY_NONE) != dnnl_success ||
+        dnnl_memory_create(&x->b, &bmd, d->eng, DNNL_MEMORY_NONE) != dnnl_success ||
+        dnnl_memory_create(&x->c, &cmd, d->eng, DNNL_MEMORY_NONE) != dnnl_success ||
+        (has_bias && dnnl_memory_create(&x->bias, &biasmd, d->eng, DNNL_MEMORY_NONE) != dnnl_success))
+        goto out;
+    rc = 0;
+out:
+    if (pd) dnnl_primitive_desc_destroy(pd);
+    if (po) dnnl_post_ops_destroy(po);
+    dnnl_primitive_attr_destroy(attr);
+    if (rc) entry_free(x);
+    return rc;
+}
+
+int cpu_dnnl_matmul(mtk *k, cpu_dnnl *d, mtk_dtype ab, int M, int N, int K, const void *A, long sam, long sak,
+                    const void *B, long sbk, long sbn, const float *bias, int accumulate, void *C, mtk_dtype cdt,
+                    long ldc)
+{
+    long key[12] = {ab, M, N, K, sam, sak, sbk, sbn, bias != NULL, accumulate, cdt, ldc};
+    entry *x = NULL, *victim = &d->e[0];
+    for (int i = 0; i < CACHE; i++) {
+        entry *y = &d->e[i];
+        if (y->prim && !memcmp(y->key, key, sizeof key)) {
+            x = y;
+            break;
+        }
+        if (!y->prim || (victim->prim && y->used < victim->used)) victim = y;
+    }
+    if (!x) {
+        entry_free(victim);
+        if (build(d, victim, ab, M, N, K, sam, sak, sbk, sbn, bias != NULL, accumulate, cdt, ldc)) {
+            mtk_fail(k, "oneDNN: no matmul for %s %dx%dx%d", mtk_dtype_name(ab), M, N, K);
+            return -1;
+        }
+        memcpy(victim->key, key, sizeof key);
+        x = victim;
+    }
+    x->used = ++d->tick;
+    dnnl_memory_set_data_handle(x->a, (void *)(uintptr_t)A);
+    dnnl_memory_set_data_handle(x->b, (void *)(uintptr_t)B);
+    dnnl_memory_set_data_handle(x->c, C);
+    dnnl_exec_arg_t args[5] = {{DNNL_ARG_SRC, x->a}, {DNNL_ARG_WEIGHTS, x->b}, {DNNL_ARG_DST, x->c}};
+    int na = 3;
+    if (x->scratch) {
+        dnnl_memory_set_data_handle(x->scratch, d->scratch);
+        args[na++] = (dnnl_exec_arg_t){DNNL_ARG_SCRATCHPAD, x->scratch};
+    }
+    if (bias) {
+        dnnl_memory_set_data_handle(x->bias, (void *)(uintptr_t)bias);
+        args[na++] = (dnnl_exec_arg_t){DNNL_ARG_BIAS, x->bias};
+    }
+    if (dnnl_primitive_execute(x->prim, d->stream, na, args) != dnnl_success ||
+        dnnl_stream_wait(d->stream) != dnnl_success) {
+        mtk_fail(k, "oneDNN: matmul %dx%dx%d failed", M, N, K);
+        return -1;
+    }
+    return 0;
+}
