@@ -31,7 +31,7 @@ MAN1     := $(sort $(wildcard man/*.1))
 MAN5     := $(sort $(wildcard man/*.5))
 MAN7     := $(sort $(wildcard man/*.7))
 
-.PHONY: all check demo deps install uninstall bench clean tests soak asan
+.PHONY: all check demo deps install uninstall bench clean tests soak asan print-ldlibs
 all: deps
 	@$(MAKE) --no-print-directory $(PROGS)
 
@@ -165,6 +165,10 @@ install: $(PROGS)
 uninstall:
 	rm -f $(PROGS:$(B)/bin/%=$(DESTDIR)$(PREFIX)/bin/%)
 	rm -rf $(DESTDIR)$(PREFIX)/share/mt
+
+# The link flags of the programs, for scripts that link against build/libmt.a (bench/gpu).
+print-ldlibs:
+	@echo $(LDLIBS)
 
 clean:
 	rm -rf $(B) build-asan build-tsan build-asan-sim
