@@ -247,7 +247,9 @@ void cpu_attention_kv(mtk *k, float *out, const float *qkv, float *kc, float *vc
             float mx = -INFINITY;
             for (int j = 0; j < n; j++) {
                 float a = 0.0f;
-                for (int d = 0; d < HS; d++) a += q[d] * kb[(size_t)j * HS + d];
+                const float *kj = kb + (size_t)j * HS;
+#pragma omp simd reduction(+ : a)
+                for (int d = 0; d < HS; d++) a += q[d] * kj[d];
                 s[j] = a * scale;
                 mx = s[j] > mx ? s[j] : mx;
             }

@@ -5,12 +5,17 @@
 
 #include "util/ompenv.h"
 
-void mt_omp_env_default(char **argv)
+/* Sets var=value and re-executes the program, unless the environment already sets the wait policy. */
+static void set_and_exec(char **argv, const char *var, const char *value)
 {
     if (getenv("OMP_WAIT_POLICY") || getenv("GOMP_SPINCOUNT")) return;
     const char *pre = getenv("LD_PRELOAD");
     if (pre && strstr(pre, "vgpreload")) return;
-    if (setenv("OMP_WAIT_POLICY", "passive", 1)) return;
+    if (setenv(var, value, 1)) return;
     execv("/proc/self/exe", argv);
-    unsetenv("OMP_WAIT_POLICY");   /* exec failed: carry on with the runtime's default */
+    unsetenv(var);   /* exec failed: carry on with the runtime's default */
 }
+
+void mt_omp_env_default(char **argv) { set_and_exec(argv, "OMP_WAIT_POLICY", "passive"); }
+
+void mt_omp_env_short_spin(char **argv) { set_and_exec(argv, "GOMP_SPINCOUNT", "10000"); }

@@ -11,5 +11,9 @@
 #define MT_UTIL_OMPENV_H
 
 void mt_omp_env_default(char **argv);
+/* The same with a short spin instead (GOMP_SPINCOUNT=10000: a few microseconds before sleeping), for
+ * programs made of many small parallel regions: mt-generate's token-by-token steps run about 80
+ * regions per token, and waking sleeping threads for each cost a third of its time. */
+void mt_omp_env_short_spin(char **argv);
 
 #endif
