@@ -10,20 +10,7 @@ py=/usr/bin/python3
 d=$T_TMP
 
 # the learnable dataset of train.sh: 61 token ids, documents walking a random permutation
-PYTHONPATH=$T_TOP/tests/oracle $py - "$d/data" <<'PYEOF'
-import sys, numpy as np
-from indexed_write import write_indexed
-rs = np.random.RandomState(7)
-perm = rs.permutation(60)
-docs = []
-for _ in range(400):
-    n = rs.randint(20, 90)
-    x = [rs.randint(60)]
-    for _ in range(n - 1):
-        x.append(perm[x[-1]] if rs.rand() < 0.9 else rs.randint(60))
-    docs.append(x + [60])
-write_indexed(sys.argv[1], docs)
-PYEOF
+PYTHONPATH=$T_TOP/tests/oracle $py "$T_TOP/tests/oracle/walk_data.py" "$d/data" 7 400
 
 export OMP_NUM_THREADS=2
 model="--num-layers 2 --hidden-size 64 --num-attention-heads 4 --seq-length 32 --max-position-embeddings 32

@@ -16,20 +16,7 @@ mpi() { local n=$1; shift; timeout -k 5 120 mpirun $root --oversubscribe -np "$n
 # the newest rank (mt-train re-executes itself as /proc/self/exe, so match the command line)
 newest_rank() { pgrep -n -f "^([^ ]*/)?mt-train .*--data-path $d/data "; }
 
-PYTHONPATH=$T_TOP/tests/oracle $py - "$d/data" <<'PYEOF'
-import sys, numpy as np
-from indexed_write import write_indexed
-rs = np.random.RandomState(7)
-perm = rs.permutation(60)
-docs = []
-for _ in range(300):
-    n = rs.randint(20, 90)
-    x = [rs.randint(60)]
-    for _ in range(n - 1):
-        x.append(perm[x[-1]] if rs.rand() < 0.9 else rs.randint(60))
-    docs.append(x + [60])
-write_indexed(sys.argv[1], docs)
-PYEOF
+PYTHONPATH=$T_TOP/tests/oracle $py "$T_TOP/tests/oracle/walk_data.py" "$d/data" 7 300
 
 args="--num-layers 2 --hidden-size 32 --num-attention-heads 4 --seq-length 32 --max-position-embeddings 32
       --tokenizer-type NullTokenizer --vocab-size 60 --make-vocab-size-divisible-by 16

@@ -11,20 +11,7 @@ if ! MT_TEST_BACKEND=sim "$T_TOP/${MT_BUILD:-build}/tests/test_kernels" 2>&1 | g
     t_skip "sim backend" "this build has no SIMT simulator (no CUDA headers)"
     exit 0
 fi
-PYTHONPATH=$T_TOP/tests/oracle $py - "$d/data" <<'EOF2'
-import sys, numpy as np
-from indexed_write import write_indexed
-rs = np.random.RandomState(3)
-perm = rs.permutation(60)
-docs = []
-for _ in range(200):
-    n = rs.randint(20, 90)
-    x = [rs.randint(60)]
-    for _ in range(n - 1):
-        x.append(perm[x[-1]] if rs.rand() < 0.9 else rs.randint(60))
-    docs.append(x + [60])
-write_indexed(sys.argv[1], docs)
-EOF2
+PYTHONPATH=$T_TOP/tests/oracle $py "$T_TOP/tests/oracle/walk_data.py" "$d/data" 3 200
 export OMP_NUM_THREADS=2
 args="--num-layers 2 --hidden-size 32 --num-attention-heads 4 --seq-length 24 --max-position-embeddings 32
       --tokenizer-type NullTokenizer --vocab-size 60 --make-vocab-size-divisible-by 16

@@ -12,16 +12,8 @@ d=$T_TMP
 PYTHONPATH=$T_TOP/tests/oracle $py - "$d/data" <<'EOF'
 import sys, numpy as np
 from indexed_write import write_indexed
-rs = np.random.RandomState(7)
-perm = rs.permutation(60)
-docs = []
-for _ in range(400):
-    n = rs.randint(20, 90)
-    x = [rs.randint(60)]
-    for _ in range(n - 1):
-        x.append(perm[x[-1]] if rs.rand() < 0.9 else rs.randint(60))
-    docs.append(x + [60])
-toks = write_indexed(sys.argv[1], docs)
+from walk_data import walk_docs
+toks = write_indexed(sys.argv[1], walk_docs(7, 400))
 counts = np.bincount(toks, minlength=61).astype(float); p = counts[counts > 0] / counts.sum()
 open(sys.argv[1] + ".entropy", "w").write("%.6f\n" % float(-(p * np.log(p)).sum()))
 EOF
