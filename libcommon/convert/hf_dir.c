@@ -8,18 +8,12 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "io/fsutil.h"
 
-static char *join(const char *a, const char *b)
-{
-    size_t n = strlen(a) + strlen(b) + 2;
-    char *p = mt_xmalloc(n);
-    snprintf(p, n, "%s/%s", a, b);
-    return p;
-}
 
 static bool exists(const char *dir, const char *name)
 {
-    char *p = join(dir, name);
+    char *p = mt_path_join(dir, name);
     struct stat st;
     bool ok = stat(p, &st) == 0 && S_ISREG(st.st_mode);
     free(p);
@@ -83,7 +77,7 @@ out:
 int mt_hf_dir_open(mt_hf_dir *d, const char *dir, mt_err *e)
 {
     memset(d, 0, sizeof *d);
-    char *cfg = join(dir, "config.json");
+    char *cfg = mt_path_join(dir, "config.json");
     int rc = mt_hf_config_read(cfg, &d->cfg, e);
     free(cfg);
     if (rc) return -1;
@@ -94,7 +88,7 @@ int mt_hf_dir_open(mt_hf_dir *d, const char *dir, mt_err *e)
         names[0] = mt_xstrdup("model.safetensors");
         n = 1;
     } else if (exists(dir, "model.safetensors.index.json")) {
-        char *ix = join(dir, "model.safetensors.index.json");
+        char *ix = mt_path_join(dir, "model.safetensors.index.json");
         names = index_files(ix, &n, e);
         free(ix);
         if (!names) return -1;
@@ -108,7 +102,7 @@ int mt_hf_dir_open(mt_hf_dir *d, const char *dir, mt_err *e)
     d->files = mt_xcalloc((size_t)n, sizeof *d->files);
     rc = 0;
     for (int i = 0; i < n; i++) {
-        char *p = join(dir, names[i]);
+        char *p = mt_path_join(dir, names[i]);
         if (!rc && mt_st_open(&d->files[i], p, e)) rc = -1;
         else if (!rc) d->nfiles++;
         free(p);

@@ -15,14 +15,6 @@
 #include "io/atomic.h"
 #include "io/fsutil.h"
 
-static char *join(const char *a, const char *b)
-{
-    size_t n = strlen(a) + strlen(b) + 2;
-    char *p = mt_xmalloc(n);
-    snprintf(p, n, "%s/%s", a, b);
-    return p;
-}
-
 /* 1 when dir is an empty directory, 0 when absent, -1 (e set) otherwise. */
 static int absent_or_empty(const char *dir, mt_err *e)
 {
@@ -64,13 +56,13 @@ int mt_hf_out_begin(mt_hf_out *o, const char *dir, mt_err *e)
         return -1;
     }
     o->dir = mt_xstrdup(dir);
-    o->model_path = join(o->tmp, "model.safetensors");
+    o->model_path = mt_path_join(o->tmp, "model.safetensors");
     return 0;
 }
 
 static int write_json(const char *dir, const char *name, json_t *v, mt_err *e)
 {
-    char *path = join(dir, name);
+    char *path = mt_path_join(dir, name);
     char *s = json_dumps(v, JSON_INDENT(2) | JSON_SORT_KEYS);
     json_decref(v);
     mt_out f;
@@ -87,7 +79,7 @@ static int write_json(const char *dir, const char *name, json_t *v, mt_err *e)
 
 int mt_hf_out_files(mt_hf_out *o, const mt_hf_config *c, const char *vocab_file, const char *merge_file, mt_err *e)
 {
-    char *cfg = join(o->tmp, "config.json");
+    char *cfg = mt_path_join(o->tmp, "config.json");
     int rc = mt_hf_config_write(cfg, c, e);
     free(cfg);
     if (rc) return -1;
@@ -103,7 +95,7 @@ int mt_hf_out_files(mt_hf_out *o, const mt_hf_config *c, const char *vocab_file,
         write_json(o->tmp, "special_tokens_map.json",
                    json_pack("{s:s,s:s,s:s}", "bos_token", eot, "eos_token", eot, "unk_token", eot), e))
         return -1;
-    char *v = join(o->tmp, "vocab.json"), *m = join(o->tmp, "merges.txt");
+    char *v = mt_path_join(o->tmp, "vocab.json"), *m = mt_path_join(o->tmp, "merges.txt");
     rc = mt_copy_file(vocab_file, v, e) || mt_copy_file(merge_file, m, e) ? -1 : 0;
     free(v);
     free(m);

@@ -1,10 +1,10 @@
 /* atomic.c: temp-file + fsync + rename outputs with cleanup on death (see atomic.h). */
 #include "io/atomic.h"
+#include "io/fsutil.h"
 
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
-#include <ftw.h>
 #include <libgen.h>
 #include <pthread.h>
 #include <signal.h>
@@ -82,14 +82,6 @@ long mt_out_tmp_pid(const char *name)
 
 bool mt_pid_dead(long pid) { return pid > 0 && kill((pid_t)pid, 0) && errno == ESRCH; }
 
-static int rm_one(const char *path, const struct stat *st, int flag, struct FTW *ftw)
-{
-    (void)st;
-    (void)flag;
-    (void)ftw;
-    return remove(path) && errno != ENOENT ? -1 : 0;
-}
-
 int mt_remove_stale(const char *dir, long (*tmp_pid)(const char *name), bool self, bool dirs)
 {
     DIR *d = opendir(dir);
@@ -105,7 +97,7 @@ int mt_remove_stale(const char *dir, long (*tmp_pid)(const char *name), bool sel
         size_t n = strlen(dir) + strlen(de->d_name) + 2;
         char *p = mt_xmalloc(n);
         snprintf(p, n, "%s/%s", dir, de->d_name);
-        if (S_ISREG(st.st_mode) ? unlink(p) == 0 : S_ISDIR(st.st_mode) && dirs && nftw(p, rm_one, 16, FTW_DEPTH | FTW_PHYS) == 0)
+        if (S_ISREG(st.st_mode) ? unlink(p) == 0 : S_ISDIR(st.st_mode) && dirs && mt_rm_rf(p) == 0)
             removed++;
         free(p);
     }

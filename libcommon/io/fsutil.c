@@ -5,6 +5,7 @@
 #include <ftw.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <sys/stat.h>
 
 #include "io/atomic.h"
@@ -31,6 +32,14 @@ int mt_mkdir_p(const char *dir, mt_err *e)
     if (rc == 0) rc = mkdir_one(p, e);
     free(p);
     return rc;
+}
+
+char *mt_path_join(const char *a, const char *b)
+{
+    size_t n = strlen(a) + strlen(b) + 2;
+    char *p = mt_xmalloc(n);
+    snprintf(p, n, "%s/%s", a, b);
+    return p;
 }
 
 int mt_copy_file(const char *src, const char *dst, mt_err *e)

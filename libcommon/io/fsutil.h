@@ -14,6 +14,9 @@ int mt_mkdir_p(const char *dir, mt_err *e);
  * naming the file. */
 int mt_copy_file(const char *src, const char *dst, mt_err *e);
 
+/* "a/b", malloc'ed. */
+char *mt_path_join(const char *a, const char *b);
+
 /* Removes path and everything under it (no error when absent). 0, or -1. */
 int mt_rm_rf(const char *path);
 

@@ -5,7 +5,6 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
-#include <ftw.h>
 #include <inttypes.h>
 #include <signal.h>
 #include <stdio.h>
@@ -16,14 +15,6 @@
 
 #include "io/atomic.h"
 #include "io/fsutil.h"
-
-static char *path_join(const char *a, const char *b)
-{
-    size_t n = strlen(a) + strlen(b) + 2;
-    char *p = mt_xmalloc(n);
-    snprintf(p, n, "%s/%s", a, b);
-    return p;
-}
 
 static char *iter_name(int64_t iteration)
 {
@@ -43,19 +34,6 @@ static int fsync_dir(const char *dir, mt_err *e)
     if (fsync(fd) && errno != EINVAL) rc = mt_err_sys(e, "%s: fsync", dir);
     close(fd);
     return rc;
-}
-
-static int rm_one(const char *path, const struct stat *st, int flag, struct FTW *ftw)
-{
-    (void)st;
-    (void)flag;
-    (void)ftw;
-    return remove(path) && errno != ENOENT ? -1 : 0;
-}
-
-static int rm_rf(const char *path)
-{
-    return nftw(path, rm_one, 16, FTW_DEPTH | FTW_PHYS);
 }
 
 /* The PID of a save directory in progress, "iter_<N>.tmp-<pid>[...]" or "release.tmp-<pid>[...]", else -1. */
@@ -142,11 +120,11 @@ static int install_dir(const char *tmp, const char *final, int *old_at_tmp, mt_e
     size_t n = strlen(final) + 64;
     char *aside = mt_xmalloc(n);
     snprintf(aside, n, "%s.tmp-%ld-old", final, (long)getpid());
-    rm_rf(aside);
+    mt_rm_rf(aside);
     int rc = 0;
     if (rename(final, aside)) rc = mt_err_sys(e, "cannot rename %s to %s", final, aside);
     else if (rename(tmp, final)) rc = mt_err_sys(e, "cannot rename %s to %s", tmp, final);
-    else rm_rf(aside);
+    else mt_rm_rf(aside);
     free(aside);
     return rc;
 }
@@ -160,9 +138,9 @@ void mt_ckpt_rank_name(char *buf, size_t cap, int tp_rank, int pp_rank, int pp_s
 /* Writes one rank's files into tmp/<name>. */
 static int save_rank(const char *tmp, const mt_ckpt_rank *k, crash_hook *hook, mt_err *e)
 {
-    char *rank = path_join(tmp, k->name);
-    char *model_path = path_join(rank, "model.safetensors"), *optim_path = path_join(rank, "optim.safetensors"),
-         *meta_path = path_join(rank, "meta.json");
+    char *rank = mt_path_join(tmp, k->name);
+    char *model_path = mt_path_join(rank, "model.safetensors"), *optim_path = mt_path_join(rank, "optim.safetensors"),
+         *meta_path = mt_path_join(rank, "meta.json");
     char *text = NULL;
     int rc = -1;
     if (!json_is_object(k->meta)) {
@@ -218,11 +196,11 @@ int mt_ckpt_save_ranks_ex(const char *save_dir, int64_t iteration, const mt_ckpt
     if (mt_mkdir_p(save_dir, e)) return -1;
     remove_stale(save_dir);
 
-    char *name = iter_name(iteration), *final = path_join(save_dir, name);
+    char *name = iter_name(iteration), *final = mt_path_join(save_dir, name);
     size_t n = strlen(final) + 32;
     char *tmp = mt_xmalloc(n);
     snprintf(tmp, n, "%s.tmp-%ld", final, (long)getpid());
-    char *tracker = path_join(save_dir, MT_CKPT_TRACKER);
+    char *tracker = mt_path_join(save_dir, MT_CKPT_TRACKER);
     int rc = -1, old_at_tmp = 0;
 
     if (mkdir(tmp, 0755)) {
@@ -234,7 +212,7 @@ int mt_ckpt_save_ranks_ex(const char *save_dir, int64_t iteration, const mt_ckpt
     if (fill) {   /* files of other processes into the rank directories, before anything is installed */
         if (fill(tmp, arg, e)) goto out;
         for (int i = 0; i < n_ranks; i++) {
-            char *rank = path_join(tmp, ranks[i].name);
+            char *rank = mt_path_join(tmp, ranks[i].name);
             int bad = fsync_dir(rank, e);
             free(rank);
             if (bad) goto out;
@@ -243,7 +221,7 @@ int mt_ckpt_save_ranks_ex(const char *save_dir, int64_t iteration, const mt_ckpt
     if (fsync_dir(tmp, e)) goto out;
     if (install_dir(tmp, final, &old_at_tmp, e) || fsync_dir(save_dir, e)) goto out;
     step_done(&hook);
-    if (old_at_tmp) rm_rf(tmp);
+    if (old_at_tmp) mt_rm_rf(tmp);
     char num[32];
     if (iteration == MT_CKPT_RELEASE) snprintf(num, sizeof num, "release");
     else snprintf(num, sizeof num, "%" PRId64, iteration);
@@ -251,7 +229,7 @@ int mt_ckpt_save_ranks_ex(const char *save_dir, int64_t iteration, const mt_ckpt
     step_done(&hook);
     rc = 0;
 out:
-    if (rc) rm_rf(tmp);
+    if (rc) mt_rm_rf(tmp);
     free(name);
     free(final);
     free(tmp);
@@ -287,7 +265,7 @@ int mt_ckpt_check_save_dir(const char *save_dir, mt_err *e)
 
 int mt_ckpt_latest(const char *load_dir, int64_t *iteration, mt_err *e)
 {
-    char *path = path_join(load_dir, MT_CKPT_TRACKER);
+    char *path = mt_path_join(load_dir, MT_CKPT_TRACKER);
     FILE *f = fopen(path, "rb");
     if (!f) {
         int rc = errno == ENOENT ? 1 : mt_err_sys(e, "%s", path);
@@ -363,7 +341,7 @@ mt_ckpt_reader *mt_ckpt_open_rank(const char *load_dir, int64_t iteration, const
     if (iteration == MT_CKPT_LATEST) {
         int rc = mt_ckpt_latest(load_dir, &iteration, e);
         if (rc == 1) {
-            char *t = path_join(load_dir, MT_CKPT_TRACKER);
+            char *t = mt_path_join(load_dir, MT_CKPT_TRACKER);
             mt_err_set(e, "%s: no such file (no checkpoint in %s)", t, load_dir);
             free(t);
         }
@@ -381,17 +359,17 @@ mt_ckpt_reader *mt_ckpt_open_rank(const char *load_dir, int64_t iteration, const
     mt_ckpt_reader *r = mt_xcalloc(1, sizeof *r);
     r->release = iteration == MT_CKPT_RELEASE;
     r->iteration = r->release ? 0 : iteration;
-    char *name = iter_name(iteration), *top = path_join(load_dir, name);
+    char *name = iter_name(iteration), *top = mt_path_join(load_dir, name);
     struct stat st;
     if (!rank_name) {   /* the first rank: mp_rank_00, or mp_rank_00_000 in a pipeline-parallel checkpoint */
-        char *pp0 = path_join(top, "mp_rank_00_000"), *tp0 = path_join(top, "mp_rank_00");
+        char *pp0 = mt_path_join(top, "mp_rank_00_000"), *tp0 = mt_path_join(top, "mp_rank_00");
         rank_name = stat(tp0, &st) && !stat(pp0, &st) ? "mp_rank_00_000" : "mp_rank_00";
         free(pp0);
         free(tp0);
     }
-    r->dir = path_join(top, rank_name);
-    char *model = path_join(r->dir, "model.safetensors"), *optim = path_join(r->dir, "optim.safetensors"),
-         *meta = path_join(r->dir, "meta.json");
+    r->dir = mt_path_join(top, rank_name);
+    char *model = mt_path_join(r->dir, "model.safetensors"), *optim = mt_path_join(r->dir, "optim.safetensors"),
+         *meta = mt_path_join(r->dir, "meta.json");
     int ok = 0;
     if (stat(top, &st) || !S_ISDIR(st.st_mode)) {
         mt_err_set(e, "%s: no such directory (%s)", top, why);
@@ -402,7 +380,7 @@ mt_ckpt_reader *mt_ckpt_open_rank(const char *load_dir, int64_t iteration, const
         goto out;
     }
     if (stat(model, &st)) {
-        char *pt = path_join(r->dir, "model_optim_rng.pt");
+        char *pt = mt_path_join(r->dir, "model_optim_rng.pt");
         int torch = stat(pt, &st) == 0;
         free(pt);
         mt_err_set(e, "%s: no such file (%s%s)", model, why,
