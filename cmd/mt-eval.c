@@ -162,10 +162,11 @@ static void eval_split_mode(ev *v)
 
 /* Scores one document: tokens after an end-of-document token, in windows of seq_length predictions
  * (each window's context restarts; a long document is scored in consecutive chunks). */
-static void score_doc(ev *v, const uint32_t *ids, size_t n, double *logprob, mt_out *logits)
+/* With logits, lg is room for a window's logits ([seq_length][padded vocabulary]) and each scored token's
+ * row goes to logits. */
+static void score_doc(ev *v, const uint32_t *ids, size_t n, double *logprob, mt_out *logits, float *lg)
 {
     mt_err e;
-    float *lg = logits ? mt_xmalloc((size_t)v->cfg.seq_length * (size_t)v->cfg.padded_vocab_size * sizeof *lg) : NULL;
     int T = v->cfg.seq_length;
     int32_t *tok = mt_xmalloc((size_t)T * sizeof *tok), *tgt = mt_xmalloc((size_t)T * sizeof *tgt);
     float *mask = mt_xmalloc((size_t)T * sizeof *mask), *tl = mt_xmalloc((size_t)T * sizeof *tl);
@@ -195,7 +196,6 @@ static void score_doc(ev *v, const uint32_t *ids, size_t n, double *logprob, mt_
                 }
         }
     }
-    free(lg);
     free(tok);
     free(tgt);
     free(mask);
@@ -217,7 +217,11 @@ static void score_mode(ev *v)
     mt_reader_set_max_line(rd, (size_t)max_line);
     mt_gpt_set_dropout(v->ctx, 0, 0);
     mt_out lo;
-    if (logits_path && mt_out_open(&lo, logits_path, &e)) mt_die_err(&e);
+    float *lg = NULL;
+    if (logits_path) {
+        if (mt_out_open(&lo, logits_path, &e)) mt_die_err(&e);
+        lg = mt_xmalloc((size_t)v->cfg.seq_length * (size_t)v->cfg.padded_vocab_size * sizeof *lg);
+    }
     /* the input rules of mt-tokenize: blank lines skipped, lone surrogate escapes as U+FFFD, the same
      * messages for bad lines */
     mt_jsonl js = {0};
@@ -234,7 +238,7 @@ static void score_mode(ev *v)
         ids.n = 0;
         mt_bpe_encode(ctx, text.text, text.len, &ids);
         double lp = 0;
-        if (ids.n) score_doc(v, ids.p, ids.n, &lp, logits_path ? &lo : NULL);
+        if (ids.n) score_doc(v, ids.p, ids.n, &lp, logits_path ? &lo : NULL, lg);
         double loss = ids.n ? -lp / (double)ids.n : 0;
         json_t *o = json_object();
         json_object_set_new(o, "tokens", json_integer((json_int_t)ids.n));
@@ -247,6 +251,7 @@ static void score_mode(ev *v)
     }
     if (rc < 0) mt_die_err(&e);
     if (logits_path && mt_out_commit(&lo, &e)) mt_die_err(&e);
+    free(lg);
     mt_jsonl_free(&js);
     free(ids.p);
     mt_reader_close(rd);

@@ -102,3 +102,9 @@ err1 gen --greedy "$long" && t_grep "prompt longer than the context" 'leave no r
 err1 gen --temperature -1 "x" && t_pass "negative temperature refused" || t_fail "negative temperature refused" "$(cat "$d/e")"
 err1 mt-generate "x" && t_grep "--load required" 'load is required' "$d/e" || t_fail "--load required" "$(cat "$d/e")"
 err1 gen --load "$d/nowhere" "x" && t_pass "missing checkpoint: one line" || t_fail "missing checkpoint: one line" "$(cat "$d/e")"
+
+# --timing: one line per batch on stderr, the continuation unchanged on stdout
+gen --greedy --max-new-tokens 8 --timing "def f3(x" "def f4(y" >"$d/t.out" 2>"$d/t.err"
+gen --greedy --max-new-tokens 8 "def f3(x" "def f4(y" >"$d/t2.out" 2>/dev/null
+grep -Eq '^mt-generate: batch of 2 x [0-9]+ prompt tokens: first token after [0-9.]+ ms; [0-9]+ new tokens in [0-9.]+ ms' "$d/t.err" \
+    && cmp -s "$d/t.out" "$d/t2.out" && t_pass "--timing: a line per batch, the same text" || t_fail "--timing" "$(cat "$d/t.err")"

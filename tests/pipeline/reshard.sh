@@ -114,3 +114,23 @@ if command -v mpirun >/dev/null; then
         else t_fail "resumed on one rank from tp2: the DP=2 run's losses" "$(paste "$d/want-dist" "$d/got" | head -3) $(tail -1 "$d/e")"; fi
     else t_fail "DP=2 distributed-optimizer training" "$(tail -2 "$d/dist.err")"; fi
 else t_skip "distributed optimizer" "mpirun is not installed"; fi
+
+# flag errors of mt-ckpt-convert and mt-eval --logits: one line, non-zero, nothing written
+err1 mt-ckpt-convert --load "$d/ck" && grep -q 'nothing to do' "$d/e" \
+    && t_pass "mt-ckpt-convert without a mode: one-line error" || t_fail "mt-ckpt-convert without a mode" "$(cat "$d/e")"
+err1 mt-ckpt-convert --load "$d/ck" --to hf --out "$d/x-hf" --target-tensor-parallel-size 2 && [ ! -e "$d/x-hf" ] \
+    && t_pass "--to hf with a target size: one-line error, nothing written" || t_fail "--to hf with a target size" "$(cat "$d/e")"
+err1 mt-ckpt-convert --load "$d/ck" --to hf && grep -q -- '--out' "$d/e" \
+    && t_pass "--to hf without --out: one-line error" || t_fail "--to hf without --out" "$(cat "$d/e")"
+err1 mt-ckpt-convert --from hf --in "$d/ck" --save "$d/x-ck" --dtype bf16 && [ ! -e "$d/x-ck" ] \
+    && t_pass "--from hf with --dtype: one-line error, nothing written" || t_fail "--from hf with --dtype" "$(cat "$d/e")"
+err1 mt-ckpt-convert --load "$d/ck" --to hf --out "$d/x-hf" --dtype fp8 && [ ! -e "$d/x-hf" ] \
+    && t_pass "--dtype fp8: one-line error" || t_fail "--dtype fp8" "$(cat "$d/e")"
+err1 mt-eval --load "$d/ck" --logits "$d/x.f32" <"$d/doc.jsonl" && grep -q -- '--logits goes with --score' "$d/e" \
+    && [ ! -e "$d/x.f32" ] && t_pass "mt-eval --logits without --score: one-line error" || t_fail "mt-eval --logits without --score" "$(cat "$d/e")"
+err1 mt-eval --load "$d/ck" --score --logits "$d/no/such/dir/x.f32" <"$d/doc.jsonl" && grep -q 'no/such/dir' "$d/e" \
+    && t_pass "mt-eval --logits into a missing directory: one-line error naming it" || t_fail "mt-eval --logits into a missing directory" "$(cat "$d/e")"
+mt-eval --load "$d/ck" --score --logits "$d/ok.f32" <"$d/doc.jsonl" >/dev/null 2>&1
+n=$(( $(stat -c %s "$d/ok.f32") / 4 / 50257 )); toks=$(mt-eval --load "$d/ck" --score <"$d/doc.jsonl" 2>/dev/null | grep -oE '"tokens": [0-9]+' | grep -oE '[0-9]+')
+[ -n "$toks" ] && [ "$n" = "$toks" ] && [ $(( $(stat -c %s "$d/ok.f32") % (4 * 50257) )) = 0 ] \
+    && t_pass "mt-eval --logits: one row of 50257 floats per scored token ($n)" || t_fail "mt-eval --logits rows" "$n rows, $toks tokens"
