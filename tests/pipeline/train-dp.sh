@@ -226,3 +226,11 @@ if [ "$(cat "$d/s.rc" 2>/dev/null)" = 0 ] && [ -n "$it" ] && [ -d "$d/sig/iter_$
     [ "$(grep -c 'exiting program after receiving SIGTERM' "$d/s.err")" = 2 ]; then
     t_pass "SIGTERM to one rank: both ranks stop, checkpoint at $it, exit 0"
 else t_fail "SIGTERM to one rank" "rc $(cat "$d/s.rc" 2>/dev/null), tracker '$it': $(tail -c 300 "$d/s.err")"; fi
+
+# flag errors: one line, exit non-zero
+for bad in "-n 0" "-n abc" "--ddp-bucket-size 0" "--device tpu"; do
+    # shellcheck disable=SC2086
+    if mt-train $bad $args --save "$d/flagerr" >"$d/fo" 2>"$d/fe"; then t_fail "mt-train $bad: error" "exit 0"
+    elif [ "$(wc -l <"$d/fe")" = 1 ] && [ ! -e "$d/flagerr" ]; then t_pass "mt-train $bad: one-line error ($(cat "$d/fe"))"
+    else t_fail "mt-train $bad: one-line error" "$(head -c 300 "$d/fe")"; fi
+done
