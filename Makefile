@@ -86,6 +86,7 @@ ifneq ($(NVCC),)
 CUDA_OBJ  := $(CU_SRC:%.cu=$(B)/obj/cuda/%.o)
 MTK_DEFS  += -DMTK_HAVE_CUDA
 LDLIBS    += -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcublasLt -lcudart
+tests: $(B)/gpu/gpu_peak
 else ifeq ($(MAKELEVEL),0)
 $(info make: no nvcc (CUDA_HOME=$(CUDA_HOME)): building without the CUDA backend)
 endif
@@ -106,6 +107,10 @@ $(B)/obj/sim/%.o: %.cu
 $(B)/obj/cuda/%.o: %.cu
 	@mkdir -p $(dir $@)
 	$(NVCC) $(NVCC_FLAGS) -c $< -o $@
+# bench/gpu's measure of the device's bf16 GEMM rate (the denominator of its MFU).
+$(B)/gpu/gpu_peak: bench/gpu_peak.c $(LIB)
+	@mkdir -p $(dir $@)
+	$(CC) $(filter-out -MMD -MP,$(MT_CFLAGS)) $(CFLAGS) -o $@ $< $(LIB) $(LDLIBS)
 # The simulator's own tests (tests/sim): a self-test program (warp-op semantics, planted races and
 # out-of-bounds reads), and test_kernels linked with only the kernel library; make check also builds
 # both under ThreadSanitizer (build-tsan) and AddressSanitizer (build-asan-sim) for

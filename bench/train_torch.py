@@ -3,10 +3,15 @@
 # softmax since torch 1.13 has no scaled_dot_product_attention) trained with AdamW and gradient clipping
 # on random tokens, dropout 0, in fp32 on the CPU with a fixed thread count, or with the forward pass
 # under torch.autocast("cpu", dtype=torch.bfloat16) (bf16 matrix products through oneDNN, fp32
-# weights, gradients and optimizer: PyTorch's CPU mixed precision) when PRECISION is bf16. Prints one line:
-#   params <n> loss <last loss> step_ms <ms> <ms> ...
-# with the time of each step after the warm-up ones (forward, backward, clipping, AdamW, zeroing).
-# Usage: train_torch.py LAYERS HIDDEN HEADS SEQ MAX_POSITIONS BATCH VOCAB_PADDED THREADS WARMUP STEPS [fp32|bf16]
+# weights, gradients and optimizer: PyTorch's CPU mixed precision) when PRECISION is bf16. With DEVICE cuda
+# (bench/gpu's peer) the same model runs on the GPU under torch.autocast("cuda", bf16), with
+# scaled_dot_product_attention (flash attention) where torch has it and the fused AdamW: eager PyTorch as
+# a user would write it, without torch.compile. Prints one line:
+#   params <n> loss <last loss> step_ms <ms> <ms> ... [peak_mb <MB>]
+# with the time of each step after the warm-up ones (forward, backward, clipping, AdamW, zeroing), and on
+# cuda the peak of torch's allocated GPU memory.
+# Usage: train_torch.py LAYERS HIDDEN HEADS SEQ MAX_POSITIONS BATCH VOCAB_PADDED THREADS WARMUP STEPS
+#        [fp32|bf16] [cpu|cuda]
 import contextlib
 import math
 import sys
@@ -35,6 +40,10 @@ class Block(nn.Module):
         q = q.view(B, T, self.nh, hs).transpose(1, 2)
         k = k.view(B, T, self.nh, hs).transpose(1, 2)
         v = v.view(B, T, self.nh, hs).transpose(1, 2)
+        if q.is_cuda and hasattr(F, "scaled_dot_product_attention"):
+            y = F.scaled_dot_product_attention(q, k, v, is_causal=True).transpose(1, 2).contiguous().view(B, T, C)
+            x = x + self.proj(y)
+            return x + self.fc2(F.gelu(self.fc(self.ln2(x)), approximate="tanh"))
         att = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(hs))
         att = att.masked_fill(mask[:T, :T], float("-inf"))
         att = F.softmax(att, dim=-1)
@@ -57,7 +66,7 @@ class GPT(nn.Module):
 
     def forward(self, idx, targets):
         B, T = idx.shape
-        x = self.wte(idx) + self.wpe(torch.arange(T))
+        x = self.wte(idx) + self.wpe(torch.arange(T, device=idx.device))
         for b in self.blocks:
             x = b(x, self.mask)
         logits = self.lnf(x) @ self.wte.weight.t()   # tied output layer
@@ -67,18 +76,22 @@ class GPT(nn.Module):
 def main():
     L, h, nh, T, P, B, V, threads, warmup, steps = (int(a) for a in sys.argv[1:11])
     bf16 = len(sys.argv) > 11 and sys.argv[11] == "bf16"
-    amp = (lambda: torch.autocast("cpu", dtype=torch.bfloat16)) if bf16 else contextlib.nullcontext
+    dev = sys.argv[12] if len(sys.argv) > 12 else "cpu"
+    amp = (lambda: torch.autocast(dev, dtype=torch.bfloat16)) if bf16 else contextlib.nullcontext
     torch.set_num_threads(threads)
     torch.manual_seed(1234)
-    model = GPT(L, h, nh, P, V)
+    model = GPT(L, h, nh, P, V).to(dev)
     decay = [p for p in model.parameters() if p.dim() == 2]
     no_decay = [p for p in model.parameters() if p.dim() < 2]
     opt = torch.optim.AdamW([{"params": decay, "weight_decay": 0.1}, {"params": no_decay, "weight_decay": 0.0}],
-                            lr=1e-4, betas=(0.9, 0.999), eps=1e-8, foreach=False)
+                            lr=1e-4, betas=(0.9, 0.999), eps=1e-8,
+                            **({"fused": True} if dev == "cuda" else {"foreach": False}))
     g = torch.Generator().manual_seed(1)
-    data = torch.randint(0, min(V, 50257), (warmup + steps, B, T + 1), generator=g)
+    data = torch.randint(0, min(V, 50257), (warmup + steps, B, T + 1), generator=g).to(dev)
+    sync = torch.cuda.synchronize if dev == "cuda" else (lambda: None)
     times = []
     for i in range(warmup + steps):
+        sync()
         t0 = time.perf_counter()
         x, y = data[i, :, :-1], data[i, :, 1:]
         opt.zero_grad(set_to_none=False)
@@ -87,10 +100,12 @@ def main():
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()
+        sync()
         if i >= warmup:
             times.append((time.perf_counter() - t0) * 1e3)
     nparams = sum(p.numel() for p in model.parameters())
-    print("params %d loss %.4f step_ms %s" % (nparams, loss.item(), " ".join("%.1f" % t for t in times)))
+    peak = " peak_mb %.0f" % (torch.cuda.max_memory_allocated() / 2**20) if dev == "cuda" else ""
+    print("params %d loss %.4f step_ms %s%s" % (nparams, loss.item(), " ".join("%.1f" % t for t in times), peak))
 
 if __name__ == "__main__":
     main()

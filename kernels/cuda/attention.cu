@@ -1,4 +1,6 @@
 // attention.cu: causal flash attention of our own, forward and backward, and attention over a KV cache.
+// bf16/fp16 at head sizes 32, 64 and 128 go to the tensor-core kernels of attention_mma.cu; these are
+// the kernels for fp32, other head sizes, and single-token decoding steps.
 // No T x T matrix is ever stored: each block holds a tile of query rows (forward, dq) or key rows (dk,
 // dv) in shared memory, one thread per row, and walks the tiles of the other side through shared memory
 // with an online softmax (forward) or recomputing P = exp(S - lse) (backward). dq and dk/dv come from
@@ -6,6 +8,7 @@
 // atomics, the same bits on every run. Attention dropout uses the counter of kernels.h,
 // ((b NH + h) T + i) T + j + offset, on the probabilities after the softmax sum.
 #include "cuda.h"
+#include "attention.h"
 
 namespace MTK_CU_NS {
 
@@ -15,27 +18,6 @@ struct Tiles {
     int tq, tk;
 };
 static Tiles tiles_for(int HS) { return HS <= 128 ? Tiles{64, 32} : Tiles{16, 16}; }
-
-template <class T> struct Rows {   // rows of one (sequence, head): p + b sb + h sh + t st
-    const T *p;
-    size_t sb, sh, st;
-    __device__ const T *row(int b, int h, int t) const { return p + b * sb + h * sh + (size_t)t * st; }
-};
-struct Drop {
-    uint64_t seed, offset;
-    float p, scale;   // p == 0: none
-    __device__ float factor(int b, int h, int NH, int T, int i, int j) const
-    {
-        if (p == 0.0f) return 1.0f;
-        const uint64_t ctr = offset + ((((uint64_t)b * NH + h) * T + i) * T + j);
-        return drop_keep(seed, ctr, p) ? scale : 0.0f;
-    }
-};
-static Drop drop_of(const mtk_dropout *d)
-{
-    if (!d || d->p == 0.0f) return Drop{0, 0, 0.0f, 1.0f};
-    return Drop{d->seed, d->offset, d->p, 1.0f / (1.0f - d->p)};
-}
 
 // Loads rows t0 .. t0+n-1 (fewer at the end) of (b, h) into s[r * ld + d] as fp32; all threads help.
 template <class T>
@@ -164,6 +146,7 @@ template <class T>
 static void fwd_launch(mtk *k, T *out, size_t o_sb, size_t o_sh, size_t o_st, float *lse, Rows<T> q, Rows<T> kr,
                        Rows<T> vr, int B, int nq, int nk, int pos0, int NH, int HS, Drop dr)
 {
+    if (attention_fwd_mma<T>(k, out, o_sb, o_sh, o_st, lse, q, kr, vr, B, nq, nk, pos0, NH, HS, dr)) return;
     if (HS == 64) return fwd_reg<T, 64>(k, out, o_sb, o_sh, o_st, lse, q, kr, vr, B, nq, nk, pos0, NH, dr);
     if (HS == 32) return fwd_reg<T, 32>(k, out, o_sb, o_sh, o_st, lse, q, kr, vr, B, nq, nk, pos0, NH, dr);
     if (HS == 16) return fwd_reg<T, 16>(k, out, o_sb, o_sh, o_st, lse, q, kr, vr, B, nq, nk, pos0, NH, dr);
@@ -338,6 +321,7 @@ template <class T>
 static void abwd(mtk *k, void *dqkv, const void *dout, const void *qkv, const void *out, const float *lse, int B, int T_,
                  int NH, int HS, Drop dr)
 {
+    if (attention_bwd_mma<T>(k, (T *)dqkv, (const T *)dout, (const T *)qkv, (const T *)out, lse, B, T_, NH, HS, dr)) return;
     if (HS == 64) bwd_launch<T, 64>(k, dqkv, dout, qkv, out, lse, B, T_, NH, HS, dr);
     else if (HS == 32) bwd_launch<T, 32>(k, dqkv, dout, qkv, out, lse, B, T_, NH, HS, dr);
     else if (HS == 16) bwd_launch<T, 16>(k, dqkv, dout, qkv, out, lse, B, T_, NH, HS, dr);

@@ -37,8 +37,6 @@ struct Cu {
     void *lt;                 // cublasLtHandle_t (cuda build)
     void *lt_ws;              // cuBLASLt workspace
     size_t lt_ws_bytes;
-    int bias_epilogue_off;    // the bias epilogue was refused once: bias by a kernel from then on
-    int gelu_epilogue_off;    // the same for the GeLU epilogue: the GeLU kernel after the product
     void *plans;              // gemm.cu: cuBLASLt descriptors and algorithms by shape (cuda build)
     unsigned next_plan;
 };

@@ -38,21 +38,38 @@ void embed_fwd(mtk *k, void *out, const int32_t *tok, const void *wte, const voi
 }
 
 // One block per position n: it leads its token id when no earlier position has the same id; the
-// leader adds dout of every position with that id, in order, to the shard's row.
+// leader adds dout of every position with that id, in order, to the shard's row. It finds them 256
+// positions at a time (a ballot per warp keeps them in order) and then sums their rows channel by channel.
+enum { EMB_THREADS = 256 };
 template <class T>
-__global__ void embed_wte_kernel(float *dwte, const T *dout, const int32_t *tok, int N, int C, int v0, int nv)
+__global__ void __launch_bounds__(EMB_THREADS) embed_wte_kernel(float *dwte, const T *dout, const int32_t *tok, int N,
+                                                                int C, int v0, int nv)
 {
-    const int n = blockIdx.x, id = tok[n];
+    __shared__ int list[EMB_THREADS], wcount[EMB_THREADS / 32];
+    const int n = blockIdx.x, id = tok[n], lane = threadIdx.x & 31, w = threadIdx.x >> 5;
     const int64_t r = (int64_t)id - v0;
     if (r < 0 || r >= nv) return;   // the whole block leaves
     int earlier = 0;
     for (int j = threadIdx.x; j < n; j += blockDim.x) earlier |= tok[j] == id;
     if (__syncthreads_or(earlier)) return;
-    for (int c = threadIdx.x; c < C; c += blockDim.x) {
-        float s = dwte[(size_t)r * C + c];
-        for (int j = n; j < N; j++)
-            if (tok[j] == id) s += ldf(dout[(size_t)j * C + c]);
-        dwte[(size_t)r * C + c] = s;
+    float *row = dwte + (size_t)r * C;
+    for (int j0 = n; j0 < N; j0 += EMB_THREADS) {
+        const int j = j0 + threadIdx.x;
+        const bool match = j < N && tok[j] == id;
+        const unsigned bal = __ballot_sync(0xffffffffu, match);
+        if (lane == 0) wcount[w] = __popc(bal);
+        __syncthreads();
+        int off = 0, total = 0;
+        for (int v = 0; v < EMB_THREADS / 32; v++) off += v < w ? wcount[v] : 0, total += wcount[v];
+        if (match) list[off + __popc(bal & ((1u << lane) - 1))] = j;
+        __syncthreads();
+        if (total)
+            for (int c = threadIdx.x; c < C; c += EMB_THREADS) {
+                float s = row[c];
+                for (int t = 0; t < total; t++) s += ldf(dout[(size_t)list[t] * C + c]);
+                row[c] = s;
+            }
+        __syncthreads();   // list and wcount are rewritten by the next 256
     }
 }
 
@@ -72,7 +89,7 @@ static void ebwd(mtk *k, float *dwte, float *dwpe, const void *dout, const int32
                  int v0, int nv)
 {
     const int N = B * T_;
-    LAUNCH(embed_wte_kernel<T>, N, 128, 0, stream(k))(dwte, (const T *)dout, tok, N, C, v0, nv);
+    LAUNCH(embed_wte_kernel<T>, N, EMB_THREADS, 0, stream(k))(dwte, (const T *)dout, tok, N, C, v0, nv);
     if (dwpe)
         LAUNCH(embed_wpe_kernel<T>, blocks_for((size_t)T_ * C), THREADS, 0, stream(k))(dwpe, (const T *)dout, B, T_, C,
                                                                                        pos0);

@@ -77,6 +77,7 @@ enum { LT_WS = 32 << 20, PLANS = 128 };
 // few dozen shapes, and the heuristic query costs more than launching the product.
 struct Plan {
     int used, ok;
+    const char *why;   // !ok: the step cuBLASLt refused
     bool ta, tb, bias, gelu;
     int M, N, K, lda, ldb, ldc, act, cd;
     uint32_t al[4];
@@ -144,6 +145,7 @@ static void plan_build(mtk *k, Plan *p)
     cublasLtMatmulHeuristicResult_t res;
     int found = 0;
     p->used = 1;
+    p->why = "matmul descriptor";
     if (cublasLtMatmulDescCreate(&p->op, CUBLAS_COMPUTE_32F, CUDA_R_32F) != CUBLAS_STATUS_SUCCESS) return;
     cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_TRANSA, &opa, sizeof opa);
     cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_TRANSB, &opb, sizeof opb);
@@ -152,20 +154,25 @@ static void plan_build(mtk *k, Plan *p)
                                         : CUBLASLT_EPILOGUE_BIAS;
         cudaDataType_t bt = CUDA_R_32F;
         int64_t aux_ld = p->ldc;
+        p->why = "epilogue";
         if (cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_EPILOGUE, &ep, sizeof ep) != CUBLAS_STATUS_SUCCESS)
             return;
+        p->why = "fp32 bias type";
         if (p->bias &&
             cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bt, sizeof bt) != CUBLAS_STATUS_SUCCESS)
             return;
+        p->why = "GeLU aux stride";
         if (p->gelu &&
             cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, &aux_ld, sizeof aux_ld) != CUBLAS_STATUS_SUCCESS)
             return;
     }
+    p->why = "layouts";
     if (cublasLtMatrixLayoutCreate(&p->la, ab, p->tb ? p->K : p->N, p->tb ? p->N : p->K, p->ldb) != CUBLAS_STATUS_SUCCESS ||
         cublasLtMatrixLayoutCreate(&p->lb, ab, p->ta ? p->M : p->K, p->ta ? p->K : p->M, p->lda) != CUBLAS_STATUS_SUCCESS ||
         cublasLtMatrixLayoutCreate(&p->lc, ct, p->N, p->M, p->ldc) != CUBLAS_STATUS_SUCCESS ||
         cublasLtMatmulPreferenceCreate(&pref) != CUBLAS_STATUS_SUCCESS)
         return;
+    p->why = "no algorithm (heuristic)";
     cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof ws);
     cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &p->al[0], sizeof p->al[0]);
     cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &p->al[1], sizeof p->al[1]);
@@ -175,6 +182,7 @@ static void plan_build(mtk *k, Plan *p)
                                        &found) == CUBLAS_STATUS_SUCCESS && found > 0) {
         p->algo = res.algo;
         p->ok = 1;
+        p->why = NULL;
     }
     cublasLtMatmulPreferenceDestroy(pref);
 }
@@ -204,6 +212,10 @@ static int lt_matmul(mtk *k, bool ta, bool tb, int M, int N, int K, const void *
         plan_clear(p);
         *p = key;
         plan_build(k, p);
+        if (!p->ok && getenv("MT_CUDA_DEBUG"))
+            fprintf(stderr, "cuda: cuBLASLt refuses %c%c M=%d N=%d K=%d lda=%d ldb=%d ldc=%d act=%s out=%s%s%s: %s\n",
+                    ta ? 'T' : 'N', tb ? 'T' : 'N', M, N, K, lda, ldb, ldc, mtk_dtype_name((mtk_dtype)k->act),
+                    mtk_dtype_name(cd), bias ? " +bias" : "", aux ? " +gelu" : "", p->why);
     }
     if (!p->ok) return 0;
     if (bias) cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof bias);
@@ -217,12 +229,9 @@ void gemm(mtk *k, bool ta, bool tb, int M, int N, int K, const void *A, int lda,
           int ldc, mtk_dtype cd, float beta, const float *bias, void *gelu_out)
 {
     if (M <= 0 || N <= 0) return;
-    Cu *c = cu(k);
     if (gelu_out) {   // gelu_out = gelu(C), C = the product: the epilogue, else the caller's fallback
-        if (K > 0 && beta == 0.0f && !c->gelu_epilogue_off &&
-            lt_matmul(k, ta, tb, M, N, K, A, lda, B, ldb, gelu_out, ldc, cd, beta, bias, C))
+        if (K > 0 && beta == 0.0f && lt_matmul(k, ta, tb, M, N, K, A, lda, B, ldb, gelu_out, ldc, cd, beta, bias, C))
             return;
-        c->gelu_epilogue_off = 1;
         mtk_fail(k, "gemm: no GeLU epilogue for this product");
         return;
     }
@@ -232,10 +241,8 @@ void gemm(mtk *k, bool ta, bool tb, int M, int N, int K, const void *A, int lda,
         if (bias) bias_rows(k, C, cd, bias, M, N);
         return;
     }
-    if (bias && !c->bias_epilogue_off) {
-        if (lt_matmul(k, ta, tb, M, N, K, A, lda, B, ldb, C, ldc, cd, beta, bias)) return;
-        c->bias_epilogue_off = 1;   // this cuBLASLt refuses an fp32 bias here: a kernel adds it from now on
-    }
+    // the bias epilogue where cuBLASLt takes it for this shape (the plan remembers a refusal), else a kernel
+    if (bias && lt_matmul(k, ta, tb, M, N, K, A, lda, B, ldb, C, ldc, cd, beta, bias)) return;
     if (!lt_matmul(k, ta, tb, M, N, K, A, lda, B, ldb, C, ldc, cd, beta, NULL)) {
         mtk_fail(k, "gemm: cuBLASLt cannot multiply %dx%d by %dx%d (%s)", M, K, K, N, mtk_dtype_name(k->act));
         return;
@@ -257,7 +264,7 @@ void matmul_gelu_fwd(mtk *k, void *out, void *pre, const void *inp, const void *
                      int OC, int exact)
 {
 #ifndef SIMT_SIM
-    if (!exact && C > 0 && !cu(k)->gelu_epilogue_off) {
+    if (!exact && C > 0) {
         gemm(k, false, true, N, OC, C, inp, C, w, C, pre, OC, k->act, 0.0f, bias, out);
         if (!k->failed) {
             check(k, "matmul_gelu_fwd");

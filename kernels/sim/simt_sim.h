@@ -49,6 +49,7 @@
 #include <mutex>
 #include <thread>
 #include <tuple>
+#include <type_traits>
 #include <vector>
 #include <sys/mman.h>
 #if !defined(__x86_64__) || defined(SIMT_UCONTEXT)
@@ -383,6 +384,7 @@ inline float atomicAdd(float* p, float v) {
   memcpy(&f, &o, 4); return f;
 }
 // device math, bf16/fp16 arithmetic and load/store hints that CUDA defines for the device only
+inline int __popc(unsigned x) { return __builtin_popcount(x); }
 inline float rsqrtf(float x) { return 1.0f / sqrtf(x); }
 inline float __expf(float x) { return expf(x); }
 inline float __logf(float x) { return logf(x); }
@@ -435,4 +437,62 @@ inline cudaError_t cudaFuncSetAttribute(const void* k, enum cudaFuncAttribute a,
   std::lock_guard<std::mutex> l(simt::attr_mu); simt::smem_optin[k] = (size_t)v; return cudaSuccess;
 }
 }
+
+// ---------------------------------------------------------------- warp matrix functions (nvcuda::wmma)
+// A fragment's element-to-lane mapping is unspecified in CUDA, so the simulator picks its own: every lane
+// holds the whole tile (row-major), loads read all of it and mma_sync computes all of it (fp32 sums in k
+// order), but a store writes from each lane only the elements e = lane, lane + 32, ...: a kernel that
+// reads what other lanes stored without a __syncwarp between is a race TSan reports. Loads and stores
+// first wait for the whole warp, as the _sync functions do on the GPU. Elementwise code over
+// x[num_elements] must treat every element alike, as on the GPU.
+namespace nvcuda { namespace wmma {
+struct matrix_a {}; struct matrix_b {}; struct accumulator {};
+struct row_major {}; struct col_major {};
+enum layout_t { mem_row_major, mem_col_major };
+template <class Use, int M, int N, int K, class T, class Layout = void> struct fragment {
+  static constexpr int R = std::is_same<Use, matrix_b>::value ? K : M;
+  static constexpr int C = std::is_same<Use, matrix_a>::value ? K : N;
+  enum { num_elements = R * C };
+  T x[num_elements];
+};
+inline float wmma_f(float v) { return v; }
+inline float wmma_f(__nv_bfloat16 v) { return __bfloat162float(v); }
+inline float wmma_f(__half v) { return __half2float(v); }
+inline int wmma_lane() { return (int)(((threadIdx.z * blockDim.y + threadIdx.y) * blockDim.x + threadIdx.x) & 31); }
+template <class Use, int M, int N, int K, class T, class L>
+void fill_fragment(fragment<Use, M, N, K, T, L>& f, T v) { for (auto& e : f.x) e = v; }
+template <class Use, int M, int N, int K, class T, class L>
+void load_matrix_sync(fragment<Use, M, N, K, T, L>& f, const T* p, unsigned ldm) {
+  using F = fragment<Use, M, N, K, T, L>;
+  __syncwarp();
+  for (int r = 0; r < F::R; r++)
+    for (int c = 0; c < F::C; c++) f.x[r * F::C + c] = std::is_same<L, col_major>::value ? p[(size_t)c * ldm + r] : p[(size_t)r * ldm + c];
+}
+template <int M, int N, int K, class T>
+void load_matrix_sync(fragment<accumulator, M, N, K, T>& f, const T* p, unsigned ldm, layout_t l) {
+  __syncwarp();
+  for (int r = 0; r < M; r++)
+    for (int c = 0; c < N; c++) f.x[r * N + c] = l == mem_col_major ? p[(size_t)c * ldm + r] : p[(size_t)r * ldm + c];
+}
+template <int M, int N, int K, class T>
+void store_matrix_sync(T* p, const fragment<accumulator, M, N, K, T>& f, unsigned ldm, layout_t l) {
+  __syncwarp();
+  for (int e = wmma_lane(); e < M * N; e += 32) {
+    const int r = e / N, c = e % N;
+    (l == mem_col_major ? p[(size_t)c * ldm + r] : p[(size_t)r * ldm + c]) = f.x[e];
+  }
+}
+template <int M, int N, int K, class TA, class LA, class LB, class TC>
+void mma_sync(fragment<accumulator, M, N, K, TC>& d, const fragment<matrix_a, M, N, K, TA, LA>& a,
+              const fragment<matrix_b, M, N, K, TA, LB>& b, const fragment<accumulator, M, N, K, TC>& c) {
+  float t[M * N];
+  for (int m = 0; m < M; m++)
+    for (int n = 0; n < N; n++) {
+      float s = wmma_f(c.x[m * N + n]);
+      for (int k = 0; k < K; k++) s += wmma_f(a.x[m * K + k]) * wmma_f(b.x[k * N + n]);
+      t[m * N + n] = s;
+    }
+  for (int e = 0; e < M * N; e++) d.x[e] = t[e];
+}
+}}  // namespace nvcuda::wmma
 #endif  // !__CUDACC__

@@ -697,6 +697,17 @@ TEST(attention_blocks)
     check_attention((att_shape){1, 67, 3, 16, &z}, 0);
 }
 
+TEST(attention_tensor_core_shapes)
+{
+    /* the head sizes that bf16/fp16 take to the tensor-core kernels of the cuda backend (32, 64, 128),
+     * with ragged 64-row tiles, and dropout */
+    check_attention((att_shape){2, 150, 2, 64, NULL}, 0);
+    check_attention((att_shape){1, 70, 3, 32, NULL}, 0);
+    check_attention((att_shape){1, 33, 1, 128, NULL}, 0);
+    mtk_dropout d = {0.1f, 5, 3};
+    check_attention((att_shape){1, 100, 2, 64, &d}, 0);
+}
+
 TEST(attention_large_scores)
 {
     /* scores far from zero: the softmax must stay finite and exact */
@@ -753,9 +764,8 @@ TEST(xent)
 
 /* ---- embedding ---- */
 
-TEST(embed)
+static void check_embed(int B, int T, int C, int V)
 {
-    const int B = 3, T = 7, C = 70, V = 11;
     int32_t *tok = idev(B * T);
     for (int i = 0; i < B * T; i++) tok[i] = (i * 5) % 4;   /* only 4 distinct tokens: many repeats */
     tok[3] = V - 1;
@@ -775,6 +785,12 @@ TEST(embed)
     T_CLOSE(dwpe, rwpe, T * C, 1e-6);
     ffree(tok), ffree(wte), ffree(wpe), ffree(out), ffree(dout), ffree(dwte), ffree(dwpe);
     free(r), free(rwte), free(rwpe);
+}
+
+TEST(embed)
+{
+    check_embed(3, 7, 70, 11);
+    check_embed(3, 300, 40, 11);   /* each id at hundreds of positions, past several 256-position scans */
 }
 
 /* ---- reductions, optimizer ---- */
@@ -952,6 +968,7 @@ TEST(attention_kv_cache)
     check_kv(1, 9, 2, 8, 4);
     check_kv(3, 7, 3, 5, 2);     /* odd heads and head size */
     check_kv(2, 70, 1, 16, 65);  /* a prompt past one key block */
+    check_kv(1, 84, 2, 64, 80);  /* a prompt on the tensor-core kernels, then decoding steps */
     float *qkv = arand(3 * 8, 1), *o = adev(8), *kc = adev(2 * 8), *vc = adev(2 * 8);
     mt_err e;
     mtk_attention_kv(K, o, qkv, kc, vc, 1, 1, 2, 2, 2, 4);   /* position 2 of a cache of 2 */
@@ -1349,6 +1366,7 @@ RUN(attention_small_fd);
 RUN(attention_dropout_fd);
 RUN(attention_blocks);
 RUN(attention_large_scores);
+RUN(attention_tensor_core_shapes);
 RUN(attention_kv_cache);
 RUN(odd_shapes);
 RUN(xent);
