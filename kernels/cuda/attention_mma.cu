@@ -11,6 +11,7 @@
 // attention does); the running max, the sums, lse and the accumulators are fp32.
 #include "cuda.h"
 #include "attention.h"
+#include <algorithm>
 #ifndef SIMT_SIM
 #include <mma.h>
 #endif
@@ -62,7 +63,7 @@ __global__ void __launch_bounds__(MT) attn_fwd_mma_kernel(T *out, size_t o_sb, s
     typedef Ld<D> L;
     DYN_SHARED(float, sm);
     const int w = threadIdx.x >> 5, lane = threadIdx.x & 31, r = lane >> 1, half = lane & 1;
-    const int b = blockIdx.z, h = blockIdx.y, i0 = blockIdx.x * MB, i = i0 + w * 16 + r;
+    const int b = blockIdx.z, h = blockIdx.y, i0 = (gridDim.x - 1 - blockIdx.x) * MB, i = i0 + w * 16 + r;   // longest first
     T *Qs = (T *)sm, *Ks = Qs + MB * L::T, *Vs = Ks + MB * L::T, *Ps = Vs + MB * L::T + w * 16 * L::P;
     float *Ss = (float *)(Vs + MB * L::T + MW * 16 * L::P) + w * 2 * 16 * L::F, *Os = Ss + 16 * L::F;
     load_rows<T, D>(Qs, q, b, h, i0, nq);
@@ -101,10 +102,10 @@ __global__ void __launch_bounds__(MT) attn_fwd_mma_kernel(T *out, size_t o_sb, s
             mx = fmaxf(mx, s);
         }
         mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
-        const float mn = fmaxf(m, mx), alpha = mn == -INFINITY ? 1.0f : expf(m - mn);
+        const float mn = fmaxf(m, mx), alpha = mn == -INFINITY ? 1.0f : __expf(m - mn);
         float ps = 0.0f;
         for (int c = 0; c < 32; c++) {
-            const float p = mn == -INFINITY ? 0.0f : expf(sv[c] - mn);
+            const float p = mn == -INFINITY ? 0.0f : __expf(sv[c] - mn);
             ps += p;
             const float pd = p == 0.0f ? 0.0f : p * dr.factor(b, h, NH, nq, i, j0 + c0 + c);
             Ps[r * L::P + c0 + c] = stf<T>(pd);
@@ -133,28 +134,42 @@ __global__ void __launch_bounds__(MT) attn_fwd_mma_kernel(T *out, size_t o_sb, s
     if (lse && half == 0) lse[((size_t)b * NH + h) * nq + i] = m + logf(l);
 }
 
-// D_i = dout_i . out_i and lse_i for rows t0 .. t0+63 into Ds, Ls (two threads per row).
+// delta_i = dout_i . out_i for every row (b, h, i), once per backward: D / V lanes per row, 16-byte loads.
 template <class T, int D>
-__device__ void load_dl(float *Ds, float *Ls, Rows<T> go, Rows<T> oo, const float *lse, int b, int h, int NH, int t0,
-                        int T_)
+__global__ void attn_delta_kernel(float *delta, const T *dout, const T *out, int T_, int NH, size_t rows)
 {
-    const int rr = threadIdx.x >> 1, hh = threadIdx.x & 1, t = t0 + rr;
+    constexpr int V = Pack<T>::N, G = D / V;   // G lanes per row (a power of two, at most 32)
+    const size_t row = ((size_t)blockIdx.x * blockDim.x + threadIdx.x) / G;   // (b, t, h) order, as dout
+    const int g = threadIdx.x % G;
     float s = 0.0f;
-    if (t < T_) {
-        const T *g = go.row(b, h, t), *o = oo.row(b, h, t);
-        for (int d = hh * (D / 2); d < (hh + 1) * (D / 2); d++) s += ldf(g[d]) * ldf(o[d]);
+    if (row < rows) {
+        const Pack<T> a = ((const Pack<T> *)(dout + row * D))[g], o = ((const Pack<T> *)(out + row * D))[g];
+#pragma unroll
+        for (int e = 0; e < V; e++) s += ldf(a.v[e]) * ldf(o.v[e]);
     }
-    s += __shfl_xor_sync(0xffffffffu, s, 1);
-    if (hh == 0) {
-        Ds[rr] = s;
-        Ls[rr] = t < T_ ? lse[((size_t)b * NH + h) * T_ + t] : 0.0f;
+#pragma unroll
+    for (int x = G / 2; x > 0; x >>= 1) s += __shfl_xor_sync(0xffffffffu, s, x);
+    if (row < rows && g == 0) {
+        const int h = (int)(row % NH), t = (int)(row / NH % T_), b = (int)(row / NH / T_);
+        delta[((size_t)b * NH + h) * T_ + t] = s;
+    }
+}
+
+// delta and lse of rows t0 .. t0+63 of (b, h) into Ds, Ls (0 past T_).
+__device__ inline void load_dl(float *Ds, float *Ls, const float *delta, const float *lse, int b, int h, int NH, int t0,
+                               int T_)
+{
+    for (int rr = threadIdx.x; rr < MB; rr += MT) {
+        const size_t i = ((size_t)b * NH + h) * T_ + t0 + rr;
+        Ds[rr] = t0 + rr < T_ ? delta[i] : 0.0f;
+        Ls[rr] = t0 + rr < T_ ? lse[i] : 0.0f;
     }
 }
 
 // ---- backward, dk and dv: a block per 64 keys (16 per warp); query tiles i0 >= j0 stream through ----
 // With the keys as rows: S^T = K Q^T, dP^T = V dO^T, dv += (P f)^T dO, dk += dS^T Q.
 template <class T, int D>
-__global__ void __launch_bounds__(MT) attn_dkv_mma_kernel(T *dqkv, const T *qkv, const T *dout, const T *out,
+__global__ void __launch_bounds__(MT) attn_dkv_mma_kernel(T *dqkv, const T *qkv, const T *dout, const float *delta,
                                                         const float *lse, int T_, int NH, float sc, Drop dr)
 {
     typedef Ld<D> L;
@@ -163,11 +178,13 @@ __global__ void __launch_bounds__(MT) attn_dkv_mma_kernel(T *dqkv, const T *qkv,
     const int b = blockIdx.z, h = blockIdx.y, j0 = blockIdx.x * MB, j = j0 + w * 16 + r;
     const size_t C = (size_t)NH * D, S3 = 3 * C;
     Rows<T> q{qkv, T_ * S3, 3 * (size_t)D, S3}, kr{qkv + D, T_ * S3, 3 * (size_t)D, S3},
-        vr{qkv + 2 * D, T_ * S3, 3 * (size_t)D, S3}, go{dout, T_ * C, (size_t)D, C}, oo{out, T_ * C, (size_t)D, C};
-    T *Ks = (T *)sm, *Vs = Ks + MB * L::T, *Qs = Vs + MB * L::T, *Gs = Qs + MB * L::T;
-    T *Ps = Gs + MB * L::T + w * 2 * 16 * L::P, *dSs = Ps + 16 * L::P;
-    float *Ls = (float *)(Gs + MB * L::T + MW * 2 * 16 * L::P), *Ds = Ls + MB;
-    float *Ss = Ds + MB + w * 2 * 16 * L::F, *dPs = Ss + 16 * L::F;
+        vr{qkv + 2 * D, T_ * S3, 3 * (size_t)D, S3}, go{dout, T_ * C, (size_t)D, C};
+    // Qs, Gs, the warps' P and dS, Ls, Ds; then the key and value tiles, which are read only into the
+    // fragments at the start, share their space with the warps' fp32 scratch.
+    T *Qs = (T *)sm, *Gs = Qs + MB * L::T, *Ps = Gs + MB * L::T + w * 2 * 16 * L::P, *dSs = Ps + 16 * L::P;
+    float *Ls = (float *)(Gs + MB * L::T + MW * 2 * 16 * L::P), *Ds = Ls + MB, *R = Ds + MB;
+    T *Ks = (T *)R, *Vs = Ks + MB * L::T;
+    float *Ss = R + w * 2 * 16 * L::F, *dPs = Ss + 16 * L::F;
     load_rows<T, D>(Ks, kr, b, h, j0, T_);
     load_rows<T, D>(Vs, vr, b, h, j0, T_);
     __syncthreads();
@@ -181,10 +198,10 @@ __global__ void __launch_bounds__(MT) attn_dkv_mma_kernel(T *dqkv, const T *qkv,
     }
     const bool idle = j0 + w * 16 >= T_;   // warp-uniform: no key of this warp exists
     for (int i0 = j0; i0 < T_; i0 += MB) {
-        __syncthreads();
+        __syncthreads();   // (the first time: every warp has its key and value fragments)
         load_rows<T, D>(Qs, q, b, h, i0, T_);
         load_rows<T, D>(Gs, go, b, h, i0, T_);
-        load_dl<T, D>(Ds, Ls, go, oo, lse, b, h, NH, i0, T_);
+        load_dl(Ds, Ls, delta, lse, b, h, NH, i0, T_);
         __syncthreads();
         if (idle) continue;
         for (int n = 0; n < MB / 16; n++) {   // 16 queries at a time
@@ -206,7 +223,7 @@ __global__ void __launch_bounds__(MT) attn_dkv_mma_kernel(T *dqkv, const T *qkv,
             const int i = i0 + c;
             float pf = 0.0f, ds = 0.0f;
             if (j < T_ && i < T_ && i >= j) {
-                const float p = expf(Ss[r * L::F + c] * sc - Ls[c]), f = dr.factor(b, h, NH, T_, i, j);
+                const float p = __expf(Ss[r * L::F + c] * sc - Ls[c]), f = dr.factor(b, h, NH, T_, i, j);
                 ds = p * (dPs[r * L::F + c] * f - Ds[c]) * sc;
                 pf = p * f;
             }
@@ -243,23 +260,25 @@ __global__ void __launch_bounds__(MT) attn_dkv_mma_kernel(T *dqkv, const T *qkv,
 // ---- backward, dq: a block per 64 queries (16 per warp); key tiles j0 <= i stream through ----
 // S = Q K^T, dP = dO V^T, dq += dS K.
 template <class T, int D>
-__global__ void __launch_bounds__(MT) attn_dq_mma_kernel(T *dqkv, const T *qkv, const T *dout, const T *out,
+__global__ void __launch_bounds__(MT) attn_dq_mma_kernel(T *dqkv, const T *qkv, const T *dout, const float *delta,
                                                        const float *lse, int T_, int NH, float sc, Drop dr)
 {
     typedef Ld<D> L;
     DYN_SHARED(float, sm);
     const int w = threadIdx.x >> 5, lane = threadIdx.x & 31, r = lane >> 1, half = lane & 1;
-    const int b = blockIdx.z, h = blockIdx.y, i0 = blockIdx.x * MB, i = i0 + w * 16 + r;
+    const int b = blockIdx.z, h = blockIdx.y, i0 = (gridDim.x - 1 - blockIdx.x) * MB, i = i0 + w * 16 + r;   // longest first
     const size_t C = (size_t)NH * D, S3 = 3 * C;
     Rows<T> q{qkv, T_ * S3, 3 * (size_t)D, S3}, kr{qkv + D, T_ * S3, 3 * (size_t)D, S3},
-        vr{qkv + 2 * D, T_ * S3, 3 * (size_t)D, S3}, go{dout, T_ * C, (size_t)D, C}, oo{out, T_ * C, (size_t)D, C};
-    T *Qs = (T *)sm, *Gs = Qs + MB * L::T, *Ks = Gs + MB * L::T, *Vs = Ks + MB * L::T;
-    T *dSs = Vs + MB * L::T + w * 16 * L::P;
-    float *Ls = (float *)(Vs + MB * L::T + MW * 16 * L::P), *Ds = Ls + MB;
-    float *Ss = Ds + MB + w * 2 * 16 * L::F, *dPs = Ss + 16 * L::F;
+        vr{qkv + 2 * D, T_ * S3, 3 * (size_t)D, S3}, go{dout, T_ * C, (size_t)D, C};
+    // Ks, Vs, the warps' dS, Ls, Ds; then the query and dout tiles, read only into the fragments at the
+    // start, share their space with the warps' fp32 scratch.
+    T *Ks = (T *)sm, *Vs = Ks + MB * L::T, *dSs = Vs + MB * L::T + w * 16 * L::P;
+    float *Ls = (float *)(Vs + MB * L::T + MW * 16 * L::P), *Ds = Ls + MB, *R = Ds + MB;
+    T *Qs = (T *)R, *Gs = Qs + MB * L::T;
+    float *Ss = R + w * 2 * 16 * L::F, *dPs = Ss + 16 * L::F;
     load_rows<T, D>(Qs, q, b, h, i0, T_);
     load_rows<T, D>(Gs, go, b, h, i0, T_);
-    load_dl<T, D>(Ds, Ls, go, oo, lse, b, h, NH, i0, T_);
+    load_dl(Ds, Ls, delta, lse, b, h, NH, i0, T_);
     __syncthreads();
     FragA<T> qa[D / 16], ga[D / 16];
     Acc dq[D / 16];
@@ -296,7 +315,7 @@ __global__ void __launch_bounds__(MT) attn_dq_mma_kernel(T *dqkv, const T *qkv, 
             const int jj = j0 + c;
             float ds = 0.0f;
             if (i < T_ && jj <= i) {
-                const float p = expf(Ss[r * L::F + c] * sc - Li), f = dr.factor(b, h, NH, T_, i, jj);
+                const float p = __expf(Ss[r * L::F + c] * sc - Li), f = dr.factor(b, h, NH, T_, i, jj);
                 ds = p * (dPs[r * L::F + c] * f - Di) * sc;
             }
             dSs[r * L::P + c] = stf<T>(ds);
@@ -319,8 +338,16 @@ __global__ void __launch_bounds__(MT) attn_dq_mma_kernel(T *dqkv, const T *qkv, 
 
 // ---- host side ----
 template <int D> static size_t fwd_smem() { return (3 * MB * Ld<D>::T + MW * 16 * Ld<D>::P) * 2 + MW * 2 * 16 * Ld<D>::F * 4; }
-template <int D> static size_t dkv_smem() { return (4 * MB * Ld<D>::T + MW * 2 * 16 * Ld<D>::P) * 2 + (2 * MB + MW * 2 * 16 * Ld<D>::F) * 4; }
-template <int D> static size_t dq_smem() { return (4 * MB * Ld<D>::T + MW * 16 * Ld<D>::P) * 2 + (2 * MB + MW * 2 * 16 * Ld<D>::F) * 4; }
+template <int D> static size_t scratch() { return (size_t)MW * 2 * 16 * Ld<D>::F * 4; }
+template <int D> static size_t two_tiles() { return (size_t)2 * MB * Ld<D>::T * 2; }
+template <int D> static size_t dkv_smem()
+{
+    return two_tiles<D>() + (size_t)MW * 2 * 16 * Ld<D>::P * 2 + 2 * MB * 4 + std::max(two_tiles<D>(), scratch<D>());
+}
+template <int D> static size_t dq_smem()
+{
+    return two_tiles<D>() + (size_t)MW * 16 * Ld<D>::P * 2 + 2 * MB * 4 + std::max(two_tiles<D>(), scratch<D>());
+}
 
 template <class T, int D>
 static void fwd_mma(mtk *k, T *out, size_t o_sb, size_t o_sh, size_t o_st, float *lse, Rows<T> q, Rows<T> kr, Rows<T> vr,
@@ -337,13 +364,17 @@ template <class T, int D>
 static void bwd_mma(mtk *k, T *dqkv, const T *dout, const T *qkv, const T *out, const float *lse, int B, int T_, int NH,
                     Drop dr)
 {
-    const size_t s1 = dkv_smem<D>(), s2 = dq_smem<D>();
+    const size_t s1 = dkv_smem<D>(), s2 = dq_smem<D>(), rows = (size_t)B * T_ * NH;
     const float sc = 1.0f / sqrtf((float)D);
+    float *delta = (float *)mtk_ws_take(k, rows * sizeof(float));
+    if (!delta) return;
+    LAUNCH((attn_delta_kernel<T, D>), blocks_for(rows * (D / Pack<T>::N), THREADS, 1u << 30), THREADS, 0, stream(k))(
+        delta, dout, out, T_, NH, rows);
     cudaFuncSetAttribute((const void *)attn_dkv_mma_kernel<T, D>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)s1);
     cudaFuncSetAttribute((const void *)attn_dq_mma_kernel<T, D>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)s2);
     dim3 grid((T_ + MB - 1) / MB, NH, B);
-    LAUNCH((attn_dkv_mma_kernel<T, D>), grid, MT, s1, stream(k))(dqkv, qkv, dout, out, lse, T_, NH, sc, dr);
-    LAUNCH((attn_dq_mma_kernel<T, D>), grid, MT, s2, stream(k))(dqkv, qkv, dout, out, lse, T_, NH, sc, dr);
+    LAUNCH((attn_dkv_mma_kernel<T, D>), grid, MT, s1, stream(k))(dqkv, qkv, dout, delta, lse, T_, NH, sc, dr);
+    LAUNCH((attn_dq_mma_kernel<T, D>), grid, MT, s2, stream(k))(dqkv, qkv, dout, delta, lse, T_, NH, sc, dr);
 }
 
 // The tensor-core path takes 16-bit types, head sizes 32, 64 and 128, 16-byte aligned rows, and at least

@@ -54,9 +54,12 @@ static void close(mtk *k)
 static size_t workspace_need(const mtk *k, const mtk_limits *l)
 {
     (void)k;
-    // sumsq / count_nonfinite partials, or two sets of column-sum partials; nothing else needs scratch.
+    // sumsq / count_nonfinite partials, two sets of column-sum partials, or the tensor-core attention
+    // backward's delta (a float per row and head: at most max_act / 32, its head sizes being >= 32).
     size_t r = reduce_ws_bytes(l->max_flat), c = 2 * (COLSUM_WS_FLOATS * sizeof(float) + 64);
-    return (r > c ? r : c) + 256;
+    size_t a = l->max_act / 32 * sizeof(float) + 64;
+    r = r > c ? r : c;
+    return (r > a ? r : a) + 256;
 }
 
 static int sync(mtk *k)

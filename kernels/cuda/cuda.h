@@ -38,6 +38,8 @@ struct Cu {
     void *lt_ws;              // cuBLASLt workspace
     size_t lt_ws_bytes;
     void *plans;              // gemm.cu: cuBLASLt descriptors and algorithms by shape (cuda build)
+    void *bias16[MTK_QUEUES]; // gemm.cu: the fp32 bias rounded to the activation dtype, per queue
+    size_t bias16_cap[MTK_QUEUES];
     unsigned next_plan;
 };
 static inline Cu *cu(mtk *k) { return (Cu *)k->impl; }

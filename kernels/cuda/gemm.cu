@@ -78,7 +78,7 @@ enum { LT_WS = 32 << 20, PLANS = 128 };
 struct Plan {
     int used, ok;
     const char *why;   // !ok: the step cuBLASLt refused
-    bool ta, tb, bias, gelu;
+    bool ta, tb, bias, gelu, bias16;
     int M, N, K, lda, ldb, ldc, act, cd;
     uint32_t al[4];
     cublasLtMatmulDesc_t op;
@@ -120,6 +120,10 @@ void gemm_close(mtk *k)
     Plan *pl = (Plan *)c->plans;
     for (int i = 0; pl && i < PLANS; i++) plan_clear(&pl[i]);
     free(c->plans);
+    for (int q = 0; q < MTK_QUEUES; q++) {
+        if (c->bias16[q]) cudaFree(c->bias16[q]);
+        c->bias16[q] = NULL, c->bias16_cap[q] = 0;
+    }
     if (c->lt) cublasLtDestroy((cublasLtHandle_t)c->lt);
     if (c->lt_ws) cudaFree(c->lt_ws);
     c->plans = c->lt = c->lt_ws = NULL;
@@ -152,12 +156,12 @@ static void plan_build(mtk *k, Plan *p)
     if (p->bias || p->gelu) {
         cublasLtEpilogue_t ep = p->gelu ? (p->bias ? CUBLASLT_EPILOGUE_GELU_AUX_BIAS : CUBLASLT_EPILOGUE_GELU_AUX)
                                         : CUBLASLT_EPILOGUE_BIAS;
-        cudaDataType_t bt = CUDA_R_32F;
+        cudaDataType_t bt = p->bias16 ? ab : CUDA_R_32F;
         int64_t aux_ld = p->ldc;
         p->why = "epilogue";
         if (cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_EPILOGUE, &ep, sizeof ep) != CUBLAS_STATUS_SUCCESS)
             return;
-        p->why = "fp32 bias type";
+        p->why = p->bias16 ? "16-bit bias type" : "fp32 bias type";
         if (p->bias &&
             cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bt, sizeof bt) != CUBLAS_STATUS_SUCCESS)
             return;
@@ -192,15 +196,36 @@ static void plan_build(mtk *k, Plan *p)
 static int lt_matmul(mtk *k, bool ta, bool tb, int M, int N, int K, const void *A, int lda, const void *B, int ldb,
                      void *C, int ldc, mtk_dtype cd, float beta, const float *bias, void *aux = NULL)
 {
+    // With a 16-bit output, cuBLASLt's bias epilogue wants the bias in the activation dtype (Megatron keeps
+    // it so in bf16 training): the fp32 bias is rounded into a buffer of the queue first.
+    const void *bptr = bias;
+    const bool b16 = bias && cd != MTK_F32;
+    if (b16) {
+        Cu *c = cu(k);
+        const int q = k->queue;
+        const size_t need = (size_t)N * mtk_dtype_size((mtk_dtype)k->act);
+        if (c->bias16_cap[q] < need) {
+            if (c->bias16[q]) cudaFree(c->bias16[q]);
+            c->bias16[q] = NULL, c->bias16_cap[q] = 0;
+            if (cudaMalloc(&c->bias16[q], need) != cudaSuccess) {
+                cudaGetLastError();
+                return 0;
+            }
+            c->bias16_cap[q] = need;
+        }
+        convert(k, c->bias16[q], (mtk_dtype)k->act, bias, MTK_F32, (size_t)N);
+        bptr = c->bias16[q];
+    }
     Cu *c = cu(k);
     Plan key;
     memset(&key, 0, sizeof key);
-    key.ta = ta, key.tb = tb, key.bias = bias != NULL, key.gelu = aux != NULL, key.M = M, key.N = N, key.K = K, key.lda = lda, key.ldb = ldb;
+    key.ta = ta, key.tb = tb, key.bias = bias != NULL, key.bias16 = b16, key.gelu = aux != NULL, key.M = M, key.N = N, key.K = K, key.lda = lda, key.ldb = ldb;
     key.ldc = ldc, key.act = k->act, key.cd = cd;
     key.al[0] = alignment(B), key.al[1] = alignment(A), key.al[2] = key.al[3] = alignment(C);
     Plan *pl = (Plan *)c->plans, *p = NULL;
     for (int i = 0; i < PLANS && pl[i].used; i++)
-        if (pl[i].ta == key.ta && pl[i].tb == key.tb && pl[i].bias == key.bias && pl[i].gelu == key.gelu &&
+        if (pl[i].ta == key.ta && pl[i].tb == key.tb && pl[i].bias == key.bias && pl[i].bias16 == key.bias16 &&
+            pl[i].gelu == key.gelu &&
             pl[i].M == M && pl[i].N == N &&
             pl[i].K == K && pl[i].lda == lda && pl[i].ldb == ldb && pl[i].ldc == ldc && pl[i].act == key.act &&
             pl[i].cd == key.cd && !memcmp(pl[i].al, key.al, sizeof key.al)) {
@@ -218,7 +243,7 @@ static int lt_matmul(mtk *k, bool ta, bool tb, int M, int N, int K, const void *
                     mtk_dtype_name(cd), bias ? " +bias" : "", aux ? " +gelu" : "", p->why);
     }
     if (!p->ok) return 0;
-    if (bias) cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof bias);
+    if (bias) cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bptr, sizeof bptr);
     if (aux) cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &aux, sizeof aux);
     const float one = 1.0f;
     return cublasLtMatmul((cublasLtHandle_t)c->lt, p->op, &one, B, p->la, A, p->lb, &beta, C, p->lc, C, p->lc, &p->algo,

@@ -144,6 +144,41 @@ __global__ void ln_bwd_kernel(T *dinp, const T *dout, const T *inp, const float 
     }
 }
 
+// The same with 16-byte loads and stores, when C is a multiple of the pack and the rows are aligned.
+template <class T>
+__global__ void ln_bwd_vec_kernel(T *dinp, const T *dout, const T *inp, const float *w, const float *mean,
+                                  const float *rstd, int N, int C)
+{
+    constexpr int V = Pack<T>::N;
+    const int lane = threadIdx.x & 31, row = blockIdx.x * ROWS + (threadIdx.x >> 5), P = C / V;
+    if (row >= N) return;
+    const Pack<T> *x = (const Pack<T> *)(inp + (size_t)row * C), *dy = (const Pack<T> *)(dout + (size_t)row * C);
+    Pack<T> *dx = (Pack<T> *)(dinp + (size_t)row * C);
+    const float m = mean[row], r = rstd[row];
+    float sd = 0.0f, sdn = 0.0f;
+    for (int p = lane; p < P; p += 32) {
+        const Pack<T> xv = x[p], gv = dy[p];
+#pragma unroll
+        for (int e = 0; e < V; e++) {
+            const float dn = ldf(gv.v[e]) * w[p * V + e];
+            sd += dn;
+            sdn += dn * ((ldf(xv.v[e]) - m) * r);
+        }
+    }
+    sd = warp_sum(sd) / C;
+    sdn = warp_sum(sdn) / C;
+    for (int p = lane; p < P; p += 32) {
+        const Pack<T> xv = x[p], gv = dy[p];
+        Pack<T> ov = dx[p];
+#pragma unroll
+        for (int e = 0; e < V; e++) {
+            const float xh = (ldf(xv.v[e]) - m) * r;
+            ov.v[e] = stf<T>(ldf(ov.v[e]) + (ldf(gv.v[e]) * w[p * V + e] - sd - xh * sdn) * r);
+        }
+        dx[p] = ov;
+    }
+}
+
 // dw += sum_n dy xhat, db += sum_n dy: per 32-channel strip and chunk of rows (as colsum_acc), then the
 // chunks in order.
 template <class T>
@@ -175,8 +210,12 @@ template <class T>
 static void ln_bwd(mtk *k, void *dinp, float *dw, float *db, const void *dout, const void *inp, const float *w,
                    const float *mean, const float *rstd, int N, int C)
 {
-    LAUNCH(ln_bwd_kernel<T>, (N + ROWS - 1) / ROWS, THREADS, 0, stream(k))((T *)dinp, (const T *)dout, (const T *)inp,
-                                                                           w, mean, rstd, N, C);
+    if (C % Pack<T>::N == 0 && aligned16(dinp) && aligned16(dout) && aligned16(inp))
+        LAUNCH(ln_bwd_vec_kernel<T>, (N + ROWS - 1) / ROWS, THREADS, 0, stream(k))((T *)dinp, (const T *)dout,
+                                                                                   (const T *)inp, w, mean, rstd, N, C);
+    else
+        LAUNCH(ln_bwd_kernel<T>, (N + ROWS - 1) / ROWS, THREADS, 0, stream(k))((T *)dinp, (const T *)dout,
+                                                                               (const T *)inp, w, mean, rstd, N, C);
     const int R = colsum_chunks(N, C);
     float *pw = (float *)mtk_ws_take(k, (size_t)R * C * sizeof(float)), *pb = pw ? (float *)mtk_ws_take(k, (size_t)R * C * sizeof(float)) : NULL;
     if (!pb) return;

@@ -25,11 +25,49 @@ __global__ void xent_kernel(float *losses, T *dlogits, const T *logits, const in
     T *d = dlogits + n * V;   // may be x: each element is read and written by the same thread
     for (int j = threadIdx.x; j < V; j += blockDim.x) d[j] = stf<T>((expf(ldf(x[j]) - m) * inv - (j == tg)) * g);
 }
+// The same in two passes with 16-byte loads: an online max and sum of exponentials, then the gradient.
+template <class T>
+__global__ void xent_vec_kernel(float *losses, T *dlogits, const T *logits, const int32_t *target, const float *dscale,
+                                int V)
+{
+    constexpr int E = Pack<T>::N;
+    __shared__ float buf[32];
+    const size_t n = blockIdx.x;
+    const int P = V / E, tg = target[n];
+    const Pack<T> *x = (const Pack<T> *)(logits + n * V);
+    float m = -INFINITY, s = 0.0f;
+    for (int p = threadIdx.x; p < P; p += blockDim.x) {
+        const Pack<T> a = x[p];
+#pragma unroll
+        for (int e = 0; e < E; e++) {
+            const float v = ldf(a.v[e]);
+            if (v > m) s = s * expf(m - v) + 1.0f, m = v;
+            else if (v != -INFINITY) s += expf(v - m);
+        }
+    }
+    const float M = block_max(m, buf);
+    const float S = block_sum(m == -INFINITY ? 0.0f : s * expf(m - M), buf);
+    if (threadIdx.x == 0) losses[n] = logf(S) + M - ldf(logits[n * V + tg]);
+    if (!dlogits) return;
+    const float inv = 1.0f / S, g = dscale ? dscale[n] : 1.0f;
+    Pack<T> *d = (Pack<T> *)(dlogits + n * V);   // may be x: each pack is read and written by the same thread
+    for (int p = threadIdx.x; p < P; p += blockDim.x) {
+        const Pack<T> a = x[p];
+        Pack<T> o;
+#pragma unroll
+        for (int e = 0; e < E; e++) o.v[e] = stf<T>((expf(ldf(a.v[e]) - M) * inv - (p * E + e == tg)) * g);
+        d[p] = o;
+    }
+}
+
 template <class T>
 static void xfb(mtk *k, float *losses, void *dlogits, const void *logits, const int32_t *target, const float *dscale,
                 int N, int V)
 {
-    LAUNCH(xent_kernel<T>, N, THREADS, 0, stream(k))(losses, (T *)dlogits, (const T *)logits, target, dscale, V);
+    if (V % Pack<T>::N == 0 && aligned16(logits) && (!dlogits || aligned16(dlogits)))
+        LAUNCH(xent_vec_kernel<T>, N, THREADS, 0, stream(k))(losses, (T *)dlogits, (const T *)logits, target, dscale, V);
+    else
+        LAUNCH(xent_kernel<T>, N, THREADS, 0, stream(k))(losses, (T *)dlogits, (const T *)logits, target, dscale, V);
 }
 void xent_fwd_bwd(mtk *k, float *losses, void *dlogits, const void *logits, const int32_t *target, const float *dscale,
                   int N, int V)

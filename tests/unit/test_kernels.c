@@ -388,9 +388,8 @@ static double ln_loss(const double *x, const double *w, const double *b, const d
         }                                                                                                    \
     } while (0)
 
-TEST(layernorm)
+static void check_layernorm(int N, int C)
 {
-    const int N = 7, C = 37;
     float *x = arand(N * C, 2), *w = frand(C, 1), *b = frand(C, 1), *out = adev(N * C);
     float *mean = fdev(N), *rstd = fdev(N);
     for (int i = 0; i < N * C; i++) x[i] = q(x[i] + 3.0f);   /* nonzero mean */
@@ -416,6 +415,13 @@ TEST(layernorm)
     T_CLOSE(db, gb, C, 1e-4);
     ffree(x), ffree(w), ffree(b), ffree(out), ffree(mean), ffree(rstd), ffree(R), ffree(dinp), ffree(dw), ffree(db);
     free(xd), free(wd), free(bd), free(ref), free(rm), free(rr), free(tmp), free(Rd), free(gx), free(gw), free(gb);
+}
+
+TEST(layernorm)
+{
+    check_layernorm(7, 37);
+    check_layernorm(5, 64);    /* rows of whole 16-byte packs (the vectorised backward) */
+    check_layernorm(3, 264);
 }
 
 TEST(add_layernorm)
@@ -1036,8 +1042,8 @@ TEST(odd_shapes)
             ffree(a), ffree(b), ffree(o), ffree(g), free(r), free(rg);
         }
     /* cross-entropy rows wider than a block of threads */
-    static const int xv[] = {257, 513};
-    for (int s = 0; s < 2; s++) {
+    static const int xv[] = {257, 513, 1024, 264};   /* and rows of whole 16-byte packs (the vectorised kernel) */
+    for (int s = 0; s < 4; s++) {
         const int N = 3, V = xv[s];
         float *logits = arand(N * V, 4), *losses = fdev(N), *d = adev(N * V);
         int32_t *tg = idev(N);
