@@ -1,38 +1,30 @@
-// attention_mma.cu: the causal flash attention of attention.cu on tensor cores, for bf16 and fp16 and
-// head sizes 32, 64 and 128: the products Q K^T, P V, dO V^T, P^T dO, dS^T Q and dS K go through the
-// warp matrix functions (nvcuda::wmma: 16 x 16 x 16 tiles, fp32 accumulation; kernels/sim/simt_sim.h
-// has its own for the simulator), the softmax and its gradient stay in fp32 in shared memory.
+// attention_mma.cu: the causal flash attention of attention.cu on tensor cores, for bf16 and fp16 at head
+// sizes 32 and 64, in the manner of FlashAttention-2: the products Q K^T, P V, dO V^T, P^T dO, dS^T Q and
+// dS K are mma.m16n8k16 (mma.h), and the softmax, its gradient and the accumulators stay in registers in
+// the products' own layout; only the tiles of the other side go through shared memory.
 //
-// A block is 4 warps over a tile of 64 rows, 16 rows per warp; each warp works on its own rows with
-// only __syncwarp between its steps, and __syncthreads only around the shared tiles of the other side.
-// The lane pair (2r, 2r+1) owns row r of its warp's 16 in the scalar steps, half the columns each.
-// As in attention.cu, dq and dk/dv come from two kernels and nothing is summed with atomics: the same
-// bits on every run. P and dS are rounded to the activation dtype before their products (as flash
+// A block is 4 warps over a tile of 64 rows, 16 rows per warp: lane 4 g + t owns rows g and g + 8 of its
+// warp's 16, and columns 2t, 2t+1 of every 8-column piece. Keys and values are the B operands, stored
+// row-major where the product contracts over the head dimension and transposed where it contracts over
+// rows. As in attention.cu, dq and dk/dv come from two kernels and nothing is summed with atomics: the
+// same bits on every run. P and dS are rounded to the activation dtype for their products (as flash
 // attention does); the running max, the sums, lse and the accumulators are fp32.
 #include "cuda.h"
 #include "attention.h"
+#include "mma.h"
 #include <algorithm>
-#ifndef SIMT_SIM
-#include <mma.h>
-#endif
 
 namespace MTK_CU_NS {
-namespace wm = nvcuda::wmma;
 
 enum { MB = 64, MW = 4, MT = MW * 32 };   // tile rows, warps per block, threads per block
-typedef wm::fragment<wm::accumulator, 16, 16, 16, float> Acc;
-template <class T> using FragA = wm::fragment<wm::matrix_a, 16, 16, 16, T, wm::row_major>;
-template <class T> using FragBr = wm::fragment<wm::matrix_b, 16, 16, 16, T, wm::row_major>;
-template <class T> using FragBc = wm::fragment<wm::matrix_b, 16, 16, 16, T, wm::col_major>;
 
-// Shared-memory strides (elements): +8 (+4 for fp32) keeps rows on different banks and 16-byte aligned.
+// Shared-memory strides (elements): +8 keeps rows on different banks and 16-byte aligned.
 template <int D> struct Ld {
-    static constexpr int T = D + 8;                        // a 64 x D tile of T
-    static constexpr int P = MB + 8;                       // a warp's 16 x 64 tile of T (P, dS)
-    static constexpr int F = (MB > D ? MB : D) + 4;        // a warp's 16 x max(64, D) fp32 scratch
+    static constexpr int R = D + 8;    // a row-major 64 x D tile
+    static constexpr int C = MB + 8;   // a transposed D x 64 tile
 };
 
-// Rows t0 .. t0+63 of (b, h) into s (stride Ld<D>::T), zeros past tmax; 16-byte copies, all threads.
+// Rows t0 .. t0+63 of (b, h) into s (row-major, stride Ld<D>::R), zeros past tmax; 16-byte copies.
 template <class T, int D>
 __device__ void load_rows(T *s, Rows<T> src, int b, int h, int t0, int tmax)
 {
@@ -42,16 +34,64 @@ __device__ void load_rows(T *s, Rows<T> src, int b, int h, int t0, int tmax)
         Pack<T> v;
         if (t0 + r < tmax) v = *(const Pack<T> *)(src.row(b, h, t0 + r) + c);
         else
+#pragma unroll
             for (int e = 0; e < V; e++) v.v[e] = stf<T>(0.0f);
-        *(Pack<T> *)(s + r * Ld<D>::T + c) = v;
+        *(Pack<T> *)(s + r * Ld<D>::R + c) = v;
     }
 }
-
-// Writes row `row` of a warp's fp32 scratch (stride Ld<D>::F), the lane's half of the D columns.
+// The same rows transposed: s[d * Ld<D>::C + r].
 template <class T, int D>
-__device__ void store_half_row(T *dst, const float *scr, int row, int half, float mul)
+__device__ void load_cols(T *s, Rows<T> src, int b, int h, int t0, int tmax)
 {
-    for (int d = half * (D / 2); d < (half + 1) * (D / 2); d++) dst[d] = stf<T>(scr[row * Ld<D>::F + d] * mul);
+    constexpr int V = Pack<T>::N, per = D / V;
+    for (int idx = threadIdx.x; idx < MB * per; idx += MT) {
+        const int r = idx % MB, c = idx / MB * V;   // consecutive threads: consecutive rows
+        Pack<T> v;
+        if (t0 + r < tmax) v = *(const Pack<T> *)(src.row(b, h, t0 + r) + c);
+        else
+#pragma unroll
+            for (int e = 0; e < V; e++) v.v[e] = stf<T>(0.0f);
+#pragma unroll
+        for (int e = 0; e < V; e++) s[(c + e) * Ld<D>::C + r] = v.v[e];
+    }
+}
+// A operands of a warp's 16 rows (from row r0 of a row-major tile), k = 0 .. D-1 in 16-column steps.
+template <class T, int D> __device__ void a_frags(uint32_t a[D / 16][4], const T *s, int r0, int g, int t)
+{
+#pragma unroll
+    for (int kk = 0; kk < D / 16; kk++) {
+        const T *p = s + (r0 + g) * Ld<D>::R + kk * 16 + 2 * t;
+        a[kk][0] = ld2(p), a[kk][1] = ld2(p + 8 * Ld<D>::R), a[kk][2] = ld2(p + 8), a[kk][3] = ld2(p + 8 * Ld<D>::R + 8);
+    }
+}
+// The A operand for columns 16 kc .. 16 kc + 15 of a 16 x 64 product held as C fragments c[8][4].
+template <class T> __device__ __forceinline__ void c_to_a(uint32_t a[4], const float c[][4], int kc)
+{
+    a[0] = pack2<T>(c[2 * kc][0], c[2 * kc][1]), a[1] = pack2<T>(c[2 * kc][2], c[2 * kc][3]);
+    a[2] = pack2<T>(c[2 * kc + 1][0], c[2 * kc + 1][1]), a[3] = pack2<T>(c[2 * kc + 1][2], c[2 * kc + 1][3]);
+}
+// acc[n] += A[16 x D] B for the 8 columns n of a B stored with its columns as rows of s (stride ld):
+// B[k][n] = s[(n0 + n) * ld + k]. The product over the head dimension (Q K^T, dO V^T, K Q^T, V dO^T).
+template <class T, int D>
+__device__ __forceinline__ void mma_rows(float acc[4], const uint32_t a[D / 16][4], const T *s, int ld, int n0, int g, int t)
+{
+#pragma unroll
+    for (int kk = 0; kk < D / 16; kk++) {
+        const T *p = s + (n0 + g) * ld + kk * 16 + 2 * t;
+        const uint32_t bb[2] = {ld2(p), ld2(p + 8)};
+        mma16816<T>(acc, a[kk], bb);
+    }
+}
+// Writes rows (g, g+8) of a warp's 16 x D accumulator (columns 2t, 2t+1 of each 8), times mul[0], mul[1].
+template <class T, int D>
+__device__ void store_acc(T *row0, T *row8, const float acc[D / 8][4], const float mul[2], int t)
+{
+#pragma unroll
+    for (int nd = 0; nd < D / 8; nd++) {
+        const int c = nd * 8 + 2 * t;
+        if (row0) *(uint32_t *)(row0 + c) = pack2<T>(acc[nd][0] * mul[0], acc[nd][1] * mul[0]);
+        if (row8) *(uint32_t *)(row8 + c) = pack2<T>(acc[nd][2] * mul[1], acc[nd][3] * mul[1]);
+    }
 }
 
 // ---- forward: query i (0 <= i < nq) attends keys 0 .. pos0 + i ----
@@ -62,76 +102,79 @@ __global__ void __launch_bounds__(MT) attn_fwd_mma_kernel(T *out, size_t o_sb, s
 {
     typedef Ld<D> L;
     DYN_SHARED(float, sm);
-    const int w = threadIdx.x >> 5, lane = threadIdx.x & 31, r = lane >> 1, half = lane & 1;
-    const int b = blockIdx.z, h = blockIdx.y, i0 = (gridDim.x - 1 - blockIdx.x) * MB, i = i0 + w * 16 + r;   // longest first
-    T *Qs = (T *)sm, *Ks = Qs + MB * L::T, *Vs = Ks + MB * L::T, *Ps = Vs + MB * L::T + w * 16 * L::P;
-    float *Ss = (float *)(Vs + MB * L::T + MW * 16 * L::P) + w * 2 * 16 * L::F, *Os = Ss + 16 * L::F;
-    load_rows<T, D>(Qs, q, b, h, i0, nq);
-    for (int d = half * (D / 2); d < (half + 1) * (D / 2); d++) Os[r * L::F + d] = 0.0f;
+    const int w = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+    const int b = blockIdx.z, h = blockIdx.y, i0 = (gridDim.x - 1 - blockIdx.x) * MB;   // longest first
+    const int ir[2] = {i0 + w * 16 + g, i0 + w * 16 + g + 8};
+    T *Ks = (T *)sm, *Vt = Ks + MB * L::R;   // the query tile is read into registers through Ks's space
+    load_rows<T, D>(Ks, q, b, h, i0, nq);
     __syncthreads();
-    FragA<T> qa[D / 16];
-    for (int kk = 0; kk < D / 16; kk++) wm::load_matrix_sync(qa[kk], Qs + w * 16 * L::T + kk * 16, L::T);
+    uint32_t qa[D / 16][4];
+    a_frags<T, D>(qa, Ks, w * 16, g, t);
+    float o[D / 8][4] = {}, m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
     const int last = pos0 + (i0 + MB < nq ? i0 + MB : nq) - 1;   // the last key any row of the block needs
     const int wi = i0 + w * 16 + 15 < nq - 1 ? i0 + w * 16 + 15 : nq - 1;
     const int wlast = pos0 + wi;                                  // ... and this warp's rows
-    float m = -INFINITY, l = 0.0f;
     for (int j0 = 0; j0 <= last; j0 += MB) {
-        __syncthreads();   // the previous tiles are no longer read
+        __syncthreads();   // the previous tiles (the first time: the query tile) are no longer read
         load_rows<T, D>(Ks, kr, b, h, j0, nk);
-        load_rows<T, D>(Vs, vr, b, h, j0, nk);
+        load_cols<T, D>(Vt, vr, b, h, j0, nk);
         __syncthreads();
         if (j0 > wlast) continue;   // warp-uniform: the whole tile is in this warp's future
-        for (int n = 0; n < MB / 16; n++) {   // S = Q K^T, 16 keys at a time
-            Acc s;
-            wm::fill_fragment(s, 0.0f);
-            for (int kk = 0; kk < D / 16; kk++) {
-                FragBc<T> kb;
-                wm::load_matrix_sync(kb, Ks + n * 16 * L::T + kk * 16, L::T);
-                wm::mma_sync(s, qa[kk], kb, s);
+        float s[MB / 8][4] = {};
+#pragma unroll
+        for (int nt = 0; nt < MB / 8; nt++) mma_rows<T, D>(s[nt], qa, Ks, L::R, nt * 8, g, t);
+#pragma unroll
+        for (int rr = 0; rr < 2; rr++) {   // online softmax of rows g, g + 8: the quad holds a row
+            const int i = ir[rr];
+            float mx = -INFINITY;
+#pragma unroll
+            for (int nt = 0; nt < MB / 8; nt++)
+#pragma unroll
+                for (int e = 0; e < 2; e++) {
+                    const int j = j0 + nt * 8 + 2 * t + e;
+                    const float v = i < nq && j <= pos0 + i && j < nk ? s[nt][2 * rr + e] * sc : -INFINITY;
+                    s[nt][2 * rr + e] = v;
+                    mx = fmaxf(mx, v);
+                }
+            mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+            mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+            const float mn = fmaxf(m[rr], mx), alpha = mn == -INFINITY ? 1.0f : __expf(m[rr] - mn);
+            float ps = 0.0f;
+#pragma unroll
+            for (int nt = 0; nt < MB / 8; nt++)
+#pragma unroll
+                for (int e = 0; e < 2; e++) {
+                    const float p = mn == -INFINITY ? 0.0f : __expf(s[nt][2 * rr + e] - mn);
+                    ps += p;
+                    s[nt][2 * rr + e] = p == 0.0f ? 0.0f : p * dr.factor(b, h, NH, nq, i, j0 + nt * 8 + 2 * t + e);
+                }
+            ps += __shfl_xor_sync(0xffffffffu, ps, 1);
+            ps += __shfl_xor_sync(0xffffffffu, ps, 2);
+            l[rr] = l[rr] * alpha + ps;
+            m[rr] = mn;
+#pragma unroll
+            for (int nd = 0; nd < D / 8; nd++) o[nd][2 * rr] *= alpha, o[nd][2 * rr + 1] *= alpha;
+        }
+#pragma unroll
+        for (int kc = 0; kc < MB / 16; kc++) {   // O += P V
+            uint32_t pa[4];
+            c_to_a<T>(pa, s, kc);
+#pragma unroll
+            for (int nd = 0; nd < D / 8; nd++) {
+                const T *p = Vt + (nd * 8 + g) * L::C + kc * 16 + 2 * t;
+                const uint32_t bb[2] = {ld2(p), ld2(p + 8)};
+                mma16816<T>(o[nd], pa, bb);
             }
-            wm::store_matrix_sync(Ss + n * 16, s, L::F, wm::mem_row_major);
         }
-        __syncwarp();
-        // online softmax over the lane's 32 keys of row r; both lanes of the pair end with the row's m, l
-        float sv[32], mx = -INFINITY;
-        const int c0 = half * 32;
-        for (int c = 0; c < 32; c++) {
-            const int j = j0 + c0 + c;
-            const float s = i < nq && j <= pos0 + i && j < nk ? Ss[r * L::F + c0 + c] * sc : -INFINITY;
-            sv[c] = s;
-            mx = fmaxf(mx, s);
-        }
-        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
-        const float mn = fmaxf(m, mx), alpha = mn == -INFINITY ? 1.0f : __expf(m - mn);
-        float ps = 0.0f;
-        for (int c = 0; c < 32; c++) {
-            const float p = mn == -INFINITY ? 0.0f : __expf(sv[c] - mn);
-            ps += p;
-            const float pd = p == 0.0f ? 0.0f : p * dr.factor(b, h, NH, nq, i, j0 + c0 + c);
-            Ps[r * L::P + c0 + c] = stf<T>(pd);
-        }
-        ps += __shfl_xor_sync(0xffffffffu, ps, 1);
-        l = l * alpha + ps;
-        m = mn;
-        for (int d = half * (D / 2); d < (half + 1) * (D / 2); d++) Os[r * L::F + d] *= alpha;
-        __syncwarp();
-        FragA<T> pa[MB / 16];   // O += P V
-        for (int kk = 0; kk < MB / 16; kk++) wm::load_matrix_sync(pa[kk], Ps + kk * 16, L::P);
-        for (int n = 0; n < D / 16; n++) {
-            Acc o;
-            wm::load_matrix_sync(o, Os + n * 16, L::F, wm::mem_row_major);
-            for (int kk = 0; kk < MB / 16; kk++) {
-                FragBr<T> vb;
-                wm::load_matrix_sync(vb, Vs + kk * 16 * L::T + n * 16, L::T);
-                wm::mma_sync(o, pa[kk], vb, o);
-            }
-            wm::store_matrix_sync(Os + n * 16, o, L::F, wm::mem_row_major);
-        }
-        __syncwarp();
     }
-    if (i >= nq) return;
-    store_half_row<T, D>(out + b * o_sb + h * o_sh + (size_t)i * o_st, Os, r, half, 1.0f / l);
-    if (lse && half == 0) lse[((size_t)b * NH + h) * nq + i] = m + logf(l);
+    const float inv[2] = {l[0] > 0.0f ? 1.0f / l[0] : 0.0f, l[1] > 0.0f ? 1.0f / l[1] : 0.0f};
+    T *r0 = ir[0] < nq ? out + b * o_sb + h * o_sh + (size_t)ir[0] * o_st : NULL;
+    T *r8 = ir[1] < nq ? out + b * o_sb + h * o_sh + (size_t)ir[1] * o_st : NULL;
+    store_acc<T, D>(r0, r8, o, inv, t);
+    if (lse && t == 0)
+#pragma unroll
+        for (int rr = 0; rr < 2; rr++)
+            if (ir[rr] < nq) lse[((size_t)b * NH + h) * nq + ir[rr]] = m[rr] + logf(l[rr]);
 }
 
 // delta_i = dout_i . out_i for every row (b, h, i), once per backward: D / V lanes per row, 16-byte loads.
@@ -159,6 +202,7 @@ __global__ void attn_delta_kernel(float *delta, const T *dout, const T *out, int
 __device__ inline void load_dl(float *Ds, float *Ls, const float *delta, const float *lse, int b, int h, int NH, int t0,
                                int T_)
 {
+#pragma unroll
     for (int rr = threadIdx.x; rr < MB; rr += MT) {
         const size_t i = ((size_t)b * NH + h) * T_ + t0 + rr;
         Ds[rr] = t0 + rr < T_ ? delta[i] : 0.0f;
@@ -174,87 +218,72 @@ __global__ void __launch_bounds__(MT) attn_dkv_mma_kernel(T *dqkv, const T *qkv,
 {
     typedef Ld<D> L;
     DYN_SHARED(float, sm);
-    const int w = threadIdx.x >> 5, lane = threadIdx.x & 31, r = lane >> 1, half = lane & 1;
-    const int b = blockIdx.z, h = blockIdx.y, j0 = blockIdx.x * MB, j = j0 + w * 16 + r;
+    const int w = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+    const int b = blockIdx.z, h = blockIdx.y, j0 = blockIdx.x * MB;
+    const int jr[2] = {j0 + w * 16 + g, j0 + w * 16 + g + 8};
     const size_t C = (size_t)NH * D, S3 = 3 * C;
     Rows<T> q{qkv, T_ * S3, 3 * (size_t)D, S3}, kr{qkv + D, T_ * S3, 3 * (size_t)D, S3},
         vr{qkv + 2 * D, T_ * S3, 3 * (size_t)D, S3}, go{dout, T_ * C, (size_t)D, C};
-    // Qs, Gs, the warps' P and dS, Ls, Ds; then the key and value tiles, which are read only into the
-    // fragments at the start, share their space with the warps' fp32 scratch.
-    T *Qs = (T *)sm, *Gs = Qs + MB * L::T, *Ps = Gs + MB * L::T + w * 2 * 16 * L::P, *dSs = Ps + 16 * L::P;
-    float *Ls = (float *)(Gs + MB * L::T + MW * 2 * 16 * L::P), *Ds = Ls + MB, *R = Ds + MB;
-    T *Ks = (T *)R, *Vs = Ks + MB * L::T;
-    float *Ss = R + w * 2 * 16 * L::F, *dPs = Ss + 16 * L::F;
-    load_rows<T, D>(Ks, kr, b, h, j0, T_);
-    load_rows<T, D>(Vs, vr, b, h, j0, T_);
+    T *Qs = (T *)sm, *Gs = Qs + MB * L::R, *Qt = Gs + MB * L::R, *Gt = Qt + D * L::C;
+    float *Ls = (float *)(Gt + D * L::C), *Ds = Ls + MB;
+    load_rows<T, D>(Qs, kr, b, h, j0, T_);   // the key and value tiles, into registers through Qs, Gs
+    load_rows<T, D>(Gs, vr, b, h, j0, T_);
     __syncthreads();
-    FragA<T> ka[D / 16], va[D / 16];
-    Acc dk[D / 16], dv[D / 16];
-    for (int kk = 0; kk < D / 16; kk++) {
-        wm::load_matrix_sync(ka[kk], Ks + w * 16 * L::T + kk * 16, L::T);
-        wm::load_matrix_sync(va[kk], Vs + w * 16 * L::T + kk * 16, L::T);
-        wm::fill_fragment(dk[kk], 0.0f);
-        wm::fill_fragment(dv[kk], 0.0f);
-    }
+    uint32_t ka[D / 16][4], va[D / 16][4];
+    a_frags<T, D>(ka, Qs, w * 16, g, t);
+    a_frags<T, D>(va, Gs, w * 16, g, t);
+    float dk[D / 8][4] = {}, dv[D / 8][4] = {};
     const bool idle = j0 + w * 16 >= T_;   // warp-uniform: no key of this warp exists
     for (int i0 = j0; i0 < T_; i0 += MB) {
         __syncthreads();   // (the first time: every warp has its key and value fragments)
         load_rows<T, D>(Qs, q, b, h, i0, T_);
         load_rows<T, D>(Gs, go, b, h, i0, T_);
+        load_cols<T, D>(Qt, q, b, h, i0, T_);
+        load_cols<T, D>(Gt, go, b, h, i0, T_);
         load_dl(Ds, Ls, delta, lse, b, h, NH, i0, T_);
         __syncthreads();
         if (idle) continue;
-        for (int n = 0; n < MB / 16; n++) {   // 16 queries at a time
-            Acc s, dp;
-            wm::fill_fragment(s, 0.0f);
-            wm::fill_fragment(dp, 0.0f);
-            for (int kk = 0; kk < D / 16; kk++) {
-                FragBc<T> qb, gb;
-                wm::load_matrix_sync(qb, Qs + n * 16 * L::T + kk * 16, L::T);
-                wm::load_matrix_sync(gb, Gs + n * 16 * L::T + kk * 16, L::T);
-                wm::mma_sync(s, ka[kk], qb, s);
-                wm::mma_sync(dp, va[kk], gb, dp);
-            }
-            wm::store_matrix_sync(Ss + n * 16, s, L::F, wm::mem_row_major);
-            wm::store_matrix_sync(dPs + n * 16, dp, L::F, wm::mem_row_major);
+        float s[MB / 8][4] = {}, dp[MB / 8][4] = {};
+#pragma unroll
+        for (int nt = 0; nt < MB / 8; nt++) {   // 8 queries at a time
+            mma_rows<T, D>(s[nt], ka, Qs, L::R, nt * 8, g, t);
+            mma_rows<T, D>(dp[nt], va, Gs, L::R, nt * 8, g, t);
         }
-        __syncwarp();
-        for (int c = half * 32; c < half * 32 + 32; c++) {
-            const int i = i0 + c;
-            float pf = 0.0f, ds = 0.0f;
-            if (j < T_ && i < T_ && i >= j) {
-                const float p = __expf(Ss[r * L::F + c] * sc - Ls[c]), f = dr.factor(b, h, NH, T_, i, j);
-                ds = p * (dPs[r * L::F + c] * f - Ds[c]) * sc;
-                pf = p * f;
+#pragma unroll
+        for (int rr = 0; rr < 2; rr++)
+#pragma unroll
+            for (int nt = 0; nt < MB / 8; nt++)
+#pragma unroll
+                for (int e = 0; e < 2; e++) {
+                    const int c = nt * 8 + 2 * t + e, i = i0 + c, j = jr[rr], x = 2 * rr + e;
+                    float pf = 0.0f, ds = 0.0f;
+                    if (j < T_ && i < T_ && i >= j) {
+                        const float p = __expf(s[nt][x] * sc - Ls[c]), f = dr.factor(b, h, NH, T_, i, j);
+                        ds = p * (dp[nt][x] * f - Ds[c]) * sc;
+                        pf = p * f;
+                    }
+                    s[nt][x] = pf, dp[nt][x] = ds;
+                }
+#pragma unroll
+        for (int kc = 0; kc < MB / 16; kc++) {   // dv += (P f)^T dO, dk += dS^T Q: B from the transposed tiles
+            uint32_t pa[4], sa[4];
+            c_to_a<T>(pa, s, kc);
+            c_to_a<T>(sa, dp, kc);
+#pragma unroll
+            for (int nd = 0; nd < D / 8; nd++) {
+                const int off = (nd * 8 + g) * L::C + kc * 16 + 2 * t;
+                const uint32_t gb[2] = {ld2(Gt + off), ld2(Gt + off + 8)}, qb[2] = {ld2(Qt + off), ld2(Qt + off + 8)};
+                mma16816<T>(dv[nd], pa, gb);
+                mma16816<T>(dk[nd], sa, qb);
             }
-            Ps[r * L::P + c] = stf<T>(pf);
-            dSs[r * L::P + c] = stf<T>(ds);
         }
-        __syncwarp();
-        FragA<T> pa[MB / 16], sa[MB / 16];
-        for (int kk = 0; kk < MB / 16; kk++) {
-            wm::load_matrix_sync(pa[kk], Ps + kk * 16, L::P);
-            wm::load_matrix_sync(sa[kk], dSs + kk * 16, L::P);
-        }
-        for (int n = 0; n < D / 16; n++)
-            for (int kk = 0; kk < MB / 16; kk++) {
-                FragBr<T> gb, qb;
-                wm::load_matrix_sync(gb, Gs + kk * 16 * L::T + n * 16, L::T);
-                wm::load_matrix_sync(qb, Qs + kk * 16 * L::T + n * 16, L::T);
-                wm::mma_sync(dv[n], pa[kk], gb, dv[n]);
-                wm::mma_sync(dk[n], sa[kk], qb, dk[n]);
-            }
-        __syncwarp();   // Ps and dSs are rewritten by the next tile
     }
     if (idle) return;
-    for (int n = 0; n < D / 16; n++) wm::store_matrix_sync(Ss + n * 16, dk[n], L::F, wm::mem_row_major);
-    __syncwarp();
-    T *dkr = dqkv + b * T_ * S3 + (size_t)j * S3 + (size_t)h * 3 * D + D;
-    if (j < T_) store_half_row<T, D>(dkr, Ss, r, half, 1.0f);
-    __syncwarp();
-    for (int n = 0; n < D / 16; n++) wm::store_matrix_sync(Ss + n * 16, dv[n], L::F, wm::mem_row_major);
-    __syncwarp();
-    if (j < T_) store_half_row<T, D>(dkr + D, Ss, r, half, 1.0f);
+    const float one[2] = {1.0f, 1.0f};
+    T *k0 = jr[0] < T_ ? dqkv + b * T_ * S3 + (size_t)jr[0] * S3 + (size_t)h * 3 * D + D : NULL;
+    T *k8 = jr[1] < T_ ? dqkv + b * T_ * S3 + (size_t)jr[1] * S3 + (size_t)h * 3 * D + D : NULL;
+    store_acc<T, D>(k0, k8, dk, one, t);
+    store_acc<T, D>(k0 ? k0 + D : NULL, k8 ? k8 + D : NULL, dv, one, t);
 }
 
 // ---- backward, dq: a block per 64 queries (16 per warp); key tiles j0 <= i stream through ----
@@ -265,90 +294,74 @@ __global__ void __launch_bounds__(MT) attn_dq_mma_kernel(T *dqkv, const T *qkv, 
 {
     typedef Ld<D> L;
     DYN_SHARED(float, sm);
-    const int w = threadIdx.x >> 5, lane = threadIdx.x & 31, r = lane >> 1, half = lane & 1;
-    const int b = blockIdx.z, h = blockIdx.y, i0 = (gridDim.x - 1 - blockIdx.x) * MB, i = i0 + w * 16 + r;   // longest first
+    const int w = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+    const int b = blockIdx.z, h = blockIdx.y, i0 = (gridDim.x - 1 - blockIdx.x) * MB;   // longest first
+    const int ir[2] = {i0 + w * 16 + g, i0 + w * 16 + g + 8};
     const size_t C = (size_t)NH * D, S3 = 3 * C;
     Rows<T> q{qkv, T_ * S3, 3 * (size_t)D, S3}, kr{qkv + D, T_ * S3, 3 * (size_t)D, S3},
         vr{qkv + 2 * D, T_ * S3, 3 * (size_t)D, S3}, go{dout, T_ * C, (size_t)D, C};
-    // Ks, Vs, the warps' dS, Ls, Ds; then the query and dout tiles, read only into the fragments at the
-    // start, share their space with the warps' fp32 scratch.
-    T *Ks = (T *)sm, *Vs = Ks + MB * L::T, *dSs = Vs + MB * L::T + w * 16 * L::P;
-    float *Ls = (float *)(Vs + MB * L::T + MW * 16 * L::P), *Ds = Ls + MB, *R = Ds + MB;
-    T *Qs = (T *)R, *Gs = Qs + MB * L::T;
-    float *Ss = R + w * 2 * 16 * L::F, *dPs = Ss + 16 * L::F;
-    load_rows<T, D>(Qs, q, b, h, i0, T_);
-    load_rows<T, D>(Gs, go, b, h, i0, T_);
+    T *Ks = (T *)sm, *Vs = Ks + MB * L::R, *Kt = Vs + MB * L::R;
+    float *Ls = (float *)(Kt + D * L::C), *Ds = Ls + MB;
+    load_rows<T, D>(Ks, q, b, h, i0, T_);   // the query and dout tiles, into registers through Ks, Vs
+    load_rows<T, D>(Vs, go, b, h, i0, T_);
     load_dl(Ds, Ls, delta, lse, b, h, NH, i0, T_);
     __syncthreads();
-    FragA<T> qa[D / 16], ga[D / 16];
-    Acc dq[D / 16];
-    for (int kk = 0; kk < D / 16; kk++) {
-        wm::load_matrix_sync(qa[kk], Qs + w * 16 * L::T + kk * 16, L::T);
-        wm::load_matrix_sync(ga[kk], Gs + w * 16 * L::T + kk * 16, L::T);
-        wm::fill_fragment(dq[kk], 0.0f);
-    }
-    const float Li = Ls[w * 16 + r], Di = Ds[w * 16 + r];
+    uint32_t qa[D / 16][4], ga[D / 16][4];
+    a_frags<T, D>(qa, Ks, w * 16, g, t);
+    a_frags<T, D>(ga, Vs, w * 16, g, t);
+    const float Li[2] = {Ls[w * 16 + g], Ls[w * 16 + g + 8]}, Di[2] = {Ds[w * 16 + g], Ds[w * 16 + g + 8]};
+    float dq[D / 8][4] = {};
     const int last = (i0 + MB < T_ ? i0 + MB : T_) - 1;
     const int wlast = i0 + w * 16 + 15 < T_ - 1 ? i0 + w * 16 + 15 : T_ - 1;
     for (int j0 = 0; j0 <= last; j0 += MB) {
         __syncthreads();
         load_rows<T, D>(Ks, kr, b, h, j0, T_);
         load_rows<T, D>(Vs, vr, b, h, j0, T_);
+        load_cols<T, D>(Kt, kr, b, h, j0, T_);
         __syncthreads();
         if (j0 > wlast) continue;
-        for (int n = 0; n < MB / 16; n++) {   // 16 keys at a time
-            Acc s, dp;
-            wm::fill_fragment(s, 0.0f);
-            wm::fill_fragment(dp, 0.0f);
-            for (int kk = 0; kk < D / 16; kk++) {
-                FragBc<T> kb, vb;
-                wm::load_matrix_sync(kb, Ks + n * 16 * L::T + kk * 16, L::T);
-                wm::load_matrix_sync(vb, Vs + n * 16 * L::T + kk * 16, L::T);
-                wm::mma_sync(s, qa[kk], kb, s);
-                wm::mma_sync(dp, ga[kk], vb, dp);
-            }
-            wm::store_matrix_sync(Ss + n * 16, s, L::F, wm::mem_row_major);
-            wm::store_matrix_sync(dPs + n * 16, dp, L::F, wm::mem_row_major);
+        float s[MB / 8][4] = {}, dp[MB / 8][4] = {};
+#pragma unroll
+        for (int nt = 0; nt < MB / 8; nt++) {   // 8 keys at a time
+            mma_rows<T, D>(s[nt], qa, Ks, L::R, nt * 8, g, t);
+            mma_rows<T, D>(dp[nt], ga, Vs, L::R, nt * 8, g, t);
         }
-        __syncwarp();
-        for (int c = half * 32; c < half * 32 + 32; c++) {
-            const int jj = j0 + c;
-            float ds = 0.0f;
-            if (i < T_ && jj <= i) {
-                const float p = __expf(Ss[r * L::F + c] * sc - Li), f = dr.factor(b, h, NH, T_, i, jj);
-                ds = p * (dPs[r * L::F + c] * f - Di) * sc;
+#pragma unroll
+        for (int rr = 0; rr < 2; rr++)
+#pragma unroll
+            for (int nt = 0; nt < MB / 8; nt++)
+#pragma unroll
+                for (int e = 0; e < 2; e++) {
+                    const int i = ir[rr], j = j0 + nt * 8 + 2 * t + e, x = 2 * rr + e;
+                    float ds = 0.0f;
+                    if (i < T_ && j <= i) {
+                        const float p = __expf(s[nt][x] * sc - Li[rr]), f = dr.factor(b, h, NH, T_, i, j);
+                        ds = p * (dp[nt][x] * f - Di[rr]) * sc;
+                    }
+                    s[nt][x] = ds;
+                }
+#pragma unroll
+        for (int kc = 0; kc < MB / 16; kc++) {   // dq += dS K
+            uint32_t sa[4];
+            c_to_a<T>(sa, s, kc);
+#pragma unroll
+            for (int nd = 0; nd < D / 8; nd++) {
+                const T *p = Kt + (nd * 8 + g) * L::C + kc * 16 + 2 * t;
+                const uint32_t kb[2] = {ld2(p), ld2(p + 8)};
+                mma16816<T>(dq[nd], sa, kb);
             }
-            dSs[r * L::P + c] = stf<T>(ds);
         }
-        __syncwarp();
-        FragA<T> sa[MB / 16];
-        for (int kk = 0; kk < MB / 16; kk++) wm::load_matrix_sync(sa[kk], dSs + kk * 16, L::P);
-        for (int n = 0; n < D / 16; n++)
-            for (int kk = 0; kk < MB / 16; kk++) {
-                FragBr<T> kb;
-                wm::load_matrix_sync(kb, Ks + kk * 16 * L::T + n * 16, L::T);
-                wm::mma_sync(dq[n], sa[kk], kb, dq[n]);
-            }
-        __syncwarp();
     }
-    for (int n = 0; n < D / 16; n++) wm::store_matrix_sync(Ss + n * 16, dq[n], L::F, wm::mem_row_major);
-    __syncwarp();
-    if (i < T_) store_half_row<T, D>(dqkv + b * T_ * S3 + (size_t)i * S3 + (size_t)h * 3 * D, Ss, r, half, 1.0f);
+    const float one[2] = {1.0f, 1.0f};
+    T *q0 = ir[0] < T_ ? dqkv + b * T_ * S3 + (size_t)ir[0] * S3 + (size_t)h * 3 * D : NULL;
+    T *q8 = ir[1] < T_ ? dqkv + b * T_ * S3 + (size_t)ir[1] * S3 + (size_t)h * 3 * D : NULL;
+    store_acc<T, D>(q0, q8, dq, one, t);
 }
 
 // ---- host side ----
-template <int D> static size_t fwd_smem() { return (3 * MB * Ld<D>::T + MW * 16 * Ld<D>::P) * 2 + MW * 2 * 16 * Ld<D>::F * 4; }
-template <int D> static size_t scratch() { return (size_t)MW * 2 * 16 * Ld<D>::F * 4; }
-template <int D> static size_t two_tiles() { return (size_t)2 * MB * Ld<D>::T * 2; }
-template <int D> static size_t dkv_smem()
-{
-    return two_tiles<D>() + (size_t)MW * 2 * 16 * Ld<D>::P * 2 + 2 * MB * 4 + std::max(two_tiles<D>(), scratch<D>());
-}
-template <int D> static size_t dq_smem()
-{
-    return two_tiles<D>() + (size_t)MW * 16 * Ld<D>::P * 2 + 2 * MB * 4 + std::max(two_tiles<D>(), scratch<D>());
-}
-
+template <int D> static size_t fwd_smem() { return (size_t)(MB * Ld<D>::R + D * Ld<D>::C) * 2; }
+template <int D> static size_t dkv_smem() { return (size_t)(2 * MB * Ld<D>::R + 2 * D * Ld<D>::C) * 2 + 2 * MB * 4; }
+template <int D> static size_t dq_smem() { return (size_t)(2 * MB * Ld<D>::R + D * Ld<D>::C) * 2 + 2 * MB * 4; }
 template <class T, int D>
 static void fwd_mma(mtk *k, T *out, size_t o_sb, size_t o_sh, size_t o_st, float *lse, Rows<T> q, Rows<T> kr, Rows<T> vr,
                     int B, int nq, int nk, int pos0, int NH, Drop dr)
@@ -377,9 +390,9 @@ static void bwd_mma(mtk *k, T *dqkv, const T *dout, const T *qkv, const T *out, 
     LAUNCH((attn_dq_mma_kernel<T, D>), grid, MT, s2, stream(k))(dqkv, qkv, dout, delta, lse, T_, NH, sc, dr);
 }
 
-// The tensor-core path takes 16-bit types, head sizes 32, 64 and 128, 16-byte aligned rows, and at least
+// The tensor-core path takes 16-bit types, head sizes 32 and 64, 16-byte aligned rows, and at least
 // 16 query rows (a decoding step of one token stays on attention.cu's kernels).
-static bool mma_shape(int HS, int nq) { return (HS == 32 || HS == 64 || HS == 128) && nq >= 16; }
+static bool mma_shape(int HS, int nq) { return (HS == 32 || HS == 64) && nq >= 16; }
 
 template <class T>
 bool attention_fwd_mma(mtk *k, T *out, size_t o_sb, size_t o_sh, size_t o_st, float *lse, Rows<T> q, Rows<T> kr,
@@ -390,8 +403,7 @@ bool attention_fwd_mma(mtk *k, T *out, size_t o_sb, size_t o_sh, size_t o_st, fl
         if (!mma_shape(HS, nq) || !aligned16(out) || !aligned16(q.p) || !aligned16(kr.p) || !aligned16(vr.p)) return false;
         if (((q.st | kr.st | vr.st | o_st) * sizeof(T)) % 16) return false;
         if (HS == 64) fwd_mma<T, 64>(k, out, o_sb, o_sh, o_st, lse, q, kr, vr, B, nq, nk, pos0, NH, dr);
-        else if (HS == 32) fwd_mma<T, 32>(k, out, o_sb, o_sh, o_st, lse, q, kr, vr, B, nq, nk, pos0, NH, dr);
-        else fwd_mma<T, 128>(k, out, o_sb, o_sh, o_st, lse, q, kr, vr, B, nq, nk, pos0, NH, dr);
+        else fwd_mma<T, 32>(k, out, o_sb, o_sh, o_st, lse, q, kr, vr, B, nq, nk, pos0, NH, dr);
         return true;
     }
 }
@@ -404,8 +416,7 @@ bool attention_bwd_mma(mtk *k, T *dqkv, const T *dout, const T *qkv, const T *ou
     else {
         if (!mma_shape(HS, T_) || !aligned16(dqkv) || !aligned16(dout) || !aligned16(qkv) || !aligned16(out)) return false;
         if (HS == 64) bwd_mma<T, 64>(k, dqkv, dout, qkv, out, lse, B, T_, NH, dr);
-        else if (HS == 32) bwd_mma<T, 32>(k, dqkv, dout, qkv, out, lse, B, T_, NH, dr);
-        else bwd_mma<T, 128>(k, dqkv, dout, qkv, out, lse, B, T_, NH, dr);
+        else bwd_mma<T, 32>(k, dqkv, dout, qkv, out, lse, B, T_, NH, dr);
         return true;
     }
 }

@@ -12,6 +12,7 @@
 #include <cuda_fp16.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <type_traits>
 
 extern "C" {
 #include "../backend.h"

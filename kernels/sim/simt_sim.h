@@ -49,7 +49,6 @@
 #include <mutex>
 #include <thread>
 #include <tuple>
-#include <type_traits>
 #include <vector>
 #include <sys/mman.h>
 #if !defined(__x86_64__) || defined(SIMT_UCONTEXT)
@@ -438,61 +437,22 @@ inline cudaError_t cudaFuncSetAttribute(const void* k, enum cudaFuncAttribute a,
 }
 }
 
-// ---------------------------------------------------------------- warp matrix functions (nvcuda::wmma)
-// A fragment's element-to-lane mapping is unspecified in CUDA, so the simulator picks its own: every lane
-// holds the whole tile (row-major), loads read all of it and mma_sync computes all of it (fp32 sums in k
-// order), but a store writes from each lane only the elements e = lane, lane + 32, ...: a kernel that
-// reads what other lanes stored without a __syncwarp between is a race TSan reports. Loads and stores
-// first wait for the whole warp, as the _sync functions do on the GPU. Elementwise code over
-// x[num_elements] must treat every element alike, as on the GPU.
-namespace nvcuda { namespace wmma {
-struct matrix_a {}; struct matrix_b {}; struct accumulator {};
-struct row_major {}; struct col_major {};
-enum layout_t { mem_row_major, mem_col_major };
-template <class Use, int M, int N, int K, class T, class Layout = void> struct fragment {
-  static constexpr int R = std::is_same<Use, matrix_b>::value ? K : M;
-  static constexpr int C = std::is_same<Use, matrix_a>::value ? K : N;
-  enum { num_elements = R * C };
-  T x[num_elements];
-};
-inline float wmma_f(float v) { return v; }
-inline float wmma_f(__nv_bfloat16 v) { return __bfloat162float(v); }
-inline float wmma_f(__half v) { return __half2float(v); }
-inline int wmma_lane() { return (int)(((threadIdx.z * blockDim.y + threadIdx.y) * blockDim.x + threadIdx.x) & 31); }
-template <class Use, int M, int N, int K, class T, class L>
-void fill_fragment(fragment<Use, M, N, K, T, L>& f, T v) { for (auto& e : f.x) e = v; }
-template <class Use, int M, int N, int K, class T, class L>
-void load_matrix_sync(fragment<Use, M, N, K, T, L>& f, const T* p, unsigned ldm) {
-  using F = fragment<Use, M, N, K, T, L>;
+// ---------------------------------------------------------------- warp all-gather (for tensor-core emulation)
+// Every lane of a full warp publishes N words and receives the words of all 32 lanes: what a warp-level
+// matrix instruction (kernels/cuda/mma.h) does with its operands. The barriers before and after order the
+// block's per-warp buffer as __syncwarp does, so TSan sees the exchange as synchronised.
+namespace simt {
+template <int N> void warp_allgather(const uint32_t* mine, uint32_t (*all)[N]) {
+  static_assert(N <= 8, "at most 8 words per lane");
+  Worker& W = worker();
+  const Fiber& f = W.f[W.cur];
+  static thread_local uint32_t buf[32 * 32 * 8];   // [warp][lane][word] of a block of up to 1024 threads
+  uint32_t* wb = buf + (size_t)f.warp * 32 * 8;
+  const int lane = f.lane;
   __syncwarp();
-  for (int r = 0; r < F::R; r++)
-    for (int c = 0; c < F::C; c++) f.x[r * F::C + c] = std::is_same<L, col_major>::value ? p[(size_t)c * ldm + r] : p[(size_t)r * ldm + c];
-}
-template <int M, int N, int K, class T>
-void load_matrix_sync(fragment<accumulator, M, N, K, T>& f, const T* p, unsigned ldm, layout_t l) {
+  memcpy(wb + lane * 8, mine, N * 4);
   __syncwarp();
-  for (int r = 0; r < M; r++)
-    for (int c = 0; c < N; c++) f.x[r * N + c] = l == mem_col_major ? p[(size_t)c * ldm + r] : p[(size_t)r * ldm + c];
+  for (int l = 0; l < 32; l++) memcpy(all[l], wb + l * 8, N * 4);
 }
-template <int M, int N, int K, class T>
-void store_matrix_sync(T* p, const fragment<accumulator, M, N, K, T>& f, unsigned ldm, layout_t l) {
-  __syncwarp();
-  for (int e = wmma_lane(); e < M * N; e += 32) {
-    const int r = e / N, c = e % N;
-    (l == mem_col_major ? p[(size_t)c * ldm + r] : p[(size_t)r * ldm + c]) = f.x[e];
-  }
-}
-template <int M, int N, int K, class TA, class LA, class LB, class TC>
-void mma_sync(fragment<accumulator, M, N, K, TC>& d, const fragment<matrix_a, M, N, K, TA, LA>& a,
-              const fragment<matrix_b, M, N, K, TA, LB>& b, const fragment<accumulator, M, N, K, TC>& c) {
-  float t[M * N];
-  for (int m = 0; m < M; m++)
-    for (int n = 0; n < N; n++) {
-      float s = wmma_f(c.x[m * N + n]);
-      for (int k = 0; k < K; k++) s += wmma_f(a.x[m * K + k]) * wmma_f(b.x[k * N + n]);
-      t[m * N + n] = s;
-    }
-  for (int e = 0; e < M * N; e++) d.x[e] = t[e];
-}
-}}  // namespace nvcuda::wmma
+}  // namespace simt
 #endif  // !__CUDACC__
