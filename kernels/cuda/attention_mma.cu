@@ -96,7 +96,7 @@ __device__ void store_acc(T *row0, T *row8, const float acc[D / 8][4], const flo
 
 // ---- forward: query i (0 <= i < nq) attends keys 0 .. pos0 + i ----
 template <class T, int D>
-__global__ void __launch_bounds__(MT) attn_fwd_mma_kernel(T *out, size_t o_sb, size_t o_sh, size_t o_st, float *lse,
+__global__ void __launch_bounds__(MT, 4) attn_fwd_mma_kernel(T *out, size_t o_sb, size_t o_sh, size_t o_st, float *lse,
                                                         Rows<T> q, Rows<T> kr, Rows<T> vr, int nq, int nk, int pos0,
                                                         int NH, float sc, Drop dr)
 {
@@ -213,7 +213,7 @@ __device__ inline void load_dl(float *Ds, float *Ls, const float *delta, const f
 // ---- backward, dk and dv: a block per 64 keys (16 per warp); query tiles i0 >= j0 stream through ----
 // With the keys as rows: S^T = K Q^T, dP^T = V dO^T, dv += (P f)^T dO, dk += dS^T Q.
 template <class T, int D>
-__global__ void __launch_bounds__(MT) attn_dkv_mma_kernel(T *dqkv, const T *qkv, const T *dout, const float *delta,
+__global__ void __launch_bounds__(MT, 3) attn_dkv_mma_kernel(T *dqkv, const T *qkv, const T *dout, const float *delta,
                                                         const float *lse, int T_, int NH, float sc, Drop dr)
 {
     typedef Ld<D> L;
@@ -243,38 +243,43 @@ __global__ void __launch_bounds__(MT) attn_dkv_mma_kernel(T *dqkv, const T *qkv,
         load_dl(Ds, Ls, delta, lse, b, h, NH, i0, T_);
         __syncthreads();
         if (idle) continue;
-        float s[MB / 8][4] = {}, dp[MB / 8][4] = {};
+        // two halves of 32 queries, to hold fewer registers
+#pragma unroll 1
+        for (int hq = 0; hq < 2; hq++) {
+            constexpr int NT = MB / 16;   // 8-query pieces per half
+            float s[NT][4] = {}, dp[NT][4] = {};
 #pragma unroll
-        for (int nt = 0; nt < MB / 8; nt++) {   // 8 queries at a time
-            mma_rows<T, D>(s[nt], ka, Qs, L::R, nt * 8, g, t);
-            mma_rows<T, D>(dp[nt], va, Gs, L::R, nt * 8, g, t);
-        }
+            for (int nt = 0; nt < NT; nt++) {
+                mma_rows<T, D>(s[nt], ka, Qs, L::R, (hq * NT + nt) * 8, g, t);
+                mma_rows<T, D>(dp[nt], va, Gs, L::R, (hq * NT + nt) * 8, g, t);
+            }
 #pragma unroll
-        for (int rr = 0; rr < 2; rr++)
+            for (int rr = 0; rr < 2; rr++)
 #pragma unroll
-            for (int nt = 0; nt < MB / 8; nt++)
+                for (int nt = 0; nt < NT; nt++)
 #pragma unroll
-                for (int e = 0; e < 2; e++) {
-                    const int c = nt * 8 + 2 * t + e, i = i0 + c, j = jr[rr], x = 2 * rr + e;
-                    float pf = 0.0f, ds = 0.0f;
-                    if (j < T_ && i < T_ && i >= j) {
-                        const float p = __expf(s[nt][x] * sc - Ls[c]), f = dr.factor(b, h, NH, T_, i, j);
-                        ds = p * (dp[nt][x] * f - Ds[c]) * sc;
-                        pf = p * f;
+                    for (int e = 0; e < 2; e++) {
+                        const int c = (hq * NT + nt) * 8 + 2 * t + e, i = i0 + c, j = jr[rr], x = 2 * rr + e;
+                        float pf = 0.0f, ds = 0.0f;
+                        if (j < T_ && i < T_ && i >= j) {
+                            const float p = __expf(s[nt][x] * sc - Ls[c]), f = dr.factor(b, h, NH, T_, i, j);
+                            ds = p * (dp[nt][x] * f - Ds[c]) * sc;
+                            pf = p * f;
+                        }
+                        s[nt][x] = pf, dp[nt][x] = ds;
                     }
-                    s[nt][x] = pf, dp[nt][x] = ds;
+#pragma unroll
+            for (int kc = 0; kc < NT / 2; kc++) {   // dv += (P f)^T dO, dk += dS^T Q: B from the transposed tiles
+                uint32_t pa[4], sa[4];
+                c_to_a<T>(pa, s, kc);
+                c_to_a<T>(sa, dp, kc);
+#pragma unroll
+                for (int nd = 0; nd < D / 8; nd++) {
+                    const int off = (nd * 8 + g) * L::C + (hq * NT / 2 + kc) * 16 + 2 * t;
+                    const uint32_t gb[2] = {ld2(Gt + off), ld2(Gt + off + 8)}, qb[2] = {ld2(Qt + off), ld2(Qt + off + 8)};
+                    mma16816<T>(dv[nd], pa, gb);
+                    mma16816<T>(dk[nd], sa, qb);
                 }
-#pragma unroll
-        for (int kc = 0; kc < MB / 16; kc++) {   // dv += (P f)^T dO, dk += dS^T Q: B from the transposed tiles
-            uint32_t pa[4], sa[4];
-            c_to_a<T>(pa, s, kc);
-            c_to_a<T>(sa, dp, kc);
-#pragma unroll
-            for (int nd = 0; nd < D / 8; nd++) {
-                const int off = (nd * 8 + g) * L::C + kc * 16 + 2 * t;
-                const uint32_t gb[2] = {ld2(Gt + off), ld2(Gt + off + 8)}, qb[2] = {ld2(Qt + off), ld2(Qt + off + 8)};
-                mma16816<T>(dv[nd], pa, gb);
-                mma16816<T>(dk[nd], sa, qb);
             }
         }
     }
@@ -289,7 +294,7 @@ __global__ void __launch_bounds__(MT) attn_dkv_mma_kernel(T *dqkv, const T *qkv,
 // ---- backward, dq: a block per 64 queries (16 per warp); key tiles j0 <= i stream through ----
 // S = Q K^T, dP = dO V^T, dq += dS K.
 template <class T, int D>
-__global__ void __launch_bounds__(MT) attn_dq_mma_kernel(T *dqkv, const T *qkv, const T *dout, const float *delta,
+__global__ void __launch_bounds__(MT, 4) attn_dq_mma_kernel(T *dqkv, const T *qkv, const T *dout, const float *delta,
                                                        const float *lse, int T_, int NH, float sc, Drop dr)
 {
     typedef Ld<D> L;
@@ -320,35 +325,39 @@ __global__ void __launch_bounds__(MT) attn_dq_mma_kernel(T *dqkv, const T *qkv, 
         load_cols<T, D>(Kt, kr, b, h, j0, T_);
         __syncthreads();
         if (j0 > wlast) continue;
-        float s[MB / 8][4] = {}, dp[MB / 8][4] = {};
+#pragma unroll 1
+        for (int hk = 0; hk < 2; hk++) {   // two halves of 32 keys, to hold fewer registers
+            constexpr int NT = MB / 16;
+            float s[NT][4] = {}, dp[NT][4] = {};
 #pragma unroll
-        for (int nt = 0; nt < MB / 8; nt++) {   // 8 keys at a time
-            mma_rows<T, D>(s[nt], qa, Ks, L::R, nt * 8, g, t);
-            mma_rows<T, D>(dp[nt], ga, Vs, L::R, nt * 8, g, t);
-        }
+            for (int nt = 0; nt < NT; nt++) {   // 8 keys at a time
+                mma_rows<T, D>(s[nt], qa, Ks, L::R, (hk * NT + nt) * 8, g, t);
+                mma_rows<T, D>(dp[nt], ga, Vs, L::R, (hk * NT + nt) * 8, g, t);
+            }
 #pragma unroll
-        for (int rr = 0; rr < 2; rr++)
+            for (int rr = 0; rr < 2; rr++)
 #pragma unroll
-            for (int nt = 0; nt < MB / 8; nt++)
+                for (int nt = 0; nt < NT; nt++)
 #pragma unroll
-                for (int e = 0; e < 2; e++) {
-                    const int i = ir[rr], j = j0 + nt * 8 + 2 * t + e, x = 2 * rr + e;
-                    float ds = 0.0f;
-                    if (i < T_ && j <= i) {
-                        const float p = __expf(s[nt][x] * sc - Li[rr]), f = dr.factor(b, h, NH, T_, i, j);
-                        ds = p * (dp[nt][x] * f - Di[rr]) * sc;
+                    for (int e = 0; e < 2; e++) {
+                        const int i = ir[rr], j = j0 + (hk * NT + nt) * 8 + 2 * t + e, x = 2 * rr + e;
+                        float ds = 0.0f;
+                        if (i < T_ && j <= i) {
+                            const float p = __expf(s[nt][x] * sc - Li[rr]), f = dr.factor(b, h, NH, T_, i, j);
+                            ds = p * (dp[nt][x] * f - Di[rr]) * sc;
+                        }
+                        s[nt][x] = ds;
                     }
-                    s[nt][x] = ds;
+#pragma unroll
+            for (int kc = 0; kc < NT / 2; kc++) {   // dq += dS K
+                uint32_t sa[4];
+                c_to_a<T>(sa, s, kc);
+#pragma unroll
+                for (int nd = 0; nd < D / 8; nd++) {
+                    const T *p = Kt + (nd * 8 + g) * L::C + (hk * NT / 2 + kc) * 16 + 2 * t;
+                    const uint32_t kb[2] = {ld2(p), ld2(p + 8)};
+                    mma16816<T>(dq[nd], sa, kb);
                 }
-#pragma unroll
-        for (int kc = 0; kc < MB / 16; kc++) {   // dq += dS K
-            uint32_t sa[4];
-            c_to_a<T>(sa, s, kc);
-#pragma unroll
-            for (int nd = 0; nd < D / 8; nd++) {
-                const T *p = Kt + (nd * 8 + g) * L::C + kc * 16 + 2 * t;
-                const uint32_t kb[2] = {ld2(p), ld2(p + 8)};
-                mma16816<T>(dq[nd], sa, kb);
             }
         }
     }
