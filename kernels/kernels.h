@@ -215,5 +215,9 @@ size_t mtk_count_nonfinite(mtk *k, const float *x, size_t n);
  *   p -= lr * ( (m / (1-b1^t)) / (sqrt(v / (1-b2^t)) + eps) + wd * p ) */
 void mtk_adamw(mtk *k, float *p, const float *g, float *m, float *v, size_t n, float lr, float b1, float b2,
                float eps, float wd, int t, float grad_scale);
+/* The same update, also writing work[0..n) = the updated p in the activation dtype (the model's working
+ * copy) in the same pass over memory. */
+void mtk_adamw_to(mtk *k, float *p, mtk_act *work, const float *g, float *m, float *v, size_t n, float lr, float b1,
+                  float b2, float eps, float wd, int t, float grad_scale);
 
 #endif

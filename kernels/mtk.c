@@ -413,5 +413,10 @@ size_t mtk_count_nonfinite(mtk *k, const float *x, size_t n)
 void mtk_adamw(mtk *k, float *p, const float *g, float *m, float *v, size_t n, float lr, float b1, float b2,
                float eps, float wd, int t, float grad_scale)
 {
-    if (ready_flat(k, "adamw", n)) k->ops->adamw(k, p, g, m, v, n, lr, b1, b2, eps, wd, t, grad_scale);
+    if (ready_flat(k, "adamw", n)) k->ops->adamw(k, p, NULL, g, m, v, n, lr, b1, b2, eps, wd, t, grad_scale);
+}
+void mtk_adamw_to(mtk *k, float *p, mtk_act *work, const float *g, float *m, float *v, size_t n, float lr, float b1,
+                  float b2, float eps, float wd, int t, float grad_scale)
+{
+    if (ready_flat(k, "adamw", n)) k->ops->adamw(k, p, work, g, m, v, n, lr, b1, b2, eps, wd, t, grad_scale);
 }

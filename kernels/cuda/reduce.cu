@@ -71,8 +71,10 @@ size_t count_nonfinite(mtk *k, const float *x, size_t n)
     return c == c ? (size_t)c : (size_t)-1;
 }
 
-__global__ void adamw_kernel(float *p, const float *g, float *m, float *v, size_t n, float lr, float b1, float b2,
-                             float eps, float wd, float bc1, float bc2, float gs)
+// W: the working copy's type (float: none)
+template <class W>
+__global__ void adamw_kernel(float *p, W *work, const float *g, float *m, float *v, size_t n, float lr, float b1,
+                             float b2, float eps, float wd, float bc1, float bc2, float gs)
 {
     const float ib1 = 1.0f - b1, ib2 = 1.0f - b2;
     for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
@@ -81,16 +83,27 @@ __global__ void adamw_kernel(float *p, const float *g, float *m, float *v, size_
         const float vi = b2 * v[i] + ib2 * gi * gi;
         m[i] = mi;
         v[i] = vi;
-        p[i] -= lr * ((mi / bc1) / (sqrtf(vi / bc2) + eps) + wd * p[i]);
+        const float pi = p[i] - lr * ((mi / bc1) / (sqrtf(vi / bc2) + eps) + wd * p[i]);
+        p[i] = pi;
+        if (work) work[i] = stf<W>(pi);
     }
 }
 
-void adamw(mtk *k, float *p, const float *g, float *m, float *v, size_t n, float lr, float b1, float b2, float eps,
-           float wd, int t, float grad_scale)
+void adamw(mtk *k, float *p, void *work, const float *g, float *m, float *v, size_t n, float lr, float b1, float b2,
+           float eps, float wd, int t, float grad_scale)
 {
     if (!n) return;
     const float bc1 = (float)(1.0 - pow(b1, t)), bc2 = (float)(1.0 - pow(b2, t));
-    LAUNCH(adamw_kernel, blocks_for(n), THREADS, 0, stream(k))(p, g, m, v, n, lr, b1, b2, eps, wd, bc1, bc2, grad_scale);
+    const unsigned nb = blocks_for(n);
+    if (work && k->act == MTK_BF16)
+        LAUNCH(adamw_kernel<bf16>, nb, THREADS, 0, stream(k))(p, (bf16 *)work, g, m, v, n, lr, b1, b2, eps, wd, bc1,
+                                                              bc2, grad_scale);
+    else if (work && k->act == MTK_F16)
+        LAUNCH(adamw_kernel<f16>, nb, THREADS, 0, stream(k))(p, (f16 *)work, g, m, v, n, lr, b1, b2, eps, wd, bc1, bc2,
+                                                             grad_scale);
+    else
+        LAUNCH(adamw_kernel<float>, nb, THREADS, 0, stream(k))(p, (float *)work, g, m, v, n, lr, b1, b2, eps, wd, bc1,
+                                                               bc2, grad_scale);
     check(k, "adamw");
 }
 

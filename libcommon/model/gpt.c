@@ -96,6 +96,8 @@ void mt_gpt_free(mt_gpt *m)
     free(m);
 }
 
+mtk_act *mt_gpt_work(mt_gpt *m) { return m->work != m->params ? m->work : NULL; }
+
 void mt_gpt_params_changed(mt_gpt *m)
 {
     if (m->work != m->params) mtk_convert(m->k, m->work, mtk_act_dtype(m->k), m->params, MTK_F32, m->nparams);

@@ -88,6 +88,7 @@ const mt_layout *mt_gpt_layout(const mt_gpt *m);
 mt_model_arch mt_gpt_arch(const mt_gpt_config *c);
 float *mt_gpt_params(mt_gpt *m);                     /* device pointers, fp32 */
 float *mt_gpt_grads(mt_gpt *m);                      /* NULL unless created with MT_GPT_TRAIN */
+mtk_act *mt_gpt_work(mt_gpt *m);                     /* the working copy; NULL when it is the fp32 master */
 /* After the master parameters change (init, load, optimizer step): refresh the working copy in the
  * activation dtype (nothing to do in fp32). */
 void mt_gpt_params_changed(mt_gpt *m);

@@ -2,6 +2,7 @@
 #include "train/optimizer.h"
 
 #include <math.h>
+#include <stdbool.h>
 
 int mt_adamw_init(mt_adamw *o, mtk *k, mt_gpt *model, double beta1, double beta2, double eps, double clip_grad,
                   mt_err *e)
@@ -65,16 +66,22 @@ double mt_adamw_update(mt_adamw *o, double lr, double wd, double norm, double un
     }
     float scale = (float)(coef * unscale);
     o->step++;
+    /* unsharded, the update also writes the working copy (one pass over memory instead of two); a shard's
+     * caller refreshes it after the parameters are all-gathered */
+    const bool whole = o->lo == 0 && o->hi == mt_gpt_num_params(o->model);
+    char *work = whole ? (char *)mt_gpt_work(o->model) : NULL;
+    const size_t wsize = mtk_dtype_size(mtk_act_dtype(o->k));
     int nt = mt_gpt_num_tensors(o->model);
     for (int i = 0; i < nt; i++) {
         const mt_gpt_tensor *t = mt_gpt_tensor_at(o->model, i);
         /* the part of the tensor in [lo, hi) (all of it unless sharded) */
         size_t a = t->offset > o->lo ? t->offset : o->lo, b = t->offset + t->numel < o->hi ? t->offset + t->numel : o->hi;
         if (a >= b) continue;
-        mtk_adamw(o->k, p + a, g + a, o->exp_avg + (a - o->lo), o->exp_avg_sq + (a - o->lo), b - a, (float)lr,
-                  (float)o->beta1, (float)o->beta2, (float)o->eps, t->no_decay ? 0.0f : (float)wd, (int)o->step, scale);
+        mtk_adamw_to(o->k, p + a, work ? work + a * wsize : NULL, g + a, o->exp_avg + (a - o->lo),
+                     o->exp_avg_sq + (a - o->lo), b - a, (float)lr, (float)o->beta1, (float)o->beta2, (float)o->eps,
+                     t->no_decay ? 0.0f : (float)wd, (int)o->step, scale);
     }
-    mt_gpt_params_changed(o->model);
+    if (!whole) mt_gpt_params_changed(o->model);
     return norm;
 }
 

@@ -186,6 +186,8 @@ static void down_all(void)
     (up_all(), mtk_xent_bwd(k, D(d), D(x), D(m), D(se), D(t), D(s), N, V, v0), down_all())
 #define mtk_adamw(k, p, g, m, v, n, lr, b1, b2, eps, wd, t, gs) \
     (up_all(), mtk_adamw(k, D(p), D(g), D(m), D(v), n, lr, b1, b2, eps, wd, t, gs), down_all())
+#define mtk_adamw_to(k, p, w, g, m, v, n, lr, b1, b2, eps, wd, t, gs) \
+    (up_all(), mtk_adamw_to(k, D(p), D(w), D(g), D(m), D(v), n, lr, b1, b2, eps, wd, t, gs), down_all())
 #define mtk_sumsq(k, x, n) (up_all(), mtk_sumsq(k, D(x), n))
 #define mtk_count_nonfinite(k, x, n) (up_all(), mtk_count_nonfinite(k, D(x), n))
 
@@ -840,7 +842,17 @@ TEST(adamw)
     T_CLOSE(m, rm, n, 1e-6);
     T_CLOSE(v, rv, n, 1e-6);
     T_CLOSE(p, rp, n, 1e-6);
+    /* with the working copy: the same update bit for bit, and the copy is p rounded to the dtype */
+    float *p2 = fdev(n), *m2 = fdev(n), *v2 = fdev(n), *w = adev(n), *g = frand(n, 2);
+    memcpy(p2, p, sizeof(float) * n), memcpy(m2, m, sizeof(float) * n), memcpy(v2, v, sizeof(float) * n);
+    mtk_adamw(K, p, g, m, v, n, lr, b1, b2, eps, wd, 4, gs);
+    mtk_adamw_to(K, p2, w, g, m2, v2, n, lr, b1, b2, eps, wd, 4, gs);
+    T_CHECK(!memcmp(p, p2, sizeof(float) * n) && !memcmp(m, m2, sizeof(float) * n) && !memcmp(v, v2, sizeof(float) * n));
+    size_t bad = 0;
+    for (size_t i = 0; i < n; i++) bad += w[i] != q(p2[i]);
+    T_EQ_INT((int)bad, 0);
     ffree(p), ffree(m), ffree(v), free(rp), free(rm), free(rv);
+    ffree(p2), ffree(m2), ffree(v2), ffree(w), ffree(g);
 }
 
 /* ---- vocabulary-parallel cross-entropy pieces ---- */
