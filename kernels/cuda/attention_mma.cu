@@ -82,6 +82,18 @@ __device__ __forceinline__ void mma_rows(float acc[4], const uint32_t a[D / 16][
         mma16816<T>(acc, a[kk], bb);
     }
 }
+// The backward's two score products over half hh of a 64-column tile, 8 columns at a time:
+// s[nt] = A1 B1, dp[nt] = A2 B2 with B1, B2 row-major tiles whose rows are the columns.
+template <class T, int D, int NT>
+__device__ __forceinline__ void score_pair(float s[NT][4], float dp[NT][4], const uint32_t a1[D / 16][4], const T *b1,
+                                           const uint32_t a2[D / 16][4], const T *b2, int hh, int g, int t)
+{
+#pragma unroll
+    for (int nt = 0; nt < NT; nt++) {
+        mma_rows<T, D>(s[nt], a1, b1, Ld<D>::R, (hh * NT + nt) * 8, g, t);
+        mma_rows<T, D>(dp[nt], a2, b2, Ld<D>::R, (hh * NT + nt) * 8, g, t);
+    }
+}
 // Writes rows (g, g+8) of a warp's 16 x D accumulator (columns 2t, 2t+1 of each 8), times mul[0], mul[1].
 template <class T, int D>
 __device__ void store_acc(T *row0, T *row8, const float acc[D / 8][4], const float mul[2], int t)
@@ -248,11 +260,7 @@ __global__ void __launch_bounds__(MT, 3) attn_dkv_mma_kernel(T *dqkv, const T *q
         for (int hq = 0; hq < 2; hq++) {
             constexpr int NT = MB / 16;   // 8-query pieces per half
             float s[NT][4] = {}, dp[NT][4] = {};
-#pragma unroll
-            for (int nt = 0; nt < NT; nt++) {
-                mma_rows<T, D>(s[nt], ka, Qs, L::R, (hq * NT + nt) * 8, g, t);
-                mma_rows<T, D>(dp[nt], va, Gs, L::R, (hq * NT + nt) * 8, g, t);
-            }
+            score_pair<T, D, NT>(s, dp, ka, Qs, va, Gs, hq, g, t);   // S^T, dP^T
 #pragma unroll
             for (int rr = 0; rr < 2; rr++)
 #pragma unroll
@@ -329,11 +337,7 @@ __global__ void __launch_bounds__(MT, 4) attn_dq_mma_kernel(T *dqkv, const T *qk
         for (int hk = 0; hk < 2; hk++) {   // two halves of 32 keys, to hold fewer registers
             constexpr int NT = MB / 16;
             float s[NT][4] = {}, dp[NT][4] = {};
-#pragma unroll
-            for (int nt = 0; nt < NT; nt++) {   // 8 keys at a time
-                mma_rows<T, D>(s[nt], qa, Ks, L::R, (hk * NT + nt) * 8, g, t);
-                mma_rows<T, D>(dp[nt], ga, Vs, L::R, (hk * NT + nt) * 8, g, t);
-            }
+            score_pair<T, D, NT>(s, dp, qa, Ks, ga, Vs, hk, g, t);   // S, dP
 #pragma unroll
             for (int rr = 0; rr < 2; rr++)
 #pragma unroll
