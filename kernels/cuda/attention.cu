@@ -1,5 +1,5 @@
 // attention.cu: causal flash attention of our own, forward and backward, and attention over a KV cache.
-// bf16/fp16 at head sizes 32, 64 and 128 go to the tensor-core kernels of attention_mma.cu; these are
+// bf16/fp16 at head sizes 32 and 64 go to the tensor-core kernels of attention_mma.cu; these are
 // the kernels for fp32, other head sizes, and single-token decoding steps.
 // No T x T matrix is ever stored: each block holds a tile of query rows (forward, dq) or key rows (dk,
 // dv) in shared memory, one thread per row, and walks the tiles of the other side through shared memory
