@@ -67,7 +67,7 @@ double mt_adamw_update(mt_adamw *o, double lr, double wd, double norm, double un
     float scale = (float)(coef * unscale);
     o->step++;
     /* unsharded, the update also writes the working copy (one pass over memory instead of two); a shard's
-     * caller refreshes it after the parameters are all-gathered */
+     * caller refreshes it once the parameters are all-gathered (mt_gpt_params_changed) */
     const bool whole = o->lo == 0 && o->hi == mt_gpt_num_params(o->model);
     char *work = whole ? (char *)mt_gpt_work(o->model) : NULL;
     const size_t wsize = mtk_dtype_size(mtk_act_dtype(o->k));
@@ -81,7 +81,6 @@ double mt_adamw_update(mt_adamw *o, double lr, double wd, double norm, double un
                      o->exp_avg_sq + (a - o->lo), b - a, (float)lr, (float)o->beta1, (float)o->beta2, (float)o->eps,
                      t->no_decay ? 0.0f : (float)wd, (int)o->step, scale);
     }
-    if (!whole) mt_gpt_params_changed(o->model);
     return norm;
 }
 

@@ -40,7 +40,8 @@ double mt_adamw_step_unscale(mt_adamw *o, double lr, double wd, double unscale);
 int mt_adamw_shard(mt_adamw *o, size_t lo, size_t hi, mt_err *e);
 /* The update of mt_adamw_step_unscale with the global (unscaled) gradient norm given (computed over the
  * shards by the caller): clipping by it, the gradients multiplied by unscale, AdamW on parameters
- * lo .. hi - 1. Returns norm; no update when it is not finite. */
+ * lo .. hi - 1. Returns norm; no update when it is not finite. With a shard, the model's working copy
+ * is left to the caller to refresh (mt_gpt_params_changed) once every shard is all-gathered. */
 double mt_adamw_update(mt_adamw *o, double lr, double wd, double norm, double unscale);
 
 /* L2 norm of all parameters (--log-params-norm). */
