@@ -28,6 +28,8 @@ void cpu_matmul_fwd(mtk *k, float *out, const float *inp, const float *w, const 
 /* cpu_matmul_fwd for N <= MT_CPU_SMALL_N rows (matmul_small.c): reads the weights once, no BLAS packing. */
 enum { MT_CPU_SMALL_N = 8 };
 void cpu_matmul_small(float *out, const float *inp, const float *w, const float *bias, int N, int C, int OC);
+/* dbias[o] += sum_n dout[n][o] for fp32 or bf16 dout, in row order (matmul.c). */
+void cpu_bias_grad(float *dbias, const void *dout, mtk_dtype dt, int N, int OC);
 void cpu_matmul_bwd(mtk *k, float *dinp, float *dw, float *dbias, const float *dout, const float *inp,
                     const float *w, int N, int C, int OC);
 void cpu_gelu_fwd(mtk *k, float *out, const float *inp, size_t n, int exact);

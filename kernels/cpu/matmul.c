@@ -68,9 +68,9 @@ void cpu_matmul_fwd(mtk *k, float *out, const float *inp, const float *w, const 
     }
 }
 
-/* Column sums of dout [N,OC] added to dbias, in row order for every column: each thread owns bands of
- * columns, so the result does not depend on the thread count. */
-static void bias_grad(float *dbias, const float *dout, int N, int OC)
+/* Column sums of dout [N,OC] (fp32 or bf16) added to dbias, in row order for every column: each thread
+ * owns bands of columns, so the result does not depend on the thread count. */
+void cpu_bias_grad(float *dbias, const void *dout, mtk_dtype dt, int N, int OC)
 {
     enum { BAND = 64 };
     int nband = (OC + BAND - 1) / BAND;
@@ -79,8 +79,13 @@ static void bias_grad(float *dbias, const float *dout, int N, int OC)
         int j0 = bnd * BAND, j1 = j0 + BAND < OC ? j0 + BAND : OC;
         float acc[BAND] = {0};
         for (int n = 0; n < N; n++) {
-            const float *d = dout + (size_t)n * OC;
-            for (int j = j0; j < j1; j++) acc[j - j0] += d[j];
+            if (dt == MTK_BF16) {
+                const uint16_t *d = (const uint16_t *)dout + (size_t)n * OC;
+                for (int j = j0; j < j1; j++) acc[j - j0] += mt_bf16_to_f32(d[j]);
+            } else {
+                const float *d = (const float *)dout + (size_t)n * OC;
+                for (int j = j0; j < j1; j++) acc[j - j0] += d[j];
+            }
         }
         for (int j = j0; j < j1; j++) dbias[j] += acc[j - j0];
     }
@@ -98,5 +103,5 @@ void cpu_matmul_bwd(mtk *k, float *dinp, float *dw, float *dbias, const float *d
     }
     if (dw && OC > 0 && C > 0)
         par_sgemm(k, CblasTrans, CblasNoTrans, OC, C, N, 1.0f, dout, OC, inp, C, 1.0f, dw, C);
-    if (dbias && OC > 0) bias_grad(dbias, dout, N, OC);
+    if (dbias && OC > 0) cpu_bias_grad(dbias, dout, MTK_F32, N, OC);
 }

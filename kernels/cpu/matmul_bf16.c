@@ -16,24 +16,6 @@ void cpu_matmul_fwd_bf16(mtk *k, void *out, const void *inp, const void *w, cons
     cpu_dnnl_matmul(k, s->dnnl, MTK_BF16, N, OC, C, inp, C, 1, w, 1, C, bias, 0, out, MTK_BF16, OC);
 }
 
-/* Column sums of dout [N,OC] (bf16) added to dbias, in row order for every column, bands of columns per
- * thread (independent of the thread count). */
-static void bias_grad_bf16(float *dbias, const uint16_t *dout, int N, int OC)
-{
-    enum { BAND = 64 };
-    int nband = (OC + BAND - 1) / BAND;
-#pragma omp parallel for schedule(static)
-    for (int bnd = 0; bnd < nband; bnd++) {
-        int j0 = bnd * BAND, j1 = j0 + BAND < OC ? j0 + BAND : OC;
-        float acc[BAND] = {0};
-        for (int n = 0; n < N; n++) {
-            const uint16_t *d = dout + (size_t)n * OC;
-            for (int j = j0; j < j1; j++) acc[j - j0] += mt_bf16_to_f32(d[j]);
-        }
-        for (int j = j0; j < j1; j++) dbias[j] += acc[j - j0];
-    }
-}
-
 void cpu_matmul_bwd_bf16(mtk *k, void *dinp, float *dw, float *dbias, const void *dout, const void *inp,
                          const void *w, int N, int C, int OC)
 {
@@ -49,5 +31,5 @@ void cpu_matmul_bwd_bf16(mtk *k, void *dinp, float *dw, float *dbias, const void
                             dw + (size_t)o * C, MTK_F32, C))
             return;
     }
-    if (dbias) bias_grad_bf16(dbias, dout, N, OC);
+    if (dbias) cpu_bias_grad(dbias, dout, MTK_BF16, N, OC);
 }
