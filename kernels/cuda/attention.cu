@@ -29,21 +29,32 @@ __device__ void load_tile(float *s, int ld, Rows<T> src, int b, int h, int t0, i
     }
 }
 
-// Forward: query i (0 <= i < nq) of (b, h) attends keys 0 .. pos0 + i.
-template <class T>
-__global__ void attn_fwd_kernel(T *out, size_t o_sb, size_t o_sh, size_t o_st, float *lse, Rows<T> q, Rows<T> kr,
-                                Rows<T> vr, int nq, int nk, int pos0, int NH, int HS, float sc, Drop dr, int TK)
+// Forward: query i (0 <= i < nq) of (b, h) attends keys 0 .. pos0 + i; a thread per query row, the key
+// and value tiles in shared memory (read by every thread of a warp at the same address: broadcasts).
+// D > 0: the head size, known at compile time; the thread's query row and output accumulator live in
+// registers. D = 0: any head size HS, both in shared memory.
+template <class T, int D>
+__global__ void __launch_bounds__(64) attn_fwd_kernel(T *out, size_t o_sb, size_t o_sh, size_t o_st, float *lse,
+                                                      Rows<T> q, Rows<T> kr, Rows<T> vr, int nq, int nk, int pos0,
+                                                      int NH, int HS_, float sc, Drop dr, int TK)
 {
     DYN_SHARED(float, sm);
+    const int HS = D > 0 ? D : HS_;
     const int TQ = blockDim.x, ld = HS + 1, b = blockIdx.z, h = blockIdx.y, i0 = blockIdx.x * TQ, r = threadIdx.x;
     const int i = i0 + r;
-    float *Qs = sm, *Os = Qs + TQ * ld, *Ks = Os + TQ * ld, *Vs = Ks + TK * ld;
+    float *Qs = sm, *Os = Qs + TQ * ld, *Ks = Os + (D > 0 ? 0 : TQ * ld), *Vs = Ks + TK * ld;   // Os: D = 0 only
+    float *qi = Qs + r * ld, *oi = Os + r * ld, rq[D > 0 ? D : 1], ro[D > 0 ? D : 1];
     load_tile(Qs, ld, q, b, h, i0, TQ, nq, HS);
-    for (int d = 0; d < HS; d++) Os[r * ld + d] = 0.0f;
+    if constexpr (D > 0) {
+        __syncthreads();
+#pragma unroll
+        for (int d = 0; d < D; d++) rq[d] = qi[d], ro[d] = 0.0f;
+    } else {
+        for (int d = 0; d < HS; d++) oi[d] = 0.0f;
+    }
     const bool valid = i < nq;
     const int last = pos0 + (i0 + TQ < nq ? i0 + TQ : nq) - 1;   // the last key any row of the block needs
     float m = -INFINITY, l = 0.0f;
-    float *qi = Qs + r * ld, *oi = Os + r * ld;
     for (int j0 = 0; j0 <= last; j0 += TK) {
         __syncthreads();   // the previous tile is no longer read
         load_tile(Ks, ld, kr, b, h, j0, TK, nk, HS);
@@ -54,92 +65,57 @@ __global__ void attn_fwd_kernel(T *out, size_t o_sb, size_t o_sh, size_t o_st, f
         for (int j = j0; j <= jend; j++) {
             const float *kj = Ks + (j - j0) * ld, *vj = Vs + (j - j0) * ld;
             float s = 0.0f;
-            for (int d = 0; d < HS; d++) s += qi[d] * kj[d];
+            if constexpr (D > 0) {
+#pragma unroll
+                for (int d = 0; d < D; d++) s += rq[d] * kj[d];
+            } else {
+                for (int d = 0; d < HS; d++) s += qi[d] * kj[d];
+            }
             s *= sc;
             if (s > m) {
                 const float corr = expf(m - s);
                 l *= corr;
-                for (int d = 0; d < HS; d++) oi[d] *= corr;
+                if constexpr (D > 0) {
+#pragma unroll
+                    for (int d = 0; d < D; d++) ro[d] *= corr;
+                } else {
+                    for (int d = 0; d < HS; d++) oi[d] *= corr;
+                }
                 m = s;
             }
             const float p = expf(s - m);
             l += p;
             const float pd = p * dr.factor(b, h, NH, nq, i, j);
-            if (pd != 0.0f)
+            if constexpr (D > 0) {
+#pragma unroll
+                for (int d = 0; d < D; d++) ro[d] += pd * vj[d];
+            } else if (pd != 0.0f) {
                 for (int d = 0; d < HS; d++) oi[d] += pd * vj[d];
-        }
-    }
-    if (!valid) return;
-    T *o = out + b * o_sb + h * o_sh + (size_t)i * o_st;
-    const float inv = 1.0f / l;
-    for (int d = 0; d < HS; d++) o[d] = stf<T>(oi[d] * inv);
-    if (lse) lse[((size_t)b * NH + h) * nq + i] = m + logf(l);
-}
-
-// The same forward for a head size D known at compile time: the query row and the output accumulator
-// of each thread live in registers, the key and value tiles in shared memory (read by every thread of a
-// warp at the same address: broadcasts).
-template <class T, int D>
-__global__ void __launch_bounds__(64) attn_fwd_reg_kernel(T *out, size_t o_sb, size_t o_sh, size_t o_st, float *lse,
-                                                          Rows<T> q, Rows<T> kr, Rows<T> vr, int nq, int nk, int pos0,
-                                                          int NH, float sc, Drop dr, int TK)
-{
-    DYN_SHARED(float, sm);
-    const int TQ = blockDim.x, ld = D + 1, b = blockIdx.z, h = blockIdx.y, i0 = blockIdx.x * TQ, r = threadIdx.x;
-    const int i = i0 + r;
-    float *Qs = sm, *Ks = Qs + TQ * ld, *Vs = Ks + TK * ld;
-    load_tile(Qs, ld, q, b, h, i0, TQ, nq, D);
-    __syncthreads();
-    float qi[D], oi[D];
-#pragma unroll
-    for (int d = 0; d < D; d++) qi[d] = Qs[r * ld + d], oi[d] = 0.0f;
-    const bool valid = i < nq;
-    const int last = pos0 + (i0 + TQ < nq ? i0 + TQ : nq) - 1;
-    float m = -INFINITY, l = 0.0f;
-    for (int j0 = 0; j0 <= last; j0 += TK) {
-        __syncthreads();
-        load_tile(Ks, ld, kr, b, h, j0, TK, nk, D);
-        load_tile(Vs, ld, vr, b, h, j0, TK, nk, D);
-        __syncthreads();
-        if (!valid) continue;
-        const int jend = pos0 + i < j0 + TK - 1 ? pos0 + i : j0 + TK - 1;
-        for (int j = j0; j <= jend; j++) {
-            const float *kj = Ks + (j - j0) * ld, *vj = Vs + (j - j0) * ld;
-            float s = 0.0f;
-#pragma unroll
-            for (int d = 0; d < D; d++) s += qi[d] * kj[d];
-            s *= sc;
-            if (s > m) {
-                const float corr = expf(m - s);
-                l *= corr;
-#pragma unroll
-                for (int d = 0; d < D; d++) oi[d] *= corr;
-                m = s;
             }
-            const float p = expf(s - m);
-            l += p;
-            const float pd = p * dr.factor(b, h, NH, nq, i, j);
-#pragma unroll
-            for (int d = 0; d < D; d++) oi[d] += pd * vj[d];
         }
     }
     if (!valid) return;
     T *o = out + b * o_sb + h * o_sh + (size_t)i * o_st;
     const float inv = 1.0f / l;
+    if constexpr (D > 0) {
 #pragma unroll
-    for (int d = 0; d < D; d++) o[d] = stf<T>(oi[d] * inv);
+        for (int d = 0; d < D; d++) o[d] = stf<T>(ro[d] * inv);
+    } else {
+        for (int d = 0; d < HS; d++) o[d] = stf<T>(oi[d] * inv);
+    }
     if (lse) lse[((size_t)b * NH + h) * nq + i] = m + logf(l);
 }
 
 template <class T, int D>
-static void fwd_reg(mtk *k, T *out, size_t o_sb, size_t o_sh, size_t o_st, float *lse, Rows<T> q, Rows<T> kr, Rows<T> vr,
-                    int B, int nq, int nk, int pos0, int NH, Drop dr)
+static void fwd_tiles(mtk *k, T *out, size_t o_sb, size_t o_sh, size_t o_st, float *lse, Rows<T> q, Rows<T> kr,
+                      Rows<T> vr, int B, int nq, int nk, int pos0, int NH, int HS, Drop dr)
 {
-    const int tq = 64, tk = 32;
-    const size_t smem = (size_t)(tq + 2 * tk) * (D + 1) * sizeof(float);   // 33 KiB at D = 64
-    dim3 grid((nq + tq - 1) / tq, NH, B);
-    LAUNCH((attn_fwd_reg_kernel<T, D>), grid, tq, smem, stream(k))(out, o_sb, o_sh, o_st, lse, q, kr, vr, nq, nk, pos0,
-                                                                   NH, 1.0f / sqrtf((float)D), dr, tk);
+    const Tiles t = tiles_for(HS);
+    const size_t smem = (size_t)((D > 0 ? 1 : 2) * t.tq + 2 * t.tk) * (HS + 1) * sizeof(float);   // 33 KiB at D = 64
+    cudaFuncSetAttribute((const void *)attn_fwd_kernel<T, D>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
+    dim3 grid((nq + t.tq - 1) / t.tq, NH, B);
+    LAUNCH((attn_fwd_kernel<T, D>), grid, t.tq, smem, stream(k))(out, o_sb, o_sh, o_st, lse, q, kr, vr, nq, nk, pos0,
+                                                                  NH, HS, 1.0f / sqrtf((float)HS), dr, t.tk);
 }
 
 template <class T>
@@ -147,15 +123,10 @@ static void fwd_launch(mtk *k, T *out, size_t o_sb, size_t o_sh, size_t o_st, fl
                        Rows<T> vr, int B, int nq, int nk, int pos0, int NH, int HS, Drop dr)
 {
     if (attention_fwd_mma<T>(k, out, o_sb, o_sh, o_st, lse, q, kr, vr, B, nq, nk, pos0, NH, HS, dr)) return;
-    if (HS == 64) return fwd_reg<T, 64>(k, out, o_sb, o_sh, o_st, lse, q, kr, vr, B, nq, nk, pos0, NH, dr);
-    if (HS == 32) return fwd_reg<T, 32>(k, out, o_sb, o_sh, o_st, lse, q, kr, vr, B, nq, nk, pos0, NH, dr);
-    if (HS == 16) return fwd_reg<T, 16>(k, out, o_sb, o_sh, o_st, lse, q, kr, vr, B, nq, nk, pos0, NH, dr);
-    const Tiles t = tiles_for(HS);
-    const size_t smem = (size_t)(2 * t.tq + 2 * t.tk) * (HS + 1) * sizeof(float);
-    cudaFuncSetAttribute((const void *)attn_fwd_kernel<T>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
-    dim3 grid((nq + t.tq - 1) / t.tq, NH, B);
-    LAUNCH(attn_fwd_kernel<T>, grid, t.tq, smem, stream(k))(out, o_sb, o_sh, o_st, lse, q, kr, vr, nq, nk, pos0, NH, HS,
-                                                           1.0f / sqrtf((float)HS), dr, t.tk);
+    if (HS == 64) fwd_tiles<T, 64>(k, out, o_sb, o_sh, o_st, lse, q, kr, vr, B, nq, nk, pos0, NH, HS, dr);
+    else if (HS == 32) fwd_tiles<T, 32>(k, out, o_sb, o_sh, o_st, lse, q, kr, vr, B, nq, nk, pos0, NH, HS, dr);
+    else if (HS == 16) fwd_tiles<T, 16>(k, out, o_sb, o_sh, o_st, lse, q, kr, vr, B, nq, nk, pos0, NH, HS, dr);
+    else fwd_tiles<T, 0>(k, out, o_sb, o_sh, o_st, lse, q, kr, vr, B, nq, nk, pos0, NH, HS, dr);
 }
 
 template <class T>
