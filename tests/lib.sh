@@ -46,3 +46,20 @@ t_grep() {
     if grep -Eq -- "$2" "$3"; then t_pass "$1"
     else t_fail "$1" "no line matching /$2/ in $3: $(head -c 300 "$3")"; fi
 }
+# t_wait_line FILE PATTERN [TENTHS]: wait until FILE has a line matching PATTERN (default at most 60 s)
+t_wait_line() {
+    local _
+    for _ in $(seq "${3:-600}"); do grep -q -- "$2" "$1" 2>/dev/null && return 0; sleep 0.1; done
+    return 1
+}
+# t_sigterm_stop NAME CKPT RCFILE ERRFILE: what a two-rank mt-train --exit-signal-handler run stopped by
+# SIGTERM must show: exit status 0 in RCFILE, the tracker of CKPT naming a saved iteration, and both
+# ranks' "exiting program after receiving SIGTERM" in ERRFILE
+t_sigterm_stop() {
+    local it
+    it=$(cat "$2/latest_checkpointed_iteration.txt" 2>/dev/null)
+    if [ "$(cat "$3" 2>/dev/null)" = 0 ] && [ -n "$it" ] && [ -d "$2/iter_$(printf %07d "$it")" ] &&
+        [ "$(grep -c 'exiting program after receiving SIGTERM' "$4")" = 2 ]; then
+        t_pass "$1: both ranks stop at iteration $it, one checkpoint, exit 0"
+    else t_fail "$1" "rc $(cat "$3" 2>/dev/null), tracker '$it': $(tail -c 300 "$4")"; fi
+}

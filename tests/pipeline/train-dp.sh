@@ -225,16 +225,12 @@ else t_fail "an error on rank 1" "rc $rc: $(head -c 400 "$d/b.err")"; fi
 # checkpoint, exit 0
 # shellcheck disable=SC2086
 (mpi 2 mt-train $long --exit-signal-handler --save "$d/sig" >"$d/s.log" 2>"$d/s.err"; echo $? >"$d/s.rc") &
-for _ in $(seq 1200); do grep -q ' iteration  *3/' "$d/s.log" 2>/dev/null && break; sleep 0.05; done
+t_wait_line "$d/s.log" ' iteration  *3/'
 victim=$(newest_rank)
 kill -TERM "$victim"
-for _ in $(seq 300); do [ -s "$d/s.rc" ] && break; sleep 0.1; done
+t_wait_line "$d/s.rc" . 300
 wait
-it=$(cat "$d/sig/latest_checkpointed_iteration.txt" 2>/dev/null)
-if [ "$(cat "$d/s.rc" 2>/dev/null)" = 0 ] && [ -n "$it" ] && [ -d "$d/sig/iter_$(printf %07d "$it")" ] &&
-    [ "$(grep -c 'exiting program after receiving SIGTERM' "$d/s.err")" = 2 ]; then
-    t_pass "SIGTERM to one rank: both ranks stop, checkpoint at $it, exit 0"
-else t_fail "SIGTERM to one rank" "rc $(cat "$d/s.rc" 2>/dev/null), tracker '$it': $(tail -c 300 "$d/s.err")"; fi
+t_sigterm_stop "SIGTERM to one rank" "$d/sig" "$d/s.rc" "$d/s.err"
 
 # flag errors: one line, exit non-zero
 for bad in "-n 0" "-n abc" "--ddp-bucket-size 0" "--device tpu"; do

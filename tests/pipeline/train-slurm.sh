@@ -95,15 +95,11 @@ else t_fail "a killed task" "rc $(cat "$d/k.rc" 2>/dev/null): $(tail -c 300 "$d/
 # shellcheck disable=SC2086
 (run_srun --mpi=pmix -n 2 -J mt-sigterm mt-train $long --exit-signal-handler --save "$d/sig" >"$d/g.log" 2>"$d/g.err"
  echo $? >"$d/g.rc") &
-for _ in $(seq 1200); do grep -q ' iteration  *3/' "$d/g.log" 2>/dev/null && break; sleep 0.05; done
+t_wait_line "$d/g.log" ' iteration  *3/'
 scancel --signal=TERM --name=mt-sigterm
-for _ in $(seq 300); do [ -s "$d/g.rc" ] && break; sleep 0.1; done
+t_wait_line "$d/g.rc" . 300
 wait
-it=$(cat "$d/sig/latest_checkpointed_iteration.txt" 2>/dev/null)
-if [ "$(cat "$d/g.rc" 2>/dev/null)" = 0 ] && [ -n "$it" ] && [ -d "$d/sig/iter_$(printf %07d "$it")" ] &&
-    [ "$(grep -c 'exiting program after receiving SIGTERM' "$d/g.err")" = 2 ]; then
-    t_pass "scancel --signal=TERM: both ranks stop at iteration $it, one checkpoint, exit 0"
-else t_fail "scancel --signal=TERM" "rc $(cat "$d/g.rc" 2>/dev/null) tracker '$it': $(tail -c 300 "$d/g.err")"; fi
+t_sigterm_stop "scancel --signal=TERM" "$d/sig" "$d/g.rc" "$d/g.err"
 
 # the sbatch example, shrunk through its variables: two ranks, a checkpoint, the world size in its log
 (cd "$d" && MT_TRAIN=$(command -v mt-train) DATA=$d/data CKPT=$d/sb MODEL="--num-layers 2 --hidden-size 32
