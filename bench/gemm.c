@@ -51,8 +51,8 @@ static int run(int nt, mtk_dtype dt, const char *sgemm, int N, int C, int OC, do
         for (int rep = 0; rep < 6; rep++) {
             double t0 = now_s();
             if (op == 0) mtk_matmul_fwd(k, y, x, w, bias, N, C, OC);
-            else if (op == 1) mtk_matmul_bwd(k, dx, NULL, NULL, y, x, w, N, C, OC);
-            else mtk_matmul_bwd(k, NULL, dw, NULL, y, x, w, N, C, OC);
+            else if (op == 1) mtk_matmul_bwd(k, dx, NULL, NULL, y, x, w, N, C, OC, MTK_GRAD_ASSIGN);
+            else mtk_matmul_bwd(k, NULL, dw, NULL, y, x, w, N, C, OC, MTK_GRAD_ACCUMULATE);
             mtk_sync(k, NULL);
             double t = now_s() - t0;
             if (rep > 0 && t < best) best = t;

@@ -49,7 +49,7 @@ typedef struct mtk_ops {
     void (*matmul_gelu_fwd)(mtk *k, void *out, void *pre, const void *inp, const void *w, const float *bias, int N,
                             int C, int OC, int exact);
     void (*matmul_bwd)(mtk *k, void *dinp, float *dw, float *dbias, const void *dout, const void *inp,
-                       const void *w, int N, int C, int OC);
+                       const void *w, int N, int C, int OC, int acc);   /* acc: dw, dbias add (else assigned) */
     void (*gelu_fwd)(mtk *k, void *out, const void *inp, size_t n, int exact);
     void (*gelu_bwd)(mtk *k, void *dinp, const void *inp, const void *dout, size_t n, int exact);
     void (*add)(mtk *k, void *out, const void *a, const void *b, size_t n);

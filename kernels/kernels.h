@@ -135,9 +135,13 @@ void mtk_matmul_fwd(mtk *k, mtk_act *out, const mtk_act *inp, const mtk_act *w, 
  * to the rounding of that dtype. */
 void mtk_matmul_gelu_fwd(mtk *k, mtk_act *out, mtk_act *pre, const mtk_act *inp, const mtk_act *w, const float *bias,
                          int N, int C, int OC, int exact);
-/* dinp = dout . w (assigned; NULL to skip), dw += dout^T . inp, dbias += sum_n dout (NULL to skip). */
+/* How a weight gradient meets its buffer: the first micro-batch of a step assigns it (so the buffer needs
+ * no zeroing first, and the product no pass over the old contents), the later ones add to it. */
+typedef enum { MTK_GRAD_ASSIGN, MTK_GRAD_ACCUMULATE } mtk_grad_mode;
+/* dinp = dout . w (assigned; NULL to skip); dw = dout^T . inp and dbias = sum_n dout (NULL to skip),
+ * assigned or added to as gm says. */
 void mtk_matmul_bwd(mtk *k, mtk_act *dinp, float *dw, float *dbias, const mtk_act *dout, const mtk_act *inp,
-                    const mtk_act *w, int N, int C, int OC);
+                    const mtk_act *w, int N, int C, int OC, mtk_grad_mode gm);
 
 /* ---- GeLU, tanh approximation 0.5x(1+tanh(sqrt(2/pi)(x+0.044715x^3))) (exact=1: erf form) ---- */
 void mtk_gelu_fwd(mtk *k, mtk_act *out, const mtk_act *inp, size_t n, int exact);

@@ -322,10 +322,10 @@ void mtk_matmul_gelu_fwd(mtk *k, mtk_act *out, mtk_act *pre, const mtk_act *inp,
     if (!k->failed) k->ops->gelu_fwd(k, out, pre, (size_t)N * OC, exact);
 }
 void mtk_matmul_bwd(mtk *k, mtk_act *dinp, float *dw, float *dbias, const mtk_act *dout, const mtk_act *inp,
-                    const mtk_act *w, int N, int C, int OC)
+                    const mtk_act *w, int N, int C, int OC, mtk_grad_mode gm)
 {
     if (ready(k, "matmul_bwd", N, (long long)C * OC, mx(mx((size_t)N * C, (size_t)N * OC), (size_t)OC * C)))
-        k->ops->matmul_bwd(k, dinp, dw, dbias, dout, inp, w, N, C, OC);
+        k->ops->matmul_bwd(k, dinp, dw, dbias, dout, inp, w, N, C, OC, gm == MTK_GRAD_ACCUMULATE);
 }
 void mtk_gelu_fwd(mtk *k, mtk_act *out, const mtk_act *inp, size_t n, int exact)
 {

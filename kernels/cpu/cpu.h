@@ -29,9 +29,9 @@ void cpu_matmul_fwd(mtk *k, float *out, const float *inp, const float *w, const 
 enum { MT_CPU_SMALL_N = 8 };
 void cpu_matmul_small(float *out, const float *inp, const float *w, const float *bias, int N, int C, int OC);
 /* dbias[o] += sum_n dout[n][o] for fp32 or bf16 dout, in row order (matmul.c). */
-void cpu_bias_grad(float *dbias, const void *dout, mtk_dtype dt, int N, int OC);
+void cpu_bias_grad(float *dbias, const void *dout, mtk_dtype dt, int N, int OC, int acc);
 void cpu_matmul_bwd(mtk *k, float *dinp, float *dw, float *dbias, const float *dout, const float *inp,
-                    const float *w, int N, int C, int OC);
+                    const float *w, int N, int C, int OC, int acc);
 void cpu_gelu_fwd(mtk *k, float *out, const float *inp, size_t n, int exact);
 void cpu_gelu_bwd(mtk *k, float *dinp, const float *inp, const float *dout, size_t n, int exact);
 void cpu_add(mtk *k, float *out, const float *a, const float *b, size_t n);
@@ -77,7 +77,7 @@ typedef struct cpu_state {
 /* The linear layer with bf16 operands through oneDNN (matmul_bf16.c); N, C, OC positive. */
 void cpu_matmul_fwd_bf16(mtk *k, void *out, const void *inp, const void *w, const float *bias, int N, int C, int OC);
 void cpu_matmul_bwd_bf16(mtk *k, void *dinp, float *dw, float *dbias, const void *dout, const void *inp,
-                         const void *w, int N, int C, int OC);
+                         const void *w, int N, int C, int OC, int acc);
 
 /* Workspace the kernels take: attention per thread (floats), sumsq partials (bytes). */
 size_t cpu_attention_ws_floats(int T, int HS);

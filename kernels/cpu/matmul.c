@@ -68,31 +68,31 @@ void cpu_matmul_fwd(mtk *k, float *out, const float *inp, const float *w, const 
     }
 }
 
-/* Column sums of dout [N,OC] (fp32 or bf16) added to dbias, in row order for every column: each thread
- * owns bands of columns, so the result does not depend on the thread count. */
-void cpu_bias_grad(float *dbias, const void *dout, mtk_dtype dt, int N, int OC)
+/* Column sums of dout [N,OC] (fp32 or bf16) added to dbias (acc) or stored in it, in row order for every
+ * column: each thread owns bands of columns, so the result does not depend on the thread count. */
+void cpu_bias_grad(float *dbias, const void *dout, mtk_dtype dt, int N, int OC, int acc)
 {
     enum { BAND = 64 };
     int nband = (OC + BAND - 1) / BAND;
 #pragma omp parallel for schedule(static)
     for (int bnd = 0; bnd < nband; bnd++) {
         int j0 = bnd * BAND, j1 = j0 + BAND < OC ? j0 + BAND : OC;
-        float acc[BAND] = {0};
+        float sum[BAND] = {0};
         for (int n = 0; n < N; n++) {
             if (dt == MTK_BF16) {
                 const uint16_t *d = (const uint16_t *)dout + (size_t)n * OC;
-                for (int j = j0; j < j1; j++) acc[j - j0] += mt_bf16_to_f32(d[j]);
+                for (int j = j0; j < j1; j++) sum[j - j0] += mt_bf16_to_f32(d[j]);
             } else {
                 const float *d = (const float *)dout + (size_t)n * OC;
-                for (int j = j0; j < j1; j++) acc[j - j0] += d[j];
+                for (int j = j0; j < j1; j++) sum[j - j0] += d[j];
             }
         }
-        for (int j = j0; j < j1; j++) dbias[j] += acc[j - j0];
+        for (int j = j0; j < j1; j++) dbias[j] = (acc ? dbias[j] : 0.0f) + sum[j - j0];
     }
 }
 
 void cpu_matmul_bwd(mtk *k, float *dinp, float *dw, float *dbias, const float *dout, const float *inp,
-                    const float *w, int N, int C, int OC)
+                    const float *w, int N, int C, int OC, int acc)
 {
     if (N <= 0) return;
     if (dinp) {
@@ -102,6 +102,6 @@ void cpu_matmul_bwd(mtk *k, float *dinp, float *dw, float *dbias, const float *d
             for (size_t i = 0; i < (size_t)N * C; i++) dinp[i] = 0;
     }
     if (dw && OC > 0 && C > 0)
-        par_sgemm(k, CblasTrans, CblasNoTrans, OC, C, N, 1.0f, dout, OC, inp, C, 1.0f, dw, C);
-    if (dbias && OC > 0) cpu_bias_grad(dbias, dout, MTK_F32, N, OC);
+        par_sgemm(k, CblasTrans, CblasNoTrans, OC, C, N, 1.0f, dout, OC, inp, C, acc ? 1.0f : 0.0f, dw, C);
+    if (dbias && OC > 0) cpu_bias_grad(dbias, dout, MTK_F32, N, OC, acc);
 }

@@ -281,16 +281,16 @@ static void s_matmul_fwd(mtk *k, void *o, const void *inp, const void *w, const 
     out(k, o, fo, (size_t)N * OC);
 }
 static void s_matmul_bwd(mtk *k, void *dinp, float *dw, float *dbias, const void *dout, const void *inp,
-                         const void *w, int N, int C, int OC)
+                         const void *w, int N, int C, int OC, int acc)
 {
     if (k->act == MTK_BF16 && N > 0 && C > 0 && OC > 0) {
-        cpu_matmul_bwd_bf16(k, dinp, dw, dbias, dout, inp, w, N, C, OC);
+        cpu_matmul_bwd_bf16(k, dinp, dw, dbias, dout, inp, w, N, C, OC, acc);
         return;
     }
     float *fdo = in(k, dout, (size_t)N * OC), *fi = dw ? in(k, inp, (size_t)N * C) : NULL;
     float *fw = dinp ? in(k, w, (size_t)OC * C) : NULL, *fdi = buf(k, dinp, (size_t)N * C);
     if (!STAGED_OK) return;
-    cpu_matmul_bwd(k, fdi, dw, dbias, fdo, fi, fw, N, C, OC);
+    cpu_matmul_bwd(k, fdi, dw, dbias, fdo, fi, fw, N, C, OC, acc);
     out(k, dinp, fdi, (size_t)N * C);
 }
 static void s_gelu_fwd(mtk *k, void *o, const void *inp, size_t n, int exact)

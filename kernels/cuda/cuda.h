@@ -153,7 +153,7 @@ void matmul_fwd(mtk *k, void *out, const void *inp, const void *w, const float *
 void matmul_gelu_fwd(mtk *k, void *out, void *pre, const void *inp, const void *w, const float *bias, int N, int C,
                      int OC, int exact);
 void matmul_bwd(mtk *k, void *dinp, float *dw, float *dbias, const void *dout, const void *inp, const void *w, int N,
-                int C, int OC);
+                int C, int OC, int acc);
 // elementwise.cu
 void gelu_fwd(mtk *k, void *out, const void *inp, size_t n, int exact);
 void gelu_bwd(mtk *k, void *dinp, const void *inp, const void *dout, size_t n, int exact);

@@ -304,10 +304,11 @@ void matmul_gelu_fwd(mtk *k, void *out, void *pre, const void *inp, const void *
 }
 
 void matmul_bwd(mtk *k, void *dinp, float *dw, float *dbias, const void *dout, const void *inp, const void *w, int N,
-                int C, int OC)
+                int C, int OC, int acc)
 {
     if (dinp) gemm(k, false, false, N, C, OC, dout, OC, w, C, dinp, C, k->act, 0.0f, NULL);
-    if (dw) gemm(k, true, false, OC, C, N, dout, OC, inp, C, dw, C, MTK_F32, 1.0f, NULL);
+    if (dw) gemm(k, true, false, OC, C, N, dout, OC, inp, C, dw, C, MTK_F32, acc ? 1.0f : 0.0f, NULL);
+    if (dbias && !acc) cudaMemsetAsync(dbias, 0, (size_t)OC * sizeof(float), stream(k));
     if (dbias) colsum_acc(k, dbias, dout, N, OC);
     check(k, "matmul_bwd");
 }

@@ -132,9 +132,32 @@ const mt_gpt_tensor *mt_gpt_tensor_find(const mt_gpt *m, const char *name)
 float *mt_gpt_params(mt_gpt *m) { return m->params; }
 float *mt_gpt_grads(mt_gpt *m) { return m->grads; }
 
+/* Whether the backward's products assign tensor t's gradient on a step's first micro-batch: the matrices
+ * and their biases, and the word embeddings through the output layer. The rest (LayerNorms, position
+ * embeddings) are zeroed by mt_gpt_zero_grad; the products then neither need a zeroed buffer nor read it. */
+static int product_grad(const mt_gpt *m, int t)
+{
+    if (t == MT_GPT_WTE) return 1;
+    if (t < MT_GPT_LAYER_T(0, 0) || t >= MT_GPT_LNF_W(m->c.num_layers)) return 0;
+    int j = (t - MT_GPT_LAYER_T(0, 0)) % MT_GPT_PER_LAYER;
+    return j != MT_GPT_LN1_W && j != MT_GPT_LN1_B && j != MT_GPT_LN2_W && j != MT_GPT_LN2_B;
+}
+
 void mt_gpt_zero_grad(mt_gpt *m)
 {
-    if (m->grads) mtk_zero(m->k, m->grads, m->nparams * sizeof(float));
+    if (!m->grads) return;
+    size_t run0 = 0, run1 = 0;   /* adjacent tensors to zero in one call: floats [run0, run1) */
+    for (int t = 0; t < m->ntensors; t++) {
+        const mt_gpt_tensor *x = &m->tensors[t];
+        if (product_grad(m, t)) continue;
+        if (x->offset != run1) {
+            if (run1 > run0) mtk_zero(m->k, m->grads + run0, (run1 - run0) * sizeof(float));
+            run0 = x->offset;
+        }
+        run1 = x->offset + x->numel;
+    }
+    if (run1 > run0) mtk_zero(m->k, m->grads + run0, (run1 - run0) * sizeof(float));
+    m->grads_assign = 1;
 }
 
 void mt_gpt_memory(const mt_gpt *m, size_t *param_bytes, size_t *grad_bytes, size_t *act_bytes)
@@ -389,7 +412,9 @@ int mt_gpt_backward(mt_gpt_ctx *x, double scale, mt_err *e)
     void *dres = x->s_c1, *dtmp = x->s_c2, *dln = x->s_c3;
     void *lnf = AT(x->ln, (size_t)(2 * L) * nC);
     mtk_xent_fwd_bwd(k, x->d_losses, x->logits, x->logits, x->d_tgt, x->d_dscale, N, V);
-    mtk_matmul_bwd(k, dln, mt_gpt_g(m, MT_GPT_WTE), NULL, x->logits, lnf, mt_gpt_w(m, MT_GPT_WTE), N, C, V);
+    mtk_grad_mode gm = m->grads_assign ? MTK_GRAD_ASSIGN : MTK_GRAD_ACCUMULATE;
+    m->grads_assign = 0;
+    mtk_matmul_bwd(k, dln, mt_gpt_g(m, MT_GPT_WTE), NULL, x->logits, lnf, mt_gpt_w(m, MT_GPT_WTE), N, C, V, gm);
     mtk_zero(k, dres, (size_t)N * C * m->asz);
     mtk_layernorm_bwd(k, dres, mt_gpt_g(m, MT_GPT_LNF_W(L)), mt_gpt_g(m, MT_GPT_LNF_B(L)), dln,
                       AT(x->res, (size_t)(2 * L) * nC), mt_gpt_p(m, MT_GPT_LNF_W(L)),
@@ -412,9 +437,9 @@ int mt_gpt_backward(mt_gpt_ctx *x, double scale, mt_err *e)
             dout = dtmp;
         }
         mtk_gelu_fwd(k, x->s_f1, fch, (size_t)N * F, c->exact_gelu);
-        mtk_matmul_bwd(k, x->s_f2, G(MT_GPT_FC2_W), G(MT_GPT_FC2_B), dout, x->s_f1, W(MT_GPT_FC2_W), N, F, C);
+        mtk_matmul_bwd(k, x->s_f2, G(MT_GPT_FC2_W), G(MT_GPT_FC2_B), dout, x->s_f1, W(MT_GPT_FC2_W), N, F, C, gm);
         mtk_gelu_bwd(k, x->s_f1, fch, x->s_f2, (size_t)N * F, c->exact_gelu);
-        mtk_matmul_bwd(k, dln, G(MT_GPT_FC_W), G(MT_GPT_FC_B), x->s_f1, ln2, W(MT_GPT_FC_W), N, C, F);
+        mtk_matmul_bwd(k, dln, G(MT_GPT_FC_W), G(MT_GPT_FC_B), x->s_f1, ln2, W(MT_GPT_FC_W), N, C, F, gm);
         mtk_layernorm_bwd(k, dres, G(MT_GPT_LN2_W), G(MT_GPT_LN2_B), dln, res_mid, P(MT_GPT_LN2_W), mean2, rstd2, N, C);
 
         /* Attention: res_mid = res_in + drop(dense(attn(qkv(ln1(res_in))))) */
@@ -423,9 +448,9 @@ int mt_gpt_backward(mt_gpt_ctx *x, double scale, mt_err *e)
             mtk_dropout_bwd(k, dtmp, dres, (size_t)N * C, drop);
             dout = dtmp;
         }
-        mtk_matmul_bwd(k, dln, G(MT_GPT_PROJ_W), G(MT_GPT_PROJ_B), dout, atty, W(MT_GPT_PROJ_W), N, C, C);
+        mtk_matmul_bwd(k, dln, G(MT_GPT_PROJ_W), G(MT_GPT_PROJ_B), dout, atty, W(MT_GPT_PROJ_W), N, C, C, gm);
         mtk_attention_bwd(k, x->s_qkv, dln, qkv, atty, lse, B, T, NH, C / NH, site_dropout(x, &dd, l, SITE_ATTN_PROBS));
-        mtk_matmul_bwd(k, dln, G(MT_GPT_QKV_W), G(MT_GPT_QKV_B), x->s_qkv, ln1, W(MT_GPT_QKV_W), N, C, 3 * C);
+        mtk_matmul_bwd(k, dln, G(MT_GPT_QKV_W), G(MT_GPT_QKV_B), x->s_qkv, ln1, W(MT_GPT_QKV_W), N, C, 3 * C, gm);
         mtk_layernorm_bwd(k, dres, G(MT_GPT_LN1_W), G(MT_GPT_LN1_B), dln, res_in, P(MT_GPT_LN1_W), mean1, rstd1, N, C);
 #undef P
 #undef W

@@ -123,6 +123,9 @@ int mt_gpt_logits(mt_gpt_ctx *x, float *host, mt_err *e);
  * (a trainer averaging over M micro-batches passes scale = 1 / (M * loss.count)). One backward per
  * forward: it turns the kept logits into their gradient in place. */
 int mt_gpt_backward(mt_gpt_ctx *x, double scale, mt_err *e);
+/* Starts a step's gradients at zero: the first backward after it stores rather than adds (the product
+ * gradients are then not zeroed here at all, only the others). The gradients read as zero only after
+ * that backward; mt_gpt_zero_grad is meant to be followed by one. */
 void mt_gpt_zero_grad(mt_gpt *m);
 
 /* Training mode (training = 1) applies the config's dropout to x's following forward/backward pairs

@@ -40,6 +40,7 @@ struct mt_gpt {
     size_t nparams;
     float *params, *grads;  /* device, nparams floats each (grads: training only) */
     void *work;             /* working copy in the activation dtype (== params in fp32) */
+    int grads_assign;       /* the next backward assigns the product gradients (mt_gpt_zero_grad) */
     size_t ctx_bytes;       /* activations and caches of the live contexts */
 };
 

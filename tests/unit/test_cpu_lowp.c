@@ -190,10 +190,10 @@ TEST(matmul)
     T_CHECK(worst < 1.0 / 128);   /* one bf16 rounding of the output (8 bits) */
     /* dW accumulates: two backward passes give twice one (fp32 sums of the same products) */
     float *dw1 = fbuf((size_t)OC * C), *dw2 = fbuf((size_t)OC * C), *db = fbuf(OC);
-    mtk_matmul_bwd(kl, NULL, dw1, db, dy, x, w, N, C, OC);
-    mtk_matmul_bwd(kf, NULL, dw2, NULL, fdy, fx, fw, N, C, OC);
-    mtk_matmul_bwd(kl, NULL, dw1, NULL, dy, x, w, N, C, OC);
-    mtk_matmul_bwd(kf, NULL, dw2, NULL, fdy, fx, fw, N, C, OC);
+    mtk_matmul_bwd(kl, NULL, dw1, db, dy, x, w, N, C, OC, MTK_GRAD_ACCUMULATE);
+    mtk_matmul_bwd(kf, NULL, dw2, NULL, fdy, fx, fw, N, C, OC, MTK_GRAD_ACCUMULATE);
+    mtk_matmul_bwd(kl, NULL, dw1, NULL, dy, x, w, N, C, OC, MTK_GRAD_ACCUMULATE);
+    mtk_matmul_bwd(kf, NULL, dw2, NULL, fdy, fx, fw, N, C, OC, MTK_GRAD_ACCUMULATE);
     worst = 0;
     for (size_t i = 0; i < (size_t)OC * C; i++) worst = fmax(worst, fabs(dw1[i] - dw2[i]) / fmax(1.0, fabs(dw2[i])));
     T_CHECK(worst < 1e-4);   /* fp32 accumulation of exact bf16 products, only the order differs */
@@ -202,8 +202,8 @@ TEST(matmul)
     mtk *ko = open_dt(MTK_F32);
     unsetenv("MT_CPU_SGEMM");
     float *dw3 = mtk_alloc(ko, (size_t)OC * C * sizeof(float), NULL);
-    mtk_matmul_bwd(ko, NULL, dw3, NULL, fdy, fx, fw, N, C, OC);
-    mtk_matmul_bwd(ko, NULL, dw3, NULL, fdy, fx, fw, N, C, OC);
+    mtk_matmul_bwd(ko, NULL, dw3, NULL, fdy, fx, fw, N, C, OC, MTK_GRAD_ACCUMULATE);
+    mtk_matmul_bwd(ko, NULL, dw3, NULL, fdy, fx, fw, N, C, OC, MTK_GRAD_ACCUMULATE);
     worst = 0;
     for (size_t i = 0; i < (size_t)OC * C; i++) worst = fmax(worst, fabs(dw3[i] - dw2[i]) / fmax(1.0, fabs(dw3[i])));
     T_CHECK(worst < 1e-5);
@@ -211,7 +211,8 @@ TEST(matmul)
     mtk_close(ko);
     void *dx = lbuf((size_t)N * C);
     float *fdx = fbuf((size_t)N * C);
-    mtk_matmul_bwd(kl, dx, NULL, NULL, dy, x, w, N, C, OC), mtk_matmul_bwd(kf, fdx, NULL, NULL, fdy, fx, fw, N, C, OC);
+    mtk_matmul_bwd(kl, dx, NULL, NULL, dy, x, w, N, C, OC, MTK_GRAD_ACCUMULATE);
+    mtk_matmul_bwd(kf, fdx, NULL, NULL, fdy, fx, fw, N, C, OC, MTK_GRAD_ACCUMULATE);
     mtk_convert(kf, h, MTK_F32, dx, DT, (size_t)N * C);
     worst = 0;
     for (size_t i = 0; i < (size_t)N * C; i++) worst = fmax(worst, fabs(h[i] - fdx[i]) / fmax(1.0, fabs(fdx[i])));

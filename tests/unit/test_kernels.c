@@ -162,8 +162,8 @@ static void down_all(void)
 #define mtk_matmul_fwd(k, o, i, w, b, N, C, OC) (up_all(), mtk_matmul_fwd(k, D(o), D(i), D(w), D(b), N, C, OC), down_all())
 #define mtk_matmul_gelu_fwd(k, o, pre, i, w, b, N, C, OC, x) \
     (up_all(), mtk_matmul_gelu_fwd(k, D(o), D(pre), D(i), D(w), D(b), N, C, OC, x), down_all())
-#define mtk_matmul_bwd(k, di, dw, db, dout, i, w, N, C, OC) \
-    (up_all(), mtk_matmul_bwd(k, D(di), D(dw), D(db), D(dout), D(i), D(w), N, C, OC), down_all())
+#define mtk_matmul_bwd(k, di, dw, db, dout, i, w, N, C, OC, gm) \
+    (up_all(), mtk_matmul_bwd(k, D(di), D(dw), D(db), D(dout), D(i), D(w), N, C, OC, gm), down_all())
 #define mtk_gelu_fwd(k, o, i, n, x) (up_all(), mtk_gelu_fwd(k, D(o), D(i), n, x), down_all())
 #define mtk_gelu_bwd(k, di, i, dout, n, x) (up_all(), mtk_gelu_bwd(k, D(di), D(i), D(dout), n, x), down_all())
 #define mtk_add(k, o, a, b, n) (up_all(), mtk_add(k, D(o), D(a), D(b), n), down_all())
@@ -338,18 +338,27 @@ TEST(matmul_bwd)
             for (int n = 0; n < N; n++) rdw[o * C + c] += (double)dout[n * OC + o] * x[n * C + c];
         for (int n = 0; n < N; n++) rdb[o] += dout[n * OC + o];
     }
-    mtk_matmul_bwd(K, dinp, dw, db, dout, x, w, N, C, OC);
+    mtk_matmul_bwd(K, dinp, dw, db, dout, x, w, N, C, OC, MTK_GRAD_ACCUMULATE);
     T_CLOSE(dinp, rdinp, N * C, 1e-5);
     T_CLOSE(dw, rdw, OC * C, 1e-5);
     T_CLOSE(db, rdb, OC, 1e-5);
     /* NULL skips; dw accumulates a second time */
-    for (int o = 0; o < OC; o++)
+    double *adw = dnew(OC * C), *adb = dnew(OC);   /* the products alone */
+    for (int o = 0; o < OC; o++) {
         for (int c = 0; c < C; c++)
-            for (int n = 0; n < N; n++) rdw[o * C + c] += (double)dout[n * OC + o] * x[n * C + c];
-    mtk_matmul_bwd(K, NULL, dw, NULL, dout, x, w, N, C, OC);
+            for (int n = 0; n < N; n++) adw[o * C + c] += (double)dout[n * OC + o] * x[n * C + c];
+        for (int n = 0; n < N; n++) adb[o] += dout[n * OC + o];
+    }
+    for (int i = 0; i < OC * C; i++) rdw[i] += adw[i];
+    mtk_matmul_bwd(K, NULL, dw, NULL, dout, x, w, N, C, OC, MTK_GRAD_ACCUMULATE);
     T_CLOSE(dw, rdw, OC * C, 1e-5);
     T_CLOSE(db, rdb, OC, 1e-5);
+    /* MTK_GRAD_ASSIGN stores the products over what dw and db held */
+    mtk_matmul_bwd(K, NULL, dw, db, dout, x, w, N, C, OC, MTK_GRAD_ASSIGN);
+    T_CLOSE(dw, adw, OC * C, 1e-5);
+    T_CLOSE(db, adb, OC, 1e-5);
     ffree(x), ffree(w), ffree(dout), ffree(dinp), ffree(dw), ffree(db), free(rdinp), free(rdw), free(rdb);
+    free(adw), free(adb);
 }
 
 /* ---- layernorm ---- */
@@ -1019,7 +1028,7 @@ TEST(odd_shapes)
         mtk_matmul_fwd(K, out, x, w, b, N, C, OC);
         ref_matmul(ref, xd, wd, bd, N, C, OC);
         T_CLOSE(out, ref, N * OC, 1e-5);
-        mtk_matmul_bwd(K, dinp, dw, db, dout, x, w, N, C, OC);
+        mtk_matmul_bwd(K, dinp, dw, db, dout, x, w, N, C, OC, MTK_GRAD_ACCUMULATE);
         T_CLOSE(dinp, rdi, N * C, 1e-5);
         T_CLOSE(dw, rdw, OC * C, 1e-5);
         T_CLOSE(db, rdb, OC, 1e-5);
@@ -1207,7 +1216,7 @@ static void det_run(run_out *r)
     r->mo = adev((size_t)N * V), r->mdw = fdev((size_t)V * C), r->mdb = fdev(V);
     float *mw = arand((size_t)V * C, 1), *mb = frand(V, 1), *mdi = adev((size_t)N * C);
     mtk_matmul_fwd(K, r->mo, r->out, mw, mb, N, C, V);
-    mtk_matmul_bwd(K, mdi, r->mdw, r->mdb, logits, r->out, mw, N, C, V);
+    mtk_matmul_bwd(K, mdi, r->mdw, r->mdb, logits, r->out, mw, N, C, V, MTK_GRAD_ACCUMULATE);
     ffree(qkv), ffree(dout), ffree(w), ffree(b), ffree(mean), ffree(rstd), ffree(lo), ffree(tok), ffree(logits);
     ffree(mw), ffree(mb), ffree(mdi), ffree(q32);
 }
@@ -1307,7 +1316,7 @@ static int bench_main(int argc, char **argv)
     printf("%-28s %8.2f ms %8.1f GFLOP/s\n", "cblas_sgemm N x 4C x C", t * 1e3, mm / t * 1e-9);
     TIME(t, reps, mtk_matmul_fwd(K, h, x, w, bias, N, C, 4 * C));
     printf("%-28s %8.2f ms %8.1f GFLOP/s\n", "matmul_fwd (+bias)", t * 1e3, mm / t * 1e-9);
-    TIME(t, reps, mtk_matmul_bwd(K, dx, dw, db, dh, x, w, N, C, 4 * C));
+    TIME(t, reps, mtk_matmul_bwd(K, dx, dw, db, dh, x, w, N, C, 4 * C, MTK_GRAD_ACCUMULATE));
     printf("%-28s %8.2f ms %8.1f GFLOP/s\n", "matmul_bwd (dinp,dw,dbias)", t * 1e3, 2 * mm / t * 1e-9);
     size_t ng = (size_t)N * 4 * C;
     for (int exact = 0; exact <= 1; exact++) {
