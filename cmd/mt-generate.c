@@ -282,7 +282,7 @@ static size_t read_prompts(const mt_strs *pos, prompt **out)
 
 int main(int argc, char **argv)
 {
-    mt_omp_env_short_spin(argv);
+    mt_omp_env_spin(argv, 10000);
     mt_set_progname(argv[0]);
     mt_err e;
     mt_strs pos = {0};

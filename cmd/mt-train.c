@@ -297,7 +297,7 @@ static void join_job(run *r, const mt_train_args *a)
 
 int main(int argc, char **argv)
 {
-    mt_omp_env_default(argv);
+    mt_omp_env_spin(argv, 1000);
     mt_set_progname(argv[0]);
     static run r;
     static mt_train_args a;

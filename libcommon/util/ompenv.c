@@ -1,4 +1,5 @@
 /* ompenv.c: the OpenMP wait policy default of mt's programs (see ompenv.h). */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -18,4 +19,9 @@ static void set_and_exec(char **argv, const char *var, const char *value)
 
 void mt_omp_env_default(char **argv) { set_and_exec(argv, "OMP_WAIT_POLICY", "passive"); }
 
-void mt_omp_env_short_spin(char **argv) { set_and_exec(argv, "GOMP_SPINCOUNT", "10000"); }
+void mt_omp_env_spin(char **argv, int count)
+{
+    char v[24];
+    snprintf(v, sizeof v, "%d", count);
+    set_and_exec(argv, "GOMP_SPINCOUNT", v);
+}
