@@ -223,5 +223,16 @@ void mtk_adamw(mtk *k, float *p, const float *g, float *m, float *v, size_t n, f
  * copy) in the same pass over memory. */
 void mtk_adamw_to(mtk *k, float *p, mtk_act *work, const float *g, float *m, float *v, size_t n, float lr, float b1,
                   float b2, float eps, float wd, int t, float grad_scale);
+/* One piece of a multi-tensor update: elements [off, off + n) of every array, with the weight decay
+ * (decay != 0) or without it (biases and norms). */
+typedef struct mtk_adamw_seg {
+    size_t off, n;
+    int decay;
+} mtk_adamw_seg;
+/* mtk_adamw_to over nseg pieces of the same arrays at once: the results of one mtk_adamw_to per piece
+ * (weight decay wd on the decayed pieces, 0 on the others), in one pass over the whole model (on a GPU
+ * one launch per 64 pieces instead of one per tensor). work may be NULL. */
+void mtk_adamw_multi(mtk *k, float *p, mtk_act *work, const float *g, float *m, float *v, const mtk_adamw_seg *seg,
+                     int nseg, float lr, float b1, float b2, float eps, float wd, int t, float grad_scale);
 
 #endif

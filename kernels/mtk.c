@@ -413,10 +413,18 @@ size_t mtk_count_nonfinite(mtk *k, const float *x, size_t n)
 void mtk_adamw(mtk *k, float *p, const float *g, float *m, float *v, size_t n, float lr, float b1, float b2,
                float eps, float wd, int t, float grad_scale)
 {
-    if (ready_flat(k, "adamw", n)) k->ops->adamw(k, p, NULL, g, m, v, n, lr, b1, b2, eps, wd, t, grad_scale);
+    mtk_adamw_multi(k, p, NULL, g, m, v, &(mtk_adamw_seg){0, n, 1}, 1, lr, b1, b2, eps, wd, t, grad_scale);
 }
 void mtk_adamw_to(mtk *k, float *p, mtk_act *work, const float *g, float *m, float *v, size_t n, float lr, float b1,
                   float b2, float eps, float wd, int t, float grad_scale)
 {
-    if (ready_flat(k, "adamw", n)) k->ops->adamw(k, p, work, g, m, v, n, lr, b1, b2, eps, wd, t, grad_scale);
+    mtk_adamw_multi(k, p, work, g, m, v, &(mtk_adamw_seg){0, n, 1}, 1, lr, b1, b2, eps, wd, t, grad_scale);
+}
+void mtk_adamw_multi(mtk *k, float *p, mtk_act *work, const float *g, float *m, float *v, const mtk_adamw_seg *seg,
+                     int nseg, float lr, float b1, float b2, float eps, float wd, int t, float grad_scale)
+{
+    size_t end = 0;   /* the arrays' extent */
+    for (int i = 0; i < nseg; i++)
+        if (seg[i].n && seg[i].off + seg[i].n > end) end = seg[i].off + seg[i].n;
+    if (ready_flat(k, "adamw", end)) k->ops->adamw(k, p, work, g, m, v, seg, nseg, lr, b1, b2, eps, wd, t, grad_scale);
 }

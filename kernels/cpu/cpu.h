@@ -55,8 +55,8 @@ void cpu_xent_bwd(mtk *k, float *dlogits, const float *logits, const float *rowm
                   const int32_t *target, const float *dscale, int N, int V, int v0);
 double cpu_sumsq(mtk *k, const float *x, size_t n);
 size_t cpu_count_nonfinite(mtk *k, const float *x, size_t n);
-void cpu_adamw(mtk *k, float *p, void *work, const float *g, float *m, float *v, size_t n, float lr, float b1, float b2,
-               float eps, float wd, int t, float grad_scale);
+void cpu_adamw(mtk *k, float *p, void *work, const float *g, float *m, float *v, const mtk_adamw_seg *seg, int nseg,
+               float lr, float b1, float b2, float eps, float wd, int t, float grad_scale);
 
 /* oneDNN matrix products (dnnl.c): C[M,N] = A[M,K] . B[K,N] (+ bias[N], fp32) (+ C when accumulate),
  * A and B of dtype ab addressed by element strides (row, column), C of dtype cdt row-major with ldc.

@@ -196,7 +196,7 @@ void xent_bwd(mtk *k, void *dlogits, const void *logits, const float *rowmax, co
 size_t reduce_ws_bytes(size_t n);
 double sumsq(mtk *k, const float *x, size_t n);
 size_t count_nonfinite(mtk *k, const float *x, size_t n);
-void adamw(mtk *k, float *p, void *work, const float *g, float *m, float *v, size_t n, float lr, float b1, float b2, float eps,
-           float wd, int t, float grad_scale);
+void adamw(mtk *k, float *p, void *work, const float *g, float *m, float *v, const mtk_adamw_seg *seg, int nseg,
+           float lr, float b1, float b2, float eps, float wd, int t, float grad_scale);
 
 }  // namespace MTK_CU_NS

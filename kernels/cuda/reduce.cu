@@ -1,6 +1,6 @@
 // reduce.cu: the sum of squares (double, in a fixed order: a fixed grid of per-thread strided sums, a
 // shared-memory tree per block, then one block over the block partials), the count of non-finite values,
-// and the fused AdamW update over fp32 master weights.
+// and the fused AdamW update over fp32 master weights (many tensors per launch).
 #include "cuda.h"
 
 namespace MTK_CU_NS {
@@ -71,13 +71,32 @@ size_t count_nonfinite(mtk *k, const float *x, size_t n)
     return c == c ? (size_t)c : (size_t)-1;
 }
 
+// AdamW over up to ADAMW_PIECES pieces of the same arrays per launch, passed by value: a block updates
+// ADAMW_CHUNK elements of one piece, the pieces' blocks numbered in order (first[j]: piece j's first block).
+enum { ADAMW_PIECES = 64, ADAMW_CHUNK = 4096 };
+struct AdamwPieces {
+    int n;
+    unsigned first[ADAMW_PIECES + 1];
+    size_t off[ADAMW_PIECES], len[ADAMW_PIECES];
+    float wd[ADAMW_PIECES];
+};
+
 // W: the working copy's type (float: none)
 template <class W>
-__global__ void adamw_kernel(float *p, W *work, const float *g, float *m, float *v, size_t n, float lr, float b1,
-                             float b2, float eps, float wd, float bc1, float bc2, float gs)
+__global__ void adamw_kernel(float *p, W *work, const float *g, float *m, float *v, AdamwPieces pc, float lr, float b1,
+                             float b2, float eps, float bc1, float bc2, float gs)
 {
-    const float ib1 = 1.0f - b1, ib2 = 1.0f - b2;
-    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
+    int lo = 0, hi = pc.n - 1;   // j: the last piece whose first block is at most this one
+    while (lo < hi) {
+        const int mid = (lo + hi + 1) / 2;
+        if (pc.first[mid] <= blockIdx.x) lo = mid;
+        else hi = mid - 1;
+    }
+    const int j = lo;
+    const size_t beg = pc.off[j] + (size_t)(blockIdx.x - pc.first[j]) * ADAMW_CHUNK;
+    const size_t end = beg + ADAMW_CHUNK < pc.off[j] + pc.len[j] ? beg + ADAMW_CHUNK : pc.off[j] + pc.len[j];
+    const float ib1 = 1.0f - b1, ib2 = 1.0f - b2, wd = pc.wd[j];
+    for (size_t i = beg + threadIdx.x; i < end; i += blockDim.x) {
         const float gi = g[i] * gs;
         const float mi = b1 * m[i] + ib1 * gi;
         const float vi = b2 * v[i] + ib2 * gi * gi;
@@ -89,21 +108,33 @@ __global__ void adamw_kernel(float *p, W *work, const float *g, float *m, float 
     }
 }
 
-void adamw(mtk *k, float *p, void *work, const float *g, float *m, float *v, size_t n, float lr, float b1, float b2,
-           float eps, float wd, int t, float grad_scale)
+void adamw(mtk *k, float *p, void *work, const float *g, float *m, float *v, const mtk_adamw_seg *seg, int nseg,
+           float lr, float b1, float b2, float eps, float wd, int t, float grad_scale)
 {
-    if (!n) return;
     const float bc1 = (float)(1.0 - pow(b1, t)), bc2 = (float)(1.0 - pow(b2, t));
-    const unsigned nb = blocks_for(n);
-    if (work && k->act == MTK_BF16)
-        LAUNCH(adamw_kernel<bf16>, nb, THREADS, 0, stream(k))(p, (bf16 *)work, g, m, v, n, lr, b1, b2, eps, wd, bc1,
-                                                              bc2, grad_scale);
-    else if (work && k->act == MTK_F16)
-        LAUNCH(adamw_kernel<f16>, nb, THREADS, 0, stream(k))(p, (f16 *)work, g, m, v, n, lr, b1, b2, eps, wd, bc1, bc2,
-                                                             grad_scale);
-    else
-        LAUNCH(adamw_kernel<float>, nb, THREADS, 0, stream(k))(p, (float *)work, g, m, v, n, lr, b1, b2, eps, wd, bc1,
-                                                               bc2, grad_scale);
+    for (int s = 0; s < nseg;) {
+        AdamwPieces pc;
+        pc.n = 0;
+        unsigned nb = 0;
+        for (; s < nseg && pc.n < ADAMW_PIECES; s++) {
+            if (!seg[s].n) continue;
+            pc.first[pc.n] = nb;
+            pc.off[pc.n] = seg[s].off, pc.len[pc.n] = seg[s].n, pc.wd[pc.n] = seg[s].decay ? wd : 0.0f;
+            pc.n++;
+            nb += (unsigned)((seg[s].n + ADAMW_CHUNK - 1) / ADAMW_CHUNK);
+        }
+        if (!pc.n) break;
+        pc.first[pc.n] = nb;
+        if (work && k->act == MTK_BF16)
+            LAUNCH(adamw_kernel<bf16>, nb, THREADS, 0, stream(k))(p, (bf16 *)work, g, m, v, pc, lr, b1, b2, eps, bc1,
+                                                                  bc2, grad_scale);
+        else if (work && k->act == MTK_F16)
+            LAUNCH(adamw_kernel<f16>, nb, THREADS, 0, stream(k))(p, (f16 *)work, g, m, v, pc, lr, b1, b2, eps, bc1,
+                                                                 bc2, grad_scale);
+        else
+            LAUNCH(adamw_kernel<float>, nb, THREADS, 0, stream(k))(p, (float *)work, g, m, v, pc, lr, b1, b2, eps,
+                                                                   bc1, bc2, grad_scale);
+    }
     check(k, "adamw");
 }
 

@@ -3,6 +3,27 @@
 
 #include <math.h>
 #include <stdbool.h>
+#include <stdlib.h>
+
+/* o->seg: the tensors' parts in [lo, hi), adjacent ones with the same decay merged, offsets from lo: the
+ * whole update is then one multi-tensor call. */
+static int build_pieces(mt_adamw *o, mt_err *e)
+{
+    int nt = mt_gpt_num_tensors(o->model);
+    free(o->seg);
+    o->nseg = 0;
+    o->seg = malloc((size_t)(nt > 0 ? nt : 1) * sizeof *o->seg);
+    if (!o->seg) return mt_err_set(e, "out of memory");
+    for (int i = 0; i < nt; i++) {
+        const mt_gpt_tensor *t = mt_gpt_tensor_at(o->model, i);
+        size_t a = t->offset > o->lo ? t->offset : o->lo, b = t->offset + t->numel < o->hi ? t->offset + t->numel : o->hi;
+        if (a >= b) continue;
+        mtk_adamw_seg *last = o->nseg ? &o->seg[o->nseg - 1] : NULL;
+        if (last && last->decay == !t->no_decay && last->off + last->n == a - o->lo) last->n += b - a;
+        else o->seg[o->nseg++] = (mtk_adamw_seg){.off = a - o->lo, .n = b - a, .decay = !t->no_decay};
+    }
+    return 0;
+}
 
 int mt_adamw_init(mt_adamw *o, mtk *k, mt_gpt *model, double beta1, double beta2, double eps, double clip_grad,
                   mt_err *e)
@@ -17,10 +38,11 @@ int mt_adamw_init(mt_adamw *o, mtk *k, mt_gpt *model, double beta1, double beta2
     o->clip_grad = clip_grad;
     o->lo = 0;
     o->hi = n;
+    o->seg = NULL;
     o->exp_avg = mtk_alloc(k, n * sizeof(float), e);
     o->exp_avg_sq = o->exp_avg ? mtk_alloc(k, n * sizeof(float), e) : NULL;
-    if (!o->exp_avg_sq) {
-        if (o->exp_avg) mtk_free(k, o->exp_avg);
+    if (!o->exp_avg_sq || build_pieces(o, e)) {
+        mt_adamw_free(o);
         return mt_err_prefix(e, "optimizer state (%zu parameters)", n);
     }
     return 0;
@@ -31,6 +53,9 @@ void mt_adamw_free(mt_adamw *o)
     if (o->exp_avg) mtk_free(o->k, o->exp_avg);
     if (o->exp_avg_sq) mtk_free(o->k, o->exp_avg_sq);
     o->exp_avg = o->exp_avg_sq = NULL;
+    free(o->seg);
+    o->seg = NULL;
+    o->nseg = 0;
 }
 
 int mt_adamw_shard(mt_adamw *o, size_t lo, size_t hi, mt_err *e)
@@ -41,7 +66,7 @@ int mt_adamw_shard(mt_adamw *o, size_t lo, size_t hi, mt_err *e)
     o->hi = lo + n;
     o->exp_avg = mtk_alloc(o->k, (n ? n : 1) * sizeof(float), e);
     o->exp_avg_sq = o->exp_avg ? mtk_alloc(o->k, (n ? n : 1) * sizeof(float), e) : NULL;
-    if (!o->exp_avg_sq) return mt_err_prefix(e, "optimizer state (shard of %zu parameters)", n);
+    if (!o->exp_avg_sq || build_pieces(o, e)) return mt_err_prefix(e, "optimizer state (shard of %zu parameters)", n);
     mtk_zero(o->k, o->exp_avg, (n ? n : 1) * sizeof(float));
     mtk_zero(o->k, o->exp_avg_sq, (n ? n : 1) * sizeof(float));
     return 0;
@@ -69,18 +94,9 @@ double mt_adamw_update(mt_adamw *o, double lr, double wd, double norm, double un
     /* unsharded, the update also writes the working copy (one pass over memory instead of two); a shard's
      * caller refreshes it once the parameters are all-gathered (mt_gpt_params_changed) */
     const bool whole = o->lo == 0 && o->hi == mt_gpt_num_params(o->model);
-    char *work = whole ? (char *)mt_gpt_work(o->model) : NULL;
-    const size_t wsize = mtk_dtype_size(mtk_act_dtype(o->k));
-    int nt = mt_gpt_num_tensors(o->model);
-    for (int i = 0; i < nt; i++) {
-        const mt_gpt_tensor *t = mt_gpt_tensor_at(o->model, i);
-        /* the part of the tensor in [lo, hi) (all of it unless sharded) */
-        size_t a = t->offset > o->lo ? t->offset : o->lo, b = t->offset + t->numel < o->hi ? t->offset + t->numel : o->hi;
-        if (a >= b) continue;
-        mtk_adamw_to(o->k, p + a, work ? work + a * wsize : NULL, g + a, o->exp_avg + (a - o->lo),
-                     o->exp_avg_sq + (a - o->lo), b - a, (float)lr, (float)o->beta1, (float)o->beta2, (float)o->eps,
-                     t->no_decay ? 0.0f : (float)wd, (int)o->step, scale);
-    }
+    void *work = whole ? mt_gpt_work(o->model) : NULL;
+    mtk_adamw_multi(o->k, p + o->lo, work, g + o->lo, o->exp_avg, o->exp_avg_sq, o->seg, o->nseg, (float)lr,
+                    (float)o->beta1, (float)o->beta2, (float)o->eps, (float)wd, (int)o->step, scale);
     return norm;
 }
 

@@ -19,6 +19,8 @@ typedef struct mt_adamw {
     mt_gpt *model;
     float *exp_avg, *exp_avg_sq;   /* device, hi - lo floats each: the moments of parameters lo .. hi - 1 */
     size_t lo, hi;                 /* 0, num_params unless sharded (distributed optimizer) */
+    mtk_adamw_seg *seg;            /* [lo, hi) as runs of tensors with and without weight decay, from lo */
+    int nseg;
     int64_t step;                  /* updates taken (bias correction uses step + 1 on the next) */
     double beta1, beta2, eps, clip_grad;
 } mt_adamw;

@@ -188,6 +188,8 @@ static void down_all(void)
     (up_all(), mtk_adamw(k, D(p), D(g), D(m), D(v), n, lr, b1, b2, eps, wd, t, gs), down_all())
 #define mtk_adamw_to(k, p, w, g, m, v, n, lr, b1, b2, eps, wd, t, gs) \
     (up_all(), mtk_adamw_to(k, D(p), D(w), D(g), D(m), D(v), n, lr, b1, b2, eps, wd, t, gs), down_all())
+#define mtk_adamw_multi(k, p, w, g, m, v, seg, nseg, lr, b1, b2, eps, wd, t, gs) \
+    (up_all(), mtk_adamw_multi(k, D(p), D(w), D(g), D(m), D(v), seg, nseg, lr, b1, b2, eps, wd, t, gs), down_all())
 #define mtk_sumsq(k, x, n) (up_all(), mtk_sumsq(k, D(x), n))
 #define mtk_count_nonfinite(k, x, n) (up_all(), mtk_count_nonfinite(k, D(x), n))
 
@@ -864,6 +866,41 @@ TEST(adamw)
     ffree(p2), ffree(m2), ffree(v2), ffree(w), ffree(g);
 }
 
+/* The multi-tensor form against one mtk_adamw_to per piece, bit for bit: pieces of odd sizes, one longer
+ * than a block of every backend, decayed and not, an empty one, and a gap the update must not touch;
+ * more pieces than one GPU launch takes. */
+TEST(adamw_multi)
+{
+    enum { NP = 70 };
+    mtk_adamw_seg seg[NP];
+    size_t n = 0;
+    for (int i = 0; i < NP; i++) {
+        size_t len = i == 3 ? 0 : i == 5 ? 9001 : (size_t)(1 + (i * 37) % 300);
+        if (i == 7) n += 13;   /* a gap */
+        seg[i] = (mtk_adamw_seg){.off = n, .n = len, .decay = i % 3 != 1};
+        n += len;
+    }
+    const float lr = 3e-3f, b1 = 0.9f, b2 = 0.95f, eps = 1e-8f, wd = 0.1f, gs = 0.7f;
+    float *p = frand(n, 1), *m = frand(n, 3), *v = frand(n, 4), *g = frand(n, 2), *w = adev(n);
+    for (size_t i = 0; i < n; i++) v[i] = fabsf(v[i]);
+    float *p2 = fdev(n), *m2 = fdev(n), *v2 = fdev(n), *w2 = adev(n);
+    memcpy(p2, p, sizeof(float) * n), memcpy(m2, m, sizeof(float) * n), memcpy(v2, v, sizeof(float) * n);
+    for (size_t i = 0; i < n; i++) w[i] = w2[i] = 5.0f;
+    mtk_adamw_multi(K, p, w, g, m, v, seg, NP, lr, b1, b2, eps, wd, 3, gs);
+    for (int i = 0; i < NP; i++)
+        if (seg[i].n) {
+            size_t o = seg[i].off;
+            mtk_adamw_to(K, p2 + o, w2 + o, g + o, m2 + o, v2 + o, seg[i].n, lr, b1, b2, eps, seg[i].decay ? wd : 0.0f,
+                         3, gs);
+        }
+    T_CHECK(!memcmp(p, p2, sizeof(float) * n) && !memcmp(m, m2, sizeof(float) * n) && !memcmp(v, v2, sizeof(float) * n));
+    T_CHECK(!memcmp(w, w2, sizeof(float) * n));
+    size_t gap = seg[7].off - 13, same = 0;   /* the gap kept its values: the working copy's 5.0 */
+    for (size_t i = gap; i < gap + 13; i++) same += w[i] == 5.0f;
+    T_EQ_INT((int)same, 13);
+    ffree(p), ffree(m), ffree(v), ffree(g), ffree(w), ffree(p2), ffree(m2), ffree(v2), ffree(w2);
+}
+
 /* ---- vocabulary-parallel cross-entropy pieces ---- */
 
 /* The logits split into S column shards; the all-reduces (MAX of rowmax, SUM of sumexp and tlogit) done
@@ -1402,6 +1439,7 @@ RUN(embed);
 RUN(embed_offset_and_shard);
 RUN(reductions);
 RUN(adamw);
+RUN(adamw_multi);
 RUN(convert);
 RUN(workspace_and_sticky_error);
 RUN(queues_and_events);
