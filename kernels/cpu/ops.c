@@ -167,6 +167,17 @@ static void b_layernorm_fwd(mtk *k, const void *v, float *const *buf, size_t i0,
     cpu_layernorm_fwd(k, buf[0], a->mean + i0, a->rstd + i0, buf[0], a->w, a->bias, (int)len, a->C, a->eps);
     cpu_from_f32(atw(k, a->o, i0 * C), k->act, buf[0], len * C);
 }
+/* rows i0 .. i0+len-1 of the LayerNorm backward's dinp (accumulated) from dout and inp */
+static void b_layernorm_bwd(mtk *k, const void *v, float *const *buf, size_t i0, size_t len)
+{
+    const ew_arg *a = v;   /* o: dinp, a: dout, b: inp */
+    size_t C = (size_t)a->C;
+    cpu_to_f32(buf[0], at(k, a->o, i0 * C), k->act, len * C);
+    cpu_to_f32(buf[1], at(k, a->a, i0 * C), k->act, len * C);
+    cpu_to_f32(buf[2], at(k, a->b, i0 * C), k->act, len * C);
+    cpu_layernorm_bwd_rows(buf[0], buf[1], buf[2], a->w, a->mean + i0, a->rstd + i0, (int)len, a->C);
+    cpu_from_f32(atw(k, a->o, i0 * C), k->act, buf[0], len * C);
+}
 /* rows of logits [N, V] (C = V): loss and, when o is set, dlogits */
 static void b_xent(mtk *k, const void *v, float *const *buf, size_t i0, size_t len)
 {
@@ -263,6 +274,14 @@ static void s_layernorm_fwd(mtk *k, void *o, float *mean, float *rstd, const voi
 static void s_layernorm_bwd(mtk *k, void *dinp, float *dw, float *db, const void *dout, const void *inp,
                             const float *w, const float *mean, const float *rstd, int N, int C)
 {
+    if (k->act != MTK_F32 && N > 0 && C > 0) {
+        ew_arg a = {.o = dinp, .a = dout, .b = inp, .C = C, .w = w, .mean = (float *)(uintptr_t)mean,
+                    .rstd = (float *)(uintptr_t)rstd};
+        if (!blocked(k, (size_t)N, rows_per_block(C), (size_t)C, 3, b_layernorm_bwd, &a)) {
+            cpu_layernorm_wgrad(dw, db, dout, inp, k->act, mean, rstd, N, C);
+            return;
+        }
+    }
     size_t n = (size_t)N * C;
     float *fdi = in(k, dinp, n), *fdo = in(k, dout, n), *fi = in(k, inp, n);   /* dinp accumulates */
     if (!STAGED_OK) return;
