@@ -73,8 +73,9 @@ typedef struct mtk_ops {
                      const int32_t *target, const float *dscale, int N, int V, int v0);
     double (*sumsq)(mtk *k, const float *x, size_t n);
     size_t (*count_nonfinite)(mtk *k, const float *x, size_t n);
+    /* work NULL: none */
     void (*adamw)(mtk *k, float *p, void *work, const float *g, float *m, float *v, const mtk_adamw_seg *seg,
-                  int nseg, float lr, float b1, float b2, float eps, float wd, int t, float grad_scale);   /* work NULL: none */
+                  int nseg, float lr, float b1, float b2, float eps, float wd, int t, float grad_scale);
 } mtk_ops;
 
 struct mtk {

@@ -1,7 +1,7 @@
 /* matmul_bf16.c: the linear layer with bf16 operands on cpu, through oneDNN (dnnl.c): products in bf16
  * with fp32 accumulation; the forward bias is added in fp32 before the output is rounded to bf16, the
- * weight gradient is stored in or accumulated into the fp32 gradient buffer, the bias gradient is summed in fp32
- * from the bf16 output gradient. No staging copies: oneDNN reads the bf16 buffers where they are. */
+ * weight gradient is stored in or accumulated into the fp32 gradient buffer, the bias gradient is summed
+ * in fp32 from the bf16 output gradient. No staging copies: oneDNN reads the bf16 buffers where they are. */
 #include <stdint.h>
 #include <string.h>
 

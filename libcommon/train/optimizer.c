@@ -16,8 +16,9 @@ static int build_pieces(mt_adamw *o, mt_err *e)
     if (!o->seg) return mt_err_set(e, "out of memory");
     for (int i = 0; i < nt; i++) {
         const mt_gpt_tensor *t = mt_gpt_tensor_at(o->model, i);
-        size_t a = t->offset > o->lo ? t->offset : o->lo, b = t->offset + t->numel < o->hi ? t->offset + t->numel : o->hi;
-        if (a >= b) continue;
+        size_t a = t->offset > o->lo ? t->offset : o->lo;
+        size_t b = t->offset + t->numel < o->hi ? t->offset + t->numel : o->hi;
+        if (a >= b) continue;   /* the tensor is outside the shard */
         mtk_adamw_seg *last = o->nseg ? &o->seg[o->nseg - 1] : NULL;
         if (last && last->decay == !t->no_decay && last->off + last->n == a - o->lo) last->n += b - a;
         else o->seg[o->nseg++] = (mtk_adamw_seg){.off = a - o->lo, .n = b - a, .decay = !t->no_decay};

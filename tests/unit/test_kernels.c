@@ -893,8 +893,8 @@ TEST(adamw_multi)
             mtk_adamw_to(K, p2 + o, w2 + o, g + o, m2 + o, v2 + o, seg[i].n, lr, b1, b2, eps, seg[i].decay ? wd : 0.0f,
                          3, gs);
         }
-    T_CHECK(!memcmp(p, p2, sizeof(float) * n) && !memcmp(m, m2, sizeof(float) * n) && !memcmp(v, v2, sizeof(float) * n));
-    T_CHECK(!memcmp(w, w2, sizeof(float) * n));
+    T_CHECK(!memcmp(p, p2, sizeof(float) * n) && !memcmp(m, m2, sizeof(float) * n));
+    T_CHECK(!memcmp(v, v2, sizeof(float) * n) && !memcmp(w, w2, sizeof(float) * n));
     size_t gap = seg[7].off - 13, same = 0;   /* the gap kept its values: the working copy's 5.0 */
     for (size_t i = gap; i < gap + 13; i++) same += w[i] == 5.0f;
     T_EQ_INT((int)same, 13);
