@@ -132,9 +132,9 @@ static void fwd_launch(mtk *k, T *out, size_t o_sb, size_t o_sh, size_t o_st, fl
 template <class T>
 static void afwd(mtk *k, void *out, float *lse, const void *qkv, int B, int T_, int NH, int HS, Drop dr)
 {
-    const size_t C = (size_t)NH * HS, S3 = 3 * C;
+    const size_t C = (size_t)NH * HS;
     const T *x = (const T *)qkv;
-    Rows<T> q{x, T_ * S3, 3 * (size_t)HS, S3}, kr{x + HS, T_ * S3, 3 * (size_t)HS, S3}, vr{x + 2 * HS, T_ * S3, 3 * (size_t)HS, S3};
+    Rows<T> q = qkv_rows(x, 0, T_, NH, HS), kr = qkv_rows(x, 1, T_, NH, HS), vr = qkv_rows(x, 2, T_, NH, HS);
     fwd_launch<T>(k, (T *)out, T_ * C, HS, C, lse, q, kr, vr, B, T_, T_, 0, NH, HS, dr);
 }
 
@@ -164,8 +164,8 @@ __global__ void attn_dkv_kernel(T *dqkv, const T *qkv, const T *dout, const T *o
     const int TK = blockDim.x, ld = HS + 1, b = blockIdx.z, h = blockIdx.y, j0 = blockIdx.x * TK, r = threadIdx.x;
     const int j = j0 + r;
     const size_t C = (size_t)NH * HS, S3 = 3 * C;
-    Rows<T> q{qkv, T_ * S3, 3 * (size_t)HS, S3}, kr{qkv + HS, T_ * S3, 3 * (size_t)HS, S3},
-        vr{qkv + 2 * HS, T_ * S3, 3 * (size_t)HS, S3}, go{dout, T_ * C, (size_t)HS, C}, oo{out, T_ * C, (size_t)HS, C};
+    Rows<T> q = qkv_rows(qkv, 0, T_, NH, HS), kr = qkv_rows(qkv, 1, T_, NH, HS), vr = qkv_rows(qkv, 2, T_, NH, HS),
+            go = head_rows(dout, T_, NH, HS), oo = head_rows(out, T_, NH, HS);
     float *Ks = sm, *Vs = Ks + TK * ld, *dK = Vs + TK * ld, *dV = dK + TK * ld, *Qs = dV + TK * ld, *Gs = Qs + TK * ld;
     float *Ls = Gs + TK * ld, *Ds = Ls + TK;
     load_tile(Ks, ld, kr, b, h, j0, TK, T_, HS);
@@ -224,8 +224,8 @@ __global__ void attn_dq_kernel(T *dqkv, const T *qkv, const T *dout, const T *ou
     const int TK = blockDim.x, ld = HS + 1, b = blockIdx.z, h = blockIdx.y, i0 = blockIdx.x * TK, r = threadIdx.x;
     const int i = i0 + r;
     const size_t C = (size_t)NH * HS, S3 = 3 * C;
-    Rows<T> q{qkv, T_ * S3, 3 * (size_t)HS, S3}, kr{qkv + HS, T_ * S3, 3 * (size_t)HS, S3},
-        vr{qkv + 2 * HS, T_ * S3, 3 * (size_t)HS, S3}, go{dout, T_ * C, (size_t)HS, C};
+    Rows<T> q = qkv_rows(qkv, 0, T_, NH, HS), kr = qkv_rows(qkv, 1, T_, NH, HS), vr = qkv_rows(qkv, 2, T_, NH, HS),
+            go = head_rows(dout, T_, NH, HS);
     float *Qs = sm, *Gs = Qs + TK * ld, *dQ = Gs + TK * ld, *Ks = dQ + TK * ld, *Vs = Ks + TK * ld;
     load_tile(Qs, ld, q, b, h, i0, TK, T_, HS);
     load_tile(Gs, ld, go, b, h, i0, TK, T_, HS);
@@ -326,11 +326,11 @@ template <class T>
 static void akv(mtk *k, void *out, const void *qkv, void *kcache, void *vcache, int B, int T_, int pos0, int Tmax, int NH,
                 int HS)
 {
-    const size_t C = (size_t)NH * HS, S3 = 3 * C, n = (size_t)B * T_ * C;
+    const size_t C = (size_t)NH * HS, n = (size_t)B * T_ * C;
     LAUNCH(kv_append_kernel<T>, blocks_for(n), THREADS, 0, stream(k))((T *)kcache, (T *)vcache, (const T *)qkv, T_, pos0,
                                                                        Tmax, NH, HS, n);
     const size_t cb = (size_t)NH * Tmax * HS, ch = (size_t)Tmax * HS;
-    Rows<T> q{(const T *)qkv, T_ * S3, 3 * (size_t)HS, S3}, kr{(const T *)kcache, cb, ch, (size_t)HS},
+    Rows<T> q = qkv_rows((const T *)qkv, 0, T_, NH, HS), kr{(const T *)kcache, cb, ch, (size_t)HS},
         vr{(const T *)vcache, cb, ch, (size_t)HS};
     fwd_launch<T>(k, (T *)out, T_ * C, HS, C, NULL, q, kr, vr, B, T_, pos0 + T_, pos0, NH, HS, Drop{0, 0, 0.0f, 1.0f});
 }

@@ -11,6 +11,18 @@ template <class T> struct Rows {   // rows of one (sequence, head): p + b sb + h
     size_t sb, sh, st;
     __device__ const T *row(int b, int h, int t) const { return p + b * sb + h * sh + (size_t)t * st; }
 };
+// Part part (0: q, 1: k, 2: v) of a packed qkv [B][T][NH][3][HS].
+template <class T> __host__ __device__ inline Rows<T> qkv_rows(const T *qkv, int part, int T_, int NH, int HS)
+{
+    const size_t S3 = 3 * (size_t)NH * HS;
+    return Rows<T>{qkv + (size_t)part * HS, T_ * S3, 3 * (size_t)HS, S3};
+}
+// A tensor of [B][T][NH][HS] (the attention output and its gradient).
+template <class T> __host__ __device__ inline Rows<T> head_rows(const T *x, int T_, int NH, int HS)
+{
+    const size_t C = (size_t)NH * HS;
+    return Rows<T>{x, T_ * C, (size_t)HS, C};
+}
 struct Drop {
     uint64_t seed, offset;
     float p, scale;   // p == 0: none

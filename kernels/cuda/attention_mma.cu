@@ -234,8 +234,8 @@ __global__ void __launch_bounds__(MT, 3) attn_dkv_mma_kernel(T *dqkv, const T *q
     const int b = blockIdx.z, h = blockIdx.y, j0 = blockIdx.x * MB;
     const int jr[2] = {j0 + w * 16 + g, j0 + w * 16 + g + 8};
     const size_t C = (size_t)NH * D, S3 = 3 * C;
-    Rows<T> q{qkv, T_ * S3, 3 * (size_t)D, S3}, kr{qkv + D, T_ * S3, 3 * (size_t)D, S3},
-        vr{qkv + 2 * D, T_ * S3, 3 * (size_t)D, S3}, go{dout, T_ * C, (size_t)D, C};
+    Rows<T> q = qkv_rows(qkv, 0, T_, NH, D), kr = qkv_rows(qkv, 1, T_, NH, D), vr = qkv_rows(qkv, 2, T_, NH, D),
+            go = head_rows(dout, T_, NH, D);
     T *Qs = (T *)sm, *Gs = Qs + MB * L::R, *Qt = Gs + MB * L::R, *Gt = Qt + D * L::C;
     float *Ls = (float *)(Gt + D * L::C), *Ds = Ls + MB;
     load_rows<T, D>(Qs, kr, b, h, j0, T_);   // the key and value tiles, into registers through Qs, Gs
@@ -311,8 +311,8 @@ __global__ void __launch_bounds__(MT, 4) attn_dq_mma_kernel(T *dqkv, const T *qk
     const int b = blockIdx.z, h = blockIdx.y, i0 = (gridDim.x - 1 - blockIdx.x) * MB;   // longest first
     const int ir[2] = {i0 + w * 16 + g, i0 + w * 16 + g + 8};
     const size_t C = (size_t)NH * D, S3 = 3 * C;
-    Rows<T> q{qkv, T_ * S3, 3 * (size_t)D, S3}, kr{qkv + D, T_ * S3, 3 * (size_t)D, S3},
-        vr{qkv + 2 * D, T_ * S3, 3 * (size_t)D, S3}, go{dout, T_ * C, (size_t)D, C};
+    Rows<T> q = qkv_rows(qkv, 0, T_, NH, D), kr = qkv_rows(qkv, 1, T_, NH, D), vr = qkv_rows(qkv, 2, T_, NH, D),
+            go = head_rows(dout, T_, NH, D);
     T *Ks = (T *)sm, *Vs = Ks + MB * L::R, *Kt = Vs + MB * L::R;
     float *Ls = (float *)(Kt + D * L::C), *Ds = Ls + MB;
     load_rows<T, D>(Ks, q, b, h, i0, T_);   // the query and dout tiles, into registers through Ks, Vs
