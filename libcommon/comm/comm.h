@@ -2,7 +2,8 @@
  * that the CPU ranks' MPI implementation and the GPU ranks' NCCL implementation are interchangeable.
  *
  * Every operation is collective over the communicator's ranks unless it is send/recv. Reductions are
- * sums. reduce_scatter and all_gather work in place on one buffer of all ranks' chunks, chunk i holding
+ * sums, except that all_reduce also takes MT_OP_MAX (mt_all_reduce_op; e.g. the row maxima of a
+ * vocabulary-parallel cross-entropy). reduce_scatter and all_gather work in place on one buffer of all ranks' chunks, chunk i holding
  * counts[i] elements at offset counts[0] + ... + counts[i-1] (chunks may be empty): after
  * reduce_scatter, this rank's chunk holds the sum over ranks of that chunk; after all_gather every
  * chunk holds its owner's values. all_reduce is a reduce_scatter followed by an all_gather (a ring),
@@ -23,12 +24,14 @@
 #include "util/err.h"
 
 typedef enum { MT_C_F32, MT_C_F64, MT_C_I64, MT_C_BYTE } mt_cdtype;
+/* The reduction of all_reduce. */
+typedef enum { MT_OP_SUM, MT_OP_MAX } mt_redop;
 
 typedef struct mt_comm mt_comm;
 
 typedef struct mt_comm_ops {
     const char *name;
-    int (*all_reduce)(mt_comm *c, void *buf, size_t n, mt_cdtype t, mt_err *e);
+    int (*all_reduce)(mt_comm *c, void *buf, size_t n, mt_cdtype t, mt_redop op, mt_err *e);
     int (*reduce_scatter)(mt_comm *c, void *buf, const size_t *counts, mt_cdtype t, mt_err *e);
     int (*all_gather)(mt_comm *c, void *buf, const size_t *counts, mt_cdtype t, mt_err *e);
     int (*broadcast)(mt_comm *c, void *buf, size_t n, mt_cdtype t, int root, mt_err *e);
@@ -56,7 +59,11 @@ mt_comm *mt_comm_mpi_world(mt_err *e);
 /* The operations, through the table. */
 static inline int mt_all_reduce(mt_comm *c, void *buf, size_t n, mt_cdtype t, mt_err *e)
 {
-    return c->ops->all_reduce(c, buf, n, t, e);
+    return c->ops->all_reduce(c, buf, n, t, MT_OP_SUM, e);
+}
+static inline int mt_all_reduce_op(mt_comm *c, void *buf, size_t n, mt_cdtype t, mt_redop op, mt_err *e)
+{
+    return c->ops->all_reduce(c, buf, n, t, op, e);
 }
 static inline int mt_reduce_scatter(mt_comm *c, void *buf, const size_t *counts, mt_cdtype t, mt_err *e)
 {

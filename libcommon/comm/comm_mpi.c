@@ -62,39 +62,30 @@ static void *tmp_buf(mt_comm *c, size_t bytes)
     return m->tmp;
 }
 
-static void add(void *dst, const void *src, size_t n, mt_cdtype t)
+/* dst = dst (op) src, elementwise: one hop of the ring. MAX keeps a NaN of either side. */
+#define REDUCE(T, SUM, MAX)                                                                       \
+    do {                                                                                          \
+        T *d = dst;                                                                               \
+        const T *s = src;                                                                         \
+        if (op == MT_OP_MAX)                                                                      \
+            for (size_t i = 0; i < n; i++) d[i] = MAX;                                            \
+        else                                                                                      \
+            for (size_t i = 0; i < n; i++) d[i] = SUM;                                            \
+    } while (0)
+static void reduce(void *dst, const void *src, size_t n, mt_cdtype t, mt_redop op)
 {
     switch (t) {
-    case MT_C_F32: {
-        float *d = dst;
-        const float *s = src;
-        for (size_t i = 0; i < n; i++) d[i] += s[i];
-        break;
-    }
-    case MT_C_F64: {
-        double *d = dst;
-        const double *s = src;
-        for (size_t i = 0; i < n; i++) d[i] += s[i];
-        break;
-    }
-    case MT_C_I64: {
-        int64_t *d = dst;
-        const int64_t *s = src;
-        for (size_t i = 0; i < n; i++) d[i] += s[i];
-        break;
-    }
-    case MT_C_BYTE: {
-        unsigned char *d = dst;
-        const unsigned char *s = src;
-        for (size_t i = 0; i < n; i++) d[i] = (unsigned char)(d[i] + s[i]);
-        break;
-    }
+    case MT_C_F32: REDUCE(float, d[i] + s[i], s[i] > d[i] || s[i] != s[i] ? s[i] : d[i]); break;
+    case MT_C_F64: REDUCE(double, d[i] + s[i], s[i] > d[i] || s[i] != s[i] ? s[i] : d[i]); break;
+    case MT_C_I64: REDUCE(int64_t, d[i] + s[i], s[i] > d[i] ? s[i] : d[i]); break;
+    case MT_C_BYTE: REDUCE(unsigned char, (unsigned char)(d[i] + s[i]), s[i] > d[i] ? s[i] : d[i]); break;
     }
 }
+#undef REDUCE
 
 static int mod(int a, int n) { return ((a % n) + n) % n; }
 
-static int m_reduce_scatter(mt_comm *c, void *buf, const size_t *counts, mt_cdtype t, mt_err *e)
+static int reduce_scatter(mt_comm *c, void *buf, const size_t *counts, mt_cdtype t, mt_redop op, mt_err *e)
 {
     int N = c->size, r = c->rank;
     if (N == 1) return 0;
@@ -110,10 +101,15 @@ static int m_reduce_scatter(mt_comm *c, void *buf, const size_t *counts, mt_cdty
     for (int s = 0; s < N - 1 && !rc; s++) {
         int sc = mod(r - s - 1, N), rcv = mod(r - s - 2, N);
         rc = sendrecv(c, b + off[sc] * es, counts[sc] * es, to, tmp, counts[rcv] * es, from, e);
-        if (!rc) add(b + off[rcv] * es, tmp, counts[rcv], t);
+        if (!rc) reduce(b + off[rcv] * es, tmp, counts[rcv], t, op);
     }
     free(off);
     return rc;
+}
+
+static int m_reduce_scatter(mt_comm *c, void *buf, const size_t *counts, mt_cdtype t, mt_err *e)
+{
+    return reduce_scatter(c, buf, counts, t, MT_OP_SUM, e);
 }
 
 static int m_all_gather(mt_comm *c, void *buf, const size_t *counts, mt_cdtype t, mt_err *e)
@@ -132,12 +128,12 @@ static int m_all_gather(mt_comm *c, void *buf, const size_t *counts, mt_cdtype t
     return rc;
 }
 
-static int m_all_reduce(mt_comm *c, void *buf, size_t n, mt_cdtype t, mt_err *e)
+static int m_all_reduce(mt_comm *c, void *buf, size_t n, mt_cdtype t, mt_redop op, mt_err *e)
 {
     if (c->size == 1) return 0;
     size_t *counts = mt_xmalloc((size_t)c->size * sizeof *counts);
     mt_comm_even_counts(n, c->size, counts);
-    int rc = m_reduce_scatter(c, buf, counts, t, e) || m_all_gather(c, buf, counts, t, e) ? -1 : 0;
+    int rc = reduce_scatter(c, buf, counts, t, op, e) || m_all_gather(c, buf, counts, t, e) ? -1 : 0;
     free(counts);
     return rc;
 }

@@ -39,11 +39,11 @@ static int finish(mt_comm *c, const char *what, ncclResult_t r, mt_err *e)
     return 0;
 }
 
-static int n_all_reduce(mt_comm *c, void *buf, size_t n, mt_cdtype t, mt_err *e)
+static int n_all_reduce(mt_comm *c, void *buf, size_t n, mt_cdtype t, mt_redop op, mt_err *e)
 {
     nccl_impl *m = c->impl;
     if (c->size == 1) return 0;
-    ncclResult_t r = ncclAllReduce(buf, buf, n, nccl_type(t), ncclSum, m->comm, m->stream);
+    ncclResult_t r = ncclAllReduce(buf, buf, n, nccl_type(t), op == MT_OP_MAX ? ncclMax : ncclSum, m->comm, m->stream);
     c->bytes_sent += 2 * (n * mt_cdtype_size(t)) * (size_t)(c->size - 1) / (size_t)c->size;
     return finish(c, "ncclAllReduce", r, e);
 }

@@ -130,6 +130,7 @@ TEST(single_rank_comm)
     float x[3] = {1, 2, 3};
     size_t counts[1] = {3};
     T_CHECK(mt_all_reduce(c, x, 3, MT_C_F32, &e) == 0);
+    T_CHECK(mt_all_reduce_op(c, x, 3, MT_C_F32, MT_OP_MAX, &e) == 0);
     T_CHECK(mt_reduce_scatter(c, x, counts, MT_C_F32, &e) == 0);
     T_CHECK(mt_all_gather(c, x, counts, MT_C_F32, &e) == 0);
     T_CHECK(mt_broadcast(c, x, 3, MT_C_F32, 0, &e) == 0);
@@ -202,6 +203,47 @@ TEST(mpi_all_reduce)
     int64_t q = world->rank + 1;
     if (mt_all_reduce(world, &q, 1, MT_C_I64, &e)) T_FAILF("%s", e.msg);
     T_EQ_INT(q, N * (N + 1) / 2);
+}
+
+/* MAX: the largest value of any rank at each element, wherever it sits, for every element type;
+ * the same bits on every rank (each rank then sums the results, which must come out N times one). */
+TEST(mpi_all_reduce_max)
+{
+    int N = world->size, r = world->rank;
+    mt_err e;
+    size_t sizes[] = {1, (size_t)N + 1, 10007};
+    for (size_t k = 0; k < sizeof sizes / sizeof sizes[0]; k++) {
+        size_t n = sizes[k];
+        float *x = malloc(n * sizeof *x);
+        double *d = malloc(n * sizeof *d);
+        int64_t *q = malloc(n * sizeof *q);
+        unsigned char *b = malloc(n);
+        /* the largest at element i is on rank i % N, and negative elsewhere on odd elements */
+        for (size_t i = 0; i < n; i++) {
+            int top = (int)(i % (size_t)N) == r;
+            x[i] = top ? val(r, i) : (i % 2 ? -val(r, i) : val(r, i) * 0.1f);
+            d[i] = top ? 1e300 : -(double)(r + 1) * (double)i;
+            q[i] = top ? (int64_t)i - 5 : -(int64_t)(r + 10) * 1000 - (int64_t)i;
+            b[i] = top ? 250 : (unsigned char)(r * 3 + (int)(i % 7));
+        }
+        uint64_t before = world->bytes_sent;
+        if (mt_all_reduce_op(world, x, n, MT_C_F32, MT_OP_MAX, &e) || mt_all_reduce_op(world, d, n, MT_C_F64, MT_OP_MAX, &e) ||
+            mt_all_reduce_op(world, q, n, MT_C_I64, MT_OP_MAX, &e) || mt_all_reduce_op(world, b, n, MT_C_BYTE, MT_OP_MAX, &e))
+            T_FAILF("%s", e.msg);
+        T_CHECK(world->bytes_sent > before);
+        for (size_t i = 0; i < n; i++) {
+            int top = (int)(i % (size_t)N);
+            if (x[i] != val(top, i) || d[i] != 1e300 || q[i] != (int64_t)i - 5 || b[i] != 250) {
+                T_FAILF("n %zu element %zu: %g %g %lld %d, expected %g", n, i, x[i], d[i], (long long)q[i], b[i], val(top, i));
+                break;
+            }
+        }
+        free(x), free(d), free(q), free(b);
+    }
+    /* NaN on one rank wins */
+    float y[2] = {r == N - 1 ? NAN : 1.0f, (float)r};
+    if (mt_all_reduce_op(world, y, 2, MT_C_F32, MT_OP_MAX, &e)) T_FAILF("%s", e.msg);
+    T_CHECK(isnan(y[0]) && y[1] == (float)(N - 1));
 }
 
 TEST(mpi_reduce_scatter_all_gather)
@@ -307,6 +349,7 @@ int main(int argc, char **argv)
         t_bin = name;
         RUN(mpi_bootstrap);
         RUN(mpi_all_reduce);
+        RUN(mpi_all_reduce_max);
         RUN(mpi_reduce_scatter_all_gather);
         RUN(mpi_broadcast_send_recv_barrier);
         RUN(mpi_split_groups);
