@@ -10,6 +10,8 @@ size_t mt_cdtype_size(mt_cdtype t)
     case MT_C_F64: return 8;
     case MT_C_I64: return 8;
     case MT_C_BYTE: return 1;
+    case MT_C_BF16: return 2;
+    case MT_C_F16: return 2;
     }
     return 1;
 }

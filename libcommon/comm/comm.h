@@ -23,7 +23,9 @@
 
 #include "util/err.h"
 
-typedef enum { MT_C_F32, MT_C_F64, MT_C_I64, MT_C_BYTE } mt_cdtype;
+/* Element types. MT_C_BF16 and MT_C_F16 are 2-byte bit patterns (kernels/mt_base.h converts them); their
+ * sums are taken in fp32 at each hop and rounded to the type (to nearest even), as NCCL does. */
+typedef enum { MT_C_F32, MT_C_F64, MT_C_I64, MT_C_BYTE, MT_C_BF16, MT_C_F16 } mt_cdtype;
 /* The reduction of all_reduce. */
 typedef enum { MT_OP_SUM, MT_OP_MAX } mt_redop;
 

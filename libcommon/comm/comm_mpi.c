@@ -62,7 +62,14 @@ static void *tmp_buf(mt_comm *c, size_t bytes)
     return m->tmp;
 }
 
-/* dst = dst (op) src, elementwise: one hop of the ring. MAX keeps a NaN of either side. */
+/* The larger of two 16-bit floats (a NaN wins), as its bits. */
+static uint16_t max16(uint16_t a, uint16_t b, float (*f)(uint16_t))
+{
+    float x = f(a), y = f(b);
+    return y > x || y != y ? b : a;
+}
+
+/* dst = dst (op) src, elementwise: one hop of the ring; 16-bit floats are added in fp32 and rounded. MAX keeps a NaN of either side. */
 #define REDUCE(T, SUM, MAX)                                                                       \
     do {                                                                                          \
         T *d = dst;                                                                               \
@@ -79,6 +86,10 @@ static void reduce(void *dst, const void *src, size_t n, mt_cdtype t, mt_redop o
     case MT_C_F64: REDUCE(double, d[i] + s[i], s[i] > d[i] || s[i] != s[i] ? s[i] : d[i]); break;
     case MT_C_I64: REDUCE(int64_t, d[i] + s[i], s[i] > d[i] ? s[i] : d[i]); break;
     case MT_C_BYTE: REDUCE(unsigned char, (unsigned char)(d[i] + s[i]), s[i] > d[i] ? s[i] : d[i]); break;
+    case MT_C_BF16: REDUCE(uint16_t, mt_f32_to_bf16(mt_bf16_to_f32(d[i]) + mt_bf16_to_f32(s[i])),
+                           max16(d[i], s[i], mt_bf16_to_f32)); break;
+    case MT_C_F16: REDUCE(uint16_t, mt_f32_to_f16(mt_f16_to_f32(d[i]) + mt_f16_to_f32(s[i])),
+                          max16(d[i], s[i], mt_f16_to_f32)); break;
     }
 }
 #undef REDUCE

@@ -22,6 +22,8 @@ static ncclDataType_t nccl_type(mt_cdtype t)
     case MT_C_F64: return ncclFloat64;
     case MT_C_I64: return ncclInt64;
     case MT_C_BYTE: return ncclUint8;
+    case MT_C_BF16: return ncclBfloat16;
+    case MT_C_F16: return ncclFloat16;
     }
     return ncclUint8;
 }

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # comm-mpi.sh: the communicator under mpirun with 2 and 4 ranks (test_comm --mpi): PMIx bootstrap and its
-# blob exchange, ring all-reduce (sum and max) / reduce-scatter / all-gather / broadcast / send-recv / barrier against
+# blob exchange, ring all-reduce (sum and max; fp32, fp64, int64, bytes,
+# bf16 and fp16 bit for bit) / reduce-scatter / all-gather / broadcast / send-recv / barrier against
 # values every rank computes, bytes counted, split groups in Megatron's order. Every rank reports.
 . "$(dirname "$0")/../lib.sh"
 bin=$T_TOP/${MT_BUILD:-build}/tests/test_comm
@@ -14,7 +15,7 @@ for n in 2 4; do
     TMPDIR=$T_TMP timeout -k 5 120 mpirun $root --oversubscribe -np $n "$bin" --mpi >"$T_TMP/out$n" 2>"$T_TMP/err$n"
     rc=$?
     oks=$(grep -c '^ok - test_comm\[rank [0-9]*/'$n'\]' "$T_TMP/out$n")
-    if [ $rc = 0 ] && [ "$oks" = $((6 * n)) ] && ! grep -q '^not ok' "$T_TMP/out$n"; then
+    if [ $rc = 0 ] && [ "$oks" = $((7 * n)) ] && ! grep -q '^not ok' "$T_TMP/out$n"; then
         t_pass "$n ranks: every collective on every rank ($oks checks)"
     else
         t_fail "$n ranks" "exit $rc, $oks ok lines: $(grep -m3 '^not ok' "$T_TMP/out$n") $(tail -c 300 "$T_TMP/err$n")"

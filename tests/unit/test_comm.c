@@ -246,6 +246,77 @@ TEST(mpi_all_reduce_max)
     T_CHECK(isnan(y[0]) && y[1] == (float)(N - 1));
 }
 
+/* 1 when every rank holds the same n bytes (a hash of them compared by max and sum). */
+static int same_on_every_rank(const void *p, size_t n)
+{
+    const unsigned char *b = p;
+    uint64_t h = 1469598103934665603u;
+    for (size_t i = 0; i < n; i++) h = (h ^ b[i]) * 1099511628211u;
+    int64_t x[2] = {(int64_t)(h >> 34), 0}, y;
+    mt_err e;
+    y = x[0];
+    if (mt_all_reduce_op(world, x, 1, MT_C_I64, MT_OP_MAX, &e) || mt_all_reduce(world, &y, 1, MT_C_I64, &e)) return 0;
+    return y == x[0] * world->size;
+}
+
+/* bf16 and fp16: each hop of the ring adds in fp32 and rounds to the type, so the result is the ring's
+ * own order of rounded sums (chunk c starts on rank c+1 and ends on rank c), the same bits everywhere;
+ * MAX; and broadcast, all_gather and send/recv move the bits untouched. */
+TEST(mpi_16bit)
+{
+    int N = world->size, r = world->rank;
+    mt_err e;
+    size_t n = 4099, counts[64];
+    mt_comm_even_counts(n, N, counts);
+    for (int f16 = 0; f16 < 2; f16++) {
+        mt_cdtype t = f16 ? MT_C_F16 : MT_C_BF16;
+        uint16_t (*to)(float) = f16 ? mt_f32_to_f16 : mt_f32_to_bf16;
+        float (*from)(uint16_t) = f16 ? mt_f16_to_f32 : mt_bf16_to_f32;
+        uint16_t *x = malloc(n * sizeof *x), *m = malloc(n * sizeof *m);
+        #define V16(q, i) to((float)(((int)(i) * 37 + (q) * 101) % 1000) * 0.0123f - 5.1f + (float)(q))
+        for (size_t i = 0; i < n; i++) x[i] = m[i] = V16(r, i);
+        if (mt_all_reduce(world, x, n, t, &e) || mt_all_reduce_op(world, m, n, t, MT_OP_MAX, &e)) T_FAILF("%s", e.msg);
+        size_t chunk = 0, end = counts[0];
+        for (size_t i = 0; i < n; i++) {
+            while (i >= end) end += counts[++chunk];
+            uint16_t want = V16(((int)chunk + 1) % N, i), top = V16(0, i);
+            for (int k = 1; k < N; k++) want = to(from(want) + from(V16(((int)chunk + 1 + k) % N, i)));
+            for (int q = 1; q < N; q++)
+                if (from(V16(q, i)) > from(top)) top = V16(q, i);
+            if (x[i] != want || m[i] != top) {
+                T_FAILF("%s element %zu: sum %04x (%g), expected %04x (%g); max %04x, expected %04x", f16 ? "fp16" : "bf16", i,
+                        x[i], from(x[i]), want, from(want), m[i], top);
+                break;
+            }
+        }
+        T_CHECK(same_on_every_rank(x, n * 2));
+        /* bytes moved untouched, NaN patterns included */
+        for (size_t i = 0; i < n; i++) x[i] = r == 0 ? (uint16_t)(i * 2654435761u >> 7) : 0;
+        if (mt_broadcast(world, x, n, t, 0, &e)) T_FAILF("%s", e.msg);
+        for (size_t i = 0; i < n; i++)
+            if (x[i] != (uint16_t)(i * 2654435761u >> 7)) {
+                T_FAILF("broadcast element %zu", i);
+                break;
+            }
+        size_t off = 0;
+        for (int q = 0; q < r; q++) off += counts[q];
+        for (size_t i = off; i < off + counts[r]; i++) x[i] = (uint16_t)(0xff80u + (unsigned)r);   /* NaN bits */
+        if (mt_all_gather(world, x, counts, t, &e)) T_FAILF("%s", e.msg);
+        off = 0;
+        for (int q = 0; q < N; q++) {
+            for (size_t i = off; i < off + counts[q]; i++)
+                if (x[i] != (uint16_t)(0xff80u + (unsigned)q)) {
+                    T_FAILF("all_gather element %zu", i);
+                    break;
+                }
+            off += counts[q];
+        }
+        #undef V16
+        free(x);
+        free(m);
+    }
+}
+
 TEST(mpi_reduce_scatter_all_gather)
 {
     int N = world->size;
@@ -350,6 +421,7 @@ int main(int argc, char **argv)
         RUN(mpi_bootstrap);
         RUN(mpi_all_reduce);
         RUN(mpi_all_reduce_max);
+        RUN(mpi_16bit);
         RUN(mpi_reduce_scatter_all_gather);
         RUN(mpi_broadcast_send_recv_barrier);
         RUN(mpi_split_groups);
