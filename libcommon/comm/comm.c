@@ -2,6 +2,7 @@
 #include "comm/comm.h"
 
 #include <stdlib.h>
+#include <string.h>
 
 size_t mt_cdtype_size(mt_cdtype t)
 {
@@ -46,6 +47,27 @@ static int s_recv(mt_comm *c, void *buf, size_t n, mt_cdtype t, int peer, mt_err
     (void)c, (void)buf, (void)n, (void)t;
     return mt_err_set(e, "receive from rank %d in a group of one", peer);
 }
+/* Sends to self matched in order with receives from self: copies. */
+static int s_p2p(mt_comm *c, mt_p2p *ops, int n, mt_err *e)
+{
+    (void)c;
+    int next = 0;   /* the next send to match */
+    for (int i = 0; i < n; i++) {
+        if (ops[i].peer != 0)
+            return mt_err_set(e, "%s rank %d in a group of one", ops[i].send ? "send to" : "receive from", ops[i].peer);
+        if (ops[i].send) continue;
+        while (next < n && !ops[next].send) next++;
+        if (next == n) return mt_err_set(e, "a receive from rank 0 without a matching send");
+        size_t bytes = ops[i].n * mt_cdtype_size(ops[i].t);
+        if (bytes != ops[next].n * mt_cdtype_size(ops[next].t))
+            return mt_err_set(e, "a receive of %zu bytes matched with a send of %zu", bytes,
+                              ops[next].n * mt_cdtype_size(ops[next].t));
+        if (bytes) memmove(ops[i].buf, ops[next].buf, bytes);
+        next++;
+    }
+    while (next < n && !ops[next].send) next++;
+    return next < n ? mt_err_set(e, "a send to rank 0 without a matching receive") : 0;
+}
 static int s_barrier(mt_comm *c, mt_err *e)
 {
     (void)c, (void)e;
@@ -58,8 +80,8 @@ static mt_comm *s_split(mt_comm *c, int color, int key, mt_err *e)
 }
 static void s_free(mt_comm *c) { free(c); }
 
-static const mt_comm_ops single_ops = {"single", s_all_reduce, s_chunks, s_chunks, s_broadcast,
-                                       s_send,   s_recv,       s_barrier, s_split, s_free};
+static const mt_comm_ops single_ops = {"single", s_all_reduce, s_chunks,  s_chunks, s_broadcast, s_send,
+                                       s_recv,   s_p2p,        s_barrier, s_split,  s_free};
 
 mt_comm *mt_comm_single(void)
 {

@@ -9,6 +9,12 @@
  * chunk holds its owner's values. all_reduce is a reduce_scatter followed by an all_gather (a ring),
  * so every rank ends with bit-identical sums.
  *
+ * Point-to-point: send and recv block until their transfer is done. mt_p2p_batch posts every send and
+ * receive of a list at once and returns when all are complete, so that ranks which send to and receive
+ * from each other in one call cannot deadlock (a pipeline schedule's exchanges; PyTorch's
+ * batch_isend_irecv). Transfers between the same two ranks in the same direction match in list order;
+ * a rank may send to itself (its receive from itself gets the data).
+ *
  * Traffic: every operation adds the bytes this rank hands to the transport to c->bytes_sent (a ring
  * all-reduce of S bytes sends 2 (N-1)/N S), so that a step's traffic can be reported.
  *
@@ -31,6 +37,15 @@ typedef enum { MT_OP_SUM, MT_OP_MAX } mt_redop;
 
 typedef struct mt_comm mt_comm;
 
+/* One transfer of a batch of point-to-point operations (mt_p2p_batch). */
+typedef struct mt_p2p {
+    int send;        /* 1 send, 0 receive */
+    void *buf;
+    size_t n;        /* elements */
+    mt_cdtype t;
+    int peer;        /* the rank in this communicator to send to / receive from */
+} mt_p2p;
+
 typedef struct mt_comm_ops {
     const char *name;
     int (*all_reduce)(mt_comm *c, void *buf, size_t n, mt_cdtype t, mt_redop op, mt_err *e);
@@ -39,6 +54,7 @@ typedef struct mt_comm_ops {
     int (*broadcast)(mt_comm *c, void *buf, size_t n, mt_cdtype t, int root, mt_err *e);
     int (*send)(mt_comm *c, const void *buf, size_t n, mt_cdtype t, int peer, mt_err *e);
     int (*recv)(mt_comm *c, void *buf, size_t n, mt_cdtype t, int peer, mt_err *e);
+    int (*p2p)(mt_comm *c, mt_p2p *ops, int n, mt_err *e);
     int (*barrier)(mt_comm *c, mt_err *e);
     mt_comm *(*split)(mt_comm *c, int color, int key, mt_err *e);
     void (*free)(mt_comm *c);
@@ -87,6 +103,7 @@ static inline int mt_recv(mt_comm *c, void *buf, size_t n, mt_cdtype t, int peer
 {
     return c->ops->recv(c, buf, n, t, peer, e);
 }
+static inline int mt_p2p_batch(mt_comm *c, mt_p2p *ops, int n, mt_err *e) { return c->ops->p2p(c, ops, n, e); }
 static inline int mt_barrier(mt_comm *c, mt_err *e) { return c->ops->barrier(c, e); }
 static inline mt_comm *mt_comm_split(mt_comm *c, int color, int key, mt_err *e) { return c->ops->split(c, color, key, e); }
 static inline void mt_comm_free(mt_comm *c)

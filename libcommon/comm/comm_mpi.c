@@ -176,6 +176,38 @@ static int m_recv(mt_comm *c, void *buf, size_t n, mt_cdtype t, int peer, mt_err
     return 0;
 }
 
+/* Every receive, then every send, posted in pieces of at most PIECE bytes; one wait for them all. */
+static int m_p2p(mt_comm *c, mt_p2p *ops, int n, mt_err *e)
+{
+    size_t nq = 0;
+    for (int i = 0; i < n; i++) {
+        if (ops[i].peer < 0 || ops[i].peer >= c->size)
+            return mt_err_set(e, "%s rank %d of %d", ops[i].send ? "send to" : "receive from", ops[i].peer, c->size);
+        size_t b = ops[i].n * mt_cdtype_size(ops[i].t);
+        nq += b ? (b + PIECE - 1) / PIECE : 1;
+    }
+    MPI_Request *q = mt_xmalloc((nq ? nq : 1) * sizeof *q);
+    int rc = MPI_SUCCESS;
+    size_t k = 0;
+    for (int pass = 0; pass < 2; pass++)
+        for (int i = 0; i < n && rc == MPI_SUCCESS; i++) {
+            if (ops[i].send != pass) continue;
+            size_t b = ops[i].n * mt_cdtype_size(ops[i].t), off = 0;
+            char *p = ops[i].buf;
+            do {
+                int m = (int)(b - off < PIECE ? b - off : PIECE);
+                if (pass) {
+                    rc = MPI_Isend(p + off, m, MPI_BYTE, ops[i].peer, TAG, comm_of(c), &q[k++]);
+                    c->bytes_sent += (size_t)m;
+                } else rc = MPI_Irecv(p + off, m, MPI_BYTE, ops[i].peer, TAG, comm_of(c), &q[k++]);
+                off += (size_t)m;
+            } while (off < b && rc == MPI_SUCCESS);
+        }
+    if (rc == MPI_SUCCESS) rc = MPI_Waitall((int)k, q, MPI_STATUSES_IGNORE);
+    free(q);
+    return rc == MPI_SUCCESS ? 0 : mpi_fail(c, "point-to-point batch", rc, e);
+}
+
 /* A chain from the root, in pieces so that the ranks forward while receiving. */
 static int m_broadcast(mt_comm *c, void *buf, size_t n, mt_cdtype t, int root, mt_err *e)
 {
@@ -238,8 +270,8 @@ static void m_free(mt_comm *c)
     free(c);
 }
 
-static const mt_comm_ops mpi_ops = {"mpi",  m_all_reduce, m_reduce_scatter, m_all_gather, m_broadcast,
-                                    m_send, m_recv,       m_barrier,        m_split,      m_free};
+static const mt_comm_ops mpi_ops = {"mpi",  m_all_reduce, m_reduce_scatter, m_all_gather, m_broadcast, m_send,
+                                    m_recv, m_p2p,        m_barrier,        m_split,      m_free};
 
 mt_comm *mt_comm_mpi_world(mt_err *e)
 {

@@ -102,6 +102,24 @@ static int n_recv(mt_comm *c, void *buf, size_t n, mt_cdtype t, int peer, mt_err
     return finish(c, "ncclRecv", ncclRecv(buf, n, nccl_type(t), peer, m->comm, m->stream), e);
 }
 
+static int n_p2p(mt_comm *c, mt_p2p *ops, int n, mt_err *e)
+{
+    nccl_impl *m = c->impl;
+    ncclResult_t r = ncclGroupStart();
+    for (int i = 0; i < n && r == ncclSuccess; i++) {
+        if (ops[i].peer < 0 || ops[i].peer >= c->size) {
+            ncclGroupEnd();
+            return mt_err_set(e, "%s rank %d of %d", ops[i].send ? "send to" : "receive from", ops[i].peer, c->size);
+        }
+        if (ops[i].send) {
+            r = ncclSend(ops[i].buf, ops[i].n, nccl_type(ops[i].t), ops[i].peer, m->comm, m->stream);
+            c->bytes_sent += ops[i].n * mt_cdtype_size(ops[i].t);
+        } else r = ncclRecv(ops[i].buf, ops[i].n, nccl_type(ops[i].t), ops[i].peer, m->comm, m->stream);
+    }
+    ncclResult_t r2 = ncclGroupEnd();
+    return finish(c, "point-to-point batch", r != ncclSuccess ? r : r2, e);
+}
+
 static int n_barrier(mt_comm *c, mt_err *e)
 {
     nccl_impl *m = c->impl;
@@ -147,8 +165,8 @@ static void n_free(mt_comm *c)
     free(c);
 }
 
-static const mt_comm_ops nccl_ops = {"nccl", n_all_reduce, n_reduce_scatter, n_all_gather, n_broadcast,
-                                     n_send, n_recv,       n_barrier,        n_split,      n_free};
+static const mt_comm_ops nccl_ops = {"nccl", n_all_reduce, n_reduce_scatter, n_all_gather, n_broadcast, n_send,
+                                     n_recv, n_p2p,        n_barrier,        n_split,      n_free};
 
 mt_comm *mt_comm_nccl_world(mt_boot *b, void *stream, mt_err *e)
 {

@@ -138,6 +138,15 @@ TEST(single_rank_comm)
     T_CHECK(x[0] == 1 && x[1] == 2 && x[2] == 3);
     T_EQ_INT(c->bytes_sent, 0);
     T_CHECK(mt_send(c, x, 1, MT_C_F32, 1, &e) == -1);
+    /* a batch: sends to self matched in order with receives from self */
+    float a[2] = {7, 8}, b[1] = {9}, ra[2] = {0, 0}, rb[1] = {0};
+    mt_p2p ops[4] = {{0, ra, 2, MT_C_F32, 0}, {1, a, 2, MT_C_F32, 0}, {1, b, 1, MT_C_F32, 0}, {0, rb, 1, MT_C_F32, 0}};
+    T_CHECK(mt_p2p_batch(c, ops, 4, &e) == 0);
+    T_CHECK(ra[0] == 7 && ra[1] == 8 && rb[0] == 9);
+    T_CHECK(mt_p2p_batch(c, ops + 1, 1, &e) == -1);   /* a send nobody receives */
+    ops[0].peer = 1;
+    T_CHECK(mt_p2p_batch(c, ops, 2, &e) == -1 && strstr(e.msg, "rank 1"));
+    T_EQ_INT(c->bytes_sent, 0);
     mt_comm *s = mt_comm_split(c, 0, 0, &e);
     T_EQ_INT(s->size, 1);
     mt_comm_free(s);
@@ -382,6 +391,48 @@ TEST(mpi_broadcast_send_recv_barrier)
     if (mt_barrier(world, &e)) T_FAILF("%s", e.msg);
 }
 
+/* Batched point-to-point: every rank sends to and receives from both neighbours in one call, sends
+ * listed first (blocking sends in that order would deadlock), a large ring shift, two messages to the
+ * same peer matched in order, and the bytes of the sends counted. */
+TEST(mpi_p2p)
+{
+    int N = world->size, r = world->rank, next = (r + 1) % N, prev = (r + N - 1) % N;
+    mt_err e;
+    size_t n = 300001;
+    float *s = malloc(n * sizeof *s), *got = malloc(n * sizeof *got);
+    for (size_t i = 0; i < n; i++) s[i] = val(r, i), got[i] = -1;
+    int64_t to_prev[2] = {r, 11}, from_next[2] = {-1, -1}, second[1] = {r * 7}, from_next2[1] = {-1};
+    mt_p2p ops[] = {
+        {1, s, n, MT_C_F32, next},
+        {1, to_prev, 2, MT_C_I64, prev},
+        {1, second, 1, MT_C_I64, prev},
+        {0, got, n, MT_C_F32, prev},
+        {0, from_next, 2, MT_C_I64, next},
+        {0, from_next2, 1, MT_C_I64, next},
+    };
+    uint64_t before = world->bytes_sent;
+    if (mt_p2p_batch(world, ops, 6, &e)) T_FAILF("%s", e.msg);
+    T_EQ_INT(world->bytes_sent - before, n * 4 + 16 + 8);
+    for (size_t i = 0; i < n; i++)
+        if (got[i] != val(prev, i)) {
+            T_FAILF("ring shift element %zu: %g, expected %g", i, got[i], val(prev, i));
+            break;
+        }
+    T_CHECK(from_next[0] == next && from_next[1] == 11 && from_next2[0] == next * 7);
+    /* an exchange with one peer both ways, and a rank out of range refused */
+    if (N >= 2) {
+        int peer = r ^ 1;
+        double x = r + 0.5, y = -1;
+        mt_p2p ex[2] = {{1, &x, 1, MT_C_F64, peer < N ? peer : r}, {0, &y, 1, MT_C_F64, peer < N ? peer : r}};
+        if (mt_p2p_batch(world, ex, 2, &e)) T_FAILF("%s", e.msg);
+        T_CHECK(y == (peer < N ? peer : r) + 0.5);
+    }
+    mt_p2p bad = {0, &n, 1, MT_C_I64, N};
+    T_CHECK(mt_p2p_batch(world, &bad, 1, &e) == -1);
+    free(s);
+    free(got);
+}
+
 TEST(mpi_split_groups)
 {
     mt_err e;
@@ -424,6 +475,7 @@ int main(int argc, char **argv)
         RUN(mpi_16bit);
         RUN(mpi_reduce_scatter_all_gather);
         RUN(mpi_broadcast_send_recv_barrier);
+        RUN(mpi_p2p);
         RUN(mpi_split_groups);
         mt_comm_free(world);
         mt_boot_finalize(&boot);
