@@ -74,6 +74,16 @@ mt_comm *mt_comm_single(void);
 /* MPI_COMM_WORLD (MPI must be running: comm/bootstrap.h). NULL with e set. */
 mt_comm *mt_comm_mpi_world(mt_err *e);
 
+/* The host-staged communicator over host_comm, for device buffers of the kernels k that the data plane
+ * cannot read (ranks sharing a GPU, the simulator backend): each operation waits for k's queues, copies
+ * the device buffer to host scratch (mtk_to_host), runs host_comm's operation on the copy and copies the
+ * result back (mtk_to_device); only what the operation defines travels (this rank's chunk back after a
+ * reduce_scatter, this rank's chunk in before an all_gather). The results are host_comm's bits, and so
+ * are the bytes sent. It does not own host_comm: free host_comm after it. Its split is a staged
+ * communicator over host_comm's split, which that one owns. NULL with e set. */
+typedef struct mtk mtk;
+mt_comm *mt_comm_staged(mt_comm *host_comm, mtk *k, mt_err *e);
+
 /* The operations, through the table. */
 static inline int mt_all_reduce(mt_comm *c, void *buf, size_t n, mt_cdtype t, mt_err *e)
 {

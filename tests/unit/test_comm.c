@@ -8,6 +8,7 @@
 #include "comm/bootstrap.h"
 #include "comm/comm.h"
 #include "comm/grid.h"
+#include "kernels.h"
 #include "t.h"
 
 static int members_eq(const int *m, int n, const int *want, int nw)
@@ -433,6 +434,121 @@ TEST(mpi_p2p)
     free(got);
 }
 
+/* The host-staged communicator over the world, on device buffers of the backend MT_TEST_BACKEND (default
+ * cpu; sim: the simulator's memory): every operation gives the bits and the byte counts of the MPI
+ * communicator on host buffers of the same values, also in a split group. */
+static int same_bits(mtk *k, const void *dev, const void *host, size_t bytes)
+{
+    unsigned char *h = malloc(bytes ? bytes : 1);
+    mtk_to_host(k, h, dev, bytes);
+    int same = !memcmp(h, host, bytes);
+    free(h);
+    return same;
+}
+
+TEST(mpi_staged)
+{
+    const char *backend = getenv("MT_TEST_BACKEND") ? getenv("MT_TEST_BACKEND") : "cpu";
+    mt_err e;
+    mtk *k = mtk_open(&(mtk_config){.backend = backend, .threads = 1, .act_dtype = MTK_F32}, &e);
+    if (!k) {
+        T_FAILF("backend %s: %s", backend, e.msg);
+        return;
+    }
+    mt_comm *st = mt_comm_staged(world, k, &e);
+    T_CHECK(st && st->rank == world->rank && st->size == world->size);
+    int N = world->size, r = world->rank;
+    size_t n = 30011, counts[64], off = 0;
+    mt_comm_even_counts(n, N, counts);
+    for (int q = 0; q < r; q++) off += counts[q];
+    float *h = malloc(n * sizeof *h), *d = mtk_alloc(k, n * sizeof *h, &e);
+    uint16_t *h16 = malloc(n * 2), *d16 = mtk_alloc(k, n * 2, &e);
+    #define FILL(v) do { for (size_t i = 0; i < n; i++) h[i] = (v); mtk_to_device(k, d, h, n * sizeof *h); } while (0)
+    #define SAME(what, from, bytes) do { \
+        T_CHECK(st->bytes_sent - sb == world->bytes_sent - wb); \
+        if (!same_bits(k, (char *)d + (from), (char *)h + (from), bytes)) T_FAILF("%s: other bits than on the host", what); \
+    } while (0)
+    uint64_t sb, wb;
+    /* all-reduce, sum and max */
+    for (int op = 0; op < 2; op++) {
+        FILL(val(r, i) * (i % 3 ? 0.37f : -1.1f));
+        sb = st->bytes_sent;
+        if (mt_all_reduce_op(st, d, n, MT_C_F32, (mt_redop)op, &e)) T_FAILF("%s", e.msg);
+        wb = world->bytes_sent;
+        if (mt_all_reduce_op(world, h, n, MT_C_F32, (mt_redop)op, &e)) T_FAILF("%s", e.msg);
+        SAME(op ? "all_reduce max" : "all_reduce", 0, n * sizeof *h);
+    }
+    /* bf16 all-reduce */
+    for (size_t i = 0; i < n; i++) h16[i] = mt_f32_to_bf16(val(r, i) * 0.013f);
+    mtk_to_device(k, d16, h16, n * 2);
+    if (mt_all_reduce(st, d16, n, MT_C_BF16, &e) || mt_all_reduce(world, h16, n, MT_C_BF16, &e)) T_FAILF("%s", e.msg);
+    if (!same_bits(k, d16, h16, n * 2)) T_FAILF("bf16 all_reduce: other bits than on the host");
+    /* reduce-scatter: this rank's chunk */
+    FILL(val(r, i) * 0.77f);
+    sb = st->bytes_sent;
+    if (mt_reduce_scatter(st, d, counts, MT_C_F32, &e)) T_FAILF("%s", e.msg);
+    wb = world->bytes_sent;
+    if (mt_reduce_scatter(world, h, counts, MT_C_F32, &e)) T_FAILF("%s", e.msg);
+    SAME("reduce_scatter", off * sizeof *h, counts[r] * sizeof *h);
+    /* all-gather: only this rank's chunk is defined before it */
+    FILL(i >= off && i < off + counts[r] ? val(r, i) : -7.0f);
+    mtk_to_device(k, d, h, n * sizeof *h);
+    for (size_t i = 0; i < n; i++)
+        if (i < off || i >= off + counts[r]) h[i] = 0;
+    mtk_to_device(k, d + off, h + off, counts[r] * sizeof *h);
+    sb = st->bytes_sent;
+    if (mt_all_gather(st, d, counts, MT_C_F32, &e)) T_FAILF("%s", e.msg);
+    wb = world->bytes_sent;
+    if (mt_all_gather(world, h, counts, MT_C_F32, &e)) T_FAILF("%s", e.msg);
+    SAME("all_gather", 0, n * sizeof *h);
+    /* broadcast from the last rank */
+    FILL(r == N - 1 ? val(r, i) : 0.0f);
+    sb = st->bytes_sent;
+    if (mt_broadcast(st, d, n, MT_C_F32, N - 1, &e)) T_FAILF("%s", e.msg);
+    wb = world->bytes_sent;
+    if (mt_broadcast(world, h, n, MT_C_F32, N - 1, &e)) T_FAILF("%s", e.msg);
+    SAME("broadcast", 0, n * sizeof *h);
+    /* a ring shift of a batch, both ways */
+    float *d2 = mtk_alloc(k, n * sizeof *h, &e), *h2 = malloc(n * sizeof *h);
+    FILL(val(r, i));
+    mt_p2p dops[2] = {{1, d, n, MT_C_F32, (r + 1) % N}, {0, d2, n, MT_C_F32, (r + N - 1) % N}};
+    mt_p2p hops[2] = {{1, h, n, MT_C_F32, (r + 1) % N}, {0, h2, n, MT_C_F32, (r + N - 1) % N}};
+    sb = st->bytes_sent;
+    if (mt_p2p_batch(st, dops, 2, &e)) T_FAILF("%s", e.msg);
+    wb = world->bytes_sent;
+    if (mt_p2p_batch(world, hops, 2, &e)) T_FAILF("%s", e.msg);
+    T_CHECK(st->bytes_sent - sb == world->bytes_sent - wb && st->bytes_sent - sb == n * sizeof *h);
+    if (!same_bits(k, d2, h2, n * sizeof *h)) T_FAILF("p2p: other bits than on the host");
+    /* send / recv between ranks 0 and 1 */
+    if (r < 2) {
+        FILL(val(0, i));
+        if (r == 0 ? mt_send(st, d, n, MT_C_F32, 1, &e) : mt_recv(st, d2, n, MT_C_F32, 0, &e)) T_FAILF("%s", e.msg);
+        if (r == 1 && !same_bits(k, d2, h, n * sizeof *h)) T_FAILF("send/recv: other bits");
+    }
+    /* a split group: halves of the world */
+    mt_comm *sp = mt_comm_split(st, r % 2, r, &e);
+    if (!sp) T_FAILF("split: %s", e.msg);
+    else {
+        T_CHECK(sp->size == (N + 1 - r % 2) / 2 && sp->rank == r / 2 && !strcmp(sp->ops->name, "staged"));
+        int64_t x = r, *dx = mtk_alloc(k, sizeof x, &e);
+        mtk_to_device(k, dx, &x, sizeof x);
+        if (mt_all_reduce(sp, dx, 1, MT_C_I64, &e)) T_FAILF("%s", e.msg);
+        mtk_to_host(k, &x, dx, sizeof x);
+        int64_t want = 0;
+        for (int q = r % 2; q < N; q += 2) want += q;
+        T_EQ_INT(x, want);
+        mtk_free(k, dx);
+        mt_comm_free(sp);
+    }
+    if (mt_barrier(st, &e)) T_FAILF("%s", e.msg);
+    #undef FILL
+    #undef SAME
+    mt_comm_free(st);
+    mtk_free(k, d), mtk_free(k, d2), mtk_free(k, d16);
+    free(h), free(h2), free(h16);
+    mtk_close(k);
+}
+
 TEST(mpi_split_groups)
 {
     mt_err e;
@@ -476,6 +592,7 @@ int main(int argc, char **argv)
         RUN(mpi_reduce_scatter_all_gather);
         RUN(mpi_broadcast_send_recv_barrier);
         RUN(mpi_p2p);
+        RUN(mpi_staged);
         RUN(mpi_split_groups);
         mt_comm_free(world);
         mt_boot_finalize(&boot);
