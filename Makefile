@@ -56,14 +56,19 @@ $(B)/tests/%: $(B)/obj/tests/unit/%.o $(LIB)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -o $@ $< $(LIB) $(LDLIBS)
 
-# The NCCL communicator, compiled and linked against the CUDA toolkit's NCCL when it is there; the program
-# runs on GPU machines (tests/gpu/test_nccl.c says how).
+# The NCCL communicator (libcommon/comm/comm_nccl.c) is compiled into libmt.a with MT_HAVE_NCCL, and the
+# programs link libnccl and libcudart, when the CUDA toolkit has nccl.h. Neither library needs the driver
+# to load: without a GPU the programs start and run on the cpu backend. tests/gpu/test_nccl.c runs on
+# GPU machines (it says how).
 CUDA    ?= /usr/local/cuda
-NCCL_TEST := $(if $(wildcard $(CUDA)/include/nccl.h),$(B)/gpu/test_nccl)
-$(B)/gpu/test_nccl: tests/gpu/test_nccl.c libcommon/comm/comm_nccl.c libcommon/comm/comm_nccl.h $(LIB)
+ifneq ($(wildcard $(CUDA)/include/nccl.h),)
+NCCL_TEST := $(B)/gpu/test_nccl
+$(B)/obj/libcommon/comm/comm_nccl.o: MT_CFLAGS += -DMT_HAVE_NCCL -I$(CUDA)/include
+LDLIBS  += -L$(CUDA)/lib64 -Wl,-rpath,$(CUDA)/lib64 -lnccl -lcudart
+endif
+$(B)/gpu/test_nccl: tests/gpu/test_nccl.c $(LIB)
 	@mkdir -p $(dir $@)
-	$(CC) $(filter-out -MMD -MP,$(MT_CFLAGS)) $(CFLAGS) -DMT_HAVE_NCCL -I$(CUDA)/include -o $@ tests/gpu/test_nccl.c \
-	    libcommon/comm/comm_nccl.c $(LIB) -L$(CUDA)/lib64 -Wl,-rpath,$(CUDA)/lib64 -lnccl -lcudart $(LDLIBS)
+	$(CC) $(filter-out -MMD -MP,$(MT_CFLAGS)) $(CFLAGS) -I$(CUDA)/include -o $@ tests/gpu/test_nccl.c $(LIB) $(LDLIBS)
 
 tests: $(PROGS) $(TESTS) $(NCCL_TEST)
 

@@ -1,12 +1,13 @@
 /* comm_nccl.c: the NCCL implementation of the communicator's operations table (see comm_nccl.h).
- * Compiled to nothing unless MT_HAVE_NCCL is defined (the Makefile's nccl-check target compiles it
- * against /usr/local/cuda). */
+ * The Makefile defines MT_HAVE_NCCL when the CUDA toolkit has nccl.h (and links libnccl); without it
+ * the functions say that this build has no NCCL. */
 #include "comm/comm_nccl.h"
 
 #ifdef MT_HAVE_NCCL
 #include <cuda_runtime.h>
 #include <nccl.h>
 #include <stdlib.h>
+#include <string.h>
 
 typedef struct nccl_impl {
     ncclComm_t comm;
@@ -188,7 +189,52 @@ mt_comm *mt_comm_nccl_world(mt_boot *b, void *stream, mt_err *e)
     }
     return wrap(comm, (cudaStream_t)stream);
 }
+/* The group of host_comm on NCCL: rank 0's unique id broadcast over host_comm, one ncclCommInitRank. */
+mt_comm *mt_comm_nccl(mt_comm *host_comm, void *stream, mt_err *e)
+{
+    ncclUniqueId id;
+    memset(&id, 0, sizeof id);
+    ncclResult_t r = host_comm->rank == 0 ? ncclGetUniqueId(&id) : ncclSuccess;
+    int64_t ok = r == ncclSuccess;
+    /* every rank learns whether rank 0 has an id, so that none waits for it in vain */
+    if (mt_broadcast(host_comm, &ok, 1, MT_C_I64, 0, e)) return NULL;
+    if (!ok) {
+        mt_err_set(e, "ncclGetUniqueId (rank 0): %s", ncclGetErrorString(r));
+        return NULL;
+    }
+    if (mt_broadcast(host_comm, &id, sizeof id, MT_C_BYTE, 0, e)) return NULL;
+    ncclComm_t comm;
+    r = ncclCommInitRank(&comm, host_comm->size, id, host_comm->rank);
+    if (r != ncclSuccess) {
+        mt_err_set(e, "ncclCommInitRank (rank %d of %d): %s", host_comm->rank, host_comm->size, ncclGetErrorString(r));
+        return NULL;
+    }
+    return wrap(comm, (cudaStream_t)stream);
+}
+
+int mt_comm_nccl_built(void) { return 1; }
+
+int mt_comm_gpu_count(void)
+{
+    int n = 0;
+    if (cudaGetDeviceCount(&n) != cudaSuccess) {
+        cudaGetLastError();
+        return 0;
+    }
+    return n;
+}
 #else
-/* without NCCL this file defines nothing */
-typedef int mt_comm_nccl_unused;
+mt_comm *mt_comm_nccl_world(mt_boot *b, void *stream, mt_err *e)
+{
+    (void)b, (void)stream;
+    mt_err_set(e, "this build has no NCCL (no nccl.h in the CUDA toolkit)");
+    return NULL;
+}
+mt_comm *mt_comm_nccl(mt_comm *host_comm, void *stream, mt_err *e)
+{
+    (void)host_comm;
+    return mt_comm_nccl_world(NULL, stream, e);
+}
+int mt_comm_nccl_built(void) { return 0; }
+int mt_comm_gpu_count(void) { return -1; }
 #endif

@@ -14,4 +14,13 @@
  * cudaStream_t; NULL: the default stream). Collective over all ranks of b. NULL with e set. */
 mt_comm *mt_comm_nccl_world(mt_boot *b, void *stream, mt_err *e);
 
+/* host_comm's group on NCCL, each rank on its current GPU: rank 0's unique id broadcast over host_comm,
+ * then ncclCommInitRank (collective over host_comm). NULL with e set (also in a build without NCCL). */
+mt_comm *mt_comm_nccl(mt_comm *host_comm, void *stream, mt_err *e);
+
+/* 1 when this build has NCCL (MT_HAVE_NCCL). */
+int mt_comm_nccl_built(void);
+/* The GPUs this process can see (0 without a driver or device), -1 in a build without NCCL. */
+int mt_comm_gpu_count(void);
+
 #endif
