@@ -84,6 +84,25 @@ mt_comm *mt_comm_mpi_world(mt_err *e);
 typedef struct mtk mtk;
 mt_comm *mt_comm_staged(mt_comm *host_comm, mtk *k, mt_err *e);
 
+/* Which communicator a group's device buffers need (ordered so that the largest wins when ranks differ). */
+typedef enum { MT_COMM_MPI, MT_COMM_NCCL, MT_COMM_STAGED } mt_comm_kind;
+const char *mt_comm_kind_name(mt_comm_kind kind);
+
+/* The choice for kernel backend `backend` ("cpu", "sim", "cuda") of a rank that is local_rank of
+ * local_size ranks on a node with gpus_on_node GPUs (-1: unknown, a build without NCCL), nccl_built
+ * when NCCL is in this build: MPI on cpu (device memory is host memory); STAGED on sim, on cuda when the
+ * node's ranks share GPUs (local_size > gpus_on_node), without NCCL, or when the GPUs cannot be counted;
+ * else NCCL. *device: the GPU of this rank, local_rank % gpus_on_node (local rank -> device, as
+ * Megatron). -1 with e set when nothing can work: cuda on a node without a GPU, an unknown backend. */
+int mt_comm_choose(const char *backend, int local_rank, int local_size, int gpus_on_node, int nccl_built,
+                   mt_comm_kind *kind, int *device, mt_err *e);
+
+/* The communicator of kind over host_comm's group for device buffers of k: host_comm itself for MPI (the
+ * caller then must not free it twice), a staged one (not owning host_comm), or NCCL (its unique id
+ * broadcast over host_comm; operations on k's compute queue, after the kernels enqueued there; collective
+ * over host_comm). NULL with e set. */
+mt_comm *mt_comm_for_backend(mt_comm *host_comm, mtk *k, mt_comm_kind kind, mt_err *e);
+
 /* The operations, through the table. */
 static inline int mt_all_reduce(mt_comm *c, void *buf, size_t n, mt_cdtype t, mt_err *e)
 {

@@ -7,6 +7,7 @@
 
 #include "comm/bootstrap.h"
 #include "comm/comm.h"
+#include "comm/comm_nccl.h"
 #include "comm/grid.h"
 #include "kernels.h"
 #include "t.h"
@@ -155,6 +156,53 @@ TEST(single_rank_comm)
     size_t ec[4];
     mt_comm_even_counts(10, 4, ec);
     T_CHECK(ec[0] == 3 && ec[1] == 3 && ec[2] == 2 && ec[3] == 2);
+}
+
+/* Which communicator: every branch of the choice, and the communicators it makes on one rank. */
+TEST(choose_communicator)
+{
+    mt_comm_kind k;
+    int dev;
+    mt_err e;
+    /* cpu: MPI whatever the GPUs */
+    T_CHECK(mt_comm_choose("cpu", 1, 2, 0, 1, &k, &dev, &e) == 0 && k == MT_COMM_MPI);
+    T_CHECK(mt_comm_choose(NULL, 0, 1, 8, 1, &k, &dev, &e) == 0 && k == MT_COMM_MPI);
+    /* sim: staged */
+    T_CHECK(mt_comm_choose("sim", 3, 4, 0, 1, &k, &dev, &e) == 0 && k == MT_COMM_STAGED);
+    /* cuda, a GPU each: NCCL, local rank -> device */
+    T_CHECK(mt_comm_choose("cuda", 3, 4, 4, 1, &k, &dev, &e) == 0 && k == MT_COMM_NCCL && dev == 3);
+    T_CHECK(mt_comm_choose("cuda", 0, 2, 8, 1, &k, &dev, &e) == 0 && k == MT_COMM_NCCL && dev == 0);
+    /* cuda, a GPU each but no NCCL in the build: staged */
+    T_CHECK(mt_comm_choose("cuda", 1, 2, 2, 0, &k, &dev, &e) == 0 && k == MT_COMM_STAGED && dev == 1);
+    /* cuda, ranks sharing GPUs: staged, local ranks spread over the GPUs */
+    T_CHECK(mt_comm_choose("cuda", 1, 2, 1, 1, &k, &dev, &e) == 0 && k == MT_COMM_STAGED && dev == 0);
+    T_CHECK(mt_comm_choose("cuda", 5, 6, 4, 1, &k, &dev, &e) == 0 && k == MT_COMM_STAGED && dev == 1);
+    /* cuda, GPUs not countable (no NCCL): staged on the local rank's GPU */
+    T_CHECK(mt_comm_choose("cuda", 2, 4, -1, 0, &k, &dev, &e) == 0 && k == MT_COMM_STAGED && dev == 2);
+    /* refused: cuda without a GPU, an unknown backend */
+    T_CHECK(mt_comm_choose("cuda", 0, 2, 0, 1, &k, &dev, &e) == -1 && strstr(e.msg, "no GPU on this node"));
+    T_CHECK(mt_comm_choose("tpu", 0, 1, 1, 1, &k, &dev, &e) == -1 && strstr(e.msg, "'tpu'"));
+    T_CHECK(!strcmp(mt_comm_kind_name(MT_COMM_NCCL), "nccl") && !strcmp(mt_comm_kind_name(MT_COMM_STAGED), "staged"));
+    T_CHECK(mt_comm_gpu_count() >= -1);
+    T_EQ_INT(mt_comm_nccl_built(), mt_comm_gpu_count() >= 0);
+    /* the communicators for a kind: the host one for MPI, a staged one that does not own it */
+    mt_comm *host = mt_comm_single();
+    mtk *kc = mtk_open(&(mtk_config){.backend = "cpu", .threads = 1}, &e);
+    T_CHECK(kc != NULL);
+    T_CHECK(mt_comm_for_backend(host, kc, MT_COMM_MPI, &e) == host);
+    mt_comm *st = mt_comm_for_backend(host, kc, MT_COMM_STAGED, &e);
+    T_CHECK(st && !strcmp(st->ops->name, "staged") && st->size == 1);
+    float *d = mtk_alloc(kc, 2 * sizeof *d, &e), x[2] = {1.5f, -2};
+    mtk_to_device(kc, d, x, sizeof x);
+    mt_p2p ops[2] = {{1, d, 1, MT_C_F32, 0}, {0, d + 1, 1, MT_C_F32, 0}};
+    T_CHECK(mt_all_reduce(st, d, 2, MT_C_F32, &e) == 0 && mt_p2p_batch(st, ops, 2, &e) == 0);
+    mtk_to_host(kc, x, d, sizeof x);
+    T_CHECK(x[0] == 1.5f && x[1] == 1.5f);
+    mt_comm_free(st);
+    T_CHECK(host->size == 1);   /* still there */
+    mtk_free(kc, d);
+    mtk_close(kc);
+    mt_comm_free(host);
 }
 
 /* ---- under mpirun ---- */
@@ -602,6 +650,7 @@ int main(int argc, char **argv)
     RUN(grid_coords_and_errors);
     RUN(refuse_launch_without_pmix);
     RUN(single_rank_comm);
+    RUN(choose_communicator);
     mt_boot b;
     mt_err e;
     /* not under a launcher here (tests/run starts this binary directly) */
