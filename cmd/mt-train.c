@@ -313,7 +313,12 @@ int main(int argc, char **argv)
     join_job(&r, &a);
     /* a --save that cannot be written fails now, not after the training it was to keep */
     if (a.save && r.boot.rank == 0 && mt_ckpt_check_save_dir(a.save, &e)) mt_die("--save: %s", e.msg);
+    /* the PMIx node-local rank and size choose the GPU and the data-parallel communicator (train/device.h) */
+    char lr[16], ls[16];
+    snprintf(lr, sizeof lr, "%d", r.boot.local_rank), snprintf(ls, sizeof ls, "%d", r.boot.local_size);
+    if (r.boot.size > 1) setenv("MT_LOCAL_RANK", lr, 1), setenv("MT_LOCAL_SIZE", ls, 1);
     if (mt_trainer_open_dp(t, &a, r.dp, &e)) mt_die_err(&e);
+    if (t->dev_dp) printf("> data-parallel communicator: %s\n", t->dev_dp->ops->name);
     printf("> padded vocab (size: %lld) with %lld dummy tokens (new size: %d)\n", (long long)t->vocab_size,
            (long long)(t->cfg.padded_vocab_size - t->vocab_size), t->cfg.padded_vocab_size);
     printf(" > number of parameters on (tensor, pipeline) model parallel rank (0, 0): %zu\n",

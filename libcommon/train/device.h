@@ -2,6 +2,7 @@
 #ifndef MT_TRAIN_DEVICE_H
 #define MT_TRAIN_DEVICE_H
 
+#include "comm/comm.h"
 #include "kernels.h"
 
 /* The --device choices as the flag tables list them. */
@@ -10,11 +11,20 @@
 /* The process's rank on its node: MT_LOCAL_RANK, else LOCAL_RANK (torchrun), OMPI_COMM_WORLD_LOCAL_RANK
  * (Open MPI), SLURM_LOCALID; 0 when none is set. */
 int mt_local_rank(void);
+/* The number of ranks on this node: MT_LOCAL_SIZE, else LOCAL_WORLD_SIZE, OMPI_COMM_WORLD_LOCAL_SIZE; 1
+ * when none is set. */
+int mt_local_size(void);
 
-/* Opens the backend for device "cpu" or "cuda" (GPU number mt_local_rank()); device NULL means cuda when
+/* Opens the backend for device "cpu" or "cuda" (GPU number mt_local_rank(), modulo the node's GPUs when
+ * its ranks share them); device NULL means cuda when
  * a GPU can be opened, else cpu. MT_DEVICE in the environment overrides the device (e.g. MT_DEVICE=sim:
  * the CUDA kernels under the SIMT simulator, which tests compare with the cpu backend). threads: the cpu
  * backend's OpenMP threads (0: OpenMP's default). NULL + e on failure. */
 mtk *mt_device_open(const char *device, int threads, mtk_dtype act, mt_err *e);
+
+/* The communicator of host_comm's group for device buffers of k, as mt_comm_choose picks it from k's
+ * backend, the local rank and size and the node's GPUs, the same on every rank of the group (collective
+ * over host_comm): host_comm itself on cpu, else a new one to free before host_comm. NULL + e. */
+mt_comm *mt_device_comm(mt_comm *host_comm, mtk *k, mt_err *e);
 
 #endif

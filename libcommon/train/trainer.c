@@ -98,6 +98,7 @@ int mt_trainer_open_dp(mt_trainer *t, const mt_train_args *a, mt_comm *dp, mt_er
     mtk_dtype act = t->a.bf16 ? MTK_BF16 : t->a.fp16 ? MTK_F16 : MTK_F32;
     t->k = mt_device_open(t->a.backend, t->a.threads, act, e);
     if (!t->k) return -1;
+    if (t->dp_size > 1 && !(t->dev_dp = mt_device_comm(t->dp, t->k, e))) return -1;
     t->num_micro = (int)(t->a.global_batch_size / ((int64_t)t->a.micro_batch_size * t->dp_size));
     t->train_iters = mt_train_total_iters(&t->a);
     /* rank 0 builds the index cache, the others then read it (as Megatron builds on rank 0 first) */
@@ -125,7 +126,7 @@ int mt_trainer_open_dp(mt_trainer *t, const mt_train_args *a, mt_comm *dp, mt_er
         snprintf(path, sizeof path, "%s.%d", tr, t->dp_rank);
         if (!(t->trace = fopen(path, "w"))) return mt_err_sys(e, "MT_TRACE_SAMPLES: %s", path);
     }
-    mt_grad_sync_init(&t->gs, t->dp, mt_gpt_num_params(t->model),
+    mt_grad_sync_init(&t->gs, t->dev_dp ? t->dev_dp : t->dp, mt_gpt_num_params(t->model),
                       t->a.ddp_bucket_size ? (size_t)t->a.ddp_bucket_size : mt_grad_sync_default_bucket(t->dp_size));
     /* the distributed optimizer: moments for this rank's shard only */
     if (t->a.use_distributed_optimizer &&
@@ -142,6 +143,8 @@ void mt_trainer_close(mt_trainer *t)
     t->ctx = NULL;
     mt_gpt_free(t->model);
     mt_gpt_data_close(&t->data);
+    if (t->dev_dp != t->dp) mt_comm_free(t->dev_dp);   /* NCCL's uses the kernels' stream */
+    t->dev_dp = NULL;
     mtk_close(t->k);
     mt_grad_sync_free(&t->gs);
     if (t->trace) fclose(t->trace);

@@ -61,6 +61,8 @@ typedef struct mt_trainer {
     int num_micro;           /* this rank's micro-batches: global batch / (micro batch x dp_size) */
     mt_comm *dp;             /* the data-parallel group (a one-rank group unless mt_trainer_open_dp got one) */
     mt_comm *own_dp;         /* dp when the trainer made it */
+    mt_comm *dev_dp;         /* dp for the gradients and parameters on the device: NCCL or host-staged on a
+                              * GPU or the simulator (train/device.h), dp itself on cpu; NULL on one rank */
     int dp_rank, dp_size;
     mt_grad_sync gs;         /* gradient buckets over dp */
     FILE *trace;             /* $MT_TRACE_SAMPLES.<dp rank>: the train samples this rank reads (a test hook) */
