@@ -1,10 +1,13 @@
 /* comm.h: a communicator over a group of ranks, as an operations table (like kernels' mtk_ops), so
- * that the CPU ranks' MPI implementation and the GPU ranks' NCCL implementation are interchangeable.
+ * that the CPU ranks' MPI implementation, the GPU ranks' NCCL implementation (comm_nccl.h) and the
+ * host-staged one (device buffers copied through the host to an MPI communicator) are interchangeable.
+ * mt_comm_choose says which one a group's buffers need: MPI on cpu, NCCL where every rank of a node has
+ * its own GPU, staged where ranks share a GPU or run the simulator.
  *
  * Every operation is collective over the communicator's ranks unless it is send/recv. Reductions are
  * sums, except that all_reduce also takes MT_OP_MAX (mt_all_reduce_op; e.g. the row maxima of a
- * vocabulary-parallel cross-entropy). reduce_scatter and all_gather work in place on one buffer of all ranks' chunks, chunk i holding
- * counts[i] elements at offset counts[0] + ... + counts[i-1] (chunks may be empty): after
+ * vocabulary-parallel cross-entropy). reduce_scatter and all_gather work in place on one buffer of all
+ * ranks' chunks, chunk i holding counts[i] elements at offset counts[0] + ... + counts[i-1] (chunks may be empty): after
  * reduce_scatter, this rank's chunk holds the sum over ranks of that chunk; after all_gather every
  * chunk holds its owner's values. all_reduce is a reduce_scatter followed by an all_gather (a ring),
  * so every rank ends with bit-identical sums.
