@@ -16,6 +16,7 @@
 #include "comm/comm.h"
 #include "comm/grid.h"
 #include "comm/launch.h"
+#include "comm/parallel.h"
 #include "data/split.h"
 #include "kernels.h"
 #include "model/gpt.h"
@@ -50,7 +51,8 @@ static double now_s(void)
 typedef struct run {
     mt_trainer t;
     mt_boot boot;
-    mt_comm *world, *dp;
+    mt_parallel par;   /* the rank's place and groups */
+    mt_comm *world;    /* par.world */
     mt_tb *tb;
     FILE *metrics;
     int memory_reported;
@@ -276,19 +278,10 @@ static void join_job(run *r, const mt_train_args *a)
         mt_at_die(abort_job);
     }
     if (mt_boot_mpi(&r->boot, &e)) mt_die_err(&e);
-    r->world = r->boot.size > 1 ? mt_comm_mpi_world(&e) : mt_comm_single();
-    if (!r->world) mt_die_err(&e);
-    mt_grid g;
-    if (mt_grid_make(&g, r->boot.size, a->tensor_model_parallel_size, 1, a->pipeline_model_parallel_size, &e))
+    if (mt_parallel_init(&r->par, &r->boot, a->tensor_model_parallel_size, a->pipeline_model_parallel_size, &e))
         mt_die_err(&e);
-    int color = 0, idx = 0;
-    if (g.dp > 1) {
-        int *m = mt_xmalloc((size_t)mt_grid_world(&g) * sizeof *m);
-        mt_grid_group(&g, r->boot.rank, MT_GROUP_DP, m, &color, &idx);
-        free(m);
-    }
-    r->dp = r->world->size > 1 ? mt_comm_split(r->world, color, idx, &e) : mt_comm_single();
-    if (!r->dp) mt_die_err(&e);
+    r->world = r->par.world;
+    const mt_grid g = r->par.grid;
     if (r->boot.rank != 0 && !freopen("/dev/null", "w", stdout)) mt_die("/dev/null: %s", strerror(errno));
     printf("using world size: %d, data-parallel size: %d, context-parallel size: 1, tensor-model-parallel size: %d, "
            "pipeline-model-parallel size: %d\n",
@@ -313,12 +306,13 @@ int main(int argc, char **argv)
     join_job(&r, &a);
     /* a --save that cannot be written fails now, not after the training it was to keep */
     if (a.save && r.boot.rank == 0 && mt_ckpt_check_save_dir(a.save, &e)) mt_die("--save: %s", e.msg);
-    /* the PMIx node-local rank and size choose the GPU and the data-parallel communicator (train/device.h) */
+    /* the PMIx node-local rank and size choose the GPU and the communicators of device buffers (train/device.h) */
     char lr[16], ls[16];
     snprintf(lr, sizeof lr, "%d", r.boot.local_rank), snprintf(ls, sizeof ls, "%d", r.boot.local_size);
     if (r.boot.size > 1) setenv("MT_LOCAL_RANK", lr, 1), setenv("MT_LOCAL_SIZE", ls, 1);
-    if (mt_trainer_open_dp(t, &a, r.dp, &e)) mt_die_err(&e);
+    if (mt_trainer_open_par(t, &a, &r.par, &e)) mt_die_err(&e);
     if (t->dev_dp) printf("> data-parallel communicator: %s\n", t->dev_dp->ops->name);
+    if (t->dev_tp) printf("> tensor-parallel communicator: %s\n", t->dev_tp->ops->name);
     printf("> padded vocab (size: %lld) with %lld dummy tokens (new size: %d)\n", (long long)t->vocab_size,
            (long long)(t->cfg.padded_vocab_size - t->vocab_size), t->cfg.padded_vocab_size);
     printf(" > number of parameters on (tensor, pipeline) model parallel rank (0, 0): %zu\n",
@@ -358,8 +352,7 @@ int main(int argc, char **argv)
     if (r.tb && mt_tb_close(r.tb, &e)) mt_die_err(&e);
     if (r.metrics) fclose(r.metrics);
     mt_trainer_close(t);
-    mt_comm_free(r.dp);
-    mt_comm_free(r.world);
+    mt_parallel_free(&r.par);
     mt_boot_finalize(&r.boot);
     return 0;
 }

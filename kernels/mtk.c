@@ -347,6 +347,10 @@ void mtk_scale(mtk *k, mtk_act *x, float s, size_t n)
 {
     if (ready(k, "scale", 0, 0, n)) k->ops->scale(k, x, s, n);
 }
+void mtk_bias_add(mtk *k, mtk_act *x, const float *bias, int N, int C)
+{
+    if (ready(k, "bias_add", N, C, (size_t)N * C)) k->ops->bias_add(k, x, bias, N, C);
+}
 void mtk_dropout_fwd(mtk *k, mtk_act *out, const mtk_act *inp, size_t n, const mtk_dropout *d)
 {
     if (ready(k, "dropout_fwd", 0, 0, n)) k->ops->dropout_fwd(k, out, inp, n, d);

@@ -43,6 +43,7 @@ void cpu_gelu_bwd(mtk *k, float *dinp, const float *inp, const float *dout, size
 void cpu_add(mtk *k, float *out, const float *a, const float *b, size_t n);
 void cpu_acc(mtk *k, float *y, const float *x, size_t n);
 void cpu_scale(mtk *k, float *x, float s, size_t n);
+void cpu_bias_add(mtk *k, float *x, const float *bias, int N, int C);
 void cpu_dropout_fwd(mtk *k, float *out, const float *inp, size_t n, const mtk_dropout *d);
 void cpu_dropout_bwd(mtk *k, float *dinp, const float *dout, size_t n, const mtk_dropout *d);
 void cpu_attention_fwd(mtk *k, float *out, float *lse, const float *qkv, int B, int T, int NH, int HS,

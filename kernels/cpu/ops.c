@@ -354,6 +354,26 @@ static void s_scale(mtk *k, void *x, float s, size_t n)
     cpu_scale(k, fx, s, n);
     out(k, x, fx, n);
 }
+static void b_bias_add(mtk *k, const void *v, float *const *buf, size_t r0, size_t rows)
+{
+    const ew_arg *a = v;
+    size_t n = rows * (size_t)a->C;
+    cpu_to_f32(buf[0], at(k, a->o, r0 * (size_t)a->C), k->act, n);
+    cpu_bias_add(k, buf[0], a->bias, (int)rows, a->C);
+    cpu_from_f32(atw(k, a->o, r0 * (size_t)a->C), k->act, buf[0], n);
+}
+static void s_bias_add(mtk *k, void *x, const float *bias, int N, int C)
+{
+    if (N <= 0 || C <= 0) return;
+    if (k->act != MTK_F32 &&
+        !blocked(k, (size_t)N, rows_per_block(C), (size_t)C, 1, b_bias_add, &(ew_arg){.o = x, .C = C, .bias = bias}))
+        return;
+    size_t n = (size_t)N * C;
+    float *fx = in(k, x, n);
+    if (!STAGED_OK) return;
+    cpu_bias_add(k, fx, bias, N, C);
+    out(k, x, fx, n);
+}
 static void s_dropout_fwd(mtk *k, void *o, const void *inp, size_t n, const mtk_dropout *d)
 {
     if (k->act != MTK_F32 && d && d->p > 0 && !blocked(k, n, BLOCK, 1, 1, b_dropout, &(ew_arg){.o = o, .a = inp, .d = d}))
@@ -471,6 +491,7 @@ const mtk_ops mtk_cpu_ops = {
     .add = s_add,
     .acc = s_acc,
     .scale = s_scale,
+    .bias_add = s_bias_add,
     .dropout_fwd = s_dropout_fwd,
     .dropout_bwd = s_dropout_bwd,
     .attention_fwd = s_attention_fwd,

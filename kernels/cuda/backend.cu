@@ -149,6 +149,7 @@ extern "C" const mtk_ops MTK_CU_OPS = {
     .add = ns::add,
     .acc = ns::acc,
     .scale = ns::scale,
+    .bias_add = ns::bias_add,
     .dropout_fwd = ns::dropout_fwd,
     .dropout_bwd = ns::dropout_bwd,
     .attention_fwd = ns::attention_fwd,

@@ -163,6 +163,7 @@ void scale(mtk *k, void *x, float s, size_t n);
 void dropout_fwd(mtk *k, void *out, const void *inp, size_t n, const mtk_dropout *d);
 void dropout_bwd(mtk *k, void *dinp, const void *dout, size_t n, const mtk_dropout *d);
 void bias_rows(mtk *k, void *out, mtk_dtype dt, const float *bias, int N, int OC);
+void bias_add(mtk *k, void *x, const float *bias, int N, int C);
 void colsum_acc(mtk *k, float *dst, const void *x, int N, int C);
 // layernorm.cu
 void layernorm_fwd(mtk *k, void *out, float *mean, float *rstd, const void *inp, const float *w, const float *b, int N,

@@ -125,6 +125,12 @@ void bias_rows(mtk *k, void *out, mtk_dtype dt, const float *bias, int N, int OC
     else LAUNCH(bias_rows_kernel<f16>, blocks_for(n), THREADS, 0, stream(k))((f16 *)out, bias, n, OC);
 }
 
+void bias_add(mtk *k, void *x, const float *bias, int N, int C)
+{
+    bias_rows(k, x, k->act, bias, N, C);
+    check(k, "bias_add");
+}
+
 // dst[c] += sum_n x[n, c], deterministic: block (32, 8) sums a 32-column strip of one chunk of rows (each
 // of the 8 row lanes in row order, then the lanes in order); a second kernel adds the chunks in order.
 int colsum_chunks(int N, int C)

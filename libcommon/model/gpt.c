@@ -13,6 +13,7 @@
 #include <string.h>
 
 #include "model/gpt_impl.h"
+#include "model/tensor_parallel.h"
 
 /* ---- tensor table ---- */
 
@@ -35,15 +36,20 @@ mt_model_arch mt_gpt_arch(const mt_gpt_config *c)
     return a;
 }
 
-/* The table of one rank holding the whole model (the layout of tensor rank 0 of 1, stage 0 of 1). */
+/* The table of this rank's part: the layout of its tensor rank (one pipeline stage), with the index of
+ * every (layer, kind) for the forward and backward passes. */
 static int build_table(mt_gpt *m, mt_err *e)
 {
     mt_model_arch a = mt_gpt_arch(&m->c);
-    mt_layout_part whole = {0, 1, 0, 1};
-    if (mt_layout_build(&a, &whole, &m->layout, e)) return -1;
+    mt_layout_part part = {m->tp_rank, m->tp_size, 0, 1};
+    if (mt_layout_build(&a, &part, &m->layout, e)) return -1;
+    int L = m->c.num_layers;
+    m->tix = mt_xmalloc((size_t)(L + 1) * MT_T_KINDS * sizeof *m->tix);
+    for (size_t i = 0; i < (size_t)(L + 1) * MT_T_KINDS; i++) m->tix[i] = -1;
     m->tensors = mt_xcalloc((size_t)m->layout.n, sizeof *m->tensors);
     for (int i = 0; i < m->layout.n; i++) {
         const mt_layout_tensor *l = &m->layout.t[i];
+        m->tix[(size_t)(l->layer + 1) * MT_T_KINDS + l->kind] = i;
         mt_gpt_tensor *t = &m->tensors[m->ntensors++];
         snprintf(t->name, sizeof t->name, "%s", l->name);
         t->offset = l->offset;
@@ -63,11 +69,25 @@ const mt_layout *mt_gpt_layout(const mt_gpt *m) { return &m->layout; }
 
 mt_gpt *mt_gpt_create(mtk *k, const mt_gpt_config *config, int mode, mt_err *e)
 {
+    return mt_gpt_create_tp(k, config, NULL, mode, e);
+}
+
+mt_gpt *mt_gpt_create_tp(mtk *k, const mt_gpt_config *config, mt_comm *tp, int mode, mt_err *e)
+{
     if (mt_gpt_config_check(config, e)) return NULL;
     mt_gpt *m = mt_xcalloc(1, sizeof *m);
     m->k = k;
     m->c = *config;
     m->asz = mtk_act_size(k);
+    m->tp = tp && tp->size > 1 ? tp : NULL;
+    m->tp_rank = m->tp ? tp->rank : 0;
+    m->tp_size = m->tp ? tp->size : 1;
+    m->heads = config->num_heads / m->tp_size;
+    m->ffn = config->ffn_hidden_size / m->tp_size;
+    m->vocab = config->padded_vocab_size / m->tp_size;
+    m->v0 = m->tp_rank * m->vocab;
+    m->sp = m->tp && config->sequence_parallel;
+    m->tp_counts = mt_xcalloc((size_t)m->tp_size, sizeof *m->tp_counts);
     if (build_table(m, e)) {
         mt_gpt_free(m);
         return NULL;
@@ -92,6 +112,8 @@ void mt_gpt_free(mt_gpt *m)
     if (m->params) mtk_free(m->k, m->params);
     if (m->grads) mtk_free(m->k, m->grads);
     free(m->tensors);
+    free(m->tix);
+    free(m->tp_counts);
     mt_layout_free(&m->layout);
     free(m);
 }
@@ -106,9 +128,10 @@ void mt_gpt_params_changed(mt_gpt *m)
 int mt_gpt_reserve(mt_gpt *m, size_t n, int T, mt_err *e)
 {
     const mt_gpt_config *c = &m->c;
-    size_t C = (size_t)c->hidden_size, V = (size_t)c->padded_vocab_size, F = (size_t)c->ffn_hidden_size;
-    /* the largest activation-dtype operand of any operation: activations [n][V|F|3C], weights [V|pos|3C|F][C] */
-    size_t cand[] = {n * V, n * F, n * 3 * C, V * C, (size_t)c->max_position_embeddings * C, 3 * C * C, F * C};
+    size_t C = (size_t)c->hidden_size, V = (size_t)m->vocab, F = (size_t)m->ffn, Q = 3 * C / (size_t)m->tp_size;
+    /* the largest activation-dtype operand of any operation, with this rank's shares of the vocabulary,
+     * ffn and heads: activations [n][V|F|3C|C], weights [V|pos|3C|F|C][C] */
+    size_t cand[] = {n * V, n * F, n * Q, n * C, V * C, (size_t)c->max_position_embeddings * C, Q * C, F * C, C * C};
     size_t big = 0;
     for (size_t i = 0; i < sizeof cand / sizeof cand[0]; i++) big = cand[i] > big ? cand[i] : big;
     mtk_limits lim = {.max_act = big, .max_flat = m->nparams, .max_seq = T, .max_head_size = (int)(C / (size_t)c->num_heads)};
@@ -137,10 +160,11 @@ float *mt_gpt_grads(mt_gpt *m) { return m->grads; }
  * embeddings) are zeroed by mt_gpt_zero_grad; the products then neither need a zeroed buffer nor read it. */
 static int product_grad(const mt_gpt *m, int t)
 {
-    if (t == MT_GPT_WTE) return 1;
-    if (t < MT_GPT_LAYER_T(0, 0) || t >= MT_GPT_LNF_W(m->c.num_layers)) return 0;
-    int j = (t - MT_GPT_LAYER_T(0, 0)) % MT_GPT_PER_LAYER;
-    return j != MT_GPT_LN1_W && j != MT_GPT_LN1_B && j != MT_GPT_LN2_W && j != MT_GPT_LN2_B;
+    switch (m->layout.t[t].kind) {
+    case MT_T_WORD_EMB: case MT_T_QKV_W: case MT_T_QKV_B: case MT_T_PROJ_W: case MT_T_PROJ_B:
+    case MT_T_FC1_W: case MT_T_FC1_B: case MT_T_FC2_W: case MT_T_FC2_B: return 1;
+    default: return 0;
+    }
 }
 
 void mt_gpt_zero_grad(mt_gpt *m)
@@ -196,21 +220,24 @@ mt_gpt_ctx *mt_gpt_ctx_new(mt_gpt *m, int max_batch, mt_err *e)
         return NULL;
     }
     int failed = 0;
-    size_t L = (size_t)config->num_layers, C = (size_t)config->hidden_size, F = (size_t)config->ffn_hidden_size;
-    size_t N = x->nmax, V = (size_t)config->padded_vocab_size, fl = sizeof(float), a = m->asz;
-    x->res = ctx_alloc(x, (2 * L + 1) * N * C * a, &failed, e);
+    /* per rank: the hidden size C is whole, heads (Cl = C / tp of the attention), ffn and vocabulary shared out */
+    size_t L = (size_t)config->num_layers, C = (size_t)config->hidden_size, F = (size_t)m->ffn;
+    size_t Cl = C / (size_t)m->tp_size, N = x->nmax, V = (size_t)m->vocab, fl = sizeof(float), a = m->asz;
+    x->nres = m->sp ? N / (size_t)m->tp_size : N;
+    x->res = ctx_alloc(x, (2 * L + 1) * x->nres * C * a, &failed, e);
     x->ln = ctx_alloc(x, (2 * L + 1) * N * C * a, &failed, e);
-    x->ln_mean = ctx_alloc(x, (2 * L + 1) * N * fl, &failed, e);
-    x->ln_rstd = ctx_alloc(x, (2 * L + 1) * N * fl, &failed, e);
-    x->qkv = ctx_alloc(x, L * N * 3 * C * a, &failed, e);
-    x->atty = ctx_alloc(x, L * N * C * a, &failed, e);
-    x->lse = ctx_alloc(x, L * N * (size_t)config->num_heads * fl, &failed, e);
+    x->ln_mean = ctx_alloc(x, (2 * L + 1) * x->nres * fl, &failed, e);
+    x->ln_rstd = ctx_alloc(x, (2 * L + 1) * x->nres * fl, &failed, e);
+    x->qkv = ctx_alloc(x, L * N * 3 * Cl * a, &failed, e);
+    x->atty = ctx_alloc(x, L * N * Cl * a, &failed, e);
+    x->lse = ctx_alloc(x, L * N * (size_t)m->heads * fl, &failed, e);
     x->fch = ctx_alloc(x, L * N * F * a, &failed, e);
     x->logits = ctx_alloc(x, N * V * a, &failed, e);
+    x->xent = ctx_alloc(x, 3 * N * fl, &failed, e);
     x->s_c1 = ctx_alloc(x, N * C * a, &failed, e);
     x->s_c2 = ctx_alloc(x, N * C * a, &failed, e);
     x->s_c3 = ctx_alloc(x, N * C * a, &failed, e);
-    x->s_qkv = ctx_alloc(x, N * 3 * C * a, &failed, e);
+    x->s_qkv = ctx_alloc(x, N * 3 * Cl * a, &failed, e);
     x->s_f1 = ctx_alloc(x, N * F * a, &failed, e);
     x->s_f2 = ctx_alloc(x, N * F * a, &failed, e);
     x->d_tok = ctx_alloc(x, N * sizeof(int32_t), &failed, e);
@@ -231,7 +258,7 @@ mt_gpt_ctx *mt_gpt_ctx_new(mt_gpt *m, int max_batch, mt_err *e)
 void mt_gpt_ctx_free(mt_gpt_ctx *x)
 {
     if (!x) return;
-    void *dev[] = {x->res,  x->ln,   x->ln_mean, x->ln_rstd, x->qkv,   x->atty,  x->lse,   x->fch,    x->logits,  x->s_c1,
+    void *dev[] = {x->res,  x->ln,   x->ln_mean, x->ln_rstd, x->qkv,   x->atty,  x->lse,   x->fch,    x->logits,  x->xent, x->s_c1,
                    x->s_c2, x->s_c3, x->s_qkv,   x->s_f1,    x->s_f2,  x->d_tok, x->d_tgt, x->d_losses, x->d_dscale};
     for (size_t i = 0; i < sizeof dev / sizeof dev[0]; i++)
         if (dev[i]) mtk_free(x->m->k, dev[i]);
@@ -256,15 +283,16 @@ enum { SITE_EMBED = 0, SITE_ATTN_PROBS = 1, SITE_ATTN_OUT = 2, SITE_MLP_OUT = 3 
 
 uint64_t mt_gpt_dropout_seed(uint64_t key, uint64_t site) { return mt_mix64(key + (site + 1) * MT_GOLDEN64); }
 
-/* NULL when this site applies no dropout (evaluation mode or p == 0). */
-static const mtk_dropout *site_dropout(const mt_gpt_ctx *x, mtk_dropout *d, int layer, int kind)
+/* NULL when this site applies no dropout (evaluation mode or p == 0). offset: the counter of the first
+ * element the call covers (with sequence parallelism, this rank's first row of the site's region). */
+static const mtk_dropout *site_dropout(const mt_gpt_ctx *x, mtk_dropout *d, int layer, int kind, uint64_t offset)
 {
     float p = kind == SITE_ATTN_PROBS ? x->m->c.attention_dropout : x->m->c.hidden_dropout;
     if (!x->training || !(p > 0)) return NULL;
     uint64_t site = kind == SITE_EMBED ? 0 : 1 + 3 * (uint64_t)layer + (uint64_t)(kind - 1);
     d->p = p;
     d->seed = mt_gpt_dropout_seed(x->dropout_key, site);
-    d->offset = 0;
+    d->offset = offset;
     return d;
 }
 
@@ -282,18 +310,19 @@ typedef struct layer_acts {
 static void layer_views(const mt_gpt_ctx *x, int l, layer_acts *a)
 {
     const mt_gpt *m = x->m;
-    size_t nC = x->nmax * (size_t)m->c.hidden_size, L2 = (size_t)(2 * l);
-    a->res_in = AT(x->res, L2 * nC);
-    a->res_mid = AT(a->res_in, nC);
-    a->res_out = AT(a->res_mid, nC);
+    size_t nC = x->nmax * (size_t)m->c.hidden_size, nCl = nC / (size_t)m->tp_size, L2 = (size_t)(2 * l);
+    size_t rC = x->nres * (size_t)m->c.hidden_size;
+    a->res_in = AT(x->res, L2 * rC);
+    a->res_mid = AT(a->res_in, rC);
+    a->res_out = AT(a->res_mid, rC);
     a->ln1 = AT(x->ln, L2 * nC);
     a->ln2 = AT(a->ln1, nC);
-    a->mean1 = x->ln_mean + L2 * x->nmax, a->rstd1 = x->ln_rstd + L2 * x->nmax;
-    a->mean2 = a->mean1 + x->nmax, a->rstd2 = a->rstd1 + x->nmax;
-    a->qkv = AT(x->qkv, (size_t)l * 3 * nC);
-    a->atty = AT(x->atty, (size_t)l * nC);
-    a->lse = x->lse + (size_t)l * x->nmax * (size_t)m->c.num_heads;
-    a->fch = AT(x->fch, (size_t)l * x->nmax * (size_t)m->c.ffn_hidden_size);
+    a->mean1 = x->ln_mean + L2 * x->nres, a->rstd1 = x->ln_rstd + L2 * x->nres;
+    a->mean2 = a->mean1 + x->nres, a->rstd2 = a->rstd1 + x->nres;
+    a->qkv = AT(x->qkv, (size_t)l * 3 * nCl);
+    a->atty = AT(x->atty, (size_t)l * nCl);
+    a->lse = x->lse + (size_t)l * x->nmax * (size_t)m->heads;
+    a->fch = AT(x->fch, (size_t)l * x->nmax * (size_t)m->ffn);
 }
 
 int mt_gpt_forward(mt_gpt_ctx *x, const int32_t *tokens, const int32_t *targets, const float *loss_mask, int B,
@@ -306,9 +335,15 @@ int mt_gpt_forward(mt_gpt_ctx *x, const int32_t *tokens, const int32_t *targets,
     if (B <= 0 || T <= 0 || B > x->max_batch || T > c->seq_length)
         return mt_err_set(e, "GPT forward: batch %d x %d tokens outside the context's %d x %d", B, T, x->max_batch,
                           c->seq_length);
-    int N = B * T, C = c->hidden_size, F = c->ffn_hidden_size, NH = c->num_heads, V = c->padded_vocab_size;
+    /* per rank: Cl = the attention's share of the hidden size, F the ffn's; Nl the tokens of the regions
+     * between the products (all N unless sequence-parallel), from token n0 on */
+    int N = B * T, C = c->hidden_size, Cl = C / m->tp_size, F = m->ffn, V = c->padded_vocab_size;
     int L = c->num_layers;
-    size_t nC = x->nmax * (size_t)C;
+    if (m->sp && N % m->tp_size)
+        return mt_err_set(e, "GPT forward: %d tokens do not split over %d sequence-parallel ranks", N, m->tp_size);
+    int Nl = mt_tp_tokens(m, N);
+    uint64_t h0 = (uint64_t)mt_tp_first(m, N) * (uint64_t)C;   /* the hidden dropout's first counter */
+    size_t nC = x->nmax * (size_t)C, rC = x->nres * (size_t)C;
     for (int i = 0; i < N; i++)
         if (tokens[i] < 0 || tokens[i] >= V || targets[i] < 0 || targets[i] >= V)
             return mt_err_set(e, "GPT forward: token %d or target %d at position %d outside the vocabulary [0, %d)",
@@ -319,39 +354,49 @@ int mt_gpt_forward(mt_gpt_ctx *x, const int32_t *tokens, const int32_t *targets,
 
     mtk_to_device(k, x->d_tok, tokens, (size_t)N * sizeof(int32_t));
     mtk_to_device(k, x->d_tgt, targets, (size_t)N * sizeof(int32_t));
-    mtk_embed_fwd(k, x->res, x->d_tok, mt_gpt_w(m, MT_GPT_WTE), mt_gpt_w(m, MT_GPT_WPE), B, T, C, 0, 0, V);
-    if ((drop = site_dropout(x, &dd, 0, SITE_EMBED))) mtk_dropout_fwd(k, x->res, x->res, (size_t)N * C, drop);
+    if (mt_tp_embed_fwd(m, x->res, x->s_c1, x->d_tok, B, T, e)) return mt_err_prefix(e, "GPT forward");
+    if ((drop = site_dropout(x, &dd, 0, SITE_EMBED, h0))) mtk_dropout_fwd(k, x->res, x->res, (size_t)Nl * C, drop);
 
     for (int l = 0; l < L; l++) {
-#define P(j) mt_gpt_p(m, MT_GPT_LAYER_T(l, j))
-#define W(j) mt_gpt_w(m, MT_GPT_LAYER_T(l, j))
+#define P(kind) mt_gpt_p(m, mt_gpt_t(m, l, kind))
+#define W(kind) mt_gpt_w(m, mt_gpt_t(m, l, kind))
         layer_acts a;
         layer_views(x, l, &a);
         void *res_in = a.res_in, *res_mid = a.res_mid, *res_out = a.res_out, *ln1 = a.ln1, *ln2 = a.ln2;
         float *mean1 = a.mean1, *rstd1 = a.rstd1, *mean2 = a.mean2, *rstd2 = a.rstd2, *lse = a.lse;
-        void *qkv = a.qkv, *atty = a.atty, *fch = a.fch;
+        void *qkv = a.qkv, *atty = a.atty, *fch = a.fch, *out = mt_tp_local(m, x->s_c1, N, C);
 
-        mtk_layernorm_fwd(k, ln1, mean1, rstd1, res_in, P(MT_GPT_LN1_W), P(MT_GPT_LN1_B), N, C, c->layernorm_epsilon);
-        mtk_matmul_fwd(k, qkv, ln1, W(MT_GPT_QKV_W), P(MT_GPT_QKV_B), N, C, 3 * C);
-        mtk_attention_fwd(k, atty, lse, qkv, B, T, NH, C / NH, site_dropout(x, &dd, l, SITE_ATTN_PROBS));
-        mtk_matmul_fwd(k, x->s_c1, atty, W(MT_GPT_PROJ_W), P(MT_GPT_PROJ_B), N, C, C);
-        if ((drop = site_dropout(x, &dd, l, SITE_ATTN_OUT))) mtk_dropout_fwd(k, x->s_c1, x->s_c1, (size_t)N * C, drop);
-        mtk_add_layernorm_fwd(k, res_mid, ln2, mean2, rstd2, res_in, x->s_c1, P(MT_GPT_LN2_W), P(MT_GPT_LN2_B), N, C,
-                              c->layernorm_epsilon);
-        mtk_matmul_gelu_fwd(k, x->s_f1, fch, ln2, W(MT_GPT_FC_W), P(MT_GPT_FC_B), N, C, F, c->exact_gelu);
-        mtk_matmul_fwd(k, x->s_c1, x->s_f1, W(MT_GPT_FC2_W), P(MT_GPT_FC2_B), N, F, C);
-        if ((drop = site_dropout(x, &dd, l, SITE_MLP_OUT))) mtk_dropout_fwd(k, x->s_c1, x->s_c1, (size_t)N * C, drop);
-        mtk_add(k, res_out, res_mid, x->s_c1, (size_t)N * C);
+        /* attention: QKV column-parallel (this rank's heads), dense row-parallel (summed over the ranks) */
+        mtk_layernorm_fwd(k, mt_tp_local(m, ln1, N, C), mean1, rstd1, res_in, P(MT_T_NORM1_W), P(MT_T_NORM1_B), Nl, C,
+                          c->layernorm_epsilon);
+        if (mt_tp_gather(m, ln1, N, C, e)) return mt_err_prefix(e, "GPT forward, layer %d attention", l);
+        mtk_matmul_fwd(k, qkv, ln1, W(MT_T_QKV_W), P(MT_T_QKV_B), N, C, 3 * Cl);
+        mt_tp_attention_fwd(m, atty, lse, qkv, B, T, site_dropout(x, &dd, l, SITE_ATTN_PROBS, 0));
+        if (mt_tp_row_linear_fwd(m, x->s_c1, atty, W(MT_T_PROJ_W), P(MT_T_PROJ_B), N, Cl, C, e))
+            return mt_err_prefix(e, "GPT forward, layer %d attention", l);
+        if ((drop = site_dropout(x, &dd, l, SITE_ATTN_OUT, h0))) mtk_dropout_fwd(k, out, out, (size_t)Nl * C, drop);
+        mtk_add_layernorm_fwd(k, res_mid, mt_tp_local(m, ln2, N, C), mean2, rstd2, res_in, out, P(MT_T_NORM2_W),
+                              P(MT_T_NORM2_B), Nl, C, c->layernorm_epsilon);
+        /* MLP: the first layer column-parallel, the second row-parallel */
+        if (mt_tp_gather(m, ln2, N, C, e)) return mt_err_prefix(e, "GPT forward, layer %d MLP", l);
+        mtk_matmul_gelu_fwd(k, x->s_f1, fch, ln2, W(MT_T_FC1_W), P(MT_T_FC1_B), N, C, F, c->exact_gelu);
+        if (mt_tp_row_linear_fwd(m, x->s_c1, x->s_f1, W(MT_T_FC2_W), P(MT_T_FC2_B), N, F, C, e))
+            return mt_err_prefix(e, "GPT forward, layer %d MLP", l);
+        if ((drop = site_dropout(x, &dd, l, SITE_MLP_OUT, h0))) mtk_dropout_fwd(k, out, out, (size_t)Nl * C, drop);
+        mtk_add(k, res_out, res_mid, out, (size_t)Nl * C);
 #undef P
 #undef W
     }
 
     void *lnf = AT(x->ln, (size_t)(2 * L) * nC);
-    mtk_layernorm_fwd(k, lnf, x->ln_mean + (size_t)(2 * L) * x->nmax, x->ln_rstd + (size_t)(2 * L) * x->nmax,
-                      AT(x->res, (size_t)(2 * L) * nC), mt_gpt_p(m, MT_GPT_LNF_W(L)), mt_gpt_p(m, MT_GPT_LNF_B(L)), N,
-                      C, c->layernorm_epsilon);
-    mtk_matmul_fwd(k, x->logits, lnf, mt_gpt_w(m, MT_GPT_WTE), NULL, N, C, V);
-    mtk_xent_fwd_bwd(k, x->d_losses, NULL, x->logits, x->d_tgt, NULL, N, V);
+    mtk_layernorm_fwd(k, mt_tp_local(m, lnf, N, C), x->ln_mean + (size_t)(2 * L) * x->nres,
+                      x->ln_rstd + (size_t)(2 * L) * x->nres, AT(x->res, (size_t)(2 * L) * rC),
+                      mt_gpt_p(m, mt_gpt_t(m, -1, MT_T_FINAL_NORM_W)), mt_gpt_p(m, mt_gpt_t(m, -1, MT_T_FINAL_NORM_B)),
+                      Nl, C, c->layernorm_epsilon);
+    if (mt_tp_gather(m, lnf, N, C, e)) return mt_err_prefix(e, "GPT forward, final norm");
+    /* the logits of this rank's vocabulary rows (never gathered) and the vocabulary-parallel loss */
+    mtk_matmul_fwd(k, x->logits, lnf, mt_gpt_w(m, mt_gpt_t(m, -1, MT_T_WORD_EMB)), NULL, N, C, m->vocab);
+    if (mt_tp_xent_fwd(x, N, e)) return mt_err_prefix(e, "GPT forward, cross-entropy");
     mtk_to_host(k, x->h_losses, x->d_losses, (size_t)N * sizeof(float));
     if (mtk_sync(k, e)) return mt_err_prefix(e, "GPT forward");
 
@@ -377,6 +422,7 @@ int mt_gpt_forward(mt_gpt_ctx *x, const int32_t *tokens, const int32_t *targets,
 int mt_gpt_logits(mt_gpt_ctx *x, float *host, mt_err *e)
 {
     if (!x->have_forward) return mt_err_set(e, "GPT logits: no forward pass (or a backward consumed it)");
+    if (x->m->tp) return mt_err_set(e, "GPT logits: the model is split over %d tensor-parallel ranks", x->m->tp_size);
     mtk *k = x->m->k;
     size_t n = (size_t)x->B * (size_t)x->T * (size_t)x->m->c.padded_vocab_size;
     mtk_dtype dt = mtk_act_dtype(k);
@@ -398,32 +444,40 @@ int mt_gpt_backward(mt_gpt_ctx *x, double scale, mt_err *e)
     if (!x->have_forward) return mt_err_set(e, "GPT backward: no forward pass to go back through");
     x->have_forward = 0;   /* the logits become dlogits below */
     const mt_gpt_config *c = &m->c;
-    int B = x->B, T = x->T, N = B * T, C = c->hidden_size, F = c->ffn_hidden_size, NH = c->num_heads;
-    int V = c->padded_vocab_size, L = c->num_layers;
-    size_t nC = x->nmax * (size_t)C;
+    int B = x->B, T = x->T, N = B * T, C = c->hidden_size, Cl = C / m->tp_size, F = m->ffn, L = c->num_layers;
+    int Nl = mt_tp_tokens(m, N);
+    uint64_t h0 = (uint64_t)mt_tp_first(m, N) * (uint64_t)C;
+    size_t nC = x->nmax * (size_t)C, rC = x->nres * (size_t)C;
     mtk *k = m->k;
     mtk_dropout dd;
     const mtk_dropout *drop;
+    int wte = mt_gpt_t(m, -1, MT_T_WORD_EMB), lnf_w = mt_gpt_t(m, -1, MT_T_FINAL_NORM_W),
+        lnf_b = mt_gpt_t(m, -1, MT_T_FINAL_NORM_B);
 
     for (int i = 0; i < N; i++) x->h_dscale[i] = (float)(x->h_dscale[i] * scale);
     mtk_to_device(k, x->d_dscale, x->h_dscale, (size_t)N * sizeof(float));
 
-    /* Logits and the final LayerNorm; dres is the residual stream's gradient from here down. */
+    /* Logits and the final LayerNorm; dres (this rank's rows) is the residual stream's gradient from here
+     * down. The input gradients of column-parallel products (the logits, QKV, the MLP's first layer) are
+     * partial sums over this rank's columns until summed over the tensor-parallel group (dln, all rows);
+     * the output gradients of row-parallel ones are all rows (dout, gathered from dtmp's). */
     void *dres = x->s_c1, *dtmp = x->s_c2, *dln = x->s_c3;
+    void *dtmp_l = mt_tp_local(m, dtmp, N, C), *dln_l = mt_tp_local(m, dln, N, C);
     void *lnf = AT(x->ln, (size_t)(2 * L) * nC);
-    mtk_xent_fwd_bwd(k, x->d_losses, x->logits, x->logits, x->d_tgt, x->d_dscale, N, V);
+    if (mt_tp_xent_bwd(x, N, e)) return mt_err_prefix(e, "GPT backward, cross-entropy");
     mtk_grad_mode gm = m->grads_assign ? MTK_GRAD_ASSIGN : MTK_GRAD_ACCUMULATE;
     m->grads_assign = 0;
-    mtk_matmul_bwd(k, dln, mt_gpt_g(m, MT_GPT_WTE), NULL, x->logits, lnf, mt_gpt_w(m, MT_GPT_WTE), N, C, V, gm);
-    mtk_zero(k, dres, (size_t)N * C * m->asz);
-    mtk_layernorm_bwd(k, dres, mt_gpt_g(m, MT_GPT_LNF_W(L)), mt_gpt_g(m, MT_GPT_LNF_B(L)), dln,
-                      AT(x->res, (size_t)(2 * L) * nC), mt_gpt_p(m, MT_GPT_LNF_W(L)),
-                      x->ln_mean + (size_t)(2 * L) * x->nmax, x->ln_rstd + (size_t)(2 * L) * x->nmax, N, C);
+    mtk_matmul_bwd(k, dln, mt_gpt_g(m, wte), NULL, x->logits, lnf, mt_gpt_w(m, wte), N, C, m->vocab, gm);
+    if (mt_tp_input_grad(m, dln, N, C, e)) return mt_err_prefix(e, "GPT backward, logits");
+    mtk_zero(k, dres, (size_t)Nl * C * m->asz);
+    mtk_layernorm_bwd(k, dres, mt_gpt_g(m, lnf_w), mt_gpt_g(m, lnf_b), dln_l, AT(x->res, (size_t)(2 * L) * rC),
+                      mt_gpt_p(m, lnf_w), x->ln_mean + (size_t)(2 * L) * x->nres, x->ln_rstd + (size_t)(2 * L) * x->nres,
+                      Nl, C);
 
     for (int l = L - 1; l >= 0; l--) {
-#define P(j) mt_gpt_p(m, MT_GPT_LAYER_T(l, j))
-#define W(j) mt_gpt_w(m, MT_GPT_LAYER_T(l, j))
-#define G(j) mt_gpt_g(m, MT_GPT_LAYER_T(l, j))
+#define P(kind) mt_gpt_p(m, mt_gpt_t(m, l, kind))
+#define W(kind) mt_gpt_w(m, mt_gpt_t(m, l, kind))
+#define G(kind) mt_gpt_g(m, mt_gpt_t(m, l, kind))
         layer_acts a;
         layer_views(x, l, &a);
         void *res_in = a.res_in, *res_mid = a.res_mid, *ln1 = a.ln1, *ln2 = a.ln2;
@@ -432,33 +486,57 @@ int mt_gpt_backward(mt_gpt_ctx *x, double scale, mt_err *e)
 
         /* MLP: res_out = res_mid + drop(fc2(gelu(fc(ln2(res_mid))))) */
         const void *dout = dres;
-        if ((drop = site_dropout(x, &dd, l, SITE_MLP_OUT))) {
-            mtk_dropout_bwd(k, dtmp, dres, (size_t)N * C, drop);
-            dout = dtmp;
+        if ((drop = site_dropout(x, &dd, l, SITE_MLP_OUT, h0))) {
+            mtk_dropout_bwd(k, dtmp_l, dres, (size_t)Nl * C, drop);
+            dout = dtmp_l;
         }
+        if (mt_tp_output_grad(m, dout, dtmp, N, C, &dout, e)) return mt_err_prefix(e, "GPT backward, layer %d MLP", l);
         mtk_gelu_fwd(k, x->s_f1, fch, (size_t)N * F, c->exact_gelu);
-        mtk_matmul_bwd(k, x->s_f2, G(MT_GPT_FC2_W), G(MT_GPT_FC2_B), dout, x->s_f1, W(MT_GPT_FC2_W), N, F, C, gm);
+        mtk_matmul_bwd(k, x->s_f2, G(MT_T_FC2_W), G(MT_T_FC2_B), dout, x->s_f1, W(MT_T_FC2_W), N, F, C, gm);
         mtk_gelu_bwd(k, x->s_f1, fch, x->s_f2, (size_t)N * F, c->exact_gelu);
-        mtk_matmul_bwd(k, dln, G(MT_GPT_FC_W), G(MT_GPT_FC_B), x->s_f1, ln2, W(MT_GPT_FC_W), N, C, F, gm);
-        mtk_layernorm_bwd(k, dres, G(MT_GPT_LN2_W), G(MT_GPT_LN2_B), dln, res_mid, P(MT_GPT_LN2_W), mean2, rstd2, N, C);
+        mtk_matmul_bwd(k, dln, G(MT_T_FC1_W), G(MT_T_FC1_B), x->s_f1, ln2, W(MT_T_FC1_W), N, C, F, gm);
+        if (mt_tp_input_grad(m, dln, N, C, e)) return mt_err_prefix(e, "GPT backward, layer %d MLP", l);
+        mtk_layernorm_bwd(k, dres, G(MT_T_NORM2_W), G(MT_T_NORM2_B), dln_l, res_mid, P(MT_T_NORM2_W), mean2, rstd2, Nl, C);
 
         /* Attention: res_mid = res_in + drop(dense(attn(qkv(ln1(res_in))))) */
         dout = dres;
-        if ((drop = site_dropout(x, &dd, l, SITE_ATTN_OUT))) {
-            mtk_dropout_bwd(k, dtmp, dres, (size_t)N * C, drop);
-            dout = dtmp;
+        if ((drop = site_dropout(x, &dd, l, SITE_ATTN_OUT, h0))) {
+            mtk_dropout_bwd(k, dtmp_l, dres, (size_t)Nl * C, drop);
+            dout = dtmp_l;
         }
-        mtk_matmul_bwd(k, dln, G(MT_GPT_PROJ_W), G(MT_GPT_PROJ_B), dout, atty, W(MT_GPT_PROJ_W), N, C, C, gm);
-        mtk_attention_bwd(k, x->s_qkv, dln, qkv, atty, lse, B, T, NH, C / NH, site_dropout(x, &dd, l, SITE_ATTN_PROBS));
-        mtk_matmul_bwd(k, dln, G(MT_GPT_QKV_W), G(MT_GPT_QKV_B), x->s_qkv, ln1, W(MT_GPT_QKV_W), N, C, 3 * C, gm);
-        mtk_layernorm_bwd(k, dres, G(MT_GPT_LN1_W), G(MT_GPT_LN1_B), dln, res_in, P(MT_GPT_LN1_W), mean1, rstd1, N, C);
+        if (mt_tp_output_grad(m, dout, dtmp, N, C, &dout, e))
+            return mt_err_prefix(e, "GPT backward, layer %d attention", l);
+        mtk_matmul_bwd(k, dln, G(MT_T_PROJ_W), G(MT_T_PROJ_B), dout, atty, W(MT_T_PROJ_W), N, Cl, C, gm);
+        mt_tp_attention_bwd(m, x->s_qkv, dln, qkv, atty, lse, B, T, site_dropout(x, &dd, l, SITE_ATTN_PROBS, 0));
+        mtk_matmul_bwd(k, dln, G(MT_T_QKV_W), G(MT_T_QKV_B), x->s_qkv, ln1, W(MT_T_QKV_W), N, C, 3 * Cl, gm);
+        if (mt_tp_input_grad(m, dln, N, C, e)) return mt_err_prefix(e, "GPT backward, layer %d attention", l);
+        mtk_layernorm_bwd(k, dres, G(MT_T_NORM1_W), G(MT_T_NORM1_B), dln_l, res_in, P(MT_T_NORM1_W), mean1, rstd1, Nl, C);
 #undef P
 #undef W
 #undef G
     }
 
-    if ((drop = site_dropout(x, &dd, 0, SITE_EMBED))) mtk_dropout_bwd(k, dres, dres, (size_t)N * C, drop);
-    mtk_embed_bwd(k, mt_gpt_g(m, MT_GPT_WTE), mt_gpt_g(m, MT_GPT_WPE), dres, x->d_tok, B, T, C, 0, 0, V);
+    if ((drop = site_dropout(x, &dd, 0, SITE_EMBED, h0))) mtk_dropout_bwd(k, dres, dres, (size_t)Nl * C, drop);
+    if (mt_tp_embed_bwd(m, dres, dtmp, x->d_tok, B, T, e)) return mt_err_prefix(e, "GPT backward, embedding");
     if (mtk_status(k, e)) return mt_err_prefix(e, "GPT backward");
     return 0;
+}
+
+double mt_gpt_grad_sumsq(mt_gpt *m, size_t lo, size_t hi)
+{
+    double ss = 0;
+    size_t run0 = 0, run1 = 0;   /* adjacent counted tensors, clipped to [lo, hi): floats [run0, run1) */
+    for (int t = 0; t <= m->ntensors; t++) {
+        const mt_gpt_tensor *x = t < m->ntensors ? &m->tensors[t] : NULL;
+        int counted = x && (m->tp_rank == 0 || m->layout.t[t].partition_dim >= 0);
+        size_t a = x ? (x->offset > lo ? x->offset : lo) : 0, b = x ? (x->offset + x->numel < hi ? x->offset + x->numel : hi) : 0;
+        if (counted && a < b && a == run1 && run1 > run0) {
+            run1 = b;
+            continue;
+        }
+        if (run1 > run0) ss += mtk_sumsq(m->k, m->grads + run0, run1 - run0);
+        run0 = run1 = 0;
+        if (counted && a < b) run0 = a, run1 = b;
+    }
+    return ss;
 }

@@ -27,6 +27,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "comm/comm.h"
 #include "kernels.h"
 #include "model/layout.h"
 #include "util/err.h"
@@ -45,6 +46,8 @@ typedef struct mt_gpt_config {
     int exact_gelu;               /* 0: tanh approximation (Megatron's default fused path) */
     float hidden_dropout;         /* --hidden-dropout (Megatron's default 0.1) */
     float attention_dropout;      /* --attention-dropout (Megatron's default 0.1) */
+    int sequence_parallel;        /* --sequence-parallel: with tensor parallelism, the LayerNorm, dropout and
+                                     residual regions hold 1/tp of the tokens (spec 7.4) */
 } mt_gpt_config;
 
 /* ceil(vocab / (divisible_by * tp)) * divisible_by * tp: 50257 -> 50304 (tp 1). */
@@ -75,6 +78,12 @@ enum { MT_GPT_INFER_ONLY = 0, MT_GPT_TRAIN = 1 };
 /* Allocates the parameters (and, with MT_GPT_TRAIN, the gradients). Parameters are zero until
  * mt_gpt_init or a load. */
 mt_gpt *mt_gpt_create(mtk *k, const mt_gpt_config *config, int mode, mt_err *e);
+/* The part of a model split over the tensor-parallel group tp (Megatron-LM paper section 3, spec
+ * 7.2-7.3) that rank tp->rank of tp->size holds: the tensors of its layout (model/layout.h, tensor rank
+ * tp->rank), with whole heads, a slice of the MLP and of the (padded) vocabulary; forward and backward
+ * exchange activations over tp (tensor_parallel.h), whose buffers are the backend's device memory. tp
+ * must outlive the model; NULL or a one-rank group is mt_gpt_create. */
+mt_gpt *mt_gpt_create_tp(mtk *k, const mt_gpt_config *config, mt_comm *tp, int mode, mt_err *e);
 void mt_gpt_free(mt_gpt *m);
 const mt_gpt_config *mt_gpt_get_config(const mt_gpt *m);
 mtk *mt_gpt_backend(const mt_gpt *m);
@@ -94,8 +103,10 @@ mtk_act *mt_gpt_work(mt_gpt *m);                     /* the working copy; NULL w
 void mt_gpt_params_changed(mt_gpt *m);
 
 /* Megatron's initialization (spec 6.1) from a deterministic generator seeded with seed: the weight
- * elements, in buffer order, are std * numpy.random.RandomState(seed mod 2^32).normal() draws rounded
- * to float (std / sqrt(2L) for the output projections); biases 0, LayerNorm weights 1. */
+ * elements, in the order of the whole model's buffer, are std * numpy.random.RandomState(seed mod
+ * 2^32).normal() draws rounded to float (std / sqrt(2L) for the output projections); biases 0, LayerNorm
+ * weights 1. A tensor-parallel rank draws every element of each tensor and keeps its slice, so its
+ * weights are those of the one-rank model with the same padded vocabulary. */
 void mt_gpt_init(mt_gpt *m, uint64_t seed);
 
 /* ---- training and evaluation: one context per micro-batch in flight ---- */
@@ -117,7 +128,8 @@ typedef struct mt_gpt_loss {
  * following backward fails. */
 int mt_gpt_forward(mt_gpt_ctx *x, const int32_t *tokens, const int32_t *targets, const float *loss_mask, int B,
                    int T, float *tok_losses, mt_gpt_loss *loss, mt_err *e);
-/* The logits of x's last forward pass (before its backward), host [B, T, padded_vocab_size] fp32. */
+/* The logits of x's last forward pass (before its backward), host [B, T, padded_vocab_size] fp32 (a
+ * model of one tensor rank only). */
 int mt_gpt_logits(mt_gpt_ctx *x, float *host, mt_err *e);
 /* Backward pass of x's last forward: ACCUMULATES d(scale * loss.sum)/d(params) into the gradients
  * (a trainer averaging over M micro-batches passes scale = 1 / (M * loss.count)). One backward per
@@ -149,6 +161,17 @@ int mt_gpt_infer_step(mt_gpt_infer *s, const int32_t *tokens, int T, float *logi
  * site 0 is the embedding, and layer l has 1 + 3l (attention probabilities), 2 + 3l (attention output)
  * and 3 + 3l (MLP output). seed = splitmix64 finaliser of key + (site + 1) * 0x9E3779B97F4A7C15. */
 uint64_t mt_gpt_dropout_seed(uint64_t key, uint64_t site);
+
+/* After a step's backward passes: with sequence parallelism, the gradients of the norms (computed by each
+ * rank from its own tokens) summed over the tensor-parallel group, as Megatron's finalize_model_grads
+ * does; nothing otherwise. 0, or -1 with e set. */
+int mt_gpt_reduce_grads(mt_gpt *m, mt_err *e);
+
+/* The sum of squares of the gradients in [lo, hi) of the flat buffer that this rank counts in the
+ * model-parallel gradient norm: every tensor on tensor rank 0, the split tensors only on the others (a
+ * replicated tensor is counted once over the group, as Megatron's clip_grad_norm does). The caller sums
+ * it over the tensor-parallel (and, with a sharded optimizer, the data-parallel) group. */
+double mt_gpt_grad_sumsq(mt_gpt *m, size_t lo, size_t hi);
 
 /* Bytes of device memory held for parameters (with the working copy), gradients, and the activations
  * and KV caches of the live contexts (memory reports). */

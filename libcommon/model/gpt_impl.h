@@ -1,40 +1,27 @@
 /* gpt_impl.h: the GPT model's private state, shared by gpt.c (weights, contexts, forward, backward),
- * gpt_init.c (configuration checks and parameter initialization) and gpt_infer.c (generation with a
- * KV cache). Not part of the public interface. */
+ * gpt_init.c (configuration checks and parameter initialization), gpt_infer.c (generation with a KV
+ * cache) and tensor_parallel.c (the pieces of a model split over tensor-parallel ranks). Not part of the
+ * public interface. */
 #ifndef MT_MODEL_GPT_IMPL_H
 #define MT_MODEL_GPT_IMPL_H
 
+#include "comm/comm.h"
 #include "model/gpt.h"
-
-/* Tensors of one transformer layer, in buffer order. */
-enum {
-    MT_GPT_LN1_W,
-    MT_GPT_LN1_B,
-    MT_GPT_QKV_W,
-    MT_GPT_QKV_B,
-    MT_GPT_PROJ_W,
-    MT_GPT_PROJ_B,
-    MT_GPT_LN2_W,
-    MT_GPT_LN2_B,
-    MT_GPT_FC_W,
-    MT_GPT_FC_B,
-    MT_GPT_FC2_W,
-    MT_GPT_FC2_B,
-    MT_GPT_PER_LAYER
-};
-/* Table index of tensor j of layer l; the two embeddings come first, the final LayerNorm last. */
-#define MT_GPT_WTE 0
-#define MT_GPT_WPE 1
-#define MT_GPT_LAYER_T(l, j) (2 + (l) * MT_GPT_PER_LAYER + (j))
-#define MT_GPT_LNF_W(L) (2 + (L) * MT_GPT_PER_LAYER)
-#define MT_GPT_LNF_B(L) (3 + (L) * MT_GPT_PER_LAYER)
 
 struct mt_gpt {
     mtk *k;
     mt_gpt_config c;
     size_t asz;             /* bytes of one activation-dtype element */
 
-    mt_layout layout;       /* the tensor table (model/layout.h): one rank holding the whole model */
+    mt_layout layout;       /* the tensor table (model/layout.h) of this rank's part */
+    int *tix;               /* [(layer + 1) * MT_T_KINDS + kind]: the table index of a tensor, -1 if absent;
+                               layer -1 (row 0) holds the embeddings and the final norm */
+    /* tensor parallelism (tensor_parallel.c): this rank's share of the heads, ffn, vocabulary */
+    mt_comm *tp;            /* the tensor-parallel group (NULL: one rank); not owned */
+    int tp_rank, tp_size;
+    int heads, ffn, vocab, v0; /* local heads, ffn columns and vocabulary rows; first vocabulary row */
+    int sp;                 /* sequence parallelism (tp > 1 and the config's sequence_parallel) */
+    size_t *tp_counts;      /* [tp_size]: scratch of the sequence-parallel collectives */
     int ntensors;
     mt_gpt_tensor *tensors; /* the layout's entries as the model's callers see them */
     size_t nparams;
@@ -49,15 +36,18 @@ struct mt_gpt_ctx {
     mt_gpt *m;
     int max_batch;
     size_t nmax;     /* max_batch * seq_length: the token stride of per-layer activations */
-    void *res;       /* [2L+1][N][C]: res 0 = embedding after dropout; 2l+1 = after layer l's attention; 2l+2 = after its MLP */
-    void *ln;        /* [2L+1][N][C]: LayerNorm outputs, ln1 (2l), ln2 (2l+1), final (2L) */
-    float *ln_mean;  /* [2L+1][N] */
-    float *ln_rstd;  /* [2L+1][N] */
+    size_t nres;     /* the token stride of the residual stream and norm statistics: nmax / tp with sequence
+                        parallelism (this rank's rows), else nmax */
+    void *res;       /* [2L+1][nres][C]: res 0 = embedding after dropout; 2l+1 = after layer l's attention; 2l+2 = after its MLP */
+    void *ln;        /* [2L+1][N][C]: LayerNorm outputs, ln1 (2l), ln2 (2l+1), final (2L), every rank's rows */
+    float *ln_mean;  /* [2L+1][nres] */
+    float *ln_rstd;  /* [2L+1][nres] */
     void *qkv;       /* [L][N][3C], per token [NH][3][HS] */
     void *atty;      /* [L][N][C]: attention output before the dense projection */
     float *lse;      /* [L][B][NH][T] */
     void *fch;       /* [L][N][F]: fc output before GeLU (GeLU is recomputed in backward) */
-    void *logits;    /* [N][V_pad], overwritten in place by dlogits in backward */
+    void *logits;    /* [N][V_pad / tp], overwritten in place by dlogits in backward */
+    float *xent;     /* [3][N]: row max, sum of exponentials, target logit (vocabulary-parallel cross-entropy) */
     void *s_c1, *s_c2, *s_c3; /* scratch [N][C] */
     void *s_qkv;              /* scratch [N][3C] */
     void *s_f1, *s_f2;        /* scratch [N][F] */
@@ -73,6 +63,12 @@ struct mt_gpt_ctx {
     int training;
     uint64_t dropout_key;
 };
+
+/* The table index of the tensor of kind in layer (-1: the embeddings and final norm); -1 if absent. */
+static inline int mt_gpt_t(const mt_gpt *m, int layer, mt_tensor_kind kind)
+{
+    return m->tix[(size_t)(layer + 1) * MT_T_KINDS + kind];
+}
 
 /* Master (fp32) and working (activation dtype) pointers of tensor t. */
 static inline float *mt_gpt_p(mt_gpt *m, int t) { return m->params + m->tensors[t].offset; }

@@ -28,6 +28,11 @@ mt_gpt_infer *mt_gpt_infer_new(mt_gpt *m, int batch, int max_len, mt_err *e)
                    c->max_position_embeddings);
         return NULL;
     }
+    if (m->tp) {
+        mt_err_set(e, "generation: the model is split over %d tensor-parallel ranks (open the checkpoint as one)",
+                   m->tp_size);
+        return NULL;
+    }
     mt_gpt_infer *s = mt_xcalloc(1, sizeof *s);
     s->m = m;
     s->batch = batch;
@@ -87,20 +92,21 @@ int mt_gpt_infer_step(mt_gpt_infer *s, const int32_t *tokens, int T, float *logi
     mtk *k = m->k;
     size_t cache = (size_t)B * NH * s->max_len * HS;   /* elements of one layer's cache */
     mtk_to_device(k, s->d_tok, tokens, (size_t)N * sizeof(int32_t));
-    mtk_embed_fwd(k, s->x, s->d_tok, mt_gpt_w(m, MT_GPT_WTE), mt_gpt_w(m, MT_GPT_WPE), B, T, C, s->len, 0, V);
+    mtk_embed_fwd(k, s->x, s->d_tok, mt_gpt_w(m, mt_gpt_t(m, -1, MT_T_WORD_EMB)), mt_gpt_w(m, mt_gpt_t(m, -1, MT_T_POS_EMB)), B, T, C,
+                  s->len, 0, V);
     for (int l = 0; l < L; l++) {
-#define P(j) mt_gpt_p(m, MT_GPT_LAYER_T(l, j))
-#define W(j) mt_gpt_w(m, MT_GPT_LAYER_T(l, j))
-        mtk_layernorm_fwd(k, s->h, s->mean, s->rstd, s->x, P(MT_GPT_LN1_W), P(MT_GPT_LN1_B), N, C, c->layernorm_epsilon);
-        mtk_matmul_fwd(k, s->qkv, s->h, W(MT_GPT_QKV_W), P(MT_GPT_QKV_B), N, C, 3 * C);
+#define P(kind) mt_gpt_p(m, mt_gpt_t(m, l, kind))
+#define W(kind) mt_gpt_w(m, mt_gpt_t(m, l, kind))
+        mtk_layernorm_fwd(k, s->h, s->mean, s->rstd, s->x, P(MT_T_NORM1_W), P(MT_T_NORM1_B), N, C, c->layernorm_epsilon);
+        mtk_matmul_fwd(k, s->qkv, s->h, W(MT_T_QKV_W), P(MT_T_QKV_B), N, C, 3 * C);
         mtk_attention_kv(k, s->att, s->qkv, AT(s->kc, (size_t)l * cache), AT(s->vc, (size_t)l * cache), B, T, s->len,
                          s->max_len, NH, HS);
-        mtk_matmul_fwd(k, s->tmp, s->att, W(MT_GPT_PROJ_W), P(MT_GPT_PROJ_B), N, C, C);
+        mtk_matmul_fwd(k, s->tmp, s->att, W(MT_T_PROJ_W), P(MT_T_PROJ_B), N, C, C);
         mtk_acc(k, s->x, s->tmp, (size_t)N * C);
-        mtk_layernorm_fwd(k, s->h, s->mean, s->rstd, s->x, P(MT_GPT_LN2_W), P(MT_GPT_LN2_B), N, C, c->layernorm_epsilon);
-        mtk_matmul_fwd(k, s->f, s->h, W(MT_GPT_FC_W), P(MT_GPT_FC_B), N, C, F);
+        mtk_layernorm_fwd(k, s->h, s->mean, s->rstd, s->x, P(MT_T_NORM2_W), P(MT_T_NORM2_B), N, C, c->layernorm_epsilon);
+        mtk_matmul_fwd(k, s->f, s->h, W(MT_T_FC1_W), P(MT_T_FC1_B), N, C, F);
         mtk_gelu_fwd(k, s->f, s->f, (size_t)N * F, c->exact_gelu);
-        mtk_matmul_fwd(k, s->tmp, s->f, W(MT_GPT_FC2_W), P(MT_GPT_FC2_B), N, F, C);
+        mtk_matmul_fwd(k, s->tmp, s->f, W(MT_T_FC2_W), P(MT_T_FC2_B), N, F, C);
         mtk_acc(k, s->x, s->tmp, (size_t)N * C);
 #undef P
 #undef W
@@ -108,9 +114,10 @@ int mt_gpt_infer_step(mt_gpt_infer *s, const int32_t *tokens, int T, float *logi
     /* The last new token of each sequence: gather its row, the final LayerNorm, the logits. */
     for (int b = 0; b < B; b++)
         mtk_copy(k, AT(s->h, (size_t)b * C), AT(s->x, ((size_t)b * T + (size_t)(T - 1)) * C), (size_t)C * m->asz);
-    mtk_layernorm_fwd(k, s->tmp, s->mean, s->rstd, s->h, mt_gpt_p(m, MT_GPT_LNF_W(L)), mt_gpt_p(m, MT_GPT_LNF_B(L)), B,
+    mtk_layernorm_fwd(k, s->tmp, s->mean, s->rstd, s->h, mt_gpt_p(m, mt_gpt_t(m, -1, MT_T_FINAL_NORM_W)),
+                      mt_gpt_p(m, mt_gpt_t(m, -1, MT_T_FINAL_NORM_B)), B,
                       C, c->layernorm_epsilon);
-    mtk_matmul_fwd(k, s->logits, s->tmp, mt_gpt_w(m, MT_GPT_WTE), NULL, B, C, V);
+    mtk_matmul_fwd(k, s->logits, s->tmp, mt_gpt_w(m, mt_gpt_t(m, -1, MT_T_WORD_EMB)), NULL, B, C, V);
     if (mtk_act_dtype(k) == MTK_F32) mtk_to_host(k, s->h_logits, s->logits, (size_t)B * V * sizeof(float));
     else {
         mtk_convert(k, s->logits32, MTK_F32, s->logits, mtk_act_dtype(k), (size_t)B * V);

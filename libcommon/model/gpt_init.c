@@ -86,27 +86,61 @@ static double rng_gauss(normal_rng *g)
     return f * x2;
 }
 
+/* Draws the whole of tensor t (rows x cols in the one-rank model, one normal per element in row-major
+ * order, or the constant fill) and writes this rank's slice to the device, a chunk of rows at a time. */
+static void init_tensor(mt_gpt *m, const mt_layout_tensor *t, normal_rng *g, int is_random, float fill, double s,
+                        float *row, float *buf, size_t chunk)
+{
+    int64_t rows = t->global_shape[0], cols = t->ndim == 2 ? t->global_shape[1] : 1;
+    int pd = t->partition_dim;
+    int64_t r0 = pd == 0 ? t->partition_offset : 0, r1 = pd == 0 ? r0 + t->local_shape[0] : rows;
+    int64_t c0 = pd == 1 ? t->partition_offset : 0, lc = pd == 1 ? t->local_shape[1] : cols;
+    if (t->ndim == 1) {   /* a vector: its elements are the "rows" */
+        cols = 1, lc = 1, c0 = 0;
+    }
+    size_t used = 0, done = 0;   /* floats staged in buf; floats of the slice written so far */
+    for (int64_t r = 0; r < rows; r++) {
+        int keep = r >= r0 && r < r1;
+        if (!is_random) {
+            if (!keep) continue;
+            for (int64_t c = 0; c < lc; c++) row[c] = fill;
+        } else {
+            for (int64_t c = 0; c < cols; c++) {
+                float v = (float)(s * rng_gauss(g));
+                if (keep && c >= c0 && c < c0 + lc) row[c - c0] = v;
+            }
+            if (!keep) continue;
+        }
+        if (used + (size_t)lc > chunk) {
+            mtk_to_device(m->k, m->params + t->offset + done, buf, used * sizeof *buf);
+            done += used, used = 0;
+        }
+        memcpy(buf + used, row, (size_t)lc * sizeof *buf);
+        used += (size_t)lc;
+    }
+    if (used) mtk_to_device(m->k, m->params + t->offset + done, buf, used * sizeof *buf);
+}
+
 void mt_gpt_init(mt_gpt *m, uint64_t seed)
 {
     normal_rng *g = mt_xcalloc(1, sizeof *g);
     mt_rs_seed(&g->rs, (uint32_t)seed);
-    const size_t chunk = (size_t)1 << 20;
-    float *buf = mt_xmalloc(chunk * sizeof *buf);
     int L = m->c.num_layers;
     double std = m->c.init_method_std, out_std = std / sqrt(2.0 * L);
+    size_t widest = 1;   /* the longest row of any tensor */
+    for (int i = 0; i < m->ntensors; i++)
+        if (m->layout.t[i].ndim == 2 && (size_t)m->layout.t[i].global_shape[1] > widest)
+            widest = (size_t)m->layout.t[i].global_shape[1];
+    const size_t chunk = ((size_t)1 << 20) > widest ? (size_t)1 << 20 : widest;
+    float *buf = mt_xmalloc(chunk * sizeof *buf), *row = mt_xmalloc(widest * sizeof *row);
     for (int i = 0; i < m->ntensors; i++) {
-        const mt_gpt_tensor *t = &m->tensors[i];
-        int j = i >= 2 && i < MT_GPT_LNF_W(L) ? (i - 2) % MT_GPT_PER_LAYER : -1;
-        int is_ln_weight = j == MT_GPT_LN1_W || j == MT_GPT_LN2_W || i == MT_GPT_LNF_W(L);
-        int is_random = t->ndim == 2;
-        double s = (j == MT_GPT_PROJ_W || j == MT_GPT_FC2_W) ? out_std : std;
-        for (size_t done = 0; done < t->numel; done += chunk) {
-            size_t n = t->numel - done < chunk ? t->numel - done : chunk;
-            for (size_t q = 0; q < n; q++)
-                buf[q] = is_random ? (float)(s * rng_gauss(g)) : is_ln_weight ? 1.0f : 0.0f;
-            mtk_to_device(m->k, m->params + t->offset + done, buf, n * sizeof *buf);
-        }
+        const mt_layout_tensor *t = &m->layout.t[i];
+        mt_tensor_kind kd = t->kind;
+        int is_norm_weight = kd == MT_T_NORM1_W || kd == MT_T_NORM2_W || kd == MT_T_FINAL_NORM_W;
+        double s = (kd == MT_T_PROJ_W || kd == MT_T_FC2_W) ? out_std : std;
+        init_tensor(m, t, g, t->ndim == 2, is_norm_weight ? 1.0f : 0.0f, s, row, buf, chunk);
     }
+    free(row);
     free(buf);
     free(g);
     mt_gpt_params_changed(m);

@@ -157,7 +157,9 @@ static const mt_flag flags[] = {
     /* parallelism */
     {"--tensor-model-parallel-size", MT_F_INT, &A.tensor_model_parallel_size, "N", "1 (ranks are data-parallel)", 1, 1 << 20, NULL},
     {"--pipeline-model-parallel-size", MT_F_INT, &A.pipeline_model_parallel_size, "N", "1 (ranks are data-parallel)", 1, 1 << 20, NULL},
-    NOOP_B("--sequence-parallel", "accepted; off with tensor parallel size 1, as in Megatron"),
+    {"--sequence-parallel", MT_F_BOOL, &A.sequence_parallel, NULL,
+     "with --tensor-model-parallel-size > 1: LayerNorm, dropout and residual activations split along the tokens "
+     "(all-gather / reduce-scatter instead of all-reduce); ignored with size 1, as in Megatron", 0, 0, NULL},
     {"--use-distributed-optimizer", MT_F_BOOL, &A.use_distributed_optimizer, NULL,
      "shard AdamW's state over the data-parallel ranks (ZeRO-1): reduce-scatter gradients, all-gather parameters",
      0, 0, NULL},
@@ -322,9 +324,11 @@ int mt_train_args_parse(mt_train_args *out, int argc, char **argv, mt_err *e)
     if (strcmp(a->ckpt_format, "torch"))
         return mt_err_set(e, "--ckpt-format %s is not supported: mt writes and reads Megatron's iter_NNNNNNN/mp_rank_00 "
                              "layout (--ckpt-format torch)", a->ckpt_format);
-    if (a->tensor_model_parallel_size != 1 || a->pipeline_model_parallel_size != 1)
-        return mt_err_set(e, "--tensor-model-parallel-size and --pipeline-model-parallel-size must be 1: "
-                             "the ranks of a job are data-parallel");
+    if (a->sequence_parallel && a->tensor_model_parallel_size > 1 && a->seq_length % a->tensor_model_parallel_size)
+        return mt_err_set(e, "--sequence-parallel: --tensor-model-parallel-size (%d) must divide --seq-length (%d)",
+                          a->tensor_model_parallel_size, a->seq_length);
+    if (a->pipeline_model_parallel_size != 1)
+        return mt_err_set(e, "--pipeline-model-parallel-size must be 1: pipeline parallelism is not implemented yet");
     /* mixed precision (4.4) */
     if (a->fp16 && a->bf16) return mt_err_set(e, "--fp16 and --bf16 are mutually exclusive");
     if (given(seen, "--loss-scale") && !(a->loss_scale > 0))

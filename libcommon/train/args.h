@@ -55,6 +55,7 @@ typedef struct mt_train_args {
     /* parallelism (4.8): data parallelism over the job's ranks; tensor and pipeline sizes 1 for now */
     int tensor_model_parallel_size, pipeline_model_parallel_size;
     bool use_distributed_optimizer;
+    bool sequence_parallel;
     int64_t ddp_bucket_size;   /* parameters per gradient bucket; 0: Megatron's max(40M, 1M x dp) */
     /* mt's own */
     const char *backend;

@@ -41,12 +41,13 @@ mt_gpt_config mt_gpt_config_from_args(const mt_train_args *a, int64_t vocab_size
         .seq_length = a->seq_length,
         .max_position_embeddings = a->max_position_embeddings,
         .vocab_size = (int)vocab_size,
-        .padded_vocab_size = mt_gpt_padded_vocab((int)vocab_size, a->make_vocab_size_divisible_by, 1),
+        .padded_vocab_size = mt_gpt_padded_vocab((int)vocab_size, a->make_vocab_size_divisible_by, a->tensor_model_parallel_size),
         .layernorm_epsilon = (float)a->layernorm_epsilon,
         .init_method_std = a->init_method_std,
         .exact_gelu = a->no_bias_gelu_fusion && !a->openai_gelu,
         .hidden_dropout = (float)a->hidden_dropout,
         .attention_dropout = (float)a->attention_dropout,
+        .sequence_parallel = a->sequence_parallel && a->tensor_model_parallel_size > 1,
     };
 }
 

@@ -76,15 +76,29 @@ static int build_schedule(mt_trainer *t, mt_err *e)
     return mt_sched_init(&t->sched, &s, e);
 }
 
-int mt_trainer_open(mt_trainer *t, const mt_train_args *a, mt_err *e) { return mt_trainer_open_dp(t, a, NULL, e); }
+int mt_trainer_open(mt_trainer *t, const mt_train_args *a, mt_err *e) { return mt_trainer_open_par(t, a, NULL, e); }
 
-int mt_trainer_open_dp(mt_trainer *t, const mt_train_args *a, mt_comm *dp, mt_err *e)
+int mt_trainer_open_par(mt_trainer *t, const mt_train_args *a, const mt_parallel *par, mt_err *e)
 {
     memset(t, 0, sizeof *t);
     t->a = *a;
-    t->dp = dp ? dp : (t->own_dp = mt_comm_single());
+    if (!par) {
+        mt_comm *one = mt_comm_single();
+        int rc = mt_parallel_init_comm(&t->own, one, 1, 1, e);
+        t->own.own_world = 1;
+        if (rc) return -1;
+        par = &t->own;
+    }
+    t->dp = par->dp;
+    t->tp = par->tp;
+    t->world = par->world;
     t->dp_rank = t->dp->rank;
     t->dp_size = t->dp->size;
+    t->tp_rank = t->tp->rank;
+    t->tp_size = t->tp->size;
+    if (t->tp_size != t->a.tensor_model_parallel_size)
+        return mt_err_set(e, "--tensor-model-parallel-size (%d) is not the job's tensor-parallel group (%d ranks)",
+                          t->a.tensor_model_parallel_size, t->tp_size);
     if (t->a.global_batch_size % ((int64_t)t->a.micro_batch_size * t->dp_size))
         return mt_err_set(e, "--global-batch-size (%lld) must be a multiple of --micro-batch-size (%d) x data-parallel size (%d)",
                           (long long)t->a.global_batch_size, t->a.micro_batch_size, t->dp_size);
@@ -99,13 +113,14 @@ int mt_trainer_open_dp(mt_trainer *t, const mt_train_args *a, mt_comm *dp, mt_er
     t->k = mt_device_open(t->a.backend, t->a.threads, act, e);
     if (!t->k) return -1;
     if (t->dp_size > 1 && !(t->dev_dp = mt_device_comm(t->dp, t->k, e))) return -1;
+    if (t->tp_size > 1 && !(t->dev_tp = mt_device_comm(t->tp, t->k, e))) return -1;
     t->num_micro = (int)(t->a.global_batch_size / ((int64_t)t->a.micro_batch_size * t->dp_size));
     t->train_iters = mt_train_total_iters(&t->a);
     /* rank 0 builds the index cache, the others then read it (as Megatron builds on rank 0 first) */
-    if (t->dp_rank != 0 && mt_barrier(t->dp, e)) return -1;
+    if (t->world->rank != 0 && mt_barrier(t->world, e)) return -1;
     if (open_data(t, e)) return -1;
-    if (t->dp_rank == 0 && mt_barrier(t->dp, e)) return -1;
-    t->model = mt_gpt_create(t->k, &t->cfg, MT_GPT_TRAIN, e);
+    if (t->world->rank == 0 && mt_barrier(t->world, e)) return -1;
+    t->model = mt_gpt_create_tp(t->k, &t->cfg, t->dev_tp, MT_GPT_TRAIN, e);
     if (!t->model) return -1;
     t->ctx = mt_gpt_ctx_new(t->model, t->a.micro_batch_size, e);
     if (!t->ctx) return -1;
@@ -144,13 +159,14 @@ void mt_trainer_close(mt_trainer *t)
     mt_gpt_free(t->model);
     mt_gpt_data_close(&t->data);
     if (t->dev_dp != t->dp) mt_comm_free(t->dev_dp);   /* NCCL's uses the kernels' stream */
-    t->dev_dp = NULL;
+    if (t->dev_tp != t->tp) mt_comm_free(t->dev_tp);
+    t->dev_dp = t->dev_tp = NULL;
     mtk_close(t->k);
     mt_grad_sync_free(&t->gs);
     if (t->trace) fclose(t->trace);
     t->trace = NULL;
-    mt_comm_free(t->own_dp);
-    t->own_dp = t->dp = NULL;
+    if (t->own.world) mt_parallel_free(&t->own);
+    t->dp = t->tp = t->world = NULL;
     t->model = NULL;
     t->k = NULL;
 }
@@ -204,6 +220,7 @@ int mt_trainer_step(mt_trainer *t, mt_step_result *r, mt_err *e)
         r->tokens += l.count;
     }
     mt_gpt_set_dropout(t->ctx, 0, 0);
+    if (mt_gpt_reduce_grads(t->model, e)) return mt_err_prefix(e, "iteration %lld", (long long)t->iteration + 1);
     int dist = t->a.use_distributed_optimizer;
     float *grads = mt_gpt_grads(t->model);
     if (t->dp_size > 1) {
@@ -226,8 +243,10 @@ int mt_trainer_step(mt_trainer *t, mt_step_result *r, mt_err *e)
     if (dist) {
         /* the norm over the shards' reduced gradients, the update of this rank's shard, then every
          * rank's updated parameters to every rank */
-        double ss = mtk_sumsq(t->k, grads + t->opt.lo, t->opt.hi - t->opt.lo);
-        if (mt_all_reduce(t->dp, &ss, 1, MT_C_F64, e)) return mt_err_prefix(e, "grad norm");
+        double ss = t->tp_size > 1 ? mt_gpt_grad_sumsq(t->model, t->opt.lo, t->opt.hi)
+                                   : mtk_sumsq(t->k, grads + t->opt.lo, t->opt.hi - t->opt.lo);
+        if (mt_all_reduce(t->dp, &ss, 1, MT_C_F64, e) || mt_all_reduce(t->tp, &ss, 1, MT_C_F64, e))
+            return mt_err_prefix(e, "grad norm");
         r->grad_norm = mt_adamw_update(&t->opt, t->sched.lr, t->sched.wd, sqrt(ss) * (1.0 / ls), 1.0 / ls);
         if (!has_scaler && check_finite(t, "the grad norm", r->grad_norm, e)) return -1;
         if (isfinite(r->grad_norm)) {
@@ -235,6 +254,12 @@ int mt_trainer_step(mt_trainer *t, mt_step_result *r, mt_err *e)
                 return mt_err_prefix(e, "iteration %lld: parameter all-gather", (long long)t->iteration + 1);
             mt_gpt_params_changed(t->model);
         }
+    } else if (t->tp_size > 1) {
+        /* the norm over the model-parallel group, each replicated tensor counted once */
+        double ss = mt_gpt_grad_sumsq(t->model, 0, mt_gpt_num_params(t->model));
+        if (mt_all_reduce(t->tp, &ss, 1, MT_C_F64, e)) return mt_err_prefix(e, "grad norm");
+        r->grad_norm = mt_adamw_update(&t->opt, t->sched.lr, t->sched.wd, sqrt(ss) * (1.0 / ls), 1.0 / ls);
+        if (!has_scaler && check_finite(t, "the grad norm", r->grad_norm, e)) return -1;
     } else {
         r->grad_norm = mt_adamw_step_unscale(&t->opt, t->sched.lr, t->sched.wd, 1.0 / ls);
         if (!has_scaler && check_finite(t, "the grad norm", r->grad_norm, e)) return -1;

@@ -38,6 +38,7 @@
 #include "model/gpt.h"
 #include "train/args.h"
 #include "comm/comm.h"
+#include "comm/parallel.h"
 #include "train/batch.h"
 #include "train/grad_sync.h"
 #include "train/evaluate.h"
@@ -59,11 +60,15 @@ typedef struct mt_trainer {
     mt_batch batch;
     int64_t vocab_size, eod;
     int num_micro;           /* this rank's micro-batches: global batch / (micro batch x dp_size) */
-    mt_comm *dp;             /* the data-parallel group (a one-rank group unless mt_trainer_open_dp got one) */
-    mt_comm *own_dp;         /* dp when the trainer made it */
-    mt_comm *dev_dp;         /* dp for the gradients and parameters on the device: NCCL or host-staged on a
-                              * GPU or the simulator (train/device.h), dp itself on cpu; NULL on one rank */
-    int dp_rank, dp_size;
+    mt_comm *dp;             /* the data-parallel group (a one-rank group unless mt_trainer_open_par got one) */
+    mt_comm *tp;             /* the tensor-parallel group: the model's other parts */
+    mt_comm *world;          /* every rank of the job */
+    mt_parallel own;         /* the one-rank context when the trainer made it (mt_trainer_open) */
+    /* dp and tp for buffers on the device (the gradients and parameters, the model's activations): NCCL
+     * or host-staged on a GPU or the simulator (train/device.h), the group itself on cpu; NULL on one
+     * rank. dp and tp themselves carry host values (loss sums, the grad norm). */
+    mt_comm *dev_dp, *dev_tp;
+    int dp_rank, dp_size, tp_rank, tp_size;
     mt_grad_sync gs;         /* gradient buckets over dp */
     FILE *trace;             /* $MT_TRACE_SAMPLES.<dp rank>: the train samples this rank reads (a test hook) */
     int64_t train_iters;
@@ -80,10 +85,11 @@ typedef struct mt_trainer {
 /* Builds the run of the (parsed and checked) args: tokenizer, config, backend, data, model initialised
  * from --seed, AdamW and the schedule. 0, or -1 with e set (mt_trainer_close frees what was built). */
 int mt_trainer_open(mt_trainer *t, const mt_train_args *a, mt_err *e);
-/* The same as one of the ranks of the data-parallel group dp (not owned; must outlive the trainer):
- * every rank builds the same model from --seed. The global batch must be a multiple of micro batch x
- * dp->size. */
-int mt_trainer_open_dp(mt_trainer *t, const mt_train_args *a, mt_comm *dp, mt_err *e);
+/* The same as one rank of a job (par: not owned; must outlive the trainer): the model is the part of
+ * par's tensor rank (--tensor-model-parallel-size), built from --seed as the one-rank model would be and
+ * split; the micro-batches are those of par's data-parallel rank. The global batch must be a multiple of
+ * micro batch x data-parallel size. */
+int mt_trainer_open_par(mt_trainer *t, const mt_train_args *a, const mt_parallel *par, mt_err *e);
 void mt_trainer_close(mt_trainer *t);
 
 typedef struct mt_step_result {

@@ -169,6 +169,7 @@ static void down_all(void)
 #define mtk_add(k, o, a, b, n) (up_all(), mtk_add(k, D(o), D(a), D(b), n), down_all())
 #define mtk_acc(k, y, x, n) (up_all(), mtk_acc(k, D(y), D(x), n), down_all())
 #define mtk_scale(k, x, s, n) (up_all(), mtk_scale(k, D(x), s, n), down_all())
+#define mtk_bias_add(k, x, b, N, C) (up_all(), mtk_bias_add(k, D(x), D(b), N, C), down_all())
 #define mtk_dropout_fwd(k, o, i, n, d) (up_all(), mtk_dropout_fwd(k, D(o), D(i), n, d), down_all())
 #define mtk_dropout_bwd(k, di, dout, n, d) (up_all(), mtk_dropout_bwd(k, D(di), D(dout), n, d), down_all())
 #define mtk_attention_fwd(k, o, l, qkv, B, T, NH, HS, d) \
@@ -530,6 +531,22 @@ TEST(elementwise)
     mtk_scale(K, o, -0.37f, n);
     T_CLOSE(o, r, n, 1e-7);
     ffree(a), ffree(b), ffree(o), free(r);
+}
+
+/* x[n, c] += bias[c], every row (the row-parallel layers' bias after the tensor-parallel sum); the shapes
+ * take one block and several of the staged paths' blocks of rows */
+TEST(bias_add)
+{
+    static const int shapes[][2] = {{7, 13}, {3000, 17}, {1, 1}};
+    for (size_t s = 0; s < sizeof shapes / sizeof *shapes; s++) {
+        const int N = shapes[s][0], C = shapes[s][1];
+        float *x = arand((size_t)N * C, 1), *b = frand((size_t)C, 1);
+        double *r = dnew((size_t)N * C);
+        for (int i = 0; i < N * C; i++) r[i] = (double)x[i] + b[i % C];
+        mtk_bias_add(K, x, b, N, C);
+        T_CLOSE(x, r, (size_t)N * C, 1e-7);
+        ffree(x), ffree(b), free(r);
+    }
 }
 
 /* ---- dropout ---- */
@@ -1425,6 +1442,7 @@ RUN(add_layernorm);
 RUN(gelu);
 RUN(matmul_gelu);
 RUN(elementwise);
+RUN(bias_add);
 RUN(dropout);
 RUN(attention_small_fd);
 RUN(attention_dropout_fd);

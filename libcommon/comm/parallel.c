@@ -1,0 +1,54 @@
+/* parallel.c: a rank's place on the grid and the communicators of its tensor, data and pipeline groups
+ * (parallel.h). */
+#include "comm/parallel.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+/* The communicator of this rank's group of kind: a split of world by the group's colour, ordered by the
+ * rank's index in it (one rank: a communicator of its own). */
+static mt_comm *group(mt_parallel *p, mt_group_kind kind, mt_err *e)
+{
+    int *members = mt_xmalloc((size_t)p->size * sizeof *members);
+    int color = 0, idx = 0;
+    mt_grid_group(&p->grid, p->rank, kind, members, &color, &idx);
+    free(members);
+    if (p->world->size == 1) return mt_comm_single();
+    return mt_comm_split(p->world, color, idx, e);   /* collective: every rank splits */
+}
+
+static int init(mt_parallel *p, mt_comm *world, int owned, int tp, int pp, mt_err *e)
+{
+    p->world = world;
+    p->own_world = owned;
+    p->rank = world->rank;
+    p->size = world->size;
+    if (mt_grid_make(&p->grid, p->size, tp, 1, pp, e)) return -1;
+    p->coord = mt_grid_coords(&p->grid, p->rank);
+    if (!(p->tp = group(p, MT_GROUP_TP, e)) || !(p->dp = group(p, MT_GROUP_DP, e)) || !(p->pp = group(p, MT_GROUP_PP, e)))
+        return mt_err_prefix(e, "parallel groups");
+    return 0;
+}
+
+int mt_parallel_init(mt_parallel *p, const mt_boot *boot, int tp, int pp, mt_err *e)
+{
+    memset(p, 0, sizeof *p);
+    mt_comm *w = boot->size > 1 ? mt_comm_mpi_world(e) : mt_comm_single();
+    if (!w) return -1;
+    return init(p, w, 1, tp, pp, e);
+}
+
+int mt_parallel_init_comm(mt_parallel *p, mt_comm *world, int tp, int pp, mt_err *e)
+{
+    memset(p, 0, sizeof *p);
+    return init(p, world, 0, tp, pp, e);
+}
+
+void mt_parallel_free(mt_parallel *p)
+{
+    mt_comm_free(p->tp);
+    mt_comm_free(p->dp);
+    mt_comm_free(p->pp);
+    if (p->own_world) mt_comm_free(p->world);
+    memset(p, 0, sizeof *p);
+}

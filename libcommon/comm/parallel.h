@@ -1,0 +1,35 @@
+/* parallel.h: the parallel context of one rank of a job: where it sits on Megatron's grid (grid.h:
+ * tensor rank fastest, then data, then pipeline) and the communicators of its groups, built from the
+ * bootstrap (bootstrap.h) and the parallel sizes of the run.
+ *
+ * world spans the job; tp the ranks holding the other parts of this rank's layers (the model's
+ * tensor-parallel group); dp the ranks holding the same part and reading other micro-batches (the
+ * gradient reduction and the distributed optimizer's shards); pp the ranks of the other pipeline
+ * stages of the same tensor rank. Each is a one-rank communicator where the group is this rank alone.
+ * The model's part of the layout (model/layout.h) is (coord.tp of grid.tp, coord.pp of grid.pp).
+ */
+#ifndef MT_COMM_PARALLEL_H
+#define MT_COMM_PARALLEL_H
+
+#include "comm/bootstrap.h"
+#include "comm/comm.h"
+#include "comm/grid.h"
+#include "util/err.h"
+
+typedef struct mt_parallel {
+    mt_grid grid;
+    mt_grid_coord coord;   /* this rank's place */
+    int rank, size;        /* in the job */
+    mt_comm *world, *tp, *dp, *pp;
+    int own_world;         /* world was made here (mt_parallel_init) and is freed with the context */
+} mt_parallel;
+
+/* The context of the rank boot describes (MPI started by mt_boot_mpi when the job has several ranks)
+ * for tensor size tp and pipeline size pp; the data-parallel size is what remains. -1 with e set,
+ * naming the flag, when the job's size is not a multiple of tp x pp. */
+int mt_parallel_init(mt_parallel *p, const mt_boot *boot, int tp, int pp, mt_err *e);
+/* The same over an existing world communicator (not owned: it must outlive the context). */
+int mt_parallel_init_comm(mt_parallel *p, mt_comm *world, int tp, int pp, mt_err *e);
+void mt_parallel_free(mt_parallel *p);
+
+#endif

@@ -1,0 +1,90 @@
+#!/usr/bin/env bash
+# train-tp.sh: tensor-parallel mt-train on CPU ranks under mpirun and mt-train -n: for (data, tensor)
+# sizes (1,2), (1,4) and (2,2), with and without --sequence-parallel and --use-distributed-optimizer, with
+# dropout on, every one
+# of 20 iterations' lm loss and grad norm and the validation losses equal the one-rank run's at the same
+# global batch (1e-5 relative, fp32); the log states the sizes; and a layout that cannot split the model
+# is refused before training with a message naming the flag.
+. "$(dirname "$0")/../lib.sh"
+py=/usr/bin/python3
+d=$T_TMP
+if ! command -v mpirun >/dev/null; then t_fail "mpirun" "openmpi-bin is not installed (make deps)"; exit 1; fi
+export OMP_NUM_THREADS=1 OMPI_MCA_mpi_yield_when_idle=1 OMPI_MCA_btl_base_warn_component_unused=0 TMPDIR=$T_TMP
+export ASAN_OPTIONS="${ASAN_OPTIONS:+$ASAN_OPTIONS:}detect_leaks=0"
+root=""; [ "$(id -u)" = 0 ] && root=--allow-run-as-root
+mpi() { local n=$1; shift; timeout -k 5 180 mpirun $root --oversubscribe -np "$n" "$@"; }
+
+PYTHONPATH=$T_TOP/tests/oracle $py "$T_TOP/tests/oracle/walk_data.py" "$d/data" 7 300
+
+# 4 heads, ffn 128, a vocabulary of 61 padded to 64 by every layout below (16 x tp divides 64): the one-rank
+# model is the tensor-parallel model's whole. Dropout is on (Megatron's defaults, 0.1 and 0.1).
+base="--num-layers 2 --hidden-size 32 --num-attention-heads 4 --seq-length 32 --max-position-embeddings 32
+      --tokenizer-type NullTokenizer --vocab-size 60
+      --micro-batch-size 2 --global-batch-size 8 --train-iters 20 --lr 3e-3 --min-lr 3e-4 --lr-decay-style cosine
+      --lr-warmup-iters 5 --weight-decay 0.1 --clip-grad 1.0 --log-interval 1 --eval-interval 10 --eval-iters 2
+      --split 90,5,5 --seed 77 --data-path $d/data --data-cache-path $d/cache"
+args() { echo "$base --make-vocab-size-divisible-by $((64 / $1)) --tensor-model-parallel-size $1"; }
+# shellcheck disable=SC2046
+mt-train $(args 1) --train-iters 1 --eval-iters 0 >/dev/null 2>&1   # the index cache, once
+
+# same_losses NAME A.jsonl B.jsonl [TOL]: every train iteration's lm_loss and grad_norm, and the
+# validation losses, within TOL (default 1e-5) relative
+same_losses() {
+    if $py - "$2" "$3" "${4:-1e-5}" >"$d/cmp.out" 2>&1 <<'PYEOF'
+import json, sys
+def load(p):
+    rows = [json.loads(l) for l in open(p)]
+    tr = {r["iteration"]: (r["lm_loss"], r["grad_norm"]) for r in rows if r["type"] == "train"}
+    ev = [(r["type"], r["iteration"], r["lm_loss"]) for r in rows if r["type"] != "train"]
+    return tr, ev
+(a, ea), (b, eb) = load(sys.argv[1]), load(sys.argv[2])
+tol = float(sys.argv[3])
+assert sorted(a) == list(range(1, 21)), "iterations %s" % sorted(a)
+assert sorted(b) == sorted(a), "iterations %s vs %s" % (sorted(b), sorted(a))
+worst = 0
+for i in a:
+    for x, y in zip(a[i], b[i]):
+        worst = max(worst, abs(x - y) / abs(x))
+assert worst < tol, "worst relative difference %g" % worst
+assert len(ea) == len(eb) and len(ea) >= 3, (ea, eb)
+for x, y in zip(ea, eb):
+    assert x[:2] == y[:2] and abs(x[2] - y[2]) / abs(x[2]) < tol, (x, y)
+print("worst %.2g" % worst)
+PYEOF
+    then t_pass "$1 ($(cat "$d/cmp.out"))"; else t_fail "$1" "$(tail -3 "$d/cmp.out")"; fi
+}
+
+# shellcheck disable=SC2046
+mt-train $(args 1) --metrics-file "$d/ref.jsonl" >"$d/ref.log" 2>"$d/ref.err" || t_fail "one rank" "$(tail -3 "$d/ref.err")"
+t_grep "one rank: 61 tokens (with the end of document) padded to 64" "padded vocab \\(size: 61\\) with 3 dummy tokens \\(new size: 64\\)" "$d/ref.log"
+
+for layout in "1 2" "1 4" "2 2"; do
+    set -- $layout
+    dp=$1 tp=$2 n=$(($1 * $2))
+    for opt in "" "--use-distributed-optimizer" "--sequence-parallel" "--sequence-parallel --use-distributed-optimizer"; do
+        name="DP=$dp TP=$tp${opt:+ $opt}" m=$d/m-$dp-$tp$(echo "$opt" | tr -d " ")
+        # shellcheck disable=SC2046,SC2086
+        if mpi $n mt-train $(args $tp) $opt --metrics-file "$m.jsonl" >"$m.log" 2>"$m.err"; then
+            same_losses "$name: the one-rank losses and grad norms of 20 iterations, dropout on" "$d/ref.jsonl" "$m.jsonl"
+        else t_fail "$name under mpirun" "$(tail -5 "$m.err")"; fi
+    done
+    t_grep "DP=$dp TP=$tp: the log states the sizes" \
+        "^using world size: $n, data-parallel size: $dp, context-parallel size: 1, tensor-model-parallel size: $tp," "$d/m-$dp-$tp.log"
+done
+
+# the launcher of one machine: mt-train -n 4 --tensor-model-parallel-size 2 (DP=2 TP=2)
+# shellcheck disable=SC2046
+if timeout -k 5 180 mt-train -n 4 $(args 2) --metrics-file "$d/n4.jsonl" >"$d/n4.log" 2>"$d/n4.err"; then
+    same_losses "mt-train -n 4, TP=2: the one-rank losses" "$d/ref.jsonl" "$d/n4.jsonl"
+else t_fail "mt-train -n 4 --tensor-model-parallel-size 2" "$(tail -5 "$d/n4.err")"; fi
+
+# layouts that cannot split the model, refused before training with the flag named
+# shellcheck disable=SC2046
+t_fails "TP=3 does not divide 4 heads" mpi 3 mt-train $(args 1) --tensor-model-parallel-size 3 --make-vocab-size-divisible-by 1
+grep -q -- '--tensor-model-parallel-size (3) must divide --num-attention-heads (4)' "$T_TMP/err" &&
+    t_pass "TP=3: the message names the flag" || t_fail "TP=3 message" "$(tail -2 "$T_TMP/err")"
+# shellcheck disable=SC2046
+t_fails "3 ranks are not a multiple of TP=2" mpi 3 mt-train $(args 2)
+grep -q -- 'tensor-model-parallel-size' "$T_TMP/err" && t_pass "3 ranks, TP=2: the message names the flag" ||
+    t_fail "3 ranks, TP=2 message" "$(tail -2 "$T_TMP/err")"
+t_cleanup
