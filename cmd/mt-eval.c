@@ -19,7 +19,7 @@
 #include "train/evaluate.h"
 #include "train/device.h"
 #include "train/open_model.h"
-#include "train/report.h"
+#include "report/report.h"
 #include "util/err.h"
 #include "util/ompenv.h"
 #include "util/flags.h"

@@ -13,7 +13,7 @@
 #include "tok/bpe.h"
 #include "train/device.h"
 #include "train/open_model.h"
-#include "train/report.h"
+#include "report/report.h"
 #include "util/err.h"
 #include "util/flags.h"
 #include "util/mt19937.h"
