@@ -7,7 +7,7 @@
 #include <string.h>
 
 #include "data/split.h"
-#include "train/device.h"
+#include "model/device.h"
 #include "train/open_model.h"
 
 /* The dropout key of micro-batch m of the iteration that starts at iteration it (so resume redraws

@@ -33,14 +33,14 @@
 #include <stdint.h>
 #include <stdio.h>
 
+#include "comm/comm.h"
+#include "data/batch.h"
 #include "data/gpt_dataset.h"
 #include "kernels.h"
+#include "model/evaluate.h"
 #include "model/gpt.h"
 #include "train/args.h"
-#include "comm/comm.h"
-#include "train/batch.h"
 #include "train/grad_sync.h"
-#include "train/evaluate.h"
 #include "train/loss_scaler.h"
 #include "train/optimizer.h"
 #include "train/schedule.h"

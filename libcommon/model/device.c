@@ -2,7 +2,7 @@
  * and the local rank's GPU. */
 #include <stdlib.h>
 
-#include "train/device.h"
+#include "model/device.h"
 #include "util/err.h"
 
 int mt_local_rank(void)
