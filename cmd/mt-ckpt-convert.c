@@ -8,13 +8,13 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "convert/hf_dir.h"
-#include "convert/hf_gpt2.h"
-#include "convert/hf_out.h"
+#include "ckpt/hf_dir.h"
+#include "ckpt/hf_gpt2.h"
+#include "ckpt/hf_out.h"
+#include "ckpt/open_model.h"
 #include "io/atomic.h"
 #include "io/fsutil.h"
 #include "mt_base.h"
-#include "train/open_model.h"
 #include "util/err.h"
 #include "util/flags.h"
 

@@ -6,6 +6,8 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "ckpt/checkpoint.h"
+#include "ckpt/open_model.h"
 #include "data/batch.h"
 #include "data/gpt_dataset.h"
 #include "data/split.h"
@@ -18,8 +20,6 @@
 #include "model/gpt.h"
 #include "report/report.h"
 #include "tok/bpe.h"
-#include "train/checkpoint.h"
-#include "train/open_model.h"
 #include "util/err.h"
 #include "util/flags.h"
 #include "util/ompenv.h"

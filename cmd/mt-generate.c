@@ -5,6 +5,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "ckpt/open_model.h"
 #include "gen/sample.h"
 #include "io/jsonl.h"
 #include "io/reader.h"
@@ -13,7 +14,6 @@
 #include "model/gpt.h"
 #include "report/report.h"
 #include "tok/bpe.h"
-#include "train/open_model.h"
 #include "util/err.h"
 #include "util/flags.h"
 #include "util/mt19937.h"

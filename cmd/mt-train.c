@@ -12,6 +12,8 @@
 #include <sys/resource.h>
 #include <time.h>
 
+#include "ckpt/checkpoint.h"
+#include "ckpt/train_args.h"
 #include "comm/bootstrap.h"
 #include "comm/comm.h"
 #include "comm/grid.h"
@@ -22,8 +24,6 @@
 #include "model/gpt.h"
 #include "report/report.h"
 #include "report/tensorboard.h"
-#include "train/args.h"
-#include "train/checkpoint.h"
 #include "train/train_ckpt.h"
 #include "train/trainer.h"
 #include "util/err.h"

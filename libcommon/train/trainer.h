@@ -33,13 +33,13 @@
 #include <stdint.h>
 #include <stdio.h>
 
+#include "ckpt/train_args.h"
 #include "comm/comm.h"
 #include "data/batch.h"
 #include "data/gpt_dataset.h"
 #include "kernels.h"
 #include "model/evaluate.h"
 #include "model/gpt.h"
-#include "train/args.h"
 #include "train/grad_sync.h"
 #include "train/loss_scaler.h"
 #include "train/optimizer.h"

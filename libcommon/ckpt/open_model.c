@@ -1,5 +1,5 @@
 /* open_model.c: config, tokenizer, metadata and weights of a trained model from its checkpoint. */
-#include "train/open_model.h"
+#include "ckpt/open_model.h"
 
 #include <stdlib.h>
 
@@ -7,8 +7,8 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "train/ckpt_meta.h"
-#include "train/dist_ckpt.h"
+#include "ckpt/dist_optim.h"
+#include "ckpt/meta.h"
 
 int mt_tokenizer_open(mt_tokenizer *t, const char *type, const char *vocab_file, const char *merge_file,
                       int64_t null_vocab_size, mt_err *e)
@@ -296,7 +296,7 @@ static int read_dist_moment(mt_model_ckpt *mc, const char *name, const char *suf
     if (!mc->flat_m) {
         mc->flat_m = mt_xmalloc(w->numel * sizeof(float));
         mc->flat_v = mt_xmalloc(w->numel * sizeof(float));
-        if (mt_dist_ckpt_read(mc->dir, distributed(mc), w->numel, mc->flat_m, mc->flat_v, e)) return -1;
+        if (mt_dist_optim_read(mc->dir, distributed(mc), w->numel, mc->flat_m, mc->flat_v, e)) return -1;
     }
     const mt_layout_tensor *t = mt_layout_find(w, name);
     if (!t || ndim != t->ndim || (ndim == 2 && shape[1] != t->global_shape[1]) ||

@@ -1,13 +1,15 @@
-/* args.h: mt-train's command line, in Megatron's flag names and defaults (spec section 4).
+/* train_args.h: mt-train's command line, in Megatron's flag names and defaults (spec section 4).
  *
  * One struct holds every training argument; mt_train_args_parse fills it from argv with the flag table
- * in args.c (which is also the --help text and the man page's option list), then checks it: values
+ * in train_args.c (which is also the --help text and the man page's option list), then checks it: values
  * mt implements are validated with Megatron's rules, flags Megatron has but mt does not implement are
  * rejected with a message saying so, and nothing is silently ignored. The struct is saved in every
  * checkpoint's meta.json (mt_train_args_to_json) so a resumed run can check it continues the same model.
+ * It lives with the checkpoints because every program that opens one (ckpt/open_model.h) reads these args
+ * back, each number checked against the range of its flag in this table.
  */
-#ifndef MT_TRAIN_ARGS_H
-#define MT_TRAIN_ARGS_H
+#ifndef MT_CKPT_TRAIN_ARGS_H
+#define MT_CKPT_TRAIN_ARGS_H
 
 #include <jansson.h>
 #include <stdbool.h>

@@ -1,6 +1,6 @@
-/* args.c: mt-train's flag table (Megatron names and defaults), checks, and the JSON form of the args. */
+/* train_args.c: mt-train's flag table (Megatron names and defaults), checks, and the JSON form of the args. */
+#include "ckpt/train_args.h"
 #include "model/device.h"
-#include "train/args.h"
 
 #include <math.h>
 #include <stdio.h>
