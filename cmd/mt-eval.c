@@ -6,23 +6,23 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "ckpt/checkpoint.h"
+#include "ckpt/open_model.h"
+#include "data/batch.h"
 #include "data/gpt_dataset.h"
 #include "data/split.h"
 #include "io/atomic.h"
 #include "io/jsonl.h"
 #include "io/reader.h"
 #include "kernels.h"
+#include "model/device.h"
+#include "model/evaluate.h"
 #include "model/gpt.h"
+#include "report/report.h"
 #include "tok/bpe.h"
-#include "train/batch.h"
-#include "train/checkpoint.h"
-#include "train/evaluate.h"
-#include "train/device.h"
-#include "train/open_model.h"
-#include "train/report.h"
 #include "util/err.h"
-#include "util/ompenv.h"
 #include "util/flags.h"
+#include "util/ompenv.h"
 #include "util/vec.h"
 
 static const char *load_dir, *eval_split = "valid", *data_cache_path, *split_arg, *vocab_file, *merge_file,

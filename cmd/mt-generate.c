@@ -5,15 +5,15 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "ckpt/open_model.h"
 #include "gen/sample.h"
 #include "io/jsonl.h"
 #include "io/reader.h"
 #include "kernels.h"
+#include "model/device.h"
 #include "model/gpt.h"
+#include "report/report.h"
 #include "tok/bpe.h"
-#include "train/device.h"
-#include "train/open_model.h"
-#include "train/report.h"
 #include "util/err.h"
 #include "util/flags.h"
 #include "util/mt19937.h"

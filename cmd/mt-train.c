@@ -12,6 +12,8 @@
 #include <sys/resource.h>
 #include <time.h>
 
+#include "ckpt/checkpoint.h"
+#include "ckpt/train_args.h"
 #include "comm/bootstrap.h"
 #include "comm/comm.h"
 #include "comm/grid.h"
@@ -19,12 +21,10 @@
 #include "comm/parallel.h"
 #include "data/split.h"
 #include "kernels.h"
+#include "model/evaluate.h"
 #include "model/gpt.h"
-#include "train/args.h"
-#include "train/checkpoint.h"
-#include "train/evaluate.h"
-#include "train/report.h"
-#include "train/tensorboard.h"
+#include "report/report.h"
+#include "report/tensorboard.h"
 #include "train/train_ckpt.h"
 #include "train/trainer.h"
 #include "util/err.h"
@@ -306,7 +306,7 @@ int main(int argc, char **argv)
     join_job(&r, &a);
     /* a --save that cannot be written fails now, not after the training it was to keep */
     if (a.save && r.boot.rank == 0 && mt_ckpt_check_save_dir(a.save, &e)) mt_die("--save: %s", e.msg);
-    /* the PMIx node-local rank and size choose the GPU and the communicators of device buffers (train/device.h) */
+    /* the PMIx node-local rank and size choose the GPU and the communicators of device buffers (model/device.h) */
     char lr[16], ls[16];
     snprintf(lr, sizeof lr, "%d", r.boot.local_rank), snprintf(ls, sizeof ls, "%d", r.boot.local_size);
     if (r.boot.size > 1) setenv("MT_LOCAL_RANK", lr, 1), setenv("MT_LOCAL_SIZE", ls, 1);

@@ -5,7 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "train/ckpt_meta.h"
+#include "ckpt/meta.h"
 
 void mt_loss_scaler_constant(mt_loss_scaler *s, double scale)
 {

@@ -8,10 +8,11 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "train/checkpoint.h"
-#include "train/ckpt_meta.h"
+#include "ckpt/checkpoint.h"
+#include "ckpt/dist_optim.h"
+#include "ckpt/meta.h"
+#include "ckpt/open_model.h"
 #include "train/dist_ckpt.h"
-#include "train/open_model.h"
 
 /* ---- saving ---- */
 
@@ -288,7 +289,7 @@ static int load_optimizer(mt_trainer *t, mt_model_ckpt *mc, mt_err *e)
     /* moments saved as distributed-optimizer shards (any data-parallel size): the whole of them first */
     json_t *dist = json_object_get(o, "distributed");
     if (dist && !mt_ckpt_has_optim(mc->reader)) {
-        rc = mt_dist_ckpt_read(mc->dir, dist, np, m, v, e);
+        rc = mt_dist_optim_read(mc->dir, dist, np, m, v, e);
         nt = 0;
     }
     for (int i = 0; i < nt && !rc; i++) {

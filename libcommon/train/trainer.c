@@ -6,9 +6,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "ckpt/open_model.h"
 #include "data/split.h"
-#include "train/device.h"
-#include "train/open_model.h"
+#include "model/device.h"
 
 /* The dropout key of micro-batch m of the iteration that starts at iteration it (so resume redraws
  * the same masks). */

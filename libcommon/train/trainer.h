@@ -33,15 +33,15 @@
 #include <stdint.h>
 #include <stdio.h>
 
+#include "ckpt/train_args.h"
+#include "comm/comm.h"
+#include "data/batch.h"
 #include "data/gpt_dataset.h"
 #include "kernels.h"
+#include "model/evaluate.h"
 #include "model/gpt.h"
-#include "train/args.h"
-#include "comm/comm.h"
 #include "comm/parallel.h"
-#include "train/batch.h"
 #include "train/grad_sync.h"
-#include "train/evaluate.h"
 #include "train/loss_scaler.h"
 #include "train/optimizer.h"
 #include "train/schedule.h"
@@ -65,7 +65,7 @@ typedef struct mt_trainer {
     mt_comm *world;          /* every rank of the job */
     mt_parallel own;         /* the one-rank context when the trainer made it (mt_trainer_open) */
     /* dp and tp for buffers on the device (the gradients and parameters, the model's activations): NCCL
-     * or host-staged on a GPU or the simulator (train/device.h), the group itself on cpu; NULL on one
+     * or host-staged on a GPU or the simulator (model/device.h), the group itself on cpu; NULL on one
      * rank. dp and tp themselves carry host values (loss sums, the grad norm). */
     mt_comm *dev_dp, *dev_tp;
     int dp_rank, dp_size, tp_rank, tp_size;

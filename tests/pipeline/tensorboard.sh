@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# tensorboard.sh: an event file written by libcommon/train/tensorboard.c (test_tensorboard --write DIR)
+# tensorboard.sh: an event file written by libcommon/report/tensorboard.c (test_tensorboard --write DIR)
 # read back by an independent pure-Python TFRecord/protobuf decoder: file name, every length and data
 # CRC32C (bitwise implementation), the file_version record, and each event's wall time, step, tag and
 # float32 value (or text tensor) against the list the writer was asked to write. If the tensorboard

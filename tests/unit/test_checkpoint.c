@@ -7,8 +7,8 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "ckpt/checkpoint.h"
 #include "t.h"
-#include "train/checkpoint.h"
 
 #define NP 3
 static const char *pnames[NP] = {"language_model.embedding.word_embeddings.weight",

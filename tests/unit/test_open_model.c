@@ -4,9 +4,9 @@
 #include <stdint.h>
 #include <unistd.h>
 
+#include "ckpt/meta.h"
+#include "ckpt/open_model.h"
 #include "t.h"
-#include "train/ckpt_meta.h"
-#include "train/open_model.h"
 
 TEST(meta_numbers)
 {

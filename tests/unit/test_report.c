@@ -6,7 +6,7 @@
 #include <time.h>
 
 #include "t.h"
-#include "train/report.h"
+#include "report/report.h"
 
 static mt_iter_log base_line(void)
 {

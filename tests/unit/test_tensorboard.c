@@ -10,7 +10,7 @@
 #include <unistd.h>
 
 #include "t.h"
-#include "train/tensorboard.h"
+#include "report/tensorboard.h"
 
 TEST(crc32c_vectors)
 {

@@ -1,5 +1,5 @@
 /* hf_dir.c: a Hugging Face GPT-2 directory's config and safetensors files (see hf_dir.h). */
-#include "convert/hf_dir.h"
+#include "ckpt/hf_dir.h"
 
 #include <errno.h>
 #include <jansson.h>

@@ -1,5 +1,5 @@
 /* hf_gpt2.c: GPT-2's Hugging Face config and tensor names against Megatron's (see hf_gpt2.h). */
-#include "convert/hf_gpt2.h"
+#include "ckpt/hf_gpt2.h"
 
 #include <jansson.h>
 #include <stdio.h>

@@ -1,5 +1,5 @@
 /* batch.c: reads micro-batches of GPT samples (inputs, targets, loss mask) for mt-train and mt-eval. */
-#include "train/batch.h"
+#include "data/batch.h"
 
 #include <stdlib.h>
 

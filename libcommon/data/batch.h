@@ -6,8 +6,8 @@
  * last T. The loss mask is 1 except where the input is the end-of-document token under
  * --eod-mask-loss (as Megatron's get_ltor_masks_and_position_ids) and past the end of the data.
  */
-#ifndef MT_TRAIN_BATCH_H
-#define MT_TRAIN_BATCH_H
+#ifndef MT_DATA_BATCH_H
+#define MT_DATA_BATCH_H
 
 #include <stdbool.h>
 #include <stdint.h>

@@ -1,5 +1,5 @@
 /* report.c: Megatron's iteration log line and validation block, and JSON-lines metrics (see report.h). */
-#include "train/report.h"
+#include "report/report.h"
 
 #include <jansson.h>
 #include <math.h>

@@ -1,5 +1,5 @@
 /* evaluate.c: forward-only validation and test loss over a split's samples. */
-#include "train/evaluate.h"
+#include "model/evaluate.h"
 
 #include <math.h>
 

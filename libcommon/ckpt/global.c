@@ -1,5 +1,5 @@
-/* ckpt_global.c: whole tensors from the ranks of a tensor/pipeline-parallel checkpoint (ckpt_global.h). */
-#include "train/ckpt_global.h"
+/* global.c: whole tensors from the ranks of a tensor/pipeline-parallel checkpoint (global.h). */
+#include "ckpt/global.h"
 
 #include <stdio.h>
 #include <stdlib.h>

@@ -1,6 +1,6 @@
 /* tensorboard.c: TensorBoard event files: hand-encoded protobuf Events in TFRecord frames (see
  * tensorboard.h). */
-#include "train/tensorboard.h"
+#include "report/tensorboard.h"
 
 #include <pthread.h>
 #include <stdio.h>

@@ -9,8 +9,8 @@
  * [np][3][hn]), c_proj / c_fc / mlp.c_proj <-> dense / dense_h_to_4h / dense_4h_to_h transposed (Conv1D
  * is [in, out]); biases copied (c_attn's reordered like its columns). lm_head is wte (tied).
  */
-#ifndef MT_CONVERT_HF_GPT2_H
-#define MT_CONVERT_HF_GPT2_H
+#ifndef MT_CKPT_HF_GPT2_H
+#define MT_CKPT_HF_GPT2_H
 
 #include <jansson.h>
 #include <stdint.h>

@@ -13,8 +13,8 @@
  * " tokens per second: {:.1f} |" and " tokens per second per GPU: {:.1f} |".
  * Numbers print as Python's format() would (NaN without a sign, "inf"/"INF").
  */
-#ifndef MT_TRAIN_REPORT_H
-#define MT_TRAIN_REPORT_H
+#ifndef MT_REPORT_REPORT_H
+#define MT_REPORT_REPORT_H
 
 #include <stdbool.h>
 #include <stdint.h>

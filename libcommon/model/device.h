@@ -1,6 +1,6 @@
 /* device.h: which kernel backend a program runs on (--device of mt-train, mt-eval and mt-generate). */
-#ifndef MT_TRAIN_DEVICE_H
-#define MT_TRAIN_DEVICE_H
+#ifndef MT_MODEL_DEVICE_H
+#define MT_MODEL_DEVICE_H
 
 #include "comm/comm.h"
 #include "kernels.h"

@@ -1,14 +1,14 @@
-/* ckpt_global.h: a checkpoint of any tensor/pipeline-parallel layout read as whole tensors. The rank
+/* global.h: a checkpoint of any tensor/pipeline-parallel layout read as whole tensors. The rank
  * directories (mp_rank_TT or mp_rank_TT_PPP) are opened together; a whole tensor is assembled from the
  * slices that model/layout.h says each rank holds (rows or columns at their partition offsets, replicated
  * tensors from the first rank that has them). The last stage's copy of tied word embeddings
  * (word_embeddings_for_head) must equal the first stage's. With one rank it reads that rank's file.
  */
-#ifndef MT_TRAIN_CKPT_GLOBAL_H
-#define MT_TRAIN_CKPT_GLOBAL_H
+#ifndef MT_CKPT_GLOBAL_H
+#define MT_CKPT_GLOBAL_H
 
+#include "ckpt/checkpoint.h"
 #include "model/layout.h"
-#include "train/checkpoint.h"
 #include "util/err.h"
 
 typedef struct mt_ckpt_global {

@@ -1,4 +1,4 @@
-/* ckpt_meta.h: typed, range-checked reads of the numbers in a checkpoint's meta.json.
+/* meta.h: typed, range-checked reads of the numbers in a checkpoint's meta.json.
  *
  * Every number is checked for type and range before any conversion (a double outside an integer type's
  * range has no defined conversion) and before use; a bad one is an error naming the file and the field,
@@ -6,8 +6,8 @@
  * obj is the field's prefix ("opt_param_scheduler.", "args." or ""), where the checkpoint's directory.
  * Counts stay within MT_META_MAX_COUNT (2^53), where doubles are exact and sums of two cannot overflow.
  */
-#ifndef MT_TRAIN_CKPT_META_H
-#define MT_TRAIN_CKPT_META_H
+#ifndef MT_CKPT_META_H
+#define MT_CKPT_META_H
 
 #include <jansson.h>
 #include <stdint.h>

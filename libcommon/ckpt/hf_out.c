@@ -1,5 +1,5 @@
 /* hf_out.c: a Hugging Face model directory written completely or not at all (see hf_out.h). */
-#include "convert/hf_out.h"
+#include "ckpt/hf_out.h"
 
 #include <dirent.h>
 #include <errno.h>

@@ -4,7 +4,7 @@
 #include <string.h>
 
 #include "comm/comm_nccl.h"
-#include "train/device.h"
+#include "model/device.h"
 #include "util/err.h"
 
 static int env_int(const char *const *vars, int dflt)

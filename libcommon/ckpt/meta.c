@@ -1,5 +1,5 @@
-/* ckpt_meta.c: typed, range-checked reads of meta.json numbers (see ckpt_meta.h). */
-#include "train/ckpt_meta.h"
+/* meta.c: typed, range-checked reads of meta.json numbers (see meta.h). */
+#include "ckpt/meta.h"
 
 #include <math.h>
 

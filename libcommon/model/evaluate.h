@@ -5,14 +5,14 @@
  * micro-batch of the split from *consumed on. The loss is token-weighted: sum of masked token losses
  * over the sum of the mask (Megatron-Core's reduction).
  */
-#ifndef MT_TRAIN_EVALUATE_H
-#define MT_TRAIN_EVALUATE_H
+#ifndef MT_MODEL_EVALUATE_H
+#define MT_MODEL_EVALUATE_H
 
 #include <stdint.h>
 
 #include "data/gpt_dataset.h"
 #include "model/gpt.h"
-#include "train/batch.h"
+#include "data/batch.h"
 
 typedef struct mt_eval_result {
     double loss;       /* sum / tokens */

@@ -1,5 +1,5 @@
 /* checkpoint.c: crash-safe Megatron-style checkpoint directories (see checkpoint.h). */
-#include "train/checkpoint.h"
+#include "ckpt/checkpoint.h"
 
 #include <ctype.h>
 #include <dirent.h>

@@ -2,10 +2,10 @@
  * into a hidden temporary directory beside the target (".<name>.tmp.<pid>.0", swept by later runs when
  * its process is dead), which is renamed onto the target (absent, or an empty directory) at the end.
  */
-#ifndef MT_CONVERT_HF_OUT_H
-#define MT_CONVERT_HF_OUT_H
+#ifndef MT_CKPT_HF_OUT_H
+#define MT_CKPT_HF_OUT_H
 
-#include "convert/hf_gpt2.h"
+#include "ckpt/hf_gpt2.h"
 #include "util/err.h"
 
 typedef struct mt_hf_out {

@@ -8,8 +8,8 @@
  * writes them (tag "<tag>/text_summary", a DT_STRING tensor of shape [1]). Fields are encoded as
  * protobuf 3 does (fields in number order, zero step omitted), so files match the Python writer's.
  */
-#ifndef MT_TRAIN_TENSORBOARD_H
-#define MT_TRAIN_TENSORBOARD_H
+#ifndef MT_REPORT_TENSORBOARD_H
+#define MT_REPORT_TENSORBOARD_H
 
 #include <stddef.h>
 #include <stdint.h>

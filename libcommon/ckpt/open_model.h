@@ -9,19 +9,19 @@
  * and against the range of the mt-train flag they come from, naming the file and the field
  * ("<dir>/meta.json: \"args.num-layers\" is 0, outside [1, 100000]").
  */
-#ifndef MT_TRAIN_OPEN_MODEL_H
-#define MT_TRAIN_OPEN_MODEL_H
+#ifndef MT_CKPT_OPEN_MODEL_H
+#define MT_CKPT_OPEN_MODEL_H
 
 #include <jansson.h>
 #include <stdint.h>
 
-#include "convert/hf_dir.h"
+#include "ckpt/checkpoint.h"
+#include "ckpt/global.h"
+#include "ckpt/hf_dir.h"
+#include "ckpt/train_args.h"
 #include "kernels.h"
 #include "model/gpt.h"
 #include "tok/bpe.h"
-#include "train/args.h"
-#include "train/checkpoint.h"
-#include "train/ckpt_global.h"
 #include "util/err.h"
 
 /* A tokenizer as mt-train's --tokenizer-type names it: bpe is NULL for NullTokenizer (ids 0..n-1, end

@@ -3,12 +3,12 @@
  * Tensor names are accepted with or without the "transformer." prefix (GPT2Model saves have none).
  * Tensors are read as float32 (F16 and BF16 widened exactly, F32 copied).
  */
-#ifndef MT_CONVERT_HF_DIR_H
-#define MT_CONVERT_HF_DIR_H
+#ifndef MT_CKPT_HF_DIR_H
+#define MT_CKPT_HF_DIR_H
 
 #include <stdbool.h>
 
-#include "convert/hf_gpt2.h"
+#include "ckpt/hf_gpt2.h"
 #include "io/safetensors.h"
 #include "util/err.h"
 

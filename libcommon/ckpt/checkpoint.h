@@ -25,8 +25,8 @@
  * Errors are one line naming the file, e.g.
  *   "ckpt/iter_0000200/mp_rank_00/model.safetensors: no such file (tracker says iteration 200)".
  */
-#ifndef MT_TRAIN_CHECKPOINT_H
-#define MT_TRAIN_CHECKPOINT_H
+#ifndef MT_CKPT_CHECKPOINT_H
+#define MT_CKPT_CHECKPOINT_H
 
 #include <jansson.h>
 #include <stdbool.h>

@@ -1,0 +1,161 @@
+/* hf_convert.c: checkpoint to Hugging Face directory and back, tensor by tensor (see hf_convert.h). */
+#include "ckpt/hf_convert.h"
+
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ckpt/checkpoint.h"
+#include "ckpt/hf_gpt2.h"
+#include "ckpt/hf_out.h"
+#include "io/fsutil.h"
+#include "mt_base.h"
+
+const char *mt_hf_dtype_name(mt_st_dtype d)
+{
+    return d == MT_ST_BF16 ? "bf16" : d == MT_ST_F16 ? "fp16" : "fp32";
+}
+
+/* ---- checkpoint -> Hugging Face ---- */
+
+typedef struct export_ctx {
+    mt_model_ckpt *mc;
+    mt_hf_tensor *t;
+    int n, done;
+    mt_st_dtype dtype;
+    float *a, *b;   /* the Megatron tensor, the HF tensor */
+    mt_ckpt_progress *progress;
+} export_ctx;
+
+static int export_fill(void *ctx, int index, void *buf, size_t nbytes, mt_err *e)
+{
+    export_ctx *x = ctx;
+    const mt_hf_tensor *t = &x->t[index];
+    (void)nbytes;
+    if (mt_model_read_tensor(x->mc, t->mt, t->ndim, t->mt_shape, x->a, e)) return -1;
+    size_t n = (size_t)t->hf_shape[0] * (size_t)(t->ndim == 2 ? t->hf_shape[1] : 1);
+    float *dst = x->dtype == MT_ST_F32 ? buf : x->b;
+    mt_hf_export(t, x->mc->cfg.num_heads, x->a, dst);
+    uint16_t *h = buf;
+    if (x->dtype == MT_ST_BF16)
+        for (size_t i = 0; i < n; i++) h[i] = mt_f32_to_bf16(dst[i]);
+    else if (x->dtype == MT_ST_F16)
+        for (size_t i = 0; i < n; i++) h[i] = mt_f32_to_f16(dst[i]);
+    ++x->done;
+    if (x->progress) x->progress(x->done, x->n);
+    return 0;
+}
+
+int mt_hf_export_ckpt(mt_model_ckpt *mc, const char *out_dir, const char *dtype, mt_ckpt_progress *progress,
+                      int *n_tensors, const char **dtype_out, mt_err *e)
+{
+    if (!mc->tok.bpe)
+        return mt_err_set(e, "%s: the checkpoint has no GPT-2 vocabulary (NullTokenizer): pass --vocab-file and "
+                             "--merge-file", mc->dir);
+    /* defaults for a checkpoint converted from Hugging Face: back to its dtype and vocabulary rows */
+    json_t *from = json_object_get(mc->meta, "converted_from");
+    const char *dn = dtype;
+    if (!dn) {
+        const char *src = json_string_value(json_object_get(from, "dtype"));
+        dn = src && (!strcmp(src, "bf16") || !strcmp(src, "fp16")) ? src : "fp32";
+    }
+    mt_st_dtype dt = !strcmp(dn, "bf16") ? MT_ST_BF16 : !strcmp(dn, "fp16") ? MT_ST_F16 : MT_ST_F32;
+    if (dt == MT_ST_F32 && strcmp(dn, "fp32")) return mt_err_set(e, "dtype '%s' is not fp32, bf16 or fp16", dn);
+    dn = mt_hf_dtype_name(dt);
+    int64_t rows = mc->tok.vocab_size;
+    json_t *fr = json_object_get(from, "vocab_size");
+    if (json_is_integer(fr) && json_integer_value(fr) > rows && json_integer_value(fr) <= mc->cfg.padded_vocab_size)
+        rows = json_integer_value(fr);
+    const mt_gpt_config *c = &mc->cfg;
+    mt_hf_config hc = {
+        .n_layer = c->num_layers, .n_embd = c->hidden_size, .n_head = c->num_heads, .n_inner = c->ffn_hidden_size,
+        .n_positions = c->max_position_embeddings, .vocab_size = (int)rows,
+        .layer_norm_epsilon = mc->a.layernorm_epsilon, .initializer_range = mc->a.init_method_std,
+        .exact_gelu = c->exact_gelu, .bos_token_id = (int)mc->tok.eod, .eos_token_id = (int)mc->tok.eod,
+        .torch_dtype = dt == MT_ST_BF16 ? "bfloat16" : dt == MT_ST_F16 ? "float16" : "float32",
+    };
+    mt_model_arch arch = mt_gpt_arch(c);
+    int n;
+    mt_hf_tensor *t = mt_hf_tensors(&arch, hc.vocab_size, &n, e);
+    if (!t) return mt_err_prefix(e, "%s", mc->dir);
+
+    mt_hf_out out;
+    if (mt_hf_out_begin(&out, out_dir, e)) {
+        free(t);
+        return -1;
+    }
+    size_t most = 1;
+    for (int i = 0; i < n; i++) {
+        size_t m = (size_t)t[i].mt_shape[0] * (size_t)(t[i].ndim == 2 ? t[i].mt_shape[1] : 1);
+        if (m > most) most = m;
+    }
+    export_ctx x = {mc, t, n, 0, dt, mt_xmalloc(most * sizeof(float)),
+                    dt == MT_ST_F32 ? NULL : mt_xmalloc(most * sizeof(float)), progress};
+    mt_st_tensor *st = mt_xcalloc((size_t)n, sizeof *st);
+    char (*names)[128] = mt_xcalloc((size_t)n, sizeof *names);
+    for (int i = 0; i < n; i++) {
+        snprintf(names[i], sizeof *names, "transformer.%s", t[i].hf);
+        st[i] = (mt_st_tensor){.name = names[i], .dtype = x.dtype, .ndim = t[i].ndim,
+                               .shape = {t[i].hf_shape[0], t[i].hf_shape[1]}};
+    }
+    static const mt_st_kv meta[] = {{"format", "pt"}};
+    int rc = mt_st_write_fill(out.model_path, st, n, meta, 1, export_fill, &x, e);
+    if (!rc) rc = mt_model_check_all_read(mc, e);
+    if (!rc) rc = mt_hf_out_files(&out, &hc, mc->vocab_file, mc->merge_file, e);
+    if (!rc) rc = mt_hf_out_commit(&out, e);
+    if (rc) mt_hf_out_abort(&out);
+    free(st);
+    free(names);
+    free(x.a);
+    free(x.b);
+    free(t);
+    if (!rc) {
+        if (n_tensors) *n_tensors = n;
+        if (dtype_out) *dtype_out = dn;
+    }
+    return rc;
+}
+
+/* ---- Hugging Face -> checkpoint ---- */
+
+/* Copies the tokenizer file src to <save>/<name> (atomically) and returns the copy's absolute path. */
+static char *copy_into(const char *src, const char *save, const char *name, mt_err *e)
+{
+    size_t n = strlen(save) + strlen(name) + 2;
+    char *dst = mt_xmalloc(n);
+    snprintf(dst, n, "%s/%s", save, name);
+    if (mt_copy_file(src, dst, e)) {
+        free(dst);
+        return NULL;
+    }
+    char *abs = realpath(dst, NULL);
+    free(dst);
+    if (!abs) mt_err_sys(e, "%s/%s", save, name);
+    return abs;
+}
+
+int mt_hf_import_ckpt(mt_model_ckpt *mc, const char *in, const char *save, int tp, int pp, mt_ckpt_progress *progress,
+                      mt_err *e)
+{
+    if (!mc->hf) return mt_err_set(e, "%s: not a Hugging Face model directory", mc->dir);
+    if (mt_ckpt_check_save_dir(save, e)) return -1;
+    char *vocab = copy_into(mc->vocab_file, save, "vocab.json", e);
+    char *merges = vocab ? copy_into(mc->merge_file, save, "merges.txt", e) : NULL;
+    if (!merges) {
+        free(vocab);
+        return -1;
+    }
+    /* the tensors are read while saving; what the source has besides them is checked first */
+    json_t *args = mt_hf_megatron_args(&mc->hf->cfg, mc->a.make_vocab_size_divisible_by, vocab, merges);
+    json_t *meta = json_pack("{s:f,s:o,s:i,s:i,s:{s:s,s:s,s:s,s:i}}", "checkpoint_version", 3.0, "args", args,
+                             "consumed_train_samples", 0, "consumed_valid_samples", 0, "converted_from", "format",
+                             "huggingface", "dir", in, "dtype", mt_hf_dtype_name(mc->hf->dtype), "vocab_size",
+                             mc->hf->cfg.vocab_size);
+    int rc = mt_model_check_all_read(mc, e);   /* names only: the data are read while saving */
+    if (!rc) rc = mt_ckpt_write_layout(mc, save, MT_CKPT_RELEASE, tp, pp, meta, 0, progress, e);
+    json_decref(meta);
+    free(vocab);
+    free(merges);
+    return rc;
+}

@@ -1,0 +1,383 @@
+/* open_model.c: config, tokenizer, metadata and weights of a trained model from its checkpoint. */
+#include "ckpt/open_model.h"
+
+#include <stdlib.h>
+
+#include <math.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "ckpt/dist_optim.h"
+#include "ckpt/meta.h"
+
+int mt_tokenizer_open(mt_tokenizer *t, const char *type, const char *vocab_file, const char *merge_file,
+                      int64_t null_vocab_size, mt_err *e)
+{
+    memset(t, 0, sizeof *t);
+    if (type && !strcmp(type, "NullTokenizer")) {
+        t->vocab_size = null_vocab_size + 1;   /* Megatron's NullTokenizer: eod is the id after the vocab */
+        t->eod = null_vocab_size;
+        return 0;
+    }
+    if (mt_bpe_load(&t->bpe, vocab_file, merge_file, e)) return -1;
+    t->vocab_size = mt_bpe_vocab_size(t->bpe);
+    t->eod = mt_bpe_eod(t->bpe);
+    return 0;
+}
+
+void mt_tokenizer_close(mt_tokenizer *t)
+{
+    if (t->bpe) mt_bpe_free(t->bpe);
+    t->bpe = NULL;
+}
+
+mt_gpt_config mt_gpt_config_from_args(const mt_train_args *a, int64_t vocab_size)
+{
+    return (mt_gpt_config){
+        .num_layers = a->num_layers,
+        .hidden_size = a->hidden_size,
+        .num_heads = a->num_attention_heads,
+        .ffn_hidden_size = a->ffn_hidden_size,
+        .seq_length = a->seq_length,
+        .max_position_embeddings = a->max_position_embeddings,
+        .vocab_size = (int)vocab_size,
+        .padded_vocab_size = mt_gpt_padded_vocab((int)vocab_size, a->make_vocab_size_divisible_by, a->tensor_model_parallel_size),
+        .layernorm_epsilon = (float)a->layernorm_epsilon,
+        .init_method_std = a->init_method_std,
+        .exact_gelu = a->no_bias_gelu_fusion && !a->openai_gelu,
+        .hidden_dropout = (float)a->hidden_dropout,
+        .attention_dropout = (float)a->attention_dropout,
+        .sequence_parallel = a->sequence_parallel && a->tensor_model_parallel_size > 1,
+    };
+}
+
+/* ---- the args of meta.json, each checked against the range of its mt-train flag ---- */
+
+static const mt_flag *train_flag(const char *key)
+{
+    for (const mt_flag *f = mt_train_cmd()->flags; f->name; f++)
+        if (!strcmp(f->name + 2, key)) return f;
+    return NULL;
+}
+
+static int absent(const json_t *args, const char *key)
+{
+    json_t *v = json_object_get(args, key);
+    return !v || json_is_null(v);
+}
+
+/* An integer arg; an absent (or null) one is the error "missing" unless optional, then dflt. */
+static int arg_i64(const mt_model_ckpt *mc, const char *key, int optional, int64_t dflt, int64_t *out, mt_err *e)
+{
+    if (optional && absent(mc->args, key)) {
+        *out = dflt;
+        return 0;
+    }
+    const mt_flag *f = train_flag(key);
+    return mt_meta_count(mc->args, "args.", key, mc->dir, (int64_t)f->min, (int64_t)f->max, out, e);
+}
+
+static int arg_int(const mt_model_ckpt *mc, const char *key, int *out, mt_err *e)
+{
+    int64_t x;
+    if (arg_i64(mc, key, 0, 0, &x, e)) return -1;
+    *out = (int)x;   /* the flags' ranges are within int */
+    return 0;
+}
+
+static int arg_real(const mt_model_ckpt *mc, const char *key, int optional, double dflt, double *out, mt_err *e)
+{
+    if (optional && absent(mc->args, key)) {
+        *out = dflt;
+        return 0;
+    }
+    const mt_flag *f = train_flag(key);
+    return mt_meta_real(mc->args, "args.", key, mc->dir, f->min, f->max, out, e);
+}
+
+/* A string arg, or NULL when absent or null; anything else is an error. */
+static int arg_str(const mt_model_ckpt *mc, const char *key, const char **out, mt_err *e)
+{
+    json_t *v = json_object_get(mc->args, key);
+    *out = json_is_string(v) ? json_string_value(v) : NULL;
+    if (v && !json_is_null(v) && !json_is_string(v))
+        return mt_err_set(e, "%s/meta.json: \"args.%s\" is not a string", mc->dir, key);
+    return 0;
+}
+
+static int read_args(mt_model_ckpt *mc, mt_err *e)
+{
+    mt_train_args *a = &mc->a;
+    memset(a, 0, sizeof *a);
+    if (arg_int(mc, "num-layers", &a->num_layers, e) || arg_int(mc, "hidden-size", &a->hidden_size, e) ||
+        arg_int(mc, "num-attention-heads", &a->num_attention_heads, e) ||
+        arg_int(mc, "ffn-hidden-size", &a->ffn_hidden_size, e) || arg_int(mc, "seq-length", &a->seq_length, e) ||
+        arg_int(mc, "max-position-embeddings", &a->max_position_embeddings, e) ||
+        arg_int(mc, "make-vocab-size-divisible-by", &a->make_vocab_size_divisible_by, e) ||
+        arg_int(mc, "micro-batch-size", &a->micro_batch_size, e) ||
+        arg_real(mc, "layernorm-epsilon", 0, 0, &a->layernorm_epsilon, e) ||
+        arg_real(mc, "init-method-std", 0, 0, &a->init_method_std, e) ||
+        /* dropout does nothing outside training: optional */
+        arg_real(mc, "hidden-dropout", 1, 0, &a->hidden_dropout, e) ||
+        arg_real(mc, "attention-dropout", 1, 0, &a->attention_dropout, e) ||
+        arg_i64(mc, "seed", 1, 1234, &a->seed, e) ||
+        arg_real(mc, "mid-level-dataset-surplus", 1, 0.005, &a->mid_level_dataset_surplus, e) ||
+        arg_str(mc, "tokenizer-type", &a->tokenizer_type, e) || arg_str(mc, "vocab-file", &a->vocab_file, e) ||
+        arg_str(mc, "merge-file", &a->merge_file, e) || arg_str(mc, "split", &a->split, e) ||
+        arg_str(mc, "data-cache-path", &a->data_cache_path, e))
+        return -1;
+    a->no_bias_gelu_fusion = json_is_true(json_object_get(mc->args, "no-bias-gelu-fusion"));
+    a->openai_gelu = json_is_true(json_object_get(mc->args, "openai-gelu"));
+    if (a->tokenizer_type && !strcmp(a->tokenizer_type, "NullTokenizer") &&
+        arg_i64(mc, "vocab-size", 0, 0, &a->vocab_size, e))
+        return -1;
+    return 0;
+}
+
+/* ---- opening ---- */
+
+static int open_meta(mt_model_ckpt *mc, const mt_model_open_opts *o, mt_err *e)
+{
+    mc->args = json_object_get(mc->meta, "args");
+    if (!json_is_object(mc->args)) return mt_err_set(e, "%s/meta.json: missing \"args\"", mc->dir);
+    if (o->expect) return mt_train_args_check_model(o->expect, mc->args, mc->dir, e);
+    if (read_args(mc, e)) return -1;
+    const mt_train_args *a = &mc->a;
+    mc->vocab_file = o->vocab_file ? o->vocab_file : a->vocab_file;
+    mc->merge_file = o->merge_file ? o->merge_file : a->merge_file;
+    int null_tok = a->tokenizer_type && !strcmp(a->tokenizer_type, "NullTokenizer");
+    if (!null_tok && (!mc->vocab_file || !mc->merge_file))
+        return mt_err_set(e, "%s: no vocabulary: pass --vocab-file and --merge-file", mc->dir);
+    if (mt_tokenizer_open(&mc->tok, a->tokenizer_type, mc->vocab_file, mc->merge_file, a->vocab_size, e)) return -1;
+    mc->cfg = mt_gpt_config_from_args(a, mc->tok.vocab_size);
+    if (mt_gpt_config_check(&mc->cfg, e)) return mt_err_prefix(e, "%s/meta.json", mc->dir);
+    mc->arch = mt_gpt_arch(&mc->cfg);
+    mc->vocab_size = mc->cfg.vocab_size;
+    mc->have_arch = 1;
+    return 0;
+}
+
+/* A Hugging Face directory: args from config.json, tokenizer files from the directory, the vocabulary
+ * padded to exactly the model's rows. */
+static int open_hf(mt_model_ckpt *mc, const char *load_dir, const mt_model_open_opts *o, mt_err *e)
+{
+    if (o->expect)
+        return mt_err_set(e, "%s: a Hugging Face model directory, not a checkpoint: convert it first with "
+                             "mt-ckpt-convert --from hf", load_dir);
+    mc->hf = mt_xcalloc(1, sizeof *mc->hf);
+    if (mt_hf_dir_open(mc->hf, load_dir, e)) {
+        free(mc->hf);
+        mc->hf = NULL;
+        return -1;
+    }
+    mc->dir = mc->hf->dir;
+    size_t n = strlen(load_dir) + 32;
+    char *vocab = mt_xmalloc(n), *merges = mt_xmalloc(n);
+    snprintf(vocab, n, "%s/vocab.json", load_dir);
+    snprintf(merges, n, "%s/merges.txt", load_dir);
+    int hv = access(vocab, F_OK) == 0, hm = access(merges, F_OK) == 0;
+    mc->meta = json_pack("{s:o}", "args", mt_hf_megatron_args(&mc->hf->cfg, 1, hv ? vocab : NULL, hm ? merges : NULL));
+    free(vocab);
+    free(merges);
+    if (open_meta(mc, o, e)) return -1;
+    int64_t rows = mc->hf->cfg.vocab_size, V = mc->tok.vocab_size;
+    if (rows < V)
+        return mt_err_set(e, "%s/config.json: vocab_size %lld is below the tokenizer's %lld tokens", load_dir,
+                          (long long)rows, (long long)V);
+    int d = mt_hf_divisible_by(rows, V);
+    json_object_set_new(mc->args, "make-vocab-size-divisible-by", json_integer(d));
+    mc->a.make_vocab_size_divisible_by = d;
+    mc->cfg.padded_vocab_size = mt_gpt_padded_vocab((int)V, d, 1);
+    mc->arch = mt_gpt_arch(&mc->cfg);
+    mt_model_arch a = mt_hf_arch(&mc->hf->cfg, mc->cfg.padded_vocab_size);
+    mc->hf_map = mt_hf_tensors(&a, rows, &mc->hf_n, e);
+    if (!mc->hf_map) return mt_err_prefix(e, "%s", load_dir);
+    return 0;
+}
+
+int mt_model_open(mt_model_ckpt *mc, const char *load_dir, const mt_model_open_opts *o, mt_err *e)
+{
+    memset(mc, 0, sizeof *mc);
+    int64_t it;
+    mt_err probe = {0};
+    if (o->iteration == MT_CKPT_LATEST && mt_ckpt_latest(load_dir, &it, &probe) == 1 && mt_hf_dir_is(load_dir)) {
+        if (open_hf(mc, load_dir, o, e)) {
+            mt_model_close(mc);
+            return -1;
+        }
+        return 0;
+    }
+    mc->reader = mt_ckpt_open(load_dir, o->iteration, e);
+    if (!mc->reader) return -1;
+    mc->load_dir = mt_xstrdup(load_dir);
+    mc->iteration = mt_ckpt_is_release(mc->reader) ? MT_CKPT_RELEASE : mt_ckpt_iteration(mc->reader);
+    mc->dir = mt_ckpt_dir(mc->reader);
+    mc->meta = mt_ckpt_meta(mc->reader);
+    if (open_meta(mc, o, e)) {
+        mt_model_close(mc);
+        return -1;
+    }
+    return 0;
+}
+
+void mt_model_parallel_sizes(const mt_model_ckpt *mc, int *tp, int *pp)
+{
+    json_t *t = json_object_get(mc->args, "tensor-model-parallel-size"),
+           *p = json_object_get(mc->args, "pipeline-model-parallel-size");
+    *tp = json_is_integer(t) ? (int)json_integer_value(t) : 1;
+    *pp = json_is_integer(p) ? (int)json_integer_value(p) : 1;
+}
+
+/* Every rank of the checkpoint, opened at the first read. */
+static int open_shards(mt_model_ckpt *mc, mt_err *e)
+{
+    if (mc->g) return 0;
+    if (!mc->have_arch) return mt_err_set(e, "%s: the model's architecture is not known yet", mc->dir);
+    int tp, pp;
+    mt_model_parallel_sizes(mc, &tp, &pp);
+    if (tp < 1 || pp < 1 || tp > 4096 || pp > 4096)
+        return mt_err_set(e, "%s/meta.json: tensor/pipeline-model-parallel-size %d/%d out of range", mc->dir, tp, pp);
+    /* the checkpoint's vocabulary was padded for its tensor-parallel size */
+    mt_model_arch a = mc->arch;
+    json_t *d = json_object_get(mc->args, "make-vocab-size-divisible-by");
+    if (tp > 1 && json_is_integer(d) && json_integer_value(d) > 0 && json_integer_value(d) < (1 << 20))
+        a.padded_vocab_size = mt_gpt_padded_vocab(mc->vocab_size, (int)json_integer_value(d), tp);
+    mt_ckpt_global *g = mt_xcalloc(1, sizeof *g);
+    if (mt_ckpt_global_open(g, mc->reader, mc->load_dir, mc->iteration, &a, tp, pp, e)) {
+        free(g);
+        return mt_err_prefix(e, "%s", mc->load_dir);
+    }
+    mc->g = g;
+    return 0;
+}
+
+int mt_model_read_tensor(mt_model_ckpt *mc, const char *name, int ndim, const int64_t *shape, float *dst, mt_err *e)
+{
+    if (!mc->hf) {
+        if (open_shards(mc, e)) return -1;
+        return mt_ckpt_global_read(mc->g, MT_CKPT_MODEL, name, NULL, ndim, shape, dst, e);
+    }
+    const mt_hf_tensor *t = mt_hf_by_mt_name(mc->hf_map, mc->hf_n, name);
+    if (!t) return mt_err_set(e, "%s: GPT2LMHeadModel has no tensor for '%s'", mc->dir, name);
+    for (int i = 0; i < ndim; i++)
+        if (ndim != t->ndim || shape[i] != t->mt_shape[i])
+            return mt_err_set(e, "%s: tensor '%s' does not have the shape of this model", mc->dir, t->hf);
+    size_t n = (size_t)t->hf_shape[0] * (size_t)(t->ndim == 2 ? t->hf_shape[1] : 1);
+    float *tmp = mt_xmalloc((n ? n : 1) * sizeof(float));
+    int rc = mt_hf_dir_read(mc->hf, t, tmp, e);
+    if (!rc) mt_hf_import(t, mc->hf->cfg.n_head, tmp, dst);
+    free(tmp);
+    return rc;
+}
+
+int mt_model_check_all_read(mt_model_ckpt *mc, mt_err *e)
+{
+    if (mc->hf) return mt_hf_dir_check_names(mc->hf, mc->hf_map, mc->hf_n, e);
+    if (open_shards(mc, e)) return -1;
+    return mt_ckpt_global_check_all_read(mc->g, MT_CKPT_MODEL, NULL, e);
+}
+
+/* The distributed optimizer's moments ("optimizer.distributed" in meta.json, no optim.safetensors). */
+static json_t *distributed(const mt_model_ckpt *mc)
+{
+    if (mc->hf || mt_ckpt_has_optim(mc->reader)) return NULL;
+    return json_object_get(json_object_get(mc->meta, "optimizer"), "distributed");
+}
+
+int mt_model_has_optim(const mt_model_ckpt *mc)
+{
+    return !mc->hf && (mt_ckpt_has_optim(mc->reader) || distributed(mc));
+}
+
+/* A moment tensor from the distributed optimizer's shards, reassembled into the flat buffer once. */
+static int read_dist_moment(mt_model_ckpt *mc, const char *name, const char *suffix, int ndim, const int64_t *shape,
+                            float *dst, mt_err *e)
+{
+    const mt_layout *w = &mc->g->whole;
+    if (!mc->flat_m) {
+        mc->flat_m = mt_xmalloc(w->numel * sizeof(float));
+        mc->flat_v = mt_xmalloc(w->numel * sizeof(float));
+        if (mt_dist_optim_read(mc->dir, distributed(mc), w->numel, mc->flat_m, mc->flat_v, e)) return -1;
+    }
+    const mt_layout_tensor *t = mt_layout_find(w, name);
+    if (!t || ndim != t->ndim || (ndim == 2 && shape[1] != t->global_shape[1]) ||
+        (t->kind != MT_T_WORD_EMB && shape[0] != t->global_shape[0]))
+        return mt_err_set(e, "%s: the optimizer shards have no tensor '%s' of this shape", mc->dir, name);
+    const float *src = (strcmp(suffix, ".exp_avg") ? mc->flat_v : mc->flat_m) + t->offset;
+    int64_t cols = ndim == 2 ? shape[1] : 1, keep = shape[0] < t->global_shape[0] ? shape[0] : t->global_shape[0];
+    memcpy(dst, src, sizeof(float) * (size_t)(keep * cols));
+    memset(dst + keep * cols, 0, sizeof(float) * (size_t)((shape[0] - keep) * cols));
+    return 0;
+}
+
+int mt_model_read_optim(mt_model_ckpt *mc, const char *name, const char *suffix, int ndim, const int64_t *shape,
+                        float *dst, mt_err *e)
+{
+    if (mc->hf) return mt_err_set(e, "%s: a Hugging Face directory has no optimizer state", mc->dir);
+    if (open_shards(mc, e)) return -1;
+    if (distributed(mc)) return read_dist_moment(mc, name, suffix, ndim, shape, dst, e);
+    return mt_ckpt_global_read(mc->g, MT_CKPT_OPTIM, name, suffix, ndim, shape, dst, e);
+}
+
+int mt_model_check_all_read_optim(mt_model_ckpt *mc, mt_err *e)
+{
+    if (mc->hf || distributed(mc)) return 0;
+    if (open_shards(mc, e)) return -1;
+    static const char *const moments[] = {".exp_avg", ".exp_avg_sq", NULL};
+    return mt_ckpt_global_check_all_read(mc->g, MT_CKPT_OPTIM, moments, e);
+}
+
+/* Reads every tensor of the model from the checkpoint's model file (names and shapes must match), fails
+ * on tensors the model does not have, copies the weights to the device and refreshes the working copy. */
+static int load_weights(mt_gpt *m, mtk *k, mt_model_ckpt *mc, mt_err *e)
+{
+    size_t np = mt_gpt_num_params(m);
+    float *host = mt_xmalloc(np * sizeof(float));
+    int rc = 0;
+    for (int i = 0; i < mt_gpt_num_tensors(m) && !rc; i++) {
+        const mt_gpt_tensor *g = mt_gpt_tensor_at(m, i);
+        rc = mt_model_read_tensor(mc, g->name, g->ndim, g->shape, host + g->offset, e);
+    }
+    if (!rc) rc = mt_model_check_all_read(mc, e);
+    if (!rc) {
+        mtk_to_device(k, mt_gpt_params(m), host, np * sizeof(float));
+        mt_gpt_params_changed(m);
+    }
+    free(host);
+    return rc;
+}
+
+int mt_model_load_weights(mt_model_ckpt *mc, mtk *k, mt_gpt *model, mt_err *e)
+{
+    if (!model) {
+        mc->model = model = mt_gpt_create(k, &mc->cfg, MT_GPT_INFER_ONLY, e);
+        if (!model) return -1;
+    }
+    if (!mc->have_arch) {   /* opened for mt-train --load: the model of its flags */
+        mc->arch = mt_gpt_arch(mt_gpt_get_config(model));
+        mc->vocab_size = mt_gpt_get_config(model)->vocab_size;
+        mc->have_arch = 1;
+    }
+    return load_weights(model, k, mc, e);
+}
+
+void mt_model_close(mt_model_ckpt *mc)
+{
+    mt_gpt_free(mc->model);
+    mt_tokenizer_close(&mc->tok);
+    if (mc->g) {
+        mt_ckpt_global_close(mc->g);
+        free(mc->g);
+    }
+    free(mc->load_dir);
+    free(mc->flat_m);
+    free(mc->flat_v);
+    if (mc->reader) mt_ckpt_close(mc->reader);
+    if (mc->hf) {
+        json_decref(mc->meta);
+        mt_hf_dir_close(mc->hf);
+        free(mc->hf);
+        free(mc->hf_map);
+    }
+    memset(mc, 0, sizeof *mc);
+}

@@ -1,0 +1,31 @@
+/* reshard.h: the model of an opened checkpoint (ckpt/open_model.h) written as a checkpoint of any
+ * tensor/pipeline-parallel layout. Every tensor of every target rank is a slice of a whole tensor read
+ * from the source (a checkpoint of any layout, or a Hugging Face directory), one tensor at a time.
+ */
+#ifndef MT_CKPT_RESHARD_H
+#define MT_CKPT_RESHARD_H
+
+#include <jansson.h>
+#include <stdint.h>
+
+#include "ckpt/open_model.h"
+#include "util/err.h"
+
+/* Called after each tensor written: done of total (for a progress display). */
+typedef void mt_ckpt_progress(int done, int total);
+
+/* Writes the model of mc (and its AdamW moments when with_optim) as iteration it (or MT_CKPT_RELEASE) of
+ * a checkpoint of tensor size tp and pipeline size pp under save: every rank's meta.json is meta with
+ * those sizes in its args. progress may be NULL. 0, or -1 with e set. */
+int mt_ckpt_write_layout(mt_model_ckpt *mc, const char *save, int64_t it, int tp, int pp, const json_t *meta,
+                         int with_optim, mt_ckpt_progress *progress, mt_err *e);
+
+/* The checkpoint of mc (not a Hugging Face directory) at its iteration, with its AdamW moments when it has
+ * them, as a checkpoint of tensor size tp and pipeline size pp under save (a directory that
+ * mt_ckpt_check_save_dir accepts); distributed-optimizer shards become each rank's optim.safetensors.
+ * Fails when the source holds tensors the model does not have. *with_optim: whether moments were
+ * written. 0, or -1 with e set. */
+int mt_ckpt_reshard(mt_model_ckpt *mc, const char *save, int tp, int pp, mt_ckpt_progress *progress, int *with_optim,
+                    mt_err *e);
+
+#endif

@@ -1,0 +1,449 @@
+/* train_args.c: mt-train's flag table (Megatron names and defaults), checks, and the JSON form of the args. */
+#include "ckpt/train_args.h"
+#include "model/device.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+static mt_train_args A;   /* the table's destinations; copied out by mt_train_args_parse */
+static bool ignored_b;    /* destinations of flags that change nothing in mt */
+static const char *ignored_s;
+static int64_t ignored_i;
+
+#define NOOP_B(name, why) {name, MT_F_BOOL, &ignored_b, NULL, why, 0, 0, NULL}
+#define NOOP_S(name, mv, why) {name, MT_F_STR, &ignored_s, mv, why, 0, 0, NULL}
+#define NOOP_I(name, mv, why) {name, MT_F_I64, &ignored_i, mv, why, 0, 0, NULL}
+
+static const mt_flag flags[] = {
+    /* model */
+    {"--num-layers", MT_F_INT, &A.num_layers, "N", "transformer layers (required)", 1, 100000, NULL},
+    {"--hidden-size", MT_F_INT, &A.hidden_size, "H", "hidden size (required)", 1, 1 << 20, NULL},
+    {"--num-attention-heads", MT_F_INT, &A.num_attention_heads, "NH", "attention heads (required)", 1, 1 << 16, NULL},
+    {"--ffn-hidden-size", MT_F_INT, &A.ffn_hidden_size, "F", "MLP hidden size (default 4 x hidden size)", 1, 1 << 24, NULL},
+    {"--kv-channels", MT_F_INT, &A.kv_channels, "D", "head size; must be hidden size / heads (the default)", 1, 1 << 20, NULL},
+    {"--max-position-embeddings", MT_F_INT, &A.max_position_embeddings, "P", "position table size (required)", 1, 1 << 24, NULL},
+    {"--seq-length", MT_F_INT, &A.seq_length, "T", "tokens per sample (required; <= max positions)", 1, 1 << 24, NULL},
+    {"--make-vocab-size-divisible-by", MT_F_INT, &A.make_vocab_size_divisible_by, "N",
+     "pad the vocabulary to a multiple of N (default 128)", 1, 1 << 20, NULL},
+    {"--layernorm-epsilon", MT_F_DOUBLE, &A.layernorm_epsilon, "EPS", "LayerNorm epsilon (default 1e-5)", 1e-30, 1, NULL},
+    {"--norm-epsilon", MT_F_DOUBLE, &A.layernorm_epsilon, "EPS", "same as --layernorm-epsilon (Megatron-Core name)", 1e-30, 1, NULL},
+    {"--normalization", MT_F_CHOICE, &A.normalization, NULL, "LayerNorm (default; RMSNorm is not implemented)", 0, 0,
+     "LayerNorm|RMSNorm"},
+    {"--position-embedding-type", MT_F_CHOICE, &A.position_embedding_type, NULL,
+     "learned_absolute (default; rope and none are not implemented)", 0, 0, "learned_absolute|rope|none"},
+    {"--init-method-std", MT_F_DOUBLE, &A.init_method_std, "S",
+     "init std (default 0.02; output layers S/sqrt(2 x layers))", 0, 100, NULL},
+    {"--hidden-dropout", MT_F_DOUBLE, &A.hidden_dropout, "P", "dropout on embeddings and block outputs (default 0.1)", 0, 0.999, NULL},
+    {"--attention-dropout", MT_F_DOUBLE, &A.attention_dropout, "P", "dropout on attention probabilities (default 0.1)", 0, 0.999, NULL},
+    {"--openai-gelu", MT_F_BOOL, &A.openai_gelu, NULL, "tanh GeLU (the default already, through the fused bias-GeLU)", 0, 0, NULL},
+    {"--no-bias-gelu-fusion", MT_F_BOOL, &A.no_bias_gelu_fusion, NULL,
+     "exact erf GeLU, as Megatron's unfused path (unless --openai-gelu)", 0, 0, NULL},
+    NOOP_B("--no-bias-dropout-fusion", "accepted; fusion does not change results"),
+    NOOP_B("--no-masked-softmax-fusion", "accepted; fusion does not change results"),
+    NOOP_B("--attention-softmax-in-fp32", "accepted; softmax is always fp32"),
+    NOOP_B("--apply-query-key-layer-scaling", "accepted; numerically a no-op in fp32"),
+    NOOP_B("--no-query-key-layer-scaling", "accepted; numerically a no-op in fp32"),
+    NOOP_B("--use-mcore-models", "accepted; one GPT implementation"),
+    NOOP_B("--use-legacy-models", "accepted; one GPT implementation"),
+    NOOP_B("--use-flash-attn", "accepted; attention is always computed blockwise without the T x T matrix"),
+    NOOP_S("--transformer-impl", "IMPL", "accepted (local or transformer_engine); one implementation"),
+    NOOP_B("--no-gradient-accumulation-fusion", "accepted; fusion does not change results"),
+    NOOP_B("--no-async-tensor-model-parallel-allreduce", "accepted; one rank"),
+    /* batch */
+    {"--micro-batch-size", MT_F_INT, &A.micro_batch_size, "B", "sequences per forward/backward pass (required)", 1, 1 << 20, NULL},
+    {"--global-batch-size", MT_F_I64, &A.global_batch_size, "G",
+     "sequences per iteration; a multiple of B (default B): gradient accumulation", 1, 1e12, NULL},
+    {"--train-iters", MT_F_I64, &A.train_iters, "N", "iterations to train", 0, 1e15, NULL},
+    {"--train-samples", MT_F_I64, &A.train_samples, "S", "samples to train (instead of --train-iters)", 1, 1e15, NULL},
+    /* optimizer */
+    {"--optimizer", MT_F_CHOICE, &A.optimizer, NULL, "adam (AdamW; default; sgd is not implemented)", 0, 0, "adam|sgd"},
+    {"--lr", MT_F_DOUBLE, &A.lr, "LR", "peak learning rate (required)", 0, 1e6, NULL},
+    {"--min-lr", MT_F_DOUBLE, &A.min_lr, "LR", "learning rate floor after decay (default 0)", 0, 1e6, NULL},
+    {"--lr-decay-style", MT_F_CHOICE, &A.lr_decay_style, NULL, "decay after warmup (default linear)", 0, 0,
+     "constant|linear|cosine|inverse-square-root"},
+    {"--lr-decay-iters", MT_F_I64, &A.lr_decay_iters, "N", "iterations to decay over (default --train-iters)", 1, 1e15, NULL},
+    {"--lr-decay-samples", MT_F_I64, &A.lr_decay_samples, "S", "samples to decay over (with --train-samples)", 1, 1e15, NULL},
+    {"--lr-warmup-iters", MT_F_I64, &A.lr_warmup_iters, "N", "linear warmup iterations (default 0)", 0, 1e15, NULL},
+    {"--lr-warmup-samples", MT_F_I64, &A.lr_warmup_samples, "S", "linear warmup samples (with --train-samples)", 0, 1e15, NULL},
+    {"--lr-warmup-fraction", MT_F_DOUBLE, &A.lr_warmup_fraction, "X", "warmup as a fraction of the decay steps", 0, 1, NULL},
+    {"--lr-warmup-init", MT_F_DOUBLE, &A.lr_warmup_init, "LR", "learning rate at the start of warmup (default 0)", 0, 1e6, NULL},
+    {"--weight-decay", MT_F_DOUBLE, &A.weight_decay, "WD", "decoupled weight decay, not on biases or LayerNorm (default 0.01)", 0, 1e6, NULL},
+    {"--start-weight-decay", MT_F_DOUBLE, &A.start_weight_decay, "WD", "weight decay at the start (incr style)", 0, 1e6, NULL},
+    {"--end-weight-decay", MT_F_DOUBLE, &A.end_weight_decay, "WD", "weight decay at the end (incr style)", 0, 1e6, NULL},
+    {"--weight-decay-incr-style", MT_F_CHOICE, &A.weight_decay_incr_style, NULL, "weight decay schedule (default constant)", 0, 0,
+     "constant|linear|cosine"},
+    {"--adam-beta1", MT_F_DOUBLE, &A.adam_beta1, "B1", "Adam beta1, in [0, 1) (default 0.9)", 0, 1, NULL},
+    {"--adam-beta2", MT_F_DOUBLE, &A.adam_beta2, "B2", "Adam beta2, in [0, 1) (default 0.999)", 0, 1, NULL},
+    {"--adam-eps", MT_F_DOUBLE, &A.adam_eps, "EPS", "Adam epsilon, > 0 (default 1e-8)", 0, 1, NULL},
+    {"--clip-grad", MT_F_DOUBLE, &A.clip_grad, "C", "clip the global gradient L2 norm to C; 0 = off (default 1.0)", 0, 1e12, NULL},
+    {"--no-check-for-nan-in-loss-and-grad", MT_F_BOOL, &A.no_check_for_nan_in_loss_and_grad, NULL,
+     "skip an iteration whose loss or grad norm is NaN/inf instead of stopping with an error", 0, 0, NULL},
+    {"--override-opt_param-scheduler", MT_F_BOOL, &A.override_opt_param_scheduler, NULL,
+     "on --load, take schedule values from the flags, not the checkpoint", 0, 0, NULL},
+    {"--use-checkpoint-opt_param-scheduler", MT_F_BOOL, &A.use_checkpoint_opt_param_scheduler, NULL,
+     "on --load, take schedule values from the checkpoint", 0, 0, NULL},
+    /* mixed precision */
+    {"--bf16", MT_F_BOOL, &A.bf16, NULL,
+     "bf16 weights and activations; fp32 master weights, optimizer state, gradients and reductions", 0, 0, NULL},
+    {"--fp16", MT_F_BOOL, &A.fp16, NULL,
+     "fp16 weights and activations (fp32 master weights etc.) with loss scaling (dynamic unless --loss-scale)", 0, 0, NULL},
+    {"--loss-scale", MT_F_DOUBLE, &A.loss_scale, "S", "static loss scale (with --fp16 or --bf16); a power of 2 keeps the scaling exact",
+     0, 1e38, NULL},
+    {"--initial-loss-scale", MT_F_DOUBLE, &A.initial_loss_scale, "S", "dynamic loss scale at the start (default 2^32)",
+     0, 1e38, NULL},
+    {"--min-loss-scale", MT_F_DOUBLE, &A.min_loss_scale, "S", "dynamic loss scale floor (default 1.0)", 0, 1e38, NULL},
+    {"--loss-scale-window", MT_F_DOUBLE, &A.loss_scale_window, "N",
+     "iterations without overflow before the dynamic scale doubles (default 1000)", 1, 1e15, NULL},
+    {"--hysteresis", MT_F_INT, &A.hysteresis, "N", "overflows tolerated before the dynamic scale halves (default 2)", 1,
+     1 << 30, NULL},
+    /* checkpoints */
+    {"--save", MT_F_STR, &A.save, "DIR", "checkpoint directory to write", 0, 0, NULL},
+    {"--load", MT_F_STR, &A.load, "DIR", "checkpoint directory to resume from (nothing there: start fresh)", 0, 0, NULL},
+    {"--save-interval", MT_F_I64, &A.save_interval, "N", "save every N iterations (and at the end)", 1, 1e15, NULL},
+    {"--ckpt-format", MT_F_CHOICE, &A.ckpt_format, NULL,
+     "torch: Megatron's iter_NNNNNNN/mp_rank_00 layout, tensors as safetensors (default)", 0, 0,
+     "torch|torch_dist|zarr|torch_dcp"},
+    {"--no-save-optim", MT_F_BOOL, &A.no_save_optim, NULL, "do not save optimizer state", 0, 0, NULL},
+    {"--no-save-rng", MT_F_BOOL, &A.no_save_rng, NULL, "do not save the RNG state", 0, 0, NULL},
+    {"--no-load-optim", MT_F_BOOL, &A.no_load_optim, NULL, "do not load optimizer state (moments start at zero)", 0, 0, NULL},
+    {"--no-load-rng", MT_F_BOOL, &A.no_load_rng, NULL, "do not load the RNG state (use --seed)", 0, 0, NULL},
+    {"--finetune", MT_F_BOOL, &A.finetune, NULL,
+     "load weights only; iteration, samples, optimizer and RNG start fresh", 0, 0, NULL},
+    {"--exit-on-missing-checkpoint", MT_F_BOOL, &A.exit_on_missing_checkpoint, NULL,
+     "with --load: fail instead of starting fresh when there is no checkpoint", 0, 0, NULL},
+    /* data */
+    MT_FLAG_DATA_PATH(&A.data_path, "dataset prefix, or weight/prefix pairs to blend"),
+    MT_FLAG_SPLIT(&A.split, MT_HELP_SPLIT),
+    MT_FLAG_DATA_CACHE_PATH(&A.data_cache_path, "index cache (default: index-cache/ beside the data)"),
+    {"--mid-level-dataset-surplus", MT_F_DOUBLE, &A.mid_level_dataset_surplus, "X", "blend surplus (default 0.005)", 0, 1e6, NULL},
+    MT_FLAG_SEED(&A.seed, "seed of data order, init and dropout (default 1234)"),
+    {"--tokenizer-type", MT_F_CHOICE, &A.tokenizer_type, NULL,
+     "GPT2BPETokenizer (default; needs --vocab-file) or NullTokenizer (needs --vocab-size)", 0, 0,
+     "GPT2BPETokenizer|NullTokenizer"},
+    MT_FLAG_VOCAB_FILE(&A.vocab_file, "GPT-2 vocab.json"),
+    MT_FLAG_MERGE_FILE(&A.merge_file, "GPT-2 merges.txt"),
+    {"--vocab-size", MT_F_I64, &A.vocab_size, "N", "NullTokenizer: ids 0..N-1, end of document N", 1, 1 << 30, NULL},
+    {"--eod-mask-loss", MT_F_BOOL, &A.eod_mask_loss, NULL, "no loss at end-of-document input tokens", 0, 0, NULL},
+    {"--dataloader-type", MT_F_CHOICE, &A.dataloader_type, NULL, "single (default; cyclic is not implemented)", 0, 0,
+     "single|cyclic|external"},
+    NOOP_I("--num-workers", "N", "accepted; batches are read in the training process"),
+    NOOP_B("--no-mmap-bin-files", "accepted; .bin files are always mapped"),
+    NOOP_S("--data-impl", "IMPL", "accepted (v2); mmap is the only format"),
+    /* evaluation, logging, exit */
+    {"--eval-interval", MT_F_I64, &A.eval_interval, "N", "validate every N iterations (default 1000)", 1, 1e15, NULL},
+    {"--eval-iters", MT_F_I64, &A.eval_iters, "N", "global batches per validation (default 100; 0 = none)", 0, 1e15, NULL},
+    {"--skip-train", MT_F_BOOL, &A.skip_train, NULL, "only evaluate (validation and test) the loaded model", 0, 0, NULL},
+    {"--log-interval", MT_F_I64, &A.log_interval, "N", "print the iteration line every N iterations (default 100)", 1, 1e15, NULL},
+    {"--tensorboard-dir", MT_F_STR, &A.tensorboard_dir, "DIR", "write TensorBoard event files here", 0, 0, NULL},
+    {"--tensorboard-log-interval", MT_F_I64, &A.tensorboard_log_interval, "N", "scalars every N iterations (default 1)", 1, 1e15, NULL},
+    NOOP_I("--tensorboard-queue-size", "N", "accepted; events are written at once"),
+    {"--log-validation-ppl-to-tensorboard", MT_F_BOOL, &A.log_validation_ppl_to_tensorboard, NULL,
+     "also write validation perplexity", 0, 0, NULL},
+    {"--log-throughput", MT_F_BOOL, &A.log_throughput, NULL, "add TFLOP/s to the iteration line", 0, 0, NULL},
+    {"--log-params-norm", MT_F_BOOL, &A.log_params_norm, NULL, "add the parameters' L2 norm to the iteration line", 0, 0, NULL},
+    NOOP_I("--timing-log-level", "N", "accepted; no timer breakdown"),
+    NOOP_B("--log-timers-to-tensorboard", "accepted; no timer breakdown"),
+    NOOP_B("--log-world-size-to-tensorboard", "accepted; the log states the world size"),
+    NOOP_I("--num-dataset-builder-threads", "N", "accepted; indices are built in one thread"),
+    NOOP_B("--no-create-attention-mask-in-dataloader", "accepted; the causal mask is never materialized"),
+    {"--no-log-loss-scale-to-tensorboard", MT_F_BOOL, &A.no_log_loss_scale_to_tensorboard, NULL,
+     "do not write loss-scale to TensorBoard", 0, 0, NULL},
+    {"--metrics-file", MT_F_STR, &A.metrics_file, "FILE", "append JSON lines: one per logged iteration and validation", 0, 0, NULL},
+    {"--exit-interval", MT_F_I64, &A.exit_interval, "N", "save and exit when the iteration is a multiple of N", 1, 1e15, NULL},
+    {"--exit-duration-in-mins", MT_F_DOUBLE, &A.exit_duration_in_mins, "M", "save and exit after M minutes of training", 0, 1e12, NULL},
+    {"--exit-signal-handler", MT_F_BOOL, &A.exit_signal_handler, NULL,
+     "on SIGTERM, finish the iteration, save and exit 0", 0, 0, NULL},
+    /* parallelism */
+    {"--tensor-model-parallel-size", MT_F_INT, &A.tensor_model_parallel_size, "N", "1 (ranks are data-parallel)", 1, 1 << 20, NULL},
+    {"--pipeline-model-parallel-size", MT_F_INT, &A.pipeline_model_parallel_size, "N", "1 (ranks are data-parallel)", 1, 1 << 20, NULL},
+    {"--sequence-parallel", MT_F_BOOL, &A.sequence_parallel, NULL,
+     "with --tensor-model-parallel-size > 1: LayerNorm, dropout and residual activations split along the tokens "
+     "(all-gather / reduce-scatter instead of all-reduce); ignored with size 1, as in Megatron", 0, 0, NULL},
+    {"--use-distributed-optimizer", MT_F_BOOL, &A.use_distributed_optimizer, NULL,
+     "shard AdamW's state over the data-parallel ranks (ZeRO-1): reduce-scatter gradients, all-gather parameters",
+     0, 0, NULL},
+    {"--ddp-bucket-size", MT_F_I64, &A.ddp_bucket_size, "N",
+     "parameters per gradient reduction bucket (default max(40000000, 1000000 x data-parallel size))", 1, 1e15, NULL},
+    NOOP_B("--overlap-grad-reduce", "accepted; buckets are reduced after the backward pass"),
+    NOOP_B("--overlap-param-gather", "accepted; parameters are gathered after the optimizer step"),
+    NOOP_B("--accumulate-allreduce-grads-in-fp32", "accepted; gradients are fp32"),
+    NOOP_S("--distributed-backend", "NAME", "accepted; CPU ranks use MPI, GPU ranks NCCL"),
+    NOOP_B("--recompute-activations", "accepted; activations are kept (same results, more memory)"),
+    NOOP_S("--recompute-granularity", "G", "accepted; activations are kept (same results, more memory)"),
+    /* mt */
+    {"--device", MT_F_CHOICE, &A.backend, NULL, "where the kernels run: cpu, or cuda (the GPU of the local rank); "
+     "default cuda when a GPU is there", 0, 0, MT_DEVICE_CHOICES},
+    {"--threads", MT_F_INT, &A.threads, "N", "CPU threads (default: OpenMP's, e.g. OMP_NUM_THREADS)", 0, 4096, NULL},
+    {0},
+};
+
+static const mt_cmd cmd = {
+    "mt-train",
+    "--num-layers N --hidden-size H --num-attention-heads NH --seq-length T\n"
+    "                --max-position-embeddings P --micro-batch-size B [--global-batch-size G]\n"
+    "                (--train-iters N | --train-samples S) --lr LR --data-path [W] PREFIX...\n"
+    "                (--vocab-file F --merge-file F | --tokenizer-type NullTokenizer --vocab-size N)\n"
+    "                [--save DIR] [--load DIR] [-n RANKS] [options]",
+    "Trains a GPT-2 model with Megatron-LM's flags, schedule, data order, log lines and checkpoint\n"
+    "layout, on one rank or data-parallel over the ranks of srun --mpi=pmix, mpirun, or -n RANKS (that\n"
+    "many ranks on this machine; man mt-train, LAUNCHING). Checkpoints hold safetensors and JSON; --load\n"
+    "resumes exactly.",
+    flags,
+};
+
+const mt_cmd *mt_train_cmd(void) { return &cmd; }
+
+/* Megatron flags mt does not implement: rejected by name, with the reason. */
+static const struct {
+    const char *name, *why;
+} unsupported[] = {
+    {"--rampup-batch-size", "batch size ramp-up is not implemented"},
+    {"--swiglu", "only the GPT-2 MLP (GeLU) is implemented"},
+    {"--untie-embeddings-and-output-weights", "input and output embeddings are always tied (GPT-2)"},
+    {"--disable-bias-linear", "GPT-2 linear layers always have biases"},
+    {"--add-qkv-bias", "GPT-2 linear layers always have biases"},
+    {"--group-query-attention", "only multi-head attention is implemented"},
+    {"--num-query-groups", "only multi-head attention is implemented"},
+    {"--apply-residual-connection-post-layernorm", "only pre-LayerNorm residuals are implemented"},
+    {"--reset-position-ids", "position ids always run 0..T-1 per sample"},
+    {"--reset-attention-mask", "attention is always causal over the whole sample"},
+    {"--num-layers-per-virtual-pipeline-stage", "pipeline parallelism needs the multi-rank trainer"},
+    {"--context-parallel-size", "context parallelism is not implemented"},
+    {"--use-checkpoint-args", "pass the model flags explicitly"},
+    {"--wandb-project", "Weights & Biases logging is not implemented; use --tensorboard-dir or --metrics-file"},
+    {"--train-data-path", "use --data-path with --split"},
+    {"--valid-data-path", "use --data-path with --split"},
+    {"--test-data-path", "use --data-path with --split"},
+    {"--mock-data", "use a real dataset (mt-tokenize | mt-index)"},
+    {"--async-save", "checkpoints are written synchronously"},
+    {"--calculate-per-token-loss", "not implemented"},
+    {"--lr-wsd-decay-style", "the WSD schedule is not implemented"},
+    {"--lr-wsd-decay-iters", "the WSD schedule is not implemented"},
+    {"--lr-wsd-decay-samples", "the WSD schedule is not implemented"},
+    {NULL, NULL},
+};
+
+static void defaults(mt_train_args *a)
+{
+    memset(a, 0, sizeof *a);
+    a->make_vocab_size_divisible_by = 128;
+    a->layernorm_epsilon = 1e-5;
+    a->init_method_std = 0.02;
+    a->hidden_dropout = 0.1;
+    a->attention_dropout = 0.1;
+    a->position_embedding_type = "learned_absolute";
+    a->normalization = "LayerNorm";
+    a->optimizer = "adam";
+    a->lr = -1;
+    a->lr_decay_style = "linear";
+    a->weight_decay_incr_style = "constant";
+    a->weight_decay = 0.01;
+    a->start_weight_decay = a->end_weight_decay = -1;
+    a->adam_beta1 = 0.9;
+    a->adam_beta2 = 0.999;
+    a->adam_eps = 1e-8;
+    a->clip_grad = 1.0;
+    a->ckpt_format = "torch";
+    a->seed = 1234;
+    a->tokenizer_type = "GPT2BPETokenizer";
+    a->dataloader_type = "single";
+    a->mid_level_dataset_surplus = 0.005;
+    a->eval_interval = 1000;
+    a->eval_iters = 100;
+    a->log_interval = 100;
+    a->tensorboard_log_interval = 1;
+    a->tensor_model_parallel_size = a->pipeline_model_parallel_size = 1;
+    a->backend = NULL;   /* --device: cuda when a GPU is there, else cpu */
+    a->initial_loss_scale = 4294967296.0;
+    a->min_loss_scale = 1.0;
+    a->loss_scale_window = 1000;
+    a->hysteresis = 2;
+}
+
+static int check_unsupported(int argc, char **argv, mt_err *e)
+{
+    for (int i = 1; i < argc; i++) {
+        const char *s = argv[i];
+        if (!strcmp(s, "--")) break;
+        if (strncmp(s, "--", 2)) continue;
+        char name[128];
+        size_t n = strcspn(s, "=");
+        if (n >= sizeof name) continue;
+        memcpy(name, s, n);
+        name[n] = 0;
+        for (char *p = name + 2; *p; p++)
+            if (*p == '_') *p = '-';
+        for (int k = 0; unsupported[k].name; k++)
+            if (!strcmp(name, unsupported[k].name))
+                return mt_err_set(e, "%s is not supported: %s", unsupported[k].name, unsupported[k].why);
+    }
+    return 0;
+}
+
+#define NFLAGS (sizeof flags / sizeof flags[0])
+
+static bool given(const bool *seen, const char *name)
+{
+    for (size_t i = 0; flags[i].name; i++)
+        if (!strcmp(flags[i].name, name)) return seen[i];
+    return false;
+}
+
+int mt_train_args_parse(mt_train_args *out, int argc, char **argv, mt_err *e)
+{
+    defaults(&A);
+    if (check_unsupported(argc, argv, e)) return -1;
+    bool seen[NFLAGS] = {0};
+    if (mt_flags_parse(&cmd, argc, argv, NULL, seen, e)) return -1;
+    mt_train_args *a = &A;
+    static const char *const required[] = {"--num-layers", "--hidden-size", "--num-attention-heads",
+                                           "--max-position-embeddings", "--seq-length", "--micro-batch-size", NULL};
+    for (int i = 0; required[i]; i++)
+        if (!given(seen, required[i])) return mt_err_set(e, "%s is required (try --help)", required[i]);
+    if (!a->skip_train && a->lr < 0) return mt_err_set(e, "--lr is required (try --help)");
+    if (a->lr < 0) a->lr = 0;
+    if (!a->data_path.n) return mt_err_set(e, "--data-path is required (try --help)");
+    if (a->ffn_hidden_size == 0) a->ffn_hidden_size = 4 * a->hidden_size;
+    if (a->hidden_size % a->num_attention_heads)
+        return mt_err_set(e, "--num-attention-heads (%d) must divide --hidden-size (%d)", a->num_attention_heads,
+                          a->hidden_size);
+    if (a->kv_channels && a->kv_channels != a->hidden_size / a->num_attention_heads)
+        return mt_err_set(e, "--kv-channels %d: only hidden size / heads (%d) is implemented", a->kv_channels,
+                          a->hidden_size / a->num_attention_heads);
+    a->kv_channels = a->hidden_size / a->num_attention_heads;
+    if (a->seq_length > a->max_position_embeddings)
+        return mt_err_set(e, "--seq-length (%d) must not exceed --max-position-embeddings (%d)", a->seq_length,
+                          a->max_position_embeddings);
+    if (strcmp(a->normalization, "LayerNorm")) return mt_err_set(e, "--normalization %s is not implemented", a->normalization);
+    if (strcmp(a->position_embedding_type, "learned_absolute"))
+        return mt_err_set(e, "--position-embedding-type %s is not implemented", a->position_embedding_type);
+    if (strcmp(a->optimizer, "adam")) return mt_err_set(e, "--optimizer %s is not implemented (adam only)", a->optimizer);
+    if (strcmp(a->dataloader_type, "single"))
+        return mt_err_set(e, "--dataloader-type %s is not implemented (single only)", a->dataloader_type);
+    if (strcmp(a->ckpt_format, "torch"))
+        return mt_err_set(e, "--ckpt-format %s is not supported: mt writes and reads Megatron's iter_NNNNNNN/mp_rank_00 "
+                             "layout (--ckpt-format torch)", a->ckpt_format);
+    if (a->sequence_parallel && a->tensor_model_parallel_size > 1 && a->seq_length % a->tensor_model_parallel_size)
+        return mt_err_set(e, "--sequence-parallel: --tensor-model-parallel-size (%d) must divide --seq-length (%d)",
+                          a->tensor_model_parallel_size, a->seq_length);
+    if (a->pipeline_model_parallel_size != 1)
+        return mt_err_set(e, "--pipeline-model-parallel-size must be 1: pipeline parallelism is not implemented yet");
+    /* mixed precision (4.4) */
+    if (a->fp16 && a->bf16) return mt_err_set(e, "--fp16 and --bf16 are mutually exclusive");
+    if (given(seen, "--loss-scale") && !(a->loss_scale > 0))
+        return mt_err_set(e, "--loss-scale %g: must be positive", a->loss_scale);
+    if (given(seen, "--loss-scale") && !a->fp16 && !a->bf16)
+        return mt_err_set(e, "--loss-scale applies with --fp16 or --bf16 only");
+    static const char *const dyn[] = {"--initial-loss-scale", "--min-loss-scale", "--loss-scale-window", "--hysteresis", NULL};
+    for (int i = 0; dyn[i]; i++)
+        if (given(seen, dyn[i]) && !a->fp16) return mt_err_set(e, "%s applies to the dynamic loss scaler of --fp16 only", dyn[i]);
+    if (!(a->initial_loss_scale > 0) || !(a->min_loss_scale > 0))
+        return mt_err_set(e, "--initial-loss-scale and --min-loss-scale must be positive");
+    if (a->loss_scale_window != floor(a->loss_scale_window))
+        return mt_err_set(e, "--loss-scale-window %g: must be a whole number of steps", a->loss_scale_window);
+    /* batch (4.2): one data-parallel rank */
+    if (!given(seen, "--global-batch-size")) a->global_batch_size = a->micro_batch_size;
+    if (a->global_batch_size % a->micro_batch_size)
+        return mt_err_set(e, "--global-batch-size (%lld) must be a multiple of --micro-batch-size (%d) x data-parallel size (1)",
+                          (long long)a->global_batch_size, a->micro_batch_size);
+    bool iters = given(seen, "--train-iters"), samples = given(seen, "--train-samples");
+    if (iters && samples) return mt_err_set(e, "--train-iters and --train-samples are mutually exclusive");
+    if (!iters && !samples && !a->skip_train) return mt_err_set(e, "one of --train-iters or --train-samples is required");
+    /* schedule (4.3) */
+    if (iters) {
+        if (given(seen, "--lr-decay-samples") || given(seen, "--lr-warmup-samples"))
+            return mt_err_set(e, "--lr-decay-samples/--lr-warmup-samples go with --train-samples, not --train-iters");
+    } else if (samples) {
+        if (given(seen, "--lr-decay-iters") || given(seen, "--lr-warmup-iters"))
+            return mt_err_set(e, "--lr-decay-iters/--lr-warmup-iters go with --train-iters, not --train-samples");
+    }
+    if (given(seen, "--lr-warmup-fraction") && (given(seen, "--lr-warmup-iters") || given(seen, "--lr-warmup-samples")))
+        return mt_err_set(e, "--lr-warmup-fraction and --lr-warmup-iters/--lr-warmup-samples are mutually exclusive");
+    /* PyTorch's Adam: betas in [0, 1), eps >= 0; eps 0 divides 0 by 0 where a gradient is 0 */
+    if (!(a->adam_beta1 < 1.0)) return mt_err_set(e, "--adam-beta1 %g: must be in [0, 1)", a->adam_beta1);
+    if (!(a->adam_beta2 < 1.0)) return mt_err_set(e, "--adam-beta2 %g: must be in [0, 1)", a->adam_beta2);
+    if (!(a->adam_eps > 0.0)) return mt_err_set(e, "--adam-eps %g: must be positive", a->adam_eps);
+    if (a->min_lr > a->lr && !a->skip_train)
+        return mt_err_set(e, "--min-lr (%g) must not exceed --lr (%g)", a->min_lr, a->lr);
+    if (!strcmp(a->weight_decay_incr_style, "constant")) {
+        if (a->start_weight_decay >= 0 || a->end_weight_decay >= 0) {
+            if (a->start_weight_decay != a->end_weight_decay && a->start_weight_decay >= 0 && a->end_weight_decay >= 0)
+                return mt_err_set(e, "--weight-decay-incr-style constant needs --start-weight-decay == --end-weight-decay");
+        }
+        a->start_weight_decay = a->end_weight_decay = a->weight_decay;
+    } else if (a->start_weight_decay < 0 || a->end_weight_decay < 0) {
+        return mt_err_set(e, "--weight-decay-incr-style %s needs --start-weight-decay and --end-weight-decay",
+                          a->weight_decay_incr_style);
+    }
+    if (a->override_opt_param_scheduler && a->use_checkpoint_opt_param_scheduler)
+        return mt_err_set(e, "--override-opt_param-scheduler and --use-checkpoint-opt_param-scheduler are mutually exclusive");
+    /* tokenizer */
+    if (!strcmp(a->tokenizer_type, "GPT2BPETokenizer")) {
+        if (!a->vocab_file || !a->merge_file)
+            return mt_err_set(e, "--tokenizer-type GPT2BPETokenizer needs --vocab-file and --merge-file");
+        if (a->vocab_size) return mt_err_set(e, "--vocab-size goes with --tokenizer-type NullTokenizer");
+    } else if (!a->vocab_size) {
+        return mt_err_set(e, "--tokenizer-type NullTokenizer needs --vocab-size");
+    }
+    if (a->finetune && !a->load) return mt_err_set(e, "--finetune needs --load");
+    if (a->exit_on_missing_checkpoint && !a->load) return mt_err_set(e, "--exit-on-missing-checkpoint needs --load");
+    *out = A;
+    return 0;
+}
+
+int64_t mt_train_total_iters(const mt_train_args *a)
+{
+    if (a->train_iters || !a->train_samples) return a->train_iters;
+    return a->train_samples / a->global_batch_size;
+}
+
+json_t *mt_train_args_to_json(const mt_train_args *a)
+{
+    json_t *o = json_object();
+    for (const mt_flag *f = flags; f->name; f++) {
+        if (f->dst == &ignored_b || f->dst == &ignored_s || f->dst == &ignored_i) continue;
+        /* the table points into A; the same offset in *a */
+        const char *base = (const char *)&A;
+        const void *p = (const char *)a + ((const char *)f->dst - base);
+        const char *key = f->name + 2;
+        json_t *v = NULL;
+        switch (f->type) {
+        case MT_F_BOOL: v = json_boolean(*(const bool *)p); break;
+        case MT_F_INT: v = json_integer(*(const int *)p); break;
+        case MT_F_I64: v = json_integer(*(const int64_t *)p); break;
+        case MT_F_DOUBLE: v = json_real(*(const double *)p); break;
+        case MT_F_STR:
+        case MT_F_CHOICE: {
+            const char *s = *(const char *const *)p;
+            v = s ? json_string(s) : json_null();
+            break;
+        }
+        case MT_F_STRS: {
+            const mt_strs *s = p;
+            v = json_array();
+            for (int i = 0; i < s->n; i++) json_array_append_new(v, json_string(s->v[i]));
+            break;
+        }
+        }
+        if (v && !json_object_get(o, key)) json_object_set_new(o, key, v);
+        else if (v) json_decref(v);
+    }
+    return o;
+}
+
+int mt_train_args_check_model(const mt_train_args *a, const json_t *saved, const char *where, mt_err *e)
+{
+    static const char *const keys[] = {"num-layers", "hidden-size", "num-attention-heads", "ffn-hidden-size",
+                                       "max-position-embeddings", "make-vocab-size-divisible-by", NULL};
+    const int vals[] = {a->num_layers, a->hidden_size, a->num_attention_heads, a->ffn_hidden_size,
+                        a->max_position_embeddings, a->make_vocab_size_divisible_by};
+    for (int i = 0; keys[i]; i++) {
+        json_t *v = json_object_get(saved, keys[i]);
+        if (!json_is_integer(v)) return mt_err_set(e, "%s: args has no integer \"%s\"", where, keys[i]);
+        if (json_integer_value(v) != vals[i])
+            return mt_err_set(e, "%s: checkpoint was saved with --%s %lld, this run has --%s %d", where, keys[i],
+                              (long long)json_integer_value(v), keys[i], vals[i]);
+    }
+    return 0;
+}

@@ -1,0 +1,81 @@
+/* train_args.h: mt-train's command line, in Megatron's flag names and defaults (spec section 4).
+ *
+ * One struct holds every training argument; mt_train_args_parse fills it from argv with the flag table
+ * in train_args.c (which is also the --help text and the man page's option list), then checks it: values
+ * mt implements are validated with Megatron's rules, flags Megatron has but mt does not implement are
+ * rejected with a message saying so, and nothing is silently ignored. The struct is saved in every
+ * checkpoint's meta.json (mt_train_args_to_json) so a resumed run can check it continues the same model.
+ * It lives with the checkpoints because every program that opens one (ckpt/open_model.h) reads these args
+ * back, each number checked against the range of its flag in this table.
+ */
+#ifndef MT_CKPT_TRAIN_ARGS_H
+#define MT_CKPT_TRAIN_ARGS_H
+
+#include <jansson.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "util/err.h"
+#include "util/flags.h"
+
+typedef struct mt_train_args {
+    /* model (4.1) */
+    int num_layers, hidden_size, num_attention_heads, ffn_hidden_size, kv_channels;
+    int max_position_embeddings, seq_length, make_vocab_size_divisible_by;
+    double layernorm_epsilon, init_method_std, hidden_dropout, attention_dropout;
+    bool openai_gelu, no_bias_gelu_fusion;
+    const char *position_embedding_type, *normalization;
+    /* batch (4.2) */
+    int micro_batch_size;
+    int64_t global_batch_size, train_iters, train_samples;
+    /* optimizer and schedule (4.3) */
+    const char *optimizer, *lr_decay_style, *weight_decay_incr_style;
+    double lr, min_lr, lr_warmup_fraction, lr_warmup_init, weight_decay, start_weight_decay, end_weight_decay;
+    double adam_beta1, adam_beta2, adam_eps, clip_grad;
+    int64_t lr_decay_iters, lr_decay_samples, lr_warmup_iters, lr_warmup_samples;
+    bool override_opt_param_scheduler, use_checkpoint_opt_param_scheduler, no_check_for_nan_in_loss_and_grad;
+    /* mixed precision (4.4) */
+    bool fp16, bf16;
+    double loss_scale, initial_loss_scale, min_loss_scale, loss_scale_window;
+    int hysteresis;
+    /* checkpoints (4.5) */
+    const char *save, *load, *ckpt_format;
+    int64_t save_interval;
+    bool no_save_optim, no_save_rng, no_load_optim, no_load_rng, finetune, exit_on_missing_checkpoint;
+    /* data (4.6) */
+    mt_strs data_path;
+    const char *split, *data_cache_path, *vocab_file, *merge_file, *tokenizer_type, *dataloader_type;
+    int64_t seed, vocab_size;
+    double mid_level_dataset_surplus;
+    bool eod_mask_loss;
+    /* evaluation, logging, exit (4.7) */
+    int64_t eval_interval, eval_iters, log_interval, tensorboard_log_interval, exit_interval;
+    double exit_duration_in_mins;
+    const char *tensorboard_dir, *metrics_file;
+    bool exit_signal_handler, skip_train, log_validation_ppl_to_tensorboard, log_throughput, log_params_norm;
+    bool no_log_loss_scale_to_tensorboard;
+    /* parallelism (4.8): data parallelism over the job's ranks; tensor and pipeline sizes 1 for now */
+    int tensor_model_parallel_size, pipeline_model_parallel_size;
+    bool use_distributed_optimizer;
+    bool sequence_parallel;
+    int64_t ddp_bucket_size;   /* parameters per gradient bucket; 0: Megatron's max(40M, 1M x dp) */
+    /* mt's own */
+    const char *backend;
+    int threads;
+} mt_train_args;
+
+/* Parses and checks argv; on a bad or unsupported flag returns -1 with a one-line message. Prints
+ * warnings for flags that are accepted but change nothing in mt (e.g. fusion switches). */
+int mt_train_args_parse(mt_train_args *a, int argc, char **argv, mt_err *e);
+/* The flag table (for --help and the man page). */
+const mt_cmd *mt_train_cmd(void);
+
+/* Samples the LR schedule counts in: the global batch size per iteration. */
+int64_t mt_train_total_iters(const mt_train_args *a);
+
+/* The arguments as a JSON object (checkpoint meta.json "args"). */
+json_t *mt_train_args_to_json(const mt_train_args *a);
+/* Checks a checkpoint's saved args describe the same model as a: -1 naming the first differing flag. */
+int mt_train_args_check_model(const mt_train_args *a, const json_t *saved, const char *where, mt_err *e);
+
+#endif
