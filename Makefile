@@ -3,7 +3,7 @@
 #   make demo       build + run the pipeline on a corpus that needs no download
 #   make deps       install the Debian packages   make install PREFIX=/usr/local
 #   make bench      side-by-side benchmarks (bench/)    make asan      all tests under ASan/UBSan
-#   make soak       long randomized runs (MT_SOAK=1)
+#   make soak       long randomized runs (MT_SOAK=1)    make mutants   planted bugs the tests must catch
 # Sources are found by wildcard: a new libcommon/<sub>/*.c, kernels/cpu/*.c, cmd/mt-*.c or tests/unit/test_*.c
 # needs no edit here.
 
@@ -31,7 +31,7 @@ MAN1     := $(sort $(wildcard man/*.1))
 MAN5     := $(sort $(wildcard man/*.5))
 MAN7     := $(sort $(wildcard man/*.7))
 
-.PHONY: all check demo deps install uninstall bench clean tests soak asan print-ldlibs
+.PHONY: all check demo deps install uninstall bench clean tests soak asan print-ldlibs mutants
 all: deps
 	@$(MAKE) --no-print-directory $(PROGS)
 
@@ -157,8 +157,19 @@ demo: deps
 	@$(MAKE) --no-print-directory $(PROGS)
 	@share/demo.sh
 
+# The Debian packages (and, without a CUDA toolkit, the CUDA headers the simulator needs), then the tests'
+# Python environments from PyPI (build/venv: tiktoken, tokenizers, tensorboard; build/venv-hf:
+# transformers); offline, those tests say why they skip.
 deps:
 	@share/install-deps.sh
+	@tests/oracle/venv.sh >/dev/null || true
+	@tests/oracle/venv-hf.sh >/dev/null || true
+
+# Plants each small bug of tests/mutants/list in a scratch copy, one at a time, runs the tests named for
+# it and prints which killed it (not part of make check; MUTANTS="ID ..." picks some).
+mutants: deps
+	@$(MAKE) --no-print-directory $(PROGS) $(TESTS)
+	@tests/mutants/run $(MUTANTS)
 
 bench: $(PROGS)
 	@for b in bench/*; do [ -x "$$b" ] && "$$b"; done

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # mixed-precision.sh: mt-train --bf16 and --fp16 on the CPU backend (bf16/fp16 storage, fp32 master
-# weights and optimizer): bf16 learns as fp32 does (validation loss within 2%); an fp16 overflow injected
+# weights and optimizer): bf16 learns as fp32 does (validation loss within 5e-4 relative); an fp16 overflow injected
 # by the test hook (MT_TEST_OVERFLOW_ITERS) is skipped and logged, and the dynamic loss scale falls and
 # recovers as Megatron's DynamicGradScaler would (checked against a Python model of its rule); an fp16
 # run resumed from a checkpoint restores the scaler state exactly; flag errors. MT_SOAK=1 adds the demo
@@ -23,15 +23,17 @@ train() { mt-train $model $sched "$@"; }
 losses() { grep -E '^ *(\[.*\] )?iteration ' "$1" | sed -E 's/elapsed time per iteration \(ms\): [0-9.]+ \|//; s/tokens per second[^|]*\|//; s/^ *\[[^]]*\]//'; }
 valloss() { grep 'on validation set' "$1" | sed -E 's/.*lm loss value: ([^ ]+) .*/\1/'; }
 
-# 1. bf16 against fp32: 200 iterations, final validation loss within 2%
+# 1. bf16 against fp32: 200 iterations, final validation loss within 5e-4 relative: the measured clean gap
+# is 4.9e-5 (9.076067 against 9.075620), the limit 10x that; bf16 LayerNorm gradients that are lost move it
+# by 5.6e-3
 for p in fp32 bf16; do
     flag=; [ $p = bf16 ] && flag=--bf16
     train --train-iters 200 --log-interval 50 --eval-interval 1000 --save "$d/ck-$p" $flag >"$d/$p.log" 2>"$d/$p.err" \
         || t_fail "$p run" "$(tail -3 "$d/$p.err")"
 done
 a=$(valloss "$d/fp32.log") b=$(valloss "$d/bf16.log")
-awk -v a="$a" -v b="$b" 'BEGIN { r = (b - a) / a; if (r < 0) r = -r; exit !(a > 0 && b > 0 && a < 3.0 && r < 0.02) }' \
-    && t_pass "bf16 validation loss $b within 2% of fp32's $a" || t_fail "bf16 against fp32" "fp32 $a bf16 $b"
+awk -v a="$a" -v b="$b" 'BEGIN { r = (b - a) / a; if (r < 0) r = -r; exit !(a > 0 && b > 0 && a < 3.0 && r < 5e-4) }' \
+    && t_pass "bf16 validation loss $b within 5e-4 of fp32's $a" || t_fail "bf16 against fp32 (5e-4)" "fp32 $a bf16 $b"
 t_grep "bf16 logs loss scale 1.0" 'loss scale: 1\.0 \| grad norm: [0-9.]+ \| number of skipped iterations: +0 \|' "$d/bf16.log"
 # the bf16 working copy is in the memory report: 2 bytes more per parameter than fp32's
 pf=$(sed -nE 's/.*memory \(MB\) \| parameters: ([0-9.]+).*/\1/p' "$d/fp32.log")

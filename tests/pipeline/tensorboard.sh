@@ -2,14 +2,16 @@
 # tensorboard.sh: an event file written by libcommon/report/tensorboard.c (test_tensorboard --write DIR)
 # read back by an independent pure-Python TFRecord/protobuf decoder: file name, every length and data
 # CRC32C (bitwise implementation), the file_version record, and each event's wall time, step, tag and
-# float32 value (or text tensor) against the list the writer was asked to write. If the tensorboard
-# package is importable, its EventAccumulator must read the same scalars.
+# float32 value (or text tensor) against the list the writer was asked to write; and TensorBoard's own
+# EventAccumulator (the tensorboard package of tests/oracle/venv.sh, which make deps installs; skipped
+# only when PyPI cannot be reached) reads the same scalars.
 . "$(dirname "$0")/../lib.sh"
 PY=/usr/bin/python3
 BIN=$T_TOP/${MT_BUILD:-build}/tests/test_tensorboard
 if ! [ -x "$PY" ]; then t_skip "event file decoder" "no /usr/bin/python3"; exit 0; fi
 [ -x "$BIN" ] || { t_fail "event file decoder" "$BIN not built"; exit 0; }
-$PY - "$BIN" "$T_TMP/logs" <<'PYEOF'
+TBPY=$("$T_TOP/tests/oracle/venv.sh" 2>"$T_TMP/venv.err") || TBPY=
+$PY - "$BIN" "$T_TMP/logs" "$TBPY" "$(head -c 200 "$T_TMP/venv.err")" <<'PYEOF'
 import math, os, re, socket, struct, subprocess, sys, time
 
 binary, logdir = sys.argv[1], sys.argv[2]
@@ -167,16 +169,22 @@ for k, (ev, w) in enumerate(zip(got, want)):
 if errs: bad("events decode to the written tags, steps and float32 values", "; ".join(errs[:3]))
 else: ok("events decode to the written tags, steps and float32 values (%d)" % len(want))
 
-try:
-    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
-except Exception:
-    print("skip - %s: tensorboard EventAccumulator: package not installed" % T)
+tbpy, why = sys.argv[3], sys.argv[4]
+if not tbpy:
+    print("skip - %s: tensorboard EventAccumulator: the tensorboard package is unavailable: %s" % (T, why))
 else:
-    acc = EventAccumulator(logdir); acc.Reload()
-    tags = acc.Tags()["scalars"]
-    loss = [(e.step, e.value) for e in acc.Scalars("lm loss")]
+    read = subprocess.run([tbpy, "-W", "ignore", "-c", '''
+import sys
+from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+acc = EventAccumulator(sys.argv[1]); acc.Reload()
+print(" ".join(sorted(acc.Tags()["scalars"])).replace(" ", ","))
+for e in acc.Scalars("lm loss"): print(e.step, repr(e.value))
+''', logdir], capture_output=True, text=True)
+    lines = read.stdout.split("\n")
+    tags = lines[0].split(",") if read.returncode == 0 else []
+    loss = [(int(a), float(b)) for a, b in (l.split() for l in lines[1:] if l)] if read.returncode == 0 else []
     if "learning-rate" in tags and loss == [(i, f32(11.0 - i * 0.1)) for i in range(1, 51)]:
         ok("tensorboard EventAccumulator reads the scalars")
     else:
-        bad("tensorboard EventAccumulator", "%r %r" % (tags, loss[:3]))
+        bad("tensorboard EventAccumulator", "%r %r %s" % (tags, loss[:3], read.stderr[-300:]))
 PYEOF

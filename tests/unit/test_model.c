@@ -191,7 +191,10 @@ TEST(tensor_table)
     c.num_layers = 3;
     c.ffn_hidden_size = 24;
     mt_gpt *m = create(K, &c, 2, &e);
-    if (!m) T_SKIP(e.msg);
+    if (!m) {
+        T_FAILF("model not built: %s", e.msg);
+        return;
+    }
     int L = 3, h = 8, f = 24, V = 16, P = 6;
     T_EQ_INT(mt_gpt_num_tensors(m), 2 + 12 * L + 2);
     size_t expect_total = (size_t)V * h + (size_t)P * h + (size_t)L * (4 * h + 3 * h * h + 3 * h + h * h + h + f * h + f + h * f + h) + 2 * h;
@@ -272,7 +275,10 @@ TEST(init_statistics)
     c.padded_vocab_size = mt_gpt_padded_vocab(500, 128, 1);
     c.max_position_embeddings = 64;
     mt_gpt *m = create(K, &c, 1, &e);
-    if (!m) T_SKIP(e.msg);
+    if (!m) {
+        T_FAILF("model not built: %s", e.msg);
+        return;
+    }
     mt_gpt_init(m, 0);
     float *p = host_params(m);
     /* numpy.random.RandomState(0).normal() == 1.764052345967664, then 0.4001572083672233 */
@@ -374,7 +380,10 @@ TEST(gradients_match_central_differences)
     mt_gpt_config c = tiny_config();
     int B = 2, T = 5;
     mt_gpt *m = create(K, &c, B, &e);
-    if (!m) T_SKIP(e.msg);
+    if (!m) {
+        T_FAILF("model not built: %s", e.msg);
+        return;
+    }
     randomize(m, 0.3);
     int32_t tok[10], tgt[10];
     random_batch(tok, tgt, B * T, c.padded_vocab_size);
@@ -402,7 +411,10 @@ TEST(gradients_with_dropout)
     c.attention_dropout = 0.3f;
     int B = 2, T = 5;
     mt_gpt *m = create(K, &c, B, &e);
-    if (!m) T_SKIP(e.msg);
+    if (!m) {
+        T_FAILF("model not built: %s", e.msg);
+        return;
+    }
     randomize(m, 0.3);
     int32_t tok[10], tgt[10];
     random_batch(tok, tgt, B * T, c.vocab_size);
@@ -418,7 +430,10 @@ TEST(loss_mask_scale_and_accumulation)
     mt_gpt_config c = tiny_config();
     int B = 2, T = 5, N = 10;
     mt_gpt *m = create(K, &c, B, &e);
-    if (!m) T_SKIP(e.msg);
+    if (!m) {
+        T_FAILF("model not built: %s", e.msg);
+        return;
+    }
     randomize(m, 0.3);
     size_t n = mt_gpt_num_params(m);
     int32_t tok[10], tgt[10], tgt2[10];
@@ -503,7 +518,10 @@ TEST(dropout_modes)
     c.attention_dropout = 0.2f;
     int B = 2, T = 5, N = 10;
     mt_gpt *m = create(K, &c, B, &e);
-    if (!m) T_SKIP(e.msg);
+    if (!m) {
+        T_FAILF("model not built: %s", e.msg);
+        return;
+    }
     randomize(m, 0.3);
     size_t n = mt_gpt_num_params(m);
     int32_t tok[10], tgt[10];
@@ -660,7 +678,10 @@ TEST(contexts_in_flight)
 }
 
 /* The same model on a backend with bf16 activations: fp32 master weights, bf16 working copy and
- * activations, fp32 gradients; the loss within what 8 mantissa bits allow, the gradients close. */
+ * activations, fp32 gradients. Measured clean gaps to fp32 (this model, seed 5): loss 5.0e-4, the worst
+ * tensor's gradient 1.5e-2 (relative, the whole tensor's norm); the limits are 10x those. */
+#define BF16_LOSS_TOL 5e-3
+#define BF16_GRAD_TOL 0.15
 TEST(bf16_activations)
 {
     mt_gpt_config c = tiny_config();
@@ -685,16 +706,29 @@ TEST(bf16_activations)
     int r16 = mt_gpt_forward(x16, tok, tgt, NULL, B, T, NULL, &l16, &e);
     if (r16) fprintf(stderr, "bf16: %s\n", e.msg);
     T_CHECK(!r16 && !mt_gpt_backward(x16, 1.0 / l16.count, &e));
-    T_NEAR(l16.sum / l16.count, l32.sum / l32.count, 2e-2 * (l32.sum / l32.count));
+    double dl = fabs(l16.sum / l16.count - l32.sum / l32.count) / (l32.sum / l32.count);
+    if (!(dl <= BF16_LOSS_TOL)) T_FAILF("bf16 loss %.7g, fp32 %.7g: %.2e apart > %g", l16.sum / l16.count,
+                                        l32.sum / l32.count, dl, BF16_LOSS_TOL);
     size_t n = mt_gpt_num_params(m32);
     float *g32 = host_grads(m32), *g16 = mt_xmalloc(n * sizeof(float));
     mtk_to_host(kb, g16, mt_gpt_grads(m16), n * sizeof(float));
-    double mx = 0, err = 0;
-    for (size_t i = 0; i < n; i++) {
-        mx = fabs(g32[i]) > mx ? fabs(g32[i]) : mx;
-        err = fabs(g32[i] - g16[i]) > err ? fabs(g32[i] - g16[i]) : err;
+    /* every tensor's gradient on its own: |g16 - g32| / |g32| over the tensor (a tensor whose gradient
+     * is lost is 1.0 apart, however small it is beside the others) */
+    double worst = 0;
+    const char *wname = "";
+    for (int i = 0; i < mt_gpt_num_tensors(m32); i++) {
+        const mt_gpt_tensor *t = mt_gpt_tensor_at(m32, i);
+        double d2 = 0, n2 = 0;
+        for (size_t j = t->offset; j < t->offset + t->numel; j++) {
+            d2 += ((double)g16[j] - g32[j]) * ((double)g16[j] - g32[j]);
+            n2 += (double)g32[j] * g32[j];
+        }
+        if (n2 == 0) continue;   /* padding rows of the vocabulary and the like */
+        double r = sqrt(d2 / n2);
+        if (r > worst || r != r) worst = r, wname = t->name;
     }
-    T_CHECK(err <= 5e-2 * mx);
+    printf("# bf16 against fp32: loss %.2e apart, worst gradient tensor %.2e apart (%s)\n", dl, worst, wname);
+    if (!(worst <= BF16_GRAD_TOL)) T_FAILF("bf16 gradient of %s: %.3g apart from fp32's > %g", wname, worst, BF16_GRAD_TOL);
     size_t pb32, pb16;
     mt_gpt_memory(m32, &pb32, NULL, NULL);
     mt_gpt_memory(m16, &pb16, NULL, NULL);

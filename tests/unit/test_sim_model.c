@@ -1,10 +1,10 @@
 /* test_sim_model.c: a tiny GPT trained for a few steps on the sim backend (the CUDA kernels under the
  * SIMT simulator) and on the cpu backend, from the same initial weights and batches, with dropout on:
- * the losses and pre-clip gradient norms of every step agree: fp32 to 1e-5 (loss) and 1e-4 (norm)
- * relative; with bf16 and fp16 activation storage to 1e-4 (loss) and 2e-3 / 1e-3 (norm): both backends
- * round the same values to the same storage, but sum in other orders, and one sum landing on the other
- * side of a rounding boundary moves an activation by 2^-8 (bf16) or 2^-11 (fp16) of itself. Measured
- * here: at most 5e-7 (loss) and 7e-5 (norm). Skipped when the build has no simulator. */
+ * the losses and pre-clip gradient norms of every step agree. Both backends round the same values to the
+ * same storage but sum in other orders. Measured clean gaps (relative, loss / norm): fp32 1.6e-8 / 3.9e-8,
+ * bf16 5.0e-7 / 5.6e-5, fp16 1.7e-6 / 3.1e-5; the limits are 20-60x those: fp32 1e-6 / 1e-6, bf16
+ * 1e-5 / 1e-3, fp16 3e-5 / 1e-3. Skipped only when the build has no simulator (no CUDA headers); a
+ * model or optimizer that cannot be set up on it fails. */
 #include <math.h>
 #include <stdint.h>
 #include <string.h>
@@ -34,18 +34,22 @@ static mt_gpt_config tiny(void)
     return c;
 }
 
-/* STEPS training steps on backend `name`: losses and pre-clip gradient norms; -1 when it cannot open. */
-static int train(const char *name, mtk_dtype act, double *loss, double *gnorm)
+/* STEPS training steps on backend `name`: losses and pre-clip gradient norms; -1 with *e filled when the
+ * backend, the model or the optimizer cannot be set up. */
+static int train(const char *name, mtk_dtype act, double *loss, double *gnorm, mt_err *err)
 {
     mt_err e;
     mtk *k = mtk_open(&(mtk_config){.backend = name, .threads = 2, .act_dtype = act}, &e);
-    if (!k) return -1;
+    if (!k) {
+        *err = e;
+        return -1;
+    }
     mt_gpt_config c = tiny();
     mt_gpt *m = mt_gpt_create(k, &c, MT_GPT_TRAIN, &e);
     mt_gpt_ctx *x = m ? mt_gpt_ctx_new(m, B, &e) : NULL;
     mt_adamw o;
     if (!x || mt_adamw_init(&o, k, m, 0.9, 0.95, 1e-8, 1.0, &e)) {
-        fprintf(stderr, "%s: %s\n", name, e.msg);
+        *err = e;
         return -1;
     }
     mt_gpt_init(m, 1234);
@@ -78,8 +82,17 @@ static int train(const char *name, mtk_dtype act, double *loss, double *gnorm)
 static void compare(mtk_dtype act, double tol_loss, double tol_norm)
 {
     double lc[STEPS], nc[STEPS], ls[STEPS], ns[STEPS];
-    if (train("sim", act, ls, ns) < 0) T_SKIP("this build has no sim backend");
-    T_CHECK(train("cpu", act, lc, nc) == 0);
+    mt_err e;
+    if (train("sim", act, ls, ns, &e) < 0) {
+        /* only a build without the simulator is a skip; any other setup failure fails */
+        if (strstr(e.msg, "unknown kernel backend")) T_SKIP("this build has no sim backend (no CUDA headers: make deps)");
+        T_FAILF("sim: %s", e.msg);
+        return;
+    }
+    if (train("cpu", act, lc, nc, &e) < 0) {
+        T_FAILF("cpu: %s", e.msg);
+        return;
+    }
     double el = 0, en = 0;
     for (int i = 0; i < STEPS; i++) {
         double a = fabs(ls[i] - lc[i]) / fabs(lc[i]), b = fabs(ns[i] - nc[i]) / fabs(nc[i]);
@@ -92,9 +105,9 @@ static void compare(mtk_dtype act, double tol_loss, double tol_norm)
     if (!(en <= tol_norm)) T_FAILF("%s: grad norm differs by %.3g > %g", mtk_dtype_name(act), en, tol_norm);
 }
 
-TEST(fp32) { compare(MTK_F32, 1e-5, 1e-4); }
-TEST(bf16) { compare(MTK_BF16, 1e-4, 2e-3); }
-TEST(fp16) { compare(MTK_F16, 1e-4, 1e-3); }
+TEST(fp32) { compare(MTK_F32, 1e-6, 1e-6); }
+TEST(bf16) { compare(MTK_BF16, 1e-5, 1e-3); }
+TEST(fp16) { compare(MTK_F16, 3e-5, 1e-3); }
 
 T_MAIN_BEGIN("test_sim_model")
 RUN(fp32);
