@@ -327,17 +327,30 @@ int mt_model_check_all_read_optim(mt_model_ckpt *mc, mt_err *e)
     return mt_ckpt_global_check_all_read(mc->g, MT_CKPT_OPTIM, moments, e);
 }
 
-/* Reads every tensor of the model from the checkpoint's model file (names and shapes must match), fails
- * on tensors the model does not have, copies the weights to the device and refreshes the working copy. */
+int mt_model_read_part(mt_model_ckpt *mc, const mt_layout_tensor *t, const char *suffix, float *dst, mt_err *e)
+{
+    if (t->partition_dim < 0)
+        return suffix ? mt_model_read_optim(mc, t->name, suffix, t->ndim, t->global_shape, dst, e)
+                      : mt_model_read_tensor(mc, t->name, t->ndim, t->global_shape, dst, e);
+    size_t n = (size_t)t->global_shape[0] * (size_t)(t->ndim == 2 ? t->global_shape[1] : 1);
+    float *whole = mt_xmalloc((n ? n : 1) * sizeof(float));
+    int rc = suffix ? mt_model_read_optim(mc, t->name, suffix, t->ndim, t->global_shape, whole, e)
+                    : mt_model_read_tensor(mc, t->name, t->ndim, t->global_shape, whole, e);
+    if (!rc) mt_layout_slice(t, whole, dst);
+    free(whole);
+    return rc;
+}
+
+/* Reads every tensor of the model from the checkpoint (the whole tensors of any layout, and the model's
+ * slices of them: names and global shapes must match), fails on tensors the model does not have, copies
+ * the weights to the device and refreshes the working copy. */
 static int load_weights(mt_gpt *m, mtk *k, mt_model_ckpt *mc, mt_err *e)
 {
     size_t np = mt_gpt_num_params(m);
+    const mt_layout *l = mt_gpt_layout(m);
     float *host = mt_xmalloc(np * sizeof(float));
     int rc = 0;
-    for (int i = 0; i < mt_gpt_num_tensors(m) && !rc; i++) {
-        const mt_gpt_tensor *g = mt_gpt_tensor_at(m, i);
-        rc = mt_model_read_tensor(mc, g->name, g->ndim, g->shape, host + g->offset, e);
-    }
+    for (int i = 0; i < l->n && !rc; i++) rc = mt_model_read_part(mc, &l->t[i], NULL, host + l->t[i].offset, e);
     if (!rc) rc = mt_model_check_all_read(mc, e);
     if (!rc) {
         mtk_to_device(k, mt_gpt_params(m), host, np * sizeof(float));

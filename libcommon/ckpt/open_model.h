@@ -91,6 +91,9 @@ int mt_model_check_all_read(mt_model_ckpt *mc, mt_err *e);
 /* Whether the checkpoint has AdamW moments: optim.safetensors, or the distributed optimizer's shards. */
 int mt_model_has_optim(const mt_model_ckpt *mc);
 /* The same for the AdamW moments of a checkpoint (suffix ".exp_avg" or ".exp_avg_sq"), from either. */
+/* mt_model_read_tensor / mt_model_read_optim (suffix NULL: the weights) of tensor t of a rank's layout:
+ * the whole tensor read and t's slice of it written to dst (local_shape floats). */
+int mt_model_read_part(mt_model_ckpt *mc, const mt_layout_tensor *t, const char *suffix, float *dst, mt_err *e);
 int mt_model_read_optim(mt_model_ckpt *mc, const char *name, const char *suffix, int ndim, const int64_t *shape,
                         float *dst, mt_err *e);
 int mt_model_check_all_read_optim(mt_model_ckpt *mc, mt_err *e);

@@ -27,14 +27,7 @@ static int slice_fill(void *ctx, const mt_ckpt_tensor *t, float *dst, mt_err *e)
     int rc = x->moment ? mt_model_read_optim(x->mc, w->name, x->moment, w->ndim, w->global_shape, x->whole, e)
                        : mt_model_read_tensor(x->mc, w->name, w->ndim, w->global_shape, x->whole, e);
     if (rc) return -1;
-    int64_t rows = lt->local_shape[0], cols = lt->ndim == 2 ? lt->local_shape[1] : 1;
-    int64_t C = lt->ndim == 2 ? lt->global_shape[1] : 1;
-    if (lt->partition_dim == 1)
-        for (int64_t r = 0; r < rows; r++)
-            memcpy(dst + r * cols, x->whole + r * C + lt->partition_offset, sizeof(float) * (size_t)cols);
-    else
-        memcpy(dst, x->whole + (lt->partition_dim == 0 ? lt->partition_offset * C : 0),
-               sizeof(float) * (size_t)(rows * cols));
+    mt_layout_slice(lt, x->whole, dst);
     ++*x->done;
     if (x->progress) x->progress(*x->done, x->total);
     return 0;

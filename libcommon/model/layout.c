@@ -127,6 +127,17 @@ int mt_layout_build(const mt_model_arch *a, const mt_layout_part *p, mt_layout *
     return 0;
 }
 
+void mt_layout_slice(const mt_layout_tensor *t, const float *whole, float *slice)
+{
+    int64_t rows = t->local_shape[0], cols = t->ndim == 2 ? t->local_shape[1] : 1;
+    int64_t C = t->ndim == 2 ? t->global_shape[1] : 1;
+    if (t->partition_dim == 1)
+        for (int64_t r = 0; r < rows; r++)
+            memcpy(slice + r * cols, whole + r * C + t->partition_offset, sizeof(float) * (size_t)cols);
+    else
+        memcpy(slice, whole + (t->partition_dim == 0 ? t->partition_offset * C : 0), sizeof(float) * (size_t)(rows * cols));
+}
+
 void mt_layout_free(mt_layout *l)
 {
     free(l->t);

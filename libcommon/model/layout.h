@@ -81,6 +81,10 @@ typedef struct mt_layout {
  * stages; out-of-range ranks). */
 int mt_layout_build(const mt_model_arch *a, const mt_layout_part *p, mt_layout *out, mt_err *e);
 void mt_layout_free(mt_layout *l);
+/* This rank's slice of tensor t (local_shape floats, row-major) from the whole tensor (global_shape
+ * floats): rows from partition_offset (partition_dim 0), columns from it in every row (1), or all of it
+ * (replicated). */
+void mt_layout_slice(const mt_layout_tensor *t, const float *whole, float *slice);
 const mt_layout_tensor *mt_layout_find(const mt_layout *l, const char *name);      /* NULL if absent */
 const mt_layout_tensor *mt_layout_get(const mt_layout *l, int layer, mt_tensor_kind kind); /* NULL if absent */
 

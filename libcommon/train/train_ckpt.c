@@ -59,69 +59,128 @@ static json_t *meta_json(const mt_trainer *t, int with_optim)
 
 static int save_rank0(mt_trainer *t, FILE *log, mt_err *e);
 
+/* The host copy of this rank's parameters and, with full, its moments: 1 or 3 flat buffers. */
+static float *host_state(mt_trainer *t, int full)
+{
+    size_t np = mt_gpt_num_params(t->model);
+    float *host = mt_xmalloc(np * sizeof(float) * (full ? 3 : 1));
+    mtk_to_host(t->k, host, mt_gpt_params(t->model), np * sizeof(float));
+    if (full) {
+        mtk_to_host(t->k, host + np, t->opt.exp_avg, np * sizeof(float));
+        mtk_to_host(t->k, host + 2 * np, t->opt.exp_avg_sq, np * sizeof(float));
+    }
+    return host;
+}
+
 int mt_trainer_save(mt_trainer *t, FILE *log, mt_err *e)
 {
     /* the distributed optimizer's shards come from every data-parallel rank (dist_ckpt.h); otherwise the
-     * ranks hold the same state and the first writes it */
+     * ranks hold the same state and the first writes it; with tensor parallelism the first data-parallel
+     * rank of every tensor rank hands its part to tensor rank 0, which writes every mp_rank_XX */
     int shards = t->a.use_distributed_optimizer && !t->a.no_save_optim;
+    if (shards && t->tp_size > 1)
+        return mt_err_set(e, "%s: --use-distributed-optimizer with --tensor-model-parallel-size %d: saving its "
+                             "sharded state is not implemented yet (use --no-save-optim, or train without the "
+                             "distributed optimizer)", t->a.save, t->tp_size);
+    if (t->dp_rank == 0 && t->tp_rank > 0) {
+        size_t n = mt_gpt_num_params(t->model) * (t->a.no_save_optim ? 1 : 3);
+        float *host = host_state(t, !t->a.no_save_optim);
+        int rc = mt_send(t->tp, host, n, MT_C_F32, 0, e);
+        free(host);
+        if (!rc) t->last_saved = t->iteration;
+        return rc ? mt_err_prefix(e, "saving iteration %lld", (long long)t->iteration) : 0;
+    }
     int rc = t->dp_rank == 0 ? save_rank0(t, log, e) : shards ? mt_dist_ckpt_save_peer(t, e) : 0;
     if (t->dp_rank == 0 && shards) rc = mt_dist_ckpt_save_done(t, rc, e);
     if (!rc) t->last_saved = t->iteration;
     return rc;
 }
 
-static int save_rank0(mt_trainer *t, FILE *log, mt_err *e)
+/* One tensor rank's directory: its tensors (host: its parameters, then with full its two moments, in
+ * its layout l) named as Megatron names them; every value finite. */
+static int rank_dir(mt_trainer *t, const mt_layout *l, const float *host, int full, mt_ckpt_rank *out, void **names_out,
+                    mt_err *e)
 {
-    int nt = mt_gpt_num_tensors(t->model);
-    size_t np = mt_gpt_num_params(t->model);
-    int with_optim = !t->a.no_save_optim, shards = with_optim && t->a.use_distributed_optimizer;
-    int full_optim = with_optim && !shards;   /* optim.safetensors: the whole moments */
-    float *host = mt_xmalloc(np * sizeof(float) * (full_optim ? 3 : 1));
-    mtk_to_host(t->k, host, mt_gpt_params(t->model), np * sizeof(float));
-    if (full_optim) {
-        mtk_to_host(t->k, host + np, t->opt.exp_avg, np * sizeof(float));
-        mtk_to_host(t->k, host + 2 * np, t->opt.exp_avg_sq, np * sizeof(float));
-    }
-    /* never a checkpoint of NaN/inf weights or moments: resuming from it could only go on producing NaN */
-    for (int part = 0; part < (full_optim ? 3 : 1); part++) {
+    int nt = l->n;
+    size_t np = l->numel;
+    for (int part = 0; part < (full ? 3 : 1); part++) {
+        /* never a checkpoint of NaN/inf weights or moments: resuming from it could only go on producing NaN */
         ptrdiff_t bad = first_nonfinite(host + (size_t)part * np, np);
         if (bad < 0) continue;
         const char *name = "?";
-        for (int i = 0; i < nt; i++) {
-            const mt_gpt_tensor *g = mt_gpt_tensor_at(t->model, i);
-            if ((size_t)bad >= g->offset && (size_t)bad < g->offset + g->numel) name = g->name;
-        }
-        mt_err_set(e, "%s: not saving iteration %lld: %s%s holds a non-finite value", t->a.save,
-                   (long long)t->iteration, name, part == 0 ? "" : part == 1 ? ".exp_avg" : ".exp_avg_sq");
-        free(host);
-        return -1;
+        for (int i = 0; i < nt; i++)
+            if ((size_t)bad >= l->t[i].offset && (size_t)bad < l->t[i].offset + l->t[i].numel) name = l->t[i].name;
+        return mt_err_set(e, "%s: not saving iteration %lld: %s%s holds a non-finite value", t->a.save,
+                          (long long)t->iteration, name, part == 0 ? "" : part == 1 ? ".exp_avg" : ".exp_avg_sq");
     }
     mt_ckpt_tensor *mt = mt_xcalloc((size_t)nt, sizeof *mt), *ot = mt_xcalloc((size_t)nt * 2, sizeof *ot);
     char (*names)[160] = mt_xcalloc((size_t)nt * 2, sizeof *names);
     for (int i = 0; i < nt; i++) {
-        const mt_gpt_tensor *g = mt_gpt_tensor_at(t->model, i);
-        mt_ckpt_tensor c = {.name = g->name, .ndim = g->ndim, .shape = {g->shape[0], g->shape[1]}, .data = host + g->offset};
+        const mt_layout_tensor *g = &l->t[i];
+        mt_ckpt_tensor c = {.name = g->name, .ndim = g->ndim, .shape = {g->local_shape[0], g->local_shape[1]},
+                            .data = host + g->offset};
         mt[i] = c;
-        if (full_optim) {
+        if (full) {
             snprintf(names[2 * i], sizeof names[0], "%s.exp_avg", g->name);
             snprintf(names[2 * i + 1], sizeof names[0], "%s.exp_avg_sq", g->name);
-            mt_ckpt_tensor m1 = {.name = names[2 * i], .ndim = g->ndim, .shape = {g->shape[0], g->shape[1]}, .data = host + np + g->offset};
-            mt_ckpt_tensor m2 = {.name = names[2 * i + 1], .ndim = g->ndim, .shape = {g->shape[0], g->shape[1]}, .data = host + 2 * np + g->offset};
-            ot[2 * i] = m1;
-            ot[2 * i + 1] = m2;
+            c.name = names[2 * i], c.data = host + np + g->offset;
+            ot[2 * i] = c;
+            c.name = names[2 * i + 1], c.data = host + 2 * np + g->offset;
+            ot[2 * i + 1] = c;
         }
     }
+    out->model = mt, out->n_model = nt, out->optim = ot, out->n_optim = full ? 2 * nt : 0;
+    *names_out = names;   /* the moments' names: the caller frees them after the save */
+    return 0;
+}
+
+static int save_rank0(mt_trainer *t, FILE *log, mt_err *e)
+{
+    int tp = t->tp_size;
+    int with_optim = !t->a.no_save_optim, shards = with_optim && t->a.use_distributed_optimizer;
+    int full_optim = with_optim && !shards;   /* optim.safetensors: the whole moments */
+    /* every tensor rank's state: this rank's, the others' received from them, each in its layout */
+    mt_layout *lay = mt_xcalloc((size_t)tp, sizeof *lay);
+    float **host = mt_xcalloc((size_t)tp, sizeof *host);
+    mt_ckpt_rank *ranks = mt_xcalloc((size_t)tp, sizeof *ranks);
+    char (*dirs)[32] = mt_xcalloc((size_t)tp, sizeof *dirs);
+    void **names = mt_xcalloc((size_t)tp, sizeof *names);
     json_t *meta = meta_json(t, with_optim);
-    if (log) fprintf(log, "saving checkpoint at iteration %7lld to %s\n", (long long)t->iteration, t->a.save);
-    mt_ckpt_rank rank0 = {"mp_rank_00", mt, nt, ot, full_optim ? 2 * nt : 0, meta};
-    int rc = mt_ckpt_save_ranks_ex(t->a.save, t->iteration, &rank0, 1, shards ? mt_dist_ckpt_fill : NULL, t, e);
-    if (!rc && log)
-        fprintf(log, "  successfully saved checkpoint at iteration %7lld to %s\n", (long long)t->iteration, t->a.save);
+    mt_model_arch arch = mt_gpt_layout(t->model)->arch;
+    int rc = 0;
+    for (int r = 0; r < tp && !rc; r++) {
+        mt_layout_part part = {r, tp, 0, 1};
+        rc = mt_layout_build(&arch, &part, &lay[r], e);
+        if (rc) break;
+        size_t n = lay[r].numel * (full_optim ? 3 : 1);
+        if (r == 0) host[r] = host_state(t, full_optim);
+        else {
+            host[r] = mt_xmalloc(n * sizeof(float));
+            rc = mt_recv(t->tp, host[r], n, MT_C_F32, r, e);
+        }
+    }
+    for (int r = 0; r < tp && !rc; r++) {
+        mt_ckpt_rank_name(dirs[r], sizeof dirs[r], r, 0, 1);
+        rc = rank_dir(t, &lay[r], host[r], full_optim, &ranks[r], &names[r], e);
+        ranks[r].name = dirs[r];
+        ranks[r].meta = meta;
+    }
+    if (!rc) {
+        if (log) fprintf(log, "saving checkpoint at iteration %7lld to %s\n", (long long)t->iteration, t->a.save);
+        rc = mt_ckpt_save_ranks_ex(t->a.save, t->iteration, ranks, tp, shards ? mt_dist_ckpt_fill : NULL, t, e);
+        if (!rc && log)
+            fprintf(log, "  successfully saved checkpoint at iteration %7lld to %s\n", (long long)t->iteration,
+                    t->a.save);
+    }
     json_decref(meta);
-    free(names);
-    free(ot);
-    free(mt);
-    free(host);
+    for (int r = 0; r < tp; r++) {
+        free((void *)ranks[r].model);
+        free((void *)ranks[r].optim);
+        free(names[r]);
+        free(host[r]);
+        mt_layout_free(&lay[r]);
+    }
+    free(ranks), free(host), free(lay), free(dirs), free(names);
     return rc;
 }
 
@@ -288,14 +347,14 @@ static int load_optimizer(mt_trainer *t, mt_model_ckpt *mc, mt_err *e)
     float *m = mt_xmalloc(np * sizeof(float)), *v = mt_xmalloc(np * sizeof(float));
     /* moments saved as distributed-optimizer shards (any data-parallel size): the whole of them first */
     json_t *dist = json_object_get(o, "distributed");
-    if (dist && !mt_ckpt_has_optim(mc->reader)) {
+    if (dist && !mt_ckpt_has_optim(mc->reader) && t->tp_size == 1) {   /* the same flat layout */
         rc = mt_dist_optim_read(mc->dir, dist, np, m, v, e);
         nt = 0;
     }
-    for (int i = 0; i < nt && !rc; i++) {
-        const mt_gpt_tensor *g = mt_gpt_tensor_at(t->model, i);
-        rc = mt_model_read_optim(mc, g->name, ".exp_avg", g->ndim, g->shape, m + g->offset, e) ||
-                     mt_model_read_optim(mc, g->name, ".exp_avg_sq", g->ndim, g->shape, v + g->offset, e)
+    const mt_layout *l = mt_gpt_layout(t->model);
+    for (int i = 0; i < nt && !rc; i++) {   /* this rank's slices of the whole moments */
+        const mt_layout_tensor *g = &l->t[i];
+        rc = mt_model_read_part(mc, g, ".exp_avg", m + g->offset, e) || mt_model_read_part(mc, g, ".exp_avg_sq", v + g->offset, e)
                  ? -1
                  : 0;
     }

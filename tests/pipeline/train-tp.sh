@@ -4,7 +4,8 @@
 # dropout on, every one
 # of 20 iterations' lm loss and grad norm and the validation losses equal the one-rank run's at the same
 # global batch (1e-5 relative, fp32); the log states the sizes; and a layout that cannot split the model
-# is refused before training with a message naming the flag.
+# is refused before training with a message naming the flag. Checkpoints: a directory per tensor rank
+# with Megatron's slices, an exact resume, and resharded to TP=1 and TP=4 a resume with the same losses.
 . "$(dirname "$0")/../lib.sh"
 py=/usr/bin/python3
 d=$T_TMP
@@ -23,7 +24,7 @@ base="--num-layers 2 --hidden-size 32 --num-attention-heads 4 --seq-length 32 --
       --micro-batch-size 2 --global-batch-size 8 --train-iters 20 --lr 3e-3 --min-lr 3e-4 --lr-decay-style cosine
       --lr-warmup-iters 5 --weight-decay 0.1 --clip-grad 1.0 --log-interval 1 --eval-interval 10 --eval-iters 2
       --split 90,5,5 --seed 77 --data-path $d/data --data-cache-path $d/cache"
-args() { echo "$base --make-vocab-size-divisible-by $((64 / $1)) --tensor-model-parallel-size $1"; }
+args() { echo "$base --make-vocab-size-divisible-by 16 --tensor-model-parallel-size $1"; }
 # shellcheck disable=SC2046
 mt-train $(args 1) --train-iters 1 --eval-iters 0 >/dev/null 2>&1   # the index cache, once
 
@@ -70,6 +71,44 @@ for layout in "1 2" "1 4" "2 2"; do
     done
     t_grep "DP=$dp TP=$tp: the log states the sizes" \
         "^using world size: $n, data-parallel size: $dp, context-parallel size: 1, tensor-model-parallel size: $tp," "$d/m-$dp-$tp.log"
+done
+
+# checkpoints of a TP=2 run: one directory per tensor rank (mp_rank_00, mp_rank_01) holding Megatron's
+# slices (tests/oracle/megatron_split.py, from the spec, against the one-rank reshard of the same
+# checkpoint); a run stopped at 10 and resumed gives the uninterrupted run's every loss and grad norm
+# bit for bit; resharded to TP=1 and TP=4 by mt-ckpt-convert it resumes there with the same losses
+s=$d/s
+# shellcheck disable=SC2046
+mpi 2 mt-train $(args 2) --metrics-file "$s.jsonl" --save "$s" --save-interval 10 --exit-interval 10 >"$s.log" 2>"$s.err" ||
+    t_fail "TP=2 --save, stopped at 10" "$(tail -3 "$s.err")"
+if [ -s "$s/iter_0000010/mp_rank_00/model.safetensors" ] && [ -s "$s/iter_0000010/mp_rank_01/model.safetensors" ] &&
+    [ -s "$s/iter_0000010/mp_rank_01/optim.safetensors" ] && [ ! -e "$s/iter_0000010/mp_rank_02" ]; then
+    t_pass "TP=2: a directory per tensor rank"
+else t_fail "TP=2: a directory per tensor rank" "$(ls -R "$s" | head -c 300)"; fi
+for to in 1 4; do
+    t_ok "TP=2 checkpoint resharded to TP=$to" mt-ckpt-convert --load "$s" --save "$d/r$to" --target-tensor-parallel-size $to
+done
+if $py "$T_TOP/tests/oracle/megatron_split.py" check "$d/r1/iter_0000010" "$s/iter_0000010" 2 1 >"$d/orc" 2>&1
+then t_pass "TP=2 checkpoint: every rank's tensors and moments are Megatron's slices ($(tail -1 "$d/orc"))"
+else t_fail "TP=2 checkpoint: Megatron's slices" "$(tail -3 "$d/orc")"; fi
+# shellcheck disable=SC2046
+mpi 2 mt-train $(args 2) --metrics-file "$s.jsonl" --load "$s" --save "$s" --save-interval 10 >>"$s.log" 2>>"$s.err" ||
+    t_fail "TP=2 resume" "$(tail -3 "$s.err")"
+same_losses "TP=2 stopped at 10 and resumed: the uninterrupted losses and grad norms, bit for bit" "$d/m-1-2.jsonl" "$s.jsonl" 1e-300
+for to in 1 4; do
+    # shellcheck disable=SC2046
+    if mpi $to mt-train $(args $to) --metrics-file "$d/r$to.jsonl" --load "$d/r$to" >"$d/r$to.log" 2>"$d/r$to.err" &&
+        $py - "$d/m-1-2.jsonl" "$d/r$to.jsonl" >"$d/rc" 2>&1 <<'PYEOF'
+import json, sys
+load = lambda p: {r["iteration"]: (r["lm_loss"], r["grad_norm"]) for r in map(json.loads, open(p)) if r["type"] == "train"}
+a, b = load(sys.argv[1]), load(sys.argv[2])
+assert sorted(b) == list(range(11, 21)), sorted(b)
+w = max(abs(x - y) / abs(x) for i in b for x, y in zip(a[i], b[i]))
+assert w < 1e-5, w
+print("worst %.2g" % w)
+PYEOF
+    then t_pass "TP=2 checkpoint resharded to TP=$to resumes with the TP=2 losses ($(cat "$d/rc"))"
+    else t_fail "TP=2 resharded to TP=$to, resumed" "$(tail -3 "$d/r$to.err" "$d/rc" 2>/dev/null | head -c 400)"; fi
 done
 
 # the launcher of one machine: mt-train -n 4 --tensor-model-parallel-size 2 (DP=2 TP=2)
