@@ -1,17 +1,24 @@
-# train_torch.py: the PyTorch side of bench/train-cpu: a plain GPT-2 in torch (pre-LayerNorm blocks,
-# learned positions, tanh GeLU, tied embeddings, biases, causal attention written as matmul + mask +
+# train_torch.py: the PyTorch side of bench/train-cpu and bench/gpu: a plain GPT-2 in torch (pre-LayerNorm
+# blocks, learned positions, tanh GeLU, tied embeddings, biases, causal attention written as matmul + mask +
 # softmax since torch 1.13 has no scaled_dot_product_attention) trained with AdamW and gradient clipping
 # on random tokens, dropout 0, in fp32 on the CPU with a fixed thread count, or with the forward pass
 # under torch.autocast("cpu", dtype=torch.bfloat16) (bf16 matrix products through oneDNN, fp32
 # weights, gradients and optimizer: PyTorch's CPU mixed precision) when PRECISION is bf16. With DEVICE cuda
-# (bench/gpu's peer) the same model runs on the GPU under torch.autocast("cuda", bf16), with
-# scaled_dot_product_attention (flash attention) where torch has it and the fused AdamW: eager PyTorch as
-# a user would write it, without torch.compile. Prints one line:
-#   params <n> loss <last loss> step_ms <ms> <ms> ... [peak_mb <MB>]
-# with the time of each step after the warm-up ones (forward, backward, clipping, AdamW, zeroing), and on
-# cuda the peak of torch's allocated GPU memory.
+# (bench/gpu's peers) the same model runs on the GPU under torch.autocast("cuda", bf16), with
+# scaled_dot_product_attention (flash attention) where torch has it and the fused AdamW.
+# MODE eager (the default) is PyTorch as a user would write it, without torch.compile; compile is the same
+# model under torch.compile as PyTorch's regional compilation: each transformer block compiled (one graph,
+# reused by every layer, so compiling does not grow with the depth) and the loss head (final LayerNorm,
+# tied output layer, cross-entropy) compiled; compile-model is torch.compile of the whole model (one graph
+# of all the layers: a longer compilation). The optimizer step stays eager in all three. Compilation
+# happens in the warm-up steps. Without torch.compile (torch < 2) MODE compile exits 3 saying so.
+# Prints one line:
+#   params <n> loss <last loss> warmup_s <s> step_ms <ms> <ms> ... [peak_mb <MB>]
+# with the wall time of the warm-up steps (the compilation under MODE compile), the time of each step
+# after them (forward, backward, clipping, AdamW, zeroing), and on cuda the peak of torch's allocated GPU
+# memory.
 # Usage: train_torch.py LAYERS HIDDEN HEADS SEQ MAX_POSITIONS BATCH VOCAB_PADDED THREADS WARMUP STEPS
-#        [fp32|bf16] [cpu|cuda]
+#        [fp32|bf16] [cpu|cuda] [eager|compile|compile-model]
 import contextlib
 import math
 import sys
@@ -69,6 +76,9 @@ class GPT(nn.Module):
         x = self.wte(idx) + self.wpe(torch.arange(T, device=idx.device))
         for b in self.blocks:
             x = b(x, self.mask)
+        return self.head(x, targets)
+
+    def head(self, x, targets):
         logits = self.lnf(x) @ self.wte.weight.t()   # tied output layer
         return F.cross_entropy(logits.view(-1, logits.size(-1)), targets.reshape(-1))
 
@@ -77,10 +87,29 @@ def main():
     L, h, nh, T, P, B, V, threads, warmup, steps = (int(a) for a in sys.argv[1:11])
     bf16 = len(sys.argv) > 11 and sys.argv[11] == "bf16"
     dev = sys.argv[12] if len(sys.argv) > 12 else "cpu"
+    mode = sys.argv[13] if len(sys.argv) > 13 else "eager"
+    if mode not in ("eager", "compile", "compile-model"):
+        sys.exit("train_torch.py: unknown mode %s (eager, compile, compile-model)" % mode)
+    if mode != "eager" and not hasattr(torch, "compile"):
+        print("torch %s has no torch.compile" % torch.__version__, file=sys.stderr)
+        sys.exit(3)
     amp = (lambda: torch.autocast(dev, dtype=torch.bfloat16)) if bf16 else contextlib.nullcontext
     torch.set_num_threads(threads)
     torch.manual_seed(1234)
-    model = GPT(L, h, nh, P, V).to(dev)
+    # built on the device where torch can (2.0 and later): initialising 1.5B parameters on the CPU is slow
+    where = torch.device(dev) if hasattr(torch.device, "__enter__") else contextlib.nullcontext()
+    with where:
+        model = GPT(L, h, nh, P, V)
+    model = model.to(dev)
+    if mode == "compile":
+        for i, b in enumerate(model.blocks):
+            if hasattr(b, "compile"):
+                b.compile()
+            else:
+                model.blocks[i] = torch.compile(b)
+        model.head = torch.compile(model.head)
+    elif mode == "compile-model":
+        model = torch.compile(model)
     decay = [p for p in model.parameters() if p.dim() == 2]
     no_decay = [p for p in model.parameters() if p.dim() < 2]
     opt = torch.optim.AdamW([{"params": decay, "weight_decay": 0.1}, {"params": no_decay, "weight_decay": 0.0}],
@@ -89,10 +118,13 @@ def main():
     g = torch.Generator().manual_seed(1)
     data = torch.randint(0, min(V, 50257), (warmup + steps, B, T + 1), generator=g).to(dev)
     sync = torch.cuda.synchronize if dev == "cuda" else (lambda: None)
-    times = []
+    times, warm_s = [], 0.0
+    start = time.perf_counter()
     for i in range(warmup + steps):
         sync()
         t0 = time.perf_counter()
+        if i == warmup:
+            warm_s = t0 - start
         x, y = data[i, :, :-1], data[i, :, 1:]
         opt.zero_grad(set_to_none=False)
         with amp():
@@ -105,7 +137,12 @@ def main():
             times.append((time.perf_counter() - t0) * 1e3)
     nparams = sum(p.numel() for p in model.parameters())
     peak = " peak_mb %.0f" % (torch.cuda.max_memory_allocated() / 2**20) if dev == "cuda" else ""
-    print("params %d loss %.4f step_ms %s%s" % (nparams, loss.item(), " ".join("%.1f" % t for t in times), peak))
+    graphs = ""
+    if mode != "eager":   # graphs compiled: one per region; one per layer would show here
+        from torch._dynamo.utils import counters
+        graphs = " graphs %d" % counters["stats"]["unique_graphs"]
+    print("params %d loss %.4f warmup_s %.1f%s step_ms %s%s" % (nparams, loss.item(), warm_s, graphs,
+                                                                " ".join("%.1f" % t for t in times), peak))
 
 if __name__ == "__main__":
     main()
