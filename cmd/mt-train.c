@@ -132,6 +132,11 @@ static void report_memory(const run *r)
                "ring all-reduce volume 2(N-1)/N: %.0f\n",
                (unsigned long long)r->t.step_bytes, gb, 2.0 * (n - 1) / n * (double)gb);
     }
+    /* tensor-parallel traffic of the last step against the ring volume of what the model must exchange */
+    if (r->t.tp_size > 1)
+        printf("[Rank 0] tensor-parallel communication per iteration | bytes sent: %llu | ring volume of the "
+               "activations and statistics: %.0f\n",
+               (unsigned long long)r->t.tp_step_bytes, mt_trainer_tp_volume(&r->t));
     fflush(stdout);
 }
 

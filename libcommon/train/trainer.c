@@ -190,10 +190,18 @@ static int64_t micro_first(const mt_trainer *t, int64_t first, int m)
     return first + ((int64_t)m * t->dp_size + t->dp_rank) * t->a.micro_batch_size;
 }
 
+/* Bytes sent to the tensor-parallel group: over the host communicator, and over the device's when that is
+ * not layered on it (NCCL; the host-staged one's traffic is its host communicator's). */
+static uint64_t tp_sent(const mt_trainer *t)
+{
+    const mt_comm *d = t->dev_tp;
+    return t->tp->bytes_sent + (d && d != t->tp && strcmp(d->ops->name, "staged") ? d->bytes_sent : 0);
+}
+
 int mt_trainer_step(mt_trainer *t, mt_step_result *r, mt_err *e)
 {
     memset(r, 0, sizeof *r);
-    uint64_t sent0 = t->dp->bytes_sent;
+    uint64_t sent0 = t->dp->bytes_sent, tp0 = tp_sent(t);
     mt_gpt_zero_grad(t->model);
     int total_micro = t->num_micro * t->dp_size;
     double ls = t->scaler.scale;   /* 1.0 in fp32 and bf16: the products below are then exact */
@@ -268,11 +276,24 @@ int mt_trainer_step(mt_trainer *t, mt_step_result *r, mt_err *e)
     mt_loss_scaler_update(&t->scaler, r->skipped);
     r->loss_scale = t->scaler.scale;
     t->step_bytes = t->dp->bytes_sent - sent0;
+    t->tp_step_bytes = tp_sent(t) - tp0;
     if (!r->skipped) mt_sched_step(&t->sched, t->a.global_batch_size);
     t->iteration++;
     t->consumed_train += t->a.global_batch_size;
     t->flops_so_far += t->flops_per_iter;
     return 0;
+}
+
+double mt_trainer_tp_volume(const mt_trainer *t)
+{
+    int n = t->tp_size;
+    if (n <= 1) return 0;
+    double ring = 2.0 * (n - 1) / n, N = (double)t->a.micro_batch_size * t->a.seq_length;
+    double C = t->cfg.hidden_size, L = t->cfg.num_layers, a = (double)mtk_act_size(t->k);
+    double micro = (4 * L + 2) * N * C * a * ring + 3 * N * sizeof(float) * ring;
+    double step = t->num_micro * micro + sizeof(double) * ring;
+    if (t->cfg.sequence_parallel) step += (4 * L + 2) * C * sizeof(float) * ring;   /* the norms' gradients */
+    return step;
 }
 
 size_t mt_trainer_optimizer_bytes(const mt_trainer *t) { return 2 * (t->opt.hi - t->opt.lo) * sizeof(float); }

@@ -80,6 +80,7 @@ typedef struct mt_trainer {
     int64_t last_saved;      /* the iteration last saved or loaded */
     int dist_fill_ran;       /* a save's shard hook has run (dist_ckpt.c) */
     uint64_t step_bytes;     /* bytes this rank sent to the data-parallel group in the last step */
+    uint64_t tp_step_bytes;  /* ... and to the tensor-parallel group (activations, loss statistics, norms) */
 } mt_trainer;
 
 /* Builds the run of the (parsed and checked) args: tokenizer, config, backend, data, model initialised
@@ -103,6 +104,14 @@ typedef struct mt_step_result {
 /* One iteration (see above). -1 with e set on a read error or, with the NaN check on, a non-finite loss
  * or grad norm (then nothing advanced and the weights are those before the step). */
 int mt_trainer_step(mt_trainer *t, mt_step_result *r, mt_err *e);
+
+/* The bytes a rank must send to its tensor-parallel group in one step, by ring collectives of the
+ * volumes the model exchanges (tensor_parallel.h): per micro-batch of N tokens, 4L + 2 all-reduces of
+ * N x hidden activations (two per layer forward and backward, the embedding's, the logits' input gradient;
+ * with sequence parallelism each is an all-gather and a reduce-scatter of the same total), 2(t-1)/t of
+ * the bytes each; the cross-entropy's row statistics (3 N floats); per step the grad norm (a double) and,
+ * with sequence parallelism, the norms' gradients. 0 with one tensor rank. */
+double mt_trainer_tp_volume(const mt_trainer *t);
 
 /* Bytes of optimizer state this rank holds (AdamW's two moments over its parameters). */
 size_t mt_trainer_optimizer_bytes(const mt_trainer *t);

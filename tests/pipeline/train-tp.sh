@@ -68,7 +68,31 @@ for layout in "1 2" "1 4" "2 2"; do
         if mpi $n mt-train $(args $tp) $opt --metrics-file "$m.jsonl" >"$m.log" 2>"$m.err"; then
             same_losses "$name: the one-rank losses and grad norms of 20 iterations, dropout on" "$d/ref.jsonl" "$m.jsonl"
         else t_fail "$name under mpirun" "$(tail -5 "$m.err")"; fi
+        # the bytes rank 0 sent to its tensor group in a step: what the ring collectives of the model's
+        # exchanges must send (computed here from the sizes, independently of mt's own figure), to the few
+        # bytes by which a ring's uneven chunks of a one-element reduction differ from 2(t-1)/t of it
+        sent=$(sed -n 's/.*tensor-parallel communication per iteration | bytes sent: \([0-9]*\) .*/\1/p' "$m.log")
+        want=$($py -c "
+t, N, C, L, micro = $tp, 2 * 32, 32, 2, 8 // (2 * $dp)
+ring = 2 * (t - 1) / t
+v = micro * ((4 * L + 2) * N * C * 4 + 3 * N * 4) * ring + 8 * ring
+if '$opt'.find('sequence') >= 0: v += (4 * L + 2) * C * 4 * ring
+print(round(v))")
+        if [ -n "$sent" ] && [ $((sent - want)) -le 16 ] && [ $((want - sent)) -le 16 ]; then
+            t_pass "$name: bytes sent per step $sent = the ring volume of the exchanges ($want)"
+        else t_fail "$name: tensor-parallel bytes per step" "sent '$sent', expected $want"; fi
     done
+    # this rank's parameters: 1/tp of every split matrix and vector, all of the replicated ones
+    want=$($py -c "
+t, L, C, F, V, P = $tp, 2, 32, 128, 64, 32
+split = V * C + L * (3 * C * C + 3 * C + C * C + F * C + F + C * F)
+repl = P * C + L * 6 * C + 2 * C
+print(split // t + repl)")
+    t_grep "DP=$dp TP=$tp: rank 0 holds 1/$tp of the split tensors ($want parameters)" \
+        "number of parameters on \(tensor, pipeline\) model parallel rank \(0, 0\): $want\$" "$d/m-$dp-$tp.log"
+    mb=$($py -c "print('%.1f' % ($want * 4 / 1048576))")
+    t_grep "DP=$dp TP=$tp: the memory line's parameters, gradients and optimizer state are this rank's" \
+        "memory \(MB\) \| parameters: $mb \| gradients: $mb \| optimizer: $($py -c "print('%.1f' % (2 * $want * 4 / 1048576))") " "$d/m-$dp-$tp.log"
     t_grep "DP=$dp TP=$tp: the log states the sizes" \
         "^using world size: $n, data-parallel size: $dp, context-parallel size: 1, tensor-model-parallel size: $tp," "$d/m-$dp-$tp.log"
 done
