@@ -155,8 +155,9 @@ static const mt_flag flags[] = {
     {"--exit-signal-handler", MT_F_BOOL, &A.exit_signal_handler, NULL,
      "on SIGTERM, finish the iteration, save and exit 0", 0, 0, NULL},
     /* parallelism */
-    {"--tensor-model-parallel-size", MT_F_INT, &A.tensor_model_parallel_size, "N", "1 (ranks are data-parallel)", 1, 1 << 20, NULL},
-    {"--pipeline-model-parallel-size", MT_F_INT, &A.pipeline_model_parallel_size, "N", "1 (ranks are data-parallel)", 1, 1 << 20, NULL},
+    {"--tensor-model-parallel-size", MT_F_INT, &A.tensor_model_parallel_size, "N",
+     "ranks holding the parts of one model (default 1; the job's other ranks are data-parallel)", 1, 1 << 20, NULL},
+    {"--pipeline-model-parallel-size", MT_F_INT, &A.pipeline_model_parallel_size, "N", "1 (pipeline parallelism is not implemented yet)", 1, 1 << 20, NULL},
     {"--sequence-parallel", MT_F_BOOL, &A.sequence_parallel, NULL,
      "with --tensor-model-parallel-size > 1: LayerNorm, dropout and residual activations split along the tokens "
      "(all-gather / reduce-scatter instead of all-reduce); ignored with size 1, as in Megatron", 0, 0, NULL},
