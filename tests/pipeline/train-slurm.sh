@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # train-slurm.sh: mt-train under a real Slurm started on 127.0.0.1 for the test (tests/slurm/local-slurm.sh;
 # root, and the packages of `share/install-deps.sh slurm`, installed here when missing): srun --mpi=pmix with
-# 2 and 4 ranks, with and without the distributed optimizer, gives the one-rank losses; srun --mpi=none -n 2
+# 2 and 4 ranks, with and without the distributed optimizer, and with tensor parallelism (TP=2, with and
+# without --sequence-parallel; DP=2 x TP=2), gives the one-rank losses and grad norms; srun --mpi=none -n 2
 # is refused before anything is written; a killed task ends the step within 10 s; SIGTERM from Slurm
 # (scancel --signal=TERM) with --exit-signal-handler stops every rank at one iteration with one checkpoint.
 . "$(dirname "$0")/../lib.sh"
@@ -50,10 +51,10 @@ same() {
     $py - "$d/m1.jsonl" "$1" <<'PYEOF'
 import json, sys
 def load(p):
-    return {r["iteration"]: r["lm_loss"] for r in map(json.loads, open(p)) if r["type"] == "train"}
+    return {r["iteration"]: (r["lm_loss"], r["grad_norm"]) for r in map(json.loads, open(p)) if r["type"] == "train"}
 a, b = load(sys.argv[1]), load(sys.argv[2])
 assert sorted(a) == sorted(b) == list(range(1, 21)), (sorted(a), sorted(b))
-w = max(abs(a[i] - b[i]) / a[i] for i in a)
+w = max(abs(x - y) / abs(x) for i in a for x, y in zip(a[i], b[i]))   # losses and grad norms
 assert w < 1e-5, w
 print("worst %.2g" % w)
 PYEOF
@@ -64,9 +65,23 @@ for n in 2 4; do
         # shellcheck disable=SC2086
         if run_srun --mpi=pmix -n $n mt-train $args $opt --metrics-file "$d/s$n$opt.jsonl" >"$d/s.log" 2>"$d/s.err" &&
             grep -q "^using world size: $n, data-parallel size: $n," "$d/s.log" && same "$d/s$n$opt.jsonl" >"$d/cmp" 2>&1
-        then t_pass "$name: $n ranks, the one-rank losses ($(cat "$d/cmp"))"
+        then t_pass "$name: $n ranks, the one-rank losses and grad norms ($(cat "$d/cmp"))"
         else t_fail "$name" "$(tail -3 "$d/s.err") $(head -1 "$d/s.log") $(tail -2 "$d/cmp" 2>/dev/null)"; fi
     done
+done
+# tensor parallelism under srun: TP=2 alone (with and without --sequence-parallel) and DP=2 x TP=2
+for run in "2 --tensor-model-parallel-size 2" "2 --tensor-model-parallel-size 2 --sequence-parallel" \
+    "4 --tensor-model-parallel-size 2 --use-distributed-optimizer"; do
+    set -- $run
+    n=$1; shift
+    name="srun --mpi=pmix -n $n $*"
+    rm -f "$d/t.jsonl"
+    # shellcheck disable=SC2086
+    if run_srun --mpi=pmix -n $n mt-train $args "$@" --metrics-file "$d/t.jsonl" >"$d/s.log" 2>"$d/s.err" &&
+        grep -q "^using world size: $n, data-parallel size: $((n / 2)), context-parallel size: 1, tensor-model-parallel size: 2," "$d/s.log" &&
+        same "$d/t.jsonl" >"$d/cmp" 2>&1
+    then t_pass "$name: the one-rank losses and grad norms ($(cat "$d/cmp"))"
+    else t_fail "$name" "$(tail -3 "$d/s.err") $(head -1 "$d/s.log") $(tail -2 "$d/cmp" 2>/dev/null)"; fi
 done
 
 # srun --mpi=none -n 2: two would-be singletons; refused, nothing written
