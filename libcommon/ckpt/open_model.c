@@ -259,13 +259,18 @@ int mt_model_read_tensor(mt_model_ckpt *mc, const char *name, int ndim, const in
     }
     const mt_hf_tensor *t = mt_hf_by_mt_name(mc->hf_map, mc->hf_n, name);
     if (!t) return mt_err_set(e, "%s: GPT2LMHeadModel has no tensor for '%s'", mc->dir, name);
+    /* the word embeddings may be asked for with more rows: the vocabulary padded for a tensor-parallel
+     * layout (the added rows are zero, as Megatron pads them) */
+    int more_rows = t->kind == MT_T_WORD_EMB && ndim == 2 && shape[0] > t->mt_shape[0] && shape[1] == t->mt_shape[1];
     for (int i = 0; i < ndim; i++)
-        if (ndim != t->ndim || shape[i] != t->mt_shape[i])
+        if (ndim != t->ndim || (shape[i] != t->mt_shape[i] && !(i == 0 && more_rows)))
             return mt_err_set(e, "%s: tensor '%s' does not have the shape of this model", mc->dir, t->hf);
     size_t n = (size_t)t->hf_shape[0] * (size_t)(t->ndim == 2 ? t->hf_shape[1] : 1);
     float *tmp = mt_xmalloc((n ? n : 1) * sizeof(float));
     int rc = mt_hf_dir_read(mc->hf, t, tmp, e);
     if (!rc) mt_hf_import(t, mc->hf->cfg.n_head, tmp, dst);
+    if (!rc && more_rows)
+        memset(dst + t->mt_shape[0] * t->mt_shape[1], 0, sizeof(float) * (size_t)((shape[0] - t->mt_shape[0]) * shape[1]));
     free(tmp);
     return rc;
 }

@@ -131,6 +131,20 @@ PYEOF
 }
 oracle make-model "$d/gpt2-a" "$GPT2_VOCAB" "$GPT2_MERGES" 2 64 4 128 1 >/dev/null 2>"$d/e" || t_fail "make-model" "$(tail -1 "$d/e")"
 rt "fp32" "$d/gpt2-a"
+# --from hf into a tensor-parallel layout: GPT-2's 50257 tokens padded for TP=2 (50432 rows, the added
+# rows zero), every rank's slices those of the one-rank conversion resharded by Megatron's partitioning
+# (megatron_split.py), and back to Hugging Face byte for byte
+rm -rf "$d/tp2-ck" "$d/tp2-hf" "$d/tp1-ck"
+if mt-ckpt-convert --from hf --in "$d/gpt2-a" --save "$d/tp2-ck" --target-tensor-parallel-size 2 2>"$d/e" &&
+    mt-ckpt-convert --from hf --in "$d/gpt2-a" --save "$d/tp1-ck" 2>>"$d/e"; then
+    t_pass "--from hf --target-tensor-parallel-size 2"
+    if /usr/bin/python3 "$T_TOP/tests/oracle/megatron_split.py" check "$d/tp1-ck/release" "$d/tp2-ck/release" 2 1 >"$d/c" 2>&1
+    then t_pass "--from hf at TP=2: Megatron's slices, the vocabulary padded for TP=2 ($(tail -1 "$d/c"))"
+    else t_fail "--from hf at TP=2: Megatron's slices" "$(tail -3 "$d/c")"; fi
+    if mt-ckpt-convert --load "$d/tp2-ck" --to hf --out "$d/tp2-hf" 2>"$d/e"; then
+        t_cmp "--from hf at TP=2, then --to hf: model.safetensors byte-identical" "$d/gpt2-a/model.safetensors" "$d/tp2-hf/model.safetensors"
+    else t_fail "TP=2 checkpoint --to hf" "$(cat "$d/e")"; fi
+else t_fail "--from hf --target-tensor-parallel-size 2" "$(cat "$d/e")"; fi
 oracle make-model "$d/gpt2-h" "$GPT2_VOCAB" "$GPT2_MERGES" 2 64 4 128 2 --dtype fp16 >/dev/null 2>&1
 rt "fp16" "$d/gpt2-h"
 oracle make-model "$d/gpt2-s" "$GPT2_VOCAB" "$GPT2_MERGES" 3 64 4 128 3 --shard 4000000 >/dev/null 2>&1
