@@ -311,6 +311,8 @@ int main(int argc, char **argv)
     join_job(&r, &a);
     /* a --save that cannot be written fails now, not after the training it was to keep */
     if (a.save && r.boot.rank == 0 && mt_ckpt_check_save_dir(a.save, &e)) mt_die("--save: %s", e.msg);
+    /* one job at a time writes a --save directory: rank 0 holds its lock until it exits */
+    if (a.save && r.boot.rank == 0 && mt_ckpt_lock_save_dir(a.save, &e) < 0) mt_die("--save: %s", e.msg);
     /* the PMIx node-local rank and size choose the GPU and the communicators of device buffers (model/device.h) */
     char lr[16], ls[16];
     snprintf(lr, sizeof lr, "%d", r.boot.local_rank), snprintf(ls, sizeof ls, "%d", r.boot.local_size);

@@ -6,6 +6,7 @@
 #   t_cmp NAME EXPECTED GOT   files equal (a diff is shown when not)
 #   t_grep NAME PATTERN FILE  FILE has a line matching the extended regex PATTERN
 #   t_skip NAME WHY
+#   t_same_losses NAME A B [TOL]   two runs' metrics files agree (see below)
 set -u
 T_FILE=$(basename "$0")
 T_TMP=$(mktemp -d "${TMPDIR:-/tmp}/mt-test.XXXXXX")
@@ -62,4 +63,30 @@ t_sigterm_stop() {
         [ "$(grep -c 'exiting program after receiving SIGTERM' "$4")" = 2 ]; then
         t_pass "$1: both ranks stop at iteration $it, one checkpoint, exit 0"
     else t_fail "$1" "rc $(cat "$3" 2>/dev/null), tracker '$it': $(tail -c 300 "$4")"; fi
+}
+# t_same_losses NAME A.jsonl B.jsonl [TOL]: two --metrics-file logs of 20 iterations: every train
+# iteration's lm_loss and grad_norm within TOL (default 1e-5) relative, and the validation losses too
+t_same_losses() {
+    if /usr/bin/python3 - "$2" "$3" "${4:-1e-5}" >"$T_TMP/cmp.out" 2>&1 <<'PYEOF'
+import json, sys
+def load(p):
+    rows = [json.loads(l) for l in open(p)]
+    tr = {r["iteration"]: (r["lm_loss"], r["grad_norm"]) for r in rows if r["type"] == "train"}
+    ev = [(r["type"], r["iteration"], r["lm_loss"]) for r in rows if r["type"] != "train"]
+    return tr, ev
+(a, ea), (b, eb) = load(sys.argv[1]), load(sys.argv[2])
+tol = float(sys.argv[3])
+assert sorted(a) == list(range(1, 21)), "iterations %s" % sorted(a)
+assert sorted(b) == sorted(a), "iterations %s vs %s" % (sorted(b), sorted(a))
+worst = 0
+for i in a:
+    for x, y in zip(a[i], b[i]):
+        worst = max(worst, abs(x - y) / abs(x))
+assert worst < tol, "worst relative difference %g" % worst
+assert len(ea) == len(eb) and len(ea) >= 3, (ea, eb)
+for x, y in zip(ea, eb):
+    assert x[:2] == y[:2] and abs(x[2] - y[2]) / abs(x[2]) < tol, (x, y)
+print("worst %.2g" % worst)
+PYEOF
+    then t_pass "$1 ($(cat "$T_TMP/cmp.out"))"; else t_fail "$1" "$(tail -3 "$T_TMP/cmp.out")"; fi
 }

@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -259,6 +260,37 @@ int mt_ckpt_check_save_dir(const char *save_dir, mt_err *e)
     else rmdir(probe);
     free(probe);
     return rc;
+}
+
+int mt_ckpt_lock_save_dir(const char *save_dir, mt_err *e)
+{
+    char *path = mt_path_join(save_dir, ".mt-train.lock");
+    int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0644);
+    if (fd < 0) {
+        mt_err_sys(e, "%s", path);
+        free(path);
+        return -1;
+    }
+    if (flock(fd, LOCK_EX | LOCK_NB)) {
+        int held = errno == EWOULDBLOCK;
+        char who[300] = "";
+        ssize_t n = pread(fd, who, sizeof who - 1, 0);
+        who[n > 0 ? n : 0] = 0;
+        who[strcspn(who, "\n")] = 0;
+        if (held)
+            mt_err_set(e, "%s: another mt-train job (%s) is writing checkpoints there; give this run another --save",
+                       save_dir, *who ? who : "holder unknown");
+        else mt_err_sys(e, "%s: lock", path);
+        close(fd);
+        free(path);
+        return -1;
+    }
+    char host[256] = "?", line[320];
+    gethostname(host, sizeof host - 1);
+    int len = snprintf(line, sizeof line, "host %s, pid %ld\n", host, (long)getpid());
+    if (ftruncate(fd, 0) == 0 && pwrite(fd, line, (size_t)len, 0) < 0) { /* the note is informative only */ }
+    free(path);
+    return fd;
 }
 
 /* ---- loading ---- */

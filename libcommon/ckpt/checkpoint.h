@@ -87,6 +87,10 @@ void mt_ckpt_rank_name(char *buf, size_t cap, int tp_rank, int pp_rank, int pp_s
 /* Checks at start-up that save_dir is usable: creates it (and its parents) if missing, then that it is a
  * directory in which this process can create entries. Returns 0 or -1 naming the directory. */
 int mt_ckpt_check_save_dir(const char *save_dir, mt_err *e);
+/* One writer per checkpoint directory: an exclusive lock (flock) on <save_dir>/.mt-train.lock, held by the
+ * returned descriptor until it is closed or the process ends (a job that dies leaves no lock behind).
+ * The file holds the holder's host and pid. -1 with e set, naming the holder, when a live job holds it. */
+int mt_ckpt_lock_save_dir(const char *save_dir, mt_err *e);
 
 /* Reads <load_dir>/latest_checkpointed_iteration.txt: 0 with *iteration set (MT_CKPT_RELEASE for
  * "release"), 1 when there is no tracker (no checkpoint; *iteration unchanged), -1 on error

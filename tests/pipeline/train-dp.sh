@@ -27,32 +27,6 @@ args="--num-layers 2 --hidden-size 32 --num-attention-heads 4 --seq-length 32 --
 # shellcheck disable=SC2086
 mt-train $args --train-iters 1 --eval-iters 0 >/dev/null 2>&1
 
-# same_losses NAME A.jsonl B.jsonl [TOL]: every train iteration's lm_loss and grad_norm within TOL
-# (default 1e-5) relative, and the validation losses too
-same_losses() {
-    if $py - "$2" "$3" "${4:-1e-5}" >"$d/cmp.out" 2>&1 <<'PYEOF'
-import json, sys
-def load(p):
-    rows = [json.loads(l) for l in open(p)]
-    tr = {r["iteration"]: (r["lm_loss"], r["grad_norm"]) for r in rows if r["type"] == "train"}
-    ev = [(r["type"], r["iteration"], r["lm_loss"]) for r in rows if r["type"] != "train"]
-    return tr, ev
-(a, ea), (b, eb) = load(sys.argv[1]), load(sys.argv[2])
-tol = float(sys.argv[3])
-assert sorted(a) == list(range(1, 21)), "iterations %s" % sorted(a)
-assert sorted(b) == sorted(a), "iterations %s vs %s" % (sorted(b), sorted(a))
-worst = 0
-for i in a:
-    for x, y in zip(a[i], b[i]):
-        worst = max(worst, abs(x - y) / abs(x))
-assert worst < tol, "worst relative difference %g" % worst
-assert len(ea) == len(eb) and len(ea) >= 3, (ea, eb)
-for x, y in zip(ea, eb):
-    assert x[:2] == y[:2] and abs(x[2] - y[2]) / abs(x[2]) < tol, (x, y)
-print("worst %.2g" % worst)
-PYEOF
-    then t_pass "$1 ($(cat "$d/cmp.out"))"; else t_fail "$1" "$(tail -3 "$d/cmp.out")"; fi
-}
 
 # shellcheck disable=SC2086
 MT_TRACE_SAMPLES=$d/trace1 mt-train $args --metrics-file "$d/m1.jsonl" --save "$d/c1" --save-interval 10 \
@@ -68,7 +42,7 @@ for n in 2 4; do
         --save-interval 10 >"$d/dp$n.log" 2>"$d/dp$n.err"; then t_pass "DP=$n${bucket:+ $bucket} under mpirun"
     else t_fail "DP=$n under mpirun" "$(tail -5 "$d/dp$n.err")"; fi
     t_grep "DP=$n: the log states world and data-parallel size" "^using world size: $n, data-parallel size: $n," "$d/dp$n.log"
-    same_losses "DP=$n: the one-rank losses and grad norms of 20 iterations" "$d/m1.jsonl" "$d/m$n.jsonl"
+    t_same_losses "DP=$n: the one-rank losses and grad norms of 20 iterations" "$d/m1.jsonl" "$d/m$n.jsonl"
     c=$(grep -cE '^ *(\[[^]]*\])? iteration ' "$d/dp$n.log")
     [ "$c" = 20 ] && t_pass "DP=$n: one rank prints the iteration lines" || t_fail "DP=$n: one rank prints" "$c lines"
     # each rank's samples: the sampler's share, disjoint, together the one-rank run's samples
@@ -132,7 +106,7 @@ for n in 2 4; do
     if mpi $n mt-train $args $bucket --use-distributed-optimizer --metrics-file "$d/do$n.jsonl" --save "$d/cdo$n" \
         --save-interval 10 >"$d/do$n.log" 2>"$d/do$n.err"; then t_pass "DP=$n --use-distributed-optimizer"
     else t_fail "DP=$n --use-distributed-optimizer" "$(tail -5 "$d/do$n.err")"; fi
-    same_losses "DP=$n distributed optimizer: the one-rank losses and grad norms" "$d/m1.jsonl" "$d/do$n.jsonl"
+    t_same_losses "DP=$n distributed optimizer: the one-rank losses and grad norms" "$d/m1.jsonl" "$d/do$n.jsonl"
 done
 # in bf16 the shard's update is all-gathered into the fp32 parameters and only then into the bf16 working
 # copy that the next forward pass reads: the one-rank bf16 losses (fp32 gradient sums in another order)
@@ -140,7 +114,7 @@ done
 mt-train $args --bf16 --metrics-file "$d/b1.jsonl" >"$d/b1.log" 2>"$d/b1.err" || t_fail "one rank --bf16" "$(tail -3 "$d/b1.err")"
 # shellcheck disable=SC2086
 if mpi 2 mt-train $args --bf16 --use-distributed-optimizer --metrics-file "$d/bdo2.jsonl" >"$d/bdo2.log" 2>"$d/bdo2.err"
-then same_losses "DP=2 --bf16 distributed optimizer: the one-rank bf16 losses (1e-3)" "$d/b1.jsonl" "$d/bdo2.jsonl" 1e-3
+then t_same_losses "DP=2 --bf16 distributed optimizer: the one-rank bf16 losses (1e-3)" "$d/b1.jsonl" "$d/bdo2.jsonl" 1e-3
 else t_fail "DP=2 --bf16 --use-distributed-optimizer" "$(tail -5 "$d/bdo2.err")"; fi
 c=$d/cdo2/iter_0000010/mp_rank_00
 if [ -s "$c/distrib_optim_000.safetensors" ] && [ -s "$c/distrib_optim_001.safetensors" ] && [ ! -e "$c/optim.safetensors" ] &&
@@ -184,7 +158,7 @@ if timeout -k 5 300 mt-train -n 2 $args --data-cache-path "$d/cache-n2" --metric
 then t_pass "mt-train -n 2"
 else t_fail "mt-train -n 2" "$(tail -5 "$d/n2.err")"; fi
 t_grep "mt-train -n 2: two ranks" '^using world size: 2, data-parallel size: 2,' "$d/n2.log"
-same_losses "mt-train -n 2: the one-rank losses" "$d/m1.jsonl" "$d/n2.jsonl"
+t_same_losses "mt-train -n 2: the one-rank losses" "$d/m1.jsonl" "$d/n2.jsonl"
 
 # several tasks without PMIx (srun --mpi=none -n 2 sets these): refused before anything is written
 # shellcheck disable=SC2086

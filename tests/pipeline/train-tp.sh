@@ -28,32 +28,6 @@ args() { echo "$base --make-vocab-size-divisible-by 16 --tensor-model-parallel-s
 # shellcheck disable=SC2046
 mt-train $(args 1) --train-iters 1 --eval-iters 0 >/dev/null 2>&1   # the index cache, once
 
-# same_losses NAME A.jsonl B.jsonl [TOL]: every train iteration's lm_loss and grad_norm, and the
-# validation losses, within TOL (default 1e-5) relative
-same_losses() {
-    if $py - "$2" "$3" "${4:-1e-5}" >"$d/cmp.out" 2>&1 <<'PYEOF'
-import json, sys
-def load(p):
-    rows = [json.loads(l) for l in open(p)]
-    tr = {r["iteration"]: (r["lm_loss"], r["grad_norm"]) for r in rows if r["type"] == "train"}
-    ev = [(r["type"], r["iteration"], r["lm_loss"]) for r in rows if r["type"] != "train"]
-    return tr, ev
-(a, ea), (b, eb) = load(sys.argv[1]), load(sys.argv[2])
-tol = float(sys.argv[3])
-assert sorted(a) == list(range(1, 21)), "iterations %s" % sorted(a)
-assert sorted(b) == sorted(a), "iterations %s vs %s" % (sorted(b), sorted(a))
-worst = 0
-for i in a:
-    for x, y in zip(a[i], b[i]):
-        worst = max(worst, abs(x - y) / abs(x))
-assert worst < tol, "worst relative difference %g" % worst
-assert len(ea) == len(eb) and len(ea) >= 3, (ea, eb)
-for x, y in zip(ea, eb):
-    assert x[:2] == y[:2] and abs(x[2] - y[2]) / abs(x[2]) < tol, (x, y)
-print("worst %.2g" % worst)
-PYEOF
-    then t_pass "$1 ($(cat "$d/cmp.out"))"; else t_fail "$1" "$(tail -3 "$d/cmp.out")"; fi
-}
 
 # shellcheck disable=SC2046
 mt-train $(args 1) --metrics-file "$d/ref.jsonl" >"$d/ref.log" 2>"$d/ref.err" || t_fail "one rank" "$(tail -3 "$d/ref.err")"
@@ -66,7 +40,7 @@ for layout in "1 2" "1 4" "2 2"; do
         name="DP=$dp TP=$tp${opt:+ $opt}" m=$d/m-$dp-$tp$(echo "$opt" | tr -d " ")
         # shellcheck disable=SC2046,SC2086
         if mpi $n mt-train $(args $tp) $opt --metrics-file "$m.jsonl" >"$m.log" 2>"$m.err"; then
-            same_losses "$name: the one-rank losses and grad norms of 20 iterations, dropout on" "$d/ref.jsonl" "$m.jsonl"
+            t_same_losses "$name: the one-rank losses and grad norms of 20 iterations, dropout on" "$d/ref.jsonl" "$m.jsonl"
         else t_fail "$name under mpirun" "$(tail -5 "$m.err")"; fi
         # the bytes rank 0 sent to its tensor group in a step: what the ring collectives of the model's
         # exchanges must send (computed here from the sizes, independently of mt's own figure), to the few
@@ -105,7 +79,7 @@ for opt in "" --sequence-parallel; do
     rm -f "$d/b2.jsonl"
     # shellcheck disable=SC2046,SC2086
     if mpi 2 mt-train $(args 2) --bf16 $opt --metrics-file "$d/b2.jsonl" >"$d/b2.log" 2>"$d/b2.err"; then
-        same_losses "TP=2 --bf16${opt:+ $opt}: the one-rank bf16 losses and grad norms (1e-2)" "$d/b1.jsonl" "$d/b2.jsonl" 1e-2
+        t_same_losses "TP=2 --bf16${opt:+ $opt}: the one-rank bf16 losses and grad norms (1e-2)" "$d/b1.jsonl" "$d/b2.jsonl" 1e-2
     else t_fail "TP=2 --bf16${opt:+ $opt}" "$(tail -3 "$d/b2.err")"; fi
 done
 
@@ -130,7 +104,7 @@ else t_fail "TP=2 checkpoint: Megatron's slices" "$(tail -3 "$d/orc")"; fi
 # shellcheck disable=SC2046
 mpi 2 mt-train $(args 2) --metrics-file "$s.jsonl" --load "$s" --save "$s" --save-interval 10 >>"$s.log" 2>>"$s.err" ||
     t_fail "TP=2 resume" "$(tail -3 "$s.err")"
-same_losses "TP=2 stopped at 10 and resumed: the uninterrupted losses and grad norms, bit for bit" "$d/m-1-2.jsonl" "$s.jsonl" 1e-300
+t_same_losses "TP=2 stopped at 10 and resumed: the uninterrupted losses and grad norms, bit for bit" "$d/m-1-2.jsonl" "$s.jsonl" 1e-300
 for to in 1 4; do
     # shellcheck disable=SC2046
     if mpi $to mt-train $(args $to) --metrics-file "$d/r$to.jsonl" --load "$d/r$to" >"$d/r$to.log" 2>"$d/r$to.err" &&
@@ -150,7 +124,7 @@ done
 # the launcher of one machine: mt-train -n 4 --tensor-model-parallel-size 2 (DP=2 TP=2)
 # shellcheck disable=SC2046
 if timeout -k 5 180 mt-train -n 4 $(args 2) --metrics-file "$d/n4.jsonl" >"$d/n4.log" 2>"$d/n4.err"; then
-    same_losses "mt-train -n 4, TP=2: the one-rank losses" "$d/ref.jsonl" "$d/n4.jsonl"
+    t_same_losses "mt-train -n 4, TP=2: the one-rank losses" "$d/ref.jsonl" "$d/n4.jsonl"
 else t_fail "mt-train -n 4 --tensor-model-parallel-size 2" "$(tail -5 "$d/n4.err")"; fi
 
 # layouts that cannot split the model, refused before training with the flag named
