@@ -159,9 +159,11 @@ static void print_json(const prompt *p, const seq *s)
     free(clean.p);
 }
 
-/* Generates for prompts p[0..B), all of the same length. */
-static void generate(mt_gpt *model, const mt_bpe *bpe, int64_t eod, int V, prompt *p, int B, mt_sampler *sm,
-                     mt_rs *rng)
+/* Generates for prompts p[0..B), all of the same length, prompt b being the input's (first + b)-th (from 0):
+ * its draws come from its own MT19937 stream seeded with --seed + first + b, so that the tokens chosen do
+ * not depend on the batching. */
+static void generate(mt_gpt *model, const mt_bpe *bpe, int64_t eod, int V, prompt *p, int B, size_t first,
+                     mt_sampler *sm)
 {
     mt_err e;
     const mt_gpt_config *c = mt_gpt_get_config(model);
@@ -177,6 +179,8 @@ static void generate(mt_gpt *model, const mt_bpe *bpe, int64_t eod, int V, promp
     float *logits = mt_xmalloc((size_t)B * Vp * sizeof *logits);
     int32_t *in = mt_xmalloc((size_t)B * T * sizeof *in);
     seq *q = mt_xcalloc((size_t)B, sizeof *q);
+    mt_rs *rng = mt_xmalloc((size_t)B * sizeof *rng);
+    for (int b = 0; b < B; b++) mt_rs_seed(&rng[b], (uint32_t)((uint64_t)seed + first + (uint64_t)b));
     for (int b = 0; b < B; b++) {
         q[b].logprob = mt_xmalloc((size_t)new_max * sizeof(double));
         for (int t = 0; t < T; t++) in[b * T + t] = (int32_t)p[b].ids.p[t];
@@ -195,7 +199,7 @@ static void generate(mt_gpt *model, const mt_bpe *bpe, int64_t eod, int V, promp
             }
             double lp;
             int32_t id = mt_sample_next(sm, logits + (size_t)b * Vp, &(mt_sampling){greedy, temperature, (int)top_k,
-                                        top_p, rep_penalty}, q[b].out.p, q[b].out.n, rng, &lp);
+                                        top_p, rep_penalty}, q[b].out.p, q[b].out.n, &rng[b], &lp);
             append(&q[b], bpe, eod, (uint32_t)id, lp, stream);
             if (!q[b].why && q[b].out.n == (size_t)new_max) q[b].why = "length";
             if (q[b].why) live--;
@@ -229,6 +233,7 @@ static void generate(mt_gpt *model, const mt_bpe *bpe, int64_t eod, int V, promp
         free(q[b].text.p);
     }
     free(q);
+    free(rng);
     free(in);
     free(logits);
     mt_gpt_infer_free(s);
@@ -310,12 +315,10 @@ int main(int argc, char **argv)
     }
     mt_sampler sm;
     mt_sampler_init(&sm, (int)mc.tok.vocab_size);
-    mt_rs rng;
-    mt_rs_seed(&rng, (uint32_t)seed);
     for (size_t i = 0; i < np;) {   /* consecutive prompts of one length share a batch */
         size_t j = i + 1;
         while (j < np && j - i < (size_t)batch_size && p[j].ids.n == p[i].ids.n) j++;
-        generate(mc.model, mc.tok.bpe, mc.tok.eod, (int)mc.tok.vocab_size, p + i, (int)(j - i), &sm, &rng);
+        generate(mc.model, mc.tok.bpe, mc.tok.eod, (int)mc.tok.vocab_size, p + i, (int)(j - i), i, &sm);
         i = j;
     }
     for (size_t i = 0; i < np; i++) free(p[i].text), free(p[i].ids.p);

@@ -79,6 +79,13 @@ s2=$(gen --seed 5 --top-k 40 --top-p 0.95 --temperature 1.2 --max-new-tokens 24 
 s3=$(gen --seed 6 --top-k 40 --top-p 0.95 --temperature 1.2 --max-new-tokens 24 --json "${prompts[@]}" 2>/dev/null)
 [ -n "$s1" ] && [ "$s1" = "$s2" ] && t_pass "seeded sampling repeats" || t_fail "seeded sampling repeats" "differs"
 [ "$s1" != "$s3" ] && t_pass "another seed samples otherwise" || t_fail "another seed samples otherwise" "same"
+# sampling does not depend on the batching: each prompt draws from its own stream (--seed + its place)
+gen --seed 5 --top-k 40 --temperature 1.2 --max-new-tokens 24 --json "${prompts[@]}" >"$d/sb.jsonl" 2>/dev/null
+gen --seed 5 --top-k 40 --temperature 1.2 --max-new-tokens 24 --json --batch-size 1 "${prompts[@]}" >"$d/s1.jsonl" 2>/dev/null
+$PY -c 'import json, sys
+a = [json.loads(l) for l in open(sys.argv[1])]; b = [json.loads(l) for l in open(sys.argv[2])]
+sys.exit(not (len(a) == len(b) == 5 and all(x["tokens"] == y["tokens"] for x, y in zip(a, b))))' "$d/sb.jsonl" "$d/s1.jsonl" &&
+    t_pass "sampled continuations do not depend on --batch-size" || t_fail "sampled continuations do not depend on --batch-size" "differ"
 # top-k 1 is greedy whatever the temperature
 gen --top-k 1 --temperature 3 --max-new-tokens 20 --json "${prompts[@]}" >"$d/k1.jsonl" 2>/dev/null
 $PY -c 'import json, sys
