@@ -262,6 +262,18 @@ int mt_ckpt_check_save_dir(const char *save_dir, mt_err *e)
     return rc;
 }
 
+int mt_ckpt_check_new_save_dir(const char *save_dir, mt_err *e)
+{
+    char *tracker = mt_path_join(save_dir, MT_CKPT_TRACKER);
+    struct stat st;
+    int held = lstat(tracker, &st) == 0;
+    free(tracker);
+    if (held)
+        return mt_err_set(e, "%s: already holds a checkpoint (%s): writing into it would replace its latest "
+                             "iteration; give a new --save directory", save_dir, MT_CKPT_TRACKER);
+    return mt_ckpt_check_save_dir(save_dir, e);
+}
+
 int mt_ckpt_lock_save_dir(const char *save_dir, mt_err *e)
 {
     char *path = mt_path_join(save_dir, ".mt-train.lock");

@@ -91,6 +91,10 @@ int mt_ckpt_check_save_dir(const char *save_dir, mt_err *e);
  * returned descriptor until it is closed or the process ends (a job that dies leaves no lock behind).
  * The file holds the holder's host and pid. -1 with e set, naming the holder, when a live job holds it. */
 int mt_ckpt_lock_save_dir(const char *save_dir, mt_err *e);
+/* A conversion's --save (mt-ckpt-convert): usable as mt_ckpt_check_save_dir says, and holding no
+ * checkpoint yet (no tracker), since writing into one would replace its latest iteration. 0, or -1 with
+ * e set before anything was written. */
+int mt_ckpt_check_new_save_dir(const char *save_dir, mt_err *e);
 
 /* Reads <load_dir>/latest_checkpointed_iteration.txt: 0 with *iteration set (MT_CKPT_RELEASE for
  * "release"), 1 when there is no tracker (no checkpoint; *iteration unchanged), -1 on error

@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "ckpt/checkpoint.h"
 #include "ckpt/hf_gpt2.h"
@@ -139,7 +140,7 @@ int mt_hf_import_ckpt(mt_model_ckpt *mc, const char *in, const char *save, int t
                       mt_err *e)
 {
     if (!mc->hf) return mt_err_set(e, "%s: not a Hugging Face model directory", mc->dir);
-    if (mt_ckpt_check_save_dir(save, e)) return -1;
+    if (mt_ckpt_check_new_save_dir(save, e)) return -1;
     char *vocab = copy_into(mc->vocab_file, save, "vocab.json", e);
     char *merges = vocab ? copy_into(mc->merge_file, save, "merges.txt", e) : NULL;
     if (!merges) {
@@ -154,6 +155,10 @@ int mt_hf_import_ckpt(mt_model_ckpt *mc, const char *in, const char *save, int t
                              mc->hf->cfg.vocab_size);
     int rc = mt_model_check_all_read(mc, e);   /* names only: the data are read while saving */
     if (!rc) rc = mt_ckpt_write_layout(mc, save, MT_CKPT_RELEASE, tp, pp, meta, 0, progress, e);
+    if (rc) {   /* nothing of a failed conversion stays: the tokenizer files copied in go too */
+        unlink(vocab);
+        unlink(merges);
+    }
     json_decref(meta);
     free(vocab);
     free(merges);

@@ -109,7 +109,7 @@ int mt_ckpt_reshard(mt_model_ckpt *mc, const char *save, int tp, int pp, mt_ckpt
                     mt_err *e)
 {
     if (mc->hf) return mt_err_set(e, "%s: a Hugging Face directory, not a checkpoint", mc->dir);
-    if (mt_ckpt_check_save_dir(save, e)) return -1;
+    if (mt_ckpt_check_new_save_dir(save, e)) return -1;
     int opt = mt_model_has_optim(mc);
     json_t *meta = json_deep_copy(mc->meta);
     /* distributed-optimizer shards become each rank's optim.safetensors */

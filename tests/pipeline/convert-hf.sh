@@ -201,9 +201,21 @@ err1 ft --load "$d/gpt2-a" --finetune --save "$d/ft2" && grep -q 'convert it fir
     && t_pass "mt-train --load of an HF directory: error naming the conversion" || t_fail "mt-train --load HF dir" "$(cat "$d/e")"
 
 # ---- bad input ----
-bad() {   # NAME DIR PATTERN: --from hf fails with one line matching PATTERN, nothing under --save
+# a conversion never writes into a directory that holds a checkpoint: refused before anything changes
+# (the tracker, the tokenizer files and the iterations stay as they were)
+snap() { (cd "$1" && find . -type f -exec md5sum {} + | sort); }
+snap "$d/tp1-ck" >"$d/snap0"
+err1 mt-ckpt-convert --from hf --in "$d/gpt2-h" --save "$d/tp1-ck" && grep -q 'already holds a checkpoint' "$d/e" &&
+    snap "$d/tp1-ck" | cmp -s - "$d/snap0" && t_pass "--from hf into a checkpoint directory: refused, nothing changed" ||
+    t_fail "--from hf into a checkpoint directory" "$(cat "$d/e")"
+err1 mt-ckpt-convert --load "$d/tp2-ck" --save "$d/tp1-ck" --target-tensor-parallel-size 1 && grep -q 'already holds a checkpoint' "$d/e" &&
+    snap "$d/tp1-ck" | cmp -s - "$d/snap0" && t_pass "resharding into a checkpoint directory: refused, nothing changed" ||
+    t_fail "resharding into a checkpoint directory" "$(cat "$d/e")"
+bad() {   # NAME DIR PATTERN: --from hf fails with one line matching PATTERN, nothing under --save (no
+          # tracker, no tokenizer files)
     rm -rf "$d/bad-ck"
-    if err1 mt-ckpt-convert --from hf --in "$2" --save "$d/bad-ck" && grep -Eq -- "$3" "$d/e" && [ ! -e "$d/bad-ck/latest_checkpointed_iteration.txt" ]; then
+    if err1 mt-ckpt-convert --from hf --in "$2" --save "$d/bad-ck" && grep -Eq -- "$3" "$d/e" && [ ! -e "$d/bad-ck/latest_checkpointed_iteration.txt" ] &&
+        [ ! -e "$d/bad-ck/vocab.json" ] && [ ! -e "$d/bad-ck/merges.txt" ]; then
         t_pass "$1"
     else t_fail "$1" "$(cat "$d/e")"; fi
 }
