@@ -33,7 +33,7 @@ static json_t *sched_json(const mt_sched *s)
                      (json_int_t)s->wd_incr_steps, "wd_incr_style", mt_wd_style_name(s->wd_style));
 }
 
-static json_t *meta_json(const mt_trainer *t, int with_optim)
+static json_t *meta_json(const mt_trainer *t, int with_optim, int shards)
 {
     json_t *meta = json_object();
     json_object_set_new(meta, "checkpoint_version", json_real(3.0));
@@ -46,7 +46,7 @@ static json_t *meta_json(const mt_trainer *t, int with_optim)
     if (with_optim) {
         json_t *o = json_pack("{s:s,s:I,s:f,s:f,s:f}", "type", "adamw", "step", (json_int_t)t->opt.step, "beta1",
                               t->opt.beta1, "beta2", t->opt.beta2, "eps", t->opt.eps);
-        if (t->a.use_distributed_optimizer) json_object_set_new(o, "distributed", mt_dist_ckpt_meta(t));
+        if (shards) json_object_set_new(o, "distributed", mt_dist_ckpt_meta(t));
         json_object_set_new(meta, "optimizer", o);
     }
     if (!t->a.no_save_rng)
@@ -57,19 +57,43 @@ static json_t *meta_json(const mt_trainer *t, int with_optim)
     return meta;
 }
 
-static int save_rank0(mt_trainer *t, FILE *log, mt_err *e);
+/* What a save writes: with_optim, the moments; shards, as the distributed optimizer's shard files of every
+ * data-parallel rank (else whole, in optim.safetensors); m, v, the whole moments on the device (the
+ * optimizer's own unless they were gathered from its shards). */
+typedef struct save_plan {
+    int with_optim, shards;
+    const float *m, *v;
+} save_plan;
+
+static int save_rank0(mt_trainer *t, FILE *log, const save_plan *sp, mt_err *e);
 
 /* The host copy of this rank's parameters and, with full, its moments: 1 or 3 flat buffers. */
-static float *host_state(mt_trainer *t, int full)
+static float *host_state(mt_trainer *t, int full, const save_plan *sp)
 {
     size_t np = mt_gpt_num_params(t->model);
     float *host = mt_xmalloc(np * sizeof(float) * (full ? 3 : 1));
     mtk_to_host(t->k, host, mt_gpt_params(t->model), np * sizeof(float));
     if (full) {
-        mtk_to_host(t->k, host + np, t->opt.exp_avg, np * sizeof(float));
-        mtk_to_host(t->k, host + 2 * np, t->opt.exp_avg_sq, np * sizeof(float));
+        mtk_to_host(t->k, host + np, sp->m, np * sizeof(float));
+        mtk_to_host(t->k, host + 2 * np, sp->v, np * sizeof(float));
     }
     return host;
+}
+
+/* With tensor parallelism the distributed optimizer's moments are all-gathered over the data-parallel
+ * group (as its parameters are after an update), so that each tensor rank's directory holds whole
+ * moments in optim.safetensors; *m, *v are device buffers the caller frees. */
+static int gather_moments(mt_trainer *t, float **m, float **v, mt_err *e)
+{
+    size_t np = mt_gpt_num_params(t->model), lo = t->opt.lo, n = t->opt.hi - t->opt.lo;
+    *m = mtk_alloc(t->k, np * sizeof(float), e);
+    *v = *m ? mtk_alloc(t->k, np * sizeof(float), e) : NULL;
+    if (!*v) return -1;
+    mtk_copy(t->k, *m + lo, t->opt.exp_avg, n * sizeof(float));
+    mtk_copy(t->k, *v + lo, t->opt.exp_avg_sq, n * sizeof(float));
+    if (mt_grad_all_gather(&t->gs, *m, e) || mt_grad_all_gather(&t->gs, *v, e))
+        return mt_err_prefix(e, "saving iteration %lld: the optimizer's shards", (long long)t->iteration);
+    return 0;
 }
 
 int mt_trainer_save(mt_trainer *t, FILE *log, mt_err *e)
@@ -77,21 +101,26 @@ int mt_trainer_save(mt_trainer *t, FILE *log, mt_err *e)
     /* the distributed optimizer's shards come from every data-parallel rank (dist_ckpt.h); otherwise the
      * ranks hold the same state and the first writes it; with tensor parallelism the first data-parallel
      * rank of every tensor rank hands its part to tensor rank 0, which writes every mp_rank_XX */
-    int shards = t->a.use_distributed_optimizer && !t->a.no_save_optim;
-    if (shards && t->tp_size > 1)
-        return mt_err_set(e, "%s: --use-distributed-optimizer with --tensor-model-parallel-size %d: saving its "
-                             "sharded state is not implemented yet (use --no-save-optim, or train without the "
-                             "distributed optimizer)", t->a.save, t->tp_size);
-    if (t->dp_rank == 0 && t->tp_rank > 0) {
-        size_t n = mt_gpt_num_params(t->model) * (t->a.no_save_optim ? 1 : 3);
-        float *host = host_state(t, !t->a.no_save_optim);
-        int rc = mt_send(t->tp, host, n, MT_C_F32, 0, e);
-        free(host);
-        if (!rc) t->last_saved = t->iteration;
-        return rc ? mt_err_prefix(e, "saving iteration %lld", (long long)t->iteration) : 0;
+    save_plan sp = {.with_optim = !t->a.no_save_optim, .m = t->opt.exp_avg, .v = t->opt.exp_avg_sq};
+    sp.shards = sp.with_optim && t->a.use_distributed_optimizer;
+    float *gm = NULL, *gv = NULL;
+    int rc = 0;
+    if (sp.shards && t->tp_size > 1) {
+        rc = gather_moments(t, &gm, &gv, e);
+        sp.shards = 0, sp.m = gm, sp.v = gv;
     }
-    int rc = t->dp_rank == 0 ? save_rank0(t, log, e) : shards ? mt_dist_ckpt_save_peer(t, e) : 0;
-    if (t->dp_rank == 0 && shards) rc = mt_dist_ckpt_save_done(t, rc, e);
+    if (rc) {
+    } else if (t->dp_rank == 0 && t->tp_rank > 0) {
+        size_t n = mt_gpt_num_params(t->model) * (sp.with_optim ? 3 : 1);
+        float *host = host_state(t, sp.with_optim, &sp);
+        rc = mt_send(t->tp, host, n, MT_C_F32, 0, e) ? mt_err_prefix(e, "saving iteration %lld", (long long)t->iteration) : 0;
+        free(host);
+    } else {
+        rc = t->dp_rank == 0 ? save_rank0(t, log, &sp, e) : sp.shards ? mt_dist_ckpt_save_peer(t, e) : 0;
+        if (t->dp_rank == 0 && sp.shards) rc = mt_dist_ckpt_save_done(t, rc, e);
+    }
+    if (gm) mtk_free(t->k, gm);
+    if (gv) mtk_free(t->k, gv);
     if (!rc) t->last_saved = t->iteration;
     return rc;
 }
@@ -134,10 +163,10 @@ static int rank_dir(mt_trainer *t, const mt_layout *l, const float *host, int fu
     return 0;
 }
 
-static int save_rank0(mt_trainer *t, FILE *log, mt_err *e)
+static int save_rank0(mt_trainer *t, FILE *log, const save_plan *sp, mt_err *e)
 {
     int tp = t->tp_size;
-    int with_optim = !t->a.no_save_optim, shards = with_optim && t->a.use_distributed_optimizer;
+    int with_optim = sp->with_optim, shards = sp->shards;
     int full_optim = with_optim && !shards;   /* optim.safetensors: the whole moments */
     /* every tensor rank's state: this rank's, the others' received from them, each in its layout */
     mt_layout *lay = mt_xcalloc((size_t)tp, sizeof *lay);
@@ -145,7 +174,7 @@ static int save_rank0(mt_trainer *t, FILE *log, mt_err *e)
     mt_ckpt_rank *ranks = mt_xcalloc((size_t)tp, sizeof *ranks);
     char (*dirs)[32] = mt_xcalloc((size_t)tp, sizeof *dirs);
     void **names = mt_xcalloc((size_t)tp, sizeof *names);
-    json_t *meta = meta_json(t, with_optim);
+    json_t *meta = meta_json(t, with_optim, shards);
     mt_model_arch arch = mt_gpt_layout(t->model)->arch;
     int rc = 0;
     for (int r = 0; r < tp && !rc; r++) {
@@ -153,7 +182,7 @@ static int save_rank0(mt_trainer *t, FILE *log, mt_err *e)
         rc = mt_layout_build(&arch, &part, &lay[r], e);
         if (rc) break;
         size_t n = lay[r].numel * (full_optim ? 3 : 1);
-        if (r == 0) host[r] = host_state(t, full_optim);
+        if (r == 0) host[r] = host_state(t, full_optim, sp);
         else {
             host[r] = mt_xmalloc(n * sizeof(float));
             rc = mt_recv(t->tp, host[r], n, MT_C_F32, r, e);

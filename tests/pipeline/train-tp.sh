@@ -121,6 +121,21 @@ PYEOF
     else t_fail "TP=2 resharded to TP=$to, resumed" "$(tail -3 "$d/r$to.err" "$d/rc" 2>/dev/null | head -c 400)"; fi
 done
 
+# DP=2 x TP=2 with the distributed optimizer: the moments of each tensor rank gathered from its shards into
+# its directory's optim.safetensors; stopped at 10 and resumed, the uninterrupted run's losses bit for bit
+s=$d/sd
+# shellcheck disable=SC2046
+mpi 4 mt-train $(args 2) --use-distributed-optimizer --metrics-file "$s.jsonl" --save "$s" --save-interval 10 \
+    --exit-interval 10 >"$s.log" 2>"$s.err" || t_fail "DP=2 TP=2 distributed optimizer --save" "$(tail -3 "$s.err")"
+if [ -s "$s/iter_0000010/mp_rank_00/optim.safetensors" ] && [ -s "$s/iter_0000010/mp_rank_01/optim.safetensors" ]; then
+    t_pass "DP=2 TP=2 distributed optimizer: each tensor rank's directory holds its whole moments"
+else t_fail "DP=2 TP=2 distributed optimizer checkpoint" "$(ls -R "$s" | head -c 300)"; fi
+# shellcheck disable=SC2046
+mpi 4 mt-train $(args 2) --use-distributed-optimizer --metrics-file "$s.jsonl" --load "$s" >>"$s.log" 2>>"$s.err" ||
+    t_fail "DP=2 TP=2 distributed optimizer resume" "$(tail -3 "$s.err")"
+t_same_losses "DP=2 TP=2 distributed optimizer stopped at 10 and resumed: the uninterrupted losses, bit for bit" \
+    "$d/m-2-2--use-distributed-optimizer.jsonl" "$s.jsonl" 1e-300
+
 # the launcher of one machine: mt-train -n 4 --tensor-model-parallel-size 2 (DP=2 TP=2)
 # shellcheck disable=SC2046
 if timeout -k 5 180 mt-train -n 4 $(args 2) --metrics-file "$d/n4.jsonl" >"$d/n4.log" 2>"$d/n4.err"; then
