@@ -16,8 +16,11 @@ int mt_launch_take_n(int *argc, char **argv, mt_err *e)
         if (!strcmp(argv[i], "--")) break;
         if (strcmp(argv[i], "-n")) continue;
         int64_t n;
-        if (i + 1 >= *argc || mt_parse_i64(argv[i + 1], &n) || n < 1 || n > 1 << 20)
+        if (i + 1 >= *argc || mt_parse_i64(argv[i + 1], &n) || n < 1)
             return mt_err_set(e, "-n: expected a number of ranks (1 or more), got '%s'", i + 1 < *argc ? argv[i + 1] : "");
+        if (n > MT_LAUNCH_MAX_RANKS)
+            return mt_err_set(e, "-n %lld: at most %d ranks on one machine (start larger jobs with srun or mpirun)",
+                              (long long)n, MT_LAUNCH_MAX_RANKS);
         if (getenv("PMIX_RANK") || getenv("OMPI_COMM_WORLD_SIZE") || getenv("SLURM_STEP_ID"))
             return mt_err_set(e, "-n %lld: this process was started by a launcher (srun or mpirun), which sets the "
                                  "number of ranks; drop -n", (long long)n);

@@ -11,6 +11,10 @@
 
 #include "util/err.h"
 
+/* The most ranks -n starts on one machine: a larger job is a launcher's (srun, mpirun) to start, and
+ * -n 100000 would otherwise spawn processes until the machine gives out. */
+#define MT_LAUNCH_MAX_RANKS 256
+
 /* Removes "-n N" from argv (before a bare "--") and returns N, 0 when absent, -1 with e set for a bad N
  * or -n under a launcher. */
 int mt_launch_take_n(int *argc, char **argv, mt_err *e);

@@ -208,7 +208,7 @@ wait
 t_sigterm_stop "SIGTERM to one rank" "$d/sig" "$d/s.rc" "$d/s.err"
 
 # flag errors: one line, exit non-zero
-for bad in "-n 0" "-n abc" "--ddp-bucket-size 0" "--device tpu"; do
+for bad in "-n 0" "-n abc" "-n 100000" "--ddp-bucket-size 0" "--device tpu"; do
     # shellcheck disable=SC2086
     if mt-train $bad $args --save "$d/flagerr" >"$d/fo" 2>"$d/fe"; then t_fail "mt-train $bad: error" "exit 0"
     elif [ "$(wc -l <"$d/fe")" = 1 ] && [ ! -e "$d/flagerr" ]; then t_pass "mt-train $bad: one-line error ($(cat "$d/fe"))"
