@@ -85,8 +85,8 @@ done
 
 # checkpoints of a TP=2 run: one directory per tensor rank (mp_rank_00, mp_rank_01) holding Megatron's
 # slices (tests/oracle/megatron_split.py, from the spec, against the one-rank reshard of the same
-# checkpoint); a run stopped at 10 and resumed gives the uninterrupted run's every loss and grad norm
-# bit for bit; resharded to TP=1 and TP=4 by mt-ckpt-convert it resumes there with the same losses
+# checkpoint); a run stopped at 10 and resumed, or killed in the middle of its next save and resumed, gives
+# the uninterrupted run's every loss and grad norm bit for bit; resharded to TP=1 and TP=4 by mt-ckpt-convert it resumes there with the same losses
 s=$d/s
 # shellcheck disable=SC2046
 mpi 2 mt-train $(args 2) --metrics-file "$s.jsonl" --save "$s" --save-interval 10 --exit-interval 10 >"$s.log" 2>"$s.err" ||
@@ -101,6 +101,25 @@ done
 if $py "$T_TOP/tests/oracle/megatron_split.py" check "$d/r1/iter_0000010" "$s/iter_0000010" 2 1 >"$d/orc" 2>&1
 then t_pass "TP=2 checkpoint: every rank's tensors and moments are Megatron's slices ($(tail -1 "$d/orc"))"
 else t_fail "TP=2 checkpoint: Megatron's slices" "$(tail -3 "$d/orc")"; fi
+# a job killed in the middle of its next save (rank 0 dies after writing mp_rank_00's model file, test hook
+# MT_CKPT_CRASH_AFTER): the tracker still names 10, and the run resumed from it gives the same losses
+k=$d/k
+cp -r "$s" "$k"
+# shellcheck disable=SC2046
+if MT_CKPT_CRASH_AFTER=1 mpi 2 mt-train $(args 2) --load "$k" --save "$k" --save-interval 10 >"$k.log" 2>"$k.err"; then
+    t_fail "TP=2 killed mid-save" "exit 0"
+elif [ "$(cat "$k/latest_checkpointed_iteration.txt")" = 10 ] && [ ! -e "$k/iter_0000020" ]; then
+    # shellcheck disable=SC2046
+    mpi 2 mt-train $(args 2) --load "$k" --metrics-file "$k.jsonl" >>"$k.log" 2>>"$k.err" || t_fail "TP=2 resume after the kill" "$(tail -3 "$k.err")"
+    if $py - "$d/m-1-2.jsonl" "$k.jsonl" >"$d/kc" 2>&1 <<'PYEOF'
+import json, sys
+load = lambda p: {r["iteration"]: (r["lm_loss"], r["grad_norm"]) for r in map(json.loads, open(p)) if r["type"] == "train"}
+a, b = load(sys.argv[1]), load(sys.argv[2])
+assert sorted(b) == list(range(11, 21)) and all(a[i] == b[i] for i in b), (sorted(b), [(a[i], b[i]) for i in b][:2])
+PYEOF
+    then t_pass "TP=2 killed mid-save: the tracker names the last complete checkpoint, the resumed run the same losses bit for bit"
+    else t_fail "TP=2 killed mid-save, resumed" "$(tail -2 "$d/kc")"; fi
+else t_fail "TP=2 killed mid-save" "tracker $(cat "$k/latest_checkpointed_iteration.txt"): $(ls "$k")"; fi
 # shellcheck disable=SC2046
 mpi 2 mt-train $(args 2) --metrics-file "$s.jsonl" --load "$s" --save "$s" --save-interval 10 >>"$s.log" 2>>"$s.err" ||
     t_fail "TP=2 resume" "$(tail -3 "$s.err")"
