@@ -1,5 +1,6 @@
 /* mt-generate: text continuation of prompts by a checkpoint written by mt-train, with a KV cache; greedy,
  * temperature, top-k, top-p and repetition penalty; streamed to stdout (man mt-generate.1). */
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -64,7 +65,8 @@ static const mt_cmd cmd = {
 };
 
 typedef struct prompt {
-    char *text;
+    char *text;   /* NUL-terminated for messages; it may hold NUL bytes of its own (JSON "\u0000") */
+    size_t len;   /* its bytes */
     mt_ids ids;   /* the prompt's tokens */
 } prompt;
 
@@ -129,8 +131,11 @@ static void print_json(const prompt *p, const seq *s)
 {
     mt_buf o = {0};
     mt_buf clean = {0};
+    /* valid JSON whatever the bytes: invalid UTF-8 becomes U+FFFD, a non-finite log-probability null */
     put(&o, "{\"prompt\": ");
-    mt_json_quote(&o, p->text, strlen(p->text));
+    mt_utf8_sanitize(p->text, p->len, &clean);
+    mt_json_quote(&o, clean.p ? clean.p : "", clean.n);
+    clean.n = 0;
     mt_utf8_sanitize(s->text.p ? s->text.p : "", s->text.n, &clean);
     put(&o, ", \"text\": ");
     mt_json_quote(&o, clean.p ? clean.p : "", clean.n);
@@ -147,7 +152,8 @@ static void print_json(const prompt *p, const seq *s)
     }
     put(&o, "], \"logprobs\": [");
     for (size_t i = 0; i < s->out.n; i++) {
-        snprintf(t, sizeof t, "%s%.9g", i ? ", " : "", s->logprob[i]);
+        if (isfinite(s->logprob[i])) snprintf(t, sizeof t, "%s%.9g", i ? ", " : "", s->logprob[i]);
+        else snprintf(t, sizeof t, "%snull", i ? ", " : "");
         put(&o, t);
     }
     put(&o, "], \"stop\": \"");
@@ -248,7 +254,7 @@ static size_t read_prompts(const mt_strs *pos, prompt **out)
     prompt *p = mt_xcalloc(cap, sizeof *p);
     if (pos->n) {
         p = mt_xrealloc(p, (size_t)pos->n * sizeof *p);
-        for (int i = 0; i < pos->n; i++) p[n++] = (prompt){mt_xstrdup(pos->v[i]), {0}};
+        for (int i = 0; i < pos->n; i++) p[n++] = (prompt){mt_xstrdup(pos->v[i]), strlen(pos->v[i]), {0}};
         *out = p;
         return n;
     }
@@ -276,7 +282,7 @@ static size_t read_prompts(const mt_strs *pos, prompt **out)
         char *t = mt_xmalloc(tl + 1);
         memcpy(t, text, tl);
         t[tl] = 0;
-        p[n++] = (prompt){t, {0}};
+        p[n++] = (prompt){t, tl, {0}};
     }
     if (rc < 0) mt_die_err(&e);
     mt_jsonl_free(&js);
@@ -310,7 +316,7 @@ int main(int argc, char **argv)
     mt_bpe_ctx *bc = mt_bpe_ctx_new(mc.tok.bpe);
     for (size_t i = 0; i < np; i++) {
         if (add_bos && mc.tok.eod >= 0) mt_ids_push(&p[i].ids, (uint32_t)mc.tok.eod);
-        mt_bpe_encode(bc, p[i].text, strlen(p[i].text), &p[i].ids);
+        mt_bpe_encode(bc, p[i].text, p[i].len, &p[i].ids);
         if (!p[i].ids.n) mt_die("prompt %zu is empty (give --add-bos to generate from <|endoftext|>)", i + 1);
     }
     mt_sampler sm;

@@ -72,6 +72,17 @@ printf '%s\n' "${prompts[@]}" | gen --greedy --max-new-tokens 20 >"$d/stdin.txt"
 t_cmp "prompts from stdin lines" "$d/want.txt" "$d/stdin.txt"
 printf '{"q": "%s"}\n' "${prompts[@]}" | gen --greedy --max-new-tokens 20 --json-keys q >"$d/jk.txt" 2>/dev/null
 t_cmp "prompts from JSON lines (--json-keys)" "$d/want.txt" "$d/jk.txt"
+# a prompt is all of its bytes: a NUL from JSON's \u0000 does not cut it; --json stays valid JSON for a
+# prompt of invalid UTF-8 (U+FFFD in "prompt", as the tokenizer reads it)
+printf '{"text": "a\\u0000bcdefgh"}\n' | gen --greedy --max-new-tokens 2 --json --json-keys text >"$d/nul.jsonl" 2>"$d/nul.err"
+printf 'caf\xe9 au lait\n' | gen --greedy --max-new-tokens 2 --json >"$d/bad8.jsonl" 2>"$d/bad8.err"
+if $PY -c 'import json, sys
+a = json.loads(open(sys.argv[1], encoding="utf-8", errors="strict").read())
+assert a["prompt"] == "a\x00bcdefgh" and len(a["prompt_ids"]) >= 3, a
+b = json.loads(open(sys.argv[2], encoding="utf-8", errors="strict").read())
+assert b["prompt"] == "caf\ufffd au lait", b["prompt"]' "$d/nul.jsonl" "$d/bad8.jsonl" 2>"$d/pj.err"
+then t_pass "a NUL inside a prompt keeps the rest; --json is valid JSON for a prompt of invalid UTF-8"
+else t_fail "NUL and invalid UTF-8 prompts" "$(tail -1 "$d/pj.err") $(cat "$d/nul.err" "$d/bad8.err" | head -c 200)"; fi
 
 # 3. seeded sampling repeats; another seed, or no top-k, differs
 s1=$(gen --seed 5 --top-k 40 --top-p 0.95 --temperature 1.2 --max-new-tokens 24 --json "${prompts[@]}" 2>/dev/null)
