@@ -1,10 +1,10 @@
 /* gpt.h: the GPT-2 model as Megatron builds it (spec 6.1), over the kernels/ operations.
  *
  * Pre-LayerNorm blocks, learned absolute positions, tanh GeLU, tied input/output embeddings, biases
- * everywhere, LayerNorm eps from the config, vocabulary padded (mt_gpt_padded_vocab). The model owns
- * one contiguous parameter buffer and one gradient buffer of the same layout on the backend's device
- * (the optimizer and, later, the data-parallel all-reduce work on them as flat arrays); activations are
- * in contexts (below).
+ * everywhere, LayerNorm eps from the config, vocabulary padded (mt_gpt_padded_vocab). The model (of one
+ * rank: the whole, or its tensor-parallel part, mt_gpt_create_tp) owns one contiguous parameter buffer
+ * and one gradient buffer of its layout (model/layout.h) on the backend's device (the optimizer and the
+ * data-parallel reduction work on them as flat arrays); activations are in contexts (below).
  *
  * Parameter names and shapes are Megatron's legacy (v2) state-dict names (spec 5.3), weights [out, in],
  * QKV rows in the per-head [np, 3, hn] order (checkpoint version 3.0):

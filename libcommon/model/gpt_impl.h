@@ -31,7 +31,8 @@ struct mt_gpt {
     size_t ctx_bytes;       /* activations and caches of the live contexts */
 };
 
-/* Activations of one micro-batch in flight (device unless noted). Layer l's slices are at l * nmax * width. */
+/* Activations of one micro-batch in flight (device unless noted). Layer l's slices are at l * nmax * width.
+ * Widths are this rank's: Cl = C / tp (its heads' share of the attention), F = ffn / tp, V = V_pad / tp. */
 struct mt_gpt_ctx {
     mt_gpt *m;
     int max_batch;
@@ -42,14 +43,14 @@ struct mt_gpt_ctx {
     void *ln;        /* [2L+1][N][C]: LayerNorm outputs, ln1 (2l), ln2 (2l+1), final (2L), every rank's rows */
     float *ln_mean;  /* [2L+1][nres] */
     float *ln_rstd;  /* [2L+1][nres] */
-    void *qkv;       /* [L][N][3C], per token [NH][3][HS] */
-    void *atty;      /* [L][N][C]: attention output before the dense projection */
-    float *lse;      /* [L][B][NH][T] */
+    void *qkv;       /* [L][N][3Cl], per token [heads][3][HS] (this rank's heads) */
+    void *atty;      /* [L][N][Cl]: attention output before the dense projection */
+    float *lse;      /* [L][B][heads][T] */
     void *fch;       /* [L][N][F]: fc output before GeLU (GeLU is recomputed in backward) */
     void *logits;    /* [N][V_pad / tp], overwritten in place by dlogits in backward */
     float *xent;     /* [3][N]: row max, sum of exponentials, target logit (vocabulary-parallel cross-entropy) */
     void *s_c1, *s_c2, *s_c3; /* scratch [N][C] */
-    void *s_qkv;              /* scratch [N][3C] */
+    void *s_qkv;              /* scratch [N][3Cl] */
     void *s_f1, *s_f2;        /* scratch [N][F] */
     int32_t *d_tok, *d_tgt;   /* [N] */
     float *d_losses, *d_dscale; /* [N] */
