@@ -16,6 +16,7 @@
 
 #include "io/atomic.h"
 #include "io/fsutil.h"
+#include "io/jsonfile.h"
 
 static char *iter_name(int64_t iteration)
 {
@@ -310,9 +311,9 @@ int mt_ckpt_lock_save_dir(const char *save_dir, mt_err *e)
 int mt_ckpt_latest(const char *load_dir, int64_t *iteration, mt_err *e)
 {
     char *path = mt_path_join(load_dir, MT_CKPT_TRACKER);
-    FILE *f = fopen(path, "rb");
+    FILE *f = mt_fopen_regular(path, e);
     if (!f) {
-        int rc = errno == ENOENT ? 1 : mt_err_sys(e, "%s", path);
+        int rc = errno == ENOENT ? 1 : -1;
         free(path);
         return rc;
     }
@@ -442,12 +443,8 @@ mt_ckpt_reader *mt_ckpt_open_rank(const char *load_dir, int64_t iteration, const
         mt_err_set(e, "%s: no such file (%s)", meta, why);
         goto out;
     }
-    json_error_t je;
-    r->meta = json_load_file(meta, JSON_REJECT_DUPLICATES, &je);
-    if (!r->meta) {
-        mt_err_set(e, "%s: line %d: %s", meta, je.line, je.text);
-        goto out;
-    }
+    r->meta = mt_json_load_regular(meta, JSON_REJECT_DUPLICATES, e);
+    if (!r->meta) goto out;
     if (!json_is_object(r->meta)) {
         mt_err_set(e, "%s: not a JSON object", meta);
         goto out;

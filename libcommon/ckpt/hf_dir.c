@@ -9,6 +9,7 @@
 #include <sys/stat.h>
 
 #include "io/fsutil.h"
+#include "io/jsonfile.h"
 
 
 static bool exists(const char *dir, const char *name)
@@ -34,12 +35,8 @@ static int cmp_str(const void *a, const void *b) { return strcmp(*(char *const *
 /* The shard file names of model.safetensors.index.json, sorted and unique; *n set. */
 static char **index_files(const char *path, int *n, mt_err *e)
 {
-    json_error_t je;
-    json_t *o = json_load_file(path, JSON_REJECT_DUPLICATES, &je);
-    if (!o) {
-        mt_err_set(e, "%s: line %d, column %d: %s", path, je.line, je.column, je.text);
-        return NULL;
-    }
+    json_t *o = mt_json_load_regular(path, JSON_REJECT_DUPLICATES, e);
+    if (!o) return NULL;
     json_t *wm = json_object_get(o, "weight_map");
     char **names = NULL;
     int k = 0;

@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "io/atomic.h"
+#include "io/jsonfile.h"
 #include "util/err.h"
 
 /* ---- config.json ---- */
@@ -53,12 +54,8 @@ static int cfg_bool_is(const char *path, json_t *o, const char *key, int dflt, i
 int mt_hf_config_read(const char *path, mt_hf_config *c, mt_err *e)
 {
     memset(c, 0, sizeof *c);
-    json_error_t je;
-    json_t *o = json_load_file(path, JSON_REJECT_DUPLICATES, &je);
-    if (!o) {
-        if (je.line < 0 && je.position == 0) return mt_err_set(e, "%s: %s", path, je.text);
-        return mt_err_set(e, "%s: line %d, column %d: %s", path, je.line, je.column, je.text);
-    }
+    json_t *o = mt_json_load_regular(path, JSON_REJECT_DUPLICATES, e);
+    if (!o) return -1;
     int rc = -1;
     if (!json_is_object(o)) {
         mt_err_set(e, "%s: not a JSON object", path);

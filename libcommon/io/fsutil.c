@@ -2,11 +2,13 @@
 #include "io/fsutil.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <ftw.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "io/atomic.h"
 
@@ -77,4 +79,41 @@ int mt_rm_rf(const char *path)
     struct stat st;
     if (lstat(path, &st) && errno == ENOENT) return 0;
     return nftw(path, rm_one, 16, FTW_DEPTH | FTW_PHYS);
+}
+
+int mt_open_regular(const char *path, mt_err *e)
+{
+    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+    if (fd < 0) {
+        int saved = errno;   /* callers tell ENOENT apart */
+        mt_err_sys(e, "%s", path);
+        errno = saved;
+        return -1;
+    }
+    struct stat st;
+    if (fstat(fd, &st)) {
+        mt_err_sys(e, "%s", path);
+        close(fd);
+        return -1;
+    }
+    if (!S_ISREG(st.st_mode)) {
+        close(fd);
+        errno = EINVAL;
+        return mt_err_set(e, "%s: not a regular file", path);
+    }
+    int fl = fcntl(fd, F_GETFL);
+    if (fl >= 0) fcntl(fd, F_SETFL, fl & ~O_NONBLOCK);
+    return fd;
+}
+
+FILE *mt_fopen_regular(const char *path, mt_err *e)
+{
+    int fd = mt_open_regular(path, e);
+    if (fd < 0) return NULL;
+    FILE *f = fdopen(fd, "rb");
+    if (!f) {
+        mt_err_sys(e, "%s", path);
+        close(fd);
+    }
+    return f;
 }

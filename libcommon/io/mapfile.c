@@ -1,6 +1,8 @@
 /* mapfile.c: mmap a whole file read-only (see mapfile.h). */
 #include "io/mapfile.h"
 
+#include "io/fsutil.h"
+
 #include <fcntl.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
@@ -10,17 +12,13 @@ int mt_map_open(mt_map *m, const char *path, mt_err *e)
 {
     m->data = NULL;
     m->size = 0;
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0) return mt_err_sys(e, "%s", path);
+    int fd = mt_open_regular(path, e);   /* a FIFO is refused, not waited on */
+    if (fd < 0) return -1;
     struct stat st;
     if (fstat(fd, &st)) {
         mt_err_sys(e, "%s", path);
         close(fd);
         return -1;
-    }
-    if (!S_ISREG(st.st_mode)) {
-        close(fd);
-        return mt_err_set(e, "%s: not a regular file", path);
     }
     if (st.st_size > 0) {
         void *p = mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_SHARED, fd, 0);

@@ -6,6 +6,8 @@
 #include <stdlib.h>
 #include <sys/stat.h>
 
+#include "io/fsutil.h"
+#include "io/jsonfile.h"
 #include "tok/bpe_impl.h"
 #include "tok/unicode.h"
 
@@ -62,11 +64,8 @@ static int check_file(const char *path, mt_err *e)
 static int load_vocab(mt_bpe *b, const char *path, const uint16_t inv[0x144], json_t **rootp, mt_err *e)
 {
     if (check_file(path, e)) return -1;
-    json_error_t je;
-    errno = 0;
-    json_t *root = json_load_file(path, JSON_REJECT_DUPLICATES | JSON_ALLOW_NUL, &je);
-    if (!root && je.line < 0) return errno ? mt_err_sys(e, "%s", path) : mt_err_set(e, "%s: %s", path, je.text);
-    if (!root) return mt_err_set(e, "%s: line %d column %d: %s", path, je.line, je.column, je.text);
+    json_t *root = mt_json_load_regular(path, JSON_REJECT_DUPLICATES | JSON_ALLOW_NUL, e);
+    if (!root) return -1;
     *rootp = root;
     if (!json_is_object(root)) return mt_err_set(e, "%s: not a JSON object of token -> id", path);
 
@@ -145,8 +144,8 @@ static int64_t vocab_id(json_t *root, const char *s, size_t n)
 static int load_merges(mt_bpe *b, const char *path, json_t *root, const uint16_t inv[0x144], mt_err *e)
 {
     if (check_file(path, e)) return -1;
-    FILE *f = fopen(path, "rb");
-    if (!f) return mt_err_sys(e, "%s", path);
+    FILE *f = mt_fopen_regular(path, e);   /* a FIFO is refused, not waited on */
+    if (!f) return -1;
     /* collect the lines, then size the pair table */
     typedef struct {
         uint32_t l, r, res;
