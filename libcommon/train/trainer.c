@@ -82,11 +82,9 @@ int mt_trainer_open_par(mt_trainer *t, const mt_train_args *a, const mt_parallel
 {
     memset(t, 0, sizeof *t);
     t->a = *a;
-    if (!par) {
-        mt_comm *one = mt_comm_single();
-        int rc = mt_parallel_init_comm(&t->own, one, 1, 1, e);
-        t->own.own_world = 1;
-        if (rc) return -1;
+    if (!par) {   /* one rank: a context of its own */
+        const mt_boot alone = {.rank = 0, .size = 1};
+        if (mt_parallel_init(&t->own, &alone, 1, 1, e)) return -1;
         par = &t->own;
     }
     t->dp = par->dp;
@@ -248,29 +246,18 @@ int mt_trainer_step(mt_trainer *t, mt_step_result *r, mt_err *e)
     /* gradients unscaled by 1 / loss scale; no update when the norm is NaN/inf: with a loss scaler that is
      * an overflow and the step is skipped, as Megatron's */
     bool has_scaler = t->a.fp16 || t->a.loss_scale > 0;
-    if (dist) {
-        /* the norm over the shards' reduced gradients, the update of this rank's shard, then every
-         * rank's updated parameters to every rank */
-        double ss = t->tp_size > 1 ? mt_gpt_grad_sumsq(t->model, t->opt.lo, t->opt.hi)
-                                   : mtk_sumsq(t->k, grads + t->opt.lo, t->opt.hi - t->opt.lo);
-        if (mt_all_reduce(t->dp, &ss, 1, MT_C_F64, e) || mt_all_reduce(t->tp, &ss, 1, MT_C_F64, e))
-            return mt_err_prefix(e, "grad norm");
-        r->grad_norm = mt_adamw_update(&t->opt, t->sched.lr, t->sched.wd, sqrt(ss) * (1.0 / ls), 1.0 / ls);
-        if (!has_scaler && check_finite(t, "the grad norm", r->grad_norm, e)) return -1;
-        if (isfinite(r->grad_norm)) {
-            if (mt_grad_all_gather(&t->gs, mt_gpt_params(t->model), e))
-                return mt_err_prefix(e, "iteration %lld: parameter all-gather", (long long)t->iteration + 1);
-            mt_gpt_params_changed(t->model);
-        }
-    } else if (t->tp_size > 1) {
-        /* the norm over the model-parallel group, each replicated tensor counted once */
-        double ss = mt_gpt_grad_sumsq(t->model, 0, mt_gpt_num_params(t->model));
-        if (mt_all_reduce(t->tp, &ss, 1, MT_C_F64, e)) return mt_err_prefix(e, "grad norm");
-        r->grad_norm = mt_adamw_update(&t->opt, t->sched.lr, t->sched.wd, sqrt(ss) * (1.0 / ls), 1.0 / ls);
-        if (!has_scaler && check_finite(t, "the grad norm", r->grad_norm, e)) return -1;
-    } else {
-        r->grad_norm = mt_adamw_step_unscale(&t->opt, t->sched.lr, t->sched.wd, 1.0 / ls);
-        if (!has_scaler && check_finite(t, "the grad norm", r->grad_norm, e)) return -1;
+    /* the norm: the squares of this rank's (shard of the) gradients, each replicated tensor counted on one
+     * tensor rank, summed over the shards (distributed optimizer) and the tensor ranks; then the update of
+     * this rank's parameters (its shard: every rank's updated parameters then go to every rank) */
+    double ss = mt_gpt_grad_sumsq(t->model, t->opt.lo, t->opt.hi);
+    if ((dist && mt_all_reduce(t->dp, &ss, 1, MT_C_F64, e)) || (t->tp_size > 1 && mt_all_reduce(t->tp, &ss, 1, MT_C_F64, e)))
+        return mt_err_prefix(e, "grad norm");
+    r->grad_norm = mt_adamw_update(&t->opt, t->sched.lr, t->sched.wd, sqrt(ss) * (1.0 / ls), 1.0 / ls);
+    if (!has_scaler && check_finite(t, "the grad norm", r->grad_norm, e)) return -1;
+    if (dist && isfinite(r->grad_norm)) {
+        if (mt_grad_all_gather(&t->gs, mt_gpt_params(t->model), e))
+            return mt_err_prefix(e, "iteration %lld: parameter all-gather", (long long)t->iteration + 1);
+        mt_gpt_params_changed(t->model);
     }
     r->skipped = !isfinite(r->grad_norm);
     mt_loss_scaler_update(&t->scaler, r->skipped);
