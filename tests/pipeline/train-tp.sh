@@ -170,4 +170,11 @@ grep -q -- '--tensor-model-parallel-size (3) must divide --num-attention-heads (
 t_fails "3 ranks are not a multiple of TP=2" mpi 3 mt-train $(args 2)
 grep -q -- 'tensor-model-parallel-size' "$T_TMP/err" && t_pass "3 ranks, TP=2: the message names the flag" ||
     t_fail "3 ranks, TP=2 message" "$(tail -2 "$T_TMP/err")"
+# --sequence-parallel needs the sequence to split over the tensor ranks: a one-line error naming both flags
+# shellcheck disable=SC2046
+if mt-train $(args 2) --sequence-parallel --seq-length 31 --save "$d/sp31" >"$d/sp31.out" 2>"$d/sp31.err"; then
+    t_fail "--sequence-parallel with TP=2 and --seq-length 31" "exit 0"
+elif [ "$(wc -l <"$d/sp31.err")" = 1 ] && grep -q -- '--sequence-parallel: --tensor-model-parallel-size (2) must divide --seq-length (31)' "$d/sp31.err" &&
+    [ ! -e "$d/sp31" ]; then t_pass "--sequence-parallel with a sequence TP does not divide: one-line error, nothing written"
+else t_fail "--sequence-parallel with TP=2 and --seq-length 31" "$(head -c 300 "$d/sp31.err")"; fi
 t_cleanup
