@@ -36,13 +36,15 @@ mt_model_arch mt_gpt_arch(const mt_gpt_config *c)
     return a;
 }
 
-/* The table of this rank's part: the layout of its tensor rank (one pipeline stage), with the index of
- * every (layer, kind) for the forward and backward passes. */
+/* The table of this rank's part: the layout of its tensor rank and pipeline stage, with the index of
+ * every (global layer, kind) for the forward and backward passes. */
 static int build_table(mt_gpt *m, mt_err *e)
 {
     mt_model_arch a = mt_gpt_arch(&m->c);
-    mt_layout_part part = {m->tp_rank, m->tp_size, 0, 1};
+    mt_layout_part part = {m->tp_rank, m->tp_size, m->pp_stage, m->pp_size};
     if (mt_layout_build(&a, &part, &m->layout, e)) return -1;
+    m->l0 = m->layout.first_layer;
+    m->nl = m->layout.num_layers;
     int L = m->c.num_layers;
     m->tix = mt_xmalloc((size_t)(L + 1) * MT_T_KINDS * sizeof *m->tix);
     for (size_t i = 0; i < (size_t)(L + 1) * MT_T_KINDS; i++) m->tix[i] = -1;
@@ -60,6 +62,8 @@ static int build_table(mt_gpt *m, mt_err *e)
         t->no_decay = l->no_decay;
     }
     m->nparams = m->layout.numel;
+    m->head = m->last ? mt_gpt_t(m, -1, MT_T_OUTPUT) : -1;
+    if (m->last && m->head < 0) m->head = mt_gpt_t(m, -1, MT_T_WORD_EMB);
     return 0;
 }
 
@@ -74,6 +78,12 @@ mt_gpt *mt_gpt_create(mtk *k, const mt_gpt_config *config, int mode, mt_err *e)
 
 mt_gpt *mt_gpt_create_tp(mtk *k, const mt_gpt_config *config, mt_comm *tp, int mode, mt_err *e)
 {
+    return mt_gpt_create_stage(k, config, tp, 0, 1, mode, e);
+}
+
+mt_gpt *mt_gpt_create_stage(mtk *k, const mt_gpt_config *config, mt_comm *tp, int stage, int stages, int mode,
+                            mt_err *e)
+{
     if (mt_gpt_config_check(config, e)) return NULL;
     mt_gpt *m = mt_xcalloc(1, sizeof *m);
     m->k = k;
@@ -87,6 +97,8 @@ mt_gpt *mt_gpt_create_tp(mtk *k, const mt_gpt_config *config, mt_comm *tp, int m
     m->vocab = config->padded_vocab_size / m->tp_size;
     m->v0 = m->tp_rank * m->vocab;
     m->sp = m->tp && config->sequence_parallel;
+    m->pp_stage = stage, m->pp_size = stages;
+    m->first = stage == 0, m->last = stage == stages - 1;
     m->tp_counts = mt_xcalloc((size_t)m->tp_size, sizeof *m->tp_counts);
     if (build_table(m, e)) {
         mt_gpt_free(m);
@@ -156,12 +168,14 @@ float *mt_gpt_params(mt_gpt *m) { return m->params; }
 float *mt_gpt_grads(mt_gpt *m) { return m->grads; }
 
 /* Whether the backward's products assign tensor t's gradient on a step's first micro-batch: the matrices
- * and their biases, and the word embeddings through the output layer. The rest (LayerNorms, position
- * embeddings) are zeroed by mt_gpt_zero_grad; the products then neither need a zeroed buffer nor read it. */
+ * and their biases, and the output layer's weight (the word embeddings when they are it). The rest
+ * (LayerNorms, position embeddings, word embeddings the output layer does not use) are zeroed by
+ * mt_gpt_zero_grad; the products then neither need a zeroed buffer nor read it. */
 static int product_grad(const mt_gpt *m, int t)
 {
+    if (t == m->head) return 1;
     switch (m->layout.t[t].kind) {
-    case MT_T_WORD_EMB: case MT_T_QKV_W: case MT_T_QKV_B: case MT_T_PROJ_W: case MT_T_PROJ_B:
+    case MT_T_QKV_W: case MT_T_QKV_B: case MT_T_PROJ_W: case MT_T_PROJ_B:
     case MT_T_FC1_W: case MT_T_FC1_B: case MT_T_FC2_W: case MT_T_FC2_B: return 1;
     default: return 0;
     }
@@ -221,7 +235,7 @@ mt_gpt_ctx *mt_gpt_ctx_new(mt_gpt *m, int max_batch, mt_err *e)
     }
     int failed = 0;
     /* per rank: the hidden size C is whole, heads (Cl = C / tp of the attention), ffn and vocabulary shared out */
-    size_t L = (size_t)config->num_layers, C = (size_t)config->hidden_size, F = (size_t)m->ffn;
+    size_t L = (size_t)m->nl, C = (size_t)config->hidden_size, F = (size_t)m->ffn;
     size_t Cl = C / (size_t)m->tp_size, N = x->nmax, V = (size_t)m->vocab, fl = sizeof(float), a = m->asz;
     x->nres = m->sp ? N / (size_t)m->tp_size : N;
     x->res = ctx_alloc(x, (2 * L + 1) * x->nres * C * a, &failed, e);
@@ -232,8 +246,8 @@ mt_gpt_ctx *mt_gpt_ctx_new(mt_gpt *m, int max_batch, mt_err *e)
     x->atty = ctx_alloc(x, L * N * Cl * a, &failed, e);
     x->lse = ctx_alloc(x, L * N * (size_t)m->heads * fl, &failed, e);
     x->fch = ctx_alloc(x, L * N * F * a, &failed, e);
-    x->logits = ctx_alloc(x, N * V * a, &failed, e);
-    x->xent = ctx_alloc(x, 3 * N * fl, &failed, e);
+    x->logits = ctx_alloc(x, (m->last ? N * V : 1) * a, &failed, e);
+    x->xent = ctx_alloc(x, (m->last ? 3 * N : 1) * fl, &failed, e);
     x->s_c1 = ctx_alloc(x, N * C * a, &failed, e);
     x->s_c2 = ctx_alloc(x, N * C * a, &failed, e);
     x->s_c3 = ctx_alloc(x, N * C * a, &failed, e);
@@ -338,7 +352,7 @@ int mt_gpt_forward(mt_gpt_ctx *x, const int32_t *tokens, const int32_t *targets,
     /* per rank: Cl = the attention's share of the hidden size, F the ffn's; Nl the tokens of the regions
      * between the products (all N unless sequence-parallel), from token n0 on */
     int N = B * T, C = c->hidden_size, Cl = C / m->tp_size, F = m->ffn, V = c->padded_vocab_size;
-    int L = c->num_layers;
+    int L = m->nl;
     if (m->sp && N % m->tp_size)
         return mt_err_set(e, "GPT forward: %d tokens do not split over %d sequence-parallel ranks", N, m->tp_size);
     int Nl = mt_tp_tokens(m, N);
@@ -354,14 +368,17 @@ int mt_gpt_forward(mt_gpt_ctx *x, const int32_t *tokens, const int32_t *targets,
 
     mtk_to_device(k, x->d_tok, tokens, (size_t)N * sizeof(int32_t));
     mtk_to_device(k, x->d_tgt, targets, (size_t)N * sizeof(int32_t));
-    if (mt_tp_embed_fwd(m, x->res, x->s_c1, x->d_tok, B, T, e)) return mt_err_prefix(e, "GPT forward");
-    if ((drop = site_dropout(x, &dd, 0, SITE_EMBED, h0))) mtk_dropout_fwd(k, x->res, x->res, (size_t)Nl * C, drop);
+    if (m->first) {   /* later stages find their input in res[0] (mt_gpt_stage_input) */
+        if (mt_tp_embed_fwd(m, x->res, x->s_c1, x->d_tok, B, T, e)) return mt_err_prefix(e, "GPT forward");
+        if ((drop = site_dropout(x, &dd, 0, SITE_EMBED, h0))) mtk_dropout_fwd(k, x->res, x->res, (size_t)Nl * C, drop);
+    }
 
-    for (int l = 0; l < L; l++) {
+    for (int li = 0; li < L; li++) {
+        int l = m->l0 + li;   /* the global layer: its tensors and dropout sites */
 #define P(kind) mt_gpt_p(m, mt_gpt_t(m, l, kind))
 #define W(kind) mt_gpt_w(m, mt_gpt_t(m, l, kind))
         layer_acts a;
-        layer_views(x, l, &a);
+        layer_views(x, li, &a);
         void *res_in = a.res_in, *res_mid = a.res_mid, *res_out = a.res_out, *ln1 = a.ln1, *ln2 = a.ln2;
         float *mean1 = a.mean1, *rstd1 = a.rstd1, *mean2 = a.mean2, *rstd2 = a.rstd2, *lse = a.lse;
         void *qkv = a.qkv, *atty = a.atty, *fch = a.fch, *out = mt_tp_local(m, x->s_c1, N, C);
@@ -388,6 +405,15 @@ int mt_gpt_forward(mt_gpt_ctx *x, const int32_t *tokens, const int32_t *targets,
 #undef W
     }
 
+    x->B = B;
+    x->T = T;
+    if (!m->last) {   /* the output res[2L] goes to the next stage; the loss is the last stage's */
+        if (mtk_sync(k, e)) return mt_err_prefix(e, "GPT forward");
+        for (int i = 0; i < N; i++) x->h_dscale[i] = 1.0f;
+        x->mask_sum = 0;
+        x->have_forward = 1;
+        return 0;
+    }
     void *lnf = AT(x->ln, (size_t)(2 * L) * nC);
     mtk_layernorm_fwd(k, mt_tp_local(m, lnf, N, C), x->ln_mean + (size_t)(2 * L) * x->nres,
                       x->ln_rstd + (size_t)(2 * L) * x->nres, AT(x->res, (size_t)(2 * L) * rC),
@@ -395,7 +421,7 @@ int mt_gpt_forward(mt_gpt_ctx *x, const int32_t *tokens, const int32_t *targets,
                       Nl, C, c->layernorm_epsilon);
     if (mt_tp_gather(m, lnf, N, C, e)) return mt_err_prefix(e, "GPT forward, final norm");
     /* the logits of this rank's vocabulary rows (never gathered) and the vocabulary-parallel loss */
-    mtk_matmul_fwd(k, x->logits, lnf, mt_gpt_w(m, mt_gpt_t(m, -1, MT_T_WORD_EMB)), NULL, N, C, m->vocab);
+    mtk_matmul_fwd(k, x->logits, lnf, mt_gpt_w(m, m->head), NULL, N, C, m->vocab);
     if (mt_tp_xent_fwd(x, N, e)) return mt_err_prefix(e, "GPT forward, cross-entropy");
     mtk_to_host(k, x->h_losses, x->d_losses, (size_t)N * sizeof(float));
     if (mtk_sync(k, e)) return mt_err_prefix(e, "GPT forward");
@@ -444,18 +470,14 @@ int mt_gpt_backward(mt_gpt_ctx *x, double scale, mt_err *e)
     if (!x->have_forward) return mt_err_set(e, "GPT backward: no forward pass to go back through");
     x->have_forward = 0;   /* the logits become dlogits below */
     const mt_gpt_config *c = &m->c;
-    int B = x->B, T = x->T, N = B * T, C = c->hidden_size, Cl = C / m->tp_size, F = m->ffn, L = c->num_layers;
+    int B = x->B, T = x->T, N = B * T, C = c->hidden_size, Cl = C / m->tp_size, F = m->ffn, L = m->nl;
     int Nl = mt_tp_tokens(m, N);
     uint64_t h0 = (uint64_t)mt_tp_first(m, N) * (uint64_t)C;
     size_t nC = x->nmax * (size_t)C, rC = x->nres * (size_t)C;
     mtk *k = m->k;
     mtk_dropout dd;
     const mtk_dropout *drop;
-    int wte = mt_gpt_t(m, -1, MT_T_WORD_EMB), lnf_w = mt_gpt_t(m, -1, MT_T_FINAL_NORM_W),
-        lnf_b = mt_gpt_t(m, -1, MT_T_FINAL_NORM_B);
-
-    for (int i = 0; i < N; i++) x->h_dscale[i] = (float)(x->h_dscale[i] * scale);
-    mtk_to_device(k, x->d_dscale, x->h_dscale, (size_t)N * sizeof(float));
+    int lnf_w = mt_gpt_t(m, -1, MT_T_FINAL_NORM_W), lnf_b = mt_gpt_t(m, -1, MT_T_FINAL_NORM_B);
 
     /* Logits and the final LayerNorm; dres (this rank's rows) is the residual stream's gradient from here
      * down. The input gradients of column-parallel products (the logits, QKV, the MLP's first layer) are
@@ -463,23 +485,28 @@ int mt_gpt_backward(mt_gpt_ctx *x, double scale, mt_err *e)
      * the output gradients of row-parallel ones are all rows (dout, gathered from dtmp's). */
     void *dres = x->s_c1, *dtmp = x->s_c2, *dln = x->s_c3;
     void *dtmp_l = mt_tp_local(m, dtmp, N, C), *dln_l = mt_tp_local(m, dln, N, C);
-    void *lnf = AT(x->ln, (size_t)(2 * L) * nC);
-    if (mt_tp_xent_bwd(x, N, e)) return mt_err_prefix(e, "GPT backward, cross-entropy");
     mtk_grad_mode gm = m->grads_assign ? MTK_GRAD_ASSIGN : MTK_GRAD_ACCUMULATE;
     m->grads_assign = 0;
-    mtk_matmul_bwd(k, dln, mt_gpt_g(m, wte), NULL, x->logits, lnf, mt_gpt_w(m, wte), N, C, m->vocab, gm);
-    if (mt_tp_input_grad(m, dln, N, C, e)) return mt_err_prefix(e, "GPT backward, logits");
-    mtk_zero(k, dres, (size_t)Nl * C * m->asz);
-    mtk_layernorm_bwd(k, dres, mt_gpt_g(m, lnf_w), mt_gpt_g(m, lnf_b), dln_l, AT(x->res, (size_t)(2 * L) * rC),
-                      mt_gpt_p(m, lnf_w), x->ln_mean + (size_t)(2 * L) * x->nres, x->ln_rstd + (size_t)(2 * L) * x->nres,
-                      Nl, C);
+    if (m->last) {
+        for (int i = 0; i < N; i++) x->h_dscale[i] = (float)(x->h_dscale[i] * scale);
+        mtk_to_device(k, x->d_dscale, x->h_dscale, (size_t)N * sizeof(float));
+        void *lnf = AT(x->ln, (size_t)(2 * L) * nC);
+        if (mt_tp_xent_bwd(x, N, e)) return mt_err_prefix(e, "GPT backward, cross-entropy");
+        mtk_matmul_bwd(k, dln, mt_gpt_g(m, m->head), NULL, x->logits, lnf, mt_gpt_w(m, m->head), N, C, m->vocab, gm);
+        if (mt_tp_input_grad(m, dln, N, C, e)) return mt_err_prefix(e, "GPT backward, logits");
+        mtk_zero(k, dres, (size_t)Nl * C * m->asz);
+        mtk_layernorm_bwd(k, dres, mt_gpt_g(m, lnf_w), mt_gpt_g(m, lnf_b), dln_l, AT(x->res, (size_t)(2 * L) * rC),
+                          mt_gpt_p(m, lnf_w), x->ln_mean + (size_t)(2 * L) * x->nres,
+                          x->ln_rstd + (size_t)(2 * L) * x->nres, Nl, C);
+    }   /* else dres holds the gradient of the output, from the next stage (mt_gpt_stage_grad) */
 
-    for (int l = L - 1; l >= 0; l--) {
+    for (int li = L - 1; li >= 0; li--) {
+        int l = m->l0 + li;
 #define P(kind) mt_gpt_p(m, mt_gpt_t(m, l, kind))
 #define W(kind) mt_gpt_w(m, mt_gpt_t(m, l, kind))
 #define G(kind) mt_gpt_g(m, mt_gpt_t(m, l, kind))
         layer_acts a;
-        layer_views(x, l, &a);
+        layer_views(x, li, &a);
         void *res_in = a.res_in, *res_mid = a.res_mid, *ln1 = a.ln1, *ln2 = a.ln2;
         float *mean1 = a.mean1, *rstd1 = a.rstd1, *mean2 = a.mean2, *rstd2 = a.rstd2, *lse = a.lse;
         void *qkv = a.qkv, *atty = a.atty, *fch = a.fch;
@@ -516,10 +543,19 @@ int mt_gpt_backward(mt_gpt_ctx *x, double scale, mt_err *e)
 #undef G
     }
 
-    if ((drop = site_dropout(x, &dd, 0, SITE_EMBED, h0))) mtk_dropout_bwd(k, dres, dres, (size_t)Nl * C, drop);
-    if (mt_tp_embed_bwd(m, dres, dtmp, x->d_tok, B, T, e)) return mt_err_prefix(e, "GPT backward, embedding");
+    if (m->first) {   /* else dres is the gradient of the input, for the previous stage */
+        if ((drop = site_dropout(x, &dd, 0, SITE_EMBED, h0))) mtk_dropout_bwd(k, dres, dres, (size_t)Nl * C, drop);
+        if (mt_tp_embed_bwd(m, dres, dtmp, x->d_tok, B, T, e)) return mt_err_prefix(e, "GPT backward, embedding");
+    }
     if (mtk_status(k, e)) return mt_err_prefix(e, "GPT backward");
     return 0;
+}
+
+/* The last stage's copy of tied word embeddings (Megatron flags it shared: the norm counts the first
+ * stage's). */
+static int mt_gpt_is_shared(const mt_gpt *m, int t)
+{
+    return m->layout.t[t].kind == MT_T_OUTPUT && m->layout.arch.tied_embeddings;
 }
 
 double mt_gpt_grad_sumsq(mt_gpt *m, size_t lo, size_t hi)
@@ -528,7 +564,7 @@ double mt_gpt_grad_sumsq(mt_gpt *m, size_t lo, size_t hi)
     size_t run0 = 0, run1 = 0;   /* adjacent counted tensors, clipped to [lo, hi): floats [run0, run1) */
     for (int t = 0; t <= m->ntensors; t++) {
         const mt_gpt_tensor *x = t < m->ntensors ? &m->tensors[t] : NULL;
-        int counted = x && (m->tp_rank == 0 || m->layout.t[t].partition_dim >= 0);
+        int counted = x && (m->tp_rank == 0 || m->layout.t[t].partition_dim >= 0) && !mt_gpt_is_shared(m, t);
         size_t a = x ? (x->offset > lo ? x->offset : lo) : 0, b = x ? (x->offset + x->numel < hi ? x->offset + x->numel : hi) : 0;
         if (counted && a < b && a == run1 && run1 > run0) {
             run1 = b;
@@ -539,4 +575,34 @@ double mt_gpt_grad_sumsq(mt_gpt *m, size_t lo, size_t hi)
         if (counted && a < b) run0 = a, run1 = b;
     }
     return ss;
+}
+
+/* ---- pipeline stages ---- */
+
+size_t mt_gpt_stage_numel(const mt_gpt *m, int B, int T)
+{
+    return (size_t)mt_tp_tokens(m, B * T) * (size_t)m->c.hidden_size;
+}
+
+void *mt_gpt_stage_input(mt_gpt_ctx *x) { return x->res; }
+void *mt_gpt_stage_output(mt_gpt_ctx *x)
+{
+    const mt_gpt *m = x->m;
+    return AT(x->res, (size_t)(2 * m->nl) * x->nres * (size_t)m->c.hidden_size);
+}
+void *mt_gpt_stage_grad(mt_gpt_ctx *x) { return x->s_c1; }
+
+void mt_gpt_stage(const mt_gpt *m, int *stage, int *stages, int *first_layer, int *num_layers)
+{
+    if (stage) *stage = m->pp_stage;
+    if (stages) *stages = m->pp_size;
+    if (first_layer) *first_layer = m->l0;
+    if (num_layers) *num_layers = m->nl;
+}
+
+int mt_gpt_tied_copy(mt_gpt *m)
+{
+    if (m->pp_size == 1 || !m->layout.arch.tied_embeddings) return -1;
+    if (m->first) return mt_gpt_t(m, -1, MT_T_WORD_EMB);
+    return m->last ? mt_gpt_t(m, -1, MT_T_OUTPUT) : -1;
 }

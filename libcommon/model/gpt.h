@@ -84,6 +84,12 @@ mt_gpt *mt_gpt_create(mtk *k, const mt_gpt_config *config, int mode, mt_err *e);
  * exchange activations over tp (tensor_parallel.h), whose buffers are the backend's device memory. tp
  * must outlive the model; NULL or a one-rank group is mt_gpt_create. */
 mt_gpt *mt_gpt_create_tp(mtk *k, const mt_gpt_config *config, mt_comm *tp, int mode, mt_err *e);
+/* The same for pipeline stage `stage` of `stages` (spec 7.5-7.6): the global layers [stage L / stages,
+ * (stage + 1) L / stages), the embeddings on the first stage, the final norm, the output layer and the
+ * loss on the last, which with tied embeddings holds its own copy of the word embeddings
+ * (word_embeddings_for_head, initialized to the same values). See "pipeline stages" below. */
+mt_gpt *mt_gpt_create_stage(mtk *k, const mt_gpt_config *config, mt_comm *tp, int stage, int stages, int mode,
+                            mt_err *e);
 void mt_gpt_free(mt_gpt *m);
 const mt_gpt_config *mt_gpt_get_config(const mt_gpt *m);
 mtk *mt_gpt_backend(const mt_gpt *m);
@@ -169,9 +175,31 @@ int mt_gpt_reduce_grads(mt_gpt *m, mt_err *e);
 
 /* The sum of squares of the gradients in [lo, hi) of the flat buffer that this rank counts in the
  * model-parallel gradient norm: every tensor on tensor rank 0, the split tensors only on the others (a
- * replicated tensor is counted once over the group, as Megatron's clip_grad_norm does). The caller sums
+ * replicated tensor is counted once over the group, as Megatron's clip_grad_norm does), and not the last
+ * stage's copy of tied embeddings. The caller sums
  * it over the tensor-parallel (and, with a sharded optimizer, the data-parallel) group. */
 double mt_gpt_grad_sumsq(mt_gpt *m, size_t lo, size_t hi);
+
+/* ---- pipeline stages ----
+ * On a stage that is not the first, mt_gpt_forward takes its input from mt_gpt_stage_input(x) (the
+ * previous stage's output, received there before the call) instead of embedding the tokens; on one that
+ * is not the last it leaves its output in mt_gpt_stage_output(x) and reports a zero loss (tokens and
+ * targets are still checked). Before mt_gpt_backward on a stage that is not the last,
+ * mt_gpt_stage_grad(x) must hold the gradient of the output (from the next stage; the scale argument is
+ * then unused: the last stage applied it); after it, on a stage that is not the first, it holds the
+ * gradient of the input, for the previous stage. Each buffer holds mt_gpt_stage_numel(B, T) elements of
+ * the activation dtype (this rank's rows with sequence parallelism: the p2p tensors of Megatron). */
+size_t mt_gpt_stage_numel(const mt_gpt *m, int B, int T);
+void *mt_gpt_stage_input(mt_gpt_ctx *x);
+void *mt_gpt_stage_output(mt_gpt_ctx *x);
+void *mt_gpt_stage_grad(mt_gpt_ctx *x);
+/* This model's stage, the number of stages, and its global layers [first_layer, first_layer + num_layers). */
+void mt_gpt_stage(const mt_gpt *m, int *stage, int *stages, int *first_layer, int *num_layers);
+/* The table index of the word embeddings that tied embeddings keep on two stages: the first stage's, or
+ * the last stage's copy; -1 elsewhere (and with one stage). Their gradients are summed over the two
+ * stages after a step's backward passes (the embedding group's all-reduce), so both copies take the same
+ * update; the gradient norm counts the first stage's only. */
+int mt_gpt_tied_copy(mt_gpt *m);
 
 /* Bytes of device memory held for parameters (with the working copy), gradients, and the activations
  * and KV caches of the live contexts (memory reports). */

@@ -21,6 +21,11 @@ struct mt_gpt {
     int tp_rank, tp_size;
     int heads, ffn, vocab, v0; /* local heads, ffn columns and vocabulary rows; first vocabulary row */
     int sp;                 /* sequence parallelism (tp > 1 and the config's sequence_parallel) */
+    /* pipeline parallelism: this rank's stage of pp_size holds the global layers [l0, l0 + nl); the first
+     * stage the embeddings, the last the final norm, the output layer and the loss */
+    int pp_stage, pp_size, l0, nl, first, last;
+    int head;               /* the table index of the output layer's weight: the word embedding (tied, one
+                               stage), the last stage's copy of it, or the untied output layer; -1 if none */
     size_t *tp_counts;      /* [tp_size]: scratch of the sequence-parallel collectives */
     int ntensors;
     mt_gpt_tensor *tensors; /* the layout's entries as the model's callers see them */
@@ -31,7 +36,10 @@ struct mt_gpt {
     size_t ctx_bytes;       /* activations and caches of the live contexts */
 };
 
-/* Activations of one micro-batch in flight (device unless noted). Layer l's slices are at l * nmax * width.
+/* Activations of one micro-batch in flight (device unless noted). Local layer l's (global l0 + l) slices
+ * are at l * nmax * width; L below is the stage's layer count nl. On a pipeline stage that is not the
+ * last, res[2L] is the output sent to the next stage and there are no logits; on one that is not the
+ * first, res[0] is the input received from the previous stage.
  * Widths are this rank's: Cl = C / tp (its heads' share of the attention), F = ffn / tp, V = V_pad / tp. */
 struct mt_gpt_ctx {
     mt_gpt *m;

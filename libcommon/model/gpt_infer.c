@@ -28,9 +28,9 @@ mt_gpt_infer *mt_gpt_infer_new(mt_gpt *m, int batch, int max_len, mt_err *e)
                    c->max_position_embeddings);
         return NULL;
     }
-    if (m->tp) {
-        mt_err_set(e, "generation: the model is split over %d tensor-parallel ranks (open the checkpoint as one)",
-                   m->tp_size);
+    if (m->tp || m->pp_size > 1) {
+        mt_err_set(e, "generation: the model is split over %d tensor-parallel ranks and %d stages (open the checkpoint as one)",
+                   m->tp_size, m->pp_size);
         return NULL;
     }
     mt_gpt_infer *s = mt_xcalloc(1, sizeof *s);
@@ -117,7 +117,7 @@ int mt_gpt_infer_step(mt_gpt_infer *s, const int32_t *tokens, int T, float *logi
     mtk_layernorm_fwd(k, s->tmp, s->mean, s->rstd, s->h, mt_gpt_p(m, mt_gpt_t(m, -1, MT_T_FINAL_NORM_W)),
                       mt_gpt_p(m, mt_gpt_t(m, -1, MT_T_FINAL_NORM_B)), B,
                       C, c->layernorm_epsilon);
-    mtk_matmul_fwd(k, s->logits, s->tmp, mt_gpt_w(m, mt_gpt_t(m, -1, MT_T_WORD_EMB)), NULL, B, C, V);
+    mtk_matmul_fwd(k, s->logits, s->tmp, mt_gpt_w(m, m->head), NULL, B, C, V);
     if (mtk_act_dtype(k) == MTK_F32) mtk_to_host(k, s->h_logits, s->logits, (size_t)B * V * sizeof(float));
     else {
         mtk_convert(k, s->logits32, MTK_F32, s->logits, mtk_act_dtype(k), (size_t)B * V);

@@ -87,16 +87,22 @@ static double rng_gauss(normal_rng *g)
 }
 
 /* Draws the whole of tensor t (rows x cols in the one-rank model, one normal per element in row-major
- * order, or the constant fill) and writes this rank's slice to the device, a chunk of rows at a time. */
-static void init_tensor(mt_gpt *m, const mt_layout_tensor *t, normal_rng *g, int is_random, float fill, double s,
-                        float *row, float *buf, size_t chunk)
+ * order, or the constant fill) and writes this rank's slice to the device at each of the ndst offsets
+ * (none: a tensor of another stage, drawn only to keep the stream), a chunk of rows at a time. */
+static void init_tensor(mt_gpt *m, const mt_layout_tensor *t, const size_t *dst, int ndst, normal_rng *g,
+                        int is_random, float fill, double s, float *row, float *buf, size_t chunk)
 {
     int64_t rows = t->global_shape[0], cols = t->ndim == 2 ? t->global_shape[1] : 1;
+    if (!ndst && !is_random) return;
     int pd = t->partition_dim;
     int64_t r0 = pd == 0 ? t->partition_offset : 0, r1 = pd == 0 ? r0 + t->local_shape[0] : rows;
     int64_t c0 = pd == 1 ? t->partition_offset : 0, lc = pd == 1 ? t->local_shape[1] : cols;
     if (t->ndim == 1) {   /* a vector: its elements are the "rows" */
         cols = 1, lc = 1, c0 = 0;
+    }
+    if (!ndst) {   /* drawn, not kept */
+        for (int64_t i = 0; i < rows * cols; i++) (void)rng_gauss(g);
+        return;
     }
     size_t used = 0, done = 0;   /* floats staged in buf; floats of the slice written so far */
     for (int64_t r = 0; r < rows; r++) {
@@ -112,13 +118,14 @@ static void init_tensor(mt_gpt *m, const mt_layout_tensor *t, normal_rng *g, int
             if (!keep) continue;
         }
         if (used + (size_t)lc > chunk) {
-            mtk_to_device(m->k, m->params + t->offset + done, buf, used * sizeof *buf);
+            for (int d = 0; d < ndst; d++) mtk_to_device(m->k, m->params + dst[d] + done, buf, used * sizeof *buf);
             done += used, used = 0;
         }
         memcpy(buf + used, row, (size_t)lc * sizeof *buf);
         used += (size_t)lc;
     }
-    if (used) mtk_to_device(m->k, m->params + t->offset + done, buf, used * sizeof *buf);
+    if (used)
+        for (int d = 0; d < ndst; d++) mtk_to_device(m->k, m->params + dst[d] + done, buf, used * sizeof *buf);
 }
 
 void mt_gpt_init(mt_gpt *m, uint64_t seed)
@@ -127,19 +134,32 @@ void mt_gpt_init(mt_gpt *m, uint64_t seed)
     mt_rs_seed(&g->rs, (uint32_t)seed);
     int L = m->c.num_layers;
     double std = m->c.init_method_std, out_std = std / sqrt(2.0 * L);
+    /* the draws follow the whole model's table (one stage, this tensor rank); a pipeline stage keeps the
+     * tensors it holds, and the last stage's copy of tied embeddings takes the word embeddings' values */
+    mt_model_arch arch = m->layout.arch;
+    mt_layout_part part = {m->tp_rank, m->tp_size, 0, 1};
+    mt_layout whole;
+    mt_err e;
+    if (mt_layout_build(&arch, &part, &whole, &e)) mt_die("GPT init: %s", e.msg);   /* built once already */
     size_t widest = 1;   /* the longest row of any tensor */
-    for (int i = 0; i < m->ntensors; i++)
-        if (m->layout.t[i].ndim == 2 && (size_t)m->layout.t[i].global_shape[1] > widest)
-            widest = (size_t)m->layout.t[i].global_shape[1];
+    for (int i = 0; i < whole.n; i++)
+        if (whole.t[i].ndim == 2 && (size_t)whole.t[i].global_shape[1] > widest)
+            widest = (size_t)whole.t[i].global_shape[1];
     const size_t chunk = ((size_t)1 << 20) > widest ? (size_t)1 << 20 : widest;
     float *buf = mt_xmalloc(chunk * sizeof *buf), *row = mt_xmalloc(widest * sizeof *row);
-    for (int i = 0; i < m->ntensors; i++) {
-        const mt_layout_tensor *t = &m->layout.t[i];
+    int copy = mt_gpt_tied_copy(m);
+    for (int i = 0; i < whole.n; i++) {
+        const mt_layout_tensor *t = &whole.t[i];
         mt_tensor_kind kd = t->kind;
+        size_t dst[2];
+        int ndst = 0, here = mt_gpt_t(m, t->layer, kd);
+        if (here >= 0) dst[ndst++] = m->tensors[here].offset;
+        if (kd == MT_T_WORD_EMB && copy >= 0 && copy != here) dst[ndst++] = m->tensors[copy].offset;
         int is_norm_weight = kd == MT_T_NORM1_W || kd == MT_T_NORM2_W || kd == MT_T_FINAL_NORM_W;
         double s = (kd == MT_T_PROJ_W || kd == MT_T_FC2_W) ? out_std : std;
-        init_tensor(m, t, g, t->ndim == 2, is_norm_weight ? 1.0f : 0.0f, s, row, buf, chunk);
+        init_tensor(m, t, dst, ndst, g, t->ndim == 2, is_norm_weight ? 1.0f : 0.0f, s, row, buf, chunk);
     }
+    mt_layout_free(&whole);
     free(row);
     free(buf);
     free(g);

@@ -43,6 +43,7 @@ static void add(mt_layout *l, mt_tensor_kind kind, int layer, const char *name, 
     mt_layout_tensor *t = &l->t[l->n++];
     memset(t, 0, sizeof *t);
     snprintf(t->name, sizeof t->name, "%s", name);
+    snprintf(t->whole_name, sizeof t->whole_name, "%s", name);
     t->kind = kind;
     t->layer = layer;
     t->ndim = cols ? 2 : 1;
@@ -115,14 +116,19 @@ int mt_layout_build(const mt_model_arch *a, const mt_layout_part *p, mt_layout *
             default: break;   /* norms and the row-parallel biases: [h], replicated */
             }
             add(out, k, out->first_layer + i, name, rows, cols, pdim, cols == 0);
+            snprintf(out->t[out->n - 1].whole_name, sizeof name, "language_model.encoder.layers.%d.%s",
+                     out->first_layer + i, per_layer[j].suffix);
         }
     if (last) {
         add(out, MT_T_FINAL_NORM_W, -1, "language_model.encoder.final_layernorm.weight", h, 0, -1, 1);
         if (ln) add(out, MT_T_FINAL_NORM_B, -1, "language_model.encoder.final_layernorm.bias", h, 0, -1, 1);
         if (!a->tied_embeddings)
             add(out, MT_T_OUTPUT, -1, "language_model.output_layer.weight", V, h, 0, 0);
-        else if (p->pp_stages > 1)
+        else if (p->pp_stages > 1) {
             add(out, MT_T_OUTPUT, -1, "word_embeddings_for_head.weight", V, h, 0, 0);
+            snprintf(out->t[out->n - 1].whole_name, sizeof out->t[0].whole_name, "%s",
+                     "language_model.embedding.word_embeddings.weight");
+        }
     }
     return 0;
 }

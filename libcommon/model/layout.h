@@ -56,6 +56,8 @@ typedef enum {
 
 typedef struct mt_layout_tensor {
     char name[128];
+    char whole_name[128];      /* its name in the one-rank model (global layer index; the last stage's copy of
+                                  tied embeddings is the word embeddings) */
     mt_tensor_kind kind;
     int layer;                 /* global layer index, -1 outside the transformer layers */
     int ndim;                  /* 1 or 2 */
