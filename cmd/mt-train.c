@@ -137,6 +137,10 @@ static void report_memory(const run *r)
         printf("[Rank 0] tensor-parallel communication per iteration | bytes sent: %llu | ring volume of the "
                "activations and statistics: %.0f\n",
                (unsigned long long)r->t.tp_step_bytes, mt_trainer_tp_volume(&r->t));
+    if (r->t.pp_size > 1)
+        printf("[Rank 0] pipeline-parallel communication per iteration | bytes sent: %llu | activations, their "
+               "gradients, tied embedding gradients, loss and norm: %.0f\n",
+               (unsigned long long)r->t.pp_step_bytes, mt_trainer_pp_volume(&r->t));
     fflush(stdout);
 }
 
@@ -293,6 +297,21 @@ static void join_job(run *r, const mt_train_args *a)
            r->boot.size, g.dp, g.tp, g.pp);
 }
 
+/* Megatron's line per (tensor rank, stage): each model-parallel rank's parameter count, gathered to rank 0. */
+static void print_param_counts(run *r, mt_err *e)
+{
+    const mt_trainer *t = &r->t;
+    int tp = t->tp_size, pp = t->pp_size;
+    int64_t *n = mt_xcalloc((size_t)(tp * pp), sizeof *n);
+    if (t->dp_rank == 0) n[t->pp_rank * tp + t->tp_rank] = (int64_t)mt_gpt_num_params(t->model);
+    if (r->world->size > 1 && mt_all_reduce(r->world, n, (size_t)(tp * pp), MT_C_I64, e)) mt_die_err(e);
+    for (int s = 0; s < pp; s++)
+        for (int i = 0; i < tp; i++)
+            printf(" > number of parameters on (tensor, pipeline) model parallel rank (%d, %d): %lld\n", i, s,
+                   (long long)n[s * tp + i]);
+    free(n);
+}
+
 int main(int argc, char **argv)
 {
     mt_omp_env_spin(argv, 1000);
@@ -320,10 +339,10 @@ int main(int argc, char **argv)
     if (mt_trainer_open_par(t, &a, &r.par, &e)) mt_die_err(&e);
     if (t->dev_dp) printf("> data-parallel communicator: %s\n", t->dev_dp->ops->name);
     if (t->dev_tp) printf("> tensor-parallel communicator: %s\n", t->dev_tp->ops->name);
+    if (t->dev_pp) printf("> pipeline-parallel communicator: %s\n", t->dev_pp->ops->name);
     printf("> padded vocab (size: %lld) with %lld dummy tokens (new size: %d)\n", (long long)t->vocab_size,
            (long long)(t->cfg.padded_vocab_size - t->vocab_size), t->cfg.padded_vocab_size);
-    printf(" > number of parameters on (tensor, pipeline) model parallel rank (0, 0): %zu\n",
-           mt_gpt_num_params(t->model));
+    print_param_counts(&r, &e);
     if (a.load) {
         int rc = mt_trainer_load(t, stdout, &e);
         if (rc < 0) mt_die_err(&e);

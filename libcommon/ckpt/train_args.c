@@ -157,7 +157,8 @@ static const mt_flag flags[] = {
     /* parallelism */
     {"--tensor-model-parallel-size", MT_F_INT, &A.tensor_model_parallel_size, "N",
      "ranks holding the parts of one model (default 1; the job's other ranks are data-parallel)", 1, 1 << 20, NULL},
-    {"--pipeline-model-parallel-size", MT_F_INT, &A.pipeline_model_parallel_size, "N", "1 (pipeline parallelism is not implemented yet)", 1, 1 << 20, NULL},
+    {"--pipeline-model-parallel-size", MT_F_INT, &A.pipeline_model_parallel_size, "N",
+     "pipeline stages the layers are split over, evenly (default 1); the 1F1B schedule", 1, 1 << 20, NULL},
     {"--sequence-parallel", MT_F_BOOL, &A.sequence_parallel, NULL,
      "with --tensor-model-parallel-size > 1: LayerNorm, dropout and residual activations split along the tokens "
      "(all-gather / reduce-scatter instead of all-reduce); ignored with size 1, as in Megatron", 0, 0, NULL},
@@ -328,8 +329,9 @@ int mt_train_args_parse(mt_train_args *out, int argc, char **argv, mt_err *e)
     if (a->sequence_parallel && a->tensor_model_parallel_size > 1 && a->seq_length % a->tensor_model_parallel_size)
         return mt_err_set(e, "--sequence-parallel: --tensor-model-parallel-size (%d) must divide --seq-length (%d)",
                           a->tensor_model_parallel_size, a->seq_length);
-    if (a->pipeline_model_parallel_size != 1)
-        return mt_err_set(e, "--pipeline-model-parallel-size must be 1: pipeline parallelism is not implemented yet");
+    if (a->num_layers % a->pipeline_model_parallel_size)
+        return mt_err_set(e, "--pipeline-model-parallel-size (%d) must divide --num-layers (%d): stages hold equal layers",
+                          a->pipeline_model_parallel_size, a->num_layers);
     /* mixed precision (4.4) */
     if (a->fp16 && a->bf16) return mt_err_set(e, "--fp16 and --bf16 are mutually exclusive");
     if (given(seen, "--loss-scale") && !(a->loss_scale > 0))

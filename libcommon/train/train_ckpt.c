@@ -80,8 +80,8 @@ static float *host_state(mt_trainer *t, int full, const save_plan *sp)
     return host;
 }
 
-/* With tensor parallelism the distributed optimizer's moments are all-gathered over the data-parallel
- * group (as its parameters are after an update), so that each tensor rank's directory holds whole
+/* With tensor or pipeline parallelism the distributed optimizer's moments are all-gathered over the
+ * data-parallel group (as its parameters are after an update), so that each rank directory holds whole
  * moments in optim.safetensors; *m, *v are device buffers the caller frees. */
 static int gather_moments(mt_trainer *t, float **m, float **v, mt_err *e)
 {
@@ -99,21 +99,23 @@ static int gather_moments(mt_trainer *t, float **m, float **v, mt_err *e)
 int mt_trainer_save(mt_trainer *t, FILE *log, mt_err *e)
 {
     /* the distributed optimizer's shards come from every data-parallel rank (dist_ckpt.h); otherwise the
-     * ranks hold the same state and the first writes it; with tensor parallelism the first data-parallel
-     * rank of every tensor rank hands its part to tensor rank 0, which writes every mp_rank_XX */
+     * ranks hold the same state and the first writes it; with tensor or pipeline parallelism the first
+     * data-parallel rank of every (tensor rank, stage) hands its part to rank 0 of the job, which writes
+     * every mp_rank_XX (mp_rank_XX_YYY) */
     save_plan sp = {.with_optim = !t->a.no_save_optim, .m = t->opt.exp_avg, .v = t->opt.exp_avg_sq};
     sp.shards = sp.with_optim && t->a.use_distributed_optimizer;
     float *gm = NULL, *gv = NULL;
     int rc = 0;
-    if (sp.shards && t->tp_size > 1) {
+    int split = t->tp_size > 1 || t->pp_size > 1;
+    if (sp.shards && split) {
         rc = gather_moments(t, &gm, &gv, e);
         sp.shards = 0, sp.m = gm, sp.v = gv;
     }
     if (rc) {
-    } else if (t->dp_rank == 0 && t->tp_rank > 0) {
+    } else if (t->dp_rank == 0 && (t->tp_rank > 0 || t->pp_rank > 0)) {
         size_t n = mt_gpt_num_params(t->model) * (sp.with_optim ? 3 : 1);
         float *host = host_state(t, sp.with_optim, &sp);
-        rc = mt_send(t->tp, host, n, MT_C_F32, 0, e) ? mt_err_prefix(e, "saving iteration %lld", (long long)t->iteration) : 0;
+        rc = mt_send(t->world, host, n, MT_C_F32, 0, e) ? mt_err_prefix(e, "saving iteration %lld", (long long)t->iteration) : 0;
         free(host);
     } else {
         rc = t->dp_rank == 0 ? save_rank0(t, log, &sp, e) : sp.shards ? mt_dist_ckpt_save_peer(t, e) : 0;
@@ -163,51 +165,56 @@ static int rank_dir(mt_trainer *t, const mt_layout *l, const float *host, int fu
     return 0;
 }
 
+/* The job rank of (tensor rank r, data-parallel rank 0, stage s): Megatron's order, tensor rank fastest. */
+static int model_rank(const mt_trainer *t, int r, int s) { return r + t->tp_size * t->dp_size * s; }
+
 static int save_rank0(mt_trainer *t, FILE *log, const save_plan *sp, mt_err *e)
 {
-    int tp = t->tp_size;
+    int tp = t->tp_size, pp = t->pp_size, n_ranks = tp * pp;
     int with_optim = sp->with_optim, shards = sp->shards;
     int full_optim = with_optim && !shards;   /* optim.safetensors: the whole moments */
-    /* every tensor rank's state: this rank's, the others' received from them, each in its layout */
-    mt_layout *lay = mt_xcalloc((size_t)tp, sizeof *lay);
-    float **host = mt_xcalloc((size_t)tp, sizeof *host);
-    mt_ckpt_rank *ranks = mt_xcalloc((size_t)tp, sizeof *ranks);
-    char (*dirs)[32] = mt_xcalloc((size_t)tp, sizeof *dirs);
-    void **names = mt_xcalloc((size_t)tp, sizeof *names);
+    /* every (tensor rank, stage)'s state: this rank's, the others' received from them, each in its layout;
+     * index s * tp + r as the directories are numbered */
+    mt_layout *lay = mt_xcalloc((size_t)n_ranks, sizeof *lay);
+    float **host = mt_xcalloc((size_t)n_ranks, sizeof *host);
+    mt_ckpt_rank *ranks = mt_xcalloc((size_t)n_ranks, sizeof *ranks);
+    char (*dirs)[32] = mt_xcalloc((size_t)n_ranks, sizeof *dirs);
+    void **names = mt_xcalloc((size_t)n_ranks, sizeof *names);
     json_t *meta = meta_json(t, with_optim, shards);
     mt_model_arch arch = mt_gpt_layout(t->model)->arch;
     int rc = 0;
-    for (int r = 0; r < tp && !rc; r++) {
-        mt_layout_part part = {r, tp, 0, 1};
-        rc = mt_layout_build(&arch, &part, &lay[r], e);
+    for (int i = 0; i < n_ranks && !rc; i++) {
+        int r = i % tp, s = i / tp;
+        mt_layout_part part = {r, tp, s, pp};
+        rc = mt_layout_build(&arch, &part, &lay[i], e);
         if (rc) break;
-        size_t n = lay[r].numel * (full_optim ? 3 : 1);
-        if (r == 0) host[r] = host_state(t, full_optim, sp);
+        size_t n = lay[i].numel * (full_optim ? 3 : 1);
+        if (i == 0) host[i] = host_state(t, full_optim, sp);
         else {
-            host[r] = mt_xmalloc(n * sizeof(float));
-            rc = mt_recv(t->tp, host[r], n, MT_C_F32, r, e);
+            host[i] = mt_xmalloc(n * sizeof(float));
+            rc = mt_recv(t->world, host[i], n, MT_C_F32, model_rank(t, r, s), e);
         }
     }
-    for (int r = 0; r < tp && !rc; r++) {
-        mt_ckpt_rank_name(dirs[r], sizeof dirs[r], r, 0, 1);
-        rc = rank_dir(t, &lay[r], host[r], full_optim, &ranks[r], &names[r], e);
-        ranks[r].name = dirs[r];
-        ranks[r].meta = meta;
+    for (int i = 0; i < n_ranks && !rc; i++) {
+        mt_ckpt_rank_name(dirs[i], sizeof dirs[i], i % tp, i / tp, pp);
+        rc = rank_dir(t, &lay[i], host[i], full_optim, &ranks[i], &names[i], e);
+        ranks[i].name = dirs[i];
+        ranks[i].meta = meta;
     }
     if (!rc) {
         if (log) fprintf(log, "saving checkpoint at iteration %7lld to %s\n", (long long)t->iteration, t->a.save);
-        rc = mt_ckpt_save_ranks_ex(t->a.save, t->iteration, ranks, tp, shards ? mt_dist_ckpt_fill : NULL, t, e);
+        rc = mt_ckpt_save_ranks_ex(t->a.save, t->iteration, ranks, n_ranks, shards ? mt_dist_ckpt_fill : NULL, t, e);
         if (!rc && log)
             fprintf(log, "  successfully saved checkpoint at iteration %7lld to %s\n", (long long)t->iteration,
                     t->a.save);
     }
     json_decref(meta);
-    for (int r = 0; r < tp; r++) {
-        free((void *)ranks[r].model);
-        free((void *)ranks[r].optim);
-        free(names[r]);
-        free(host[r]);
-        mt_layout_free(&lay[r]);
+    for (int i = 0; i < n_ranks; i++) {
+        free((void *)ranks[i].model);
+        free((void *)ranks[i].optim);
+        free(names[i]);
+        free(host[i]);
+        mt_layout_free(&lay[i]);
     }
     free(ranks), free(host), free(lay), free(dirs), free(names);
     return rc;
@@ -376,7 +383,7 @@ static int load_optimizer(mt_trainer *t, mt_model_ckpt *mc, mt_err *e)
     float *m = mt_xmalloc(np * sizeof(float)), *v = mt_xmalloc(np * sizeof(float));
     /* moments saved as distributed-optimizer shards (any data-parallel size): the whole of them first */
     json_t *dist = json_object_get(o, "distributed");
-    if (dist && !mt_ckpt_has_optim(mc->reader) && t->tp_size == 1) {   /* the same flat layout */
+    if (dist && !mt_ckpt_has_optim(mc->reader) && t->tp_size == 1 && t->pp_size == 1) {   /* the same flat layout */
         rc = mt_dist_optim_read(mc->dir, dist, np, m, v, e);
         nt = 0;
     }
@@ -387,7 +394,7 @@ static int load_optimizer(mt_trainer *t, mt_model_ckpt *mc, mt_err *e)
                  ? -1
                  : 0;
     }
-    if (!rc && nt) rc = mt_model_check_all_read_optim(mc, e);
+    if (!rc && nt && t->pp_size == 1) rc = mt_model_check_all_read_optim(mc, e);   /* a stage reads its own */
     if (!rc) {   /* this rank's part (all unless the optimizer is sharded) */
         mtk_to_device(t->k, t->opt.exp_avg, m + t->opt.lo, (t->opt.hi - t->opt.lo) * sizeof(float));
         mtk_to_device(t->k, t->opt.exp_avg_sq, v + t->opt.lo, (t->opt.hi - t->opt.lo) * sizeof(float));
@@ -449,8 +456,8 @@ int mt_trainer_load(mt_trainer *t, FILE *log, mt_err *e)
     int rc = mt_model_load_weights(&mc, t->k, t->model, e);
     if (!rc && !t->a.finetune) rc = load_state(t, &mc, e);
     if (!rc && log)
-        fprintf(log, "  successfully loaded checkpoint from %s [ t 1/1, p 1/1 ] at iteration %lld\n", t->a.load,
-                (long long)t->iteration);
+        fprintf(log, "  successfully loaded checkpoint from %s [ t %d/%d, p %d/%d ] at iteration %lld\n", t->a.load,
+                t->tp_rank + 1, t->tp_size, t->pp_rank + 1, t->pp_size, (long long)t->iteration);
     mt_model_close(&mc);
     if (!rc) t->last_saved = t->iteration;
     return rc;

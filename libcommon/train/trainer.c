@@ -9,10 +9,9 @@
 #include "ckpt/open_model.h"
 #include "data/split.h"
 #include "model/device.h"
+#include "train/pipeline.h"
 
-/* The dropout key of micro-batch m of the iteration that starts at iteration it (so resume redraws
- * the same masks). */
-static uint64_t dropout_key(const mt_trainer *t, int64_t it, int m)
+uint64_t mt_trainer_dropout_key(const mt_trainer *t, int64_t it, int m)
 {
     return mt_mix64(mt_mix64((uint64_t)t->a.seed + MT_GOLDEN64) ^ ((uint64_t)it * 0x100000001B3ull + (uint64_t)m));
 }
@@ -89,14 +88,20 @@ int mt_trainer_open_par(mt_trainer *t, const mt_train_args *a, const mt_parallel
     }
     t->dp = par->dp;
     t->tp = par->tp;
+    t->pp = par->pp;
     t->world = par->world;
     t->dp_rank = t->dp->rank;
     t->dp_size = t->dp->size;
     t->tp_rank = t->tp->rank;
     t->tp_size = t->tp->size;
+    t->pp_rank = t->pp->rank;
+    t->pp_size = t->pp->size;
     if (t->tp_size != t->a.tensor_model_parallel_size)
         return mt_err_set(e, "--tensor-model-parallel-size (%d) is not the job's tensor-parallel group (%d ranks)",
                           t->a.tensor_model_parallel_size, t->tp_size);
+    if (t->pp_size != t->a.pipeline_model_parallel_size)
+        return mt_err_set(e, "--pipeline-model-parallel-size (%d) is not the job's pipeline group (%d ranks)",
+                          t->a.pipeline_model_parallel_size, t->pp_size);
     if (t->a.global_batch_size % ((int64_t)t->a.micro_batch_size * t->dp_size))
         return mt_err_set(e, "--global-batch-size (%lld) must be a multiple of --micro-batch-size (%d) x data-parallel size (%d)",
                           (long long)t->a.global_batch_size, t->a.micro_batch_size, t->dp_size);
@@ -112,16 +117,28 @@ int mt_trainer_open_par(mt_trainer *t, const mt_train_args *a, const mt_parallel
     if (!t->k) return -1;
     if (t->dp_size > 1 && !(t->dev_dp = mt_device_comm(t->dp, t->k, e))) return -1;
     if (t->tp_size > 1 && !(t->dev_tp = mt_device_comm(t->tp, t->k, e))) return -1;
+    if (t->pp_size > 1) {
+        /* the embedding group: stage 0 and the last stage (the others get a group they do not use) */
+        int member = t->pp_rank == 0 || t->pp_rank == t->pp_size - 1;
+        if (!(t->dev_pp = mt_device_comm(t->pp, t->k, e)) ||
+            !(t->emb = mt_comm_split(t->pp, member ? 0 : 1, t->pp_rank, e)) ||
+            !(t->dev_emb = mt_device_comm(t->emb, t->k, e)))
+            return -1;
+    }
     t->num_micro = (int)(t->a.global_batch_size / ((int64_t)t->a.micro_batch_size * t->dp_size));
     t->train_iters = mt_train_total_iters(&t->a);
     /* rank 0 builds the index cache, the others then read it (as Megatron builds on rank 0 first) */
     if (t->world->rank != 0 && mt_barrier(t->world, e)) return -1;
     if (open_data(t, e)) return -1;
     if (t->world->rank == 0 && mt_barrier(t->world, e)) return -1;
-    t->model = mt_gpt_create_tp(t->k, &t->cfg, t->dev_tp, MT_GPT_TRAIN, e);
+    t->model = mt_gpt_create_stage(t->k, &t->cfg, t->dev_tp, t->pp_rank, t->pp_size, MT_GPT_TRAIN, e);
     if (!t->model) return -1;
-    t->ctx = mt_gpt_ctx_new(t->model, t->a.micro_batch_size, e);
-    if (!t->ctx) return -1;
+    /* 1F1B keeps min(pp - stage, num_micro) micro-batches' activations */
+    t->nctx = t->pp_size - t->pp_rank < t->num_micro ? t->pp_size - t->pp_rank : t->num_micro;
+    t->ctxs = mt_xcalloc((size_t)t->nctx, sizeof *t->ctxs);
+    t->ctx_scale = mt_xcalloc((size_t)t->nctx, sizeof *t->ctx_scale);
+    for (int i = 0; i < t->nctx; i++)
+        if (!(t->ctxs[i] = mt_gpt_ctx_new(t->model, t->a.micro_batch_size, e))) return -1;
     mt_gpt_init(t->model, (uint64_t)t->a.seed);
     if (mt_adamw_init(&t->opt, t->k, t->model, t->a.adam_beta1, t->a.adam_beta2, t->a.adam_eps, t->a.clip_grad, e))
         return -1;
@@ -134,7 +151,7 @@ int mt_trainer_open_par(mt_trainer *t, const mt_train_args *a, const mt_parallel
     mt_batch_init(&t->batch, t->a.micro_batch_size, t->a.seq_length, t->vocab_size, t->eod, t->a.eod_mask_loss);
     t->flops_per_iter = flops_per_iteration(t);
     const char *tr = getenv("MT_TRACE_SAMPLES");
-    if (tr && *tr) {
+    if (tr && *tr && t->tp_rank == 0 && t->pp_rank == 0) {
         char path[4096];
         snprintf(path, sizeof path, "%s.%d", tr, t->dp_rank);
         if (!(t->trace = fopen(path, "w"))) return mt_err_sys(e, "MT_TRACE_SAMPLES: %s", path);
@@ -152,19 +169,25 @@ void mt_trainer_close(mt_trainer *t)
 {
     mt_batch_free(&t->batch);
     mt_adamw_free(&t->opt);
-    mt_gpt_ctx_free(t->ctx);
-    t->ctx = NULL;
+    for (int i = 0; i < t->nctx; i++) mt_gpt_ctx_free(t->ctxs[i]);
+    free(t->ctxs);
+    free(t->ctx_scale);
+    t->ctxs = NULL;
+    t->nctx = 0;
     mt_gpt_free(t->model);
     mt_gpt_data_close(&t->data);
     if (t->dev_dp != t->dp) mt_comm_free(t->dev_dp);   /* NCCL's uses the kernels' stream */
     if (t->dev_tp != t->tp) mt_comm_free(t->dev_tp);
-    t->dev_dp = t->dev_tp = NULL;
+    if (t->dev_pp != t->pp) mt_comm_free(t->dev_pp);
+    if (t->dev_emb != t->emb) mt_comm_free(t->dev_emb);
+    mt_comm_free(t->emb);
+    t->dev_dp = t->dev_tp = t->dev_pp = t->dev_emb = t->emb = NULL;
     mtk_close(t->k);
     mt_grad_sync_free(&t->gs);
     if (t->trace) fclose(t->trace);
     t->trace = NULL;
     if (t->own.world) mt_parallel_free(&t->own);
-    t->dp = t->tp = t->world = NULL;
+    t->dp = t->tp = t->pp = t->world = NULL;
     t->model = NULL;
     t->k = NULL;
 }
@@ -181,52 +204,38 @@ static int check_finite(const mt_trainer *t, const char *what, double v, mt_err 
                       (long long)t->iteration + 1, what, v);
 }
 
-/* The first sample of this rank's micro-batch m of the global batch that starts at sample first
- * (MegatronPretrainingSampler: each step of mbs x dp samples gives rank r the r-th mbs of them). */
-static int64_t micro_first(const mt_trainer *t, int64_t first, int m)
+int64_t mt_trainer_micro_first(const mt_trainer *t, int64_t first, int m)
 {
     return first + ((int64_t)m * t->dp_size + t->dp_rank) * t->a.micro_batch_size;
 }
 
-/* Bytes sent to the tensor-parallel group: over the host communicator, and over the device's when that is
- * not layered on it (NCCL; the host-staged one's traffic is its host communicator's). */
-static uint64_t tp_sent(const mt_trainer *t)
+/* Bytes sent over a group: its host communicator, and its device one when that is not layered on it
+ * (NCCL; the host-staged one's traffic is its host communicator's). */
+static uint64_t sent_via(const mt_comm *host, const mt_comm *dev)
 {
-    const mt_comm *d = t->dev_tp;
-    return t->tp->bytes_sent + (d && d != t->tp && strcmp(d->ops->name, "staged") ? d->bytes_sent : 0);
+    uint64_t n = host ? host->bytes_sent : 0;
+    if (dev && dev != host && strcmp(dev->ops->name, "staged")) n += dev->bytes_sent;
+    return n;
 }
+static uint64_t tp_sent(const mt_trainer *t) { return sent_via(t->tp, t->dev_tp); }
+static uint64_t pp_sent(const mt_trainer *t) { return sent_via(t->pp, t->dev_pp) + sent_via(t->emb, t->dev_emb); }
 
 int mt_trainer_step(mt_trainer *t, mt_step_result *r, mt_err *e)
 {
     memset(r, 0, sizeof *r);
     uint64_t sent0 = t->dp->bytes_sent, tp0 = tp_sent(t);
+    uint64_t pp0 = pp_sent(t);
     mt_gpt_zero_grad(t->model);
-    int total_micro = t->num_micro * t->dp_size;
-    double ls = t->scaler.scale;   /* 1.0 in fp32 and bf16: the products below are then exact */
-    /* the micro-batches (pipeline parallelism: its schedule replaces this loop) */
-    for (int m = 0; m < t->num_micro; m++) {
-        if (mt_batch_read(&t->batch, &t->data, MT_SPLIT_TRAIN, micro_first(t, t->consumed_train, m), e)) {
-            mt_gpt_set_dropout(t->ctx, 0, 0);
-            return -1;
-        }
-        if (t->trace)
-            fprintf(t->trace, "%lld %lld %d\n", (long long)t->iteration + 1,
-                    (long long)micro_first(t, t->consumed_train, m), t->batch.B);
-        mt_gpt_set_dropout(t->ctx, 1, dropout_key(t, t->iteration, m * t->dp_size + t->dp_rank));
-        mt_gpt_loss l;
-        /* each micro-batch's mean loss weighs 1 / (all ranks' micro-batches), as Megatron averages them
-         * (1 / num_micro in the loss, 1 / dp on the gradients) */
-        if (mt_gpt_forward(t->ctx, t->batch.tokens, t->batch.targets, t->batch.loss_mask, t->batch.B, t->batch.T, NULL,
-                           &l, e) ||
-            mt_gpt_backward(t->ctx, l.count > 0 ? (double)(1.0f / (float)total_micro) / l.count * ls : 0.0, e)) {
-            mt_gpt_set_dropout(t->ctx, 0, 0);
-            return -1;
-        }
-        r->loss_sum += l.sum;
-        r->tokens += l.count;
+    double ls = t->scaler.scale;
+    if (mt_pipeline_train(t, r, e)) return -1;
+    if (mt_gpt_reduce_grads(t->model, e) || mt_pipeline_tied_grads(t, e))
+        return mt_err_prefix(e, "iteration %lld", (long long)t->iteration + 1);
+    if (t->pp_size > 1) {   /* the loss is the last stage's */
+        double sums[2] = {r->loss_sum, r->tokens};
+        if (mt_all_reduce(t->pp, sums, 2, MT_C_F64, e)) return mt_err_prefix(e, "iteration %lld: pipeline loss", (long long)t->iteration + 1);
+        r->loss_sum = sums[0];
+        r->tokens = sums[1];
     }
-    mt_gpt_set_dropout(t->ctx, 0, 0);
-    if (mt_gpt_reduce_grads(t->model, e)) return mt_err_prefix(e, "iteration %lld", (long long)t->iteration + 1);
     int dist = t->a.use_distributed_optimizer;
     float *grads = mt_gpt_grads(t->model);
     if (t->dp_size > 1) {
@@ -250,7 +259,8 @@ int mt_trainer_step(mt_trainer *t, mt_step_result *r, mt_err *e)
      * tensor rank, summed over the shards (distributed optimizer) and the tensor ranks; then the update of
      * this rank's parameters (its shard: every rank's updated parameters then go to every rank) */
     double ss = mt_gpt_grad_sumsq(t->model, t->opt.lo, t->opt.hi);
-    if ((dist && mt_all_reduce(t->dp, &ss, 1, MT_C_F64, e)) || (t->tp_size > 1 && mt_all_reduce(t->tp, &ss, 1, MT_C_F64, e)))
+    if ((dist && mt_all_reduce(t->dp, &ss, 1, MT_C_F64, e)) || (t->tp_size > 1 && mt_all_reduce(t->tp, &ss, 1, MT_C_F64, e)) ||
+        (t->pp_size > 1 && mt_all_reduce(t->pp, &ss, 1, MT_C_F64, e)))
         return mt_err_prefix(e, "grad norm");
     r->grad_norm = mt_adamw_update(&t->opt, t->sched.lr, t->sched.wd, sqrt(ss) * (1.0 / ls), 1.0 / ls);
     if (!has_scaler && check_finite(t, "the grad norm", r->grad_norm, e)) return -1;
@@ -264,6 +274,7 @@ int mt_trainer_step(mt_trainer *t, mt_step_result *r, mt_err *e)
     r->loss_scale = t->scaler.scale;
     t->step_bytes = t->dp->bytes_sent - sent0;
     t->tp_step_bytes = tp_sent(t) - tp0;
+    t->pp_step_bytes = pp_sent(t) - pp0;
     if (!r->skipped) mt_sched_step(&t->sched, t->a.global_batch_size);
     t->iteration++;
     t->consumed_train += t->a.global_batch_size;
@@ -283,6 +294,17 @@ double mt_trainer_tp_volume(const mt_trainer *t)
     return step;
 }
 
+double mt_trainer_pp_volume(const mt_trainer *t)
+{
+    int P = t->pp_size, s = t->pp_rank;
+    if (P <= 1) return 0;
+    double n = (double)mt_gpt_stage_numel(t->model, t->a.micro_batch_size, t->a.seq_length) * (double)mtk_act_size(t->k);
+    double v = t->num_micro * n * ((s < P - 1) + (s > 0)) + 3 * sizeof(double) * 2.0 * (P - 1) / P;
+    int tied = mt_gpt_tied_copy(t->model);
+    if (tied >= 0) v += (double)mt_gpt_tensor_at(t->model, tied)->numel * sizeof(float);
+    return v;
+}
+
 size_t mt_trainer_optimizer_bytes(const mt_trainer *t) { return 2 * (t->opt.hi - t->opt.lo) * sizeof(float); }
 
 int mt_trainer_evaluate(mt_trainer *t, int split, int64_t *consumed, int64_t iters, mt_eval_result *r, mt_err *e)
@@ -291,22 +313,14 @@ int mt_trainer_evaluate(mt_trainer *t, int split, int64_t *consumed, int64_t ite
     r->samples = 0;
     const mt_gpt_split_data *sp = &t->data.split[split];
     if (!sp->present) return mt_err_set(e, "the %s split is empty (see --split)", mt_split_names[split]);
-    mt_gpt_set_dropout(t->ctx, 0, 0);
     for (int64_t it = 0; it < iters; it++) {
-        for (int m = 0; m < t->num_micro; m++) {
-            if (mt_batch_read(&t->batch, &t->data, split, micro_first(t, *consumed, m), e)) return -1;
-            mt_gpt_loss l;
-            if (mt_gpt_forward(t->ctx, t->batch.tokens, t->batch.targets, t->batch.loss_mask, t->batch.B, t->batch.T,
-                               NULL, &l, e))
-                return -1;
-            r->loss_sum += l.sum;
-            r->tokens += l.count;
-        }
+        if (mt_pipeline_eval(t, split, *consumed, &r->loss_sum, &r->tokens, e)) return -1;
         *consumed += t->a.global_batch_size;
         r->samples += t->a.global_batch_size;
     }
     double sums[2] = {r->loss_sum, r->tokens};
-    if (mt_all_reduce(t->dp, sums, 2, MT_C_F64, e)) return mt_err_prefix(e, "evaluation");
+    if (mt_all_reduce(t->dp, sums, 2, MT_C_F64, e) || (t->pp_size > 1 && mt_all_reduce(t->pp, sums, 2, MT_C_F64, e)))
+        return mt_err_prefix(e, "evaluation");
     r->loss_sum = sums[0];
     r->tokens = sums[1];
     r->loss = r->tokens > 0 ? r->loss_sum / r->tokens : NAN;

@@ -11,11 +11,11 @@
  *      size)): read it as Megatron's sampler assigns it (micro-batch m of data-parallel rank r is
  *      samples consumed_train + (m * dp_size + r) * micro_batch_size ...), set the dropout key of
  *      (iteration, m * dp_size + r) (the masks of a one-rank run), forward, backward with loss scale
- *      (mixed-precision loss scale) / (num_micro * dp_size) (gradient
- *      accumulation);
- *         - pipeline parallelism replaces this loop by its schedule (1F1B: forward and backward of the
- *           micro-batches interleaved per stage, activations sent to the next stage and gradients
- *           received from it around each forward/backward);
+ *      (mixed-precision loss scale) / (num_micro * dp_size) (gradient accumulation), in the order of
+ *      the pipeline schedule (pipeline.h: with one stage, forward and backward of each in turn; with
+ *      several, 1F1B, the activations sent to the next stage and their gradients received from it);
+ *      then the sequence-parallel norms' gradients summed over the tensor ranks and tied embeddings'
+ *      over the first and last stage; the loss sums are the last stage's, summed over the pipeline;
  *   3. with --check-for-nan-in-loss-and-grad (the default) a non-finite loss is an error;
  *      data parallelism reduces the gradients across ranks here (grad_sync.h: bucketed all-reduce, or
  *      reduce-scatter into each rank's shard with --use-distributed-optimizer), and the loss sum and
@@ -51,7 +51,9 @@ typedef struct mt_trainer {
     mt_train_args a;
     mtk *k;
     mt_gpt *model;
-    mt_gpt_ctx *ctx;        /* activations of the micro-batch in flight (pipeline: one per micro-batch) */
+    mt_gpt_ctx **ctxs;      /* activations of the micro-batches in flight: nctx = min(pp - stage, num_micro) */
+    int nctx;
+    double *ctx_scale;      /* [nctx]: the backward's loss scale of each context's micro-batch */
     mt_gpt_config cfg;
     mt_adamw opt;            /* (ckpt) moments, step */
     mt_sched sched;          /* (ckpt) num_steps */
@@ -62,13 +64,15 @@ typedef struct mt_trainer {
     int num_micro;           /* this rank's micro-batches: global batch / (micro batch x dp_size) */
     mt_comm *dp;             /* the data-parallel group (a one-rank group unless mt_trainer_open_par got one) */
     mt_comm *tp;             /* the tensor-parallel group: the model's other parts */
+    mt_comm *pp;             /* the pipeline group: the other stages (rank = stage) */
+    mt_comm *emb;            /* the embedding group: the first and the last stage (NULL on one stage) */
     mt_comm *world;          /* every rank of the job */
     mt_parallel own;         /* the one-rank context when the trainer made it (mt_trainer_open) */
     /* dp and tp for buffers on the device (the gradients and parameters, the model's activations): NCCL
      * or host-staged on a GPU or the simulator (model/device.h), the group itself on cpu; NULL on one
      * rank. dp and tp themselves carry host values (loss sums, the grad norm). */
-    mt_comm *dev_dp, *dev_tp;
-    int dp_rank, dp_size, tp_rank, tp_size;
+    mt_comm *dev_dp, *dev_tp, *dev_pp, *dev_emb;
+    int dp_rank, dp_size, tp_rank, tp_size, pp_rank, pp_size;
     mt_grad_sync gs;         /* gradient buckets over dp */
     FILE *trace;             /* $MT_TRACE_SAMPLES.<dp rank>: the train samples this rank reads (a test hook) */
     int64_t train_iters;
@@ -81,14 +85,23 @@ typedef struct mt_trainer {
     int dist_fill_ran;       /* a save's shard hook has run (dist_ckpt.c) */
     uint64_t step_bytes;     /* bytes this rank sent to the data-parallel group in the last step */
     uint64_t tp_step_bytes;  /* ... and to the tensor-parallel group (activations, loss statistics, norms) */
+    uint64_t pp_step_bytes;  /* ... and to the other stages (activations, their gradients, tied embeddings) */
 } mt_trainer;
+
+/* The first sample of this rank's micro-batch m of the global batch that starts at sample first
+ * (MegatronPretrainingSampler: each step of mbs x dp samples gives rank r the r-th mbs of them). */
+int64_t mt_trainer_micro_first(const mt_trainer *t, int64_t first, int m);
+/* The dropout key of micro-batch m (over all data-parallel ranks) of the iteration that starts at
+ * iteration it (so a resumed run redraws the same masks). */
+uint64_t mt_trainer_dropout_key(const mt_trainer *t, int64_t it, int m);
 
 /* Builds the run of the (parsed and checked) args: tokenizer, config, backend, data, model initialised
  * from --seed, AdamW and the schedule. 0, or -1 with e set (mt_trainer_close frees what was built). */
 int mt_trainer_open(mt_trainer *t, const mt_train_args *a, mt_err *e);
 /* The same as one rank of a job (par: not owned; must outlive the trainer): the model is the part of
- * par's tensor rank (--tensor-model-parallel-size), built from --seed as the one-rank model would be and
- * split; the micro-batches are those of par's data-parallel rank. The global batch must be a multiple of
+ * par's tensor rank (--tensor-model-parallel-size) and pipeline stage (--pipeline-model-parallel-size),
+ * built from --seed as the one-rank model would be and split; the micro-batches are those of par's
+ * data-parallel rank. The global batch must be a multiple of
  * micro batch x data-parallel size. */
 int mt_trainer_open_par(mt_trainer *t, const mt_train_args *a, const mt_parallel *par, mt_err *e);
 void mt_trainer_close(mt_trainer *t);
@@ -112,6 +125,12 @@ int mt_trainer_step(mt_trainer *t, mt_step_result *r, mt_err *e);
  * the bytes each; the cross-entropy's row statistics (3 N floats); per step the grad norm (a double) and,
  * with sequence parallelism, the norms' gradients. 0 with one tensor rank. */
 double mt_trainer_tp_volume(const mt_trainer *t);
+
+/* The bytes a rank must send to the other stages in one step: per micro-batch its output activations (to
+ * the next stage) and its input gradients (to the previous), mt_gpt_stage_numel elements each; on the
+ * first and the last stage the tied word embeddings' gradients (a two-rank ring all-reduce sends all of
+ * them); the loss sums and the grad norm (three doubles) by ring. 0 with one stage. */
+double mt_trainer_pp_volume(const mt_trainer *t);
 
 /* Bytes of optimizer state this rank holds (AdamW's two moments over its parameters). */
 size_t mt_trainer_optimizer_bytes(const mt_trainer *t);

@@ -5,7 +5,8 @@
 # does the distributed optimizer (reduce-scatter and all-gather staged), and so do two sim ranks holding
 # halves of the model (--tensor-model-parallel-size 2, with and without --sequence-parallel: the model's
 # all-reduces, all-gathers and reduce-scatters of activations staged; every iteration's loss and grad norm
-# from the metrics file). Two ranks with --device cuda on a machine without a GPU are refused before
+# from the metrics file), and two sim ranks as two pipeline stages (--pipeline-model-parallel-size 2: the
+# 1F1B schedule's sends and receives of activations and the tied embeddings' gradients staged). Two ranks with --device cuda on a machine without a GPU are refused before
 # training with a message that says so, not a crash.
 . "$(dirname "$0")/../lib.sh"
 py=/usr/bin/python3
@@ -51,13 +52,14 @@ done
 # tensor parallelism: the metrics file's full digits against the one-rank cpu run's
 # shellcheck disable=SC2086
 mt-train $args --device cpu --metrics-file "$d/cpu.jsonl" >/dev/null 2>"$d/cpum.err" || t_fail "one cpu rank, metrics" "$(tail -3 "$d/cpum.err")"
-for opt in "" --sequence-parallel; do
-    name="2 sim ranks --tensor-model-parallel-size 2${opt:+ $opt}"
+for opt in "--tensor-model-parallel-size 2" "--tensor-model-parallel-size 2 --sequence-parallel" "--pipeline-model-parallel-size 2"; do
+    name="2 sim ranks $opt"
+    kind=tensor; case "$opt" in --pipeline*) kind=pipeline ;; esac
     rm -f "$d/tp.jsonl"
     # shellcheck disable=SC2086
-    if MT_DEVICE=sim mpi 2 mt-train $args --tensor-model-parallel-size 2 $opt --metrics-file "$d/tp.jsonl" >"$d/tp.log" 2>"$d/tp.err"
+    if MT_DEVICE=sim mpi 2 mt-train $args $opt --metrics-file "$d/tp.jsonl" >"$d/tp.log" 2>"$d/tp.err"
     then t_pass "$name"; else t_fail "$name" "$(tail -3 "$d/tp.err")"; fi
-    t_grep "$name: the host-staged tensor-parallel communicator" '^> tensor-parallel communicator: staged$' "$d/tp.log"
+    t_grep "$name: the host-staged $kind-parallel communicator" "^> $kind-parallel communicator: staged\$" "$d/tp.log"
     if $py - "$d/cpu.jsonl" "$d/tp.jsonl" >"$d/tpc.out" 2>&1 <<'PYEOF'
 import json, sys
 def load(p):

@@ -69,16 +69,18 @@ for n in 2 4; do
         else t_fail "$name" "$(tail -3 "$d/s.err") $(head -1 "$d/s.log") $(tail -2 "$d/cmp" 2>/dev/null)"; fi
     done
 done
-# tensor parallelism under srun: TP=2 alone (with and without --sequence-parallel) and DP=2 x TP=2
-for run in "2 --tensor-model-parallel-size 2" "2 --tensor-model-parallel-size 2 --sequence-parallel" \
-    "4 --tensor-model-parallel-size 2 --use-distributed-optimizer"; do
+# tensor and pipeline parallelism under srun: TP=2 alone (with and without --sequence-parallel), DP=2 x
+# TP=2, PP=2 alone and TP=2 x PP=2
+for run in "2 1 --tensor-model-parallel-size 2" "2 1 --tensor-model-parallel-size 2 --sequence-parallel" \
+    "4 2 --tensor-model-parallel-size 2 --use-distributed-optimizer" "2 1 --pipeline-model-parallel-size 2" \
+    "4 1 --tensor-model-parallel-size 2 --pipeline-model-parallel-size 2 --sequence-parallel"; do
     set -- $run
-    n=$1; shift
+    n=$1 dp=$2; shift 2
     name="srun --mpi=pmix -n $n $*"
     rm -f "$d/t.jsonl"
     # shellcheck disable=SC2086
     if run_srun --mpi=pmix -n $n mt-train $args "$@" --metrics-file "$d/t.jsonl" >"$d/s.log" 2>"$d/s.err" &&
-        grep -q "^using world size: $n, data-parallel size: $((n / 2)), context-parallel size: 1, tensor-model-parallel size: 2," "$d/s.log" &&
+        grep -q "^using world size: $n, data-parallel size: $dp, context-parallel size: 1," "$d/s.log" &&
         same "$d/t.jsonl" >"$d/cmp" 2>&1
     then t_pass "$name: the one-rank losses and grad norms ($(cat "$d/cmp"))"
     else t_fail "$name" "$(tail -3 "$d/s.err") $(head -1 "$d/s.log") $(tail -2 "$d/cmp" 2>/dev/null)"; fi
