@@ -48,6 +48,10 @@ mt_gpt_config mt_gpt_config_from_args(const mt_train_args *a, int64_t vocab_size
         .hidden_dropout = (float)a->hidden_dropout,
         .attention_dropout = (float)a->attention_dropout,
         .sequence_parallel = a->sequence_parallel && a->tensor_model_parallel_size > 1,
+        .recompute_granularity = !a->recompute_granularity ? MT_RECOMPUTE_NONE
+                                 : !strcmp(a->recompute_granularity, "full") ? MT_RECOMPUTE_FULL : MT_RECOMPUTE_SELECTIVE,
+        .recompute_method = a->recompute_method && !strcmp(a->recompute_method, "block") ? MT_RECOMPUTE_BLOCK : MT_RECOMPUTE_UNIFORM,
+        .recompute_num_layers = a->recompute_num_layers,
     };
 }
 

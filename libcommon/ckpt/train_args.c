@@ -171,12 +171,26 @@ static const mt_flag flags[] = {
     NOOP_B("--overlap-param-gather", "accepted; parameters are gathered after the optimizer step"),
     NOOP_B("--accumulate-allreduce-grads-in-fp32", "accepted; gradients are fp32"),
     NOOP_S("--distributed-backend", "NAME", "accepted; CPU ranks use MPI, GPU ranks NCCL"),
-    NOOP_B("--recompute-activations", "accepted; activations are kept (same results, more memory)"),
-    NOOP_S("--recompute-granularity", "G", "accepted; activations are kept (same results, more memory)"),
+    {"--recompute-granularity", MT_F_CHOICE, &A.recompute_granularity, NULL,
+     "full: keep only each layer's input and run the forward pass of the layers again in the backward pass; "
+     "selective: the attention core (mt's attention never keeps its probabilities: nothing to change)", 0, 0,
+     "full|selective"},
+    {"--recompute-method", MT_F_CHOICE, &A.recompute_method, NULL,
+     "with --recompute-granularity full: uniform (every layer, in chunks of --recompute-num-layers) or block (the "
+     "first --recompute-num-layers layers of each pipeline stage)", 0, 0, "uniform|block"},
+    {"--recompute-num-layers", MT_F_INT, &A.recompute_num_layers, "N",
+     "layers per recomputed chunk (uniform) or recomputed layers per stage (block)", 0, 1 << 20, NULL},
+    {"--recompute-activations", MT_F_BOOL, &A.recompute_activations, NULL,
+     "the same as --recompute-granularity selective", 0, 0, NULL},
     /* mt */
     {"--device", MT_F_CHOICE, &A.backend, NULL, "where the kernels run: cpu, or cuda (the GPU of the local rank); "
      "default cuda when a GPU is there", 0, 0, MT_DEVICE_CHOICES},
     {"--threads", MT_F_INT, &A.threads, "N", "CPU threads (default: OpenMP's, e.g. OMP_NUM_THREADS)", 0, 4096, NULL},
+    {"--dry-run", MT_F_BOOL, &A.dry_run, NULL,
+     "print what every (tensor rank, stage) would hold (parameters, gradients, optimizer state, peak activations) "
+     "and the pipeline bubble for --world-size ranks, then exit: no data read, no rank started", 0, 0, NULL},
+    {"--world-size", MT_F_INT, &A.world_size, "N",
+     "with --dry-run: the ranks of the job planned (default tensor x pipeline size)", 1, 1 << 24, NULL},
     {0},
 };
 
@@ -329,6 +343,19 @@ int mt_train_args_parse(mt_train_args *out, int argc, char **argv, mt_err *e)
     if (a->sequence_parallel && a->tensor_model_parallel_size > 1 && a->seq_length % a->tensor_model_parallel_size)
         return mt_err_set(e, "--sequence-parallel: --tensor-model-parallel-size (%d) must divide --seq-length (%d)",
                           a->tensor_model_parallel_size, a->seq_length);
+    if (given(seen, "--world-size") && !a->dry_run) return mt_err_set(e, "--world-size applies with --dry-run only");
+    if (a->recompute_activations && !a->recompute_granularity) a->recompute_granularity = "selective";
+    int full = a->recompute_granularity && !strcmp(a->recompute_granularity, "full");
+    if (a->recompute_granularity && !full && a->recompute_method)
+        return mt_err_set(e, "--recompute-method applies to --recompute-granularity full only");
+    if (full && !a->recompute_method)
+        return mt_err_set(e, "--recompute-granularity full needs --recompute-method uniform or block");
+    if (!full && given(seen, "--recompute-num-layers"))
+        return mt_err_set(e, "--recompute-num-layers applies to --recompute-granularity full only");
+    if (full && (a->recompute_num_layers < 1 || a->recompute_num_layers > a->num_layers / a->pipeline_model_parallel_size))
+        return mt_err_set(e, "--recompute-num-layers (%d) must be between 1 and the layers of a pipeline stage (%d) with "
+                             "--recompute-granularity full", a->recompute_num_layers,
+                          a->num_layers / a->pipeline_model_parallel_size);
     if (a->num_layers % a->pipeline_model_parallel_size)
         return mt_err_set(e, "--pipeline-model-parallel-size (%d) must divide --num-layers (%d): stages hold equal layers",
                           a->pipeline_model_parallel_size, a->num_layers);

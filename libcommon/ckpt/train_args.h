@@ -58,10 +58,15 @@ typedef struct mt_train_args {
     int tensor_model_parallel_size, pipeline_model_parallel_size;
     bool use_distributed_optimizer;
     bool sequence_parallel;
+    bool recompute_activations;                          /* the legacy spelling of --recompute-granularity selective */
+    const char *recompute_granularity, *recompute_method; /* NULL: none */
+    int recompute_num_layers;
     int64_t ddp_bucket_size;   /* parameters per gradient bucket; 0: Megatron's max(40M, 1M x dp) */
     /* mt's own */
     const char *backend;
     int threads;
+    bool dry_run;            /* --dry-run: print the memory plan of --world-size ranks and exit */
+    int world_size;
 } mt_train_args;
 
 /* Parses and checks argv; on a bad or unsupported flag returns -1 with a one-line message. Prints

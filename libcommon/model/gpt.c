@@ -4,8 +4,10 @@
  * Activations are kept per layer for backward (see gpt_impl.h): the residual stream before and after
  * each sublayer, every LayerNorm output with its mean and rstd, QKV, the attention output with its
  * log-sum-exp, and the fc output before GeLU. GeLU outputs and dropout masks are recomputed in backward;
- * the attention probabilities are never stored (the attention kernel recomputes them). Forward computes
- * per-token losses only; backward runs the cross-entropy again to turn the logits into dlogits in place.
+ * the attention probabilities are never stored (the attention kernel recomputes them). With full
+ * activation recomputation (the config's recompute_*), the chosen layers keep only their input and their
+ * forward pass runs again when the backward pass reaches them. Forward computes per-token losses only;
+ * backward runs the cross-entropy again to turn the logits into dlogits in place.
  */
 #include <math.h>
 #include <stdio.h>
@@ -81,26 +83,34 @@ mt_gpt *mt_gpt_create_tp(mtk *k, const mt_gpt_config *config, mt_comm *tp, int m
     return mt_gpt_create_stage(k, config, tp, 0, 1, mode, e);
 }
 
-mt_gpt *mt_gpt_create_stage(mtk *k, const mt_gpt_config *config, mt_comm *tp, int stage, int stages, int mode,
-                            mt_err *e)
+/* The shapes of the part (tensor rank tp_rank of tp_size, stage of stages) with activations of asz bytes:
+ * its table and shares, no device memory (m zeroed by the caller). */
+static int describe(mt_gpt *m, const mt_gpt_config *config, int tp_rank, int tp_size, int stage, int stages,
+                    size_t asz, mt_err *e)
 {
-    if (mt_gpt_config_check(config, e)) return NULL;
-    mt_gpt *m = mt_xcalloc(1, sizeof *m);
-    m->k = k;
+    if (mt_gpt_config_check(config, e)) return -1;
     m->c = *config;
-    m->asz = mtk_act_size(k);
-    m->tp = tp && tp->size > 1 ? tp : NULL;
-    m->tp_rank = m->tp ? tp->rank : 0;
-    m->tp_size = m->tp ? tp->size : 1;
+    m->asz = asz;
+    m->tp_rank = tp_rank;
+    m->tp_size = tp_size;
     m->heads = config->num_heads / m->tp_size;
     m->ffn = config->ffn_hidden_size / m->tp_size;
     m->vocab = config->padded_vocab_size / m->tp_size;
     m->v0 = m->tp_rank * m->vocab;
-    m->sp = m->tp && config->sequence_parallel;
+    m->sp = tp_size > 1 && config->sequence_parallel;
     m->pp_stage = stage, m->pp_size = stages;
     m->first = stage == 0, m->last = stage == stages - 1;
     m->tp_counts = mt_xcalloc((size_t)m->tp_size, sizeof *m->tp_counts);
-    if (build_table(m, e)) {
+    return build_table(m, e);
+}
+
+mt_gpt *mt_gpt_create_stage(mtk *k, const mt_gpt_config *config, mt_comm *tp, int stage, int stages, int mode,
+                            mt_err *e)
+{
+    mt_gpt *m = mt_xcalloc(1, sizeof *m);
+    m->k = k;
+    m->tp = tp && tp->size > 1 ? tp : NULL;
+    if (describe(m, config, m->tp ? tp->rank : 0, m->tp ? tp->size : 1, stage, stages, mtk_act_size(k), e)) {
         mt_gpt_free(m);
         return NULL;
     }
@@ -120,7 +130,7 @@ mt_gpt *mt_gpt_create_stage(mtk *k, const mt_gpt_config *config, mt_comm *tp, in
 void mt_gpt_free(mt_gpt *m)
 {
     if (!m) return;
-    if (m->work && m->work != m->params) mtk_free(m->k, m->work);
+    if (m->k && m->work && m->work != m->params) mtk_free(m->k, m->work);
     if (m->params) mtk_free(m->k, m->params);
     if (m->grads) mtk_free(m->k, m->grads);
     free(m->tensors);
@@ -217,65 +227,137 @@ static void *ctx_alloc(mt_gpt_ctx *x, size_t bytes, int *failed, mt_err *e)
     return p;
 }
 
-mt_gpt_ctx *mt_gpt_ctx_new(mt_gpt *m, int max_batch, mt_err *e)
+/* The recomputation policy of the config (Megatron's transformer block): with --recompute-granularity
+ * full, layers are recomputed in chunks of recompute_num_layers (uniform: every layer, chunk k holding
+ * layers [k n, k n + n); block: the first n layers of the stage, each its own chunk); the others keep
+ * their activations. *slots: the layer slots a context needs. */
+static void recompute_plan(const mt_gpt *m, int *chunk, int *recomputed, int *slots)
+{
+    const mt_gpt_config *c = &m->c;
+    int L = m->nl, n = c->recompute_num_layers > 0 ? c->recompute_num_layers : 1;
+    if (n > L) n = L;
+    *chunk = 1, *recomputed = 0, *slots = L;
+    if (c->recompute_granularity != MT_RECOMPUTE_FULL || L == 0) return;
+    if (c->recompute_method == MT_RECOMPUTE_UNIFORM) {
+        *chunk = n, *recomputed = L, *slots = n;
+    } else {
+        *chunk = 1, *recomputed = n, *slots = L - n + (n > 0);
+    }
+}
+
+int mt_gpt_recomputed_layers(const mt_gpt *m)
+{
+    int chunk, recomputed, slots;
+    recompute_plan(m, &chunk, &recomputed, &slots);
+    return recomputed;
+}
+
+/* The slot of local layer li's activations, and whether they are recomputed in the backward pass. */
+static int layer_slot(const mt_gpt_ctx *x, int li) { return li < x->recomputed ? li % x->chunk : x->recomputed ? li - x->recomputed + 1 : li; }
+
+/* The buffers of a context, in allocation order: where each goes and its bytes (x's sizes and plan set). */
+enum { CTX_BUFFERS = 22 };
+static void ctx_buffers(mt_gpt_ctx *x, void **where[CTX_BUFFERS], size_t bytes[CTX_BUFFERS])
+{
+    const mt_gpt *m = x->m;
+    /* per rank: the hidden size C is whole, heads (Cl = C / tp of the attention), ffn and vocabulary shared out */
+    size_t L = (size_t)m->nl, S = (size_t)x->nslots, C = (size_t)m->c.hidden_size, F = (size_t)m->ffn;
+    size_t Cl = C / (size_t)m->tp_size, N = x->nmax, R = x->nres, V = (size_t)m->vocab, fl = sizeof(float), a = m->asz;
+    size_t last = m->last ? 1 : 0, i = 0;
+#define BUF(field, n) (where[i] = (void **)&x->field, bytes[i++] = (n))
+    BUF(bnd, (L + 1) * R * C * a);
+    BUF(mid, S * R * C * a);
+    BUF(ln, S * 2 * N * C * a);
+    BUF(ln_stat, S * 4 * R * fl);
+    BUF(qkv, S * N * 3 * Cl * a);
+    BUF(atty, S * N * Cl * a);
+    BUF(lse, S * N * (size_t)m->heads * fl);
+    BUF(fch, S * N * F * a);
+    BUF(lnf, last * N * C * a);
+    BUF(lnf_stat, last * 2 * R * fl);
+    BUF(logits, last * N * V * a);
+    BUF(xent, last * 3 * N * fl);
+    BUF(s_c1, N * C * a);
+    BUF(s_c2, N * C * a);
+    BUF(s_c3, N * C * a);
+    BUF(s_qkv, N * 3 * Cl * a);
+    BUF(s_f1, N * F * a);
+    BUF(s_f2, N * F * a);
+    BUF(d_tok, N * sizeof(int32_t));
+    BUF(d_tgt, N * sizeof(int32_t));
+    BUF(d_losses, N * fl);
+    BUF(d_dscale, N * fl);
+#undef BUF
+}
+
+/* Sets the sizes and the recomputation plan of a context of max_batch sequences; -1 if too large. */
+static int ctx_shape(mt_gpt_ctx *x, mt_gpt *m, int max_batch, mt_err *e)
 {
     const mt_gpt_config *config = &m->c;
-    if (max_batch <= 0) {
-        mt_err_set(e, "--micro-batch-size (%d) must be positive", max_batch);
-        return NULL;
-    }
-    mt_gpt_ctx *x = mt_xcalloc(1, sizeof *x);
+    if (max_batch <= 0) return mt_err_set(e, "--micro-batch-size (%d) must be positive", max_batch);
     x->m = m;
     x->max_batch = max_batch;
     x->nmax = (size_t)max_batch * (size_t)config->seq_length;
-    if (x->nmax > 2147483647u / 4) {
+    if (x->nmax > 2147483647u / 4)
+        return mt_err_set(e, "--micro-batch-size (%d) x --seq-length (%d) is too large", max_batch, config->seq_length);
+    x->nres = m->sp ? x->nmax / (size_t)m->tp_size : x->nmax;
+    recompute_plan(m, &x->chunk, &x->recomputed, &x->nslots);
+    return 0;
+}
+
+mt_gpt_ctx *mt_gpt_ctx_new(mt_gpt *m, int max_batch, mt_err *e)
+{
+    mt_gpt_ctx *x = mt_xcalloc(1, sizeof *x);
+    if (ctx_shape(x, m, max_batch, e)) {
         free(x);
-        mt_err_set(e, "--micro-batch-size (%d) x --seq-length (%d) is too large", max_batch, config->seq_length);
         return NULL;
     }
+    void **where[CTX_BUFFERS];
+    size_t bytes[CTX_BUFFERS];
+    ctx_buffers(x, where, bytes);
     int failed = 0;
-    /* per rank: the hidden size C is whole, heads (Cl = C / tp of the attention), ffn and vocabulary shared out */
-    size_t L = (size_t)m->nl, C = (size_t)config->hidden_size, F = (size_t)m->ffn;
-    size_t Cl = C / (size_t)m->tp_size, N = x->nmax, V = (size_t)m->vocab, fl = sizeof(float), a = m->asz;
-    x->nres = m->sp ? N / (size_t)m->tp_size : N;
-    x->res = ctx_alloc(x, (2 * L + 1) * x->nres * C * a, &failed, e);
-    x->ln = ctx_alloc(x, (2 * L + 1) * N * C * a, &failed, e);
-    x->ln_mean = ctx_alloc(x, (2 * L + 1) * x->nres * fl, &failed, e);
-    x->ln_rstd = ctx_alloc(x, (2 * L + 1) * x->nres * fl, &failed, e);
-    x->qkv = ctx_alloc(x, L * N * 3 * Cl * a, &failed, e);
-    x->atty = ctx_alloc(x, L * N * Cl * a, &failed, e);
-    x->lse = ctx_alloc(x, L * N * (size_t)m->heads * fl, &failed, e);
-    x->fch = ctx_alloc(x, L * N * F * a, &failed, e);
-    x->logits = ctx_alloc(x, (m->last ? N * V : 1) * a, &failed, e);
-    x->xent = ctx_alloc(x, (m->last ? 3 * N : 1) * fl, &failed, e);
-    x->s_c1 = ctx_alloc(x, N * C * a, &failed, e);
-    x->s_c2 = ctx_alloc(x, N * C * a, &failed, e);
-    x->s_c3 = ctx_alloc(x, N * C * a, &failed, e);
-    x->s_qkv = ctx_alloc(x, N * 3 * Cl * a, &failed, e);
-    x->s_f1 = ctx_alloc(x, N * F * a, &failed, e);
-    x->s_f2 = ctx_alloc(x, N * F * a, &failed, e);
-    x->d_tok = ctx_alloc(x, N * sizeof(int32_t), &failed, e);
-    x->d_tgt = ctx_alloc(x, N * sizeof(int32_t), &failed, e);
-    x->d_losses = ctx_alloc(x, N * fl, &failed, e);
-    x->d_dscale = ctx_alloc(x, N * fl, &failed, e);
-    if (failed || mt_gpt_reserve(m, N, config->seq_length, e)) {
+    for (int i = 0; i < CTX_BUFFERS; i++) *where[i] = ctx_alloc(x, bytes[i], &failed, e);
+    if (failed || mt_gpt_reserve(m, x->nmax, m->c.seq_length, e)) {
         mt_err_prefix(e, "GPT activations (%zu bytes)", x->bytes);
         mt_gpt_ctx_free(x);
         return NULL;
     }
-    x->h_losses = mt_xmalloc(N * fl);
-    x->h_dscale = mt_xmalloc(N * fl);
+    x->h_losses = mt_xmalloc(x->nmax * sizeof(float));
+    x->h_dscale = mt_xmalloc(x->nmax * sizeof(float));
     m->ctx_bytes += x->bytes;
     return x;
+}
+
+int mt_gpt_plan_part(const mt_gpt_config *config, int tp_rank, int tp_size, int stage, int stages, int max_batch,
+                size_t act_size, size_t *params, size_t *ctx_bytes, mt_err *e)
+{
+    mt_gpt m = {0};
+    mt_gpt_ctx x = {0};
+    int rc = describe(&m, config, tp_rank, tp_size, stage, stages, act_size, e);
+    if (!rc) rc = ctx_shape(&x, &m, max_batch, e);
+    if (!rc) {
+        void **where[CTX_BUFFERS];
+        size_t bytes[CTX_BUFFERS];
+        ctx_buffers(&x, where, bytes);
+        *ctx_bytes = 0;
+        for (int i = 0; i < CTX_BUFFERS; i++) *ctx_bytes += bytes[i];
+        *params = m.nparams;
+    }
+    free(m.tensors);
+    free(m.tix);
+    free(m.tp_counts);
+    mt_layout_free(&m.layout);
+    return rc;
 }
 
 void mt_gpt_ctx_free(mt_gpt_ctx *x)
 {
     if (!x) return;
-    void *dev[] = {x->res,  x->ln,   x->ln_mean, x->ln_rstd, x->qkv,   x->atty,  x->lse,   x->fch,    x->logits,  x->xent, x->s_c1,
-                   x->s_c2, x->s_c3, x->s_qkv,   x->s_f1,    x->s_f2,  x->d_tok, x->d_tgt, x->d_losses, x->d_dscale};
-    for (size_t i = 0; i < sizeof dev / sizeof dev[0]; i++)
-        if (dev[i]) mtk_free(x->m->k, dev[i]);
+    void **where[CTX_BUFFERS];
+    size_t bytes[CTX_BUFFERS];
+    ctx_buffers(x, where, bytes);
+    for (int i = 0; i < CTX_BUFFERS; i++)
+        if (*where[i]) mtk_free(x->m->k, *where[i]);
     if (x->h_losses) x->m->ctx_bytes -= x->bytes;
     free(x->h_losses);
     free(x->h_dscale);
@@ -315,28 +397,69 @@ static const mtk_dropout *site_dropout(const mt_gpt_ctx *x, mtk_dropout *d, int 
 /* Element i of an activation-dtype buffer. */
 #define AT(buf, i) ((void *)((char *)(buf) + (size_t)(i) * m->asz))
 
-/* Layer l's slices of a context's activations (gpt_impl.h), shared by forward and backward. */
+/* Local layer li's activations in its slot (gpt_impl.h), shared by forward, recomputation and backward. */
 typedef struct layer_acts {
     void *res_in, *res_mid, *res_out, *ln1, *ln2, *qkv, *atty, *fch;
     float *mean1, *rstd1, *mean2, *rstd2, *lse;
 } layer_acts;
 
-static void layer_views(const mt_gpt_ctx *x, int l, layer_acts *a)
+static void layer_views(const mt_gpt_ctx *x, int li, layer_acts *a)
 {
     const mt_gpt *m = x->m;
-    size_t nC = x->nmax * (size_t)m->c.hidden_size, nCl = nC / (size_t)m->tp_size, L2 = (size_t)(2 * l);
+    size_t s = (size_t)layer_slot(x, li);
+    size_t nC = x->nmax * (size_t)m->c.hidden_size, nCl = nC / (size_t)m->tp_size;
     size_t rC = x->nres * (size_t)m->c.hidden_size;
-    a->res_in = AT(x->res, L2 * rC);
-    a->res_mid = AT(a->res_in, rC);
-    a->res_out = AT(a->res_mid, rC);
-    a->ln1 = AT(x->ln, L2 * nC);
+    a->res_in = AT(x->bnd, (size_t)li * rC);
+    a->res_out = AT(x->bnd, (size_t)(li + 1) * rC);
+    a->res_mid = AT(x->mid, s * rC);
+    a->ln1 = AT(x->ln, 2 * s * nC);
     a->ln2 = AT(a->ln1, nC);
-    a->mean1 = x->ln_mean + L2 * x->nres, a->rstd1 = x->ln_rstd + L2 * x->nres;
-    a->mean2 = a->mean1 + x->nres, a->rstd2 = a->rstd1 + x->nres;
-    a->qkv = AT(x->qkv, (size_t)l * 3 * nCl);
-    a->atty = AT(x->atty, (size_t)l * nCl);
-    a->lse = x->lse + (size_t)l * x->nmax * (size_t)m->heads;
-    a->fch = AT(x->fch, (size_t)l * x->nmax * (size_t)m->ffn);
+    a->mean1 = x->ln_stat + 4 * s * x->nres, a->rstd1 = a->mean1 + x->nres;
+    a->mean2 = a->rstd1 + x->nres, a->rstd2 = a->mean2 + x->nres;
+    a->qkv = AT(x->qkv, s * 3 * nCl);
+    a->atty = AT(x->atty, s * nCl);
+    a->lse = x->lse + s * x->nmax * (size_t)m->heads;
+    a->fch = AT(x->fch, s * x->nmax * (size_t)m->ffn);
+}
+
+/* Local layer li's forward pass on x's micro-batch (B x T tokens); scratch: a free [N, C] buffer. */
+static int layer_forward(mt_gpt_ctx *x, int li, void *scratch, mt_err *e)
+{
+    mt_gpt *m = x->m;
+    const mt_gpt_config *c = &m->c;
+    mtk *k = m->k;
+    int B = x->B, T = x->T, N = B * T, C = c->hidden_size, Cl = C / m->tp_size, F = m->ffn, Nl = mt_tp_tokens(m, N);
+    uint64_t h0 = (uint64_t)mt_tp_first(m, N) * (uint64_t)C;   /* the hidden dropout's first counter */
+    int l = m->l0 + li;   /* the global layer: its tensors and dropout sites */
+    mtk_dropout dd;
+    const mtk_dropout *drop;
+#define P(kind) mt_gpt_p(m, mt_gpt_t(m, l, kind))
+#define W(kind) mt_gpt_w(m, mt_gpt_t(m, l, kind))
+    layer_acts a;
+    layer_views(x, li, &a);
+    void *out = mt_tp_local(m, scratch, N, C);
+
+    /* attention: QKV column-parallel (this rank's heads), dense row-parallel (summed over the ranks) */
+    mtk_layernorm_fwd(k, mt_tp_local(m, a.ln1, N, C), a.mean1, a.rstd1, a.res_in, P(MT_T_NORM1_W), P(MT_T_NORM1_B), Nl,
+                      C, c->layernorm_epsilon);
+    if (mt_tp_gather(m, a.ln1, N, C, e)) return mt_err_prefix(e, "GPT forward, layer %d attention", l);
+    mtk_matmul_fwd(k, a.qkv, a.ln1, W(MT_T_QKV_W), P(MT_T_QKV_B), N, C, 3 * Cl);
+    mt_tp_attention_fwd(m, a.atty, a.lse, a.qkv, B, T, site_dropout(x, &dd, l, SITE_ATTN_PROBS, 0));
+    if (mt_tp_row_linear_fwd(m, scratch, a.atty, W(MT_T_PROJ_W), P(MT_T_PROJ_B), N, Cl, C, e))
+        return mt_err_prefix(e, "GPT forward, layer %d attention", l);
+    if ((drop = site_dropout(x, &dd, l, SITE_ATTN_OUT, h0))) mtk_dropout_fwd(k, out, out, (size_t)Nl * C, drop);
+    mtk_add_layernorm_fwd(k, a.res_mid, mt_tp_local(m, a.ln2, N, C), a.mean2, a.rstd2, a.res_in, out, P(MT_T_NORM2_W),
+                          P(MT_T_NORM2_B), Nl, C, c->layernorm_epsilon);
+    /* MLP: the first layer column-parallel, the second row-parallel */
+    if (mt_tp_gather(m, a.ln2, N, C, e)) return mt_err_prefix(e, "GPT forward, layer %d MLP", l);
+    mtk_matmul_gelu_fwd(k, x->s_f1, a.fch, a.ln2, W(MT_T_FC1_W), P(MT_T_FC1_B), N, C, F, c->exact_gelu);
+    if (mt_tp_row_linear_fwd(m, scratch, x->s_f1, W(MT_T_FC2_W), P(MT_T_FC2_B), N, F, C, e))
+        return mt_err_prefix(e, "GPT forward, layer %d MLP", l);
+    if ((drop = site_dropout(x, &dd, l, SITE_MLP_OUT, h0))) mtk_dropout_fwd(k, out, out, (size_t)Nl * C, drop);
+    mtk_add(k, a.res_out, a.res_mid, out, (size_t)Nl * C);
+#undef P
+#undef W
+    return 0;
 }
 
 int mt_gpt_forward(mt_gpt_ctx *x, const int32_t *tokens, const int32_t *targets, const float *loss_mask, int B,
@@ -349,15 +472,13 @@ int mt_gpt_forward(mt_gpt_ctx *x, const int32_t *tokens, const int32_t *targets,
     if (B <= 0 || T <= 0 || B > x->max_batch || T > c->seq_length)
         return mt_err_set(e, "GPT forward: batch %d x %d tokens outside the context's %d x %d", B, T, x->max_batch,
                           c->seq_length);
-    /* per rank: Cl = the attention's share of the hidden size, F the ffn's; Nl the tokens of the regions
-     * between the products (all N unless sequence-parallel), from token n0 on */
-    int N = B * T, C = c->hidden_size, Cl = C / m->tp_size, F = m->ffn, V = c->padded_vocab_size;
-    int L = m->nl;
+    /* per rank: Nl the tokens of the regions between the products (all N unless sequence-parallel), from
+     * token n0 on */
+    int N = B * T, C = c->hidden_size, V = c->padded_vocab_size, L = m->nl;
     if (m->sp && N % m->tp_size)
         return mt_err_set(e, "GPT forward: %d tokens do not split over %d sequence-parallel ranks", N, m->tp_size);
     int Nl = mt_tp_tokens(m, N);
     uint64_t h0 = (uint64_t)mt_tp_first(m, N) * (uint64_t)C;   /* the hidden dropout's first counter */
-    size_t nC = x->nmax * (size_t)C, rC = x->nres * (size_t)C;
     for (int i = 0; i < N; i++)
         if (tokens[i] < 0 || tokens[i] >= V || targets[i] < 0 || targets[i] >= V)
             return mt_err_set(e, "GPT forward: token %d or target %d at position %d outside the vocabulary [0, %d)",
@@ -365,63 +486,31 @@ int mt_gpt_forward(mt_gpt_ctx *x, const int32_t *tokens, const int32_t *targets,
     mtk *k = m->k;
     mtk_dropout dd;
     const mtk_dropout *drop;
+    x->B = B;
+    x->T = T;
 
     mtk_to_device(k, x->d_tok, tokens, (size_t)N * sizeof(int32_t));
     mtk_to_device(k, x->d_tgt, targets, (size_t)N * sizeof(int32_t));
-    if (m->first) {   /* later stages find their input in res[0] (mt_gpt_stage_input) */
-        if (mt_tp_embed_fwd(m, x->res, x->s_c1, x->d_tok, B, T, e)) return mt_err_prefix(e, "GPT forward");
-        if ((drop = site_dropout(x, &dd, 0, SITE_EMBED, h0))) mtk_dropout_fwd(k, x->res, x->res, (size_t)Nl * C, drop);
+    if (m->first) {   /* later stages find their input in bnd[0] (mt_gpt_stage_input) */
+        if (mt_tp_embed_fwd(m, x->bnd, x->s_c1, x->d_tok, B, T, e)) return mt_err_prefix(e, "GPT forward");
+        if ((drop = site_dropout(x, &dd, 0, SITE_EMBED, h0))) mtk_dropout_fwd(k, x->bnd, x->bnd, (size_t)Nl * C, drop);
     }
+    for (int li = 0; li < L; li++)
+        if (layer_forward(x, li, x->s_c1, e)) return -1;
 
-    for (int li = 0; li < L; li++) {
-        int l = m->l0 + li;   /* the global layer: its tensors and dropout sites */
-#define P(kind) mt_gpt_p(m, mt_gpt_t(m, l, kind))
-#define W(kind) mt_gpt_w(m, mt_gpt_t(m, l, kind))
-        layer_acts a;
-        layer_views(x, li, &a);
-        void *res_in = a.res_in, *res_mid = a.res_mid, *res_out = a.res_out, *ln1 = a.ln1, *ln2 = a.ln2;
-        float *mean1 = a.mean1, *rstd1 = a.rstd1, *mean2 = a.mean2, *rstd2 = a.rstd2, *lse = a.lse;
-        void *qkv = a.qkv, *atty = a.atty, *fch = a.fch, *out = mt_tp_local(m, x->s_c1, N, C);
-
-        /* attention: QKV column-parallel (this rank's heads), dense row-parallel (summed over the ranks) */
-        mtk_layernorm_fwd(k, mt_tp_local(m, ln1, N, C), mean1, rstd1, res_in, P(MT_T_NORM1_W), P(MT_T_NORM1_B), Nl, C,
-                          c->layernorm_epsilon);
-        if (mt_tp_gather(m, ln1, N, C, e)) return mt_err_prefix(e, "GPT forward, layer %d attention", l);
-        mtk_matmul_fwd(k, qkv, ln1, W(MT_T_QKV_W), P(MT_T_QKV_B), N, C, 3 * Cl);
-        mt_tp_attention_fwd(m, atty, lse, qkv, B, T, site_dropout(x, &dd, l, SITE_ATTN_PROBS, 0));
-        if (mt_tp_row_linear_fwd(m, x->s_c1, atty, W(MT_T_PROJ_W), P(MT_T_PROJ_B), N, Cl, C, e))
-            return mt_err_prefix(e, "GPT forward, layer %d attention", l);
-        if ((drop = site_dropout(x, &dd, l, SITE_ATTN_OUT, h0))) mtk_dropout_fwd(k, out, out, (size_t)Nl * C, drop);
-        mtk_add_layernorm_fwd(k, res_mid, mt_tp_local(m, ln2, N, C), mean2, rstd2, res_in, out, P(MT_T_NORM2_W),
-                              P(MT_T_NORM2_B), Nl, C, c->layernorm_epsilon);
-        /* MLP: the first layer column-parallel, the second row-parallel */
-        if (mt_tp_gather(m, ln2, N, C, e)) return mt_err_prefix(e, "GPT forward, layer %d MLP", l);
-        mtk_matmul_gelu_fwd(k, x->s_f1, fch, ln2, W(MT_T_FC1_W), P(MT_T_FC1_B), N, C, F, c->exact_gelu);
-        if (mt_tp_row_linear_fwd(m, x->s_c1, x->s_f1, W(MT_T_FC2_W), P(MT_T_FC2_B), N, F, C, e))
-            return mt_err_prefix(e, "GPT forward, layer %d MLP", l);
-        if ((drop = site_dropout(x, &dd, l, SITE_MLP_OUT, h0))) mtk_dropout_fwd(k, out, out, (size_t)Nl * C, drop);
-        mtk_add(k, res_out, res_mid, out, (size_t)Nl * C);
-#undef P
-#undef W
-    }
-
-    x->B = B;
-    x->T = T;
-    if (!m->last) {   /* the output res[2L] goes to the next stage; the loss is the last stage's */
+    if (!m->last) {   /* the output bnd[L] goes to the next stage; the loss is the last stage's */
         if (mtk_sync(k, e)) return mt_err_prefix(e, "GPT forward");
         for (int i = 0; i < N; i++) x->h_dscale[i] = 1.0f;
         x->mask_sum = 0;
         x->have_forward = 1;
         return 0;
     }
-    void *lnf = AT(x->ln, (size_t)(2 * L) * nC);
-    mtk_layernorm_fwd(k, mt_tp_local(m, lnf, N, C), x->ln_mean + (size_t)(2 * L) * x->nres,
-                      x->ln_rstd + (size_t)(2 * L) * x->nres, AT(x->res, (size_t)(2 * L) * rC),
-                      mt_gpt_p(m, mt_gpt_t(m, -1, MT_T_FINAL_NORM_W)), mt_gpt_p(m, mt_gpt_t(m, -1, MT_T_FINAL_NORM_B)),
-                      Nl, C, c->layernorm_epsilon);
-    if (mt_tp_gather(m, lnf, N, C, e)) return mt_err_prefix(e, "GPT forward, final norm");
+    mtk_layernorm_fwd(k, mt_tp_local(m, x->lnf, N, C), x->lnf_stat, x->lnf_stat + x->nres,
+                      AT(x->bnd, (size_t)L * x->nres * (size_t)C), mt_gpt_p(m, mt_gpt_t(m, -1, MT_T_FINAL_NORM_W)),
+                      mt_gpt_p(m, mt_gpt_t(m, -1, MT_T_FINAL_NORM_B)), Nl, C, c->layernorm_epsilon);
+    if (mt_tp_gather(m, x->lnf, N, C, e)) return mt_err_prefix(e, "GPT forward, final norm");
     /* the logits of this rank's vocabulary rows (never gathered) and the vocabulary-parallel loss */
-    mtk_matmul_fwd(k, x->logits, lnf, mt_gpt_w(m, m->head), NULL, N, C, m->vocab);
+    mtk_matmul_fwd(k, x->logits, x->lnf, mt_gpt_w(m, m->head), NULL, N, C, m->vocab);
     if (mt_tp_xent_fwd(x, N, e)) return mt_err_prefix(e, "GPT forward, cross-entropy");
     mtk_to_host(k, x->h_losses, x->d_losses, (size_t)N * sizeof(float));
     if (mtk_sync(k, e)) return mt_err_prefix(e, "GPT forward");
@@ -434,8 +523,6 @@ int mt_gpt_forward(mt_gpt_ctx *x, const int32_t *tokens, const int32_t *targets,
         x->h_dscale[i] = (float)w;
     }
     if (tok_losses) memcpy(tok_losses, x->h_losses, (size_t)N * sizeof(float));
-    x->B = B;
-    x->T = T;
     x->mask_sum = msum;
     x->have_forward = 1;
     loss->sum = sum;
@@ -449,6 +536,7 @@ int mt_gpt_logits(mt_gpt_ctx *x, float *host, mt_err *e)
 {
     if (!x->have_forward) return mt_err_set(e, "GPT logits: no forward pass (or a backward consumed it)");
     if (x->m->tp) return mt_err_set(e, "GPT logits: the model is split over %d tensor-parallel ranks", x->m->tp_size);
+    if (!x->m->last) return mt_err_set(e, "GPT logits: this pipeline stage has no output layer");
     mtk *k = x->m->k;
     size_t n = (size_t)x->B * (size_t)x->T * (size_t)x->m->c.padded_vocab_size;
     mtk_dtype dt = mtk_act_dtype(k);
@@ -463,6 +551,60 @@ int mt_gpt_logits(mt_gpt_ctx *x, float *host, mt_err *e)
     return mtk_sync(k, e) ? mt_err_prefix(e, "GPT logits") : 0;
 }
 
+/* Local layer li's backward pass: dres (this rank's rows of the residual stream's gradient, x->s_c1)
+ * from the layer's output to its input. The input gradients of column-parallel products (QKV, the MLP's
+ * first layer) are partial sums over this rank's columns until summed over the tensor-parallel group
+ * (dln, all rows); the output gradients of row-parallel ones are all rows (dout, gathered from dtmp's). */
+static int layer_backward(mt_gpt_ctx *x, int li, mtk_grad_mode gm, mt_err *e)
+{
+    mt_gpt *m = x->m;
+    const mt_gpt_config *c = &m->c;
+    mtk *k = m->k;
+    int B = x->B, T = x->T, N = B * T, C = c->hidden_size, Cl = C / m->tp_size, F = m->ffn, Nl = mt_tp_tokens(m, N);
+    uint64_t h0 = (uint64_t)mt_tp_first(m, N) * (uint64_t)C;
+    int l = m->l0 + li;
+    mtk_dropout dd;
+    const mtk_dropout *drop;
+    void *dres = x->s_c1, *dtmp = x->s_c2, *dln = x->s_c3;
+    void *dtmp_l = mt_tp_local(m, dtmp, N, C), *dln_l = mt_tp_local(m, dln, N, C);
+#define P(kind) mt_gpt_p(m, mt_gpt_t(m, l, kind))
+#define W(kind) mt_gpt_w(m, mt_gpt_t(m, l, kind))
+#define G(kind) mt_gpt_g(m, mt_gpt_t(m, l, kind))
+    layer_acts a;
+    layer_views(x, li, &a);
+
+    /* MLP: res_out = res_mid + drop(fc2(gelu(fc(ln2(res_mid))))) */
+    const void *dout = dres;
+    if ((drop = site_dropout(x, &dd, l, SITE_MLP_OUT, h0))) {
+        mtk_dropout_bwd(k, dtmp_l, dres, (size_t)Nl * C, drop);
+        dout = dtmp_l;
+    }
+    if (mt_tp_output_grad(m, dout, dtmp, N, C, &dout, e)) return mt_err_prefix(e, "GPT backward, layer %d MLP", l);
+    mtk_gelu_fwd(k, x->s_f1, a.fch, (size_t)N * F, c->exact_gelu);
+    mtk_matmul_bwd(k, x->s_f2, G(MT_T_FC2_W), G(MT_T_FC2_B), dout, x->s_f1, W(MT_T_FC2_W), N, F, C, gm);
+    mtk_gelu_bwd(k, x->s_f1, a.fch, x->s_f2, (size_t)N * F, c->exact_gelu);
+    mtk_matmul_bwd(k, dln, G(MT_T_FC1_W), G(MT_T_FC1_B), x->s_f1, a.ln2, W(MT_T_FC1_W), N, C, F, gm);
+    if (mt_tp_input_grad(m, dln, N, C, e)) return mt_err_prefix(e, "GPT backward, layer %d MLP", l);
+    mtk_layernorm_bwd(k, dres, G(MT_T_NORM2_W), G(MT_T_NORM2_B), dln_l, a.res_mid, P(MT_T_NORM2_W), a.mean2, a.rstd2, Nl, C);
+
+    /* Attention: res_mid = res_in + drop(dense(attn(qkv(ln1(res_in))))) */
+    dout = dres;
+    if ((drop = site_dropout(x, &dd, l, SITE_ATTN_OUT, h0))) {
+        mtk_dropout_bwd(k, dtmp_l, dres, (size_t)Nl * C, drop);
+        dout = dtmp_l;
+    }
+    if (mt_tp_output_grad(m, dout, dtmp, N, C, &dout, e)) return mt_err_prefix(e, "GPT backward, layer %d attention", l);
+    mtk_matmul_bwd(k, dln, G(MT_T_PROJ_W), G(MT_T_PROJ_B), dout, a.atty, W(MT_T_PROJ_W), N, Cl, C, gm);
+    mt_tp_attention_bwd(m, x->s_qkv, dln, a.qkv, a.atty, a.lse, B, T, site_dropout(x, &dd, l, SITE_ATTN_PROBS, 0));
+    mtk_matmul_bwd(k, dln, G(MT_T_QKV_W), G(MT_T_QKV_B), x->s_qkv, a.ln1, W(MT_T_QKV_W), N, C, 3 * Cl, gm);
+    if (mt_tp_input_grad(m, dln, N, C, e)) return mt_err_prefix(e, "GPT backward, layer %d attention", l);
+    mtk_layernorm_bwd(k, dres, G(MT_T_NORM1_W), G(MT_T_NORM1_B), dln_l, a.res_in, P(MT_T_NORM1_W), a.mean1, a.rstd1, Nl, C);
+#undef P
+#undef W
+#undef G
+    return 0;
+}
+
 int mt_gpt_backward(mt_gpt_ctx *x, double scale, mt_err *e)
 {
     mt_gpt *m = x->m;
@@ -470,77 +612,43 @@ int mt_gpt_backward(mt_gpt_ctx *x, double scale, mt_err *e)
     if (!x->have_forward) return mt_err_set(e, "GPT backward: no forward pass to go back through");
     x->have_forward = 0;   /* the logits become dlogits below */
     const mt_gpt_config *c = &m->c;
-    int B = x->B, T = x->T, N = B * T, C = c->hidden_size, Cl = C / m->tp_size, F = m->ffn, L = m->nl;
+    int B = x->B, T = x->T, N = B * T, C = c->hidden_size, L = m->nl;
     int Nl = mt_tp_tokens(m, N);
     uint64_t h0 = (uint64_t)mt_tp_first(m, N) * (uint64_t)C;
-    size_t nC = x->nmax * (size_t)C, rC = x->nres * (size_t)C;
     mtk *k = m->k;
     mtk_dropout dd;
     const mtk_dropout *drop;
     int lnf_w = mt_gpt_t(m, -1, MT_T_FINAL_NORM_W), lnf_b = mt_gpt_t(m, -1, MT_T_FINAL_NORM_B);
 
     /* Logits and the final LayerNorm; dres (this rank's rows) is the residual stream's gradient from here
-     * down. The input gradients of column-parallel products (the logits, QKV, the MLP's first layer) are
-     * partial sums over this rank's columns until summed over the tensor-parallel group (dln, all rows);
-     * the output gradients of row-parallel ones are all rows (dout, gathered from dtmp's). */
+     * down (the logits' input gradient is a partial sum over this rank's vocabulary until summed). */
     void *dres = x->s_c1, *dtmp = x->s_c2, *dln = x->s_c3;
-    void *dtmp_l = mt_tp_local(m, dtmp, N, C), *dln_l = mt_tp_local(m, dln, N, C);
+    void *dln_l = mt_tp_local(m, dln, N, C);
     mtk_grad_mode gm = m->grads_assign ? MTK_GRAD_ASSIGN : MTK_GRAD_ACCUMULATE;
     m->grads_assign = 0;
     if (m->last) {
         for (int i = 0; i < N; i++) x->h_dscale[i] = (float)(x->h_dscale[i] * scale);
         mtk_to_device(k, x->d_dscale, x->h_dscale, (size_t)N * sizeof(float));
-        void *lnf = AT(x->ln, (size_t)(2 * L) * nC);
         if (mt_tp_xent_bwd(x, N, e)) return mt_err_prefix(e, "GPT backward, cross-entropy");
-        mtk_matmul_bwd(k, dln, mt_gpt_g(m, m->head), NULL, x->logits, lnf, mt_gpt_w(m, m->head), N, C, m->vocab, gm);
+        mtk_matmul_bwd(k, dln, mt_gpt_g(m, m->head), NULL, x->logits, x->lnf, mt_gpt_w(m, m->head), N, C, m->vocab, gm);
         if (mt_tp_input_grad(m, dln, N, C, e)) return mt_err_prefix(e, "GPT backward, logits");
         mtk_zero(k, dres, (size_t)Nl * C * m->asz);
-        mtk_layernorm_bwd(k, dres, mt_gpt_g(m, lnf_w), mt_gpt_g(m, lnf_b), dln_l, AT(x->res, (size_t)(2 * L) * rC),
-                          mt_gpt_p(m, lnf_w), x->ln_mean + (size_t)(2 * L) * x->nres,
-                          x->ln_rstd + (size_t)(2 * L) * x->nres, Nl, C);
+        mtk_layernorm_bwd(k, dres, mt_gpt_g(m, lnf_w), mt_gpt_g(m, lnf_b), dln_l,
+                          AT(x->bnd, (size_t)L * x->nres * (size_t)C), mt_gpt_p(m, lnf_w), x->lnf_stat,
+                          x->lnf_stat + x->nres, Nl, C);
     }   /* else dres holds the gradient of the output, from the next stage (mt_gpt_stage_grad) */
 
     for (int li = L - 1; li >= 0; li--) {
-        int l = m->l0 + li;
-#define P(kind) mt_gpt_p(m, mt_gpt_t(m, l, kind))
-#define W(kind) mt_gpt_w(m, mt_gpt_t(m, l, kind))
-#define G(kind) mt_gpt_g(m, mt_gpt_t(m, l, kind))
-        layer_acts a;
-        layer_views(x, li, &a);
-        void *res_in = a.res_in, *res_mid = a.res_mid, *ln1 = a.ln1, *ln2 = a.ln2;
-        float *mean1 = a.mean1, *rstd1 = a.rstd1, *mean2 = a.mean2, *rstd2 = a.rstd2, *lse = a.lse;
-        void *qkv = a.qkv, *atty = a.atty, *fch = a.fch;
-
-        /* MLP: res_out = res_mid + drop(fc2(gelu(fc(ln2(res_mid))))) */
-        const void *dout = dres;
-        if ((drop = site_dropout(x, &dd, l, SITE_MLP_OUT, h0))) {
-            mtk_dropout_bwd(k, dtmp_l, dres, (size_t)Nl * C, drop);
-            dout = dtmp_l;
+        /* a recomputed chunk's forward runs again from its input when the backward reaches its last layer
+         * (the same kernels on the same inputs with the same dropout masks: the same activations) */
+        if (li < x->recomputed && (li + 1) % x->chunk == 0) {
+            for (int r = li + 1 - x->chunk; r <= li; r++)
+                if (layer_forward(x, r, x->s_c2, e)) return mt_err_prefix(e, "GPT backward, recomputation");
+        } else if (li < x->recomputed && li == x->recomputed - 1) {   /* a last, shorter chunk */
+            for (int r = li - li % x->chunk; r <= li; r++)
+                if (layer_forward(x, r, x->s_c2, e)) return mt_err_prefix(e, "GPT backward, recomputation");
         }
-        if (mt_tp_output_grad(m, dout, dtmp, N, C, &dout, e)) return mt_err_prefix(e, "GPT backward, layer %d MLP", l);
-        mtk_gelu_fwd(k, x->s_f1, fch, (size_t)N * F, c->exact_gelu);
-        mtk_matmul_bwd(k, x->s_f2, G(MT_T_FC2_W), G(MT_T_FC2_B), dout, x->s_f1, W(MT_T_FC2_W), N, F, C, gm);
-        mtk_gelu_bwd(k, x->s_f1, fch, x->s_f2, (size_t)N * F, c->exact_gelu);
-        mtk_matmul_bwd(k, dln, G(MT_T_FC1_W), G(MT_T_FC1_B), x->s_f1, ln2, W(MT_T_FC1_W), N, C, F, gm);
-        if (mt_tp_input_grad(m, dln, N, C, e)) return mt_err_prefix(e, "GPT backward, layer %d MLP", l);
-        mtk_layernorm_bwd(k, dres, G(MT_T_NORM2_W), G(MT_T_NORM2_B), dln_l, res_mid, P(MT_T_NORM2_W), mean2, rstd2, Nl, C);
-
-        /* Attention: res_mid = res_in + drop(dense(attn(qkv(ln1(res_in))))) */
-        dout = dres;
-        if ((drop = site_dropout(x, &dd, l, SITE_ATTN_OUT, h0))) {
-            mtk_dropout_bwd(k, dtmp_l, dres, (size_t)Nl * C, drop);
-            dout = dtmp_l;
-        }
-        if (mt_tp_output_grad(m, dout, dtmp, N, C, &dout, e))
-            return mt_err_prefix(e, "GPT backward, layer %d attention", l);
-        mtk_matmul_bwd(k, dln, G(MT_T_PROJ_W), G(MT_T_PROJ_B), dout, atty, W(MT_T_PROJ_W), N, Cl, C, gm);
-        mt_tp_attention_bwd(m, x->s_qkv, dln, qkv, atty, lse, B, T, site_dropout(x, &dd, l, SITE_ATTN_PROBS, 0));
-        mtk_matmul_bwd(k, dln, G(MT_T_QKV_W), G(MT_T_QKV_B), x->s_qkv, ln1, W(MT_T_QKV_W), N, C, 3 * Cl, gm);
-        if (mt_tp_input_grad(m, dln, N, C, e)) return mt_err_prefix(e, "GPT backward, layer %d attention", l);
-        mtk_layernorm_bwd(k, dres, G(MT_T_NORM1_W), G(MT_T_NORM1_B), dln_l, res_in, P(MT_T_NORM1_W), mean1, rstd1, Nl, C);
-#undef P
-#undef W
-#undef G
+        if (layer_backward(x, li, gm, e)) return -1;
     }
 
     if (m->first) {   /* else dres is the gradient of the input, for the previous stage */
@@ -584,11 +692,11 @@ size_t mt_gpt_stage_numel(const mt_gpt *m, int B, int T)
     return (size_t)mt_tp_tokens(m, B * T) * (size_t)m->c.hidden_size;
 }
 
-void *mt_gpt_stage_input(mt_gpt_ctx *x) { return x->res; }
+void *mt_gpt_stage_input(mt_gpt_ctx *x) { return x->bnd; }
 void *mt_gpt_stage_output(mt_gpt_ctx *x)
 {
     const mt_gpt *m = x->m;
-    return AT(x->res, (size_t)(2 * m->nl) * x->nres * (size_t)m->c.hidden_size);
+    return AT(x->bnd, (size_t)m->nl * x->nres * (size_t)m->c.hidden_size);
 }
 void *mt_gpt_stage_grad(mt_gpt_ctx *x) { return x->s_c1; }
 

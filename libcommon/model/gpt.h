@@ -48,7 +48,16 @@ typedef struct mt_gpt_config {
     float attention_dropout;      /* --attention-dropout (Megatron's default 0.1) */
     int sequence_parallel;        /* --sequence-parallel: with tensor parallelism, the LayerNorm, dropout and
                                      residual regions hold 1/tp of the tokens (spec 7.4) */
+    int recompute_granularity;    /* MT_RECOMPUTE_NONE, _SELECTIVE (the attention core: mt's attention never
+                                     keeps its probabilities, so nothing changes) or _FULL (below) */
+    int recompute_method;         /* with _FULL: MT_RECOMPUTE_UNIFORM (every layer, in chunks of
+                                     recompute_num_layers) or MT_RECOMPUTE_BLOCK (the first
+                                     recompute_num_layers layers of each stage) */
+    int recompute_num_layers;
 } mt_gpt_config;
+
+enum { MT_RECOMPUTE_NONE, MT_RECOMPUTE_SELECTIVE, MT_RECOMPUTE_FULL };
+enum { MT_RECOMPUTE_UNIFORM, MT_RECOMPUTE_BLOCK };
 
 /* ceil(vocab / (divisible_by * tp)) * divisible_by * tp: 50257 -> 50304 (tp 1). */
 int mt_gpt_padded_vocab(int vocab_size, int divisible_by, int tp);
@@ -193,6 +202,8 @@ size_t mt_gpt_stage_numel(const mt_gpt *m, int B, int T);
 void *mt_gpt_stage_input(mt_gpt_ctx *x);
 void *mt_gpt_stage_output(mt_gpt_ctx *x);
 void *mt_gpt_stage_grad(mt_gpt_ctx *x);
+/* The stage's layers whose forward pass runs again in the backward pass (--recompute-granularity full). */
+int mt_gpt_recomputed_layers(const mt_gpt *m);
 /* This model's stage, the number of stages, and its global layers [first_layer, first_layer + num_layers). */
 void mt_gpt_stage(const mt_gpt *m, int *stage, int *stages, int *first_layer, int *num_layers);
 /* The table index of the word embeddings that tied embeddings keep on two stages: the first stage's, or
@@ -200,6 +211,12 @@ void mt_gpt_stage(const mt_gpt *m, int *stage, int *stages, int *first_layer, in
  * stages after a step's backward passes (the embedding group's all-reduce), so both copies take the same
  * update; the gradient norm counts the first stage's only. */
 int mt_gpt_tied_copy(mt_gpt *m);
+
+/* Without building it: the parameters of the part (tensor rank tp_rank of tp_size, stage of stages) and
+ * the bytes of one activation context of max_batch sequences with activations of act_size bytes, as
+ * mt_gpt_create_stage and mt_gpt_ctx_new would allocate them (a memory planner). 0, or -1 with e set. */
+int mt_gpt_plan_part(const mt_gpt_config *config, int tp_rank, int tp_size, int stage, int stages, int max_batch,
+                size_t act_size, size_t *params, size_t *ctx_bytes, mt_err *e);
 
 /* Bytes of device memory held for parameters (with the working copy), gradients, and the activations
  * and KV caches of the live contexts (memory reports). */

@@ -36,10 +36,12 @@ struct mt_gpt {
     size_t ctx_bytes;       /* activations and caches of the live contexts */
 };
 
-/* Activations of one micro-batch in flight (device unless noted). Local layer l's (global l0 + l) slices
- * are at l * nmax * width; L below is the stage's layer count nl. On a pipeline stage that is not the
- * last, res[2L] is the output sent to the next stage and there are no logits; on one that is not the
- * first, res[0] is the input received from the previous stage.
+/* Activations of one micro-batch in flight (device unless noted). L below is the stage's layer count nl;
+ * local layer l is global layer l0 + l. Each layer's input is kept (bnd); the rest of its activations
+ * are in a slot: layer l's own without recomputation, else shared by the layers recomputed in the
+ * backward pass (recompute_plan in gpt.c), S = nslots of them. On a pipeline stage that is not the last,
+ * bnd[L] is the output sent to the next stage and there are no logits; on one that is not the first,
+ * bnd[0] is the input received from the previous stage.
  * Widths are this rank's: Cl = C / tp (its heads' share of the attention), F = ffn / tp, V = V_pad / tp. */
 struct mt_gpt_ctx {
     mt_gpt *m;
@@ -47,14 +49,19 @@ struct mt_gpt_ctx {
     size_t nmax;     /* max_batch * seq_length: the token stride of per-layer activations */
     size_t nres;     /* the token stride of the residual stream and norm statistics: nmax / tp with sequence
                         parallelism (this rank's rows), else nmax */
-    void *res;       /* [2L+1][nres][C]: res 0 = embedding after dropout; 2l+1 = after layer l's attention; 2l+2 = after its MLP */
-    void *ln;        /* [2L+1][N][C]: LayerNorm outputs, ln1 (2l), ln2 (2l+1), final (2L), every rank's rows */
-    float *ln_mean;  /* [2L+1][nres] */
-    float *ln_rstd;  /* [2L+1][nres] */
-    void *qkv;       /* [L][N][3Cl], per token [heads][3][HS] (this rank's heads) */
-    void *atty;      /* [L][N][Cl]: attention output before the dense projection */
-    float *lse;      /* [L][B][heads][T] */
-    void *fch;       /* [L][N][F]: fc output before GeLU (GeLU is recomputed in backward) */
+    int nslots;      /* S */
+    int chunk, recomputed; /* layers [0, recomputed) are recomputed, in chunks of `chunk` layers */
+    void *bnd;       /* [L+1][nres][C]: the residual stream at layer borders: bnd 0 = embedding after dropout
+                        (or the stage's input), bnd l+1 = after layer l's MLP */
+    void *mid;       /* [S][nres][C]: after the layer's attention */
+    void *ln;        /* [S][2][N][C]: the LayerNorm outputs ln1, ln2, every rank's rows */
+    float *ln_stat;  /* [S][4][nres]: mean1, rstd1, mean2, rstd2 */
+    void *qkv;       /* [S][N][3Cl], per token [heads][3][HS] (this rank's heads) */
+    void *atty;      /* [S][N][Cl]: attention output before the dense projection */
+    float *lse;      /* [S][B][heads][T] */
+    void *fch;       /* [S][N][F]: fc output before GeLU (GeLU is recomputed in backward) */
+    void *lnf;       /* [N][C]: the final LayerNorm's output (the last stage) */
+    float *lnf_stat; /* [2][nres]: its mean and rstd */
     void *logits;    /* [N][V_pad / tp], overwritten in place by dlogits in backward */
     float *xent;     /* [3][N]: row max, sum of exponentials, target logit (vocabulary-parallel cross-entropy) */
     void *s_c1, *s_c2, *s_c3; /* scratch [N][C] */

@@ -287,10 +287,14 @@ double mt_trainer_tp_volume(const mt_trainer *t)
     int n = t->tp_size;
     if (n <= 1) return 0;
     double ring = 2.0 * (n - 1) / n, N = (double)t->a.micro_batch_size * t->a.seq_length;
-    double C = t->cfg.hidden_size, L = t->cfg.num_layers, a = (double)mtk_act_size(t->k);
-    double micro = (4 * L + 2) * N * C * a * ring + 3 * N * sizeof(float) * ring;
+    double C = t->cfg.hidden_size, a = (double)mtk_act_size(t->k);
+    /* this rank's stage: its layers, those recomputed (their forward exchanges run again in the backward
+     * pass), the embedding on the first, the logits and the cross-entropy on the last */
+    int L = t->cfg.num_layers / t->pp_size, R = mt_gpt_recomputed_layers(t->model);
+    int first = t->pp_rank == 0, last = t->pp_rank == t->pp_size - 1;
+    double micro = (4 * L + 2 * R + first + last) * N * C * a * ring + (last ? 3 * N * sizeof(float) * ring : 0);
     double step = t->num_micro * micro + sizeof(double) * ring;
-    if (t->cfg.sequence_parallel) step += (4 * L + 2) * C * sizeof(float) * ring;   /* the norms' gradients */
+    if (t->cfg.sequence_parallel) step += (4 * L + 2 * last) * C * sizeof(float) * ring;   /* the norms' gradients */
     return step;
 }
 
