@@ -25,6 +25,7 @@
 #include "model/gpt.h"
 #include "report/report.h"
 #include "report/tensorboard.h"
+#include "train/plan.h"
 #include "train/train_ckpt.h"
 #include "train/trainer.h"
 #include "util/err.h"
@@ -117,14 +118,27 @@ static void evaluate_and_print(run *r, int split, mt_eval_when when, int64_t ite
  * micro-batch) and the process's peak resident set, in MB. */
 static void report_memory(const run *r)
 {
+    const mt_trainer *t = &r->t;
     size_t pb, gb, ab;
-    mt_gpt_memory(r->t.model, &pb, &gb, &ab);
-    double mb = 1024.0 * 1024.0, ob = (double)mt_trainer_optimizer_bytes(&r->t);
+    mt_gpt_memory(t->model, &pb, &gb, &ab);
+    double mb = 1024.0 * 1024.0, ob = (double)mt_trainer_optimizer_bytes(t);
     struct rusage ru;
     double peak = getrusage(RUSAGE_SELF, &ru) ? 0 : (double)ru.ru_maxrss * 1024.0;   /* ru_maxrss: KiB */
-    printf("[Rank 0] (after %lld iterations) memory (MB) | parameters: %.1f | gradients: %.1f | optimizer: %.1f | "
-           "activations: %.1f | total: %.1f | peak RSS: %.1f\n",
-           (long long)r->t.iteration, pb / mb, gb / mb, ob / mb, ab / mb, (pb + gb + ob + ab) / mb, peak / mb);
+    /* a line per (tensor rank, stage) of the first data-parallel rank, gathered to rank 0 (collective) */
+    int tp = t->tp_size, pp = t->pp_size;
+    double *v = mt_xcalloc((size_t)(tp * pp * 5), sizeof *v);
+    double mine[5] = {(double)pb, (double)gb, ob, (double)ab, peak};
+    if (t->dp_rank == 0) memcpy(v + 5 * (t->pp_rank * tp + t->tp_rank), mine, sizeof mine);
+    mt_err e;
+    if (r->world->size > 1 && mt_all_reduce(r->world, v, (size_t)(tp * pp * 5), MT_C_F64, &e)) mt_die_err(&e);
+    for (int i = 0; i < tp * pp; i++) {
+        const double *x = v + 5 * i;
+        printf("[Rank %d] (after %lld iterations) memory (MB) | parameters: %.1f | gradients: %.1f | optimizer: %.1f | "
+               "activations: %.1f | total: %.1f | peak RSS: %.1f\n",
+               i % tp + tp * t->dp_size * (i / tp), (long long)t->iteration, x[0] / mb, x[1] / mb, x[2] / mb,
+               x[3] / mb, (x[0] + x[1] + x[2] + x[3]) / mb, x[4] / mb);
+    }
+    free(v);
     /* data-parallel traffic of the last step against a ring all-reduce of the gradients, 2 (N-1)/N of them */
     if (r->t.dp_size > 1) {
         int n = r->t.dp_size;
@@ -323,6 +337,12 @@ int main(int argc, char **argv)
     int nranks = mt_launch_take_n(&argc, argv, &e);
     if (nranks < 0) mt_die_err(&e);
     if (mt_train_args_parse(&a, argc, argv, &e)) mt_die_err(&e);
+    if (a.dry_run) {   /* the planner: no rank started, nothing read but the tokenizer's vocabulary */
+        int world = a.world_size ? a.world_size : a.tensor_model_parallel_size * a.pipeline_model_parallel_size;
+        if (nranks > 0) mt_die("--dry-run plans --world-size ranks; -n starts them");
+        if (mt_plan_print(stdout, &a, world, &e)) mt_die_err(&e);
+        return 0;
+    }
     if (nranks > 0) {
         mt_launch_exec(nranks, argc, argv, &e);
         mt_die_err(&e);

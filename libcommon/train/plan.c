@@ -1,0 +1,61 @@
+/* plan.c: the dry run's per-rank memory and the bubble of the schedule (see plan.h). */
+#include "train/plan.h"
+
+#include <stdlib.h>
+
+#include "ckpt/open_model.h"
+#include "comm/comm.h"
+#include "model/gpt.h"
+
+int mt_plan_print(FILE *out, const mt_train_args *a, int world, mt_err *e)
+{
+    int tp = a->tensor_model_parallel_size, pp = a->pipeline_model_parallel_size;
+    if (world < 1 || world % (tp * pp))
+        return mt_err_set(e, "--world-size (%d) must be a multiple of --tensor-model-parallel-size (%d) x "
+                             "--pipeline-model-parallel-size (%d)", world, tp, pp);
+    int dp = world / (tp * pp);
+    if (a->global_batch_size % ((int64_t)a->micro_batch_size * dp))
+        return mt_err_set(e, "--global-batch-size (%lld) must be a multiple of --micro-batch-size (%d) x data-parallel size (%d)",
+                          (long long)a->global_batch_size, a->micro_batch_size, dp);
+    int M = (int)(a->global_batch_size / ((int64_t)a->micro_batch_size * dp));
+    mt_tokenizer tok;
+    if (mt_tokenizer_open(&tok, a->tokenizer_type, a->vocab_file, a->merge_file, a->vocab_size, e)) return -1;
+    int64_t vocab = tok.vocab_size;
+    mt_tokenizer_close(&tok);
+    mt_gpt_config cfg = mt_gpt_config_from_args(a, vocab);
+    size_t asz = a->bf16 || a->fp16 ? 2 : 4;
+    fprintf(out,
+            "dry run: using world size: %d, data-parallel size: %d, context-parallel size: 1, tensor-model-parallel "
+            "size: %d, pipeline-model-parallel size: %d\n",
+            world, dp, tp, pp);
+    fprintf(out, "> padded vocab (size: %lld) with %lld dummy tokens (new size: %d)\n", (long long)vocab,
+            (long long)(cfg.padded_vocab_size - vocab), cfg.padded_vocab_size);
+    fprintf(out, "> %d micro-batches of %d x %d tokens per data-parallel rank and iteration%s\n", M, a->micro_batch_size,
+            a->seq_length, cfg.recompute_granularity == MT_RECOMPUTE_FULL ? ", full activation recomputation" : "");
+    double mb = 1024.0 * 1024.0;
+    for (int s = 0; s < pp; s++)
+        for (int r = 0; r < tp; r++) {
+            size_t np, cb;
+            if (mt_gpt_plan_part(&cfg, r, tp, s, pp, a->micro_batch_size, asz, &np, &cb, e)) return -1;
+            /* fp32 master parameters (and the working copy in bf16/fp16), fp32 gradients, AdamW's two moments
+             * of this rank's shard (the distributed optimizer's first shard), the contexts alive at once */
+            size_t shard = np;
+            if (a->use_distributed_optimizer) {
+                size_t *counts = mt_xmalloc((size_t)dp * sizeof *counts);
+                mt_comm_even_counts(np, dp, counts);
+                shard = counts[0];
+                free(counts);
+            }
+            int live = pp - s < M ? pp - s : M;
+            double pb = (double)np * (4 + (asz == 4 ? 0 : asz)), gb = (double)np * 4, ob = 2.0 * 4 * (double)shard;
+            double ab = (double)live * (double)cb;
+            fprintf(out, " > number of parameters on (tensor, pipeline) model parallel rank (%d, %d): %zu\n", r, s, np);
+            fprintf(out,
+                    "[Rank %d] memory (MB) | parameters: %.1f | gradients: %.1f | optimizer: %.1f | activations: %.1f "
+                    "| total: %.1f | micro-batches in flight: %d of %.1f MB\n",
+                    r + tp * dp * s, pb / mb, gb / mb, ob / mb, ab / mb, (pb + gb + ob + ab) / mb, live, (double)cb / mb);
+        }
+    fprintf(out, "pipeline bubble fraction (pp - 1) / m: %.4f (%d stages, %d micro-batches)\n",
+            (double)(pp - 1) / M, pp, M);
+    return 0;
+}

@@ -1,0 +1,99 @@
+#!/usr/bin/env bash
+# train-plan.sh: mt-train --dry-run, the memory planner. For layouts with data, tensor and pipeline
+# parallelism, the distributed optimizer, bf16 and each recomputation mode, the plan of every (tensor rank,
+# stage) (parameter count; parameters, gradients, optimizer state, activations and total in MB) equals the
+# memory lines of a real run of the same flags on CPU ranks, and its bubble fraction is (pp - 1) / m. A
+# GPT-3 175B layout on 1024 ranks is planned in seconds without allocating it, and its parameters summed
+# over the ranks (less the last stage's copies of the word embeddings, replicated tensors counted once)
+# are the model's count from its sizes. Planning a layout that cannot split the model is refused naming the flag.
+. "$(dirname "$0")/../lib.sh"
+py=/usr/bin/python3
+d=$T_TMP
+if ! command -v mpirun >/dev/null; then t_fail "mpirun" "openmpi-bin is not installed (make deps)"; exit 1; fi
+export OMP_NUM_THREADS=1 OMPI_MCA_mpi_yield_when_idle=1 OMPI_MCA_btl_base_warn_component_unused=0 TMPDIR=$T_TMP
+export ASAN_OPTIONS="${ASAN_OPTIONS:+$ASAN_OPTIONS:}detect_leaks=0"
+root=""; [ "$(id -u)" = 0 ] && root=--allow-run-as-root
+mpi() { local n=$1; shift; timeout -k 5 180 mpirun $root --oversubscribe -np "$n" "$@"; }
+
+PYTHONPATH=$T_TOP/tests/oracle $py "$T_TOP/tests/oracle/walk_data.py" "$d/data" 7 300
+# hidden 128, seq 128: activations of several MB per rank, so the MB figures compare to 1 part in 100 or
+# better
+base="--num-layers 4 --hidden-size 128 --num-attention-heads 4 --seq-length 128 --max-position-embeddings 128
+      --tokenizer-type NullTokenizer --vocab-size 60 --make-vocab-size-divisible-by 16 --micro-batch-size 2
+      --global-batch-size 16 --train-iters 1 --lr 1e-3 --log-interval 1 --eval-iters 0 --split 90,5,5 --seed 1
+      --data-path $d/data --data-cache-path $d/cache"
+# shellcheck disable=SC2086
+mt-train $base >/dev/null 2>&1   # the index cache, once
+
+full="--recompute-granularity full --recompute-method"
+for c in "1 --tensor-model-parallel-size 1" \
+    "4 --pipeline-model-parallel-size 4 $full uniform --recompute-num-layers 1" \
+    "4 --tensor-model-parallel-size 2 --pipeline-model-parallel-size 2 --sequence-parallel $full uniform --recompute-num-layers 2" \
+    "8 --tensor-model-parallel-size 2 --pipeline-model-parallel-size 2 --use-distributed-optimizer --bf16 $full block --recompute-num-layers 1" \
+    "4 --pipeline-model-parallel-size 2 --use-distributed-optimizer"; do
+    set -- $c
+    n=$1; shift
+    name="$n ranks $*"
+    # shellcheck disable=SC2086
+    mt-train $base "$@" --dry-run --world-size "$n" >"$d/plan" 2>"$d/plan.err" || t_fail "$name: --dry-run" "$(tail -2 "$d/plan.err")"
+    # shellcheck disable=SC2086
+    mpi "$n" mt-train $base "$@" >"$d/run" 2>"$d/run.err" || t_fail "$name: the real run" "$(tail -3 "$d/run.err")"
+    if $py - "$d/plan" "$d/run" >"$d/cmp" 2>&1 <<'PYEOF'
+import re, sys
+def lines(p):
+    mem, par = {}, {}
+    for l in open(p):
+        m = re.match(r"\[Rank (\d+)\] .*memory \(MB\) \| parameters: ([\d.]+) \| gradients: ([\d.]+) \| optimizer: ([\d.]+) \| activations: ([\d.]+) \| total: ([\d.]+)", l)
+        if m: mem[int(m.group(1))] = m.groups()[1:]
+        m = re.match(r" > number of parameters on \(tensor, pipeline\) model parallel rank \((\d+), (\d+)\): (\d+)", l)
+        if m: par[(int(m.group(1)), int(m.group(2)))] = int(m.group(3))
+    return mem, par
+(pm, pp), (rm, rp) = lines(sys.argv[1]), lines(sys.argv[2])
+assert pm and pm == rm, ("memory", pm, rm)
+assert pp and pp == rp, ("parameters", pp, rp)
+print("%d ranks' lines" % len(pm))
+PYEOF
+    then t_pass "$name: the plan = the real run's memory and parameters per (tensor rank, stage) ($(cat "$d/cmp"))"
+    else t_fail "$name: plan against the run" "$(tail -2 "$d/cmp")"; fi
+done
+
+# the bubble of the schedule: (pp - 1) / m with m micro-batches per data-parallel rank (16 / (2 x 2) = 4)
+# shellcheck disable=SC2086
+mt-train $base --pipeline-model-parallel-size 4 --dry-run --world-size 8 >"$d/b" 2>&1
+t_grep "PP=4, DP=2, 4 micro-batches: bubble fraction 3/4" "^pipeline bubble fraction \(pp - 1\) / m: 0\.7500 \(4 stages, 4 micro-batches\)$" "$d/b"
+
+# GPT-3 175B (96 layers, hidden 12288, 96 heads, seq 2048, vocabulary 50257) on 1024 ranks, TP=8 PP=16:
+# planned without allocating it; every rank's parameters summed, less the last stage's copies of the
+# word embeddings and with the replicated tensors counted once, is V h + P h + L (12 h^2 + 13 h) + 2 h
+g3="--num-layers 96 --hidden-size 12288 --num-attention-heads 96 --seq-length 2048 --max-position-embeddings 2048
+    --tokenizer-type NullTokenizer --vocab-size 50256 --micro-batch-size 1 --global-batch-size 1536 --train-iters 1
+    --lr 1e-4 --data-path $d/data --bf16 --use-distributed-optimizer --sequence-parallel
+    --tensor-model-parallel-size 8 --pipeline-model-parallel-size 16 $full uniform --recompute-num-layers 1"
+# shellcheck disable=SC2086
+if timeout 30 mt-train $g3 --dry-run --world-size 1024 >"$d/g3" 2>"$d/g3.err" && $py - "$d/g3" >"$d/g3c" 2>&1 <<'PYEOF'
+import re, sys
+par = {}
+for l in open(sys.argv[1]):
+    m = re.match(r" > number of parameters on \(tensor, pipeline\) model parallel rank \((\d+), (\d+)\): (\d+)", l)
+    if m: par[(int(m.group(1)), int(m.group(2)))] = int(m.group(3))
+assert len(par) == 8 * 16, len(par)
+h, P, L, tp = 12288, 2048, 96, 8
+V = -(-50257 // (128 * tp)) * 128 * tp   # padded to a multiple of 128 x 8
+whole = V * h + P * h + L * (12 * h * h + 13 * h) + 2 * h
+# less the last stage's copy of the word embeddings (over its tensor ranks), and the replicated tensors
+# (norms, row-parallel biases, position embeddings, final norm) counted once instead of on every tensor rank
+total = sum(par.values()) - V * h - (tp - 1) * (L * 6 * h + P * h + 2 * h)
+assert total == whole, (total, whole)
+print("%.1fB parameters" % (whole / 1e9))
+PYEOF
+then t_pass "GPT-3 175B on 1024 ranks planned: every rank's parameters sum to the model's ($(cat "$d/g3c"))"
+else t_fail "GPT-3 175B plan" "$(tail -2 "$d/g3.err" "$d/g3c" 2>/dev/null)"; fi
+
+# refusals naming the flag
+# shellcheck disable=SC2086
+t_fails "a world that is not a multiple of TP x PP" mt-train $base --pipeline-model-parallel-size 2 --dry-run --world-size 3
+grep -q -- '--world-size (3) must be a multiple' "$T_TMP/err" && t_pass "--world-size 3 at PP=2: the message names the flags" ||
+    t_fail "--world-size 3 message" "$(tail -1 "$T_TMP/err")"
+# shellcheck disable=SC2086
+t_fails "--world-size without --dry-run" mt-train $base --world-size 4
+t_cleanup
