@@ -3,6 +3,9 @@
  * golden ids in tests/golden (made with tiktoken).
  * Also a helper for tests/pipeline/bpe-oracle.sh:
  *   test_bpe --encode-lines [--special] VOCAB MERGES < lines
+ *   test_bpe --encode-lines [--special] hf TOKENIZER_JSON < lines   (--special: with added tokens and the
+ *                                                                    post-processor, mt_bpe_encode_full)
+ *   test_bpe --encode-lines [--special] tiktoken[:PATTERN] FILE < lines
  * reads one JSON string literal per line and prints its ids space-separated, one line each. */
 #include <jansson.h>
 #include <stdint.h>
@@ -429,7 +432,11 @@ static int encode_lines(int argc, char **argv)
     }
     mt_bpe *b;
     mt_err e;
-    if (mt_bpe_load(&b, argv[2 + special], argv[3 + special], &e)) {
+    int rc0 = !strcmp(argv[2 + special], "hf")         ? mt_bpe_load_hf(&b, argv[3 + special], &e)
+              : !strncmp(argv[2 + special], "tiktoken", 8) ? mt_bpe_load_tiktoken(&b, argv[3 + special],
+                                                                 argv[2 + special][8] ? argv[2 + special] + 9 : NULL, &e)
+                                                         : mt_bpe_load(&b, argv[2 + special], argv[3 + special], &e);
+    if (rc0) {
         fprintf(stderr, "test_bpe: %s\n", e.msg);
         return 1;
     }
@@ -449,7 +456,8 @@ static int encode_lines(int argc, char **argv)
             break;
         }
         v.n = 0;
-        if (special) mt_bpe_encode_special(c, json_string_value(s), json_string_length(s), &v);
+        if (special && !strcmp(argv[3], "hf")) mt_bpe_encode_full(c, json_string_value(s), json_string_length(s), &v);
+        else if (special) mt_bpe_encode_special(c, json_string_value(s), json_string_length(s), &v);
         else mt_bpe_encode(c, json_string_value(s), json_string_length(s), &v);
         for (size_t i = 0; i < v.n; i++) printf(i ? " %u" : "%u", v.p[i]);
         putchar('\n');
