@@ -21,6 +21,7 @@ spec = importlib.util.spec_from_file_location("bpe_oracle", os.path.join(os.path
 bo = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(bo)
 
+import regex as pyregex
 import tiktoken
 from tiktoken.load import load_tiktoken_bpe
 from tokenizers import AddedToken, Regex, Tokenizer, decoders, models, pre_tokenizers, processors, trainers
@@ -39,7 +40,7 @@ QWEN2 = r"""(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p
 LLAMA3_SPECIALS = ["<|begin_of_text|>", "<|end_of_text|>", "<|reserved_special_token_0|>", "<|eot_id|>"]
 
 # strings that exercise what tells the families apart
-EDGES = ["I'M here", "it'S", "'ſ x", "x'Ll", "don'T", "HELLOworld", "ÀBCdef", "ABC", "a\u0301b", "\u0301", " \u0301x",
+EDGES = ["I'M here", "it'S", "'ſ x", "'ſx", "'ſtop it'ſ", "IT'ſ", "x'Ll", "don'T", "HELLOworld", "ÀBCdef", "ABC", "a\u0301b", "\u0301", " \u0301x",
          "x  \n  ", "\n  ", "a\n\n  b", "  \n", "abc  ", "12345678", " 2024年", "a/b\n/", "x!!\r\n\r\ny", "\t\tx",
          "\u00a0word", "\u3000字", "'s'S'ſ", "hello's world'LL", "CamelCaseWord", "ǅungla", "ʰa", "<|begin_of_text|>x",
          "a<|end_of_text|><|eot_id|>", "<|begin_of_text|><|begin_of_text|>", "<|endoftext|> a", "<|fim_prefix|>",
@@ -103,6 +104,22 @@ def main():
     for p in sys.argv[5:]:
         docs += [json.loads(l)["text"] for l in open(p, encoding="utf-8") if l.strip()]
     strings = EDGES + docs + bo.make_strings(count, seed)
+
+    # the pre-tokenizers alone against the regex module (tiktoken's own dependency) on the patterns' sources:
+    # what the ranks of a vocabulary may hide (cl100k's \s++$ changes pieces but, with cl100k's ranks, no ids).
+    # The regex module follows a newer Unicode than tiktoken and HF tokenizers (16.0, as mt): only strings of
+    # characters assigned in this Python's Unicode (14.0 or later), whose classes have not changed since.
+    import unicodedata
+    stable = [s for s in strings if all(unicodedata.category(c) != "Cn" for c in s)]
+    for patname, pat in (("cl100k", CL100K), ("llama3", LLAMA3), ("qwen2", QWEN2), ("o200k", O200K), ("v1", V1),
+                         ("v2", V2)):
+        want = [[len(p.encode()) for p in pyregex.findall(pat, s)] for s in stable]
+        inp = "".join(json.dumps(s, ensure_ascii=True) + "\n" for s in stable)
+        import subprocess
+        got = subprocess.run([helper, "--pretok-lines", patname], input=inp.encode(), capture_output=True,
+                             check=True).stdout.decode().split("\n")[:-1]
+        bo.report(f"{patname} pieces == the regex module's findall ({len(stable)} strings)", stable,
+                  [[int(x) for x in g.split()] for g in got], want)
 
     for name, pat, patname, specials in (
             ("cl100k_base", CL100K, None, {"<|endoftext|>": 100257, "<|fim_prefix|>": 100258,
