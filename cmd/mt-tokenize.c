@@ -438,6 +438,7 @@ int main(int argc, char **argv)
     int rc = gpt2 ? mt_bpe_load(&bpe, o.vocab, o.merges, &e)
              : o.hf ? mt_bpe_load_hf(&bpe, o.model, &e)
                     : mt_bpe_load_tiktoken(&bpe, o.model, o.tiktoken_pattern, &e);
+    if (rc && gpt2) mt_die_err(&e);
     if (rc) mt_die("--tokenizer-type %s: %s", o.tokenizer_type, e.msg);
     if (o.decode) return decode_main(&o, bpe, &inputs);
 
