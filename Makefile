@@ -158,7 +158,7 @@ demo: deps
 	@share/demo.sh
 
 # The Debian packages (and, without a CUDA toolkit, the CUDA headers the simulator needs), then the tests'
-# Python environments from PyPI (build/venv: tiktoken, tokenizers, tensorboard; build/venv-hf:
+# Python environments from PyPI (build/venv: tiktoken, tokenizers, tensorboard, bpe-openai; build/venv-hf:
 # transformers); offline, those tests say why they skip.
 deps:
 	@share/install-deps.sh

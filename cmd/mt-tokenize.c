@@ -1,4 +1,5 @@
-/* mt-tokenize: JSON lines or plain text -> GPT-2 BPE token stream on stdout (or --decode back to text).
+/* mt-tokenize: JSON lines or plain text -> byte-level BPE token stream on stdout (or --decode back to
+ * text): GPT-2's vocab.json + merges.txt, a Hugging Face tokenizer.json, or a tiktoken ranks file.
  *
  * Reading is sequential on the main thread; batches of lines are tokenized by --workers threads and
  * written in input order by a writer thread (util/ordered.h), so the output is byte-identical for any
@@ -25,9 +26,9 @@
 typedef enum { IN_JSONL, IN_LINES, IN_DOCUMENT } input_format;
 
 typedef struct opts {
-    const char *vocab, *merges, *tokenizer_type, *input, *format_s, *output_prefix;
+    const char *vocab, *merges, *tokenizer_type, *model, *tiktoken_pattern, *input, *format_s, *output_prefix;
     mt_strs keys;
-    bool append_eod, special, skip_bad, decode, json_out, quiet;
+    bool append_eod, special, skip_bad, decode, json_out, quiet, hf;
     int workers;
     int64_t log_interval, max_line;
     input_format format;
@@ -81,7 +82,9 @@ static void note_bad(batch *b, uint64_t line, const char *msg)
 
 static void encode_text(worker *w, const char *text, size_t len)
 {
-    if (R.o->special)
+    if (R.o->hf)
+        mt_bpe_encode_full(w->bpe, text, len, &w->ids);
+    else if (R.o->special)
         mt_bpe_encode_special(w->bpe, text, len, &w->ids);
     else
         mt_bpe_encode(w->bpe, text, len, &w->ids);
@@ -265,7 +268,7 @@ static int decode_main(const opts *o, const mt_bpe *bpe, mt_strs *inputs)
         if (stream && mt_toks_read_header(r, &h, &e)) mt_die_err(&e);
         if (stream && h.vocab_size > mt_bpe_id_limit(bpe))
             mt_die("%s: stream vocabulary (%u) is larger than %s (%u): wrong vocab file?", mt_reader_name(r),
-                   h.vocab_size, o->vocab, mt_bpe_id_limit(bpe));
+                   h.vocab_size, o->model ? o->model : o->vocab, mt_bpe_id_limit(bpe));
         for (;;) {
             uint32_t key = 0;
             if (stream) {
@@ -340,10 +343,19 @@ int main(int argc, char **argv)
     opts o = {.tokenizer_type = "GPT2BPETokenizer", .format_s = "jsonl", .workers = 1, .max_line = MT_MAX_LINE_DEFAULT};
     const char *default_keys[] = {"text"};
     const mt_flag flags[] = {
-        MT_FLAG_VOCAB_FILE(&o.vocab, "vocab.json of the BPE (required)"),
-        MT_FLAG_MERGE_FILE(&o.merges, "merges.txt of the BPE (required)"),
-        {"--tokenizer-type", MT_F_CHOICE, &o.tokenizer_type, NULL, "tokenizer (default GPT2BPETokenizer)", 0, 0,
-         "GPT2BPETokenizer"},
+        MT_FLAG_VOCAB_FILE(&o.vocab, "vocab.json of the BPE (GPT2BPETokenizer)"),
+        MT_FLAG_MERGE_FILE(&o.merges, "merges.txt of the BPE (GPT2BPETokenizer)"),
+        {"--tokenizer-type", MT_F_CHOICE, &o.tokenizer_type, NULL,
+         "GPT2BPETokenizer (default: --vocab-file, --merge-file), HuggingFaceTokenizer (a byte-level BPE "
+         "tokenizer.json) or TikTokenizer (a tiktoken ranks file)", 0, 0,
+         "GPT2BPETokenizer|HuggingFaceTokenizer|TikTokenizer"},
+        {"--tokenizer-model", MT_F_STR, &o.model, "PATH",
+         "HuggingFaceTokenizer: directory of tokenizer.json (and tokenizer_config.json, whose eos_token is the "
+         "end of document), or the file; TikTokenizer: the ranks file (\"base64 rank\" lines)", 0, 0, NULL},
+        {"--tiktoken-pattern", MT_F_CHOICE, &o.tiktoken_pattern, NULL,
+         "TikTokenizer's pre-tokenizer: Megatron's v1 or v2, or tiktoken's cl100k or o200k (default: recognised "
+         "by the rank count of cl100k_base and o200k_base), llama3, qwen2, gpt2", 0, 0,
+         "v1|v2|cl100k|o200k|llama3|qwen2|gpt2"},
         {"--input", MT_F_STR, &o.input, "FILE", "input file, as Megatron's flag (also: positional FILEs; - = stdin)",
          0, 0, NULL},
         {"--json-keys", MT_F_STRS, &o.keys, "KEY", "JSON keys to tokenize, one output dataset each (default text)", 0,
@@ -351,10 +363,12 @@ int main(int argc, char **argv)
         {"--input-format", MT_F_CHOICE, &o.format_s, NULL,
          "jsonl: one JSON object per line (default); lines: each line is a document; document: each file is one", 0,
          0, "jsonl|lines|document"},
-        {"--append-eod", MT_F_BOOL, &o.append_eod, NULL, "append <|endoftext|> to each non-empty document", 0, 0, NULL},
+        {"--append-eod", MT_F_BOOL, &o.append_eod, NULL,
+         "append the end-of-document token to each non-empty document (<|endoftext|>; HuggingFaceTokenizer: the "
+         "eos_token)", 0, 0, NULL},
         {"--parse-special-tokens", MT_F_BOOL, &o.special, NULL,
-         "map literal <|endoftext|> in text to its id (HF GPT2TokenizerFast); default: plain text as Megatron", 0, 0,
-         NULL},
+         "map literal special tokens in text to their ids (HF GPT2TokenizerFast); default: plain text as Megatron "
+         "(HuggingFaceTokenizer always matches its added tokens, as Megatron does)", 0, 0, NULL},
         {"--workers", MT_F_INT, &o.workers, "N", "tokenizer threads (default 1); output is identical for any N", 1,
          1024, NULL},
         {"--max-line-bytes", MT_F_I64, &o.max_line, "N",
@@ -374,10 +388,12 @@ int main(int argc, char **argv)
         {NULL, 0, NULL, NULL, NULL, 0, 0, NULL},
     };
     const mt_cmd cmd = {
-        "mt-tokenize", "--vocab-file FILE --merge-file FILE [options] [FILE...] | mt-index --output-prefix P",
+        "mt-tokenize", "--vocab-file FILE --merge-file FILE [options] [FILE...] | mt-index --output-prefix P\n"
+        "       mt-tokenize --tokenizer-type HuggingFaceTokenizer|TikTokenizer --tokenizer-model PATH [options] ...",
         "Tokenizes JSON lines (plain or zstd-compressed, detected by content) from FILEs or stdin with a byte-level\n"
-        "BPE (GPT-2's, or any vocab.json + merges.txt), token-for-token as tiktoken and HF tokenizers, and writes\n"
-        "the mt token stream (man mt-formats) to stdout. With --decode, turns ids back into text.",
+        "BPE (GPT-2's or any vocab.json + merges.txt; a tokenizer.json such as Llama 3's, Qwen2's or GPT-NeoX's;\n"
+        "a tiktoken file such as cl100k_base), token-for-token as tiktoken and HF tokenizers, and writes the mt\n"
+        "token stream (man mt-formats) to stdout. With --decode, turns ids back into text.",
         flags};
     for (int i = 1; i < argc; i++)
         for (size_t k = 0; k < sizeof unsupported / sizeof unsupported[0]; k++)
@@ -386,7 +402,13 @@ int main(int argc, char **argv)
     mt_strs inputs;
     mt_err e;
     if (mt_flags_parse(&cmd, argc, argv, &inputs, NULL, &e)) mt_die_err(&e);
-    if (!o.vocab || !o.merges) mt_die("--vocab-file and --merge-file are required (try --help)");
+    bool gpt2 = !strcmp(o.tokenizer_type, "GPT2BPETokenizer");
+    o.hf = !strcmp(o.tokenizer_type, "HuggingFaceTokenizer");
+    if (gpt2 && (!o.vocab || !o.merges)) mt_die("--vocab-file and --merge-file are required (try --help)");
+    if (!gpt2 && !o.model) mt_die("--tokenizer-type %s needs --tokenizer-model", o.tokenizer_type);
+    if (gpt2 && o.model) mt_die("--tokenizer-model: not used by --tokenizer-type GPT2BPETokenizer");
+    if (o.tiktoken_pattern && strcmp(o.tokenizer_type, "TikTokenizer"))
+        mt_die("--tiktoken-pattern only applies to --tokenizer-type TikTokenizer");
     if (o.output_prefix)
         mt_die("--output-prefix: mt-tokenize writes a token stream to stdout; pipe it into mt-index --output-prefix %s",
                o.output_prefix);
@@ -413,11 +435,17 @@ int main(int argc, char **argv)
     if (inputs.n == 0) inputs.v[inputs.n++] = "-";
 
     mt_bpe *bpe;
-    if (mt_bpe_load(&bpe, o.vocab, o.merges, &e)) mt_die_err(&e);
+    int rc = gpt2 ? mt_bpe_load(&bpe, o.vocab, o.merges, &e)
+             : o.hf ? mt_bpe_load_hf(&bpe, o.model, &e)
+                    : mt_bpe_load_tiktoken(&bpe, o.model, o.tiktoken_pattern, &e);
+    if (rc && gpt2) mt_die_err(&e);
+    if (rc) mt_die("--tokenizer-type %s: %s", o.tokenizer_type, e.msg);
     if (o.decode) return decode_main(&o, bpe, &inputs);
 
     int64_t eod = mt_bpe_eod(bpe);
-    if (o.append_eod && eod < 0) mt_die("--append-eod: %s has no <|endoftext|> token", o.vocab);
+    if (o.append_eod && eod < 0)
+        mt_die("--append-eod: %s has no %s", gpt2 ? o.vocab : o.model,
+               o.hf ? "eos_token (tokenizer_config.json beside tokenizer.json)" : "<|endoftext|> token");
     if (isatty(1)) mt_die("refusing to write a binary token stream to a terminal: pipe it into mt-index");
 
     R.o = &o;

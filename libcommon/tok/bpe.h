@@ -1,4 +1,5 @@
-/* bpe.h: byte-level BPE tokenizer (GPT-2 and any vocab.json + merges.txt of the same format).
+/* bpe.h: byte-level BPE tokenizer (GPT-2 and any vocab.json + merges.txt of the same format; a Hugging
+ * Face tokenizer.json of the byte-level BPE kind; a tiktoken ranks file).
  *
  * Semantics are those of tiktoken's encode_ordinary and HF tokenizers' ByteLevel BPE
  * (add_prefix_space=False): pre-tokenization by the GPT-2 pattern
@@ -27,7 +28,19 @@ typedef struct mt_bpe_ctx mt_bpe_ctx;
  * the file and line: a malformed line, a merge whose parts or result are not in the vocabulary, a
  * vocabulary without all 256 byte symbols, duplicate ids, ids >= 2^28. */
 int mt_bpe_load(mt_bpe **out, const char *vocab_path, const char *merges_path, mt_err *e);
+/* Loads a tokenizer.json (path is the file or its directory) of the byte-level BPE kind: model BPE
+ * (vocab, merges as "a b" or [a, b], ignore_merges), pre-tokenizer ByteLevel or Split(known regex) +
+ * ByteLevel (see pretok.h), added tokens, TemplateProcessing; eod is the eos_token of the
+ * tokenizer_config.json beside it (-1 without one). Anything else (other models, normalizers,
+ * byte_fallback, unknown regexes) is an error naming the file. */
+int mt_bpe_load_hf(mt_bpe **out, const char *path, mt_err *e);
+/* Loads a tiktoken ranks file ("base64 rank" lines). pattern is a pattern name (mt_pattern_name:
+ * "cl100k", "o200k", "v1", "v2", "llama3", ...) or NULL to recognise cl100k_base and o200k_base by their
+ * rank count; their special tokens come with them, and eod is <|endoftext|> when there is one. */
+int mt_bpe_load_tiktoken(mt_bpe **out, const char *path, const char *pattern, mt_err *e);
 void mt_bpe_free(mt_bpe *b);
+/* Name of the pre-tokenizer pattern ("gpt2", "cl100k", "llama3", ...). */
+const char *mt_bpe_pattern_name(const mt_bpe *b);
 
 /* Number of entries in vocab.json (GPT-2: 50257); ids are < mt_bpe_id_limit(). */
 uint32_t mt_bpe_vocab_size(const mt_bpe *b);
@@ -48,6 +61,14 @@ void mt_bpe_encode(mt_bpe_ctx *c, const char *text, size_t len, mt_ids *out);
 /* As mt_bpe_encode, but literal special tokens (vocab entries that are neither a byte nor a merge
  * result, e.g. "<|endoftext|>") map to their ids, as HF GPT2TokenizerFast does. */
 void mt_bpe_encode_special(mt_bpe_ctx *c, const char *text, size_t len, mt_ids *out);
+
+/* tokenizer.json's own encoding of a text: added tokens split the text first (leftmost, longest; those
+ * not normalized, then the normalized ones), the rest is encoded as mt_bpe_encode does. */
+void mt_bpe_encode_added(mt_bpe_ctx *c, const char *text, size_t len, mt_ids *out);
+/* As mt_bpe_encode_added, between the ids the post-processor puts around a single sequence (Llama 3's
+ * <|begin_of_text|>): what transformers' tokenizer(text).input_ids gives, and so Megatron's
+ * HuggingFaceTokenizer. */
+void mt_bpe_encode_full(mt_bpe_ctx *c, const char *text, size_t len, mt_ids *out);
 
 /* Appends the bytes of ids to out (the exact inverse of encoding on valid UTF-8; the output may be
  * invalid UTF-8 when ids cut a character). Returns -1 with e set on an id outside the vocabulary. */

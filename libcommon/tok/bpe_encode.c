@@ -1,5 +1,6 @@
 /* bpe_encode.c: encoding text to ids: pre-tokenize, then per piece the whole-vocabulary-entry fast
- * path, the per-context piece cache, or the merge loop; and the special-token splitting variant. */
+ * path, the per-context piece cache, or the merge loop; the special-token splitting variant, and the
+ * tokenizer.json pipeline (added tokens, then the post-processor's ids around the text). */
 #include <stdlib.h>
 
 #include "tok/bpe_impl.h"
@@ -78,8 +79,9 @@ void mt_bpe_encode(mt_bpe_ctx *c, const char *text, size_t len, mt_ids *out)
 {
     const unsigned char *s = (const unsigned char *)text;
     size_t pos = 0;
+    mt_pattern pat = c->b->pattern;
     while (pos < len) {
-        size_t end = mt_pretok_next(text, len, pos);
+        size_t end = pat == MT_PAT_GPT2 ? mt_pretok_next(text, len, pos) : mt_pretok_next_pat(pat, text, len, pos);
         /* the merge loop indexes symbols with 32-bit integers: a piece over 1 GiB (never seen in
          * text) is encoded in chunks */
         while (end - pos > (1u << 30)) {
@@ -91,23 +93,25 @@ void mt_bpe_encode(mt_bpe_ctx *c, const char *text, size_t len, mt_ids *out)
     }
 }
 
-void mt_bpe_encode_special(mt_bpe_ctx *c, const char *text, size_t len, mt_ids *out)
+/* Splits text at the tokens ids[0..ns) (leftmost match first, the longest at one position), encodes
+ * the text between them with inner and appends the tokens' own ids. */
+static void split_encode(mt_bpe_ctx *c, const uint32_t *ids, size_t ns, const char *text, size_t len, mt_ids *out,
+                         void (*inner)(mt_bpe_ctx *, const char *, size_t, mt_ids *))
 {
     const mt_bpe *b = c->b;
-    size_t ns = b->n_special;
     if (!ns || !len) {
-        mt_bpe_encode(c, text, len, out);
+        inner(c, text, len, out);
         return;
     }
-    /* next occurrence of each special token (len + 1: none, SIZE_MAX: not searched yet); searched
-     * again only once pos has passed it */
+    /* next occurrence of each token (len + 1: none, SIZE_MAX: not searched yet); searched again only
+     * once pos has passed it */
     size_t *at = mt_xmalloc(ns * sizeof *at);
     for (size_t k = 0; k < ns; k++) at[k] = SIZE_MAX;
     size_t pos = 0;
     for (;;) {
         size_t best = len + 1, best_len = 0, best_k = 0;
         for (size_t k = 0; k < ns; k++) {
-            uint32_t id = b->special[k];
+            uint32_t id = ids[k];
             size_t tl = b->tok_off[id + 1] - b->tok_off[id];
             if (!tl) continue;
             if (at[k] == SIZE_MAX || at[k] < pos) {
@@ -122,10 +126,34 @@ void mt_bpe_encode_special(mt_bpe_ctx *c, const char *text, size_t len, mt_ids *
             }
         }
         if (best > len) break;
-        mt_bpe_encode(c, text + pos, best - pos, out);
-        mt_ids_push(out, b->special[best_k]);
+        inner(c, text + pos, best - pos, out);
+        mt_ids_push(out, ids[best_k]);
         pos = best + best_len;
     }
-    mt_bpe_encode(c, text + pos, len - pos, out);
+    inner(c, text + pos, len - pos, out);
     free(at);
+}
+
+void mt_bpe_encode_special(mt_bpe_ctx *c, const char *text, size_t len, mt_ids *out)
+{
+    split_encode(c, c->b->special, c->b->n_special, text, len, out, mt_bpe_encode);
+}
+
+/* the second pass of added tokens: those matched in the normalized text */
+static void encode_added_normalized(mt_bpe_ctx *c, const char *text, size_t len, mt_ids *out)
+{
+    split_encode(c, c->b->added[1].id, c->b->added[1].n, text, len, out, mt_bpe_encode);
+}
+
+void mt_bpe_encode_added(mt_bpe_ctx *c, const char *text, size_t len, mt_ids *out)
+{
+    split_encode(c, c->b->added[0].id, c->b->added[0].n, text, len, out, encode_added_normalized);
+}
+
+void mt_bpe_encode_full(mt_bpe_ctx *c, const char *text, size_t len, mt_ids *out)
+{
+    const mt_bpe *b = c->b;
+    for (size_t i = 0; i < b->n_prefix; i++) mt_ids_push(out, b->prefix[i]);
+    mt_bpe_encode_added(c, text, len, out);
+    for (size_t i = 0; i < b->n_suffix; i++) mt_ids_push(out, b->suffix[i]);
 }

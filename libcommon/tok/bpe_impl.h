@@ -6,7 +6,10 @@
 #include <stdint.h>
 #include <string.h>
 
+#include <jansson.h>
+
 #include "tok/bpe.h"
+#include "tok/pretok.h"
 
 enum { MT_TOK_ABSENT = 0, MT_TOK_BYTE, MT_TOK_MERGED, MT_TOK_SPECIAL };
 
@@ -38,7 +41,48 @@ struct mt_bpe {
     uint32_t *special; /* ids of MT_TOK_SPECIAL tokens */
     size_t n_special;
     int64_t eod;
+    mt_pattern pattern;
+    /* tokenizer.json added tokens, matched in the text before pre-tokenization: [0] those matched in the
+     * raw text (special or normalized: false), [1] those matched in the normalized text */
+    struct {
+        uint32_t *id;
+        size_t n;
+    } added[2];
+    uint32_t *prefix, *suffix; /* the post-processor's ids around a single sequence */
+    size_t n_prefix, n_suffix;
 };
+
+/* A merge: left and right ids, resulting id, priority (lower merges first). */
+typedef struct mt_bpe_merge {
+    uint32_t l, r, res, rank;
+} mt_bpe_merge;
+typedef struct mt_bpe_merges {
+    mt_bpe_merge *m;
+    size_t n, cap;
+    char *str;
+    size_t buf_cap;
+} mt_bpe_merges;
+
+#define MT_BPE_NO_BYTE 0xFFFF
+/* GPT-2's byte <-> symbol mapping (sym: byte -> code point; inv: code point < 0x144 -> byte or NO_BYTE). */
+void mt_bpe_byte_symbols(uint32_t sym[256], uint16_t inv[0x144]);
+/* Bytes a spelling stands for; returns their number, written to out (capacity len) unless out is NULL, or
+ * -1 when some character is not a byte symbol. */
+long mt_bpe_spelling_bytes(const char *sp, size_t len, const uint16_t inv[0x144], char *out);
+size_t mt_bpe_pow2_at_least(size_t n);
+/* Fills the vocabulary of b from a JSON object spelling -> id (path names it in errors); spellings that
+ * are keys of literal (may be NULL) stand for their own UTF-8, not for byte symbols. */
+int mt_bpe_load_vocab_obj(mt_bpe *b, json_t *root, const char *path, const uint16_t inv[0x144],
+                          const json_t *literal, mt_err *e);
+/* Appends the merge "l r" (checked against the vocabulary root; rank = its position) to m. */
+int mt_bpe_merge_add(mt_bpe_merges *m, mt_bpe *b, json_t *root, const uint16_t inv[0x144], const char *l, size_t ll,
+                     const char *r, size_t rl, const char *where, mt_err *e);
+void mt_bpe_merges_free(mt_bpe_merges *m);
+/* The pair table from the merges (a pair given twice keeps its first entry). */
+void mt_bpe_build_pairs(mt_bpe *b, const mt_bpe_merge *m, size_t nm);
+/* The whole-piece map (all_pieces: every byte or merged token, as tiktoken and HF's ignore_merges do;
+ * otherwise those that BPE itself produces for their bytes), the special list and the default eod. */
+void mt_bpe_finish(mt_bpe *b, bool all_pieces);
 
 /* Growable scratch arrays of the merge loop (one per thread). */
 typedef struct mt_bpe_scratch {

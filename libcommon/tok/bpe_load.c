@@ -12,14 +12,13 @@
 #include "tok/unicode.h"
 
 #define MAX_ID (1u << 28) /* ids beyond this are rejected: tables are indexed by id */
-#define NO_BYTE 0xFFFF
 
 /* GPT-2's byte <-> symbol mapping: printable Latin-1 bytes stand for themselves, the other 68 bytes
  * take U+0100.. in increasing byte order. */
-static void byte_symbols(uint32_t sym[256], uint16_t inv[0x144])
+void mt_bpe_byte_symbols(uint32_t sym[256], uint16_t inv[0x144])
 {
     uint32_t next = 0x100;
-    for (int i = 0; i < 0x144; i++) inv[i] = NO_BYTE;
+    for (int i = 0; i < 0x144; i++) inv[i] = MT_BPE_NO_BYTE;
     for (int c = 0; c < 256; c++) {
         int printable = (c >= 0x21 && c <= 0x7E) || (c >= 0xA1 && c <= 0xAC) || (c >= 0xAE);
         sym[c] = printable ? (uint32_t)c : next++;
@@ -29,14 +28,14 @@ static void byte_symbols(uint32_t sym[256], uint16_t inv[0x144])
 
 /* Bytes a spelling stands for; returns their number, written to out (capacity len) unless out is
  * NULL, or -1 when some character is not a byte symbol. */
-static long spelling_bytes(const char *sp, size_t len, const uint16_t inv[0x144], char *out)
+long mt_bpe_spelling_bytes(const char *sp, size_t len, const uint16_t inv[0x144], char *out)
 {
     const unsigned char *s = (const unsigned char *)sp;
     size_t i = 0, n = 0;
     while (i < len) {
         uint32_t cp;
         int k = mt_utf8_decode(s + i, len - i, &cp);
-        if (k < 0 || cp >= 0x144 || inv[cp] == NO_BYTE) return -1;
+        if (k < 0 || cp >= 0x144 || inv[cp] == MT_BPE_NO_BYTE) return -1;
         if (out) out[n] = (char)inv[cp];
         n++;
         i += (size_t)k;
@@ -44,7 +43,7 @@ static long spelling_bytes(const char *sp, size_t len, const uint16_t inv[0x144]
     return (long)n;
 }
 
-static size_t pow2_at_least(size_t n)
+size_t mt_bpe_pow2_at_least(size_t n)
 {
     size_t c = 16;
     while (c < n) c *= 2;
@@ -61,12 +60,9 @@ static int check_file(const char *path, mt_err *e)
     return 0;
 }
 
-static int load_vocab(mt_bpe *b, const char *path, const uint16_t inv[0x144], json_t **rootp, mt_err *e)
+int mt_bpe_load_vocab_obj(mt_bpe *b, json_t *root, const char *path, const uint16_t inv[0x144],
+                          const json_t *literal, mt_err *e)
 {
-    if (check_file(path, e)) return -1;
-    json_t *root = mt_json_load_regular(path, JSON_REJECT_DUPLICATES | JSON_ALLOW_NUL, e);
-    if (!root) return -1;
-    *rootp = root;
     if (!json_is_object(root)) return mt_err_set(e, "%s: not a JSON object of token -> id", path);
 
     const char *key;
@@ -116,7 +112,7 @@ static int load_vocab(mt_bpe *b, const char *path, const uint16_t inv[0x144], js
         b->tok_off[id] = off;
         const char *sp = b->spell + b->spell_off[id];
         size_t sl = b->spell_off[id + 1] - b->spell_off[id];
-        long n = spelling_bytes(sp, sl, inv, b->tok_bytes + off);
+        long n = literal && json_object_getn(literal, sp, sl) ? -1 : mt_bpe_spelling_bytes(sp, sl, inv, b->tok_bytes + off);
         if (n < 0) {
             memcpy(b->tok_bytes + off, sp, sl);
             n = (long)sl;
@@ -125,6 +121,15 @@ static int load_vocab(mt_bpe *b, const char *path, const uint16_t inv[0x144], js
     }
     b->tok_off[limit] = off;
     return 0;
+}
+
+static int load_vocab(mt_bpe *b, const char *path, const uint16_t inv[0x144], json_t **rootp, mt_err *e)
+{
+    if (check_file(path, e)) return -1;
+    json_t *root = mt_json_load_regular(path, JSON_REJECT_DUPLICATES | JSON_ALLOW_NUL, e);
+    if (!root) return -1;
+    *rootp = root;
+    return mt_bpe_load_vocab_obj(b, root, path, inv, NULL, e);
 }
 
 static void pair_insert(mt_bpe *b, uint64_t key, uint32_t rank, uint32_t result)
@@ -141,17 +146,67 @@ static int64_t vocab_id(json_t *root, const char *s, size_t n)
     return v ? (int64_t)json_integer_value(v) : -1;
 }
 
+/* One merge "l r" (spellings of byte symbols); where names it in errors (file and line). */
+int mt_bpe_merge_add(mt_bpe_merges *m, mt_bpe *b, json_t *root, const uint16_t inv[0x144], const char *l, size_t ll,
+                     const char *r, size_t rl, const char *where, mt_err *e)
+{
+    int64_t a = vocab_id(root, l, ll), c = vocab_id(root, r, rl);
+    if (a < 0 || c < 0)
+        return mt_err_set(e, "%s: \"%.*s\" is not in the vocabulary", where, a < 0 ? (int)ll : (int)rl, a < 0 ? l : r);
+    if (mt_bpe_spelling_bytes(l, ll, inv, NULL) < 0 || mt_bpe_spelling_bytes(r, rl, inv, NULL) < 0)
+        return mt_err_set(e, "%s: merge parts must be byte-level symbols", where);
+    if (m->n == m->cap) {
+        m->cap = m->cap ? 2 * m->cap : 1024;
+        m->m = mt_xrealloc(m->m, m->cap * sizeof *m->m);
+    }
+    /* the result is the concatenated spelling */
+    if (m->buf_cap < ll + rl) {
+        m->buf_cap = ll + rl;
+        m->str = mt_xrealloc(m->str, m->buf_cap);
+    }
+    memcpy(m->str, l, ll);
+    memcpy(m->str + ll, r, rl);
+    int64_t res = vocab_id(root, m->str, ll + rl);
+    if (res < 0)
+        return mt_err_set(e, "%s: merge result \"%.*s\" is not in the vocabulary", where, (int)(ll + rl), m->str);
+    if (m->n >= UINT32_MAX - 1) return mt_err_set(e, "%s: too many merges", where);
+    m->m[m->n] = (mt_bpe_merge){(uint32_t)a, (uint32_t)c, (uint32_t)res, (uint32_t)m->n};
+    m->n++;
+    b->kind[res] = MT_TOK_MERGED;
+    return 0;
+}
+
+void mt_bpe_merges_free(mt_bpe_merges *m)
+{
+    free(m->m);
+    free(m->str);
+    memset(m, 0, sizeof *m);
+}
+
+void mt_bpe_build_pairs(mt_bpe *b, const mt_bpe_merge *m, size_t nm)
+{
+    size_t size = mt_bpe_pow2_at_least(2 * nm);
+    b->pair_mask = size - 1;
+    b->pair_shift = 64;
+    for (size_t s = size; s > 1; s /= 2) b->pair_shift--;
+    b->pairs = mt_xmalloc(size * sizeof *b->pairs);
+    for (size_t i = 0; i < size; i++) b->pairs[i].key = MT_PAIR_EMPTY;
+    for (size_t i = 0; i < nm; i++) {
+        uint64_t key = (uint64_t)m[i].l << 32 | m[i].r;
+        /* a repeated pair keeps its first (lowest) rank */
+        if (mt_bpe_pair_find(b, m[i].l, m[i].r)) continue;
+        pair_insert(b, key, m[i].rank, m[i].res);
+    }
+}
+
 static int load_merges(mt_bpe *b, const char *path, json_t *root, const uint16_t inv[0x144], mt_err *e)
 {
     if (check_file(path, e)) return -1;
     FILE *f = mt_fopen_regular(path, e);   /* a FIFO is refused, not waited on */
     if (!f) return -1;
-    /* collect the lines, then size the pair table */
-    typedef struct {
-        uint32_t l, r, res;
-    } merge;
-    merge *m = NULL;
-    size_t nm = 0, cap = 0, lineno = 0;
+    /* collect the merges, then size the pair table */
+    mt_bpe_merges m = {0};
+    size_t lineno = 0;
     char *line = NULL;
     size_t lcap = 0;
     ssize_t got;
@@ -167,61 +222,24 @@ static int load_merges(mt_bpe *b, const char *path, json_t *root, const uint16_t
             rc = mt_err_set(e, "%s: line %zu: expected two tokens separated by one space", path, lineno);
             break;
         }
-        size_t la = (size_t)(sp - line), lb = n - la - 1;
-        int64_t a = vocab_id(root, line, la), c = vocab_id(root, sp + 1, lb);
-        if (a < 0 || c < 0) {
-            rc = mt_err_set(e, "%s: line %zu: \"%.*s\" is not in the vocabulary", path, lineno,
-                            a < 0 ? (int)la : (int)lb, a < 0 ? line : sp + 1);
-            break;
-        }
-        if (spelling_bytes(line, la, inv, NULL) < 0 || spelling_bytes(sp + 1, lb, inv, NULL) < 0) {
-            rc = mt_err_set(e, "%s: line %zu: merge parts must be byte-level symbols", path, lineno);
-            break;
-        }
-        /* the result is the concatenated spelling: reuse the buffer, dropping the space */
-        memmove(sp, sp + 1, lb);
-        int64_t r = vocab_id(root, line, n - 1);
-        if (r < 0) {
-            rc = mt_err_set(e, "%s: line %zu: merge result \"%.*s\" is not in the vocabulary", path, lineno,
-                            (int)(n - 1), line);
-            break;
-        }
-        if (nm == cap) {
-            cap = cap ? 2 * cap : 1024;
-            m = mt_xrealloc(m, cap * sizeof *m);
-        }
-        m[nm++] = (merge){(uint32_t)a, (uint32_t)c, (uint32_t)r};
-        b->kind[r] = MT_TOK_MERGED;
+        char where[600];
+        snprintf(where, sizeof where, "%.500s: line %zu", path, lineno);
+        size_t la = (size_t)(sp - line);
+        if ((rc = mt_bpe_merge_add(&m, b, root, inv, line, la, sp + 1, n - la - 1, where, e))) break;
     }
     if (!rc && ferror(f)) rc = mt_err_sys(e, "%s: read error", path);
-    if (!rc && nm >= UINT32_MAX) rc = mt_err_set(e, "%s: too many merges", path);
     free(line);
     fclose(f);
-    if (rc) {
-        free(m);
-        return rc;
-    }
-    size_t size = pow2_at_least(2 * nm);
-    b->pair_mask = size - 1;
-    b->pair_shift = 64;
-    for (size_t s = size; s > 1; s /= 2) b->pair_shift--;
-    b->pairs = mt_xmalloc(size * sizeof *b->pairs);
-    for (size_t i = 0; i < size; i++) b->pairs[i].key = MT_PAIR_EMPTY;
-    for (size_t i = 0; i < nm; i++) {
-        uint64_t key = (uint64_t)m[i].l << 32 | m[i].r;
-        /* a repeated pair keeps its first (lowest) rank */
-        if (mt_bpe_pair_find(b, m[i].l, m[i].r)) continue;
-        pair_insert(b, key, (uint32_t)i, m[i].res);
-    }
-    free(m);
-    return 0;
+    if (!rc) mt_bpe_build_pairs(b, m.m, m.n);
+    mt_bpe_merges_free(&m);
+    return rc;
 }
 
 /* Whole-piece map: every byte or merge-result token that BPE itself produces for its own bytes (for
  * GPT-2 that is all of them), so the fast path never changes the result of the merge loop. */
-static void build_piece_map(mt_bpe *b)
+static void build_piece_map(mt_bpe *b, bool all_pieces)
 {
-    size_t size = pow2_at_least(2 * (size_t)b->vocab_size);
+    size_t size = mt_bpe_pow2_at_least(2 * (size_t)b->vocab_size);
     b->piece_mask = size - 1;
     b->pieces = mt_xcalloc(size, sizeof *b->pieces);
     mt_bpe_scratch w = {0};
@@ -230,9 +248,11 @@ static void build_piece_map(mt_bpe *b)
         if (b->kind[id] != MT_TOK_BYTE && b->kind[id] != MT_TOK_MERGED) continue;
         const unsigned char *p = (const unsigned char *)b->tok_bytes + b->tok_off[id];
         size_t n = b->tok_off[id + 1] - b->tok_off[id];
-        ids.n = 0;
-        mt_bpe_merge_piece(b, &w, p, n, &ids);
-        if (ids.n != 1 || ids.p[0] != id) continue;
+        if (!all_pieces) {
+            ids.n = 0;
+            mt_bpe_merge_piece(b, &w, p, n, &ids);
+            if (ids.n != 1 || ids.p[0] != id) continue;
+        }
         uint64_t h = mt_bpe_hash_bytes(p, n);
         uint64_t i = h & b->piece_mask;
         while (b->pieces[i].id1) i = (i + 1) & b->piece_mask;
@@ -242,6 +262,18 @@ static void build_piece_map(mt_bpe *b)
     mt_bpe_scratch_free(&w);
 }
 
+void mt_bpe_finish(mt_bpe *b, bool all_pieces)
+{
+    build_piece_map(b, all_pieces);
+    for (uint32_t id = 0; id < b->id_limit; id++)
+        if (b->kind[id] == MT_TOK_SPECIAL) b->n_special++;
+    b->special = mt_xmalloc((b->n_special ? b->n_special : 1) * sizeof *b->special);
+    b->n_special = 0;
+    for (uint32_t id = 0; id < b->id_limit; id++)
+        if (b->kind[id] == MT_TOK_SPECIAL) b->special[b->n_special++] = id;
+    b->eod = mt_bpe_lookup(b, "<|endoftext|>");
+}
+
 int mt_bpe_load(mt_bpe **out, const char *vocab_path, const char *merges_path, mt_err *e)
 {
     *out = NULL;
@@ -249,7 +281,7 @@ int mt_bpe_load(mt_bpe **out, const char *vocab_path, const char *merges_path, m
     json_t *root = NULL;
     uint32_t sym[256];
     uint16_t inv[0x144];
-    byte_symbols(sym, inv);
+    mt_bpe_byte_symbols(sym, inv);
     if (load_vocab(b, vocab_path, inv, &root, e)) goto fail;
     for (int c = 0; c < 256; c++) {
         char u[2] = {(char)(0xC0 | sym[c] >> 6), (char)(0x80 | (sym[c] & 0x3F))};
@@ -266,14 +298,7 @@ int mt_bpe_load(mt_bpe **out, const char *vocab_path, const char *merges_path, m
     if (load_merges(b, merges_path, root, inv, e)) goto fail;
     json_decref(root);
     root = NULL;
-    build_piece_map(b);
-    for (uint32_t id = 0; id < b->id_limit; id++)
-        if (b->kind[id] == MT_TOK_SPECIAL) b->n_special++;
-    b->special = mt_xmalloc((b->n_special ? b->n_special : 1) * sizeof *b->special);
-    b->n_special = 0;
-    for (uint32_t id = 0; id < b->id_limit; id++)
-        if (b->kind[id] == MT_TOK_SPECIAL) b->special[b->n_special++] = id;
-    b->eod = mt_bpe_lookup(b, "<|endoftext|>");
+    mt_bpe_finish(b, false);
     *out = b;
     return 0;
 fail:
@@ -293,9 +318,14 @@ void mt_bpe_free(mt_bpe *b)
     free(b->pairs);
     free(b->pieces);
     free(b->special);
+    free(b->added[0].id);
+    free(b->added[1].id);
+    free(b->prefix);
+    free(b->suffix);
     free(b);
 }
 
+const char *mt_bpe_pattern_name(const mt_bpe *b) { return mt_pattern_name(b->pattern); }
 uint32_t mt_bpe_vocab_size(const mt_bpe *b) { return b->vocab_size; }
 uint32_t mt_bpe_id_limit(const mt_bpe *b) { return b->id_limit; }
 int64_t mt_bpe_eod(const mt_bpe *b) { return b->eod; }

@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 # gen-unicode-tables.py: writes unicode_tables.c, the character classes the GPT-2 pre-tokenizer needs
-# (letter = General_Category L*, number = N*, space = White_Space) for Unicode 16.0.
+# (letter = General_Category L*, number = N*, space = White_Space) for Unicode 16.0, and the finer classes
+# of the other patterns (o200k's case-aware words: Lu/Lt, Ll, Lm/Lo, marks M*).
 #
 # Unicode 16.0 is what tiktoken 0.14 (Rust regex-syntax) and HF tokenizers 0.23 use: checked by encoding
 # letters and digits new in 16.0 (Garay U+10D50, Todhri U+105C0, Ol Onal U+1E5D0, Kirat Rai U+16D40)
@@ -77,3 +78,52 @@ for i in range(0x80, 0x100, 16):
 out.write("};\n")
 counts = [table.count(k) for k in range(4)]
 out.write("/* counts: other %d, letter %d, number %d, space %d */\n" % tuple(counts))
+
+# The fine classes (MT_UCF_* in unicode.h), two per byte.
+F_OTHER, F_UPPER, F_LOWER, F_LETTER, F_MARK, F_NUMBER, F_SPACE = range(7)
+
+
+def fine(cp):
+    if cp in WHITE_SPACE:
+        return F_SPACE
+    if 0xD800 <= cp <= 0xDFFF:
+        return F_OTHER
+    cat = ud.category(chr(cp))
+    if cat in ("Lu", "Lt"):
+        return F_UPPER
+    if cat == "Ll":
+        return F_LOWER
+    if cat in ("Lm", "Lo"):
+        return F_LETTER
+    if cat[0] == "M":
+        return F_MARK
+    if cat[0] == "N":
+        return F_NUMBER
+    return F_OTHER
+
+
+ftable = [fine(cp) for cp in range(0x110000)]
+flast = max(cp for cp in range(0x110000) if ftable[cp] != F_OTHER)
+fcover = flast // BLOCK + 1
+fblocks, findex = {}, []
+for b in range(fcover):
+    chunk = tuple(ftable[b * BLOCK:(b + 1) * BLOCK])
+    if chunk not in fblocks:
+        fblocks[chunk] = len(fblocks)
+    findex.append(fblocks[chunk])
+assert len(fblocks) < 65536
+out.write("\n/* Fine classes (MT_UCF_*): mt_ucf_stage1[cp / %d] picks a block of %d classes packed two per byte\n"
+          % (BLOCK, BLOCK))
+out.write(" * in mt_ucf_stage2; code points >= mt_ucf_limit are all MT_UCF_OTHER. */\n")
+out.write("const uint32_t mt_ucf_limit = 0x%X;\n\n" % (fcover * BLOCK))
+out.write("const uint16_t mt_ucf_stage1[%d] = {\n" % len(findex))
+for i in range(0, len(findex), 16):
+    out.write("    " + ", ".join(str(x) for x in findex[i:i + 16]) + ",\n")
+out.write("};\n\n")
+out.write("const uint8_t mt_ucf_stage2[%d][MT_UC_BLOCK / 2] = {\n" % len(fblocks))
+for chunk, _ in sorted(fblocks.items(), key=lambda kv: kv[1]):
+    packed = [chunk[i] | chunk[i + 1] << 4 for i in range(0, BLOCK, 2)]
+    out.write("    {" + ", ".join("0x%02x" % x for x in packed) + "},\n")
+out.write("};\n")
+fcounts = [ftable.count(k) for k in range(7)]
+out.write("/* counts: other %d, upper %d, lower %d, letter %d, mark %d, number %d, space %d */\n" % tuple(fcounts))

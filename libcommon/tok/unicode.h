@@ -1,6 +1,7 @@
-/* unicode.h: what the GPT-2 pre-tokenizer needs to know about characters: strict UTF-8 decoding
+/* unicode.h: what the pre-tokenizers need to know about characters: strict UTF-8 decoding
  * (maximal-subpart error lengths, as Python's errors='replace') and the class of a code point
- * (letter L*, number N*, White_Space, other) from the generated Unicode 16.0 tables. */
+ * (letter L*, number N*, White_Space, other; or the finer classes below) from the generated Unicode
+ * 16.0 tables. */
 #ifndef MT_TOK_UNICODE_H
 #define MT_TOK_UNICODE_H
 
@@ -23,6 +24,23 @@ static inline int mt_uc_class(uint32_t cp)
     const uint8_t *blk = mt_uc_stage2[mt_uc_stage1[cp / MT_UC_BLOCK]];
     unsigned i = cp % MT_UC_BLOCK;
     return (blk[i / 4] >> (2 * (i % 4))) & 3;
+}
+
+/* Fine classes for the patterns that tell letters apart by case (o200k): Lu and Lt, Ll, Lm and Lo, the
+ * marks M*, N*, White_Space, other. */
+enum {
+    MT_UCF_OTHER = 0, MT_UCF_UPPER, MT_UCF_LOWER, MT_UCF_LETTER, MT_UCF_MARK, MT_UCF_NUMBER, MT_UCF_SPACE
+};
+extern const uint32_t mt_ucf_limit;
+extern const uint16_t mt_ucf_stage1[];
+extern const uint8_t mt_ucf_stage2[][MT_UC_BLOCK / 2];
+
+static inline int mt_ucf_class(uint32_t cp)
+{
+    if (cp >= mt_ucf_limit) return MT_UCF_OTHER;
+    const uint8_t *blk = mt_ucf_stage2[mt_ucf_stage1[cp / MT_UC_BLOCK]];
+    unsigned i = cp % MT_UC_BLOCK;
+    return (blk[i / 2] >> (4 * (i % 2))) & 15;
 }
 
 /* Decodes one UTF-8 character at s[0..len) (len >= 1). Returns its length (1-4) and sets *cp; on an

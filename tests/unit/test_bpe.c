@@ -3,6 +3,10 @@
  * golden ids in tests/golden (made with tiktoken).
  * Also a helper for tests/pipeline/bpe-oracle.sh:
  *   test_bpe --encode-lines [--special] VOCAB MERGES < lines
+ *   test_bpe --encode-lines [--special] hf TOKENIZER_JSON < lines   (--special: with added tokens and the
+ *                                                                    post-processor, mt_bpe_encode_full)
+ *   test_bpe --encode-lines [--special] tiktoken[:PATTERN] FILE < lines
+ *   test_bpe --pretok-lines PATTERN < lines   (the pieces' byte lengths, for bpe-families-oracle.py)
  * reads one JSON string literal per line and prints its ids space-separated, one line each. */
 #include <jansson.h>
 #include <stdint.h>
@@ -12,6 +16,7 @@
 
 #include "t.h"
 #include "tok/bpe.h"
+#include "tok/pretok.h"
 
 static char top[1024] = ".";
 static const char *tmpdir;
@@ -419,6 +424,32 @@ TEST(golden_ids)
     T_CHECK(checked >= 50);
 }
 
+/* --pretok-lines PATTERN: JSON string per input line -> the byte lengths of its pieces per output line */
+static int pretok_lines(int argc, char **argv)
+{
+    int p = argc == 3 ? mt_pattern_from_name(argv[2]) : -1;
+    if (p < 0) {
+        fprintf(stderr, "usage: test_bpe --pretok-lines PATTERN < lines\n");
+        return 2;
+    }
+    char *line = NULL;
+    size_t cap = 0;
+    while (getline(&line, &cap, stdin) > 0) {
+        json_t *s = json_loads(line, JSON_DECODE_ANY | JSON_ALLOW_NUL, NULL);
+        const char *t = json_string_value(s);
+        size_t len = json_string_length(s), pos = 0;
+        while (t && pos < len) {
+            size_t end = mt_pretok_next_pat((mt_pattern)p, t, len, pos);
+            printf(pos ? " %zu" : "%zu", end - pos);
+            pos = end;
+        }
+        putchar('\n');
+        json_decref(s);
+    }
+    free(line);
+    return 0;
+}
+
 /* --encode-lines [--special] VOCAB MERGES: JSON string per input line -> ids per output line */
 static int encode_lines(int argc, char **argv)
 {
@@ -429,7 +460,11 @@ static int encode_lines(int argc, char **argv)
     }
     mt_bpe *b;
     mt_err e;
-    if (mt_bpe_load(&b, argv[2 + special], argv[3 + special], &e)) {
+    int rc0 = !strcmp(argv[2 + special], "hf")         ? mt_bpe_load_hf(&b, argv[3 + special], &e)
+              : !strncmp(argv[2 + special], "tiktoken", 8) ? mt_bpe_load_tiktoken(&b, argv[3 + special],
+                                                                 argv[2 + special][8] ? argv[2 + special] + 9 : NULL, &e)
+                                                         : mt_bpe_load(&b, argv[2 + special], argv[3 + special], &e);
+    if (rc0) {
         fprintf(stderr, "test_bpe: %s\n", e.msg);
         return 1;
     }
@@ -449,7 +484,8 @@ static int encode_lines(int argc, char **argv)
             break;
         }
         v.n = 0;
-        if (special) mt_bpe_encode_special(c, json_string_value(s), json_string_length(s), &v);
+        if (special && !strcmp(argv[3], "hf")) mt_bpe_encode_full(c, json_string_value(s), json_string_length(s), &v);
+        else if (special) mt_bpe_encode_special(c, json_string_value(s), json_string_length(s), &v);
         else mt_bpe_encode(c, json_string_value(s), json_string_length(s), &v);
         for (size_t i = 0; i < v.n; i++) printf(i ? " %u" : "%u", v.p[i]);
         putchar('\n');
@@ -465,6 +501,7 @@ static int encode_lines(int argc, char **argv)
 int main(int argc, char **argv)
 {
     if (argc > 1 && !strcmp(argv[1], "--encode-lines")) return encode_lines(argc, argv);
+    if (argc > 1 && !strcmp(argv[1], "--pretok-lines")) return pretok_lines(argc, argv);
     t_bin = "test_bpe";
     const char *t = getenv("MT_TOP");
     if (t && *t) snprintf(top, sizeof top, "%s", t);
