@@ -890,9 +890,8 @@ TEST(rmsnorm)
     ref_rmsnorm(ref, NULL, xd, wd, N, C, 1e-6);
     T_CLOSE(out, ref, N * C, 1e-6);
     T_CLOSE(out2, ref, N * C, 1e-6);
-    double e = 0;
-    for (int i = 0; i < N; i++) e = fmax(e, fabs((double)rstd[i] - rstd2[i]) / rstd2[i]);
-    T_CHECK(e < 1e-5);
+    T_CHECK(!memcmp(out, out2, sizeof(float) * N * C));   /* the stored sum is what gets normalised */
+    T_CHECK(!memcmp(rstd, rstd2, sizeof(float) * N));
     ffree(a), ffree(b), ffree(w), ffree(res), ffree(out), ffree(rstd), ffree(res2), ffree(out2), ffree(rstd2);
     free(xd), free(wd), free(ref);
 }
