@@ -1681,6 +1681,64 @@ static int bench_main(int argc, char **argv)
     return 0;
 }
 
+/* ---- --dump-llama DIR: inputs and outputs of the LLaMA-family operations for the float64 PyTorch
+ * reference of tests/pipeline/kernels-torch.sh (raw little-endian fp32 files, the sizes in meta.txt) ---- */
+
+static int dump_f32(const char *dir, const char *name, const float *x, size_t n)
+{
+    char path[4096];
+    snprintf(path, sizeof path, "%s/%s.f32", dir, name);
+    FILE *f = fopen(path, "wb");
+    int ok = f && fwrite(x, sizeof *x, n, f) == n;
+    if (f && fclose(f)) ok = 0;
+    if (!ok) fprintf(stderr, "test_kernels --dump-llama: %s: cannot write\n", path);
+    return ok ? 0 : -1;
+}
+
+static int dump_llama(const char *dir)
+{
+    enum { N = 6, C = 45, F = 37, B = 2, T = 19, NH = 6, NG = 2, HS = 16, ROT = 12, POS0 = 5 };
+    const float EPS = 1e-5f, BASE = 10000.0f;
+    const size_t W = (size_t)(NH + 2 * NG) * HS, nq = (size_t)B * T * W, no = (size_t)B * T * NH * HS;
+    int rc = 0;
+    FILE *m = NULL;
+    char path[4096];
+    snprintf(path, sizeof path, "%s/meta.txt", dir);
+    if (!(m = fopen(path, "w"))) return fprintf(stderr, "test_kernels --dump-llama: %s: cannot write\n", path), 1;
+    fprintf(m, "N %d\nC %d\nF %d\nB %d\nT %d\nNH %d\nNG %d\nHS %d\nROT %d\nPOS0 %d\nEPS %.9g\nBASE %.9g\n", N, C, F, B,
+            T, NH, NG, HS, ROT, POS0, (double)EPS, (double)BASE);
+    if (fclose(m)) return 1;
+    /* RMSNorm: dinp and dw from zero */
+    float *x = arand(N * C, 2), *w = frand(C, 1), *out = adev(N * C), *rstd = fdev(N), *g = arand(N * C, 1);
+    float *dx = adev(N * C), *dw = fdev(C);
+    mtk_rmsnorm_fwd(K, out, rstd, x, w, N, C, EPS);
+    mtk_rmsnorm_bwd(K, dx, dw, g, x, w, rstd, N, C);
+    rc |= dump_f32(dir, "rms_x", x, N * C) | dump_f32(dir, "rms_w", w, C) | dump_f32(dir, "rms_out", out, N * C);
+    rc |= dump_f32(dir, "rms_g", g, N * C) | dump_f32(dir, "rms_dx", dx, N * C) | dump_f32(dir, "rms_dw", dw, C);
+    /* SwiGLU */
+    float *sx = arand(N * 2 * F, 3), *so = adev(N * F), *sg = arand(N * F, 1), *sd = adev(N * 2 * F);
+    mtk_swiglu_fwd(K, so, sx, N, F);
+    mtk_swiglu_bwd(K, sd, sx, sg, N, F);
+    rc |= dump_f32(dir, "swiglu_x", sx, N * 2 * F) | dump_f32(dir, "swiglu_out", so, N * F);
+    rc |= dump_f32(dir, "swiglu_g", sg, N * F) | dump_f32(dir, "swiglu_dx", sd, N * 2 * F);
+    /* rotary embeddings at positions POS0.., then grouped-query attention on the rotated qkv */
+    float *qkv = arand(nq, 1.5), *rq = adev(nq), *rg = arand(nq, 1), *rd = adev(nq);
+    memcpy(rq, qkv, nq * sizeof *rq);
+    memcpy(rd, rg, nq * sizeof *rd);
+    mtk_rope_fwd(K, rq, B, T, NH, NG, HS, ROT, BASE, POS0);
+    mtk_rope_bwd(K, rd, B, T, NH, NG, HS, ROT, BASE, POS0);
+    rc |= dump_f32(dir, "rope_x", qkv, nq) | dump_f32(dir, "rope_out", rq, nq) | dump_f32(dir, "rope_g", rg, nq);
+    rc |= dump_f32(dir, "rope_dx", rd, nq);
+    float *ao = adev(no), *lse = fdev((size_t)B * NH * T), *ag = arand(no, 1), *ad = adev(nq);
+    mtk_attention_gqa_fwd(K, ao, lse, qkv, B, T, NH, NG, HS, NULL);
+    mtk_attention_gqa_bwd(K, ad, ag, qkv, ao, lse, B, T, NH, NG, HS, NULL);
+    rc |= dump_f32(dir, "att_qkv", qkv, nq) | dump_f32(dir, "att_out", ao, no) | dump_f32(dir, "att_lse", lse, (size_t)B * NH * T);
+    rc |= dump_f32(dir, "att_g", ag, no) | dump_f32(dir, "att_dqkv", ad, nq);
+    mt_err e;
+    if (mtk_sync(K, &e)) return fprintf(stderr, "test_kernels --dump-llama: %s\n", e.msg), 1;
+    return rc ? 1 : 0;
+}
+
 T_MAIN_BEGIN("test_kernels")
 mt_err e;
 const char *be = getenv("MT_TEST_BACKEND"), *dt = getenv("MT_TEST_DTYPE");
@@ -1706,6 +1764,11 @@ if (!K) {
 }
 if (bench) {
     int rc = bench_main(argc, argv);
+    mtk_close(K);
+    return rc;
+}
+if (argc > 2 && !strcmp(argv[1], "--dump-llama")) {
+    int rc = dump_llama(argv[2]);
     mtk_close(K);
     return rc;
 }
