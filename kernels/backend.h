@@ -44,6 +44,12 @@ typedef struct mtk_ops {
                               const float *w, const float *bias, int N, int C, float eps);
     void (*layernorm_bwd)(mtk *k, void *dinp, float *dw, float *db, const void *dout, const void *inp,
                           const float *w, const float *mean, const float *rstd, int N, int C);
+    void (*rmsnorm_fwd)(mtk *k, void *out, float *rstd, const void *inp, const float *w, int N, int C, float eps);
+    /* May be NULL: mtk.c runs add, then rmsnorm_fwd. */
+    void (*add_rmsnorm_fwd)(mtk *k, void *res, void *out, float *rstd, const void *a, const void *b, const float *w,
+                            int N, int C, float eps);
+    void (*rmsnorm_bwd)(mtk *k, void *dinp, float *dw, const void *dout, const void *inp, const float *w,
+                        const float *rstd, int N, int C);
     void (*matmul_fwd)(mtk *k, void *out, const void *inp, const void *w, const float *bias, int N, int C, int OC);
     /* May be NULL: mtk.c runs matmul_fwd, then gelu_fwd. */
     void (*matmul_gelu_fwd)(mtk *k, void *out, void *pre, const void *inp, const void *w, const float *bias, int N,
@@ -52,18 +58,24 @@ typedef struct mtk_ops {
                        const void *w, int N, int C, int OC, int acc);   /* acc: dw, dbias add (else assigned) */
     void (*gelu_fwd)(mtk *k, void *out, const void *inp, size_t n, int exact);
     void (*gelu_bwd)(mtk *k, void *dinp, const void *inp, const void *dout, size_t n, int exact);
+    void (*swiglu_fwd)(mtk *k, void *out, const void *inp, int N, int F);
+    void (*swiglu_bwd)(mtk *k, void *dinp, const void *inp, const void *dout, int N, int F);
     void (*add)(mtk *k, void *out, const void *a, const void *b, size_t n);
     void (*acc)(mtk *k, void *y, const void *x, size_t n);
     void (*scale)(mtk *k, void *x, float s, size_t n);
     void (*bias_add)(mtk *k, void *x, const float *bias, int N, int C);
     void (*dropout_fwd)(mtk *k, void *out, const void *inp, size_t n, const mtk_dropout *d);
     void (*dropout_bwd)(mtk *k, void *dinp, const void *dout, size_t n, const mtk_dropout *d);
-    void (*attention_fwd)(mtk *k, void *out, float *lse, const void *qkv, int B, int T, int NH, int HS,
+    /* attention: the grouped-query forms (NG query groups; NG == NH: multi-head) */
+    void (*attention_fwd)(mtk *k, void *out, float *lse, const void *qkv, int B, int T, int NH, int NG, int HS,
                           const mtk_dropout *drop);
     void (*attention_bwd)(mtk *k, void *dqkv, const void *dout, const void *qkv, const void *out, const float *lse,
-                          int B, int T, int NH, int HS, const mtk_dropout *drop);
+                          int B, int T, int NH, int NG, int HS, const mtk_dropout *drop);
     void (*attention_kv)(mtk *k, void *out, const void *qkv, void *kcache, void *vcache, int B, int T, int pos0,
-                         int Tmax, int NH, int HS);
+                         int Tmax, int NH, int NG, int HS);
+    /* mtk_rope_fwd (inverse 0) and mtk_rope_bwd (inverse 1) */
+    void (*rope)(mtk *k, void *qkv, int B, int T, int NH, int NG, int HS, int rot_dim, float base, int pos0,
+                 int inverse);
     void (*xent_fwd_bwd)(mtk *k, float *losses, void *dlogits, const void *logits, const int32_t *target,
                          const float *dscale, int N, int V);
     void (*xent_rowmax)(mtk *k, float *rowmax, const void *logits, int N, int V);

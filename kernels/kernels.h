@@ -21,6 +21,9 @@
  *     and ASSIGN input gradients unless the comment says "accumulates".
  *   - The fused QKV activation of one token is laid out per head as [NH][3][HS] (Megatron checkpoint
  *     version >= 2.0: q, k, v of head 0, then of head 1, ...), so weight rows keep Megatron's order.
+ *     With grouped-query attention (NG query groups, NH/NG query heads each) it is Megatron's
+ *     [NG][NH/NG + 2][HS]: each group's query heads, then its key head, then its value head; NG == NH
+ *     is the layout above.
  *   - Pointers named d* are gradients.
  *
  * Memory: buffers come from mtk_alloc and belong to the caller. Scratch that an operation needs comes
@@ -126,6 +129,19 @@ void mtk_add_layernorm_fwd(mtk *k, mtk_act *res, mtk_act *out, float *mean, floa
 void mtk_layernorm_bwd(mtk *k, mtk_act *dinp, float *dw, float *db, const mtk_act *dout, const mtk_act *inp,
                        const float *w, const float *mean, const float *rstd, int N, int C);
 
+/* ---- RMSNorm over the last dimension (Megatron --normalization RMSNorm, --norm-epsilon) ----
+ * out = inp * rstd * w with rstd = 1 / sqrt(mean(inp^2) + eps); no bias, no mean. rstd [N] is saved for
+ * the backward. */
+void mtk_rmsnorm_fwd(mtk *k, mtk_act *out, float *rstd, const mtk_act *inp, const float *w, int N, int C, float eps);
+/* The residual add fused with the RMSNorm that follows it: res = a + b (stored in the activation dtype),
+ * then out = RMSNorm(res as stored), exactly as mtk_add followed by mtk_rmsnorm_fwd. */
+void mtk_add_rmsnorm_fwd(mtk *k, mtk_act *res, mtk_act *out, float *rstd, const mtk_act *a, const mtk_act *b,
+                         const float *w, int N, int C, float eps);
+/* dinp ACCUMULATES (it is the residual stream's gradient): dinp += (dout w - xhat mean(dout w xhat)) rstd
+ * with xhat = inp rstd; dw accumulates sum_n dout xhat, as mtk_layernorm_bwd does. */
+void mtk_rmsnorm_bwd(mtk *k, mtk_act *dinp, float *dw, const mtk_act *dout, const mtk_act *inp, const float *w,
+                     const float *rstd, int N, int C);
+
 /* ---- linear: out[N,OC] = inp[N,C] . w[OC,C]^T + bias[OC] (bias may be NULL) ---- */
 void mtk_matmul_fwd(mtk *k, mtk_act *out, const mtk_act *inp, const mtk_act *w, const float *bias, int N, int C,
                     int OC);
@@ -146,6 +162,12 @@ void mtk_matmul_bwd(mtk *k, mtk_act *dinp, float *dw, float *dbias, const mtk_ac
 /* ---- GeLU, tanh approximation 0.5x(1+tanh(sqrt(2/pi)(x+0.044715x^3))) (exact=1: erf form) ---- */
 void mtk_gelu_fwd(mtk *k, mtk_act *out, const mtk_act *inp, size_t n, int exact);
 void mtk_gelu_bwd(mtk *k, mtk_act *dinp, const mtk_act *inp, const mtk_act *dout, size_t n, int exact);
+
+/* ---- SwiGLU (Megatron --swiglu): inp [N, 2F] is the first MLP product, x1 its first F features and x2
+ * its last F; out [N, F] = silu(x1) * x2 with silu(a) = a / (1 + exp(-a)). ---- */
+void mtk_swiglu_fwd(mtk *k, mtk_act *out, const mtk_act *inp, int N, int F);
+/* dinp [N, 2F] (assigned): dx1 = dout * x2 * silu'(x1), dx2 = dout * silu(x1). */
+void mtk_swiglu_bwd(mtk *k, mtk_act *dinp, const mtk_act *inp, const mtk_act *dout, int N, int F);
 
 /* ---- elementwise ---- */
 void mtk_add(mtk *k, mtk_act *out, const mtk_act *a, const mtk_act *b, size_t n);   /* out = a + b */
@@ -189,6 +211,31 @@ void mtk_attention_bwd(mtk *k, mtk_act *dqkv, const mtk_act *dout, const mtk_act
  * pos0 + T must not exceed Tmax. */
 void mtk_attention_kv(mtk *k, mtk_act *out, const mtk_act *qkv, mtk_act *kcache, mtk_act *vcache, int B, int T,
                       int pos0, int Tmax, int NH, int HS);
+
+/* ---- grouped-query attention: the three operations above with NG query groups (NG divides NH) ----
+ * qkv [B,T,NG,NH/NG+2,HS] (the layout at the top of this file), out [B,T,NH*HS], lse [B,NH,T]; query
+ * head h attends with the key and value heads of its group h / (NH/NG). The backward assigns dqkv, the
+ * gradients of a group's key and value summed over its query heads. The dropout counters are those of
+ * mtk_attention_fwd (by query head). The KV cache is [B, NG, Tmax, HS]. NG == NH gives the bits of the
+ * multi-head operations (which are these with NG = NH). */
+void mtk_attention_gqa_fwd(mtk *k, mtk_act *out, float *lse, const mtk_act *qkv, int B, int T, int NH, int NG, int HS,
+                           const mtk_dropout *drop);
+void mtk_attention_gqa_bwd(mtk *k, mtk_act *dqkv, const mtk_act *dout, const mtk_act *qkv, const mtk_act *out,
+                           const float *lse, int B, int T, int NH, int NG, int HS, const mtk_dropout *drop);
+void mtk_attention_gqa_kv(mtk *k, mtk_act *out, const mtk_act *qkv, mtk_act *kcache, mtk_act *vcache, int B, int T,
+                          int pos0, int Tmax, int NH, int NG, int HS);
+
+/* ---- rotary position embeddings (Megatron core, non-interleaved), in place on the queries and keys of
+ * qkv [B,T,NG,NH/NG+2,HS] (values untouched) ----
+ * The first rot_dim dimensions of each query and key head (rot_dim even, <= HS: Megatron's
+ * --rotary-percent gives rot_dim = HS * percent) are rotated; the rest pass through. With half = rot_dim/2,
+ * inv_freq[i] = 1 / base^(2i / rot_dim) (--rotary-base, 10000 by default) and angle a = pos * inv_freq[i],
+ * all in fp32, pos = pos0 + t (pos0: the KV cache's length when generating):
+ *   y[i] = x[i] cos a - x[i + half] sin a,   y[i + half] = x[i + half] cos a + x[i] sin a   (i < half),
+ * that is x cos + rotate_half(x) sin with cos, sin of [angles, angles]. */
+void mtk_rope_fwd(mtk *k, mtk_act *qkv, int B, int T, int NH, int NG, int HS, int rot_dim, float base, int pos0);
+/* The backward: the inverse rotation (angle -a) of the gradient dqkv, in place. */
+void mtk_rope_bwd(mtk *k, mtk_act *dqkv, int B, int T, int NH, int NG, int HS, int rot_dim, float base, int pos0);
 
 /* ---- softmax cross-entropy over logits [N, V] (V = padded vocab; every column takes part) ----
  * losses[n] = logsumexp(logits[n,:]) - logits[n, target[n]] for every row.

@@ -302,6 +302,27 @@ void mtk_layernorm_bwd(mtk *k, mtk_act *dinp, float *dw, float *db, const mtk_ac
     if (ready(k, "layernorm_bwd", N, C, (size_t)N * C))
         k->ops->layernorm_bwd(k, dinp, dw, db, dout, inp, w, mean, rstd, N, C);
 }
+void mtk_rmsnorm_fwd(mtk *k, mtk_act *out, float *rstd, const mtk_act *inp, const float *w, int N, int C, float eps)
+{
+    if (ready(k, "rmsnorm_fwd", N, C, (size_t)N * C)) k->ops->rmsnorm_fwd(k, out, rstd, inp, w, N, C, eps);
+}
+void mtk_add_rmsnorm_fwd(mtk *k, mtk_act *res, mtk_act *out, float *rstd, const mtk_act *a, const mtk_act *b,
+                         const float *w, int N, int C, float eps)
+{
+    if (!ready(k, "add_rmsnorm_fwd", N, C, (size_t)N * C)) return;
+    if (k->ops->add_rmsnorm_fwd) {
+        k->ops->add_rmsnorm_fwd(k, res, out, rstd, a, b, w, N, C, eps);
+        return;
+    }
+    k->ops->add(k, res, a, b, (size_t)N * C);
+    k->ws_used = 0;
+    if (!k->failed) k->ops->rmsnorm_fwd(k, out, rstd, res, w, N, C, eps);
+}
+void mtk_rmsnorm_bwd(mtk *k, mtk_act *dinp, float *dw, const mtk_act *dout, const mtk_act *inp, const float *w,
+                     const float *rstd, int N, int C)
+{
+    if (ready(k, "rmsnorm_bwd", N, C, (size_t)N * C)) k->ops->rmsnorm_bwd(k, dinp, dw, dout, inp, w, rstd, N, C);
+}
 void mtk_matmul_fwd(mtk *k, mtk_act *out, const mtk_act *inp, const mtk_act *w, const float *bias, int N, int C,
                     int OC)
 {
@@ -335,6 +356,14 @@ void mtk_gelu_bwd(mtk *k, mtk_act *dinp, const mtk_act *inp, const mtk_act *dout
 {
     if (ready(k, "gelu_bwd", 0, 0, n)) k->ops->gelu_bwd(k, dinp, inp, dout, n, exact);
 }
+void mtk_swiglu_fwd(mtk *k, mtk_act *out, const mtk_act *inp, int N, int F)
+{
+    if (ready(k, "swiglu_fwd", N, F, (size_t)N * 2 * F)) k->ops->swiglu_fwd(k, out, inp, N, F);
+}
+void mtk_swiglu_bwd(mtk *k, mtk_act *dinp, const mtk_act *inp, const mtk_act *dout, int N, int F)
+{
+    if (ready(k, "swiglu_bwd", N, F, (size_t)N * 2 * F)) k->ops->swiglu_bwd(k, dinp, inp, dout, N, F);
+}
 void mtk_add(mtk *k, mtk_act *out, const mtk_act *a, const mtk_act *b, size_t n)
 {
     if (ready(k, "add", 0, 0, n)) k->ops->add(k, out, a, b, n);
@@ -359,28 +388,74 @@ void mtk_dropout_bwd(mtk *k, mtk_act *dinp, const mtk_act *dout, size_t n, const
 {
     if (ready(k, "dropout_bwd", 0, 0, n)) k->ops->dropout_bwd(k, dinp, dout, n, d);
 }
-void mtk_attention_fwd(mtk *k, mtk_act *out, float *lse, const mtk_act *qkv, int B, int T, int NH, int HS,
-                       const mtk_dropout *drop)
+/* NG query groups of NH / NG heads each */
+static int groups_ok(mtk *k, const char *op, int NH, int NG)
 {
-    if (ready_att(k, "attention_fwd", B, T, NH, HS, (size_t)B * T * 3 * NH * HS))
-        k->ops->attention_fwd(k, out, lse, qkv, B, T, NH, HS, drop);
+    if (NG <= 0 || NH % NG) {
+        mtk_fail(k, "%s: %d query groups do not divide %d heads", op, NG, NH);
+        return 0;
+    }
+    return 1;
 }
-void mtk_attention_bwd(mtk *k, mtk_act *dqkv, const mtk_act *dout, const mtk_act *qkv, const mtk_act *out,
-                       const float *lse, int B, int T, int NH, int HS, const mtk_dropout *drop)
+void mtk_attention_gqa_fwd(mtk *k, mtk_act *out, float *lse, const mtk_act *qkv, int B, int T, int NH, int NG, int HS,
+                           const mtk_dropout *drop)
 {
-    if (ready_att(k, "attention_bwd", B, T, NH, HS, (size_t)B * T * 3 * NH * HS))
-        k->ops->attention_bwd(k, dqkv, dout, qkv, out, lse, B, T, NH, HS, drop);
+    if (ready_att(k, "attention_fwd", B, T, NH, HS, (size_t)B * T * (NH + 2 * (size_t)NG) * HS) &&
+        groups_ok(k, "attention_fwd", NH, NG))
+        k->ops->attention_fwd(k, out, lse, qkv, B, T, NH, NG, HS, drop);
 }
-void mtk_attention_kv(mtk *k, mtk_act *out, const mtk_act *qkv, mtk_act *kcache, mtk_act *vcache, int B, int T,
-                      int pos0, int Tmax, int NH, int HS)
+void mtk_attention_gqa_bwd(mtk *k, mtk_act *dqkv, const mtk_act *dout, const mtk_act *qkv, const mtk_act *out,
+                           const float *lse, int B, int T, int NH, int NG, int HS, const mtk_dropout *drop)
 {
-    if (!ready_att(k, "attention_kv", B, Tmax, NH, HS, mx((size_t)B * T * 3 * NH * HS, (size_t)B * NH * Tmax * HS)))
+    if (ready_att(k, "attention_bwd", B, T, NH, HS, (size_t)B * T * (NH + 2 * (size_t)NG) * HS) &&
+        groups_ok(k, "attention_bwd", NH, NG))
+        k->ops->attention_bwd(k, dqkv, dout, qkv, out, lse, B, T, NH, NG, HS, drop);
+}
+void mtk_attention_gqa_kv(mtk *k, mtk_act *out, const mtk_act *qkv, mtk_act *kcache, mtk_act *vcache, int B, int T,
+                          int pos0, int Tmax, int NH, int NG, int HS)
+{
+    if (!ready_att(k, "attention_kv", B, Tmax, NH, HS,
+                   mx((size_t)B * T * (NH + 2 * (size_t)NG) * HS, (size_t)B * NG * Tmax * HS)) ||
+        !groups_ok(k, "attention_kv", NH, NG))
         return;
     if (pos0 < 0 || T < 0 || pos0 + T > Tmax) {
         mtk_fail(k, "attention_kv: positions %d..%d beyond the cache of %d", pos0, pos0 + T - 1, Tmax);
         return;
     }
-    k->ops->attention_kv(k, out, qkv, kcache, vcache, B, T, pos0, Tmax, NH, HS);
+    k->ops->attention_kv(k, out, qkv, kcache, vcache, B, T, pos0, Tmax, NH, NG, HS);
+}
+void mtk_attention_fwd(mtk *k, mtk_act *out, float *lse, const mtk_act *qkv, int B, int T, int NH, int HS,
+                       const mtk_dropout *drop)
+{
+    mtk_attention_gqa_fwd(k, out, lse, qkv, B, T, NH, NH, HS, drop);
+}
+void mtk_attention_bwd(mtk *k, mtk_act *dqkv, const mtk_act *dout, const mtk_act *qkv, const mtk_act *out,
+                       const float *lse, int B, int T, int NH, int HS, const mtk_dropout *drop)
+{
+    mtk_attention_gqa_bwd(k, dqkv, dout, qkv, out, lse, B, T, NH, NH, HS, drop);
+}
+void mtk_attention_kv(mtk *k, mtk_act *out, const mtk_act *qkv, mtk_act *kcache, mtk_act *vcache, int B, int T,
+                      int pos0, int Tmax, int NH, int HS)
+{
+    mtk_attention_gqa_kv(k, out, qkv, kcache, vcache, B, T, pos0, Tmax, NH, NH, HS);
+}
+static void rope(mtk *k, const char *op, mtk_act *qkv, int B, int T, int NH, int NG, int HS, int rot_dim, float base,
+                 int pos0, int inverse)
+{
+    if (!ready(k, op, B, T, (size_t)B * T * (NH + 2 * (size_t)NG) * HS) || !groups_ok(k, op, NH, NG)) return;
+    if (HS <= 0 || rot_dim < 0 || rot_dim > HS || rot_dim % 2 || pos0 < 0 || !(base > 0.0f)) {
+        mtk_fail(k, "%s: rotary dimension %d of head size %d, base %g, position %d", op, rot_dim, HS, (double)base, pos0);
+        return;
+    }
+    if (rot_dim > 0) k->ops->rope(k, qkv, B, T, NH, NG, HS, rot_dim, base, pos0, inverse);
+}
+void mtk_rope_fwd(mtk *k, mtk_act *qkv, int B, int T, int NH, int NG, int HS, int rot_dim, float base, int pos0)
+{
+    rope(k, "rope_fwd", qkv, B, T, NH, NG, HS, rot_dim, base, pos0, 0);
+}
+void mtk_rope_bwd(mtk *k, mtk_act *dqkv, int B, int T, int NH, int NG, int HS, int rot_dim, float base, int pos0)
+{
+    rope(k, "rope_bwd", dqkv, B, T, NH, NG, HS, rot_dim, base, pos0, 1);
 }
 void mtk_xent_fwd_bwd(mtk *k, float *losses, mtk_act *dlogits, const mtk_act *logits, const int32_t *target,
                       const float *dscale, int N, int V)

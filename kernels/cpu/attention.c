@@ -1,10 +1,12 @@
-/* attention.c: causal multi-head self-attention on cpu, flash-style.
+/* attention.c: causal self-attention on cpu, flash-style, multi-head or grouped-query (NG groups of
+ * NH/NG query heads sharing a key and a value head; qkv rows [NG][NH/NG + 2][HS], kernels.h).
  *
  * Forward: each (sequence, head, block of BQ queries) is one OpenMP work item; it walks the key blocks
  * up to the diagonal with an online softmax (running max m, running sum l, output accumulator O), the
  * tile products going through cblas_sgemm on strided views of qkv. Only lse = m + log l is saved.
- * Backward: each (sequence, head) is one work item; it recomputes P = exp(S - lse) tile by tile, with
- * D_i = dout_i . out_i, dS = P * (dP - D), and accumulates dq, dk, dv of its own head in place.
+ * Backward: each (sequence, group) is one work item; for each query head of the group in turn it
+ * recomputes P = exp(S - lse) tile by tile, with D_i = dout_i . out_i, dS = P * (dP - D), and accumulates
+ * dq of the head and dk, dv of the group in place.
  * Attention dropout multiplies the probabilities by mask / (1 - p) after the softmax sum (lse is that of
  * the undropped softmax); the backward applies the same mask to dP. Every work item writes only its own
  * outputs in a fixed order, so results do not depend on the number of threads.
@@ -86,14 +88,18 @@ size_t cpu_attention_ws_floats(int T, int HS)
     return (n + 15) / 16 * 16;
 }
 
-void cpu_attention_fwd(mtk *k, float *out, float *lse, const float *qkv, int B, int T, int NH, int HS,
+/* Offsets in a token's qkv row of query head h's query and of its group's key (the value follows). */
+static size_t q_off(int h, int rep, int HS) { return ((size_t)(h / rep) * (rep + 2) + (size_t)(h % rep)) * HS; }
+static size_t k_off(int h, int rep, int HS) { return ((size_t)(h / rep) * (rep + 2) + (size_t)rep) * HS; }
+
+void cpu_attention_fwd(mtk *k, float *out, float *lse, const float *qkv, int B, int T, int NH, int NG, int HS,
                        const mtk_dropout *drop)
 {
     const size_t per = cpu_attention_ws_floats(T, HS);
     float *ws = mtk_ws_take(k, per * (size_t)k->threads * sizeof(float));
     if (!ws) return;
-    const int C = NH * HS;
-    const size_t S3 = 3 * (size_t)C;
+    const int C = NH * HS, rep = NH / NG;
+    const size_t S3 = (size_t)(NH + 2 * NG) * HS;   /* a token's qkv row */
     const float scale = 1.0f / sqrtf((float)HS);
     const int dropping = drop && drop->p > 0.0f;
     const float dscale = dropping ? 1.0f / (1.0f - drop->p) : 1.0f;
@@ -108,14 +114,15 @@ void cpu_attention_fwd(mtk *k, float *out, float *lse, const float *qkv, int B, 
             const int qb = nqb - 1 - item % nqb;   /* longest rows first */
             const int bh = item / nqb, b = bh / NH, h = bh % NH;
             const int i0 = qb * BQ, bq = T - i0 < BQ ? T - i0 : BQ;
-            const float *base = qkv + (size_t)b * T * S3 + (size_t)h * 3 * HS;
+            const float *base = qkv + (size_t)b * T * S3 + q_off(h, rep, HS);
+            const float *kbase = qkv + (size_t)b * T * S3 + k_off(h, rep, HS);
             const float *q = base + (size_t)i0 * S3;
             memset(O, 0, sizeof(float) * bq * HS);
             for (int r = 0; r < bq; r++) m[r] = -INFINITY, l[r] = 0.0f;
 
             for (int j0 = 0; j0 < i0 + bq; j0 += BK) {
                 const int bk = i0 + bq - j0 < BK ? i0 + bq - j0 : BK;
-                const float *kj = base + (size_t)j0 * S3 + HS, *vj = base + (size_t)j0 * S3 + 2 * HS;
+                const float *kj = kbase + (size_t)j0 * S3, *vj = kbase + (size_t)j0 * S3 + HS;
                 cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, bq, bk, HS, scale, q, (int)S3, kj, (int)S3,
                             0.0f, S, BK);
                 for (int r = 0; r < bq; r++) {
@@ -153,13 +160,13 @@ void cpu_attention_fwd(mtk *k, float *out, float *lse, const float *qkv, int B, 
 }
 
 void cpu_attention_bwd(mtk *k, float *dqkv, const float *dout, const float *qkv, const float *out, const float *lse,
-                       int B, int T, int NH, int HS, const mtk_dropout *drop)
+                       int B, int T, int NH, int NG, int HS, const mtk_dropout *drop)
 {
     const size_t per = cpu_attention_ws_floats(T, HS);
     float *ws = mtk_ws_take(k, per * (size_t)k->threads * sizeof(float));
     if (!ws) return;
-    const int C = NH * HS;
-    const size_t S3 = 3 * (size_t)C;
+    const int C = NH * HS, rep = NH / NG;
+    const size_t S3 = (size_t)(NH + 2 * NG) * HS;
     const float scale = 1.0f / sqrtf((float)HS);
     const int dropping = drop && drop->p > 0.0f;
     const float dscale = dropping ? 1.0f / (1.0f - drop->p) : 1.0f;
@@ -168,72 +175,79 @@ void cpu_attention_bwd(mtk *k, float *dqkv, const float *dout, const float *qkv,
     {
         float *S = ws + per * (size_t)omp_get_thread_num(), *dP = S + BQ * BK, *D = dP + BQ * BK, *mk = D + T;
 #pragma omp for schedule(dynamic, 1)
-        for (int bh = 0; bh < B * NH; bh++) {
-            const int b = bh / NH, h = bh % NH;
-            const float *base = qkv + (size_t)b * T * S3 + (size_t)h * 3 * HS;
-            float *dbase = dqkv + (size_t)b * T * S3 + (size_t)h * 3 * HS;
-            const float *dob = dout + (size_t)b * T * C + (size_t)h * HS;
-            const float *ob = out + (size_t)b * T * C + (size_t)h * HS;
-            const float *L = lse + (size_t)bh * T;
-            for (int t = 0; t < T; t++) {
-                memset(dbase + (size_t)t * S3, 0, sizeof(float) * 3 * HS);
-                const float *a = dob + (size_t)t * C, *o = ob + (size_t)t * C;
-                float s = 0.0f;
-                for (int d = 0; d < HS; d++) s += a[d] * o[d];
-                D[t] = s;
-            }
-            for (int j0 = 0; j0 < T; j0 += BK) {
-                const int bk = T - j0 < BK ? T - j0 : BK;
-                const float *kj = base + (size_t)j0 * S3 + HS, *vj = base + (size_t)j0 * S3 + 2 * HS;
-                float *dkj = dbase + (size_t)j0 * S3 + HS, *dvj = dbase + (size_t)j0 * S3 + 2 * HS;
-                for (int i0 = j0 / BQ * BQ; i0 < T; i0 += BQ) {
-                    const int bq = T - i0 < BQ ? T - i0 : BQ;
-                    const float *qi = base + (size_t)i0 * S3, *doi = dob + (size_t)i0 * C;
-                    float *dqi = dbase + (size_t)i0 * S3;
-                    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, bq, bk, HS, scale, qi, (int)S3, kj,
-                                (int)S3, 0.0f, S, BK);
-                    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, bq, bk, HS, 1.0f, doi, C, vj, (int)S3, 0.0f,
-                                dP, BK);
-                    for (int r = 0; r < bq; r++) {
-                        const int i = i0 + r;
-                        const int nv = i - j0 + 1 < bk ? (i - j0 + 1 > 0 ? i - j0 + 1 : 0) : bk;
-                        float *s = S + (size_t)r * BK, *dp = dP + (size_t)r * BK;
-                        if (dropping) {
-                            const uint64_t ctr = drop->offset + ((((uint64_t)b * NH + h) * T + i) * T + j0);
-                            row_mask(mk, nv, drop->seed, ctr, drop->p, dscale);
+        for (int bg = 0; bg < B * NG; bg++) {
+            const int b = bg / NG, grp = bg % NG;
+            for (int t = 0; t < T; t++)   /* the group's rows of dqkv: queries, key, value */
+                memset(dqkv + ((size_t)b * T + t) * S3 + (size_t)grp * (rep + 2) * HS, 0,
+                       sizeof(float) * (size_t)(rep + 2) * HS);
+            for (int h = grp * rep; h < (grp + 1) * rep; h++) {
+                const float *base = qkv + (size_t)b * T * S3 + q_off(h, rep, HS);
+                const float *kbase = qkv + (size_t)b * T * S3 + k_off(h, rep, HS);
+                float *dbase = dqkv + (size_t)b * T * S3 + q_off(h, rep, HS);
+                float *dkbase = dqkv + (size_t)b * T * S3 + k_off(h, rep, HS);
+                const float *dob = dout + (size_t)b * T * C + (size_t)h * HS;
+                const float *ob = out + (size_t)b * T * C + (size_t)h * HS;
+                const float *L = lse + ((size_t)b * NH + h) * T;
+                for (int t = 0; t < T; t++) {
+                    const float *a = dob + (size_t)t * C, *o = ob + (size_t)t * C;
+                    float s = 0.0f;
+                    for (int d = 0; d < HS; d++) s += a[d] * o[d];
+                    D[t] = s;
+                }
+                for (int j0 = 0; j0 < T; j0 += BK) {
+                    const int bk = T - j0 < BK ? T - j0 : BK;
+                    const float *kj = kbase + (size_t)j0 * S3, *vj = kbase + (size_t)j0 * S3 + HS;
+                    float *dkj = dkbase + (size_t)j0 * S3, *dvj = dkbase + (size_t)j0 * S3 + HS;
+                    for (int i0 = j0 / BQ * BQ; i0 < T; i0 += BQ) {
+                        const int bq = T - i0 < BQ ? T - i0 : BQ;
+                        const float *qi = base + (size_t)i0 * S3, *doi = dob + (size_t)i0 * C;
+                        float *dqi = dbase + (size_t)i0 * S3;
+                        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, bq, bk, HS, scale, qi, (int)S3, kj,
+                                    (int)S3, 0.0f, S, BK);
+                        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, bq, bk, HS, 1.0f, doi, C, vj, (int)S3,
+                                    0.0f, dP, BK);
+                        for (int r = 0; r < bq; r++) {
+                            const int i = i0 + r;
+                            const int nv = i - j0 + 1 < bk ? (i - j0 + 1 > 0 ? i - j0 + 1 : 0) : bk;
+                            float *s = S + (size_t)r * BK, *dp = dP + (size_t)r * BK;
+                            if (dropping) {
+                                const uint64_t ctr = drop->offset + ((((uint64_t)b * NH + h) * T + i) * T + j0);
+                                row_mask(mk, nv, drop->seed, ctr, drop->p, dscale);
+                            }
+                            row_bwd(s, dp, dropping ? mk : NULL, nv, bk, L[i], D[i]);
                         }
-                        row_bwd(s, dp, dropping ? mk : NULL, nv, bk, L[i], D[i]);
+                        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, bk, HS, bq, 1.0f, S, BK, doi, C, 1.0f,
+                                    dvj, (int)S3);
+                        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, bq, HS, bk, scale, dP, BK, kj, (int)S3,
+                                    1.0f, dqi, (int)S3);
+                        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, bk, HS, bq, scale, dP, BK, qi, (int)S3,
+                                    1.0f, dkj, (int)S3);
                     }
-                    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, bk, HS, bq, 1.0f, S, BK, doi, C, 1.0f, dvj,
-                                (int)S3);
-                    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, bq, HS, bk, scale, dP, BK, kj, (int)S3,
-                                1.0f, dqi, (int)S3);
-                    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, bk, HS, bq, scale, dP, BK, qi, (int)S3, 1.0f,
-                                dkj, (int)S3);
                 }
             }
         }
     }
 }
 
-/* Inference with a KV cache: append the new keys and values, then each (sequence, head, new token)
- * attends to the cache up to its own position with a plain two-pass softmax in fp32. */
+/* Inference with a KV cache [B, NG, Tmax, HS]: append the new keys and values, then each (sequence, query
+ * head, new token) attends to its group's cache up to its own position with a plain two-pass softmax in
+ * fp32. */
 void cpu_attention_kv(mtk *k, float *out, const float *qkv, float *kc, float *vc, int B, int T, int pos0, int Tmax,
-                      int NH, int HS)
+                      int NH, int NG, int HS)
 {
-    const int C = NH * HS;
-    const size_t S3 = 3 * (size_t)C;
+    const int C = NH * HS, rep = NH / NG;
+    const size_t S3 = (size_t)(NH + 2 * NG) * HS;
     const float scale = 1.0f / sqrtf((float)HS);
     const size_t per = cpu_attention_ws_floats(Tmax, HS);
     float *ws = mtk_ws_take(k, per * (size_t)k->threads * sizeof(float));
     if (!ws) return;
 #pragma omp parallel for schedule(static) num_threads(k->threads)
-    for (int bh = 0; bh < B * NH; bh++) {
-        const int b = bh / NH, h = bh % NH;
+    for (int bg = 0; bg < B * NG; bg++) {
+        const int b = bg / NG, g = bg % NG;
         for (int t = 0; t < T; t++) {
-            const float *src = qkv + ((size_t)b * T + t) * S3 + (size_t)h * 3 * HS;
-            memcpy(kc + ((size_t)bh * Tmax + pos0 + t) * HS, src + HS, sizeof(float) * (size_t)HS);
-            memcpy(vc + ((size_t)bh * Tmax + pos0 + t) * HS, src + 2 * HS, sizeof(float) * (size_t)HS);
+            const float *src = qkv + ((size_t)b * T + t) * S3 + k_off(g * rep, rep, HS);
+            memcpy(kc + ((size_t)bg * Tmax + pos0 + t) * HS, src, sizeof(float) * (size_t)HS);
+            memcpy(vc + ((size_t)bg * Tmax + pos0 + t) * HS, src + HS, sizeof(float) * (size_t)HS);
         }
     }
 #pragma omp parallel num_threads(k->threads)
@@ -242,8 +256,9 @@ void cpu_attention_kv(mtk *k, float *out, const float *qkv, float *kc, float *vc
 #pragma omp for schedule(dynamic, 1)
         for (int item = 0; item < B * NH * T; item++) {
             const int t = item % T, bh = item / T, b = bh / NH, h = bh % NH, n = pos0 + t + 1;
-            const float *q = qkv + ((size_t)b * T + t) * S3 + (size_t)h * 3 * HS;
-            const float *kb = kc + (size_t)bh * Tmax * HS, *vb = vc + (size_t)bh * Tmax * HS;
+            const size_t bg = (size_t)b * NG + (size_t)(h / rep);
+            const float *q = qkv + ((size_t)b * T + t) * S3 + q_off(h, rep, HS);
+            const float *kb = kc + bg * Tmax * HS, *vb = vc + bg * Tmax * HS;
             float mx = -INFINITY;
             for (int j = 0; j < n; j++) {
                 float a = 0.0f;

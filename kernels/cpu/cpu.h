@@ -30,6 +30,13 @@ void cpu_layernorm_bwd_rows(float *dinp, const float *dout, const float *inp, co
                             const float *rstd, int N, int C);
 void cpu_layernorm_wgrad(float *dw, float *db, const void *dout, const void *inp, mtk_dtype dt, const float *mean,
                          const float *rstd, int N, int C);
+void cpu_rmsnorm_fwd(mtk *k, float *out, float *rstd, const float *inp, const float *w, int N, int C, float eps);
+void cpu_rmsnorm_bwd(mtk *k, float *dinp, float *dw, const float *dout, const float *inp, const float *w,
+                     const float *rstd, int N, int C);
+/* Its two halves, as for LayerNorm: dinp row by row (fp32), dw from dout and inp stored in dtype dt. */
+void cpu_rmsnorm_bwd_rows(float *dinp, const float *dout, const float *inp, const float *w, const float *rstd, int N,
+                          int C);
+void cpu_rmsnorm_wgrad(float *dw, const void *dout, const void *inp, mtk_dtype dt, const float *rstd, int N, int C);
 void cpu_matmul_fwd(mtk *k, float *out, const float *inp, const float *w, const float *bias, int N, int C, int OC);
 /* cpu_matmul_fwd for N <= MT_CPU_SMALL_N rows (matmul_small.c): reads the weights once, no BLAS packing. */
 enum { MT_CPU_SMALL_N = 8 };
@@ -40,18 +47,24 @@ void cpu_matmul_bwd(mtk *k, float *dinp, float *dw, float *dbias, const float *d
                     const float *w, int N, int C, int OC, int acc);
 void cpu_gelu_fwd(mtk *k, float *out, const float *inp, size_t n, int exact);
 void cpu_gelu_bwd(mtk *k, float *dinp, const float *inp, const float *dout, size_t n, int exact);
+void cpu_swiglu_fwd(mtk *k, float *out, const float *inp, int N, int F);
+void cpu_swiglu_bwd(mtk *k, float *dinp, const float *inp, const float *dout, int N, int F);
+/* Rotary embeddings of token rows n0 .. n0+n-1 (qkv points at row n0; the position of row r is
+ * pos0 + r % T); inverse: rotate back (the backward). */
+void cpu_rope(float *qkv, size_t n0, size_t n, int T, int NH, int NG, int HS, int rot_dim, float base, int pos0,
+              int inverse);
 void cpu_add(mtk *k, float *out, const float *a, const float *b, size_t n);
 void cpu_acc(mtk *k, float *y, const float *x, size_t n);
 void cpu_scale(mtk *k, float *x, float s, size_t n);
 void cpu_bias_add(mtk *k, float *x, const float *bias, int N, int C);
 void cpu_dropout_fwd(mtk *k, float *out, const float *inp, size_t n, const mtk_dropout *d);
 void cpu_dropout_bwd(mtk *k, float *dinp, const float *dout, size_t n, const mtk_dropout *d);
-void cpu_attention_fwd(mtk *k, float *out, float *lse, const float *qkv, int B, int T, int NH, int HS,
+void cpu_attention_fwd(mtk *k, float *out, float *lse, const float *qkv, int B, int T, int NH, int NG, int HS,
                        const mtk_dropout *drop);
 void cpu_attention_bwd(mtk *k, float *dqkv, const float *dout, const float *qkv, const float *out, const float *lse,
-                       int B, int T, int NH, int HS, const mtk_dropout *drop);
+                       int B, int T, int NH, int NG, int HS, const mtk_dropout *drop);
 void cpu_attention_kv(mtk *k, float *out, const float *qkv, float *kcache, float *vcache, int B, int T, int pos0,
-                      int Tmax, int NH, int HS);
+                      int Tmax, int NH, int NG, int HS);
 void cpu_xent_fwd_bwd(mtk *k, float *losses, float *dlogits, const float *logits, const int32_t *target,
                       const float *dscale, int N, int V);
 void cpu_xent_rowmax(mtk *k, float *rowmax, const float *logits, int N, int V);

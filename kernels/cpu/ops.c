@@ -288,6 +288,52 @@ static void s_layernorm_bwd(mtk *k, void *dinp, float *dw, float *db, const void
     cpu_layernorm_bwd(k, fdi, dw, db, fdo, fi, w, mean, rstd, N, C);
     out(k, dinp, fdi, n);
 }
+static void b_rmsnorm_fwd(mtk *k, const void *v, float *const *buf, size_t i0, size_t len)
+{
+    const ew_arg *a = v;
+    size_t C = (size_t)a->C;
+    cpu_to_f32(buf[0], at(k, a->a, i0 * C), k->act, len * C);
+    cpu_rmsnorm_fwd(k, buf[0], a->rstd + i0, buf[0], a->w, (int)len, a->C, a->eps);
+    cpu_from_f32(atw(k, a->o, i0 * C), k->act, buf[0], len * C);
+}
+static void b_rmsnorm_bwd(mtk *k, const void *v, float *const *buf, size_t i0, size_t len)
+{
+    const ew_arg *a = v;   /* o: dinp, a: dout, b: inp */
+    size_t C = (size_t)a->C;
+    cpu_to_f32(buf[0], at(k, a->o, i0 * C), k->act, len * C);
+    cpu_to_f32(buf[1], at(k, a->a, i0 * C), k->act, len * C);
+    cpu_to_f32(buf[2], at(k, a->b, i0 * C), k->act, len * C);
+    cpu_rmsnorm_bwd_rows(buf[0], buf[1], buf[2], a->w, a->rstd + i0, (int)len, a->C);
+    cpu_from_f32(atw(k, a->o, i0 * C), k->act, buf[0], len * C);
+}
+static void s_rmsnorm_fwd(mtk *k, void *o, float *rstd, const void *inp, const float *w, int N, int C, float eps)
+{
+    if (k->act != MTK_F32 && N > 0 && C > 0) {
+        ew_arg a = {.o = o, .a = inp, .C = C, .rstd = rstd, .w = w, .eps = eps};
+        if (!blocked(k, (size_t)N, rows_per_block(C), (size_t)C, 1, b_rmsnorm_fwd, &a)) return;
+    }
+    size_t n = (size_t)N * C;
+    float *fi = in(k, inp, n), *fo = o == inp ? fi : buf(k, o, n);
+    if (!STAGED_OK) return;
+    cpu_rmsnorm_fwd(k, fo, rstd, fi, w, N, C, eps);
+    out(k, o, fo, n);
+}
+static void s_rmsnorm_bwd(mtk *k, void *dinp, float *dw, const void *dout, const void *inp, const float *w,
+                          const float *rstd, int N, int C)
+{
+    if (k->act != MTK_F32 && N > 0 && C > 0) {
+        ew_arg a = {.o = dinp, .a = dout, .b = inp, .C = C, .w = w, .rstd = (float *)(uintptr_t)rstd};
+        if (!blocked(k, (size_t)N, rows_per_block(C), (size_t)C, 3, b_rmsnorm_bwd, &a)) {
+            cpu_rmsnorm_wgrad(dw, dout, inp, k->act, rstd, N, C);
+            return;
+        }
+    }
+    size_t n = (size_t)N * C;
+    float *fdi = in(k, dinp, n), *fdo = in(k, dout, n), *fi = in(k, inp, n);   /* dinp accumulates */
+    if (!STAGED_OK) return;
+    cpu_rmsnorm_bwd(k, fdi, dw, fdo, fi, w, rstd, N, C);
+    out(k, dinp, fdi, n);
+}
 static void s_matmul_fwd(mtk *k, void *o, const void *inp, const void *w, const float *bias, int N, int C, int OC)
 {
     if (k->act == MTK_BF16 && N > 0 && C > 0 && OC > 0) {
@@ -329,6 +375,74 @@ static void s_gelu_bwd(mtk *k, void *dinp, const void *inp, const void *dout, si
     if (!STAGED_OK) return;
     cpu_gelu_bwd(k, fo, fi, fd, n, exact);
     out(k, dinp, fo, n);
+}
+/* rows i0 .. i0+len-1 of SwiGLU: C = F, buf[0] the input rows (2F wide), buf[1] the output rows */
+static void b_swiglu_fwd(mtk *k, const void *v, float *const *buf, size_t i0, size_t len)
+{
+    const ew_arg *a = v;
+    size_t F = (size_t)a->C;
+    cpu_to_f32(buf[0], at(k, a->a, i0 * 2 * F), k->act, len * 2 * F);
+    cpu_swiglu_fwd(k, buf[1], buf[0], (int)len, a->C);
+    cpu_from_f32(atw(k, a->o, i0 * F), k->act, buf[1], len * F);
+}
+static void b_swiglu_bwd(mtk *k, const void *v, float *const *buf, size_t i0, size_t len)
+{
+    const ew_arg *a = v;   /* o: dinp, a: inp, b: dout */
+    size_t F = (size_t)a->C;
+    cpu_to_f32(buf[0], at(k, a->a, i0 * 2 * F), k->act, len * 2 * F);
+    cpu_to_f32(buf[1], at(k, a->b, i0 * F), k->act, len * F);
+    cpu_swiglu_bwd(k, buf[2], buf[0], buf[1], (int)len, a->C);
+    cpu_from_f32(atw(k, a->o, i0 * 2 * F), k->act, buf[2], len * 2 * F);
+}
+static void s_swiglu_fwd(mtk *k, void *o, const void *inp, int N, int F)
+{
+    if (N <= 0 || F <= 0) return;
+    if (k->act != MTK_F32 &&
+        !blocked(k, (size_t)N, rows_per_block(2 * F), 2 * (size_t)F, 2, b_swiglu_fwd, &(ew_arg){.o = o, .a = inp, .C = F}))
+        return;
+    size_t n = (size_t)N * F;
+    float *fi = in(k, inp, 2 * n), *fo = buf(k, o, n);
+    if (!STAGED_OK) return;
+    cpu_swiglu_fwd(k, fo, fi, N, F);
+    out(k, o, fo, n);
+}
+static void s_swiglu_bwd(mtk *k, void *dinp, const void *inp, const void *dout, int N, int F)
+{
+    if (N <= 0 || F <= 0) return;
+    if (k->act != MTK_F32 && !blocked(k, (size_t)N, rows_per_block(2 * F), 2 * (size_t)F, 3, b_swiglu_bwd,
+                                      &(ew_arg){.o = dinp, .a = inp, .b = dout, .C = F}))
+        return;
+    size_t n = (size_t)N * F;
+    float *fi = in(k, inp, 2 * n), *fd = in(k, dout, n), *fo = buf(k, dinp, 2 * n);
+    if (!STAGED_OK) return;
+    cpu_swiglu_bwd(k, fo, fi, fd, N, F);
+    out(k, dinp, fo, 2 * n);
+}
+/* rows of qkv (C = the row's width): the rotary embedding of tokens i0 .. i0+len-1 */
+typedef struct rope_arg {
+    void *x;
+    int T, NH, NG, HS, rot_dim, pos0, inverse;
+    float base;
+} rope_arg;
+static void b_rope(mtk *k, const void *v, float *const *buf, size_t i0, size_t len)
+{
+    const rope_arg *a = v;
+    const size_t W = (size_t)(a->NH + 2 * a->NG) * a->HS;
+    cpu_to_f32(buf[0], at(k, a->x, i0 * W), k->act, len * W);
+    cpu_rope(buf[0], i0, len, a->T, a->NH, a->NG, a->HS, a->rot_dim, a->base, a->pos0, a->inverse);
+    cpu_from_f32(atw(k, a->x, i0 * W), k->act, buf[0], len * W);
+}
+static void s_rope(mtk *k, void *qkv, int B, int T, int NH, int NG, int HS, int rot_dim, float base, int pos0,
+                   int inverse)
+{
+    const size_t N = (size_t)B * T, W = (size_t)(NH + 2 * NG) * HS;
+    if (!N) return;
+    rope_arg a = {qkv, T, NH, NG, HS, rot_dim, pos0, inverse, base};
+    if (k->act != MTK_F32 && !blocked(k, N, rows_per_block((int)W), W, 1, b_rope, &a)) return;
+    float *fx = in(k, qkv, N * W);
+    if (!STAGED_OK) return;
+    cpu_rope(fx, 0, N, T, NH, NG, HS, rot_dim, base, pos0, inverse);
+    out(k, qkv, fx, N * W);
 }
 static void s_add(mtk *k, void *o, const void *a, const void *b, size_t n)
 {
@@ -392,31 +506,31 @@ static void s_dropout_bwd(mtk *k, void *dinp, const void *dout, size_t n, const 
     cpu_dropout_bwd(k, fo, fd, n, d);
     out(k, dinp, fo, n);
 }
-static void s_attention_fwd(mtk *k, void *o, float *lse, const void *qkv, int B, int T, int NH, int HS,
+static void s_attention_fwd(mtk *k, void *o, float *lse, const void *qkv, int B, int T, int NH, int NG, int HS,
                             const mtk_dropout *drop)
 {
-    size_t n = (size_t)B * T * NH * HS;
-    float *fq = in(k, qkv, 3 * n), *fo = buf(k, o, n);
+    size_t n = (size_t)B * T * NH * HS, nq = (size_t)B * T * (NH + 2 * NG) * HS;
+    float *fq = in(k, qkv, nq), *fo = buf(k, o, n);
     if (!STAGED_OK) return;
-    cpu_attention_fwd(k, fo, lse, fq, B, T, NH, HS, drop);
+    cpu_attention_fwd(k, fo, lse, fq, B, T, NH, NG, HS, drop);
     out(k, o, fo, n);
 }
 static void s_attention_bwd(mtk *k, void *dqkv, const void *dout, const void *qkv, const void *o, const float *lse,
-                            int B, int T, int NH, int HS, const mtk_dropout *drop)
+                            int B, int T, int NH, int NG, int HS, const mtk_dropout *drop)
 {
-    size_t n = (size_t)B * T * NH * HS;
-    float *fdo = in(k, dout, n), *fq = in(k, qkv, 3 * n), *fo = in(k, o, n), *fdq = buf(k, dqkv, 3 * n);
+    size_t n = (size_t)B * T * NH * HS, nq = (size_t)B * T * (NH + 2 * NG) * HS;
+    float *fdo = in(k, dout, n), *fq = in(k, qkv, nq), *fo = in(k, o, n), *fdq = buf(k, dqkv, nq);
     if (!STAGED_OK) return;
-    cpu_attention_bwd(k, fdq, fdo, fq, fo, lse, B, T, NH, HS, drop);
-    out(k, dqkv, fdq, 3 * n);
+    cpu_attention_bwd(k, fdq, fdo, fq, fo, lse, B, T, NH, NG, HS, drop);
+    out(k, dqkv, fdq, nq);
 }
 static void s_attention_kv(mtk *k, void *o, const void *qkv, void *kc, void *vc, int B, int T, int pos0, int Tmax,
-                           int NH, int HS)
+                           int NH, int NG, int HS)
 {
-    size_t n = (size_t)B * T * NH * HS, nc = (size_t)B * NH * Tmax * HS;
-    float *fq = in(k, qkv, 3 * n), *fk = in(k, kc, nc), *fv = in(k, vc, nc), *fo = buf(k, o, n);
+    size_t n = (size_t)B * T * NH * HS, nq = (size_t)B * T * (NH + 2 * NG) * HS, nc = (size_t)B * NG * Tmax * HS;
+    float *fq = in(k, qkv, nq), *fk = in(k, kc, nc), *fv = in(k, vc, nc), *fo = buf(k, o, n);
     if (!STAGED_OK) return;
-    cpu_attention_kv(k, fo, fq, fk, fv, B, T, pos0, Tmax, NH, HS);
+    cpu_attention_kv(k, fo, fq, fk, fv, B, T, pos0, Tmax, NH, NG, HS);
     out(k, o, fo, n);
     out(k, kc, fk, nc);
     out(k, vc, fv, nc);
@@ -484,10 +598,14 @@ const mtk_ops mtk_cpu_ops = {
     .embed_bwd = s_embed_bwd,
     .layernorm_fwd = s_layernorm_fwd,
     .layernorm_bwd = s_layernorm_bwd,
+    .rmsnorm_fwd = s_rmsnorm_fwd,
+    .rmsnorm_bwd = s_rmsnorm_bwd,
     .matmul_fwd = s_matmul_fwd,
     .matmul_bwd = s_matmul_bwd,
     .gelu_fwd = s_gelu_fwd,
     .gelu_bwd = s_gelu_bwd,
+    .swiglu_fwd = s_swiglu_fwd,
+    .swiglu_bwd = s_swiglu_bwd,
     .add = s_add,
     .acc = s_acc,
     .scale = s_scale,
@@ -497,6 +615,7 @@ const mtk_ops mtk_cpu_ops = {
     .attention_fwd = s_attention_fwd,
     .attention_bwd = s_attention_bwd,
     .attention_kv = s_attention_kv,
+    .rope = s_rope,
     .xent_fwd_bwd = s_xent_fwd_bwd,
     .xent_rowmax = s_xent_rowmax,
     .xent_sumexp = s_xent_sumexp,

@@ -7,7 +7,8 @@
 // warp's 16, and columns 2t, 2t+1 of every 8-column piece. Keys and values are the B operands, stored
 // row-major where the product contracts over the head dimension and transposed where it contracts over
 // rows. As in attention.cu, dq and dk/dv come from two kernels and nothing is summed with atomics: the
-// same bits on every run. P and dS are rounded to the activation dtype for their products (as flash
+// same bits on every run (with grouped-query attention the dk/dv kernel runs per group of query heads and
+// takes them in order, as attention.cu's does). P and dS are rounded to the activation dtype for their products (as flash
 // attention does); the running max, the sums, lse and the accumulators are fp32.
 #include "cuda.h"
 #include "attention.h"
@@ -222,79 +223,82 @@ __device__ inline void load_dl(float *Ds, float *Ls, const float *delta, const f
     }
 }
 
-// ---- backward, dk and dv: a block per 64 keys (16 per warp); query tiles i0 >= j0 stream through ----
+// ---- backward, dk and dv: a block per 64 keys (16 per warp) of a group; for each query head of the
+// group in turn, query tiles i0 >= j0 stream through ----
 // With the keys as rows: S^T = K Q^T, dP^T = V dO^T, dv += (P f)^T dO, dk += dS^T Q.
 template <class T, int D>
 __global__ void __launch_bounds__(MT, 3) attn_dkv_mma_kernel(T *dqkv, const T *qkv, const T *dout, const float *delta,
-                                                        const float *lse, int T_, int NH, float sc, Drop dr)
+                                                        const float *lse, int T_, int NH, int NG, float sc, Drop dr)
 {
     typedef Ld<D> L;
     DYN_SHARED(float, sm);
     const int w = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
-    const int b = blockIdx.z, h = blockIdx.y, j0 = blockIdx.x * MB;
+    const int rep = NH / NG, h0 = blockIdx.y * rep, b = blockIdx.z, j0 = blockIdx.x * MB;
     const int jr[2] = {j0 + w * 16 + g, j0 + w * 16 + g + 8};
-    const size_t C = (size_t)NH * D, S3 = 3 * C;
-    Rows<T> q = qkv_rows(qkv, 0, T_, NH, D), kr = qkv_rows(qkv, 1, T_, NH, D), vr = qkv_rows(qkv, 2, T_, NH, D),
-            go = head_rows(dout, T_, NH, D);
+    Rows<T> q = qkv_rows(qkv, 0, T_, NH, NG, D), kr = qkv_rows(qkv, 1, T_, NH, NG, D),
+            vr = qkv_rows(qkv, 2, T_, NH, NG, D), go = head_rows(dout, T_, NH, D);
     T *Qs = (T *)sm, *Gs = Qs + MB * L::R, *Qt = Gs + MB * L::R, *Gt = Qt + D * L::C;
     float *Ls = (float *)(Gt + D * L::C), *Ds = Ls + MB;
-    load_rows<T, D>(Qs, kr, b, h, j0, T_);   // the key and value tiles, into registers through Qs, Gs
-    load_rows<T, D>(Gs, vr, b, h, j0, T_);
+    load_rows<T, D>(Qs, kr, b, h0, j0, T_);   // the key and value tiles, into registers through Qs, Gs
+    load_rows<T, D>(Gs, vr, b, h0, j0, T_);
     __syncthreads();
     uint32_t ka[D / 16][4], va[D / 16][4];
     a_frags<T, D>(ka, Qs, w * 16, g, t);
     a_frags<T, D>(va, Gs, w * 16, g, t);
     float dk[D / 8][4] = {}, dv[D / 8][4] = {};
     const bool idle = j0 + w * 16 >= T_;   // warp-uniform: no key of this warp exists
-    for (int i0 = j0; i0 < T_; i0 += MB) {
-        __syncthreads();   // (the first time: every warp has its key and value fragments)
-        load_rows<T, D>(Qs, q, b, h, i0, T_);
-        load_rows<T, D>(Gs, go, b, h, i0, T_);
-        load_cols<T, D>(Qt, q, b, h, i0, T_);
-        load_cols<T, D>(Gt, go, b, h, i0, T_);
-        load_dl(Ds, Ls, delta, lse, b, h, NH, i0, T_);
-        __syncthreads();
-        if (idle) continue;
-        // two halves of 32 queries, to hold fewer registers
+    for (int h = h0; h < h0 + rep; h++) {
+        for (int i0 = j0; i0 < T_; i0 += MB) {
+            __syncthreads();   // (the first time: every warp has its key and value fragments)
+            load_rows<T, D>(Qs, q, b, h, i0, T_);
+            load_rows<T, D>(Gs, go, b, h, i0, T_);
+            load_cols<T, D>(Qt, q, b, h, i0, T_);
+            load_cols<T, D>(Gt, go, b, h, i0, T_);
+            load_dl(Ds, Ls, delta, lse, b, h, NH, i0, T_);
+            __syncthreads();
+            if (idle) continue;
+            // two halves of 32 queries, to hold fewer registers
 #pragma unroll 1
-        for (int hq = 0; hq < 2; hq++) {
-            constexpr int NT = MB / 16;   // 8-query pieces per half
-            float s[NT][4] = {}, dp[NT][4] = {};
-            score_pair<T, D, NT>(s, dp, ka, Qs, va, Gs, hq, g, t);   // S^T, dP^T
+            for (int hq = 0; hq < 2; hq++) {
+                constexpr int NT = MB / 16;   // 8-query pieces per half
+                float s[NT][4] = {}, dp[NT][4] = {};
+                score_pair<T, D, NT>(s, dp, ka, Qs, va, Gs, hq, g, t);   // S^T, dP^T
 #pragma unroll
-            for (int rr = 0; rr < 2; rr++)
+                for (int rr = 0; rr < 2; rr++)
 #pragma unroll
-                for (int nt = 0; nt < NT; nt++)
+                    for (int nt = 0; nt < NT; nt++)
 #pragma unroll
-                    for (int e = 0; e < 2; e++) {
-                        const int c = (hq * NT + nt) * 8 + 2 * t + e, i = i0 + c, j = jr[rr], x = 2 * rr + e;
-                        float pf = 0.0f, ds = 0.0f;
-                        if (j < T_ && i < T_ && i >= j) {
-                            const float p = __expf(s[nt][x] * sc - Ls[c]), f = dr.factor(b, h, NH, T_, i, j);
-                            ds = p * (dp[nt][x] * f - Ds[c]) * sc;
-                            pf = p * f;
+                        for (int e = 0; e < 2; e++) {
+                            const int c = (hq * NT + nt) * 8 + 2 * t + e, i = i0 + c, j = jr[rr], x = 2 * rr + e;
+                            float pf = 0.0f, ds = 0.0f;
+                            if (j < T_ && i < T_ && i >= j) {
+                                const float p = __expf(s[nt][x] * sc - Ls[c]), f = dr.factor(b, h, NH, T_, i, j);
+                                ds = p * (dp[nt][x] * f - Ds[c]) * sc;
+                                pf = p * f;
+                            }
+                            s[nt][x] = pf, dp[nt][x] = ds;
                         }
-                        s[nt][x] = pf, dp[nt][x] = ds;
+#pragma unroll
+                for (int kc = 0; kc < NT / 2; kc++) {   // dv += (P f)^T dO, dk += dS^T Q: B from the transposed tiles
+                    uint32_t pa[4], sa[4];
+                    c_to_a<T>(pa, s, kc);
+                    c_to_a<T>(sa, dp, kc);
+#pragma unroll
+                    for (int nd = 0; nd < D / 8; nd++) {
+                        const int off = (nd * 8 + g) * L::C + (hq * NT / 2 + kc) * 16 + 2 * t;
+                        const uint32_t gb[2] = {ld2(Gt + off), ld2(Gt + off + 8)}, qb[2] = {ld2(Qt + off), ld2(Qt + off + 8)};
+                        mma16816<T>(dv[nd], pa, gb);
+                        mma16816<T>(dk[nd], sa, qb);
                     }
-#pragma unroll
-            for (int kc = 0; kc < NT / 2; kc++) {   // dv += (P f)^T dO, dk += dS^T Q: B from the transposed tiles
-                uint32_t pa[4], sa[4];
-                c_to_a<T>(pa, s, kc);
-                c_to_a<T>(sa, dp, kc);
-#pragma unroll
-                for (int nd = 0; nd < D / 8; nd++) {
-                    const int off = (nd * 8 + g) * L::C + (hq * NT / 2 + kc) * 16 + 2 * t;
-                    const uint32_t gb[2] = {ld2(Gt + off), ld2(Gt + off + 8)}, qb[2] = {ld2(Qt + off), ld2(Qt + off + 8)};
-                    mma16816<T>(dv[nd], pa, gb);
-                    mma16816<T>(dk[nd], sa, qb);
                 }
             }
         }
     }
     if (idle) return;
     const float one[2] = {1.0f, 1.0f};
-    T *k0 = jr[0] < T_ ? dqkv + b * T_ * S3 + (size_t)jr[0] * S3 + (size_t)h * 3 * D + D : NULL;
-    T *k8 = jr[1] < T_ ? dqkv + b * T_ * S3 + (size_t)jr[1] * S3 + (size_t)h * 3 * D + D : NULL;
+    const Rows<T> dkr = qkv_rows((const T *)dqkv, 1, T_, NH, NG, D);
+    T *k0 = jr[0] < T_ ? (T *)dkr.row(b, h0, jr[0]) : NULL;
+    T *k8 = jr[1] < T_ ? (T *)dkr.row(b, h0, jr[1]) : NULL;
     store_acc<T, D>(k0, k8, dk, one, t);
     store_acc<T, D>(k0 ? k0 + D : NULL, k8 ? k8 + D : NULL, dv, one, t);
 }
@@ -303,16 +307,15 @@ __global__ void __launch_bounds__(MT, 3) attn_dkv_mma_kernel(T *dqkv, const T *q
 // S = Q K^T, dP = dO V^T, dq += dS K.
 template <class T, int D>
 __global__ void __launch_bounds__(MT, 4) attn_dq_mma_kernel(T *dqkv, const T *qkv, const T *dout, const float *delta,
-                                                       const float *lse, int T_, int NH, float sc, Drop dr)
+                                                       const float *lse, int T_, int NH, int NG, float sc, Drop dr)
 {
     typedef Ld<D> L;
     DYN_SHARED(float, sm);
     const int w = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
     const int b = blockIdx.z, h = blockIdx.y, i0 = (gridDim.x - 1 - blockIdx.x) * MB;   // longest first
     const int ir[2] = {i0 + w * 16 + g, i0 + w * 16 + g + 8};
-    const size_t C = (size_t)NH * D, S3 = 3 * C;
-    Rows<T> q = qkv_rows(qkv, 0, T_, NH, D), kr = qkv_rows(qkv, 1, T_, NH, D), vr = qkv_rows(qkv, 2, T_, NH, D),
-            go = head_rows(dout, T_, NH, D);
+    Rows<T> q = qkv_rows(qkv, 0, T_, NH, NG, D), kr = qkv_rows(qkv, 1, T_, NH, NG, D),
+            vr = qkv_rows(qkv, 2, T_, NH, NG, D), go = head_rows(dout, T_, NH, D);
     T *Ks = (T *)sm, *Vs = Ks + MB * L::R, *Kt = Vs + MB * L::R;
     float *Ls = (float *)(Kt + D * L::C), *Ds = Ls + MB;
     load_rows<T, D>(Ks, q, b, h, i0, T_);   // the query and dout tiles, into registers through Ks, Vs
@@ -366,8 +369,9 @@ __global__ void __launch_bounds__(MT, 4) attn_dq_mma_kernel(T *dqkv, const T *qk
         }
     }
     const float one[2] = {1.0f, 1.0f};
-    T *q0 = ir[0] < T_ ? dqkv + b * T_ * S3 + (size_t)ir[0] * S3 + (size_t)h * 3 * D : NULL;
-    T *q8 = ir[1] < T_ ? dqkv + b * T_ * S3 + (size_t)ir[1] * S3 + (size_t)h * 3 * D : NULL;
+    const Rows<T> dqr = qkv_rows((const T *)dqkv, 0, T_, NH, NG, D);
+    T *q0 = ir[0] < T_ ? (T *)dqr.row(b, h, ir[0]) : NULL;
+    T *q8 = ir[1] < T_ ? (T *)dqr.row(b, h, ir[1]) : NULL;
     store_acc<T, D>(q0, q8, dq, one, t);
 }
 
@@ -388,7 +392,7 @@ static void fwd_mma(mtk *k, T *out, size_t o_sb, size_t o_sh, size_t o_st, float
 
 template <class T, int D>
 static void bwd_mma(mtk *k, T *dqkv, const T *dout, const T *qkv, const T *out, const float *lse, int B, int T_, int NH,
-                    Drop dr)
+                    int NG, Drop dr)
 {
     const size_t s1 = dkv_smem<D>(), s2 = dq_smem<D>(), rows = (size_t)B * T_ * NH;
     const float sc = 1.0f / sqrtf((float)D);
@@ -398,9 +402,9 @@ static void bwd_mma(mtk *k, T *dqkv, const T *dout, const T *qkv, const T *out, 
         delta, dout, out, T_, NH, rows);
     cudaFuncSetAttribute((const void *)attn_dkv_mma_kernel<T, D>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)s1);
     cudaFuncSetAttribute((const void *)attn_dq_mma_kernel<T, D>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)s2);
-    dim3 grid((T_ + MB - 1) / MB, NH, B);
-    LAUNCH((attn_dkv_mma_kernel<T, D>), grid, MT, s1, stream(k))(dqkv, qkv, dout, delta, lse, T_, NH, sc, dr);
-    LAUNCH((attn_dq_mma_kernel<T, D>), grid, MT, s2, stream(k))(dqkv, qkv, dout, delta, lse, T_, NH, sc, dr);
+    dim3 gkv((T_ + MB - 1) / MB, NG, B), gq((T_ + MB - 1) / MB, NH, B);
+    LAUNCH((attn_dkv_mma_kernel<T, D>), gkv, MT, s1, stream(k))(dqkv, qkv, dout, delta, lse, T_, NH, NG, sc, dr);
+    LAUNCH((attn_dq_mma_kernel<T, D>), gq, MT, s2, stream(k))(dqkv, qkv, dout, delta, lse, T_, NH, NG, sc, dr);
 }
 
 // The tensor-core path takes 16-bit types, head sizes 32 and 64, 16-byte aligned rows, and at least
@@ -423,13 +427,13 @@ bool attention_fwd_mma(mtk *k, T *out, size_t o_sb, size_t o_sh, size_t o_st, fl
 
 template <class T>
 bool attention_bwd_mma(mtk *k, T *dqkv, const T *dout, const T *qkv, const T *out, const float *lse, int B, int T_,
-                       int NH, int HS, Drop dr)
+                       int NH, int NG, int HS, Drop dr)
 {
     if constexpr (sizeof(T) != 2) return false;
     else {
         if (!mma_shape(HS, T_) || !aligned16(dqkv) || !aligned16(dout) || !aligned16(qkv) || !aligned16(out)) return false;
-        if (HS == 64) bwd_mma<T, 64>(k, dqkv, dout, qkv, out, lse, B, T_, NH, dr);
-        else bwd_mma<T, 32>(k, dqkv, dout, qkv, out, lse, B, T_, NH, dr);
+        if (HS == 64) bwd_mma<T, 64>(k, dqkv, dout, qkv, out, lse, B, T_, NH, NG, dr);
+        else bwd_mma<T, 32>(k, dqkv, dout, qkv, out, lse, B, T_, NH, NG, dr);
         return true;
     }
 }
@@ -438,7 +442,7 @@ bool attention_bwd_mma(mtk *k, T *dqkv, const T *dout, const T *qkv, const T *ou
     template bool attention_fwd_mma<T>(mtk *, T *, size_t, size_t, size_t, float *, Rows<T>, Rows<T>, Rows<T>, int,   \
                                        int, int, int, int, int, Drop);                                                \
     template bool attention_bwd_mma<T>(mtk *, T *, const T *, const T *, const T *, const float *, int, int, int, int, \
-                                       Drop);
+                                       int, Drop);
 MTK_ATT_MMA(float)
 MTK_ATT_MMA(bf16)
 MTK_ATT_MMA(f16)

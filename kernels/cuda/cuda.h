@@ -177,13 +177,24 @@ void embed_fwd(mtk *k, void *out, const int32_t *tok, const void *wte, const voi
                int v0, int nv);
 void embed_bwd(mtk *k, float *dwte, float *dwpe, const void *dout, const int32_t *tok, int B, int T, int C, int pos0,
                int v0, int nv);
-// attention.cu
-void attention_fwd(mtk *k, void *out, float *lse, const void *qkv, int B, int T, int NH, int HS,
+// rmsnorm.cu
+void rmsnorm_fwd(mtk *k, void *out, float *rstd, const void *inp, const float *w, int N, int C, float eps);
+void add_rmsnorm_fwd(mtk *k, void *res, void *out, float *rstd, const void *a, const void *b, const float *w, int N,
+                     int C, float eps);
+void rmsnorm_bwd(mtk *k, void *dinp, float *dw, const void *dout, const void *inp, const float *w, const float *rstd,
+                 int N, int C);
+// swiglu.cu
+void swiglu_fwd(mtk *k, void *out, const void *inp, int N, int F);
+void swiglu_bwd(mtk *k, void *dinp, const void *inp, const void *dout, int N, int F);
+// rope.cu
+void rope(mtk *k, void *qkv, int B, int T, int NH, int NG, int HS, int rot_dim, float base, int pos0, int inverse);
+// attention.cu (NG query groups; NG == NH: multi-head)
+void attention_fwd(mtk *k, void *out, float *lse, const void *qkv, int B, int T, int NH, int NG, int HS,
                    const mtk_dropout *drop);
 void attention_bwd(mtk *k, void *dqkv, const void *dout, const void *qkv, const void *out, const float *lse, int B,
-                   int T, int NH, int HS, const mtk_dropout *drop);
+                   int T, int NH, int NG, int HS, const mtk_dropout *drop);
 void attention_kv(mtk *k, void *out, const void *qkv, void *kcache, void *vcache, int B, int T, int pos0, int Tmax,
-                  int NH, int HS);
+                  int NH, int NG, int HS);
 // xent.cu
 void xent_fwd_bwd(mtk *k, float *losses, void *dlogits, const void *logits, const int32_t *target,
                   const float *dscale, int N, int V);

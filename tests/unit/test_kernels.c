@@ -3,7 +3,8 @@
  * backward against central finite differences or an analytic double reference, on odd sizes (not
  * multiples of 8, 16 or 64); dropout masks, the AdamW formula, the vocabulary-parallel cross-entropy
  * pieces over 1-3 shards, the embedding's position offset and vocabulary shard, attention over a KV
- * cache against the full causal attention, dtype conversion, the workspace and the sticky error,
+ * cache against the full causal attention, grouped-query attention, RMSNorm, SwiGLU and rotary position
+ * embeddings (with a position offset and a partial rotary dimension), dtype conversion, the workspace and the sticky error,
  * events; on the cpu backend, bit-identical results across runs and thread counts.
  *
  * The backend comes from MT_TEST_BACKEND (default cpu) and the activation dtype from MT_TEST_DTYPE
@@ -159,6 +160,23 @@ static void down_all(void)
     (up_all(), mtk_add_layernorm_fwd(k, D(r), D(o), D(mn), D(rs), D(a), D(b), D(w), D(bi), N, C, eps), down_all())
 #define mtk_layernorm_bwd(k, di, dw, db, dout, i, w, mn, rs, N, C) \
     (up_all(), mtk_layernorm_bwd(k, D(di), D(dw), D(db), D(dout), D(i), D(w), D(mn), D(rs), N, C), down_all())
+#define mtk_rmsnorm_fwd(k, o, rs, i, w, N, C, eps) (up_all(), mtk_rmsnorm_fwd(k, D(o), D(rs), D(i), D(w), N, C, eps), down_all())
+#define mtk_add_rmsnorm_fwd(k, r, o, rs, a, b, w, N, C, eps) \
+    (up_all(), mtk_add_rmsnorm_fwd(k, D(r), D(o), D(rs), D(a), D(b), D(w), N, C, eps), down_all())
+#define mtk_rmsnorm_bwd(k, di, dw, dout, i, w, rs, N, C) \
+    (up_all(), mtk_rmsnorm_bwd(k, D(di), D(dw), D(dout), D(i), D(w), D(rs), N, C), down_all())
+#define mtk_swiglu_fwd(k, o, i, N, F) (up_all(), mtk_swiglu_fwd(k, D(o), D(i), N, F), down_all())
+#define mtk_swiglu_bwd(k, di, i, dout, N, F) (up_all(), mtk_swiglu_bwd(k, D(di), D(i), D(dout), N, F), down_all())
+#define mtk_rope_fwd(k, x, B, T, NH, NG, HS, r, base, p0) \
+    (up_all(), mtk_rope_fwd(k, D(x), B, T, NH, NG, HS, r, base, p0), down_all())
+#define mtk_rope_bwd(k, x, B, T, NH, NG, HS, r, base, p0) \
+    (up_all(), mtk_rope_bwd(k, D(x), B, T, NH, NG, HS, r, base, p0), down_all())
+#define mtk_attention_gqa_fwd(k, o, l, qkv, B, T, NH, NG, HS, d) \
+    (up_all(), mtk_attention_gqa_fwd(k, D(o), D(l), D(qkv), B, T, NH, NG, HS, d), down_all())
+#define mtk_attention_gqa_bwd(k, dq, dout, qkv, o, l, B, T, NH, NG, HS, d) \
+    (up_all(), mtk_attention_gqa_bwd(k, D(dq), D(dout), D(qkv), D(o), D(l), B, T, NH, NG, HS, d), down_all())
+#define mtk_attention_gqa_kv(k, o, qkv, kc, vc, B, T, p0, Tm, NH, NG, HS) \
+    (up_all(), mtk_attention_gqa_kv(k, D(o), D(qkv), D(kc), D(vc), B, T, p0, Tm, NH, NG, HS), down_all())
 #define mtk_matmul_fwd(k, o, i, w, b, N, C, OC) (up_all(), mtk_matmul_fwd(k, D(o), D(i), D(w), D(b), N, C, OC), down_all())
 #define mtk_matmul_gelu_fwd(k, o, pre, i, w, b, N, C, OC, x) \
     (up_all(), mtk_matmul_gelu_fwd(k, D(o), D(pre), D(i), D(w), D(b), N, C, OC, x), down_all())
@@ -598,7 +616,20 @@ TEST(dropout)
 typedef struct {
     int B, T, NH, HS;
     const mtk_dropout *drop;
+    int NG;   /* query groups; 0: NH (multi-head, through mtk_attention_fwd/bwd) */
 } att_shape;
+
+static int ng_of(att_shape s) { return s.NG ? s.NG : s.NH; }
+/* Elements of qkv [B,T,NG,NH/NG+2,HS]. */
+static size_t qkv_elems(att_shape s) { return (size_t)s.B * s.T * (s.NH + 2 * ng_of(s)) * s.HS; }
+/* Offset of part w (0: the query of head h, 1: its group's key, 2: its group's value) of token (b, t),
+ * written straight from Megatron's [ng, np/ng + 2, hn] split. */
+static size_t qkv_at(att_shape s, int b, int t, int h, int w)
+{
+    const int ng = ng_of(s), per = s.NH / ng, g = h / per;
+    const size_t tok = ((size_t)b * s.T + t) * (s.NH + 2 * ng) * s.HS, grp = (size_t)g * (per + 2) * s.HS;
+    return tok + grp + (size_t)(w == 0 ? h - g * per : per + w - 1) * s.HS;
+}
 
 /* out = dropout(softmax(q k^T / sqrt(HS), causal)) v in double; lse of the undropped softmax. */
 static void ref_attention(double *out, double *lse, const double *qkv, att_shape s)
@@ -609,10 +640,10 @@ static void ref_attention(double *out, double *lse, const double *qkv, att_shape
     for (int b = 0; b < s.B; b++)
         for (int h = 0; h < s.NH; h++)
             for (int i = 0; i < T; i++) {
-                const double *q = qkv + ((size_t)(b * T + i) * s.NH + h) * 3 * HS;
+                const double *q = qkv + qkv_at(s, b, i, h, 0);
                 double m = -INFINITY, sum = 0;
                 for (int j = 0; j <= i; j++) {
-                    const double *kk = qkv + ((size_t)(b * T + j) * s.NH + h) * 3 * HS + HS;
+                    const double *kk = qkv + qkv_at(s, b, j, h, 1);
                     double d = 0;
                     for (int c = 0; c < HS; c++) d += q[c] * kk[c];
                     p[j] = d * sc;
@@ -625,7 +656,7 @@ static void ref_attention(double *out, double *lse, const double *qkv, att_shape
                 for (int j = 0; j <= i; j++) {
                     double pj = p[j] / sum;
                     if (s.drop) pj *= mtk_dropout_keep(s.drop, ((uint64_t)(b * s.NH + h) * T + i) * T + j) ? ds : 0;
-                    const double *v = qkv + ((size_t)(b * T + j) * s.NH + h) * 3 * HS + 2 * HS;
+                    const double *v = qkv + qkv_at(s, b, j, h, 2);
                     for (int c = 0; c < HS; c++) o[c] += pj * v[c];
                 }
             }
@@ -638,8 +669,8 @@ static void ref_attention_bwd(double *dqkv, const double *dout, const double *qk
     const int C = s.NH * s.HS, T = s.T, HS = s.HS;
     const double sc = 1 / sqrt((double)HS), ds = s.drop ? 1 / (1 - (double)s.drop->p) : 1;
     double *p = dnew(T), *dp = dnew(T), *mk = dnew(T);
-    memset(dqkv, 0, sizeof(double) * s.B * T * 3 * C);
-#define QKV(b, t, h, w) ((size_t)((b) * T + (t)) * s.NH + (h)) * 3 * HS + (w) * HS
+    memset(dqkv, 0, sizeof(double) * qkv_elems(s));
+#define QKV(b, t, h, w) qkv_at(s, b, t, h, w)
     for (int b = 0; b < s.B; b++)
         for (int h = 0; h < s.NH; h++)
             for (int i = 0; i < T; i++) {
@@ -682,17 +713,19 @@ static double att_loss(const double *qkv, const double *R, att_shape s, double *
 /* Kernel forward and backward against the references; fd: also against finite differences. */
 static void check_attention(att_shape s, int fd)
 {
-    const size_t nqkv = (size_t)s.B * s.T * 3 * s.NH * s.HS, nout = (size_t)s.B * s.T * s.NH * s.HS;
+    const size_t nqkv = qkv_elems(s), nout = (size_t)s.B * s.T * s.NH * s.HS;
     const size_t nlse = (size_t)s.B * s.NH * s.T;
     float *qkv = arand(nqkv, 1.5), *out = adev(nout), *lse = fdev(nlse), *dout = arand(nout, 1);
     float *dqkv = arand(nqkv, 1);   /* garbage: the kernel assigns */
     double *qd = todouble(qkv, nqkv), *rout = dnew(nout), *rlse = dnew(nlse), *rd = dnew(nqkv);
     double *gd = todouble(dout, nout);
-    mtk_attention_fwd(K, out, lse, qkv, s.B, s.T, s.NH, s.HS, s.drop);
+    if (s.NG) mtk_attention_gqa_fwd(K, out, lse, qkv, s.B, s.T, s.NH, s.NG, s.HS, s.drop);
+    else mtk_attention_fwd(K, out, lse, qkv, s.B, s.T, s.NH, s.HS, s.drop);
     ref_attention(rout, rlse, qd, s);
     T_CLOSE(out, rout, nout, 2e-5);
     T_CLOSE(lse, rlse, nlse, 2e-6);
-    mtk_attention_bwd(K, dqkv, dout, qkv, out, lse, s.B, s.T, s.NH, s.HS, s.drop);
+    if (s.NG) mtk_attention_gqa_bwd(K, dqkv, dout, qkv, out, lse, s.B, s.T, s.NH, s.NG, s.HS, s.drop);
+    else mtk_attention_bwd(K, dqkv, dout, qkv, out, lse, s.B, s.T, s.NH, s.HS, s.drop);
     ref_attention_bwd(rd, gd, qd, s);
     T_CLOSE(dqkv, rd, nqkv, 1e-4);
     if (fd) {
@@ -710,44 +743,44 @@ static void check_attention(att_shape s, int fd)
 
 TEST(attention_small_fd)
 {
-    check_attention((att_shape){2, 7, 3, 5, NULL}, 1);
-    check_attention((att_shape){1, 13, 2, 8, NULL}, 1);
-    check_attention((att_shape){3, 1, 2, 4, NULL}, 1);   /* one token: out = v */
+    check_attention((att_shape){2, 7, 3, 5, NULL, 0}, 1);
+    check_attention((att_shape){1, 13, 2, 8, NULL, 0}, 1);
+    check_attention((att_shape){3, 1, 2, 4, NULL, 0}, 1);   /* one token: out = v */
 }
 
 TEST(attention_dropout_fd)
 {
     mtk_dropout d = {0.25f, 99, 7};   /* offset is part of the counter */
-    check_attention((att_shape){2, 7, 3, 5, &d}, 1);
-    check_attention((att_shape){1, 13, 2, 8, &d}, 1);
+    check_attention((att_shape){2, 7, 3, 5, &d, 0}, 1);
+    check_attention((att_shape){1, 13, 2, 8, &d, 0}, 1);
 }
 
 TEST(attention_blocks)
 {
     /* several query and key blocks, ragged last blocks */
-    check_attention((att_shape){1, 67, 3, 16, NULL}, 0);
-    check_attention((att_shape){2, 150, 2, 11, NULL}, 0);
+    check_attention((att_shape){1, 67, 3, 16, NULL, 0}, 0);
+    check_attention((att_shape){2, 150, 2, 11, NULL, 0}, 0);
     mtk_dropout d = {0.1f, 5, 0};
-    check_attention((att_shape){2, 150, 2, 11, &d}, 0);
+    check_attention((att_shape){2, 150, 2, 11, &d, 0}, 0);
     mtk_dropout z = {0.0f, 5, 0};
-    check_attention((att_shape){1, 67, 3, 16, &z}, 0);
+    check_attention((att_shape){1, 67, 3, 16, &z, 0}, 0);
 }
 
 TEST(attention_tensor_core_shapes)
 {
     /* the head sizes that bf16/fp16 take to the tensor-core kernels of the cuda backend (32, 64, 128),
      * with ragged 64-row tiles, and dropout */
-    check_attention((att_shape){2, 150, 2, 64, NULL}, 0);
-    check_attention((att_shape){1, 70, 3, 32, NULL}, 0);
-    check_attention((att_shape){1, 33, 1, 128, NULL}, 0);
+    check_attention((att_shape){2, 150, 2, 64, NULL, 0}, 0);
+    check_attention((att_shape){1, 70, 3, 32, NULL, 0}, 0);
+    check_attention((att_shape){1, 33, 1, 128, NULL, 0}, 0);
     mtk_dropout d = {0.1f, 5, 3};
-    check_attention((att_shape){1, 100, 2, 64, &d}, 0);
+    check_attention((att_shape){1, 100, 2, 64, &d, 0}, 0);
 }
 
 TEST(attention_large_scores)
 {
     /* scores far from zero: the softmax must stay finite and exact */
-    att_shape s = {1, 70, 2, 8, NULL};
+    att_shape s = {1, 70, 2, 8, NULL, 0};
     const size_t nqkv = (size_t)s.T * 3 * s.NH * s.HS, nout = (size_t)s.T * s.NH * s.HS;
     float *qkv = arand(nqkv, 30), *out = adev(nout), *lse = fdev(s.NH * s.T), *o32 = fdev(nout);
     double *qd = todouble(qkv, nqkv), *rout = dnew(nout);
@@ -757,6 +790,243 @@ TEST(attention_large_scores)
     T_CHECK(mtk_count_nonfinite(K, o32, nout) == 0);
     T_CLOSE(out, rout, nout, 1e-4);
     ffree(qkv), ffree(out), ffree(lse), ffree(o32), free(qd), free(rout);
+}
+
+TEST(attention_gqa)
+{
+    /* grouped-query attention: the key and value heads of a group shared by its query heads (against the
+     * references and finite differences; dk, dv summed over the group's heads), one group (multi-query),
+     * ragged tiles, dropout, the head sizes of the tensor-core kernels */
+    mtk_dropout d = {0.25f, 99, 7};
+    check_attention((att_shape){2, 7, 4, 5, NULL, 2}, 1);
+    check_attention((att_shape){1, 13, 6, 8, &d, 2}, 1);
+    check_attention((att_shape){1, 9, 3, 4, NULL, 1}, 1);
+    check_attention((att_shape){1, 67, 4, 16, NULL, 1}, 0);
+    check_attention((att_shape){2, 150, 6, 11, &d, 3}, 0);
+    check_attention((att_shape){2, 150, 4, 64, NULL, 2}, 0);
+    check_attention((att_shape){1, 70, 6, 32, &d, 3}, 0);
+    check_attention((att_shape){1, 33, 2, 128, NULL, 1}, 0);
+    /* NG == NH through the grouped-query entry points: the multi-head results, bit for bit */
+    att_shape s = {2, 70, 3, 32, &d, 3};
+    const size_t nqkv = qkv_elems(s), nout = (size_t)s.B * s.T * s.NH * s.HS, nlse = (size_t)s.B * s.NH * s.T;
+    float *qkv = arand(nqkv, 1.5), *dout = arand(nout, 1), *o1 = adev(nout), *o2 = adev(nout), *l1 = fdev(nlse);
+    float *l2 = fdev(nlse), *d1 = adev(nqkv), *d2 = adev(nqkv);
+    mtk_attention_fwd(K, o1, l1, qkv, s.B, s.T, s.NH, s.HS, &d);
+    mtk_attention_gqa_fwd(K, o2, l2, qkv, s.B, s.T, s.NH, s.NH, s.HS, &d);
+    mtk_attention_bwd(K, d1, dout, qkv, o1, l1, s.B, s.T, s.NH, s.HS, &d);
+    mtk_attention_gqa_bwd(K, d2, dout, qkv, o1, l1, s.B, s.T, s.NH, s.NH, s.HS, &d);
+    T_CHECK(!memcmp(o1, o2, nout * sizeof *o1) && !memcmp(l1, l2, nlse * sizeof *l1));
+    T_CHECK(!memcmp(d1, d2, nqkv * sizeof *d1));
+    /* groups that do not divide the heads are an error */
+    mt_err e;
+    mtk_attention_gqa_fwd(K, o1, l1, qkv, 1, 4, 3, 2, 8, NULL);
+    T_EQ_INT(mtk_status(K, &e), -1);
+    T_CHECK(strstr(e.msg, "query groups") != NULL);
+    mtk_clear_error(K);
+    ffree(qkv), ffree(dout), ffree(o1), ffree(o2), ffree(l1), ffree(l2), ffree(d1), ffree(d2);
+}
+
+/* ---- RMSNorm ---- */
+
+static void ref_rmsnorm(double *out, double *rstd, const double *x, const double *w, int N, int C, double eps)
+{
+    for (int n = 0; n < N; n++) {
+        double ss = 0;
+        for (int c = 0; c < C; c++) ss += x[n * C + c] * x[n * C + c];
+        double r = 1 / sqrt(ss / C + eps);
+        for (int c = 0; c < C; c++) out[n * C + c] = x[n * C + c] * r * w[c];
+        if (rstd) rstd[n] = r;
+    }
+}
+
+static double rms_loss(const double *x, const double *w, const double *R, int N, int C, double *tmp)
+{
+    ref_rmsnorm(tmp, NULL, x, w, N, C, 1e-5);
+    double s = 0;
+    for (int i = 0; i < N * C; i++) s += tmp[i] * R[i];
+    return s;
+}
+
+static void check_rmsnorm(int N, int C)
+{
+    float *x = arand(N * C, 2), *w = frand(C, 1), *out = adev(N * C), *rstd = fdev(N);
+    for (int i = 0; i < N * C; i++) x[i] = q(x[i] + 1.0f);   /* nonzero mean: it must not be removed */
+    double *xd = todouble(x, N * C), *wd = todouble(w, C), *ref = dnew(N * C), *rr = dnew(N), *tmp = dnew(N * C);
+    /* fp32 tolerances: about ten times the largest gap measured on cpu and sim (1.5e-7 forward, 3.4e-7
+     * against the finite differences) */
+    mtk_rmsnorm_fwd(K, out, rstd, x, w, N, C, 1e-5f);
+    ref_rmsnorm(ref, rr, xd, wd, N, C, 1e-5);
+    T_CLOSE(out, ref, N * C, 1e-6);
+    T_CLOSE(rstd, rr, N, 1e-6);
+
+    float *R = arand(N * C, 1), *dinp = arand(N * C, 1), *dw = frand(C, 1);
+    double *Rd = todouble(R, N * C), *gx = dnew(N * C), *gw = dnew(C);
+    FD_GRAD(gx, xd, N * C, rms_loss(xd, wd, Rd, N, C, tmp));
+    FD_GRAD(gw, wd, C, rms_loss(xd, wd, Rd, N, C, tmp));
+    for (int i = 0; i < N * C; i++) gx[i] += dinp[i];   /* dinp accumulates */
+    for (int i = 0; i < C; i++) gw[i] += dw[i];         /* and dw */
+    mtk_rmsnorm_bwd(K, dinp, dw, R, x, w, rstd, N, C);
+    T_CLOSE(dinp, gx, N * C, 4e-6);
+    T_CLOSE(dw, gw, C, 4e-6);
+    ffree(x), ffree(w), ffree(out), ffree(rstd), ffree(R), ffree(dinp), ffree(dw);
+    free(xd), free(wd), free(ref), free(rr), free(tmp), free(Rd), free(gx), free(gw);
+}
+
+TEST(rmsnorm)
+{
+    check_rmsnorm(7, 37);
+    check_rmsnorm(5, 64);
+    check_rmsnorm(3, 264);
+    check_rmsnorm(1, 1);
+    /* the fused residual add + RMSNorm gives what add then rmsnorm give, bit for bit */
+    const int N = 9, C = 70;
+    float *a = arand(N * C, 2), *b = arand(N * C, 1), *w = frand(C, 1), *res = adev(N * C), *out = adev(N * C);
+    float *rstd = fdev(N), *res2 = adev(N * C), *out2 = adev(N * C), *rstd2 = fdev(N);
+    mtk_add_rmsnorm_fwd(K, res, out, rstd, a, b, w, N, C, 1e-6f);
+    mtk_add(K, res2, a, b, (size_t)N * C);
+    mtk_rmsnorm_fwd(K, out2, rstd2, res2, w, N, C, 1e-6f);
+    T_CHECK(!memcmp(res, res2, sizeof(float) * N * C));
+    double *xd = todouble(res2, N * C), *wd = todouble(w, C), *ref = dnew(N * C);
+    ref_rmsnorm(ref, NULL, xd, wd, N, C, 1e-6);
+    T_CLOSE(out, ref, N * C, 1e-6);
+    T_CLOSE(out2, ref, N * C, 1e-6);
+    T_CHECK(!memcmp(out, out2, sizeof(float) * N * C));   /* the stored sum is what gets normalised */
+    T_CHECK(!memcmp(rstd, rstd2, sizeof(float) * N));
+    ffree(a), ffree(b), ffree(w), ffree(res), ffree(out), ffree(rstd), ffree(res2), ffree(out2), ffree(rstd2);
+    free(xd), free(wd), free(ref);
+}
+
+/* ---- SwiGLU ---- */
+
+static double silu(double a) { return a / (1 + exp(-a)); }
+
+static void check_swiglu(int N, int F)
+{
+    const size_t n = (size_t)N * F;
+    float *x = arand(2 * n, 4), *out = adev(n), *dout = arand(n, 1), *dinp = arand(2 * n, 1);
+    double *ref = dnew(n), *xd = todouble(x, 2 * n), *g = dnew(2 * n);
+    for (int r = 0; r < N; r++)
+        for (int c = 0; c < F; c++) {
+            const double a = xd[(size_t)r * 2 * F + c], b = xd[(size_t)r * 2 * F + F + c];
+            ref[(size_t)r * F + c] = silu(a) * b;
+        }
+    mtk_swiglu_fwd(K, out, x, N, F);
+    T_CLOSE(out, ref, n, 1e-6);   /* measured 8.5e-8 (cpu, sim) */
+    /* the backward against central differences of sum(out * dout) */
+    double *dd = todouble(dout, n);
+    for (size_t i = 0; i < 2 * n; i++) {
+        const size_t r = i / (2 * (size_t)F), c = i % (2 * (size_t)F), o = r * F + (c < (size_t)F ? c : c - F);
+        const double keep = xd[i], h = 1e-6 * fmax(1.0, fabs(keep));
+        double v[2];
+        for (int sgn = 0; sgn < 2; sgn++) {
+            xd[i] = keep + (sgn ? -h : h);
+            const double a = xd[r * 2 * F + (o - r * F)], b = xd[r * 2 * F + F + (o - r * F)];
+            v[sgn] = silu(a) * b * dd[o];
+        }
+        xd[i] = keep;
+        g[i] = (v[0] - v[1]) / (2 * h);
+    }
+    mtk_swiglu_bwd(K, dinp, x, dout, N, F);
+    T_CLOSE(dinp, g, 2 * n, 1e-6);   /* measured 1.1e-7 */
+    ffree(x), ffree(out), ffree(dout), ffree(dinp), free(ref), free(xd), free(g), free(dd);
+}
+
+TEST(swiglu)
+{
+    check_swiglu(7, 37);
+    check_swiglu(3, 300);
+    check_swiglu(1, 1);
+}
+
+/* ---- rotary position embeddings ---- */
+
+/* qkv rotated in double as Megatron core writes it: t * cos + rotate_half(t) * sin on the first rot
+ * dimensions of each query and key head (emb = cat(freqs, freqs), rotate_half(x) = cat(-x2, x1)); with
+ * transpose, the transposed rotation (the gradient of the forward). */
+static void ref_rope(double *x, att_shape s, int rot, double base, int pos0, int transpose)
+{
+    const int half = rot / 2;
+    double *t = dnew(rot), *rh = dnew(rot);
+    for (int b = 0; b < s.B; b++)
+        for (int tt = 0; tt < s.T; tt++)
+            for (int h = 0; h < s.NH + ng_of(s); h++) {
+                /* query heads 0..NH-1, then the key head of each group */
+                double *p = x + (h < s.NH ? qkv_at(s, b, tt, h, 0) : qkv_at(s, b, tt, (h - s.NH) * (s.NH / ng_of(s)), 1));
+                for (int i = 0; i < rot; i++) t[i] = p[i];
+                for (int i = 0; i < half; i++) rh[i] = -t[i + half], rh[i + half] = t[i];
+                for (int i = 0; i < rot; i++) {
+                    const double f = pow(base, -(double)(2 * (i % half)) / rot), a = (pos0 + tt) * f;
+                    p[i] = t[i] * cos(a) + (transpose ? -rh[i] : rh[i]) * sin(a);
+                }
+            }
+    free(t), free(rh);
+}
+
+static void check_rope(att_shape s, int rot, float base, int pos0)
+{
+    const size_t n = qkv_elems(s);
+    const int NG = ng_of(s);
+    /* The fp32 angle pos * inv_freq is within half an ulp of itself (6e-8 pos), the rest about 1e-7
+     * (measured: 1.8e-6 at T = 70, under 1e-7 at the short shapes) */
+    const double tol = 1e-6 + 6e-8 * (pos0 + s.T);
+    float *x = arand(n, 2), *x0 = adev(n);
+    memcpy(x0, x, n * sizeof *x);
+    double *ref = todouble(x, n), *g = todouble(x, n);
+    ref_rope(ref, s, rot, base, pos0, 0);
+    mtk_rope_fwd(K, x, s.B, s.T, s.NH, NG, s.HS, rot, base, pos0);
+    T_CLOSE(x, ref, n, tol);
+    /* the values and the dimensions past rot are untouched */
+    int same = 1;
+    for (int b = 0; b < s.B; b++)
+        for (int t = 0; t < s.T; t++)
+            for (int h = 0; h < s.NH; h++) {
+                const size_t qo = qkv_at(s, b, t, h, 0), ko = qkv_at(s, b, t, h, 1), vo = qkv_at(s, b, t, h, 2);
+                for (int d = 0; d < s.HS; d++) same &= x[vo + d] == x0[vo + d];
+                for (int d = rot; d < s.HS; d++) same &= x[qo + d] == x0[qo + d] && x[ko + d] == x0[ko + d];
+            }
+    T_CHECK(same);
+    /* the backward: the transposed rotation of the gradient */
+    float *dx = adev(n);
+    memcpy(dx, x0, n * sizeof *x);
+    ref_rope(g, s, rot, base, pos0, 1);
+    mtk_rope_bwd(K, dx, s.B, s.T, s.NH, NG, s.HS, rot, base, pos0);
+    T_CLOSE(dx, g, n, tol);
+    ffree(x), ffree(x0), ffree(dx), free(ref), free(g);
+}
+
+TEST(rope)
+{
+    check_rope((att_shape){2, 7, 3, 8, NULL, 0}, 8, 10000.0f, 0);               /* multi-head, every dimension */
+    check_rope((att_shape){1, 13, 4, 10, NULL, 2}, 6, 10000.0f, 0);    /* groups, --rotary-percent 0.6 */
+    check_rope((att_shape){2, 5, 6, 16, NULL, 3}, 8, 500000.0f, 37);   /* --rotary-base, a position offset */
+    check_rope((att_shape){1, 70, 2, 64, NULL, 1}, 64, 10000.0f, 0);
+    /* generation: positions pos0 .. pos0+T-1 rotate as the same rows of the whole sequence do */
+    att_shape s = {2, 9, 4, 8, NULL, 2}, s1 = {2, 1, 4, 8, NULL, 2};
+    const size_t row = (size_t)(s.NH + 2 * s.NG) * s.HS;
+    float *full = arand(qkv_elems(s), 1), *one = adev(qkv_elems(s1));
+    for (int b = 0; b < 2; b++) memcpy(one + b * row, full + ((size_t)b * s.T + 6) * row, row * sizeof *one);
+    mtk_rope_fwd(K, full, s.B, s.T, s.NH, s.NG, s.HS, 8, 10000.0f, 0);
+    mtk_rope_fwd(K, one, s1.B, 1, s1.NH, s1.NG, s1.HS, 8, 10000.0f, 6);
+    int same = 1;
+    for (int b = 0; b < 2; b++) same &= !memcmp(one + b * row, full + ((size_t)b * s.T + 6) * row, row * sizeof *one);
+    T_CHECK(same);
+    /* forward then backward is the identity, to rounding */
+    float *x = arand(qkv_elems(s), 1), *y = adev(qkv_elems(s));
+    memcpy(y, x, qkv_elems(s) * sizeof *x);
+    mtk_rope_fwd(K, y, s.B, s.T, s.NH, s.NG, s.HS, 6, 10000.0f, 3);
+    mtk_rope_bwd(K, y, s.B, s.T, s.NH, s.NG, s.HS, 6, 10000.0f, 3);
+    double *xd = todouble(x, qkv_elems(s));
+    T_CLOSE(y, xd, qkv_elems(s), 1e-6);   /* measured 1.2e-7 */
+    /* an odd rotary dimension, or one past the head, is an error */
+    mt_err e;
+    mtk_rope_fwd(K, x, s.B, s.T, s.NH, s.NG, s.HS, 7, 10000.0f, 0);
+    T_EQ_INT(mtk_status(K, &e), -1);
+    T_CHECK(strstr(e.msg, "rope_fwd") != NULL);
+    mtk_clear_error(K);
+    mtk_rope_bwd(K, x, s.B, s.T, s.NH, s.NG, s.HS, 10, 10000.0f, 0);
+    T_EQ_INT(mtk_status(K, &e), -1);
+    mtk_clear_error(K);
+    ffree(full), ffree(one), ffree(x), ffree(y), free(xd);
 }
 
 /* ---- cross-entropy ---- */
@@ -1018,19 +1288,20 @@ TEST(embed_offset_and_shard)
 
 /* A prompt of P tokens, then one token at a time: every new token's output equals the full causal
  * attention's at its position, for B sequences. */
-static void check_kv(int B, int T, int NH, int HS, int P)
+static void check_kv_groups(int B, int T, int NH, int NG, int HS, int P)
 {
-    const int C = NH * HS, Tmax = T + 2;
-    float *qkv = arand((size_t)B * T * 3 * C, 1.5), *full = adev((size_t)B * T * C), *lse = fdev((size_t)B * NH * T);
-    mtk_attention_fwd(K, full, lse, qkv, B, T, NH, HS, NULL);
-    float *kc = adev((size_t)B * NH * Tmax * HS), *vc = adev((size_t)B * NH * Tmax * HS);
+    const int C = NH * HS, Tmax = T + 2, W = (NH + 2 * NG) * HS;   /* W: a token's qkv row */
+    float *qkv = arand((size_t)B * T * W, 1.5), *full = adev((size_t)B * T * C), *lse = fdev((size_t)B * NH * T);
+    mtk_attention_gqa_fwd(K, full, lse, qkv, B, T, NH, NG, HS, NULL);
+    float *kc = adev((size_t)B * NG * Tmax * HS), *vc = adev((size_t)B * NG * Tmax * HS);
     double *want = dnew((size_t)B * C);
     for (int pos = 0; pos < T;) {
         int n = pos == 0 ? P : 1;
-        float *step = arand((size_t)B * n * 3 * C, 1), *o = adev((size_t)B * n * C);
+        float *step = arand((size_t)B * n * W, 1), *o = adev((size_t)B * n * C);
         for (int b = 0; b < B; b++)
-            memcpy(step + (size_t)b * n * 3 * C, qkv + ((size_t)b * T + pos) * 3 * C, sizeof(float) * n * 3 * C);
-        mtk_attention_kv(K, o, step, kc, vc, B, n, pos, Tmax, NH, HS);
+            memcpy(step + (size_t)b * n * W, qkv + ((size_t)b * T + pos) * W, sizeof(float) * n * W);
+        if (NG == NH) mtk_attention_kv(K, o, step, kc, vc, B, n, pos, Tmax, NH, HS);
+        else mtk_attention_gqa_kv(K, o, step, kc, vc, B, n, pos, Tmax, NH, NG, HS);
         for (int b = 0; b < B; b++)
             for (int j = 0; j < n; j++) {
                 double *w = dnew(C);
@@ -1043,6 +1314,7 @@ static void check_kv(int B, int T, int NH, int HS, int P)
     }
     ffree(qkv), ffree(full), ffree(lse), ffree(kc), ffree(vc), free(want);
 }
+static void check_kv(int B, int T, int NH, int HS, int P) { check_kv_groups(B, T, NH, NH, HS, P); }
 
 TEST(attention_kv_cache)
 {
@@ -1050,6 +1322,9 @@ TEST(attention_kv_cache)
     check_kv(3, 7, 3, 5, 2);     /* odd heads and head size */
     check_kv(2, 70, 1, 16, 65);  /* a prompt past one key block */
     check_kv(1, 84, 2, 64, 80);  /* a prompt on the tensor-core kernels, then decoding steps */
+    check_kv_groups(2, 9, 4, 2, 8, 4);     /* grouped-query: a cache of [B, NG, Tmax, HS] */
+    check_kv_groups(1, 84, 6, 3, 64, 80);
+    check_kv_groups(1, 20, 3, 1, 5, 3);    /* one group */
     float *qkv = arand(3 * 8, 1), *o = adev(8), *kc = adev(2 * 8), *vc = adev(2 * 8);
     mt_err e;
     mtk_attention_kv(K, o, qkv, kc, vc, 1, 1, 2, 2, 2, 4);   /* position 2 of a cache of 2 */
@@ -1137,9 +1412,9 @@ TEST(odd_shapes)
         ffree(logits), ffree(losses), ffree(d), ffree(tg), free(rl), free(rd);
     }
     /* attention: a head size of 64 and of 1, sequences just past a tile of 32 and 64 rows */
-    check_attention((att_shape){1, 33, 1, 64, NULL}, 0);
-    check_attention((att_shape){2, 65, 2, 1, NULL}, 0);
-    check_attention((att_shape){1, 97, 2, 32, NULL}, 0);
+    check_attention((att_shape){1, 33, 1, 64, NULL, 0}, 0);
+    check_attention((att_shape){2, 65, 2, 1, NULL, 0}, 0);
+    check_attention((att_shape){1, 97, 2, 32, NULL, 0}, 0);
 }
 
 /* ---- conversion, workspace, sticky error, events ---- */
@@ -1406,6 +1681,64 @@ static int bench_main(int argc, char **argv)
     return 0;
 }
 
+/* ---- --dump-llama DIR: inputs and outputs of the LLaMA-family operations for the float64 PyTorch
+ * reference of tests/pipeline/kernels-torch.sh (raw little-endian fp32 files, the sizes in meta.txt) ---- */
+
+static int dump_f32(const char *dir, const char *name, const float *x, size_t n)
+{
+    char path[4096];
+    snprintf(path, sizeof path, "%s/%s.f32", dir, name);
+    FILE *f = fopen(path, "wb");
+    int ok = f && fwrite(x, sizeof *x, n, f) == n;
+    if (f && fclose(f)) ok = 0;
+    if (!ok) fprintf(stderr, "test_kernels --dump-llama: %s: cannot write\n", path);
+    return ok ? 0 : -1;
+}
+
+static int dump_llama(const char *dir)
+{
+    enum { N = 6, C = 45, F = 37, B = 2, T = 19, NH = 6, NG = 2, HS = 16, ROT = 12, POS0 = 5 };
+    const float EPS = 1e-5f, BASE = 10000.0f;
+    const size_t W = (size_t)(NH + 2 * NG) * HS, nq = (size_t)B * T * W, no = (size_t)B * T * NH * HS;
+    int rc = 0;
+    FILE *m = NULL;
+    char path[4096];
+    snprintf(path, sizeof path, "%s/meta.txt", dir);
+    if (!(m = fopen(path, "w"))) return fprintf(stderr, "test_kernels --dump-llama: %s: cannot write\n", path), 1;
+    fprintf(m, "N %d\nC %d\nF %d\nB %d\nT %d\nNH %d\nNG %d\nHS %d\nROT %d\nPOS0 %d\nEPS %.9g\nBASE %.9g\n", N, C, F, B,
+            T, NH, NG, HS, ROT, POS0, (double)EPS, (double)BASE);
+    if (fclose(m)) return 1;
+    /* RMSNorm: dinp and dw from zero */
+    float *x = arand(N * C, 2), *w = frand(C, 1), *out = adev(N * C), *rstd = fdev(N), *g = arand(N * C, 1);
+    float *dx = adev(N * C), *dw = fdev(C);
+    mtk_rmsnorm_fwd(K, out, rstd, x, w, N, C, EPS);
+    mtk_rmsnorm_bwd(K, dx, dw, g, x, w, rstd, N, C);
+    rc |= dump_f32(dir, "rms_x", x, N * C) | dump_f32(dir, "rms_w", w, C) | dump_f32(dir, "rms_out", out, N * C);
+    rc |= dump_f32(dir, "rms_g", g, N * C) | dump_f32(dir, "rms_dx", dx, N * C) | dump_f32(dir, "rms_dw", dw, C);
+    /* SwiGLU */
+    float *sx = arand(N * 2 * F, 3), *so = adev(N * F), *sg = arand(N * F, 1), *sd = adev(N * 2 * F);
+    mtk_swiglu_fwd(K, so, sx, N, F);
+    mtk_swiglu_bwd(K, sd, sx, sg, N, F);
+    rc |= dump_f32(dir, "swiglu_x", sx, N * 2 * F) | dump_f32(dir, "swiglu_out", so, N * F);
+    rc |= dump_f32(dir, "swiglu_g", sg, N * F) | dump_f32(dir, "swiglu_dx", sd, N * 2 * F);
+    /* rotary embeddings at positions POS0.., then grouped-query attention on the rotated qkv */
+    float *qkv = arand(nq, 1.5), *rq = adev(nq), *rg = arand(nq, 1), *rd = adev(nq);
+    memcpy(rq, qkv, nq * sizeof *rq);
+    memcpy(rd, rg, nq * sizeof *rd);
+    mtk_rope_fwd(K, rq, B, T, NH, NG, HS, ROT, BASE, POS0);
+    mtk_rope_bwd(K, rd, B, T, NH, NG, HS, ROT, BASE, POS0);
+    rc |= dump_f32(dir, "rope_x", qkv, nq) | dump_f32(dir, "rope_out", rq, nq) | dump_f32(dir, "rope_g", rg, nq);
+    rc |= dump_f32(dir, "rope_dx", rd, nq);
+    float *ao = adev(no), *lse = fdev((size_t)B * NH * T), *ag = arand(no, 1), *ad = adev(nq);
+    mtk_attention_gqa_fwd(K, ao, lse, qkv, B, T, NH, NG, HS, NULL);
+    mtk_attention_gqa_bwd(K, ad, ag, qkv, ao, lse, B, T, NH, NG, HS, NULL);
+    rc |= dump_f32(dir, "att_qkv", qkv, nq) | dump_f32(dir, "att_out", ao, no) | dump_f32(dir, "att_lse", lse, (size_t)B * NH * T);
+    rc |= dump_f32(dir, "att_g", ag, no) | dump_f32(dir, "att_dqkv", ad, nq);
+    mt_err e;
+    if (mtk_sync(K, &e)) return fprintf(stderr, "test_kernels --dump-llama: %s\n", e.msg), 1;
+    return rc ? 1 : 0;
+}
+
 T_MAIN_BEGIN("test_kernels")
 mt_err e;
 const char *be = getenv("MT_TEST_BACKEND"), *dt = getenv("MT_TEST_DTYPE");
@@ -1434,6 +1767,11 @@ if (bench) {
     mtk_close(K);
     return rc;
 }
+if (argc > 2 && !strcmp(argv[1], "--dump-llama")) {
+    int rc = dump_llama(argv[2]);
+    mtk_close(K);
+    return rc;
+}
 RUN(open_and_memory);
 RUN(matmul_fwd);
 RUN(matmul_bwd);
@@ -1450,6 +1788,10 @@ RUN(attention_blocks);
 RUN(attention_large_scores);
 RUN(attention_tensor_core_shapes);
 RUN(attention_kv_cache);
+RUN(attention_gqa);
+RUN(rmsnorm);
+RUN(swiglu);
+RUN(rope);
 RUN(odd_shapes);
 RUN(xent);
 RUN(xent_vocab_parallel);
