@@ -20,9 +20,10 @@ typedef struct mt_ckpt_global {
 } mt_ckpt_global;
 
 /* Opens the other ranks of the checkpoint first was opened from (load_dir, iteration) for a model of
- * architecture a saved with tensor size tp and pipeline size pp. 0, or -1 with e set (nothing open). */
+ * architecture a saved with tensor size tp, pipeline size pp and vp model chunks per stage (the
+ * interleaved schedule; 1 without). 0, or -1 with e set (nothing open). */
 int mt_ckpt_global_open(mt_ckpt_global *g, mt_ckpt_reader *first, const char *load_dir, int64_t iteration,
-                        const mt_model_arch *a, int tp, int pp, mt_err *e);
+                        const mt_model_arch *a, int tp, int pp, int vp, mt_err *e);
 void mt_ckpt_global_close(mt_ckpt_global *g);
 
 /* Reads the whole tensor name (a one-rank name) of file which (MT_CKPT_MODEL; MT_CKPT_OPTIM with suffix

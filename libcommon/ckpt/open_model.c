@@ -247,7 +247,13 @@ static int open_shards(mt_model_ckpt *mc, mt_err *e)
     if (tp > 1 && json_is_integer(d) && json_integer_value(d) > 0 && json_integer_value(d) < (1 << 20))
         a.padded_vocab_size = mt_gpt_padded_vocab(mc->vocab_size, (int)json_integer_value(d), tp);
     mt_ckpt_global *g = mt_xcalloc(1, sizeof *g);
-    if (mt_ckpt_global_open(g, mc->reader, mc->load_dir, mc->iteration, &a, tp, pp, e)) {
+    /* the interleaved schedule's model chunks (each rank's state dict holds model0, model1, ...) */
+    json_t *lv = json_object_get(mc->args, "num-layers-per-virtual-pipeline-stage");
+    int vp = 1;
+    if (json_is_integer(lv) && json_integer_value(lv) > 0 && a.num_layers % pp == 0 &&
+        (a.num_layers / pp) % json_integer_value(lv) == 0)
+        vp = (int)((a.num_layers / pp) / json_integer_value(lv));
+    if (mt_ckpt_global_open(g, mc->reader, mc->load_dir, mc->iteration, &a, tp, pp, vp, e)) {
         free(g);
         return mt_err_prefix(e, "%s", mc->load_dir);
     }

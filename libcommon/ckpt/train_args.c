@@ -159,6 +159,8 @@ static const mt_flag flags[] = {
      "ranks holding the parts of one model (default 1; the job's other ranks are data-parallel)", 1, 1 << 20, NULL},
     {"--pipeline-model-parallel-size", MT_F_INT, &A.pipeline_model_parallel_size, "N",
      "pipeline stages the layers are split over, evenly (default 1); the 1F1B schedule", 1, 1 << 20, NULL},
+    {"--num-layers-per-virtual-pipeline-stage", MT_F_INT, &A.num_layers_per_virtual_pipeline_stage, "N",
+     "the interleaved 1F1B schedule: each stage holds (layers / stages) / N model chunks of N layers", 1, 1 << 20, NULL},
     {"--sequence-parallel", MT_F_BOOL, &A.sequence_parallel, NULL,
      "with --tensor-model-parallel-size > 1: LayerNorm, dropout and residual activations split along the tokens "
      "(all-gather / reduce-scatter instead of all-reduce); ignored with size 1, as in Megatron", 0, 0, NULL},
@@ -224,7 +226,6 @@ static const struct {
     {"--apply-residual-connection-post-layernorm", "only pre-LayerNorm residuals are implemented"},
     {"--reset-position-ids", "position ids always run 0..T-1 per sample"},
     {"--reset-attention-mask", "attention is always causal over the whole sample"},
-    {"--num-layers-per-virtual-pipeline-stage", "pipeline parallelism needs the multi-rank trainer"},
     {"--context-parallel-size", "context parallelism is not implemented"},
     {"--use-checkpoint-args", "pass the model flags explicitly"},
     {"--wandb-project", "Weights & Biases logging is not implemented; use --tensorboard-dir or --metrics-file"},
@@ -356,6 +357,14 @@ int mt_train_args_parse(mt_train_args *out, int argc, char **argv, mt_err *e)
         return mt_err_set(e, "--recompute-num-layers (%d) must be between 1 and the layers of a pipeline stage (%d) with "
                              "--recompute-granularity full", a->recompute_num_layers,
                           a->num_layers / a->pipeline_model_parallel_size);
+    if (a->num_layers_per_virtual_pipeline_stage) {
+        int per_stage = a->num_layers / a->pipeline_model_parallel_size;
+        if (a->pipeline_model_parallel_size < 2)
+            return mt_err_set(e, "--num-layers-per-virtual-pipeline-stage needs --pipeline-model-parallel-size 2 or more");
+        if (a->num_layers % a->pipeline_model_parallel_size == 0 && per_stage % a->num_layers_per_virtual_pipeline_stage)
+            return mt_err_set(e, "--num-layers-per-virtual-pipeline-stage (%d) must divide the layers of a stage (%d)",
+                              a->num_layers_per_virtual_pipeline_stage, per_stage);
+    }
     if (a->num_layers % a->pipeline_model_parallel_size)
         return mt_err_set(e, "--pipeline-model-parallel-size (%d) must divide --num-layers (%d): stages hold equal layers",
                           a->pipeline_model_parallel_size, a->num_layers);

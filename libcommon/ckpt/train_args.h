@@ -58,6 +58,7 @@ typedef struct mt_train_args {
     int tensor_model_parallel_size, pipeline_model_parallel_size;
     bool use_distributed_optimizer;
     bool sequence_parallel;
+    int num_layers_per_virtual_pipeline_stage;           /* 0: the non-interleaved schedule */
     bool recompute_activations;                          /* the legacy spelling of --recompute-granularity selective */
     const char *recompute_granularity, *recompute_method; /* NULL: none */
     int recompute_num_layers;

@@ -43,7 +43,7 @@ mt_model_arch mt_gpt_arch(const mt_gpt_config *c)
 static int build_table(mt_gpt *m, mt_err *e)
 {
     mt_model_arch a = mt_gpt_arch(&m->c);
-    mt_layout_part part = {m->tp_rank, m->tp_size, m->pp_stage, m->pp_size};
+    mt_layout_part part = {m->tp_rank, m->tp_size, m->pp_stage, m->pp_size, m->vp};
     if (mt_layout_build(&a, &part, &m->layout, e)) return -1;
     m->l0 = m->layout.first_layer;
     m->nl = m->layout.num_layers;
@@ -80,13 +80,13 @@ mt_gpt *mt_gpt_create(mtk *k, const mt_gpt_config *config, int mode, mt_err *e)
 
 mt_gpt *mt_gpt_create_tp(mtk *k, const mt_gpt_config *config, mt_comm *tp, int mode, mt_err *e)
 {
-    return mt_gpt_create_stage(k, config, tp, 0, 1, mode, e);
+    return mt_gpt_create_chunks(k, config, tp, 0, 1, 1, mode, e);
 }
 
 /* The shapes of the part (tensor rank tp_rank of tp_size, stage of stages) with activations of asz bytes:
  * its table and shares, no device memory (m zeroed by the caller). */
 static int describe(mt_gpt *m, const mt_gpt_config *config, int tp_rank, int tp_size, int stage, int stages,
-                    size_t asz, mt_err *e)
+                    int vp, size_t asz, mt_err *e)
 {
     if (mt_gpt_config_check(config, e)) return -1;
     m->c = *config;
@@ -98,7 +98,8 @@ static int describe(mt_gpt *m, const mt_gpt_config *config, int tp_rank, int tp_
     m->vocab = config->padded_vocab_size / m->tp_size;
     m->v0 = m->tp_rank * m->vocab;
     m->sp = tp_size > 1 && config->sequence_parallel;
-    m->pp_stage = stage, m->pp_size = stages;
+    m->pp_stage = stage, m->pp_size = stages, m->vp = vp > 1 ? vp : 1;
+    if (m->vp > 16) return mt_err_set(e, "%d model chunks per stage: at most 16", m->vp);
     m->first = stage == 0, m->last = stage == stages - 1;
     m->tp_counts = mt_xcalloc((size_t)m->tp_size, sizeof *m->tp_counts);
     return build_table(m, e);
@@ -107,10 +108,16 @@ static int describe(mt_gpt *m, const mt_gpt_config *config, int tp_rank, int tp_
 mt_gpt *mt_gpt_create_stage(mtk *k, const mt_gpt_config *config, mt_comm *tp, int stage, int stages, int mode,
                             mt_err *e)
 {
+    return mt_gpt_create_chunks(k, config, tp, stage, stages, 1, mode, e);
+}
+
+mt_gpt *mt_gpt_create_chunks(mtk *k, const mt_gpt_config *config, mt_comm *tp, int stage, int stages, int vp, int mode,
+                             mt_err *e)
+{
     mt_gpt *m = mt_xcalloc(1, sizeof *m);
     m->k = k;
     m->tp = tp && tp->size > 1 ? tp : NULL;
-    if (describe(m, config, m->tp ? tp->rank : 0, m->tp ? tp->size : 1, stage, stages, mtk_act_size(k), e)) {
+    if (describe(m, config, m->tp ? tp->rank : 0, m->tp ? tp->size : 1, stage, stages, vp, mtk_act_size(k), e)) {
         mt_gpt_free(m);
         return NULL;
     }
@@ -205,7 +212,7 @@ void mt_gpt_zero_grad(mt_gpt *m)
         run1 = x->offset + x->numel;
     }
     if (run1 > run0) mtk_zero(m->k, m->grads + run0, (run1 - run0) * sizeof(float));
-    m->grads_assign = 1;
+    m->grads_assign = (1u << m->vp) - 1;   /* every chunk's */
 }
 
 void mt_gpt_memory(const mt_gpt *m, size_t *param_bytes, size_t *grad_bytes, size_t *act_bytes)
@@ -234,7 +241,7 @@ static void *ctx_alloc(mt_gpt_ctx *x, size_t bytes, int *failed, mt_err *e)
 static void recompute_plan(const mt_gpt *m, int *chunk, int *recomputed, int *slots)
 {
     const mt_gpt_config *c = &m->c;
-    int L = m->nl, n = c->recompute_num_layers > 0 ? c->recompute_num_layers : 1;
+    int L = m->nl / m->vp, n = c->recompute_num_layers > 0 ? c->recompute_num_layers : 1;
     if (n > L) n = L;
     *chunk = 1, *recomputed = 0, *slots = L;
     if (c->recompute_granularity != MT_RECOMPUTE_FULL || L == 0) return;
@@ -261,9 +268,9 @@ static void ctx_buffers(mt_gpt_ctx *x, void **where[CTX_BUFFERS], size_t bytes[C
 {
     const mt_gpt *m = x->m;
     /* per rank: the hidden size C is whole, heads (Cl = C / tp of the attention), ffn and vocabulary shared out */
-    size_t L = (size_t)m->nl, S = (size_t)x->nslots, C = (size_t)m->c.hidden_size, F = (size_t)m->ffn;
+    size_t L = (size_t)x->lcn, S = (size_t)x->nslots, C = (size_t)m->c.hidden_size, F = (size_t)m->ffn;
     size_t Cl = C / (size_t)m->tp_size, N = x->nmax, R = x->nres, V = (size_t)m->vocab, fl = sizeof(float), a = m->asz;
-    size_t last = m->last ? 1 : 0, i = 0;
+    size_t last = x->last ? 1 : 0, i = 0;
 #define BUF(field, n) (where[i] = (void **)&x->field, bytes[i++] = (n))
     BUF(bnd, (L + 1) * R * C * a);
     BUF(mid, S * R * C * a);
@@ -290,12 +297,19 @@ static void ctx_buffers(mt_gpt_ctx *x, void **where[CTX_BUFFERS], size_t bytes[C
 #undef BUF
 }
 
-/* Sets the sizes and the recomputation plan of a context of max_batch sequences; -1 if too large. */
-static int ctx_shape(mt_gpt_ctx *x, mt_gpt *m, int max_batch, mt_err *e)
+/* Sets the sizes and the recomputation plan of a context of max_batch sequences for model chunk `chunk`;
+ * -1 if too large. */
+static int ctx_shape(mt_gpt_ctx *x, mt_gpt *m, int chunk, int max_batch, mt_err *e)
 {
     const mt_gpt_config *config = &m->c;
     if (max_batch <= 0) return mt_err_set(e, "--micro-batch-size (%d) must be positive", max_batch);
+    if (chunk < 0 || chunk >= m->vp) return mt_err_set(e, "GPT context: model chunk %d of %d", chunk, m->vp);
     x->m = m;
+    x->chunk_id = chunk;
+    x->lcn = m->nl / m->vp;
+    x->lc0 = chunk * x->lcn;
+    x->first = m->first && chunk == 0;
+    x->last = m->last && chunk == m->vp - 1;
     x->max_batch = max_batch;
     x->nmax = (size_t)max_batch * (size_t)config->seq_length;
     if (x->nmax > 2147483647u / 4)
@@ -305,10 +319,12 @@ static int ctx_shape(mt_gpt_ctx *x, mt_gpt *m, int max_batch, mt_err *e)
     return 0;
 }
 
-mt_gpt_ctx *mt_gpt_ctx_new(mt_gpt *m, int max_batch, mt_err *e)
+mt_gpt_ctx *mt_gpt_ctx_new(mt_gpt *m, int max_batch, mt_err *e) { return mt_gpt_ctx_new_chunk(m, 0, max_batch, e); }
+
+mt_gpt_ctx *mt_gpt_ctx_new_chunk(mt_gpt *m, int chunk, int max_batch, mt_err *e)
 {
     mt_gpt_ctx *x = mt_xcalloc(1, sizeof *x);
-    if (ctx_shape(x, m, max_batch, e)) {
+    if (ctx_shape(x, m, chunk, max_batch, e)) {
         free(x);
         return NULL;
     }
@@ -328,19 +344,20 @@ mt_gpt_ctx *mt_gpt_ctx_new(mt_gpt *m, int max_batch, mt_err *e)
     return x;
 }
 
-int mt_gpt_plan_part(const mt_gpt_config *config, int tp_rank, int tp_size, int stage, int stages, int max_batch,
-                size_t act_size, size_t *params, size_t *ctx_bytes, mt_err *e)
+int mt_gpt_plan_part(const mt_gpt_config *config, int tp_rank, int tp_size, int stage, int stages, int vp,
+                     int max_batch, size_t act_size, size_t *params, size_t *ctx_bytes, mt_err *e)
 {
     mt_gpt m = {0};
-    mt_gpt_ctx x = {0};
-    int rc = describe(&m, config, tp_rank, tp_size, stage, stages, act_size, e);
-    if (!rc) rc = ctx_shape(&x, &m, max_batch, e);
-    if (!rc) {
+    int rc = describe(&m, config, tp_rank, tp_size, stage, stages, vp, act_size, e);
+    for (int c = 0; !rc && c < m.vp; c++) {
+        mt_gpt_ctx x = {0};
+        rc = ctx_shape(&x, &m, c, max_batch, e);
+        if (rc) break;
         void **where[CTX_BUFFERS];
         size_t bytes[CTX_BUFFERS];
         ctx_buffers(&x, where, bytes);
-        *ctx_bytes = 0;
-        for (int i = 0; i < CTX_BUFFERS; i++) *ctx_bytes += bytes[i];
+        ctx_bytes[c] = 0;
+        for (int i = 0; i < CTX_BUFFERS; i++) ctx_bytes[c] += bytes[i];
         *params = m.nparams;
     }
     free(m.tensors);
@@ -406,11 +423,11 @@ typedef struct layer_acts {
 static void layer_views(const mt_gpt_ctx *x, int li, layer_acts *a)
 {
     const mt_gpt *m = x->m;
-    size_t s = (size_t)layer_slot(x, li);
+    size_t s = (size_t)layer_slot(x, li - x->lc0);
     size_t nC = x->nmax * (size_t)m->c.hidden_size, nCl = nC / (size_t)m->tp_size;
     size_t rC = x->nres * (size_t)m->c.hidden_size;
-    a->res_in = AT(x->bnd, (size_t)li * rC);
-    a->res_out = AT(x->bnd, (size_t)(li + 1) * rC);
+    a->res_in = AT(x->bnd, (size_t)(li - x->lc0) * rC);
+    a->res_out = AT(x->bnd, (size_t)(li - x->lc0 + 1) * rC);
     a->res_mid = AT(x->mid, s * rC);
     a->ln1 = AT(x->ln, 2 * s * nC);
     a->ln2 = AT(a->ln1, nC);
@@ -430,7 +447,7 @@ static int layer_forward(mt_gpt_ctx *x, int li, void *scratch, mt_err *e)
     mtk *k = m->k;
     int B = x->B, T = x->T, N = B * T, C = c->hidden_size, Cl = C / m->tp_size, F = m->ffn, Nl = mt_tp_tokens(m, N);
     uint64_t h0 = (uint64_t)mt_tp_first(m, N) * (uint64_t)C;   /* the hidden dropout's first counter */
-    int l = m->l0 + li;   /* the global layer: its tensors and dropout sites */
+    int l = mt_layout_global_layer(&m->layout, li);   /* the global layer: its tensors and dropout sites */
     mtk_dropout dd;
     const mtk_dropout *drop;
 #define P(kind) mt_gpt_p(m, mt_gpt_t(m, l, kind))
@@ -474,7 +491,7 @@ int mt_gpt_forward(mt_gpt_ctx *x, const int32_t *tokens, const int32_t *targets,
                           c->seq_length);
     /* per rank: Nl the tokens of the regions between the products (all N unless sequence-parallel), from
      * token n0 on */
-    int N = B * T, C = c->hidden_size, V = c->padded_vocab_size, L = m->nl;
+    int N = B * T, C = c->hidden_size, V = c->padded_vocab_size, L = x->lcn;
     if (m->sp && N % m->tp_size)
         return mt_err_set(e, "GPT forward: %d tokens do not split over %d sequence-parallel ranks", N, m->tp_size);
     int Nl = mt_tp_tokens(m, N);
@@ -491,14 +508,14 @@ int mt_gpt_forward(mt_gpt_ctx *x, const int32_t *tokens, const int32_t *targets,
 
     mtk_to_device(k, x->d_tok, tokens, (size_t)N * sizeof(int32_t));
     mtk_to_device(k, x->d_tgt, targets, (size_t)N * sizeof(int32_t));
-    if (m->first) {   /* later stages find their input in bnd[0] (mt_gpt_stage_input) */
+    if (x->first) {   /* later stages find their input in bnd[0] (mt_gpt_stage_input) */
         if (mt_tp_embed_fwd(m, x->bnd, x->s_c1, x->d_tok, B, T, e)) return mt_err_prefix(e, "GPT forward");
         if ((drop = site_dropout(x, &dd, 0, SITE_EMBED, h0))) mtk_dropout_fwd(k, x->bnd, x->bnd, (size_t)Nl * C, drop);
     }
     for (int li = 0; li < L; li++)
-        if (layer_forward(x, li, x->s_c1, e)) return -1;
+        if (layer_forward(x, x->lc0 + li, x->s_c1, e)) return -1;
 
-    if (!m->last) {   /* the output bnd[L] goes to the next stage; the loss is the last stage's */
+    if (!x->last) {   /* the output bnd[L] goes to the next stage; the loss is the last stage's */
         if (mtk_sync(k, e)) return mt_err_prefix(e, "GPT forward");
         for (int i = 0; i < N; i++) x->h_dscale[i] = 1.0f;
         x->mask_sum = 0;
@@ -536,7 +553,7 @@ int mt_gpt_logits(mt_gpt_ctx *x, float *host, mt_err *e)
 {
     if (!x->have_forward) return mt_err_set(e, "GPT logits: no forward pass (or a backward consumed it)");
     if (x->m->tp) return mt_err_set(e, "GPT logits: the model is split over %d tensor-parallel ranks", x->m->tp_size);
-    if (!x->m->last) return mt_err_set(e, "GPT logits: this pipeline stage has no output layer");
+    if (!x->last) return mt_err_set(e, "GPT logits: this pipeline stage has no output layer");
     mtk *k = x->m->k;
     size_t n = (size_t)x->B * (size_t)x->T * (size_t)x->m->c.padded_vocab_size;
     mtk_dtype dt = mtk_act_dtype(k);
@@ -562,7 +579,7 @@ static int layer_backward(mt_gpt_ctx *x, int li, mtk_grad_mode gm, mt_err *e)
     mtk *k = m->k;
     int B = x->B, T = x->T, N = B * T, C = c->hidden_size, Cl = C / m->tp_size, F = m->ffn, Nl = mt_tp_tokens(m, N);
     uint64_t h0 = (uint64_t)mt_tp_first(m, N) * (uint64_t)C;
-    int l = m->l0 + li;
+    int l = mt_layout_global_layer(&m->layout, li);
     mtk_dropout dd;
     const mtk_dropout *drop;
     void *dres = x->s_c1, *dtmp = x->s_c2, *dln = x->s_c3;
@@ -612,7 +629,7 @@ int mt_gpt_backward(mt_gpt_ctx *x, double scale, mt_err *e)
     if (!x->have_forward) return mt_err_set(e, "GPT backward: no forward pass to go back through");
     x->have_forward = 0;   /* the logits become dlogits below */
     const mt_gpt_config *c = &m->c;
-    int B = x->B, T = x->T, N = B * T, C = c->hidden_size, L = m->nl;
+    int B = x->B, T = x->T, N = B * T, C = c->hidden_size, L = x->lcn;
     int Nl = mt_tp_tokens(m, N);
     uint64_t h0 = (uint64_t)mt_tp_first(m, N) * (uint64_t)C;
     mtk *k = m->k;
@@ -624,9 +641,10 @@ int mt_gpt_backward(mt_gpt_ctx *x, double scale, mt_err *e)
      * down (the logits' input gradient is a partial sum over this rank's vocabulary until summed). */
     void *dres = x->s_c1, *dtmp = x->s_c2, *dln = x->s_c3;
     void *dln_l = mt_tp_local(m, dln, N, C);
-    mtk_grad_mode gm = m->grads_assign ? MTK_GRAD_ASSIGN : MTK_GRAD_ACCUMULATE;
-    m->grads_assign = 0;
-    if (m->last) {
+    unsigned bit = 1u << x->chunk_id;
+    mtk_grad_mode gm = m->grads_assign & bit ? MTK_GRAD_ASSIGN : MTK_GRAD_ACCUMULATE;
+    m->grads_assign &= ~bit;
+    if (x->last) {
         for (int i = 0; i < N; i++) x->h_dscale[i] = (float)(x->h_dscale[i] * scale);
         mtk_to_device(k, x->d_dscale, x->h_dscale, (size_t)N * sizeof(float));
         if (mt_tp_xent_bwd(x, N, e)) return mt_err_prefix(e, "GPT backward, cross-entropy");
@@ -643,15 +661,15 @@ int mt_gpt_backward(mt_gpt_ctx *x, double scale, mt_err *e)
          * (the same kernels on the same inputs with the same dropout masks: the same activations) */
         if (li < x->recomputed && (li + 1) % x->chunk == 0) {
             for (int r = li + 1 - x->chunk; r <= li; r++)
-                if (layer_forward(x, r, x->s_c2, e)) return mt_err_prefix(e, "GPT backward, recomputation");
+                if (layer_forward(x, x->lc0 + r, x->s_c2, e)) return mt_err_prefix(e, "GPT backward, recomputation");
         } else if (li < x->recomputed && li == x->recomputed - 1) {   /* a last, shorter chunk */
             for (int r = li - li % x->chunk; r <= li; r++)
-                if (layer_forward(x, r, x->s_c2, e)) return mt_err_prefix(e, "GPT backward, recomputation");
+                if (layer_forward(x, x->lc0 + r, x->s_c2, e)) return mt_err_prefix(e, "GPT backward, recomputation");
         }
-        if (layer_backward(x, li, gm, e)) return -1;
+        if (layer_backward(x, x->lc0 + li, gm, e)) return -1;
     }
 
-    if (m->first) {   /* else dres is the gradient of the input, for the previous stage */
+    if (x->first) {   /* else dres is the gradient of the input, for the previous stage */
         if ((drop = site_dropout(x, &dd, 0, SITE_EMBED, h0))) mtk_dropout_bwd(k, dres, dres, (size_t)Nl * C, drop);
         if (mt_tp_embed_bwd(m, dres, dtmp, x->d_tok, B, T, e)) return mt_err_prefix(e, "GPT backward, embedding");
     }
@@ -696,7 +714,7 @@ void *mt_gpt_stage_input(mt_gpt_ctx *x) { return x->bnd; }
 void *mt_gpt_stage_output(mt_gpt_ctx *x)
 {
     const mt_gpt *m = x->m;
-    return AT(x->bnd, (size_t)m->nl * x->nres * (size_t)m->c.hidden_size);
+    return AT(x->bnd, (size_t)x->lcn * x->nres * (size_t)m->c.hidden_size);
 }
 void *mt_gpt_stage_grad(mt_gpt_ctx *x) { return x->s_c1; }
 

@@ -99,6 +99,11 @@ mt_gpt *mt_gpt_create_tp(mtk *k, const mt_gpt_config *config, mt_comm *tp, int m
  * (word_embeddings_for_head, initialized to the same values). See "pipeline stages" below. */
 mt_gpt *mt_gpt_create_stage(mtk *k, const mt_gpt_config *config, mt_comm *tp, int stage, int stages, int mode,
                             mt_err *e);
+/* The same with vp model chunks (the interleaved schedule, Megatron's virtual pipeline: chunk c of the
+ * stage holds the global layers of virtual stage c x stages + stage; model/layout.h); a context
+ * (mt_gpt_ctx_new_chunk) runs one chunk. */
+mt_gpt *mt_gpt_create_chunks(mtk *k, const mt_gpt_config *config, mt_comm *tp, int stage, int stages, int vp, int mode,
+                             mt_err *e);
 void mt_gpt_free(mt_gpt *m);
 const mt_gpt_config *mt_gpt_get_config(const mt_gpt *m);
 mtk *mt_gpt_backend(const mt_gpt *m);
@@ -128,6 +133,10 @@ void mt_gpt_init(mt_gpt *m, uint64_t seed);
 
 /* Activations for micro-batches of up to max_batch sequences of config->seq_length tokens. */
 mt_gpt_ctx *mt_gpt_ctx_new(mt_gpt *m, int max_batch, mt_err *e);
+/* The same for model chunk `chunk` (0 .. vp - 1): its forward runs that chunk's layers, from the
+ * embeddings when it is the first stage's chunk 0 (else from mt_gpt_stage_input), to the loss when it is
+ * the last stage's last chunk (else to mt_gpt_stage_output). */
+mt_gpt_ctx *mt_gpt_ctx_new_chunk(mt_gpt *m, int chunk, int max_batch, mt_err *e);
 void mt_gpt_ctx_free(mt_gpt_ctx *x);
 
 /* The loss of a forward pass: sum over tokens of mask * per-token loss, and sum of the mask. */
@@ -212,11 +221,12 @@ void mt_gpt_stage(const mt_gpt *m, int *stage, int *stages, int *first_layer, in
  * update; the gradient norm counts the first stage's only. */
 int mt_gpt_tied_copy(mt_gpt *m);
 
-/* Without building it: the parameters of the part (tensor rank tp_rank of tp_size, stage of stages) and
- * the bytes of one activation context of max_batch sequences with activations of act_size bytes, as
+/* Without building it: the parameters of the part (tensor rank tp_rank of tp_size, stage of stages, vp
+ * model chunks) and the bytes of one activation context of each chunk (ctx_bytes[vp]) of max_batch
+ * sequences with activations of act_size bytes, as
  * mt_gpt_create_stage and mt_gpt_ctx_new would allocate them (a memory planner). 0, or -1 with e set. */
-int mt_gpt_plan_part(const mt_gpt_config *config, int tp_rank, int tp_size, int stage, int stages, int max_batch,
-                size_t act_size, size_t *params, size_t *ctx_bytes, mt_err *e);
+int mt_gpt_plan_part(const mt_gpt_config *config, int tp_rank, int tp_size, int stage, int stages, int vp,
+                     int max_batch, size_t act_size, size_t *params, size_t *ctx_bytes, mt_err *e);
 
 /* Bytes of device memory held for parameters (with the working copy), gradients, and the activations
  * and KV caches of the live contexts (memory reports). */

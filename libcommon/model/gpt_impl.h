@@ -24,6 +24,8 @@ struct mt_gpt {
     /* pipeline parallelism: this rank's stage of pp_size holds the global layers [l0, l0 + nl); the first
      * stage the embeddings, the last the final norm, the output layer and the loss */
     int pp_stage, pp_size, l0, nl, first, last;
+    int vp;                 /* model chunks of the interleaved schedule (1: none); chunk c of the stage holds its
+                               local layers [c nl / vp, (c + 1) nl / vp) */
     int head;               /* the table index of the output layer's weight: the word embedding (tied, one
                                stage), the last stage's copy of it, or the untied output layer; -1 if none */
     size_t *tp_counts;      /* [tp_size]: scratch of the sequence-parallel collectives */
@@ -32,7 +34,8 @@ struct mt_gpt {
     size_t nparams;
     float *params, *grads;  /* device, nparams floats each (grads: training only) */
     void *work;             /* working copy in the activation dtype (== params in fp32) */
-    int grads_assign;       /* the next backward assigns the product gradients (mt_gpt_zero_grad) */
+    unsigned grads_assign;  /* bit c: the next backward of model chunk c assigns its product gradients
+                               (mt_gpt_zero_grad) */
     size_t ctx_bytes;       /* activations and caches of the live contexts */
 };
 
@@ -49,6 +52,9 @@ struct mt_gpt_ctx {
     size_t nmax;     /* max_batch * seq_length: the token stride of per-layer activations */
     size_t nres;     /* the token stride of the residual stream and norm statistics: nmax / tp with sequence
                         parallelism (this rank's rows), else nmax */
+    int chunk_id;    /* the model chunk (interleaved schedule; else 0): local layers [lc0, lc0 + lcn) */
+    int lc0, lcn;
+    int first, last; /* the embeddings (the first stage's first chunk), the head (the last stage's last chunk) */
     int nslots;      /* S */
     int chunk, recomputed; /* layers [0, recomputed) are recomputed, in chunks of `chunk` layers */
     void *bnd;       /* [L+1][nres][C]: the residual stream at layer borders: bnd 0 = embedding after dropout

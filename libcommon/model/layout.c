@@ -33,6 +33,10 @@ static int check(const mt_model_arch *a, const mt_layout_part *p, mt_err *e)
     if (a->num_layers % p->pp_stages)
         return mt_err_set(e, "--pipeline-model-parallel-size (%d) must divide --num-layers (%d)", p->pp_stages,
                           a->num_layers);
+    int vp = p->vp_chunks > 1 ? p->vp_chunks : 1;
+    if (a->num_layers % (p->pp_stages * vp))
+        return mt_err_set(e, "--num-layers (%d) must be a multiple of --pipeline-model-parallel-size (%d) x the model "
+                             "chunks of a stage (%d)", a->num_layers, p->pp_stages, vp);
     return 0;
 }
 
@@ -43,7 +47,14 @@ static void add(mt_layout *l, mt_tensor_kind kind, int layer, const char *name, 
     mt_layout_tensor *t = &l->t[l->n++];
     memset(t, 0, sizeof *t);
     snprintf(t->name, sizeof t->name, "%s", name);
-    snprintf(t->whole_name, sizeof t->whole_name, "%s", name);
+    /* the one-rank name: without a model chunk's "model<c>." prefix (layers are renamed by the caller) */
+    const char *w = name;
+    if (!strncmp(w, "model", 5) && w[5] >= '0' && w[5] <= '9') {
+        const char *d = w + 5;
+        while (*d >= '0' && *d <= '9') d++;
+        if (*d == '.') w = d + 1;
+    }
+    snprintf(t->whole_name, sizeof t->whole_name, "%s", w);
     t->kind = kind;
     t->layer = layer;
     t->ndim = cols ? 2 : 1;
@@ -69,23 +80,20 @@ int mt_layout_build(const mt_model_arch *a, const mt_layout_part *p, mt_layout *
     out->part = *p;
     int groups = a->num_query_groups > 0 ? a->num_query_groups : a->num_heads;
     out->arch.num_query_groups = groups;
-    int L = a->num_layers / p->pp_stages;
+    int vp = p->vp_chunks > 1 ? p->vp_chunks : 1;
+    int L = a->num_layers / (p->pp_stages * vp);   /* per chunk */
+    out->chunks = vp;
+    out->chunk_layers = L;
     out->first_layer = p->pp_stage * L;
-    out->num_layers = L;
+    out->num_layers = L * vp;
     int first = p->pp_stage == 0, last = p->pp_stage == p->pp_stages - 1;
-    out->t = calloc((size_t)L * 12 + 8, sizeof *out->t);
+    out->t = calloc((size_t)L * vp * 12 + 8, sizeof *out->t);
     if (!out->t) return mt_err_set(e, "out of memory");
 
     int64_t h = a->hidden_size, f = a->ffn_hidden_size, hn = h / a->num_heads, V = a->padded_vocab_size;
     int64_t qkv_rows = (a->num_heads + 2 * (int64_t)groups) * hn;   /* 3h for multi-head attention */
     int64_t fc1_rows = a->mlp == MT_MLP_SWIGLU ? 2 * f : f;          /* gate and up, per rank in halves */
     int bias = a->add_bias_linear, ln = a->norm == MT_NORM_LAYERNORM;
-    if (first) {
-        add(out, MT_T_WORD_EMB, -1, "language_model.embedding.word_embeddings.weight", V, h, 0, 0);
-        if (a->position == MT_POS_LEARNED)
-            add(out, MT_T_POS_EMB, -1, "language_model.embedding.position_embeddings.weight", a->max_position_embeddings,
-                h, -1, 0);
-    }
     static const struct {
         mt_tensor_kind kind;
         const char *suffix;
@@ -97,40 +105,59 @@ int mt_layout_build(const mt_model_arch *a, const mt_layout_part *p, mt_layout *
         {MT_T_FC1_W, "mlp.dense_h_to_4h.weight"},         {MT_T_FC1_B, "mlp.dense_h_to_4h.bias"},
         {MT_T_FC2_W, "mlp.dense_4h_to_h.weight"},         {MT_T_FC2_B, "mlp.dense_4h_to_h.bias"},
     };
-    for (int i = 0; i < L; i++)
-        for (size_t j = 0; j < sizeof per_layer / sizeof per_layer[0]; j++) {
-            mt_tensor_kind k = per_layer[j].kind;
-            if ((k == MT_T_NORM1_B || k == MT_T_NORM2_B) && !ln) continue;
-            if ((k == MT_T_QKV_B || k == MT_T_PROJ_B || k == MT_T_FC1_B || k == MT_T_FC2_B) && !bias) continue;
-            char name[128];
-            snprintf(name, sizeof name, "language_model.encoder.layers.%d.%s", i, per_layer[j].suffix);
-            int64_t rows = h, cols = 0;
-            int pdim = -1;
-            switch (k) {
-            case MT_T_QKV_W: rows = qkv_rows, cols = h, pdim = 0; break;
-            case MT_T_QKV_B: rows = qkv_rows, pdim = 0; break;
-            case MT_T_PROJ_W: cols = h, pdim = 1; break;
-            case MT_T_FC1_W: rows = fc1_rows, cols = h, pdim = 0; break;
-            case MT_T_FC1_B: rows = fc1_rows, pdim = 0; break;
-            case MT_T_FC2_W: cols = f, pdim = 1; break;
-            default: break;   /* norms and the row-parallel biases: [h], replicated */
+    for (int c = 0; c < vp; c++) {
+        char pre[24] = "";   /* the chunk's prefix in the state dict */
+        if (vp > 1) snprintf(pre, sizeof pre, "model%d.", c);
+        char name[128];
+#define NAMED(s) (snprintf(name, sizeof name, "%s%s", pre, s), name)
+        if (first && c == 0) {
+            add(out, MT_T_WORD_EMB, -1, NAMED("language_model.embedding.word_embeddings.weight"), V, h, 0, 0);
+            if (a->position == MT_POS_LEARNED)
+                add(out, MT_T_POS_EMB, -1, NAMED("language_model.embedding.position_embeddings.weight"),
+                    a->max_position_embeddings, h, -1, 0);
+        }
+        int l0 = (c * p->pp_stages + p->pp_stage) * L;   /* the chunk's first global layer */
+        for (int i = 0; i < L; i++)
+            for (size_t j = 0; j < sizeof per_layer / sizeof per_layer[0]; j++) {
+                mt_tensor_kind k = per_layer[j].kind;
+                if ((k == MT_T_NORM1_B || k == MT_T_NORM2_B) && !ln) continue;
+                if ((k == MT_T_QKV_B || k == MT_T_PROJ_B || k == MT_T_FC1_B || k == MT_T_FC2_B) && !bias) continue;
+                snprintf(name, sizeof name, "%slanguage_model.encoder.layers.%d.%s", pre, i, per_layer[j].suffix);
+                int64_t rows = h, cols = 0;
+                int pdim = -1;
+                switch (k) {
+                case MT_T_QKV_W: rows = qkv_rows, cols = h, pdim = 0; break;
+                case MT_T_QKV_B: rows = qkv_rows, pdim = 0; break;
+                case MT_T_PROJ_W: cols = h, pdim = 1; break;
+                case MT_T_FC1_W: rows = fc1_rows, cols = h, pdim = 0; break;
+                case MT_T_FC1_B: rows = fc1_rows, pdim = 0; break;
+                case MT_T_FC2_W: cols = f, pdim = 1; break;
+                default: break;   /* norms and the row-parallel biases: [h], replicated */
+                }
+                add(out, k, l0 + i, name, rows, cols, pdim, cols == 0);
+                snprintf(out->t[out->n - 1].whole_name, sizeof name, "language_model.encoder.layers.%d.%s", l0 + i,
+                         per_layer[j].suffix);
             }
-            add(out, k, out->first_layer + i, name, rows, cols, pdim, cols == 0);
-            snprintf(out->t[out->n - 1].whole_name, sizeof name, "language_model.encoder.layers.%d.%s",
-                     out->first_layer + i, per_layer[j].suffix);
+        if (last && c == vp - 1) {
+            add(out, MT_T_FINAL_NORM_W, -1, NAMED("language_model.encoder.final_layernorm.weight"), h, 0, -1, 1);
+            if (ln) add(out, MT_T_FINAL_NORM_B, -1, NAMED("language_model.encoder.final_layernorm.bias"), h, 0, -1, 1);
+            if (!a->tied_embeddings)
+                add(out, MT_T_OUTPUT, -1, NAMED("language_model.output_layer.weight"), V, h, 0, 0);
+            else if (p->pp_stages > 1) {
+                add(out, MT_T_OUTPUT, -1, NAMED("word_embeddings_for_head.weight"), V, h, 0, 0);
+                snprintf(out->t[out->n - 1].whole_name, sizeof out->t[0].whole_name, "%s",
+                         "language_model.embedding.word_embeddings.weight");
+            }
         }
-    if (last) {
-        add(out, MT_T_FINAL_NORM_W, -1, "language_model.encoder.final_layernorm.weight", h, 0, -1, 1);
-        if (ln) add(out, MT_T_FINAL_NORM_B, -1, "language_model.encoder.final_layernorm.bias", h, 0, -1, 1);
-        if (!a->tied_embeddings)
-            add(out, MT_T_OUTPUT, -1, "language_model.output_layer.weight", V, h, 0, 0);
-        else if (p->pp_stages > 1) {
-            add(out, MT_T_OUTPUT, -1, "word_embeddings_for_head.weight", V, h, 0, 0);
-            snprintf(out->t[out->n - 1].whole_name, sizeof out->t[0].whole_name, "%s",
-                     "language_model.embedding.word_embeddings.weight");
-        }
+#undef NAMED
     }
     return 0;
+}
+
+int mt_layout_global_layer(const mt_layout *l, int li)
+{
+    int L = l->chunk_layers, c = li / L;
+    return (c * l->part.pp_stages + l->part.pp_stage) * L + li % L;
 }
 
 void mt_layout_slice(const mt_layout_tensor *t, const float *whole, float *slice)

@@ -9,7 +9,11 @@
  * and MLP output matrices row-parallel (columns split, biases replicated); norms and position
  * embeddings replicated. Layers split evenly over pipeline stages; the first stage holds the
  * embeddings, the last the final norm and, with tied embeddings and more than one stage, its own copy
- * of the word embeddings for the output layer (word_embeddings_for_head).
+ * of the word embeddings for the output layer (word_embeddings_for_head). With the interleaved schedule
+ * (vp_chunks model chunks per stage, Megatron's virtual pipeline) stage s holds chunks c = 0 .. vp - 1 of
+ * L / (pp vp) layers each, global layers (c pp + s) L / (pp vp) + i; the embeddings are chunk 0's of stage
+ * 0 and the head chunk vp - 1's of the last stage; names get chunk c's prefix "model<c>." (Megatron's
+ * state dict holds the chunks as model0, model1, ...).
  *
  * Names are the keys of Megatron's legacy (v2/v3) state dict of that rank, layer indices local to the
  * stage (spec 5.3); `layer` gives the global index. With one stage and one tensor rank, GPT-2's table
@@ -43,6 +47,7 @@ typedef struct mt_model_arch {
 
 typedef struct mt_layout_part {
     int tp_rank, tp_size, pp_stage, pp_stages;
+    int vp_chunks;   /* the interleaved schedule's model chunks per stage (0 or 1: one) */
 } mt_layout_part;
 
 typedef enum {
@@ -72,11 +77,17 @@ typedef struct mt_layout_tensor {
 typedef struct mt_layout {
     mt_model_arch arch;
     mt_layout_part part;
-    int first_layer, num_layers;   /* the stage's global layers [first_layer, first_layer + num_layers) */
+    int first_layer, num_layers;   /* the stage's global layers [first_layer, first_layer + num_layers); with
+                                      model chunks, num_layers in all and the first chunk's first */
+    int chunks, chunk_layers;      /* model chunks (1 without the interleaved schedule) of chunk_layers each:
+                                      chunk c holds global layers (c pp_stages + pp_stage) chunk_layers + i */
     int n;
     mt_layout_tensor *t;           /* in buffer order */
     size_t numel;                  /* the rank's flat buffer */
 } mt_layout;
+
+/* The global index of local layer li (0 .. num_layers - 1) of layout l. */
+int mt_layout_global_layer(const mt_layout *l, int li);
 
 /* Builds the layout of one rank. -1 with a message naming the flag when the architecture cannot be
  * split this way (heads, query groups, ffn, vocabulary not divisible by the tensor size; layers by the

@@ -10,6 +10,12 @@
  * context each (t->ctxs). Every stage reads each micro-batch (the tokens for the first stage's
  * embedding, the targets and loss mask for the last stage's loss) and sets its dropout key, so a stage
  * draws the masks of the one-stage run for its layers.
+ *
+ * With model chunks (--num-layers-per-virtual-pipeline-stage) the step is Megatron's interleaved schedule
+ * (forward_backward_pipelining_with_interleaving): M x vp virtual micro-batches, groups of pp micro-batches
+ * going through chunk 0, 1, ... and back in reverse; the stages form a ring (the last stage's chunk c
+ * sends to the first stage's chunk c + 1). Contexts are made per chunk as the schedule first needs them and
+ * reused after their backward pass (mt_pipeline_contexts counts them without running the model).
  */
 #ifndef MT_TRAIN_PIPELINE_H
 #define MT_TRAIN_PIPELINE_H
@@ -25,6 +31,11 @@ int mt_pipeline_train(mt_trainer *t, mt_step_result *r, mt_err *e);
 /* Forward only (every micro-batch as warm-up) of this rank's micro-batches of the global batch of split
  * starting at sample first; adds the last stage's loss sums and token counts to *loss_sum, *tokens. */
 int mt_pipeline_eval(mt_trainer *t, int split, int64_t first, double *loss_sum, double *tokens, mt_err *e);
+
+/* The contexts (micro-batches' activations) stage `stage` of pp keeps per model chunk (per_chunk[vp])
+ * over a step of num_micro micro-batches: the 1F1B bound min(pp - stage, M), or the most the interleaved
+ * schedule has in flight (and received) at once, counted by running its bookkeeping. 0, or -1. */
+int mt_pipeline_contexts(int pp, int stage, int num_micro, int vp, int *per_chunk);
 
 /* After the backward passes: the gradients of tied word embeddings summed between the first and last
  * stage (Megatron's embedding-group all-reduce). Nothing with one stage. */

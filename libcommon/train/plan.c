@@ -6,6 +6,7 @@
 #include "ckpt/open_model.h"
 #include "comm/comm.h"
 #include "model/gpt.h"
+#include "train/pipeline.h"
 
 int mt_plan_print(FILE *out, const mt_train_args *a, int world, mt_err *e)
 {
@@ -32,11 +33,21 @@ int mt_plan_print(FILE *out, const mt_train_args *a, int world, mt_err *e)
             (long long)(cfg.padded_vocab_size - vocab), cfg.padded_vocab_size);
     fprintf(out, "> %d micro-batches of %d x %d tokens per data-parallel rank and iteration%s\n", M, a->micro_batch_size,
             a->seq_length, cfg.recompute_granularity == MT_RECOMPUTE_FULL ? ", full activation recomputation" : "");
+    int lc = a->num_layers_per_virtual_pipeline_stage, vp = lc ? a->num_layers / pp / lc : 1;
+    if (vp > 1 && M % pp)
+        return mt_err_set(e, "the interleaved schedule needs the micro-batches of a data-parallel rank (%d) to be a "
+                             "multiple of --pipeline-model-parallel-size (%d)", M, pp);
     double mb = 1024.0 * 1024.0;
+    size_t *cb = mt_xcalloc((size_t)vp, sizeof *cb);
+    int *live = mt_xcalloc((size_t)vp, sizeof *live);
     for (int s = 0; s < pp; s++)
         for (int r = 0; r < tp; r++) {
-            size_t np, cb;
-            if (mt_gpt_plan_part(&cfg, r, tp, s, pp, a->micro_batch_size, asz, &np, &cb, e)) return -1;
+            size_t np;
+            if (mt_gpt_plan_part(&cfg, r, tp, s, pp, vp, a->micro_batch_size, asz, &np, cb, e) ||
+                mt_pipeline_contexts(pp, s, M, vp, live)) {
+                free(cb), free(live);
+                return -1;
+            }
             /* fp32 master parameters (and the working copy in bf16/fp16), fp32 gradients, AdamW's two moments
              * of this rank's shard (the distributed optimizer's first shard), the contexts alive at once */
             size_t shard = np;
@@ -46,16 +57,23 @@ int mt_plan_print(FILE *out, const mt_train_args *a, int world, mt_err *e)
                 shard = counts[0];
                 free(counts);
             }
-            int live = pp - s < M ? pp - s : M;
             double pb = (double)np * (4 + (asz == 4 ? 0 : asz)), gb = (double)np * 4, ob = 2.0 * 4 * (double)shard;
-            double ab = (double)live * (double)cb;
+            double ab = 0;
+            int n_live = 0;
+            for (int c = 0; c < vp; c++) ab += (double)live[c] * (double)cb[c], n_live += live[c];
             fprintf(out, " > number of parameters on (tensor, pipeline) model parallel rank (%d, %d): %zu\n", r, s, np);
             fprintf(out,
                     "[Rank %d] memory (MB) | parameters: %.1f | gradients: %.1f | optimizer: %.1f | activations: %.1f "
-                    "| total: %.1f | micro-batches in flight: %d of %.1f MB\n",
-                    r + tp * dp * s, pb / mb, gb / mb, ob / mb, ab / mb, (pb + gb + ob + ab) / mb, live, (double)cb / mb);
+                    "| total: %.1f | micro-batches in flight: %d%s\n",
+                    r + tp * dp * s, pb / mb, gb / mb, ob / mb, ab / mb, (pb + gb + ob + ab) / mb, n_live,
+                    vp > 1 ? " (model chunks)" : "");
         }
-    fprintf(out, "pipeline bubble fraction (pp - 1) / m: %.4f (%d stages, %d micro-batches)\n",
-            (double)(pp - 1) / M, pp, M);
+    free(cb), free(live);
+    if (vp > 1)
+        fprintf(out, "pipeline bubble fraction (pp - 1) / (v m): %.4f (%d stages, %d model chunks each, %d micro-batches)\n",
+                (double)(pp - 1) / ((double)vp * M), pp, vp, M);
+    else
+        fprintf(out, "pipeline bubble fraction (pp - 1) / m: %.4f (%d stages, %d micro-batches)\n", (double)(pp - 1) / M,
+                pp, M);
     return 0;
 }

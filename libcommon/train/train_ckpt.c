@@ -185,7 +185,7 @@ static int save_rank0(mt_trainer *t, FILE *log, const save_plan *sp, mt_err *e)
     int rc = 0;
     for (int i = 0; i < n_ranks && !rc; i++) {
         int r = i % tp, s = i / tp;
-        mt_layout_part part = {r, tp, s, pp};
+        mt_layout_part part = {r, tp, s, pp, t->vp};
         rc = mt_layout_build(&arch, &part, &lay[i], e);
         if (rc) break;
         size_t n = lay[i].numel * (full_optim ? 3 : 1);

@@ -131,12 +131,22 @@ int mt_trainer_open_par(mt_trainer *t, const mt_train_args *a, const mt_parallel
     if (t->world->rank != 0 && mt_barrier(t->world, e)) return -1;
     if (open_data(t, e)) return -1;
     if (t->world->rank == 0 && mt_barrier(t->world, e)) return -1;
-    t->model = mt_gpt_create_stage(t->k, &t->cfg, t->dev_tp, t->pp_rank, t->pp_size, MT_GPT_TRAIN, e);
+    t->vp = t->a.num_layers_per_virtual_pipeline_stage
+                ? t->cfg.num_layers / t->pp_size / t->a.num_layers_per_virtual_pipeline_stage
+                : 1;
+    if (t->vp > 1 && t->num_micro % t->pp_size)
+        return mt_err_set(e, "the interleaved schedule needs the micro-batches of a data-parallel rank (%d = "
+                             "--global-batch-size / (--micro-batch-size x data-parallel size)) to be a multiple of "
+                             "--pipeline-model-parallel-size (%d)", t->num_micro, t->pp_size);
+    t->model = mt_gpt_create_chunks(t->k, &t->cfg, t->dev_tp, t->pp_rank, t->pp_size, t->vp, MT_GPT_TRAIN, e);
     if (!t->model) return -1;
-    /* 1F1B keeps min(pp - stage, num_micro) micro-batches' activations */
-    t->nctx = t->pp_size - t->pp_rank < t->num_micro ? t->pp_size - t->pp_rank : t->num_micro;
-    t->ctxs = mt_xcalloc((size_t)t->nctx, sizeof *t->ctxs);
-    t->ctx_scale = mt_xcalloc((size_t)t->nctx, sizeof *t->ctx_scale);
+    /* 1F1B keeps min(pp - stage, num_micro) micro-batches' activations; the interleaved schedule makes its
+     * contexts as it needs them */
+    t->nctx = t->vp > 1 ? 0 : t->pp_size - t->pp_rank < t->num_micro ? t->pp_size - t->pp_rank : t->num_micro;
+    t->ctxs = mt_xcalloc((size_t)t->nctx + 1, sizeof *t->ctxs);
+    t->ctx_scale = mt_xcalloc((size_t)t->nctx + 1, sizeof *t->ctx_scale);
+    t->ctx_busy = mt_xcalloc((size_t)t->nctx + 1, sizeof *t->ctx_busy);
+    t->ctx_chunk = mt_xcalloc((size_t)t->nctx + 1, sizeof *t->ctx_chunk);
     for (int i = 0; i < t->nctx; i++)
         if (!(t->ctxs[i] = mt_gpt_ctx_new(t->model, t->a.micro_batch_size, e))) return -1;
     mt_gpt_init(t->model, (uint64_t)t->a.seed);
@@ -172,6 +182,8 @@ void mt_trainer_close(mt_trainer *t)
     for (int i = 0; i < t->nctx; i++) mt_gpt_ctx_free(t->ctxs[i]);
     free(t->ctxs);
     free(t->ctx_scale);
+    free(t->ctx_busy);
+    free(t->ctx_chunk);
     t->ctxs = NULL;
     t->nctx = 0;
     mt_gpt_free(t->model);

@@ -2,7 +2,8 @@
 # train-plan.sh: mt-train --dry-run, the memory planner. For layouts with data, tensor and pipeline
 # parallelism, the distributed optimizer, bf16 and each recomputation mode, the plan of every (tensor rank,
 # stage) (parameter count; parameters, gradients, optimizer state, activations and total in MB) equals the
-# memory lines of a real run of the same flags on CPU ranks, and its bubble fraction is (pp - 1) / m. A
+# memory lines of a real run of the same flags on CPU ranks (the interleaved schedule's contexts included),
+# and its bubble fraction is (pp - 1) / m, (pp - 1) / (v m) interleaved. A
 # GPT-3 175B layout on 1024 ranks is planned in seconds without allocating it, and its parameters summed
 # over the ranks (less the last stage's copies of the word embeddings, replicated tensors counted once)
 # are the model's count from its sizes. Planning a layout that cannot split the model is refused naming the flag.
@@ -30,7 +31,9 @@ for c in "1 --tensor-model-parallel-size 1" \
     "4 --pipeline-model-parallel-size 4 $full uniform --recompute-num-layers 1" \
     "4 --tensor-model-parallel-size 2 --pipeline-model-parallel-size 2 --sequence-parallel $full uniform --recompute-num-layers 2" \
     "8 --tensor-model-parallel-size 2 --pipeline-model-parallel-size 2 --use-distributed-optimizer --bf16 $full block --recompute-num-layers 1" \
-    "4 --pipeline-model-parallel-size 2 --use-distributed-optimizer"; do
+    "4 --pipeline-model-parallel-size 2 --use-distributed-optimizer" \
+    "4 --pipeline-model-parallel-size 2 --tensor-model-parallel-size 2 --num-layers-per-virtual-pipeline-stage 1" \
+    "2 --pipeline-model-parallel-size 2 --num-layers-per-virtual-pipeline-stage 1 $full block --recompute-num-layers 1"; do
     set -- $c
     n=$1; shift
     name="$n ranks $*"
@@ -61,6 +64,11 @@ done
 # shellcheck disable=SC2086
 mt-train $base --pipeline-model-parallel-size 4 --dry-run --world-size 8 >"$d/b" 2>&1
 t_grep "PP=4, DP=2, 4 micro-batches: bubble fraction 3/4" "^pipeline bubble fraction \(pp - 1\) / m: 0\.7500 \(4 stages, 4 micro-batches\)$" "$d/b"
+# interleaved: (pp - 1) / (v m) with v = 2 chunks of 1 layer on 2 stages, m = 8
+# shellcheck disable=SC2086
+mt-train $base --pipeline-model-parallel-size 2 --num-layers-per-virtual-pipeline-stage 1 --dry-run --world-size 2 >"$d/b" 2>&1
+t_grep "PP=2 interleaved, 2 chunks, 8 micro-batches: bubble fraction 1/16" \
+    "^pipeline bubble fraction \(pp - 1\) / \(v m\): 0\.0625 \(2 stages, 2 model chunks each, 8 micro-batches\)$" "$d/b"
 
 # GPT-3 175B (96 layers, hidden 12288, 96 heads, seq 2048, vocabulary 50257) on 1024 ranks, TP=8 PP=16:
 # planned without allocating it; every rank's parameters summed, less the last stage's copies of the

@@ -7,6 +7,9 @@
 # sizes); each (tensor rank, stage)'s parameter count is its layout's. Checkpoints: one directory per
 # (tensor rank, stage) with Megatron's slices; a (2,2,2) run stopped or killed mid-save resumes with the
 # uninterrupted losses bit for bit; resharded to (1,4,1) and (1,1,4) it resumes with the same losses.
+# The interleaved schedule (--num-layers-per-virtual-pipeline-stage: two model chunks per stage) at (1,1,2),
+# (1,2,2) with sequence parallelism and (2,1,2) with the distributed optimizer gives the same one-rank
+# losses, and its checkpoint (the chunks as model0., model1.) resumes bit for bit and resharded to one rank.
 # Layouts that cannot split the model are refused naming the flag.
 . "$(dirname "$0")/../lib.sh"
 py=/usr/bin/python3
@@ -86,6 +89,59 @@ for layout in "1 1 2" "1 1 4" "1 2 2" "2 1 2" "2 2 2"; do
     if [ -z "$bad" ]; then t_pass "DP=$dp TP=$tp PP=$pp: each (tensor rank, stage)'s parameters are its layout's"
     else t_fail "DP=$dp TP=$tp PP=$pp: parameter counts" "$bad: $(grep 'number of parameters' "$m.log" | head -4)"; fi
 done
+
+# the interleaved schedule: 4 layers over 2 stages as 2 chunks of 1 layer each (stage 0: layers 0 and 2)
+vl="--num-layers-per-virtual-pipeline-stage 1"
+for layout in "1 1 2" "1 2 2 --sequence-parallel" "2 1 2 --use-distributed-optimizer"; do
+    set -- $layout
+    dp=$1 tp=$2 pp=$3 n=$(($1 * $2 * $3)); shift 3
+    name="DP=$dp TP=$tp PP=$pp interleaved${*:+ $*}" m=$d/i-$dp-$tp-$pp
+    # shellcheck disable=SC2046,SC2086
+    if mpi $n mt-train $(args $tp $pp) $vl "$@" --metrics-file "$m.jsonl" >"$m.log" 2>"$m.err"; then
+        t_same_losses "$name: the one-rank losses and grad norms of 20 iterations, dropout on" "$d/ref.jsonl" "$m.jsonl"
+    else t_fail "$name under mpirun" "$(tail -5 "$m.err")"; fi
+done
+s=$d/si
+# shellcheck disable=SC2046
+mpi 4 mt-train $(args 2 2) $vl --sequence-parallel --metrics-file "$s.jsonl" --save "$s" --save-interval 10 --exit-interval 10 >"$s.log" 2>"$s.err" ||
+    t_fail "(1,2,2) interleaved --save" "$(tail -3 "$s.err")"
+if $py - "$s/iter_0000010/mp_rank_01_001/model.safetensors" >"$d/names" 2>&1 <<'PYEOF'
+import json, struct, sys
+f = open(sys.argv[1], "rb")
+names = set(json.loads(f.read(struct.unpack("<Q", f.read(8))[0])))
+# the last stage of 2 holds chunk 0 = global layer 1 and chunk 1 = global layer 3 with the head
+for n in ("model0.language_model.encoder.layers.0.input_layernorm.weight",
+          "model1.language_model.encoder.layers.0.mlp.dense_4h_to_h.weight",
+          "model1.language_model.encoder.final_layernorm.weight", "model1.word_embeddings_for_head.weight"):
+    assert n in names, n
+assert not any(n.startswith("model0.language_model.encoder.final") or ".layers.1." in n for n in names), sorted(names)
+PYEOF
+then t_pass "(1,2,2) interleaved checkpoint: each stage's chunks as model0. and model1."
+else t_fail "(1,2,2) interleaved checkpoint names" "$(tail -2 "$d/names")"; fi
+t_ok "(1,2,2) interleaved checkpoint resharded to one rank" mt-ckpt-convert --load "$s" --save "$d/si1" \
+    --target-tensor-parallel-size 1 --target-pipeline-parallel-size 1
+# shellcheck disable=SC2046
+mpi 4 mt-train $(args 2 2) $vl --sequence-parallel --metrics-file "$s.jsonl" --load "$s" >>"$s.log" 2>>"$s.err" || t_fail "(1,2,2) interleaved resume" "$(tail -3 "$s.err")"
+t_same_losses "(1,2,2) interleaved stopped at 10 and resumed: the uninterrupted losses, bit for bit" "$d/i-1-2-2.jsonl" "$s.jsonl" 1e-300
+# shellcheck disable=SC2046
+if mt-train $(args 1 1) --load "$d/si1" --metrics-file "$d/si1.jsonl" >"$d/si1.log" 2>"$d/si1.err" &&
+    $py - "$d/i-1-2-2.jsonl" "$d/si1.jsonl" >"$d/rc" 2>&1 <<'PYEOF'
+import json, sys
+load = lambda p: {r["iteration"]: (r["lm_loss"], r["grad_norm"]) for r in map(json.loads, open(p)) if r["type"] == "train"}
+a, b = load(sys.argv[1]), load(sys.argv[2])
+assert sorted(b) == list(range(11, 21)), sorted(b)
+w = max(abs(x - y) / abs(x) for i in b for x, y in zip(a[i], b[i]))
+assert w < 1e-5, w
+print("worst %.2g" % w)
+PYEOF
+then t_pass "(1,2,2) interleaved resharded to one rank resumes with its losses ($(cat "$d/rc"))"
+else t_fail "(1,2,2) interleaved resharded, resumed" "$(tail -3 "$d/si1.err" "$d/rc" 2>/dev/null | head -c 400)"; fi
+# shellcheck disable=SC2046
+t_fails "interleaved with micro-batches not a multiple of the stages" mpi 2 mt-train $(args 1 2) $vl --global-batch-size 6
+grep -q -- 'to be a multiple of --pipeline-model-parallel-size (2)' "$T_TMP/err" &&
+    t_pass "interleaved, 3 micro-batches on 2 stages: the message says why" || t_fail "interleaved micro-batches message" "$(tail -1 "$T_TMP/err")"
+# shellcheck disable=SC2046
+t_fails "a chunk size that does not divide a stage's layers" mt-train $(args 1 2) --num-layers-per-virtual-pipeline-stage 3
 
 # the launcher of one machine: mt-train -n 4, TP=2 PP=2
 # shellcheck disable=SC2046
