@@ -315,7 +315,11 @@ double mt_trainer_pp_volume(const mt_trainer *t)
     int P = t->pp_size, s = t->pp_rank;
     if (P <= 1) return 0;
     double n = (double)mt_gpt_stage_numel(t->model, t->a.micro_batch_size, t->a.seq_length) * (double)mtk_act_size(t->k);
-    double v = t->num_micro * n * ((s < P - 1) + (s > 0)) + 3 * sizeof(double) * 2.0 * (P - 1) / P;
+    /* per micro-batch and model chunk: its output unless it is the last virtual stage, its input gradient
+     * unless it is the first (with chunks the stages form a ring) */
+    int sends = 0;
+    for (int c = 0; c < t->vp; c++) sends += !(s == P - 1 && c == t->vp - 1) + !(s == 0 && c == 0);
+    double v = t->num_micro * n * sends + 3 * sizeof(double) * 2.0 * (P - 1) / P;
     int tied = mt_gpt_tied_copy(t->model);
     if (tied >= 0) v += (double)mt_gpt_tensor_at(t->model, tied)->numel * sizeof(float);
     return v;

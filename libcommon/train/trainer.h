@@ -132,8 +132,9 @@ int mt_trainer_step(mt_trainer *t, mt_step_result *r, mt_err *e);
  * one tensor rank. */
 double mt_trainer_tp_volume(const mt_trainer *t);
 
-/* The bytes a rank must send to the other stages in one step: per micro-batch its output activations (to
- * the next stage) and its input gradients (to the previous), mt_gpt_stage_numel elements each; on the
+/* The bytes a rank must send to the other stages in one step: per micro-batch (and model chunk) its output
+ * activations (to the next stage) unless it is the last (virtual) stage and its input gradients (to the
+ * previous) unless it is the first, mt_gpt_stage_numel elements each; on the
  * first and the last stage the tied word embeddings' gradients (a two-rank ring all-reduce sends all of
  * them); the loss sums and the grad norm (three doubles) by ring. 0 with one stage. */
 double mt_trainer_pp_volume(const mt_trainer *t);
