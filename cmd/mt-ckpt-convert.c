@@ -1,4 +1,5 @@
-/* mt-ckpt-convert: checkpoints to and from Hugging Face's GPT2LMHeadModel directories, and to another
+/* mt-ckpt-convert: checkpoints to and from Hugging Face's GPT2LMHeadModel and LlamaForCausalLM
+ * directories, and to another
  * tensor/pipeline layout, tensor by tensor (man mt-ckpt-convert.1); the conversions are ckpt/'s
  * (hf_convert.h, reshard.h). */
 #include <stdio.h>
@@ -6,6 +7,7 @@
 
 #include "ckpt/hf_convert.h"
 #include "ckpt/hf_dir.h"
+#include "ckpt/hf_llama.h"
 #include "ckpt/open_model.h"
 #include "ckpt/reshard.h"
 #include "io/atomic.h"
@@ -25,7 +27,7 @@ static const mt_flag flags[] = {
     {"--dtype", MT_F_CHOICE, &dtype_name, NULL,
      "with --to hf: tensor dtype (default: the dtype the checkpoint was converted from, else fp32)", 0, 0, "fp32|bf16|fp16"},
     {"--from", MT_F_CHOICE, &from_fmt, NULL, "read a Hugging Face directory (--in) into a checkpoint (--save)", 0, 0, "hf"},
-    {"--in", MT_F_STR, &in_dir, "DIR", "with --from hf: the Hugging Face GPT-2 directory", 0, 0, NULL},
+    {"--in", MT_F_STR, &in_dir, "DIR", "with --from hf: the Hugging Face GPT-2 or Llama directory", 0, 0, NULL},
     {"--save", MT_F_STR, &save_dir, "DIR", "the checkpoint directory to write (--from hf, or resharding --load)", 0, 0, NULL},
     {"--target-tensor-parallel-size", MT_F_INT, &target_tp, "N", "tensor-parallel size of the checkpoint written (default 1)", 1, 4096, NULL},
     {"--target-pipeline-parallel-size", MT_F_INT, &target_pp, "N", "pipeline-parallel size of the checkpoint written (default 1)", 1, 4096, NULL},
@@ -40,9 +42,10 @@ static const mt_cmd cmd = {
     "               --from hf --in DIR --save DIR [--target-tensor-parallel-size N --target-pipeline-parallel-size N]\n"
     "               --load DIR --save DIR --target-tensor-parallel-size N --target-pipeline-parallel-size N",
     "Converts a checkpoint written by mt-train into a directory that Hugging Face transformers loads as\n"
-    "GPT2LMHeadModel with its tokenizer, or such a directory into a checkpoint that mt-train loads (with\n"
-    "--finetune), mt-eval and mt-generate use, or reshards a checkpoint of any tensor/pipeline-parallel\n"
-    "layout to another. Tensors are converted one at a time.",
+    "GPT2LMHeadModel, or as LlamaForCausalLM (--normalization RMSNorm --position-embedding-type rope\n"
+    "--swiglu --disable-bias-linear), with its tokenizer, or such a directory into a checkpoint that\n"
+    "mt-train loads (with --finetune), mt-eval and mt-generate use, or reshards a checkpoint of any\n"
+    "tensor/pipeline-parallel layout to another. Tensors are converted one at a time.",
     flags,
 };
 
@@ -64,7 +67,8 @@ static void to_hf(void)
     int n;
     const char *dn;
     if (mt_hf_export_ckpt(&mc, out_dir, dtype_name, progress, &n, &dn, &e)) mt_die_err(&e);
-    fprintf(stderr, "%s: wrote %s (GPT2LMHeadModel, %d tensors, %s) from %s\n", mt_progname(), out_dir, n, dn, mc.dir);
+    fprintf(stderr, "%s: wrote %s (%s, %d tensors, %s) from %s\n", mt_progname(), out_dir,
+            mt_hf_llama_is(&mc.arch) ? "LlamaForCausalLM" : "GPT2LMHeadModel", n, dn, mc.dir);
     mt_model_close(&mc);
 }
 

@@ -56,20 +56,6 @@ void mt_ckpt_global_close(mt_ckpt_global *g)
     memset(g, 0, sizeof *g);
 }
 
-/* Copies a slice [rows, cols] into the whole tensor [R, C] at offset off along dim (-1: whole). */
-static void place(float *dst, const float *src, const mt_layout_tensor *lt)
-{
-    int64_t rows = lt->local_shape[0], cols = lt->ndim == 2 ? lt->local_shape[1] : 1;
-    int64_t C = lt->ndim == 2 ? lt->global_shape[1] : 1;
-    if (lt->partition_dim <= 0) {
-        int64_t r0 = lt->partition_dim == 0 ? lt->partition_offset : 0;
-        memcpy(dst + r0 * C, src, sizeof(float) * (size_t)(rows * cols));
-        return;
-    }
-    for (int64_t r = 0; r < rows; r++)
-        memcpy(dst + r * C + lt->partition_offset, src + r * cols, sizeof(float) * (size_t)cols);
-}
-
 static void local_name(char *buf, size_t cap, const char *name, const char *suffix)
 {
     snprintf(buf, cap, "%s%s", name, suffix ? suffix : "");
@@ -81,10 +67,10 @@ int mt_ckpt_global_read(mt_ckpt_global *g, int which, const char *name, const ch
     char nm[200];
     const mt_layout_tensor *w = mt_layout_find(&g->whole, name);
     if (!w) return mt_err_set(e, "%s: the model has no tensor '%s'", mt_ckpt_dir(g->r[0]), name);
-    /* the word embeddings may be asked with other padding than the checkpoint's (the vocabulary is padded
+    /* the word embeddings (and an untied output layer) may be asked with other padding than the checkpoint's (the vocabulary is padded
      * for the tensor-parallel size): rows beyond the saved ones are zero, saved padding rows beyond the
      * asked ones are left out */
-    int vocab = w->kind == MT_T_WORD_EMB && ndim == 2 && shape[1] == w->global_shape[1];
+    int vocab = (w->kind == MT_T_WORD_EMB || w->kind == MT_T_OUTPUT) && ndim == 2 && shape[1] == w->global_shape[1];
     if (ndim != w->ndim || (!vocab && shape[0] != w->global_shape[0]) || (ndim == 2 && shape[1] != w->global_shape[1]))
         return mt_err_set(e, "%s: tensor '%s' does not have the model's shape", mt_ckpt_dir(g->r[0]), name);
     int64_t rows = w->global_shape[0], cols = ndim == 2 ? w->global_shape[1] : 1;
@@ -96,7 +82,7 @@ int mt_ckpt_global_read(mt_ckpt_global *g, int which, const char *name, const ch
         if (lt->partition_dim < 0 && found) continue;   /* replicated: the first holder's */
         local_name(nm, sizeof nm, lt->name, suffix);
         if (mt_ckpt_read_tensor(g->r[i], which, nm, lt->ndim, lt->local_shape, g->scratch, e)) rc = -1;
-        else place(out, g->scratch, lt);
+        else mt_layout_place(lt, g->scratch, out);
         found = 1;
     }
     if (!rc && !found) rc = mt_err_set(e, "%s: no rank holds '%s'", mt_ckpt_dir(g->r[0]), name);

@@ -1,4 +1,4 @@
-/* hf_dir.c: a Hugging Face GPT-2 directory's config and safetensors files (see hf_dir.h). */
+/* hf_dir.c: a Hugging Face GPT-2 or Llama directory's config and safetensors files (see hf_dir.h). */
 #include "ckpt/hf_dir.h"
 
 #include <errno.h>
@@ -29,6 +29,11 @@ bool mt_hf_dir_is(const char *dir)
 }
 
 static const mt_st_info *find(const mt_hf_dir *d, const char *name, int *fi);
+
+static const char *embeddings_name(const mt_hf_dir *d)
+{
+    return d->cfg.llama ? "model.embed_tokens.weight" : "wte.weight";
+}
 
 static int cmp_str(const void *a, const void *b) { return strcmp(*(char *const *)a, *(char *const *)b); }
 
@@ -111,7 +116,7 @@ int mt_hf_dir_open(mt_hf_dir *d, const char *dir, mt_err *e)
         return -1;
     }
     int fi;
-    const mt_st_info *wte = find(d, "wte.weight", &fi);
+    const mt_st_info *wte = find(d, embeddings_name(d), &fi);
     d->dtype = wte ? wte->dtype : MT_ST_F32;
     return 0;
 }
@@ -130,7 +135,7 @@ static const mt_st_info *find(const mt_hf_dir *d, const char *name, int *fi)
     char full[160];
     snprintf(full, sizeof full, "transformer.%s", name);
     for (int i = 0; i < d->nfiles; i++) {
-        const mt_st_info *t = mt_st_find(&d->files[i], full);
+        const mt_st_info *t = d->cfg.llama ? NULL : mt_st_find(&d->files[i], full);
         if (!t) t = mt_st_find(&d->files[i], name);
         if (t) {
             *fi = i;
@@ -145,8 +150,9 @@ int mt_hf_dir_read(mt_hf_dir *d, const mt_hf_tensor *t, float *dst, mt_err *e)
     int fi;
     const mt_st_info *s = find(d, t->hf, &fi);
     if (!s) {
-        if (d->nfiles == 1) return mt_err_set(e, "%s: missing tensor 'transformer.%s'", d->files[0].path, t->hf);
-        return mt_err_set(e, "%s: missing tensor 'transformer.%s' (in none of the %d shards)", d->dir, t->hf, d->nfiles);
+        const char *pre = d->cfg.llama ? "" : "transformer.";
+        if (d->nfiles == 1) return mt_err_set(e, "%s: missing tensor '%s%s'", d->files[0].path, pre, t->hf);
+        return mt_err_set(e, "%s: missing tensor '%s%s' (in none of the %d shards)", d->dir, pre, t->hf, d->nfiles);
     }
     const char *file = d->files[fi].path;
     bool same = s->ndim == t->ndim;
@@ -161,6 +167,16 @@ int mt_hf_dir_read(mt_hf_dir *d, const mt_hf_tensor *t, float *dst, mt_err *e)
                           mt_st_dtype_name(s->dtype));
     mt_st_drop(&d->files[fi], s);
     return 0;
+}
+
+/* "model.layers.<digits>.self_attn.rotary_emb.inv_freq": a buffer older transformers saved. */
+static bool inv_freq_buffer(const char *name)
+{
+    if (strncmp(name, "model.layers.", 13)) return false;
+    name += 13;
+    if (*name < '0' || *name > '9') return false;
+    while (*name >= '0' && *name <= '9') name++;
+    return !strcmp(name, ".self_attn.rotary_emb.inv_freq");
 }
 
 /* "h.<digits>.attn.bias" or "h.<digits>.attn.masked_bias", with or without the prefix. */
@@ -179,19 +195,20 @@ int mt_hf_dir_check_names(const mt_hf_dir *d, const mt_hf_tensor *map, int n, mt
     for (int i = 0; i < d->nfiles; i++)
         for (int j = 0; j < d->files[i].n; j++) {
             const mt_st_info *t = &d->files[i].t[j];
-            const char *name = !strncmp(t->name, "transformer.", 12) ? t->name + 12 : t->name;
-            bool known = mask_buffer(name);
+            const char *name = !d->cfg.llama && !strncmp(t->name, "transformer.", 12) ? t->name + 12 : t->name;
+            bool known = d->cfg.llama ? inv_freq_buffer(name) : mask_buffer(name);
             for (int k = 0; k < n && !known; k++) known = !strcmp(map[k].hf, name);
-            if (!strcmp(t->name, "lm_head.weight")) {   /* tied: must be the word embeddings */
+            if (!known && !strcmp(t->name, "lm_head.weight")) {   /* tied: must be the word embeddings */
                 int wi;
-                const mt_st_info *w = find(d, "wte.weight", &wi);
+                const mt_st_info *w = find(d, embeddings_name(d), &wi);
                 if (!w || t->dtype != w->dtype || t->nbytes != w->nbytes || (w->nbytes && memcmp(t->data, w->data, w->nbytes)))
-                    return mt_err_set(e, "%s: lm_head.weight differs from the word embeddings: mt ties them (GPT-2)",
+                    return mt_err_set(e, "%s: lm_head.weight differs from the word embeddings, which config.json ties to it",
                                       d->files[i].path);
                 known = true;
             }
             if (!known)
-                return mt_err_set(e, "%s: unexpected tensor '%s' (not part of GPT2LMHeadModel)", d->files[i].path, t->name);
+                return mt_err_set(e, "%s: unexpected tensor '%s' (not part of %s)", d->files[i].path, t->name,
+                                  d->cfg.llama ? "LlamaForCausalLM" : "GPT2LMHeadModel");
         }
     return 0;
 }

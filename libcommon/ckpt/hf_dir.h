@@ -1,6 +1,7 @@
-/* hf_dir.h: reading a Hugging Face GPT-2 model directory: config.json, and model.safetensors or the
- * shards that model.safetensors.index.json lists (each file mapped and validated by io/safetensors).
- * Tensor names are accepted with or without the "transformer." prefix (GPT2Model saves have none).
+/* hf_dir.h: reading a Hugging Face GPT-2 or Llama model directory: config.json, and model.safetensors
+ * or the shards that model.safetensors.index.json lists (each file mapped and validated by
+ * io/safetensors). GPT-2 tensor names are accepted with or without the "transformer." prefix (GPT2Model
+ * saves have none); Llama's are whole ("model.layers.0...", "lm_head.weight").
  * Tensors are read as float32 (F16 and BF16 widened exactly, F32 copied).
  */
 #ifndef MT_CKPT_HF_DIR_H
@@ -33,9 +34,9 @@ void mt_hf_dir_close(mt_hf_dir *d);
  * one of another shape or of a non-float dtype, is an error naming the file. */
 int mt_hf_dir_read(mt_hf_dir *d, const mt_hf_tensor *t, float *dst, mt_err *e);
 
-/* Every tensor of the files is one of map's (by HF name), an attention mask buffer (h.N.attn.bias,
- * h.N.attn.masked_bias: ignored), or lm_head.weight equal to the word embeddings (tied); anything else
- * is an error ("unexpected tensor 'x'"). */
+/* Every tensor of the files is one of map's (by HF name), an attention mask buffer (GPT-2's h.N.attn.bias,
+ * h.N.attn.masked_bias; Llama's model.layers.N.self_attn.rotary_emb.inv_freq: ignored), or lm_head.weight
+ * equal to the word embeddings (tied); anything else is an error ("unexpected tensor 'x'"). */
 int mt_hf_dir_check_names(const mt_hf_dir *d, const mt_hf_tensor *map, int n, mt_err *e);
 
 #endif

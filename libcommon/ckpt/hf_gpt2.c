@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "ckpt/hf_llama.h"
 #include "io/atomic.h"
 #include "io/jsonfile.h"
 #include "util/err.h"
@@ -13,7 +14,7 @@
 /* ---- config.json ---- */
 
 /* An integer key in [lo, hi]; absent: dflt (or an error when dflt < lo). */
-static int cfg_int(const char *path, json_t *o, const char *key, int lo, int hi, int dflt, int *out, mt_err *e)
+int mt_hf_cfg_int(const char *path, json_t *o, const char *key, int lo, int hi, int dflt, int *out, mt_err *e)
 {
     json_t *v = json_object_get(o, key);
     if (!v || json_is_null(v)) {
@@ -27,7 +28,7 @@ static int cfg_int(const char *path, json_t *o, const char *key, int lo, int hi,
     return 0;
 }
 
-static int cfg_real(const char *path, json_t *o, const char *key, double lo, double hi, double dflt, double *out,
+int mt_hf_cfg_real(const char *path, json_t *o, const char *key, double lo, double hi, double dflt, double *out,
                     mt_err *e)
 {
     json_t *v = json_object_get(o, key);
@@ -42,7 +43,7 @@ static int cfg_real(const char *path, json_t *o, const char *key, double lo, dou
 }
 
 /* A boolean key that must have the value want (absent: dflt). */
-static int cfg_bool_is(const char *path, json_t *o, const char *key, int dflt, int want, const char *why, mt_err *e)
+int mt_hf_cfg_bool_is(const char *path, json_t *o, const char *key, int dflt, int want, const char *why, mt_err *e)
 {
     json_t *v = json_object_get(o, key);
     int b = v && !json_is_null(v) ? json_is_true(v) : dflt;
@@ -62,9 +63,13 @@ int mt_hf_config_read(const char *path, mt_hf_config *c, mt_err *e)
         goto out;
     }
     const char *mt = json_string_value(json_object_get(o, "model_type"));
+    if (mt && !strcmp(mt, "llama")) {
+        rc = mt_hf_llama_config_read(path, o, c, e);
+        goto out;
+    }
     if (!mt || strcmp(mt, "gpt2")) {
-        mt_err_set(e, "%s: model_type is %s%s%s; only GPT-2 (gpt2) is supported", path, mt ? "'" : "",
-                   mt ? mt : "missing", mt ? "'" : "");
+        mt_err_set(e, "%s: model_type is %s%s%s; only GPT-2 (gpt2) and Llama (llama) are supported", path,
+                   mt ? "'" : "", mt ? mt : "missing", mt ? "'" : "");
         goto out;
     }
     json_t *arch = json_object_get(o, "architectures");
@@ -80,19 +85,19 @@ int mt_hf_config_read(const char *path, mt_hf_config *c, mt_err *e)
             }
         }
     }
-    if (cfg_int(path, o, "n_layer", 1, 100000, 12, &c->n_layer, e) || cfg_int(path, o, "n_embd", 1, 1 << 20, 768, &c->n_embd, e) ||
-        cfg_int(path, o, "n_head", 1, 1 << 16, 12, &c->n_head, e) ||
-        cfg_int(path, o, "n_positions", 1, 1 << 24, 1024, &c->n_positions, e) ||
-        cfg_int(path, o, "vocab_size", 1, 1 << 30, 50257, &c->vocab_size, e) ||
-        cfg_int(path, o, "n_inner", 1, 1 << 24, 4 * c->n_embd, &c->n_inner, e) ||
-        cfg_int(path, o, "bos_token_id", 0, 1 << 30, 50256, &c->bos_token_id, e) ||
-        cfg_int(path, o, "eos_token_id", 0, 1 << 30, 50256, &c->eos_token_id, e) ||
-        cfg_real(path, o, "layer_norm_epsilon", 1e-30, 1, 1e-5, &c->layer_norm_epsilon, e) ||
-        cfg_real(path, o, "initializer_range", 0, 1e6, 0.02, &c->initializer_range, e) ||
-        cfg_bool_is(path, o, "scale_attn_weights", 1, 1, "mt scales attention by 1/sqrt(head size)", e) ||
-        cfg_bool_is(path, o, "scale_attn_by_inverse_layer_idx", 0, 0, "not supported", e) ||
-        cfg_bool_is(path, o, "add_cross_attention", 0, 0, "not supported", e) ||
-        cfg_bool_is(path, o, "tie_word_embeddings", 1, 1, "mt ties the output layer to the word embeddings", e))
+    if (mt_hf_cfg_int(path, o, "n_layer", 1, 100000, 12, &c->n_layer, e) || mt_hf_cfg_int(path, o, "n_embd", 1, 1 << 20, 768, &c->n_embd, e) ||
+        mt_hf_cfg_int(path, o, "n_head", 1, 1 << 16, 12, &c->n_head, e) ||
+        mt_hf_cfg_int(path, o, "n_positions", 1, 1 << 24, 1024, &c->n_positions, e) ||
+        mt_hf_cfg_int(path, o, "vocab_size", 1, 1 << 30, 50257, &c->vocab_size, e) ||
+        mt_hf_cfg_int(path, o, "n_inner", 1, 1 << 24, 4 * c->n_embd, &c->n_inner, e) ||
+        mt_hf_cfg_int(path, o, "bos_token_id", 0, 1 << 30, 50256, &c->bos_token_id, e) ||
+        mt_hf_cfg_int(path, o, "eos_token_id", 0, 1 << 30, 50256, &c->eos_token_id, e) ||
+        mt_hf_cfg_real(path, o, "layer_norm_epsilon", 1e-30, 1, 1e-5, &c->layer_norm_epsilon, e) ||
+        mt_hf_cfg_real(path, o, "initializer_range", 0, 1e6, 0.02, &c->initializer_range, e) ||
+        mt_hf_cfg_bool_is(path, o, "scale_attn_weights", 1, 1, "mt scales attention by 1/sqrt(head size)", e) ||
+        mt_hf_cfg_bool_is(path, o, "scale_attn_by_inverse_layer_idx", 0, 0, "not supported", e) ||
+        mt_hf_cfg_bool_is(path, o, "add_cross_attention", 0, 0, "not supported", e) ||
+        mt_hf_cfg_bool_is(path, o, "tie_word_embeddings", 1, 1, "mt ties the output layer to the word embeddings", e))
         goto out;
     if (c->n_embd % c->n_head) {
         mt_err_set(e, "%s: n_embd %d is not divisible by n_head %d", path, c->n_embd, c->n_head);
@@ -114,6 +119,7 @@ out:
 
 int mt_hf_config_write(const char *path, const mt_hf_config *c, mt_err *e)
 {
+    if (c->llama) return mt_hf_llama_config_write(path, c, e);
     json_t *o = json_pack("{s:s,s:[s],s:f,s:i,s:f,s:i,s:f,s:f,s:s,s:i,s:i,s:i,s:i,s:i,s:b,s:f,s:b,s:b,"
                           "s:n,s:f,s:b,s:s,s:b,s:s,s:b,s:i}",
                           "activation_function", c->exact_gelu ? "gelu" : "gelu_new",
@@ -128,6 +134,11 @@ int mt_hf_config_write(const char *path, const mt_hf_config *c, mt_err *e)
                           "summary_type", "cls_index", "summary_use_proj", 1, "torch_dtype",
                           c->torch_dtype ? c->torch_dtype : "float32",
                           "use_cache", 1, "vocab_size", c->vocab_size);
+    return mt_hf_config_dump(path, o, e);
+}
+
+int mt_hf_config_dump(const char *path, json_t *o, mt_err *e)
+{
     if (!o) return mt_err_set(e, "%s: cannot build the config", path);
     char *s = json_dumps(o, JSON_INDENT(2) | JSON_SORT_KEYS | JSON_REAL_PRECISION(16));
     json_decref(o);
@@ -144,6 +155,7 @@ int mt_hf_config_write(const char *path, const mt_hf_config *c, mt_err *e)
 
 mt_model_arch mt_hf_arch(const mt_hf_config *c, int padded_vocab)
 {
+    if (c->llama) return mt_hf_llama_arch(c, padded_vocab);
     return (mt_model_arch){
         .num_layers = c->n_layer, .hidden_size = c->n_embd, .num_heads = c->n_head, .num_query_groups = c->n_head,
         .ffn_hidden_size = c->n_inner, .max_position_embeddings = c->n_positions, .padded_vocab_size = padded_vocab,
@@ -199,9 +211,11 @@ static void fill_entry(mt_hf_tensor *t, const mt_layout_tensor *lt, const char *
 
 mt_hf_tensor *mt_hf_tensors(const mt_model_arch *a, int64_t hf_rows, int *n, mt_err *e)
 {
+    if (mt_hf_llama_is(a)) return mt_hf_llama_tensors(a, hf_rows, n, e);
     if (a->norm != MT_NORM_LAYERNORM || a->position != MT_POS_LEARNED || a->mlp != MT_MLP_GELU || !a->add_bias_linear ||
         !a->tied_embeddings || a->num_query_groups != a->num_heads) {
-        mt_err_set(e, "only GPT-2 models (LayerNorm, learned positions, GeLU, biases, tied embeddings) convert to GPT2LMHeadModel");
+        mt_err_set(e, "only GPT-2 models (LayerNorm, learned positions, GeLU, biases, tied embeddings) convert to "
+                      "GPT2LMHeadModel, and Llama ones (RMSNorm, rope, SwiGLU, no biases) to LlamaForCausalLM");
         return NULL;
     }
     if (hf_rows < 1 || hf_rows > a->padded_vocab_size) {
@@ -263,6 +277,11 @@ void mt_hf_export(const mt_hf_tensor *t, int num_heads, const float *src, float 
         for (int64_t r = 0; r < rows; r++) dst[qkv_hf_index(r, h, hn)] = src[r];
         break;
     }
+    case MT_HF_QKV_PART:
+    case MT_HF_FC1_PART:
+        for (int64_t r = 0; r < t->hf_shape[0]; r++)
+            memcpy(dst + r * cols, src + mt_hf_llama_row(t, r) * cols, sizeof(float) * (size_t)cols);
+        break;
     }
 }
 
@@ -293,11 +312,17 @@ void mt_hf_import(const mt_hf_tensor *t, int num_heads, const float *src, float 
         for (int64_t r = 0; r < rows; r++) dst[r] = src[qkv_hf_index(r, h, hn)];
         break;
     }
+    case MT_HF_QKV_PART:
+    case MT_HF_FC1_PART:
+        for (int64_t r = 0; r < t->hf_shape[0]; r++)
+            memcpy(dst + mt_hf_llama_row(t, r) * cols, src + r * cols, sizeof(float) * (size_t)cols);
+        break;
     }
 }
 
 json_t *mt_hf_megatron_args(const mt_hf_config *c, int divisible_by, const char *vocab_file, const char *merge_file)
 {
+    if (c->llama) return mt_hf_llama_megatron_args(c, divisible_by, vocab_file);
     json_t *a = json_pack("{s:i,s:i,s:i,s:i,s:i,s:i,s:i,s:i,s:i,s:f,s:f,s:f,s:f,s:b,s:b,s:s,s:i,s:i}",
                           "num-layers", c->n_layer, "hidden-size", c->n_embd, "num-attention-heads", c->n_head,
                           "ffn-hidden-size", c->n_inner, "kv-channels", c->n_embd / c->n_head, "seq-length",

@@ -18,35 +18,59 @@
 #include "model/layout.h"
 #include "util/err.h"
 
-/* The fields of a GPT-2 config.json that shape the model. */
+/* The fields of a GPT-2 config.json that shape the model, and those of a Llama one (llama set; its
+ * names in hf_llama.h: num_hidden_layers is n_layer, hidden_size n_embd, num_attention_heads n_head,
+ * intermediate_size n_inner, max_position_embeddings n_positions, rms_norm_eps layer_norm_epsilon). */
 typedef struct mt_hf_config {
     int n_layer, n_embd, n_head, n_inner, n_positions, vocab_size;
     double layer_norm_epsilon, initializer_range;
     int exact_gelu;                 /* activation_function "gelu" (erf); else a tanh approximation */
-    int bos_token_id, eos_token_id;
+    int bos_token_id, eos_token_id; /* -1: null (Llama) */
     const char *torch_dtype;        /* written to config.json ("float32" when NULL) */
+    /* LlamaForCausalLM */
+    int llama;
+    int n_kv_head;                  /* num_key_value_heads */
+    int64_t rope_theta;             /* an integer, as Megatron's --rotary-base */
+    int tie_word_embeddings;
 } mt_hf_config;
 
-/* Reads and checks path (a config.json): model_type gpt2, a supported activation, attention scaled by
- * 1/sqrt(head size) only, tied embeddings, sizes in range. One-line errors naming the file and key,
- * e.g. "x/config.json: model_type is 'llama'; only GPT-2 (gpt2) is supported". */
+/* Reads and checks path (a config.json): model_type gpt2 (a supported activation, attention scaled by
+ * 1/sqrt(head size) only, tied embeddings) or llama (hf_llama.h), sizes in range. One-line errors naming
+ * the file and key, e.g. "x/config.json: model_type is 'bert'; only GPT-2 (gpt2) and Llama (llama) are
+ * supported". */
 int mt_hf_config_read(const char *path, mt_hf_config *c, mt_err *e);
-/* Writes config.json as transformers' save_pretrained does (sorted keys, indent 2), atomically. */
+/* Writes config.json as transformers' save_pretrained does (sorted keys, indent 2), atomically; a Llama
+ * config as hf_llama.h's writer does. */
 int mt_hf_config_write(const char *path, const mt_hf_config *c, mt_err *e);
 
-typedef enum { MT_HF_COPY, MT_HF_TRANSPOSE, MT_HF_QKV_WEIGHT, MT_HF_QKV_BIAS } mt_hf_xform;
+/* MT_HF_QKV_PART and MT_HF_FC1_PART (Llama): the HF tensor is part `part` of the rows of the Megatron
+ * one (hf_llama.h). */
+typedef enum { MT_HF_COPY, MT_HF_TRANSPOSE, MT_HF_QKV_WEIGHT, MT_HF_QKV_BIAS, MT_HF_QKV_PART, MT_HF_FC1_PART } mt_hf_xform;
 
 /* One HF tensor and the Megatron tensor it comes from. Shapes: HF's and Megatron's global ones; for the
  * word embeddings hf_shape[0] (the HF rows) may be below mt_shape[0] (padded). */
 typedef struct mt_hf_tensor {
-    char hf[96];                 /* without the "transformer." prefix: "wte.weight", "h.0.attn.c_attn.weight" */
+    char hf[96];                 /* without the "transformer." prefix: "wte.weight", "h.0.attn.c_attn.weight";
+                                    Llama's whole names: "model.layers.0.self_attn.q_proj.weight" */
     char mt[128];                /* the Megatron name */
     mt_tensor_kind kind;
     int layer;
     mt_hf_xform x;
     int ndim;
     int64_t hf_shape[2], mt_shape[2];
+    int part;                    /* MT_HF_QKV_PART: 0 q, 1 k, 2 v; MT_HF_FC1_PART: 0 gate, 1 up */
+    int heads, groups;           /* attention heads and query groups (MT_HF_QKV_PART) */
 } mt_hf_tensor;
+
+/* config.json helpers for the readers of each model type: an integer / number key in [lo, hi] (absent
+ * or null: dflt, an error naming the key when dflt < lo for integers), a boolean that must be want
+ * (absent: dflt; else the error "<path>: \"key\" is true; why"). And the writer: o (consumed) as
+ * save_pretrained formats it, written atomically. */
+int mt_hf_cfg_int(const char *path, json_t *o, const char *key, int lo, int hi, int dflt, int *out, mt_err *e);
+int mt_hf_cfg_real(const char *path, json_t *o, const char *key, double lo, double hi, double dflt, double *out,
+                   mt_err *e);
+int mt_hf_cfg_bool_is(const char *path, json_t *o, const char *key, int dflt, int want, const char *why, mt_err *e);
+int mt_hf_config_dump(const char *path, json_t *o, mt_err *e);
 
 /* The tensors of GPT2LMHeadModel with hf_rows rows of word embeddings, for the Megatron architecture a
  * (one tensor rank, one stage; GPT-2 features only), in transformers' state-dict order. *n set; the
@@ -56,14 +80,16 @@ mt_hf_tensor *mt_hf_tensors(const mt_model_arch *a, int64_t hf_rows, int *n, mt_
 
 /* Megatron -> HF: src in mt_shape, dst in hf_shape. num_heads for the QKV reorder. */
 void mt_hf_export(const mt_hf_tensor *t, int num_heads, const float *src, float *dst);
-/* HF -> Megatron: src in hf_shape, dst in mt_shape (rows beyond the HF ones set to 0). */
+/* HF -> Megatron: src in hf_shape, dst in mt_shape (rows beyond the HF ones set to 0). The parts of a
+ * Megatron tensor (MT_HF_*_PART) each write their rows of dst. */
 void mt_hf_import(const mt_hf_tensor *t, int num_heads, const float *src, float *dst);
 
-/* The entry whose Megatron name is mt_name, or NULL. */
+/* The (first) entry whose Megatron name is mt_name, or NULL. */
 const mt_hf_tensor *mt_hf_by_mt_name(const mt_hf_tensor *t, int n, const char *mt_name);
 
 /* The args object of mt-train (Megatron flag names without "--") describing the model of c with the given
- * tokenizer files (NULL: null): what a checkpoint converted from c records in its meta.json. */
+ * tokenizer files (NULL: null): what a checkpoint converted from c records in its meta.json. For Llama,
+ * vocab_file is the HuggingFaceTokenizer's directory (--tokenizer-model) and merge_file unused. */
 json_t *mt_hf_megatron_args(const mt_hf_config *c, int divisible_by, const char *vocab_file, const char *merge_file);
 
 /* The --make-vocab-size-divisible-by that pads a tokenizer of vocab tokens to exactly the model's rows

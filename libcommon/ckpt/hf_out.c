@@ -102,6 +102,27 @@ int mt_hf_out_files(mt_hf_out *o, const mt_hf_config *c, const char *vocab_file,
     return rc;
 }
 
+int mt_hf_out_llama_files(mt_hf_out *o, const mt_hf_config *c, const char *tokenizer_dir, mt_err *e)
+{
+    char *cfg = mt_path_join(o->tmp, "config.json");
+    int rc = mt_hf_config_write(cfg, c, e);
+    free(cfg);
+    if (rc) return -1;
+    json_t *g = json_object();
+    json_object_set_new(g, "bos_token_id", c->bos_token_id >= 0 ? json_integer(c->bos_token_id) : json_null());
+    json_object_set_new(g, "eos_token_id", c->eos_token_id >= 0 ? json_integer(c->eos_token_id) : json_null());
+    if (write_json(o->tmp, "generation_config.json", g, e)) return -1;
+    static const char *const files[] = {"tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", NULL};
+    for (int i = 0; tokenizer_dir && files[i] && !rc; i++) {
+        char *src = mt_path_join(tokenizer_dir, files[i]), *dst = mt_path_join(o->tmp, files[i]);
+        struct stat st;
+        if (!stat(src, &st)) rc = mt_copy_file(src, dst, e);
+        free(src);
+        free(dst);
+    }
+    return rc;
+}
+
 static int fsync_path(const char *p, mt_err *e)
 {
     int fd = open(p, O_RDONLY | O_DIRECTORY | O_CLOEXEC);

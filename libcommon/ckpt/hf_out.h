@@ -19,6 +19,9 @@ int mt_hf_out_begin(mt_hf_out *o, const char *dir, mt_err *e);
 /* Writes config.json, generation_config.json, tokenizer_config.json, special_tokens_map.json and copies
  * of the GPT-2 vocab.json and merges.txt. */
 int mt_hf_out_files(mt_hf_out *o, const mt_hf_config *c, const char *vocab_file, const char *merge_file, mt_err *e);
+/* Llama's: config.json, generation_config.json (bos and eos ids), and copies of the tokenizer files
+ * (tokenizer.json, tokenizer_config.json, special_tokens_map.json) that tokenizer_dir holds (NULL: none). */
+int mt_hf_out_llama_files(mt_hf_out *o, const mt_hf_config *c, const char *tokenizer_dir, mt_err *e);
 /* Renames the temporary directory onto dir. */
 int mt_hf_out_commit(mt_hf_out *o, mt_err *e);
 /* Removes the temporary directory (after an error). */

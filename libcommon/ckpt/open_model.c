@@ -14,6 +14,14 @@ int mt_tokenizer_open(mt_tokenizer *t, const char *type, const char *vocab_file,
                       int64_t null_vocab_size, mt_err *e)
 {
     memset(t, 0, sizeof *t);
+    if (type && !strcmp(type, "HuggingFaceTokenizer")) {
+        /* until tokenizer.json is read: the model's vocabulary rows recorded with the checkpoint */
+        if (null_vocab_size <= 0)
+            return mt_err_set(e, "--tokenizer-type HuggingFaceTokenizer: the vocabulary size is not recorded");
+        t->vocab_size = null_vocab_size;
+        t->eod = -1;
+        return 0;
+    }
     if (type && !strcmp(type, "NullTokenizer")) {
         t->vocab_size = null_vocab_size + 1;   /* Megatron's NullTokenizer: eod is the id after the vocab */
         t->eod = null_vocab_size;
@@ -52,6 +60,14 @@ mt_gpt_config mt_gpt_config_from_args(const mt_train_args *a, int64_t vocab_size
                                  : !strcmp(a->recompute_granularity, "full") ? MT_RECOMPUTE_FULL : MT_RECOMPUTE_SELECTIVE,
         .recompute_method = a->recompute_method && !strcmp(a->recompute_method, "block") ? MT_RECOMPUTE_BLOCK : MT_RECOMPUTE_UNIFORM,
         .recompute_num_layers = a->recompute_num_layers,
+        .norm = a->normalization && !strcmp(a->normalization, "RMSNorm") ? MT_NORM_RMSNORM : MT_NORM_LAYERNORM,
+        .position = a->position_embedding_type && !strcmp(a->position_embedding_type, "rope") ? MT_POS_ROPE : MT_POS_LEARNED,
+        .rotary_base = (double)a->rotary_base,
+        .rotary_percent = a->rotary_percent,
+        .mlp = a->swiglu ? MT_MLP_SWIGLU : MT_MLP_GELU,
+        .num_query_groups = a->group_query_attention ? a->num_query_groups : a->num_attention_heads,
+        .untie_embeddings_and_output_weights = a->untie_embeddings_and_output_weights,
+        .disable_bias_linear = a->disable_bias_linear,
     };
 }
 
@@ -112,14 +128,16 @@ static int arg_str(const mt_model_ckpt *mc, const char *key, const char **out, m
 static int read_args(mt_model_ckpt *mc, mt_err *e)
 {
     mt_train_args *a = &mc->a;
-    memset(a, 0, sizeof *a);
+    char where[4200];
+    snprintf(where, sizeof where, "%s/meta.json", mc->dir);
+    if (mt_train_args_arch_from_json(mc->args, a, where, e)) return -1;   /* zeroes the rest */
     if (arg_int(mc, "num-layers", &a->num_layers, e) || arg_int(mc, "hidden-size", &a->hidden_size, e) ||
         arg_int(mc, "num-attention-heads", &a->num_attention_heads, e) ||
         arg_int(mc, "ffn-hidden-size", &a->ffn_hidden_size, e) || arg_int(mc, "seq-length", &a->seq_length, e) ||
         arg_int(mc, "max-position-embeddings", &a->max_position_embeddings, e) ||
         arg_int(mc, "make-vocab-size-divisible-by", &a->make_vocab_size_divisible_by, e) ||
         arg_int(mc, "micro-batch-size", &a->micro_batch_size, e) ||
-        arg_real(mc, "layernorm-epsilon", 0, 0, &a->layernorm_epsilon, e) ||
+        arg_real(mc, absent(mc->args, "norm-epsilon") ? "layernorm-epsilon" : "norm-epsilon", 0, 0, &a->layernorm_epsilon, e) ||
         arg_real(mc, "init-method-std", 0, 0, &a->init_method_std, e) ||
         /* dropout does nothing outside training: optional */
         arg_real(mc, "hidden-dropout", 1, 0, &a->hidden_dropout, e) ||
@@ -132,9 +150,11 @@ static int read_args(mt_model_ckpt *mc, mt_err *e)
         return -1;
     a->no_bias_gelu_fusion = json_is_true(json_object_get(mc->args, "no-bias-gelu-fusion"));
     a->openai_gelu = json_is_true(json_object_get(mc->args, "openai-gelu"));
-    if (a->tokenizer_type && !strcmp(a->tokenizer_type, "NullTokenizer") &&
+    int hf_tok = a->tokenizer_type && !strcmp(a->tokenizer_type, "HuggingFaceTokenizer");
+    if (a->tokenizer_type && (!strcmp(a->tokenizer_type, "NullTokenizer") || hf_tok) &&
         arg_i64(mc, "vocab-size", 0, 0, &a->vocab_size, e))
         return -1;
+    if (hf_tok && arg_str(mc, "tokenizer-model", &mc->tokenizer_model, e)) return -1;
     return 0;
 }
 
@@ -149,7 +169,8 @@ static int open_meta(mt_model_ckpt *mc, const mt_model_open_opts *o, mt_err *e)
     const mt_train_args *a = &mc->a;
     mc->vocab_file = o->vocab_file ? o->vocab_file : a->vocab_file;
     mc->merge_file = o->merge_file ? o->merge_file : a->merge_file;
-    int null_tok = a->tokenizer_type && !strcmp(a->tokenizer_type, "NullTokenizer");
+    int null_tok = a->tokenizer_type &&
+                   (!strcmp(a->tokenizer_type, "NullTokenizer") || !strcmp(a->tokenizer_type, "HuggingFaceTokenizer"));
     if (!null_tok && (!mc->vocab_file || !mc->merge_file))
         return mt_err_set(e, "%s: no vocabulary: pass --vocab-file and --merge-file", mc->dir);
     if (mt_tokenizer_open(&mc->tok, a->tokenizer_type, mc->vocab_file, mc->merge_file, a->vocab_size, e)) return -1;
@@ -177,10 +198,12 @@ static int open_hf(mt_model_ckpt *mc, const char *load_dir, const mt_model_open_
     mc->dir = mc->hf->dir;
     size_t n = strlen(load_dir) + 32;
     char *vocab = mt_xmalloc(n), *merges = mt_xmalloc(n);
-    snprintf(vocab, n, "%s/vocab.json", load_dir);
+    snprintf(vocab, n, "%s/%s", load_dir, mc->hf->cfg.llama ? "tokenizer.json" : "vocab.json");
     snprintf(merges, n, "%s/merges.txt", load_dir);
     int hv = access(vocab, F_OK) == 0, hm = access(merges, F_OK) == 0;
-    mc->meta = json_pack("{s:o}", "args", mt_hf_megatron_args(&mc->hf->cfg, 1, hv ? vocab : NULL, hm ? merges : NULL));
+    /* Llama: HuggingFaceTokenizer, whose --tokenizer-model is the directory */
+    const char *tok = mc->hf->cfg.llama ? (hv ? load_dir : NULL) : hv ? vocab : NULL;
+    mc->meta = json_pack("{s:o}", "args", mt_hf_megatron_args(&mc->hf->cfg, 1, tok, hm ? merges : NULL));
     free(vocab);
     free(merges);
     if (open_meta(mc, o, e)) return -1;
@@ -268,20 +291,30 @@ int mt_model_read_tensor(mt_model_ckpt *mc, const char *name, int ndim, const in
         return mt_ckpt_global_read(mc->g, MT_CKPT_MODEL, name, NULL, ndim, shape, dst, e);
     }
     const mt_hf_tensor *t = mt_hf_by_mt_name(mc->hf_map, mc->hf_n, name);
-    if (!t) return mt_err_set(e, "%s: GPT2LMHeadModel has no tensor for '%s'", mc->dir, name);
+    if (!t)
+        return mt_err_set(e, "%s: %s has no tensor for '%s'", mc->dir, mc->hf->cfg.llama ? "LlamaForCausalLM" : "GPT2LMHeadModel",
+                          name);
     /* the word embeddings may be asked for with more rows: the vocabulary padded for a tensor-parallel
      * layout (the added rows are zero, as Megatron pads them) */
-    int more_rows = t->kind == MT_T_WORD_EMB && ndim == 2 && shape[0] > t->mt_shape[0] && shape[1] == t->mt_shape[1];
+    int vocab = t->kind == MT_T_WORD_EMB || t->kind == MT_T_OUTPUT;
+    int more_rows = vocab && ndim == 2 && shape[0] > t->mt_shape[0] && shape[1] == t->mt_shape[1];
     for (int i = 0; i < ndim; i++)
         if (ndim != t->ndim || (shape[i] != t->mt_shape[i] && !(i == 0 && more_rows)))
             return mt_err_set(e, "%s: tensor '%s' does not have the shape of this model", mc->dir, t->hf);
-    size_t n = (size_t)t->hf_shape[0] * (size_t)(t->ndim == 2 ? t->hf_shape[1] : 1);
-    float *tmp = mt_xmalloc((n ? n : 1) * sizeof(float));
-    int rc = mt_hf_dir_read(mc->hf, t, tmp, e);
-    if (!rc) mt_hf_import(t, mc->hf->cfg.n_head, tmp, dst);
+    const mt_hf_tensor *first = t;
+    /* every HF tensor that holds a part of it (Llama's q, k, v and gate, up), in table order */
+    int rc = 0;
+    for (; !rc && t < mc->hf_map + mc->hf_n; t++) {
+        if (strcmp(t->mt, name)) continue;
+        size_t n = (size_t)t->hf_shape[0] * (size_t)(t->ndim == 2 ? t->hf_shape[1] : 1);
+        float *tmp = mt_xmalloc((n ? n : 1) * sizeof(float));
+        rc = mt_hf_dir_read(mc->hf, t, tmp, e);
+        if (!rc) mt_hf_import(t, mc->hf->cfg.n_head, tmp, dst);
+        free(tmp);
+    }
     if (!rc && more_rows)
-        memset(dst + t->mt_shape[0] * t->mt_shape[1], 0, sizeof(float) * (size_t)((shape[0] - t->mt_shape[0]) * shape[1]));
-    free(tmp);
+        memset(dst + first->mt_shape[0] * first->mt_shape[1], 0,
+               sizeof(float) * (size_t)((shape[0] - first->mt_shape[0]) * shape[1]));
     return rc;
 }
 
@@ -316,7 +349,7 @@ static int read_dist_moment(mt_model_ckpt *mc, const char *name, const char *suf
     }
     const mt_layout_tensor *t = mt_layout_find(w, name);
     if (!t || ndim != t->ndim || (ndim == 2 && shape[1] != t->global_shape[1]) ||
-        (t->kind != MT_T_WORD_EMB && shape[0] != t->global_shape[0]))
+        (t->kind != MT_T_WORD_EMB && t->kind != MT_T_OUTPUT && shape[0] != t->global_shape[0]))
         return mt_err_set(e, "%s: the optimizer shards have no tensor '%s' of this shape", mc->dir, name);
     const float *src = (strcmp(suffix, ".exp_avg") ? mc->flat_v : mc->flat_m) + t->offset;
     int64_t cols = ndim == 2 ? shape[1] : 1, keep = shape[0] < t->global_shape[0] ? shape[0] : t->global_shape[0];

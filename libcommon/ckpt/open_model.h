@@ -25,7 +25,9 @@
 #include "util/err.h"
 
 /* A tokenizer as mt-train's --tokenizer-type names it: bpe is NULL for NullTokenizer (ids 0..n-1, end
- * of document n, so vocab_size n + 1). */
+ * of document n, so vocab_size n + 1), and for HuggingFaceTokenizer, of which only the vocabulary size
+ * (null_vocab_size: the model's rows, recorded as "vocab-size" by a conversion) is known here for now
+ * (eod -1). */
 typedef struct mt_tokenizer {
     mt_bpe *bpe;
     int64_t vocab_size, eod;
@@ -69,6 +71,7 @@ typedef struct mt_model_ckpt {
     /* without expect: */
     mt_train_args a;         /* the model, tokenizer and data fields of the args, checked; the rest 0 */
     const char *vocab_file, *merge_file;   /* the tokenizer's files (an override or the args'), or NULL */
+    const char *tokenizer_model;           /* HuggingFaceTokenizer: the directory of tokenizer.json, or NULL */
     mt_tokenizer tok;
     mt_gpt_config cfg;       /* checked */
     mt_gpt *model;           /* created by mt_model_load_weights when it was given none; freed by close */

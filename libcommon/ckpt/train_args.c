@@ -20,18 +20,30 @@ static const mt_flag flags[] = {
     {"--num-layers", MT_F_INT, &A.num_layers, "N", "transformer layers (required)", 1, 100000, NULL},
     {"--hidden-size", MT_F_INT, &A.hidden_size, "H", "hidden size (required)", 1, 1 << 20, NULL},
     {"--num-attention-heads", MT_F_INT, &A.num_attention_heads, "NH", "attention heads (required)", 1, 1 << 16, NULL},
-    {"--ffn-hidden-size", MT_F_INT, &A.ffn_hidden_size, "F", "MLP hidden size (default 4 x hidden size)", 1, 1 << 24, NULL},
+    {"--ffn-hidden-size", MT_F_INT, &A.ffn_hidden_size, "F", "MLP hidden size (default 4 x hidden size; see --swiglu)", 1, 1 << 24, NULL},
     {"--kv-channels", MT_F_INT, &A.kv_channels, "D", "head size; must be hidden size / heads (the default)", 1, 1 << 20, NULL},
     {"--max-position-embeddings", MT_F_INT, &A.max_position_embeddings, "P", "position table size (required)", 1, 1 << 24, NULL},
     {"--seq-length", MT_F_INT, &A.seq_length, "T", "tokens per sample (required; <= max positions)", 1, 1 << 24, NULL},
     {"--make-vocab-size-divisible-by", MT_F_INT, &A.make_vocab_size_divisible_by, "N",
      "pad the vocabulary to a multiple of N (default 128)", 1, 1 << 20, NULL},
-    {"--layernorm-epsilon", MT_F_DOUBLE, &A.layernorm_epsilon, "EPS", "LayerNorm epsilon (default 1e-5)", 1e-30, 1, NULL},
-    {"--norm-epsilon", MT_F_DOUBLE, &A.layernorm_epsilon, "EPS", "same as --layernorm-epsilon (Megatron-Core name)", 1e-30, 1, NULL},
-    {"--normalization", MT_F_CHOICE, &A.normalization, NULL, "LayerNorm (default; RMSNorm is not implemented)", 0, 0,
-     "LayerNorm|RMSNorm"},
+    {"--norm-epsilon", MT_F_DOUBLE, &A.layernorm_epsilon, "EPS", "epsilon of LayerNorm and RMSNorm (default 1e-5)", 1e-30, 1, NULL},
+    {"--layernorm-epsilon", MT_F_DOUBLE, &A.layernorm_epsilon, "EPS", "same as --norm-epsilon (Megatron's earlier name)", 1e-30, 1, NULL},
+    {"--normalization", MT_F_CHOICE, &A.normalization, NULL, "LayerNorm (default) or RMSNorm", 0, 0, "LayerNorm|RMSNorm"},
     {"--position-embedding-type", MT_F_CHOICE, &A.position_embedding_type, NULL,
-     "learned_absolute (default; rope and none are not implemented)", 0, 0, "learned_absolute|rope|none"},
+     "learned_absolute (default) or rope (rotary, rotate-half; none is not implemented)", 0, 0, "learned_absolute|rope|none"},
+    {"--use-rotary-position-embeddings", MT_F_BOOL, &A.use_rotary_position_embeddings, NULL,
+     "same as --position-embedding-type rope (Megatron's earlier flag)", 0, 0, NULL},
+    {"--rotary-base", MT_F_I64, &A.rotary_base, "B", "rope: the base of the rotary frequencies (default 10000)", 1, 1e15, NULL},
+    {"--rotary-percent", MT_F_DOUBLE, &A.rotary_percent, "X", "rope: the fraction of each head's channels that rotate (default 1.0)",
+     1e-9, 1, NULL},
+    {"--swiglu", MT_F_BOOL, &A.swiglu, NULL,
+     "SwiGLU MLP: silu(gate) x up; --ffn-hidden-size defaults to int(8 x hidden / 3 / 64) x 64", 0, 0, NULL},
+    {"--group-query-attention", MT_F_BOOL, &A.group_query_attention, NULL, "grouped-query attention (--num-query-groups)", 0, 0, NULL},
+    {"--num-query-groups", MT_F_INT, &A.num_query_groups, "G",
+     "with --group-query-attention: key/value heads, dividing the attention heads (default 1)", 1, 1 << 16, NULL},
+    {"--untie-embeddings-and-output-weights", MT_F_BOOL, &A.untie_embeddings_and_output_weights, NULL,
+     "an output layer of its own instead of the word embeddings", 0, 0, NULL},
+    {"--disable-bias-linear", MT_F_BOOL, &A.disable_bias_linear, NULL, "no biases on the linear layers", 0, 0, NULL},
     {"--init-method-std", MT_F_DOUBLE, &A.init_method_std, "S",
      "init std (default 0.02; output layers S/sqrt(2 x layers))", 0, 100, NULL},
     {"--hidden-dropout", MT_F_DOUBLE, &A.hidden_dropout, "P", "dropout on embeddings and block outputs (default 0.1)", 0, 0.999, NULL},
@@ -217,12 +229,13 @@ static const struct {
     const char *name, *why;
 } unsupported[] = {
     {"--rampup-batch-size", "batch size ramp-up is not implemented"},
-    {"--swiglu", "only the GPT-2 MLP (GeLU) is implemented"},
-    {"--untie-embeddings-and-output-weights", "input and output embeddings are always tied (GPT-2)"},
-    {"--disable-bias-linear", "GPT-2 linear layers always have biases"},
-    {"--add-qkv-bias", "GPT-2 linear layers always have biases"},
-    {"--group-query-attention", "only multi-head attention is implemented"},
-    {"--num-query-groups", "only multi-head attention is implemented"},
+    {"--add-qkv-bias", "the linear layers have biases all (default) or none (--disable-bias-linear)"},
+    {"--rotary-interleaved", "rope rotates the two halves of each head (rotate-half), not interleaved pairs"},
+    {"--use-rope-scaling", "rope frequency scaling (Llama 3.1) is not implemented"},
+    {"--rotary-seq-len-interpolation-factor", "rope sequence-length interpolation is not implemented"},
+    {"--apply-layernorm-1p", "zero-centered norm weights are not implemented"},
+    {"--qk-layernorm", "query/key normalization is not implemented"},
+    {"--squared-relu", "the MLP is GeLU or SwiGLU (--swiglu)"},
     {"--apply-residual-connection-post-layernorm", "only pre-LayerNorm residuals are implemented"},
     {"--reset-position-ids", "position ids always run 0..T-1 per sample"},
     {"--reset-attention-mask", "attention is always causal over the whole sample"},
@@ -251,6 +264,9 @@ static void defaults(mt_train_args *a)
     a->attention_dropout = 0.1;
     a->position_embedding_type = "learned_absolute";
     a->normalization = "LayerNorm";
+    a->rotary_base = 10000;
+    a->rotary_percent = 1.0;
+    a->num_query_groups = 1;
     a->optimizer = "adam";
     a->lr = -1;
     a->lr_decay_style = "linear";
@@ -321,7 +337,11 @@ int mt_train_args_parse(mt_train_args *out, int argc, char **argv, mt_err *e)
     if (!a->skip_train && a->lr < 0) return mt_err_set(e, "--lr is required (try --help)");
     if (a->lr < 0) a->lr = 0;
     if (!a->data_path.n) return mt_err_set(e, "--data-path is required (try --help)");
-    if (a->ffn_hidden_size == 0) a->ffn_hidden_size = 4 * a->hidden_size;
+    /* Megatron: SwiGLU's two input matrices keep the parameters near those of 4h, a multiple of 64 */
+    if (a->ffn_hidden_size == 0) a->ffn_hidden_size = a->swiglu ? a->hidden_size / 24 * 64 : 4 * a->hidden_size;
+    if (a->ffn_hidden_size == 0)
+        return mt_err_set(e, "--swiglu: the default --ffn-hidden-size int(8 x %d / 3 / 64) x 64 is 0; give --ffn-hidden-size",
+                          a->hidden_size);
     if (a->hidden_size % a->num_attention_heads)
         return mt_err_set(e, "--num-attention-heads (%d) must divide --hidden-size (%d)", a->num_attention_heads,
                           a->hidden_size);
@@ -332,9 +352,29 @@ int mt_train_args_parse(mt_train_args *out, int argc, char **argv, mt_err *e)
     if (a->seq_length > a->max_position_embeddings)
         return mt_err_set(e, "--seq-length (%d) must not exceed --max-position-embeddings (%d)", a->seq_length,
                           a->max_position_embeddings);
-    if (strcmp(a->normalization, "LayerNorm")) return mt_err_set(e, "--normalization %s is not implemented", a->normalization);
-    if (strcmp(a->position_embedding_type, "learned_absolute"))
-        return mt_err_set(e, "--position-embedding-type %s is not implemented", a->position_embedding_type);
+    if (a->use_rotary_position_embeddings) a->position_embedding_type = "rope";
+    if (!strcmp(a->position_embedding_type, "none"))
+        return mt_err_set(e, "--position-embedding-type none is not implemented (learned_absolute or rope)");
+    if (!a->group_query_attention && given(seen, "--num-query-groups"))
+        return mt_err_set(e, "--num-query-groups goes with --group-query-attention");
+    if (a->group_query_attention) {
+        if (a->num_attention_heads % a->num_query_groups)
+            return mt_err_set(e, "--num-query-groups (%d) must divide --num-attention-heads (%d)", a->num_query_groups,
+                              a->num_attention_heads);
+        if (a->num_query_groups % a->tensor_model_parallel_size)
+            return mt_err_set(e, "--tensor-model-parallel-size (%d) must divide --num-query-groups (%d): each rank holds "
+                                 "whole query groups", a->tensor_model_parallel_size, a->num_query_groups);
+    }
+    if (strcmp(a->position_embedding_type, "rope")) {
+        static const char *const rope_only[] = {"--rotary-base", "--rotary-percent", NULL};
+        for (int i = 0; rope_only[i]; i++)
+            if (given(seen, rope_only[i])) return mt_err_set(e, "%s goes with --position-embedding-type rope", rope_only[i]);
+    } else {
+        int hn = a->hidden_size / a->num_attention_heads, rot = (int)(hn * a->rotary_percent);
+        if (rot < 2 || rot % 2)
+            return mt_err_set(e, "--rotary-percent %g: the rotary dimension int(%d x %g) = %d must be even and at least 2",
+                              a->rotary_percent, hn, a->rotary_percent, rot);
+    }
     if (strcmp(a->optimizer, "adam")) return mt_err_set(e, "--optimizer %s is not implemented (adam only)", a->optimizer);
     if (strcmp(a->dataloader_type, "single"))
         return mt_err_set(e, "--dataloader-type %s is not implemented (single only)", a->dataloader_type);
@@ -484,5 +524,91 @@ int mt_train_args_check_model(const mt_train_args *a, const json_t *saved, const
             return mt_err_set(e, "%s: checkpoint was saved with --%s %lld, this run has --%s %d", where, keys[i],
                               (long long)json_integer_value(v), keys[i], vals[i]);
     }
+    /* the architecture: absent in checkpoints written before these options, which are GPT-2 */
+    mt_train_args s;
+    if (mt_train_args_arch_from_json(saved, &s, where, e)) return -1;
+    struct {
+        const char *flag;
+        int differ;
+    } arch[] = {
+        {"--normalization", strcmp(s.normalization, a->normalization) != 0},
+        {"--position-embedding-type", strcmp(s.position_embedding_type, a->position_embedding_type) != 0},
+        {"--swiglu", s.swiglu != a->swiglu},
+        {"--group-query-attention", s.group_query_attention != a->group_query_attention},
+        {"--num-query-groups", a->group_query_attention && s.num_query_groups != a->num_query_groups},
+        {"--untie-embeddings-and-output-weights", s.untie_embeddings_and_output_weights != a->untie_embeddings_and_output_weights},
+        {"--disable-bias-linear", s.disable_bias_linear != a->disable_bias_linear},
+    };
+    for (size_t i = 0; i < sizeof arch / sizeof arch[0]; i++)
+        if (arch[i].differ) return mt_err_set(e, "%s: checkpoint was saved with another %s", where, arch[i].flag);
+    return 0;
+}
+
+/* A string arg of saved that must be one of the choices of its flag; absent or null: dflt. */
+static int json_choice(const json_t *saved, const char *key, const char *dflt, const char *where, const char **out,
+                       mt_err *e)
+{
+    json_t *v = json_object_get(saved, key);
+    *out = dflt;
+    if (!v || json_is_null(v)) return 0;
+    const char *s = json_string_value(v);
+    for (const mt_flag *f = flags; s && f->name; f++)
+        if (!strcmp(f->name + 2, key)) {
+            size_t n = strlen(s);
+            for (const char *c = f->choices; c && *c; c += strcspn(c, "|"), c += *c == '|')
+                if (strcspn(c, "|") == n && !strncmp(c, s, n)) {
+                    *out = s;
+                    return 0;
+                }
+        }
+    return mt_err_set(e, "%s: \"args.%s\" is not one of the choices of --%s", where, key, key);
+}
+
+/* A boolean arg of saved; absent or null: false. */
+static int json_flag(const json_t *saved, const char *key, const char *where, bool *out, mt_err *e)
+{
+    json_t *v = json_object_get(saved, key);
+    *out = json_is_true(v);
+    if (v && !json_is_null(v) && !json_is_boolean(v)) return mt_err_set(e, "%s: \"args.%s\" is not a boolean", where, key);
+    return 0;
+}
+
+int mt_train_args_arch_from_json(const json_t *saved, mt_train_args *a, const char *where, mt_err *e)
+{
+    memset(a, 0, sizeof *a);
+    a->rotary_base = 10000;
+    a->rotary_percent = 1.0;
+    a->num_query_groups = 1;
+    if (json_choice(saved, "normalization", "LayerNorm", where, &a->normalization, e) ||
+        json_choice(saved, "position-embedding-type", "learned_absolute", where, &a->position_embedding_type, e) ||
+        json_flag(saved, "swiglu", where, &a->swiglu, e) ||
+        json_flag(saved, "group-query-attention", where, &a->group_query_attention, e) ||
+        json_flag(saved, "untie-embeddings-and-output-weights", where, &a->untie_embeddings_and_output_weights, e) ||
+        json_flag(saved, "disable-bias-linear", where, &a->disable_bias_linear, e))
+        return -1;
+    if (!strcmp(a->position_embedding_type, "none"))
+        return mt_err_set(e, "%s: \"args.position-embedding-type\" none is not implemented", where);
+    static const struct {
+        const char *key;
+        int is_int;   /* 0 double, 1 int, 2 int64_t */
+    } nums[] = {{"rotary-base", 2}, {"rotary-percent", 0}, {"num-query-groups", 1}};
+    void *dst[] = {&a->rotary_base, &a->rotary_percent, &a->num_query_groups};
+    for (size_t i = 0; i < sizeof nums / sizeof nums[0]; i++) {
+        json_t *v = json_object_get(saved, nums[i].key);
+        if (!v || json_is_null(v)) continue;
+        const mt_flag *f = NULL;
+        for (const mt_flag *g = flags; g->name && !f; g++)
+            if (!strcmp(g->name + 2, nums[i].key)) f = g;
+        double x = json_is_number(v) ? json_number_value(v) : NAN;
+        if (!(x >= f->min && x <= f->max) || (nums[i].is_int && !json_is_integer(v)))
+            return mt_err_set(e, "%s: \"args.%s\" is not %s in [%g, %g]", where, nums[i].key,
+                              nums[i].is_int ? "an integer" : "a number", f->min, f->max);
+        if (nums[i].is_int == 2) *(int64_t *)dst[i] = json_integer_value(v);
+        else if (nums[i].is_int) *(int *)dst[i] = (int)json_integer_value(v);
+        else *(double *)dst[i] = x;
+    }
+    if (a->group_query_attention && json_integer_value(json_object_get(saved, "num-attention-heads")) % a->num_query_groups)
+        return mt_err_set(e, "%s: \"args.num-query-groups\" %d does not divide the attention heads", where,
+                          a->num_query_groups);
     return 0;
 }

@@ -25,6 +25,13 @@ typedef struct mt_train_args {
     double layernorm_epsilon, init_method_std, hidden_dropout, attention_dropout;
     bool openai_gelu, no_bias_gelu_fusion;
     const char *position_embedding_type, *normalization;
+    /* the LLaMA family (Megatron-Core): rotary positions, SwiGLU, grouped-query attention, untied output
+     * layer, linear layers without biases */
+    bool use_rotary_position_embeddings, swiglu, group_query_attention, untie_embeddings_and_output_weights;
+    bool disable_bias_linear;
+    int64_t rotary_base;
+    double rotary_percent;
+    int num_query_groups;
     /* batch (4.2) */
     int micro_batch_size;
     int64_t global_batch_size, train_iters, train_samples;
@@ -83,5 +90,11 @@ int64_t mt_train_total_iters(const mt_train_args *a);
 json_t *mt_train_args_to_json(const mt_train_args *a);
 /* Checks a checkpoint's saved args describe the same model as a: -1 naming the first differing flag. */
 int mt_train_args_check_model(const mt_train_args *a, const json_t *saved, const char *where, mt_err *e);
+/* Sets a to zero but for the architecture options of a saved args object (normalization,
+ * position-embedding-type, rotary-base, rotary-percent, swiglu, group-query-attention, num-query-groups,
+ * untie-embeddings-and-output-weights, disable-bias-linear), each checked against its flag; absent keys
+ * (checkpoints written before these options) are Megatron's defaults, i.e. GPT-2. -1 naming where and
+ * the key. */
+int mt_train_args_arch_from_json(const json_t *saved, mt_train_args *a, const char *where, mt_err *e);
 
 #endif

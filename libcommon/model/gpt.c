@@ -25,15 +25,15 @@ mt_model_arch mt_gpt_arch(const mt_gpt_config *c)
         .num_layers = c->num_layers,
         .hidden_size = c->hidden_size,
         .num_heads = c->num_heads,
-        .num_query_groups = c->num_heads,
+        .num_query_groups = c->num_query_groups > 0 ? c->num_query_groups : c->num_heads,
         .ffn_hidden_size = c->ffn_hidden_size,
         .max_position_embeddings = c->max_position_embeddings,
         .padded_vocab_size = c->padded_vocab_size,
-        .norm = MT_NORM_LAYERNORM,
-        .position = MT_POS_LEARNED,
-        .mlp = MT_MLP_GELU,
-        .add_bias_linear = 1,
-        .tied_embeddings = 1,
+        .norm = c->norm,
+        .position = c->position,
+        .mlp = c->mlp,
+        .add_bias_linear = !c->disable_bias_linear,
+        .tied_embeddings = !c->untie_embeddings_and_output_weights,
     };
     return a;
 }
@@ -114,6 +114,7 @@ mt_gpt *mt_gpt_create_stage(mtk *k, const mt_gpt_config *config, mt_comm *tp, in
 mt_gpt *mt_gpt_create_chunks(mtk *k, const mt_gpt_config *config, mt_comm *tp, int stage, int stages, int vp, int mode,
                              mt_err *e)
 {
+    if (mt_gpt_check_built(config, e)) return NULL;
     mt_gpt *m = mt_xcalloc(1, sizeof *m);
     m->k = k;
     m->tp = tp && tp->size > 1 ? tp : NULL;

@@ -54,6 +54,18 @@ typedef struct mt_gpt_config {
                                      recompute_num_layers) or MT_RECOMPUTE_BLOCK (the first
                                      recompute_num_layers layers of each stage) */
     int recompute_num_layers;
+    /* The LLaMA family's options (Megatron-Core's flags). Zero is GPT-2 in every one of them, so a config
+     * that does not set them is GPT-2's. mt_gpt_create refuses all but GPT-2's until the forward pass has
+     * them (mt_gpt_check_built); the layout, initialization, checkpoints and conversion have them now. */
+    mt_norm_kind norm;            /* --normalization: LayerNorm or RMSNorm (both with layernorm_epsilon) */
+    mt_pos_kind position;         /* --position-embedding-type: learned_absolute or rope */
+    double rotary_base;           /* --rotary-base (rope; Megatron's default 10000) */
+    double rotary_percent;        /* --rotary-percent (rope): the first int(hn x percent) channels of each head
+                                     rotate, in the rotate-half convention */
+    mt_mlp_kind mlp;              /* --swiglu: silu(gate) x up with dense_h_to_4h = [gate; up], each ffn rows */
+    int num_query_groups;         /* --group-query-attention --num-query-groups; 0: num_heads (multi-head) */
+    int untie_embeddings_and_output_weights;   /* an output layer of its own (language_model.output_layer) */
+    int disable_bias_linear;      /* no biases on the linear layers (QKV, dense, both MLP matrices) */
 } mt_gpt_config;
 
 enum { MT_RECOMPUTE_NONE, MT_RECOMPUTE_SELECTIVE, MT_RECOMPUTE_FULL };
@@ -61,8 +73,14 @@ enum { MT_RECOMPUTE_UNIFORM, MT_RECOMPUTE_BLOCK };
 
 /* ceil(vocab / (divisible_by * tp)) * divisible_by * tp: 50257 -> 50304 (tp 1). */
 int mt_gpt_padded_vocab(int vocab_size, int divisible_by, int tp);
-/* Checks sizes (heads divide hidden, seq <= max_pos, positive values); -1 with a message naming the flag. */
+/* Checks sizes (heads divide hidden, query groups divide heads, seq <= max_pos, positive values, the
+ * rotary dimensions); -1 with a message naming the flag. Every architecture the layout describes passes:
+ * what the forward pass does not run yet is mt_gpt_check_built's. */
 int mt_gpt_config_check(const mt_gpt_config *c, mt_err *e);
+/* -1 with a one-line message naming the first option of c whose forward pass is not built yet
+ * ("--normalization RMSNorm: the model's forward pass for it is not built yet"); mt_gpt_create calls it,
+ * so nothing runs another architecture than the one asked for. Conversion does not need it. */
+int mt_gpt_check_built(const mt_gpt_config *c, mt_err *e);
 
 typedef struct mt_gpt_tensor {
     char name[128];
@@ -112,7 +130,7 @@ size_t mt_gpt_num_params(const mt_gpt *m);          /* floats in the flat buffer
 int mt_gpt_num_tensors(const mt_gpt *m);
 const mt_gpt_tensor *mt_gpt_tensor_at(const mt_gpt *m, int i);
 const mt_gpt_tensor *mt_gpt_tensor_find(const mt_gpt *m, const char *name);   /* NULL if absent */
-/* The layout behind the table (model/layout.h), and GPT-2's architecture in the layout's terms. */
+/* The layout behind the table (model/layout.h), and the config's architecture in the layout's terms. */
 const mt_layout *mt_gpt_layout(const mt_gpt *m);
 mt_model_arch mt_gpt_arch(const mt_gpt_config *c);
 float *mt_gpt_params(mt_gpt *m);                     /* device pointers, fp32 */

@@ -1,9 +1,10 @@
 /* gpt_init.c: the GPT model's configuration checks, padded vocabulary size and Megatron's parameter
  * initialization (spec 6.1) drawn from MT19937 normals.
  *
- * Initialization fills the flat buffer in order. Weights (word and position embeddings, QKV, fc) are
- * N(0, std) and the output projections (self_attention.dense, mlp.dense_4h_to_h) N(0, std / sqrt(2L)),
- * padded vocabulary rows included; biases are 0, LayerNorm weights 1. The normals are numpy's legacy
+ * Initialization fills the flat buffer in order. Weights (word and position embeddings, QKV, fc, and
+ * an untied output layer, drawn last as Megatron constructs it after the final norm) are N(0, std) and
+ * the output projections (self_attention.dense, mlp.dense_4h_to_h) N(0, std / sqrt(2L)), padded
+ * vocabulary rows included; biases are 0, LayerNorm and RMSNorm weights 1. The normals are numpy's legacy
  * RandomState(seed).normal draws (polar method, one cached value carried between tensors), taken one
  * per weight element in buffer order, so a numpy reference can rebuild the initial parameters exactly.
  */
@@ -42,7 +43,24 @@ int mt_gpt_config_check(const mt_gpt_config *c, mt_err *e)
         return mt_err_set(e, "padded vocabulary size (%d) is smaller than the vocabulary (%d): check "
                           "--make-vocab-size-divisible-by", c->padded_vocab_size, c->vocab_size);
     if (!(c->layernorm_epsilon > 0))
-        return mt_err_set(e, "--layernorm-epsilon (%g) must be positive", (double)c->layernorm_epsilon);
+        return mt_err_set(e, "--norm-epsilon (%g) must be positive", (double)c->layernorm_epsilon);
+    if (c->norm != MT_NORM_LAYERNORM && c->norm != MT_NORM_RMSNORM) return mt_err_set(e, "--normalization: unknown kind");
+    if (c->mlp != MT_MLP_GELU && c->mlp != MT_MLP_SWIGLU) return mt_err_set(e, "unknown MLP kind");
+    if (c->num_query_groups < 0 || (c->num_query_groups && c->num_heads % c->num_query_groups))
+        return mt_err_set(e, "--num-query-groups (%d) must divide --num-attention-heads (%d)", c->num_query_groups,
+                          c->num_heads);
+    if (c->position == MT_POS_ROPE) {
+        if (!(c->rotary_base > 0) || !isfinite(c->rotary_base))
+            return mt_err_set(e, "--rotary-base (%g) must be positive", c->rotary_base);
+        if (!(c->rotary_percent > 0 && c->rotary_percent <= 1))
+            return mt_err_set(e, "--rotary-percent (%g) must be in (0, 1]", c->rotary_percent);
+        int hn = c->hidden_size / c->num_heads, rot = (int)(hn * c->rotary_percent);
+        if (rot < 2 || rot % 2)
+            return mt_err_set(e, "--rotary-percent %g: the rotary dimension int(%d x %g) = %d must be even and at least 2",
+                              c->rotary_percent, hn, c->rotary_percent, rot);
+    } else if (c->position != MT_POS_LEARNED) {
+        return mt_err_set(e, "--position-embedding-type: unknown kind");
+    }
     if (!(c->init_method_std >= 0) || !isfinite(c->init_method_std))
         return mt_err_set(e, "--init-method-std (%g) must be a non-negative number", c->init_method_std);
     if (!(c->hidden_dropout >= 0 && c->hidden_dropout < 1))
@@ -50,8 +68,25 @@ int mt_gpt_config_check(const mt_gpt_config *c, mt_err *e)
     if (!(c->attention_dropout >= 0 && c->attention_dropout < 1))
         return mt_err_set(e, "--attention-dropout (%g) must be in [0, 1)", (double)c->attention_dropout);
     /* Every kernel takes element counts of one activation as int. */
-    long long c3 = 3LL * c->hidden_size, widest = c->ffn_hidden_size > c3 ? c->ffn_hidden_size : c3;
+    long long c3 = 3LL * c->hidden_size, fc1 = (c->mlp == MT_MLP_SWIGLU ? 2LL : 1LL) * c->ffn_hidden_size;
+    long long widest = fc1 > c3 ? fc1 : c3;
     if (widest > 2147483647LL / 4) return mt_err_set(e, "--hidden-size/--ffn-hidden-size too large");
+    return 0;
+}
+
+/* The one place that says which options the forward pass does not run yet: each is refused by name,
+ * so that no program silently runs GPT-2 in place of the architecture a checkpoint or the flags ask for.
+ * Remove each line as its forward and backward land in gpt.c. */
+int mt_gpt_check_built(const mt_gpt_config *c, mt_err *e)
+{
+    const char *what = c->norm == MT_NORM_RMSNORM ? "--normalization RMSNorm"
+                       : c->position == MT_POS_ROPE ? "--position-embedding-type rope"
+                       : c->mlp == MT_MLP_SWIGLU ? "--swiglu"
+                       : c->num_query_groups > 0 && c->num_query_groups != c->num_heads ? "--group-query-attention"
+                       : c->untie_embeddings_and_output_weights ? "--untie-embeddings-and-output-weights"
+                       : c->disable_bias_linear ? "--disable-bias-linear"
+                                                : NULL;
+    if (what) return mt_err_set(e, "%s: the model's forward pass for it is not built yet (mt-ckpt-convert converts such checkpoints)", what);
     return 0;
 }
 
@@ -95,7 +130,6 @@ static void init_tensor(mt_gpt *m, const mt_layout_tensor *t, const size_t *dst,
     int64_t rows = t->global_shape[0], cols = t->ndim == 2 ? t->global_shape[1] : 1;
     if (!ndst && !is_random) return;
     int pd = t->partition_dim;
-    int64_t r0 = pd == 0 ? t->partition_offset : 0, r1 = pd == 0 ? r0 + t->local_shape[0] : rows;
     int64_t c0 = pd == 1 ? t->partition_offset : 0, lc = pd == 1 ? t->local_shape[1] : cols;
     if (t->ndim == 1) {   /* a vector: its elements are the "rows" */
         cols = 1, lc = 1, c0 = 0;
@@ -106,7 +140,7 @@ static void init_tensor(mt_gpt *m, const mt_layout_tensor *t, const size_t *dst,
     }
     size_t used = 0, done = 0;   /* floats staged in buf; floats of the slice written so far */
     for (int64_t r = 0; r < rows; r++) {
-        int keep = r >= r0 && r < r1;
+        int keep = pd != 0 || mt_layout_holds(t, r);
         if (!is_random) {
             if (!keep) continue;
             for (int64_t c = 0; c < lc; c++) row[c] = fill;

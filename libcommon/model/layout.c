@@ -40,9 +40,10 @@ static int check(const mt_model_arch *a, const mt_layout_part *p, mt_err *e)
     return 0;
 }
 
-/* Appends a tensor: rows x cols globally (cols 0: 1-D), split along pdim (-1: replicated). */
-static void add(mt_layout *l, mt_tensor_kind kind, int layer, const char *name, int64_t rows, int64_t cols, int pdim,
-                int no_decay)
+/* Appends a tensor: rows x cols globally (cols 0: 1-D), split along pdim (-1: replicated) in chunks
+ * stacked blocks. */
+static void add_chunked(mt_layout *l, mt_tensor_kind kind, int layer, const char *name, int64_t rows, int64_t cols,
+                        int pdim, int no_decay, int chunks)
 {
     mt_layout_tensor *t = &l->t[l->n++];
     memset(t, 0, sizeof *t);
@@ -61,15 +62,22 @@ static void add(mt_layout *l, mt_tensor_kind kind, int layer, const char *name, 
     t->global_shape[0] = t->local_shape[0] = rows;
     t->global_shape[1] = t->local_shape[1] = cols;
     t->partition_dim = pdim;
+    t->partition_chunks = chunks;
     int tp = l->part.tp_size, r = l->part.tp_rank;
     if (pdim >= 0) {
         t->local_shape[pdim] = t->global_shape[pdim] / tp;
-        t->partition_offset = (int64_t)r * t->local_shape[pdim];
+        t->partition_offset = (int64_t)r * (t->local_shape[pdim] / chunks);
     }
     t->offset = l->numel;
     t->numel = (size_t)t->local_shape[0] * (size_t)(cols ? t->local_shape[1] : 1);
     t->no_decay = no_decay;
     l->numel += t->numel;
+}
+
+static void add(mt_layout *l, mt_tensor_kind kind, int layer, const char *name, int64_t rows, int64_t cols, int pdim,
+                int no_decay)
+{
+    add_chunked(l, kind, layer, name, rows, cols, pdim, no_decay, 1);
 }
 
 int mt_layout_build(const mt_model_arch *a, const mt_layout_part *p, mt_layout *out, mt_err *e)
@@ -134,7 +142,8 @@ int mt_layout_build(const mt_model_arch *a, const mt_layout_part *p, mt_layout *
                 case MT_T_FC2_W: cols = f, pdim = 1; break;
                 default: break;   /* norms and the row-parallel biases: [h], replicated */
                 }
-                add(out, k, l0 + i, name, rows, cols, pdim, cols == 0);
+                int chunks = (k == MT_T_FC1_W || k == MT_T_FC1_B) && a->mlp == MT_MLP_SWIGLU ? 2 : 1;
+                add_chunked(out, k, l0 + i, name, rows, cols, pdim, cols == 0, chunks);
                 snprintf(out->t[out->n - 1].whole_name, sizeof name, "language_model.encoder.layers.%d.%s", l0 + i,
                          per_layer[j].suffix);
             }
@@ -160,15 +169,47 @@ int mt_layout_global_layer(const mt_layout *l, int li)
     return (c * l->part.pp_stages + l->part.pp_stage) * L + li % L;
 }
 
-void mt_layout_slice(const mt_layout_tensor *t, const float *whole, float *slice)
+/* Copies between a slice and the whole tensor: to_slice 1 slices, 0 places. */
+static void copy_slice(const mt_layout_tensor *t, float *whole, float *slice, int to_slice)
 {
     int64_t rows = t->local_shape[0], cols = t->ndim == 2 ? t->local_shape[1] : 1;
     int64_t C = t->ndim == 2 ? t->global_shape[1] : 1;
-    if (t->partition_dim == 1)
-        for (int64_t r = 0; r < rows; r++)
-            memcpy(slice + r * cols, whole + r * C + t->partition_offset, sizeof(float) * (size_t)cols);
-    else
-        memcpy(slice, whole + (t->partition_dim == 0 ? t->partition_offset * C : 0), sizeof(float) * (size_t)(rows * cols));
+    if (t->partition_dim == 1) {
+        for (int64_t r = 0; r < rows; r++) {
+            float *w = whole + r * C + t->partition_offset, *s = slice + r * cols;
+            memcpy(to_slice ? s : w, to_slice ? w : s, sizeof(float) * (size_t)cols);
+        }
+        return;
+    }
+    if (t->partition_dim < 0) {
+        memcpy(to_slice ? slice : whole, to_slice ? whole : slice, sizeof(float) * (size_t)(rows * cols));
+        return;
+    }
+    /* rows: in each chunk of the whole, the rank's block */
+    int chunks = t->partition_chunks > 1 ? t->partition_chunks : 1;
+    int64_t per = rows / chunks, chunk_rows = t->global_shape[0] / chunks;
+    for (int c = 0; c < chunks; c++) {
+        float *w = whole + (c * chunk_rows + t->partition_offset) * C, *s = slice + c * per * cols;
+        memcpy(to_slice ? s : w, to_slice ? w : s, sizeof(float) * (size_t)(per * cols));
+    }
+}
+
+void mt_layout_slice(const mt_layout_tensor *t, const float *whole, float *slice)
+{
+    copy_slice(t, (float *)whole, slice, 1);
+}
+
+void mt_layout_place(const mt_layout_tensor *t, const float *slice, float *whole)
+{
+    copy_slice(t, whole, (float *)slice, 0);
+}
+
+int mt_layout_holds(const mt_layout_tensor *t, int64_t i)
+{
+    if (t->partition_dim < 0) return 1;
+    int chunks = t->partition_chunks > 1 ? t->partition_chunks : 1;
+    int64_t chunk = t->global_shape[t->partition_dim] / chunks, in = i % chunk;
+    return in >= t->partition_offset && in < t->partition_offset + t->local_shape[t->partition_dim] / chunks;
 }
 
 void mt_layout_free(mt_layout *l)

@@ -69,7 +69,10 @@ typedef struct mt_layout_tensor {
     int64_t global_shape[2];   /* [out, in] for matrices */
     int64_t local_shape[2];    /* this rank's slice */
     int partition_dim;         /* -1 replicated; 0 rows split (column-parallel, vocabulary); 1 columns split */
-    int64_t partition_offset;  /* first global row/column of the slice along partition_dim */
+    int64_t partition_offset;  /* first global row/column of the slice along partition_dim (within each chunk) */
+    int partition_chunks;      /* 1; 2 for SwiGLU's first MLP matrix [gate; up]: the partitioned dimension is that
+                                  many stacked blocks and a rank holds its slice of each, stacked (Megatron's
+                                  [gate_r; up_r]), not one contiguous slice of the whole */
     size_t offset, numel;      /* in elements, in the rank's flat buffer */
     int no_decay;              /* biases and norm weights: no weight decay */
 } mt_layout_tensor;
@@ -95,9 +98,12 @@ int mt_layout_global_layer(const mt_layout *l, int li);
 int mt_layout_build(const mt_model_arch *a, const mt_layout_part *p, mt_layout *out, mt_err *e);
 void mt_layout_free(mt_layout *l);
 /* This rank's slice of tensor t (local_shape floats, row-major) from the whole tensor (global_shape
- * floats): rows from partition_offset (partition_dim 0), columns from it in every row (1), or all of it
- * (replicated). */
+ * floats): rows from partition_offset (partition_dim 0; in each chunk), columns from it in every row (1),
+ * or all of it (replicated). mt_layout_place is the inverse: the slice written into the whole. */
 void mt_layout_slice(const mt_layout_tensor *t, const float *whole, float *slice);
+void mt_layout_place(const mt_layout_tensor *t, const float *slice, float *whole);
+/* Whether this rank holds global index i along t's partition dimension (always for a replicated t). */
+int mt_layout_holds(const mt_layout_tensor *t, int64_t i);
 const mt_layout_tensor *mt_layout_find(const mt_layout *l, const char *name);      /* NULL if absent */
 const mt_layout_tensor *mt_layout_get(const mt_layout *l, int layer, mt_tensor_kind kind); /* NULL if absent */
 

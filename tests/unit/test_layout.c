@@ -83,8 +83,10 @@ static void check_grid(const mt_model_arch *a, int tp, int pp)
                     T_CHECK(x->local_shape[0] == g->global_shape[0] && x->local_shape[1] == g->global_shape[1]);
                     continue;
                 }
-                int d = g->partition_dim, o = 1 - d;
-                T_EQ_INT(x->partition_offset, covered);   /* no gap, no overlap, rank order */
+                int d = g->partition_dim, o = 1 - d, chunks = g->partition_chunks;
+                /* SwiGLU's fc1 (weight and bias) in two stacked halves, each split over the ranks */
+                T_EQ_INT(chunks, (g->kind == MT_T_FC1_W || g->kind == MT_T_FC1_B) && a->mlp == MT_MLP_SWIGLU ? 2 : 1);
+                T_EQ_INT(x->partition_offset * chunks, covered);   /* no gap, no overlap, rank order */
                 covered += x->local_shape[d];
                 if (g->ndim == 2) T_EQ_INT(x->local_shape[o], g->global_shape[o]);
             }
@@ -105,6 +107,32 @@ static void check_grid(const mt_model_arch *a, int tp, int pp)
     for (int l = 0; l < a->num_layers; l++) T_EQ_INT(seen[MT_T_QKV_W][l + 1], 1);
     T_EQ_INT(seen[MT_T_WORD_EMB][0], 1);
     T_EQ_INT(seen[MT_T_FINAL_NORM_W][0], 1);
+}
+
+/* SwiGLU's dense_h_to_4h [gate; up] at TP=2: rank r holds [gate rows of r; up rows of r] (Megatron's
+ * per-rank chunks), and placing each rank's slice back rebuilds the whole tensor. */
+TEST(swiglu_fc1_slices)
+{
+    mt_model_arch a = {1, 4, 2, 2, 6, 8, 16, MT_NORM_RMSNORM, MT_POS_ROPE, MT_MLP_SWIGLU, 0, 0};
+    float whole[12 * 4], back[12 * 4], slice[6 * 4];
+    for (int i = 0; i < 12 * 4; i++) whole[i] = (float)i, back[i] = -1;
+    for (int r = 0; r < 2; r++) {
+        mt_layout l;
+        mt_err e;
+        T_EQ_INT(mt_layout_build(&a, &(mt_layout_part){r, 2, 0, 1}, &l, &e), 0);
+        const mt_layout_tensor *t = mt_layout_get(&l, 0, MT_T_FC1_W);
+        T_CHECK(t && t->local_shape[0] == 6 && t->global_shape[0] == 12);
+        mt_layout_slice(t, whole, slice);
+        for (int i = 0; i < 6; i++) {   /* gate rows 3r..3r+2, then up rows 6+3r.. */
+            int want = i < 3 ? 3 * r + i : 6 + 3 * r + (i - 3);
+            T_CHECK(slice[i * 4] == (float)(want * 4) && slice[i * 4 + 3] == (float)(want * 4 + 3));
+            T_EQ_INT(mt_layout_holds(t, want), 1);
+            T_EQ_INT(mt_layout_holds(t, i < 3 ? 3 * (1 - r) + i : 6 + 3 * (1 - r) + (i - 3)), 0);
+        }
+        mt_layout_place(t, slice, back);
+        mt_layout_free(&l);
+    }
+    T_CHECK(!memcmp(whole, back, sizeof whole));
 }
 
 TEST(grids_tile)
@@ -182,6 +210,7 @@ TEST(errors)
 T_MAIN_BEGIN("test_layout")
 RUN(gpt2_one_rank);
 RUN(grids_tile);
+RUN(swiglu_fc1_slices);
 RUN(stages_and_tied_copy);
 RUN(llama_options);
 RUN(errors);

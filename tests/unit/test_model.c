@@ -156,7 +156,7 @@ TEST(config_checks)
         const char *flag;
     } cases[] = {{0, "--num-layers"}, {1, "--hidden-size"}, {2, "--num-attention-heads"}, {3, "--ffn-hidden-size"},
                  {4, "--max-position-embeddings"}, {5, "--seq-length"}, {6, "--make-vocab-size-divisible-by"},
-                 {7, "--layernorm-epsilon"}, {8, "--init-method-std"}, {9, "--hidden-dropout"},
+                 {7, "--norm-epsilon"}, {8, "--init-method-std"}, {9, "--hidden-dropout"},
                  {10, "--attention-dropout"}};
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         c = tiny_config();

@@ -2,6 +2,7 @@
  * from a checkpoint's args equals the one mt-train builds from the same flags, the weights round-trip,
  * and a bad checkpoint is an error value, not an exit. */
 #include <stdint.h>
+#include <string.h>
 #include <unistd.h>
 
 #include "ckpt/meta.h"
@@ -149,10 +150,118 @@ TEST(open_roundtrip)
     mtk_close(k);
 }
 
+/* Parses the mt-train command line of base plus extra (NULL-terminated); 0 or -1 with e set. */
+static int parse(mt_train_args *a, const char *const *extra, mt_err *e)
+{
+    const char *base[] = {"mt-train", "--num-layers", "2", "--hidden-size", "64", "--num-attention-heads", "4",
+                          "--seq-length", "8", "--max-position-embeddings", "12", "--tokenizer-type", "NullTokenizer",
+                          "--vocab-size", "37", "--micro-batch-size", "1", "--train-iters", "1", "--lr", "1e-3",
+                          "--data-path", "nowhere"};
+    char *argv[64];
+    int n = 0;
+    for (size_t i = 0; i < sizeof base / sizeof *base; i++) argv[n++] = (char *)base[i];
+    for (int i = 0; extra[i]; i++) argv[n++] = (char *)extra[i];
+    argv[n] = NULL;
+    return mt_train_args_parse(a, n, argv, e);
+}
+
+/* The LLaMA family's flags: parsed with Megatron's semantics and defaults, written to meta.json's args and
+ * read back into the same model config and architecture; GPT-2's defaults when absent; the refusals. */
+TEST(llama_args)
+{
+    mt_err e;
+    mt_train_args a;
+    const char *llama[] = {"--normalization", "RMSNorm", "--norm-epsilon", "1e-6", "--use-rotary-position-embeddings",
+                           "--rotary-base", "500000", "--swiglu", "--group-query-attention", "--num-query-groups", "2",
+                           "--untie-embeddings-and-output-weights", "--disable-bias-linear", NULL};
+    T_EQ_INT(parse(&a, llama, &e), 0);
+    T_EQ_STR(a.position_embedding_type, "rope");
+    T_EQ_INT(a.ffn_hidden_size, 128);   /* int(4 x 64 x 2 / 3 / 64) x 64 */
+    T_EQ_INT(a.rotary_base, 500000);
+    T_NEAR(a.rotary_percent, 1.0, 0);
+    mt_gpt_config c = mt_gpt_config_from_args(&a, 38);
+    T_EQ_INT(mt_gpt_config_check(&c, &e), 0);
+    T_CHECK(c.norm == MT_NORM_RMSNORM && c.position == MT_POS_ROPE && c.mlp == MT_MLP_SWIGLU);
+    T_EQ_INT(c.num_query_groups, 2);
+    T_CHECK(c.untie_embeddings_and_output_weights && c.disable_bias_linear && c.rotary_base == 500000);
+    T_NEAR(c.layernorm_epsilon, 1e-6, 1e-7);
+    mt_model_arch arch = mt_gpt_arch(&c);
+    T_CHECK(arch.norm == MT_NORM_RMSNORM && arch.position == MT_POS_ROPE && arch.mlp == MT_MLP_SWIGLU);
+    T_CHECK(arch.num_query_groups == 2 && !arch.add_bias_linear && !arch.tied_embeddings);
+    T_EQ_INT(mt_gpt_check_built(&c, &e), -1);
+    T_EQ_STR(e.msg, "--normalization RMSNorm: the model's forward pass for it is not built yet (mt-ckpt-convert "
+                    "converts such checkpoints)");
+    T_CHECK(mt_gpt_create(NULL, &c, MT_GPT_INFER_ONLY, &e) == NULL && strstr(e.msg, "not built yet"));
+
+    /* meta.json and back */
+    json_t *j = mt_train_args_to_json(&a);
+    mt_train_args b;
+    T_EQ_INT(mt_train_args_arch_from_json(j, &b, "d/meta.json", &e), 0);
+    T_EQ_STR(b.normalization, "RMSNorm");
+    T_EQ_STR(b.position_embedding_type, "rope");
+    T_CHECK(b.swiglu && b.group_query_attention && b.num_query_groups == 2 && b.rotary_base == 500000);
+    T_CHECK(b.untie_embeddings_and_output_weights && b.disable_bias_linear && b.rotary_percent == 1.0);
+    T_EQ_INT(mt_train_args_check_model(&a, j, "d", &e), 0);
+    mt_train_args g;
+    const char *none[] = {NULL};
+    T_EQ_INT(parse(&g, none, &e), 0);
+    T_EQ_INT(mt_train_args_check_model(&g, j, "d", &e), -1);
+    T_CHECK(strstr(e.msg, "ffn-hidden-size"));   /* 128 against GPT-2's 4h */
+    g.ffn_hidden_size = a.ffn_hidden_size;
+    T_EQ_INT(mt_train_args_check_model(&g, j, "d", &e), -1);
+    T_EQ_STR(e.msg, "d: checkpoint was saved with another --normalization");
+    json_object_set_new(j, "swiglu", json_string("yes"));
+    T_EQ_INT(mt_train_args_arch_from_json(j, &b, "d/meta.json", &e), -1);
+    T_EQ_STR(e.msg, "d/meta.json: \"args.swiglu\" is not a boolean");
+    json_object_set_new(j, "swiglu", json_true());
+    json_object_set_new(j, "normalization", json_string("ScaleNorm"));
+    T_EQ_INT(mt_train_args_arch_from_json(j, &b, "d/meta.json", &e), -1);
+    json_decref(j);
+    /* checkpoints written before these options: GPT-2 */
+    json_t *old = json_pack("{s:i}", "num-attention-heads", 4);
+    T_EQ_INT(mt_train_args_arch_from_json(old, &b, "d/meta.json", &e), 0);
+    T_EQ_STR(b.normalization, "LayerNorm");
+    T_EQ_STR(b.position_embedding_type, "learned_absolute");
+    T_CHECK(!b.swiglu && !b.group_query_attention && !b.untie_embeddings_and_output_weights && !b.disable_bias_linear);
+    json_decref(old);
+    c = mt_gpt_config_from_args(&g, 38);
+    T_CHECK(c.norm == MT_NORM_LAYERNORM && c.position == MT_POS_LEARNED && c.mlp == MT_MLP_GELU);
+    T_CHECK(c.num_query_groups == 4 && !c.untie_embeddings_and_output_weights && !c.disable_bias_linear);
+    T_EQ_INT(mt_gpt_check_built(&c, &e), 0);
+
+    /* Megatron's default ffn size with --swiglu at a real size; the refusals, each naming its flag */
+    const char *big[] = {"--swiglu", "--hidden-size", "4096", "--num-attention-heads", "32", NULL};
+    T_EQ_INT(parse(&a, big, &e), 0);
+    T_EQ_INT(a.ffn_hidden_size, 10880);
+    static const struct {
+        const char *args[6];
+        const char *msg;
+    } bad[] = {
+        {{"--num-query-groups", "2"}, "--num-query-groups goes with --group-query-attention"},
+        {{"--group-query-attention", "--num-query-groups", "3"}, "--num-query-groups (3) must divide --num-attention-heads (4)"},
+        {{"--group-query-attention", "--num-query-groups", "2", "--tensor-model-parallel-size", "4"},
+         "--tensor-model-parallel-size (4) must divide --num-query-groups (2): each rank holds whole query groups"},
+        {{"--rotary-base", "500000"}, "--rotary-base goes with --position-embedding-type rope"},
+        {{"--position-embedding-type", "none"}, "--position-embedding-type none is not implemented (learned_absolute or rope)"},
+        {{"--position-embedding-type", "rope", "--rotary-percent", "0.1"},
+         "--rotary-percent 0.1: the rotary dimension int(16 x 0.1) = 1 must be even and at least 2"},
+        {{"--rotary-interleaved"}, "--rotary-interleaved is not supported: rope rotates the two halves of each head "
+                                   "(rotate-half), not interleaved pairs"},
+        {{"--swiglu", "--hidden-size", "16", "--num-attention-heads", "2"},
+         "--swiglu: the default --ffn-hidden-size int(8 x 16 / 3 / 64) x 64 is 0; give --ffn-hidden-size"},
+        {{"--normalization", "ScaleNorm"}, NULL},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+        T_EQ_INT(parse(&a, bad[i].args, &e), -1);
+        if (bad[i].msg) T_EQ_STR(e.msg, bad[i].msg);
+    }
+}
+
 T_MAIN_BEGIN("test_open_model")
 t_tmpdir();
 snprintf(dir, sizeof dir, "%s/ck", t_tmp);
 RUN(meta_numbers);
 RUN(open_roundtrip);
+RUN(llama_args);
 t_tmpdir_remove();
 T_MAIN_END

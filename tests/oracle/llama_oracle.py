@@ -1,0 +1,167 @@
+"""llama_oracle.py: Hugging Face transformers' LlamaForCausalLM as the oracle for mt-ckpt-convert's Llama
+path (run with the Python of tests/oracle/venv-hf.sh).
+
+  make DIR [--layers L] [--hidden H] [--heads NH] [--kv-heads G] [--ffn F] [--vocab V] [--dtype fp32|bf16|fp16]
+           [--shard BYTES] [--tie] [--tokenizer] [--seed S] [--set KEY=JSON ...]
+      a LlamaForCausalLM with random weights (norm weights random too, so that a row in the wrong place
+      shows), rope_theta 500000, written with save_pretrained (safetensors, sharded above BYTES); with
+      --tokenizer a small byte-level BPE tokenizer.json (trained here) saved beside it; --set overrides a
+      config.json key after saving (for the refusals)
+  layout HF_DIR MT_RELEASE_DIR TP
+      every tensor of the mt checkpoint's TP rank directories (mp_rank_00 ... fp32 safetensors) equals
+      what Megatron's layout makes of the HF tensors, derived here with numpy from the spec (section 9)
+      and Megatron's Llama loader: query_key_value rows per query group [its query heads; its key head;
+      its value head], dense_h_to_4h [gate; up] with each tensor rank holding [its gate rows; its up
+      rows], the vocabulary padded for TP with zero rows and split by rows, dense and dense_4h_to_h split
+      by columns, norms replicated; and nothing else is there. Prints the count.
+  logits A B
+      loads both directories with AutoModelForCausalLM (fp32; no missing or unexpected keys) and checks
+      their logits on random ids are equal; prints the largest logit
+"""
+import argparse
+import json
+import os
+import sys
+
+import numpy as np
+import torch
+
+
+def make(a):
+    from transformers import LlamaConfig, LlamaForCausalLM
+    torch.manual_seed(a.seed)
+    cfg = LlamaConfig(vocab_size=a.vocab, hidden_size=a.hidden, intermediate_size=a.ffn,
+                      num_hidden_layers=a.layers, num_attention_heads=a.heads, num_key_value_heads=a.kv_heads,
+                      max_position_embeddings=64, rope_theta=500000.0, rms_norm_eps=1e-5,
+                      tie_word_embeddings=a.tie, bos_token_id=1, eos_token_id=2)
+    m = LlamaForCausalLM(cfg)
+    with torch.no_grad():
+        for n, p in m.named_parameters():
+            p.copy_(torch.randn_like(p) * (0.3 if "norm" in n else 0.05) + (1.0 if "norm" in n else 0.0))
+    dt = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}[a.dtype]
+    m = m.to(dt)
+    kw = {"max_shard_size": a.shard} if a.shard else {}
+    m.save_pretrained(a.dir, safe_serialization=True, **kw)
+    if a.tokenizer:
+        from tokenizers import Tokenizer, models, pre_tokenizers, decoders, trainers
+        from transformers import PreTrainedTokenizerFast
+        tok = Tokenizer(models.BPE())
+        tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+        tok.decoder = decoders.ByteLevel()
+        text = ["mt converts checkpoints to and from Hugging Face directories, tensor by tensor."] * 20
+        tok.train_from_iterator(text, trainers.BpeTrainer(vocab_size=a.vocab - 8, special_tokens=["<unk>", "<s>", "</s>"],
+                                                          initial_alphabet=pre_tokenizers.ByteLevel.alphabet()))
+        PreTrainedTokenizerFast(tokenizer_object=tok, bos_token="<s>", eos_token="</s>", unk_token="<unk>").save_pretrained(a.dir)
+    for kv in a.set or []:
+        k, v = kv.split("=", 1)
+        p = os.path.join(a.dir, "config.json")
+        c = json.load(open(p))
+        c[k] = json.loads(v)
+        json.dump(c, open(p, "w"), indent=2)
+
+
+def hf_tensors(d):
+    from safetensors.torch import load_file
+    idx = os.path.join(d, "model.safetensors.index.json")
+    files = sorted(set(json.load(open(idx))["weight_map"].values())) if os.path.exists(idx) else ["model.safetensors"]
+    out = {}
+    for f in files:
+        out.update({k: v.float().numpy() for k, v in load_file(os.path.join(d, f)).items()})
+    return out
+
+
+def layout(hf_dir, mt_dir, tp):
+    from safetensors.numpy import load_file
+    cfg = json.load(open(os.path.join(hf_dir, "config.json")))
+    w = hf_tensors(hf_dir)
+    L, h, nh = cfg["num_hidden_layers"], cfg["hidden_size"], cfg["num_attention_heads"]
+    ng, f, V = cfg["num_key_value_heads"], cfg["intermediate_size"], cfg["vocab_size"]
+    hn, per = h // nh, nh // ng
+    Vp = -(-V // tp) * tp   # --make-vocab-size-divisible-by 1, padded for the tensor size
+    pre = "language_model."
+    whole = {}   # Megatron name -> (whole tensor, split dim or None, rows in chunks)
+    emb = np.zeros((Vp, h), np.float32)
+    emb[:V] = w["model.embed_tokens.weight"]
+    whole[pre + "embedding.word_embeddings.weight"] = (emb, 0)
+    for i in range(L):
+        p, q = "model.layers.%d." % i, pre + "encoder.layers.%d." % i
+        wq = w[p + "self_attn.q_proj.weight"].reshape(ng, per * hn, h)
+        wk = w[p + "self_attn.k_proj.weight"].reshape(ng, hn, h)
+        wv = w[p + "self_attn.v_proj.weight"].reshape(ng, hn, h)
+        whole[q + "self_attention.query_key_value.weight"] = (np.concatenate([wq, wk, wv], axis=1).reshape(-1, h), 0)
+        whole[q + "self_attention.dense.weight"] = (w[p + "self_attn.o_proj.weight"], 1)
+        whole[q + "mlp.dense_h_to_4h.weight"] = ((w[p + "mlp.gate_proj.weight"], w[p + "mlp.up_proj.weight"]), 0)
+        whole[q + "mlp.dense_4h_to_h.weight"] = (w[p + "mlp.down_proj.weight"], 1)
+        whole[q + "input_layernorm.weight"] = (w[p + "input_layernorm.weight"], None)
+        whole[q + "post_attention_layernorm.weight"] = (w[p + "post_attention_layernorm.weight"], None)
+    whole[pre + "encoder.final_layernorm.weight"] = (w["model.norm.weight"], None)
+    if not cfg.get("tie_word_embeddings", False):
+        out = np.zeros((Vp, h), np.float32)
+        out[:V] = w["lm_head.weight"]
+        whole[pre + "output_layer.weight"] = (out, 0)
+    n = 0
+    for r in range(tp):
+        got = load_file(os.path.join(mt_dir, "mp_rank_%02d" % r, "model.safetensors"))
+        assert set(got) == set(whole), "rank %d: names differ: %s" % (r, sorted(set(got) ^ set(whole)))
+        for name, (t, dim) in whole.items():
+            if isinstance(t, tuple):   # gate, up: this rank's rows of each, stacked
+                k = t[0].shape[0] // tp
+                want = np.concatenate([t[0][r * k:(r + 1) * k], t[1][r * k:(r + 1) * k]])
+            elif dim is None:
+                want = t
+            else:
+                k = t.shape[dim] // tp
+                want = t[r * k:(r + 1) * k] if dim == 0 else t[:, r * k:(r + 1) * k]
+            assert got[name].dtype == np.float32 and got[name].shape == want.shape, (r, name, got[name].shape, want.shape)
+            assert np.array_equal(got[name], want), "rank %d: %s differs from Megatron's layout" % (r, name)
+            n += 1
+    print("%d tensors over %d ranks" % (n, tp))
+
+
+def logits(a, b):
+    from transformers import AutoModelForCausalLM
+    ms = []
+    for d in (a, b):
+        m, info = AutoModelForCausalLM.from_pretrained(d, torch_dtype=torch.float32, output_loading_info=True)
+        bad = {k: v for k, v in info.items() if v}
+        assert not bad, "%s: %s" % (d, bad)
+        assert type(m).__name__ == "LlamaForCausalLM", type(m).__name__
+        ms.append(m.eval())
+    torch.manual_seed(3)
+    ids = torch.randint(0, ms[0].config.vocab_size, (2, 24))
+    with torch.no_grad():
+        x, y = (m(ids).logits for m in ms)
+    assert torch.equal(x, y), "logits differ by %g" % (x - y).abs().max().item()
+    print("largest logit %.4f" % x.abs().max().item())
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    m = sub.add_parser("make")
+    m.add_argument("dir")
+    for k, v in (("layers", 3), ("hidden", 64), ("heads", 4), ("kv-heads", 2), ("ffn", 96), ("vocab", 301), ("seed", 1)):
+        m.add_argument("--" + k, type=int, default=v)
+    m.add_argument("--dtype", default="fp32")
+    m.add_argument("--shard", type=int, default=0)
+    m.add_argument("--tie", action="store_true")
+    m.add_argument("--tokenizer", action="store_true")
+    m.add_argument("--set", action="append")
+    lo = sub.add_parser("layout")
+    lo.add_argument("hf_dir")
+    lo.add_argument("mt_dir")
+    lo.add_argument("tp", type=int)
+    lg = sub.add_parser("logits")
+    lg.add_argument("a")
+    lg.add_argument("b")
+    a = ap.parse_args()
+    if a.cmd == "make":
+        make(a)
+    elif a.cmd == "layout":
+        layout(a.hf_dir, a.mt_dir, a.tp)
+    else:
+        logits(a.a, a.b)
+
+
+if __name__ == "__main__":
+    main()
