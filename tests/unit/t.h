@@ -34,7 +34,7 @@ static char t_where[4096];
 #define T_EQ_STR(a, b)                                                                                       \
     do {                                                                                                     \
         const char *t_a = (a), *t_b = (b);                                                                   \
-        if (strcmp(t_a, t_b)) T_FAILF("%s:%d: %s == \"%s\", expected \"%s\"", __FILE__, __LINE__, #a, t_a, t_b); \
+        if (strcmp(t_a, t_b)) T_FAILF("%s:%d: %s == \"%.1000s\", expected \"%.1000s\"", __FILE__, __LINE__, #a, t_a, t_b); \
     } while (0)
 
 #define T_NEAR(a, b, rel)                                                                                    \

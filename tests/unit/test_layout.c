@@ -119,7 +119,7 @@ TEST(swiglu_fc1_slices)
     for (int r = 0; r < 2; r++) {
         mt_layout l;
         mt_err e;
-        T_EQ_INT(mt_layout_build(&a, &(mt_layout_part){r, 2, 0, 1}, &l, &e), 0);
+        T_EQ_INT(mt_layout_build(&a, &(mt_layout_part){r, 2, 0, 1, 1}, &l, &e), 0);
         const mt_layout_tensor *t = mt_layout_get(&l, 0, MT_T_FC1_W);
         T_CHECK(t && t->local_shape[0] == 6 && t->global_shape[0] == 12);
         mt_layout_slice(t, whole, slice);
