@@ -97,6 +97,11 @@ static int describe(mt_gpt *m, const mt_gpt_config *config, int tp_rank, int tp_
     m->ffn = config->ffn_hidden_size / m->tp_size;
     m->vocab = config->padded_vocab_size / m->tp_size;
     m->v0 = m->tp_rank * m->vocab;
+    m->hs = config->hidden_size / config->num_heads;
+    m->groups = (config->num_query_groups > 0 ? config->num_query_groups : config->num_heads) / m->tp_size;
+    m->qkvw = (m->heads + 2 * m->groups) * m->hs;
+    m->fcw = (config->mlp == MT_MLP_SWIGLU ? 2 : 1) * m->ffn;
+    m->rot = config->position == MT_POS_ROPE ? (int)(m->hs * (config->rotary_percent > 0 ? config->rotary_percent : 1.0)) : 0;
     m->sp = tp_size > 1 && config->sequence_parallel;
     m->pp_stage = stage, m->pp_size = stages, m->vp = vp > 1 ? vp : 1;
     if (m->vp > 16) return mt_err_set(e, "%d model chunks per stage: at most 16", m->vp);
@@ -114,7 +119,6 @@ mt_gpt *mt_gpt_create_stage(mtk *k, const mt_gpt_config *config, mt_comm *tp, in
 mt_gpt *mt_gpt_create_chunks(mtk *k, const mt_gpt_config *config, mt_comm *tp, int stage, int stages, int vp, int mode,
                              mt_err *e)
 {
-    if (mt_gpt_check_built(config, e)) return NULL;
     mt_gpt *m = mt_xcalloc(1, sizeof *m);
     m->k = k;
     m->tp = tp && tp->size > 1 ? tp : NULL;
@@ -158,9 +162,9 @@ void mt_gpt_params_changed(mt_gpt *m)
 int mt_gpt_reserve(mt_gpt *m, size_t n, int T, mt_err *e)
 {
     const mt_gpt_config *c = &m->c;
-    size_t C = (size_t)c->hidden_size, V = (size_t)m->vocab, F = (size_t)m->ffn, Q = 3 * C / (size_t)m->tp_size;
+    size_t C = (size_t)c->hidden_size, V = (size_t)m->vocab, F = (size_t)m->fcw, Q = (size_t)m->qkvw;
     /* the largest activation-dtype operand of any operation, with this rank's shares of the vocabulary,
-     * ffn and heads: activations [n][V|F|3C|C], weights [V|pos|3C|F|C][C] */
+     * ffn and heads: activations [n][V|F|QKV|C], weights [V|pos|QKV|F|C][C] */
     size_t cand[] = {n * V, n * F, n * Q, n * C, V * C, (size_t)c->max_position_embeddings * C, Q * C, F * C, C * C};
     size_t big = 0;
     for (size_t i = 0; i < sizeof cand / sizeof cand[0]; i++) big = cand[i] > big ? cand[i] : big;
@@ -277,10 +281,10 @@ static void ctx_buffers(mt_gpt_ctx *x, void **where[CTX_BUFFERS], size_t bytes[C
     BUF(mid, S * R * C * a);
     BUF(ln, S * 2 * N * C * a);
     BUF(ln_stat, S * 4 * R * fl);
-    BUF(qkv, S * N * 3 * Cl * a);
+    BUF(qkv, S * N * (size_t)m->qkvw * a);
     BUF(atty, S * N * Cl * a);
     BUF(lse, S * N * (size_t)m->heads * fl);
-    BUF(fch, S * N * F * a);
+    BUF(fch, S * N * (size_t)m->fcw * a);
     BUF(lnf, last * N * C * a);
     BUF(lnf_stat, last * 2 * R * fl);
     BUF(logits, last * N * V * a);
@@ -288,8 +292,8 @@ static void ctx_buffers(mt_gpt_ctx *x, void **where[CTX_BUFFERS], size_t bytes[C
     BUF(s_c1, N * C * a);
     BUF(s_c2, N * C * a);
     BUF(s_c3, N * C * a);
-    BUF(s_qkv, N * 3 * Cl * a);
-    BUF(s_f1, N * F * a);
+    BUF(s_qkv, N * (size_t)m->qkvw * a);
+    BUF(s_f1, N * (size_t)m->fcw * a);
     BUF(s_f2, N * F * a);
     BUF(d_tok, N * sizeof(int32_t));
     BUF(d_tgt, N * sizeof(int32_t));
@@ -434,10 +438,10 @@ static void layer_views(const mt_gpt_ctx *x, int li, layer_acts *a)
     a->ln2 = AT(a->ln1, nC);
     a->mean1 = x->ln_stat + 4 * s * x->nres, a->rstd1 = a->mean1 + x->nres;
     a->mean2 = a->rstd1 + x->nres, a->rstd2 = a->mean2 + x->nres;
-    a->qkv = AT(x->qkv, s * 3 * nCl);
+    a->qkv = AT(x->qkv, s * x->nmax * (size_t)m->qkvw);
     a->atty = AT(x->atty, s * nCl);
     a->lse = x->lse + s * x->nmax * (size_t)m->heads;
-    a->fch = AT(x->fch, s * x->nmax * (size_t)m->ffn);
+    a->fch = AT(x->fch, s * x->nmax * (size_t)m->fcw);
 }
 
 /* Local layer li's forward pass on x's micro-batch (B x T tokens); scratch: a free [N, C] buffer. */
@@ -451,31 +455,38 @@ static int layer_forward(mt_gpt_ctx *x, int li, void *scratch, mt_err *e)
     int l = mt_layout_global_layer(&m->layout, li);   /* the global layer: its tensors and dropout sites */
     mtk_dropout dd;
     const mtk_dropout *drop;
-#define P(kind) mt_gpt_p(m, mt_gpt_t(m, l, kind))
+#define T_(kind) mt_gpt_t(m, l, kind)
+#define PO(kind) mt_gpt_popt(m, mt_gpt_t(m, l, kind))
 #define W(kind) mt_gpt_w(m, mt_gpt_t(m, l, kind))
     layer_acts a;
     layer_views(x, li, &a);
     void *out = mt_tp_local(m, scratch, N, C);
 
-    /* attention: QKV column-parallel (this rank's heads), dense row-parallel (summed over the ranks) */
-    mtk_layernorm_fwd(k, mt_tp_local(m, a.ln1, N, C), a.mean1, a.rstd1, a.res_in, P(MT_T_NORM1_W), P(MT_T_NORM1_B), Nl,
-                      C, c->layernorm_epsilon);
+    /* attention: QKV column-parallel (this rank's heads and key/value groups), rotary positions on q and k,
+     * dense row-parallel (summed over the ranks) */
+    mt_gpt_norm_fwd(m, mt_tp_local(m, a.ln1, N, C), a.mean1, a.rstd1, a.res_in, T_(MT_T_NORM1_W), T_(MT_T_NORM1_B), Nl, C);
     if (mt_tp_gather(m, a.ln1, N, C, e)) return mt_err_prefix(e, "GPT forward, layer %d attention", l);
-    mtk_matmul_fwd(k, a.qkv, a.ln1, W(MT_T_QKV_W), P(MT_T_QKV_B), N, C, 3 * Cl);
+    mtk_matmul_fwd(k, a.qkv, a.ln1, W(MT_T_QKV_W), PO(MT_T_QKV_B), N, C, m->qkvw);
+    if (m->rot) mtk_rope_fwd(k, a.qkv, B, T, m->heads, m->groups, m->hs, m->rot, (float)c->rotary_base, 0);
     mt_tp_attention_fwd(m, a.atty, a.lse, a.qkv, B, T, site_dropout(x, &dd, l, SITE_ATTN_PROBS, 0));
-    if (mt_tp_row_linear_fwd(m, scratch, a.atty, W(MT_T_PROJ_W), P(MT_T_PROJ_B), N, Cl, C, e))
+    if (mt_tp_row_linear_fwd(m, scratch, a.atty, W(MT_T_PROJ_W), PO(MT_T_PROJ_B), N, Cl, C, e))
         return mt_err_prefix(e, "GPT forward, layer %d attention", l);
     if ((drop = site_dropout(x, &dd, l, SITE_ATTN_OUT, h0))) mtk_dropout_fwd(k, out, out, (size_t)Nl * C, drop);
-    mtk_add_layernorm_fwd(k, a.res_mid, mt_tp_local(m, a.ln2, N, C), a.mean2, a.rstd2, a.res_in, out, P(MT_T_NORM2_W),
-                          P(MT_T_NORM2_B), Nl, C, c->layernorm_epsilon);
-    /* MLP: the first layer column-parallel, the second row-parallel */
+    mt_gpt_add_norm_fwd(m, a.res_mid, mt_tp_local(m, a.ln2, N, C), a.mean2, a.rstd2, a.res_in, out, T_(MT_T_NORM2_W),
+                        T_(MT_T_NORM2_B), Nl, C);
+    /* MLP: the first layer column-parallel (GeLU, or SwiGLU of its gate and up halves), the second row-parallel */
     if (mt_tp_gather(m, a.ln2, N, C, e)) return mt_err_prefix(e, "GPT forward, layer %d MLP", l);
-    mtk_matmul_gelu_fwd(k, x->s_f1, a.fch, a.ln2, W(MT_T_FC1_W), P(MT_T_FC1_B), N, C, F, c->exact_gelu);
-    if (mt_tp_row_linear_fwd(m, scratch, x->s_f1, W(MT_T_FC2_W), P(MT_T_FC2_B), N, F, C, e))
+    if (c->mlp == MT_MLP_SWIGLU) {
+        mtk_matmul_fwd(k, a.fch, a.ln2, W(MT_T_FC1_W), PO(MT_T_FC1_B), N, C, m->fcw);
+        mtk_swiglu_fwd(k, x->s_f1, a.fch, N, F);
+    } else
+        mtk_matmul_gelu_fwd(k, x->s_f1, a.fch, a.ln2, W(MT_T_FC1_W), PO(MT_T_FC1_B), N, C, F, c->exact_gelu);
+    if (mt_tp_row_linear_fwd(m, scratch, x->s_f1, W(MT_T_FC2_W), PO(MT_T_FC2_B), N, F, C, e))
         return mt_err_prefix(e, "GPT forward, layer %d MLP", l);
     if ((drop = site_dropout(x, &dd, l, SITE_MLP_OUT, h0))) mtk_dropout_fwd(k, out, out, (size_t)Nl * C, drop);
     mtk_add(k, a.res_out, a.res_mid, out, (size_t)Nl * C);
-#undef P
+#undef T_
+#undef PO
 #undef W
     return 0;
 }
@@ -523,9 +534,9 @@ int mt_gpt_forward(mt_gpt_ctx *x, const int32_t *tokens, const int32_t *targets,
         x->have_forward = 1;
         return 0;
     }
-    mtk_layernorm_fwd(k, mt_tp_local(m, x->lnf, N, C), x->lnf_stat, x->lnf_stat + x->nres,
-                      AT(x->bnd, (size_t)L * x->nres * (size_t)C), mt_gpt_p(m, mt_gpt_t(m, -1, MT_T_FINAL_NORM_W)),
-                      mt_gpt_p(m, mt_gpt_t(m, -1, MT_T_FINAL_NORM_B)), Nl, C, c->layernorm_epsilon);
+    mt_gpt_norm_fwd(m, mt_tp_local(m, x->lnf, N, C), x->lnf_stat, x->lnf_stat + x->nres,
+                    AT(x->bnd, (size_t)L * x->nres * (size_t)C), mt_gpt_t(m, -1, MT_T_FINAL_NORM_W),
+                    mt_gpt_t(m, -1, MT_T_FINAL_NORM_B), Nl, C);
     if (mt_tp_gather(m, x->lnf, N, C, e)) return mt_err_prefix(e, "GPT forward, final norm");
     /* the logits of this rank's vocabulary rows (never gathered) and the vocabulary-parallel loss */
     mtk_matmul_fwd(k, x->logits, x->lnf, mt_gpt_w(m, m->head), NULL, N, C, m->vocab);
@@ -585,9 +596,10 @@ static int layer_backward(mt_gpt_ctx *x, int li, mtk_grad_mode gm, mt_err *e)
     const mtk_dropout *drop;
     void *dres = x->s_c1, *dtmp = x->s_c2, *dln = x->s_c3;
     void *dtmp_l = mt_tp_local(m, dtmp, N, C), *dln_l = mt_tp_local(m, dln, N, C);
-#define P(kind) mt_gpt_p(m, mt_gpt_t(m, l, kind))
+#define T_(kind) mt_gpt_t(m, l, kind)
 #define W(kind) mt_gpt_w(m, mt_gpt_t(m, l, kind))
 #define G(kind) mt_gpt_g(m, mt_gpt_t(m, l, kind))
+#define GO(kind) mt_gpt_gopt(m, mt_gpt_t(m, l, kind))
     layer_acts a;
     layer_views(x, li, &a);
 
@@ -598,12 +610,15 @@ static int layer_backward(mt_gpt_ctx *x, int li, mtk_grad_mode gm, mt_err *e)
         dout = dtmp_l;
     }
     if (mt_tp_output_grad(m, dout, dtmp, N, C, &dout, e)) return mt_err_prefix(e, "GPT backward, layer %d MLP", l);
-    mtk_gelu_fwd(k, x->s_f1, a.fch, (size_t)N * F, c->exact_gelu);
-    mtk_matmul_bwd(k, x->s_f2, G(MT_T_FC2_W), G(MT_T_FC2_B), dout, x->s_f1, W(MT_T_FC2_W), N, F, C, gm);
-    mtk_gelu_bwd(k, x->s_f1, a.fch, x->s_f2, (size_t)N * F, c->exact_gelu);
-    mtk_matmul_bwd(k, dln, G(MT_T_FC1_W), G(MT_T_FC1_B), x->s_f1, a.ln2, W(MT_T_FC1_W), N, C, F, gm);
+    int swiglu = c->mlp == MT_MLP_SWIGLU;   /* the activation is recomputed from the first product's output */
+    if (swiglu) mtk_swiglu_fwd(k, x->s_f1, a.fch, N, F);
+    else mtk_gelu_fwd(k, x->s_f1, a.fch, (size_t)N * F, c->exact_gelu);
+    mtk_matmul_bwd(k, x->s_f2, G(MT_T_FC2_W), GO(MT_T_FC2_B), dout, x->s_f1, W(MT_T_FC2_W), N, F, C, gm);
+    if (swiglu) mtk_swiglu_bwd(k, x->s_f1, a.fch, x->s_f2, N, F);
+    else mtk_gelu_bwd(k, x->s_f1, a.fch, x->s_f2, (size_t)N * F, c->exact_gelu);
+    mtk_matmul_bwd(k, dln, G(MT_T_FC1_W), GO(MT_T_FC1_B), x->s_f1, a.ln2, W(MT_T_FC1_W), N, C, m->fcw, gm);
     if (mt_tp_input_grad(m, dln, N, C, e)) return mt_err_prefix(e, "GPT backward, layer %d MLP", l);
-    mtk_layernorm_bwd(k, dres, G(MT_T_NORM2_W), G(MT_T_NORM2_B), dln_l, a.res_mid, P(MT_T_NORM2_W), a.mean2, a.rstd2, Nl, C);
+    mt_gpt_norm_bwd(m, dres, T_(MT_T_NORM2_W), T_(MT_T_NORM2_B), dln_l, a.res_mid, a.mean2, a.rstd2, Nl, C);
 
     /* Attention: res_mid = res_in + drop(dense(attn(qkv(ln1(res_in))))) */
     dout = dres;
@@ -612,14 +627,16 @@ static int layer_backward(mt_gpt_ctx *x, int li, mtk_grad_mode gm, mt_err *e)
         dout = dtmp_l;
     }
     if (mt_tp_output_grad(m, dout, dtmp, N, C, &dout, e)) return mt_err_prefix(e, "GPT backward, layer %d attention", l);
-    mtk_matmul_bwd(k, dln, G(MT_T_PROJ_W), G(MT_T_PROJ_B), dout, a.atty, W(MT_T_PROJ_W), N, Cl, C, gm);
+    mtk_matmul_bwd(k, dln, G(MT_T_PROJ_W), GO(MT_T_PROJ_B), dout, a.atty, W(MT_T_PROJ_W), N, Cl, C, gm);
     mt_tp_attention_bwd(m, x->s_qkv, dln, a.qkv, a.atty, a.lse, B, T, site_dropout(x, &dd, l, SITE_ATTN_PROBS, 0));
-    mtk_matmul_bwd(k, dln, G(MT_T_QKV_W), G(MT_T_QKV_B), x->s_qkv, a.ln1, W(MT_T_QKV_W), N, C, 3 * Cl, gm);
+    if (m->rot) mtk_rope_bwd(k, x->s_qkv, B, T, m->heads, m->groups, m->hs, m->rot, (float)c->rotary_base, 0);
+    mtk_matmul_bwd(k, dln, G(MT_T_QKV_W), GO(MT_T_QKV_B), x->s_qkv, a.ln1, W(MT_T_QKV_W), N, C, m->qkvw, gm);
     if (mt_tp_input_grad(m, dln, N, C, e)) return mt_err_prefix(e, "GPT backward, layer %d attention", l);
-    mtk_layernorm_bwd(k, dres, G(MT_T_NORM1_W), G(MT_T_NORM1_B), dln_l, a.res_in, P(MT_T_NORM1_W), a.mean1, a.rstd1, Nl, C);
-#undef P
+    mt_gpt_norm_bwd(m, dres, T_(MT_T_NORM1_W), T_(MT_T_NORM1_B), dln_l, a.res_in, a.mean1, a.rstd1, Nl, C);
+#undef T_
 #undef W
 #undef G
+#undef GO
     return 0;
 }
 
@@ -652,9 +669,8 @@ int mt_gpt_backward(mt_gpt_ctx *x, double scale, mt_err *e)
         mtk_matmul_bwd(k, dln, mt_gpt_g(m, m->head), NULL, x->logits, x->lnf, mt_gpt_w(m, m->head), N, C, m->vocab, gm);
         if (mt_tp_input_grad(m, dln, N, C, e)) return mt_err_prefix(e, "GPT backward, logits");
         mtk_zero(k, dres, (size_t)Nl * C * m->asz);
-        mtk_layernorm_bwd(k, dres, mt_gpt_g(m, lnf_w), mt_gpt_g(m, lnf_b), dln_l,
-                          AT(x->bnd, (size_t)L * x->nres * (size_t)C), mt_gpt_p(m, lnf_w), x->lnf_stat,
-                          x->lnf_stat + x->nres, Nl, C);
+        mt_gpt_norm_bwd(m, dres, lnf_w, lnf_b, dln_l, AT(x->bnd, (size_t)L * x->nres * (size_t)C), x->lnf_stat,
+                        x->lnf_stat + x->nres, Nl, C);
     }   /* else dres holds the gradient of the output, from the next stage (mt_gpt_stage_grad) */
 
     for (int li = L - 1; li >= 0; li--) {

@@ -55,8 +55,7 @@ typedef struct mt_gpt_config {
                                      recompute_num_layers layers of each stage) */
     int recompute_num_layers;
     /* The LLaMA family's options (Megatron-Core's flags). Zero is GPT-2 in every one of them, so a config
-     * that does not set them is GPT-2's. mt_gpt_create refuses all but GPT-2's until the forward pass has
-     * them (mt_gpt_check_built); the layout, initialization, checkpoints and conversion have them now. */
+     * that does not set them is GPT-2's. */
     mt_norm_kind norm;            /* --normalization: LayerNorm or RMSNorm (both with layernorm_epsilon) */
     mt_pos_kind position;         /* --position-embedding-type: learned_absolute or rope */
     double rotary_base;           /* --rotary-base (rope; Megatron's default 10000) */
@@ -74,13 +73,8 @@ enum { MT_RECOMPUTE_UNIFORM, MT_RECOMPUTE_BLOCK };
 /* ceil(vocab / (divisible_by * tp)) * divisible_by * tp: 50257 -> 50304 (tp 1). */
 int mt_gpt_padded_vocab(int vocab_size, int divisible_by, int tp);
 /* Checks sizes (heads divide hidden, query groups divide heads, seq <= max_pos, positive values, the
- * rotary dimensions); -1 with a message naming the flag. Every architecture the layout describes passes:
- * what the forward pass does not run yet is mt_gpt_check_built's. */
+ * rotary dimensions); -1 with a message naming the flag. */
 int mt_gpt_config_check(const mt_gpt_config *c, mt_err *e);
-/* -1 with a one-line message naming the first option of c whose forward pass is not built yet
- * ("--normalization RMSNorm: the model's forward pass for it is not built yet"); mt_gpt_create calls it,
- * so nothing runs another architecture than the one asked for. Conversion does not need it. */
-int mt_gpt_check_built(const mt_gpt_config *c, mt_err *e);
 
 typedef struct mt_gpt_tensor {
     char name[128];

@@ -20,6 +20,10 @@ struct mt_gpt {
     mt_comm *tp;            /* the tensor-parallel group (NULL: one rank); not owned */
     int tp_rank, tp_size;
     int heads, ffn, vocab, v0; /* local heads, ffn columns and vocabulary rows; first vocabulary row */
+    int groups, hs;         /* local key/value groups (= heads without grouped-query attention); head size */
+    int qkvw, fcw;          /* local widths of QKV ((heads + 2 groups) hs) and the MLP's first product (2 ffn
+                               with SwiGLU: gate and up) */
+    int rot;                /* rotary channels of each head (rope), 0 with learned positions */
     int sp;                 /* sequence parallelism (tp > 1 and the config's sequence_parallel) */
     /* pipeline parallelism: this rank's stage of pp_size holds the global layers [l0, l0 + nl); the first
      * stage the embeddings, the last the final norm, the output layer and the loss */
@@ -96,6 +100,36 @@ static inline int mt_gpt_t(const mt_gpt *m, int layer, mt_tensor_kind kind)
 static inline float *mt_gpt_p(mt_gpt *m, int t) { return m->params + m->tensors[t].offset; }
 static inline void *mt_gpt_w(mt_gpt *m, int t) { return (char *)m->work + m->tensors[t].offset * m->asz; }
 static inline float *mt_gpt_g(mt_gpt *m, int t) { return m->grads + m->tensors[t].offset; }
+
+/* A tensor's master / gradient pointer, NULL for an absent one (t = -1: a bias or norm bias the config has
+ * not). */
+static inline float *mt_gpt_popt(mt_gpt *m, int t) { return t < 0 ? NULL : mt_gpt_p(m, t); }
+static inline float *mt_gpt_gopt(mt_gpt *m, int t) { return t < 0 || !m->grads ? NULL : mt_gpt_g(m, t); }
+
+/* The config's normalization with weight w and bias b (-1 for RMSNorm): LayerNorm, or RMSNorm (mean unused). */
+static inline void mt_gpt_norm_fwd(mt_gpt *m, void *out, float *mean, float *rstd, const void *inp, int w, int b, int N,
+                                   int C)
+{
+    if (m->c.norm == MT_NORM_RMSNORM) mtk_rmsnorm_fwd(m->k, out, rstd, inp, mt_gpt_p(m, w), N, C, m->c.layernorm_epsilon);
+    else mtk_layernorm_fwd(m->k, out, mean, rstd, inp, mt_gpt_p(m, w), mt_gpt_popt(m, b), N, C, m->c.layernorm_epsilon);
+}
+/* res = x + y, out = norm(res). */
+static inline void mt_gpt_add_norm_fwd(mt_gpt *m, void *res, void *out, float *mean, float *rstd, const void *x,
+                                       const void *y, int w, int b, int N, int C)
+{
+    if (m->c.norm == MT_NORM_RMSNORM)
+        mtk_add_rmsnorm_fwd(m->k, res, out, rstd, x, y, mt_gpt_p(m, w), N, C, m->c.layernorm_epsilon);
+    else
+        mtk_add_layernorm_fwd(m->k, res, out, mean, rstd, x, y, mt_gpt_p(m, w), mt_gpt_popt(m, b), N, C,
+                              m->c.layernorm_epsilon);
+}
+/* dinp += the input gradient; the weight's (and bias's) gradients accumulate. */
+static inline void mt_gpt_norm_bwd(mt_gpt *m, void *dinp, int w, int b, const void *dout, const void *inp,
+                                   const float *mean, const float *rstd, int N, int C)
+{
+    if (m->c.norm == MT_NORM_RMSNORM) mtk_rmsnorm_bwd(m->k, dinp, mt_gpt_g(m, w), dout, inp, mt_gpt_p(m, w), rstd, N, C);
+    else mtk_layernorm_bwd(m->k, dinp, mt_gpt_g(m, w), mt_gpt_gopt(m, b), dout, inp, mt_gpt_p(m, w), mean, rstd, N, C);
+}
 
 /* Reserves the backend workspace for n tokens of T at most (contexts and caches call it). */
 int mt_gpt_reserve(mt_gpt *m, size_t n, int T, mt_err *e);

@@ -10,8 +10,9 @@ struct mt_gpt_infer {
     mt_gpt *m;
     int batch, max_len, len;
     size_t tmax;               /* batch * max_len: token capacity of the scratch */
-    void *kc, *vc;             /* [L][batch][NH][max_len][HS] */
-    void *x, *h, *qkv, *att, *f, *tmp;   /* scratch: [tokens][C], [C], [3C], [C], [F], [C] */
+    void *kc, *vc;             /* [L][batch][NG][max_len][HS]: the key/value groups' (the heads' without
+                                  grouped-query attention) */
+    void *x, *h, *qkv, *att, *f, *act, *tmp;   /* scratch: [tokens][C], [C], [QKV], [C], [fc1], [F], [C] */
     void *logits;              /* [batch][V_pad] */
     float *logits32;           /* [batch][V_pad], fp32 (bf16/fp16 activations) */
     float *mean, *rstd;        /* [tokens] */
@@ -39,11 +40,12 @@ mt_gpt_infer *mt_gpt_infer_new(mt_gpt *m, int batch, int max_len, mt_err *e)
     s->max_len = max_len;
     s->tmax = (size_t)batch * (size_t)max_len;
     size_t L = (size_t)c->num_layers, C = (size_t)c->hidden_size, F = (size_t)c->ffn_hidden_size;
-    size_t V = (size_t)c->padded_vocab_size, a = m->asz, n = s->tmax;
-    void **bufs[] = {&s->kc, &s->vc, &s->x, &s->h, &s->qkv, &s->att, &s->f, &s->tmp, &s->logits,
+    size_t V = (size_t)c->padded_vocab_size, a = m->asz, n = s->tmax, KV = (size_t)m->groups * (size_t)m->hs;
+    void **bufs[] = {&s->kc, &s->vc, &s->x, &s->h, &s->qkv, &s->att, &s->f, &s->act, &s->tmp, &s->logits,
                      (void **)&s->logits32, (void **)&s->mean, (void **)&s->rstd, (void **)&s->d_tok};
-    size_t sizes[] = {L * n * C * a, L * n * C * a, n * C * a, n * C * a, n * 3 * C * a, n * C * a, n * F * a,
-                      n * C * a, (size_t)batch * V * a, (size_t)batch * V * 4, n * 4, n * 4, n * 4};
+    size_t sizes[] = {L * n * KV * a, L * n * KV * a, n * C * a, n * C * a, n * (size_t)m->qkvw * a, n * C * a,
+                      n * (size_t)m->fcw * a, n * F * a, n * C * a, (size_t)batch * V * a, (size_t)batch * V * 4,
+                      n * 4, n * 4, n * 4};
     for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++) {
         if (!(*bufs[i] = mtk_alloc(m->k, sizes[i], e)) ) {
             mt_err_prefix(e, "generation cache");
@@ -64,7 +66,7 @@ mt_gpt_infer *mt_gpt_infer_new(mt_gpt *m, int batch, int max_len, mt_err *e)
 void mt_gpt_infer_free(mt_gpt_infer *s)
 {
     if (!s) return;
-    void *dev[] = {s->kc,     s->vc,       s->x,    s->h,    s->qkv,  s->att,  s->f,
+    void *dev[] = {s->kc,     s->vc,       s->x,    s->h,    s->qkv,  s->att,  s->f,   s->act,
                    s->tmp,    s->logits,   s->logits32, s->mean, s->rstd, s->d_tok};
     for (size_t i = 0; i < sizeof dev / sizeof dev[0]; i++)
         if (dev[i]) mtk_free(s->m->k, dev[i]);
@@ -90,33 +92,38 @@ int mt_gpt_infer_step(mt_gpt_infer *s, const int32_t *tokens, int T, float *logi
         if (tokens[i] < 0 || tokens[i] >= c->vocab_size)
             return mt_err_set(e, "generation: token %d outside the vocabulary [0, %d)", tokens[i], c->vocab_size);
     mtk *k = m->k;
-    size_t cache = (size_t)B * NH * s->max_len * HS;   /* elements of one layer's cache */
+    size_t cache = (size_t)B * (size_t)m->groups * s->max_len * HS;   /* elements of one layer's cache */
+    int pos = mt_gpt_t(m, -1, MT_T_POS_EMB);   /* none with rotary positions */
     mtk_to_device(k, s->d_tok, tokens, (size_t)N * sizeof(int32_t));
-    mtk_embed_fwd(k, s->x, s->d_tok, mt_gpt_w(m, mt_gpt_t(m, -1, MT_T_WORD_EMB)), mt_gpt_w(m, mt_gpt_t(m, -1, MT_T_POS_EMB)), B, T, C,
-                  s->len, 0, V);
+    mtk_embed_fwd(k, s->x, s->d_tok, mt_gpt_w(m, mt_gpt_t(m, -1, MT_T_WORD_EMB)), pos >= 0 ? mt_gpt_w(m, pos) : NULL, B,
+                  T, C, s->len, 0, V);
     for (int l = 0; l < L; l++) {
-#define P(kind) mt_gpt_p(m, mt_gpt_t(m, l, kind))
+#define T_(kind) mt_gpt_t(m, l, kind)
+#define PO(kind) mt_gpt_popt(m, mt_gpt_t(m, l, kind))
 #define W(kind) mt_gpt_w(m, mt_gpt_t(m, l, kind))
-        mtk_layernorm_fwd(k, s->h, s->mean, s->rstd, s->x, P(MT_T_NORM1_W), P(MT_T_NORM1_B), N, C, c->layernorm_epsilon);
-        mtk_matmul_fwd(k, s->qkv, s->h, W(MT_T_QKV_W), P(MT_T_QKV_B), N, C, 3 * C);
-        mtk_attention_kv(k, s->att, s->qkv, AT(s->kc, (size_t)l * cache), AT(s->vc, (size_t)l * cache), B, T, s->len,
-                         s->max_len, NH, HS);
-        mtk_matmul_fwd(k, s->tmp, s->att, W(MT_T_PROJ_W), P(MT_T_PROJ_B), N, C, C);
+        mt_gpt_norm_fwd(m, s->h, s->mean, s->rstd, s->x, T_(MT_T_NORM1_W), T_(MT_T_NORM1_B), N, C);
+        mtk_matmul_fwd(k, s->qkv, s->h, W(MT_T_QKV_W), PO(MT_T_QKV_B), N, C, m->qkvw);
+        if (m->rot) mtk_rope_fwd(k, s->qkv, B, T, NH, m->groups, HS, m->rot, (float)c->rotary_base, s->len);
+        mtk_attention_gqa_kv(k, s->att, s->qkv, AT(s->kc, (size_t)l * cache), AT(s->vc, (size_t)l * cache), B, T,
+                             s->len, s->max_len, NH, m->groups, HS);
+        mtk_matmul_fwd(k, s->tmp, s->att, W(MT_T_PROJ_W), PO(MT_T_PROJ_B), N, C, C);
         mtk_acc(k, s->x, s->tmp, (size_t)N * C);
-        mtk_layernorm_fwd(k, s->h, s->mean, s->rstd, s->x, P(MT_T_NORM2_W), P(MT_T_NORM2_B), N, C, c->layernorm_epsilon);
-        mtk_matmul_fwd(k, s->f, s->h, W(MT_T_FC1_W), P(MT_T_FC1_B), N, C, F);
-        mtk_gelu_fwd(k, s->f, s->f, (size_t)N * F, c->exact_gelu);
-        mtk_matmul_fwd(k, s->tmp, s->f, W(MT_T_FC2_W), P(MT_T_FC2_B), N, F, C);
+        mt_gpt_norm_fwd(m, s->h, s->mean, s->rstd, s->x, T_(MT_T_NORM2_W), T_(MT_T_NORM2_B), N, C);
+        mtk_matmul_fwd(k, s->f, s->h, W(MT_T_FC1_W), PO(MT_T_FC1_B), N, C, m->fcw);
+        void *act = s->f;
+        if (c->mlp == MT_MLP_SWIGLU) mtk_swiglu_fwd(k, act = s->act, s->f, N, F);
+        else mtk_gelu_fwd(k, s->f, s->f, (size_t)N * F, c->exact_gelu);
+        mtk_matmul_fwd(k, s->tmp, act, W(MT_T_FC2_W), PO(MT_T_FC2_B), N, F, C);
         mtk_acc(k, s->x, s->tmp, (size_t)N * C);
-#undef P
+#undef T_
+#undef PO
 #undef W
     }
     /* The last new token of each sequence: gather its row, the final LayerNorm, the logits. */
     for (int b = 0; b < B; b++)
         mtk_copy(k, AT(s->h, (size_t)b * C), AT(s->x, ((size_t)b * T + (size_t)(T - 1)) * C), (size_t)C * m->asz);
-    mtk_layernorm_fwd(k, s->tmp, s->mean, s->rstd, s->h, mt_gpt_p(m, mt_gpt_t(m, -1, MT_T_FINAL_NORM_W)),
-                      mt_gpt_p(m, mt_gpt_t(m, -1, MT_T_FINAL_NORM_B)), B,
-                      C, c->layernorm_epsilon);
+    mt_gpt_norm_fwd(m, s->tmp, s->mean, s->rstd, s->h, mt_gpt_t(m, -1, MT_T_FINAL_NORM_W),
+                    mt_gpt_t(m, -1, MT_T_FINAL_NORM_B), B, C);
     mtk_matmul_fwd(k, s->logits, s->tmp, mt_gpt_w(m, m->head), NULL, B, C, V);
     if (mtk_act_dtype(k) == MTK_F32) mtk_to_host(k, s->h_logits, s->logits, (size_t)B * V * sizeof(float));
     else {

@@ -74,22 +74,6 @@ int mt_gpt_config_check(const mt_gpt_config *c, mt_err *e)
     return 0;
 }
 
-/* The one place that says which options the forward pass does not run yet: each is refused by name,
- * so that no program silently runs GPT-2 in place of the architecture a checkpoint or the flags ask for.
- * Remove each line as its forward and backward land in gpt.c. */
-int mt_gpt_check_built(const mt_gpt_config *c, mt_err *e)
-{
-    const char *what = c->norm == MT_NORM_RMSNORM ? "--normalization RMSNorm"
-                       : c->position == MT_POS_ROPE ? "--position-embedding-type rope"
-                       : c->mlp == MT_MLP_SWIGLU ? "--swiglu"
-                       : c->num_query_groups > 0 && c->num_query_groups != c->num_heads ? "--group-query-attention"
-                       : c->untie_embeddings_and_output_weights ? "--untie-embeddings-and-output-weights"
-                       : c->disable_bias_linear ? "--disable-bias-linear"
-                                                : NULL;
-    if (what) return mt_err_set(e, "%s: the model's forward pass for it is not built yet (mt-ckpt-convert converts such checkpoints)", what);
-    return 0;
-}
-
 /* numpy legacy random_sample and gauss (polar method) over MT19937. */
 typedef struct {
     mt_rs rs;

@@ -82,7 +82,8 @@ int mt_tp_embed_fwd(mt_gpt *m, void *local, void *scratch, const int32_t *tok, i
 {
     int C = m->c.hidden_size, N = B * T;
     const void *wte = mt_gpt_w(m, mt_gpt_t(m, -1, MT_T_WORD_EMB));
-    const void *wpe = m->tp_rank == 0 ? mt_gpt_w(m, mt_gpt_t(m, -1, MT_T_POS_EMB)) : NULL;
+    int pos = mt_gpt_t(m, -1, MT_T_POS_EMB);   /* none with rotary positions */
+    const void *wpe = m->tp_rank == 0 && pos >= 0 ? mt_gpt_w(m, pos) : NULL;
     if (!m->sp) {
         mtk_embed_fwd(m->k, local, tok, wte, wpe, B, T, C, 0, m->v0, m->vocab);
         return tp_sum(m, local, (size_t)N * C, e);
@@ -98,7 +99,7 @@ int mt_tp_embed_bwd(mt_gpt *m, const void *dlocal, void *scratch, const int32_t 
     int C = m->c.hidden_size;
     const void *dout;
     if (mt_tp_output_grad(m, dlocal, scratch, B * T, C, &dout, e)) return -1;
-    mtk_embed_bwd(m->k, mt_gpt_g(m, mt_gpt_t(m, -1, MT_T_WORD_EMB)), mt_gpt_g(m, mt_gpt_t(m, -1, MT_T_POS_EMB)), dout,
+    mtk_embed_bwd(m->k, mt_gpt_g(m, mt_gpt_t(m, -1, MT_T_WORD_EMB)), mt_gpt_gopt(m, mt_gpt_t(m, -1, MT_T_POS_EMB)), dout,
                   tok, B, T, C, 0, m->v0, m->vocab);
     return 0;
 }
@@ -130,8 +131,8 @@ int mt_gpt_reduce_grads(mt_gpt *m, mt_err *e)
             call_all;                                                                                          \
             break;                                                                                             \
         }                                                                                                      \
-        size_t HS = (size_t)(m->c.hidden_size / m->c.num_heads), Tn = (size_t)T, a = m->asz;                  \
-        size_t tok_qkv = 3 * (size_t)m->heads * HS * a, tok_out = (size_t)m->heads * HS * a;                  \
+        size_t HS = (size_t)m->hs, Tn = (size_t)T, a = m->asz;                                                \
+        size_t tok_qkv = (size_t)m->qkvw * a, tok_out = (size_t)m->heads * HS * a;                            \
         for (int b = 0; b < B; b++) {                                                                          \
             mtk_dropout d = *drop;                                                                             \
             d.offset = drop->offset + ((uint64_t)b * (uint64_t)m->c.num_heads + (uint64_t)m->tp_rank * m->heads) \
@@ -144,18 +145,18 @@ int mt_gpt_reduce_grads(mt_gpt *m, mt_err *e)
 
 void mt_tp_attention_fwd(mt_gpt *m, void *out, float *lse, const void *qkv, int B, int T, const mtk_dropout *drop)
 {
-    int HS = m->c.hidden_size / m->c.num_heads;
-    PER_SEQUENCE(mtk_attention_fwd(m->k, (char *)out + bo, lse + bl, (const char *)qkv + bq, 1, T, m->heads, HS, &d),
-                 mtk_attention_fwd(m->k, out, lse, qkv, B, T, m->heads, HS, drop));
+    int HS = m->hs, NG = m->groups;
+    PER_SEQUENCE(mtk_attention_gqa_fwd(m->k, (char *)out + bo, lse + bl, (const char *)qkv + bq, 1, T, m->heads, NG, HS, &d),
+                 mtk_attention_gqa_fwd(m->k, out, lse, qkv, B, T, m->heads, NG, HS, drop));
 }
 
 void mt_tp_attention_bwd(mt_gpt *m, void *dqkv, const void *dout, const void *qkv, const void *out, const float *lse,
                          int B, int T, const mtk_dropout *drop)
 {
-    int HS = m->c.hidden_size / m->c.num_heads;
-    PER_SEQUENCE(mtk_attention_bwd(m->k, (char *)dqkv + bq, (const char *)dout + bo, (const char *)qkv + bq,
-                                   (const char *)out + bo, lse + bl, 1, T, m->heads, HS, &d),
-                 mtk_attention_bwd(m->k, dqkv, dout, qkv, out, lse, B, T, m->heads, HS, drop));
+    int HS = m->hs, NG = m->groups;
+    PER_SEQUENCE(mtk_attention_gqa_bwd(m->k, (char *)dqkv + bq, (const char *)dout + bo, (const char *)qkv + bq,
+                                       (const char *)out + bo, lse + bl, 1, T, m->heads, NG, HS, &d),
+                 mtk_attention_gqa_bwd(m->k, dqkv, dout, qkv, out, lse, B, T, m->heads, NG, HS, drop));
 }
 
 int mt_tp_xent_fwd(mt_gpt_ctx *x, int N, mt_err *e)

@@ -56,7 +56,8 @@ int mt_tp_output_grad(mt_gpt *m, const void *dlocal, void *full, int N, int C, c
 int mt_tp_embed_fwd(mt_gpt *m, void *local, void *scratch, const int32_t *tok, int B, int T, mt_err *e);
 /* The embeddings' gradients from this rank's rows dlocal; scratch as above. */
 int mt_tp_embed_bwd(mt_gpt *m, const void *dlocal, void *scratch, const int32_t *tok, int B, int T, mt_err *e);
-/* Causal attention over this rank's heads of qkv [B, T, heads, 3, HS] -> out [B, T, heads * HS]. */
+/* Causal attention over this rank's heads of qkv [B, T, groups, heads / groups + 2, HS] (multi-head:
+ * [B, T, heads, 3, HS]) -> out [B, T, heads * HS]. */
 void mt_tp_attention_fwd(mt_gpt *m, void *out, float *lse, const void *qkv, int B, int T, const mtk_dropout *drop);
 void mt_tp_attention_bwd(mt_gpt *m, void *dqkv, const void *dout, const void *qkv, const void *out, const float *lse,
                          int B, int T, const mtk_dropout *drop);

@@ -210,8 +210,8 @@ cmp -s "$d/E.json" "$d/E3.json" && t_fail "mt-eval --ckpt-step" "iteration 20 sc
 
 # 9. one-line errors, non-zero exit
 err1() { "$@" >"$d/o" 2>"$d/e"; local rc=$?; [ $rc != 0 ] && [ "$(wc -l <"$d/e")" -le 2 ]; }
-err1 train --swiglu && t_grep "--swiglu refused by the model (its forward pass is not built yet)" \
-    "^mt-train: --swiglu: the model's forward pass for it is not built yet" "$d/e" || t_fail "--swiglu refused" "$(cat "$d/e")"
+err1 train --num-query-groups 2 && t_grep "--num-query-groups without --group-query-attention refused" \
+    "^mt-train: --num-query-groups goes with --group-query-attention" "$d/e" || t_fail "--num-query-groups refused" "$(cat "$d/e")"
 # shellcheck disable=SC2086
 err1 mt-train $model $sched --num-attention-heads 5 && t_grep "heads must divide hidden" 'num-attention-heads.*must divide.*hidden-size' "$d/e" || t_fail "heads/hidden" "$(cat "$d/e")"
 err1 train --global-batch-size 6 && t_grep "gbs multiple of mbs" 'global-batch-size .6. must be a multiple' "$d/e" || t_fail "gbs/mbs" "$(cat "$d/e")"
