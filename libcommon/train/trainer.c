@@ -17,16 +17,20 @@ uint64_t mt_trainer_dropout_key(const mt_trainer *t, int64_t it, int m)
 }
 
 /* Model FLOPs of one iteration (forward + backward = 3 x forward, no recomputation), as Megatron's
- * num_floating_point_operations counts them for GPT: per layer and token the QKV, dense and MLP
- * products, the attention scores and weighted values over the full T (causality not discounted), and
- * the logits over the padded vocabulary. */
+ * num_floating_point_operations counts them: per layer and token the query, key/value (ng / np of the
+ * queries' with grouped-query attention) and dense products, the attention scores and weighted values
+ * over the full T (causality not discounted), the MLP (3/2 of it with SwiGLU's gate), and the logits over
+ * the padded vocabulary. */
 static double flops_per_iteration(const mt_trainer *t)
 {
-    double B = (double)t->a.global_batch_size, T = t->cfg.seq_length, L = t->cfg.num_layers,
-           h = t->cfg.hidden_size, V = t->cfg.padded_vocab_size, f = t->cfg.ffn_hidden_size;
-    /* per layer forward: qkv 6Th^2, attention scores+values 4T^2h (causal not discounted, as Megatron),
-     * dense 2Th^2, mlp 4Thf; logits 2ThV; x3 for forward + backward */
-    double fwd = L * (6 * T * h * h + 4 * T * T * h + 2 * T * h * h + 4 * T * h * f) + 2 * T * h * V;
+    const mt_gpt_config *c = &t->cfg;
+    double B = (double)t->a.global_batch_size, T = c->seq_length, L = c->num_layers, h = c->hidden_size,
+           V = c->padded_vocab_size, f = c->ffn_hidden_size;
+    double g = (c->num_query_groups > 0 ? c->num_query_groups : c->num_heads) / (double)c->num_heads;
+    double glu = c->mlp == MT_MLP_SWIGLU ? 1.5 : 1.0;
+    /* per layer forward: q, k, v and dense 4Th^2 (1 + g), attention scores+values 4T^2h, mlp 4Thf (x glu);
+     * logits 2ThV; x3 for forward + backward */
+    double fwd = L * (4 * T * h * h * (1 + g) + 4 * T * T * h + 4 * T * h * f * glu) + 2 * T * h * V;
     return 3 * B * fwd;
 }
 
