@@ -37,8 +37,10 @@ all: deps
 
 # kernels/ builds on its own: its objects are compiled without libcommon on the include path.
 $(B)/obj/kernels/%.o: MT_CFLAGS := $(filter-out -Ilibcommon,$(MT_CFLAGS))
-# The cpu kernels' loops must vectorize: branch-free selects need -fno-trapping-math (results unchanged).
-$(B)/obj/kernels/cpu/%.o: MT_CFLAGS += -fno-trapping-math -fno-math-errno -ftree-vectorize -fvect-cost-model=dynamic
+# The cpu kernels' loops must vectorize: branch-free selects need -fno-trapping-math (results unchanged); the
+# cost model flag is gcc's (clang builds build-fuzz).
+$(B)/obj/kernels/cpu/%.o: MT_CFLAGS += -fno-trapping-math -fno-math-errno -ftree-vectorize \
+    $(if $(findstring clang,$(CC)),,-fvect-cost-model=dynamic)
 
 $(B)/obj/%.o: %.c
 	@mkdir -p $(dir $@)
@@ -144,6 +146,30 @@ check: deps
 	@$(MAKE) --no-print-directory tests
 	@tests/run
 
+# ---- fuzzing (fuzz/README.md): one libFuzzer target per parser of outside input, built with clang under
+# AddressSanitizer and UBSan into build-fuzz/ (the library without the CUDA backends). make check builds
+# them and runs each for a few seconds (tests/pipeline/fuzz.sh); make fuzz runs each FUZZ_SECONDS
+# (default 300) from its committed corpus and adds what it finds to build-fuzz/corpus/.
+FUZZ_SRC    := $(sort $(wildcard fuzz/fuzz_*.c))
+FUZZ        := $(FUZZ_SRC:fuzz/%.c=$(B)/fuzz/%)
+FUZZ_CFLAGS := -O1 -g -Wno-pass-failed -fsanitize=fuzzer-no-link,address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer
+FUZZ_SECONDS ?= 300
+.PHONY: fuzz fuzz-build fuzz-targets
+$(B)/fuzz/%: $(B)/obj/fuzz/%.o $(LIB)
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -fsanitize=fuzzer -o $@ $< $(LIB) $(LDLIBS)
+fuzz-targets: $(FUZZ)
+fuzz-build:
+	@$(MAKE) -s --no-print-directory B=build-fuzz CC=clang NVCC= CUDA=/nonexistent CUDA_HOME=/nonexistent \
+	    CFLAGS='$(FUZZ_CFLAGS)' fuzz-targets
+ifneq ($(shell command -v clang 2>/dev/null),)
+ifeq ($(B),build)
+tests: fuzz-build
+endif
+endif
+fuzz: deps fuzz-build
+	@fuzz/run $(FUZZ_SECONDS)
+
 # Every test against an AddressSanitizer + UBSan build (build-asan/); leaks fail too.
 asan: deps
 	@$(MAKE) --no-print-directory B=build-asan CFLAGS='-O1 -g -fsanitize=address,undefined,float-cast-overflow -fno-omit-frame-pointer' tests
@@ -192,7 +218,7 @@ print-ldlibs:
 	@echo $(LDLIBS)
 
 clean:
-	rm -rf $(B) build-asan build-tsan build-asan-sim
+	rm -rf $(B) build-asan build-tsan build-asan-sim build-fuzz
 
 .SECONDARY:
 -include $(shell find $(B)/obj -name '*.d' 2>/dev/null)
