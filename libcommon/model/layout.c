@@ -73,7 +73,11 @@ int mt_layout_build(const mt_model_arch *a, const mt_layout_part *p, mt_layout *
     out->num_layers = L;
     int first = p->pp_stage == 0, last = p->pp_stage == p->pp_stages - 1;
     out->t = calloc((size_t)L * 12 + 8, sizeof *out->t);
-    if (!out->t) return mt_err_set(e, "out of memory");
+    out->layer_start = calloc((size_t)L + 1, sizeof *out->layer_start);
+    if (!out->t || !out->layer_start) {
+        mt_layout_free(out);
+        return mt_err_set(e, "out of memory");
+    }
 
     int64_t h = a->hidden_size, f = a->ffn_hidden_size, hn = h / a->num_heads, V = a->padded_vocab_size;
     int64_t qkv_rows = (a->num_heads + 2 * (int64_t)groups) * hn;   /* 3h for multi-head attention */
@@ -96,7 +100,8 @@ int mt_layout_build(const mt_model_arch *a, const mt_layout_part *p, mt_layout *
         {MT_T_FC1_W, "mlp.dense_h_to_4h.weight"},         {MT_T_FC1_B, "mlp.dense_h_to_4h.bias"},
         {MT_T_FC2_W, "mlp.dense_4h_to_h.weight"},         {MT_T_FC2_B, "mlp.dense_4h_to_h.bias"},
     };
-    for (int i = 0; i < L; i++)
+    for (int i = 0; i < L; i++) {
+        out->layer_start[i] = out->n;
         for (size_t j = 0; j < sizeof per_layer / sizeof per_layer[0]; j++) {
             mt_tensor_kind k = per_layer[j].kind;
             if ((k == MT_T_NORM1_B || k == MT_T_NORM2_B) && !ln) continue;
@@ -116,6 +121,8 @@ int mt_layout_build(const mt_model_arch *a, const mt_layout_part *p, mt_layout *
             }
             add(out, k, out->first_layer + i, name, rows, cols, pdim, cols == 0);
         }
+    }
+    out->layer_start[L] = out->n;
     if (last) {
         add(out, MT_T_FINAL_NORM_W, -1, "language_model.encoder.final_layernorm.weight", h, 0, -1, 1);
         if (ln) add(out, MT_T_FINAL_NORM_B, -1, "language_model.encoder.final_layernorm.bias", h, 0, -1, 1);
@@ -141,19 +148,45 @@ void mt_layout_slice(const mt_layout_tensor *t, const float *whole, float *slice
 void mt_layout_free(mt_layout *l)
 {
     free(l->t);
+    free(l->layer_start);
     memset(l, 0, sizeof *l);
+}
+
+/* The tensors of one layer come one after another in buffer order (layer_start): a lookup scans only the
+ * tensors of its layer (layer -1: those before and after the layers), so that looking up every tensor of
+ * a model of many layers takes linear time. name NULL: by layer and kind. */
+static const mt_layout_tensor *search(const mt_layout *l, int layer, const char *name, mt_tensor_kind kind)
+{
+    int lo[2] = {0, 0}, hi[2] = {l->n, 0};
+    const int *ls = l->layer_start;
+    if (ls && layer < 0) {
+        hi[0] = ls[0];
+        lo[1] = ls[l->num_layers], hi[1] = l->n;
+    } else if (ls) {
+        int k = layer - l->first_layer;
+        if (k < 0 || k >= l->num_layers) return NULL;
+        lo[0] = ls[k], hi[0] = ls[k + 1];
+    }
+    for (int r = 0; r < 2; r++)
+        for (int i = lo[r]; i < hi[r]; i++)
+            if (name ? !strcmp(l->t[i].name, name) : l->t[i].kind == kind && l->t[i].layer == layer) return &l->t[i];
+    return NULL;
 }
 
 const mt_layout_tensor *mt_layout_find(const mt_layout *l, const char *name)
 {
-    for (int i = 0; i < l->n; i++)
-        if (!strcmp(l->t[i].name, name)) return &l->t[i];
-    return NULL;
+    const char *p = strstr(name, ".layers.");
+    int layer = -1;
+    if (p) {
+        char *stop;
+        long v = strtol(p + 8, &stop, 10);
+        if (stop == p + 8 || *stop != '.' || v < 0 || v >= (1L << 30)) return NULL;
+        layer = l->first_layer + (int)v;   /* names number the stage's layers from 0 */
+    }
+    return search(l, layer, name, 0);
 }
 
 const mt_layout_tensor *mt_layout_get(const mt_layout *l, int layer, mt_tensor_kind kind)
 {
-    for (int i = 0; i < l->n; i++)
-        if (l->t[i].kind == kind && l->t[i].layer == layer) return &l->t[i];
-    return NULL;
+    return search(l, layer, NULL, kind);
 }

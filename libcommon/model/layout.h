@@ -73,6 +73,7 @@ typedef struct mt_layout {
     int first_layer, num_layers;   /* the stage's global layers [first_layer, first_layer + num_layers) */
     int n;
     mt_layout_tensor *t;           /* in buffer order */
+    int *layer_start;              /* [num_layers + 1]: index in t of each local layer's first tensor, and the end */
     size_t numel;                  /* the rank's flat buffer */
 } mt_layout;
 
