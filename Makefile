@@ -1,5 +1,6 @@
 # Makefile: the whole mt build, non-recursive, out of tree into build/.
-#   make            programs and library          make check     all tests (the README's test command)
+#   make            programs and library (installs nothing; names missing packages)
+#   make check      all tests (the README's test command)
 #   make demo       build + run the pipeline on a corpus that needs no download
 #   make deps       install the Debian packages   make install PREFIX=/usr/local
 #   make bench      side-by-side benchmarks (bench/)    make asan      all tests under ASan/UBSan
@@ -31,9 +32,13 @@ MAN1     := $(sort $(wildcard man/*.1))
 MAN5     := $(sort $(wildcard man/*.5))
 MAN7     := $(sort $(wildcard man/*.7))
 
-.PHONY: all check demo deps install uninstall bench clean tests soak asan print-ldlibs mutants
-all: deps
-	@$(MAKE) --no-print-directory $(PROGS)
+.PHONY: all check demo deps depcheck install uninstall bench clean tests soak asan print-ldlibs mutants
+# Plain make installs nothing: every compilation waits for depcheck, which names the Debian packages the
+# build lacks and the command that installs them (make deps). One make builds everything, so parallel
+# goals (make -j2 all tests) share one libmt.a.
+all: $(PROGS)
+depcheck:
+	@share/install-deps.sh --check
 
 # kernels/ builds on its own: its objects are compiled without libcommon on the include path.
 $(B)/obj/kernels/%.o: MT_CFLAGS := $(filter-out -Ilibcommon,$(MT_CFLAGS))
@@ -42,7 +47,7 @@ $(B)/obj/kernels/%.o: MT_CFLAGS := $(filter-out -Ilibcommon,$(MT_CFLAGS))
 $(B)/obj/kernels/cpu/%.o: MT_CFLAGS += -fno-trapping-math -fno-math-errno -ftree-vectorize \
     $(if $(findstring clang,$(CC)),,-fvect-cost-model=dynamic)
 
-$(B)/obj/%.o: %.c
+$(B)/obj/%.o: %.c | depcheck
 	@mkdir -p $(dir $@)
 	$(CC) $(MT_CFLAGS) $(CFLAGS) -c $< -o $@
 
@@ -209,9 +214,12 @@ install: $(PROGS)
 	$(if $(MAN5),install -m 644 $(MAN5) $(DESTDIR)$(PREFIX)/share/man/man5)
 	$(if $(MAN7),install -m 644 $(MAN7) $(DESTDIR)$(PREFIX)/share/man/man7)
 
+# Removes what install put in place, and nothing else.
 uninstall:
 	rm -f $(PROGS:$(B)/bin/%=$(DESTDIR)$(PREFIX)/bin/%)
 	rm -rf $(DESTDIR)$(PREFIX)/share/mt
+	rm -f $(MAN1:man/%=$(DESTDIR)$(PREFIX)/share/man/man1/%) $(MAN5:man/%=$(DESTDIR)$(PREFIX)/share/man/man5/%) \
+	      $(MAN7:man/%=$(DESTDIR)$(PREFIX)/share/man/man7/%)
 
 # The link flags of the programs, for scripts that link against build/libmt.a (bench/gpu).
 print-ldlibs:
