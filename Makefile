@@ -1,5 +1,6 @@
 # Makefile: the whole mt build, non-recursive, out of tree into build/.
-#   make            programs and library          make check     all tests (the README's test command)
+#   make            programs and library (installs nothing; names missing packages)
+#   make check      all tests (the README's test command)
 #   make demo       build + run the pipeline on a corpus that needs no download
 #   make deps       install the Debian packages   make install PREFIX=/usr/local
 #   make bench      side-by-side benchmarks (bench/)    make asan      all tests under ASan/UBSan
@@ -31,16 +32,22 @@ MAN1     := $(sort $(wildcard man/*.1))
 MAN5     := $(sort $(wildcard man/*.5))
 MAN7     := $(sort $(wildcard man/*.7))
 
-.PHONY: all check demo deps install uninstall bench clean tests soak asan print-ldlibs mutants
-all: deps
-	@$(MAKE) --no-print-directory $(PROGS)
+.PHONY: all check demo deps depcheck install uninstall bench clean tests soak asan print-ldlibs mutants
+# Plain make installs nothing: every compilation waits for depcheck, which names the Debian packages the
+# build lacks and the command that installs them (make deps). One make builds everything, so parallel
+# goals (make -j2 all tests) share one libmt.a.
+all: $(PROGS)
+depcheck:
+	@share/install-deps.sh --check
 
 # kernels/ builds on its own: its objects are compiled without libcommon on the include path.
 $(B)/obj/kernels/%.o: MT_CFLAGS := $(filter-out -Ilibcommon,$(MT_CFLAGS))
-# The cpu kernels' loops must vectorize: branch-free selects need -fno-trapping-math (results unchanged).
-$(B)/obj/kernels/cpu/%.o: MT_CFLAGS += -fno-trapping-math -fno-math-errno -ftree-vectorize -fvect-cost-model=dynamic
+# The cpu kernels' loops must vectorize: branch-free selects need -fno-trapping-math (results unchanged); the
+# cost model flag is gcc's (clang builds build-fuzz).
+$(B)/obj/kernels/cpu/%.o: MT_CFLAGS += -fno-trapping-math -fno-math-errno -ftree-vectorize \
+    $(if $(findstring clang,$(CC)),,-fvect-cost-model=dynamic)
 
-$(B)/obj/%.o: %.c
+$(B)/obj/%.o: %.c | depcheck
 	@mkdir -p $(dir $@)
 	$(CC) $(MT_CFLAGS) $(CFLAGS) -c $< -o $@
 
@@ -144,6 +151,30 @@ check: deps
 	@$(MAKE) --no-print-directory tests
 	@tests/run
 
+# ---- fuzzing (fuzz/README.md): one libFuzzer target per parser of outside input, built with clang under
+# AddressSanitizer and UBSan into build-fuzz/ (the library without the CUDA backends). make check builds
+# them and runs each for a few seconds (tests/pipeline/fuzz.sh); make fuzz runs each FUZZ_SECONDS
+# (default 300) from its committed corpus and adds what it finds to build-fuzz/corpus/.
+FUZZ_SRC    := $(sort $(wildcard fuzz/fuzz_*.c))
+FUZZ        := $(FUZZ_SRC:fuzz/%.c=$(B)/fuzz/%)
+FUZZ_CFLAGS := -O1 -g -Wno-pass-failed -fsanitize=fuzzer-no-link,address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer
+FUZZ_SECONDS ?= 300
+.PHONY: fuzz fuzz-build fuzz-targets
+$(B)/fuzz/%: $(B)/obj/fuzz/%.o $(LIB)
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -fsanitize=fuzzer -o $@ $< $(LIB) $(LDLIBS)
+fuzz-targets: $(FUZZ)
+fuzz-build:
+	@$(MAKE) -s --no-print-directory B=build-fuzz CC=clang NVCC= CUDA=/nonexistent CUDA_HOME=/nonexistent \
+	    CFLAGS='$(FUZZ_CFLAGS)' fuzz-targets
+ifneq ($(shell command -v clang 2>/dev/null),)
+ifeq ($(B),build)
+tests: fuzz-build
+endif
+endif
+fuzz: deps fuzz-build
+	@fuzz/run $(FUZZ_SECONDS)
+
 # Every test against an AddressSanitizer + UBSan build (build-asan/); leaks fail too.
 asan: deps
 	@$(MAKE) --no-print-directory B=build-asan CFLAGS='-O1 -g -fsanitize=address,undefined,float-cast-overflow -fno-omit-frame-pointer' tests
@@ -183,16 +214,19 @@ install: $(PROGS)
 	$(if $(MAN5),install -m 644 $(MAN5) $(DESTDIR)$(PREFIX)/share/man/man5)
 	$(if $(MAN7),install -m 644 $(MAN7) $(DESTDIR)$(PREFIX)/share/man/man7)
 
+# Removes what install put in place, and nothing else.
 uninstall:
 	rm -f $(PROGS:$(B)/bin/%=$(DESTDIR)$(PREFIX)/bin/%)
 	rm -rf $(DESTDIR)$(PREFIX)/share/mt
+	rm -f $(MAN1:man/%=$(DESTDIR)$(PREFIX)/share/man/man1/%) $(MAN5:man/%=$(DESTDIR)$(PREFIX)/share/man/man5/%) \
+	      $(MAN7:man/%=$(DESTDIR)$(PREFIX)/share/man/man7/%)
 
 # The link flags of the programs, for scripts that link against build/libmt.a (bench/gpu).
 print-ldlibs:
 	@echo $(LDLIBS)
 
 clean:
-	rm -rf $(B) build-asan build-tsan build-asan-sim
+	rm -rf $(B) build-asan build-tsan build-asan-sim build-fuzz
 
 .SECONDARY:
 -include $(shell find $(B)/obj -name '*.d' 2>/dev/null)

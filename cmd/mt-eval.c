@@ -44,7 +44,7 @@ static const mt_flag flags[] = {
     MT_FLAG_SEED(&seed, "sample order seed (default: the checkpoint's)"),
     MT_FLAG_DATA_CACHE_PATH(&data_cache_path, "index cache (default: the checkpoint's, else index-cache/ beside the data)"),
     {"--eod-mask-loss", MT_F_BOOL, &eod_mask_loss, NULL, "no loss at end-of-document input tokens", 0, 0, NULL},
-    {"--score", MT_F_BOOL, &score, NULL, "read JSON lines on stdin, print one score line per document", 0, 0, NULL},
+    {"--score", MT_F_BOOL, &score, NULL, "read JSON lines (from FILE, or stdin when none or -), print one score line per document", 0, 0, NULL},
     {"--logits", MT_F_STR, &logits_path, "FILE",
      "with --score: write every scored token's logits (raw float32 rows of vocabulary size) to FILE", 0, 0, NULL},
     {"--json-key", MT_F_STR, &score_key, "KEY", "with --score: the text field (default \"text\")", 0, 0, NULL},
@@ -64,7 +64,7 @@ static const mt_flag flags[] = {
 static const mt_cmd cmd = {
     "mt-eval",
     "--load DIR [--eval-split valid|test|train|all] [--data-path ...] [--json]\n"
-    "               --load DIR --score < docs.jsonl",
+    "               --load DIR --score [FILE | - | < docs.jsonl]",
     "Evaluates a checkpoint written by mt-train: the token-weighted mean loss and perplexity over a split\n"
     "of the dataset (printed as Megatron's validation block), or with --score the summed log-probability,\n"
     "loss and perplexity of each JSON-lines document read on stdin (each scored after an <|endoftext|>).",
@@ -202,7 +202,7 @@ static void score_doc(ev *v, const uint32_t *ids, size_t n, double *logprob, mt_
     free(tl);
 }
 
-static void score_mode(ev *v)
+static void score_mode(ev *v, const char *input)
 {
     mt_err e;
     mt_bpe *bpe = v->mc.tok.bpe;   /* the checkpoint's BPE; with NullTokenizer, the one given */
@@ -213,7 +213,7 @@ static void score_mode(ev *v)
     }
     mt_bpe_ctx *ctx = mt_bpe_ctx_new(bpe);
     mt_reader *rd;
-    if (mt_reader_open(&rd, "-", &e)) mt_die_err(&e);
+    if (mt_reader_open(&rd, input, &e)) mt_die_err(&e);
     mt_reader_set_max_line(rd, (size_t)max_line);
     mt_gpt_set_dropout(v->ctx, 0, 0);
     mt_out lo;
@@ -264,18 +264,22 @@ int main(int argc, char **argv)
     mt_omp_env_default(argv);
     mt_set_progname(argv[0]);
     mt_err e;
-    if (mt_flags_parse(&cmd, argc, argv, NULL, NULL, &e)) mt_die_err(&e);
+    mt_strs pos = {0};
+    if (mt_flags_parse(&cmd, argc, argv, &pos, NULL, &e)) mt_die_err(&e);
     if (!load_dir) mt_die("--load is required (try --help)");
+    if (pos.n && !score) mt_die("unexpected argument '%s' (a FILE goes with --score; try --help)", pos.v[0]);
+    if (pos.n > 1) mt_die("--score reads one FILE, got %d (try --help)", pos.n);
     if (logits_path && !score) mt_die("--logits goes with --score");
     if (bf16 && fp16) mt_die("--bf16 and --fp16 are mutually exclusive");
     ev v = {0};
     load_model(&v);
     if (score)
-        score_mode(&v);
+        score_mode(&v, pos.n ? pos.v[0] : "-");
     else
         eval_split_mode(&v);
     mt_gpt_ctx_free(v.ctx);
     mt_model_close(&v.mc);
     mtk_close(v.k);
+    free(pos.v);
     return 0;
 }

@@ -246,27 +246,49 @@ static void generate(mt_gpt *model, const mt_bpe *bpe, int64_t eod, int V, promp
     (void)V;
 }
 
-/* Prompts from the arguments, or stdin (lines, or a JSON-lines field). */
-static size_t read_prompts(const mt_strs *pos, prompt **out)
+/* Where prompts come from: the arguments, or standard input (lines, or a JSON-lines field), one at a time,
+ * so that mt-generate works as a line filter and holds no more than a batch of the input. */
+typedef struct source {
+    const mt_strs *pos;
+    int next_arg;
+    mt_reader *rd;   /* standard input; NULL with arguments */
+    mt_jsonl js;
+} source;
+
+static void source_open(source *src, const mt_strs *pos)
 {
     mt_err e;
-    size_t n = 0, cap = 16;
-    prompt *p = mt_xcalloc(cap, sizeof *p);
-    if (pos->n) {
-        p = mt_xrealloc(p, (size_t)pos->n * sizeof *p);
-        for (int i = 0; i < pos->n; i++) p[n++] = (prompt){mt_xstrdup(pos->v[i]), strlen(pos->v[i]), {0}};
-        *out = p;
-        return n;
-    }
+    memset(src, 0, sizeof *src);
+    src->pos = pos;
+    if (pos->n) return;
     if (isatty(0)) mt_die("standard input is a terminal; give prompts as arguments or pipe them in (try --help)");
-    mt_reader *rd;
-    if (mt_reader_open(&rd, "-", &e)) mt_die_err(&e);
-    mt_reader_set_max_line(rd, (size_t)max_line);
-    mt_jsonl js = {0};
+    if (mt_reader_open(&src->rd, "-", &e)) mt_die_err(&e);
+    mt_reader_set_max_line(src->rd, (size_t)max_line);
+}
+
+static void source_close(source *src)
+{
+    mt_jsonl_free(&src->js);
+    if (src->rd) mt_reader_close(src->rd);
+    src->rd = NULL;
+}
+
+/* The next prompt's text into *p: 1, or 0 at the end of the input. A bad line is fatal (after the source
+ * is closed, so that nothing is left allocated). */
+static int next_prompt(source *src, prompt *p)
+{
+    mt_err e;
+    *p = (prompt){0};
+    if (!src->rd) {
+        if (src->next_arg >= src->pos->n) return 0;
+        const char *a = src->pos->v[src->next_arg++];
+        *p = (prompt){mt_xstrdup(a), strlen(a), {0}};
+        return 1;
+    }
     const char *line;
     size_t len;
     int rc;
-    while ((rc = mt_reader_getline(rd, &line, &len, &e)) > 0) {
+    while ((rc = mt_reader_getline(src->rd, &line, &len, &e)) > 0) {
         const char *text = line;
         size_t tl = len;
         if (len && line[len - 1] == '\r') tl--;
@@ -274,21 +296,32 @@ static size_t read_prompts(const mt_strs *pos, prompt **out)
             if (mt_jsonl_blank(line, len)) continue;
             mt_jsonl_field f;
             const char *keys[1] = {json_key};
-            if (mt_jsonl_extract(&js, line, len, keys, 1, &f, &e))
-                mt_die("%s: line %llu: %s", mt_reader_name(rd), (unsigned long long)mt_reader_lineno(rd), e.msg);
+            if (mt_jsonl_extract(&src->js, line, len, keys, 1, &f, &e)) {
+                mt_err_prefix(&e, "%s: line %llu", mt_reader_name(src->rd), (unsigned long long)mt_reader_lineno(src->rd));
+                source_close(src);
+                mt_die_err(&e);
+            }
             text = f.text, tl = f.len;
         }
-        if (n == cap) p = mt_xrealloc(p, (cap *= 2) * sizeof *p);
         char *t = mt_xmalloc(tl + 1);
         memcpy(t, text, tl);
         t[tl] = 0;
-        p[n++] = (prompt){t, tl, {0}};
+        *p = (prompt){t, tl, {0}};
+        return 1;
     }
-    if (rc < 0) mt_die_err(&e);
-    mt_jsonl_free(&js);
-    mt_reader_close(rd);
-    *out = p;
-    return n;
+    if (rc < 0) {
+        source_close(src);
+        mt_die_err(&e);
+    }
+    return 0;
+}
+
+/* Generates for the n waiting prompts (the input's first..first+n-1), prints and frees them. */
+static void flush_batch(mt_model_ckpt *mc, prompt *q, size_t n, size_t first, mt_sampler *sm)
+{
+    if (!n) return;
+    generate(mc->model, mc->tok.bpe, mc->tok.eod, (int)mc->tok.vocab_size, q, (int)n, first, sm);
+    for (size_t i = 0; i < n; i++) free(q[i].text), free(q[i].ids.p);
 }
 
 int main(int argc, char **argv)
@@ -311,24 +344,32 @@ int main(int argc, char **argv)
     if (!k) mt_die_err(&e);
     if (mt_model_load_weights(&mc, k, NULL, &e)) mt_die_err(&e);
 
-    prompt *p;
-    size_t np = read_prompts(&pos, &p);
+    /* Prompts are read one at a time; consecutive prompts of one length share a batch, which is generated
+     * (and printed) as soon as it is full or the next prompt has another length, before more is read. */
     mt_bpe_ctx *bc = mt_bpe_ctx_new(mc.tok.bpe);
-    for (size_t i = 0; i < np; i++) {
-        if (add_bos && mc.tok.eod >= 0) mt_ids_push(&p[i].ids, (uint32_t)mc.tok.eod);
-        mt_bpe_encode(bc, p[i].text, p[i].len, &p[i].ids);
-        if (!p[i].ids.n) mt_die("prompt %zu is empty (give --add-bos to generate from <|endoftext|>)", i + 1);
-    }
     mt_sampler sm;
     mt_sampler_init(&sm, (int)mc.tok.vocab_size);
-    for (size_t i = 0; i < np;) {   /* consecutive prompts of one length share a batch */
-        size_t j = i + 1;
-        while (j < np && j - i < (size_t)batch_size && p[j].ids.n == p[i].ids.n) j++;
-        generate(mc.model, mc.tok.bpe, mc.tok.eod, (int)mc.tok.vocab_size, p + i, (int)(j - i), i, &sm);
-        i = j;
+    source src;
+    source_open(&src, &pos);
+    prompt *q = mt_xcalloc((size_t)batch_size, sizeof *q), cur;
+    size_t nq = 0, first = 0;   /* waiting prompts, the input's first..first+nq-1 */
+    while (next_prompt(&src, &cur)) {
+        if (add_bos && mc.tok.eod >= 0) mt_ids_push(&cur.ids, (uint32_t)mc.tok.eod);
+        mt_bpe_encode(bc, cur.text, cur.len, &cur.ids);
+        if (!cur.ids.n) mt_die("prompt %zu is empty (give --add-bos to generate from <|endoftext|>)", first + nq + 1);
+        if (nq && cur.ids.n != q[0].ids.n) {
+            flush_batch(&mc, q, nq, first, &sm);
+            first += nq, nq = 0;
+        }
+        q[nq++] = cur;
+        if (nq == (size_t)batch_size) {
+            flush_batch(&mc, q, nq, first, &sm);
+            first += nq, nq = 0;
+        }
     }
-    for (size_t i = 0; i < np; i++) free(p[i].text), free(p[i].ids.p);
-    free(p);
+    flush_batch(&mc, q, nq, first, &sm);
+    source_close(&src);
+    free(q);
     free(pos.v);
     mt_sampler_free(&sm);
     mt_bpe_ctx_free(bc);

@@ -2,6 +2,8 @@
 # install-deps.sh: installs the Debian packages mt needs to build and test (run as root, or via sudo).
 # Idempotent: prints nothing and touches nothing when every package is already installed.
 #   share/install-deps.sh          what the build and `make check` need
+#   share/install-deps.sh --check  installs nothing: lists the packages the build needs that are missing,
+#                                  with the command that installs them, and exits 1 (plain `make`)
 #   share/install-deps.sh slurm    what the Slurm tests need (a throw-away Slurm on 127.0.0.1:
 #                                  slurmctld, slurmd, munge, the PMIx plugin's tools); asked for by
 #                                  tests/pipeline/train-slurm.sh only
@@ -33,9 +35,19 @@ cuda_headers() {
     rm -rf "$tmp"
 }
 
-PKGS="build-essential pkg-config zstd libzstd-dev libjansson-dev
-      libopenblas-dev libdnnl-dev libopenmpi-dev openmpi-bin libpmix-dev
-      python3 python3-venv python3-numpy python3-torch"
+BUILD_PKGS=${MT_BUILD_PKGS:-"build-essential pkg-config zstd libzstd-dev libjansson-dev
+      libopenblas-dev libdnnl-dev libopenmpi-dev openmpi-bin libpmix-dev"}   # (MT_BUILD_PKGS: for tests)
+PKGS="$BUILD_PKGS python3 python3-venv python3-numpy python3-torch"
+if [ "${1:-}" = --check ]; then
+    missing=""
+    for p in $BUILD_PKGS; do
+        dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing="$missing $p"
+    done
+    [ -z "$missing" ] && exit 0
+    echo "make: the build needs these Debian packages:$missing" >&2
+    echo "make: install them with \`make deps\` (apt-get install, through sudo when not root), then run make again" >&2
+    exit 1
+fi
 [ "${1:-}" = slurm ] && PKGS="slurm-wlm munge libpmix-bin"
 
 SUDO=""

@@ -1,9 +1,38 @@
 /* global.c: whole tensors from the ranks of a tensor/pipeline-parallel checkpoint (global.h). */
 #include "ckpt/global.h"
 
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+/* Before anything is allocated for them: every tensor that mt_ckpt_global_read takes from a rank (not the
+ * copies that only check_copies compares) is in that rank's model file with its local shape, so that sizes
+ * in meta.json that the files do not have are an error, not an allocation of those sizes. */
+static int check_shapes(const mt_ckpt_global *g, mt_err *e)
+{
+    for (int i = 0; i < g->n; i++) {
+        const mt_st_file *f = mt_ckpt_file(g->r[i], MT_CKPT_MODEL);
+        for (int j = 0; f && j < g->l[i].n; j++) {
+            const mt_layout_tensor *lt = &g->l[i].t[j];
+            const mt_st_info *s = mt_st_find(f, lt->name);
+            if (!s) {
+                if ((lt->kind == MT_T_OUTPUT && g->whole.arch.tied_embeddings) || (lt->partition_dim < 0 && i % g->tp))
+                    continue;
+                return mt_err_set(e, "%s: missing tensor '%s'", f->path, lt->name);
+            }
+            bool same = s->ndim == lt->ndim;
+            for (int k = 0; same && k < lt->ndim; k++) same = s->shape[k] == lt->local_shape[k];
+            if (!same) {
+                char a[128], b[128];
+                return mt_err_set(e, "%s: tensor '%s' has shape %s, this model needs %s", f->path, lt->name,
+                                  mt_st_shape_str(a, sizeof a, s->ndim, s->shape),
+                                  mt_st_shape_str(b, sizeof b, lt->ndim, lt->local_shape));
+            }
+        }
+    }
+    return 0;
+}
 
 int mt_ckpt_global_open(mt_ckpt_global *g, mt_ckpt_reader *first, const char *load_dir, int64_t iteration,
                         const mt_model_arch *a, int tp, int pp, int vp, mt_err *e)
@@ -41,6 +70,10 @@ int mt_ckpt_global_open(mt_ckpt_global *g, mt_ckpt_reader *first, const char *lo
                 return -1;
             }
         }
+    if (check_shapes(g, e)) {
+        mt_ckpt_global_close(g);
+        return -1;
+    }
     g->scratch = mt_xmalloc(most * sizeof(float));
     return 0;
 }

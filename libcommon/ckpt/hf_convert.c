@@ -53,10 +53,22 @@ static int export_fill(void *ctx, int index, void *buf, size_t nbytes, mt_err *e
     float *dst = x->dtype == MT_ST_F32 ? buf : x->b;
     mt_hf_export(t, x->mc->cfg.num_heads, src, dst);
     uint16_t *h = buf;
-    if (x->dtype == MT_ST_BF16)
-        for (size_t i = 0; i < n; i++) h[i] = mt_f32_to_bf16(dst[i]);
-    else if (x->dtype == MT_ST_F16)
-        for (size_t i = 0; i < n; i++) h[i] = mt_f32_to_f16(dst[i]);
+    /* every value written must be the finite number it was: a non-finite weight, or one beyond the
+     * largest number of the output dtype (65504 in fp16), is an error naming the tensor */
+    for (size_t i = 0; i < n; i++) {
+        float v = dst[i];
+        if (x->dtype == MT_ST_BF16) h[i] = mt_f32_to_bf16(v);
+        else if (x->dtype == MT_ST_F16) h[i] = mt_f32_to_f16(v);
+        if (!isfinite(v))
+            return mt_err_set(e, "%s: tensor '%s' holds a non-finite value (%g at element %zu of transformer.%s)",
+                              x->mc->dir, t->mt, (double)v, i, t->hf);
+        float back = x->dtype == MT_ST_BF16 ? mt_bf16_to_f32(h[i]) : x->dtype == MT_ST_F16 ? mt_f16_to_f32(h[i]) : v;
+        if (!isfinite(back))
+            return mt_err_set(e, "%s: tensor '%s': %g (element %zu of transformer.%s) overflows %s (largest %g); "
+                                 "convert with --dtype fp32 or bf16",
+                              x->mc->dir, t->mt, (double)v, i, t->hf, mt_hf_dtype_name(x->dtype),
+                              x->dtype == MT_ST_F16 ? 65504.0 : 3.3895313892515355e38);
+    }
     ++x->done;
     if (x->progress) x->progress(x->done, x->n);
     return 0;

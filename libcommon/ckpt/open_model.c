@@ -160,6 +160,8 @@ static int read_args(mt_model_ckpt *mc, mt_err *e)
 
 /* ---- opening ---- */
 
+static int open_shards(mt_model_ckpt *mc, mt_err *e);
+
 static int open_meta(mt_model_ckpt *mc, const mt_model_open_opts *o, mt_err *e)
 {
     mc->args = json_object_get(mc->meta, "args");
@@ -184,6 +186,11 @@ static int open_meta(mt_model_ckpt *mc, const mt_model_open_opts *o, mt_err *e)
 
 /* A Hugging Face directory: args from config.json, tokenizer files from the directory, the vocabulary
  * padded to exactly the model's rows. */
+static int cmp_mt_name(const void *a, const void *b)
+{
+    return strcmp((*(const mt_hf_tensor *const *)a)->mt, (*(const mt_hf_tensor *const *)b)->mt);
+}
+
 static int open_hf(mt_model_ckpt *mc, const char *load_dir, const mt_model_open_opts *o, mt_err *e)
 {
     if (o->expect)
@@ -219,6 +226,11 @@ static int open_hf(mt_model_ckpt *mc, const char *load_dir, const mt_model_open_
     mt_model_arch a = mt_hf_arch(&mc->hf->cfg, mc->cfg.padded_vocab_size);
     mc->hf_map = mt_hf_tensors(&a, rows, &mc->hf_n, e);
     if (!mc->hf_map) return mt_err_prefix(e, "%s", load_dir);
+    /* the sizes config.json claims, against the files, before any caller allocates for them */
+    if (mt_hf_dir_check_shapes(mc->hf, mc->hf_map, mc->hf_n, e)) return -1;
+    mc->hf_by_mt = mt_xmalloc((size_t)mc->hf_n * sizeof *mc->hf_by_mt);
+    for (int i = 0; i < mc->hf_n; i++) mc->hf_by_mt[i] = &mc->hf_map[i];
+    qsort(mc->hf_by_mt, (size_t)mc->hf_n, sizeof *mc->hf_by_mt, cmp_mt_name);
     return 0;
 }
 
@@ -240,7 +252,9 @@ int mt_model_open(mt_model_ckpt *mc, const char *load_dir, const mt_model_open_o
     mc->iteration = mt_ckpt_is_release(mc->reader) ? MT_CKPT_RELEASE : mt_ckpt_iteration(mc->reader);
     mc->dir = mt_ckpt_dir(mc->reader);
     mc->meta = mt_ckpt_meta(mc->reader);
-    if (open_meta(mc, o, e)) {
+    /* every rank's files opened and the sizes the metadata claim checked against them, before any caller
+     * allocates a model of those sizes */
+    if (open_meta(mc, o, e) || (mc->have_arch && open_shards(mc, e))) {
         mt_model_close(mc);
         return -1;
     }
@@ -290,7 +304,10 @@ int mt_model_read_tensor(mt_model_ckpt *mc, const char *name, int ndim, const in
         if (open_shards(mc, e)) return -1;
         return mt_ckpt_global_read(mc->g, MT_CKPT_MODEL, name, NULL, ndim, shape, dst, e);
     }
-    const mt_hf_tensor *t = mt_hf_by_mt_name(mc->hf_map, mc->hf_n, name);
+    mt_hf_tensor key;
+    snprintf(key.mt, sizeof key.mt, "%s", name);
+    const mt_hf_tensor *kp = &key, **found = bsearch(&kp, mc->hf_by_mt, (size_t)mc->hf_n, sizeof *mc->hf_by_mt, cmp_mt_name);
+    const mt_hf_tensor *t = found ? *found : NULL;
     if (!t)
         return mt_err_set(e, "%s: %s has no tensor for '%s'", mc->dir, mc->hf->cfg.llama ? "LlamaForCausalLM" : "GPT2LMHeadModel",
                           name);
@@ -440,6 +457,7 @@ void mt_model_close(mt_model_ckpt *mc)
         mt_hf_dir_close(mc->hf);
         free(mc->hf);
         free(mc->hf_map);
+        free(mc->hf_by_mt);
     }
     memset(mc, 0, sizeof *mc);
 }

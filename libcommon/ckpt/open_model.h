@@ -58,6 +58,7 @@ typedef struct mt_model_ckpt {
     /* a Hugging Face directory (config.json, model.safetensors) opened in place of a checkpoint: */
     mt_hf_dir *hf;
     mt_hf_tensor *hf_map;    /* its tensors against the Megatron ones */
+    const mt_hf_tensor **hf_by_mt; /* the same, sorted by Megatron name (found in log time) */
     int hf_n;
     /* a checkpoint: its directory and iteration, and (once the architecture is known) every rank of a
      * tensor/pipeline-parallel one */

@@ -33,6 +33,21 @@ static int slice_fill(void *ctx, const mt_ckpt_tensor *t, float *dst, mt_err *e)
     return 0;
 }
 
+/* mt_ckpt_save_ranks_ex's hook, run when every rank's files are written and before anything is installed:
+ * the source held nothing but what was read (a tensor of another model fails the save, and no tracker or
+ * directory of it appears under --save). */
+typedef struct all_read {
+    mt_model_ckpt *mc;
+    int with_optim;
+} all_read;
+
+static int check_all_read(const char *tmp, void *arg, mt_err *e)
+{
+    all_read *x = arg;
+    (void)tmp;
+    return mt_model_check_all_read(x->mc, e) || (x->with_optim && mt_model_check_all_read_optim(x->mc, e)) ? -1 : 0;
+}
+
 int mt_ckpt_write_layout(mt_model_ckpt *mc, const char *save, int64_t it, int tp, int pp, const json_t *meta,
                          int with_optim, mt_ckpt_progress *progress, mt_err *e)
 {
@@ -88,7 +103,8 @@ int mt_ckpt_write_layout(mt_model_ckpt *mc, const char *save, int64_t it, int tp
         srcs[i] = src;
         ons[i] = on;
     }
-    if (!rc) rc = mt_ckpt_save_ranks(save, it, ranks, n, e);
+    all_read check = {mc, with_optim};
+    if (!rc) rc = mt_ckpt_save_ranks_ex(save, it, ranks, n, check_all_read, &check, e);
     for (int i = 0; i < n; i++) {
         free((void *)ranks[i].model);
         free(srcs[i]);
@@ -115,10 +131,7 @@ int mt_ckpt_reshard(mt_model_ckpt *mc, const char *save, int tp, int pp, mt_ckpt
     json_t *meta = json_deep_copy(mc->meta);
     /* distributed-optimizer shards become each rank's optim.safetensors */
     json_object_del(json_object_get(meta, "optimizer"), "distributed");
-    int rc = mt_ckpt_write_layout(mc, save, mc->iteration, tp, pp, meta, opt, progress, e) ||
-                     mt_model_check_all_read(mc, e) || (opt && mt_model_check_all_read_optim(mc, e))
-                 ? -1
-                 : 0;
+    int rc = mt_ckpt_write_layout(mc, save, mc->iteration, tp, pp, meta, opt, progress, e);
     json_decref(meta);
     if (with_optim) *with_optim = opt;
     return rc;

@@ -16,7 +16,9 @@ typedef void mt_ckpt_progress(int done, int total);
 
 /* Writes the model of mc (and its AdamW moments when with_optim) as iteration it (or MT_CKPT_RELEASE) of
  * a checkpoint of tensor size tp and pipeline size pp under save: every rank's meta.json is meta with
- * those sizes in its args. progress may be NULL. 0, or -1 with e set. */
+ * those sizes in its args. progress may be NULL. The source holding anything it did not read (a tensor of
+ * another model) is an error found before the checkpoint is installed: nothing appears under save, the
+ * tracker included. 0, or -1 with e set. */
 int mt_ckpt_write_layout(mt_model_ckpt *mc, const char *save, int64_t it, int tp, int pp, const json_t *meta,
                          int with_optim, mt_ckpt_progress *progress, mt_err *e);
 

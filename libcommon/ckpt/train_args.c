@@ -323,7 +323,7 @@ static bool given(const bool *seen, const char *name)
     return false;
 }
 
-int mt_train_args_parse(mt_train_args *out, int argc, char **argv, mt_err *e)
+static int parse(mt_train_args *out, int argc, char **argv, mt_err *e)
 {
     defaults(&A);
     if (check_unsupported(argc, argv, e)) return -1;
@@ -469,6 +469,15 @@ int mt_train_args_parse(mt_train_args *out, int argc, char **argv, mt_err *e)
     if (a->exit_on_missing_checkpoint && !a->load) return mt_err_set(e, "--exit-on-missing-checkpoint needs --load");
     *out = A;
     return 0;
+}
+
+/* On success the --data-path array is the caller's (in out); on an error it is freed here. */
+int mt_train_args_parse(mt_train_args *out, int argc, char **argv, mt_err *e)
+{
+    if (!parse(out, argc, argv, e)) return 0;
+    free(A.data_path.v);
+    A.data_path.v = NULL;
+    return -1;
 }
 
 int64_t mt_train_total_iters(const mt_train_args *a)

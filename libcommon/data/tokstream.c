@@ -193,19 +193,26 @@ int mt_toks_next(mt_reader *r, const mt_toks_header *h, mt_toks_state *st, uint3
         return mt_err_set(e, "%s: byte %llu: key index %u out of range (%u keys)", nm, (unsigned long long)at, k,
                           h->n_keys);
     size_t w = h->token_bytes;
+    /* The ids are read in chunks, the array growing with what has arrived: a count in a cut or corrupt
+     * record asks for no more memory than the stream holds (a pipe has no size to check it against).
+     * Each chunk is read in place at the end of its space, then widened front to back. */
     ids->n = 0;
-    mt_ids_reserve(ids, n);
-    /* Read the ids in place at the end of the array, then widen front to back. */
-    unsigned char *raw = (unsigned char *)ids->p + (size_t)n * 4 - (size_t)n * w;
-    if (n && need(r, raw, (size_t)n * w, "token ids", e)) return -1;
-    for (uint32_t i = 0; i < n; i++) {
-        uint32_t v = w == 2 ? (uint32_t)raw[2 * i] | (uint32_t)raw[2 * i + 1] << 8 : get_u32(raw + 4 * i);
-        if (v >= h->vocab_size)
-            return mt_err_set(e, "%s: byte %llu: token id %u outside the vocabulary (%u)", nm,
-                              (unsigned long long)(at + 9 + (uint64_t)i * w), v, h->vocab_size);
-        ids->p[i] = v;
+    for (uint32_t done = 0; done < n;) {
+        uint32_t c = n - done < (1u << 20) ? n - done : 1u << 20;
+        mt_ids_reserve(ids, c);
+        uint32_t *dst = ids->p + ids->n;
+        unsigned char *raw = (unsigned char *)dst + (size_t)c * 4 - (size_t)c * w;
+        if (need(r, raw, (size_t)c * w, "token ids", e)) return -1;
+        for (uint32_t i = 0; i < c; i++) {
+            uint32_t v = w == 2 ? (uint32_t)raw[2 * i] | (uint32_t)raw[2 * i + 1] << 8 : get_u32(raw + 4 * i);
+            if (v >= h->vocab_size)
+                return mt_err_set(e, "%s: byte %llu: token id %u outside the vocabulary (%u)", nm,
+                                  (unsigned long long)(at + 9 + ((uint64_t)done + i) * w), v, h->vocab_size);
+            dst[i] = v;
+        }
+        ids->n += c;
+        done += c;
     }
-    ids->n = n;
     *key = k;
     st->docs++;
     st->tokens += n;

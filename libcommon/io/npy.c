@@ -142,8 +142,9 @@ int mt_npy_open(mt_npy *v, const char *path, mt_err *e)
         hlen = (size_t)d[8] | (size_t)d[9] << 8 | (size_t)d[10] << 16 | (size_t)d[11] << 24;
         hstart = 12;
     } else {
+        unsigned major = d[6], minor = d[7]; /* read before the unmap */
         mt_npy_close(v);
-        return mt_err_set(e, "%s: offset 6: unsupported .npy version %u.%u", path, d[6], d[7]);
+        return mt_err_set(e, "%s: offset 6: unsupported .npy version %u.%u", path, major, minor);
     }
     if (hlen > sz - hstart) {
         mt_npy_close(v);

@@ -96,7 +96,11 @@ int mt_layout_build(const mt_model_arch *a, const mt_layout_part *p, mt_layout *
     out->num_layers = L * vp;
     int first = p->pp_stage == 0, last = p->pp_stage == p->pp_stages - 1;
     out->t = calloc((size_t)L * vp * 12 + 8, sizeof *out->t);
-    if (!out->t) return mt_err_set(e, "out of memory");
+    out->layer_start = calloc((size_t)L * vp + 1, sizeof *out->layer_start);
+    if (!out->t || !out->layer_start) {
+        mt_layout_free(out);
+        return mt_err_set(e, "out of memory");
+    }
 
     int64_t h = a->hidden_size, f = a->ffn_hidden_size, hn = h / a->num_heads, V = a->padded_vocab_size;
     int64_t qkv_rows = (a->num_heads + 2 * (int64_t)groups) * hn;   /* 3h for multi-head attention */
@@ -125,7 +129,8 @@ int mt_layout_build(const mt_model_arch *a, const mt_layout_part *p, mt_layout *
                     a->max_position_embeddings, h, -1, 0);
         }
         int l0 = (c * p->pp_stages + p->pp_stage) * L;   /* the chunk's first global layer */
-        for (int i = 0; i < L; i++)
+        for (int i = 0; i < L; i++) {
+            out->layer_start[c * L + i] = out->n;
             for (size_t j = 0; j < sizeof per_layer / sizeof per_layer[0]; j++) {
                 mt_tensor_kind k = per_layer[j].kind;
                 if ((k == MT_T_NORM1_B || k == MT_T_NORM2_B) && !ln) continue;
@@ -147,6 +152,8 @@ int mt_layout_build(const mt_model_arch *a, const mt_layout_part *p, mt_layout *
                 snprintf(out->t[out->n - 1].whole_name, sizeof name, "language_model.encoder.layers.%d.%s", l0 + i,
                          per_layer[j].suffix);
             }
+        }
+        out->layer_start[(c + 1) * L] = out->n;
         if (last && c == vp - 1) {
             add(out, MT_T_FINAL_NORM_W, -1, NAMED("language_model.encoder.final_layernorm.weight"), h, 0, -1, 1);
             if (ln) add(out, MT_T_FINAL_NORM_B, -1, NAMED("language_model.encoder.final_layernorm.bias"), h, 0, -1, 1);
@@ -215,19 +222,56 @@ int mt_layout_holds(const mt_layout_tensor *t, int64_t i)
 void mt_layout_free(mt_layout *l)
 {
     free(l->t);
+    free(l->layer_start);
     memset(l, 0, sizeof *l);
+}
+
+/* The local index of global layer g (its chunk's layers after the previous chunks'), -1 if not here. */
+static int local_layer(const mt_layout *l, int g)
+{
+    int L = l->chunk_layers, P = l->part.pp_stages;
+    if (g < 0 || L <= 0) return -1;
+    int v = g / L;   /* the virtual stage */
+    if (v % P != l->part.pp_stage || v / P >= l->chunks) return -1;
+    return v / P * L + g % L;
+}
+
+/* The tensors of one layer come one after another in buffer order (layer_start): a lookup scans only the
+ * tensors of its layer (layer -1: those before and after the layers), so that looking up every tensor of
+ * a model of many layers takes linear time. name NULL: by layer and kind. */
+static const mt_layout_tensor *search(const mt_layout *l, int layer, const char *name, mt_tensor_kind kind)
+{
+    int lo[2] = {0, 0}, hi[2] = {l->n, 0};
+    const int *ls = l->layer_start;
+    if (ls && layer < 0) {
+        hi[0] = ls[0];
+        lo[1] = ls[l->num_layers], hi[1] = l->n;
+    } else if (ls) {
+        int k = local_layer(l, layer);
+        if (k < 0) return NULL;
+        lo[0] = ls[k], hi[0] = ls[k + 1];
+    }
+    for (int r = 0; r < 2; r++)
+        for (int i = lo[r]; i < hi[r]; i++)
+            if (name ? !strcmp(l->t[i].name, name) : l->t[i].kind == kind && l->t[i].layer == layer) return &l->t[i];
+    return NULL;
 }
 
 const mt_layout_tensor *mt_layout_find(const mt_layout *l, const char *name)
 {
-    for (int i = 0; i < l->n; i++)
-        if (!strcmp(l->t[i].name, name)) return &l->t[i];
-    return NULL;
+    const char *p = strstr(name, ".layers.");
+    int layer = -1, chunk = 0;
+    if (!strncmp(name, "model", 5) && name[5] >= '0' && name[5] <= '9') chunk = atoi(name + 5);   /* model<c>. */
+    if (p) {
+        char *stop;
+        long v = strtol(p + 8, &stop, 10);
+        if (stop == p + 8 || *stop != '.' || v < 0 || v >= l->chunk_layers || chunk >= l->chunks) return NULL;
+        layer = mt_layout_global_layer(l, chunk * l->chunk_layers + (int)v);   /* names number a chunk's layers from 0 */
+    }
+    return search(l, layer, name, 0);
 }
 
 const mt_layout_tensor *mt_layout_get(const mt_layout *l, int layer, mt_tensor_kind kind)
 {
-    for (int i = 0; i < l->n; i++)
-        if (l->t[i].kind == kind && l->t[i].layer == layer) return &l->t[i];
-    return NULL;
+    return search(l, layer, NULL, kind);
 }

@@ -86,6 +86,7 @@ typedef struct mt_layout {
                                       chunk c holds global layers (c pp_stages + pp_stage) chunk_layers + i */
     int n;
     mt_layout_tensor *t;           /* in buffer order */
+    int *layer_start;              /* [num_layers + 1]: index in t of each local layer's first tensor, and the end */
     size_t numel;                  /* the rank's flat buffer */
 } mt_layout;
 

@@ -94,6 +94,8 @@ int mt_flags_parse(const mt_cmd *cmd, int argc, char **argv, mt_strs *pos, bool 
         pos->n = 0;
     }
     bool only_pos = false;
+    const mt_flag *lists[64]; /* the MT_F_STRS flags whose array this call allocated */
+    int n_lists = 0;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         if (only_pos || !is_flag(a)) {
@@ -142,6 +144,10 @@ int mt_flags_parse(const mt_cmd *cmd, int argc, char **argv, mt_strs *pos, bool 
         }
         if (f->type == MT_F_STRS) {
             mt_strs *s = f->dst;
+            bool again = false; /* given before in this command line: the last one counts */
+            for (int j = 0; j < n_lists; j++) again |= lists[j] == f;
+            if (again) free(s->v);
+            else if (n_lists < (int)(sizeof lists / sizeof *lists)) lists[n_lists++] = f;
             s->v = mt_xcalloc((size_t)argc + 1, sizeof *s->v);
             s->n = 0;
             if (eq) s->v[s->n++] = eq + 1;

@@ -259,6 +259,91 @@ PYEOF
 bad "untied lm_head" "$d/x" "lm_head.weight differs from the word embeddings"
 rm -f "$d/x/config.json"
 bad "no config.json" "$d/x" "not a Hugging Face model directory"
+# non-finite weights: refused by --from hf and by mt-generate reading the directory, naming the tensor
+for v in nan inf; do
+    rm -rf "$d/x"; cp -r "$d/gpt2-a" "$d/x"
+    "$HPY" -W ignore - "$d/x" "$v" <<'PYEOF'
+import sys
+from safetensors.torch import load_file, save_file
+p = sys.argv[1] + "/model.safetensors"; t = load_file(p)
+t["transformer.h.1.mlp.c_fc.weight"][3, 5] = float(sys.argv[2])
+save_file(t, p, metadata={"format": "pt"})
+PYEOF
+    bad "a weight $v: --from hf refuses it" "$d/x" "model.safetensors: tensor 'transformer.h.1.mlp.c_fc.weight' holds a non-finite value \\(-?$v at element 773\\)"
+done
+err1 mt-generate --load "$d/x" --max-new-tokens 2 "hello" && grep -q "c_fc.weight' holds a non-finite value" "$d/e" \
+    && t_pass "a weight inf: mt-generate refuses the directory" || t_fail "mt-generate, a weight inf" "$(cat "$d/e")"
+# one tensor spelled twice ("transformer.X" and "X"), and an index whose weight_map disagrees with the
+# shards: refused naming the file and the tensor (one copy was taken silently)
+rm -rf "$d/x"; cp -r "$d/gpt2-a" "$d/x"
+"$HPY" -W ignore - "$d/x" <<'PYEOF'
+import sys
+from safetensors.torch import load_file, save_file
+p = sys.argv[1] + "/model.safetensors"; t = load_file(p)
+t["ln_f.bias"] = t["transformer.ln_f.bias"] + 1
+save_file(t, p, metadata={"format": "pt"})
+PYEOF
+bad "both transformer.ln_f.bias and ln_f.bias" "$d/x" "model.safetensors: holds both tensor 'transformer.ln_f.bias' and 'ln_f.bias'"
+rm -rf "$d/x"; cp -r "$d/gpt2-s" "$d/x"
+$PY - "$d/x/model.safetensors.index.json" <<'PYEOF'
+import json, sys
+p = sys.argv[1]; ix = json.load(open(p)); wm = ix["weight_map"]
+shards = sorted(set(wm.values())); k = next(k for k, v in wm.items() if v == shards[0])
+wm[k] = shards[1]; json.dump(ix, open(p, "w"))
+print(k, shards[0], shards[1])
+PYEOF
+bad "an index that puts a tensor in the wrong shard" "$d/x" "model.safetensors.index.json: weight_map puts tensor '[^']+' in model-0000[0-9]-of-0000[0-9].safetensors, which does not hold it"
+rm -rf "$d/x"; cp -r "$d/gpt2-s" "$d/x"
+$PY - "$d/x/model.safetensors.index.json" <<'PYEOF'
+import json, sys
+p = sys.argv[1]; ix = json.load(open(p)); wm = ix["weight_map"]
+del wm[sorted(wm)[0]]; json.dump(ix, open(p, "w"))
+PYEOF
+bad "a shard's tensor missing from the index" "$d/x" "safetensors: tensor '[^']+' is not in the weight_map of .*model.safetensors.index.json"
+# hostile sizes in config.json: checked against the files before anything of that size is allocated (an
+# abort before), and a model of 100000 layers in a small file refused at once (minutes before)
+for kv in "n_embd 1048576 has shape \\[[0-9]+, 64\\], config.json needs \\[[0-9]+, 1048576\\]" \
+          "vocab_size 1073741824 wte.weight' has shape \\[[0-9]+, 64\\], config.json needs \\[1073741824, 64\\]" \
+          "n_layer 100000 missing tensor 'transformer.h.2"; do
+    set -- $kv; k=$1 v=$2; shift 2
+    rm -rf "$d/x"; cp -r "$d/gpt2-a" "$d/x"; sed -i "s/\"$k\": [0-9]*/\"$k\": $v/" "$d/x/config.json"
+    rm -rf "$d/bad-ck"
+    if timeout 20 mt-ckpt-convert --from hf --in "$d/x" --save "$d/bad-ck" >"$d/o" 2>"$d/e"; then rc=0; else rc=$?; fi
+    if [ $rc = 1 ] && [ "$(wc -l <"$d/e")" = 1 ] && grep -Eq -- "$*" "$d/e" && [ ! -e "$d/bad-ck/vocab.json" ]; then
+        t_pass "config.json $k $v: a one-line error at once, nothing left"
+    else t_fail "config.json $k $v" "exit $rc: $(head -c 300 "$d/e")"; fi
+done
+# and in a checkpoint's meta.json, for every program that opens one
+for kv in "hidden-size 1048576 word_embeddings.weight' has shape \\[[0-9]+, 48\\], this model needs \\[[0-9]+, 1048576\\]" \
+          "num-layers 100000 missing tensor 'language_model.encoder.layers.2.input_layernorm.weight'"; do
+    set -- $kv; k=$1 v=$2; shift 2
+    rm -rf "$d/y" "$d/y-hf"; cp -r "$d/ck" "$d/y"
+    $PY - "$d/y"/iter_*/mp_rank_00/meta.json "$k" "$v" <<'PYEOF'
+import json, sys
+p, k, v = sys.argv[1], sys.argv[2], int(sys.argv[3]); m = json.load(open(p)); m["args"][k] = v
+json.dump(m, open(p, "w"))
+PYEOF
+    for cmd in "mt-ckpt-convert --load $d/y --to hf --out $d/y-hf" "mt-generate --load $d/y --max-new-tokens 1 hi"; do
+        if timeout 20 $cmd >"$d/o" 2>"$d/e"; then rc=0; else rc=$?; fi
+        if [ $rc = 1 ] && [ "$(wc -l <"$d/e")" = 1 ] && grep -Eq -- "$*" "$d/e" && [ ! -e "$d/y-hf" ]; then
+            t_pass "meta.json $k $v: ${cmd%% *} gives a one-line error at once"
+        else t_fail "meta.json $k $v: ${cmd%% *}" "exit $rc: $(head -c 300 "$d/e")"; fi
+    done
+done
+# a weight beyond fp16's range: --to hf --dtype fp16 refuses it naming the tensor, fp32 keeps it
+rm -rf "$d/big" "$d/big-hf"; cp -r "$d/ck" "$d/big"
+"$HPY" -W ignore - "$d/big"/iter_*/mp_rank_00/model.safetensors <<'PYEOF'
+import sys
+from safetensors.torch import load_file, save_file
+t = load_file(sys.argv[1])
+t["language_model.encoder.final_layernorm.bias"][7] = 1e5
+save_file(t, sys.argv[1], metadata={"format": "pt"})
+PYEOF
+if err1 mt-ckpt-convert --load "$d/big" --to hf --dtype fp16 --out "$d/big-hf" &&
+    grep -q "final_layernorm.bias': 100000 (element 7 of transformer.ln_f.bias) overflows fp16 (largest 65504)" "$d/e" &&
+    [ ! -e "$d/big-hf" ]; then t_pass "--to hf --dtype fp16: a weight of 1e5 is a one-line error naming the tensor, no --out"
+else t_fail "--to hf --dtype fp16, a weight of 1e5" "$(cat "$d/e")"; fi
+t_ok "--to hf --dtype fp32 keeps a weight of 1e5" mt-ckpt-convert --load "$d/big" --to hf --dtype fp32 --out "$d/big-hf"
 mkdir -p "$d/full"; touch "$d/full/keep"
 if err1 mt-ckpt-convert --load "$d/ck" --to hf --out "$d/full" && grep -q 'exists and is not empty' "$d/e" && [ "$(ls "$d/full")" = keep ]; then
     t_pass "--out not empty: error, left alone"

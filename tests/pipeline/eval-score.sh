@@ -42,6 +42,12 @@ EOF
 if mt-eval --load "$d/ck" --score <"$d/docs.jsonl" >"$d/scores.jsonl" 2>"$d/eval.err"
 then t_pass "mt-eval --score ran"
 else t_fail "mt-eval --score ran" "$(cat "$d/eval.err")"; exit 0; fi
+# the documents as a FILE argument, as "-" (standard input) and zstd-compressed: the same scores
+mt-eval --load "$d/ck" --score - <"$d/docs.jsonl" >"$d/dash.jsonl" 2>/dev/null
+t_cmp "--score -: standard input" "$d/scores.jsonl" "$d/dash.jsonl"
+zstd -q -c "$d/docs.jsonl" >"$d/docs.jsonl.zst"
+mt-eval --load "$d/ck" --score "$d/docs.jsonl.zst" >"$d/file.jsonl" 2>/dev/null
+t_cmp "--score FILE (zstd)" "$d/scores.jsonl" "$d/file.jsonl"
 tok --input "$d/docs.jsonl" >"$d/docs.toks" 2>"$d/tok.err" || { t_fail "mt-tokenize" "$(cat "$d/tok.err")"; exit 0; }
 
 if [ -z "$has_torch" ]; then

@@ -121,6 +121,25 @@ err1 gen --temperature -1 "x" && t_pass "negative temperature refused" || t_fail
 err1 mt-generate "x" && t_grep "--load required" 'load is required' "$d/e" || t_fail "--load required" "$(cat "$d/e")"
 err1 gen --load "$d/nowhere" "x" && t_pass "missing checkpoint: one line" || t_fail "missing checkpoint: one line" "$(cat "$d/e")"
 
+# a line filter: each prompt's continuation comes out before the next line is written (standard input
+# still open), and an endless input is generated line by line, not read whole first
+mkfifo "$d/fifo"
+gen --greedy --max-new-tokens 3 --batch-size 1 --json <"$d/fifo" >"$d/filter.out" 2>"$d/filter.err" &
+gp=$!
+exec 7>"$d/fifo"
+echo "def f3(x" >&7
+if t_wait_line "$d/filter.out" . 300; then
+    echo "import os" >&7
+    for _ in $(seq 300); do [ "$(wc -l <"$d/filter.out")" -ge 2 ] && break; sleep 0.1; done
+    [ "$(wc -l <"$d/filter.out")" = 2 ] \
+        && t_pass "a line filter: each continuation before the next prompt is written" \
+        || t_fail "a line filter: the second continuation" "$(cat "$d/filter.out" "$d/filter.err")"
+else t_fail "a line filter: the first continuation before the input ends" "$(cat "$d/filter.out" "$d/filter.err")"; fi
+exec 7>&-
+wait $gp
+n=$(yes "x = 1" | timeout 60 mt-generate --load "$d/ck" --greedy --max-new-tokens 1 2>/dev/null | head -n 40 | wc -l)
+[ "$n" = 40 ] && t_pass "yes | mt-generate: continuations come while the input goes on" \
+    || t_fail "yes | mt-generate: continuations while the input goes on" "$n lines in 60 s"
 # --timing: one line per batch on stderr, the continuation unchanged on stdout
 gen --greedy --max-new-tokens 8 --timing "def f3(x" "def f4(y" >"$d/t.out" 2>"$d/t.err"
 gen --greedy --max-new-tokens 8 "def f3(x" "def f4(y" >"$d/t2.out" 2>/dev/null

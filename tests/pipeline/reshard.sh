@@ -91,6 +91,21 @@ mt-ckpt-convert --load "$d/tp2pp2" --to hf --out "$d/hf2" 2>/dev/null
 t_cmp "--to hf from tp2pp2 = from one rank" "$d/hf1/model.safetensors" "$d/hf2/model.safetensors"
 
 # errors
+# a source holding a tensor of another model: the error comes before the new checkpoint is installed, so
+# --save holds no tracker and no iteration (both were installed, then exit 1)
+rm -rf "$d/odd" "$d/odd-out"; cp -r "$d/ck" "$d/odd"
+$PY - "$d/odd/iter_0000005/mp_rank_00/model.safetensors" <<'PYEOF'
+import json, struct, sys
+p = sys.argv[1]; b = open(p, "rb").read(); n = struct.unpack("<Q", b[:8])[0]; h = json.loads(b[8:8 + n])
+end = max(v["data_offsets"][1] for k, v in h.items() if k != "__metadata__")
+h["extra.weight"] = {"dtype": "F32", "shape": [2], "data_offsets": [end, end + 8]}
+s = json.dumps(h, separators=(",", ":")).encode(); s += b" " * (-len(s) % 8)
+open(p, "wb").write(struct.pack("<Q", len(s)) + s + b[8 + n:] + b"\0" * 8)
+PYEOF
+if err1 mt-ckpt-convert --load "$d/odd" --iteration 5 --save "$d/odd-out" --target-tensor-parallel-size 2 &&
+    grep -q "unexpected tensor 'extra.weight'" "$d/e" && [ -z "$(ls -A "$d/odd-out" 2>/dev/null)" ]; then
+    t_pass "resharding a source with a foreign tensor: one-line error, nothing under --save (no tracker)"
+else t_fail "resharding a source with a foreign tensor" "$(cat "$d/e"); --save holds: $(ls -A "$d/odd-out" 2>&1)"; fi
 err1 mt-ckpt-convert --load "$d/ck" --save "$d/bad" --target-tensor-parallel-size 3 && grep -q 'tensor' "$d/e" \
     && t_pass "tp 3 of 4 heads: one-line error" || t_fail "tp 3 of 4 heads" "$(cat "$d/e")"
 err1 mt-ckpt-convert --load "$d/ck" --save "$d/bad" --target-pipeline-parallel-size 3 && grep -q 'pipeline' "$d/e" \

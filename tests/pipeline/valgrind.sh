@@ -70,6 +70,15 @@ print(json.dumps({"text": "def g(a, b):\n    return [a + i for i in range(b)]\n"
 print(json.dumps({"text": "na\u00efve r\u00e9sum\u00e9 \u2713 \u65e5\u672c"}))
 print(json.dumps({"text": ""}))
 EOF
+# the errors of --json-keys: a field that is not a string, a missing key, a line that is not JSON; each
+# exits 1 with a one-line message and leaves nothing allocated
+for bad in '{"q": 5}' '{"p": "x"}' '[1, 2]'; do
+    printf '%s\n' '{"q": "def f(x):"}' "$bad" | vg mt-generate --load "$d/gck" --greedy --max-new-tokens 1 --json-keys q \
+        >"$d/jk.out" 2>"$d/jk.err"; rc=$?
+    if [ $rc = 1 ] && [ "$(grep -vc '^==' "$d/jk.err")" = 1 ] && ! grep -q '^==[0-9]*==' "$d/jk.err"; then
+        t_pass "mt-generate --json-keys, line 2 $bad: one-line error, nothing leaked"
+    else t_fail "mt-generate --json-keys, line 2 $bad" "exit $rc: $(grep -m 8 -E '^==[0-9]+== +(at|by|[0-9,]+ bytes)|^mt-' "$d/jk.err" | tr '\n' ' ' | head -c 900)"; fi
+done
 vg mt-eval --load "$d/gck" --score <"$d/score.jsonl" >"$d/s.out" 2>"$d/s.err"; rc=$?
 check "mt-eval --score (windows, non-ASCII, empty document)" "$d/s.err"
 [ "$(grep -c '"logprob"' "$d/s.out")" = 4 ] && t_pass "--score: one line per document" \
