@@ -64,6 +64,28 @@ t_sigterm_stop() {
         t_pass "$1: both ranks stop at iteration $it, one checkpoint, exit 0"
     else t_fail "$1" "rc $(cat "$3" 2>/dev/null), tracker '$it': $(tail -c 300 "$4")"; fi
 }
+# t_mpi_env: CPU ranks one thread each under mpirun on a shared machine (yield while waiting), scratch
+# under T_TMP; then mpi N CMD... runs N ranks (180 s at most).
+t_mpi_env() {
+    export OMP_NUM_THREADS=1 OMPI_MCA_mpi_yield_when_idle=1 OMPI_MCA_btl_base_warn_component_unused=0 TMPDIR=$T_TMP
+    export ASAN_OPTIONS="${ASAN_OPTIONS:+$ASAN_OPTIONS:}detect_leaks=0"
+    T_MPI_ROOT=""; [ "$(id -u)" = 0 ] && T_MPI_ROOT=--allow-run-as-root
+}
+mpi() { local n=$1; shift; timeout -k 5 180 mpirun $T_MPI_ROOT --oversubscribe -np "$n" "$@"; }
+# t_resumed_losses NAME REF.jsonl NEW.jsonl [TOL]: NEW (a run resumed at iteration 10) holds iterations
+# 11..20 with REF's lm_loss and grad_norm within TOL relative (default 1e-5)
+t_resumed_losses() {
+    if /usr/bin/python3 - "$2" "$3" "${4:-1e-5}" >"$T_TMP/cmp.out" 2>&1 <<'PYEOF'
+import json, sys
+load = lambda p: {r["iteration"]: (r["lm_loss"], r["grad_norm"]) for r in map(json.loads, open(p)) if r["type"] == "train"}
+a, b = load(sys.argv[1]), load(sys.argv[2])
+assert sorted(b) == list(range(11, 21)), "iterations %s" % sorted(b)
+w = max(abs(x - y) / abs(x) for i in b for x, y in zip(a[i], b[i]))
+assert w < float(sys.argv[3]), "worst relative difference %g" % w
+print("worst %.2g" % w)
+PYEOF
+    then t_pass "$1 ($(cat "$T_TMP/cmp.out"))"; else t_fail "$1" "$(tail -2 "$T_TMP/cmp.out")"; fi
+}
 # t_same_losses NAME A.jsonl B.jsonl [TOL]: two --metrics-file logs of 20 iterations: every train
 # iteration's lm_loss and grad_norm within TOL (default 1e-5) relative, and the validation losses too
 t_same_losses() {

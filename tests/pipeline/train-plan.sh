@@ -11,10 +11,7 @@
 py=/usr/bin/python3
 d=$T_TMP
 if ! command -v mpirun >/dev/null; then t_fail "mpirun" "openmpi-bin is not installed (make deps)"; exit 1; fi
-export OMP_NUM_THREADS=1 OMPI_MCA_mpi_yield_when_idle=1 OMPI_MCA_btl_base_warn_component_unused=0 TMPDIR=$T_TMP
-export ASAN_OPTIONS="${ASAN_OPTIONS:+$ASAN_OPTIONS:}detect_leaks=0"
-root=""; [ "$(id -u)" = 0 ] && root=--allow-run-as-root
-mpi() { local n=$1; shift; timeout -k 5 180 mpirun $root --oversubscribe -np "$n" "$@"; }
+t_mpi_env
 
 PYTHONPATH=$T_TOP/tests/oracle $py "$T_TOP/tests/oracle/walk_data.py" "$d/data" 7 300
 # hidden 128, seq 128: activations of several MB per rank, so the MB figures compare to 1 part in 100 or

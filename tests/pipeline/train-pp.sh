@@ -15,10 +15,7 @@
 py=/usr/bin/python3
 d=$T_TMP
 if ! command -v mpirun >/dev/null; then t_fail "mpirun" "openmpi-bin is not installed (make deps)"; exit 1; fi
-export OMP_NUM_THREADS=1 OMPI_MCA_mpi_yield_when_idle=1 OMPI_MCA_btl_base_warn_component_unused=0 TMPDIR=$T_TMP
-export ASAN_OPTIONS="${ASAN_OPTIONS:+$ASAN_OPTIONS:}detect_leaks=0"
-root=""; [ "$(id -u)" = 0 ] && root=--allow-run-as-root
-mpi() { local n=$1; shift; timeout -k 5 180 mpirun $root --oversubscribe -np "$n" "$@"; }
+t_mpi_env
 
 PYTHONPATH=$T_TOP/tests/oracle $py "$T_TOP/tests/oracle/walk_data.py" "$d/data" 7 300
 
@@ -124,18 +121,9 @@ t_ok "(1,2,2) interleaved checkpoint resharded to one rank" mt-ckpt-convert --lo
 mpi 4 mt-train $(args 2 2) $vl --sequence-parallel --metrics-file "$s.jsonl" --load "$s" >>"$s.log" 2>>"$s.err" || t_fail "(1,2,2) interleaved resume" "$(tail -3 "$s.err")"
 t_same_losses "(1,2,2) interleaved stopped at 10 and resumed: the uninterrupted losses, bit for bit" "$d/i-1-2-2.jsonl" "$s.jsonl" 1e-300
 # shellcheck disable=SC2046
-if mt-train $(args 1 1) --load "$d/si1" --metrics-file "$d/si1.jsonl" >"$d/si1.log" 2>"$d/si1.err" &&
-    $py - "$d/i-1-2-2.jsonl" "$d/si1.jsonl" >"$d/rc" 2>&1 <<'PYEOF'
-import json, sys
-load = lambda p: {r["iteration"]: (r["lm_loss"], r["grad_norm"]) for r in map(json.loads, open(p)) if r["type"] == "train"}
-a, b = load(sys.argv[1]), load(sys.argv[2])
-assert sorted(b) == list(range(11, 21)), sorted(b)
-w = max(abs(x - y) / abs(x) for i in b for x, y in zip(a[i], b[i]))
-assert w < 1e-5, w
-print("worst %.2g" % w)
-PYEOF
-then t_pass "(1,2,2) interleaved resharded to one rank resumes with its losses ($(cat "$d/rc"))"
-else t_fail "(1,2,2) interleaved resharded, resumed" "$(tail -3 "$d/si1.err" "$d/rc" 2>/dev/null | head -c 400)"; fi
+if mt-train $(args 1 1) --load "$d/si1" --metrics-file "$d/si1.jsonl" >"$d/si1.log" 2>"$d/si1.err"; then
+    t_resumed_losses "(1,2,2) interleaved resharded to one rank resumes with its losses" "$d/i-1-2-2.jsonl" "$d/si1.jsonl"
+else t_fail "(1,2,2) interleaved resharded, resumed" "$(tail -3 "$d/si1.err")"; fi
 # shellcheck disable=SC2046
 t_fails "interleaved with micro-batches not a multiple of the stages" mpi 2 mt-train $(args 1 2) $vl --global-batch-size 6
 grep -q -- 'to be a multiple of --pipeline-model-parallel-size (2)' "$T_TMP/err" &&
@@ -179,14 +167,8 @@ elif [ "$(cat "$k/latest_checkpointed_iteration.txt")" = 10 ] && [ ! -e "$k/iter
     # shellcheck disable=SC2046,SC2086
     mpi 8 mt-train $(args 2 2) $L3 --load "$k" --metrics-file "$k.jsonl" >>"$k.log" 2>>"$k.err" ||
         t_fail "(2,2,2) resume after the kill" "$(tail -3 "$k.err")"
-    if $py - "$ref3" "$k.jsonl" >"$d/kc" 2>&1 <<'PYEOF'
-import json, sys
-load = lambda p: {r["iteration"]: (r["lm_loss"], r["grad_norm"]) for r in map(json.loads, open(p)) if r["type"] == "train"}
-a, b = load(sys.argv[1]), load(sys.argv[2])
-assert sorted(b) == list(range(11, 21)) and all(a[i] == b[i] for i in b), (sorted(b), [(a[i], b[i]) for i in b][:2])
-PYEOF
-    then t_pass "(2,2,2) killed mid-save: the tracker names the last complete checkpoint, the resumed run the same losses bit for bit"
-    else t_fail "(2,2,2) killed mid-save, resumed" "$(tail -2 "$d/kc")"; fi
+    t_resumed_losses "(2,2,2) killed mid-save: the tracker names the last complete checkpoint, the resumed run the same losses bit for bit" \
+        "$ref3" "$k.jsonl" 1e-300
 else t_fail "(2,2,2) killed mid-save" "tracker $(cat "$k/latest_checkpointed_iteration.txt"): $(ls "$k")"; fi
 # shellcheck disable=SC2046,SC2086
 mpi 8 mt-train $(args 2 2) $L3 --metrics-file "$s.jsonl" --load "$s" >>"$s.log" 2>>"$s.err" ||
@@ -195,18 +177,9 @@ t_same_losses "(2,2,2) stopped at 10 and resumed: the uninterrupted losses and g
 for to in "4 1" "1 4"; do
     set -- $to
     # shellcheck disable=SC2046
-    if mpi $(($1 * $2)) mt-train $(args "$1" "$2") --metrics-file "$d/r$1$2.jsonl" --load "$d/r$1$2" >"$d/r$1$2.log" 2>"$d/r$1$2.err" &&
-        $py - "$ref3" "$d/r$1$2.jsonl" >"$d/rc" 2>&1 <<'PYEOF'
-import json, sys
-load = lambda p: {r["iteration"]: (r["lm_loss"], r["grad_norm"]) for r in map(json.loads, open(p)) if r["type"] == "train"}
-a, b = load(sys.argv[1]), load(sys.argv[2])
-assert sorted(b) == list(range(11, 21)), sorted(b)
-w = max(abs(x - y) / abs(x) for i in b for x, y in zip(a[i], b[i]))
-assert w < 1e-5, w
-print("worst %.2g" % w)
-PYEOF
-    then t_pass "(2,2,2) checkpoint resharded to TP=$1 PP=$2 resumes with the (2,2,2) losses ($(cat "$d/rc"))"
-    else t_fail "(2,2,2) resharded to TP=$1 PP=$2, resumed" "$(tail -3 "$d/r$1$2.err" "$d/rc" 2>/dev/null | head -c 400)"; fi
+    if mpi $(($1 * $2)) mt-train $(args "$1" "$2") --metrics-file "$d/r$1$2.jsonl" --load "$d/r$1$2" >"$d/r$1$2.log" 2>"$d/r$1$2.err"; then
+        t_resumed_losses "(2,2,2) checkpoint resharded to TP=$1 PP=$2 resumes with the (2,2,2) losses" "$ref3" "$d/r$1$2.jsonl"
+    else t_fail "(2,2,2) resharded to TP=$1 PP=$2, resumed" "$(tail -3 "$d/r$1$2.err")"; fi
 done
 
 # layouts that cannot split the model, refused before training with the flag named

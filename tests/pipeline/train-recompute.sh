@@ -10,10 +10,7 @@
 . "$(dirname "$0")/../lib.sh"
 py=/usr/bin/python3
 d=$T_TMP
-export OMP_NUM_THREADS=1 OMPI_MCA_mpi_yield_when_idle=1 OMPI_MCA_btl_base_warn_component_unused=0 TMPDIR=$T_TMP
-export ASAN_OPTIONS="${ASAN_OPTIONS:+$ASAN_OPTIONS:}detect_leaks=0"
-root=""; [ "$(id -u)" = 0 ] && root=--allow-run-as-root
-mpi() { local n=$1; shift; timeout -k 5 180 mpirun $root --oversubscribe -np "$n" "$@"; }
+t_mpi_env
 
 PYTHONPATH=$T_TOP/tests/oracle $py "$T_TOP/tests/oracle/walk_data.py" "$d/data" 7 300
 base="--num-layers 4 --hidden-size 32 --num-attention-heads 4 --seq-length 32 --max-position-embeddings 32
