@@ -37,6 +37,7 @@ base="--hidden-size 64 --num-attention-heads 4 $llama --seq-length 32 --max-posi
 
 # ---- against the float64 reference ----
 for variant in "2 1.0" "2 0.5" "3 0.5"; do
+    # shellcheck disable=SC2086
     set -- $variant
     layers=$1 pct=$2 r=$d/ref-$1-$2 name="$1 layers, rotary-percent $2"
     args="$base --num-layers $layers --rotary-percent $pct --hidden-dropout 0 --attention-dropout 0 --init-method-std 0.1
