@@ -29,7 +29,7 @@ static int threads;
 static bool greedy, json_out, add_bos, timing, bf16, fp16;
 
 static const mt_flag flags[] = {
-    {"--load", MT_F_STR, &load_dir, "DIR", "checkpoint directory, or a Hugging Face GPT-2 directory (required)", 0, 0, NULL},
+    {"--load", MT_F_STR, &load_dir, "DIR", "checkpoint directory, or a Hugging Face GPT-2 or Llama directory (required)", 0, 0, NULL},
     {"--ckpt-step", MT_F_I64, &ckpt_step, "N", "iteration to load (default: latest_checkpointed_iteration.txt)", 0, 1e15, NULL},
     {"--max-new-tokens", MT_F_I64, &max_new, "N", "tokens to generate at most per prompt (default 64)", 1, 1e9, NULL},
     {"--greedy", MT_F_BOOL, &greedy, NULL, "always the most likely token (as --temperature 0)", 0, 0, NULL},
@@ -39,7 +39,7 @@ static const mt_flag flags[] = {
     {"--repetition-penalty", MT_F_DOUBLE, &rep_penalty, "R", "penalize tokens already in the continuation (default 1: none)", 1e-6, 1e6, NULL},
     MT_FLAG_SEED(&seed, "sampling seed (default 1234)"),
     {"--stop", MT_F_STR, &stop, "STR", "end a continuation where STR appears (STR not printed)", 0, 0, NULL},
-    {"--add-bos", MT_F_BOOL, &add_bos, NULL, "put <|endoftext|> before each prompt", 0, 0, NULL},
+    {"--add-bos", MT_F_BOOL, &add_bos, NULL, "put the end-of-document token (GPT-2's <|endoftext|>) before each prompt", 0, 0, NULL},
     {"--batch-size", MT_F_I64, &batch_size, "B", "consecutive prompts of the same length generated together (default 8)", 1, 4096, NULL},
     {"--json-keys", MT_F_STR, &json_key, "KEY", "stdin is JSON lines, the prompt in KEY (default: one prompt per line)", 0, 0, NULL},
     {"--max-line-bytes", MT_F_I64, &max_line, "N", "longest input line in bytes (default 1 GiB, 0: no limit)", 0, 1e18, NULL},
@@ -316,8 +316,8 @@ int main(int argc, char **argv)
     mt_bpe_ctx *bc = mt_bpe_ctx_new(mc.tok.bpe);
     for (size_t i = 0; i < np; i++) {
         if (add_bos && mc.tok.eod >= 0) mt_ids_push(&p[i].ids, (uint32_t)mc.tok.eod);
-        mt_bpe_encode(bc, p[i].text, p[i].len, &p[i].ids);
-        if (!p[i].ids.n) mt_die("prompt %zu is empty (give --add-bos to generate from <|endoftext|>)", i + 1);
+        mt_tokenizer_encode(&mc.tok, bc, p[i].text, p[i].len, &p[i].ids);   /* a tokenizer.json's BOS included */
+        if (!p[i].ids.n) mt_die("prompt %zu is empty (give --add-bos to generate from the end-of-document token)", i + 1);
     }
     mt_sampler sm;
     mt_sampler_init(&sm, (int)mc.tok.vocab_size);
