@@ -62,7 +62,7 @@ static void to_hf(void)
     if (!load_dir || !out_dir) mt_die("--to hf needs --load and --out (try --help)");
     mt_model_ckpt mc;
     mt_model_open_opts o = {.iteration = iteration >= 0 ? iteration : MT_CKPT_LATEST, .vocab_file = vocab_file,
-                            .merge_file = merge_file};
+                            .merge_file = merge_file, .vocab_only = true};
     if (mt_model_open(&mc, load_dir, &o, &e)) mt_die_err(&e);
     int n;
     const char *dn;
@@ -78,7 +78,7 @@ static void from_hf(void)
     if (!in_dir || !save_dir) mt_die("--from hf needs --in and --save (try --help)");
     if (!mt_hf_dir_is(in_dir)) mt_die("%s: not a Hugging Face model directory (config.json and model.safetensors)", in_dir);
     mt_model_ckpt mc;
-    mt_model_open_opts o = {.iteration = MT_CKPT_LATEST, .vocab_file = vocab_file, .merge_file = merge_file};
+    mt_model_open_opts o = {.iteration = MT_CKPT_LATEST, .vocab_file = vocab_file, .merge_file = merge_file, .vocab_only = true};
     if (mt_model_open(&mc, in_dir, &o, &e)) mt_die_err(&e);
     if (mt_hf_import_ckpt(&mc, in_dir, save_dir, target_tp ? target_tp : 1, target_pp ? target_pp : 1, progress, &e))
         mt_die_err(&e);
@@ -92,7 +92,7 @@ static void reshard(void)
     mt_err e;
     mt_model_ckpt mc;
     mt_model_open_opts o = {.iteration = iteration >= 0 ? iteration : MT_CKPT_LATEST, .vocab_file = vocab_file,
-                            .merge_file = merge_file};
+                            .merge_file = merge_file, .vocab_only = true};
     if (mt_model_open(&mc, load_dir, &o, &e)) mt_die_err(&e);
     if (mc.hf) mt_die("%s: a Hugging Face directory: use --from hf --in %s --save DIR", load_dir, load_dir);
     int tp = target_tp ? target_tp : 1, pp = target_pp ? target_pp : 1, stp, spp, with_optim;

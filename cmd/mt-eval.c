@@ -33,7 +33,7 @@ static int threads;
 static bool score, json_out, eod_mask_loss, bf16, fp16;
 
 static const mt_flag flags[] = {
-    {"--load", MT_F_STR, &load_dir, "DIR", "checkpoint directory, or a Hugging Face GPT-2 directory (required)", 0, 0, NULL},
+    {"--load", MT_F_STR, &load_dir, "DIR", "checkpoint directory, or a Hugging Face GPT-2 or Llama directory (required)", 0, 0, NULL},
     {"--ckpt-step", MT_F_I64, &ckpt_step, "N", "iteration to load (default: latest_checkpointed_iteration.txt)", 0, 1e15, NULL},
     MT_FLAG_DATA_PATH(&data_path, "dataset prefix or weight/prefix pairs (default: the checkpoint's)"),
     MT_FLAG_SPLIT(&split_arg, "train,valid,test weights (default: the checkpoint's)"),
@@ -67,7 +67,8 @@ static const mt_cmd cmd = {
     "               --load DIR --score [FILE | - | < docs.jsonl]",
     "Evaluates a checkpoint written by mt-train: the token-weighted mean loss and perplexity over a split\n"
     "of the dataset (printed as Megatron's validation block), or with --score the summed log-probability,\n"
-    "loss and perplexity of each JSON-lines document read on stdin (each scored after an <|endoftext|>).",
+    "loss and perplexity of each JSON-lines document read on stdin (each scored after an <|endoftext|>,\n"
+    "or after the BOS of a tokenizer.json that puts one first).",
     flags,
 };
 
@@ -160,11 +161,11 @@ static void eval_split_mode(ev *v)
     if (words != data_path.v) free(words);
 }
 
-/* Scores one document: tokens after an end-of-document token, in windows of seq_length predictions
- * (each window's context restarts; a long document is scored in consecutive chunks). */
-/* With logits, lg is room for a window's logits ([seq_length][padded vocabulary]) and each scored token's
- * row goes to logits. */
-static void score_doc(ev *v, const uint32_t *ids, size_t n, double *logprob, mt_out *logits, float *lg)
+/* Scores one document: ids[0..n) after the token before (the tokenizer's BOS, else an end of document),
+ * in windows of seq_length predictions (each window's context restarts; a long document is scored in
+ * consecutive chunks). With logits, lg is room for a window's logits ([seq_length][padded vocabulary])
+ * and each scored token's row goes to logits. */
+static void score_doc(ev *v, int64_t before, const uint32_t *ids, size_t n, double *logprob, mt_out *logits, float *lg)
 {
     mt_err e;
     int T = v->cfg.seq_length;
@@ -174,9 +175,9 @@ static void score_doc(ev *v, const uint32_t *ids, size_t n, double *logprob, mt_
     for (size_t pos = 0; pos < n; pos += (size_t)T) {
         size_t m = n - pos < (size_t)T ? n - pos : (size_t)T;
         for (int t = 0; t < T; t++) {
-            size_t i = pos + (size_t)t;   /* predicts ids[i] from ids[i-1] (or eod for i = 0) */
+            size_t i = pos + (size_t)t;   /* predicts ids[i] from ids[i-1] (or before for i = 0) */
             if ((size_t)t < m) {
-                tok[t] = i == 0 ? (int32_t)v->eod : (int32_t)ids[i - 1];
+                tok[t] = i == 0 ? (int32_t)before : (int32_t)ids[i - 1];
                 tgt[t] = (int32_t)ids[i];
                 mask[t] = 1;
             } else {
@@ -236,12 +237,17 @@ static void score_mode(ev *v, const char *input)
         if (mt_jsonl_extract(&js, line, len, keys, 1, &text, &e))
             mt_die("%s: line %llu: %s", mt_reader_name(rd), (unsigned long long)mt_reader_lineno(rd), e.msg);
         ids.n = 0;
-        mt_bpe_encode(ctx, text.text, text.len, &ids);
+        /* as Megatron's tokenizer encodes it; a BOS it puts first is the context of the first token */
+        size_t bos = v->mc.tok.bpe ? mt_tokenizer_encode(&v->mc.tok, ctx, text.text, text.len, &ids)
+                                   : (mt_bpe_encode(ctx, text.text, text.len, &ids), 0);
+        int64_t before = bos ? ids.p[bos - 1] : v->eod;
+        size_t n = ids.n - bos;
+        if (n && before < 0) mt_die("--score: the tokenizer has neither a BOS nor an end of document to score after");
         double lp = 0;
-        if (ids.n) score_doc(v, ids.p, ids.n, &lp, logits_path ? &lo : NULL, lg);
-        double loss = ids.n ? -lp / (double)ids.n : 0;
+        if (n) score_doc(v, before, ids.p + bos, n, &lp, logits_path ? &lo : NULL, lg);
+        double loss = n ? -lp / (double)n : 0;
         json_t *o = json_object();
-        json_object_set_new(o, "tokens", json_integer((json_int_t)ids.n));
+        json_object_set_new(o, "tokens", json_integer((json_int_t)n));
         json_object_set_new(o, "logprob", mt_json_real(lp));
         json_object_set_new(o, "loss", mt_json_real(loss));
         json_object_set_new(o, "ppl", mt_json_real(exp(loss)));

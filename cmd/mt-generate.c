@@ -29,7 +29,7 @@ static int threads;
 static bool greedy, json_out, add_bos, timing, bf16, fp16;
 
 static const mt_flag flags[] = {
-    {"--load", MT_F_STR, &load_dir, "DIR", "checkpoint directory, or a Hugging Face GPT-2 directory (required)", 0, 0, NULL},
+    {"--load", MT_F_STR, &load_dir, "DIR", "checkpoint directory, or a Hugging Face GPT-2 or Llama directory (required)", 0, 0, NULL},
     {"--ckpt-step", MT_F_I64, &ckpt_step, "N", "iteration to load (default: latest_checkpointed_iteration.txt)", 0, 1e15, NULL},
     {"--max-new-tokens", MT_F_I64, &max_new, "N", "tokens to generate at most per prompt (default 64)", 1, 1e9, NULL},
     {"--greedy", MT_F_BOOL, &greedy, NULL, "always the most likely token (as --temperature 0)", 0, 0, NULL},
@@ -39,7 +39,7 @@ static const mt_flag flags[] = {
     {"--repetition-penalty", MT_F_DOUBLE, &rep_penalty, "R", "penalize tokens already in the continuation (default 1: none)", 1e-6, 1e6, NULL},
     MT_FLAG_SEED(&seed, "sampling seed (default 1234)"),
     {"--stop", MT_F_STR, &stop, "STR", "end a continuation where STR appears (STR not printed)", 0, 0, NULL},
-    {"--add-bos", MT_F_BOOL, &add_bos, NULL, "put <|endoftext|> before each prompt", 0, 0, NULL},
+    {"--add-bos", MT_F_BOOL, &add_bos, NULL, "put the end-of-document token (GPT-2's <|endoftext|>) before each prompt", 0, 0, NULL},
     {"--batch-size", MT_F_I64, &batch_size, "B", "consecutive prompts of the same length generated together (default 8)", 1, 4096, NULL},
     {"--json-keys", MT_F_STR, &json_key, "KEY", "stdin is JSON lines, the prompt in KEY (default: one prompt per line)", 0, 0, NULL},
     {"--max-line-bytes", MT_F_I64, &max_line, "N", "longest input line in bytes (default 1 GiB, 0: no limit)", 0, 1e18, NULL},
@@ -355,8 +355,8 @@ int main(int argc, char **argv)
     size_t nq = 0, first = 0;   /* waiting prompts, the input's first..first+nq-1 */
     while (next_prompt(&src, &cur)) {
         if (add_bos && mc.tok.eod >= 0) mt_ids_push(&cur.ids, (uint32_t)mc.tok.eod);
-        mt_bpe_encode(bc, cur.text, cur.len, &cur.ids);
-        if (!cur.ids.n) mt_die("prompt %zu is empty (give --add-bos to generate from <|endoftext|>)", first + nq + 1);
+        mt_tokenizer_encode(&mc.tok, bc, cur.text, cur.len, &cur.ids);   /* a tokenizer.json's BOS included */
+        if (!cur.ids.n) mt_die("prompt %zu is empty (give --add-bos to generate from the end-of-document token)", first + nq + 1);
         if (nq && cur.ids.n != q[0].ids.n) {
             flush_batch(&mc, q, nq, first, &sm);
             first += nq, nq = 0;

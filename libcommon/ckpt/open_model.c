@@ -9,28 +9,59 @@
 
 #include "ckpt/dist_optim.h"
 #include "ckpt/meta.h"
+#include "io/fsutil.h"
 
-int mt_tokenizer_open(mt_tokenizer *t, const char *type, const char *vocab_file, const char *merge_file,
-                      int64_t null_vocab_size, mt_err *e)
+static int file_tokenizer(const char *type)
+{
+    return type && (!strcmp(type, "HuggingFaceTokenizer") || !strcmp(type, "TikTokenizer"));
+}
+
+int mt_tokenizer_open(mt_tokenizer *t, const mt_train_args *a, bool vocab_only, mt_err *e)
 {
     memset(t, 0, sizeof *t);
-    if (type && !strcmp(type, "HuggingFaceTokenizer")) {
-        /* until tokenizer.json is read: the model's vocabulary rows recorded with the checkpoint */
-        if (null_vocab_size <= 0)
-            return mt_err_set(e, "--tokenizer-type HuggingFaceTokenizer: the vocabulary size is not recorded");
-        t->vocab_size = null_vocab_size;
+    const char *type = a->tokenizer_type;
+    if (type && !strcmp(type, "NullTokenizer")) {
+        t->vocab_size = a->vocab_size + 1;   /* Megatron's NullTokenizer: eod is the id after the vocab */
+        t->eod = a->vocab_size;
+        return 0;
+    }
+    if (!file_tokenizer(type)) {
+        if (mt_bpe_load(&t->bpe, a->vocab_file, a->merge_file, e)) return -1;
+        t->vocab_size = mt_bpe_vocab_size(t->bpe);
+        t->eod = mt_bpe_eod(t->bpe);
+        return 0;
+    }
+    t->hf = !strcmp(type, "HuggingFaceTokenizer");
+    if (vocab_only && a->vocab_size > 0) {   /* the model's rows are known: nothing to read */
+        t->vocab_size = a->vocab_size;
         t->eod = -1;
         return 0;
     }
-    if (type && !strcmp(type, "NullTokenizer")) {
-        t->vocab_size = null_vocab_size + 1;   /* Megatron's NullTokenizer: eod is the id after the vocab */
-        t->eod = null_vocab_size;
+    if (!a->tokenizer_model) return mt_err_set(e, "--tokenizer-type %s: no --tokenizer-model", type);
+    int rc = t->hf ? mt_bpe_load_hf(&t->bpe, a->tokenizer_model, e)
+                   : mt_bpe_load_tiktoken(&t->bpe, a->tokenizer_model, a->tiktoken_pattern, e);
+    if (rc) return mt_err_prefix(e, "--tokenizer-type %s", type);
+    /* Megatron's vocab_size of these tokenizers: every id, added tokens included */
+    t->vocab_size = mt_bpe_id_limit(t->bpe);
+    t->eod = mt_bpe_eod(t->bpe);
+    if (a->vocab_size > 0 && a->vocab_size < t->vocab_size) {
+        mt_err_set(e, "--tokenizer-type %s: %s has ids up to %lld, beyond --vocab-size %lld", type, a->tokenizer_model,
+                   (long long)t->vocab_size - 1, (long long)a->vocab_size);
+        mt_tokenizer_close(t);
+        return -1;
+    }
+    if (a->vocab_size > 0) t->vocab_size = a->vocab_size;
+    return 0;
+}
+
+size_t mt_tokenizer_encode(const mt_tokenizer *t, mt_bpe_ctx *c, const char *text, size_t len, mt_ids *out)
+{
+    if (!t->hf) {
+        mt_bpe_encode(c, text, len, out);
         return 0;
     }
-    if (mt_bpe_load(&t->bpe, vocab_file, merge_file, e)) return -1;
-    t->vocab_size = mt_bpe_vocab_size(t->bpe);
-    t->eod = mt_bpe_eod(t->bpe);
-    return 0;
+    mt_bpe_encode_full(c, text, len, out);
+    return mt_bpe_prefix_len(t->bpe);
 }
 
 void mt_tokenizer_close(mt_tokenizer *t)
@@ -150,12 +181,43 @@ static int read_args(mt_model_ckpt *mc, mt_err *e)
         return -1;
     a->no_bias_gelu_fusion = json_is_true(json_object_get(mc->args, "no-bias-gelu-fusion"));
     a->openai_gelu = json_is_true(json_object_get(mc->args, "openai-gelu"));
-    int hf_tok = a->tokenizer_type && !strcmp(a->tokenizer_type, "HuggingFaceTokenizer");
-    if (a->tokenizer_type && (!strcmp(a->tokenizer_type, "NullTokenizer") || hf_tok) &&
-        arg_i64(mc, "vocab-size", 0, 0, &a->vocab_size, e))
+    int file_tok = file_tokenizer(a->tokenizer_type);
+    if (a->tokenizer_type && !strcmp(a->tokenizer_type, "NullTokenizer") && arg_i64(mc, "vocab-size", 0, 0, &a->vocab_size, e))
         return -1;
-    if (hf_tok && arg_str(mc, "tokenizer-model", &mc->tokenizer_model, e)) return -1;
+    /* a tokenizer file's vocabulary size: its own, unless the model has more rows (a conversion records them;
+     * mt-train records 0 when --vocab-size was not given) */
+    json_t *vs = json_object_get(mc->args, "vocab-size");
+    if (file_tok && !(json_is_integer(vs) && json_integer_value(vs) == 0) &&
+        arg_i64(mc, "vocab-size", 1, 0, &a->vocab_size, e))
+        return -1;
+    if (file_tok && (arg_str(mc, "tokenizer-model", &a->tokenizer_model, e) ||
+                     arg_str(mc, "tiktoken-pattern", &a->tiktoken_pattern, e)))
+        return -1;
     return 0;
+}
+
+/* The tokenizer file of a checkpoint: the copy in the checkpoint's own directory first (tokenizer.json for
+ * HuggingFaceTokenizer, the recorded file's name for TikTokenizer), so that a moved checkpoint keeps
+ * its tokenizer; else the recorded --tokenizer-model. */
+static void find_tokenizer(mt_model_ckpt *mc)
+{
+    const mt_train_args *a = &mc->a;
+    mc->tokenizer_model = a->tokenizer_model;
+    if (!file_tokenizer(a->tokenizer_type) || !mc->load_dir) return;
+    int hf = !strcmp(a->tokenizer_type, "HuggingFaceTokenizer");
+    const char *base = NULL;
+    if (!hf && a->tokenizer_model) {
+        base = strrchr(a->tokenizer_model, '/');
+        base = base ? base + 1 : a->tokenizer_model;
+    }
+    char *own = mt_path_join(mc->load_dir, hf ? "tokenizer.json" : base ? base : "");
+    if ((hf || (base && *base)) && access(own, F_OK) == 0) {
+        free(own);
+        mc->tokenizer_found = hf ? mt_xstrdup(mc->load_dir) : mt_path_join(mc->load_dir, base);
+        mc->tokenizer_model = mc->tokenizer_found;
+        return;
+    }
+    free(own);
 }
 
 /* ---- opening ---- */
@@ -171,11 +233,15 @@ static int open_meta(mt_model_ckpt *mc, const mt_model_open_opts *o, mt_err *e)
     const mt_train_args *a = &mc->a;
     mc->vocab_file = o->vocab_file ? o->vocab_file : a->vocab_file;
     mc->merge_file = o->merge_file ? o->merge_file : a->merge_file;
-    int null_tok = a->tokenizer_type &&
-                   (!strcmp(a->tokenizer_type, "NullTokenizer") || !strcmp(a->tokenizer_type, "HuggingFaceTokenizer"));
-    if (!null_tok && (!mc->vocab_file || !mc->merge_file))
+    int gpt2 = !a->tokenizer_type || !strcmp(a->tokenizer_type, "GPT2BPETokenizer");
+    if (gpt2 && (!mc->vocab_file || !mc->merge_file))
         return mt_err_set(e, "%s: no vocabulary: pass --vocab-file and --merge-file", mc->dir);
-    if (mt_tokenizer_open(&mc->tok, a->tokenizer_type, mc->vocab_file, mc->merge_file, a->vocab_size, e)) return -1;
+    find_tokenizer(mc);
+    mt_train_args ta = *a;
+    ta.vocab_file = mc->vocab_file;
+    ta.merge_file = mc->merge_file;
+    ta.tokenizer_model = mc->tokenizer_model;
+    if (mt_tokenizer_open(&mc->tok, &ta, o->vocab_only, e)) return mt_err_prefix(e, "%s", mc->dir);
     mc->cfg = mt_gpt_config_from_args(a, mc->tok.vocab_size);
     if (mt_gpt_config_check(&mc->cfg, e)) return mt_err_prefix(e, "%s/meta.json", mc->dir);
     mc->arch = mt_gpt_arch(&mc->cfg);
@@ -449,6 +515,7 @@ void mt_model_close(mt_model_ckpt *mc)
         free(mc->g);
     }
     free(mc->load_dir);
+    free(mc->tokenizer_found);
     free(mc->flat_m);
     free(mc->flat_v);
     if (mc->reader) mt_ckpt_close(mc->reader);

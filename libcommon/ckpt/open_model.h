@@ -1,6 +1,7 @@
 /* open_model.h: the one way to open a trained model: from a checkpoint directory (and iteration), the
  * model config built from the checkpoint's args exactly as mt-train builds it from its flags, the
- * tokenizer the args name (GPT-2 BPE from the recorded vocab/merge files, or NullTokenizer), the
+ * tokenizer the args name (GPT-2 BPE from the recorded vocab/merge files, a tokenizer.json or tiktoken file
+ * from the checkpoint directory or --tokenizer-model, or NullTokenizer), the
  * checkpoint's meta.json and the weights in an mt_gpt on a given backend. Used by mt-eval and mt-train
  * --load (and by the programs that generate from or convert checkpoints).
  *
@@ -13,6 +14,7 @@
 #define MT_CKPT_OPEN_MODEL_H
 
 #include <jansson.h>
+#include <stdbool.h>
 #include <stdint.h>
 
 #include "ckpt/checkpoint.h"
@@ -25,18 +27,28 @@
 #include "util/err.h"
 
 /* A tokenizer as mt-train's --tokenizer-type names it: bpe is NULL for NullTokenizer (ids 0..n-1, end
- * of document n, so vocab_size n + 1), and for HuggingFaceTokenizer, of which only the vocabulary size
- * (null_vocab_size: the model's rows, recorded as "vocab-size" by a conversion) is known here for now
- * (eod -1). */
+ * of document n, so vocab_size n + 1). eod is -1 where the tokenizer has no end of document. */
 typedef struct mt_tokenizer {
     mt_bpe *bpe;
     int64_t vocab_size, eod;
+    bool hf;   /* HuggingFaceTokenizer: texts are encoded with its added tokens and post-processor */
 } mt_tokenizer;
 
-/* type NULL means GPT2BPETokenizer (vocab_file and merge_file required); null_vocab_size is
- * NullTokenizer's --vocab-size. 0, or -1 with e set. */
-int mt_tokenizer_open(mt_tokenizer *t, const char *type, const char *vocab_file, const char *merge_file,
-                      int64_t null_vocab_size, mt_err *e);
+/* The tokenizer of the args' --tokenizer-type (NULL: GPT2BPETokenizer) and files: GPT2BPETokenizer from
+ * vocab_file and merge_file; HuggingFaceTokenizer from the tokenizer.json of tokenizer_model (its
+ * directory or the file) and TikTokenizer from the ranks file tokenizer_model (with tiktoken_pattern),
+ * both with every id of the tokenizer as the vocabulary (vocab_size when larger: the rows of a converted
+ * model) and as eod the eos_token of tokenizer_config.json or <|endoftext|> (as Megatron's tokenizers
+ * define eod; -1 without one); NullTokenizer of vocab_size. With vocab_only (the caller encodes no text),
+ * a HuggingFaceTokenizer or TikTokenizer whose vocab_size is given is not read (bpe NULL, eod -1).
+ * What is not supported (a SentencePiece tokenizer.json, for example) is an error naming the type and
+ * the file. 0, or -1 with e set. */
+int mt_tokenizer_open(mt_tokenizer *t, const mt_train_args *a, bool vocab_only, mt_err *e);
+/* Appends the ids of text as Megatron's tokenizer of this type makes them for training and scoring:
+ * GPT-2 and TikTokenizer the plain BPE (special tokens as text); HuggingFaceTokenizer as
+ * tokenizer(text).input_ids (added tokens, and the post-processor's ids such as Llama 3's BOS). Returns
+ * how many ids were put before the text's own (the BOS: 0 or 1). */
+size_t mt_tokenizer_encode(const mt_tokenizer *t, mt_bpe_ctx *c, const char *text, size_t len, mt_ids *out);
 void mt_tokenizer_close(mt_tokenizer *t);
 
 /* The model config of the args with the tokenizer's vocab_size (padded by --make-vocab-size-divisible-by);
@@ -49,6 +61,8 @@ typedef struct mt_model_open_opts {
     /* mt-train --load: the checkpoint's args must describe the model of these flags (the first
      * differing flag is the error); the config and tokenizer are then the caller's and not built. */
     const mt_train_args *expect;
+    /* the caller encodes no text (conversion): a tokenizer file is read only for its vocabulary size */
+    bool vocab_only;
 } mt_model_open_opts;
 
 typedef struct mt_model_ckpt {
@@ -72,7 +86,10 @@ typedef struct mt_model_ckpt {
     /* without expect: */
     mt_train_args a;         /* the model, tokenizer and data fields of the args, checked; the rest 0 */
     const char *vocab_file, *merge_file;   /* the tokenizer's files (an override or the args'), or NULL */
-    const char *tokenizer_model;           /* HuggingFaceTokenizer: the directory of tokenizer.json, or NULL */
+    /* HuggingFaceTokenizer: the directory (or file) of tokenizer.json; TikTokenizer: the ranks file; the
+     * copy in the checkpoint directory when there is one, else the args'; NULL when none is recorded */
+    const char *tokenizer_model;
+    char *tokenizer_found;                 /* owned: the copy in the checkpoint directory */
     mt_tokenizer tok;
     mt_gpt_config cfg;       /* checked */
     mt_gpt *model;           /* created by mt_model_load_weights when it was given none; freed by close */

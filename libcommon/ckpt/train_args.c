@@ -131,11 +131,20 @@ static const mt_flag flags[] = {
     {"--mid-level-dataset-surplus", MT_F_DOUBLE, &A.mid_level_dataset_surplus, "X", "blend surplus (default 0.005)", 0, 1e6, NULL},
     MT_FLAG_SEED(&A.seed, "seed of data order, init and dropout (default 1234)"),
     {"--tokenizer-type", MT_F_CHOICE, &A.tokenizer_type, NULL,
-     "GPT2BPETokenizer (default; needs --vocab-file) or NullTokenizer (needs --vocab-size)", 0, 0,
-     "GPT2BPETokenizer|NullTokenizer"},
+     "GPT2BPETokenizer (default; needs --vocab-file), HuggingFaceTokenizer (a byte-level BPE tokenizer.json) or "
+     "TikTokenizer (a tiktoken ranks file; both need --tokenizer-model), or NullTokenizer (needs --vocab-size)", 0, 0,
+     "GPT2BPETokenizer|HuggingFaceTokenizer|TikTokenizer|NullTokenizer"},
     MT_FLAG_VOCAB_FILE(&A.vocab_file, "GPT-2 vocab.json"),
     MT_FLAG_MERGE_FILE(&A.merge_file, "GPT-2 merges.txt"),
-    {"--vocab-size", MT_F_I64, &A.vocab_size, "N", "NullTokenizer: ids 0..N-1, end of document N", 1, 1 << 30, NULL},
+    {"--tokenizer-model", MT_F_STR, &A.tokenizer_model, "PATH",
+     "HuggingFaceTokenizer: directory of tokenizer.json (and tokenizer_config.json, whose eos_token is the end of "
+     "document), or the file; TikTokenizer: the ranks file", 0, 0, NULL},
+    {"--tiktoken-pattern", MT_F_CHOICE, &A.tiktoken_pattern, NULL,
+     "TikTokenizer's pre-tokenizer (default: recognised by the rank count of cl100k_base and o200k_base)", 0, 0,
+     "v1|v2|cl100k|o200k|llama3|qwen2|gpt2"},
+    {"--vocab-size", MT_F_I64, &A.vocab_size, "N",
+     "NullTokenizer: ids 0..N-1, end of document N; HuggingFaceTokenizer, TikTokenizer: the model's vocabulary "
+     "when larger than the tokenizer's (a converted model's rows)", 1, 1 << 30, NULL},
     {"--eod-mask-loss", MT_F_BOOL, &A.eod_mask_loss, NULL, "no loss at end-of-document input tokens", 0, 0, NULL},
     {"--dataloader-type", MT_F_CHOICE, &A.dataloader_type, NULL, "single (default; cyclic is not implemented)", 0, 0,
      "single|cyclic|external"},
@@ -213,7 +222,8 @@ static const mt_cmd cmd = {
     "--num-layers N --hidden-size H --num-attention-heads NH --seq-length T\n"
     "                --max-position-embeddings P --micro-batch-size B [--global-batch-size G]\n"
     "                (--train-iters N | --train-samples S) --lr LR --data-path [W] PREFIX...\n"
-    "                (--vocab-file F --merge-file F | --tokenizer-type NullTokenizer --vocab-size N)\n"
+    "                (--vocab-file F --merge-file F | --tokenizer-type HuggingFaceTokenizer|TikTokenizer\n"
+    "                 --tokenizer-model PATH | --tokenizer-type NullTokenizer --vocab-size N)\n"
     "                [--save DIR] [--load DIR] [-n RANKS] [options]",
     "Trains a GPT-2 model with Megatron-LM's flags, schedule, data order, log lines and checkpoint\n"
     "layout, on one rank or data-parallel over the ranks of srun --mpi=pmix, mpirun, or -n RANKS (that\n"
@@ -458,13 +468,20 @@ static int parse(mt_train_args *out, int argc, char **argv, mt_err *e)
     if (a->override_opt_param_scheduler && a->use_checkpoint_opt_param_scheduler)
         return mt_err_set(e, "--override-opt_param-scheduler and --use-checkpoint-opt_param-scheduler are mutually exclusive");
     /* tokenizer */
+    int file_tok = !strcmp(a->tokenizer_type, "HuggingFaceTokenizer") || !strcmp(a->tokenizer_type, "TikTokenizer");
     if (!strcmp(a->tokenizer_type, "GPT2BPETokenizer")) {
         if (!a->vocab_file || !a->merge_file)
             return mt_err_set(e, "--tokenizer-type GPT2BPETokenizer needs --vocab-file and --merge-file");
         if (a->vocab_size) return mt_err_set(e, "--vocab-size goes with --tokenizer-type NullTokenizer");
-    } else if (!a->vocab_size) {
+    } else if (file_tok && !a->tokenizer_model) {
+        return mt_err_set(e, "--tokenizer-type %s needs --tokenizer-model", a->tokenizer_type);
+    } else if (!file_tok && !a->vocab_size) {
         return mt_err_set(e, "--tokenizer-type NullTokenizer needs --vocab-size");
     }
+    if (!file_tok && a->tokenizer_model)
+        return mt_err_set(e, "--tokenizer-model: not used by --tokenizer-type %s", a->tokenizer_type);
+    if (a->tiktoken_pattern && strcmp(a->tokenizer_type, "TikTokenizer"))
+        return mt_err_set(e, "--tiktoken-pattern only applies to --tokenizer-type TikTokenizer");
     if (a->finetune && !a->load) return mt_err_set(e, "--finetune needs --load");
     if (a->exit_on_missing_checkpoint && !a->load) return mt_err_set(e, "--exit-on-missing-checkpoint needs --load");
     *out = A;

@@ -52,6 +52,7 @@ typedef struct mt_train_args {
     /* data (4.6) */
     mt_strs data_path;
     const char *split, *data_cache_path, *vocab_file, *merge_file, *tokenizer_type, *dataloader_type;
+    const char *tokenizer_model, *tiktoken_pattern;   /* HuggingFaceTokenizer, TikTokenizer */
     int64_t seed, vocab_size;
     double mid_level_dataset_surplus;
     bool eod_mask_loss;

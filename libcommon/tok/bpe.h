@@ -69,6 +69,8 @@ void mt_bpe_encode_added(mt_bpe_ctx *c, const char *text, size_t len, mt_ids *ou
  * <|begin_of_text|>): what transformers' tokenizer(text).input_ids gives, and so Megatron's
  * HuggingFaceTokenizer. */
 void mt_bpe_encode_full(mt_bpe_ctx *c, const char *text, size_t len, mt_ids *out);
+/* How many ids mt_bpe_encode_full puts before the text (1 for Llama 3's <|begin_of_text|>, else 0). */
+size_t mt_bpe_prefix_len(const mt_bpe *b);
 
 /* Appends the bytes of ids to out (the exact inverse of encoding on valid UTF-8; the output may be
  * invalid UTF-8 when ids cut a character). Returns -1 with e set on an id outside the vocabulary. */

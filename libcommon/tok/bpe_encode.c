@@ -150,6 +150,8 @@ void mt_bpe_encode_added(mt_bpe_ctx *c, const char *text, size_t len, mt_ids *ou
     split_encode(c, c->b->added[0].id, c->b->added[0].n, text, len, out, encode_added_normalized);
 }
 
+size_t mt_bpe_prefix_len(const mt_bpe *b) { return b->n_prefix; }
+
 void mt_bpe_encode_full(mt_bpe_ctx *c, const char *text, size_t len, mt_ids *out)
 {
     const mt_bpe *b = c->b;

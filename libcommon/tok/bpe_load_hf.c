@@ -116,7 +116,8 @@ static int config_eos(const char *dir, json_t **cfg, const char **eos, mt_err *e
     *eos = NULL;
     struct stat st;
     if (stat(path, &st)) return 0;
-    *cfg = mt_json_load_regular(path, 0, e);
+    /* transformers writes model_max_length 1e30 as an integer when the model sets none */
+    *cfg = mt_json_load_regular(path, JSON_DECODE_INT_AS_REAL, e);
     if (!*cfg) return -1;
     const json_t *t = json_object_get(*cfg, "eos_token");
     *eos = json_is_string(t) ? json_string_value(t) : str_of(t, "content");

@@ -20,7 +20,7 @@ int mt_plan_print(FILE *out, const mt_train_args *a, int world, mt_err *e)
                           (long long)a->global_batch_size, a->micro_batch_size, dp);
     int M = (int)(a->global_batch_size / ((int64_t)a->micro_batch_size * dp));
     mt_tokenizer tok;
-    if (mt_tokenizer_open(&tok, a->tokenizer_type, a->vocab_file, a->merge_file, a->vocab_size, e)) return -1;
+    if (mt_tokenizer_open(&tok, a, false, e)) return -1;
     int64_t vocab = tok.vocab_size;
     mt_tokenizer_close(&tok);
     mt_gpt_config cfg = mt_gpt_config_from_args(a, vocab);

@@ -110,7 +110,7 @@ int mt_trainer_open_par(mt_trainer *t, const mt_train_args *a, const mt_parallel
         return mt_err_set(e, "--global-batch-size (%lld) must be a multiple of --micro-batch-size (%d) x data-parallel size (%d)",
                           (long long)t->a.global_batch_size, t->a.micro_batch_size, t->dp_size);
     mt_tokenizer tok;
-    if (mt_tokenizer_open(&tok, t->a.tokenizer_type, t->a.vocab_file, t->a.merge_file, t->a.vocab_size, e)) return -1;
+    if (mt_tokenizer_open(&tok, &t->a, false, e)) return -1;
     t->vocab_size = tok.vocab_size;
     t->eod = tok.eod;
     mt_tokenizer_close(&tok);

@@ -1,12 +1,15 @@
 """llama_oracle.py: Hugging Face transformers' LlamaForCausalLM as the oracle for mt-ckpt-convert's Llama
 path (run with the Python of tests/oracle/venv-hf.sh).
 
-  make DIR [--layers L] [--hidden H] [--heads NH] [--kv-heads G] [--ffn F] [--vocab V] [--dtype fp32|bf16|fp16]
-           [--shard BYTES] [--tie] [--tokenizer] [--seed S] [--set KEY=JSON ...]
+  make DIR [--layers L] [--hidden H] [--heads NH] [--kv-heads G] [--ffn F] [--vocab V] [--positions P]
+           [--dtype fp32|bf16|fp16] [--shard BYTES] [--tie] [--tokenizer [--corpus DOCS.jsonl]] [--seed S]
+           [--set KEY=JSON ...]
       a LlamaForCausalLM with random weights (norm weights random too, so that a row in the wrong place
       shows), rope_theta 500000, written with save_pretrained (safetensors, sharded above BYTES); with
-      --tokenizer a small byte-level BPE tokenizer.json (trained here) saved beside it; --set overrides a
-      config.json key after saving (for the refusals)
+      --tokenizer a byte-level BPE tokenizer.json of Llama 3's kind (its Split regex, then ByteLevel; <s>
+      put first by a TemplateProcessing; <unk> <s> </s> as ids 0 1 2, the config's bos and eos), trained
+      here on the texts of DOCS.jsonl (default: one sentence) to V - 8 ids, saved beside it; --set
+      overrides a config.json key after saving (for the refusals)
   layout HF_DIR MT_RELEASE_DIR TP
       every tensor of the mt checkpoint's TP rank directories (mp_rank_00 ... fp32 safetensors) equals
       what Megatron's layout makes of the HF tensors, derived here with numpy from the spec (section 9)
@@ -17,6 +20,20 @@ path (run with the Python of tests/oracle/venv-hf.sh).
   logits A B
       loads both directories with AutoModelForCausalLM (fp32; no missing or unexpected keys) and checks
       their logits on random ids are equal; prints the largest logit
+  score DIR DOCS.jsonl MT_IDS MT_LOGITS MT_SCORES
+      the ids of each document by transformers' AutoTokenizer (what Megatron's HuggingFaceTokenizer calls)
+      equal those of the tokenizers library for the same tokenizer.json and MT_IDS (mt-tokenize, a line of
+      ids per document); then, scoring each document's tokens after its BOS (after </s> without one) in
+      windows of max_position_embeddings predictions as mt-eval --score does, transformers' logits equal
+      MT_LOGITS (mt-eval --score --logits) to 1e-5 of the largest logit and its summed log-probabilities
+      the logprob of MT_SCORES to 1e-5 relative; prints the measured gaps
+  generate DIR N < prompts.txt
+      greedy model.generate(do_sample=False) of N new tokens for each prompt line: JSON lines with the
+      prompt's ids, the new tokens (ending with eos where it stopped there) and their text decoded by the
+      tokenizer (its ByteLevel decoder, without clean_up_tokenization_spaces)
+  set-eos DIR ID
+      makes token ID the end of text: tokenizer_config.json's eos_token (its spelling), config.json's and
+      generation_config.json's eos_token_id
 """
 import argparse
 import json
@@ -26,13 +43,15 @@ import sys
 import numpy as np
 import torch
 
+LLAMA3 = r"""(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"""
+
 
 def make(a):
     from transformers import LlamaConfig, LlamaForCausalLM
     torch.manual_seed(a.seed)
     cfg = LlamaConfig(vocab_size=a.vocab, hidden_size=a.hidden, intermediate_size=a.ffn,
                       num_hidden_layers=a.layers, num_attention_heads=a.heads, num_key_value_heads=a.kv_heads,
-                      max_position_embeddings=64, rope_theta=500000.0, rms_norm_eps=1e-5,
+                      max_position_embeddings=a.positions, rope_theta=500000.0, rms_norm_eps=1e-5,
                       tie_word_embeddings=a.tie, bos_token_id=1, eos_token_id=2)
     m = LlamaForCausalLM(cfg)
     with torch.no_grad():
@@ -43,14 +62,23 @@ def make(a):
     kw = {"max_shard_size": a.shard} if a.shard else {}
     m.save_pretrained(a.dir, safe_serialization=True, **kw)
     if a.tokenizer:
-        from tokenizers import Tokenizer, models, pre_tokenizers, decoders, trainers
+        from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers, processors, trainers
         from transformers import PreTrainedTokenizerFast
-        tok = Tokenizer(models.BPE())
-        tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+        tok = Tokenizer(models.BPE(ignore_merges=True))
+        tok.pre_tokenizer = pre_tokenizers.Sequence([
+            pre_tokenizers.Split(pattern=Regex(LLAMA3), behavior="isolated", invert=False),
+            pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)])
         tok.decoder = decoders.ByteLevel()
-        text = ["mt converts checkpoints to and from Hugging Face directories, tensor by tensor."] * 20
+        if a.corpus:
+            text = [json.loads(l)["text"] for l in open(a.corpus, encoding="utf-8")]
+        else:
+            text = ["mt converts checkpoints to and from Hugging Face directories, tensor by tensor."] * 20
         tok.train_from_iterator(text, trainers.BpeTrainer(vocab_size=a.vocab - 8, special_tokens=["<unk>", "<s>", "</s>"],
+                                                          show_progress=False,
                                                           initial_alphabet=pre_tokenizers.ByteLevel.alphabet()))
+        tok.post_processor = processors.TemplateProcessing(single="<s> $A", pair="<s> $A <s> $B",
+                                                           special_tokens=[("<s>", tok.token_to_id("<s>"))])
+        assert [tok.token_to_id(t) for t in ("<unk>", "<s>", "</s>")] == [0, 1, 2]
         PreTrainedTokenizerFast(tokenizer_object=tok, bos_token="<s>", eos_token="</s>", unk_token="<unk>").save_pretrained(a.dir)
     for kv in a.set or []:
         k, v = kv.split("=", 1)
@@ -135,6 +163,77 @@ def logits(a, b):
     print("largest logit %.4f" % x.abs().max().item())
 
 
+def load(d):
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+    m = AutoModelForCausalLM.from_pretrained(d, torch_dtype=torch.float32).eval()
+    return m, AutoTokenizer.from_pretrained(d)
+
+
+def score(d, docs, mt_ids, mt_logits, mt_scores):
+    from tokenizers import Tokenizer
+    model, tok = load(d)
+    ref_tok = Tokenizer.from_file(os.path.join(d, "tokenizer.json"))
+    V, T = model.config.vocab_size, model.config.max_position_embeddings
+    ours = np.fromfile(mt_logits, np.float32)
+    assert ours.size % V == 0, "mt logits: %d floats, not rows of %d" % (ours.size, V)
+    ours = ours.reshape(-1, V)
+    want_ids = [[int(t) for t in l.split()] for l in open(mt_ids)]
+    scores = [json.loads(l) for l in open(mt_scores)]
+    texts = [json.loads(l)["text"] for l in open(docs, encoding="utf-8")]
+    assert len(texts) == len(want_ids) == len(scores), (len(texts), len(want_ids), len(scores))
+    rows, worst_lp, nbos = [], 0.0, 0
+    for i, text in enumerate(texts):
+        ids = tok(text)["input_ids"]
+        lib = ref_tok.encode(text).ids
+        assert ids == lib, "document %d: transformers %s, tokenizers %s" % (i, ids[:20], lib[:20])
+        assert ids == want_ids[i], "document %d: transformers %s, mt-tokenize %s" % (i, ids[:20], want_ids[i][:20])
+        if ids[:1] == [tok.bos_token_id]:   # Megatron's tokenize() puts the BOS first: the context of the first token
+            inp, tgt = ids[:-1], ids[1:]
+            nbos += 1
+        else:
+            inp, tgt = [tok.eos_token_id] + ids[:-1], ids
+        lp = 0.0
+        for c in range(0, len(tgt), T):   # each window of T predictions restarts its context
+            with torch.no_grad():
+                lg = model(torch.tensor([inp[c:c + T]])).logits[0].double()
+            rows.append(lg.numpy())
+            lp += torch.log_softmax(lg, -1)[torch.arange(lg.shape[0]), torch.tensor(tgt[c:c + T])].sum().item()
+        assert scores[i]["tokens"] == len(tgt), "document %d: mt scored %d tokens, not %d" % (i, scores[i]["tokens"], len(tgt))
+        worst_lp = max(worst_lp, abs(scores[i]["logprob"] - lp) / max(1.0, abs(lp)))
+    hf = np.concatenate(rows)
+    assert hf.shape == ours.shape, "logits: transformers %s, mt %s" % (hf.shape, ours.shape)
+    scale = np.abs(hf).max()
+    gap = np.abs(hf - ours).max() / scale
+    print("%d documents (%d after a BOS), %d tokens: logits %.2g of the largest %.3g, logprob %.2g relative"
+          % (len(texts), nbos, hf.shape[0], gap, scale, worst_lp))
+    assert gap < 1e-5 and worst_lp < 1e-5, "beyond 1e-5"
+
+
+def generate(d, n):
+    model, tok = load(d)
+    for line in sys.stdin:
+        ids = tok(line.rstrip("\n"))["input_ids"]
+        with torch.no_grad():
+            out = model.generate(torch.tensor([ids]), attention_mask=torch.ones(1, len(ids), dtype=torch.long),
+                                 do_sample=False, max_new_tokens=n, pad_token_id=tok.eos_token_id)
+        new = out[0, len(ids):].tolist()
+        # the tokens' bytes: the ByteLevel decoder without transformers' clean_up_tokenization_spaces
+        text = tok.decode([t for t in new if t != tok.eos_token_id], clean_up_tokenization_spaces=False)
+        print(json.dumps({"prompt_ids": ids, "tokens": new, "text": text}))
+
+
+def set_eos(d, i):
+    from tokenizers import Tokenizer
+    spelling = Tokenizer.from_file(os.path.join(d, "tokenizer.json")).id_to_token(i)
+    for f, k, v in (("tokenizer_config.json", "eos_token", spelling), ("config.json", "eos_token_id", i),
+                    ("generation_config.json", "eos_token_id", i)):
+        p = os.path.join(d, f)
+        c = json.load(open(p))
+        c[k] = v
+        json.dump(c, open(p, "w"), indent=2)
+    print(spelling)
+
+
 def main():
     ap = argparse.ArgumentParser()
     sub = ap.add_subparsers(dest="cmd", required=True)
@@ -142,6 +241,8 @@ def main():
     m.add_argument("dir")
     for k, v in (("layers", 3), ("hidden", 64), ("heads", 4), ("kv-heads", 2), ("ffn", 96), ("vocab", 301), ("seed", 1)):
         m.add_argument("--" + k, type=int, default=v)
+    m.add_argument("--positions", type=int, default=64)
+    m.add_argument("--corpus")
     m.add_argument("--dtype", default="fp32")
     m.add_argument("--shard", type=int, default=0)
     m.add_argument("--tie", action="store_true")
@@ -154,11 +255,26 @@ def main():
     lg = sub.add_parser("logits")
     lg.add_argument("a")
     lg.add_argument("b")
+    sc = sub.add_parser("score")
+    for k in ("dir", "docs", "mt_ids", "mt_logits", "mt_scores"):
+        sc.add_argument(k)
+    ge = sub.add_parser("generate")
+    ge.add_argument("dir")
+    ge.add_argument("n", type=int)
+    se = sub.add_parser("set-eos")
+    se.add_argument("dir")
+    se.add_argument("id", type=int)
     a = ap.parse_args()
     if a.cmd == "make":
         make(a)
     elif a.cmd == "layout":
         layout(a.hf_dir, a.mt_dir, a.tp)
+    elif a.cmd == "score":
+        score(a.dir, a.docs, a.mt_ids, a.mt_logits, a.mt_scores)
+    elif a.cmd == "generate":
+        generate(a.dir, a.n)
+    elif a.cmd == "set-eos":
+        set_eos(a.dir, a.id)
     else:
         logits(a.a, a.b)
 

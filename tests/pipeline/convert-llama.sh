@@ -128,3 +128,109 @@ refuse "num_key_value_heads" 'num_key_value_heads=3' '"num_key_value_heads"'
 refuse "architectures" 'architectures=["LlamaModel"]' 'architectures'
 refuse "tied config, lm_head of its own" 'tie_word_embeddings=true' 'lm_head.weight differs'
 
+
+# ---- the model's programs with its tokenizer.json ----
+# a Llama model whose tokenizer.json is of Llama 3's kind (Split regex, ByteLevel, <s> put first by the
+# post-processor), trained on the project's test documents; the documents scored are those whose
+# characters this Python's Unicode assigns (the tokenizers library follows an older Unicode than mt's 16.0),
+# and a long one from the README, scored in windows of the model's 128 positions
+docs=$T_TOP/tests/golden/gpt2.jsonl
+oracle make "$d/t" --tokenizer --corpus "$docs" --vocab 1000 --positions 128 --seed 4 >/dev/null 2>"$d/e" \
+    || t_fail "make a Llama model with a trained tokenizer.json" "$(tail -1 "$d/e")"
+"$HPY" - "$docs" "$T_TOP/README.md" >"$d/docs.jsonl" <<'PYEOF'
+import json, sys, unicodedata
+for l in open(sys.argv[1], encoding="utf-8"):
+    t = json.loads(l)["text"]
+    if all(unicodedata.category(c) != "Cn" for c in t):
+        print(json.dumps({"text": t}))
+print(json.dumps({"text": open(sys.argv[2], encoding="utf-8").read()[:1500]}))
+PYEOF
+t_ok "--from hf with the tokenizer.json" mt-ckpt-convert --from hf --in "$d/t" --save "$d/ck-t"
+mt-tokenize --tokenizer-type HuggingFaceTokenizer --tokenizer-model "$d/t" --quiet "$d/docs.jsonl" \
+    | mt-index --output-prefix "$d/docs" 2>/dev/null && mt-index --dump "$d/docs_text_document" >"$d/ids.txt"
+for src in ck-t t; do
+    if mt-eval --load "$d/$src" --score --logits "$d/lg-$src.f32" <"$d/docs.jsonl" >"$d/sc-$src.jsonl" 2>"$d/e" &&
+        oracle score "$d/t" "$d/docs.jsonl" "$d/ids.txt" "$d/lg-$src.f32" "$d/sc-$src.jsonl" >"$d/c" 2>&1; then
+        t_pass "mt-eval --score --logits --load $src: the ids of transformers = tokenizers = mt-tokenize, scored after the BOS; logits = transformers' to 1e-5 of the largest ($(tail -1 "$d/c"))"
+    else t_fail "mt-eval --score --logits --load $src = transformers" "$(cat "$d/e") $(tail -1 "$d/c")"; fi
+done
+
+# greedy generation, 64 tokens on several prompts, token for token and decoded text (byte-level) alike
+printf '%s\n' "The quick brown fox" "Grüße aus Köln, l'été" "def fib(n: int) -> int:" "你好，世界！" "SELECT id FROM users" >"$d/prompts.txt"
+cmpgen() {   # MT HF: the prompts' ids, new tokens, stop reason and text
+    $PY - "$1" "$2" <<'PYEOF'
+import json, sys
+a = [json.loads(l) for l in open(sys.argv[1])]
+b = [json.loads(l) for l in open(sys.argv[2])]
+assert len(a) == len(b) > 0, (len(a), len(b))
+n = eos = 0
+for x, y in zip(a, b):
+    assert x["prompt_ids"] == y["prompt_ids"], (x["prompt_ids"], y["prompt_ids"])
+    assert x["tokens"] == y["tokens"], (x["prompt_ids"], x["tokens"], y["tokens"])
+    assert x["text"] == y["text"], (x["text"], y["text"])
+    assert x["stop"] == ("eod" if len(y["tokens"]) < 64 else "length"), x["stop"]
+    n += len(x["tokens"])
+    eos += x["stop"] == "eod"
+print("%d prompts, %d tokens, %d stopped at eos" % (len(a), n, eos))
+PYEOF
+}
+gen() {   # NAME HF LOAD
+    oracle generate "$2" 64 <"$d/prompts.txt" >"$d/hf-gen.jsonl" 2>"$d/e" || t_fail "$1: model.generate ran" "$(tail -1 "$d/e")"
+    if mt-generate --load "$3" --greedy --max-new-tokens 64 --json --batch-size 1 <"$d/prompts.txt" >"$d/mt-gen.jsonl" 2>"$d/e" &&
+        cmpgen "$d/mt-gen.jsonl" "$d/hf-gen.jsonl" >"$d/c" 2>&1; then
+        t_pass "$1: greedy mt-generate = model.generate(do_sample=False), ids and decoded text ($(tail -1 "$d/c"))"
+    else t_fail "$1: greedy mt-generate = model.generate" "$(cat "$d/e") $(tail -1 "$d/c")"; fi
+}
+gen "converted checkpoint" "$d/t" "$d/ck-t"
+gen "HF directory" "$d/t" "$d/t"
+# a moved checkpoint keeps its tokenizer: tokenizer.json of its own directory, not the path recorded
+mv "$d/ck-t" "$d/ck-moved"
+gen "moved checkpoint" "$d/t" "$d/ck-moved"
+# the end of text: a token that greedy generation reaches made the eos (tokenizer_config.json's eos_token,
+# the configs' eos_token_id); both stop there
+cp -r "$d/t" "$d/te"
+eos=$($PY -c 'import json, sys; print(json.loads(open(sys.argv[1]).readline())["tokens"][5])' "$d/hf-gen.jsonl")
+oracle set-eos "$d/te" "$eos" >/dev/null
+gen "eos_token $eos" "$d/te" "$d/te"
+grep -q '"eod"' "$d/mt-gen.jsonl" || t_fail "eos_token $eos: a continuation stopped at it" "$(head -c 300 "$d/mt-gen.jsonl")"
+
+# mt-train on data tokenized with the same tokenizer.json: the vocabulary and end of document are the
+# tokenizer's (992 ids, eos </s> = 2, appended by --append-eod)
+mt-tokenize --tokenizer-type HuggingFaceTokenizer --tokenizer-model "$d/t" --append-eod --quiet "$d/docs.jsonl" "$docs" \
+    | mt-index --output-prefix "$d/tr" 2>/dev/null
+$PY - "$d/tr_text_document" <<'PYEOF' >"$d/c" 2>&1 || t_fail "mt-tokenize --append-eod puts </s> (2) after each document" "$(tail -1 "$d/c")"
+import numpy as np, sys
+ids = np.fromfile(sys.argv[1] + ".bin", np.uint16)
+assert ids.max() < 992 and (ids == 2).sum() >= 150 and ids[0] == 1, (ids.max(), (ids == 2).sum(), ids[:3])
+PYEOF
+if mt-train --num-layers 2 --hidden-size 64 --num-attention-heads 4 --group-query-attention --num-query-groups 2 \
+        --normalization RMSNorm --position-embedding-type rope --rotary-base 500000 --swiglu --ffn-hidden-size 96 \
+        --untie-embeddings-and-output-weights --disable-bias-linear --seq-length 64 --max-position-embeddings 128 \
+        --micro-batch-size 4 --global-batch-size 8 --train-iters 6 --lr 1e-3 --log-interval 2 --eval-iters 0 \
+        --split 100,0,0 --make-vocab-size-divisible-by 32 --tokenizer-type HuggingFaceTokenizer --tokenizer-model "$d/t" \
+        --data-path "$d/tr_text_document" --data-cache-path "$d/cache" --save "$d/ck-tr" >"$d/tr.log" 2>"$d/tr.err"
+then t_pass "mt-train --tokenizer-type HuggingFaceTokenizer trains a Llama-architecture model"
+else t_fail "mt-train --tokenizer-type HuggingFaceTokenizer" "$(tail -2 "$d/tr.err")"; fi
+grep -q 'padded vocab (size: 992) with 0 dummy tokens (new size: 992)' "$d/tr.log" \
+    && t_pass "mt-train: the vocabulary is the tokenizer's 992 ids" || t_fail "mt-train: the tokenizer's vocabulary" "$(grep 'padded vocab' "$d/tr.log")"
+if mt-generate --load "$d/ck-tr" --greedy --max-new-tokens 8 --json "Grüße aus Köln" >"$d/c" 2>"$d/e" &&
+    grep -q '"prompt_ids": \[1, ' "$d/c"; then t_pass "mt-generate from the trained checkpoint: its tokenizer.json from meta.json, BOS first"
+else t_fail "mt-generate from the trained checkpoint" "$(cat "$d/e") $(head -c 200 "$d/c")"; fi
+err1 mt-train --num-layers 2 --hidden-size 64 --num-attention-heads 4 --seq-length 64 --max-position-embeddings 128 \
+    --micro-batch-size 4 --train-iters 1 --lr 1e-3 --tokenizer-type HuggingFaceTokenizer --data-path "$d/tr_text_document" \
+    && grep -q -- '--tokenizer-model' "$d/e" && t_pass "mt-train HuggingFaceTokenizer without --tokenizer-model: one line" \
+    || t_fail "mt-train HuggingFaceTokenizer without --tokenizer-model" "$(cat "$d/e")"
+
+# unsupported tokenizers: one line naming the type and the file
+cp -r "$d/t" "$d/sp"
+$PY - "$d/sp/tokenizer.json" <<'PYEOF'
+import json, sys
+j = json.load(open(sys.argv[1])); j["model"]["byte_fallback"] = True   # SentencePiece-style BPE
+json.dump(j, open(sys.argv[1], "w"))
+PYEOF
+err1 mt-generate --load "$d/sp" --max-new-tokens 4 "x" && grep -q 'HuggingFaceTokenizer' "$d/e" && grep -q "$d/sp/tokenizer.json" "$d/e" \
+    && t_pass "refused: a byte_fallback tokenizer.json ($(cat "$d/e"))" || t_fail "refused: a byte_fallback tokenizer.json" "$(cat "$d/e")"
+err1 mt-train --num-layers 2 --hidden-size 64 --num-attention-heads 4 --seq-length 64 --max-position-embeddings 128 \
+    --micro-batch-size 4 --train-iters 1 --lr 1e-3 --tokenizer-type TikTokenizer --tokenizer-model "$d/sp/tokenizer.json" \
+    --data-path "$d/tr_text_document" && grep -q 'TikTokenizer' "$d/e" && grep -q "$d/sp/tokenizer.json" "$d/e" \
+    && t_pass "refused: TikTokenizer of a file that is not a ranks file ($(cat "$d/e"))" || t_fail "refused: TikTokenizer of a bad file" "$(cat "$d/e")"

@@ -50,7 +50,7 @@ static int save_model(mt_train_args *a, mtk *k, mt_gpt **out, mt_err *e)
                     "--hidden-dropout", "0.2", "--seed", "77", "--data-path", "nowhere", NULL};
     if (mt_train_args_parse(a, (int)(sizeof argv / sizeof *argv) - 1, argv, e)) return -1;
     mt_tokenizer tok;
-    if (mt_tokenizer_open(&tok, a->tokenizer_type, a->vocab_file, a->merge_file, a->vocab_size, e)) return -1;
+    if (mt_tokenizer_open(&tok, a, false, e)) return -1;
     mt_gpt_config cfg = mt_gpt_config_from_args(a, tok.vocab_size);
     mt_gpt *m = mt_gpt_create(k, &cfg, MT_GPT_INFER_ONLY, e);
     if (!m) return -1;
