@@ -377,6 +377,11 @@ int mt_model_read_tensor(mt_model_ckpt *mc, const char *name, int ndim, const in
     if (!t)
         return mt_err_set(e, "%s: %s has no tensor for '%s'", mc->dir, mc->hf->cfg.llama ? "LlamaForCausalLM" : "GPT2LMHeadModel",
                           name);
+    /* several HF tensors may make this one (Llama's q, k, v; gate, up): start at the first in table order */
+    for (const mt_hf_tensor **f = found; f > mc->hf_by_mt && !strcmp(f[-1]->mt, name); f--)
+        if (f[-1] < t) t = f[-1];
+    for (const mt_hf_tensor **f = found; f + 1 < mc->hf_by_mt + mc->hf_n && !strcmp(f[1]->mt, name); f++)
+        if (f[1] < t) t = f[1];
     /* the word embeddings may be asked for with more rows: the vocabulary padded for a tensor-parallel
      * layout (the added rows are zero, as Megatron pads them) */
     int vocab = t->kind == MT_T_WORD_EMB || t->kind == MT_T_OUTPUT;
