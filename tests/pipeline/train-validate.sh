@@ -148,5 +148,5 @@ tamper_eval "num-attention-heads missing" args.num-attention-heads null "\"args.
 tamper_eval "seed -1" args.seed -1 "$m\"args.seed\" is -1, outside \[0, 4294967295\]"
 tamper_eval "seed a string" args.seed '"x"' "\"args.seed\" is not an integer"
 tamper_eval "surplus negative" args.mid-level-dataset-surplus -1 "\"args.mid-level-dataset-surplus\" is -1, outside"
-tamper_eval "layernorm-epsilon a string" args.layernorm-epsilon '"x"' "\"args.layernorm-epsilon\" is not a number"
+tamper_eval "norm-epsilon a string" args.norm-epsilon '"x"' "\"args.norm-epsilon\" is not a number"
 tamper_eval "vocab-size 0" args.vocab-size 0 "\"args.vocab-size\" is 0, outside"
