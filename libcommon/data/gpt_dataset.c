@@ -316,7 +316,7 @@ int mt_gpt_data_open(mt_gpt_data *d, const mt_gpt_data_args *a, mt_err *e)
             sp->length = d->src[0].ix[k].plan.num_samples;
             continue;
         }
-        if (d->weights) {
+        if (d->weights && N >= 0) {   /* (N < 0, the whole split: one epoch of every component, as unweighted) */
             int64_t *per = mt_xmalloc((size_t)n * sizeof *per), size;
             if (mt_blend_sizes(d->weights, n, N, a->surplus, per, &size, e)) {
                 free(per);
@@ -345,7 +345,7 @@ int mt_gpt_data_open(mt_gpt_data *d, const mt_gpt_data_args *a, mt_err *e)
                 mt_err_prefix(e, "%s split", mt_split_names[k]);
                 goto out;
             }
-            int rc2 = build_blend(d, a, k, N < total ? N : total, w, e);
+            int rc2 = build_blend(d, a, k, N >= 0 && N < total ? N : total, w, e);
             free(w);
             if (rc2) goto out;
         }

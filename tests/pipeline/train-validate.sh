@@ -150,3 +150,25 @@ tamper_eval "seed a string" args.seed '"x"' "\"args.seed\" is not an integer"
 tamper_eval "surplus negative" args.mid-level-dataset-surplus -1 "\"args.mid-level-dataset-surplus\" is -1, outside"
 tamper_eval "norm-epsilon a string" args.norm-epsilon '"x"' "\"args.norm-epsilon\" is not a number"
 tamper_eval "vocab-size 0" args.vocab-size 0 "\"args.vocab-size\" is 0, outside"
+
+# mt-eval of a checkpoint trained on a blend of two datasets (weighted, and whole epochs): the test split
+# and the whole dataset evaluate (they asked a weighted blend for -1 samples, or allocated 2^64 bytes for
+# the unweighted one); the whole of two copies of the data is twice one copy's samples
+cp "$d/data.bin" "$d/twin.bin"; cp "$d/data.idx" "$d/twin.idx"
+for blend in "0.3 $d/data 0.7 $d/twin" "$d/data $d/twin"; do
+    rm -rf "$d/bl"
+    if ! train --train-iters 2 --data-path $blend --save "$d/bl" >"$d/bl.log" 2>&1; then t_fail "train on a blend ($blend)" "$(tail -2 "$d/bl.log")"; continue; fi
+    # (micro-batches of one: every sample of the split counts)
+    mt-eval --load "$d/bl" --eval-split test --json >"$d/bt.json" 2>"$d/bt.err" &&
+        mt-eval --load "$d/bl" --eval-split all --micro-batch-size 1 --json >"$d/ba.json" 2>"$d/ba.err" &&
+        mt-eval --load "$d/bl" --eval-split all --micro-batch-size 1 --data-path "$d/data" --json >"$d/b1.json" 2>"$d/b1.err"
+    if $py - "$d/bt.json" "$d/ba.json" "$d/b1.json" >"$d/bc" 2>&1 <<'PYEOF'
+import json, sys
+t, a, one = (json.load(open(p)) for p in sys.argv[1:])
+assert t["samples"] > 0 and a["samples"] == 2 * one["samples"], (t, a, one)
+print("%d samples of the whole blend" % a["samples"])
+PYEOF
+    then t_pass "mt-eval of a checkpoint trained on the blend $(echo "$blend" | sed "s|$d/||g"): test split and whole data ($(cat "$d/bc"))"
+    else t_fail "mt-eval of a blend-trained checkpoint ($blend)" "$(tail -1 "$d/bt.err" "$d/ba.err" "$d/b1.err" "$d/bc" 2>/dev/null | head -c 400)"; fi
+done
+t_cleanup
