@@ -269,6 +269,8 @@ B="--seq-length 4 --global-batch-size 1 --data-cache-path $T_TMP/ec"
 err1 "missing dataset" 'nothere.idx' --data-path "$T_TMP/nothere" $B --train-iters 1
 err1 "both iters and samples" 'exactly one of' --data-path "$T_TMP/tv" $B --train-iters 1 --train-samples 4
 err1 "seed out of range" 'seed' --data-path "$T_TMP/tv" $B --train-iters 1 --seed 4294967296
+err1 "--vocab-file without --merge-file" 'go together' --data-path "$T_TMP/tv" $B --train-iters 1 --vocab-file v.json
+err1 "--decode without --show-sample" 'decode' --data-path "$T_TMP/tv" $B --train-iters 1 --decode
 err1 "bad weight pairs" 'data-path' --data-path 0.5 "$T_TMP/tv" 0.5 $B --train-iters 1
 err1 "zero weights" 'weight' --data-path 0 "$T_TMP/tv" 0 "$T_TMP/tv" $B --train-iters 1
 printf 'MMIDIDX\0\0garbage' > "$T_TMP/bad.idx"; : > "$T_TMP/bad.bin"
