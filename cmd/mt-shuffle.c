@@ -39,7 +39,10 @@ static const mt_flag flags[] = {
     {"--show-count", MT_F_I64, &show_count, "N", "with --show-sample: samples I..I+N-1 (default 1)", 1, 1e9, NULL},
     {"--show-split", MT_F_CHOICE, &show_split, "SPLIT", "with --show-sample: train (default), valid or test", 0, 0,
      "train|valid|test"},
-    MT_FLAGS_DECODE(&decode, "with --show-sample: {\"text\": ...} JSON lines instead of ids", &vocab_file, &merge_file),
+    {"--decode", MT_F_BOOL, &decode, NULL, "with --show-sample: {\"text\": ...} JSON lines instead of ids", 0, 0, NULL},
+    MT_FLAG_VOCAB_FILE(&vocab_file, "GPT-2 vocab.json, as mt-train is given it (names the caches as Megatron does; "
+                                    "with --decode: decodes)"),
+    MT_FLAG_MERGE_FILE(&merge_file, "GPT-2 merges.txt, as mt-train is given it"),
     MT_FLAG_QUIET(&quiet, "no report on stderr"),
     {0},
 };
@@ -48,10 +51,14 @@ static const mt_cmd cmd = {
     "mt-shuffle",
     "--data-path [W] PREFIX... --seq-length L (--train-iters N | --train-samples S)\n"
     "                  --global-batch-size G [--split STR] [--eval-interval I] [--eval-iters K] [--seed SEED]\n"
-    "                  [--data-cache-path DIR] [--inspect | --show-sample I [--decode ...]]",
+    "                  [--data-cache-path DIR] [--vocab-file F --merge-file F]\n"
+    "                  [--inspect | --show-sample I [--decode]]",
     "Builds the document, sample and shuffle indices of Megatron-Core's GPTDataset for the train,\n"
     "validation and test splits, and the blending indices of weighted datasets, exactly as Megatron\n"
     "computes them, and stores them as .npy files in the cache directory, where mt-train finds them.\n"
+    "Files are named as Megatron-Core names them (the MD5 of its dataset description, which holds the\n"
+    "--vocab-file and --merge-file paths as given), so Megatron given the same --data-cache-path loads\n"
+    "them and mt loads Megatron's.\n"
     "Sample counts per split follow from the training flags as in Megatron. Only the .idx files are read.",
     flags,
 };
@@ -163,7 +170,8 @@ int main(int argc, char **argv)
     if (!gbs) mt_die("--global-batch-size is required");
     if (!train_iters == !train_samples) mt_die("give exactly one of --train-iters and --train-samples");
     if (inspect && show_sample >= 0) mt_die("--inspect and --show-sample exclude each other");
-    if ((decode || vocab_file || merge_file) && show_sample < 0) mt_die("--decode, --vocab-file and --merge-file go with --show-sample");
+    if (decode && show_sample < 0) mt_die("--decode goes with --show-sample");
+    if (!vocab_file != !merge_file) mt_die("--vocab-file and --merge-file go together");
 
     int64_t ns[MT_NSPLITS];
     if (mt_split_num_samples(train_iters, train_samples, gbs, eval_interval, eval_iters, ns, &e)) mt_die_err(&e);
@@ -179,6 +187,8 @@ int main(int argc, char **argv)
     memcpy(a.num_samples, ns, sizeof ns);
     a.cache_dir = inspect ? NULL : cache_dir;
     a.surplus = surplus;
+    a.vocab_file = vocab_file;
+    a.merge_file = merge_file;
     a.note = note;
     mt_gpt_data d;
     if (mt_gpt_data_open(&d, &a, &e)) mt_die_err(&e);

@@ -72,7 +72,11 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         mt_err e;
         if (mt_gpt_plan_make(sizes, 12, k.lo, k.hi, &k.params, &plan, &e)) abort();
         char *desc = mt_gpt_cache_description(&k, &plan);
-        const char *p = fz_write(strrchr(paths[MT_CACHE_DESC], '/') + 1, desc, strlen(desc));
+        const char *p = fz_write(strrchr(paths[MT_CACHE_MT], '/') + 1, desc, strlen(desc));
+        if (strcmp(p, paths[MT_CACHE_MT])) abort();
+        free(desc);
+        desc = mt_gpt_cache_megatron_description(&k);
+        p = fz_write(strrchr(paths[MT_CACHE_DESC], '/') + 1, desc, strlen(desc));
         if (strcmp(p, paths[MT_CACHE_DESC])) abort();
         free(desc);
     }

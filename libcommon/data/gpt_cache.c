@@ -9,6 +9,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "data/megatron_desc.h"
 #include "data/split.h"
 #include "io/atomic.h"
 #include "io/fsutil.h"
@@ -52,11 +53,33 @@ static uint64_t fnv(const char *s)
     return h;
 }
 
-static const char *SUFFIX[MT_CACHE_NFILES] = {"description.json", "document_index.npy", "sample_index.npy",
-                                              "shuffle_index.npy"};
+static const char *SUFFIX[MT_CACHE_NFILES] = {"description.txt", "document_index.npy", "sample_index.npy",
+                                              "shuffle_index.npy", "mt_description.json"};
+
+char *mt_gpt_cache_megatron_description(const mt_gpt_cache_key *k)
+{
+    mt_megatron_gpt_id id = {k->dataset_path, k->params.num_samples, k->split_index, k->params.seed,
+                             k->params.seq_length, k->split_string, k->vocab_file, k->merge_file};
+    return mt_megatron_gpt_description(&id);
+}
 
 void mt_gpt_cache_paths(const char *dir, const mt_gpt_cache_key *k, char *paths[MT_CACHE_NFILES])
 {
+    char *desc = mt_gpt_cache_megatron_description(k);
+    char *base = mt_megatron_cache_base(dir, desc, "GPTDataset", k->split_index);
+    for (int i = 0; i < MT_CACHE_NFILES; i++) {
+        size_t n = strlen(base) + strlen(SUFFIX[i]) + 1;
+        paths[i] = mt_xmalloc(n);
+        snprintf(paths[i], n, "%s%s", base, SUFFIX[i]);
+    }
+    free(base);
+    free(desc);
+}
+
+void mt_gpt_cache_paths_legacy(const char *dir, const mt_gpt_cache_key *k, char *paths[MT_CACHE_NFILES])
+{
+    static const char *suffix[MT_CACHE_NFILES - 1] = {"description.json", "document_index.npy", "sample_index.npy",
+                                                      "shuffle_index.npy"};
     const char *base = strrchr(k->dataset_path, '/');
     base = base ? base + 1 : k->dataset_path;
     if (!*base) base = "dataset";
@@ -66,12 +89,13 @@ void mt_gpt_cache_paths(const char *dir, const mt_gpt_cache_key *k, char *paths[
     char ns[32];
     if (k->params.num_samples < 0) snprintf(ns, sizeof ns, "all");
     else snprintf(ns, sizeof ns, "%lld", (long long)k->params.num_samples);
-    for (int i = 0; i < MT_CACHE_NFILES; i++) {
+    for (int i = 0; i < MT_CACHE_NFILES - 1; i++) {
         size_t n = strlen(dir) + strlen(base) + 200;
         paths[i] = mt_xmalloc(n);
         snprintf(paths[i], n, "%s/%s-%s-%sns-%dsl-%us-%08x-%s", dir, base, mt_split_names[k->split_index], ns,
-                 (int)k->params.seq_length, (unsigned)k->params.seed, (unsigned)(fnv(ident) >> 32), SUFFIX[i]);
+                 (int)k->params.seq_length, (unsigned)k->params.seed, (unsigned)(fnv(ident) >> 32), suffix[i]);
     }
+    paths[MT_CACHE_MT] = NULL;
 }
 
 void mt_gpt_cache_paths_free(char *paths[MT_CACHE_NFILES])
@@ -130,26 +154,33 @@ char *mt_gpt_cache_description(const mt_gpt_cache_key *k, const mt_gpt_plan *p)
     return r;
 }
 
-int mt_gpt_cache_load(const char *dir, const mt_gpt_cache_key *k, const int32_t *sizes, size_t n_seq,
-                      mt_gpt_index *out, bool *hit, char *why, size_t why_cap, mt_err *e)
+/* Whole file at path equals want: 1; differs: 0 (why says so); unreadable: -1 (why says why). */
+static int same_text(const char *path, const char *want, char *why, size_t why_cap)
 {
-    memset(out, 0, sizeof *out);
-    *hit = false;
-    if (why_cap) why[0] = 0;
-    if (mt_gpt_plan_make(sizes, n_seq, k->lo, k->hi, &k->params, &out->plan, e)) return -1;
-    char *paths[MT_CACHE_NFILES];
-    mt_gpt_cache_paths(dir, k, paths);
-    char *want = mt_gpt_cache_description(k, &out->plan);
     mt_map m = {0};
     mt_err le;
-    if (mt_map_open(&m, paths[MT_CACHE_DESC], &le)) {
+    if (mt_map_open(&m, path, &le)) {
         snprintf(why, why_cap, "%s", le.msg);
-        goto miss;
+        return -1;
     }
     bool same = m.size == strlen(want) && !memcmp(m.data, want, m.size);
     mt_map_close(&m);
-    if (!same) {
-        snprintf(why, why_cap, "%s: description differs (parameters or dataset changed)", paths[MT_CACHE_DESC]);
+    if (!same) snprintf(why, why_cap, "%s: description differs (parameters or dataset changed)", path);
+    return same;
+}
+
+/* One naming's attempt (see mt_gpt_cache_load); out->plan is made. */
+static int load_named(char *paths[MT_CACHE_NFILES], const mt_gpt_cache_key *k, const int32_t *sizes,
+                      mt_gpt_index *out, bool *hit, char *why, size_t why_cap, mt_err *e)
+{
+    char *want = mt_gpt_cache_description(k, &out->plan);
+    char *megatron = paths[MT_CACHE_MT] ? mt_gpt_cache_megatron_description(k) : NULL;
+    mt_err le;
+    if (megatron) {
+        if (same_text(paths[MT_CACHE_DESC], megatron, why, why_cap) != 1) goto miss;
+        /* Megatron writes no mt description; where there is one, it decides as under the earlier names */
+        if (access(paths[MT_CACHE_MT], F_OK) == 0 && same_text(paths[MT_CACHE_MT], want, why, why_cap) != 1) goto miss;
+    } else if (same_text(paths[MT_CACHE_DESC], want, why, why_cap) != 1) {
         goto miss;
     }
     const mt_gpt_plan *p = &out->plan;
@@ -174,16 +205,51 @@ int mt_gpt_cache_load(const char *dir, const mt_gpt_cache_key *k, const int32_t 
     if (mt_gpt_index_check(out, sizes, k->lo, k->hi, arrays, e)) {
         mt_err_prefix(e, "index cache");
         for (int j = 0; j < 3; j++) mt_npy_close(&out->npy[j]);
+        mt_gpt_plan plan = out->plan;
         memset(out, 0, sizeof *out);
+        out->plan = plan;
         free(want);
-        mt_gpt_cache_paths_free(paths);
+        free(megatron);
         return -1;
     }
     *hit = true;
 miss:
     free(want);
-    mt_gpt_cache_paths_free(paths);
+    free(megatron);
     return 0;
+}
+
+int mt_gpt_cache_load(const char *dir, const mt_gpt_cache_key *k, const int32_t *sizes, size_t n_seq,
+                      mt_gpt_index *out, bool *hit, char *why, size_t why_cap, mt_err *e)
+{
+    memset(out, 0, sizeof *out);
+    *hit = false;
+    if (why_cap) why[0] = 0;
+    if (mt_gpt_plan_make(sizes, n_seq, k->lo, k->hi, &k->params, &out->plan, e)) return -1;
+    char *paths[MT_CACHE_NFILES];
+    mt_gpt_cache_paths(dir, k, paths);
+    int rc = load_named(paths, k, sizes, out, hit, why, why_cap, e);
+    mt_gpt_cache_paths_free(paths);
+    if (rc) memset(out, 0, sizeof *out);
+    if (rc || *hit) return rc;
+    /* the earlier names; the reason given stays the first naming's */
+    char why2[1200];
+    mt_gpt_cache_paths_legacy(dir, k, paths);
+    rc = load_named(paths, k, sizes, out, hit, why2, sizeof why2, e);
+    mt_gpt_cache_paths_free(paths);
+    if (rc) memset(out, 0, sizeof *out);
+    return rc;
+}
+
+static int write_text(const char *path, const char *text, mt_err *e)
+{
+    mt_out o;
+    if (mt_out_open(&o, path, e)) return -1;
+    if (mt_out_write(&o, text, strlen(text), e)) {
+        mt_out_abort(&o);
+        return -1;
+    }
+    return mt_out_commit(&o, e);
 }
 
 int mt_gpt_cache_save(const char *dir, const mt_gpt_cache_key *k, const mt_gpt_index *ix, mt_err *e)
@@ -200,7 +266,7 @@ int mt_gpt_cache_save(const char *dir, const mt_gpt_cache_key *k, const mt_gpt_i
     }
     int64_t s_doc[1] = {p->doc_index_len}, s_sample[2] = {p->num_samples + 1, 2}, s_shuf[1] = {p->num_samples};
     int rc = -1;
-    char *desc = NULL;
+    char *desc = NULL, *megatron = NULL;
     if (mt_npy_write(paths[MT_CACHE_DOC], "<i4", s_doc, 1, ix->doc_idx, (size_t)p->doc_index_len * 4, e)) goto out;
     if (mt_npy_write(paths[MT_CACHE_SAMPLE], sample_descr(p), s_sample, 2, ix->sample_idx,
                      (size_t)(p->num_samples + 1) * 2 * (p->sample_idx_64 ? 8 : 4), e))
@@ -209,16 +275,13 @@ int mt_gpt_cache_save(const char *dir, const mt_gpt_cache_key *k, const mt_gpt_i
                      (size_t)p->num_samples * (p->shuffle_idx_64 ? 8 : 4), e))
         goto out;
     desc = mt_gpt_cache_description(k, p);
-    mt_out o;
-    if (mt_out_open(&o, paths[MT_CACHE_DESC], e)) goto out;
-    if (mt_out_write(&o, desc, strlen(desc), e)) {
-        mt_out_abort(&o);
-        goto out;
-    }
-    if (mt_out_commit(&o, e)) goto out;
+    if (write_text(paths[MT_CACHE_MT], desc, e)) goto out;
+    megatron = mt_gpt_cache_megatron_description(k);
+    if (write_text(paths[MT_CACHE_DESC], megatron, e)) goto out;
     rc = 0;
 out:
     free(desc);
+    free(megatron);
     mt_gpt_cache_paths_free(paths);
     return rc;
 }

@@ -1,15 +1,22 @@
 /* gpt_cache.h: the on-disk cache of GPT index arrays, with a description that decides staleness.
  *
- * Files in the cache directory, for dataset prefix ".../corpus" and the train split:
- *   corpus-train-{n}ns-{L}sl-{seed}s-{h}-description.json
- *   corpus-train-{n}ns-{L}sl-{seed}s-{h}-document_index.npy   (and -sample_index.npy, -shuffle_index.npy)
- * {n} is the requested sample count ("all" for one epoch), {h} 8 hex digits of a hash of the remaining
- * parameters (path, split string and range, E, drop_last) so different splits never share names.
- * The description (JSON) lists every parameter, the dataset fingerprint (.idx size and mtime, sequence
+ * Files are written under Megatron-Core's names (megatron_desc.h), so that Megatron given the same
+ * --data-cache-path loads them and mt loads Megatron's:
+ *   {md5}-GPTDataset-train-description.txt      (Megatron's description, its md5 the name)
+ *   {md5}-GPTDataset-train-document_index.npy   (and -sample_index.npy, -shuffle_index.npy)
+ *   {md5}-GPTDataset-train-mt_description.json  (mt's own description, which Megatron ignores)
+ * mt's description (JSON) lists every parameter, the dataset fingerprint (.idx size and mtime, sequence
  * count, hash of the sizes array) and the shapes/dtypes of the arrays. A cache is used only when its
- * description is byte-identical to the one this build would write and every array validates; anything
- * else is rebuilt, except arrays that match their description but do not hold together (an error). The arrays are written first and the description last, each atomically, so a crash
- * leaves no description pointing at missing or partial arrays.
+ * description.txt is byte-identical to the one this build would write, its mt description (when there is
+ * one: Megatron writes none) too, and every array validates; anything else is rebuilt, except arrays
+ * that match their description but do not hold together (an error). The arrays are written first, then
+ * the mt description, and description.txt last, each atomically, so a crash leaves no description
+ * pointing at missing or partial arrays.
+ *
+ * Caches under the earlier names are still loaded (never written), with mt's description deciding:
+ *   corpus-train-{n}ns-{L}sl-{seed}s-{h}-description.json  (and -document_index.npy, ...)
+ * {n} the requested sample count ("all" for one epoch), {h} 8 hex digits of a hash of the path, split
+ * string and range, E and drop_last.
  */
 #ifndef MT_DATA_GPT_CACHE_H
 #define MT_DATA_GPT_CACHE_H
@@ -38,12 +45,17 @@ typedef struct mt_gpt_cache_key {
     int64_t lo, hi;           /* the split's sequence range */
     mt_gpt_index_params params;
     mt_dataset_fp fp;
+    const char *vocab_file, *merge_file; /* the GPT2BPETokenizer's files as given; NULL: no tokenizer */
 } mt_gpt_cache_key;
 
-enum { MT_CACHE_DESC, MT_CACHE_DOC, MT_CACHE_SAMPLE, MT_CACHE_SHUFFLE, MT_CACHE_NFILES };
+/* MT_CACHE_MT: mt's description beside Megatron's (NULL under the earlier names, where MT_CACHE_DESC is it). */
+enum { MT_CACHE_DESC, MT_CACHE_DOC, MT_CACHE_SAMPLE, MT_CACHE_SHUFFLE, MT_CACHE_MT, MT_CACHE_NFILES };
 
-/* Malloc'd paths of the four files under dir. */
+/* Malloc'd paths of the files under dir: Megatron's names, or (legacy) the earlier ones. */
 void mt_gpt_cache_paths(const char *dir, const mt_gpt_cache_key *k, char *paths[MT_CACHE_NFILES]);
+void mt_gpt_cache_paths_legacy(const char *dir, const mt_gpt_cache_key *k, char *paths[MT_CACHE_NFILES]);
+/* Megatron's description.txt for a key (malloc'd, no trailing newline). */
+char *mt_gpt_cache_megatron_description(const mt_gpt_cache_key *k);
 void mt_gpt_cache_paths_free(char *paths[MT_CACHE_NFILES]);
 /* The JSON description for a key and its plan (malloc'd, ends with '\n'). */
 char *mt_gpt_cache_description(const mt_gpt_cache_key *k, const mt_gpt_plan *plan);

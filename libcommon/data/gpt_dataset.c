@@ -7,9 +7,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "data/blend.h"
 #include "data/gpt_cache.h"
+#include "data/megatron_desc.h"
 #include "io/atomic.h"
 #include "io/npy.h"
 #include "util/vec.h"
@@ -102,6 +104,8 @@ static int build_component(mt_gpt_source *s, const mt_gpt_data_args *a, const ch
     key.split_string = split_string;
     key.lo = s->range[k].lo;
     key.hi = s->range[k].hi;
+    key.vocab_file = a->vocab_file;
+    key.merge_file = a->merge_file;
     key.params = (mt_gpt_index_params){num_samples, a->seq_length, 1, a->seed, true};
     char idx_path[4096];
     snprintf(idx_path, sizeof idx_path, "%s.idx", s->prefix);
@@ -115,9 +119,11 @@ static int build_component(mt_gpt_source *s, const mt_gpt_data_args *a, const ch
 }
 
 /* ---------------------------------------------------------------------------------------------- */
-/* Blend index cache: <first prefix base>-blend<K>-<split>-<N>ns-<hash>-{description.json,
- * dataset_index.npy, dataset_sample_index.npy}. The description embeds the components' own
- * descriptions, so any change below invalidates the blend too. */
+/* Blend index cache, under Megatron-Core's names: {md5}-BlendedDataset-<split>-{description.txt,
+ * dataset_index.npy, dataset_sample_index.npy}, with mt's description in -mt_description.json (see
+ * gpt_cache.h); caches under the earlier names, <first prefix base>-blend<K>-<split>-<N>ns-<hash>-
+ * {description.json, ...}, still load. mt's description embeds the components' own descriptions, so any
+ * change below invalidates the blend too. */
 
 static uint64_t fnv(const char *s)
 {
@@ -146,6 +152,8 @@ static char *blend_description(const mt_gpt_data *d, const mt_gpt_data_args *a, 
         key.split_string = d->split_string;
         key.lo = s->range[k].lo;
         key.hi = s->range[k].hi;
+        key.vocab_file = a->vocab_file;
+        key.merge_file = a->merge_file;
         key.params = (mt_gpt_index_params){s->ix[k].plan.num_samples, a->seq_length, 1, a->seed, true};
         char idx_path[4096];
         snprintf(idx_path, sizeof idx_path, "%s.idx", s->prefix);
@@ -162,7 +170,40 @@ static char *blend_description(const mt_gpt_data *d, const mt_gpt_data_args *a, 
     return b.p;
 }
 
-static void blend_paths(const mt_gpt_data *d, const char *dir, int k, int64_t size, const char *desc, char *p[3])
+/* Megatron's blend description: each component as it was built (its requested samples, None for one
+ * epoch) and the weights as BlendedDataset holds them: normalized once more (with weights the builder
+ * has normalized them already; without, they are the component lengths). */
+static char *blend_megatron_description(const mt_gpt_data *d, const mt_gpt_data_args *a, int k, int64_t size,
+                                        const int64_t *requested, const double *w)
+{
+    mt_megatron_gpt_id *ids = mt_xcalloc((size_t)d->n, sizeof *ids);
+    double *wn = mt_xmalloc((size_t)d->n * sizeof *wn);
+    memcpy(wn, w, (size_t)d->n * sizeof *wn);
+    mt_err e;
+    if (d->weights) mt_blend_normalize(wn, d->n, &e);
+    for (int i = 0; i < d->n; i++)
+        ids[i] = (mt_megatron_gpt_id){d->src[i].prefix, requested[i], k, a->seed, a->seq_length, d->split_string,
+                                      a->vocab_file, a->merge_file};
+    char *r = mt_megatron_blend_description(ids, d->n, k, wn, size);
+    free(ids);
+    free(wn);
+    return r;
+}
+
+static void blend_paths(const char *dir, int k, const char *megatron, char *p[4])
+{
+    char *base = mt_megatron_cache_base(dir, megatron, "BlendedDataset", k);
+    static const char *suffix[4] = {"description.txt", "dataset_index.npy", "dataset_sample_index.npy",
+                                    "mt_description.json"};
+    for (int i = 0; i < 4; i++) {
+        size_t n = strlen(base) + strlen(suffix[i]) + 1;
+        p[i] = mt_xmalloc(n);
+        snprintf(p[i], n, "%s%s", base, suffix[i]);
+    }
+    free(base);
+}
+
+static void blend_paths_legacy(const mt_gpt_data *d, const char *dir, int k, int64_t size, const char *desc, char *p[4])
 {
     const char *base = strrchr(d->src[0].prefix, '/');
     base = base ? base + 1 : d->src[0].prefix;
@@ -173,19 +214,32 @@ static void blend_paths(const mt_gpt_data *d, const char *dir, int k, int64_t si
         snprintf(p[i], n, "%s/%s-blend%d-%s-%lldns-%08x-%s", dir, base, d->n, mt_split_names[k], (long long)size,
                  (unsigned)(fnv(desc) & 0xffffffffu), suffix[i]);
     }
+    p[3] = NULL;
 }
 
-/* 1: loaded, 0: absent or stale (rebuild), -1: the arrays match their description but name components or
- * samples that do not exist (a damaged or edited cache: an error naming the file). */
-static int blend_load(mt_gpt_split_data *sp, char *p[3], const char *desc, int64_t size, int n, const int64_t *lens,
-                      mt_err *e)
+/* The whole file at path is text. */
+static bool file_is(const char *path, const char *text)
 {
     mt_map m;
     mt_err le;
-    if (mt_map_open(&m, p[0], &le)) return 0;
-    bool same = m.size == strlen(desc) && !memcmp(m.data, desc, m.size);
+    if (mt_map_open(&m, path, &le)) return false;
+    bool same = m.size == strlen(text) && !memcmp(m.data, text, m.size);
     mt_map_close(&m);
-    if (!same) return 0;
+    return same;
+}
+
+/* Megatron's naming (p[3] set): description.txt must be megatron and mt's description, where there is one,
+ * desc; the earlier naming: p[0] must be desc. */
+static int blend_load(mt_gpt_split_data *sp, char *p[4], const char *desc, const char *megatron, int64_t size, int n,
+                      const int64_t *lens, mt_err *e)
+{
+    mt_err le;
+    if (p[3]) {
+        if (!file_is(p[0], megatron)) return 0;
+        if (access(p[3], F_OK) == 0 && !file_is(p[3], desc)) return 0;
+    } else if (!file_is(p[0], desc)) {
+        return 0;
+    }
     mt_npy a, b;
     if (mt_npy_open(&a, p[1], &le)) return 0;
     if (mt_npy_open(&b, p[2], &le)) {
@@ -220,53 +274,78 @@ static int blend_load(mt_gpt_split_data *sp, char *p[3], const char *desc, int64
     return rc;
 }
 
-static int blend_save(const mt_gpt_split_data *sp, char *p[3], const char *desc, int64_t size, mt_err *e)
+static int write_text(const char *path, const char *text, mt_err *e)
 {
-    if (mt_npy_write(p[1], "<i2", &size, 1, sp->ds_index, (size_t)size * 2, e)) return -1;
-    if (mt_npy_write(p[2], "<i8", &size, 1, sp->ds_sample_index, (size_t)size * 8, e)) return -1;
     mt_out o;
-    if (mt_out_open(&o, p[0], e)) return -1;
-    if (mt_out_write(&o, desc, strlen(desc), e)) {
+    if (mt_out_open(&o, path, e)) return -1;
+    if (mt_out_write(&o, text, strlen(text), e)) {
         mt_out_abort(&o);
         return -1;
     }
     return mt_out_commit(&o, e);
 }
 
-static int build_blend(mt_gpt_data *d, const mt_gpt_data_args *a, int k, int64_t size, const double *w, mt_err *e)
+/* Arrays first, then mt's description, Megatron's last (a stale one is removed before anything). */
+static int blend_save(const mt_gpt_split_data *sp, char *p[4], const char *desc, const char *megatron, int64_t size,
+                      mt_err *e)
+{
+    if (unlink(p[0]) && errno != ENOENT) return mt_err_sys(e, "cannot remove stale %s", p[0]);
+    if (mt_npy_write(p[1], "<i2", &size, 1, sp->ds_index, (size_t)size * 2, e)) return -1;
+    if (mt_npy_write(p[2], "<i8", &size, 1, sp->ds_sample_index, (size_t)size * 8, e)) return -1;
+    if (write_text(p[3], desc, e)) return -1;
+    return write_text(p[0], megatron, e);
+}
+
+static void free_paths(char *p[4])
+{
+    for (int i = 0; i < 4; i++) {
+        free(p[i]);
+        p[i] = NULL;
+    }
+}
+
+/* requested: each component's requested samples (-1: one epoch), for Megatron's description. */
+static int build_blend(mt_gpt_data *d, const mt_gpt_data_args *a, int k, int64_t size, const double *w,
+                       const int64_t *requested, mt_err *e)
 {
     mt_gpt_split_data *sp = &d->split[k];
     sp->length = size;
     int64_t *lens = mt_xmalloc((size_t)d->n * sizeof *lens);
     for (int i = 0; i < d->n; i++) lens[i] = d->src[i].ix[k].plan.num_samples;
-    char *desc = NULL, *p[3] = {0};
+    char *desc = NULL, *megatron = NULL, *p[4] = {0};
+    int rc = -1;
     if (a->cache_dir) {
         desc = blend_description(d, a, k, size, w);
-        blend_paths(d, a->cache_dir, k, size, desc, p);
-        int hit = blend_load(sp, p, desc, size, d->n, lens, e);
-        if (hit < 0) goto fail;
+        megatron = blend_megatron_description(d, a, k, size, requested, w);
+        blend_paths(a->cache_dir, k, megatron, p);
+        int hit = blend_load(sp, p, desc, megatron, size, d->n, lens, e);
+        if (hit == 0) {
+            char *q[4] = {0};
+            blend_paths_legacy(d, a->cache_dir, k, size, desc, q);
+            hit = blend_load(sp, q, desc, megatron, size, d->n, lens, e);
+            free_paths(q);
+        }
+        if (hit < 0) goto out;
         if (hit) {
             sp->blend_cached = true;
-            goto done;
+            rc = 0;
+            goto out;
         }
     }
     sp->ds_index = mt_xmalloc((size_t)(size ? size : 1) * sizeof(int16_t));
     sp->ds_sample_index = mt_xmalloc((size_t)(size ? size : 1) * sizeof(int64_t));
     if (mt_blend_build(w, d->n, size, lens, sp->ds_index, sp->ds_sample_index, e)) {
         mt_err_prefix(e, "%s split", mt_split_names[k]);
-        goto fail;
+        goto out;
     }
-    if (a->cache_dir && blend_save(sp, p, desc, size, e)) goto fail;
-done:
-    for (int i = 0; i < 3; i++) free(p[i]);
+    if (a->cache_dir && blend_save(sp, p, desc, megatron, size, e)) goto out;
+    rc = 0;
+out:
+    free_paths(p);
     free(desc);
+    free(megatron);
     free(lens);
-    return 0;
-fail:
-    for (int i = 0; i < 3; i++) free(p[i]);
-    free(desc);
-    free(lens);
-    return -1;
+    return rc;
 }
 
 /* ---------------------------------------------------------------------------------------------- */
@@ -327,8 +406,9 @@ int mt_gpt_data_open(mt_gpt_data *d, const mt_gpt_data_args *a, mt_err *e)
                     free(per);
                     goto out;
                 }
+            int rc2 = build_blend(d, a, k, size, d->weights, per, e);
             free(per);
-            if (build_blend(d, a, k, size, d->weights, e)) goto out;
+            if (rc2) goto out;
         } else {
             double *w = mt_xmalloc((size_t)n * sizeof *w);
             int64_t total = 0;
@@ -345,7 +425,10 @@ int mt_gpt_data_open(mt_gpt_data *d, const mt_gpt_data_args *a, mt_err *e)
                 mt_err_prefix(e, "%s split", mt_split_names[k]);
                 goto out;
             }
-            int rc2 = build_blend(d, a, k, N >= 0 && N < total ? N : total, w, e);
+            int64_t *one_epoch = mt_xmalloc((size_t)n * sizeof *one_epoch);
+            for (int i = 0; i < n; i++) one_epoch[i] = -1;
+            int rc2 = build_blend(d, a, k, N >= 0 && N < total ? N : total, w, one_epoch, e);
+            free(one_epoch);
             free(w);
             if (rc2) goto out;
         }

@@ -33,6 +33,9 @@ typedef struct mt_gpt_data_args {
     int64_t num_samples[MT_NSPLITS]; /* requested per split (mt_split_num_samples) */
     const char *cache_dir;    /* NULL: build in memory only */
     double surplus;           /* --mid-level-dataset-surplus, 0.005 */
+    /* --vocab-file and --merge-file as given, of a GPT2BPETokenizer (NULL: none known): Megatron's
+     * cache descriptions, and so the cache names, hold them */
+    const char *vocab_file, *merge_file;
     /* Called before each index build or load (may be NULL): what = "train", ..., cached tells if
      * the index came from the cache. */
     void (*note)(void *ctx, const char *prefix, int split, bool cached, const mt_gpt_plan *plan);

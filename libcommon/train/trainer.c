@@ -48,6 +48,10 @@ static int open_data(mt_trainer *t, mt_err *e)
     char *cache = mt_default_cache_dir(t->a.data_cache_path, t->a.data_path.n, t->a.data_path.v);
     da.cache_dir = cache;
     da.surplus = t->a.mid_level_dataset_surplus;
+    if (!t->a.tokenizer_type || !strcmp(t->a.tokenizer_type, "GPT2BPETokenizer")) {
+        da.vocab_file = t->a.vocab_file;
+        da.merge_file = t->a.merge_file;
+    }
     int rc = mt_gpt_data_open(&t->data, &da, e);
     free(cache);
     return rc;

@@ -59,7 +59,7 @@ tamper() {   # tamper KIND: edit the train split's cached array, run, restore
 import sys, glob, numpy as np
 d, kind = sys.argv[1], sys.argv[2]
 name = {"dup": "shuffle_index", "doc": "document_index", "back": "sample_index"}[kind]
-(f,) = [p for p in glob.glob(d + "/*-train-*-" + name + ".npy")]
+(f,) = glob.glob(d + "/*-GPTDataset-train-" + name + ".npy")
 a = np.load(f)
 if kind == "dup": a[5] = a[4]                       # a repeated sample
 if kind == "doc": a[2] = 140                        # a validation sequence (the split is 80,20,0 of 150)

@@ -13,6 +13,7 @@ import numpy as np
 tmp = sys.argv[1]
 sys.path.insert(0, sys.argv[2])
 from gpt_dataset_ref import split_core, gpt, blend_sizes, blend_indices, fetch
+import megatron_cache_names as mcn
 
 rnd = random.Random(20261122)
 fails = 0
@@ -85,6 +86,11 @@ while case < n_cases:
     args = ["--data-path"] + dp + ["--split", split, "--seq-length", str(L), "--train-iters", str(ti),
             "--global-batch-size", str(gbs), "--eval-interval", str(ei), "--eval-iters", str(ek),
             "--seed", str(seed), "--data-cache-path", cache, "--quiet"]
+    # the tokenizer files are only named (in Megatron's cache description), never read here
+    vocab, merges = random.Random(case).choice([(None, None), ("vocab.json", "merges.txt"),
+                                (os.path.join(d, "gpt2 \u00e9\U0001f600/vocab.json"), d + '/m"\\\t.txt')])
+    if vocab:
+        args += ["--vocab-file", vocab, "--merge-file", merges]
     rc, out, err = run(args)
     N = counts(ti, gbs, ei, ek)
     name = "case %d: %s K=%d split %s L=%d seed %d" % (case, form, K, split, L, seed)
@@ -134,15 +140,27 @@ while case < n_cases:
                 ok &= not glob.glob(os.path.join(cache, "*-%s-*" % sname))
                 continue
             built, di, dsi, per = ref[si]
+            # files under Megatron-Core's names, description.txt byte for byte (tests/oracle/megatron_cache_names.py)
+            ids = []
             for k, (plan, doc, samp, shuf) in enumerate(built):
-                base = os.path.join(cache, "ds%d_text_document-%s-%sns-%dsl-%ds-" % (k, sname, per[k], L, seed))
-                ok &= same(one(base + "*-document_index.npy"), doc)
-                ok &= same(one(base + "*-sample_index.npy"), samp)
-                ok &= same(one(base + "*-shuffle_index.npy"), shuf)
+                ids.append(mcn.gpt_identifiers(dss[k][0], None if per[k] == "all" else per[k], si, seed, L, split,
+                                               vocab, merges))
+                text, files = mcn.gpt_files(ids[-1])
+                with open(os.path.join(cache, files["description.txt"]), "rb") as f:
+                    ok &= f.read() == text.encode()
+                ok &= same(one(os.path.join(cache, files["document_index.npy"])), doc)
+                ok &= same(one(os.path.join(cache, files["sample_index.npy"])), samp)
+                ok &= same(one(os.path.join(cache, files["shuffle_index.npy"])), shuf)
             if di is not None:
-                bb = os.path.join(cache, "ds0_text_document-blend%d-%s-%dns-" % (K, sname, len(di)))
-                ok &= same(one(bb + "*-dataset_index.npy"), di)
-                ok &= same(one(bb + "*-dataset_sample_index.npy"), dsi)
+                if form == "weighted":
+                    u = mcn.blend_identifiers(ids, si, [float("%g" % w) for w in ws], len(di))
+                else:
+                    u = mcn.blend_identifiers(ids, si, [b[0][3] for b in built], len(di), weighted=False)
+                text, files = mcn.blend_files(u)
+                with open(os.path.join(cache, files["description.txt"]), "rb") as f:
+                    ok &= f.read() == text.encode()
+                ok &= same(one(os.path.join(cache, files["dataset_index.npy"])), di)
+                ok &= same(one(os.path.join(cache, files["dataset_sample_index.npy"])), dsi)
             # A few samples through --show-sample, against the reference fetch.
             length = len(di) if di is not None else built[0][0][3]
             for i in sorted(set(rnd.randrange(length) for _ in range(3))) if length else []:
@@ -171,11 +189,17 @@ np.arange(30, dtype=np.uint16).tofile(p + ".bin")
 PYEOF
 tv() { mt-shuffle --data-path "$T_TMP/tv" --split 1,0,0 --seq-length 4 --train-samples "$1" --global-batch-size 1 \
     --eval-iters 0 --data-cache-path "$T_TMP/tvc" --quiet "${@:2}"; }
+# tvfile SEED WHAT: the file Megatron-Core names for the train split of these runs (9 samples)
+tvfile() {
+    echo "$T_TMP/tvc/$($PY -c 'import sys; sys.path.insert(0, sys.argv[1]); import megatron_cache_names as m
+print(m.gpt_files(m.gpt_identifiers(sys.argv[2], 9, 0, int(sys.argv[3]), 4, "1,0,0"))[1][sys.argv[4]])' \
+        "$T_TOP/tests/oracle" "$T_TMP/tv" "$1" "$2")"
+}
 tv 9 >/dev/null 2>&1
-$PY - "$T_TMP/tvc" > "$T_TMP/tv.txt" 2>&1 <<'PYEOF'
-import glob, sys, numpy as np
-d = sys.argv[1]
-def g(s): return np.load(glob.glob(d + "/tv-train-9ns-4sl-1234s-*-" + s + ".npy")[0]).tolist()
+$PY - "$(tvfile 1234 document_index.npy)" "$(tvfile 1234 sample_index.npy)" "$(tvfile 1234 shuffle_index.npy)" \
+    > "$T_TMP/tv.txt" 2>&1 <<'PYEOF'
+import sys, numpy as np
+def g(s): return np.load(sys.argv[1 + ["document_index", "sample_index", "shuffle_index"].index(s)]).tolist()
 print(g("document_index")); print(g("sample_index")); print(g("shuffle_index"))
 PYEOF
 cat > "$T_TMP/tv.want" <<'EOF'
@@ -195,13 +219,13 @@ tv 9 2>"$T_TMP/again" >/dev/null; t_ok "second run succeeds" tv 9
 mt-shuffle --data-path "$T_TMP/tv" --split 1,0,0 --seq-length 4 --train-samples 9 --global-batch-size 1 --eval-iters 0 \
     --data-cache-path "$T_TMP/tvc" 2>"$T_TMP/again"
 t_grep "existing cache is reused" 'train: 14 samples.*cached' "$T_TMP/again"
-f=$(ls "$T_TMP"/tvc/tv-train-9ns-*-shuffle_index.npy)
+f=$(tvfile 1234 shuffle_index.npy)
 head -c 100 "$f" > "$T_TMP/cut" && cat "$T_TMP/cut" > "$f"
 mt-shuffle --data-path "$T_TMP/tv" --split 1,0,0 --seq-length 4 --train-samples 9 --global-batch-size 1 --eval-iters 0 \
     --data-cache-path "$T_TMP/tvc" 2>"$T_TMP/again"
 t_grep "a truncated cache file is rebuilt, not used" 'train: 14 samples.*built' "$T_TMP/again"
 tv 9 >/dev/null 2>&1
-$PY -c 'import numpy as np,glob,sys; a=np.load(glob.glob(sys.argv[1]+"/tv-train-9ns-*-shuffle_index.npy")[0]); sys.exit(0 if a.tolist()==[1,0,3,2,5,4,6,9,10,12,8,11,13,7] else 1)' "$T_TMP/tvc" \
+$PY -c 'import numpy as np,sys; a=np.load(sys.argv[1]); sys.exit(0 if a.tolist()==[1,0,3,2,5,4,6,9,10,12,8,11,13,7] else 1)' "$(tvfile 1234 shuffle_index.npy)" \
     && t_pass "rebuilt cache has the right contents" || t_fail "rebuilt cache has the right contents" "differs"
 # The dataset changes (same name, other sizes): the old cache must not be used.
 $PY - "$T_TMP/tv" <<'PYEOF'
@@ -218,7 +242,7 @@ mt-shuffle --data-path "$T_TMP/tv" --split 1,0,0 --seq-length 4 --train-samples 
     --data-cache-path "$T_TMP/tvc" 2>"$T_TMP/again"
 t_grep "a changed dataset invalidates the cache" 'train: 15 samples.*built' "$T_TMP/again"
 t_ok "another seed gets its own files" tv 9 --seed 7
-n=$(ls "$T_TMP"/tvc/*-7s-*.npy | wc -l); [ "$n" = 3 ] && t_pass "seed 7 cache files" || t_fail "seed 7 cache files" "$n files"
+f7=$(tvfile 7 shuffle_index.npy); n=$(ls "${f7%-shuffle_index.npy}"-*.npy | wc -l); [ "$n" = 3 ] && t_pass "seed 7 cache files" || t_fail "seed 7 cache files" "$n files"
 # A temporary of a killed build (kill -KILL runs no handler) is removed by the next run even when the cache
 # is complete and nothing is written; a live process's temporary and other names are kept.
 dead=$(sh -c 'echo $$')
@@ -245,6 +269,8 @@ B="--seq-length 4 --global-batch-size 1 --data-cache-path $T_TMP/ec"
 err1 "missing dataset" 'nothere.idx' --data-path "$T_TMP/nothere" $B --train-iters 1
 err1 "both iters and samples" 'exactly one of' --data-path "$T_TMP/tv" $B --train-iters 1 --train-samples 4
 err1 "seed out of range" 'seed' --data-path "$T_TMP/tv" $B --train-iters 1 --seed 4294967296
+err1 "--vocab-file without --merge-file" 'go together' --data-path "$T_TMP/tv" $B --train-iters 1 --vocab-file v.json
+err1 "--decode without --show-sample" 'decode' --data-path "$T_TMP/tv" $B --train-iters 1 --decode
 err1 "bad weight pairs" 'data-path' --data-path 0.5 "$T_TMP/tv" 0.5 $B --train-iters 1
 err1 "zero weights" 'weight' --data-path 0 "$T_TMP/tv" 0 "$T_TMP/tv" $B --train-iters 1
 printf 'MMIDIDX\0\0garbage' > "$T_TMP/bad.idx"; : > "$T_TMP/bad.bin"

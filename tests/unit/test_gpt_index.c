@@ -427,7 +427,7 @@ TEST(cache_roundtrip_and_staleness)
 {
     char dir[512];
     snprintf(dir, sizeof dir, "%s/cache/sub", tmpdir);
-    mt_gpt_cache_key k = {"/data/corpus_text_document", 0, "969, 30, 1", 0, 6, vparams(9), {0}};
+    mt_gpt_cache_key k = {"/data/corpus_text_document", 0, "969, 30, 1", 0, 6, vparams(9), {0}, NULL, NULL};
     mt_err e;
     T_EQ_INT(mt_dataset_fingerprint(NULL, SIZES, 6, &k.fp, &e), 0);
     mt_gpt_index a, b;
@@ -443,8 +443,10 @@ TEST(cache_roundtrip_and_staleness)
     mt_gpt_index_free(&b);
     char *paths[MT_CACHE_NFILES];
     mt_gpt_cache_paths(dir, &k, paths);
-    T_CHECK(strstr(paths[MT_CACHE_DOC], "/corpus_text_document-train-9ns-4sl-1234s-") &&
-            strstr(paths[MT_CACHE_DOC], "-document_index.npy"));
+    /* Megatron-Core's name: the MD5 of its description (the hash python3's json.dumps(indent=4) and
+     * hashlib give for these parameters, tests/oracle/megatron_cache_names.py). */
+    T_CHECK(strstr(paths[MT_CACHE_DOC], "/3526af9f4d25078ee6720d63a0d48d89-GPTDataset-train-document_index.npy"));
+    T_CHECK(strstr(paths[MT_CACHE_DESC], "/3526af9f4d25078ee6720d63a0d48d89-GPTDataset-train-description.txt"));
     /* Different sizes (same count) -> fingerprint differs -> stale, rebuilt. */
     int32_t sizes2[6] = {5, 3, 7, 2, 9, 5};
     mt_gpt_cache_key k2 = k;
@@ -466,14 +468,48 @@ TEST(cache_roundtrip_and_staleness)
     T_CHECK(cached);
     T_CHECK(!memcmp(a.sample_idx, b.sample_idx, 15 * 8));
     mt_gpt_index_free(&b);
-    /* The description names the parameters. */
+    /* Megatron's description.txt, byte for byte; mt's description names the parameters. */
     mt_map m;
+    static const char megatron[] =
+        "{\n    \"class\": \"GPTDataset\",\n    \"dataset_path\": \"/data/corpus_text_document\",\n"
+        "    \"num_samples\": 9,\n    \"index_split\": \"train\",\n    \"random_seed\": 1234,\n"
+        "    \"sequence_length\": 4,\n    \"split\": \"969, 30, 1\",\n    \"split_matrix\": [\n        [\n"
+        "            0,\n            0.969\n        ],\n        [\n            0.969,\n            0.999\n"
+        "        ],\n        [\n            0.999,\n            1.0\n        ]\n    ],\n    \"tokenizer\": null\n}";
     T_EQ_INT(mt_map_open(&m, paths[MT_CACHE_DESC], &e), 0);
+    T_CHECK(m.size == strlen(megatron) && !memcmp(m.data, megatron, m.size));
+    mt_map_close(&m);
+    T_EQ_INT(mt_map_open(&m, paths[MT_CACHE_MT], &e), 0);
     char *d = strndup((const char *)m.data, m.size);
     T_CHECK(strstr(d, "\"num_samples\": 9") && strstr(d, "\"random_seed\": 1234") && strstr(d, "\"sizes_hash\"") &&
             strstr(d, "\"separate_final_epoch\": true"));
     free(d);
     mt_map_close(&m);
+    /* A cache under the earlier names (mt's description as description.json) still loads, and a
+     * stale one there is not used. */
+    char *old[MT_CACHE_NFILES];
+    mt_gpt_cache_paths_legacy(dir, &k, old);
+    T_CHECK(strstr(old[MT_CACHE_DOC], "/corpus_text_document-train-9ns-4sl-1234s-") &&
+            strstr(old[MT_CACHE_DOC], "-document_index.npy") && !old[MT_CACHE_MT]);
+    T_EQ_INT(rename(paths[MT_CACHE_MT], old[MT_CACHE_DESC]), 0);
+    for (int i = MT_CACHE_DOC; i <= MT_CACHE_SHUFFLE; i++) T_EQ_INT(rename(paths[i], old[i]), 0);
+    T_EQ_INT(unlink(paths[MT_CACHE_DESC]), 0);
+    T_EQ_INT(mt_gpt_cache_load(dir, &k, SIZES, 6, &b, &hit, why, sizeof why, &e), 0);
+    T_CHECK(hit);
+    T_CHECK(!memcmp(a.shuffle_idx, b.shuffle_idx, 14 * 4));
+    mt_gpt_index_free(&b);
+    T_EQ_INT(mt_gpt_cache_load(dir, &k2, sizes2, 6, &b, &hit, why, sizeof why, &e), 0);
+    T_CHECK(!hit);
+    /* A cache Megatron wrote (no mt description) loads. */
+    T_EQ_INT(unlink(old[MT_CACHE_DESC]), 0);
+    T_EQ_INT(mt_gpt_index_get(dir, &k, SIZES, 6, &b, &cached, &e), 0);
+    T_CHECK(!cached);
+    mt_gpt_index_free(&b);
+    T_EQ_INT(unlink(paths[MT_CACHE_MT]), 0);
+    T_EQ_INT(mt_gpt_cache_load(dir, &k, SIZES, 6, &b, &hit, why, sizeof why, &e), 0);
+    T_CHECK(hit);
+    mt_gpt_index_free(&b);
+    mt_gpt_cache_paths_free(old);
     mt_gpt_cache_paths_free(paths);
     mt_gpt_index_free(&a);
 }
