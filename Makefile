@@ -5,6 +5,7 @@
 #   make deps       install the Debian packages   make install PREFIX=/usr/local
 #   make bench      side-by-side benchmarks (bench/)    make asan      all tests under ASan/UBSan
 #   make soak       long randomized runs (MT_SOAK=1)    make mutants   planted bugs the tests must catch
+#   make kill-soak  tests/pipeline/kill.sh with KILL_ROUNDS (default 200) training kills
 # Sources are found by wildcard: a new libcommon/<sub>/*.c, kernels/cpu/*.c, cmd/mt-*.c or tests/unit/test_*.c
 # needs no edit here.
 
@@ -32,7 +33,7 @@ MAN1     := $(sort $(wildcard man/*.1))
 MAN5     := $(sort $(wildcard man/*.5))
 MAN7     := $(sort $(wildcard man/*.7))
 
-.PHONY: all check demo deps depcheck install uninstall bench clean tests soak asan print-ldlibs mutants
+.PHONY: all check demo deps depcheck install uninstall bench clean tests soak kill-soak asan print-ldlibs mutants
 # Plain make installs nothing: every compilation waits for depcheck, which names the Debian packages the
 # build lacks and the command that installs them (make deps). One make builds everything, so parallel
 # goals (make -j2 all tests) share one libmt.a.
@@ -183,6 +184,11 @@ asan: deps
 soak: deps
 	@$(MAKE) --no-print-directory tests
 	@MT_SOAK=1 tests/run
+
+KILL_ROUNDS ?= 200
+kill-soak: deps
+	@$(MAKE) --no-print-directory tests
+	@KILL_ROUNDS=$(KILL_ROUNDS) tests/run kill.sh
 
 demo: deps
 	@$(MAKE) --no-print-directory $(PROGS)
