@@ -209,6 +209,13 @@ static void fill_entry(mt_hf_tensor *t, const mt_layout_tensor *lt, const char *
     }
 }
 
+int mt_hf_check_rows(const mt_model_arch *a, int64_t hf_rows, mt_err *e)
+{
+    if (hf_rows >= 1 && hf_rows <= a->padded_vocab_size) return 0;
+    return mt_err_set(e, "%lld vocabulary rows do not fit the model's %d (padded) rows", (long long)hf_rows,
+                      a->padded_vocab_size);
+}
+
 mt_hf_tensor *mt_hf_tensors(const mt_model_arch *a, int64_t hf_rows, int *n, mt_err *e)
 {
     if (mt_hf_llama_is(a)) return mt_hf_llama_tensors(a, hf_rows, n, e);
@@ -218,11 +225,7 @@ mt_hf_tensor *mt_hf_tensors(const mt_model_arch *a, int64_t hf_rows, int *n, mt_
                       "GPT2LMHeadModel, and Llama ones (RMSNorm, rope, SwiGLU, no biases) to LlamaForCausalLM");
         return NULL;
     }
-    if (hf_rows < 1 || hf_rows > a->padded_vocab_size) {
-        mt_err_set(e, "%lld vocabulary rows do not fit the model's %d (padded) rows", (long long)hf_rows,
-                   a->padded_vocab_size);
-        return NULL;
-    }
+    if (mt_hf_check_rows(a, hf_rows, e)) return NULL;
     mt_layout l;
     mt_layout_part one = {0, 1, 0, 1, 1};
     if (mt_layout_build(a, &one, &l, e)) return NULL;

@@ -77,6 +77,8 @@ int mt_hf_config_dump(const char *path, json_t *o, mt_err *e);
  * array is the caller's to free. NULL with e set when a is not GPT-2 or hf_rows exceeds the padded
  * vocabulary. */
 mt_hf_tensor *mt_hf_tensors(const mt_model_arch *a, int64_t hf_rows, int *n, mt_err *e);
+/* 0 when an HF model's hf_rows vocabulary rows fit a's padded vocabulary (1 .. padded), else -1 with e set. */
+int mt_hf_check_rows(const mt_model_arch *a, int64_t hf_rows, mt_err *e);
 
 /* Megatron -> HF: src in mt_shape, dst in hf_shape. num_heads for the QKV reorder. */
 void mt_hf_export(const mt_hf_tensor *t, int num_heads, const float *src, float *dst);

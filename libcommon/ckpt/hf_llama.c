@@ -139,11 +139,7 @@ mt_hf_tensor *mt_hf_llama_tensors(const mt_model_arch *a, int64_t hf_rows, int *
         mt_err_set(e, "only Llama models (RMSNorm, rope, SwiGLU, no biases) convert to LlamaForCausalLM");
         return NULL;
     }
-    if (hf_rows < 1 || hf_rows > a->padded_vocab_size) {
-        mt_err_set(e, "%lld vocabulary rows do not fit the model's %d (padded) rows", (long long)hf_rows,
-                   a->padded_vocab_size);
-        return NULL;
-    }
+    if (mt_hf_check_rows(a, hf_rows, e)) return NULL;
     mt_layout l;
     mt_layout_part one = {0, 1, 0, 1, 1};
     if (mt_layout_build(a, &one, &l, e)) return NULL;

@@ -241,17 +241,6 @@ int mt_gpt_cache_load(const char *dir, const mt_gpt_cache_key *k, const int32_t 
     return rc;
 }
 
-static int write_text(const char *path, const char *text, mt_err *e)
-{
-    mt_out o;
-    if (mt_out_open(&o, path, e)) return -1;
-    if (mt_out_write(&o, text, strlen(text), e)) {
-        mt_out_abort(&o);
-        return -1;
-    }
-    return mt_out_commit(&o, e);
-}
-
 int mt_gpt_cache_save(const char *dir, const mt_gpt_cache_key *k, const mt_gpt_index *ix, mt_err *e)
 {
     const mt_gpt_plan *p = &ix->plan;
@@ -275,9 +264,9 @@ int mt_gpt_cache_save(const char *dir, const mt_gpt_cache_key *k, const mt_gpt_i
                      (size_t)p->num_samples * (p->shuffle_idx_64 ? 8 : 4), e))
         goto out;
     desc = mt_gpt_cache_description(k, p);
-    if (write_text(paths[MT_CACHE_MT], desc, e)) goto out;
+    if (mt_out_write_text(paths[MT_CACHE_MT], desc, e)) goto out;
     megatron = mt_gpt_cache_megatron_description(k);
-    if (write_text(paths[MT_CACHE_DESC], megatron, e)) goto out;
+    if (mt_out_write_text(paths[MT_CACHE_DESC], megatron, e)) goto out;
     rc = 0;
 out:
     free(desc);

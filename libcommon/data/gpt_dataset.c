@@ -274,17 +274,6 @@ static int blend_load(mt_gpt_split_data *sp, char *p[4], const char *desc, const
     return rc;
 }
 
-static int write_text(const char *path, const char *text, mt_err *e)
-{
-    mt_out o;
-    if (mt_out_open(&o, path, e)) return -1;
-    if (mt_out_write(&o, text, strlen(text), e)) {
-        mt_out_abort(&o);
-        return -1;
-    }
-    return mt_out_commit(&o, e);
-}
-
 /* Arrays first, then mt's description, Megatron's last (a stale one is removed before anything). */
 static int blend_save(const mt_gpt_split_data *sp, char *p[4], const char *desc, const char *megatron, int64_t size,
                       mt_err *e)
@@ -292,8 +281,8 @@ static int blend_save(const mt_gpt_split_data *sp, char *p[4], const char *desc,
     if (unlink(p[0]) && errno != ENOENT) return mt_err_sys(e, "cannot remove stale %s", p[0]);
     if (mt_npy_write(p[1], "<i2", &size, 1, sp->ds_index, (size_t)size * 2, e)) return -1;
     if (mt_npy_write(p[2], "<i8", &size, 1, sp->ds_sample_index, (size_t)size * 8, e)) return -1;
-    if (write_text(p[3], desc, e)) return -1;
-    return write_text(p[0], megatron, e);
+    if (mt_out_write_text(p[3], desc, e)) return -1;
+    return mt_out_write_text(p[0], megatron, e);
 }
 
 static void free_paths(char *p[4])

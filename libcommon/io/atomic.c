@@ -230,3 +230,14 @@ int mt_write_fd(int fd, const void *p, size_t n, const char *name, mt_err *e)
     }
     return 0;
 }
+
+int mt_out_write_text(const char *path, const char *text, mt_err *e)
+{
+    mt_out o;
+    if (mt_out_open(&o, path, e)) return -1;
+    if (mt_out_write(&o, text, strlen(text), e)) {
+        mt_out_abort(&o);
+        return -1;
+    }
+    return mt_out_commit(&o, e);
+}

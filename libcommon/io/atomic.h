@@ -24,6 +24,8 @@ int mt_out_open(mt_out *o, const char *path, mt_err *e);
 /* Writes n bytes; on failure (ENOSPC, EIO) returns -1 with the file named. */
 int mt_out_write(mt_out *o, const void *p, size_t n, mt_err *e);
 int mt_out_commit(mt_out *o, mt_err *e);
+/* The whole file path holding text (a string), written as above: open, write, commit. */
+int mt_out_write_text(const char *path, const char *text, mt_err *e);
 void mt_out_abort(mt_out *o);
 
 /* Temp files of a process killed with SIGKILL (or by the OOM killer) outlive it. mt_out_open sweeps
