@@ -26,6 +26,11 @@ int mt_tokenizer_open(mt_tokenizer *t, const mt_train_args *a, bool vocab_only, 
         return 0;
     }
     if (!file_tokenizer(type)) {
+        if (type && strcmp(type, "GPT2BPETokenizer"))
+            return mt_err_set(e, "--tokenizer-type %s is not supported (GPT2BPETokenizer, HuggingFaceTokenizer, "
+                                 "TikTokenizer, NullTokenizer)", type);
+        if (!a->vocab_file || !a->merge_file)
+            return mt_err_set(e, "--tokenizer-type GPT2BPETokenizer needs --vocab-file and --merge-file");
         if (mt_bpe_load(&t->bpe, a->vocab_file, a->merge_file, e)) return -1;
         t->vocab_size = mt_bpe_vocab_size(t->bpe);
         t->eod = mt_bpe_eod(t->bpe);
