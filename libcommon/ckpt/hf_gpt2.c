@@ -189,7 +189,7 @@ static const hf_name final_norm[] = {
     {MT_T_FINAL_NORM_B, "ln_f.bias", MT_HF_COPY},
 };
 
-static void fill_entry(mt_hf_tensor *t, const mt_layout_tensor *lt, const char *hf, mt_hf_xform x)
+void mt_hf_entry_init(mt_hf_tensor *t, const mt_layout_tensor *lt, const char *hf, mt_hf_xform x)
 {
     memset(t, 0, sizeof *t);
     snprintf(t->hf, sizeof t->hf, "%s", hf);
@@ -200,6 +200,11 @@ static void fill_entry(mt_hf_tensor *t, const mt_layout_tensor *lt, const char *
     t->ndim = lt->ndim;
     t->mt_shape[0] = lt->global_shape[0];
     t->mt_shape[1] = lt->global_shape[1];
+}
+
+static void fill_entry(mt_hf_tensor *t, const mt_layout_tensor *lt, const char *hf, mt_hf_xform x)
+{
+    mt_hf_entry_init(t, lt, hf, x);
     if (x == MT_HF_QKV_WEIGHT || x == MT_HF_TRANSPOSE) {
         t->hf_shape[0] = lt->global_shape[1];
         t->hf_shape[1] = lt->global_shape[0];

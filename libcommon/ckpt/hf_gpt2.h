@@ -77,6 +77,9 @@ int mt_hf_config_dump(const char *path, json_t *o, mt_err *e);
  * array is the caller's to free. NULL with e set when a is not GPT-2 or hf_rows exceeds the padded
  * vocabulary. */
 mt_hf_tensor *mt_hf_tensors(const mt_model_arch *a, int64_t hf_rows, int *n, mt_err *e);
+/* An entry of the table for layout tensor lt and HF name hf: names, kind, layer, transform and mt's shape
+ * (the HF shape and the rest are the caller's). */
+void mt_hf_entry_init(mt_hf_tensor *t, const mt_layout_tensor *lt, const char *hf, mt_hf_xform x);
 /* 0 when an HF model's hf_rows vocabulary rows fit a's padded vocabulary (1 .. padded), else -1 with e set. */
 int mt_hf_check_rows(const mt_model_arch *a, int64_t hf_rows, mt_err *e);
 

@@ -117,15 +117,7 @@ mt_model_arch mt_hf_llama_arch(const mt_hf_config *c, int padded_vocab)
 static void entry(mt_hf_tensor *t, const mt_model_arch *a, const mt_layout_tensor *lt, const char *hf, mt_hf_xform x,
                   int part, int64_t hf_rows)
 {
-    memset(t, 0, sizeof *t);
-    snprintf(t->hf, sizeof t->hf, "%s", hf);
-    snprintf(t->mt, sizeof t->mt, "%s", lt->name);
-    t->kind = lt->kind;
-    t->layer = lt->layer;
-    t->x = x;
-    t->ndim = lt->ndim;
-    t->mt_shape[0] = lt->global_shape[0];
-    t->mt_shape[1] = lt->global_shape[1];
+    mt_hf_entry_init(t, lt, hf, x);
     t->hf_shape[0] = hf_rows;
     t->hf_shape[1] = lt->global_shape[1];
     t->part = part;
