@@ -38,6 +38,27 @@ int mt_bpe_load_hf(mt_bpe **out, const char *path, mt_err *e);
  * "cl100k", "o200k", "v1", "v2", "llama3", ...) or NULL to recognise cl100k_base and o200k_base by their
  * rank count; their special tokens come with them, and eod is <|endoftext|> when there is one. */
 int mt_bpe_load_tiktoken(mt_bpe **out, const char *path, const char *pattern, mt_err *e);
+/* Megatron's --tokenizer-type TikTokenizer (Megatron-LM's CustomTikTokenizer). path is Megatron's JSON
+ * list of ranks ([{"rank": r, "token_bytes": base64, "token_str": ...}, ...]: entry r has rank r, the first
+ * 256 are the single bytes in byte order; read with the checks Megatron asserts, errors naming the file
+ * and entry) or a tiktoken file of "base64 rank" lines. With num_special > 0 (Megatron; its default
+ * 1000), ids 0..num_special-1 are special tokens: the n_special given (NULL: <unk> <s> </s>; they must
+ * include those three) then <SPECIAL_i> fillers; the ranks below vocab_size - num_special follow, rank r
+ * as id num_special + r, and the ids fill exactly 0..vocab_size-1 (vocab_size 0: Megatron's default
+ * 131072; fewer ranks is an error saying which --vocab-size fits the file); eod is </s>. With
+ * num_special 0 (not a Megatron value: its minimum is 3), the ids are the ranks as tiktoken's own
+ * Encoding numbers them, as mt_bpe_load_tiktoken, and vocab_size is not used here. pattern as for
+ * mt_bpe_load_tiktoken. */
+#define MT_TIKTOKEN_NUM_SPECIAL_DEFAULT 1000
+#define MT_TIKTOKEN_VOCAB_DEFAULT 131072
+typedef struct mt_tiktoken_opts {
+    const char *pattern;         /* --tiktoken-pattern, or NULL */
+    int64_t num_special;         /* --tiktoken-num-special-tokens */
+    const char *const *special;  /* --tiktoken-special-tokens, or NULL */
+    int n_special;
+    int64_t vocab_size;          /* --vocab-size, or 0 */
+} mt_tiktoken_opts;
+int mt_bpe_load_tiktoken_megatron(mt_bpe **out, const char *path, const mt_tiktoken_opts *o, mt_err *e);
 void mt_bpe_free(mt_bpe *b);
 /* Name of the pre-tokenizer pattern ("gpt2", "cl100k", "llama3", ...). */
 const char *mt_bpe_pattern_name(const mt_bpe *b);

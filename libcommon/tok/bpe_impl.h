@@ -84,6 +84,39 @@ void mt_bpe_build_pairs(mt_bpe *b, const mt_bpe_merge *m, size_t nm);
  * otherwise those that BPE itself produces for their bytes), the special list and the default eod. */
 void mt_bpe_finish(mt_bpe *b, bool all_pieces);
 
+/* A ranks file in memory (tiktoken lines or Megatron's JSON list): the bytes of every token back to back
+ * and, per token, where they are and its rank. */
+typedef struct mt_bpe_rank_tok {
+    uint32_t off, len, rank;
+} mt_bpe_rank_tok;
+typedef struct mt_bpe_ranks {
+    mt_bpe_rank_tok *t;
+    size_t n, cap;
+    unsigned char *bytes;
+    size_t bytes_n, bytes_cap;
+} mt_bpe_ranks;
+/* A special token of a ranks file's vocabulary (not in the file): its text, which it also stands for, and id. */
+typedef struct mt_bpe_special_tok {
+    const char *text;
+    uint32_t id;
+} mt_bpe_special_tok;
+/* Standard base64 (with '=' padding) s[0..n) into out (room for 3n/4 bytes); the byte count, or -1. */
+long mt_bpe_b64_decode(const char *s, size_t n, unsigned char *out);
+/* Appends a token (p NULL: n bytes of room, left unset) of the given rank. */
+void mt_bpe_ranks_add(mt_bpe_ranks *r, const unsigned char *p, size_t n, uint32_t rank);
+void mt_bpe_ranks_free(mt_bpe_ranks *r);
+/* Reads the "base64 rank" lines of a tiktoken file; errors name the file and line. */
+int mt_bpe_read_tiktoken(mt_bpe_ranks *r, const char *path, mt_err *e);
+/* The pre-tokenizer of a ranks file: the pattern named, else cl100k's or o200k's by their rank count. */
+int mt_bpe_tiktoken_pattern(const char *path, const char *name, size_t n_ranks, mt_pattern *out, mt_err *e);
+/* tiktoken's special tokens of cl100k_base and o200k_base (by their pattern; none for the others). */
+const mt_bpe_special_tok *mt_bpe_tiktoken_specials(mt_pattern pat, size_t *n);
+/* The mt_bpe of the ranks: the token of rank k gets the id shift + k (merge priority in the same order),
+ * the specials their own ids (none of them an id of a rank); eod is <|endoftext|> when it is one of them.
+ * Errors name path: a rank or special given twice, a single byte without a token. */
+int mt_bpe_from_ranks(mt_bpe **out, const mt_bpe_ranks *r, uint32_t shift, const mt_bpe_special_tok *sp, size_t nsp,
+                      mt_pattern pat, const char *path, mt_err *e);
+
 /* Growable scratch arrays of the merge loop (one per thread). */
 typedef struct mt_bpe_scratch {
     uint32_t *id, *rank, *res;

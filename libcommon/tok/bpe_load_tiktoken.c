@@ -2,21 +2,19 @@
  * cl100k_base.tiktoken and o200k_base.tiktoken) into an mt_bpe. The rank is the token id and the merge
  * priority: merging the pair (a, b) makes the token a+b with priority rank(a+b), so the pair table has
  * one entry per split of each token into two tokens. Special tokens are not in the file: those of
- * cl100k_base and o200k_base come with their pattern. */
+ * cl100k_base and o200k_base come with their pattern. The file is read into an mt_bpe_ranks first, from
+ * which mt_bpe_from_ranks builds the tables (bpe_load_megatron.c feeds it Megatron's JSON ranks and
+ * its layout of ids). */
 #include <stdio.h>
 #include <stdlib.h>
 
 #include "io/fsutil.h"
 #include "tok/bpe_impl.h"
 
-typedef struct special {
-    const char *text;
-    uint32_t id;
-} special;
-static const special cl100k_special[] = {{"<|endoftext|>", 100257}, {"<|fim_prefix|>", 100258},
-                                          {"<|fim_middle|>", 100259}, {"<|fim_suffix|>", 100260},
-                                          {"<|endofprompt|>", 100276}, {NULL, 0}};
-static const special o200k_special[] = {{"<|endoftext|>", 199999}, {"<|endofprompt|>", 200018}, {NULL, 0}};
+static const mt_bpe_special_tok cl100k_special[] = {{"<|endoftext|>", 100257}, {"<|fim_prefix|>", 100258},
+                                                    {"<|fim_middle|>", 100259}, {"<|fim_suffix|>", 100260},
+                                                    {"<|endofprompt|>", 100276}};
+static const mt_bpe_special_tok o200k_special[] = {{"<|endoftext|>", 199999}, {"<|endofprompt|>", 200018}};
 
 static int b64_value(unsigned char c)
 {
@@ -28,8 +26,7 @@ static int b64_value(unsigned char c)
     return -1;
 }
 
-/* Decodes standard base64 (with '=' padding) s[0..n) into out; returns the byte count or -1. */
-static long b64_decode(const char *s, size_t n, unsigned char *out)
+long mt_bpe_b64_decode(const char *s, size_t n, unsigned char *out)
 {
     if (n == 0 || n % 4) return -1;
     size_t o = 0;
@@ -51,9 +48,31 @@ static long b64_decode(const char *s, size_t n, unsigned char *out)
     return (long)o;
 }
 
-int mt_bpe_load_tiktoken(mt_bpe **out, const char *path, const char *pattern, mt_err *e)
+void mt_bpe_ranks_free(mt_bpe_ranks *r)
 {
-    *out = NULL;
+    free(r->t);
+    free(r->bytes);
+    memset(r, 0, sizeof *r);
+}
+
+void mt_bpe_ranks_add(mt_bpe_ranks *r, const unsigned char *p, size_t n, uint32_t rank)
+{
+    if (r->bytes_n + n > r->bytes_cap) {
+        r->bytes_cap = 2 * (r->bytes_n + n) + 4096;
+        r->bytes = mt_xrealloc(r->bytes, r->bytes_cap);
+    }
+    if (p) memcpy(r->bytes + r->bytes_n, p, n);
+    if (r->n == r->cap) {
+        r->cap = r->cap ? 2 * r->cap : 4096;
+        r->t = mt_xrealloc(r->t, r->cap * sizeof *r->t);
+    }
+    r->t[r->n++] = (mt_bpe_rank_tok){(uint32_t)r->bytes_n, (uint32_t)n, rank};
+    r->bytes_n += n;
+}
+
+int mt_bpe_read_tiktoken(mt_bpe_ranks *r, const char *path, mt_err *e)
+{
+    memset(r, 0, sizeof *r);
     FILE *f = mt_fopen_regular(path, e);
     if (!f) return -1;
     int c0 = getc(f);
@@ -63,17 +82,10 @@ int mt_bpe_load_tiktoken(mt_bpe **out, const char *path, const char *pattern, mt
         return mt_err_set(e, "%s: not a tiktoken BPE file of \"base64 rank\" lines (%s)", path,
                           c0 == 0x1f ? "gzip-compressed: gunzip it first" : "JSON ranks are not supported");
     }
-    /* lines first: token bytes back to back, rank of each */
-    typedef struct {
-        uint32_t off, len, rank;
-    } tok;
-    tok *t = NULL;
-    size_t nt = 0, cap = 0, lineno = 0, lcap = 0, bytes_n = 0, bytes_cap = 0;
-    unsigned char *bytes = NULL;
+    size_t lineno = 0, lcap = 0;
     char *line = NULL;
     ssize_t got;
     int rc = 0;
-    uint32_t limit = 0;
     while ((got = getline(&line, &lcap, f)) >= 0) {
         lineno++;
         size_t n = (size_t)got;
@@ -81,53 +93,78 @@ int mt_bpe_load_tiktoken(mt_bpe **out, const char *path, const char *pattern, mt
         if (!n) continue;
         char *sp = memchr(line, ' ', n);
         char *end = NULL;
-        unsigned long r = sp ? strtoul(sp + 1, &end, 10) : 0;
-        if (!sp || end != line + n || sp + 1 == end || r >= (1u << 28)) {
+        unsigned long rk = sp ? strtoul(sp + 1, &end, 10) : 0;
+        if (!sp || end != line + n || sp + 1 == end || rk >= (1u << 28)) {
             rc = mt_err_set(e, "%s: line %zu: expected \"base64-token rank\" with a rank below 2^28", path, lineno);
             break;
         }
         size_t bl = (size_t)(sp - line);
-        if (bytes_n + bl > bytes_cap) {
-            bytes_cap = 2 * (bytes_n + bl) + 4096;
-            bytes = mt_xrealloc(bytes, bytes_cap);
-        }
-        long k = b64_decode(line, bl, bytes + bytes_n);
+        mt_bpe_ranks_add(r, NULL, bl, (uint32_t)rk); /* room for the decoded bytes (fewer than bl) */
+        long k = mt_bpe_b64_decode(line, bl, r->bytes + r->t[r->n - 1].off);
         if (k <= 0) {
             rc = mt_err_set(e, "%s: line %zu: bad base64 token", path, lineno);
             break;
         }
-        if (nt == cap) {
-            cap = cap ? 2 * cap : 4096;
-            t = mt_xrealloc(t, cap * sizeof *t);
-        }
-        t[nt++] = (tok){(uint32_t)bytes_n, (uint32_t)k, (uint32_t)r};
-        bytes_n += (size_t)k;
-        if (r + 1 > limit) limit = (uint32_t)r + 1;
+        r->t[r->n - 1].len = (uint32_t)k;
+        r->bytes_n = r->t[r->n - 1].off + (size_t)k;
     }
     if (!rc && ferror(f)) rc = mt_err_sys(e, "%s: read error", path);
     free(line);
     fclose(f);
-    if (!rc && !nt) rc = mt_err_set(e, "%s: no tokens", path);
-    if (!rc && bytes_n >= UINT32_MAX / 4) rc = mt_err_set(e, "%s: too large", path);
-    const special *sp = NULL;
-    mt_pattern pat = MT_PAT_COUNT;
-    if (!rc) {
-        int p = pattern ? mt_pattern_from_name(pattern)
-                : nt == 100256 ? MT_PAT_CL100K : nt == 199998 ? MT_PAT_O200K : -1;
-        if (p < 0)
-            rc = pattern ? mt_err_set(e, "--tiktoken-pattern: unknown pattern '%s'", pattern)
-                         : mt_err_set(e, "%s: %zu ranks are neither cl100k_base's nor o200k_base's: give "
-                                         "--tiktoken-pattern", path, nt);
-        else pat = (mt_pattern)p;
-        sp = pat == MT_PAT_CL100K ? cl100k_special : pat == MT_PAT_O200K ? o200k_special : NULL;
+    if (!rc && !r->n) rc = mt_err_set(e, "%s: no tokens", path);
+    if (!rc && r->bytes_n >= UINT32_MAX / 4) rc = mt_err_set(e, "%s: too large", path);
+    if (rc) mt_bpe_ranks_free(r);
+    return rc;
+}
+
+int mt_bpe_tiktoken_pattern(const char *path, const char *name, size_t n_ranks, mt_pattern *out, mt_err *e)
+{
+    int p = name ? mt_pattern_from_name(name) : n_ranks == 100256 ? MT_PAT_CL100K : n_ranks == 199998 ? MT_PAT_O200K : -1;
+    if (p < 0)
+        return name ? mt_err_set(e, "--tiktoken-pattern: unknown pattern '%s'", name)
+                    : mt_err_set(e, "%s: %zu ranks are neither cl100k_base's nor o200k_base's: give --tiktoken-pattern",
+                                 path, n_ranks);
+    *out = (mt_pattern)p;
+    return 0;
+}
+
+const mt_bpe_special_tok *mt_bpe_tiktoken_specials(mt_pattern pat, size_t *n)
+{
+    *n = pat == MT_PAT_CL100K ? sizeof cl100k_special / sizeof *cl100k_special
+         : pat == MT_PAT_O200K ? sizeof o200k_special / sizeof *o200k_special : 0;
+    return pat == MT_PAT_CL100K ? cl100k_special : pat == MT_PAT_O200K ? o200k_special : NULL;
+}
+
+int mt_bpe_load_tiktoken(mt_bpe **out, const char *path, const char *pattern, mt_err *e)
+{
+    *out = NULL;
+    mt_bpe_ranks r;
+    mt_pattern pat;
+    if (mt_bpe_read_tiktoken(&r, path, e)) return -1;
+    if (mt_bpe_tiktoken_pattern(path, pattern, r.n, &pat, e)) {
+        mt_bpe_ranks_free(&r);
+        return -1;
     }
-    if (rc) {
-        free(t);
-        free(bytes);
-        return rc;
-    }
-    for (const special *s = sp; s && s->text; s++)
-        if (s->id + 1 > limit) limit = s->id + 1;
+    size_t nsp;
+    const mt_bpe_special_tok *sp = mt_bpe_tiktoken_specials(pat, &nsp);
+    int rc = mt_bpe_from_ranks(out, &r, 0, sp, nsp, pat, path, e);
+    mt_bpe_ranks_free(&r);
+    return rc;
+}
+
+int mt_bpe_from_ranks(mt_bpe **out, const mt_bpe_ranks *r, uint32_t shift, const mt_bpe_special_tok *sp, size_t nsp,
+                      mt_pattern pat, const char *path, mt_err *e)
+{
+    *out = NULL;
+    const mt_bpe_rank_tok *t = r->t;
+    const unsigned char *bytes = r->bytes;
+    size_t nt = r->n;
+    int rc = 0;
+    uint32_t limit = 0;
+    for (size_t i = 0; i < nt; i++)
+        if (shift + t[i].rank + 1 > limit) limit = shift + t[i].rank + 1;
+    for (size_t s = 0; s < nsp; s++)
+        if (sp[s].id + 1 > limit) limit = sp[s].id + 1;
 
     mt_bpe *b = mt_xcalloc(1, sizeof *b);
     b->pattern = pat;
@@ -135,23 +172,29 @@ int mt_bpe_load_tiktoken(mt_bpe **out, const char *path, const char *pattern, mt
     b->kind = mt_xcalloc(limit, 1);
     b->tok_off = mt_xcalloc((size_t)limit + 1, sizeof *b->tok_off);
     b->spell_off = mt_xcalloc((size_t)limit + 1, sizeof *b->spell_off);
-    uint32_t *src = mt_xmalloc((size_t)limit * sizeof *src); /* index into t, or UINT32_MAX */
+    /* index into t, nt + s for the special sp[s], or UINT32_MAX */
+    uint32_t *src = mt_xmalloc((size_t)limit * sizeof *src);
     for (uint32_t i = 0; i < limit; i++) src[i] = UINT32_MAX;
     for (size_t i = 0; i < nt; i++) {
-        if (src[t[i].rank] != UINT32_MAX) {
+        if (src[shift + t[i].rank] != UINT32_MAX) {
             rc = mt_err_set(e, "%s: rank %u given twice", path, t[i].rank);
             goto fail;
         }
-        src[t[i].rank] = (uint32_t)i;
+        src[shift + t[i].rank] = (uint32_t)i;
     }
-    for (const special *s = sp; s && s->text; s++)
-        if (src[s->id] != UINT32_MAX) {
-            rc = mt_err_set(e, "%s: rank %u is %s's special token id", path, s->id, mt_pattern_name(pat));
+    size_t total = r->bytes_n;
+    for (size_t s = 0; s < nsp; s++) {
+        if (src[sp[s].id] != UINT32_MAX) {
+            rc = src[sp[s].id] < nt ? mt_err_set(e, "%s: rank %u is the id of the special token %s", path,
+                                                  t[src[sp[s].id]].rank, sp[s].text)
+                                    : mt_err_set(e, "%s: special token %s given twice", path, sp[s].text);
             goto fail;
         }
-    /* bytes and spellings (GPT-2's byte symbols, at most 2 UTF-8 bytes per byte) */
-    size_t total = bytes_n;
-    for (const special *s = sp; s && s->text; s++) total += strlen(s->text);
+        src[sp[s].id] = (uint32_t)(nt + s);
+        total += strlen(sp[s].text);
+    }
+    /* bytes and spellings (GPT-2's byte symbols, at most 2 UTF-8 bytes per byte); specials spell and
+     * stand for their own text */
     b->tok_bytes = mt_xmalloc(total + 1);
     b->spell = mt_xmalloc(2 * total + 1);
     uint32_t sym[256];
@@ -161,46 +204,36 @@ int mt_bpe_load_tiktoken(mt_bpe **out, const char *path, const char *pattern, mt
     for (uint32_t id = 0; id < limit; id++) {
         b->tok_off[id] = off;
         b->spell_off[id] = soff;
-        if (src[id] != UINT32_MAX) {
-            const unsigned char *p = bytes + t[src[id]].off;
-            uint32_t n = t[src[id]].len;
-            memcpy(b->tok_bytes + off, p, n);
+        if (src[id] == UINT32_MAX) continue;
+        if (src[id] >= nt) {
+            const char *text = sp[src[id] - nt].text;
+            uint32_t n = (uint32_t)strlen(text);
+            memcpy(b->tok_bytes + off, text, n);
+            memcpy(b->spell + soff, text, n);
             off += n;
-            for (uint32_t k = 0; k < n; k++) {
-                uint32_t u = sym[p[k]];
-                if (u < 0x80) b->spell[soff++] = (char)u;
-                else {
-                    b->spell[soff++] = (char)(0xC0 | u >> 6);
-                    b->spell[soff++] = (char)(0x80 | (u & 0x3F));
-                }
-            }
-            b->kind[id] = n == 1 ? MT_TOK_BYTE : MT_TOK_MERGED;
+            soff += n;
+            b->kind[id] = MT_TOK_SPECIAL;
             b->vocab_size++;
-            if (n == 1) b->byte_id[p[0]] = id;
+            continue;
         }
+        const unsigned char *p = bytes + t[src[id]].off;
+        uint32_t n = t[src[id]].len;
+        memcpy(b->tok_bytes + off, p, n);
+        off += n;
+        for (uint32_t k = 0; k < n; k++) {
+            uint32_t u = sym[p[k]];
+            if (u < 0x80) b->spell[soff++] = (char)u;
+            else {
+                b->spell[soff++] = (char)(0xC0 | u >> 6);
+                b->spell[soff++] = (char)(0x80 | (u & 0x3F));
+            }
+        }
+        b->kind[id] = n == 1 ? MT_TOK_BYTE : MT_TOK_MERGED;
+        b->vocab_size++;
+        if (n == 1) b->byte_id[p[0]] = id;
     }
     b->tok_off[limit] = off;
     b->spell_off[limit] = soff;
-    for (const special *s = sp; s && s->text; s++) {
-        /* specials spell and stand for their own text; appended after the ranks' bytes */
-        size_t n = strlen(s->text);
-        uint32_t id = s->id;
-        if (id + 1 != limit && b->tok_off[id + 1] != b->tok_off[id]) continue; /* unreachable: checked above */
-        /* the offsets are prefix sums: put the text at the end and point the entry there by moving the
-         * tail offsets (only specials sit above the ranks, so this is cheap) */
-        memmove(b->tok_bytes + b->tok_off[id] + n, b->tok_bytes + b->tok_off[id], off - b->tok_off[id]);
-        memcpy(b->tok_bytes + b->tok_off[id], s->text, n);
-        memmove(b->spell + b->spell_off[id] + n, b->spell + b->spell_off[id], soff - b->spell_off[id]);
-        memcpy(b->spell + b->spell_off[id], s->text, n);
-        for (uint32_t k = id + 1; k <= limit; k++) {
-            b->tok_off[k] += (uint32_t)n;
-            b->spell_off[k] += (uint32_t)n;
-        }
-        off += (uint32_t)n;
-        soff += (uint32_t)n;
-        b->kind[id] = MT_TOK_SPECIAL;
-        b->vocab_size++;
-    }
     for (int c = 0; c < 256; c++)
         if (b->kind[b->byte_id[c]] != MT_TOK_BYTE || b->tok_bytes[b->tok_off[b->byte_id[c]]] != (char)c) {
             rc = mt_err_set(e, "%s: no token for the single byte 0x%02x", path, c);
@@ -215,26 +248,22 @@ int mt_bpe_load_tiktoken(mt_bpe **out, const char *path, const char *pattern, mt
         size_t n = b->tok_off[id + 1] - b->tok_off[id];
         for (size_t k = 1; k < n; k++) {
             int64_t l = mt_bpe_piece_find(b, p, k, mt_bpe_hash_bytes(p, k));
-            int64_t r = l < 0 ? -1 : mt_bpe_piece_find(b, p + k, n - k, mt_bpe_hash_bytes(p + k, n - k));
-            if (r < 0) continue;
+            int64_t rr = l < 0 ? -1 : mt_bpe_piece_find(b, p + k, n - k, mt_bpe_hash_bytes(p + k, n - k));
+            if (rr < 0) continue;
             if (m.n == m.cap) {
                 m.cap = m.cap ? 2 * m.cap : 1 << 16;
                 m.m = mt_xrealloc(m.m, m.cap * sizeof *m.m);
             }
-            m.m[m.n++] = (mt_bpe_merge){(uint32_t)l, (uint32_t)r, id, id};
+            m.m[m.n++] = (mt_bpe_merge){(uint32_t)l, (uint32_t)rr, id, id};
         }
     }
     mt_bpe_build_pairs(b, m.m, m.n);
     mt_bpe_merges_free(&m);
     free(src);
-    free(t);
-    free(bytes);
     *out = b;
     return 0;
 fail:
     free(src);
-    free(t);
-    free(bytes);
     mt_bpe_free(b);
     return rc;
 }

@@ -362,6 +362,107 @@ TEST(load_errors)
     else mt_bpe_free(b);
 }
 
+/* Megatron's TikTokenizer: 256 bytes + "ab", "abc", "cd" (ranks 256..258) as its JSON and as tiktoken
+ * lines; 5 special tokens before them, then <unk> <s> </s>; the ids and the same tables from both files. */
+static void encode_str(const mt_bpe *b, const char *s, mt_ids *ids)
+{
+    mt_bpe_ctx *c = mt_bpe_ctx_new(b);
+    ids->n = 0;
+    mt_bpe_encode(c, s, strlen(s), ids);
+    mt_bpe_ctx_free(c);
+}
+
+TEST(megatron_tiktoken)
+{
+    static const char *const merged[] = {"ab", "abc", "cd"};
+    char *js = t_path("ranks.json"), *tk = t_path("ranks.tiktoken");
+    FILE *fj = fopen(js, "w");
+    fputs("[", fj);
+    static const char b64[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    for (int i = 0; i < 259; i++) {
+        unsigned char t[4] = {0};
+        size_t n = i < 256 ? 1 : strlen(merged[i - 256]);
+        if (i < 256) t[0] = (unsigned char)i;
+        else memcpy(t, merged[i - 256], n);
+        char enc[8] = {0};
+        unsigned x = (unsigned)t[0] << 16 | (unsigned)t[1] << 8 | t[2];
+        enc[0] = b64[x >> 18], enc[1] = b64[x >> 12 & 63], enc[2] = n > 1 ? b64[x >> 6 & 63] : '=';
+        enc[3] = n > 2 ? b64[x & 63] : '=';
+        fprintf(fj, "%s{\"rank\": %d, \"token_bytes\": \"%s\", \"token_str\": null}", i ? ", " : "", i, enc);
+    }
+    fputs("]", fj);
+    fclose(fj);
+    FILE *ft = fopen(tk, "w");   /* the same ranks as tiktoken lines, in reverse order */
+    for (int i = 258; i >= 0; i--) {
+        unsigned char t[4] = {0};
+        size_t n = i < 256 ? 1 : strlen(merged[i - 256]);
+        if (i < 256) t[0] = (unsigned char)i;
+        else memcpy(t, merged[i - 256], n);
+        unsigned x = (unsigned)t[0] << 16 | (unsigned)t[1] << 8 | t[2];
+        fprintf(ft, "%c%c%c%c %d\n", b64[x >> 18], b64[x >> 12 & 63], n > 1 ? b64[x >> 6 & 63] : '=',
+                n > 2 ? b64[x & 63] : '=', i);
+    }
+    fclose(ft);
+    mt_tiktoken_opts o = {"v1", 5, NULL, 0, 5 + 259};
+    mt_bpe *b[2] = {NULL, NULL};
+    mt_err e = {{0}};
+    for (int k = 0; k < 2; k++)
+        if (mt_bpe_load_tiktoken_megatron(&b[k], k ? tk : js, &o, &e)) T_FAILF("load %s: %.300s", k ? tk : js, e.msg);
+    if (!b[0] || !b[1]) goto out;
+    mt_ids ids = {0};
+    for (int k = 0; k < 2; k++) {
+        T_EQ_INT(mt_bpe_id_limit(b[k]), 264);
+        T_EQ_INT(mt_bpe_vocab_size(b[k]), 264);
+        T_EQ_INT(mt_bpe_eod(b[k]), 2);
+        T_EQ_INT(mt_bpe_lookup(b[k], "<unk>"), 0);
+        T_EQ_INT(mt_bpe_lookup(b[k], "<SPECIAL_4>"), 4);
+        encode_str(b[k], "abcd", &ids);   /* "abc" (rank 257) + "d" (byte 100): ids shifted by 5 */
+        T_EQ_INT(ids.n, 2);
+        if (ids.n == 2) {
+            T_EQ_INT(ids.p[0], 5 + 257);
+            T_EQ_INT(ids.p[1], 5 + 'd');
+        }
+        encode_str(b[k], "<s>", &ids);     /* special tokens are text */
+        T_EQ_INT(ids.n, 3);
+        if (ids.n) T_EQ_INT(ids.p[0], 5 + '<');
+        uint32_t sp[] = {1, 5 + 258, 3};
+        mt_buf out = {0};
+        if (mt_bpe_decode(b[k], sp, 3, &out, &e)) T_FAILF("decode: %.300s", e.msg);
+        else T_CHECK(out.n == 16 && !memcmp(out.p, "<s>cd<SPECIAL_3>", 16));
+        mt_buf_free(&out);
+    }
+    /* a vocabulary of 3 ranks fewer: the last 3 ranks are cut */
+    mt_bpe *c;
+    o.vocab_size = 5 + 256;
+    if (mt_bpe_load_tiktoken_megatron(&c, js, &o, &e)) T_FAILF("cut: %.300s", e.msg);
+    else {
+        encode_str(c, "abcd", &ids);
+        T_EQ_INT(ids.n, 4);
+        mt_bpe_free(c);
+    }
+    /* 0 special tokens: the ranks are the ids */
+    mt_tiktoken_opts plain = {"v1", 0, NULL, 0, 0};
+    if (mt_bpe_load_tiktoken_megatron(&c, js, &plain, &e)) T_FAILF("plain: %.300s", e.msg);
+    else {
+        encode_str(c, "abcd", &ids);
+        T_CHECK(ids.n == 2 && ids.p[0] == 257 && ids.p[1] == 'd');
+        T_EQ_INT(mt_bpe_eod(c), -1);
+        mt_bpe_free(c);
+    }
+    /* too few ranks for the vocabulary: the message says which --vocab-size fits */
+    o.vocab_size = 5 + 260;
+    if (!mt_bpe_load_tiktoken_megatron(&c, tk, &o, &e)) {
+        T_FAILF("a vocabulary beyond the ranks was accepted");
+        mt_bpe_free(c);
+    } else {
+        T_CHECK(strstr(e.msg, "give --vocab-size 264") != NULL);
+    }
+    mt_ids_free(&ids);
+out:
+    mt_bpe_free(b[0]);
+    mt_bpe_free(b[1]);
+}
+
 TEST(adversarial_long_pieces)
 {
     NEED_GPT2();
@@ -515,6 +616,7 @@ int main(int argc, char **argv)
     RUN(utf8_repair);
     RUN(custom_vocab);
     RUN(load_errors);
+    RUN(megatron_tiktoken);
     RUN(adversarial_long_pieces);
     RUN(golden_ids);
     t_tmpdir_remove();
