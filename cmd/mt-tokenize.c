@@ -27,7 +27,8 @@ typedef enum { IN_JSONL, IN_LINES, IN_DOCUMENT } input_format;
 
 typedef struct opts {
     const char *vocab, *merges, *tokenizer_type, *model, *tiktoken_pattern, *input, *format_s, *output_prefix;
-    mt_strs keys;
+    mt_strs keys, specials;
+    int64_t num_special, vocab_size;
     bool append_eod, special, skip_bad, decode, json_out, quiet, hf;
     int workers;
     int64_t log_interval, max_line;
@@ -340,7 +341,8 @@ static const char *unsupported[][2] = {
 int main(int argc, char **argv)
 {
     mt_set_progname(argv[0]);
-    opts o = {.tokenizer_type = "GPT2BPETokenizer", .format_s = "jsonl", .workers = 1, .max_line = MT_MAX_LINE_DEFAULT};
+    opts o = {.tokenizer_type = "GPT2BPETokenizer", .format_s = "jsonl", .workers = 1, .max_line = MT_MAX_LINE_DEFAULT,
+              .num_special = MT_TIKTOKEN_NUM_SPECIAL_DEFAULT};
     const char *default_keys[] = {"text"};
     const mt_flag flags[] = {
         MT_FLAG_VOCAB_FILE(&o.vocab, "vocab.json of the BPE (GPT2BPETokenizer)"),
@@ -356,6 +358,15 @@ int main(int argc, char **argv)
          "TikTokenizer's pre-tokenizer: Megatron's v1 or v2, or tiktoken's cl100k or o200k (default: recognised "
          "by the rank count of cl100k_base and o200k_base), llama3, qwen2, gpt2", 0, 0,
          "v1|v2|cl100k|o200k|llama3|qwen2|gpt2"},
+        {"--tiktoken-num-special-tokens", MT_F_I64, &o.num_special, "N",
+         "TikTokenizer: ids 0..N-1 are special tokens and rank r is id N + r, as Megatron (default 1000); 0: the "
+         "ranks are the ids, as tiktoken's own cl100k_base and o200k_base", 0, 1 << 28, NULL},
+        {"--tiktoken-special-tokens", MT_F_STRS, &o.specials, "TOK",
+         "TikTokenizer: the first special tokens, including <unk> <s> </s> (default those three; </s> is the end "
+         "of document), then <SPECIAL_i> up to N", 0, 0, NULL},
+        {"--vocab-size", MT_F_I64, &o.vocab_size, "N",
+         "TikTokenizer: the vocabulary, the ranks cut to N less the special tokens (default 131072, as Megatron); "
+         "it sets the dataset's dtype (uint16 below 65500)", 1, 1 << 30, NULL},
         {"--input", MT_F_STR, &o.input, "FILE", "input file, as Megatron's flag (also: positional FILEs; - = stdin)",
          0, 0, NULL},
         {"--json-keys", MT_F_STRS, &o.keys, "KEY", "JSON keys to tokenize, one output dataset each (default text)", 0,
@@ -407,8 +418,14 @@ int main(int argc, char **argv)
     if (gpt2 && (!o.vocab || !o.merges)) mt_die("--vocab-file and --merge-file are required (try --help)");
     if (!gpt2 && !o.model) mt_die("--tokenizer-type %s needs --tokenizer-model", o.tokenizer_type);
     if (gpt2 && o.model) mt_die("--tokenizer-model: not used by --tokenizer-type GPT2BPETokenizer");
-    if (o.tiktoken_pattern && strcmp(o.tokenizer_type, "TikTokenizer"))
-        mt_die("--tiktoken-pattern only applies to --tokenizer-type TikTokenizer");
+    bool tik = !strcmp(o.tokenizer_type, "TikTokenizer");
+    if (o.tiktoken_pattern && !tik) mt_die("--tiktoken-pattern only applies to --tokenizer-type TikTokenizer");
+    if (o.specials.n && !tik) mt_die("--tiktoken-special-tokens only applies to --tokenizer-type TikTokenizer");
+    if (o.vocab_size && !tik) mt_die("--vocab-size only applies to --tokenizer-type TikTokenizer");
+    for (int i = 0; i < o.specials.n; i++)   /* nargs='+' takes an input file written after it, as --json-keys */
+        if (!access(o.specials.v[i], F_OK) && (strchr(o.specials.v[i], '/') || strchr(o.specials.v[i], '.')))
+            mt_die("--tiktoken-special-tokens: '%s' is a file: put input files before it, after --, or give --input",
+                   o.specials.v[i]);
     if (o.output_prefix)
         mt_die("--output-prefix: mt-tokenize writes a token stream to stdout; pipe it into mt-index --output-prefix %s",
                o.output_prefix);
@@ -435,9 +452,11 @@ int main(int argc, char **argv)
     if (inputs.n == 0) inputs.v[inputs.n++] = "-";
 
     mt_bpe *bpe;
+    mt_tiktoken_opts to = {o.tiktoken_pattern, o.num_special, o.specials.n ? o.specials.v : NULL, o.specials.n,
+                           o.vocab_size};
     int rc = gpt2 ? mt_bpe_load(&bpe, o.vocab, o.merges, &e)
              : o.hf ? mt_bpe_load_hf(&bpe, o.model, &e)
-                    : mt_bpe_load_tiktoken(&bpe, o.model, o.tiktoken_pattern, &e);
+                    : mt_bpe_load_tiktoken_megatron(&bpe, o.model, &to, &e);
     if (rc && gpt2) mt_die_err(&e);
     if (rc) mt_die("--tokenizer-type %s: %s", o.tokenizer_type, e.msg);
     if (o.decode) return decode_main(&o, bpe, &inputs);
@@ -446,12 +465,15 @@ int main(int argc, char **argv)
     if (o.append_eod && eod < 0)
         mt_die("--append-eod: %s has no %s", gpt2 ? o.vocab : o.model,
                o.hf ? "eos_token (tokenizer_config.json beside tokenizer.json)" : "<|endoftext|> token");
+    if (o.vocab_size && o.vocab_size < mt_bpe_id_limit(bpe))   /* only with tiktoken's own ids */
+        mt_die("--vocab-size %lld: %s has ids up to %u", (long long)o.vocab_size, o.model, mt_bpe_id_limit(bpe) - 1);
     if (isatty(1)) mt_die("refusing to write a binary token stream to a terminal: pipe it into mt-index");
 
     R.o = &o;
     R.bpe = bpe;
     uint32_t vs = mt_bpe_vocab_size(bpe);
     if (mt_bpe_id_limit(bpe) > vs) vs = mt_bpe_id_limit(bpe);
+    if (o.vocab_size > vs) vs = (uint32_t)o.vocab_size;   /* Megatron's dtype is that of its vocab_size */
     R.hdr.version = MT_TOKS_VERSION;
     R.hdr.vocab_size = vs;
     R.hdr.token_bytes = mt_toks_token_bytes(vs);
@@ -520,6 +542,7 @@ int main(int argc, char **argv)
     mt_buf_free(&tail);
     free(inputs.v);
     if (o.keys.v != default_keys) free(o.keys.v);
+    free(o.specials.v);
     mt_bpe_free(bpe);
     return 0;
 }

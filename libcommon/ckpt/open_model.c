@@ -43,10 +43,14 @@ int mt_tokenizer_open(mt_tokenizer *t, const mt_train_args *a, bool vocab_only, 
         return 0;
     }
     if (!a->tokenizer_model) return mt_err_set(e, "--tokenizer-type %s: no --tokenizer-model", type);
+    mt_tiktoken_opts to = {a->tiktoken_pattern, a->tiktoken_num_special_tokens,
+                           a->tiktoken_special_tokens.n ? a->tiktoken_special_tokens.v : NULL,
+                           a->tiktoken_special_tokens.n, a->vocab_size};
     int rc = t->hf ? mt_bpe_load_hf(&t->bpe, a->tokenizer_model, e)
-                   : mt_bpe_load_tiktoken(&t->bpe, a->tokenizer_model, a->tiktoken_pattern, e);
+                   : mt_bpe_load_tiktoken_megatron(&t->bpe, a->tokenizer_model, &to, e);
     if (rc) return mt_err_prefix(e, "--tokenizer-type %s", type);
-    /* Megatron's vocab_size of these tokenizers: every id, added tokens included */
+    /* Megatron's vocab_size of these tokenizers: every id, added tokens included (Megatron's TikTokenizer
+     * layout: --vocab-size itself, which the ids fill) */
     t->vocab_size = mt_bpe_id_limit(t->bpe);
     t->eod = mt_bpe_eod(t->bpe);
     if (a->vocab_size > 0 && a->vocab_size < t->vocab_size) {
@@ -161,6 +165,23 @@ static int arg_str(const mt_model_ckpt *mc, const char *key, const char **out, m
     return 0;
 }
 
+/* A list of strings (absent, null or []: none); the array is the caller's to free, the strings borrowed. */
+static int arg_strs(const mt_model_ckpt *mc, const char *key, mt_strs *out, mt_err *e)
+{
+    json_t *v = json_object_get(mc->args, key), *x;
+    size_t i;
+    out->v = NULL;
+    out->n = 0;
+    if (!v || json_is_null(v)) return 0;
+    if (!json_is_array(v)) return mt_err_set(e, "%s/meta.json: \"args.%s\" is not a list", mc->dir, key);
+    json_array_foreach(v, i, x)
+        if (!json_is_string(x)) return mt_err_set(e, "%s/meta.json: \"args.%s\"[%zu] is not a string", mc->dir, key, i);
+    if (!json_array_size(v)) return 0;
+    out->v = mt_xmalloc(json_array_size(v) * sizeof *out->v);
+    json_array_foreach(v, i, x) out->v[out->n++] = json_string_value(x);
+    return 0;
+}
+
 static int read_args(mt_model_ckpt *mc, mt_err *e)
 {
     mt_train_args *a = &mc->a;
@@ -197,6 +218,11 @@ static int read_args(mt_model_ckpt *mc, mt_err *e)
         return -1;
     if (file_tok && (arg_str(mc, "tokenizer-model", &a->tokenizer_model, e) ||
                      arg_str(mc, "tiktoken-pattern", &a->tiktoken_pattern, e)))
+        return -1;
+    /* Megatron's TikTokenizer layout; absent in checkpoints written before mt followed it, whose ids were
+     * the ranks (0 special tokens) */
+    if (file_tok && (arg_i64(mc, "tiktoken-num-special-tokens", 1, 0, &a->tiktoken_num_special_tokens, e) ||
+                     arg_strs(mc, "tiktoken-special-tokens", &a->tiktoken_special_tokens, e)))
         return -1;
     return 0;
 }
@@ -526,6 +552,7 @@ void mt_model_close(mt_model_ckpt *mc)
     }
     free(mc->load_dir);
     free(mc->tokenizer_found);
+    free(mc->a.tiktoken_special_tokens.v);
     free(mc->flat_m);
     free(mc->flat_v);
     if (mc->reader) mt_ckpt_close(mc->reader);

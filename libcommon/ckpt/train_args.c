@@ -1,6 +1,7 @@
 /* train_args.c: mt-train's flag table (Megatron names and defaults), checks, and the JSON form of the args. */
 #include "ckpt/train_args.h"
 #include "model/device.h"
+#include "tok/bpe.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -140,11 +141,19 @@ static const mt_flag flags[] = {
      "HuggingFaceTokenizer: directory of tokenizer.json (and tokenizer_config.json, whose eos_token is the end of "
      "document), or the file; TikTokenizer: the ranks file", 0, 0, NULL},
     {"--tiktoken-pattern", MT_F_CHOICE, &A.tiktoken_pattern, NULL,
-     "TikTokenizer's pre-tokenizer (default: recognised by the rank count of cl100k_base and o200k_base)", 0, 0,
-     "v1|v2|cl100k|o200k|llama3|qwen2|gpt2"},
+     "TikTokenizer's pre-tokenizer: Megatron's v1 or v2, or cl100k, o200k, llama3, qwen2, gpt2 (default: "
+     "recognised by the rank count of cl100k_base and o200k_base)", 0, 0, "v1|v2|cl100k|o200k|llama3|qwen2|gpt2"},
+    {"--tiktoken-num-special-tokens", MT_F_I64, &A.tiktoken_num_special_tokens, "N",
+     "TikTokenizer: ids 0..N-1 are special tokens and rank r is id N + r, as Megatron (default 1000); 0: the "
+     "ranks are the ids, as tiktoken's own cl100k_base and o200k_base", 0, 1 << 28, NULL},
+    {"--tiktoken-special-tokens", MT_F_STRS, &A.tiktoken_special_tokens, "TOK",
+     "TikTokenizer: the first special tokens, including <unk> <s> </s> (default those three; </s> is the end "
+     "of document), then <SPECIAL_i> up to N", 0, 0, NULL},
     {"--vocab-size", MT_F_I64, &A.vocab_size, "N",
-     "NullTokenizer: ids 0..N-1, end of document N; HuggingFaceTokenizer, TikTokenizer: the model's vocabulary "
-     "when larger than the tokenizer's (a converted model's rows)", 1, 1 << 30, NULL},
+     "NullTokenizer: ids 0..N-1, end of document N; TikTokenizer: the vocabulary, the ranks cut to N less the "
+     "special tokens (default 131072, as Megatron); HuggingFaceTokenizer and TikTokenizer without special "
+     "tokens: the model's vocabulary when larger than the tokenizer's (a converted model's rows)",
+     1, 1 << 30, NULL},
     {"--eod-mask-loss", MT_F_BOOL, &A.eod_mask_loss, NULL, "no loss at end-of-document input tokens", 0, 0, NULL},
     {"--dataloader-type", MT_F_CHOICE, &A.dataloader_type, NULL, "single (default; cyclic is not implemented)", 0, 0,
      "single|cyclic|external"},
@@ -290,6 +299,7 @@ static void defaults(mt_train_args *a)
     a->ckpt_format = "torch";
     a->seed = 1234;
     a->tokenizer_type = "GPT2BPETokenizer";
+    a->tiktoken_num_special_tokens = MT_TIKTOKEN_NUM_SPECIAL_DEFAULT;
     a->dataloader_type = "single";
     a->mid_level_dataset_surplus = 0.005;
     a->eval_interval = 1000;
@@ -482,6 +492,8 @@ static int parse(mt_train_args *out, int argc, char **argv, mt_err *e)
         return mt_err_set(e, "--tokenizer-model: not used by --tokenizer-type %s", a->tokenizer_type);
     if (a->tiktoken_pattern && strcmp(a->tokenizer_type, "TikTokenizer"))
         return mt_err_set(e, "--tiktoken-pattern only applies to --tokenizer-type TikTokenizer");
+    if (a->tiktoken_special_tokens.n && strcmp(a->tokenizer_type, "TikTokenizer"))
+        return mt_err_set(e, "--tiktoken-special-tokens only applies to --tokenizer-type TikTokenizer");
     if (a->finetune && !a->load) return mt_err_set(e, "--finetune needs --load");
     if (a->exit_on_missing_checkpoint && !a->load) return mt_err_set(e, "--exit-on-missing-checkpoint needs --load");
     *out = A;

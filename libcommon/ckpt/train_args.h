@@ -53,6 +53,8 @@ typedef struct mt_train_args {
     mt_strs data_path;
     const char *split, *data_cache_path, *vocab_file, *merge_file, *tokenizer_type, *dataloader_type;
     const char *tokenizer_model, *tiktoken_pattern;   /* HuggingFaceTokenizer, TikTokenizer */
+    int64_t tiktoken_num_special_tokens;               /* TikTokenizer: 0 for tiktoken's own ids */
+    mt_strs tiktoken_special_tokens;                   /* TikTokenizer: empty for <unk> <s> </s> */
     int64_t seed, vocab_size;
     double mid_level_dataset_surplus;
     bool eod_mask_loss;

@@ -64,8 +64,9 @@ fi
 
 # --- TikTokenizer on cl100k_base: int32 dataset, against tiktoken; mt-shuffle reads it -------------------
 cl=$T/w/cl100k_base.tiktoken
-mt-tokenize --tokenizer-type TikTokenizer --tokenizer-model "$cl" --append-eod --quiet "$docs" \
-    | mt-index --output-prefix "$T/cl" 2>/dev/null
+# --tiktoken-num-special-tokens 0: tiktoken's own ids (the ranks), not Megatron's layout (train-tiktoken.sh)
+tik() { mt-tokenize --tokenizer-type TikTokenizer --tiktoken-num-special-tokens 0 "$@"; }
+tik --tokenizer-model "$cl" --append-eod --quiet "$docs" | mt-index --output-prefix "$T/cl" 2>/dev/null
 mt-index --info "$T/cl_text_document" > "$T/cl.info"
 t_grep "cl100k ids are stored as int32" "dtype +int32" "$T/cl.info"
 mt-index --dump "$T/cl_text_document" > "$T/cl.ids"
@@ -82,8 +83,8 @@ EOF
 t_cmp "mt-tokenize TikTokenizer cl100k --append-eod == tiktoken encode_ordinary + <|endoftext|>" "$T/cl.want" "$T/cl.ids"
 t_ok "mt-shuffle reads the int32 dataset" mt-shuffle --data-path "$T/cl_text_document" --split 100,0,0 \
     --seq-length 64 --train-samples 8 --global-batch-size 4 --data-cache-path "$T/cache" --show-sample 0
-mt-tokenize --tokenizer-type TikTokenizer --tokenizer-model "$cl" --quiet "$docs" > "$T/cl.toks"
-mt-tokenize --tokenizer-type TikTokenizer --tokenizer-model "$cl" --decode --json < "$T/cl.toks" > "$T/cl.back"
+tik --tokenizer-model "$cl" --quiet "$docs" > "$T/cl.toks"
+tik --tokenizer-model "$cl" --decode --json < "$T/cl.toks" > "$T/cl.back"
 if "$py" -c 'import json, sys; a = [json.loads(l)["text"] for l in open(sys.argv[1])]; b = [json.loads(l)["text"] for l in open(sys.argv[2])]; sys.exit(a != b)' \
     "$docs" "$T/cl.back"; then t_pass "--decode gives back the documents (cl100k)"; else t_fail "--decode cl100k" "texts differ"; fi
 
@@ -107,7 +108,7 @@ refuse "unknown Split regex refused" 'j["pre_tokenizer"]["pretokenizers"][0]["pa
     "regex .* is not one mt knows"
 refuse "Metaspace pre-tokenizer refused" 'j["pre_tokenizer"] = {"type": "Metaspace"}' "pre_tokenizer Metaspace"
 printf 'not base64 at all\n' > "$T/bad.tiktoken"
-if echo '{"text": "a"}' | mt-tokenize --tokenizer-type TikTokenizer --tokenizer-model "$T/bad.tiktoken" >/dev/null 2>"$T/bad.err"; then
+if echo '{"text": "a"}' | tik --tokenizer-model "$T/bad.tiktoken" >/dev/null 2>"$T/bad.err"; then
     t_fail "bad tiktoken file refused" "accepted"
 else
     t_grep "bad tiktoken file refused naming the file" "TikTokenizer: $T/bad.tiktoken: line 1" "$T/bad.err"
