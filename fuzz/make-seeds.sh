@@ -12,7 +12,7 @@ t=$(mktemp -d)
 trap 'rm -rf "$t"' EXIT
 sep=$'\n--8<--\n'
 join() { local out=$1 first=1; shift; : >"$out"; for f in "$@"; do [ $first = 1 ] || printf '%s' "$sep" >>"$out"; first=0; cat "$f" >>"$out"; done; }
-mkdir -p $c/{jsonl,tokstream,indexed,npy,gpt_cache,safetensors,hf_dir,ckpt,bpe,flags}
+mkdir -p $c/{jsonl,tokstream,indexed,npy,gpt_cache,safetensors,hf_dir,ckpt,bpe,tiktoken,flags}
 
 # JSON lines: documents and prompts as the programs see them
 printf '%s' '{"text": "def f(x):\n    return x"}' >$c/jsonl/doc
@@ -115,6 +115,16 @@ open(f"{d}/merges.txt", "w").write("#version: 0.2\n" + "\n".join(merges) + "\n")
 open(f"{d}/text", "w").write("the cat ate the hat<|endoftext|> \u00e9\u4e2d 123\n\n")
 PY
 join $c/bpe/tiny "$t/vocab.json" "$t/merges.txt" "$t/text"
+
+# Megatron's TikTokenizer JSON ranks (the 256 bytes, then a few merged tokens) and a text
+/usr/bin/python3 - "$t" <<'PY'
+import base64, json, sys
+d = sys.argv[1]
+toks = [bytes([i]) for i in range(256)] + [b"th", b"the", b" the", b"at", b" c", b" cat", "\u00e9".encode()]
+json.dump([{"rank": i, "token_bytes": base64.b64encode(t).decode(), "token_str": t.decode("utf-8", "replace")}
+           for i, t in enumerate(toks)], open(f"{d}/ranks.json", "w"))
+PY
+join $c/tiktoken/tiny "$t/ranks.json" "$t/text"
 
 # command lines (NUL-separated words)
 printf '%s\0' --num-layers 2 --hidden-size 64 --num-attention-heads 4 --seq-length 32 --max-position-embeddings 32 \
