@@ -349,11 +349,12 @@ int main(int argc, char **argv)
         MT_FLAG_MERGE_FILE(&o.merges, "merges.txt of the BPE (GPT2BPETokenizer)"),
         {"--tokenizer-type", MT_F_CHOICE, &o.tokenizer_type, NULL,
          "GPT2BPETokenizer (default: --vocab-file, --merge-file), HuggingFaceTokenizer (a byte-level BPE "
-         "tokenizer.json) or TikTokenizer (a tiktoken ranks file)", 0, 0,
+         "tokenizer.json) or TikTokenizer (Megatron's JSON ranks or a tiktoken file)", 0, 0,
          "GPT2BPETokenizer|HuggingFaceTokenizer|TikTokenizer"},
         {"--tokenizer-model", MT_F_STR, &o.model, "PATH",
          "HuggingFaceTokenizer: directory of tokenizer.json (and tokenizer_config.json, whose eos_token is the "
-         "end of document), or the file; TikTokenizer: the ranks file (\"base64 rank\" lines)", 0, 0, NULL},
+         "end of document), or the file; TikTokenizer: Megatron's JSON list of {rank, token_bytes, token_str} or a "
+         "tiktoken file of \"base64 rank\" lines", 0, 0, NULL},
         {"--tiktoken-pattern", MT_F_CHOICE, &o.tiktoken_pattern, NULL,
          "TikTokenizer's pre-tokenizer: Megatron's v1 or v2, or tiktoken's cl100k or o200k (default: recognised "
          "by the rank count of cl100k_base and o200k_base), llama3, qwen2, gpt2", 0, 0,
@@ -403,8 +404,9 @@ int main(int argc, char **argv)
         "       mt-tokenize --tokenizer-type HuggingFaceTokenizer|TikTokenizer --tokenizer-model PATH [options] ...",
         "Tokenizes JSON lines (plain or zstd-compressed, detected by content) from FILEs or stdin with a byte-level\n"
         "BPE (GPT-2's or any vocab.json + merges.txt; a tokenizer.json such as Llama 3's, Qwen2's or GPT-NeoX's;\n"
-        "a tiktoken file such as cl100k_base), token-for-token as tiktoken and HF tokenizers, and writes the mt\n"
-        "token stream (man mt-formats) to stdout. With --decode, turns ids back into text.",
+        "Megatron's TikTokenizer ranks or a tiktoken file such as cl100k_base), token-for-token as tiktoken and HF\n"
+        "tokenizers, and writes the mt token stream (man mt-formats) to stdout. With --decode, turns ids back\n"
+        "into text.",
         flags};
     for (int i = 1; i < argc; i++)
         for (size_t k = 0; k < sizeof unsupported / sizeof unsupported[0]; k++)

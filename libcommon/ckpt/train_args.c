@@ -133,13 +133,14 @@ static const mt_flag flags[] = {
     MT_FLAG_SEED(&A.seed, "seed of data order, init and dropout (default 1234)"),
     {"--tokenizer-type", MT_F_CHOICE, &A.tokenizer_type, NULL,
      "GPT2BPETokenizer (default; needs --vocab-file), HuggingFaceTokenizer (a byte-level BPE tokenizer.json) or "
-     "TikTokenizer (a tiktoken ranks file; both need --tokenizer-model), or NullTokenizer (needs --vocab-size)", 0, 0,
+     "TikTokenizer (Megatron's JSON ranks or a tiktoken file; both need --tokenizer-model), or NullTokenizer (needs "
+     "--vocab-size)", 0, 0,
      "GPT2BPETokenizer|HuggingFaceTokenizer|TikTokenizer|NullTokenizer"},
     MT_FLAG_VOCAB_FILE(&A.vocab_file, "GPT-2 vocab.json"),
     MT_FLAG_MERGE_FILE(&A.merge_file, "GPT-2 merges.txt"),
     {"--tokenizer-model", MT_F_STR, &A.tokenizer_model, "PATH",
      "HuggingFaceTokenizer: directory of tokenizer.json (and tokenizer_config.json, whose eos_token is the end of "
-     "document), or the file; TikTokenizer: the ranks file", 0, 0, NULL},
+     "document), or the file; TikTokenizer: Megatron's JSON ranks or a tiktoken file", 0, 0, NULL},
     {"--tiktoken-pattern", MT_F_CHOICE, &A.tiktoken_pattern, NULL,
      "TikTokenizer's pre-tokenizer: Megatron's v1 or v2, or cl100k, o200k, llama3, qwen2, gpt2 (default: "
      "recognised by the rank count of cl100k_base and o200k_base)", 0, 0, "v1|v2|cl100k|o200k|llama3|qwen2|gpt2"},
