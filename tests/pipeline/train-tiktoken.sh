@@ -213,3 +213,16 @@ EOF
     then t_pass "mt-generate encodes and decodes with the checkpoint's TikTokenizer: $(head -c 300 "$d/gen.cmp")"
     else t_fail "mt-generate with the checkpoint's TikTokenizer" "$(tail -c 400 "$d/gen.cmp")"; fi
 else t_fail "mt-generate" "$(tail -c 300 "$d/gen.err")"; fi
+
+# a checkpoint written before mt followed Megatron's layout (no --tiktoken-num-special-tokens in its args)
+# was trained on the ranks as ids: it is read with 0 special tokens
+cp -r "$d/ck" "$d/ck-old"
+"$py" -c 'import json, sys
+p = sys.argv[1] + "/iter_0000040/mp_rank_00/meta.json"; m = json.load(open(p))
+del m["args"]["tiktoken-num-special-tokens"], m["args"]["tiktoken-special-tokens"]; json.dump(m, open(p, "w"))' "$d/ck-old"
+if mt-generate --load "$d/ck-old" --greedy --max-new-tokens 2 --json "The quick brown" >"$d/old.jsonl" 2>"$d/old.err" &&
+    PYTHONPATH=$d "$py" -c 'import json, sys, ref
+enc, _ = ref.megatron(json.load(open(sys.argv[1] + "/small.json")), "v1", 0, [], 0)
+r = json.loads(open(sys.argv[2]).readline()); sys.exit(r["prompt_ids"] != enc.encode_ordinary(r["prompt"]))' "$d" "$d/old.jsonl"
+then t_pass "a checkpoint without the flag in its args is read with the ranks as ids ($(head -c 80 "$d/old.jsonl"))"
+else t_fail "a checkpoint without --tiktoken-num-special-tokens" "$(cat "$d/old.err" "$d/old.jsonl" | head -c 300)"; fi
