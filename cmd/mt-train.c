@@ -59,12 +59,23 @@ typedef struct run {
     int memory_reported;
 } run;
 
-static mt_boot *abort_boot;
-/* A fatal error of one rank ends every rank (after mt_die has printed the message naming this rank). */
-static void abort_job(void)
+/* How long a rank that failed waits for the others to fail too before it ends the job alone: the ranks
+ * of a job meet an error of their flags, data or checkpoint within milliseconds of each other. */
+#define FAIL_WAIT_S 3.0
+
+/* Before a rank joins its job (flags, the launch check) every rank meets the same error: rank 0 of the
+ * launch reports it, the others end with the same status quietly. */
+static void report_before_join(const char *msg)
 {
-    if (abort_boot && abort_boot->size > 1) mt_boot_abort(abort_boot, 1, "mt-train: a rank failed");
+    if (mt_boot_env_rank() == 0) fprintf(stderr, "%s: %s\n", mt_progname(), msg);
+    exit(1);
 }
+
+/* In a job of several ranks, an error of every rank is printed once by rank 0 and the ranks exit 1
+ * together; an error of one rank is printed by that rank, naming it, and ends the job (mt_boot_fail). */
+static mt_boot *fail_boot;
+static char plain_name[64], rank_name[400];
+static void report_in_job(const char *msg) { mt_boot_fail(fail_boot, plain_name, rank_name, 1, msg, FAIL_WAIT_S); }
 
 static void save_checkpoint(run *r)
 {
@@ -293,12 +304,12 @@ static void join_job(run *r, const mt_train_args *a)
 {
     mt_err e;
     if (mt_boot_init(&r->boot, &e)) mt_die_err(&e);
-    static char name[300];
     if (r->boot.size > 1) {
-        snprintf(name, sizeof name, "mt-train: rank %d (%s)", r->boot.rank, r->boot.host);
-        mt_set_progname(name);
-        abort_boot = &r->boot;
-        mt_at_die(abort_job);
+        snprintf(plain_name, sizeof plain_name, "%s", mt_progname());
+        snprintf(rank_name, sizeof rank_name, "%s: rank %d (%s)", plain_name, r->boot.rank, r->boot.host);
+        mt_set_progname(rank_name);   /* for warnings */
+        fail_boot = &r->boot;
+        mt_set_die_report(report_in_job);
     }
     if (mt_boot_mpi(&r->boot, &e)) mt_die_err(&e);
     if (mt_parallel_init(&r->par, &r->boot, a->tensor_model_parallel_size, a->pipeline_model_parallel_size, &e))
@@ -309,6 +320,18 @@ static void join_job(run *r, const mt_train_args *a)
     printf("using world size: %d, data-parallel size: %d, context-parallel size: 1, tensor-model-parallel size: %d, "
            "pipeline-model-parallel size: %d\n",
            r->boot.size, g.dp, g.tp, g.pp);
+}
+
+/* The --save directory, checked and locked by rank 0; its error is the job's (every rank fails with it,
+ * so that it is reported once, as a bad flag is). */
+static void check_save_dir(run *r, const char *save)
+{
+    mt_err e;
+    char msg[sizeof e.msg] = "";
+    if (r->boot.rank == 0 && (mt_ckpt_check_save_dir(save, &e) || mt_ckpt_lock_save_dir(save, &e) < 0))
+        snprintf(msg, sizeof msg, "%s", e.msg);
+    if (r->world->size > 1 && mt_broadcast(r->world, msg, sizeof msg, MT_C_BYTE, 0, &e)) mt_die_err(&e);
+    if (*msg) mt_die("--save: %s", msg);
 }
 
 /* Megatron's line per (tensor rank, stage): each model-parallel rank's parameter count, gathered to rank 0. */
@@ -330,6 +353,7 @@ int main(int argc, char **argv)
 {
     mt_omp_env_spin(argv, 1000);
     mt_set_progname(argv[0]);
+    mt_set_die_report(report_before_join);
     static run r;
     static mt_train_args a;
     mt_trainer *t = &r.t;
@@ -348,10 +372,9 @@ int main(int argc, char **argv)
         mt_die_err(&e);
     }
     join_job(&r, &a);
-    /* a --save that cannot be written fails now, not after the training it was to keep */
-    if (a.save && r.boot.rank == 0 && mt_ckpt_check_save_dir(a.save, &e)) mt_die("--save: %s", e.msg);
-    /* one job at a time writes a --save directory: rank 0 holds its lock until it exits */
-    if (a.save && r.boot.rank == 0 && mt_ckpt_lock_save_dir(a.save, &e) < 0) mt_die("--save: %s", e.msg);
+    /* a --save that cannot be written fails now, not after the training it was to keep; one job at a time
+     * writes a --save directory: rank 0 holds its lock until it exits */
+    if (a.save) check_save_dir(&r, a.save);
     /* the PMIx node-local rank and size choose the GPU and the communicators of device buffers (model/device.h) */
     char lr[16], ls[16];
     snprintf(lr, sizeof lr, "%d", r.boot.local_rank), snprintf(ls, sizeof ls, "%d", r.boot.local_size);

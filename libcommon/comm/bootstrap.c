@@ -1,14 +1,19 @@
 /* bootstrap.c: rank, size and local rank from PMIx; the refusal of launches without PMIx; MPI's world
- * for CPU ranks (see bootstrap.h). */
+ * for CPU ranks; how a rank's fatal error ends the job (see bootstrap.h). */
 #include "comm/bootstrap.h"
 
 #include <mpi.h>
 #include <pmix.h>
+#include <signal.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
+
+/* The communicator that only failing ranks use (mt_boot_fail), a copy of MPI_COMM_WORLD made at start. */
+static MPI_Comm fail_comm = MPI_COMM_NULL;
 
 static const char *env_get(const char *name) { return getenv(name); }
 
@@ -88,6 +93,7 @@ int mt_boot_mpi(mt_boot *b, mt_err *e)
     MPI_Comm_size(MPI_COMM_WORLD, &n);
     if (r != b->rank || n != b->size)
         return mt_err_set(e, "MPI's world (rank %d of %d) differs from PMIx's (rank %d of %d)", r, n, b->rank, b->size);
+    if (MPI_Comm_dup(MPI_COMM_WORLD, &fail_comm) != MPI_SUCCESS) return mt_err_set(e, "MPI_Comm_dup failed");
     return 0;
 }
 
@@ -126,18 +132,98 @@ int mt_boot_share(mt_boot *b, const char *key, void *buf, size_t n, int root, mt
 
 void mt_boot_finalize(mt_boot *b)
 {
-    if (b->mpi) MPI_Finalize();
+    if (b->mpi) {
+        if (fail_comm != MPI_COMM_NULL) MPI_Comm_free(&fail_comm);
+        MPI_Finalize();
+    }
     if (b->pmix) PMIx_Finalize(NULL, 0);
     b->mpi = b->pmix = false;
 }
 
-void mt_boot_abort(mt_boot *b, int status, const char *msg)
+void mt_boot_abort(mt_boot *b, int status)
 {
-    if (b->mpi) MPI_Abort(MPI_COMM_WORLD, status);
     if (b->pmix) {
         pmix_proc_t wild;
         PMIX_PROC_LOAD(&wild, b->nspace, PMIX_RANK_WILDCARD);
-        PMIx_Abort(status, msg, &wild, 1);
+        PMIx_Abort(status, NULL, &wild, 1);
         _exit(status);
     }
+    if (b->mpi) MPI_Abort(MPI_COMM_WORLD, status);
+}
+
+int mt_boot_env_rank(void)
+{
+    static const char *const vars[] = {"PMIX_RANK", "OMPI_COMM_WORLD_RANK", "SLURM_PROCID", "PMI_RANK"};
+    for (size_t i = 0; i < sizeof vars / sizeof vars[0]; i++)
+        if (getenv(vars[i]) && *getenv(vars[i])) return atoi(getenv(vars[i]));
+    return 0;
+}
+
+static double mono_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+/* FNV-1a: ranks compare their messages by this hash */
+static uint64_t msg_hash(const char *s)
+{
+    uint64_t h = 14695981039346656037ull;
+    for (; *s; s++) h = (h ^ (unsigned char)*s) * 1099511628211ull;
+    return h;
+}
+
+static volatile sig_atomic_t fail_status;
+/* a finalize that does not return (an operation of the failed step still pending) ends the rank anyway */
+static void on_finalize_alarm(int sig)
+{
+    (void)sig;
+    _exit(fail_status);
+}
+
+/* Whether every rank of the job enters this within wait_s seconds (only failing ranks do). */
+static bool all_ranks_failed(double wait_s)
+{
+    MPI_Request req;
+    if (fail_comm == MPI_COMM_NULL || MPI_Ibarrier(fail_comm, &req) != MPI_SUCCESS) return false;
+    const struct timespec tick = {0, 1000000};
+    for (double end = mono_s() + wait_s;;) {
+        int done = 0;
+        if (MPI_Test(&req, &done, MPI_STATUS_IGNORE) != MPI_SUCCESS) return false;
+        if (done) return true;
+        if (mono_s() > end) return false;
+        nanosleep(&tick, NULL);
+    }
+}
+
+void mt_boot_fail(mt_boot *b, const char *prog, const char *ranked, int status, const char *msg, double wait_s)
+{
+    if (b->size == 1 || !b->pmix) {
+        fprintf(stderr, "%s: %s\n", prog, msg);
+        exit(status);
+    }
+    if (!b->mpi || !all_ranks_failed(wait_s)) {
+        fprintf(stderr, "%s: %s\n", ranked, msg);
+        fflush(stderr);
+        mt_boot_abort(b, status);
+        _exit(status);
+    }
+    /* every rank failed: each message once, plain when it is the only one */
+    uint64_t mine = msg_hash(msg), *all = calloc((size_t)b->size, sizeof *all);
+    bool first = true, one = true;
+    if (all && MPI_Allgather(&mine, 1, MPI_UINT64_T, all, 1, MPI_UINT64_T, fail_comm) == MPI_SUCCESS) {
+        for (int i = 0; i < b->size; i++) {
+            if (all[i] != all[0]) one = false;
+            if (i < b->rank && all[i] == mine) first = false;
+        }
+    } else one = false;   /* then every rank prints its own */
+    free(all);
+    if (first) fprintf(stderr, "%s: %s\n", one ? prog : ranked, msg);
+    fflush(stderr);
+    fail_status = status;
+    signal(SIGALRM, on_finalize_alarm);
+    alarm(10);
+    mt_boot_finalize(b);
+    exit(status);
 }

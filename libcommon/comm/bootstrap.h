@@ -10,6 +10,9 @@
  *      since each task would otherwise run alone as rank 0 and they would overwrite each other's files.
  *   3. Otherwise: a singleton, rank 0 of 1, without calling PMIx.
  * mt_boot_mpi then starts MPI (the data plane of CPU ranks) and checks that its world agrees.
+ *
+ * A fatal error of a rank ends the job through mt_boot_fail: printed once, the job's exit status the
+ * error's, and no help text of the launcher where mt can avoid it (see mt_boot_fail).
  */
 #ifndef MT_COMM_BOOTSTRAP_H
 #define MT_COMM_BOOTSTRAP_H
@@ -45,8 +48,28 @@ int mt_boot_share(mt_boot *b, const char *key, void *buf, size_t n, int root, mt
 /* Finalizes MPI, then PMIx (whichever were started). */
 void mt_boot_finalize(mt_boot *b);
 
-/* Ends every rank of the job at once after a fatal error of this one (MPI_Abort when MPI runs,
- * otherwise PMIx_Abort), so that no rank waits forever in a collective. Returns only for a singleton. */
-void mt_boot_abort(mt_boot *b, int status, const char *msg);
+/* Ends every rank of the job at once after a fatal error of this one (PMIx_Abort, which ends the job
+ * without the help text MPI_Abort has the launcher print; MPI_Abort only without PMIx), so that no rank
+ * waits forever in a collective. Returns only for a singleton. */
+void mt_boot_abort(mt_boot *b, int status);
+
+/* This process's rank as its launcher's environment gives it before any bootstrap (PMIX_RANK, else
+ * OMPI_COMM_WORLD_RANK, SLURM_PROCID or PMI_RANK; 0 when none): who reports an error that every rank
+ * meets before joining the job, such as a bad flag. */
+int mt_boot_env_rank(void);
+
+/* Ends this rank after a fatal error whose message is msg (without the program name); never returns.
+ *   - A singleton prints "<prog>: <msg>" and exits with status.
+ *   - With MPI started, the rank waits up to wait_s seconds for every rank of the job to fail as well
+ *     (a non-blocking barrier on a communicator that only failing ranks use). When they all do, the
+ *     error is the job's: each different message is printed once, by the lowest rank that has it, as
+ *     "<prog>: <msg>" when all ranks have the same message and as "<ranked>: <msg>" otherwise; then
+ *     every rank finalizes MPI and PMIx and exits with status, so that the launcher sees ranks that
+ *     ended normally, all with the same status.
+ *   - Otherwise (this rank failed alone, or MPI is not up) it prints "<ranked>: <msg>" and ends the job
+ *     with mt_boot_abort(status): the launcher ends the other ranks and exits with status.
+ * ranked names the rank, e.g. "mt-train: rank 1 (node7)". */
+MT_NORETURN void mt_boot_fail(mt_boot *b, const char *prog, const char *ranked, int status, const char *msg,
+                              double wait_s);
 
 #endif

@@ -43,6 +43,7 @@ int mt_launch_exec(int n, int argc, char **argv, mt_err *e)
     int j = 0;
     v[j++] = (char *)mpirun;
     if (geteuid() == 0) v[j++] = "--allow-run-as-root";
+    v[j++] = "--quiet";   /* no help text of its own: a rank's error is mt-train's one line (comm/bootstrap.h) */
     v[j++] = "--oversubscribe";
     v[j++] = "--bind-to";
     v[j++] = "none";

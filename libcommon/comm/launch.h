@@ -2,9 +2,11 @@
  *
  * The ranks need a PMIx server (comm/bootstrap.h). mt-train gets one by replacing itself with Open MPI's
  * mpirun (its ORTE daemon is a PMIx server, and the MPI data plane of CPU ranks is Open MPI's anyway):
- *   mpirun [--allow-run-as-root] --oversubscribe --bind-to none -np N <this program> <the other args>
- * (--allow-run-as-root only when running as root: mt-train -n is the launcher the user asked for). The
- * program is $MT_MPIRUN when set, else mpirun from PATH. No Slurm is involved.
+ *   mpirun [--allow-run-as-root] --quiet --oversubscribe --bind-to none -np N <this program> <the other args>
+ * (--allow-run-as-root only when running as root: mt-train -n is the launcher the user asked for;
+ * --quiet: mpirun prints none of its help texts, such as "Primary job terminated normally, but 1 process
+ * returned a non-zero exit code", so that a failed job shows mt-train's one line and mpirun's exit status
+ * is the failed rank's). The program is $MT_MPIRUN when set, else mpirun from PATH. No Slurm is involved.
  */
 #ifndef MT_COMM_LAUNCH_H
 #define MT_COMM_LAUNCH_H

@@ -135,10 +135,13 @@ int mt_trainer_open_par(mt_trainer *t, const mt_train_args *a, const mt_parallel
     }
     t->num_micro = (int)(t->a.global_batch_size / ((int64_t)t->a.micro_batch_size * t->dp_size));
     t->train_iters = mt_train_total_iters(&t->a);
-    /* rank 0 builds the index cache, the others then read it (as Megatron builds on rank 0 first) */
-    if (t->world->rank != 0 && mt_barrier(t->world, e)) return -1;
-    if (open_data(t, e)) return -1;
-    if (t->world->rank == 0 && mt_barrier(t->world, e)) return -1;
+    /* rank 0 builds the index cache, the others then read it (as Megatron builds on rank 0 first); an
+     * error of rank 0 (a missing dataset) is every rank's, so that the job reports it once */
+    char first_err[sizeof e->msg] = "";
+    if (t->world->rank == 0 && open_data(t, e)) snprintf(first_err, sizeof first_err, "%s", e->msg);
+    if (t->world->size > 1 && mt_broadcast(t->world, first_err, sizeof first_err, MT_C_BYTE, 0, e)) return -1;
+    if (*first_err) return mt_err_set(e, "%s", first_err);
+    if (t->world->rank != 0 && open_data(t, e)) return -1;
     t->vp = t->a.num_layers_per_virtual_pipeline_stage
                 ? t->cfg.num_layers / t->pp_size / t->a.num_layers_per_virtual_pipeline_stage
                 : 1;

@@ -9,6 +9,7 @@
 static const char *progname = "mt";
 static void (*die_hooks[8])(void);
 static int n_die_hooks;
+static void (*die_report)(const char *msg);
 
 int mt_err_set(mt_err *e, const char *fmt, ...)
 {
@@ -72,6 +73,8 @@ static void run_die_hooks(void)
     for (int i = n_die_hooks - 1; i >= 0; i--) die_hooks[i]();
 }
 
+void mt_set_die_report(void (*fn)(const char *msg)) { die_report = fn; }
+
 void mt_die(const char *fmt, ...)
 {
     char msg[2048];
@@ -80,8 +83,13 @@ void mt_die(const char *fmt, ...)
     vsnprintf(msg, sizeof msg, fmt, ap);
     va_end(ap);
     fflush(stdout);
-    fprintf(stderr, "%s: %s\n", progname, msg);
-    run_die_hooks();
+    if (die_report) {
+        run_die_hooks();
+        die_report(msg);   /* does not return */
+    } else {
+        fprintf(stderr, "%s: %s\n", progname, msg);
+        run_die_hooks();
+    }
     exit(1);
 }
 
@@ -99,6 +107,7 @@ void mt_warn(const char *fmt, ...)
 
 static void oom(size_t n)
 {
+    if (die_report) mt_die("out of memory allocating %zu bytes", n);   /* the job's ranks end together */
     fprintf(stderr, "%s: out of memory allocating %zu bytes\n", progname, n);
     run_die_hooks();
     abort();

@@ -36,6 +36,10 @@ void mt_warn(const char *fmt, ...) MT_PRINTF(1, 2);
 
 /* Called by mt_die() and on fatal signals before exiting; io/atomic.c registers its temp-file cleanup. */
 void mt_at_die(void (*fn)(void));
+/* Replaces mt_die()'s printing and exit: after the hooks above, fn gets the message (without the program
+ * name) and must not return. A job of several ranks decides there which rank prints and how the ranks end
+ * (comm/bootstrap.h, mt_boot_fail). NULL restores the plain behaviour. */
+void mt_set_die_report(void (*fn)(const char *msg));
 
 /* Allocation that aborts with a message on failure (out of memory is not an input error). */
 void *mt_xmalloc(size_t n);

@@ -3,7 +3,8 @@
 # root, and the packages of `share/install-deps.sh slurm`, installed here when missing): srun --mpi=pmix with
 # 2 and 4 ranks, with and without the distributed optimizer, and with tensor parallelism (TP=2, with and
 # without --sequence-parallel; DP=2 x TP=2), gives the one-rank losses and grad norms; srun --mpi=none -n 2
-# is refused before anything is written; a killed task ends the step within 10 s; SIGTERM from Slurm
+# is refused before anything is written, in one line; a missing dataset is printed once and every task exits
+# 1, an error of one task is printed once by it and ends the step; a killed task ends the step within 10 s; SIGTERM from Slurm
 # (scancel --signal=TERM) with --exit-signal-handler stops every rank at one iteration with one checkpoint.
 . "$(dirname "$0")/../lib.sh"
 py=/usr/bin/python3
@@ -91,6 +92,24 @@ done
 if run_srun --mpi=none -n 2 mt-train $args --save "$d/refused" >"$d/r.log" 2>"$d/r.err"; then t_fail "srun --mpi=none refused" "exit 0"
 elif grep -q -- 'use srun --mpi=pmix' "$d/r.err" && [ ! -e "$d/refused" ]; then t_pass "srun --mpi=none -n 2 refused, nothing written"
 else t_fail "srun --mpi=none refused" "$(head -c 300 "$d/r.err")"; fi
+[ "$(grep -c 'use srun --mpi=pmix' "$d/r.err")" = 1 ] && t_pass "srun --mpi=none -n 2: the refusal printed once (by task 0)" ||
+    t_fail "srun --mpi=none: the refusal once" "$(head -c 400 "$d/r.err")"
+
+# errors (rank-errors.sh has them under mpirun): a missing dataset, every rank's, is printed once in the plain
+# form and every task exits 1; an error of task 1 only (its MT_TRACE_SAMPLES file is a directory) is printed
+# once, naming it, and ends the step; never Open MPI's MPI_ABORT text
+# shellcheck disable=SC2086
+run_srun --mpi=pmix -n 2 mt-train ${args/--data-path $d\/data/--data-path $d\/nodata} >"$d/e.log" 2>"$d/e.err"; rc=$?
+if [ $rc = 1 ] && [ "$(grep -c "^mt-train: $d/nodata\.idx: No such file or directory$" "$d/e.err")" = 1 ] &&
+    ! grep -q 'MPI_ABORT' "$d/e.err" && grep -q 'tasks 0-1: Exited with exit code 1' "$d/e.err"; then
+    t_pass "srun: a missing dataset printed once, every task exits 1"
+else t_fail "srun: a missing dataset printed once" "rc $rc: $(head -c 500 "$d/e.err")"; fi
+mkdir -p "$d/bad.1"
+# shellcheck disable=SC2086
+MT_TRACE_SAMPLES=$d/bad run_srun --mpi=pmix -n 2 mt-train $args >"$d/e1.log" 2>"$d/e1.err"; rc=$?
+if [ $rc = 1 ] && [ "$(grep -c "^mt-train: rank 1 ($(hostname)): MT_TRACE_SAMPLES: $d/bad\.1: Is a directory$" "$d/e1.err")" = 1 ] &&
+    ! grep -q 'MPI_ABORT' "$d/e1.err"; then t_pass "srun: an error of task 1 printed once by it, the step ends with exit 1"
+else t_fail "srun: an error of task 1" "rc $rc: $(head -c 500 "$d/e1.err")"; fi
 
 long="${args/--train-iters 20/--train-iters 100000} --eval-iters 0"
 newest_rank() { pgrep -n -f "^([^ ]*/)?mt-train .*--data-path $d/data "; }
