@@ -47,10 +47,11 @@ t_grep() {
     if grep -Eq -- "$2" "$3"; then t_pass "$1"
     else t_fail "$1" "no line matching /$2/ in $3: $(head -c 300 "$3")"; fi
 }
-# t_wait_line FILE PATTERN [TENTHS]: wait until FILE has a line matching PATTERN (default at most 60 s)
+# t_wait_line FILE PATTERN [TENTHS]: wait until FILE has a line matching PATTERN (default at most 300 s:
+# an event, not a time; the bound only ends a test whose event never comes, also on a loaded machine)
 t_wait_line() {
     local _
-    for _ in $(seq "${3:-600}"); do grep -q -- "$2" "$1" 2>/dev/null && return 0; sleep 0.1; done
+    for _ in $(seq "${3:-3000}"); do grep -q -- "$2" "$1" 2>/dev/null && return 0; sleep 0.1; done
     return 1
 }
 # t_sigterm_stop NAME CKPT RCFILE ERRFILE: what a two-rank mt-train --exit-signal-handler run stopped by

@@ -149,7 +149,7 @@ t_ok "failures left no files" test -z "$(ls -A "$t1")"
 # killed while reading: the signal handler removes the temp files
 { head -c 2000 "$T_TMP/s1.toks"; sleep 5; } | mt-index --quiet --output-prefix "$t1/x" 2>/dev/null &
 pid=$!
-sleep 0.5
+for _ in $(seq 600); do [ "$(ls -A "$t1" | wc -l)" -ge 2 ] && break; sleep 0.05; done
 temps=$(ls -A "$t1" | wc -l)
 kill -TERM $pid; wait $pid 2>/dev/null
 t_ok "temp files exist while running" test "$temps" -ge 2
@@ -215,7 +215,7 @@ t_grep "empty directory message" "no datasets" "$T_TMP/err"
 k=$T_TMP/killed; mkdir -p "$k"
 { head -c 4000 "$T_TMP/p1.toks"; sleep 30; } | mt-index --quiet --output-prefix "$k/part" &
 ipid=$!
-for _ in $(seq 100); do ls -A "$k" | grep -q "\.tmp\.$ipid\." && break; sleep 0.05; done
+for _ in $(seq 1200); do ls -A "$k" | grep -q "\.tmp\.$ipid\." && break; sleep 0.05; done
 kill -KILL "$ipid"; wait "$ipid" 2>/dev/null
 orphans=$(ls -A "$k" | grep -c "^\.part_text_document\.[a-z]*\.tmp\.$ipid\.[0-9]*$")
 [ "$orphans" -ge 1 ] && t_pass "kill -KILL of mt-index leaves a temporary ($orphans)" \

@@ -108,9 +108,9 @@ PYEOF
 # is in the metrics file, or as soon as the save of iteration K (even) has its temporary directory (then a
 # rank is the victim: killing the launcher, the ranks may finish the save before they notice).
 # Events, not times, so that a loaded machine moves the kill points but not their phases.
-waitfor() {   # METRICS K: until iteration K is logged (60 s at most) or the job has ended
+waitfor() {   # METRICS K: until iteration K is logged (300 s at most) or the job has ended
     local _
-    for _ in $(seq 6000); do grep -q "\"iteration\":$2," "$1" 2>/dev/null && return 0; kill -0 $job 2>/dev/null || return 1; sleep 0.01; done
+    for _ in $(seq 30000); do grep -q "\"iteration\":$2," "$1" 2>/dev/null && return 0; kill -0 $job 2>/dev/null || return 1; sleep 0.01; done
 }
 killpoint() {   # METRICS CKPT FROM: sleeps until the point, describes it in $point
     local k=$(( $3 + 1 + RANDOM % (29 - $3) )) ms=$((RANDOM % 300)) _

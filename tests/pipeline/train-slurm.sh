@@ -116,7 +116,7 @@ newest_rank() { pgrep -n -f "^([^ ]*/)?mt-train .*--data-path $d/data "; }
 # a killed task ends the step within 10 s (srun -K1), naming the host and task
 # shellcheck disable=SC2086
 (run_srun --mpi=pmix -n 2 mt-train $long >"$d/k.log" 2>"$d/k.err"; echo $? >"$d/k.rc") &
-for _ in $(seq 1200); do grep -q ' iteration  *3/' "$d/k.log" 2>/dev/null && break; sleep 0.05; done
+t_wait_line "$d/k.log" ' iteration  *3/'
 victim=$(newest_rank)
 t0=$(date +%s.%N)
 kill -9 "$victim"

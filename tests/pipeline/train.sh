@@ -79,8 +79,9 @@ diff <(losses "$d/A.log") <(losses "$d/S.log") >/dev/null && t_pass "--train-sam
 # shellcheck disable=SC2086
 (exec mt-train $model $sched --save "$d/B" --load "$d/B" --save-interval 20) >"$d/B1.log" 2>"$d/B1.err" &
 pid=$!
-for _ in $(seq 600); do
+for _ in $(seq 6000); do
     [ "$(cat "$d/B/latest_checkpointed_iteration.txt" 2>/dev/null)" = 20 ] && break
+    kill -0 $pid 2>/dev/null || break
     sleep 0.05
 done
 kill -9 $pid 2>/dev/null; wait $pid 2>/dev/null
