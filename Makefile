@@ -15,9 +15,10 @@ CC      ?= cc
 OPT     ?= -O2
 CFLAGS  ?= $(OPT) -g
 MT_CFLAGS := -std=c11 -D_GNU_SOURCE -Wall -Wextra -pthread -fopenmp -Ilibcommon -Ikernels -MMD -MP \
-             $(shell pkg-config --cflags libzstd jansson openblas 2>/dev/null) \
+             $(shell pkg-config --cflags libzstd jansson openblas libutf8proc 2>/dev/null) \
              $(shell pkg-config --cflags pmix ompi-c 2>/dev/null)
-LDLIBS  := $(shell pkg-config --libs libzstd jansson openblas 2>/dev/null || echo -lzstd -ljansson -lopenblas) \
+LDLIBS  := $(shell pkg-config --libs libzstd jansson openblas libutf8proc 2>/dev/null || \
+             echo -lzstd -ljansson -lopenblas -lutf8proc) \
            $(shell pkg-config --libs pmix ompi-c 2>/dev/null || echo -lpmix -lmpi) \
            -ldnnl -lm -pthread -fopenmp
 

@@ -29,10 +29,10 @@ typedef struct mt_bpe_ctx mt_bpe_ctx;
  * vocabulary without all 256 byte symbols, duplicate ids, ids >= 2^28. */
 int mt_bpe_load(mt_bpe **out, const char *vocab_path, const char *merges_path, mt_err *e);
 /* Loads a tokenizer.json (path is the file or its directory) of the byte-level BPE kind: model BPE
- * (vocab, merges as "a b" or [a, b], ignore_merges), pre-tokenizer ByteLevel or Split(known regex) +
- * ByteLevel (see pretok.h), added tokens, TemplateProcessing; eod is the eos_token of the
- * tokenizer_config.json beside it (-1 without one). Anything else (other models, normalizers,
- * byte_fallback, unknown regexes) is an error naming the file. */
+ * (vocab, merges as "a b" or [a, b], ignore_merges), normalizer none or NFC (nfc.h), pre-tokenizer
+ * ByteLevel or Split(known regex) + ByteLevel (see pretok.h), added tokens, TemplateProcessing; eod is
+ * the eos_token of the tokenizer_config.json beside it (-1 without one). Anything else (other models,
+ * other normalizers, byte_fallback, unknown regexes) is an error naming the file. */
 int mt_bpe_load_hf(mt_bpe **out, const char *path, mt_err *e);
 /* Loads a tiktoken ranks file ("base64 rank" lines). pattern is a pattern name (mt_pattern_name:
  * "cl100k", "o200k", "v1", "v2", "llama3", ...) or NULL to recognise cl100k_base and o200k_base by their
@@ -84,7 +84,8 @@ void mt_bpe_encode(mt_bpe_ctx *c, const char *text, size_t len, mt_ids *out);
 void mt_bpe_encode_special(mt_bpe_ctx *c, const char *text, size_t len, mt_ids *out);
 
 /* tokenizer.json's own encoding of a text: added tokens split the text first (leftmost, longest; those
- * not normalized, then the normalized ones), the rest is encoded as mt_bpe_encode does. */
+ * not normalized, then, in each piece between them once the normalizer has run on it, the normalized
+ * ones), the rest is encoded as mt_bpe_encode does. */
 void mt_bpe_encode_added(mt_bpe_ctx *c, const char *text, size_t len, mt_ids *out);
 /* As mt_bpe_encode_added, between the ids the post-processor puts around a single sequence (Llama 3's
  * <|begin_of_text|>): what transformers' tokenizer(text).input_ids gives, and so Megatron's

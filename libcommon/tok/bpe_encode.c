@@ -1,9 +1,10 @@
 /* bpe_encode.c: encoding text to ids: pre-tokenize, then per piece the whole-vocabulary-entry fast
  * path, the per-context piece cache, or the merge loop; the special-token splitting variant, and the
- * tokenizer.json pipeline (added tokens, then the post-processor's ids around the text). */
+ * tokenizer.json pipeline (added tokens, the normalizer, then the post-processor's ids around the text). */
 #include <stdlib.h>
 
 #include "tok/bpe_impl.h"
+#include "tok/nfc.h"
 #include "tok/pretok.h"
 
 /* Direct-mapped cache of short pieces that needed merging (a new piece evicts the old one). */
@@ -21,6 +22,8 @@ struct mt_bpe_ctx {
     const mt_bpe *b;
     mt_bpe_scratch w;
     cache_slot *cache;
+    mt_nfc_scratch nw;
+    mt_buf norm; /* the normalized text between two added tokens */
 };
 
 mt_bpe_ctx *mt_bpe_ctx_new(const mt_bpe *b)
@@ -35,6 +38,8 @@ void mt_bpe_ctx_free(mt_bpe_ctx *c)
 {
     if (!c) return;
     mt_bpe_scratch_free(&c->w);
+    mt_nfc_scratch_free(&c->nw);
+    mt_buf_free(&c->norm);
     free(c->cache);
     free(c);
 }
@@ -94,8 +99,10 @@ void mt_bpe_encode(mt_bpe_ctx *c, const char *text, size_t len, mt_ids *out)
 }
 
 /* Splits text at the tokens ids[0..ns) (leftmost match first, the longest at one position), encodes
- * the text between them with inner and appends the tokens' own ids. */
-static void split_encode(mt_bpe_ctx *c, const uint32_t *ids, size_t ns, const char *text, size_t len, mt_ids *out,
+ * the text between them with inner and appends the tokens' own ids. Token k is matched as the bytes
+ * pat[pat_off[k] .. pat_off[k + 1]) when pat_off is set, else as its own bytes. */
+static void split_encode(mt_bpe_ctx *c, const uint32_t *ids, size_t ns, const uint32_t *pat_off, const char *pat,
+                         const char *text, size_t len, mt_ids *out,
                          void (*inner)(mt_bpe_ctx *, const char *, size_t, mt_ids *))
 {
     const mt_bpe *b = c->b;
@@ -112,10 +119,11 @@ static void split_encode(mt_bpe_ctx *c, const uint32_t *ids, size_t ns, const ch
         size_t best = len + 1, best_len = 0, best_k = 0;
         for (size_t k = 0; k < ns; k++) {
             uint32_t id = ids[k];
-            size_t tl = b->tok_off[id + 1] - b->tok_off[id];
+            size_t tl = pat_off ? pat_off[k + 1] - pat_off[k] : b->tok_off[id + 1] - b->tok_off[id];
             if (!tl) continue;
             if (at[k] == SIZE_MAX || at[k] < pos) {
-                const char *f = memmem(text + pos, len - pos, b->tok_bytes + b->tok_off[id], tl);
+                const char *tb = pat_off ? pat + pat_off[k] : b->tok_bytes + b->tok_off[id];
+                const char *f = memmem(text + pos, len - pos, tb, tl);
                 at[k] = f ? (size_t)(f - text) : len + 1;
             }
             /* earliest match wins; at the same position the longest */
@@ -136,18 +144,27 @@ static void split_encode(mt_bpe_ctx *c, const uint32_t *ids, size_t ns, const ch
 
 void mt_bpe_encode_special(mt_bpe_ctx *c, const char *text, size_t len, mt_ids *out)
 {
-    split_encode(c, c->b->special, c->b->n_special, text, len, out, mt_bpe_encode);
+    split_encode(c, c->b->special, c->b->n_special, NULL, NULL, text, len, out, mt_bpe_encode);
 }
 
-/* the second pass of added tokens: those matched in the normalized text */
+/* the text between two added tokens of the first pass: normalized (as HF tokenizers, each such piece on
+ * its own), then the second pass of added tokens, those matched in the normalized text */
 static void encode_added_normalized(mt_bpe_ctx *c, const char *text, size_t len, mt_ids *out)
 {
-    split_encode(c, c->b->added[1].id, c->b->added[1].n, text, len, out, mt_bpe_encode);
+    const mt_bpe *b = c->b;
+    if (b->nfc && mt_nfc_any(text, len)) {
+        c->norm.n = 0;
+        mt_nfc(&c->nw, text, len, &c->norm);
+        text = c->norm.p;
+        len = c->norm.n;
+    }
+    split_encode(c, b->added[1].id, b->added[1].n, b->added[1].pat_off, b->added[1].pat, text, len, out,
+                 mt_bpe_encode);
 }
 
 void mt_bpe_encode_added(mt_bpe_ctx *c, const char *text, size_t len, mt_ids *out)
 {
-    split_encode(c, c->b->added[0].id, c->b->added[0].n, text, len, out, encode_added_normalized);
+    split_encode(c, c->b->added[0].id, c->b->added[0].n, NULL, NULL, text, len, out, encode_added_normalized);
 }
 
 size_t mt_bpe_prefix_len(const mt_bpe *b) { return b->n_prefix; }

@@ -43,11 +43,15 @@ struct mt_bpe {
     int64_t eod;
     mt_pattern pattern;
     /* tokenizer.json added tokens, matched in the text before pre-tokenization: [0] those matched in the
-     * raw text (special or normalized: false), [1] those matched in the normalized text */
+     * raw text (special or normalized: false), [1] those matched in the normalized text, as their content
+     * normalized: pat[pat_off[k] .. pat_off[k + 1]) when pat_off is set, else the token's own bytes */
     struct {
         uint32_t *id;
         size_t n;
+        uint32_t *pat_off;
+        char *pat;
     } added[2];
+    bool nfc; /* the normalizer: NFC (nfc.h) of the text between the added tokens of [0], or none */
     uint32_t *prefix, *suffix; /* the post-processor's ids around a single sequence */
     size_t n_prefix, n_suffix;
 };

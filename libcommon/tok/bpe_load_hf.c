@@ -1,8 +1,9 @@
 /* bpe_load_hf.c: a Hugging Face tokenizer.json of the byte-level BPE kind (GPT-2, GPT-NeoX, Llama 3,
  * Qwen2 and the like) into an mt_bpe: the model's vocab and merges, the pre-tokenizer (ByteLevel with its
  * GPT-2 regex, or a Split of a known regex then ByteLevel without one), the added tokens, the
- * post-processor's ids around a sequence, and the eos_token of tokenizer_config.json beside it (what
- * Megatron's HuggingFaceTokenizer uses as end of document). Anything else is refused, naming the file. */
+ * post-processor's ids around a sequence, the normalizer when it is NFC (or none), and the eos_token of
+ * tokenizer_config.json beside it (what Megatron's HuggingFaceTokenizer uses as end of document).
+ * Anything else is refused, naming the file. */
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -10,6 +11,7 @@
 
 #include "io/jsonfile.h"
 #include "tok/bpe_impl.h"
+#include "tok/nfc.h"
 
 static const char *str_of(const json_t *o, const char *key)
 {
@@ -18,6 +20,26 @@ static const char *str_of(const json_t *o, const char *key)
 }
 
 static bool true_of(const json_t *o, const char *key) { return json_is_true(json_object_get(o, key)); }
+
+/* The normalizer: null, NFC, or a Sequence of them (empty: none; NFC twice is NFC). Sets b->nfc; -1 with
+ * e set on any other. */
+static int normalizer(mt_bpe *b, const json_t *n, const char *path, mt_err *e)
+{
+    if (!n || json_is_null(n)) return 0;
+    const char *type = str_of(n, "type");
+    if (type && !strcmp(type, "NFC")) {
+        b->nfc = true;
+        return 0;
+    }
+    if (type && !strcmp(type, "Sequence") && json_is_array(json_object_get(n, "normalizers"))) {
+        size_t i;
+        const json_t *x;
+        json_array_foreach(json_object_get(n, "normalizers"), i, x)
+            if (normalizer(b, x, path, e)) return -1;
+        return 0;
+    }
+    return mt_err_set(e, "%s: normalizer %s is not supported (NFC only)", path, type ? type : "?");
+}
 
 /* The family of the pre-tokenizer, or -1 with e set. */
 static int pre_tokenizer(const json_t *pt, const char *path, mt_err *e)
@@ -149,7 +171,7 @@ int mt_bpe_load_hf(mt_bpe **out, const char *model, mt_err *e)
     const json_t *mod = json_object_get(root, "model");
     const char *mtype = str_of(mod, "type");
     json_t *vocab = json_object_get(mod, "vocab");
-    const json_t *merges = json_object_get(mod, "merges"), *norm = json_object_get(root, "normalizer");
+    const json_t *merges = json_object_get(mod, "merges");
     if (!json_is_object(root) || !json_is_object(mod)) {
         mt_err_set(e, "%s: not a tokenizer.json (no \"model\" object)", path);
         goto fail;
@@ -168,12 +190,7 @@ int mt_bpe_load_hf(mt_bpe **out, const char *model, mt_err *e)
         mt_err_set(e, "%s: BPE with dropout or subword prefixes/suffixes is not supported", path);
         goto fail;
     }
-    if (norm && !json_is_null(norm) &&
-        !(!strcmp(str_of(norm, "type") ? str_of(norm, "type") : "", "Sequence") &&
-          json_array_size(json_object_get(norm, "normalizers")) == 0)) {
-        mt_err_set(e, "%s: normalizer %s is not supported", path, str_of(norm, "type") ? str_of(norm, "type") : "?");
-        goto fail;
-    }
+    if (normalizer(b, json_object_get(root, "normalizer"), path, e)) goto fail;
     if (!json_is_object(vocab) || !json_is_array(merges)) {
         mt_err_set(e, "%s: model has no vocab object or merges list", path);
         goto fail;
@@ -263,6 +280,19 @@ int mt_bpe_load_hf(mt_bpe **out, const char *model, mt_err *e)
     {
         int pass = true_of(t, "normalized") ? 1 : 0;
         b->added[pass].id[b->added[pass].n++] = (uint32_t)json_integer_value(json_object_get(t, "id"));
+    }
+    if (b->nfc) { /* the normalized ones are matched as their normalized content */
+        mt_nfc_scratch nw = {0};
+        mt_buf pat = {0};
+        b->added[1].pat_off = mt_xmalloc((b->added[1].n + 1) * sizeof *b->added[1].pat_off);
+        for (size_t k = 0; k < b->added[1].n; k++) {
+            uint32_t id = b->added[1].id[k];
+            b->added[1].pat_off[k] = (uint32_t)pat.n;
+            mt_nfc(&nw, b->tok_bytes + b->tok_off[id], b->tok_off[id + 1] - b->tok_off[id], &pat);
+        }
+        b->added[1].pat_off[b->added[1].n] = (uint32_t)pat.n;
+        b->added[1].pat = pat.p;
+        mt_nfc_scratch_free(&nw);
     }
     if (post_processor(b, json_object_get(root, "post_processor"), vocab, path, e)) goto fail;
     mt_bpe_finish(b, true_of(mod, "ignore_merges"));

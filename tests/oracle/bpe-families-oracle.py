@@ -6,7 +6,11 @@
 #   HF tokenizers for tokenizer.json files made here: a byte-level BPE trained with Llama 3's Split regex
 #     and added tokens (merges written as [a, b] pairs, as current tokenizers does), the same with Qwen2's
 #     regex and "a b" merges, and GPT-NeoX style (ByteLevel with its own regex, no post-processor);
-#   transformers' AutoTokenizer (what Megatron's HuggingFaceTokenizer calls) for the BOS of the first.
+#   transformers' AutoTokenizer (what Megatron's HuggingFaceTokenizer calls) for the BOS of the first;
+#   HF tokenizers on a Qwen2 style tokenizer.json with its NFC normalizer, on the same strings and on
+#   decomposed text: every character with a canonical decomposition or a combining class (Python's
+#   unicodedata) and those of libcommon/tok/nfc_tables.c, among combining marks, Hangul jamo sequences,
+#   and added tokens next to marks or with content that NFC changes.
 # Usage: bpe-families-oracle.py HELPER WORKDIR COUNT SEED [DOCS.jsonl...]
 # Prints "PASS name" / "FAIL name: why"; up to five mismatching strings go to stderr.
 import gzip
@@ -67,8 +71,49 @@ def ranks_file(work, name):
     return dst
 
 
-def tokenizer_json(work, strings, name, regex, pairs_merges, specials, bos):
+# decomposed text, singletons, marks out of canonical order, Hangul jamo (U+11A7 is no trailing consonant:
+# U+11A8..U+11C2 are), characters newer than Unicode 9.0 (HF's NFC tables), marks next to added tokens
+# (">" U+0338 is U+226F: the text between added tokens is normalized, not the whole), and added tokens
+# whose content NFC changes
+NFC_EDGES = ["e\u0301", "E\u0301\u0323", "e\u0323\u0301", "a\u0301\u0323\u0308b", "\u212b", "\u2126 \u212a",
+             "A\u030a", "\u1e9b\u0323", "\u00c5\u0301", "\u0958", "\u0915\u093c", "\u0344", "\u0f73", "\u0dd9\u0dcf\u0dca",
+             "\u1100\u1161\u11a8", "\u1100\u1161", "\uac00\u11a8", "\u1100\u1161\u11a7", "\uac00\u11a7", "\uac00\u11c2",
+             "\uac00\u11c3", "\u1112\u1175\u11c2", "\u1113\u1161", "\u1112\u1176", "\u1100\u1100\u1161\u1161\u11a8\u11a8",
+             "\uac01\u11a8", "\u110b\u1161\u11ab\u1102\u1167\u11bc", "\U00011935\U00011930", "a\u0316\u1dfa",
+             "a\u1df6\u0316", "a\U00016ff0\u0301", "e\u0301\U0001e4ec\u0301", "<|endoftext|>\u0301", "x<|im_end|>\u0308a",
+             "<|endoftext|>\u0338 a", "a<|im_end|>\u0338", "\u0301<|endoftext|>", "A\u030a<|endoftext|>A\u030a", "A\u030angstro\u0308m", "\u00c5ngstr\u00f6m",
+             "\u212bngstr\u00f6m", "e\u0301t\u00e9", "\u00e9t\u00e9", "caf\u00e9 cafe\u0301 CAFE\u0301S", "\u0301\u0301",
+             "\u3060 \u305f\u3099 \u30cf\u309a", "\u0627\u0653 \u0648\u0654", "\u1fb3\u0301 \u03b1\u0345\u0301",
+             "\u00e9" * 40 + "e\u0301" * 40, "x\xff\u0301"]
+
+
+def nfc_probes():
+    """Strings of 16 probes (separated by spaces, so that they do not interact) around every character
+    with a canonical decomposition or a combining class, and each of nfc_tables.c."""
+    import re
+    import unicodedata as ud
+    cps = [cp for cp in range(0x80, 0x110000) if not 0xD800 <= cp <= 0xDFFF and
+           (ud.combining(chr(cp)) or (ud.decomposition(chr(cp)) and not ud.decomposition(chr(cp)).startswith("<")))]
+    inert = os.path.join(os.path.dirname(os.path.abspath(__file__)), "../../libcommon/tok/nfc_tables.c")
+    cps += [int(x, 16) for x in re.findall(r"0x([0-9A-F]{5})", open(inert).read())]
+    probes = []
+    for cp in cps:
+        c = chr(cp)
+        probes += [c + "\u0316\u0301", "a\u0301" + c, "a" + c + "\u0316", "\u1100\u1161" + c]
+        if ud.normalize("NFD", c) != c:
+            probes.append(ud.normalize("NFD", c))
+    for t in range(0x11A6, 0x11C4):  # Hangul: every trailing consonant and the edges, after LV and L V
+        probes += ["\uac00" + chr(t), "\u1100\u1161" + chr(t)]
+    for l in range(0x10FF, 0x1114):
+        for v in (0x1160, 0x1161, 0x1175, 0x1176):
+            probes.append(chr(l) + chr(v) + "\u11a8")
+    return [" ".join(probes[i:i + 16]) for i in range(0, len(probes), 16)]
+
+
+def tokenizer_json(work, strings, name, regex, pairs_merges, specials, bos, normalizer=None, added=()):
     tok = Tokenizer(models.BPE(ignore_merges=True))
+    if normalizer:
+        tok.normalizer = normalizer
     if regex:
         tok.pre_tokenizer = pre_tokenizers.Sequence([
             pre_tokenizers.Split(pattern=Regex(regex), behavior="isolated", invert=False),
@@ -80,6 +125,7 @@ def tokenizer_json(work, strings, name, regex, pairs_merges, specials, bos):
     tok.train_from_iterator(strings, trainer)
     tok.add_special_tokens([AddedToken(s, special=True, normalized=False) for s in specials])
     tok.add_tokens([AddedToken("  ", normalized=True)])  # GPT-NeoX has such whitespace tokens
+    tok.add_tokens(list(added))
     if bos:
         tok.post_processor = processors.TemplateProcessing(single=f"{bos} $A", pair=f"{bos} $A {bos} $B",
                                                            special_tokens=[(bos, tok.token_to_id(bos))])
@@ -149,6 +195,24 @@ def main():
             llama3_dir, llama3_strings, llama3_mt = d, strings, mt
     with open(os.path.join(work, "llama3.expected"), "w") as f:
         json.dump({"dir": llama3_dir, "strings": llama3_strings, "ids": llama3_mt}, f)
+
+    # Qwen2's NFC normalizer; added tokens matched in the normalized text are matched as their content
+    # normalized ("A\u030angstr\u00f6m" matches "\u00c5ngstr\u00f6m"), the others in the raw text only
+    from tokenizers import normalizers
+    nfc_strings = strings + NFC_EDGES + nfc_probes()
+    d, hf = tokenizer_json(work, train + NFC_EDGES, "qwen2nfc", QWEN2, False, ["<|endoftext|>", "<|im_end|>"], None,
+                           normalizers.NFC(), [AddedToken("A\u030angstr\u00f6m", normalized=True),
+                                               AddedToken("e\u0301t\u00e9", normalized=False)])
+    mt = run_helper(helper, "hf", d, nfc_strings, special=True)
+    want = [e.ids for e in hf.encode_batch(nfc_strings)]
+    bo.report(f"qwen2 tokenizer.json with the NFC normalizer: mt == HF tokenizers encode ({len(nfc_strings)} strings)",
+              nfc_strings, mt, want)
+    changed = sum(hf.normalizer.normalize_str(s) != s for s in nfc_strings)
+    print(f"{'PASS' if changed > 800 else 'FAIL'} HF's NFC changes {changed} of those strings (over 800)")
+    with open(os.path.join(work, "qwen2nfc.jsonl"), "w") as f, open(os.path.join(work, "qwen2nfc.want"), "w") as g:
+        for t, ids in zip(docs + NFC_EDGES, hf.encode_batch(docs + NFC_EDGES)):
+            f.write(json.dumps({"text": t}) + "\n")
+            g.write(" ".join(map(str, ids.ids)) + "\n")
 
 
 if __name__ == "__main__":

@@ -5,8 +5,9 @@
 # GPT-NeoX pre-tokenizers, both merges formats, added tokens, a BOS template), over the test documents
 # of tests/golden and seeded random strings. Then mt-tokenize | mt-index end to end against transformers'
 # AutoTokenizer (what Megatron's HuggingFaceTokenizer calls: BOS from the template, eos_token as EOD) and
-# tiktoken (ids >= 65500: an int32 dataset that mt-shuffle reads), and the refusals of what mt does not
-# support. Skips when PyPI is unreachable. MT_SOAK=1 runs more strings.
+# tiktoken (ids >= 65500: an int32 dataset that mt-shuffle reads), a Qwen2 style tokenizer.json with the
+# NFC normalizer against HF tokenizers, and the refusals of what mt does not support. Skips when PyPI is
+# unreachable. MT_SOAK=1 runs more strings.
 . "$(dirname "$0")/../lib.sh"
 T=$T_TMP
 helper=$T_TOP/${MT_BUILD:-build}/tests/test_bpe
@@ -62,6 +63,18 @@ else
     t_skip "transformers" "$(head -c 200 "$T/venvhf.err")"
 fi
 
+# --- the NFC normalizer (Qwen2 style tokenizer.json): mt-tokenize against HF tokenizers -------------------
+q=$T/w/qwen2nfc
+tok_hf "$q" --quiet "$T/w/qwen2nfc.jsonl" | mt-index --output-prefix "$T/q" 2>/dev/null
+mt-index --dump "$T/q_text_document" > "$T/q.ids"
+t_cmp "mt-tokenize with the NFC normalizer == HF tokenizers (test documents, decomposed text)" "$T/w/qwen2nfc.want" "$T/q.ids"
+mkdir -p "$T/qseq"
+"$py" -c 'import json, sys; j = json.load(open(sys.argv[1])); j["normalizer"] = {"type": "Sequence", "normalizers": [j["normalizer"], {"type": "Sequence", "normalizers": [j["normalizer"]]}]}; json.dump(j, open(sys.argv[2], "w"))' \
+    "$q/tokenizer.json" "$T/qseq/tokenizer.json"
+tok_hf "$T/qseq" --quiet "$T/w/qwen2nfc.jsonl" | mt-index --output-prefix "$T/qseq" 2>/dev/null
+mt-index --dump "$T/qseq_text_document" > "$T/qseq.ids"
+t_cmp "a Sequence of NFC normalizers is NFC" "$T/w/qwen2nfc.want" "$T/qseq.ids"
+
 # --- TikTokenizer on cl100k_base: int32 dataset, against tiktoken; mt-shuffle reads it -------------------
 cl=$T/w/cl100k_base.tiktoken
 # --tiktoken-num-special-tokens 0: tiktoken's own ids (the ranks), not Megatron's layout (train-tiktoken.sh)
@@ -103,7 +116,9 @@ refuse() { # NAME EDIT-PYTHON EXPECTED-REGEX
 }
 refuse "Unigram model refused" 'j["model"]["type"] = "Unigram"' "model type Unigram is not supported"
 refuse "byte_fallback refused" 'j["model"]["byte_fallback"] = True' "byte_fallback"
-refuse "NFC normalizer refused" 'j["normalizer"] = {"type": "NFC"}' "normalizer NFC is not supported"
+refuse "Lowercase normalizer refused" 'j["normalizer"] = {"type": "Lowercase"}' "normalizer Lowercase is not supported"
+refuse "NFKC in a Sequence with NFC refused" \
+    'j["normalizer"] = {"type": "Sequence", "normalizers": [{"type": "NFC"}, {"type": "NFKC"}]}' "normalizer NFKC is not supported"
 refuse "unknown Split regex refused" 'j["pre_tokenizer"]["pretokenizers"][0]["pattern"]["Regex"] = r"\p{L}+|\s+"' \
     "regex .* is not one mt knows"
 refuse "Metaspace pre-tokenizer refused" 'j["pre_tokenizer"] = {"type": "Metaspace"}' "pre_tokenizer Metaspace"
