@@ -186,7 +186,8 @@ static char **list_datasets(const char *dir, int *count)
     while ((de = readdir(d))) {
         const char *name = de->d_name;
         if (!strcmp(name, ".") || !strcmp(name, "..")) continue;
-        if (mt_out_tmp_pid(name) > 0) continue; /* an output being written, or left by a killed run */
+        mt_tmp_owner owner;
+        if (!mt_tmp_parse(name, &owner)) continue; /* an output being written, or left by a killed run */
         char *full = join3(dir, "/", name);
         bool reg = is_file(full);
         free(full);

@@ -38,18 +38,9 @@ static int fsync_dir(const char *dir, mt_err *e)
     return rc;
 }
 
-/* The PID of a save directory in progress, "iter_<N>.tmp-<pid>[...]" or "release.tmp-<pid>[...]", else -1. */
-static long save_tmp_pid(const char *name)
-{
-    const char *t = strstr(name, ".tmp-");
-    if (!t || (strncmp(name, "iter_", 5) && strncmp(name, "release", 7))) return -1;
-    char *end;
-    long pid = strtol(t + 5, &end, 10);
-    return end == t + 5 || pid <= 0 ? -1 : pid;
-}
-
-/* Removes save directories of dead processes (and of this one: no save of ours is in progress). */
-static void remove_stale(const char *save_dir) { mt_remove_stale(save_dir, save_tmp_pid, true, true); }
+/* Removes save directories of dead processes of this host (and of this process: no save of ours is in
+ * progress); those of other hosts are left alone. */
+static void remove_stale(const char *save_dir) { mt_remove_stale(save_dir, mt_tmp_parse_save, true, true); }
 
 typedef struct {
     int crash_after; /* -1: off */
@@ -119,9 +110,7 @@ static int install_dir(const char *tmp, const char *final, int *old_at_tmp, mt_e
     if (errno != EINVAL && errno != ENOSYS) return mt_err_sys(e, "cannot exchange %s and %s", tmp, final);
     /* No RENAME_EXCHANGE on this file system: move the old directory aside (under a name loading
      * ignores), then the new one into place. */
-    size_t n = strlen(final) + 64;
-    char *aside = mt_xmalloc(n);
-    snprintf(aside, n, "%s.tmp-%ld-old", final, (long)getpid());
+    char *aside = mt_tmp_save_path(final, "-old");
     mt_rm_rf(aside);
     int rc = 0;
     if (rename(final, aside)) rc = mt_err_sys(e, "cannot rename %s to %s", final, aside);
@@ -199,9 +188,7 @@ int mt_ckpt_save_ranks_ex(const char *save_dir, int64_t iteration, const mt_ckpt
     remove_stale(save_dir);
 
     char *name = iter_name(iteration), *final = mt_path_join(save_dir, name);
-    size_t n = strlen(final) + 32;
-    char *tmp = mt_xmalloc(n);
-    snprintf(tmp, n, "%s.tmp-%ld", final, (long)getpid());
+    char *tmp = mt_tmp_save_path(final, "");
     char *tracker = mt_path_join(save_dir, MT_CKPT_TRACKER);
     int rc = -1, old_at_tmp = 0;
 
@@ -253,9 +240,8 @@ int mt_ckpt_check_save_dir(const char *save_dir, mt_err *e)
     if (stat(save_dir, &st)) return mt_err_sys(e, "%s", save_dir);
     if (!S_ISDIR(st.st_mode)) return mt_err_set(e, "%s: not a directory", save_dir);
     /* the probe is named like a save's temporary, so that one left by a crash is removed by the next save */
-    size_t n = strlen(save_dir) + 64;
-    char *probe = mt_xmalloc(n);
-    snprintf(probe, n, "%s/iter_write_probe.tmp-%ld", save_dir, (long)getpid());
+    char *base = mt_path_join(save_dir, "iter_write_probe"), *probe = mt_tmp_save_path(base, "");
+    free(base);
     int rc = 0;
     if (mkdir(probe, 0755)) rc = mt_err_sys(e, "%s: cannot write there", save_dir);
     else rmdir(probe);

@@ -11,12 +11,12 @@
  * When loading, the tracker may also say "release" (directory <load>/release/, iteration 0), as in
  * Megatron.
  *
- * Saving is crash-safe: everything is written into <save>/iter_%07d.tmp-<pid>/ (each file fsynced
- * and renamed into place, the directories fsynced), which is then renamed to iter_%07d (an existing
+ * Saving is crash-safe: everything is written into <save>/iter_%07d.tmp-<tag>-<pid>/ (io/tmpname; each
+ * file fsynced and renamed into place, the directories fsynced), which is then renamed to iter_%07d (an existing
  * directory of the same iteration is swapped out atomically with renameat2(RENAME_EXCHANGE) and then
  * removed), the save directory is fsynced, and only then is the tracker replaced atomically. A crash
  * at any point leaves the tracker naming a complete directory. Loading never looks at *.tmp-*
- * directories; a save removes those left by processes that no longer run.
+ * directories; a save removes those left by processes of this host that no longer run.
  *
  * Test hook: with MT_CKPT_CRASH_AFTER=<n> in the environment a save calls _exit(99) after its n-th
  * step. Steps: 1 model.safetensors, 2 optim.safetensors (when saved), next meta.json, then the rename
@@ -74,7 +74,7 @@ typedef struct mt_ckpt_rank {
  * directory is written into the temporary directory before it is installed and the tracker updated. */
 int mt_ckpt_save_ranks(const char *save_dir, int64_t iteration, const mt_ckpt_rank *ranks, int n_ranks, mt_err *e);
 /* mt_ckpt_save_ranks with a hook: fill(tmp, arg, e) runs when every rank's files are written, with the
- * temporary ".../iter_%07d.tmp-<pid>" directory, to add files to the rank directories in it (the
+ * temporary ".../iter_%07d.tmp-<tag>-<pid>" directory, to add files to the rank directories in it (the
  * distributed optimizer's shards, written by every data-parallel rank); it returns 0, or -1 with e set to
  * abandon the save. Its files are part of the directory that is installed before the tracker changes. */
 typedef int (*mt_ckpt_fill)(const char *tmp, void *arg, mt_err *e);

@@ -41,10 +41,8 @@ int mt_hf_out_begin(mt_hf_out *o, const char *dir, mt_err *e)
     int rc = mt_mkdir_p(parent, e);
     if (!rc) {
         mt_out_sweep_dir(parent);
-        mt_remove_stale(parent, mt_out_tmp_pid, false, true);
-        size_t n = strlen(parent) + strlen(base) + 64;
-        o->tmp = mt_xmalloc(n);
-        snprintf(o->tmp, n, "%s/.%s.tmp.%ld.0", parent, base, (long)getpid());
+        mt_remove_stale(parent, mt_tmp_parse, false, true);
+        o->tmp = mt_tmp_path(parent, base, 0);
         mt_rm_rf(o->tmp);
         if (mkdir(o->tmp, 0755)) rc = mt_err_sys(e, "cannot create directory %s", o->tmp);
     }

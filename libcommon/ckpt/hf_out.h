@@ -1,6 +1,6 @@
 /* hf_out.h: writing a Hugging Face model directory so that it appears complete or not at all: files go
- * into a hidden temporary directory beside the target (".<name>.tmp.<pid>.0", swept by later runs when
- * its process is dead), which is renamed onto the target (absent, or an empty directory) at the end.
+ * into a hidden temporary directory beside the target (".<name>.tmp.<tag>.<pid>.0" of io/tmpname, swept
+ * by later runs on the same host when its process is dead), which is renamed onto the target (absent, or an empty directory) at the end.
  */
 #ifndef MT_CKPT_HF_OUT_H
 #define MT_CKPT_HF_OUT_H

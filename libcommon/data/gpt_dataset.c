@@ -408,6 +408,15 @@ int mt_gpt_data_open(mt_gpt_data *d, const mt_gpt_data_args *a, mt_err *e)
                 }
                 w[i] = (double)d->src[i].ix[k].plan.num_samples;
                 total += d->src[i].ix[k].plan.num_samples;
+                /* Megatron-Core's BlendedDataset asserts every weight (here a length) is positive (a weighted
+                 * blend evaluated whole, N < 0, is mt's: its empty components just get no share) */
+                if (w[i] <= 0 && !d->weights) {
+                    free(w);
+                    mt_err_set(e, "--data-path %s: no samples in the %s split (a blend without weights needs "
+                                  "samples of every dataset in every split it builds)",
+                               d->src[i].prefix, mt_split_names[k]);
+                    goto out;
+                }
             }
             if (mt_blend_normalize(w, n, e)) {
                 free(w);

@@ -10,7 +10,8 @@
  * datasets are blended. With weights, component k of a split of N samples is built with
  * ceil(ceil(N*w_k) * (1 + surplus)) samples and the blend has sum_k ceil(N*w_k); without weights every
  * component is one epoch (num_samples None), the weights are the component lengths and the blend has
- * min(N, sum of lengths). Every component uses the same seed.
+ * min(N, sum of lengths); a component without samples in a split is an error, as core's BlendedDataset
+ * asserts every weight is positive. Every component uses the same seed.
  */
 #ifndef MT_DATA_GPT_DATASET_H
 #define MT_DATA_GPT_DATASET_H

@@ -52,46 +52,15 @@ void mt_out_install_signal_cleanup(void)
 
 /* ---- temporaries of dead processes ---- */
 
-/* Digits s[0..) up to stop (or the end when stop is 0): their value, or -1 (none, or too many). */
-static long digits(const char *s, char stop, const char **end)
-{
-    long v = 0;
-    const char *p = s;
-    for (; *p >= '0' && *p <= '9'; p++) {
-        if (p - s >= 18) return -1;
-        v = v * 10 + (*p - '0');
-    }
-    if (p == s || *p != stop) return -1;
-    *end = p;
-    return v;
-}
-
-long mt_out_tmp_pid(const char *name)
-{
-    if (name[0] != '.') return -1;
-    /* the last ".tmp." with a non-empty base before it and "<pid>.<n>" after it */
-    for (const char *t = strstr(name + 1, ".tmp."); t; t = strstr(t + 1, ".tmp.")) {
-        const char *end;
-        if (t == name + 1) continue;
-        long pid = digits(t + 5, '.', &end);
-        if (pid <= 0 || digits(end + 1, 0, &end) < 0) continue;
-        return pid;
-    }
-    return -1;
-}
-
-bool mt_pid_dead(long pid) { return pid > 0 && kill((pid_t)pid, 0) && errno == ESRCH; }
-
-int mt_remove_stale(const char *dir, long (*tmp_pid)(const char *name), bool self, bool dirs)
+int mt_remove_stale(const char *dir, int (*parse)(const char *name, mt_tmp_owner *o), bool self, bool dirs)
 {
     DIR *d = opendir(dir);
     if (!d) return 0;
     int removed = 0;
     struct dirent *de;
     while ((de = readdir(d))) {
-        long pid = tmp_pid(de->d_name);
-        if (pid <= 0) continue;
-        if (pid == (long)getpid() ? !self : !mt_pid_dead(pid)) continue;
+        mt_tmp_owner o;
+        if (parse(de->d_name, &o) || !mt_tmp_stale(&o, self)) continue;
         struct stat st;
         if (fstatat(dirfd(d), de->d_name, &st, AT_SYMLINK_NOFOLLOW)) continue;
         size_t n = strlen(dir) + strlen(de->d_name) + 2;
@@ -116,7 +85,7 @@ void mt_out_sweep_dir(const char *dir)
     for (; i < 32 && swept[i]; i++)
         if (!strcmp(swept[i], dir)) break;
     if (i == 32 || !swept[i]) {
-        mt_remove_stale(dir, mt_out_tmp_pid, false, false);
+        mt_remove_stale(dir, mt_tmp_parse, false, false);
         if (i < 32) swept[i] = mt_xstrdup(dir);
     }
     pthread_mutex_unlock(&swept_lock);
@@ -129,9 +98,7 @@ int mt_out_open(mt_out *o, const char *path, mt_err *e)
     char *d1 = mt_xstrdup(path), *d2 = mt_xstrdup(path);
     const char *dir = dirname(d1), *base = basename(d2);
     mt_out_sweep_dir(dir);
-    size_t n = strlen(dir) + strlen(base) + 64;
-    char *tmp = mt_xmalloc(n);
-    snprintf(tmp, n, "%s/.%s.tmp.%ld.%u", dir, base, (long)getpid(), __atomic_fetch_add(&counter, 1, __ATOMIC_RELAXED));
+    char *tmp = mt_tmp_path(dir, base, __atomic_fetch_add(&counter, 1, __ATOMIC_RELAXED));
     free(d1);
     free(d2);
     int fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);

@@ -1,9 +1,10 @@
 /* atomic.h: output files that appear under their final name only when complete.
  *
- * mt_out_open() creates "<dir>/.<name>.tmp.<pid>.<n>" beside the final path; writes go through a
- * FILE*; mt_out_commit() flushes, fsyncs, renames onto the final name and fsyncs the directory;
- * mt_out_abort() removes the temp file. Temp files still open when the program dies (mt_die, SIGINT,
- * SIGTERM, SIGHUP, SIGPIPE) are removed, so nothing half-written is ever left under a final name.
+ * mt_out_open() creates "<dir>/.<name>.tmp.<tag>.<pid>.<n>" (io/tmpname) beside the final path;
+ * writes go through a FILE*; mt_out_commit() flushes, fsyncs, renames onto the final name and fsyncs
+ * the directory; mt_out_abort() removes the temp file. Temp files still open when the program dies
+ * (mt_die, SIGINT, SIGTERM, SIGHUP, SIGPIPE) are removed, so nothing half-written is ever left under a
+ * final name.
  */
 #ifndef MT_IO_ATOMIC_H
 #define MT_IO_ATOMIC_H
@@ -11,6 +12,7 @@
 #include <stdbool.h>
 #include <stdio.h>
 
+#include "io/tmpname.h"
 #include "util/err.h"
 
 typedef struct mt_out {
@@ -29,17 +31,15 @@ int mt_out_write_text(const char *path, const char *text, mt_err *e);
 void mt_out_abort(mt_out *o);
 
 /* Temp files of a process killed with SIGKILL (or by the OOM killer) outlive it. mt_out_open sweeps
- * the directory it writes in, once per process: temporaries of mt_out_open's exact pattern whose PID
- * names no live process (kill(pid, 0) fails with ESRCH) are removed. Temporaries of live processes, of
- * this one, and of PIDs owned by other users are left alone. */
+ * the directory it writes in, once per process: temporaries of mt_out_open's exact pattern that are
+ * stale (mt_tmp_stale: made on this host and PID namespace, or untagged, and their PID names no live
+ * process) are removed. Temporaries of live processes, of this one, of PIDs owned by other users and of
+ * other hosts are left alone. */
 void mt_out_sweep_dir(const char *dir);
-/* The PID in a name ".<base>.tmp.<pid>.<n>" (mt_out_open's temporaries), or -1 for any other name. */
-long mt_out_tmp_pid(const char *name);
-/* True when no process has this id (kill(pid, 0) fails with ESRCH). */
-bool mt_pid_dead(long pid);
-/* Removes the entries of dir whose name tmp_pid maps to the PID of a dead process (or of this one, when
- * self): regular files, and directories with their contents when dirs. Returns how many. */
-int mt_remove_stale(const char *dir, long (*tmp_pid)(const char *name), bool self, bool dirs);
+/* Removes the entries of dir that parse (mt_tmp_parse or mt_tmp_parse_save) names as stale temporaries
+ * (mt_tmp_stale with self): regular files, and directories with their contents when dirs. Returns how
+ * many. */
+int mt_remove_stale(const char *dir, int (*parse)(const char *name, mt_tmp_owner *o), bool self, bool dirs);
 
 /* Installs handlers that remove open temp files and re-raise on SIGINT/SIGTERM/SIGHUP/SIGPIPE. */
 void mt_out_install_signal_cleanup(void);

@@ -215,13 +215,18 @@ t_grep "empty directory message" "no datasets" "$T_TMP/err"
 k=$T_TMP/killed; mkdir -p "$k"
 { head -c 4000 "$T_TMP/p1.toks"; sleep 30; } | mt-index --quiet --output-prefix "$k/part" &
 ipid=$!
-for _ in $(seq 1200); do ls -A "$k" | grep -q "\.tmp\.$ipid\." && break; sleep 0.05; done
+for _ in $(seq 1200); do ls -A "$k" | grep -q "\.tmp\.[a-z]*\.$ipid\." && break; sleep 0.05; done
 kill -KILL "$ipid"; wait "$ipid" 2>/dev/null
-orphans=$(ls -A "$k" | grep -c "^\.part_text_document\.[a-z]*\.tmp\.$ipid\.[0-9]*$")
+orphans=$(ls -A "$k" | grep -c "^\.part_text_document\.[a-z]*\.tmp\.[a-z]\{8\}\.$ipid\.[0-9]*$")
 [ "$orphans" -ge 1 ] && t_pass "kill -KILL of mt-index leaves a temporary ($orphans)" \
     || t_fail "kill -KILL of mt-index leaves a temporary" "$(ls -A "$k")"
+# its name's tag is this host's; a temporary of another host (another tag) is never removed here, even when
+# its PID is dead on this machine: that process may be writing on another node of a shared file system
+tag=$(ls -A "$k" | sed -n "s/^\.part_text_document\.[a-z]*\.tmp\.\([a-z]\{8\}\)\.$ipid\.[0-9]*$/\1/p" | head -1)
+other=otherhst; [ "$tag" = $other ] && other=anotherh
 sleep 60 & live=$!
 : >"$k/.other.bin.tmp.$live.0"
+: >"$k/.other.bin.tmp.$other.$ipid.0"; : >"$k/.mine.bin.tmp.$tag.$ipid.0"; : >"$k/.old.bin.tmp.$ipid.0"
 cp "$m/Z.bin" "$m/Z.idx" "$k/"   # a dataset to merge beside the temporaries
 t_ok "merge --input ignores temporaries in the directory" \
     mt-index --quiet --merge --input "$k" --output-prefix "$T_TMP/kmerged"
@@ -230,8 +235,9 @@ t_cmp "merge with temporaries beside: the one dataset" "$m/Z.bin" "$T_TMP/kmerge
 t_ok "the next run writing there" mt-index --quiet --output-prefix "$k/again" "$T_TMP/p2.toks"
 ls -A "$k" | sort >"$T_TMP/left"
 printf '%s\n' ".other.bin.tmp.$ipid.0.keep" ".other.bin.tmp.$live.0" Z.bin Z.idx again_text_document.bin \
-    again_text_document.idx "other.bin.tmp.$ipid.0" | sort >"$T_TMP/left.want"
-t_cmp "it removed the dead run's temporaries, nothing else (a live PID's, other names kept)" "$T_TMP/left.want" "$T_TMP/left"
+    again_text_document.idx "other.bin.tmp.$ipid.0" ".other.bin.tmp.$other.$ipid.0" | sort >"$T_TMP/left.want"
+t_cmp "it removed the dead run's temporaries (this host's, untagged), nothing else (a live PID's, another host's, other names kept)" \
+    "$T_TMP/left.want" "$T_TMP/left"
 kill "$live"; wait "$live" 2>/dev/null
 
 # --- info ---------------------------------------------------------------------------------------------------

@@ -120,6 +120,9 @@ while case < n_cases:
             else:
                 built = [gpt(x[1], r[0], r[1], None, L, 1, seed, True) for x, r in zip(dss, ranges)]
                 lens = [b[0][3] for b in built]
+                # core's BlendedDataset asserts every weight (here a length; -1 for an empty split at L=1) > 0
+                if any(n <= 0 for n in lens):
+                    raise ValueError("a dataset without samples in a blend without weights")
                 w = (np.array(lens, dtype=np.float64) / np.sum(np.array(lens, dtype=np.float64))).tolist()
                 size = min(N[si], sum(lens))
                 di, dsi, cur = blend_indices(w, size)
@@ -276,3 +279,24 @@ err1 "zero weights" 'weight' --data-path 0 "$T_TMP/tv" 0 "$T_TMP/tv" $B --train-
 printf 'MMIDIDX\0\0garbage' > "$T_TMP/bad.idx"; : > "$T_TMP/bad.bin"
 err1 "corrupt .idx named" 'bad.idx' --data-path "$T_TMP/bad" $B --train-iters 1
 err1 "sample out of range" 'out of range' --data-path "$T_TMP/tv" --split 1,0,0 $B --train-samples 9 --show-sample 999
+# A blend without weights needs samples of every dataset in every split it builds (Megatron-Core's BlendedDataset
+# asserts every weight, a component's length, is positive). An empty one used to be blended with weight 0: with
+# --seq-length 1 and the empty dataset second the blend rule never picked it and the run succeeded; every
+# dataset empty said only "blend weights sum to 0".
+$PY - "$T_TMP/empty" <<'PYEOF'
+import sys, numpy as np
+p = sys.argv[1]
+with open(p + ".idx", "wb") as f:
+    f.write(b"MMIDIDX\x00\x00" + np.uint64(1).tobytes() + np.uint8(8).tobytes() + np.uint64(2).tobytes() + np.uint64(3).tobytes())
+    f.write(np.zeros(2, dtype=np.int32).tobytes() + np.zeros(2, dtype=np.int64).tobytes() + np.arange(3, dtype=np.int64).tobytes())
+open(p + ".bin", "wb").close()
+PYEOF
+U="--global-batch-size 1 --train-iters 3 --eval-iters 0 --data-cache-path $T_TMP/ec --quiet"
+err1 "no weights, an empty dataset after a full one" '/empty: no samples in the train split \(a blend without weights' \
+    --data-path "$T_TMP/tv" "$T_TMP/empty" --split 1,0,0 --seq-length 1 $U
+err1 "no weights, an empty dataset first" '/empty: no samples in the train split' \
+    --data-path "$T_TMP/empty" "$T_TMP/tv" --split 1,0,0 --seq-length 4 $U
+err1 "no weights, every dataset empty" '/empty: no samples in the train split' \
+    --data-path "$T_TMP/empty" "$T_TMP/empty" --split 1,0,0 --seq-length 4 $U
+err1 "no weights, a split too short for one sequence" '/tv: no samples in the valid split' \
+    --data-path "$T_TMP/tv" "$T_TMP/tv" --split 5,1,0 --seq-length 5 $U --eval-interval 1   # (its last document: 5 tokens)

@@ -454,7 +454,7 @@ TEST(crash_at_every_step_new_iteration)
         T_EQ_INT(count_tmp(dir), 0);
     }
     T_EQ_INT(crashed, 6);
-    T_EQ_INT(saw_debris, 4); /* n = 0..3 leave iter_0000200.tmp-<pid> behind */
+    T_EQ_INT(saw_debris, 4); /* n = 0..3 leave iter_0000200.tmp-<tag>-<pid> behind */
     json_decref(a.meta);
     json_decref(b.meta);
 }

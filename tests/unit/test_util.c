@@ -271,48 +271,118 @@ static long dead_pid(void)
 
 static bool exists(const char *dir, const char *name)
 {
-    char p[600];
+    char p[4096];
     snprintf(p, sizeof p, "%s/%s", dir, name);
     return access(p, F_OK) == 0;
 }
 
-TEST(atomic_stale_temporaries)
+/* The PID of a temporary's name, or -1 when mt_tmp_parse does not take it; its tag into tag. */
+static long tmp_pid(const char *name, char *tag)
 {
-    T_EQ_INT(mt_out_tmp_pid(".a.bin.tmp.123.0"), 123);
-    T_EQ_INT(mt_out_tmp_pid(".a.tmp.b.bin.tmp.77.12"), 77);
-    T_EQ_INT(mt_out_tmp_pid("a.bin.tmp.123.0"), -1);    /* no leading dot */
-    T_EQ_INT(mt_out_tmp_pid(".tmp.123.0"), -1);         /* no name */
-    T_EQ_INT(mt_out_tmp_pid(".a.bin.tmp.123.0.x"), -1); /* more after the counter */
-    T_EQ_INT(mt_out_tmp_pid(".a.bin.tmp.123."), -1);
-    T_EQ_INT(mt_out_tmp_pid(".a.bin.tmp.-1.0"), -1);
-    T_EQ_INT(mt_out_tmp_pid(".a.bin.tmp.0.0"), -1);
+    mt_tmp_owner o;
+    if (mt_tmp_parse(name, &o)) return -1;
+    if (tag) strcpy(tag, o.tag);
+    return o.pid;
+}
+
+static long save_pid(const char *name, char *tag)
+{
+    mt_tmp_owner o;
+    if (mt_tmp_parse_save(name, &o)) return -1;
+    if (tag) strcpy(tag, o.tag);
+    return o.pid;
+}
+
+TEST(tmp_names)
+{
+    char tag[16];
+    const char *mine = mt_tmp_tag();
+    T_EQ_INT(strlen(mine), MT_TMP_TAG_LEN);
+    for (int i = 0; i < MT_TMP_TAG_LEN; i++) T_CHECK(mine[i] >= 'a' && mine[i] <= 'z');
+    T_EQ_INT(tmp_pid(".a.bin.tmp.123.0", tag), 123);    /* the old form: no tag */
+    T_EQ_STR(tag, "");
+    T_EQ_INT(tmp_pid(".a.bin.tmp.abcdefgh.123.0", tag), 123);
+    T_EQ_STR(tag, "abcdefgh");
+    T_EQ_INT(tmp_pid(".a.tmp.b.bin.tmp.77.12", NULL), 77);
+    T_EQ_INT(tmp_pid(".a.tmp.b.bin.tmp.abcdefgh.77.12", NULL), 77);
+    T_EQ_INT(tmp_pid("a.bin.tmp.123.0", NULL), -1);    /* no leading dot */
+    T_EQ_INT(tmp_pid(".tmp.123.0", NULL), -1);         /* no name */
+    T_EQ_INT(tmp_pid(".a.bin.tmp.123.0.x", NULL), -1); /* more after the counter */
+    T_EQ_INT(tmp_pid(".a.bin.tmp.abcdefgh.123.0.x", NULL), -1);
+    T_EQ_INT(tmp_pid(".a.bin.tmp.abcdefg.123.0", NULL), -1);   /* a tag of 7 letters */
+    T_EQ_INT(tmp_pid(".a.bin.tmp.abcdefgH.123.0", NULL), -1);
+    T_EQ_INT(tmp_pid(".a.bin.tmp.123.", NULL), -1);
+    T_EQ_INT(tmp_pid(".a.bin.tmp.-1.0", NULL), -1);
+    T_EQ_INT(tmp_pid(".a.bin.tmp.0.0", NULL), -1);
+    T_EQ_INT(save_pid("iter_0000200.tmp-123", tag), 123);
+    T_EQ_STR(tag, "");
+    T_EQ_INT(save_pid("iter_0000200.tmp-123-old", NULL), 123);
+    T_EQ_INT(save_pid("release.tmp-abcdefgh-77-old", tag), 77);
+    T_EQ_STR(tag, "abcdefgh");
+    T_EQ_INT(save_pid("iter_0000200.tmp-abcdefgh-", NULL), -1);
+    T_EQ_INT(save_pid("iter_0000200.tmp-abcdefgh--5", NULL), -1);
+    T_EQ_INT(save_pid("x_0000200.tmp-123", NULL), -1);
+    /* the names made are the names parsed, with this process's tag and PID */
+    char *p = mt_tmp_path("d", "x.bin", 7), *q = mt_tmp_save_path("d/iter_0000001", "-old");
+    T_EQ_INT(tmp_pid(p + 2, tag), (long)getpid());
+    T_EQ_STR(tag, mine);
+    T_CHECK(!strncmp(q, "d/iter_0000001.tmp-", 19));
+    T_EQ_INT(save_pid(q + 2, tag), (long)getpid());
+    T_EQ_STR(tag, mine);
+    free(p);
+    free(q);
     T_CHECK(mt_pid_dead(dead_pid()));
     T_CHECK(!mt_pid_dead((long)getpid()));
+}
 
-    char dir[300], name[6][128], p[1200];
+/* A tag that is not this host's. */
+static const char *other_tag(void) { return strcmp(mt_tmp_tag(), "otherhst") ? "otherhst" : "anotherh"; }
+
+TEST(atomic_stale_temporaries)
+{
+    char dir[300], name[9][128], p[4096];
     snprintf(dir, sizeof dir, "%s/stale", tmpdir);
     T_EQ_INT(mkdir(dir, 0755), 0);
     long dead = dead_pid();
-    snprintf(name[0], sizeof name[0], ".x.bin.tmp.%ld.0", dead);              /* removed */
-    snprintf(name[1], sizeof name[1], ".x.idx.tmp.%ld.3", dead);              /* removed */
-    snprintf(name[2], sizeof name[2], ".x.bin.tmp.%ld.0", (long)getppid());   /* alive: kept */
-    snprintf(name[3], sizeof name[3], ".x.bin.tmp.%ld.1", (long)getpid());    /* ours: kept */
-    snprintf(name[4], sizeof name[4], "x.bin.tmp.%ld.0", dead);               /* another name: kept */
-    snprintf(name[5], sizeof name[5], ".d.tmp.%ld.0", dead);                  /* a directory: kept */
-    for (int i = 0; i < 5; i++) {
+    const char *me = mt_tmp_tag(), *other = other_tag();
+    snprintf(name[0], sizeof name[0], ".x.bin.tmp.%ld.0", dead);                   /* old form: removed */
+    snprintf(name[1], sizeof name[1], ".x.idx.tmp.%ld.3", dead);                   /* old form: removed */
+    snprintf(name[2], sizeof name[2], ".x.bin.tmp.%s.%ld.5", me, dead);            /* this host: removed */
+    snprintf(name[3], sizeof name[3], ".x.bin.tmp.%s.%ld.0", other, dead);         /* another host: kept */
+    snprintf(name[4], sizeof name[4], ".x.bin.tmp.%ld.0", (long)getppid());        /* alive: kept */
+    snprintf(name[5], sizeof name[5], ".x.bin.tmp.%s.%ld.1", me, (long)getppid()); /* alive: kept */
+    snprintf(name[6], sizeof name[6], ".x.bin.tmp.%s.%ld.999", me, (long)getpid()); /* ours: kept */
+    snprintf(name[7], sizeof name[7], "x.bin.tmp.%ld.0", dead);                    /* another name: kept */
+    snprintf(name[8], sizeof name[8], ".d.tmp.%s.%ld.0", me, dead);                /* a directory: kept */
+    for (int i = 0; i < 8; i++) {
         snprintf(p, sizeof p, "%s/%s", dir, name[i]);
         write_file(p, "x", 1);
     }
-    snprintf(p, sizeof p, "%s/%s", dir, name[5]);
+    snprintf(p, sizeof p, "%s/%s", dir, name[8]);
     T_EQ_INT(mkdir(p, 0755), 0);
     /* the first output opened in the directory sweeps it */
     mt_out o;
     mt_err e;
     snprintf(p, sizeof p, "%s/x.bin", dir);
     T_EQ_INT(mt_out_open(&o, p, &e), 0);
+    T_CHECK(strstr(o.tmp, me) != NULL);
     T_EQ_INT(mt_out_commit(&o, &e), 0);
-    T_CHECK(!exists(dir, name[0]) && !exists(dir, name[1]));
-    for (int i = 2; i < 6; i++) T_CHECK(exists(dir, name[i]));
+    for (int i = 0; i < 3; i++) T_CHECK(!exists(dir, name[i]));
+    for (int i = 3; i < 9; i++) T_CHECK(exists(dir, name[i]));
+    /* directories too, where asked (HF output directories, checkpoint saves) */
+    T_EQ_INT(mt_remove_stale(dir, mt_tmp_parse, false, true), 1);
+    T_CHECK(!exists(dir, name[8]) && exists(dir, name[3]));
+    char save[4][128];
+    snprintf(save[0], sizeof save[0], "iter_0000010.tmp-%ld", dead);
+    snprintf(save[1], sizeof save[1], "iter_0000010.tmp-%s-%ld", me, dead);
+    snprintf(save[2], sizeof save[2], "iter_0000010.tmp-%s-%ld", other, dead);
+    snprintf(save[3], sizeof save[3], "release.tmp-%s-%ld-old", me, (long)getpid());
+    for (int i = 0; i < 4; i++) {
+        snprintf(p, sizeof p, "%s/%s", dir, save[i]);
+        T_EQ_INT(mkdir(p, 0755), 0);
+    }
+    T_EQ_INT(mt_remove_stale(dir, mt_tmp_parse_save, true, true), 3); /* ours too, with self */
+    T_CHECK(exists(dir, save[2]) && !exists(dir, save[0]) && !exists(dir, save[1]) && !exists(dir, save[3]));
 }
 
 T_MAIN_BEGIN("test_util")
@@ -324,6 +394,7 @@ T_MAIN_BEGIN("test_util")
     RUN(flags_shared_rows);
     RUN(mkdir_p_parents_existing_and_errors);
     RUN(reader_max_line);
+    RUN(tmp_names);
     RUN(atomic_stale_temporaries);
     t_tmpdir_remove();
 T_MAIN_END
