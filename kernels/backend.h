@@ -21,6 +21,7 @@ typedef struct mtk_ops {
     void (*zero)(mtk *k, void *p, size_t bytes);
     void (*to_device)(mtk *k, void *dst, const void *src, size_t bytes);
     void (*to_host)(mtk *k, void *dst, const void *src, size_t bytes);
+    int upload_waits;   /* to_device waits for the queue before it returns (counted in mtk_stats) */
     void (*copy)(mtk *k, void *dst, const void *src, size_t bytes);
     void (*convert)(mtk *k, void *dst, mtk_dtype dt, const void *src, mtk_dtype st, size_t n);
     int (*sync)(mtk *k);   /* -1 when the device reported an error (it calls mtk_fail) */
@@ -85,6 +86,7 @@ typedef struct mtk_ops {
     void (*xent_bwd)(mtk *k, void *dlogits, const void *logits, const float *rowmax, const float *sumexp,
                      const int32_t *target, const float *dscale, int N, int V, int v0);
     double (*sumsq)(mtk *k, const float *x, size_t n);
+    void (*sumsq_spans)(mtk *k, double *out, const float *x, const mtk_span *span, int nspan);
     size_t (*count_nonfinite)(mtk *k, const float *x, size_t n);
     /* work NULL: none */
     void (*adamw)(mtk *k, float *p, void *work, const float *g, float *m, float *v, const mtk_adamw_seg *seg,
@@ -101,6 +103,7 @@ struct mtk {
     unsigned char *ws;    /* workspace (device memory), ws_bytes long */
     size_t ws_bytes, ws_used;
     int failed;           /* sticky error set */
+    mtk_stats stats;      /* mtk_stats_get: syncs and ops counted in mtk.c, launches by the backend */
     mt_err err;
     void *impl;           /* backend state */
 };

@@ -94,6 +94,18 @@ void mtk_convert(mtk *k, void *dst, mtk_dtype dst_dtype, const void *src, mtk_dt
 /* Waits for every queue; returns mtk_status. */
 int mtk_sync(mtk *k, mt_err *e);
 
+/* ---- counters (always on, a few integer additions) ----
+ * syncs: the times the host waited for the device: mtk_sync, mtk_to_host, and the operations that return
+ * a value computed on the device (mtk_sumsq, mtk_count_nonfinite). upload_waits: mtk_to_device calls that
+ * wait for the queue before returning (cuda, sim: the host buffer is free again on return); cpu: 0.
+ * launches: kernels enqueued on the device (cuda, sim: every kernel and every matrix product; cpu: 0, it
+ * has none). ops: operations of this header run (every backend). The counts only grow; a caller reads
+ * them before and after what it measures. */
+typedef struct mtk_stats {
+    uint64_t syncs, upload_waits, launches, ops;
+} mtk_stats;
+mtk_stats mtk_stats_get(const mtk *k);
+
 /* ---- queues and events ---- */
 enum { MTK_QUEUE_COMPUTE = 0, MTK_QUEUE_COMM = 1, MTK_QUEUES = 2 };
 void mtk_set_queue(mtk *k, int queue);     /* following operations go to this queue */
@@ -262,6 +274,16 @@ void mtk_xent_bwd(mtk *k, mtk_act *dlogits, const mtk_act *logits, const float *
 /* ---- reductions and optimizer (fp32 arrays) ---- */
 /* Sum of squares of x[0..n), accumulated in double in a fixed order, returned to the host (waits). */
 double mtk_sumsq(mtk *k, const float *x, size_t n);
+/* A span of an fp32 array: elements [off, off + n). */
+typedef struct mtk_span {
+    size_t off, n;
+} mtk_span;
+/* *out (one double of device memory) = the sum of squares of x over nspan spans: each span's mtk_sumsq,
+ * added in double in span order from 0 (the bits of those calls summed on the host), without waiting: the
+ * gradient norm of a model whose counted tensors are not adjacent (tensor parallelism, tied copies) in
+ * one operation (on a GPU two launches per 64 spans, not two per span), and no host sync until the caller
+ * copies *out back. */
+void mtk_sumsq_spans(mtk *k, double *out, const float *x, const mtk_span *span, int nspan);
 /* Count of non-finite values in x (overflow checks; waits). */
 size_t mtk_count_nonfinite(mtk *k, const float *x, size_t n);
 /* AdamW (decoupled weight decay), bias-corrected at step t >= 1:

@@ -127,6 +127,7 @@ extern "C" const mtk_ops MTK_CU_OPS = {
     .zero = ns::zero,
     .to_device = ns::to_device,
     .to_host = ns::to_host,
+    .upload_waits = 1,
     .copy = ns::copy,
     .convert = ns::convert,
     .sync = ns::sync,
@@ -167,6 +168,7 @@ extern "C" const mtk_ops MTK_CU_OPS = {
     .xent_loss = ns::xent_loss,
     .xent_bwd = ns::xent_bwd,
     .sumsq = ns::sumsq,
+    .sumsq_spans = ns::sumsq_spans,
     .count_nonfinite = ns::count_nonfinite,
     .adamw = ns::adamw,
 };

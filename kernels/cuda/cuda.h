@@ -45,6 +45,12 @@ struct Cu {
 };
 static inline Cu *cu(mtk *k) { return (Cu *)k->impl; }
 static inline cudaStream_t stream(mtk *k) { return cu(k)->q[k->queue]; }
+// The stream of a kernel launch: every LAUNCH names launch_stream(k), which counts it (mtk_stats).
+static inline cudaStream_t launch_stream(mtk *k)
+{
+    k->stats.launches++;
+    return stream(k);
+}
 // Records a launch or runtime error as the backend's sticky error; returns 1 when there was one.
 int check(mtk *k, const char *what);
 
@@ -207,6 +213,7 @@ void xent_bwd(mtk *k, void *dlogits, const void *logits, const float *rowmax, co
 // reduce.cu
 size_t reduce_ws_bytes(size_t n);
 double sumsq(mtk *k, const float *x, size_t n);
+void sumsq_spans(mtk *k, double *out, const float *x, const mtk_span *span, int nspan);
 size_t count_nonfinite(mtk *k, const float *x, size_t n);
 void adamw(mtk *k, float *p, void *work, const float *g, float *m, float *v, const mtk_adamw_seg *seg, int nseg,
            float lr, float b1, float b2, float eps, float wd, int t, float grad_scale);

@@ -74,9 +74,9 @@ template <class D, class S> __global__ void convert_kernel(D *dst, const S *src,
 template <class D> static void convert_from(mtk *k, D *dst, const void *src, mtk_dtype st, size_t n)
 {
     const unsigned g = blocks_for(n);
-    if (st == MTK_F32) LAUNCH((convert_kernel<D, float>), g, THREADS, 0, stream(k))(dst, (const float *)src, n);
-    else if (st == MTK_BF16) LAUNCH((convert_kernel<D, bf16>), g, THREADS, 0, stream(k))(dst, (const bf16 *)src, n);
-    else LAUNCH((convert_kernel<D, f16>), g, THREADS, 0, stream(k))(dst, (const f16 *)src, n);
+    if (st == MTK_F32) LAUNCH((convert_kernel<D, float>), g, THREADS, 0, launch_stream(k))(dst, (const float *)src, n);
+    else if (st == MTK_BF16) LAUNCH((convert_kernel<D, bf16>), g, THREADS, 0, launch_stream(k))(dst, (const bf16 *)src, n);
+    else LAUNCH((convert_kernel<D, f16>), g, THREADS, 0, launch_stream(k))(dst, (const f16 *)src, n);
 }
 
 void convert(mtk *k, void *dst, mtk_dtype dt, const void *src, mtk_dtype st, size_t n)
