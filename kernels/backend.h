@@ -21,7 +21,6 @@ typedef struct mtk_ops {
     void (*zero)(mtk *k, void *p, size_t bytes);
     void (*to_device)(mtk *k, void *dst, const void *src, size_t bytes);
     void (*to_host)(mtk *k, void *dst, const void *src, size_t bytes);
-    int upload_waits;   /* to_device waits for the queue before it returns (counted in mtk_stats) */
     void (*copy)(mtk *k, void *dst, const void *src, size_t bytes);
     void (*convert)(mtk *k, void *dst, mtk_dtype dt, const void *src, mtk_dtype st, size_t n);
     int (*sync)(mtk *k);   /* -1 when the device reported an error (it calls mtk_fail) */
@@ -103,7 +102,8 @@ struct mtk {
     unsigned char *ws;    /* workspace (device memory), ws_bytes long */
     size_t ws_bytes, ws_used;
     int failed;           /* sticky error set */
-    mtk_stats stats;      /* mtk_stats_get: syncs and ops counted in mtk.c, launches by the backend */
+    mtk_stats stats;      /* mtk_stats_get: syncs and ops counted in mtk.c, launches and upload waits by the
+                             backend */
     mt_err err;
     void *impl;           /* backend state */
 };

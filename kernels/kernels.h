@@ -86,7 +86,7 @@ void mtk_clear_error(mtk *k);
 void *mtk_alloc(mtk *k, size_t bytes, mt_err *e);      /* zero-filled; NULL + e on failure */
 void mtk_free(mtk *k, void *p);
 void mtk_zero(mtk *k, void *p, size_t bytes);
-void mtk_to_device(mtk *k, void *dst, const void *src, size_t bytes);
+void mtk_to_device(mtk *k, void *dst, const void *src, size_t bytes);   /* src is free again at return */
 void mtk_to_host(mtk *k, void *dst, const void *src, size_t bytes);   /* waits for the current queue */
 void mtk_copy(mtk *k, void *dst, const void *src, size_t bytes);      /* device to device */
 /* dst[i] = (dst_dtype) src[i] for n elements, device to device, round to nearest even. */
@@ -97,7 +97,8 @@ int mtk_sync(mtk *k, mt_err *e);
 /* ---- counters (always on, a few integer additions) ----
  * syncs: the times the host waited for the device: mtk_sync, mtk_to_host, and the operations that return
  * a value computed on the device (mtk_sumsq, mtk_count_nonfinite). upload_waits: mtk_to_device calls that
- * wait for the queue before returning (cuda, sim: the host buffer is free again on return); cpu: 0.
+ * waited for the device (cuda, sim: a copy too large for the pinned staging, or the staging a whole ring of
+ * copies ahead of the device); cpu: 0.
  * launches: kernels enqueued on the device (cuda, sim: every kernel and every matrix product; cpu: 0, it
  * has none). ops: operations of this header run (every backend). The counts only grow; a caller reads
  * them before and after what it measures. */

@@ -160,7 +160,6 @@ void mtk_to_device(mtk *k, void *dst, const void *src, size_t bytes)
 {
     if (k->failed) return;
     k->stats.ops++;
-    k->stats.upload_waits += k->ops->upload_waits != 0;
     k->ops->to_device(k, dst, src, bytes);
 }
 void mtk_to_host(mtk *k, void *dst, const void *src, size_t bytes)

@@ -45,6 +45,7 @@ static void close(mtk *k)
     Cu *c = cu(k);
     if (!c) return;
     cudaDeviceSynchronize();
+    uploads_close(k);
     gemm_close(k);
     for (int q = 0; q < MTK_QUEUES; q++) cudaStreamDestroy(c->q[q]);
     free(c);
@@ -127,7 +128,6 @@ extern "C" const mtk_ops MTK_CU_OPS = {
     .zero = ns::zero,
     .to_device = ns::to_device,
     .to_host = ns::to_host,
-    .upload_waits = 1,
     .copy = ns::copy,
     .convert = ns::convert,
     .sync = ns::sync,

@@ -42,6 +42,8 @@ struct Cu {
     void *bias16[MTK_QUEUES]; // gemm.cu: the fp32 bias rounded to the activation dtype, per queue
     size_t bias16_cap[MTK_QUEUES];
     unsigned next_plan;
+    void *up;                 // memory.cu: the pinned staging of copies to the device (NULL: not made yet)
+    bool up_none;             // ... which could not be made: copies to the device wait
 };
 static inline Cu *cu(mtk *k) { return (Cu *)k->impl; }
 static inline cudaStream_t stream(mtk *k) { return cu(k)->q[k->queue]; }
@@ -145,6 +147,7 @@ void *alloc(mtk *k, size_t bytes, mt_err *e);
 void dfree(mtk *k, void *p);
 void zero(mtk *k, void *p, size_t bytes);
 void to_device(mtk *k, void *dst, const void *src, size_t bytes);
+void uploads_close(mtk *k);   // frees the staging of to_device (after a device sync)
 void to_host(mtk *k, void *dst, const void *src, size_t bytes);
 void copy(mtk *k, void *dst, const void *src, size_t bytes);
 void convert(mtk *k, void *dst, mtk_dtype dt, const void *src, mtk_dtype st, size_t n);

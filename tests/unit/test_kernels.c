@@ -1528,6 +1528,43 @@ TEST(workspace_and_sticky_error)
     mtk_close(k);
 }
 
+/* Copies to the device take the host buffer as it is at the call, which may be rewritten at once: more
+ * small copies than the cuda backend's ring of pinned slots (16) from one host buffer, and one larger than
+ * a slot; only that one waits for the device (cpu: none; on a GPU also any copy that finds the ring full). */
+TEST(uploads)
+{
+    enum { NB = 40, SMALL = 1000, BIG = 200000 };
+    mt_err e;
+    float *dev[NB], *big = mtk_alloc(K, BIG * sizeof(float), &e), *host = malloc(BIG * sizeof(float));
+    T_CHECK(big && host);
+    if (!big || !host) return;
+    const mtk_stats s0 = mtk_stats_get(K);
+    for (int b = 0; b < NB; b++) {
+        dev[b] = mtk_alloc(K, SMALL * sizeof(float), &e);
+        for (int i = 0; i < SMALL; i++) host[i] = (float)(b * SMALL + i);
+        mtk_to_device(K, dev[b], host, SMALL * sizeof(float));
+    }
+    for (int i = 0; i < BIG; i++) host[i] = (float)-i;
+    mtk_to_device(K, big, host, BIG * sizeof(float));
+    const mtk_stats s1 = mtk_stats_get(K);
+    int bad = 0;
+    for (int b = 0; b < NB; b++) {
+        mtk_to_host(K, host, dev[b], SMALL * sizeof(float));
+        for (int i = 0; i < SMALL; i++) bad += host[i] != (float)(b * SMALL + i);
+        mtk_free(K, dev[b]);
+    }
+    mtk_to_host(K, host, big, BIG * sizeof(float));
+    for (int i = 0; i < BIG; i++) bad += host[i] != (float)-i;
+    T_EQ_INT(bad, 0);
+    T_CHECK(mtk_status(K, NULL) == 0);
+    int waits = (int)(s1.upload_waits - s0.upload_waits);
+    if (!strcmp(BACKEND, "cpu")) T_EQ_INT(waits, 0);
+    else if (!strcmp(BACKEND, "sim")) T_EQ_INT(waits, 1);
+    else T_CHECK(waits >= 1);
+    mtk_free(K, big);
+    free(host);
+}
+
 TEST(queues_and_events)
 {
     mt_err e;
@@ -1845,6 +1882,7 @@ RUN(adamw);
 RUN(adamw_multi);
 RUN(convert);
 RUN(workspace_and_sticky_error);
+RUN(uploads);
 RUN(queues_and_events);
 if (!strcmp(BACKEND, "cpu")) RUN(deterministic);   /* thread counts: the cpu backend's promise */
 mtk_close(K);
