@@ -268,9 +268,16 @@ static int train(run *r)
     memset(&iv, 0, sizeof iv);
     iv.t0 = now_s();
     double start = now_s();
+    /* MT_STEP_STATS=1: a line per step on stderr with what it cost the kernel backend (mtk_stats) */
+    const int step_stats = getenv("MT_STEP_STATS") && !strcmp(getenv("MT_STEP_STATS"), "1");
     while (t->iteration < t->train_iters) {
         mt_step_result s;
         if (mt_trainer_step(t, &s, &e)) mt_die_err(&e);
+        if (step_stats)
+            fprintf(stderr, "step stats | rank %d | iteration %lld | host syncs: %llu | upload waits: %llu | "
+                    "kernel launches: %llu | kernel ops: %llu\n", t->world->rank, (long long)t->iteration,
+                    (unsigned long long)s.stats.syncs, (unsigned long long)s.stats.upload_waits,
+                    (unsigned long long)s.stats.launches, (unsigned long long)s.stats.ops);
         mt_loss_value lv = {"lm loss", s.loss};
         mt_log_accum_add(&iv.acc, s.skipped, &lv, 1);
         tb_iteration(r, &s);

@@ -85,6 +85,7 @@ typedef struct mtk_ops {
     void (*xent_bwd)(mtk *k, void *dlogits, const void *logits, const float *rowmax, const float *sumexp,
                      const int32_t *target, const float *dscale, int N, int V, int v0);
     double (*sumsq)(mtk *k, const float *x, size_t n);
+    void (*sumsq_spans)(mtk *k, double *out, const float *x, const mtk_span *span, int nspan);
     size_t (*count_nonfinite)(mtk *k, const float *x, size_t n);
     /* work NULL: none */
     void (*adamw)(mtk *k, float *p, void *work, const float *g, float *m, float *v, const mtk_adamw_seg *seg,
@@ -101,6 +102,8 @@ struct mtk {
     unsigned char *ws;    /* workspace (device memory), ws_bytes long */
     size_t ws_bytes, ws_used;
     int failed;           /* sticky error set */
+    mtk_stats stats;      /* mtk_stats_get: syncs and ops counted in mtk.c, launches and upload waits by the
+                             backend */
     mt_err err;
     void *impl;           /* backend state */
 };

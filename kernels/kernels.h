@@ -86,13 +86,26 @@ void mtk_clear_error(mtk *k);
 void *mtk_alloc(mtk *k, size_t bytes, mt_err *e);      /* zero-filled; NULL + e on failure */
 void mtk_free(mtk *k, void *p);
 void mtk_zero(mtk *k, void *p, size_t bytes);
-void mtk_to_device(mtk *k, void *dst, const void *src, size_t bytes);
+void mtk_to_device(mtk *k, void *dst, const void *src, size_t bytes);   /* src is free again at return */
 void mtk_to_host(mtk *k, void *dst, const void *src, size_t bytes);   /* waits for the current queue */
 void mtk_copy(mtk *k, void *dst, const void *src, size_t bytes);      /* device to device */
 /* dst[i] = (dst_dtype) src[i] for n elements, device to device, round to nearest even. */
 void mtk_convert(mtk *k, void *dst, mtk_dtype dst_dtype, const void *src, mtk_dtype src_dtype, size_t n);
 /* Waits for every queue; returns mtk_status. */
 int mtk_sync(mtk *k, mt_err *e);
+
+/* ---- counters (always on, a few integer additions) ----
+ * syncs: the times the host waited for the device: mtk_sync, mtk_to_host, and the operations that return
+ * a value computed on the device (mtk_sumsq, mtk_count_nonfinite). upload_waits: mtk_to_device calls that
+ * waited for the device (cuda, sim: a copy too large for the pinned staging, or the staging a whole ring of
+ * copies ahead of the device); cpu: 0.
+ * launches: kernels enqueued on the device (cuda, sim: every kernel and every matrix product; cpu: 0, it
+ * has none). ops: operations of this header run (every backend). The counts only grow; a caller reads
+ * them before and after what it measures. */
+typedef struct mtk_stats {
+    uint64_t syncs, upload_waits, launches, ops;
+} mtk_stats;
+mtk_stats mtk_stats_get(const mtk *k);
 
 /* ---- queues and events ---- */
 enum { MTK_QUEUE_COMPUTE = 0, MTK_QUEUE_COMM = 1, MTK_QUEUES = 2 };
@@ -262,6 +275,16 @@ void mtk_xent_bwd(mtk *k, mtk_act *dlogits, const mtk_act *logits, const float *
 /* ---- reductions and optimizer (fp32 arrays) ---- */
 /* Sum of squares of x[0..n), accumulated in double in a fixed order, returned to the host (waits). */
 double mtk_sumsq(mtk *k, const float *x, size_t n);
+/* A span of an fp32 array: elements [off, off + n). */
+typedef struct mtk_span {
+    size_t off, n;
+} mtk_span;
+/* *out (one double of device memory) = the sum of squares of x over nspan spans: each span's mtk_sumsq,
+ * added in double in span order from 0 (the bits of those calls summed on the host), without waiting: the
+ * gradient norm of a model whose counted tensors are not adjacent (tensor parallelism, tied copies) in
+ * one operation (on a GPU two launches per 64 spans, not two per span), and no host sync until the caller
+ * copies *out back. */
+void mtk_sumsq_spans(mtk *k, double *out, const float *x, const mtk_span *span, int nspan);
 /* Count of non-finite values in x (overflow checks; waits). */
 size_t mtk_count_nonfinite(mtk *k, const float *x, size_t n);
 /* AdamW (decoupled weight decay), bias-corrected at step t >= 1:

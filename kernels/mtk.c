@@ -152,29 +152,43 @@ void mtk_free(mtk *k, void *p)
 }
 void mtk_zero(mtk *k, void *p, size_t bytes)
 {
-    if (!k->failed) k->ops->zero(k, p, bytes);
+    if (k->failed) return;
+    k->stats.ops++;
+    k->ops->zero(k, p, bytes);
 }
 void mtk_to_device(mtk *k, void *dst, const void *src, size_t bytes)
 {
-    if (!k->failed) k->ops->to_device(k, dst, src, bytes);
+    if (k->failed) return;
+    k->stats.ops++;
+    k->ops->to_device(k, dst, src, bytes);
 }
 void mtk_to_host(mtk *k, void *dst, const void *src, size_t bytes)
 {
-    if (!k->failed) k->ops->to_host(k, dst, src, bytes);
+    if (k->failed) return;
+    k->stats.ops++;
+    k->stats.syncs++;
+    k->ops->to_host(k, dst, src, bytes);
 }
 void mtk_copy(mtk *k, void *dst, const void *src, size_t bytes)
 {
-    if (!k->failed) k->ops->copy(k, dst, src, bytes);
+    if (k->failed) return;
+    k->stats.ops++;
+    k->ops->copy(k, dst, src, bytes);
 }
 void mtk_convert(mtk *k, void *dst, mtk_dtype dst_dtype, const void *src, mtk_dtype src_dtype, size_t n)
 {
-    if (!k->failed) k->ops->convert(k, dst, dst_dtype, src, src_dtype, n);
+    if (k->failed) return;
+    k->stats.ops++;
+    k->ops->convert(k, dst, dst_dtype, src, src_dtype, n);
 }
 int mtk_sync(mtk *k, mt_err *e)
 {
+    k->stats.syncs++;
     k->ops->sync(k);
     return mtk_status(k, e);
 }
+
+mtk_stats mtk_stats_get(const mtk *k) { return k->stats; }
 
 /* ---- queues and events ---- */
 
@@ -234,6 +248,7 @@ static int ready(mtk *k, const char *op, long long a, long long b, size_t n_act)
         return 0;
     }
     k->ws_used = 0;
+    k->stats.ops++;
     return 1;
 }
 
@@ -260,6 +275,7 @@ static int ready_flat(mtk *k, const char *op, size_t n)
         return 0;
     }
     k->ws_used = 0;
+    k->stats.ops++;
     return 1;
 }
 
@@ -483,11 +499,23 @@ void mtk_xent_bwd(mtk *k, mtk_act *dlogits, const mtk_act *logits, const float *
 }
 double mtk_sumsq(mtk *k, const float *x, size_t n)
 {
-    return ready_flat(k, "sumsq", n) ? k->ops->sumsq(k, x, n) : NAN;
+    if (!ready_flat(k, "sumsq", n)) return NAN;
+    k->stats.syncs++;
+    return k->ops->sumsq(k, x, n);
+}
+void mtk_sumsq_spans(mtk *k, double *out, const float *x, const mtk_span *span, int nspan)
+{
+    size_t end = 0;   /* the array's extent */
+    for (int i = 0; i < nspan; i++)
+        if (span[i].n && span[i].off + span[i].n > end) end = span[i].off + span[i].n;
+    if (nspan < 0) mtk_fail(k, "sumsq_spans: %d spans", nspan);
+    else if (ready_flat(k, "sumsq_spans", end)) k->ops->sumsq_spans(k, out, x, span, nspan);
 }
 size_t mtk_count_nonfinite(mtk *k, const float *x, size_t n)
 {
-    return ready_flat(k, "count_nonfinite", n) ? k->ops->count_nonfinite(k, x, n) : (size_t)-1;
+    if (!ready_flat(k, "count_nonfinite", n)) return (size_t)-1;
+    k->stats.syncs++;
+    return k->ops->count_nonfinite(k, x, n);
 }
 void mtk_adamw(mtk *k, float *p, const float *g, float *m, float *v, size_t n, float lr, float b1, float b2,
                float eps, float wd, int t, float grad_scale)

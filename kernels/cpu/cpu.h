@@ -74,6 +74,7 @@ void cpu_xent_loss(mtk *k, float *losses, const float *rowmax, const float *sume
 void cpu_xent_bwd(mtk *k, float *dlogits, const float *logits, const float *rowmax, const float *sumexp,
                   const int32_t *target, const float *dscale, int N, int V, int v0);
 double cpu_sumsq(mtk *k, const float *x, size_t n);
+void cpu_sumsq_spans(mtk *k, double *out, const float *x, const mtk_span *span, int nspan);
 size_t cpu_count_nonfinite(mtk *k, const float *x, size_t n);
 void cpu_adamw(mtk *k, float *p, void *work, const float *g, float *m, float *v, const mtk_adamw_seg *seg, int nseg,
                float lr, float b1, float b2, float eps, float wd, int t, float grad_scale);

@@ -622,6 +622,7 @@ const mtk_ops mtk_cpu_ops = {
     .xent_loss = cpu_xent_loss,
     .xent_bwd = s_xent_bwd,
     .sumsq = cpu_sumsq,
+    .sumsq_spans = cpu_sumsq_spans,
     .count_nonfinite = cpu_count_nonfinite,
     .adamw = cpu_adamw,
 };

@@ -40,6 +40,19 @@ double cpu_sumsq(mtk *k, const float *x, size_t n)
     return s;
 }
 
+void cpu_sumsq_spans(mtk *k, double *out, const float *x, const mtk_span *span, int nspan)
+{
+    double s = 0;
+    size_t used = k->ws_used;
+    for (int i = 0; i < nspan; i++) {
+        if (!span[i].n) continue;
+        k->ws_used = used;   /* each span's block partials in the same scratch */
+        s += cpu_sumsq(k, x + span[i].off, span[i].n);
+    }
+    k->ws_used = used;
+    *out = s;
+}
+
 size_t cpu_count_nonfinite(mtk *k, const float *x, size_t n)
 {
     (void)k;

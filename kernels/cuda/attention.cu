@@ -117,7 +117,7 @@ static void fwd_tiles(mtk *k, T *out, size_t o_sb, size_t o_sh, size_t o_st, flo
     const size_t smem = (size_t)((D > 0 ? 1 : 2) * t.tq + 2 * t.tk) * (HS + 1) * sizeof(float);   // 33 KiB at D = 64
     cudaFuncSetAttribute((const void *)attn_fwd_kernel<T, D>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
     dim3 grid((nq + t.tq - 1) / t.tq, NH, B);
-    LAUNCH((attn_fwd_kernel<T, D>), grid, t.tq, smem, stream(k))(out, o_sb, o_sh, o_st, lse, q, kr, vr, nq, nk, pos0,
+    LAUNCH((attn_fwd_kernel<T, D>), grid, t.tq, smem, launch_stream(k))(out, o_sb, o_sh, o_st, lse, q, kr, vr, nq, nk, pos0,
                                                                   NH, HS, 1.0f / sqrtf((float)HS), dr, t.tk);
 }
 
@@ -289,9 +289,9 @@ static void bwd_launch(mtk *k, void *dqkv, const void *dout, const void *qkv, co
     cudaFuncSetAttribute((const void *)attn_dkv_kernel<T, D>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
     cudaFuncSetAttribute((const void *)attn_dq_kernel<T, D>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
     dim3 gkv((T_ + tk - 1) / tk, NG, B), gq((T_ + tk - 1) / tk, NH, B);
-    LAUNCH((attn_dkv_kernel<T, D>), gkv, tk, smem, stream(k))((T *)dqkv, (const T *)qkv, (const T *)dout,
+    LAUNCH((attn_dkv_kernel<T, D>), gkv, tk, smem, launch_stream(k))((T *)dqkv, (const T *)qkv, (const T *)dout,
                                                               (const T *)out, lse, T_, NH, NG, HS, sc, dr);
-    LAUNCH((attn_dq_kernel<T, D>), gq, tk, smem, stream(k))((T *)dqkv, (const T *)qkv, (const T *)dout,
+    LAUNCH((attn_dq_kernel<T, D>), gq, tk, smem, launch_stream(k))((T *)dqkv, (const T *)qkv, (const T *)dout,
                                                             (const T *)out, lse, T_, NH, NG, HS, sc, dr);
 }
 
@@ -337,7 +337,7 @@ static void akv(mtk *k, void *out, const void *qkv, void *kcache, void *vcache, 
 {
     const size_t C = (size_t)NH * HS, n = (size_t)B * T_ * NG * HS;
     const int rep = NH / NG;
-    LAUNCH(kv_append_kernel<T>, blocks_for(n), THREADS, 0, stream(k))((T *)kcache, (T *)vcache, (const T *)qkv, T_, pos0,
+    LAUNCH(kv_append_kernel<T>, blocks_for(n), THREADS, 0, launch_stream(k))((T *)kcache, (T *)vcache, (const T *)qkv, T_, pos0,
                                                                        Tmax, NG, rep, HS, n);
     const size_t cb = (size_t)NG * Tmax * HS, ch = (size_t)Tmax * HS;
     Rows<T> q = qkv_rows((const T *)qkv, 0, T_, NH, NG, HS), kr{(const T *)kcache, cb, ch, (size_t)HS, rep, 0},

@@ -386,7 +386,7 @@ static void fwd_mma(mtk *k, T *out, size_t o_sb, size_t o_sh, size_t o_st, float
     const size_t smem = fwd_smem<D>();
     cudaFuncSetAttribute((const void *)attn_fwd_mma_kernel<T, D>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
     dim3 grid((nq + MB - 1) / MB, NH, B);
-    LAUNCH((attn_fwd_mma_kernel<T, D>), grid, MT, smem, stream(k))(out, o_sb, o_sh, o_st, lse, q, kr, vr, nq, nk, pos0,
+    LAUNCH((attn_fwd_mma_kernel<T, D>), grid, MT, smem, launch_stream(k))(out, o_sb, o_sh, o_st, lse, q, kr, vr, nq, nk, pos0,
                                                                     NH, 1.0f / sqrtf((float)D), dr);
 }
 
@@ -398,13 +398,13 @@ static void bwd_mma(mtk *k, T *dqkv, const T *dout, const T *qkv, const T *out, 
     const float sc = 1.0f / sqrtf((float)D);
     float *delta = (float *)mtk_ws_take(k, rows * sizeof(float));
     if (!delta) return;
-    LAUNCH((attn_delta_kernel<T, D>), blocks_for(rows * (D / Pack<T>::N), THREADS, 1u << 30), THREADS, 0, stream(k))(
+    LAUNCH((attn_delta_kernel<T, D>), blocks_for(rows * (D / Pack<T>::N), THREADS, 1u << 30), THREADS, 0, launch_stream(k))(
         delta, dout, out, T_, NH, rows);
     cudaFuncSetAttribute((const void *)attn_dkv_mma_kernel<T, D>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)s1);
     cudaFuncSetAttribute((const void *)attn_dq_mma_kernel<T, D>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)s2);
     dim3 gkv((T_ + MB - 1) / MB, NG, B), gq((T_ + MB - 1) / MB, NH, B);
-    LAUNCH((attn_dkv_mma_kernel<T, D>), gkv, MT, s1, stream(k))(dqkv, qkv, dout, delta, lse, T_, NH, NG, sc, dr);
-    LAUNCH((attn_dq_mma_kernel<T, D>), gq, MT, s2, stream(k))(dqkv, qkv, dout, delta, lse, T_, NH, NG, sc, dr);
+    LAUNCH((attn_dkv_mma_kernel<T, D>), gkv, MT, s1, launch_stream(k))(dqkv, qkv, dout, delta, lse, T_, NH, NG, sc, dr);
+    LAUNCH((attn_dq_mma_kernel<T, D>), gq, MT, s2, launch_stream(k))(dqkv, qkv, dout, delta, lse, T_, NH, NG, sc, dr);
 }
 
 // The tensor-core path takes 16-bit types, head sizes 32 and 64, 16-byte aligned rows, and at least

@@ -45,6 +45,7 @@ static void close(mtk *k)
     Cu *c = cu(k);
     if (!c) return;
     cudaDeviceSynchronize();
+    uploads_close(k);
     gemm_close(k);
     for (int q = 0; q < MTK_QUEUES; q++) cudaStreamDestroy(c->q[q]);
     free(c);
@@ -167,6 +168,7 @@ extern "C" const mtk_ops MTK_CU_OPS = {
     .xent_loss = ns::xent_loss,
     .xent_bwd = ns::xent_bwd,
     .sumsq = ns::sumsq,
+    .sumsq_spans = ns::sumsq_spans,
     .count_nonfinite = ns::count_nonfinite,
     .adamw = ns::adamw,
 };

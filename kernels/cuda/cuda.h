@@ -42,9 +42,17 @@ struct Cu {
     void *bias16[MTK_QUEUES]; // gemm.cu: the fp32 bias rounded to the activation dtype, per queue
     size_t bias16_cap[MTK_QUEUES];
     unsigned next_plan;
+    void *up;                 // memory.cu: the pinned staging of copies to the device (NULL: not made yet)
+    bool up_none;             // ... which could not be made: copies to the device wait
 };
 static inline Cu *cu(mtk *k) { return (Cu *)k->impl; }
 static inline cudaStream_t stream(mtk *k) { return cu(k)->q[k->queue]; }
+// The stream of a kernel launch: every LAUNCH names launch_stream(k), which counts it (mtk_stats).
+static inline cudaStream_t launch_stream(mtk *k)
+{
+    k->stats.launches++;
+    return stream(k);
+}
 // Records a launch or runtime error as the backend's sticky error; returns 1 when there was one.
 int check(mtk *k, const char *what);
 
@@ -139,6 +147,7 @@ void *alloc(mtk *k, size_t bytes, mt_err *e);
 void dfree(mtk *k, void *p);
 void zero(mtk *k, void *p, size_t bytes);
 void to_device(mtk *k, void *dst, const void *src, size_t bytes);
+void uploads_close(mtk *k);   // frees the staging of to_device (after a device sync)
 void to_host(mtk *k, void *dst, const void *src, size_t bytes);
 void copy(mtk *k, void *dst, const void *src, size_t bytes);
 void convert(mtk *k, void *dst, mtk_dtype dt, const void *src, mtk_dtype st, size_t n);
@@ -207,6 +216,7 @@ void xent_bwd(mtk *k, void *dlogits, const void *logits, const float *rowmax, co
 // reduce.cu
 size_t reduce_ws_bytes(size_t n);
 double sumsq(mtk *k, const float *x, size_t n);
+void sumsq_spans(mtk *k, double *out, const float *x, const mtk_span *span, int nspan);
 size_t count_nonfinite(mtk *k, const float *x, size_t n);
 void adamw(mtk *k, float *p, void *work, const float *g, float *m, float *v, const mtk_adamw_seg *seg, int nseg,
            float lr, float b1, float b2, float eps, float wd, int t, float grad_scale);

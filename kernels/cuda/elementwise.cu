@@ -26,7 +26,7 @@ template <class T, class F> static void ew(mtk *k, void *out, const void *a, con
     if (!n) return;
     const int vec = aligned16(out) && aligned16(a) && (!b || aligned16(b));
     const size_t work = vec ? n / Pack<T>::N + 1 : n;
-    LAUNCH((ew_kernel<T, F>), blocks_for(work), THREADS, 0, stream(k))((T *)out, (const T *)a, (const T *)b, n, vec, f);
+    LAUNCH((ew_kernel<T, F>), blocks_for(work), THREADS, 0, launch_stream(k))((T *)out, (const T *)a, (const T *)b, n, vec, f);
 }
 #define EW(k, F, ...)                                                                                        \
     do {                                                                                                     \
@@ -120,9 +120,9 @@ void bias_rows(mtk *k, void *out, mtk_dtype dt, const float *bias, int N, int OC
 {
     const size_t n = (size_t)N * OC;
     if (!n) return;
-    if (dt == MTK_F32) LAUNCH(bias_rows_kernel<float>, blocks_for(n), THREADS, 0, stream(k))((float *)out, bias, n, OC);
-    else if (dt == MTK_BF16) LAUNCH(bias_rows_kernel<bf16>, blocks_for(n), THREADS, 0, stream(k))((bf16 *)out, bias, n, OC);
-    else LAUNCH(bias_rows_kernel<f16>, blocks_for(n), THREADS, 0, stream(k))((f16 *)out, bias, n, OC);
+    if (dt == MTK_F32) LAUNCH(bias_rows_kernel<float>, blocks_for(n), THREADS, 0, launch_stream(k))((float *)out, bias, n, OC);
+    else if (dt == MTK_BF16) LAUNCH(bias_rows_kernel<bf16>, blocks_for(n), THREADS, 0, launch_stream(k))((bf16 *)out, bias, n, OC);
+    else LAUNCH(bias_rows_kernel<f16>, blocks_for(n), THREADS, 0, launch_stream(k))((f16 *)out, bias, n, OC);
 }
 
 void bias_add(mtk *k, void *x, const float *bias, int N, int C)
@@ -168,7 +168,7 @@ __global__ void colsum_finish_kernel(float *dst, const float *part, int R, int C
 }
 void colsum_finish(mtk *k, float *dst, const float *part, int R, int C)
 {
-    LAUNCH(colsum_finish_kernel, (C + THREADS - 1) / THREADS, THREADS, 0, stream(k))(dst, part, R, C);
+    LAUNCH(colsum_finish_kernel, (C + THREADS - 1) / THREADS, THREADS, 0, launch_stream(k))(dst, part, R, C);
 }
 
 template <class T> static void colsum_t(mtk *k, float *dst, const void *x, int N, int C)
@@ -176,7 +176,7 @@ template <class T> static void colsum_t(mtk *k, float *dst, const void *x, int N
     const int R = colsum_chunks(N, C);
     float *part = (float *)mtk_ws_take(k, (size_t)R * C * sizeof(float));
     if (!part) return;
-    LAUNCH(colsum_part_kernel<T>, dim3((C + 31) / 32, R), dim3(32, 8), 0, stream(k))(part, (const T *)x, N, C);
+    LAUNCH(colsum_part_kernel<T>, dim3((C + 31) / 32, R), dim3(32, 8), 0, launch_stream(k))(part, (const T *)x, N, C);
     colsum_finish(k, dst, part, R, C);
 }
 void colsum_acc(mtk *k, float *dst, const void *x, int N, int C)

@@ -25,7 +25,7 @@ static void efwd(mtk *k, void *out, const int32_t *tok, const void *wte, const v
                  int v0, int nv)
 {
     const size_t n = (size_t)B * T_ * C;
-    LAUNCH(embed_fwd_kernel<T>, blocks_for(n), THREADS, 0, stream(k))((T *)out, tok, (const T *)wte, (const T *)wpe, T_,
+    LAUNCH(embed_fwd_kernel<T>, blocks_for(n), THREADS, 0, launch_stream(k))((T *)out, tok, (const T *)wte, (const T *)wpe, T_,
                                                                       C, pos0, v0, nv, n);
 }
 
@@ -89,9 +89,9 @@ static void ebwd(mtk *k, float *dwte, float *dwpe, const void *dout, const int32
                  int v0, int nv)
 {
     const int N = B * T_;
-    LAUNCH(embed_wte_kernel<T>, N, EMB_THREADS, 0, stream(k))(dwte, (const T *)dout, tok, N, C, v0, nv);
+    LAUNCH(embed_wte_kernel<T>, N, EMB_THREADS, 0, launch_stream(k))(dwte, (const T *)dout, tok, N, C, v0, nv);
     if (dwpe)
-        LAUNCH(embed_wpe_kernel<T>, blocks_for((size_t)T_ * C), THREADS, 0, stream(k))(dwpe, (const T *)dout, B, T_, C,
+        LAUNCH(embed_wpe_kernel<T>, blocks_for((size_t)T_ * C), THREADS, 0, launch_stream(k))(dwpe, (const T *)dout, B, T_, C,
                                                                                        pos0);
 }
 

@@ -44,6 +44,7 @@ void gemm(mtk *k, bool ta, bool tb, int M, int N, int K, const void *A, int lda,
         return;
     }
     if (M <= 0 || N <= 0) return;
+    k->stats.launches++;   // one product, as cuBLASLt's one launch
     thread_local std::vector<float> ba, bb, bc;
     const float *fa = widen(ba, A, k->act, ta ? K : M, ta ? M : K, lda);
     const float *fb = widen(bb, B, k->act, tb ? N : K, tb ? K : N, ldb);
@@ -246,6 +247,7 @@ static int lt_matmul(mtk *k, bool ta, bool tb, int M, int N, int K, const void *
     if (bias) cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bptr, sizeof bptr);
     if (aux) cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &aux, sizeof aux);
     const float one = 1.0f;
+    k->stats.launches++;
     return cublasLtMatmul((cublasLtHandle_t)c->lt, p->op, &one, B, p->la, A, p->lb, &beta, C, p->lc, C, p->lc, &p->algo,
                           c->lt_ws, c->lt_ws_bytes, stream(k)) == CUBLAS_STATUS_SUCCESS;
 }

@@ -88,7 +88,7 @@ template <class T>
 static void add_ln(mtk *k, void *res, void *out, float *mean, float *rstd, const void *a, const void *b, const float *w,
                    const float *bias, int N, int C, float eps)
 {
-    LAUNCH(add_ln_fwd_kernel<T>, (N + ROWS - 1) / ROWS, THREADS, 0, stream(k))((T *)res, (T *)out, mean, rstd,
+    LAUNCH(add_ln_fwd_kernel<T>, (N + ROWS - 1) / ROWS, THREADS, 0, launch_stream(k))((T *)res, (T *)out, mean, rstd,
                                                                                (const T *)a, (const T *)b, w, bias, N,
                                                                                C, eps);
 }
@@ -107,9 +107,9 @@ static void ln_fwd(mtk *k, void *out, float *mean, float *rstd, const void *inp,
 {
     const unsigned g = (N + ROWS - 1) / ROWS;
     if (C % Pack<T>::N == 0 && aligned16(out) && aligned16(inp))
-        LAUNCH((ln_fwd_kernel<T, true>), g, THREADS, 0, stream(k))((T *)out, mean, rstd, (const T *)inp, w, b, N, C, eps);
+        LAUNCH((ln_fwd_kernel<T, true>), g, THREADS, 0, launch_stream(k))((T *)out, mean, rstd, (const T *)inp, w, b, N, C, eps);
     else
-        LAUNCH((ln_fwd_kernel<T, false>), g, THREADS, 0, stream(k))((T *)out, mean, rstd, (const T *)inp, w, b, N, C, eps);
+        LAUNCH((ln_fwd_kernel<T, false>), g, THREADS, 0, launch_stream(k))((T *)out, mean, rstd, (const T *)inp, w, b, N, C, eps);
 }
 
 void layernorm_fwd(mtk *k, void *out, float *mean, float *rstd, const void *inp, const float *w, const float *b, int N,
@@ -211,15 +211,15 @@ static void ln_bwd(mtk *k, void *dinp, float *dw, float *db, const void *dout, c
                    const float *mean, const float *rstd, int N, int C)
 {
     if (C % Pack<T>::N == 0 && aligned16(dinp) && aligned16(dout) && aligned16(inp))
-        LAUNCH(ln_bwd_vec_kernel<T>, (N + ROWS - 1) / ROWS, THREADS, 0, stream(k))((T *)dinp, (const T *)dout,
+        LAUNCH(ln_bwd_vec_kernel<T>, (N + ROWS - 1) / ROWS, THREADS, 0, launch_stream(k))((T *)dinp, (const T *)dout,
                                                                                    (const T *)inp, w, mean, rstd, N, C);
     else
-        LAUNCH(ln_bwd_kernel<T>, (N + ROWS - 1) / ROWS, THREADS, 0, stream(k))((T *)dinp, (const T *)dout,
+        LAUNCH(ln_bwd_kernel<T>, (N + ROWS - 1) / ROWS, THREADS, 0, launch_stream(k))((T *)dinp, (const T *)dout,
                                                                                (const T *)inp, w, mean, rstd, N, C);
     const int R = colsum_chunks(N, C);
     float *pw = (float *)mtk_ws_take(k, (size_t)R * C * sizeof(float)), *pb = pw ? (float *)mtk_ws_take(k, (size_t)R * C * sizeof(float)) : NULL;
     if (!pb) return;
-    LAUNCH(ln_wgrad_kernel<T>, dim3((C + 31) / 32, R), dim3(32, 8), 0, stream(k))(pw, pb, (const T *)dout,
+    LAUNCH(ln_wgrad_kernel<T>, dim3((C + 31) / 32, R), dim3(32, 8), 0, launch_stream(k))(pw, pb, (const T *)dout,
                                                                                  (const T *)inp, mean, rstd, N, C);
     colsum_finish(k, dw, pw, R, C);
     colsum_finish(k, db, pb, R, C);

@@ -1,5 +1,6 @@
-// memory.cu: device memory of the CUDA backend (zero-filled allocations, copies on the current queue,
-// copies to the host that wait for it) and conversion between the storage dtypes on the device.
+// memory.cu: device memory of the CUDA backend (zero-filled allocations, copies on the current queue:
+// to the device staged through pinned memory without waiting, to the host waiting for it) and conversion
+// between the storage dtypes on the device.
 #include "cuda.h"
 
 namespace MTK_CU_NS {
@@ -44,11 +45,72 @@ void zero(mtk *k, void *p, size_t bytes)
     check(k, "zero");
 }
 
+// Copies to the device: the host buffer may change as soon as to_device returns, so its bytes go into one
+// of UP_SLOTS slots of pinned memory, taken in turn, whose copy is enqueued on the current stream with an
+// event after it; the host waits only to reuse a slot whose copy has not run yet (UP_SLOTS uploads ahead
+// of the device), not for the queue. Copies larger than a slot (weights, optimizer state: outside a step),
+// or every copy when pinned memory cannot be had, are copied and waited for. Waits count in mtk_stats.
+enum { UP_SLOTS = 16, UP_SLOT_BYTES = 512 << 10 };
+struct Uploads {
+    unsigned char *buf;   // UP_SLOTS x UP_SLOT_BYTES of pinned host memory
+    cudaEvent_t ev[UP_SLOTS];
+    unsigned next;
+};
+
+static Uploads *uploads(mtk *k)
+{
+    Cu *c = cu(k);
+    if (c->up || c->up_none) return (Uploads *)c->up;
+    Uploads *u = (Uploads *)calloc(1, sizeof *u);
+    int ev = 0;
+    const bool pinned = u && cudaMallocHost((void **)&u->buf, (size_t)UP_SLOTS * UP_SLOT_BYTES) == cudaSuccess;
+    if (pinned)
+        for (; ev < UP_SLOTS && cudaEventCreateWithFlags(&u->ev[ev], cudaEventDisableTiming) == cudaSuccess; ev++) {}
+    if (!pinned || ev < UP_SLOTS) {
+        cudaGetLastError();
+        for (int i = 0; i < ev; i++) cudaEventDestroy(u->ev[i]);
+        if (pinned) cudaFreeHost(u->buf);
+        free(u);
+        c->up_none = true;
+        return NULL;
+    }
+    c->up = u;
+    return u;
+}
+
+void uploads_close(mtk *k)
+{
+    Cu *c = cu(k);
+    if (c->up) {
+        Uploads *u = (Uploads *)c->up;
+        for (int i = 0; i < UP_SLOTS; i++) cudaEventDestroy(u->ev[i]);
+        cudaFreeHost(u->buf);
+        free(u);
+    }
+    c->up = NULL;
+}
+
 void to_device(mtk *k, void *dst, const void *src, size_t bytes)
 {
-    // The host buffer may change as soon as we return: copy and wait.
-    if (bytes) cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, stream(k));
-    cudaStreamSynchronize(stream(k));
+    if (!bytes) return;
+    Uploads *u = bytes <= UP_SLOT_BYTES ? uploads(k) : NULL;
+    if (!u) {
+        k->stats.upload_waits++;
+        cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, stream(k));
+        cudaStreamSynchronize(stream(k));
+        check(k, "to_device");
+        return;
+    }
+    const unsigned i = u->next++ % UP_SLOTS;
+    if (cudaEventQuery(u->ev[i]) == cudaErrorNotReady) {   // the slot's last copy has not run yet
+        cudaGetLastError();
+        k->stats.upload_waits++;
+        cudaEventSynchronize(u->ev[i]);
+    }
+    unsigned char *slot = u->buf + (size_t)i * UP_SLOT_BYTES;
+    memcpy(slot, src, bytes);
+    cudaMemcpyAsync(dst, slot, bytes, cudaMemcpyHostToDevice, stream(k));
+    cudaEventRecord(u->ev[i], stream(k));
     check(k, "to_device");
 }
 
@@ -74,9 +136,9 @@ template <class D, class S> __global__ void convert_kernel(D *dst, const S *src,
 template <class D> static void convert_from(mtk *k, D *dst, const void *src, mtk_dtype st, size_t n)
 {
     const unsigned g = blocks_for(n);
-    if (st == MTK_F32) LAUNCH((convert_kernel<D, float>), g, THREADS, 0, stream(k))(dst, (const float *)src, n);
-    else if (st == MTK_BF16) LAUNCH((convert_kernel<D, bf16>), g, THREADS, 0, stream(k))(dst, (const bf16 *)src, n);
-    else LAUNCH((convert_kernel<D, f16>), g, THREADS, 0, stream(k))(dst, (const f16 *)src, n);
+    if (st == MTK_F32) LAUNCH((convert_kernel<D, float>), g, THREADS, 0, launch_stream(k))(dst, (const float *)src, n);
+    else if (st == MTK_BF16) LAUNCH((convert_kernel<D, bf16>), g, THREADS, 0, launch_stream(k))(dst, (const bf16 *)src, n);
+    else LAUNCH((convert_kernel<D, f16>), g, THREADS, 0, launch_stream(k))(dst, (const f16 *)src, n);
 }
 
 void convert(mtk *k, void *dst, mtk_dtype dt, const void *src, mtk_dtype st, size_t n)

@@ -6,11 +6,12 @@
 namespace MTK_CU_NS {
 
 enum { RB = 256, RMAX = 1024 };   // threads per block, most blocks
+enum { SPANS = 64 };              // spans of one sumsq_spans launch
 
 size_t reduce_ws_bytes(size_t n)
 {
     (void)n;
-    return (RMAX + 1) * sizeof(double) + 64;
+    return ((size_t)SPANS * RMAX + 1) * sizeof(double) + 64;
 }
 
 template <class A> __device__ A block_tree(A v, A *sh)
@@ -56,8 +57,8 @@ template <int COUNT> static double reduce(mtk *k, const float *x, size_t n, cons
     double *part = (double *)mtk_ws_take(k, (RMAX + 1) * sizeof(double));
     if (!part) return NAN;
     const unsigned nb = blocks_for(n, RB, RMAX);
-    LAUNCH(partial_kernel<COUNT>, nb, RB, 0, stream(k))(part, x, n);
-    LAUNCH(final_kernel, 1, RB, 0, stream(k))(part, (int)nb);
+    LAUNCH(partial_kernel<COUNT>, nb, RB, 0, launch_stream(k))(part, x, n);
+    LAUNCH(final_kernel, 1, RB, 0, launch_stream(k))(part, (int)nb);
     double r = NAN;
     if (check(k, what)) return NAN;
     to_host(k, &r, part + RMAX, sizeof r);
@@ -65,6 +66,70 @@ template <int COUNT> static double reduce(mtk *k, const float *x, size_t n, cons
 }
 
 double sumsq(mtk *k, const float *x, size_t n) { return reduce<0>(k, x, n, "sumsq"); }
+// Up to SPANS spans of one array, passed by value: span j has the blocks first[j] .. first[j+1]-1, as many
+// as sumsq gives it alone, so that each span's partials and their sum are sumsq's bits.
+struct Spans {
+    int n;
+    unsigned first[SPANS + 1];
+    size_t off[SPANS], len[SPANS];
+};
+__global__ void span_partial_kernel(double *part, const float *x, Spans sp)
+{
+    __shared__ double sh[RB];
+    int lo = 0, hi = sp.n - 1;   // j: the last span whose first block is at most this one
+    while (lo < hi) {
+        const int mid = (lo + hi + 1) / 2;
+        if (sp.first[mid] <= blockIdx.x) lo = mid;
+        else hi = mid - 1;
+    }
+    const int j = lo;
+    const unsigned b = blockIdx.x - sp.first[j], nb = sp.first[j + 1] - sp.first[j];
+    const float *xs = x + sp.off[j];
+    double s = 0.0;
+    for (size_t i = (size_t)b * RB + threadIdx.x; i < sp.len[j]; i += (size_t)nb * RB) s += sq_of(xs[i]);
+    s = block_tree(s, sh);
+    if (threadIdx.x == 0) part[blockIdx.x] = s;
+}
+// *out (= 0, or *out + with add) + each span's sum in span order
+__global__ void span_final_kernel(double *out, const double *part, Spans sp, int add)
+{
+    __shared__ double sh[RB];
+    double tot = add ? *out : 0.0;   // thread 0's
+    for (int j = 0; j < sp.n; j++) {
+        const int f = (int)sp.first[j], nb = (int)(sp.first[j + 1] - sp.first[j]);
+        double s = 0.0;
+        for (int i = threadIdx.x; i < nb; i += RB) s += part[f + i];
+        s = block_tree(s, sh);
+        if (threadIdx.x == 0) tot += s;
+        __syncthreads();   // sh[0] read by every thread before the next span writes it
+    }
+    if (threadIdx.x == 0) *out = tot;
+}
+
+void sumsq_spans(mtk *k, double *out, const float *x, const mtk_span *span, int nspan)
+{
+    double *part = (double *)mtk_ws_take(k, (size_t)SPANS * RMAX * sizeof(double));
+    if (!part) return;
+    int add = 0;
+    for (int s = 0; s < nspan || !add;) {
+        Spans sp;
+        sp.n = 0;
+        unsigned nb = 0;
+        for (; s < nspan && sp.n < SPANS; s++) {
+            if (!span[s].n) continue;
+            sp.first[sp.n] = nb;
+            sp.off[sp.n] = span[s].off, sp.len[sp.n] = span[s].n;
+            sp.n++;
+            nb += blocks_for(span[s].n, RB, RMAX);
+        }
+        sp.first[sp.n] = nb;
+        if (nb) LAUNCH(span_partial_kernel, nb, RB, 0, launch_stream(k))(part, x, sp);
+        if (sp.n || !add) LAUNCH(span_final_kernel, 1, RB, 0, launch_stream(k))(out, part, sp, add);
+        add = 1;
+    }
+    check(k, "sumsq_spans");
+}
+
 size_t count_nonfinite(mtk *k, const float *x, size_t n)
 {
     double c = reduce<1>(k, x, n, "count_nonfinite");
@@ -126,13 +191,13 @@ void adamw(mtk *k, float *p, void *work, const float *g, float *m, float *v, con
         if (!pc.n) break;
         pc.first[pc.n] = nb;
         if (work && k->act == MTK_BF16)
-            LAUNCH(adamw_kernel<bf16>, nb, THREADS, 0, stream(k))(p, (bf16 *)work, g, m, v, pc, lr, b1, b2, eps, bc1,
+            LAUNCH(adamw_kernel<bf16>, nb, THREADS, 0, launch_stream(k))(p, (bf16 *)work, g, m, v, pc, lr, b1, b2, eps, bc1,
                                                                   bc2, grad_scale);
         else if (work && k->act == MTK_F16)
-            LAUNCH(adamw_kernel<f16>, nb, THREADS, 0, stream(k))(p, (f16 *)work, g, m, v, pc, lr, b1, b2, eps, bc1,
+            LAUNCH(adamw_kernel<f16>, nb, THREADS, 0, launch_stream(k))(p, (f16 *)work, g, m, v, pc, lr, b1, b2, eps, bc1,
                                                                  bc2, grad_scale);
         else
-            LAUNCH(adamw_kernel<float>, nb, THREADS, 0, stream(k))(p, (float *)work, g, m, v, pc, lr, b1, b2, eps,
+            LAUNCH(adamw_kernel<float>, nb, THREADS, 0, launch_stream(k))(p, (float *)work, g, m, v, pc, lr, b1, b2, eps,
                                                                    bc1, bc2, grad_scale);
     }
     check(k, "adamw");

@@ -48,7 +48,7 @@ __global__ void add_rms_fwd_kernel(T *res, T *out, float *rstd, const T *a, cons
 template <class T>
 static void rms_fwd(mtk *k, void *out, float *rstd, const void *inp, const float *w, int N, int C, float eps)
 {
-    LAUNCH(rms_fwd_kernel<T>, (N + ROWS - 1) / ROWS, THREADS, 0, stream(k))((T *)out, rstd, (const T *)inp, w, N, C, eps);
+    LAUNCH(rms_fwd_kernel<T>, (N + ROWS - 1) / ROWS, THREADS, 0, launch_stream(k))((T *)out, rstd, (const T *)inp, w, N, C, eps);
 }
 
 void rmsnorm_fwd(mtk *k, void *out, float *rstd, const void *inp, const float *w, int N, int C, float eps)
@@ -62,7 +62,7 @@ template <class T>
 static void add_rms(mtk *k, void *res, void *out, float *rstd, const void *a, const void *b, const float *w, int N, int C,
                     float eps)
 {
-    LAUNCH(add_rms_fwd_kernel<T>, (N + ROWS - 1) / ROWS, THREADS, 0, stream(k))((T *)res, (T *)out, rstd, (const T *)a,
+    LAUNCH(add_rms_fwd_kernel<T>, (N + ROWS - 1) / ROWS, THREADS, 0, launch_stream(k))((T *)res, (T *)out, rstd, (const T *)a,
                                                                                 (const T *)b, w, N, C, eps);
 }
 
@@ -113,12 +113,12 @@ template <class T>
 static void rms_bwd(mtk *k, void *dinp, float *dw, const void *dout, const void *inp, const float *w, const float *rstd,
                     int N, int C)
 {
-    LAUNCH(rms_bwd_kernel<T>, (N + ROWS - 1) / ROWS, THREADS, 0, stream(k))((T *)dinp, (const T *)dout, (const T *)inp,
+    LAUNCH(rms_bwd_kernel<T>, (N + ROWS - 1) / ROWS, THREADS, 0, launch_stream(k))((T *)dinp, (const T *)dout, (const T *)inp,
                                                                             w, rstd, N, C);
     const int R = colsum_chunks(N, C);
     float *pw = (float *)mtk_ws_take(k, (size_t)R * C * sizeof(float));
     if (!pw) return;
-    LAUNCH(rms_wgrad_kernel<T>, dim3((C + 31) / 32, R), dim3(32, 8), 0, stream(k))(pw, (const T *)dout, (const T *)inp,
+    LAUNCH(rms_wgrad_kernel<T>, dim3((C + 31) / 32, R), dim3(32, 8), 0, launch_stream(k))(pw, (const T *)dout, (const T *)inp,
                                                                                   rstd, N, C);
     colsum_finish(k, dw, pw, R, C);
 }

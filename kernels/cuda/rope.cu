@@ -29,7 +29,7 @@ static void rope_t(mtk *k, void *qkv, int B, int T_, int NH, int NG, int HS, int
 {
     const int rep = NH / NG, half = rot_dim / 2;
     const size_t n = (size_t)B * T_ * NG * (rep + 1) * half;
-    LAUNCH(rope_kernel<T>, blocks_for(n), THREADS, 0, stream(k))((T *)qkv, T_, NG, rep, HS, half, base, pos0,
+    LAUNCH(rope_kernel<T>, blocks_for(n), THREADS, 0, launch_stream(k))((T *)qkv, T_, NG, rep, HS, half, base, pos0,
                                                                  inverse ? -1.0f : 1.0f, n);
 }
 

@@ -27,12 +27,12 @@ template <class T> __global__ void swiglu_bwd_kernel(T *dinp, const T *inp, cons
 template <class T> static void sw_fwd(mtk *k, void *out, const void *inp, int N, int F)
 {
     const size_t n = (size_t)N * F;
-    LAUNCH(swiglu_fwd_kernel<T>, blocks_for(n), THREADS, 0, stream(k))((T *)out, (const T *)inp, F, n);
+    LAUNCH(swiglu_fwd_kernel<T>, blocks_for(n), THREADS, 0, launch_stream(k))((T *)out, (const T *)inp, F, n);
 }
 template <class T> static void sw_bwd(mtk *k, void *dinp, const void *inp, const void *dout, int N, int F)
 {
     const size_t n = (size_t)N * F;
-    LAUNCH(swiglu_bwd_kernel<T>, blocks_for(n), THREADS, 0, stream(k))((T *)dinp, (const T *)inp, (const T *)dout, F, n);
+    LAUNCH(swiglu_bwd_kernel<T>, blocks_for(n), THREADS, 0, launch_stream(k))((T *)dinp, (const T *)inp, (const T *)dout, F, n);
 }
 
 void swiglu_fwd(mtk *k, void *out, const void *inp, int N, int F)

@@ -65,9 +65,9 @@ static void xfb(mtk *k, float *losses, void *dlogits, const void *logits, const 
                 int N, int V)
 {
     if (V % Pack<T>::N == 0 && aligned16(logits) && (!dlogits || aligned16(dlogits)))
-        LAUNCH(xent_vec_kernel<T>, N, THREADS, 0, stream(k))(losses, (T *)dlogits, (const T *)logits, target, dscale, V);
+        LAUNCH(xent_vec_kernel<T>, N, THREADS, 0, launch_stream(k))(losses, (T *)dlogits, (const T *)logits, target, dscale, V);
     else
-        LAUNCH(xent_kernel<T>, N, THREADS, 0, stream(k))(losses, (T *)dlogits, (const T *)logits, target, dscale, V);
+        LAUNCH(xent_kernel<T>, N, THREADS, 0, launch_stream(k))(losses, (T *)dlogits, (const T *)logits, target, dscale, V);
 }
 void xent_fwd_bwd(mtk *k, float *losses, void *dlogits, const void *logits, const int32_t *target, const float *dscale,
                   int N, int V)
@@ -88,7 +88,7 @@ template <class T> __global__ void rowmax_kernel(float *rowmax, const T *logits,
 }
 template <class T> static void rmax(mtk *k, float *rowmax, const void *logits, int N, int V)
 {
-    LAUNCH(rowmax_kernel<T>, N, THREADS, 0, stream(k))(rowmax, (const T *)logits, V);
+    LAUNCH(rowmax_kernel<T>, N, THREADS, 0, launch_stream(k))(rowmax, (const T *)logits, V);
 }
 void xent_rowmax(mtk *k, float *rowmax, const void *logits, int N, int V)
 {
@@ -118,7 +118,7 @@ template <class T>
 static void sexp(mtk *k, float *sumexp, float *tlogit, const void *logits, const float *rowmax, const int32_t *target,
                  int N, int V, int v0)
 {
-    LAUNCH(sumexp_kernel<T>, N, THREADS, 0, stream(k))(sumexp, tlogit, (const T *)logits, rowmax, target, V, v0);
+    LAUNCH(sumexp_kernel<T>, N, THREADS, 0, launch_stream(k))(sumexp, tlogit, (const T *)logits, rowmax, target, V, v0);
 }
 void xent_sumexp(mtk *k, float *sumexp, float *tlogit, const void *logits, const float *rowmax, const int32_t *target,
                  int N, int V, int v0)
@@ -136,7 +136,7 @@ __global__ void loss_kernel(float *losses, const float *rowmax, const float *sum
 void xent_loss(mtk *k, float *losses, const float *rowmax, const float *sumexp, const float *tlogit, int N)
 {
     if (N <= 0) return;
-    LAUNCH(loss_kernel, (N + THREADS - 1) / THREADS, THREADS, 0, stream(k))(losses, rowmax, sumexp, tlogit, N);
+    LAUNCH(loss_kernel, (N + THREADS - 1) / THREADS, THREADS, 0, launch_stream(k))(losses, rowmax, sumexp, tlogit, N);
     check(k, "xent_loss");
 }
 
@@ -155,7 +155,7 @@ template <class T>
 static void xb(mtk *k, void *dlogits, const void *logits, const float *rowmax, const float *sumexp, const int32_t *target,
                const float *dscale, int N, int V, int v0)
 {
-    LAUNCH(xbwd_kernel<T>, N, THREADS, 0, stream(k))((T *)dlogits, (const T *)logits, rowmax, sumexp, target, dscale, V,
+    LAUNCH(xbwd_kernel<T>, N, THREADS, 0, launch_stream(k))((T *)dlogits, (const T *)logits, rowmax, sumexp, target, dscale, V,
                                                      v0);
 }
 void xent_bwd(mtk *k, void *dlogits, const void *logits, const float *rowmax, const float *sumexp,

@@ -491,8 +491,16 @@ static int layer_forward(mt_gpt_ctx *x, int li, void *scratch, mt_err *e)
     return 0;
 }
 
-int mt_gpt_forward(mt_gpt_ctx *x, const int32_t *tokens, const int32_t *targets, const float *loss_mask, int B,
-                   int T, float *tok_losses, mt_gpt_loss *loss, mt_err *e)
+double mt_gpt_loss_sum(const float *losses, const float *mask, size_t n)
+{
+    double sum = 0;
+    for (size_t i = 0; i < n; i++) sum += (mask ? mask[i] : 1.0) * losses[i];
+    return sum;
+}
+
+/* The forward pass; dev_losses non-NULL: without waiting (mt_gpt_forward_async). */
+static int forward(mt_gpt_ctx *x, const int32_t *tokens, const int32_t *targets, const float *loss_mask, int B, int T,
+                   float *tok_losses, int async, float *dev_losses, mt_gpt_loss *loss, mt_err *e)
 {
     mt_gpt *m = x->m;
     const mt_gpt_config *c = &m->c;
@@ -528,7 +536,7 @@ int mt_gpt_forward(mt_gpt_ctx *x, const int32_t *tokens, const int32_t *targets,
         if (layer_forward(x, x->lc0 + li, x->s_c1, e)) return -1;
 
     if (!x->last) {   /* the output bnd[L] goes to the next stage; the loss is the last stage's */
-        if (mtk_sync(k, e)) return mt_err_prefix(e, "GPT forward");
+        if (async ? mtk_status(k, e) : mtk_sync(k, e)) return mt_err_prefix(e, "GPT forward");
         for (int i = 0; i < N; i++) x->h_dscale[i] = 1.0f;
         x->mask_sum = 0;
         x->have_forward = 1;
@@ -541,22 +549,39 @@ int mt_gpt_forward(mt_gpt_ctx *x, const int32_t *tokens, const int32_t *targets,
     /* the logits of this rank's vocabulary rows (never gathered) and the vocabulary-parallel loss */
     mtk_matmul_fwd(k, x->logits, x->lnf, mt_gpt_w(m, m->head), NULL, N, C, m->vocab);
     if (mt_tp_xent_fwd(x, N, e)) return mt_err_prefix(e, "GPT forward, cross-entropy");
-    mtk_to_host(k, x->h_losses, x->d_losses, (size_t)N * sizeof(float));
-    if (mtk_sync(k, e)) return mt_err_prefix(e, "GPT forward");
+    if (async) {
+        if (!dev_losses) return mt_err_set(e, "GPT forward: no device buffer for the losses");
+        mtk_copy(k, dev_losses, x->d_losses, (size_t)N * sizeof(float));
+        if (mtk_status(k, e)) return mt_err_prefix(e, "GPT forward");
+    } else {
+        mtk_to_host(k, x->h_losses, x->d_losses, (size_t)N * sizeof(float));
+        if (mtk_sync(k, e)) return mt_err_prefix(e, "GPT forward");
+    }
 
-    double sum = 0, msum = 0;
+    double msum = 0;
     for (int i = 0; i < N; i++) {
         double w = loss_mask ? loss_mask[i] : 1.0;
-        sum += w * x->h_losses[i];
         msum += w;
         x->h_dscale[i] = (float)w;
     }
     if (tok_losses) memcpy(tok_losses, x->h_losses, (size_t)N * sizeof(float));
     x->mask_sum = msum;
     x->have_forward = 1;
-    loss->sum = sum;
+    loss->sum = async ? 0 : mt_gpt_loss_sum(x->h_losses, loss_mask, (size_t)N);
     loss->count = msum;
     return 0;
+}
+
+int mt_gpt_forward(mt_gpt_ctx *x, const int32_t *tokens, const int32_t *targets, const float *loss_mask, int B,
+                   int T, float *tok_losses, mt_gpt_loss *loss, mt_err *e)
+{
+    return forward(x, tokens, targets, loss_mask, B, T, tok_losses, 0, NULL, loss, e);
+}
+
+int mt_gpt_forward_async(mt_gpt_ctx *x, const int32_t *tokens, const int32_t *targets, const float *loss_mask, int B,
+                         int T, float *dev_losses, mt_gpt_loss *loss, mt_err *e)
+{
+    return forward(x, tokens, targets, loss_mask, B, T, NULL, 1, dev_losses, loss, e);
 }
 
 /* ---- backward ---- */
@@ -701,10 +726,12 @@ static int mt_gpt_is_shared(const mt_gpt *m, int t)
     return m->layout.t[t].kind == MT_T_OUTPUT && m->layout.arch.tied_embeddings;
 }
 
-double mt_gpt_grad_sumsq(mt_gpt *m, size_t lo, size_t hi)
+/* The runs of adjacent counted tensors clipped to [lo, hi), in order, into span (ntensors + 1 of them at
+ * most); their number. */
+static int counted_runs(const mt_gpt *m, size_t lo, size_t hi, mtk_span *span)
 {
-    double ss = 0;
-    size_t run0 = 0, run1 = 0;   /* adjacent counted tensors, clipped to [lo, hi): floats [run0, run1) */
+    int n = 0;
+    size_t run0 = 0, run1 = 0;   /* floats [run0, run1) */
     for (int t = 0; t <= m->ntensors; t++) {
         const mt_gpt_tensor *x = t < m->ntensors ? &m->tensors[t] : NULL;
         int counted = x && (m->tp_rank == 0 || m->layout.t[t].partition_dim >= 0) && !mt_gpt_is_shared(m, t);
@@ -713,11 +740,28 @@ double mt_gpt_grad_sumsq(mt_gpt *m, size_t lo, size_t hi)
             run1 = b;
             continue;
         }
-        if (run1 > run0) ss += mtk_sumsq(m->k, m->grads + run0, run1 - run0);
+        if (run1 > run0) span[n++] = (mtk_span){.off = run0, .n = run1 - run0};
         run0 = run1 = 0;
         if (counted && a < b) run0 = a, run1 = b;
     }
+    return n;
+}
+
+double mt_gpt_grad_sumsq(mt_gpt *m, size_t lo, size_t hi)
+{
+    mtk_span *span = mt_xmalloc((size_t)(m->ntensors + 1) * sizeof *span);
+    int n = counted_runs(m, lo, hi, span);
+    double ss = 0;
+    for (int i = 0; i < n; i++) ss += mtk_sumsq(m->k, m->grads + span[i].off, span[i].n);
+    free(span);
     return ss;
+}
+
+void mt_gpt_grad_sumsq_to(mt_gpt *m, size_t lo, size_t hi, double *out)
+{
+    mtk_span *span = mt_xmalloc((size_t)(m->ntensors + 1) * sizeof *span);
+    mtk_sumsq_spans(m->k, out, m->grads, span, counted_runs(m, lo, hi, span));
+    free(span);
 }
 
 /* ---- pipeline stages ---- */

@@ -164,6 +164,16 @@ typedef struct mt_gpt_loss {
  * following backward fails. */
 int mt_gpt_forward(mt_gpt_ctx *x, const int32_t *tokens, const int32_t *targets, const float *loss_mask, int B,
                    int T, float *tok_losses, mt_gpt_loss *loss, mt_err *e);
+/* mt_gpt_forward without waiting for the device: on the last stage the per-token losses stay in device
+ * memory, copied to dev_losses ([B, T] floats from mtk_alloc), and loss->sum is left 0 (loss->count, the
+ * mask's sum, is known at once); on the others (dev_losses unused, may be NULL) the output is not waited
+ * for either (the pipeline's exchange syncs before it sends). The caller copies the losses of many micro-batches back at once and
+ * adds each one's with mt_gpt_loss_sum: the bits of mt_gpt_forward's loss->sum. Errors as there (a
+ * kernel error may show only at the caller's copy). */
+int mt_gpt_forward_async(mt_gpt_ctx *x, const int32_t *tokens, const int32_t *targets, const float *loss_mask, int B,
+                         int T, float *dev_losses, mt_gpt_loss *loss, mt_err *e);
+/* sum of mask[i] * losses[i] over n host values, in double in order (mask NULL: all ones). */
+double mt_gpt_loss_sum(const float *losses, const float *mask, size_t n);
 /* The logits of x's last forward pass (before its backward), host [B, T, padded_vocab_size] fp32 (a
  * model of one tensor rank only). */
 int mt_gpt_logits(mt_gpt_ctx *x, float *host, mt_err *e);
@@ -209,6 +219,9 @@ int mt_gpt_reduce_grads(mt_gpt *m, mt_err *e);
  * stage's copy of tied embeddings. The caller sums
  * it over the tensor-parallel (and, with a sharded optimizer, the data-parallel) group. */
 double mt_gpt_grad_sumsq(mt_gpt *m, size_t lo, size_t hi);
+/* The same into *out (one double of device memory) without a host sync: one mtk_sumsq_spans over the
+ * counted runs (the same bits as mt_gpt_grad_sumsq). */
+void mt_gpt_grad_sumsq_to(mt_gpt *m, size_t lo, size_t hi, double *out);
 
 /* ---- pipeline stages ----
  * On a stage that is not the first, mt_gpt_forward takes its input from mt_gpt_stage_input(x) (the

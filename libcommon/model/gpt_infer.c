@@ -130,7 +130,7 @@ int mt_gpt_infer_step(mt_gpt_infer *s, const int32_t *tokens, int T, float *logi
         mtk_convert(k, s->logits32, MTK_F32, s->logits, mtk_act_dtype(k), (size_t)B * V);
         mtk_to_host(k, s->h_logits, s->logits32, (size_t)B * V * sizeof(float));
     }
-    if (mtk_sync(k, e)) return mt_err_prefix(e, "generation");
+    if (mtk_status(k, e)) return mt_err_prefix(e, "generation");   /* the copy back waited: one sync a step */
     memcpy(logits, s->h_logits, (size_t)B * V * sizeof(float));
     s->len += T;
     return 0;

@@ -41,6 +41,16 @@ static int read_micro(mt_trainer *t, int split, int64_t first, int m, mt_err *e)
     return 0;
 }
 
+/* A training forward pass of t->batch in x without waiting: the losses (when x has the output layer)
+ * stay on the device in the step's next loss slot, added to the loss sum at the step's end. */
+static int train_forward(mt_trainer *t, mt_gpt_ctx *x, int has_loss, mt_gpt_loss *l, mt_err *e)
+{
+    float *dl = NULL;
+    if (has_loss && !(dl = mt_trainer_loss_slot(t, t->batch.loss_mask, t->batch.B * t->batch.T, e))) return -1;
+    return mt_gpt_forward_async(x, t->batch.tokens, t->batch.targets, t->batch.loss_mask, t->batch.B, t->batch.T, dl,
+                                l, e);
+}
+
 static size_t stage_numel(const mt_trainer *t) { return mt_gpt_stage_numel(t->model, t->batch.B, t->batch.T); }
 
 /* The forward pass of micro-batch m in its context (its input received already). */
@@ -50,8 +60,7 @@ static int forward(mt_trainer *t, int m, double ls, mt_step_result *r, mt_err *e
     if (read_micro(t, MT_SPLIT_TRAIN, t->consumed_train, m, e)) return -1;
     mt_gpt_set_dropout(x, 1, mt_trainer_dropout_key(t, t->iteration, m * t->dp_size + t->dp_rank));
     mt_gpt_loss l;
-    if (mt_gpt_forward(x, t->batch.tokens, t->batch.targets, t->batch.loss_mask, t->batch.B, t->batch.T, NULL, &l, e))
-        return -1;
+    if (train_forward(t, x, t->pp_rank == t->pp_size - 1, &l, e)) return -1;
     /* each micro-batch's mean loss weighs 1 / (all ranks' micro-batches), as Megatron averages them
      * (1 / num_micro in the loss, 1 / dp on the gradients) */
     int total_micro = t->num_micro * t->dp_size;
@@ -203,8 +212,7 @@ static int iforward(mt_trainer *t, isched *s, int k, mt_err *e)
         return -1;
     mt_gpt_set_dropout(x, 1, mt_trainer_dropout_key(t, t->iteration, m * t->dp_size + t->dp_rank));
     mt_gpt_loss l;
-    if (mt_gpt_forward(x, t->batch.tokens, t->batch.targets, t->batch.loss_mask, t->batch.B, t->batch.T, NULL, &l, e))
-        return -1;
+    if (train_forward(t, x, last_virtual(t, c), &l, e)) return -1;
     int total_micro = t->num_micro * t->dp_size;
     t->ctx_scale[i] = l.count > 0 ? (double)(1.0f / (float)total_micro) / l.count * s->ls : 0.0;
     s->r->loss_sum += l.sum;

@@ -177,6 +177,15 @@ int mt_trainer_open_par(mt_trainer *t, const mt_train_args *a, const mt_parallel
         snprintf(path, sizeof path, "%s.%d", tr, t->dp_rank);
         if (!(t->trace = fopen(path, "w"))) return mt_err_sys(e, "MT_TRACE_SAMPLES: %s", path);
     }
+    /* the step's device results (mt_trainer_step): the grad norm's double, then a loss slot per forward
+     * pass of a step */
+    t->nslot = t->num_micro * t->vp;
+    size_t slot = (size_t)t->a.micro_batch_size * (size_t)t->a.seq_length;
+    size_t step_bytes = sizeof(double) + (size_t)t->nslot * slot * sizeof(float);
+    if (!(t->d_step = mtk_alloc(t->k, step_bytes, e))) return mt_err_prefix(e, "step results (%zu bytes)", step_bytes);
+    t->h_step = mt_xmalloc(step_bytes);
+    t->h_mask = mt_xmalloc((size_t)t->nslot * slot * sizeof(float));
+    t->slot_n = mt_xcalloc((size_t)t->nslot, sizeof *t->slot_n);
     mt_grad_sync_init(&t->gs, t->dev_dp ? t->dev_dp : t->dp, mt_gpt_num_params(t->model),
                       t->a.ddp_bucket_size ? (size_t)t->a.ddp_bucket_size : mt_grad_sync_default_bucket(t->dp_size));
     /* the distributed optimizer: moments for this rank's shard only */
@@ -197,6 +206,14 @@ void mt_trainer_close(mt_trainer *t)
     free(t->ctx_chunk);
     t->ctxs = NULL;
     t->nctx = 0;
+    if (t->d_step) mtk_free(t->k, t->d_step);
+    free(t->h_step);
+    free(t->h_mask);
+    free(t->slot_n);
+    t->d_step = NULL;
+    t->h_step = NULL;
+    t->h_mask = NULL;
+    t->slot_n = NULL;
     mt_gpt_free(t->model);
     mt_gpt_data_close(&t->data);
     if (t->dev_dp != t->dp) mt_comm_free(t->dev_dp);   /* NCCL's uses the kernels' stream */
@@ -243,45 +260,82 @@ static uint64_t sent_via(const mt_comm *host, const mt_comm *dev)
 static uint64_t tp_sent(const mt_trainer *t) { return sent_via(t->tp, t->dev_tp); }
 static uint64_t pp_sent(const mt_trainer *t) { return sent_via(t->pp, t->dev_pp) + sent_via(t->emb, t->dev_emb); }
 
+float *mt_trainer_loss_slot(mt_trainer *t, const float *mask, int n, mt_err *e)
+{
+    size_t slot = (size_t)t->a.micro_batch_size * (size_t)t->a.seq_length;
+    if (t->used_slots >= t->nslot || n < 0 || (size_t)n > slot) {
+        mt_err_set(e, "iteration %lld: forward pass %d of %d tokens beyond the step's %d slots of %zu",
+                   (long long)t->iteration + 1, t->used_slots + 1, n, t->nslot, slot);
+        return NULL;
+    }
+    int i = t->used_slots++;
+    float *hm = t->h_mask + (size_t)i * slot;
+    for (int j = 0; j < n; j++) hm[j] = mask ? mask[j] : 1.0f;
+    t->slot_n[i] = n;
+    return (float *)((char *)t->d_step + sizeof(double)) + (size_t)i * slot;
+}
+
+/* The step's one copy back: the grad norm's sum of squares (computed here into d_step) and the losses of
+ * its forward passes, added in the order they ran, each pass's as mt_gpt_forward adds them. */
+static int step_results(mt_trainer *t, mt_step_result *r, double *ss, mt_err *e)
+{
+    size_t slot = (size_t)t->a.micro_batch_size * (size_t)t->a.seq_length;
+    mt_gpt_grad_sumsq_to(t->model, t->opt.lo, t->opt.hi, (double *)t->d_step);
+    size_t bytes = sizeof(double) + (t->used_slots ? ((size_t)(t->used_slots - 1) * slot + (size_t)t->slot_n[t->used_slots - 1]) * sizeof(float) : 0);
+    mtk_to_host(t->k, t->h_step, t->d_step, bytes);
+    if (mtk_status(t->k, e)) return mt_err_prefix(e, "iteration %lld", (long long)t->iteration + 1);
+    *ss = t->h_step[0];
+    const float *losses = (const float *)(t->h_step + 1);
+    for (int i = 0; i < t->used_slots; i++)
+        r->loss_sum += mt_gpt_loss_sum(losses + (size_t)i * slot, t->h_mask + (size_t)i * slot, (size_t)t->slot_n[i]);
+    t->used_slots = 0;
+    return 0;
+}
+
 int mt_trainer_step(mt_trainer *t, mt_step_result *r, mt_err *e)
 {
     memset(r, 0, sizeof *r);
+    const mtk_stats k0 = mtk_stats_get(t->k);
     uint64_t sent0 = t->dp->bytes_sent, tp0 = tp_sent(t);
     uint64_t pp0 = pp_sent(t);
     mt_gpt_zero_grad(t->model);
     double ls = t->scaler.scale;
+    t->used_slots = 0;
     if (mt_pipeline_train(t, r, e)) return -1;
     if (mt_gpt_reduce_grads(t->model, e) || mt_pipeline_tied_grads(t, e))
         return mt_err_prefix(e, "iteration %lld", (long long)t->iteration + 1);
+    int dist = t->a.use_distributed_optimizer;
+    float *grads = mt_gpt_grads(t->model);
+    if (t->dp_size > 1 && (dist ? mt_grad_reduce_scatter(&t->gs, grads, e) : mt_grad_all_reduce(&t->gs, grads, e)))
+        return mt_err_prefix(e, "iteration %lld: data-parallel reduction", (long long)t->iteration + 1);
+    if (mt_loss_scaler_test_overflow(t->iteration + 1)) {   /* test hook: an overflow as fp16 would make it */
+        float inf = INFINITY;
+        mtk_to_device(t->k, grads, &inf, sizeof inf);
+    }
+    /* the norm: the squares of this rank's (shard of the) gradients, each replicated tensor counted on one
+     * tensor rank, computed on the device and copied back with the losses (the step's one sync) */
+    double ss;
+    if (step_results(t, r, &ss, e)) return -1;
     if (t->pp_size > 1) {   /* the loss is the last stage's */
         double sums[2] = {r->loss_sum, r->tokens};
         if (mt_all_reduce(t->pp, sums, 2, MT_C_F64, e)) return mt_err_prefix(e, "iteration %lld: pipeline loss", (long long)t->iteration + 1);
         r->loss_sum = sums[0];
         r->tokens = sums[1];
     }
-    int dist = t->a.use_distributed_optimizer;
-    float *grads = mt_gpt_grads(t->model);
     if (t->dp_size > 1) {
         double sums[2] = {r->loss_sum, r->tokens};
-        if (mt_all_reduce(t->dp, sums, 2, MT_C_F64, e) ||
-            (dist ? mt_grad_reduce_scatter(&t->gs, grads, e) : mt_grad_all_reduce(&t->gs, grads, e)))
+        if (mt_all_reduce(t->dp, sums, 2, MT_C_F64, e))
             return mt_err_prefix(e, "iteration %lld: data-parallel reduction", (long long)t->iteration + 1);
         r->loss_sum = sums[0];
         r->tokens = sums[1];
     }
     r->loss = r->tokens > 0 ? r->loss_sum / r->tokens : 0;
     if (check_finite(t, "the lm loss", r->loss, e)) return -1;
-    if (mt_loss_scaler_test_overflow(t->iteration + 1)) {   /* test hook: an overflow as fp16 would make it */
-        float inf = INFINITY;
-        mtk_to_device(t->k, grads, &inf, sizeof inf);
-    }
     /* gradients unscaled by 1 / loss scale; no update when the norm is NaN/inf: with a loss scaler that is
      * an overflow and the step is skipped, as Megatron's */
     bool has_scaler = t->a.fp16 || t->a.loss_scale > 0;
-    /* the norm: the squares of this rank's (shard of the) gradients, each replicated tensor counted on one
-     * tensor rank, summed over the shards (distributed optimizer) and the tensor ranks; then the update of
-     * this rank's parameters (its shard: every rank's updated parameters then go to every rank) */
-    double ss = mt_gpt_grad_sumsq(t->model, t->opt.lo, t->opt.hi);
+    /* the norm summed over the shards (distributed optimizer), the tensor ranks and the stages; then the
+     * update of this rank's parameters (its shard: every rank's updated parameters then go to every rank) */
     if ((dist && mt_all_reduce(t->dp, &ss, 1, MT_C_F64, e)) || (t->tp_size > 1 && mt_all_reduce(t->tp, &ss, 1, MT_C_F64, e)) ||
         (t->pp_size > 1 && mt_all_reduce(t->pp, &ss, 1, MT_C_F64, e)))
         return mt_err_prefix(e, "grad norm");
@@ -302,6 +356,9 @@ int mt_trainer_step(mt_trainer *t, mt_step_result *r, mt_err *e)
     t->iteration++;
     t->consumed_train += t->a.global_batch_size;
     t->flops_so_far += t->flops_per_iter;
+    const mtk_stats k1 = mtk_stats_get(t->k);
+    r->stats = (mtk_stats){.syncs = k1.syncs - k0.syncs, .upload_waits = k1.upload_waits - k0.upload_waits,
+                           .launches = k1.launches - k0.launches, .ops = k1.ops - k0.ops};
     return 0;
 }
 

@@ -90,7 +90,21 @@ typedef struct mt_trainer {
     uint64_t step_bytes;     /* bytes this rank sent to the data-parallel group in the last step */
     uint64_t tp_step_bytes;  /* ... and to the tensor-parallel group (activations, loss statistics, norms) */
     uint64_t pp_step_bytes;  /* ... and to the other stages (activations, their gradients, tied embeddings) */
+    /* What a step leaves on the device for the host, copied back once at its end (one sync, however many
+     * micro-batches and tensors): the grad norm's sum of squares (a double), then the per-token losses of
+     * the forward passes that have them (the last stage's), in the order they ran, nslot slots of
+     * micro_batch_size x seq_length floats. */
+    void *d_step;
+    double *h_step;          /* its host copy */
+    float *h_mask;           /* [nslot][mbs x seq]: each used slot's loss mask */
+    int *slot_n;             /* [nslot]: each used slot's tokens */
+    int nslot, used_slots;
 } mt_trainer;
+
+/* The device buffer for the per-token losses of the next forward pass with a loss (its n tokens, loss
+ * mask NULL: all ones), added to the step's loss sum when the step copies them back; NULL + e when the
+ * step has more of them than its micro-batches. */
+float *mt_trainer_loss_slot(mt_trainer *t, const float *mask, int n, mt_err *e);
 
 /* The first sample of this rank's micro-batch m of the global batch that starts at sample first
  * (MegatronPretrainingSampler: each step of mbs x dp samples gives rank r the r-th mbs of them). */
@@ -116,6 +130,8 @@ typedef struct mt_step_result {
     double grad_norm;         /* before clipping */
     bool skipped;             /* non-finite gradients: no update (fp16 overflow, or the NaN check off) */
     double loss_scale;        /* the loss scale after the step (what Megatron logs) */
+    mtk_stats stats;          /* what the step cost this rank's kernel backend (mtk_stats differences): host
+                                 syncs, upload waits, kernel launches, operations */
 } mt_step_result;
 
 /* One iteration (see above). -1 with e set on a read error or, with the NaN check on, a non-finite loss

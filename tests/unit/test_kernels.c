@@ -1118,6 +1118,48 @@ TEST(reductions)
     ffree(x);
 }
 
+/* mtk_sumsq_spans: the bits of one mtk_sumsq per span added in order from 0, more spans than a GPU
+ * launch takes (64), an empty span, a gap, a span of more than the most blocks of one reduction; without
+ * a host sync and, on a GPU backend, in two launches per 64 spans. */
+TEST(sumsq_spans)
+{
+    enum { NS = 70 };
+    mtk_span sp[NS];
+    size_t n = 0;
+    for (int i = 0; i < NS; i++) {
+        size_t len = i == 3 ? 0 : i == 5 ? 270001 : (size_t)(1 + (i * 53) % 700);
+        if (i == 7) n += 13;   /* a gap, not counted */
+        sp[i] = (mtk_span){.off = n, .n = len};
+        n += len;
+    }
+    float *x = frand(n, 2), *out = fdev(2);
+    for (size_t i = sp[7].off - 13; i < sp[7].off; i++) x[i] = 1e30f;   /* would show if counted */
+    double want = 0, got;
+    for (int i = 0; i < NS; i++) want += mtk_sumsq(K, x + sp[i].off, sp[i].n);
+    up_all();
+    const mtk_stats s0 = mtk_stats_get(K);
+    (mtk_sumsq_spans)(K, D(out), D(x), sp, NS);
+    const mtk_stats s1 = mtk_stats_get(K);
+    down_all();
+    memcpy(&got, out, sizeof got);
+    T_CHECK(!memcmp(&got, &want, sizeof got));
+    T_CHECK(mtk_status(K, NULL) == 0);
+    T_EQ_INT((int)(s1.syncs - s0.syncs), 0);
+    T_EQ_INT((int)(s1.ops - s0.ops), 1);
+    T_EQ_INT((int)(s1.launches - s0.launches), !strcmp(BACKEND, "cpu") ? 0 : 4);
+    (mtk_sumsq_spans)(K, D(out), D(x), sp, 0);   /* no spans: 0 */
+    down_all();
+    memcpy(&got, out, sizeof got);
+    T_CHECK(got == 0.0);
+    /* a value returned to the host is a sync; so is a copy back */
+    const mtk_stats s2 = mtk_stats_get(K);
+    (void)(mtk_sumsq)(K, D(x), 5);
+    float h;
+    mtk_to_host(K, &h, D(x), sizeof h);
+    T_EQ_INT((int)(mtk_stats_get(K).syncs - s2.syncs), 2);
+    ffree(x), ffree(out);
+}
+
 TEST(adamw)
 {
     const size_t n = 1001;
@@ -1486,6 +1528,43 @@ TEST(workspace_and_sticky_error)
     mtk_close(k);
 }
 
+/* Copies to the device take the host buffer as it is at the call, which may be rewritten at once: more
+ * small copies than the cuda backend's ring of pinned slots (16) from one host buffer, and one larger than
+ * a slot; only that one waits for the device (cpu: none; on a GPU also any copy that finds the ring full). */
+TEST(uploads)
+{
+    enum { NB = 40, SMALL = 1000, BIG = 200000 };
+    mt_err e;
+    float *dev[NB], *big = mtk_alloc(K, BIG * sizeof(float), &e), *host = malloc(BIG * sizeof(float));
+    T_CHECK(big && host);
+    if (!big || !host) return;
+    const mtk_stats s0 = mtk_stats_get(K);
+    for (int b = 0; b < NB; b++) {
+        dev[b] = mtk_alloc(K, SMALL * sizeof(float), &e);
+        for (int i = 0; i < SMALL; i++) host[i] = (float)(b * SMALL + i);
+        mtk_to_device(K, dev[b], host, SMALL * sizeof(float));
+    }
+    for (int i = 0; i < BIG; i++) host[i] = (float)-i;
+    mtk_to_device(K, big, host, BIG * sizeof(float));
+    const mtk_stats s1 = mtk_stats_get(K);
+    int bad = 0;
+    for (int b = 0; b < NB; b++) {
+        mtk_to_host(K, host, dev[b], SMALL * sizeof(float));
+        for (int i = 0; i < SMALL; i++) bad += host[i] != (float)(b * SMALL + i);
+        mtk_free(K, dev[b]);
+    }
+    mtk_to_host(K, host, big, BIG * sizeof(float));
+    for (int i = 0; i < BIG; i++) bad += host[i] != (float)-i;
+    T_EQ_INT(bad, 0);
+    T_CHECK(mtk_status(K, NULL) == 0);
+    int waits = (int)(s1.upload_waits - s0.upload_waits);
+    if (!strcmp(BACKEND, "cpu")) T_EQ_INT(waits, 0);
+    else if (!strcmp(BACKEND, "sim")) T_EQ_INT(waits, 1);
+    else T_CHECK(waits >= 1);
+    mtk_free(K, big);
+    free(host);
+}
+
 TEST(queues_and_events)
 {
     mt_err e;
@@ -1798,10 +1877,12 @@ RUN(xent_vocab_parallel);
 RUN(embed);
 RUN(embed_offset_and_shard);
 RUN(reductions);
+RUN(sumsq_spans);
 RUN(adamw);
 RUN(adamw_multi);
 RUN(convert);
 RUN(workspace_and_sticky_error);
+RUN(uploads);
 RUN(queues_and_events);
 if (!strcmp(BACKEND, "cpu")) RUN(deterministic);   /* thread counts: the cpu backend's promise */
 mtk_close(K);

@@ -7,6 +7,7 @@
  * model or optimizer that cannot be set up on it fails. */
 #include <math.h>
 #include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "kernels.h"
@@ -105,6 +106,53 @@ static void compare(mtk_dtype act, double tol_loss, double tol_norm)
     if (!(en <= tol_norm)) T_FAILF("%s: grad norm differs by %.3g > %g", mtk_dtype_name(act), en, tol_norm);
 }
 
+/* Generation on sim: a prompt of 11 tokens runs as one pass (the operations and kernel launches of a
+ * one-token step, none per prompt token), and every step, the prompt's and each decoded token's, waits
+ * for the device once (the copy of the logits back). */
+TEST(generation_one_pass_one_sync)
+{
+    mt_err e;
+    mtk *k = mtk_open(&(mtk_config){.backend = "sim", .threads = 2, .act_dtype = MTK_F32}, &e);
+    if (!k) {
+        if (strstr(e.msg, "unknown kernel backend")) T_SKIP("this build has no sim backend (no CUDA headers: make deps)");
+        T_FAILF("sim: %s", e.msg);
+        return;
+    }
+    mt_gpt_config c = tiny();
+    mt_gpt *m = mt_gpt_create(k, &c, MT_GPT_INFER_ONLY, &e);
+    mt_gpt_infer *g = m ? mt_gpt_infer_new(m, 2, T, &e) : NULL;
+    if (!g) {
+        T_FAILF("sim: %s", e.msg);
+        return;
+    }
+    mt_gpt_init(m, 7);
+    enum { P = 11 };
+    int32_t prompt[2 * P], next[2] = {5, 9};
+    for (int i = 0; i < 2 * P; i++) prompt[i] = (int32_t)((i * 7 + 3) % 61);
+    float *logits = malloc(2 * (size_t)c.padded_vocab_size * sizeof *logits);
+    mtk_stats s0 = mtk_stats_get(k), s1, s2, s3;
+    int rc = mt_gpt_infer_step(g, prompt, P, logits, &e);
+    s1 = mtk_stats_get(k);
+    rc = rc || mt_gpt_infer_step(g, next, 1, logits, &e);
+    s2 = mtk_stats_get(k);
+    rc = rc || mt_gpt_infer_step(g, next, 1, logits, &e);
+    s3 = mtk_stats_get(k);
+    T_CHECK(rc == 0);
+    printf("# prompt of %d tokens: %llu syncs, %llu ops, %llu launches; a decoded token: %llu syncs, %llu ops, "
+           "%llu launches\n", P, (unsigned long long)(s1.syncs - s0.syncs), (unsigned long long)(s1.ops - s0.ops),
+           (unsigned long long)(s1.launches - s0.launches), (unsigned long long)(s2.syncs - s1.syncs),
+           (unsigned long long)(s2.ops - s1.ops), (unsigned long long)(s2.launches - s1.launches));
+    T_EQ_INT((int)(s1.syncs - s0.syncs), 1);
+    T_EQ_INT((int)(s2.syncs - s1.syncs), 1);
+    T_EQ_INT((int)(s3.syncs - s2.syncs), 1);
+    T_EQ_INT((int)(s1.ops - s0.ops), (int)(s2.ops - s1.ops));
+    T_EQ_INT((int)(s1.launches - s0.launches), (int)(s2.launches - s1.launches));
+    free(logits);
+    mt_gpt_infer_free(g);
+    mt_gpt_free(m);
+    mtk_close(k);
+}
+
 TEST(fp32) { compare(MTK_F32, 1e-6, 1e-6); }
 TEST(bf16) { compare(MTK_BF16, 1e-5, 1e-3); }
 TEST(fp16) { compare(MTK_F16, 3e-5, 1e-3); }
@@ -113,4 +161,5 @@ T_MAIN_BEGIN("test_sim_model")
 RUN(fp32);
 RUN(bf16);
 RUN(fp16);
+RUN(generation_one_pass_one_sync);
 T_MAIN_END
