@@ -3,6 +3,7 @@
 #ifndef MT_TOK_BPE_IMPL_H
 #define MT_TOK_BPE_IMPL_H
 
+#include <stdbool.h>
 #include <stdint.h>
 #include <string.h>
 
@@ -36,6 +37,10 @@ struct mt_bpe {
     mt_bpe_pair *pairs;
     uint64_t pair_mask;
     unsigned pair_shift;
+    /* tiktoken: no pair table; a pair's rank and result are the id of the token its bytes make, found
+     * in the whole-piece map, or for two bytes b0 b1 in rank2[b0 | b1 << 8] (UINT32_MAX: none) */
+    bool by_bytes;
+    uint32_t *rank2;
     mt_bpe_piece *pieces;
     uint64_t piece_mask;
     uint32_t *special; /* ids of MT_TOK_SPECIAL tokens */
@@ -123,26 +128,37 @@ int mt_bpe_from_ranks(mt_bpe **out, const mt_bpe_ranks *r, uint32_t shift, const
 
 /* Growable scratch arrays of the merge loop (one per thread). */
 typedef struct mt_bpe_scratch {
-    uint32_t *id, *rank, *res;
+    uint32_t *id, *rank, *res, *pos;
     int32_t *prev, *next;
     uint64_t *heap;
     size_t cap, heap_cap;
 } mt_bpe_scratch;
 
+/* Hash of a byte string, word at a time: 8-byte loads (the last one overlapping the one before), or for
+ * under 8 bytes two 4-byte loads or three single bytes that together cover every byte; the length is
+ * mixed in first, so for each length the words read determine the string. */
 static inline uint64_t mt_bpe_hash_bytes(const unsigned char *p, size_t n)
 {
-    uint64_t h = 0x9E3779B97F4A7C15ull ^ (n * 0xff51afd7ed558ccdull);
-    while (n >= 8) {
-        uint64_t v;
-        memcpy(&v, p, 8);
-        h = (h ^ v) * 0xbf58476d1ce4e5b9ull;
-        h ^= h >> 31;
-        p += 8;
-        n -= 8;
+    uint64_t h = 0x9E3779B97F4A7C15ull ^ (n * 0xff51afd7ed558ccdull), v;
+    if (n > 8) {
+        while (n > 8) {
+            memcpy(&v, p, 8);
+            h = (h ^ v) * 0xbf58476d1ce4e5b9ull;
+            h ^= h >> 31;
+            p += 8;
+            n -= 8;
+        }
+        memcpy(&v, p + n - 8, 8);
+    } else if (n >= 4) {
+        uint32_t a, b;
+        memcpy(&a, p, 4);
+        memcpy(&b, p + n - 4, 4);
+        v = (uint64_t)b << 32 | a;
+    } else {
+        v = n ? (uint64_t)p[0] | (uint64_t)p[n / 2] << 8 | (uint64_t)p[n - 1] << 16 : 0;
     }
-    uint64_t v = 0;
-    for (size_t i = 0; i < n; i++) v |= (uint64_t)p[i] << (8 * i);
     h = (h ^ v) * 0x94d049bb133111ebull;
+    h = (h ^ (h >> 32)) * 0xbf58476d1ce4e5b9ull;
     return h ^ (h >> 29);
 }
 
@@ -175,7 +191,8 @@ static inline int64_t mt_bpe_piece_find(const mt_bpe *b, const unsigned char *p,
 }
 
 /* Byte-level BPE of one piece p[0..n) (n >= 1) by merge rank, lowest rank first, leftmost among
- * equals; appends the ids to out. O(n^2) scan for short pieces, a heap over a linked list for long. */
+ * equals (pairs ranked by the pair table, or by_bytes by the token their bytes make); appends the ids
+ * to out. O(n^2) scan for short pieces, a heap over a linked list for long. */
 void mt_bpe_merge_piece(const mt_bpe *b, mt_bpe_scratch *w, const unsigned char *p, size_t n, mt_ids *out);
 void mt_bpe_scratch_free(mt_bpe_scratch *w);
 

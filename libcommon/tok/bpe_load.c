@@ -316,6 +316,7 @@ void mt_bpe_free(mt_bpe *b)
     free(b->spell_off);
     free(b->spell);
     free(b->pairs);
+    free(b->rank2);
     free(b->pieces);
     free(b->special);
     free(b->added[0].id);

@@ -1,12 +1,17 @@
 /* bpe_load_tiktoken.c: a tiktoken BPE file (one "base64(token bytes) rank" line per token, as
  * cl100k_base.tiktoken and o200k_base.tiktoken) into an mt_bpe. The rank is the token id and the merge
- * priority: merging the pair (a, b) makes the token a+b with priority rank(a+b), so the pair table has
- * one entry per split of each token into two tokens. Special tokens are not in the file: those of
+ * priority: merging the pair (a, b) makes the token a+b with priority rank(a+b), so there is no pair
+ * table to derive: the merge loop looks the bytes of a+b up in the whole-piece map, as tiktoken does
+ * (mt_bpe.by_bytes). Special tokens are not in the file: those of
  * cl100k_base and o200k_base come with their pattern. The file is read into an mt_bpe_ranks first, from
  * which mt_bpe_from_ranks builds the tables (bpe_load_megatron.c feeds it Megatron's JSON ranks and
  * its layout of ids). */
+#include <errno.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "io/fsutil.h"
 #include "tok/bpe_impl.h"
@@ -16,35 +21,40 @@ static const mt_bpe_special_tok cl100k_special[] = {{"<|endoftext|>", 100257}, {
                                                     {"<|endofprompt|>", 100276}};
 static const mt_bpe_special_tok o200k_special[] = {{"<|endoftext|>", 199999}, {"<|endofprompt|>", 200018}};
 
-static int b64_value(unsigned char c)
+/* base64 digit values; 0x80 marks a byte that is not a digit */
+static unsigned char b64_val[256];
+static pthread_once_t b64_once = PTHREAD_ONCE_INIT;
+static void b64_init(void)
 {
-    if (c >= 'A' && c <= 'Z') return c - 'A';
-    if (c >= 'a' && c <= 'z') return c - 'a' + 26;
-    if (c >= '0' && c <= '9') return c - '0' + 52;
-    if (c == '+') return 62;
-    if (c == '/') return 63;
-    return -1;
+    static const char digits[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    memset(b64_val, 0x80, sizeof b64_val);
+    for (int i = 0; i < 64; i++) b64_val[(unsigned char)digits[i]] = (unsigned char)i;
 }
 
-long mt_bpe_b64_decode(const char *s, size_t n, unsigned char *out)
+long mt_bpe_b64_decode(const char *str, size_t n, unsigned char *out)
 {
+    const unsigned char *s = (const unsigned char *)str;
+    pthread_once(&b64_once, b64_init);
     if (n == 0 || n % 4) return -1;
-    size_t o = 0;
-    for (size_t i = 0; i < n; i += 4) {
-        int v[4], pad = 0;
-        for (int k = 0; k < 4; k++) {
-            if (s[i + k] == '=' && i + 4 == n && k >= 2) {
-                v[k] = 0;
-                pad++;
-            } else if (pad || (v[k] = b64_value((unsigned char)s[i + k])) < 0) {
-                return -1;
-            }
-        }
-        uint32_t x = (uint32_t)v[0] << 18 | (uint32_t)v[1] << 12 | (uint32_t)v[2] << 6 | (uint32_t)v[3];
-        out[o++] = (unsigned char)(x >> 16);
-        if (pad < 2) out[o++] = (unsigned char)(x >> 8);
-        if (pad < 1) out[o++] = (unsigned char)x;
+    size_t o = 0, last = n - 4;
+    for (size_t i = 0; i < last; i += 4) {
+        unsigned v0 = b64_val[s[i]], v1 = b64_val[s[i + 1]], v2 = b64_val[s[i + 2]], v3 = b64_val[s[i + 3]];
+        if ((v0 | v1 | v2 | v3) & 0x80) return -1;
+        uint32_t x = v0 << 18 | v1 << 12 | v2 << 6 | v3;
+        out[o] = (unsigned char)(x >> 16);
+        out[o + 1] = (unsigned char)(x >> 8);
+        out[o + 2] = (unsigned char)x;
+        o += 3;
     }
+    /* the last group: "xy==" and "xyz=" stand for one and two bytes */
+    const unsigned char *q = s + last;
+    int pad = q[3] != '=' ? 0 : q[2] != '=' ? 1 : 2;
+    unsigned v0 = b64_val[q[0]], v1 = b64_val[q[1]], v2 = pad == 2 ? 0 : b64_val[q[2]], v3 = pad ? 0 : b64_val[q[3]];
+    if ((v0 | v1 | v2 | v3) & 0x80) return -1;
+    uint32_t x = v0 << 18 | v1 << 12 | v2 << 6 | v3;
+    out[o++] = (unsigned char)(x >> 16);
+    if (pad < 2) out[o++] = (unsigned char)(x >> 8);
+    if (pad < 1) out[o++] = (unsigned char)x;
     return (long)o;
 }
 
@@ -70,47 +80,103 @@ void mt_bpe_ranks_add(mt_bpe_ranks *r, const unsigned char *p, size_t n, uint32_
     r->bytes_n += n;
 }
 
+/* The rank after the space: decimal digits to the end of the line, below 2^28 (what strtoul accepts
+ * besides, leading blanks or a sign, is parsed by it); -1 when it is not one. */
+static long parse_rank(const char *s, const char *end)
+{
+    if (s < end && *s >= '0' && *s <= '9') {
+        uint32_t r = 0;
+        for (; s < end && *s >= '0' && *s <= '9'; s++)
+            if ((r = r * 10 + (uint32_t)(*s - '0')) >= (1u << 28)) return -1;
+        return s == end ? (long)r : -1;
+    }
+    if (s == end || !memchr(" \t\v\f\r+-", *s, 7)) return -1;
+    char tmp[64];
+    if ((size_t)(end - s) >= sizeof tmp) return -1;
+    memcpy(tmp, s, (size_t)(end - s));
+    tmp[end - s] = 0;
+    char *stop;
+    unsigned long r = strtoul(tmp, &stop, 10);
+    return stop != tmp + (end - s) || r >= (1u << 28) ? -1 : (long)r;
+}
+
+/* The whole of a regular file, NUL-terminated; NULL with e set. */
+static char *read_all(const char *path, size_t *len, mt_err *e)
+{
+    int fd = mt_open_regular(path, e);
+    if (fd < 0) return NULL;
+    struct stat st;
+    size_t cap = !fstat(fd, &st) && st.st_size > 0 ? (size_t)st.st_size + 1 : 1 << 16, n = 0;
+    char *buf = mt_xmalloc(cap + 1);
+    for (;;) {
+        if (n == cap) buf = mt_xrealloc(buf, (cap *= 2) + 1);
+        ssize_t got = read(fd, buf + n, cap - n);
+        if (got < 0 && errno == EINTR) continue;
+        if (got < 0) {
+            mt_err_sys(e, "%s: read error", path);
+            close(fd);
+            free(buf);
+            return NULL;
+        }
+        if (!got) break;
+        n += (size_t)got;
+    }
+    close(fd);
+    buf[n] = 0;
+    *len = n;
+    return buf;
+}
+
 int mt_bpe_read_tiktoken(mt_bpe_ranks *r, const char *path, mt_err *e)
 {
     memset(r, 0, sizeof *r);
-    FILE *f = mt_fopen_regular(path, e);
-    if (!f) return -1;
-    int c0 = getc(f);
-    ungetc(c0, f);
-    if (c0 == 0x1f || c0 == '[' || c0 == '{') {
-        fclose(f);
+    size_t flen;
+    char *file = read_all(path, &flen, e);
+    if (!file) return -1;
+    unsigned char c0 = (unsigned char)file[0];
+    if (flen && (c0 == 0x1f || c0 == '[' || c0 == '{')) {
+        free(file);
         return mt_err_set(e, "%s: not a tiktoken BPE file of \"base64 rank\" lines (%s)", path,
                           c0 == 0x1f ? "gzip-compressed: gunzip it first" : "JSON ranks are not supported");
     }
-    size_t lineno = 0, lcap = 0;
-    char *line = NULL;
-    ssize_t got;
+    if (flen >= UINT32_MAX) {
+        free(file);
+        return mt_err_set(e, "%s: too large", path);
+    }
+    /* sized once: a token per line at most, its bytes 3/4 of its base64 at most */
+    size_t lines = 1;
+    for (const char *q = file; (q = memchr(q, '\n', (size_t)(file + flen - q))); q++) lines++;
+    r->cap = lines;
+    r->t = mt_xmalloc(lines * sizeof *r->t);
+    r->bytes_cap = flen / 4 * 3 + 3;
+    r->bytes = mt_xmalloc(r->bytes_cap);
+    size_t lineno = 0;
     int rc = 0;
-    while ((got = getline(&line, &lcap, f)) >= 0) {
+    for (const char *line = file, *fend = file + flen; line < fend;) {
+        const char *nl = memchr(line, '\n', (size_t)(fend - line));
+        const char *next = nl ? nl + 1 : fend, *lend = nl ? nl : fend;
         lineno++;
-        size_t n = (size_t)got;
-        while (n && (line[n - 1] == '\n' || line[n - 1] == '\r')) n--;
-        if (!n) continue;
-        char *sp = memchr(line, ' ', n);
-        char *end = NULL;
-        unsigned long rk = sp ? strtoul(sp + 1, &end, 10) : 0;
-        if (!sp || end != line + n || sp + 1 == end || rk >= (1u << 28)) {
+        while (lend > line && (lend[-1] == '\n' || lend[-1] == '\r')) lend--;
+        if (lend == line) {
+            line = next;
+            continue;
+        }
+        const char *sp = memchr(line, ' ', (size_t)(lend - line));
+        long rk = sp ? parse_rank(sp + 1, lend) : -1;
+        if (rk < 0) {
             rc = mt_err_set(e, "%s: line %zu: expected \"base64-token rank\" with a rank below 2^28", path, lineno);
             break;
         }
-        size_t bl = (size_t)(sp - line);
-        mt_bpe_ranks_add(r, NULL, bl, (uint32_t)rk); /* room for the decoded bytes (fewer than bl) */
-        long k = mt_bpe_b64_decode(line, bl, r->bytes + r->t[r->n - 1].off);
+        long k = mt_bpe_b64_decode(line, (size_t)(sp - line), r->bytes + r->bytes_n);
         if (k <= 0) {
             rc = mt_err_set(e, "%s: line %zu: bad base64 token", path, lineno);
             break;
         }
-        r->t[r->n - 1].len = (uint32_t)k;
-        r->bytes_n = r->t[r->n - 1].off + (size_t)k;
+        r->t[r->n++] = (mt_bpe_rank_tok){(uint32_t)r->bytes_n, (uint32_t)k, (uint32_t)rk};
+        r->bytes_n += (size_t)k;
+        line = next;
     }
-    if (!rc && ferror(f)) rc = mt_err_sys(e, "%s: read error", path);
-    free(line);
-    fclose(f);
+    free(file);
     if (!rc && !r->n) rc = mt_err_set(e, "%s: no tokens", path);
     if (!rc && r->bytes_n >= UINT32_MAX / 4) rc = mt_err_set(e, "%s: too large", path);
     if (rc) mt_bpe_ranks_free(r);
@@ -200,6 +266,13 @@ int mt_bpe_from_ranks(mt_bpe **out, const mt_bpe_ranks *r, uint32_t shift, const
     uint32_t sym[256];
     uint16_t inv[0x144];
     mt_bpe_byte_symbols(sym, inv);
+    char sym_utf8[256][2]; /* each byte's symbol in UTF-8, sym_len[c] bytes */
+    uint8_t sym_len[256];
+    for (int c = 0; c < 256; c++) {
+        sym_len[c] = sym[c] < 0x80 ? 1 : 2;
+        sym_utf8[c][0] = (char)(sym[c] < 0x80 ? sym[c] : 0xC0 | sym[c] >> 6);
+        sym_utf8[c][1] = (char)(0x80 | (sym[c] & 0x3F));
+    }
     uint32_t off = 0, soff = 0;
     for (uint32_t id = 0; id < limit; id++) {
         b->tok_off[id] = off;
@@ -221,12 +294,8 @@ int mt_bpe_from_ranks(mt_bpe **out, const mt_bpe_ranks *r, uint32_t shift, const
         memcpy(b->tok_bytes + off, p, n);
         off += n;
         for (uint32_t k = 0; k < n; k++) {
-            uint32_t u = sym[p[k]];
-            if (u < 0x80) b->spell[soff++] = (char)u;
-            else {
-                b->spell[soff++] = (char)(0xC0 | u >> 6);
-                b->spell[soff++] = (char)(0x80 | (u & 0x3F));
-            }
+            memcpy(b->spell + soff, sym_utf8[p[k]], 2); /* room: 2 bytes per byte */
+            soff += sym_len[p[k]];
         }
         b->kind[id] = n == 1 ? MT_TOK_BYTE : MT_TOK_MERGED;
         b->vocab_size++;
@@ -239,26 +308,17 @@ int mt_bpe_from_ranks(mt_bpe **out, const mt_bpe_ranks *r, uint32_t shift, const
             rc = mt_err_set(e, "%s: no token for the single byte 0x%02x", path, c);
             goto fail;
         }
-    /* whole-piece map of every token first: it finds the parts of each split */
+    /* no pair table: the merge loop ranks a pair by the token its bytes make (mt_bpe.by_bytes); ids
+     * are shift + rank, in the order of the ranks */
     mt_bpe_finish(b, true);
-    mt_bpe_merges m = {0};
-    for (uint32_t id = 0; id < limit; id++) {
-        if (b->kind[id] != MT_TOK_MERGED) continue;
-        const unsigned char *p = (const unsigned char *)b->tok_bytes + b->tok_off[id];
-        size_t n = b->tok_off[id + 1] - b->tok_off[id];
-        for (size_t k = 1; k < n; k++) {
-            int64_t l = mt_bpe_piece_find(b, p, k, mt_bpe_hash_bytes(p, k));
-            int64_t rr = l < 0 ? -1 : mt_bpe_piece_find(b, p + k, n - k, mt_bpe_hash_bytes(p + k, n - k));
-            if (rr < 0) continue;
-            if (m.n == m.cap) {
-                m.cap = m.cap ? 2 * m.cap : 1 << 16;
-                m.m = mt_xrealloc(m.m, m.cap * sizeof *m.m);
-            }
-            m.m[m.n++] = (mt_bpe_merge){(uint32_t)l, (uint32_t)rr, id, id};
+    b->by_bytes = true;
+    b->rank2 = mt_xmalloc(65536 * sizeof *b->rank2);
+    memset(b->rank2, 0xFF, 65536 * sizeof *b->rank2);
+    for (uint32_t id = limit; id-- > 0;) /* the lowest id of two with the same bytes, as the piece map */
+        if (b->kind[id] == MT_TOK_MERGED && b->tok_off[id + 1] - b->tok_off[id] == 2) {
+            const unsigned char *p = (const unsigned char *)b->tok_bytes + b->tok_off[id];
+            b->rank2[p[0] | p[1] << 8] = id;
         }
-    }
-    mt_bpe_build_pairs(b, m.m, m.n);
-    mt_bpe_merges_free(&m);
     free(src);
     *out = b;
     return 0;

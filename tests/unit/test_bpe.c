@@ -1,6 +1,6 @@
 /* test_bpe.c: the byte-level BPE tokenizer: the pattern's edge cases with exact GPT-2 ids, round
- * trips, UTF-8 repair, load errors, a small hand-made vocabulary, adversarial long pieces and the
- * golden ids in tests/golden (made with tiktoken).
+ * trips, UTF-8 repair, load errors, a small hand-made vocabulary and tiktoken ranks file, adversarial
+ * long pieces and the golden ids in tests/golden (made with tiktoken).
  * Also a helper for tests/pipeline/bpe-oracle.sh:
  *   test_bpe --encode-lines [--special] VOCAB MERGES < lines
  *   test_bpe --encode-lines [--special] hf TOKENIZER_JSON < lines   (--special: with added tokens and the
@@ -463,6 +463,104 @@ out:
     mt_bpe_free(b[1]);
 }
 
+/* A tiktoken file of the 256 bytes (rank = byte value, in the file from 255 down) and the lines after. */
+static void write_tiktoken(const char *path, const char *more)
+{
+    static const char b64[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    FILE *f = fopen(path, "wb");
+    for (int c = 255; c >= 0; c--) fprintf(f, "%c%c== %d\n", b64[c >> 2], b64[(c & 3) << 4], c);
+    fputs(more, f);
+    fclose(f);
+}
+
+static const char *enc_tiktoken(mt_bpe *b, const char *s, size_t n)
+{
+    mt_bpe_ctx *c = mt_bpe_ctx_new(b);
+    mt_ids v = {0};
+    mt_bpe_encode(c, s, n, &v);
+    const char *r = ids_str(&v);
+    mt_ids_free(&v);
+    mt_bpe_ctx_free(c);
+    return r;
+}
+
+static void expect_tiktoken_error(const char *path, const char *want, int line)
+{
+    mt_bpe *b;
+    mt_err e = {{0}};
+    if (!mt_bpe_load_tiktoken(&b, path, "gpt2", &e)) {
+        mt_bpe_free(b);
+        T_FAILF("test_bpe.c:%d: loaded, expected an error with \"%s\"", line, want);
+    } else if (!strstr(e.msg, want) || !strstr(e.msg, "t.tiktoken")) {
+        T_FAILF("test_bpe.c:%d: error \"%.300s\" lacks \"%s\" or the file", line, e.msg, want);
+    }
+}
+
+/* A tiktoken ranks file: padding and line ends as tiktoken writes and reads them, a pair ranked by the
+ * token its bytes make (no pair table), in short pieces and in long ones (the heap-based loop), and the
+ * lines refused, each naming the file and line. */
+TEST(tiktoken_file)
+{
+    char *path = t_path("t.tiktoken");
+    /* "bc" 256 < "ab" 257 < "abc" 258 < "aa" 259 < "aaaa" 260, lines out of rank order, CRLF, an empty
+     * line, "+" before a rank (strtoul's, as before), no final newline */
+    write_tiktoken(path, "YWFhYQ== 260\nYWI= 257\r\n\nYmM= +256\nYWE= 259\nYWJj 258");
+    mt_bpe *b;
+    mt_err e = {{0}};
+    if (mt_bpe_load_tiktoken(&b, path, "gpt2", &e)) {
+        T_FAILF("load: %.300s", e.msg);
+        return;
+    }
+    T_EQ_INT(mt_bpe_vocab_size(b), 261);
+    size_t len;
+    const char *tb = mt_bpe_token_bytes(b, 260, &len);
+    T_CHECK(tb && len == 4 && !memcmp(tb, "aaaa", 4));
+    T_EQ_STR(enc_tiktoken(b, "abc", 3), "258");      /* whole piece */
+    T_EQ_STR(enc_tiktoken(b, "abcd", 4), "258 100"); /* bc first, then a+bc */
+    T_EQ_STR(enc_tiktoken(b, "xabc", 4), "120 258");
+    T_EQ_STR(enc_tiktoken(b, "aaaaa", 5), "260 97");
+    char as[200];
+    memset(as, 'a', sizeof as);
+    /* 63 a: 31 aa + a, then 15 aaaa + aa + a; 131 a (over 64 bytes: the heap) likewise 32 aaaa + aa + a */
+    for (size_t n = 63; n <= 131; n += 68) {
+        char want[400] = "";
+        for (size_t k = 0; k < n / 4; k++) strcat(want, "260 ");
+        strcat(want, "259 97");
+        T_EQ_STR(enc_tiktoken(b, as, n), want);
+    }
+    /* the long loop's last pairs: 65 a then "bcbc": bc twice, a+bc (258 < 259), then the 64 a */
+    memcpy(as + 65, "bcbc", 4);
+    T_EQ_STR(enc_tiktoken(b, as, 69), "260 260 260 260 260 260 260 260 260 260 260 260 260 260 260 260 258 256");
+    mt_bpe_free(b);
+
+    write_tiktoken(path, "YWI 300\n");
+    expect_tiktoken_error(path, "line 257: bad base64", __LINE__);
+    write_tiktoken(path, "YW=I 300\n");
+    expect_tiktoken_error(path, "line 257: bad base64", __LINE__);
+    write_tiktoken(path, "Y=== 300\n");
+    expect_tiktoken_error(path, "line 257: bad base64", __LINE__);
+    write_tiktoken(path, "YW\x01= 300\n");
+    expect_tiktoken_error(path, "line 257: bad base64", __LINE__);
+    write_tiktoken(path, "\nYWI= 300x\n");
+    expect_tiktoken_error(path, "line 258: expected", __LINE__);
+    write_tiktoken(path, "YWI= 268435456\n");
+    expect_tiktoken_error(path, "line 257: expected", __LINE__);
+    write_tiktoken(path, "YWI= 99999999999999999999999\n");
+    expect_tiktoken_error(path, "line 257: expected", __LINE__);
+    write_tiktoken(path, "YWI=\n");
+    expect_tiktoken_error(path, "line 257: expected", __LINE__);
+    write_tiktoken(path, "YWI= \n");
+    expect_tiktoken_error(path, "line 257: expected", __LINE__);
+    write_tiktoken(path, "YWI= 97\n");
+    expect_tiktoken_error(path, "rank 97 given twice", __LINE__);
+    write_file(path, "\x1f\x8b\x08");
+    expect_tiktoken_error(path, "gunzip", __LINE__);
+    write_file(path, "YQ== 0\n");
+    expect_tiktoken_error(path, "single byte 0x00", __LINE__);
+    write_file(path, "");
+    expect_tiktoken_error(path, "no tokens", __LINE__);
+}
+
 TEST(adversarial_long_pieces)
 {
     NEED_GPT2();
@@ -617,6 +715,7 @@ int main(int argc, char **argv)
     RUN(custom_vocab);
     RUN(load_errors);
     RUN(megatron_tiktoken);
+    RUN(tiktoken_file);
     RUN(adversarial_long_pieces);
     RUN(golden_ids);
     t_tmpdir_remove();
