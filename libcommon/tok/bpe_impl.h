@@ -21,9 +21,14 @@ typedef struct mt_bpe_pair {
     uint32_t rank, result;
 } mt_bpe_pair;
 
-/* raw token bytes -> id, for the whole-piece fast path; id1 = id + 1, 0 marks a free slot. */
+/* raw token bytes -> id, for the whole-piece fast path; id1 = id + 1, 0 marks a free slot. The entry
+ * holds the token's length (255: 255 or more) and first bytes, so that a lookup reads one cache line
+ * for a token of up to MT_PIECE_HEAD bytes (tok_bytes only for the rest of a longer one). */
+#define MT_PIECE_HEAD 11
 typedef struct mt_bpe_piece {
-    uint32_t id1, hash;
+    uint32_t id1;
+    uint8_t len;
+    unsigned char head[MT_PIECE_HEAD];
 } mt_bpe_piece;
 
 struct mt_bpe {
@@ -174,17 +179,37 @@ static inline const mt_bpe_pair *mt_bpe_pair_find(const mt_bpe *b, uint32_t left
     }
 }
 
+/* a[0..n) == b[0..n) for n <= 16, by two loads of each that together cover the bytes */
+static inline bool mt_bpe_eq_short(const unsigned char *a, const unsigned char *b, size_t n)
+{
+    if (n >= 8) {
+        uint64_t x0, x1, y0, y1;
+        memcpy(&x0, a, 8), memcpy(&y0, b, 8), memcpy(&x1, a + n - 8, 8), memcpy(&y1, b + n - 8, 8);
+        return ((x0 ^ y0) | (x1 ^ y1)) == 0;
+    }
+    if (n >= 4) {
+        uint32_t x0, x1, y0, y1;
+        memcpy(&x0, a, 4), memcpy(&y0, b, 4), memcpy(&x1, a + n - 4, 4), memcpy(&y1, b + n - 4, 4);
+        return ((x0 ^ y0) | (x1 ^ y1)) == 0;
+    }
+    return !n || (a[0] == b[0] && a[n / 2] == b[n / 2] && a[n - 1] == b[n - 1]);
+}
+
 /* Id of the token whose bytes are exactly p[0..n) and that BPE itself produces for them, or -1. */
 static inline int64_t mt_bpe_piece_find(const mt_bpe *b, const unsigned char *p, size_t n, uint64_t h)
 {
     uint64_t i = h & b->piece_mask;
-    uint32_t h32 = (uint32_t)(h >> 32);
+    uint8_t len = n < 255 ? (uint8_t)n : 255;
     for (;;) {
         const mt_bpe_piece *e = &b->pieces[i];
         if (!e->id1) return -1;
-        if (e->hash == h32) {
-            uint32_t id = e->id1 - 1, off = b->tok_off[id];
-            if (b->tok_off[id + 1] - off == n && !memcmp(b->tok_bytes + off, p, n)) return id;
+        if (e->len == len) {
+            if (n <= MT_PIECE_HEAD) {
+                if (mt_bpe_eq_short(e->head, p, n)) return e->id1 - 1;
+            } else if (mt_bpe_eq_short(e->head, p, MT_PIECE_HEAD)) {
+                uint32_t id = e->id1 - 1, off = b->tok_off[id];
+                if (b->tok_off[id + 1] - off == n && !memcmp(b->tok_bytes + off, p, n)) return id;
+            }
         }
         i = (i + 1) & b->piece_mask;
     }

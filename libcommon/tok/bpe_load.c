@@ -256,7 +256,10 @@ static void build_piece_map(mt_bpe *b, bool all_pieces)
         uint64_t h = mt_bpe_hash_bytes(p, n);
         uint64_t i = h & b->piece_mask;
         while (b->pieces[i].id1) i = (i + 1) & b->piece_mask;
-        b->pieces[i] = (mt_bpe_piece){id + 1, (uint32_t)(h >> 32)};
+        mt_bpe_piece *e = &b->pieces[i];
+        e->id1 = id + 1;
+        e->len = n < 255 ? (uint8_t)n : 255;
+        memcpy(e->head, p, n < MT_PIECE_HEAD ? n : MT_PIECE_HEAD);
     }
     mt_ids_free(&ids);
     mt_bpe_scratch_free(&w);
