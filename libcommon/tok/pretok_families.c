@@ -89,13 +89,9 @@ static const unsigned char ascii_fine[128] = {
 #undef S
 
 /* Fine class and length of the character at s[i] (i < len); an invalid sequence is one "other"
- * character per maximal subpart. */
-static inline int fine_at(const unsigned char *s, size_t len, size_t i, size_t *n)
+ * character per maximal subpart. ASCII inline, the rest in fine_slow. */
+static int fine_slow(const unsigned char *s, size_t len, size_t i, size_t *n)
 {
-    if (s[i] < 0x80) {
-        *n = 1;
-        return ascii_fine[s[i]];
-    }
     uint32_t cp;
     int k = mt_utf8_decode(s + i, len - i, &cp);
     if (k < 0) {
@@ -106,12 +102,28 @@ static inline int fine_at(const unsigned char *s, size_t len, size_t i, size_t *
     return mt_ucf_class(cp);
 }
 
-static inline int is_letter(int c) { return c == MT_UCF_UPPER || c == MT_UCF_LOWER || c == MT_UCF_LETTER; }
-/* [^\s\p{L}\p{N}]: punctuation, symbols, marks, anything unassigned */
-static inline int is_punct(int c) { return c == MT_UCF_OTHER || c == MT_UCF_MARK; }
-/* o200k's [\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}] and [\p{Ll}\p{Lm}\p{Lo}\p{M}] */
-static inline int in_upper_set(int c) { return c == MT_UCF_UPPER || c == MT_UCF_LETTER || c == MT_UCF_MARK; }
-static inline int in_lower_set(int c) { return c == MT_UCF_LOWER || c == MT_UCF_LETTER || c == MT_UCF_MARK; }
+static inline int fine_at(const unsigned char *s, size_t len, size_t i, size_t *n)
+{
+    if (s[i] < 0x80) {
+        *n = 1;
+        return ascii_fine[s[i]];
+    }
+    return fine_slow(s, len, i, n);
+}
+
+/* Sets of fine classes, as bit masks */
+#define CB(c) (1u << (c))
+enum {
+    LETTERS = CB(MT_UCF_UPPER) | CB(MT_UCF_LOWER) | CB(MT_UCF_LETTER),
+    PUNCT = CB(MT_UCF_OTHER) | CB(MT_UCF_MARK), /* [^\s\p{L}\p{N}]: punctuation, symbols, marks, unassigned */
+    UPPER_SET = CB(MT_UCF_UPPER) | CB(MT_UCF_LETTER) | CB(MT_UCF_MARK), /* o200k's [\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}] */
+    LOWER_SET = CB(MT_UCF_LOWER) | CB(MT_UCF_LETTER) | CB(MT_UCF_MARK), /* and [\p{Ll}\p{Lm}\p{Lo}\p{M}] */
+};
+static inline int in(unsigned set, int c) { return (set >> c) & 1; }
+static inline int is_letter(int c) { return in(LETTERS, c); }
+static inline int is_punct(int c) { return in(PUNCT, c); }
+static inline int in_upper_set(int c) { return in(UPPER_SET, c); }
+static inline int in_lower_set(int c) { return in(LOWER_SET, c); }
 static inline int is_crlf(unsigned char c) { return c == '\r' || c == '\n'; }
 
 /* Length of (?i:'s|'t|'re|'ve|'m|'ll|'d) at s[i], or 0. Case-insensitive matching is Unicode simple
@@ -128,12 +140,17 @@ static size_t contraction_at(const unsigned char *s, size_t len, size_t i)
     return 0;
 }
 
-/* End of the run of characters from i for which keep(class) holds. */
-static size_t run_while(const unsigned char *s, size_t len, size_t i, int (*keep)(int))
+/* End of the run of characters from i whose classes are in the set keep. */
+static inline size_t run_while(const unsigned char *s, size_t len, size_t i, unsigned keep)
 {
     while (i < len) {
+        if (s[i] < 0x80) {
+            if (!in(keep, ascii_fine[s[i]])) break;
+            i++;
+            continue;
+        }
         size_t n;
-        if (!keep(fine_at(s, len, i, &n))) break;
+        if (!in(keep, fine_slow(s, len, i, &n))) break;
         i += n;
     }
     return i;
@@ -151,7 +168,7 @@ static size_t cased_word_lower(const unsigned char *s, size_t len, size_t i)
         size_t n;
         int c = fine_at(s, len, j, &n);
         if (!in_upper_set(c)) {
-            if (c == MT_UCF_LOWER) return run_while(s, len, j, in_lower_set);
+            if (c == MT_UCF_LOWER) return run_while(s, len, j, LOWER_SET);
             break;
         }
         if (in_lower_set(c)) last_both = j, have_both = 1;
@@ -166,9 +183,9 @@ static size_t cased_word_lower(const unsigned char *s, size_t len, size_t i)
 /* [Lu Lt Lm Lo M]+[Ll Lm Lo M]* from i, or 0. */
 static size_t cased_word_upper(const unsigned char *s, size_t len, size_t i)
 {
-    size_t j = run_while(s, len, i, in_upper_set);
+    size_t j = run_while(s, len, i, UPPER_SET);
     if (j == i) return 0;
-    return run_while(s, len, j, in_lower_set);
+    return run_while(s, len, j, LOWER_SET);
 }
 
 size_t mt_pretok_next_pat(mt_pattern p, const char *text, size_t len, size_t pos)
@@ -186,15 +203,17 @@ size_t mt_pretok_next_pat(mt_pattern p, const char *text, size_t len, size_t pos
 
     if (!f->cased_words) {
         /* [^\r\n\p{L}\p{N}]?\p{L}+ */
-        if (is_letter(c0)) return run_while(s, len, pos + n0, is_letter);
-        if (prefix && c1 >= 0 && is_letter(c1)) return run_while(s, len, pos + n0 + n1, is_letter);
+        if (is_letter(c0)) return run_while(s, len, pos + n0, LETTERS);
+        if (prefix && c1 >= 0 && is_letter(c1)) return run_while(s, len, pos + n0 + n1, LETTERS);
     } else {
-        /* the two word alternatives, each first with the optional character, then without it */
+        /* the two word alternatives, each first with the optional character, then without it; a word
+         * starts with a character of the upper set or a lower-case one (the others are not tried) */
         size_t e = 0;
-        if (prefix && pos + n0 < len) e = cased_word_lower(s, len, pos + n0);
-        if (!e) e = cased_word_lower(s, len, pos);
-        if (!e && prefix && pos + n0 < len) e = cased_word_upper(s, len, pos + n0);
-        if (!e) e = cased_word_upper(s, len, pos);
+        int w1 = prefix && c1 >= 0 && in(UPPER_SET | CB(MT_UCF_LOWER), c1), w0 = in(UPPER_SET | CB(MT_UCF_LOWER), c0);
+        if (w1) e = cased_word_lower(s, len, pos + n0);
+        if (!e && w0) e = cased_word_lower(s, len, pos);
+        if (!e && w1) e = cased_word_upper(s, len, pos + n0);
+        if (!e && w0) e = cased_word_upper(s, len, pos);
         if (e) return f->word_suffix ? e + contraction_at(s, len, e) : e;
     }
 
@@ -212,7 +231,7 @@ size_t mt_pretok_next_pat(mt_pattern p, const char *text, size_t len, size_t pos
     /*  ?[^\s\p{L}\p{N}]+[\r\n]* (or [\r\n/]*) */
     size_t punct = is_punct(c0) ? pos : s[pos] == ' ' && c1 >= 0 && is_punct(c1) ? pos + 1 : len;
     if (punct < len) {
-        size_t i = run_while(s, len, punct, is_punct);
+        size_t i = run_while(s, len, punct, PUNCT);
         while (i < len && (is_crlf(s[i]) || (f->slash && s[i] == '/'))) i++;
         return i;
     }
