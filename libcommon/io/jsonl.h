@@ -1,7 +1,9 @@
 /* jsonl.h: extracting string fields from one JSON-lines record (loose JSON: one object per line).
  *
- * Parsing is jansson's (strict RFC 8259, UTF-8 validated, "\u0000" allowed). JSON escapes of lone UTF-16
- * surrogates, which Python's json accepts, become U+FFFD as tiktoken does, instead of failing the line.
+ * Parsing is jansson's (strict RFC 8259, UTF-8 validated, "\u0000" allowed), or for the common record
+ * a validating scanner that accepts only what jansson accepts, decodes as it does and leaves the rest to
+ * it. JSON escapes of lone UTF-16 surrogates, which Python's json accepts, become U+FFFD as tiktoken
+ * does, instead of failing the line.
  */
 #ifndef MT_IO_JSONL_H
 #define MT_IO_JSONL_H
@@ -20,6 +22,7 @@ typedef struct mt_jsonl_field {
 typedef struct mt_jsonl {
     void *doc;      /* json_t* of the last parsed line */
     mt_buf repair;  /* line with lone surrogate escapes replaced */
+    mt_buf values;  /* the fields' values when the fast path parsed the line (jsonl.c) */
 } mt_jsonl;
 
 /* True when line[0..len) holds only blanks (space, tab, CR): such a line is no record and is skipped. */

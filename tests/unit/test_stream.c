@@ -1,4 +1,5 @@
 /* test_stream.c: token stream round trip and truncation, JSON-lines extraction, the ordered pool. */
+#include <jansson.h>
 #include <stdint.h>
 #include <unistd.h>
 
@@ -125,6 +126,9 @@ TEST(jsonl_fields_and_errors)
     T_EQ_INT(f[0].len, 8);
     T_CHECK(!memcmp(f[0].text, "a\xef\xbf\xbd" "b\xef\xbf\xbd", 8));
     T_EQ_INT(f[1].len, 6); /* an escaped backslash is not a surrogate escape */
+    const char *l3 = "{\"text\": \"a\\udc00b\", \"b\": \"\"}"; /* a lone low surrogate alone */
+    T_EQ_INT(mt_jsonl_extract(&st, l3, strlen(l3), keys, 2, f, &e), 0);
+    T_CHECK(f[0].len == 5 && !memcmp(f[0].text, "a\xef\xbf\xbd" "b", 5));
     const char *bad[] = {"{\"text\": \"x\"", "[\"text\"]", "{\"b\": \"x\"}", "{\"text\": null, \"b\": \"\"}",
                          "{\"text\": \"\xff\", \"b\": \"\"}"};
     const char *want[] = {"malformed JSON", "expected a JSON object", "missing key 'text'", "is null", "malformed"};
@@ -137,6 +141,105 @@ TEST(jsonl_fields_and_errors)
     T_CHECK(q.n == 15 && !memcmp(q.p, "\"a\\\"\\\\\\n\\u0001\"", 15));
     mt_buf_free(&q);
     mt_jsonl_free(&st);
+}
+
+/* jsonl's own scanner against jansson: on each line jansson's verdict (an object whose "text" is a
+ * string, with its bytes, or anything else) and mt_jsonl_extract's must agree. Lines: tricky ones by
+ * hand, then seeded random records with escapes, UTF-8, numbers near the overflows, nesting, duplicate
+ * keys, each also with a fragment put in at a random place. */
+static unsigned long long jx = 88172645463325252ull;
+static unsigned jrnd(unsigned n)
+{
+    jx ^= jx << 13, jx ^= jx >> 7, jx ^= jx << 17;
+    return (unsigned)(jx % n);
+}
+static void jput(mt_buf *b, const char *s) { mt_buf_append(b, s, strlen(s)); }
+static void jvalue(mt_buf *b, int depth)
+{
+    static const char *leaf[] = {"\"abc\"", "\"\\\"\\\\\\/\\b\\f\\n\\r\\t\"", "\"\\u00e9\\u20AC\\ud83d\\ude00\\u0000\"",
+                                 "\"caf\xc3\xa9 \xf0\x9f\x98\x80\"", "0", "-12", "3.25e-7", "1E+99", "1e100", "123456789012345678",
+                                 "1234567890123456789", "99999999999999999999", "-9223372036854775809", "1.5e308", "1e309",
+                                 "0.000000000000000000001", "true", "false", "null", "\"\""};
+    unsigned t = jrnd(depth > 3 ? 2 : 4);
+    if (t == 2 || t == 3) {
+        jput(b, t == 2 ? "[" : "{");
+        for (int i = 0, k = (int)jrnd(4); i < k; i++) {
+            if (i) jput(b, jrnd(2) ? "," : " ,\t");
+            if (t == 3) jput(b, jrnd(2) ? "\"text\": " : "\"k\":");
+            jvalue(b, depth + 1);
+        }
+        jput(b, t == 2 ? "]" : "}");
+    } else {
+        jput(b, leaf[jrnd(sizeof leaf / sizeof *leaf)]);
+    }
+}
+
+static void jsonl_agrees(const char *line, size_t len, int *fast_seen)
+{
+    static const char *const keys[] = {"text"};
+    mt_jsonl st = {0};
+    mt_jsonl_field f;
+    mt_err e;
+    int rc = mt_jsonl_extract(&st, line, len, keys, 1, &f, &e);
+    if (!rc && !st.doc) (*fast_seen)++;
+    json_error_t je;
+    json_t *j = json_loadb(line, len, JSON_ALLOW_NUL, &je), *v = json_is_object(j) ? json_object_get(j, "text") : NULL;
+    if (!j && strstr(je.text, "invalid Unicode")) { /* lone surrogates: the repair's (jsonl_fields_and_errors) */
+        mt_jsonl_free(&st);
+        return;
+    }
+    if (json_is_string(v) ? rc || f.len != json_string_length(v) || memcmp(f.text, json_string_value(v), f.len) ||
+                                f.text[f.len]
+                          : !rc)
+        T_FAILF("jansson and mt_jsonl_extract (%d) differ on [%.300s]", rc, line);
+    json_decref(j);
+    mt_jsonl_free(&st);
+}
+
+TEST(jsonl_scanner_agrees_with_jansson)
+{
+    static const char *hand[] = {
+        "{\"text\": \"a\"}", " {\"text\":\"a\"} \r", "{\"text\": \"a\", \"text\": \"b\"}", "{\"text\": \"a\", \"text\": 1}",
+        "{\"text\": 1, \"text\": \"b\"}", "{\"te\\u0078t\": \"a\"}", "{\"text\": \"a\"} x", "{\"text\": \"a\",}",
+        "{\"text\": \"\x01\"}", "{\"text\": \"\xc0\xaf\"}", "{\"text\": \"\xed\xa0\x80\"}", "{\"text\": \"\xf4\x90\x80\x80\"}",
+        "{\"x\": \"\xe2\x82\"}", "{\"text\": \"\\x\"}", "{\"text\": \"\\u12\"}", "{\"text\": 01}", "{\"n\": 1.}",
+        "{\"n\": .5, \"text\": \"\"}", "{\"n\": 1e, \"text\": \"\"}", "{\"n\": -, \"text\": \"\"}", "{\"n\": tru, \"text\": \"\"}",
+        "{\"n\": truex, \"text\": \"\"}", "{\"n\": 1e999, \"text\": \"\"}", "{\"n\": 1e99, \"text\": \"\"}",
+        "{\"n\": 9223372036854775808, \"text\": \"\"}", "{\"n\": -9223372036854775808, \"text\": \"\"}",
+        "\xef\xbb\xbf{\"text\": \"a\"}", "{\"text\": \"a\"}\n", "{\"text\": \"a\" \"b\"}", "{\"text\" \"a\"}", "{text: \"a\"}",
+        "{\"\": 1, \"text\": \"\\ud83d\\ude00\"}", "{\"text\": \"\\ud83d\\u0041\"}", "{\"text\": \"\\uDBFF\\uDFFF\"}",
+        "{\"n\": [[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[1]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]], \"text\": \"\"}", "{}", "",
+    };
+    int fast_seen = 0;
+    for (size_t i = 0; i < sizeof hand / sizeof *hand; i++) jsonl_agrees(hand[i], strlen(hand[i]), &fast_seen);
+    static const char *frag[] = {"\"", "\\", "\\u", "\\ude00", "{", "}", "[", "]", ",", ":", " ", "\x01", "\x80", "\xc3",
+                                 "\xed\xa0\x80", "0", "-", ".", "e", "+", "9", "true", "\"text\":", "\xe2\x82\xac"};
+    mt_buf b = {0}, m = {0};
+    for (int it = 0; it < 20000; it++) {
+        b.n = 0;
+        jput(&b, "{");
+        for (int i = 0, k = 1 + (int)jrnd(4); i < k; i++) {
+            if (i) jput(&b, ",");
+            static const char *str[] = {"\"abc\"", "\"\\\"\\\\\\/\\b\\f\\n\\r\\t\"", "\"\\u00e9\\u20AC\\ud83d\\ude00\\u0000\"",
+                                        "\"caf\xc3\xa9 \xf0\x9f\x98\x80\"", "\"\""};
+            int text = (int)jrnd(2);
+            jput(&b, text ? "\"text\": " : "\"k\": ");
+            if (text && jrnd(4)) jput(&b, str[jrnd(5)]);
+            else jvalue(&b, 1);
+        }
+        jput(&b, "}");
+        jsonl_agrees(b.p, b.n, &fast_seen);
+        size_t at = jrnd((unsigned)b.n + 1);
+        const char *fr = frag[jrnd(sizeof frag / sizeof *frag)];
+        m.n = 0;
+        mt_buf_append(&m, b.p, at);
+        jput(&m, fr);
+        mt_buf_append(&m, b.p + at, b.n - at);
+        jsonl_agrees(m.p, m.n, &fast_seen);
+    }
+    T_CHECK(fast_seen > 5000); /* the scanner itself was tested, not only jansson behind it */
+    mt_buf_free(&b);
+    mt_buf_free(&m);
 }
 
 typedef struct {
@@ -205,6 +308,7 @@ T_MAIN_BEGIN("test_stream")
     RUN(tokstream_round_trip_and_widths);
     RUN(tokstream_every_truncation_is_an_error);
     RUN(jsonl_fields_and_errors);
+    RUN(jsonl_scanner_agrees_with_jansson);
     RUN(ordered_pool_keeps_order);
     t_tmpdir_remove();
 T_MAIN_END
