@@ -137,6 +137,16 @@ static int fast_string(fast *f, bool keep, bool esc_ok)
 {
     const unsigned char *p = f->p, *end = f->end, *run = p;
     for (;;) {
+        /* 8 bytes at a time while none is a quote, a backslash, a control character or non-ASCII */
+        const uint64_t ones = 0x0101010101010101ull, highs = 0x8080808080808080ull;
+        while (end - p >= 8) {
+            uint64_t v, q, b;
+            memcpy(&v, p, 8);
+            q = v ^ (ones * '"');
+            b = v ^ (ones * '\\');
+            if ((v | ((v - ones * 0x20) & ~v) | ((q - ones) & ~q) | ((b - ones) & ~b)) & highs) break;
+            p += 8;
+        }
         while (p < end && *p >= 0x20 && *p < 0x80 && *p != '"' && *p != '\\') p++;
         if (p >= end || *p < 0x20) return -1;
         if (*p >= 0x80) {
