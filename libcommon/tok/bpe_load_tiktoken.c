@@ -167,6 +167,13 @@ int mt_bpe_read_tiktoken(mt_bpe_ranks *r, const char *path, mt_err *e)
             rc = mt_err_set(e, "%s: line %zu: expected \"base64-token rank\" with a rank below 2^28", path, lineno);
             break;
         }
+        /* the ranks of a file are its tokens' numbers, 0 .. tokens - 1 give or take a few gaps: a rank far
+         * beyond the lines would only size the id tables (13 bytes an id) from a hostile number */
+        if ((size_t)rk >= 2 * lines + 1024) {
+            rc = mt_err_set(e, "%s: line %zu: rank %ld is far beyond the file's %zu lines (ranks number the tokens)",
+                            path, lineno, rk, lines);
+            break;
+        }
         long k = mt_bpe_b64_decode(line, (size_t)(sp - line), r->bytes + r->bytes_n);
         if (k <= 0) {
             rc = mt_err_set(e, "%s: line %zu: bad base64 token", path, lineno);

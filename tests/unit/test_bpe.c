@@ -545,6 +545,10 @@ TEST(tiktoken_file)
     expect_tiktoken_error(path, "line 258: expected", __LINE__);
     write_tiktoken(path, "YWI= 268435456\n");
     expect_tiktoken_error(path, "line 257: expected", __LINE__);
+    write_tiktoken(path, "YWI= 100000000\n");
+    expect_tiktoken_error(path, "line 257: rank 100000000 is far beyond the file's 258 lines", __LINE__);
+    write_tiktoken(path, "YWI= 1540\n");
+    expect_tiktoken_error(path, "line 257: rank 1540 is far beyond", __LINE__);
     write_tiktoken(path, "YWI= 99999999999999999999999\n");
     expect_tiktoken_error(path, "line 257: expected", __LINE__);
     write_tiktoken(path, "YWI=\n");
