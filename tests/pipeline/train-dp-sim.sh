@@ -77,11 +77,12 @@ PYEOF
     else t_fail "$name: losses" "$(tail -2 "$d/tpc.out")"; fi
 done
 
-# cuda without a GPU: refused with the reason, on every rank, nothing half done
+# cuda without a GPU: refused with the reason (an error of every rank: printed once), nothing half done
 if [ "$(MT_TEST_BACKEND=cuda "$T_TOP/${MT_BUILD:-build}/tests/test_kernels" 2>&1 | grep -c '^ok - test_kernels: matmul_fwd')" = 0 ]; then
     # shellcheck disable=SC2086
     if mpi 2 mt-train $args --device cuda >"$d/cu.log" 2>"$d/cu.err"; then t_fail "--device cuda without a GPU" "exit 0"
-    elif grep -qE '^mt-train: rank [01] .*(no CUDA device|no GPU|no CUDA backend)' "$d/cu.err" && ! grep -qiE 'segmentation|signal|core dumped' "$d/cu.err" &&
+    elif [ "$(grep -cE '^mt-train: (rank [01] .*)?--device cuda: .*(no CUDA device|no GPU|no CUDA backend)' "$d/cu.err")" = 1 ] &&
+        ! grep -qiE 'segmentation|signal|core dumped' "$d/cu.err" &&
         ! grep -q 'iteration' "$d/cu.log"; then t_pass "2 ranks --device cuda without a GPU: refused ($(grep -m1 "^mt-train" "$d/cu.err" | head -c 160))"
     else t_fail "--device cuda without a GPU" "$(head -c 400 "$d/cu.err")"; fi
 else t_skip "--device cuda without a GPU" "this machine has a GPU"; fi
