@@ -39,15 +39,15 @@ typedef struct mtk_ops {
                       int pos0, int v0, int nv);
     void (*layernorm_fwd)(mtk *k, void *out, float *mean, float *rstd, const void *inp, const float *w,
                           const float *b, int N, int C, float eps);
-    /* May be NULL: mtk.c runs add, then layernorm_fwd. */
+    /* May be NULL: mtk.c runs dropout_fwd (drop given), add, then layernorm_fwd. drop: NULL or p > 0. */
     void (*add_layernorm_fwd)(mtk *k, void *res, void *out, float *mean, float *rstd, const void *a, const void *b,
-                              const float *w, const float *bias, int N, int C, float eps);
+                              const float *w, const float *bias, int N, int C, float eps, const mtk_dropout *drop);
     void (*layernorm_bwd)(mtk *k, void *dinp, float *dw, float *db, const void *dout, const void *inp,
                           const float *w, const float *mean, const float *rstd, int N, int C);
     void (*rmsnorm_fwd)(mtk *k, void *out, float *rstd, const void *inp, const float *w, int N, int C, float eps);
-    /* May be NULL: mtk.c runs add, then rmsnorm_fwd. */
+    /* May be NULL: mtk.c runs dropout_fwd (drop given), add, then rmsnorm_fwd. drop: NULL or p > 0. */
     void (*add_rmsnorm_fwd)(mtk *k, void *res, void *out, float *rstd, const void *a, const void *b, const float *w,
-                            int N, int C, float eps);
+                            int N, int C, float eps, const mtk_dropout *drop);
     void (*rmsnorm_bwd)(mtk *k, void *dinp, float *dw, const void *dout, const void *inp, const float *w,
                         const float *rstd, int N, int C);
     void (*matmul_fwd)(mtk *k, void *out, const void *inp, const void *w, const float *bias, int N, int C, int OC);

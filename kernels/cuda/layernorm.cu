@@ -60,16 +60,17 @@ __global__ void ln_fwd_kernel(T *out, float *mean, float *rstd, const T *inp, co
 }
 
 // The residual add fused in: res = a + b is stored, and its stored (rounded) value is what gets normalised.
+// The dropout of b (drop.p > 0) is applied to it first, as the separate dropout stores it.
 template <class T>
 __global__ void add_ln_fwd_kernel(T *res, T *out, float *mean, float *rstd, const T *a, const T *b, const float *w,
-                                  const float *bias, int N, int C, float eps)
+                                  const float *bias, int N, int C, float eps, DropIn drop)
 {
     const int lane = threadIdx.x & 31, row = blockIdx.x * ROWS + (threadIdx.x >> 5);
     if (row >= N) return;
     const size_t o = (size_t)row * C;
     float s = 0.0f;
     for (int c = lane; c < C; c += 32) {
-        const T r = stf<T>(ldf(a[o + c]) + ldf(b[o + c]));
+        const T r = stf<T>(ldf(a[o + c]) + drop.b(b[o + c], o + c));
         res[o + c] = r;   // read back below by this same lane only
         s += ldf(r);
     }
@@ -86,18 +87,18 @@ __global__ void add_ln_fwd_kernel(T *res, T *out, float *mean, float *rstd, cons
 
 template <class T>
 static void add_ln(mtk *k, void *res, void *out, float *mean, float *rstd, const void *a, const void *b, const float *w,
-                   const float *bias, int N, int C, float eps)
+                   const float *bias, int N, int C, float eps, DropIn drop)
 {
     LAUNCH(add_ln_fwd_kernel<T>, (N + ROWS - 1) / ROWS, THREADS, 0, launch_stream(k))((T *)res, (T *)out, mean, rstd,
                                                                                (const T *)a, (const T *)b, w, bias, N,
-                                                                               C, eps);
+                                                                               C, eps, drop);
 }
 
 void add_layernorm_fwd(mtk *k, void *res, void *out, float *mean, float *rstd, const void *a, const void *b,
-                       const float *w, const float *bias, int N, int C, float eps)
+                       const float *w, const float *bias, int N, int C, float eps, const mtk_dropout *drop)
 {
     if (N <= 0 || C <= 0) return;
-    MTK_CU_DISPATCH(k, add_ln, k, res, out, mean, rstd, a, b, w, bias, N, C, eps);
+    MTK_CU_DISPATCH(k, add_ln, k, res, out, mean, rstd, a, b, w, bias, N, C, eps, drop_in(drop));
     check(k, "add_layernorm_fwd");
 }
 

@@ -471,9 +471,9 @@ static int layer_forward(mt_gpt_ctx *x, int li, void *scratch, mt_err *e)
     mt_tp_attention_fwd(m, a.atty, a.lse, a.qkv, B, T, site_dropout(x, &dd, l, SITE_ATTN_PROBS, 0));
     if (mt_tp_row_linear_fwd(m, scratch, a.atty, W(MT_T_PROJ_W), PO(MT_T_PROJ_B), N, Cl, C, e))
         return mt_err_prefix(e, "GPT forward, layer %d attention", l);
-    if ((drop = site_dropout(x, &dd, l, SITE_ATTN_OUT, h0))) mtk_dropout_fwd(k, out, out, (size_t)Nl * C, drop);
+    /* the dense output's dropout fused into the residual add and the norm that follows it */
     mt_gpt_add_norm_fwd(m, a.res_mid, mt_tp_local(m, a.ln2, N, C), a.mean2, a.rstd2, a.res_in, out, T_(MT_T_NORM2_W),
-                        T_(MT_T_NORM2_B), Nl, C);
+                        T_(MT_T_NORM2_B), Nl, C, site_dropout(x, &dd, l, SITE_ATTN_OUT, h0));
     /* MLP: the first layer column-parallel (GeLU, or SwiGLU of its gate and up halves), the second row-parallel */
     if (mt_tp_gather(m, a.ln2, N, C, e)) return mt_err_prefix(e, "GPT forward, layer %d MLP", l);
     if (c->mlp == MT_MLP_SWIGLU) {

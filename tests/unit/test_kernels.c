@@ -156,13 +156,13 @@ static void down_all(void)
     (up_all(), mtk_embed_bwd(k, D(dwe), D(dwp), D(dout), D(t), B, T, C, p0, v0, nv), down_all())
 #define mtk_layernorm_fwd(k, o, mn, rs, i, w, b, N, C, eps) \
     (up_all(), mtk_layernorm_fwd(k, D(o), D(mn), D(rs), D(i), D(w), D(b), N, C, eps), down_all())
-#define mtk_add_layernorm_fwd(k, r, o, mn, rs, a, b, w, bi, N, C, eps) \
-    (up_all(), mtk_add_layernorm_fwd(k, D(r), D(o), D(mn), D(rs), D(a), D(b), D(w), D(bi), N, C, eps), down_all())
+#define mtk_add_layernorm_fwd(k, r, o, mn, rs, a, b, w, bi, N, C, eps, d) \
+    (up_all(), mtk_add_layernorm_fwd(k, D(r), D(o), D(mn), D(rs), D(a), D(b), D(w), D(bi), N, C, eps, d), down_all())
 #define mtk_layernorm_bwd(k, di, dw, db, dout, i, w, mn, rs, N, C) \
     (up_all(), mtk_layernorm_bwd(k, D(di), D(dw), D(db), D(dout), D(i), D(w), D(mn), D(rs), N, C), down_all())
 #define mtk_rmsnorm_fwd(k, o, rs, i, w, N, C, eps) (up_all(), mtk_rmsnorm_fwd(k, D(o), D(rs), D(i), D(w), N, C, eps), down_all())
-#define mtk_add_rmsnorm_fwd(k, r, o, rs, a, b, w, N, C, eps) \
-    (up_all(), mtk_add_rmsnorm_fwd(k, D(r), D(o), D(rs), D(a), D(b), D(w), N, C, eps), down_all())
+#define mtk_add_rmsnorm_fwd(k, r, o, rs, a, b, w, N, C, eps, d) \
+    (up_all(), mtk_add_rmsnorm_fwd(k, D(r), D(o), D(rs), D(a), D(b), D(w), N, C, eps, d), down_all())
 #define mtk_rmsnorm_bwd(k, di, dw, dout, i, w, rs, N, C) \
     (up_all(), mtk_rmsnorm_bwd(k, D(di), D(dw), D(dout), D(i), D(w), D(rs), N, C), down_all())
 #define mtk_swiglu_fwd(k, o, i, N, F) (up_all(), mtk_swiglu_fwd(k, D(o), D(i), N, F), down_all())
@@ -463,7 +463,7 @@ TEST(add_layernorm)
     float *a = arand(N * C, 2), *b = arand(N * C, 1), *w = frand(C, 1), *bias = frand(C, 1);
     float *res = adev(N * C), *out = adev(N * C), *mean = fdev(N), *rstd = fdev(N);
     float *res2 = adev(N * C), *out2 = adev(N * C), *mean2 = fdev(N), *rstd2 = fdev(N);
-    mtk_add_layernorm_fwd(K, res, out, mean, rstd, a, b, w, bias, N, C, 1e-5f);
+    mtk_add_layernorm_fwd(K, res, out, mean, rstd, a, b, w, bias, N, C, 1e-5f, NULL);
     mtk_add(K, res2, a, b, (size_t)N * C);
     mtk_layernorm_fwd(K, out2, mean2, rstd2, res2, w, bias, N, C, 1e-5f);
     T_CHECK(!memcmp(res, res2, sizeof(float) * N * C));
@@ -609,6 +609,47 @@ TEST(dropout)
     mtk_dropout_bwd(K, dg, g, n, NULL);
     T_CHECK(!memcmp(dg, g, n * sizeof *dg));
     ffree(x), ffree(o), ffree(g), ffree(dg), ffree(y);
+}
+
+/* The dropout fused into the residual add + norm: what mtk_dropout_fwd into a buffer, then the add + norm
+ * without it give, bit for bit (res, out, mean, rstd), for LayerNorm (rms 0) and RMSNorm (rms 1). */
+static void check_add_norm_dropout(int rms, int N, int C, float p, uint64_t offset)
+{
+    const size_t n = (size_t)N * C;
+    float *a = arand(n, 2), *b = arand(n, 1), *w = frand((size_t)C, 1), *bias = frand((size_t)C, 1);
+    float *res = adev(n), *out = adev(n), *mean = fdev((size_t)N), *rstd = fdev((size_t)N);
+    float *y = adev(n), *res2 = adev(n), *out2 = adev(n), *mean2 = fdev((size_t)N), *rstd2 = fdev((size_t)N);
+    mtk_dropout d = {p, 0x5eed + (uint64_t)C, offset};
+    if (rms) {
+        mtk_add_rmsnorm_fwd(K, res, out, rstd, a, b, w, N, C, 1e-6f, &d);
+        mtk_dropout_fwd(K, y, b, n, &d);
+        mtk_add_rmsnorm_fwd(K, res2, out2, rstd2, a, y, w, N, C, 1e-6f, NULL);
+    } else {
+        mtk_add_layernorm_fwd(K, res, out, mean, rstd, a, b, w, bias, N, C, 1e-5f, &d);
+        mtk_dropout_fwd(K, y, b, n, &d);
+        mtk_add_layernorm_fwd(K, res2, out2, mean2, rstd2, a, y, w, bias, N, C, 1e-5f, NULL);
+    }
+    T_CHECK(!memcmp(res, res2, n * sizeof *res));
+    T_CHECK(!memcmp(out, out2, n * sizeof *out));
+    T_CHECK(!memcmp(rstd, rstd2, (size_t)N * sizeof *rstd));
+    if (!rms) T_CHECK(!memcmp(mean, mean2, (size_t)N * sizeof *mean));
+    /* the dropout did something: res is not a + b where p > 0, and is where p == 0 */
+    size_t same = 0;
+    for (size_t i = 0; i < n; i++) same += res[i] == q(a[i] + b[i]);
+    if (p > 0) T_CHECK(same < n);
+    else T_CHECK(same == n);
+    ffree(a), ffree(b), ffree(w), ffree(bias), ffree(res), ffree(out), ffree(mean), ffree(rstd), ffree(y);
+    ffree(res2), ffree(out2), ffree(mean2), ffree(rstd2);
+}
+
+TEST(add_norm_dropout)
+{
+    for (int rms = 0; rms < 2; rms++) {
+        check_add_norm_dropout(rms, 9, 70, 0.1f, 0);
+        check_add_norm_dropout(rms, 7, 37, 0.5f, 1234567);   /* odd rows, a counter offset */
+        check_add_norm_dropout(rms, 5, 64, 0.3f, 3);
+        check_add_norm_dropout(rms, 3, 33, 0.0f, 0);         /* p == 0: none */
+    }
 }
 
 /* ---- attention ---- */
@@ -882,7 +923,7 @@ TEST(rmsnorm)
     const int N = 9, C = 70;
     float *a = arand(N * C, 2), *b = arand(N * C, 1), *w = frand(C, 1), *res = adev(N * C), *out = adev(N * C);
     float *rstd = fdev(N), *res2 = adev(N * C), *out2 = adev(N * C), *rstd2 = fdev(N);
-    mtk_add_rmsnorm_fwd(K, res, out, rstd, a, b, w, N, C, 1e-6f);
+    mtk_add_rmsnorm_fwd(K, res, out, rstd, a, b, w, N, C, 1e-6f, NULL);
     mtk_add(K, res2, a, b, (size_t)N * C);
     mtk_rmsnorm_fwd(K, out2, rstd2, res2, w, N, C, 1e-6f);
     T_CHECK(!memcmp(res, res2, sizeof(float) * N * C));
@@ -1861,6 +1902,7 @@ RUN(matmul_gelu);
 RUN(elementwise);
 RUN(bias_add);
 RUN(dropout);
+RUN(add_norm_dropout);
 RUN(attention_small_fd);
 RUN(attention_dropout_fd);
 RUN(attention_blocks);
