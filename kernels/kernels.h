@@ -144,9 +144,12 @@ void mtk_layernorm_fwd(mtk *k, mtk_act *out, float *mean, float *rstd, const mtk
 void mtk_add_layernorm_fwd(mtk *k, mtk_act *res, mtk_act *out, float *mean, float *rstd, const mtk_act *a,
                            const mtk_act *b, const float *w, const float *bias, int N, int C, float eps,
                            const mtk_dropout *drop);
-/* dinp ACCUMULATES (it is the residual stream's gradient); dw, db accumulate. */
+/* dinp ACCUMULATES (it is the residual stream's gradient); dw, db accumulate. ddrop (NULL: none) gets
+ * the dropout backward of the accumulated dinp as stored, with drop's mask (NULL or p == 0: a copy): the
+ * bits of mtk_dropout_bwd(ddrop, dinp) after this op, which a backend may fuse into it (cuda does). */
 void mtk_layernorm_bwd(mtk *k, mtk_act *dinp, float *dw, float *db, const mtk_act *dout, const mtk_act *inp,
-                       const float *w, const float *mean, const float *rstd, int N, int C);
+                       const float *w, const float *mean, const float *rstd, int N, int C, mtk_act *ddrop,
+                       const mtk_dropout *drop);
 
 /* ---- RMSNorm over the last dimension (Megatron --normalization RMSNorm, --norm-epsilon) ----
  * out = inp * rstd * w with rstd = 1 / sqrt(mean(inp^2) + eps); no bias, no mean. rstd [N] is saved for
@@ -158,9 +161,9 @@ void mtk_rmsnorm_fwd(mtk *k, mtk_act *out, float *rstd, const mtk_act *inp, cons
 void mtk_add_rmsnorm_fwd(mtk *k, mtk_act *res, mtk_act *out, float *rstd, const mtk_act *a, const mtk_act *b,
                          const float *w, int N, int C, float eps, const mtk_dropout *drop);
 /* dinp ACCUMULATES (it is the residual stream's gradient): dinp += (dout w - xhat mean(dout w xhat)) rstd
- * with xhat = inp rstd; dw accumulates sum_n dout xhat, as mtk_layernorm_bwd does. */
+ * with xhat = inp rstd; dw accumulates sum_n dout xhat, as mtk_layernorm_bwd does; ddrop and drop as there. */
 void mtk_rmsnorm_bwd(mtk *k, mtk_act *dinp, float *dw, const mtk_act *dout, const mtk_act *inp, const float *w,
-                     const float *rstd, int N, int C);
+                     const float *rstd, int N, int C, mtk_act *ddrop, const mtk_dropout *drop);
 
 /* ---- linear: out[N,OC] = inp[N,C] . w[OC,C]^T + bias[OC] (bias may be NULL) ---- */
 void mtk_matmul_fwd(mtk *k, mtk_act *out, const mtk_act *inp, const mtk_act *w, const float *bias, int N, int C,

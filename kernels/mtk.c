@@ -324,10 +324,18 @@ void mtk_add_layernorm_fwd(mtk *k, mtk_act *res, mtk_act *out, float *mean, floa
     if (!k->failed) k->ops->layernorm_fwd(k, out, mean, rstd, res, w, bias, N, C, eps);
 }
 void mtk_layernorm_bwd(mtk *k, mtk_act *dinp, float *dw, float *db, const mtk_act *dout, const mtk_act *inp,
-                       const float *w, const float *mean, const float *rstd, int N, int C)
+                       const float *w, const float *mean, const float *rstd, int N, int C, mtk_act *ddrop,
+                       const mtk_dropout *drop)
 {
-    if (ready(k, "layernorm_bwd", N, C, (size_t)N * C))
-        k->ops->layernorm_bwd(k, dinp, dw, db, dout, inp, w, mean, rstd, N, C);
+    if (!ready(k, "layernorm_bwd", N, C, (size_t)N * C)) return;
+    if (drop && drop->p <= 0.0f) drop = NULL;
+    if (ddrop && drop && k->ops->layernorm_bwd_drop) {
+        k->ops->layernorm_bwd_drop(k, dinp, dw, db, dout, inp, w, mean, rstd, N, C, ddrop, drop);
+        return;
+    }
+    k->ops->layernorm_bwd(k, dinp, dw, db, dout, inp, w, mean, rstd, N, C);
+    k->ws_used = 0;
+    if (ddrop && !k->failed) k->ops->dropout_bwd(k, ddrop, dinp, (size_t)N * C, drop);
 }
 void mtk_rmsnorm_fwd(mtk *k, mtk_act *out, float *rstd, const mtk_act *inp, const float *w, int N, int C, float eps)
 {
@@ -348,9 +356,17 @@ void mtk_add_rmsnorm_fwd(mtk *k, mtk_act *res, mtk_act *out, float *rstd, const 
     if (!k->failed) k->ops->rmsnorm_fwd(k, out, rstd, res, w, N, C, eps);
 }
 void mtk_rmsnorm_bwd(mtk *k, mtk_act *dinp, float *dw, const mtk_act *dout, const mtk_act *inp, const float *w,
-                     const float *rstd, int N, int C)
+                     const float *rstd, int N, int C, mtk_act *ddrop, const mtk_dropout *drop)
 {
-    if (ready(k, "rmsnorm_bwd", N, C, (size_t)N * C)) k->ops->rmsnorm_bwd(k, dinp, dw, dout, inp, w, rstd, N, C);
+    if (!ready(k, "rmsnorm_bwd", N, C, (size_t)N * C)) return;
+    if (drop && drop->p <= 0.0f) drop = NULL;
+    if (ddrop && drop && k->ops->rmsnorm_bwd_drop) {
+        k->ops->rmsnorm_bwd_drop(k, dinp, dw, dout, inp, w, rstd, N, C, ddrop, drop);
+        return;
+    }
+    k->ops->rmsnorm_bwd(k, dinp, dw, dout, inp, w, rstd, N, C);
+    k->ws_used = 0;
+    if (ddrop && !k->failed) k->ops->dropout_bwd(k, ddrop, dinp, (size_t)N * C, drop);
 }
 void mtk_matmul_fwd(mtk *k, mtk_act *out, const mtk_act *inp, const mtk_act *w, const float *bias, int N, int C,
                     int OC)

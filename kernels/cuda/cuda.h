@@ -128,6 +128,11 @@ struct DropIn {
         if (p == 0.0f) return ldf(y);
         return drop_keep(seed, offset + i, p) ? ldf(stf<T>(__fmul_rn(ldf(y), s))) : 0.0f;
     }
+    // The dropout backward's output for gradient g (as stored) of element i, as the separate op stores it.
+    template <class T> __device__ __forceinline__ T g(T v, size_t i) const
+    {
+        return drop_keep(seed, offset + i, p) ? stf<T>(ldf(v) * s) : stf<T>(0.0f);
+    }
 };
 static inline DropIn drop_in(const mtk_dropout *d)
 {
@@ -198,6 +203,8 @@ void add_layernorm_fwd(mtk *k, void *res, void *out, float *mean, float *rstd, c
                        const float *w, const float *bias, int N, int C, float eps, const mtk_dropout *drop);
 void layernorm_bwd(mtk *k, void *dinp, float *dw, float *db, const void *dout, const void *inp, const float *w,
                    const float *mean, const float *rstd, int N, int C);
+void layernorm_bwd_drop(mtk *k, void *dinp, float *dw, float *db, const void *dout, const void *inp, const float *w,
+                        const float *mean, const float *rstd, int N, int C, void *ddrop, const mtk_dropout *drop);
 // embed.cu
 void embed_fwd(mtk *k, void *out, const int32_t *tok, const void *wte, const void *wpe, int B, int T, int C, int pos0,
                int v0, int nv);
@@ -209,6 +216,8 @@ void add_rmsnorm_fwd(mtk *k, void *res, void *out, float *rstd, const void *a, c
                      int C, float eps, const mtk_dropout *drop);
 void rmsnorm_bwd(mtk *k, void *dinp, float *dw, const void *dout, const void *inp, const float *w, const float *rstd,
                  int N, int C);
+void rmsnorm_bwd_drop(mtk *k, void *dinp, float *dw, const void *dout, const void *inp, const float *w,
+                      const float *rstd, int N, int C, void *ddrop, const mtk_dropout *drop);
 // swiglu.cu
 void swiglu_fwd(mtk *k, void *out, const void *inp, int N, int F);
 void swiglu_bwd(mtk *k, void *dinp, const void *inp, const void *dout, int N, int F);
