@@ -39,17 +39,24 @@ typedef struct mtk_ops {
                       int pos0, int v0, int nv);
     void (*layernorm_fwd)(mtk *k, void *out, float *mean, float *rstd, const void *inp, const float *w,
                           const float *b, int N, int C, float eps);
-    /* May be NULL: mtk.c runs add, then layernorm_fwd. */
+    /* May be NULL: mtk.c runs dropout_fwd (drop given), add, then layernorm_fwd. drop: NULL or p > 0. */
     void (*add_layernorm_fwd)(mtk *k, void *res, void *out, float *mean, float *rstd, const void *a, const void *b,
-                              const float *w, const float *bias, int N, int C, float eps);
+                              const float *w, const float *bias, int N, int C, float eps, const mtk_dropout *drop);
     void (*layernorm_bwd)(mtk *k, void *dinp, float *dw, float *db, const void *dout, const void *inp,
                           const float *w, const float *mean, const float *rstd, int N, int C);
+    /* May be NULL: mtk.c runs layernorm_bwd, then dropout_bwd of dinp into ddrop. drop: p > 0. */
+    void (*layernorm_bwd_drop)(mtk *k, void *dinp, float *dw, float *db, const void *dout, const void *inp,
+                               const float *w, const float *mean, const float *rstd, int N, int C, void *ddrop,
+                               const mtk_dropout *drop);
     void (*rmsnorm_fwd)(mtk *k, void *out, float *rstd, const void *inp, const float *w, int N, int C, float eps);
-    /* May be NULL: mtk.c runs add, then rmsnorm_fwd. */
+    /* May be NULL: mtk.c runs dropout_fwd (drop given), add, then rmsnorm_fwd. drop: NULL or p > 0. */
     void (*add_rmsnorm_fwd)(mtk *k, void *res, void *out, float *rstd, const void *a, const void *b, const float *w,
-                            int N, int C, float eps);
+                            int N, int C, float eps, const mtk_dropout *drop);
     void (*rmsnorm_bwd)(mtk *k, void *dinp, float *dw, const void *dout, const void *inp, const float *w,
                         const float *rstd, int N, int C);
+    /* May be NULL: mtk.c runs rmsnorm_bwd, then dropout_bwd of dinp into ddrop. drop: p > 0. */
+    void (*rmsnorm_bwd_drop)(mtk *k, void *dinp, float *dw, const void *dout, const void *inp, const float *w,
+                             const float *rstd, int N, int C, void *ddrop, const mtk_dropout *drop);
     void (*matmul_fwd)(mtk *k, void *out, const void *inp, const void *w, const float *bias, int N, int C, int OC);
     /* May be NULL: mtk.c runs matmul_fwd, then gelu_fwd. */
     void (*matmul_gelu_fwd)(mtk *k, void *out, void *pre, const void *inp, const void *w, const float *bias, int N,

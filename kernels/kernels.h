@@ -131,29 +131,39 @@ void mtk_embed_fwd(mtk *k, mtk_act *out, const int32_t *tok, const mtk_act *wte,
 void mtk_embed_bwd(mtk *k, float *dwte, float *dwpe, const mtk_act *dout, const int32_t *tok, int B, int T, int C,
                    int pos0, int v0, int nv);
 
+typedef struct mtk_dropout mtk_dropout;   /* dropout's parameters: see the dropout section below */
+
 /* ---- LayerNorm over the last dimension, eps e.g. 1e-5; mean/rstd [N] are saved for backward ---- */
 void mtk_layernorm_fwd(mtk *k, mtk_act *out, float *mean, float *rstd, const mtk_act *inp, const float *w,
                        const float *b, int N, int C, float eps);
 /* The residual add fused with the LayerNorm that follows it: res = a + b (stored in the activation dtype),
- * then out = LayerNorm(res as stored), exactly as mtk_add followed by mtk_layernorm_fwd. */
+ * then out = LayerNorm(res as stored), exactly as mtk_add followed by mtk_layernorm_fwd. drop (NULL or
+ * p == 0: none) is the dropout of b fused in before the add: res = a + dropout(b), element n*C + c of b
+ * taking counter n*C + c of drop, and the dropped-and-scaled b rounded to the activation dtype, so the
+ * bits are those of mtk_dropout_fwd into a buffer, then this op without drop. res must not alias a or b. */
 void mtk_add_layernorm_fwd(mtk *k, mtk_act *res, mtk_act *out, float *mean, float *rstd, const mtk_act *a,
-                           const mtk_act *b, const float *w, const float *bias, int N, int C, float eps);
-/* dinp ACCUMULATES (it is the residual stream's gradient); dw, db accumulate. */
+                           const mtk_act *b, const float *w, const float *bias, int N, int C, float eps,
+                           const mtk_dropout *drop);
+/* dinp ACCUMULATES (it is the residual stream's gradient); dw, db accumulate. ddrop (NULL: none) gets
+ * the dropout backward of the accumulated dinp as stored, with drop's mask (NULL or p == 0: a copy): the
+ * bits of mtk_dropout_bwd(ddrop, dinp) after this op, which a backend may fuse into it (cuda does). */
 void mtk_layernorm_bwd(mtk *k, mtk_act *dinp, float *dw, float *db, const mtk_act *dout, const mtk_act *inp,
-                       const float *w, const float *mean, const float *rstd, int N, int C);
+                       const float *w, const float *mean, const float *rstd, int N, int C, mtk_act *ddrop,
+                       const mtk_dropout *drop);
 
 /* ---- RMSNorm over the last dimension (Megatron --normalization RMSNorm, --norm-epsilon) ----
  * out = inp * rstd * w with rstd = 1 / sqrt(mean(inp^2) + eps); no bias, no mean. rstd [N] is saved for
  * the backward. */
 void mtk_rmsnorm_fwd(mtk *k, mtk_act *out, float *rstd, const mtk_act *inp, const float *w, int N, int C, float eps);
 /* The residual add fused with the RMSNorm that follows it: res = a + b (stored in the activation dtype),
- * then out = RMSNorm(res as stored), exactly as mtk_add followed by mtk_rmsnorm_fwd. */
+ * then out = RMSNorm(res as stored), exactly as mtk_add followed by mtk_rmsnorm_fwd. drop: the dropout of
+ * b fused in before the add, as for mtk_add_layernorm_fwd. */
 void mtk_add_rmsnorm_fwd(mtk *k, mtk_act *res, mtk_act *out, float *rstd, const mtk_act *a, const mtk_act *b,
-                         const float *w, int N, int C, float eps);
+                         const float *w, int N, int C, float eps, const mtk_dropout *drop);
 /* dinp ACCUMULATES (it is the residual stream's gradient): dinp += (dout w - xhat mean(dout w xhat)) rstd
- * with xhat = inp rstd; dw accumulates sum_n dout xhat, as mtk_layernorm_bwd does. */
+ * with xhat = inp rstd; dw accumulates sum_n dout xhat, as mtk_layernorm_bwd does; ddrop and drop as there. */
 void mtk_rmsnorm_bwd(mtk *k, mtk_act *dinp, float *dw, const mtk_act *dout, const mtk_act *inp, const float *w,
-                     const float *rstd, int N, int C);
+                     const float *rstd, int N, int C, mtk_act *ddrop, const mtk_dropout *drop);
 
 /* ---- linear: out[N,OC] = inp[N,C] . w[OC,C]^T + bias[OC] (bias may be NULL) ---- */
 void mtk_matmul_fwd(mtk *k, mtk_act *out, const mtk_act *inp, const mtk_act *w, const float *bias, int N, int C,
@@ -194,11 +204,11 @@ void mtk_bias_add(mtk *k, mtk_act *x, const float *bias, int N, int C);
  * Element i (0-based within the call) is kept iff mtk_dropout_keep(d, i); kept values are scaled by
  * 1/(1-p). The mask depends only on (seed, offset + i), never on threads or backend, so a resumed run
  * and the CUDA backend draw the same masks. p == 0 (or d == NULL) is the identity. */
-typedef struct mtk_dropout {
+struct mtk_dropout {
     float p;           /* probability of dropping, 0 <= p < 1 */
     uint64_t seed;     /* one per micro-batch and site, chosen by the model */
     uint64_t offset;   /* first counter value of this call */
-} mtk_dropout;
+};
 /* mt_mix64(seed ^ (offset + i + 1) * golden); keep iff the top 24 bits / 2^24 >= p. */
 static inline int mtk_dropout_keep(const mtk_dropout *d, uint64_t i)
 {

@@ -300,44 +300,73 @@ void mtk_layernorm_fwd(mtk *k, mtk_act *out, float *mean, float *rstd, const mtk
 {
     if (ready(k, "layernorm_fwd", N, C, (size_t)N * C)) k->ops->layernorm_fwd(k, out, mean, rstd, inp, w, b, N, C, eps);
 }
+/* The unfused add + norm's dropout of b: into res (the add then reads it back from there, as stored); the
+ * operand for the add. */
+static const mtk_act *drop_into(mtk *k, mtk_act *res, const mtk_act *b, size_t n, const mtk_dropout *drop)
+{
+    k->ops->dropout_fwd(k, res, b, n, drop);
+    k->ws_used = 0;
+    return res;
+}
 void mtk_add_layernorm_fwd(mtk *k, mtk_act *res, mtk_act *out, float *mean, float *rstd, const mtk_act *a,
-                           const mtk_act *b, const float *w, const float *bias, int N, int C, float eps)
+                           const mtk_act *b, const float *w, const float *bias, int N, int C, float eps,
+                           const mtk_dropout *drop)
 {
     if (!ready(k, "add_layernorm_fwd", N, C, (size_t)N * C)) return;
+    if (drop && drop->p <= 0.0f) drop = NULL;
     if (k->ops->add_layernorm_fwd) {
-        k->ops->add_layernorm_fwd(k, res, out, mean, rstd, a, b, w, bias, N, C, eps);
+        k->ops->add_layernorm_fwd(k, res, out, mean, rstd, a, b, w, bias, N, C, eps, drop);
         return;
     }
+    if (drop) b = drop_into(k, res, b, (size_t)N * C, drop);
     k->ops->add(k, res, a, b, (size_t)N * C);
     k->ws_used = 0;
     if (!k->failed) k->ops->layernorm_fwd(k, out, mean, rstd, res, w, bias, N, C, eps);
 }
 void mtk_layernorm_bwd(mtk *k, mtk_act *dinp, float *dw, float *db, const mtk_act *dout, const mtk_act *inp,
-                       const float *w, const float *mean, const float *rstd, int N, int C)
+                       const float *w, const float *mean, const float *rstd, int N, int C, mtk_act *ddrop,
+                       const mtk_dropout *drop)
 {
-    if (ready(k, "layernorm_bwd", N, C, (size_t)N * C))
-        k->ops->layernorm_bwd(k, dinp, dw, db, dout, inp, w, mean, rstd, N, C);
+    if (!ready(k, "layernorm_bwd", N, C, (size_t)N * C)) return;
+    if (drop && drop->p <= 0.0f) drop = NULL;
+    if (ddrop && drop && k->ops->layernorm_bwd_drop) {
+        k->ops->layernorm_bwd_drop(k, dinp, dw, db, dout, inp, w, mean, rstd, N, C, ddrop, drop);
+        return;
+    }
+    k->ops->layernorm_bwd(k, dinp, dw, db, dout, inp, w, mean, rstd, N, C);
+    k->ws_used = 0;
+    if (ddrop && !k->failed) k->ops->dropout_bwd(k, ddrop, dinp, (size_t)N * C, drop);
 }
 void mtk_rmsnorm_fwd(mtk *k, mtk_act *out, float *rstd, const mtk_act *inp, const float *w, int N, int C, float eps)
 {
     if (ready(k, "rmsnorm_fwd", N, C, (size_t)N * C)) k->ops->rmsnorm_fwd(k, out, rstd, inp, w, N, C, eps);
 }
 void mtk_add_rmsnorm_fwd(mtk *k, mtk_act *res, mtk_act *out, float *rstd, const mtk_act *a, const mtk_act *b,
-                         const float *w, int N, int C, float eps)
+                         const float *w, int N, int C, float eps, const mtk_dropout *drop)
 {
     if (!ready(k, "add_rmsnorm_fwd", N, C, (size_t)N * C)) return;
+    if (drop && drop->p <= 0.0f) drop = NULL;
     if (k->ops->add_rmsnorm_fwd) {
-        k->ops->add_rmsnorm_fwd(k, res, out, rstd, a, b, w, N, C, eps);
+        k->ops->add_rmsnorm_fwd(k, res, out, rstd, a, b, w, N, C, eps, drop);
         return;
     }
+    if (drop) b = drop_into(k, res, b, (size_t)N * C, drop);
     k->ops->add(k, res, a, b, (size_t)N * C);
     k->ws_used = 0;
     if (!k->failed) k->ops->rmsnorm_fwd(k, out, rstd, res, w, N, C, eps);
 }
 void mtk_rmsnorm_bwd(mtk *k, mtk_act *dinp, float *dw, const mtk_act *dout, const mtk_act *inp, const float *w,
-                     const float *rstd, int N, int C)
+                     const float *rstd, int N, int C, mtk_act *ddrop, const mtk_dropout *drop)
 {
-    if (ready(k, "rmsnorm_bwd", N, C, (size_t)N * C)) k->ops->rmsnorm_bwd(k, dinp, dw, dout, inp, w, rstd, N, C);
+    if (!ready(k, "rmsnorm_bwd", N, C, (size_t)N * C)) return;
+    if (drop && drop->p <= 0.0f) drop = NULL;
+    if (ddrop && drop && k->ops->rmsnorm_bwd_drop) {
+        k->ops->rmsnorm_bwd_drop(k, dinp, dw, dout, inp, w, rstd, N, C, ddrop, drop);
+        return;
+    }
+    k->ops->rmsnorm_bwd(k, dinp, dw, dout, inp, w, rstd, N, C);
+    k->ws_used = 0;
+    if (ddrop && !k->failed) k->ops->dropout_bwd(k, ddrop, dinp, (size_t)N * C, drop);
 }
 void mtk_matmul_fwd(mtk *k, mtk_act *out, const mtk_act *inp, const mtk_act *w, const float *bias, int N, int C,
                     int OC)

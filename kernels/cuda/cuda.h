@@ -117,6 +117,28 @@ __device__ __forceinline__ bool drop_keep(uint64_t seed, uint64_t ctr, float p)
     return (float)(z >> 40) * (1.0f / 16777216.0f) >= p;
 }
 
+// The dropout of a residual branch fused into the add that takes it (add_layernorm_fwd, add_rmsnorm_fwd):
+// p == 0 is none. b(y, i) is y dropped and scaled as the separate dropout stores it (rounded to T), as a
+// float: the product by s is never contracted into the add that follows.
+struct DropIn {
+    uint64_t seed, offset;
+    float p, s;
+    template <class T> __device__ __forceinline__ float b(T y, size_t i) const
+    {
+        if (p == 0.0f) return ldf(y);
+        return drop_keep(seed, offset + i, p) ? ldf(stf<T>(__fmul_rn(ldf(y), s))) : 0.0f;
+    }
+    // The dropout backward's output for gradient g (as stored) of element i, as the separate op stores it.
+    template <class T> __device__ __forceinline__ T g(T v, size_t i) const
+    {
+        return drop_keep(seed, offset + i, p) ? stf<T>(ldf(v) * s) : stf<T>(0.0f);
+    }
+};
+static inline DropIn drop_in(const mtk_dropout *d)
+{
+    return d && d->p > 0.0f ? DropIn{d->seed, d->offset, d->p, 1.0f / (1.0f - d->p)} : DropIn{0, 0, 0.0f, 1.0f};
+}
+
 // ---- deterministic column sums (elementwise.cu): rows in R fixed chunks, partials in the workspace ----
 enum { COLSUM_WS_FLOATS = 1 << 20 };   // partials of one column sum (the workspace holds two)
 int colsum_chunks(int N, int C);        // R: chunks of rows, R * C <= COLSUM_WS_FLOATS
@@ -178,9 +200,11 @@ void colsum_acc(mtk *k, float *dst, const void *x, int N, int C);
 void layernorm_fwd(mtk *k, void *out, float *mean, float *rstd, const void *inp, const float *w, const float *b, int N,
                    int C, float eps);
 void add_layernorm_fwd(mtk *k, void *res, void *out, float *mean, float *rstd, const void *a, const void *b,
-                       const float *w, const float *bias, int N, int C, float eps);
+                       const float *w, const float *bias, int N, int C, float eps, const mtk_dropout *drop);
 void layernorm_bwd(mtk *k, void *dinp, float *dw, float *db, const void *dout, const void *inp, const float *w,
                    const float *mean, const float *rstd, int N, int C);
+void layernorm_bwd_drop(mtk *k, void *dinp, float *dw, float *db, const void *dout, const void *inp, const float *w,
+                        const float *mean, const float *rstd, int N, int C, void *ddrop, const mtk_dropout *drop);
 // embed.cu
 void embed_fwd(mtk *k, void *out, const int32_t *tok, const void *wte, const void *wpe, int B, int T, int C, int pos0,
                int v0, int nv);
@@ -189,9 +213,11 @@ void embed_bwd(mtk *k, float *dwte, float *dwpe, const void *dout, const int32_t
 // rmsnorm.cu
 void rmsnorm_fwd(mtk *k, void *out, float *rstd, const void *inp, const float *w, int N, int C, float eps);
 void add_rmsnorm_fwd(mtk *k, void *res, void *out, float *rstd, const void *a, const void *b, const float *w, int N,
-                     int C, float eps);
+                     int C, float eps, const mtk_dropout *drop);
 void rmsnorm_bwd(mtk *k, void *dinp, float *dw, const void *dout, const void *inp, const float *w, const float *rstd,
                  int N, int C);
+void rmsnorm_bwd_drop(mtk *k, void *dinp, float *dw, const void *dout, const void *inp, const float *w,
+                      const float *rstd, int N, int C, void *ddrop, const mtk_dropout *drop);
 // swiglu.cu
 void swiglu_fwd(mtk *k, void *out, const void *inp, int N, int F);
 void swiglu_bwd(mtk *k, void *dinp, const void *inp, const void *dout, int N, int F);

@@ -60,16 +60,17 @@ __global__ void ln_fwd_kernel(T *out, float *mean, float *rstd, const T *inp, co
 }
 
 // The residual add fused in: res = a + b is stored, and its stored (rounded) value is what gets normalised.
+// The dropout of b (drop.p > 0) is applied to it first, as the separate dropout stores it.
 template <class T>
 __global__ void add_ln_fwd_kernel(T *res, T *out, float *mean, float *rstd, const T *a, const T *b, const float *w,
-                                  const float *bias, int N, int C, float eps)
+                                  const float *bias, int N, int C, float eps, DropIn drop)
 {
     const int lane = threadIdx.x & 31, row = blockIdx.x * ROWS + (threadIdx.x >> 5);
     if (row >= N) return;
     const size_t o = (size_t)row * C;
     float s = 0.0f;
     for (int c = lane; c < C; c += 32) {
-        const T r = stf<T>(ldf(a[o + c]) + ldf(b[o + c]));
+        const T r = stf<T>(ldf(a[o + c]) + drop.b(b[o + c], o + c));
         res[o + c] = r;   // read back below by this same lane only
         s += ldf(r);
     }
@@ -86,18 +87,18 @@ __global__ void add_ln_fwd_kernel(T *res, T *out, float *mean, float *rstd, cons
 
 template <class T>
 static void add_ln(mtk *k, void *res, void *out, float *mean, float *rstd, const void *a, const void *b, const float *w,
-                   const float *bias, int N, int C, float eps)
+                   const float *bias, int N, int C, float eps, DropIn drop)
 {
     LAUNCH(add_ln_fwd_kernel<T>, (N + ROWS - 1) / ROWS, THREADS, 0, launch_stream(k))((T *)res, (T *)out, mean, rstd,
                                                                                (const T *)a, (const T *)b, w, bias, N,
-                                                                               C, eps);
+                                                                               C, eps, drop);
 }
 
 void add_layernorm_fwd(mtk *k, void *res, void *out, float *mean, float *rstd, const void *a, const void *b,
-                       const float *w, const float *bias, int N, int C, float eps)
+                       const float *w, const float *bias, int N, int C, float eps, const mtk_dropout *drop)
 {
     if (N <= 0 || C <= 0) return;
-    MTK_CU_DISPATCH(k, add_ln, k, res, out, mean, rstd, a, b, w, bias, N, C, eps);
+    MTK_CU_DISPATCH(k, add_ln, k, res, out, mean, rstd, a, b, w, bias, N, C, eps, drop_in(drop));
     check(k, "add_layernorm_fwd");
 }
 
@@ -120,10 +121,11 @@ void layernorm_fwd(mtk *k, void *out, float *mean, float *rstd, const void *inp,
     check(k, "layernorm_fwd");
 }
 
-// dinp += (dy w - mean(dy w) - xhat mean(dy w xhat)) rstd, one warp per row.
+// dinp += (dy w - mean(dy w) - xhat mean(dy w xhat)) rstd, one warp per row. dd (NULL: none) gets the
+// dropout backward of dinp as stored (drop.p > 0).
 template <class T>
 __global__ void ln_bwd_kernel(T *dinp, const T *dout, const T *inp, const float *w, const float *mean,
-                              const float *rstd, int N, int C)
+                              const float *rstd, int N, int C, T *dd, DropIn drop)
 {
     const int lane = threadIdx.x & 31, row = blockIdx.x * ROWS + (threadIdx.x >> 5);
     if (row >= N) return;
@@ -140,14 +142,16 @@ __global__ void ln_bwd_kernel(T *dinp, const T *dout, const T *inp, const float 
     sdn = warp_sum(sdn) / C;
     for (int c = lane; c < C; c += 32) {
         const float xh = (ldf(x[c]) - m) * r;
-        dx[c] = stf<T>(ldf(dx[c]) + (ldf(dy[c]) * w[c] - sd - xh * sdn) * r);
+        const T g = stf<T>(ldf(dx[c]) + (ldf(dy[c]) * w[c] - sd - xh * sdn) * r);
+        dx[c] = g;
+        if (dd) dd[(size_t)row * C + c] = drop.g(g, (size_t)row * C + c);
     }
 }
 
 // The same with 16-byte loads and stores, when C is a multiple of the pack and the rows are aligned.
 template <class T>
 __global__ void ln_bwd_vec_kernel(T *dinp, const T *dout, const T *inp, const float *w, const float *mean,
-                                  const float *rstd, int N, int C)
+                                  const float *rstd, int N, int C, T *dd, DropIn drop)
 {
     constexpr int V = Pack<T>::N;
     const int lane = threadIdx.x & 31, row = blockIdx.x * ROWS + (threadIdx.x >> 5), P = C / V;
@@ -176,6 +180,12 @@ __global__ void ln_bwd_vec_kernel(T *dinp, const T *dout, const T *inp, const fl
             ov.v[e] = stf<T>(ldf(ov.v[e]) + (ldf(gv.v[e]) * w[p * V + e] - sd - xh * sdn) * r);
         }
         dx[p] = ov;
+        if (dd) {
+            Pack<T> dv;
+#pragma unroll
+            for (int e = 0; e < V; e++) dv.v[e] = drop.g(ov.v[e], (size_t)row * C + (size_t)p * V + e);
+            ((Pack<T> *)(dd + (size_t)row * C))[p] = dv;
+        }
     }
 }
 
@@ -208,14 +218,16 @@ __global__ void ln_wgrad_kernel(float *pw, float *pb, const T *dout, const T *in
 
 template <class T>
 static void ln_bwd(mtk *k, void *dinp, float *dw, float *db, const void *dout, const void *inp, const float *w,
-                   const float *mean, const float *rstd, int N, int C)
+                   const float *mean, const float *rstd, int N, int C, void *ddrop, DropIn drop)
 {
-    if (C % Pack<T>::N == 0 && aligned16(dinp) && aligned16(dout) && aligned16(inp))
+    if (C % Pack<T>::N == 0 && aligned16(dinp) && aligned16(dout) && aligned16(inp) && (!ddrop || aligned16(ddrop)))
         LAUNCH(ln_bwd_vec_kernel<T>, (N + ROWS - 1) / ROWS, THREADS, 0, launch_stream(k))((T *)dinp, (const T *)dout,
-                                                                                   (const T *)inp, w, mean, rstd, N, C);
+                                                                                   (const T *)inp, w, mean, rstd, N, C,
+                                                                                   (T *)ddrop, drop);
     else
         LAUNCH(ln_bwd_kernel<T>, (N + ROWS - 1) / ROWS, THREADS, 0, launch_stream(k))((T *)dinp, (const T *)dout,
-                                                                               (const T *)inp, w, mean, rstd, N, C);
+                                                                               (const T *)inp, w, mean, rstd, N, C,
+                                                                               (T *)ddrop, drop);
     const int R = colsum_chunks(N, C);
     float *pw = (float *)mtk_ws_take(k, (size_t)R * C * sizeof(float)), *pb = pw ? (float *)mtk_ws_take(k, (size_t)R * C * sizeof(float)) : NULL;
     if (!pb) return;
@@ -229,7 +241,16 @@ void layernorm_bwd(mtk *k, void *dinp, float *dw, float *db, const void *dout, c
                    const float *mean, const float *rstd, int N, int C)
 {
     if (N <= 0 || C <= 0) return;
-    MTK_CU_DISPATCH(k, ln_bwd, k, dinp, dw, db, dout, inp, w, mean, rstd, N, C);
+    MTK_CU_DISPATCH(k, ln_bwd, k, dinp, dw, db, dout, inp, w, mean, rstd, N, C, nullptr, drop_in(nullptr));
+    check(k, "layernorm_bwd");
+}
+
+// The same, with the dropout backward of the accumulated dinp written to ddrop in the rows' pass.
+void layernorm_bwd_drop(mtk *k, void *dinp, float *dw, float *db, const void *dout, const void *inp, const float *w,
+                        const float *mean, const float *rstd, int N, int C, void *ddrop, const mtk_dropout *drop)
+{
+    if (N <= 0 || C <= 0) return;
+    MTK_CU_DISPATCH(k, ln_bwd, k, dinp, dw, db, dout, inp, w, mean, rstd, N, C, ddrop, drop_in(drop));
     check(k, "layernorm_bwd");
 }
 

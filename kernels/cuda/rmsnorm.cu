@@ -26,16 +26,17 @@ __global__ void rms_fwd_kernel(T *out, float *rstd, const T *inp, const float *w
 }
 
 // The residual add fused in: res = a + b is stored, and its stored (rounded) value is what gets normalised.
+// The dropout of b (drop.p > 0) is applied to it first, as the separate dropout stores it.
 template <class T>
 __global__ void add_rms_fwd_kernel(T *res, T *out, float *rstd, const T *a, const T *b, const float *w, int N, int C,
-                                   float eps)
+                                   float eps, DropIn drop)
 {
     const int lane = threadIdx.x & 31, row = blockIdx.x * ROWS + (threadIdx.x >> 5);
     if (row >= N) return;
     const size_t o = (size_t)row * C;
     float s = 0.0f;
     for (int c = lane; c < C; c += 32) {
-        const T r = stf<T>(ldf(a[o + c]) + ldf(b[o + c]));
+        const T r = stf<T>(ldf(a[o + c]) + drop.b(b[o + c], o + c));
         res[o + c] = r;   // read back below by this same lane only
         const float v = ldf(r);
         s += v * v;
@@ -60,23 +61,25 @@ void rmsnorm_fwd(mtk *k, void *out, float *rstd, const void *inp, const float *w
 
 template <class T>
 static void add_rms(mtk *k, void *res, void *out, float *rstd, const void *a, const void *b, const float *w, int N, int C,
-                    float eps)
+                    float eps, DropIn drop)
 {
     LAUNCH(add_rms_fwd_kernel<T>, (N + ROWS - 1) / ROWS, THREADS, 0, launch_stream(k))((T *)res, (T *)out, rstd, (const T *)a,
-                                                                                (const T *)b, w, N, C, eps);
+                                                                                (const T *)b, w, N, C, eps, drop);
 }
 
 void add_rmsnorm_fwd(mtk *k, void *res, void *out, float *rstd, const void *a, const void *b, const float *w, int N,
-                     int C, float eps)
+                     int C, float eps, const mtk_dropout *drop)
 {
     if (N <= 0 || C <= 0) return;
-    MTK_CU_DISPATCH(k, add_rms, k, res, out, rstd, a, b, w, N, C, eps);
+    MTK_CU_DISPATCH(k, add_rms, k, res, out, rstd, a, b, w, N, C, eps, drop_in(drop));
     check(k, "add_rmsnorm_fwd");
 }
 
-// dinp += (dy w - xhat mean(dy w xhat)) rstd with xhat = x rstd, one warp per row.
+// dinp += (dy w - xhat mean(dy w xhat)) rstd with xhat = x rstd, one warp per row. dd (NULL: none) gets
+// the dropout backward of dinp as stored (drop.p > 0).
 template <class T>
-__global__ void rms_bwd_kernel(T *dinp, const T *dout, const T *inp, const float *w, const float *rstd, int N, int C)
+__global__ void rms_bwd_kernel(T *dinp, const T *dout, const T *inp, const float *w, const float *rstd, int N, int C,
+                               T *dd, DropIn drop)
 {
     const int lane = threadIdx.x & 31, row = blockIdx.x * ROWS + (threadIdx.x >> 5);
     if (row >= N) return;
@@ -86,7 +89,11 @@ __global__ void rms_bwd_kernel(T *dinp, const T *dout, const T *inp, const float
     float s = 0.0f;
     for (int c = lane; c < C; c += 32) s += ldf(dy[c]) * w[c] * (ldf(x[c]) * r);
     s = warp_sum(s) / C;
-    for (int c = lane; c < C; c += 32) dx[c] = stf<T>(ldf(dx[c]) + (ldf(dy[c]) * w[c] - ldf(x[c]) * r * s) * r);
+    for (int c = lane; c < C; c += 32) {
+        const T g = stf<T>(ldf(dx[c]) + (ldf(dy[c]) * w[c] - ldf(x[c]) * r * s) * r);
+        dx[c] = g;
+        if (dd) dd[(size_t)row * C + c] = drop.g(g, (size_t)row * C + c);
+    }
 }
 
 // dw partials: sum over a chunk of rows of dy xhat, per 32-channel strip (as ln_wgrad_kernel).
@@ -111,10 +118,10 @@ __global__ void rms_wgrad_kernel(float *pw, const T *dout, const T *inp, const f
 
 template <class T>
 static void rms_bwd(mtk *k, void *dinp, float *dw, const void *dout, const void *inp, const float *w, const float *rstd,
-                    int N, int C)
+                    int N, int C, void *ddrop, DropIn drop)
 {
     LAUNCH(rms_bwd_kernel<T>, (N + ROWS - 1) / ROWS, THREADS, 0, launch_stream(k))((T *)dinp, (const T *)dout, (const T *)inp,
-                                                                            w, rstd, N, C);
+                                                                            w, rstd, N, C, (T *)ddrop, drop);
     const int R = colsum_chunks(N, C);
     float *pw = (float *)mtk_ws_take(k, (size_t)R * C * sizeof(float));
     if (!pw) return;
@@ -127,7 +134,16 @@ void rmsnorm_bwd(mtk *k, void *dinp, float *dw, const void *dout, const void *in
                  int N, int C)
 {
     if (N <= 0 || C <= 0) return;
-    MTK_CU_DISPATCH(k, rms_bwd, k, dinp, dw, dout, inp, w, rstd, N, C);
+    MTK_CU_DISPATCH(k, rms_bwd, k, dinp, dw, dout, inp, w, rstd, N, C, nullptr, drop_in(nullptr));
+    check(k, "rmsnorm_bwd");
+}
+
+// The same, with the dropout backward of the accumulated dinp written to ddrop in the rows' pass.
+void rmsnorm_bwd_drop(mtk *k, void *dinp, float *dw, const void *dout, const void *inp, const float *w,
+                      const float *rstd, int N, int C, void *ddrop, const mtk_dropout *drop)
+{
+    if (N <= 0 || C <= 0) return;
+    MTK_CU_DISPATCH(k, rms_bwd, k, dinp, dw, dout, inp, w, rstd, N, C, ddrop, drop_in(drop));
     check(k, "rmsnorm_bwd");
 }
 

@@ -471,9 +471,9 @@ static int layer_forward(mt_gpt_ctx *x, int li, void *scratch, mt_err *e)
     mt_tp_attention_fwd(m, a.atty, a.lse, a.qkv, B, T, site_dropout(x, &dd, l, SITE_ATTN_PROBS, 0));
     if (mt_tp_row_linear_fwd(m, scratch, a.atty, W(MT_T_PROJ_W), PO(MT_T_PROJ_B), N, Cl, C, e))
         return mt_err_prefix(e, "GPT forward, layer %d attention", l);
-    if ((drop = site_dropout(x, &dd, l, SITE_ATTN_OUT, h0))) mtk_dropout_fwd(k, out, out, (size_t)Nl * C, drop);
+    /* the dense output's dropout fused into the residual add and the norm that follows it */
     mt_gpt_add_norm_fwd(m, a.res_mid, mt_tp_local(m, a.ln2, N, C), a.mean2, a.rstd2, a.res_in, out, T_(MT_T_NORM2_W),
-                        T_(MT_T_NORM2_B), Nl, C);
+                        T_(MT_T_NORM2_B), Nl, C, site_dropout(x, &dd, l, SITE_ATTN_OUT, h0));
     /* MLP: the first layer column-parallel (GeLU, or SwiGLU of its gate and up halves), the second row-parallel */
     if (mt_tp_gather(m, a.ln2, N, C, e)) return mt_err_prefix(e, "GPT forward, layer %d MLP", l);
     if (c->mlp == MT_MLP_SWIGLU) {
@@ -643,21 +643,20 @@ static int layer_backward(mt_gpt_ctx *x, int li, mtk_grad_mode gm, mt_err *e)
     else mtk_gelu_bwd(k, x->s_f1, a.fch, x->s_f2, (size_t)N * F, c->exact_gelu);
     mtk_matmul_bwd(k, dln, G(MT_T_FC1_W), GO(MT_T_FC1_B), x->s_f1, a.ln2, W(MT_T_FC1_W), N, C, m->fcw, gm);
     if (mt_tp_input_grad(m, dln, N, C, e)) return mt_err_prefix(e, "GPT backward, layer %d MLP", l);
-    mt_gpt_norm_bwd(m, dres, T_(MT_T_NORM2_W), T_(MT_T_NORM2_B), dln_l, a.res_mid, a.mean2, a.rstd2, Nl, C);
+    /* the attention output's dropout backward fused into the norm's, on the residual gradient it leaves */
+    drop = site_dropout(x, &dd, l, SITE_ATTN_OUT, h0);
+    mt_gpt_norm_bwd(m, dres, T_(MT_T_NORM2_W), T_(MT_T_NORM2_B), dln_l, a.res_mid, a.mean2, a.rstd2, Nl, C,
+                    drop ? dtmp_l : NULL, drop);
 
     /* Attention: res_mid = res_in + drop(dense(attn(qkv(ln1(res_in))))) */
-    dout = dres;
-    if ((drop = site_dropout(x, &dd, l, SITE_ATTN_OUT, h0))) {
-        mtk_dropout_bwd(k, dtmp_l, dres, (size_t)Nl * C, drop);
-        dout = dtmp_l;
-    }
+    dout = drop ? dtmp_l : dres;
     if (mt_tp_output_grad(m, dout, dtmp, N, C, &dout, e)) return mt_err_prefix(e, "GPT backward, layer %d attention", l);
     mtk_matmul_bwd(k, dln, G(MT_T_PROJ_W), GO(MT_T_PROJ_B), dout, a.atty, W(MT_T_PROJ_W), N, Cl, C, gm);
     mt_tp_attention_bwd(m, x->s_qkv, dln, a.qkv, a.atty, a.lse, B, T, site_dropout(x, &dd, l, SITE_ATTN_PROBS, 0));
     if (m->rot) mtk_rope_bwd(k, x->s_qkv, B, T, m->heads, m->groups, m->hs, m->rot, (float)c->rotary_base, 0);
     mtk_matmul_bwd(k, dln, G(MT_T_QKV_W), GO(MT_T_QKV_B), x->s_qkv, a.ln1, W(MT_T_QKV_W), N, C, m->qkvw, gm);
     if (mt_tp_input_grad(m, dln, N, C, e)) return mt_err_prefix(e, "GPT backward, layer %d attention", l);
-    mt_gpt_norm_bwd(m, dres, T_(MT_T_NORM1_W), T_(MT_T_NORM1_B), dln_l, a.res_in, a.mean1, a.rstd1, Nl, C);
+    mt_gpt_norm_bwd(m, dres, T_(MT_T_NORM1_W), T_(MT_T_NORM1_B), dln_l, a.res_in, a.mean1, a.rstd1, Nl, C, NULL, NULL);
 #undef T_
 #undef W
 #undef G
@@ -695,7 +694,7 @@ int mt_gpt_backward(mt_gpt_ctx *x, double scale, mt_err *e)
         if (mt_tp_input_grad(m, dln, N, C, e)) return mt_err_prefix(e, "GPT backward, logits");
         mtk_zero(k, dres, (size_t)Nl * C * m->asz);
         mt_gpt_norm_bwd(m, dres, lnf_w, lnf_b, dln_l, AT(x->bnd, (size_t)L * x->nres * (size_t)C), x->lnf_stat,
-                        x->lnf_stat + x->nres, Nl, C);
+                        x->lnf_stat + x->nres, Nl, C, NULL, NULL);
     }   /* else dres holds the gradient of the output, from the next stage (mt_gpt_stage_grad) */
 
     for (int li = L - 1; li >= 0; li--) {

@@ -113,22 +113,27 @@ static inline void mt_gpt_norm_fwd(mt_gpt *m, void *out, float *mean, float *rst
     if (m->c.norm == MT_NORM_RMSNORM) mtk_rmsnorm_fwd(m->k, out, rstd, inp, mt_gpt_p(m, w), N, C, m->c.layernorm_epsilon);
     else mtk_layernorm_fwd(m->k, out, mean, rstd, inp, mt_gpt_p(m, w), mt_gpt_popt(m, b), N, C, m->c.layernorm_epsilon);
 }
-/* res = x + y, out = norm(res). */
+/* res = x + dropout(y) (drop NULL: none), out = norm(res). */
 static inline void mt_gpt_add_norm_fwd(mt_gpt *m, void *res, void *out, float *mean, float *rstd, const void *x,
-                                       const void *y, int w, int b, int N, int C)
+                                       const void *y, int w, int b, int N, int C, const mtk_dropout *drop)
 {
     if (m->c.norm == MT_NORM_RMSNORM)
-        mtk_add_rmsnorm_fwd(m->k, res, out, rstd, x, y, mt_gpt_p(m, w), N, C, m->c.layernorm_epsilon);
+        mtk_add_rmsnorm_fwd(m->k, res, out, rstd, x, y, mt_gpt_p(m, w), N, C, m->c.layernorm_epsilon, drop);
     else
         mtk_add_layernorm_fwd(m->k, res, out, mean, rstd, x, y, mt_gpt_p(m, w), mt_gpt_popt(m, b), N, C,
-                              m->c.layernorm_epsilon);
+                              m->c.layernorm_epsilon, drop);
 }
-/* dinp += the input gradient; the weight's (and bias's) gradients accumulate. */
+/* dinp += the input gradient; the weight's (and bias's) gradients accumulate. ddrop (NULL: none) gets the
+ * dropout backward of the new dinp with drop's mask. */
 static inline void mt_gpt_norm_bwd(mt_gpt *m, void *dinp, int w, int b, const void *dout, const void *inp,
-                                   const float *mean, const float *rstd, int N, int C)
+                                   const float *mean, const float *rstd, int N, int C, void *ddrop,
+                                   const mtk_dropout *drop)
 {
-    if (m->c.norm == MT_NORM_RMSNORM) mtk_rmsnorm_bwd(m->k, dinp, mt_gpt_g(m, w), dout, inp, mt_gpt_p(m, w), rstd, N, C);
-    else mtk_layernorm_bwd(m->k, dinp, mt_gpt_g(m, w), mt_gpt_gopt(m, b), dout, inp, mt_gpt_p(m, w), mean, rstd, N, C);
+    if (m->c.norm == MT_NORM_RMSNORM)
+        mtk_rmsnorm_bwd(m->k, dinp, mt_gpt_g(m, w), dout, inp, mt_gpt_p(m, w), rstd, N, C, ddrop, drop);
+    else
+        mtk_layernorm_bwd(m->k, dinp, mt_gpt_g(m, w), mt_gpt_gopt(m, b), dout, inp, mt_gpt_p(m, w), mean, rstd, N, C,
+                          ddrop, drop);
 }
 
 /* Reserves the backend workspace for n tokens of T at most (contexts and caches call it). */

@@ -156,15 +156,15 @@ static void down_all(void)
     (up_all(), mtk_embed_bwd(k, D(dwe), D(dwp), D(dout), D(t), B, T, C, p0, v0, nv), down_all())
 #define mtk_layernorm_fwd(k, o, mn, rs, i, w, b, N, C, eps) \
     (up_all(), mtk_layernorm_fwd(k, D(o), D(mn), D(rs), D(i), D(w), D(b), N, C, eps), down_all())
-#define mtk_add_layernorm_fwd(k, r, o, mn, rs, a, b, w, bi, N, C, eps) \
-    (up_all(), mtk_add_layernorm_fwd(k, D(r), D(o), D(mn), D(rs), D(a), D(b), D(w), D(bi), N, C, eps), down_all())
-#define mtk_layernorm_bwd(k, di, dw, db, dout, i, w, mn, rs, N, C) \
-    (up_all(), mtk_layernorm_bwd(k, D(di), D(dw), D(db), D(dout), D(i), D(w), D(mn), D(rs), N, C), down_all())
+#define mtk_add_layernorm_fwd(k, r, o, mn, rs, a, b, w, bi, N, C, eps, d) \
+    (up_all(), mtk_add_layernorm_fwd(k, D(r), D(o), D(mn), D(rs), D(a), D(b), D(w), D(bi), N, C, eps, d), down_all())
+#define mtk_layernorm_bwd(k, di, dw, db, dout, i, w, mn, rs, N, C, dd, d) \
+    (up_all(), mtk_layernorm_bwd(k, D(di), D(dw), D(db), D(dout), D(i), D(w), D(mn), D(rs), N, C, D(dd), d), down_all())
 #define mtk_rmsnorm_fwd(k, o, rs, i, w, N, C, eps) (up_all(), mtk_rmsnorm_fwd(k, D(o), D(rs), D(i), D(w), N, C, eps), down_all())
-#define mtk_add_rmsnorm_fwd(k, r, o, rs, a, b, w, N, C, eps) \
-    (up_all(), mtk_add_rmsnorm_fwd(k, D(r), D(o), D(rs), D(a), D(b), D(w), N, C, eps), down_all())
-#define mtk_rmsnorm_bwd(k, di, dw, dout, i, w, rs, N, C) \
-    (up_all(), mtk_rmsnorm_bwd(k, D(di), D(dw), D(dout), D(i), D(w), D(rs), N, C), down_all())
+#define mtk_add_rmsnorm_fwd(k, r, o, rs, a, b, w, N, C, eps, d) \
+    (up_all(), mtk_add_rmsnorm_fwd(k, D(r), D(o), D(rs), D(a), D(b), D(w), N, C, eps, d), down_all())
+#define mtk_rmsnorm_bwd(k, di, dw, dout, i, w, rs, N, C, dd, d) \
+    (up_all(), mtk_rmsnorm_bwd(k, D(di), D(dw), D(dout), D(i), D(w), D(rs), N, C, D(dd), d), down_all())
 #define mtk_swiglu_fwd(k, o, i, N, F) (up_all(), mtk_swiglu_fwd(k, D(o), D(i), N, F), down_all())
 #define mtk_swiglu_bwd(k, di, i, dout, N, F) (up_all(), mtk_swiglu_bwd(k, D(di), D(i), D(dout), N, F), down_all())
 #define mtk_rope_fwd(k, x, B, T, NH, NG, HS, r, base, p0) \
@@ -441,7 +441,7 @@ static void check_layernorm(int N, int C)
     FD_GRAD(gb, bd, C, ln_loss(xd, wd, bd, Rd, N, C, tmp));
     for (int i = 0; i < N * C; i++) gx[i] += dinp[i];   /* dinp accumulates */
     for (int i = 0; i < C; i++) gw[i] += dw[i], gb[i] += db[i];
-    mtk_layernorm_bwd(K, dinp, dw, db, R, x, w, mean, rstd, N, C);
+    mtk_layernorm_bwd(K, dinp, dw, db, R, x, w, mean, rstd, N, C, NULL, NULL);
     T_CLOSE(dinp, gx, N * C, 1e-4);
     T_CLOSE(dw, gw, C, 1e-4);
     T_CLOSE(db, gb, C, 1e-4);
@@ -463,7 +463,7 @@ TEST(add_layernorm)
     float *a = arand(N * C, 2), *b = arand(N * C, 1), *w = frand(C, 1), *bias = frand(C, 1);
     float *res = adev(N * C), *out = adev(N * C), *mean = fdev(N), *rstd = fdev(N);
     float *res2 = adev(N * C), *out2 = adev(N * C), *mean2 = fdev(N), *rstd2 = fdev(N);
-    mtk_add_layernorm_fwd(K, res, out, mean, rstd, a, b, w, bias, N, C, 1e-5f);
+    mtk_add_layernorm_fwd(K, res, out, mean, rstd, a, b, w, bias, N, C, 1e-5f, NULL);
     mtk_add(K, res2, a, b, (size_t)N * C);
     mtk_layernorm_fwd(K, out2, mean2, rstd2, res2, w, bias, N, C, 1e-5f);
     T_CHECK(!memcmp(res, res2, sizeof(float) * N * C));
@@ -609,6 +609,69 @@ TEST(dropout)
     mtk_dropout_bwd(K, dg, g, n, NULL);
     T_CHECK(!memcmp(dg, g, n * sizeof *dg));
     ffree(x), ffree(o), ffree(g), ffree(dg), ffree(y);
+}
+
+/* The dropout fused into the residual add + norm: what mtk_dropout_fwd into a buffer, then the add + norm
+ * without it give, bit for bit (res, out, mean, rstd), for LayerNorm (rms 0) and RMSNorm (rms 1); and its
+ * backward fused into the norm's backward. */
+static void check_add_norm_dropout(int rms, int N, int C, float p, uint64_t offset)
+{
+    const size_t n = (size_t)N * C;
+    float *a = arand(n, 2), *b = arand(n, 1), *w = frand((size_t)C, 1), *bias = frand((size_t)C, 1);
+    float *res = adev(n), *out = adev(n), *mean = fdev((size_t)N), *rstd = fdev((size_t)N);
+    float *y = adev(n), *res2 = adev(n), *out2 = adev(n), *mean2 = fdev((size_t)N), *rstd2 = fdev((size_t)N);
+    mtk_dropout d = {p, 0x5eed + (uint64_t)C, offset};
+    if (rms) {
+        mtk_add_rmsnorm_fwd(K, res, out, rstd, a, b, w, N, C, 1e-6f, &d);
+        mtk_dropout_fwd(K, y, b, n, &d);
+        mtk_add_rmsnorm_fwd(K, res2, out2, rstd2, a, y, w, N, C, 1e-6f, NULL);
+    } else {
+        mtk_add_layernorm_fwd(K, res, out, mean, rstd, a, b, w, bias, N, C, 1e-5f, &d);
+        mtk_dropout_fwd(K, y, b, n, &d);
+        mtk_add_layernorm_fwd(K, res2, out2, mean2, rstd2, a, y, w, bias, N, C, 1e-5f, NULL);
+    }
+    T_CHECK(!memcmp(res, res2, n * sizeof *res));
+    T_CHECK(!memcmp(out, out2, n * sizeof *out));
+    T_CHECK(!memcmp(rstd, rstd2, (size_t)N * sizeof *rstd));
+    if (!rms) T_CHECK(!memcmp(mean, mean2, (size_t)N * sizeof *mean));
+    /* the dropout did something: res is not a + b where p > 0, and is where p == 0 */
+    size_t same = 0;
+    for (size_t i = 0; i < n; i++) same += res[i] == q(a[i] + b[i]);
+    if (p > 0) T_CHECK(same < n);
+    else T_CHECK(same == n);
+    /* the backward writing the dropout backward of the accumulated input gradient: what the norm's backward
+     * then mtk_dropout_bwd give (dinp, the masked gradient, dw, db) */
+    float *g = arand(n, 1), *dy = arand(n, 1), *g2 = adev(n), *dd = adev(n), *dd2 = adev(n);
+    float *dw = fdev((size_t)C), *db = fdev((size_t)C), *dw2 = fdev((size_t)C), *db2 = fdev((size_t)C);
+    memcpy(g2, g, n * sizeof *g);
+    if (rms) {
+        mtk_rmsnorm_bwd(K, g, dw, dy, res, w, rstd, N, C, dd, &d);
+        mtk_rmsnorm_bwd(K, g2, dw2, dy, res, w, rstd, N, C, NULL, NULL);
+    } else {
+        mtk_layernorm_bwd(K, g, dw, db, dy, res, w, mean, rstd, N, C, dd, &d);
+        mtk_layernorm_bwd(K, g2, dw2, db2, dy, res, w, mean, rstd, N, C, NULL, NULL);
+    }
+    mtk_dropout_bwd(K, dd2, g2, n, &d);
+    T_CHECK(!memcmp(g, g2, n * sizeof *g));
+    T_CHECK(!memcmp(dd, dd2, n * sizeof *dd));
+    T_CHECK(!memcmp(dw, dw2, (size_t)C * sizeof *dw) && !memcmp(db, db2, (size_t)C * sizeof *db));
+    same = 0;
+    for (size_t i = 0; i < n; i++) same += dd[i] == g[i];
+    if (p > 0) T_CHECK(same < n);
+    else T_CHECK(same == n);
+    ffree(g), ffree(dy), ffree(g2), ffree(dd), ffree(dd2), ffree(dw), ffree(db), ffree(dw2), ffree(db2);
+    ffree(a), ffree(b), ffree(w), ffree(bias), ffree(res), ffree(out), ffree(mean), ffree(rstd), ffree(y);
+    ffree(res2), ffree(out2), ffree(mean2), ffree(rstd2);
+}
+
+TEST(add_norm_dropout)
+{
+    for (int rms = 0; rms < 2; rms++) {
+        check_add_norm_dropout(rms, 9, 70, 0.1f, 0);
+        check_add_norm_dropout(rms, 7, 37, 0.5f, 1234567);   /* odd rows, a counter offset */
+        check_add_norm_dropout(rms, 5, 64, 0.3f, 3);
+        check_add_norm_dropout(rms, 3, 33, 0.0f, 0);         /* p == 0: none */
+    }
 }
 
 /* ---- attention ---- */
@@ -865,7 +928,7 @@ static void check_rmsnorm(int N, int C)
     FD_GRAD(gw, wd, C, rms_loss(xd, wd, Rd, N, C, tmp));
     for (int i = 0; i < N * C; i++) gx[i] += dinp[i];   /* dinp accumulates */
     for (int i = 0; i < C; i++) gw[i] += dw[i];         /* and dw */
-    mtk_rmsnorm_bwd(K, dinp, dw, R, x, w, rstd, N, C);
+    mtk_rmsnorm_bwd(K, dinp, dw, R, x, w, rstd, N, C, NULL, NULL);
     T_CLOSE(dinp, gx, N * C, 4e-6);
     T_CLOSE(dw, gw, C, 4e-6);
     ffree(x), ffree(w), ffree(out), ffree(rstd), ffree(R), ffree(dinp), ffree(dw);
@@ -882,7 +945,7 @@ TEST(rmsnorm)
     const int N = 9, C = 70;
     float *a = arand(N * C, 2), *b = arand(N * C, 1), *w = frand(C, 1), *res = adev(N * C), *out = adev(N * C);
     float *rstd = fdev(N), *res2 = adev(N * C), *out2 = adev(N * C), *rstd2 = fdev(N);
-    mtk_add_rmsnorm_fwd(K, res, out, rstd, a, b, w, N, C, 1e-6f);
+    mtk_add_rmsnorm_fwd(K, res, out, rstd, a, b, w, N, C, 1e-6f, NULL);
     mtk_add(K, res2, a, b, (size_t)N * C);
     mtk_rmsnorm_fwd(K, out2, rstd2, res2, w, N, C, 1e-6f);
     T_CHECK(!memcmp(res, res2, sizeof(float) * N * C));
@@ -1612,7 +1675,7 @@ static void det_run(run_out *r)
     float *w = frand(C, 1), *b = frand(C, 1), *mean = fdev(N), *rstd = fdev(N), *lo = adev((size_t)N * C);
     r->lnd = adev((size_t)N * C), r->lnw = fdev(C), r->lnb = fdev(C);
     mtk_layernorm_fwd(K, lo, mean, rstd, qkv, w, b, N, C, 1e-5f);
-    mtk_layernorm_bwd(K, r->lnd, r->lnw, r->lnb, dout, qkv, w, mean, rstd, N, C);
+    mtk_layernorm_bwd(K, r->lnd, r->lnw, r->lnb, dout, qkv, w, mean, rstd, N, C, NULL, NULL);
     int32_t *tok = idev(N);
     for (int i = 0; i < N; i++) tok[i] = i % 5;
     r->dwte = fdev((size_t)V * C), r->dwpe = fdev((size_t)T * C);
@@ -1736,7 +1799,7 @@ static int bench_main(int argc, char **argv)
     float *lo = fdev((size_t)N * C), *mean = fdev(N), *rstd = fdev(N), *lw = frand(C, 1), *lb = frand(C, 1);
     TIME(t, reps, mtk_layernorm_fwd(K, lo, mean, rstd, x, lw, lb, N, C, 1e-5f));
     printf("%-28s %8.2f ms\n", "layernorm_fwd", t * 1e3);
-    TIME(t, reps, mtk_layernorm_bwd(K, dx, lw, lb, lo, x, lw, mean, rstd, N, C));
+    TIME(t, reps, mtk_layernorm_bwd(K, dx, lw, lb, lo, x, lw, mean, rstd, N, C, NULL, NULL));
     printf("%-28s %8.2f ms\n", "layernorm_bwd", t * 1e3);
     float *qkv = frand((size_t)N * 3 * C, 1), *ao = fdev((size_t)N * C), *lse = fdev((size_t)B * NH * T);
     float *dq = fdev((size_t)N * 3 * C);
@@ -1791,7 +1854,7 @@ static int dump_llama(const char *dir)
     float *x = arand(N * C, 2), *w = frand(C, 1), *out = adev(N * C), *rstd = fdev(N), *g = arand(N * C, 1);
     float *dx = adev(N * C), *dw = fdev(C);
     mtk_rmsnorm_fwd(K, out, rstd, x, w, N, C, EPS);
-    mtk_rmsnorm_bwd(K, dx, dw, g, x, w, rstd, N, C);
+    mtk_rmsnorm_bwd(K, dx, dw, g, x, w, rstd, N, C, NULL, NULL);
     rc |= dump_f32(dir, "rms_x", x, N * C) | dump_f32(dir, "rms_w", w, C) | dump_f32(dir, "rms_out", out, N * C);
     rc |= dump_f32(dir, "rms_g", g, N * C) | dump_f32(dir, "rms_dx", dx, N * C) | dump_f32(dir, "rms_dw", dw, C);
     /* SwiGLU */
@@ -1861,6 +1924,7 @@ RUN(matmul_gelu);
 RUN(elementwise);
 RUN(bias_add);
 RUN(dropout);
+RUN(add_norm_dropout);
 RUN(attention_small_fd);
 RUN(attention_dropout_fd);
 RUN(attention_blocks);
