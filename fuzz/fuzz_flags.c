@@ -42,7 +42,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             free(weights);
         }
     }
-    free(a.data_path.v);
+    if (rc == 0) mt_train_args_free(&a);
     /* the split string alone, whatever the rest of the line */
     mt_range r[MT_NSPLITS];
     if (argc > 1) mt_split_ranges(argv[1], 97, r, &e);

@@ -501,13 +501,22 @@ static int parse(mt_train_args *out, int argc, char **argv, mt_err *e)
     return 0;
 }
 
-/* On success the --data-path array is the caller's (in out); on an error it is freed here. */
+/* On success the arrays of the flags with several words are the caller's (in out, mt_train_args_free); on an
+ * error they are freed here. */
 int mt_train_args_parse(mt_train_args *out, int argc, char **argv, mt_err *e)
 {
     if (!parse(out, argc, argv, e)) return 0;
-    free(A.data_path.v);
-    A.data_path.v = NULL;
+    mt_train_args_free(&A);
     return -1;
+}
+
+void mt_train_args_free(mt_train_args *a)
+{
+    free(a->data_path.v);
+    free(a->tiktoken_special_tokens.v);
+    a->data_path.v = NULL;
+    a->tiktoken_special_tokens.v = NULL;
+    a->data_path.n = a->tiktoken_special_tokens.n = 0;
 }
 
 int64_t mt_train_total_iters(const mt_train_args *a)

@@ -83,6 +83,8 @@ typedef struct mt_train_args {
 /* Parses and checks argv; on a bad or unsupported flag returns -1 with a one-line message. Prints
  * warnings for flags that are accepted but change nothing in mt (e.g. fusion switches). */
 int mt_train_args_parse(mt_train_args *a, int argc, char **argv, mt_err *e);
+/* Frees the arrays a successful parse leaves (the values of the flags that take several words). */
+void mt_train_args_free(mt_train_args *a);
 /* The flag table (for --help and the man page). */
 const mt_cmd *mt_train_cmd(void);
 

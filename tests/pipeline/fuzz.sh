@@ -18,7 +18,9 @@ for src in "$T_TOP"/fuzz/fuzz_*.c; do
     if [ ! -x "$bin" ]; then t_fail "fuzz_$t" "$bin is not built (make fuzz-build)"; continue; fi
     if [ -d "$T_TOP/fuzz/regress/$t" ]; then
         n=$(find "$T_TOP/fuzz/regress/$t" -type f | wc -l)
-        if "$bin" "${limits[@]}" "$T_TOP/fuzz/regress/$t"/* >"$T_TMP/$t.regress" 2>&1; then
+        # inputs given as files are checked for leaks only at exit, and only with LeakSanitizer asked for
+        if ASAN_OPTIONS="${ASAN_OPTIONS:+$ASAN_OPTIONS:}detect_leaks=1" "$bin" "${limits[@]}" "$T_TOP/fuzz/regress/$t"/* \
+            >"$T_TMP/$t.regress" 2>&1; then
             t_pass "fuzz_$t: its $n regression inputs run clean"
         else
             t_fail "fuzz_$t: its $n regression inputs run clean" "$(grep -m2 -E 'ERROR|SUMMARY|Running:' "$T_TMP/$t.regress" | tr '\n' ' ')"
