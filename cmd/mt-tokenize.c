@@ -355,16 +355,9 @@ int main(int argc, char **argv)
          "HuggingFaceTokenizer: directory of tokenizer.json (and tokenizer_config.json, whose eos_token is the "
          "end of document), or the file; TikTokenizer: Megatron's JSON list of {rank, token_bytes, token_str} or a "
          "tiktoken file of \"base64 rank\" lines", 0, 0, NULL},
-        {"--tiktoken-pattern", MT_F_CHOICE, &o.tiktoken_pattern, NULL,
-         "TikTokenizer's pre-tokenizer: Megatron's v1 or v2, or tiktoken's cl100k or o200k (default: recognised "
-         "by the rank count of cl100k_base and o200k_base), llama3, qwen2, gpt2", 0, 0,
-         "v1|v2|cl100k|o200k|llama3|qwen2|gpt2"},
-        {"--tiktoken-num-special-tokens", MT_F_I64, &o.num_special, "N",
-         "TikTokenizer: ids 0..N-1 are special tokens and rank r is id N + r, as Megatron (default 1000); 0: the "
-         "ranks are the ids, as tiktoken's own cl100k_base and o200k_base", 0, 1 << 28, NULL},
-        {"--tiktoken-special-tokens", MT_F_STRS, &o.specials, "TOK",
-         "TikTokenizer: the first special tokens, including <unk> <s> </s> (default those three; </s> is the end "
-         "of document), then <SPECIAL_i> up to N", 0, 0, NULL},
+        MT_FLAG_TIKTOKEN_PATTERN(&o.tiktoken_pattern),
+        MT_FLAG_TIKTOKEN_NUM_SPECIAL_TOKENS(&o.num_special),
+        MT_FLAG_TIKTOKEN_SPECIAL_TOKENS(&o.specials),
         {"--vocab-size", MT_F_I64, &o.vocab_size, "N",
          "TikTokenizer: the vocabulary, the ranks cut to N less the special tokens (default 131072, as Megatron); "
          "it sets the dataset's dtype (uint16 below 65500)", 1, 1 << 30, NULL},

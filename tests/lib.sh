@@ -65,6 +65,17 @@ t_sigterm_stop() {
         t_pass "$1: both ranks stop at iteration $it, one checkpoint, exit 0"
     else t_fail "$1" "rc $(cat "$3" 2>/dev/null), tracker '$it': $(tail -c 300 "$4")"; fi
 }
+# t_sim_setup THREADS: the start of a test of mt-train on the sim backend: the script ends with a skip
+# where this build has no SIMT simulator; else walk_data's corpus of 3 x 200 documents is written to
+# $T_TMP/data (a --data-path prefix) and the CPU side runs THREADS OpenMP threads.
+t_sim_setup() {
+    if ! MT_TEST_BACKEND=sim "$T_TOP/${MT_BUILD:-build}/tests/test_kernels" 2>&1 | grep -q '^ok - test_kernels: matmul_fwd'; then
+        t_skip "sim backend" "this build has no SIMT simulator (no CUDA headers: make deps)"
+        exit 0
+    fi
+    PYTHONPATH=$T_TOP/tests/oracle /usr/bin/python3 "$T_TOP/tests/oracle/walk_data.py" "$T_TMP/data" 3 200
+    export OMP_NUM_THREADS=$1
+}
 # t_mpi_env: CPU ranks one thread each under mpirun on a shared machine (yield while waiting), scratch
 # under T_TMP; then mpi N CMD... runs N ranks (180 s at most).
 t_mpi_env() {

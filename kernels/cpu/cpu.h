@@ -25,18 +25,19 @@ void cpu_layernorm_fwd(mtk *k, float *out, float *mean, float *rstd, const float
 void cpu_layernorm_bwd(mtk *k, float *dinp, float *dw, float *db, const float *dout, const float *inp,
                        const float *w, const float *mean, const float *rstd, int N, int C);
 /* Its two halves: dinp row by row (fp32), and dw, db from dout and inp stored in dtype dt (fp32 or
- * reduced: converted as they are read, the same sums as from fp32 copies). */
+ * reduced: converted as they are read, the same sums as from fp32 copies) by cpu_norm_wgrad. */
 void cpu_layernorm_bwd_rows(float *dinp, const float *dout, const float *inp, const float *w, const float *mean,
                             const float *rstd, int N, int C);
-void cpu_layernorm_wgrad(float *dw, float *db, const void *dout, const void *inp, mtk_dtype dt, const float *mean,
-                         const float *rstd, int N, int C);
+/* The weight gradients of either norm's backward (norm_wgrad.c): LayerNorm's dw and db, or with mean and db
+ * NULL RMSNorm's dw. */
+void cpu_norm_wgrad(float *dw, float *db, const void *dout, const void *inp, mtk_dtype dt, const float *mean,
+                    const float *rstd, int N, int C);
 void cpu_rmsnorm_fwd(mtk *k, float *out, float *rstd, const float *inp, const float *w, int N, int C, float eps);
 void cpu_rmsnorm_bwd(mtk *k, float *dinp, float *dw, const float *dout, const float *inp, const float *w,
                      const float *rstd, int N, int C);
 /* Its two halves, as for LayerNorm: dinp row by row (fp32), dw from dout and inp stored in dtype dt. */
 void cpu_rmsnorm_bwd_rows(float *dinp, const float *dout, const float *inp, const float *w, const float *rstd, int N,
                           int C);
-void cpu_rmsnorm_wgrad(float *dw, const void *dout, const void *inp, mtk_dtype dt, const float *rstd, int N, int C);
 void cpu_matmul_fwd(mtk *k, float *out, const float *inp, const float *w, const float *bias, int N, int C, int OC);
 /* cpu_matmul_fwd for N <= MT_CPU_SMALL_N rows (matmul_small.c): reads the weights once, no BLAS packing. */
 enum { MT_CPU_SMALL_N = 8 };

@@ -64,34 +64,6 @@ MTK_CLONES static void row_bwd(float *dx, const float *dy, const float *x, const
     for (c = 0; c < C; c++) dx[c] += (dy[c] * w[c] - sd - (x[c] - m) * r * sdn) * r;
 }
 
-/* dw[c0..c1) += dy * norm and db += dy over all rows, in row order; dout and inp in dtype dt (each row's
- * band converted to fp32 first when reduced). */
-MTK_CLONES static void band_wgrad(float *dw, float *db, const void *dout, const void *inp, mtk_dtype dt,
-                                  const float *mean, const float *rstd, int N, int C, int c0, int c1)
-{
-    float aw[64] = {0}, ab[64] = {0}, xs[64], dys[64];
-    const int wd = c1 - c0;
-    const size_t es = mtk_dtype_size(dt);
-    for (int n = 0; n < N; n++) {
-        const size_t o = (size_t)n * C + c0;
-        const float *x = (const float *)inp + o, *dy = (const float *)dout + o;
-        if (dt != MTK_F32) {
-            cpu_to_f32(xs, (const char *)inp + o * es, dt, (size_t)wd);
-            cpu_to_f32(dys, (const char *)dout + o * es, dt, (size_t)wd);
-            x = xs, dy = dys;
-        }
-        const float m = mean[n], r = rstd[n];
-        for (int c = 0; c < wd; c++) {
-            aw[c] += dy[c] * ((x[c] - m) * r);
-            ab[c] += dy[c];
-        }
-    }
-    for (int c = 0; c < wd; c++) {
-        dw[c0 + c] += aw[c];
-        db[c0 + c] += ab[c];
-    }
-}
-
 void cpu_layernorm_bwd_rows(float *dinp, const float *dout, const float *inp, const float *w, const float *mean,
                             const float *rstd, int N, int C)
 {
@@ -100,20 +72,10 @@ void cpu_layernorm_bwd_rows(float *dinp, const float *dout, const float *inp, co
         row_bwd(dinp + (size_t)n * C, dout + (size_t)n * C, inp + (size_t)n * C, w, mean[n], rstd[n], C);
 }
 
-void cpu_layernorm_wgrad(float *dw, float *db, const void *dout, const void *inp, mtk_dtype dt, const float *mean,
-                         const float *rstd, int N, int C)
-{
-    /* Each thread owns bands of 64 channels, so the sums do not depend on the thread count. */
-    const int nband = (C + 63) / 64;
-#pragma omp parallel for schedule(static)
-    for (int bnd = 0; bnd < nband; bnd++)
-        band_wgrad(dw, db, dout, inp, dt, mean, rstd, N, C, bnd * 64, bnd * 64 + 64 < C ? bnd * 64 + 64 : C);
-}
-
 void cpu_layernorm_bwd(mtk *k, float *dinp, float *dw, float *db, const float *dout, const float *inp,
                        const float *w, const float *mean, const float *rstd, int N, int C)
 {
     (void)k;
     cpu_layernorm_bwd_rows(dinp, dout, inp, w, mean, rstd, N, C);
-    cpu_layernorm_wgrad(dw, db, dout, inp, MTK_F32, mean, rstd, N, C);
+    cpu_norm_wgrad(dw, db, dout, inp, MTK_F32, mean, rstd, N, C);
 }

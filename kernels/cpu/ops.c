@@ -278,7 +278,7 @@ static void s_layernorm_bwd(mtk *k, void *dinp, float *dw, float *db, const void
         ew_arg a = {.o = dinp, .a = dout, .b = inp, .C = C, .w = w, .mean = (float *)(uintptr_t)mean,
                     .rstd = (float *)(uintptr_t)rstd};
         if (!blocked(k, (size_t)N, rows_per_block(C), (size_t)C, 3, b_layernorm_bwd, &a)) {
-            cpu_layernorm_wgrad(dw, db, dout, inp, k->act, mean, rstd, N, C);
+            cpu_norm_wgrad(dw, db, dout, inp, k->act, mean, rstd, N, C);
             return;
         }
     }
@@ -324,7 +324,7 @@ static void s_rmsnorm_bwd(mtk *k, void *dinp, float *dw, const void *dout, const
     if (k->act != MTK_F32 && N > 0 && C > 0) {
         ew_arg a = {.o = dinp, .a = dout, .b = inp, .C = C, .w = w, .rstd = (float *)(uintptr_t)rstd};
         if (!blocked(k, (size_t)N, rows_per_block(C), (size_t)C, 3, b_rmsnorm_bwd, &a)) {
-            cpu_rmsnorm_wgrad(dw, dout, inp, k->act, rstd, N, C);
+            cpu_norm_wgrad(dw, NULL, dout, inp, k->act, NULL, rstd, N, C);
             return;
         }
     }

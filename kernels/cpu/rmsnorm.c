@@ -43,28 +43,6 @@ MTK_CLONES static void row_bwd(float *dx, const float *dy, const float *x, const
     for (c = 0; c < C; c++) dx[c] += (dy[c] * w[c] - x[c] * r * s) * r;
 }
 
-/* dw[c0..c1) += dy * xhat over all rows, in row order; dout and inp in dtype dt (each row's band converted
- * to fp32 first when reduced). */
-MTK_CLONES static void band_wgrad(float *dw, const void *dout, const void *inp, mtk_dtype dt, const float *rstd, int N,
-                                  int C, int c0, int c1)
-{
-    float aw[64] = {0}, xs[64], dys[64];
-    const int wd = c1 - c0;
-    const size_t es = mtk_dtype_size(dt);
-    for (int n = 0; n < N; n++) {
-        const size_t o = (size_t)n * C + c0;
-        const float *x = (const float *)inp + o, *dy = (const float *)dout + o;
-        if (dt != MTK_F32) {
-            cpu_to_f32(xs, (const char *)inp + o * es, dt, (size_t)wd);
-            cpu_to_f32(dys, (const char *)dout + o * es, dt, (size_t)wd);
-            x = xs, dy = dys;
-        }
-        const float r = rstd[n];
-        for (int c = 0; c < wd; c++) aw[c] += dy[c] * (x[c] * r);
-    }
-    for (int c = 0; c < wd; c++) dw[c0 + c] += aw[c];
-}
-
 void cpu_rmsnorm_bwd_rows(float *dinp, const float *dout, const float *inp, const float *w, const float *rstd, int N,
                           int C)
 {
@@ -73,19 +51,10 @@ void cpu_rmsnorm_bwd_rows(float *dinp, const float *dout, const float *inp, cons
         row_bwd(dinp + (size_t)n * C, dout + (size_t)n * C, inp + (size_t)n * C, w, rstd[n], C);
 }
 
-void cpu_rmsnorm_wgrad(float *dw, const void *dout, const void *inp, mtk_dtype dt, const float *rstd, int N, int C)
-{
-    /* Each thread owns bands of 64 channels, so the sums do not depend on the thread count. */
-    const int nband = (C + 63) / 64;
-#pragma omp parallel for schedule(static)
-    for (int bnd = 0; bnd < nband; bnd++)
-        band_wgrad(dw, dout, inp, dt, rstd, N, C, bnd * 64, bnd * 64 + 64 < C ? bnd * 64 + 64 : C);
-}
-
 void cpu_rmsnorm_bwd(mtk *k, float *dinp, float *dw, const float *dout, const float *inp, const float *w,
                      const float *rstd, int N, int C)
 {
     (void)k;
     cpu_rmsnorm_bwd_rows(dinp, dout, inp, w, rstd, N, C);
-    cpu_rmsnorm_wgrad(dw, dout, inp, MTK_F32, rstd, N, C);
+    cpu_norm_wgrad(dw, NULL, dout, inp, MTK_F32, NULL, rstd, N, C);
 }

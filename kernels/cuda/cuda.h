@@ -144,6 +144,10 @@ enum { COLSUM_WS_FLOATS = 1 << 20 };   // partials of one column sum (the worksp
 int colsum_chunks(int N, int C);        // R: chunks of rows, R * C <= COLSUM_WS_FLOATS
 // dst[c] += sum_r part[r * C + c] in chunk order
 void colsum_finish(mtk *k, float *dst, const float *part, int R, int C);
+// The weight gradients of a norm's backward (norm_wgrad.cu), inputs in the activation dtype: LayerNorm's dw
+// and db, or with mean and db null RMSNorm's dw. Takes the workspace of one column sum each.
+void norm_wgrad(mtk *k, float *dw, float *db, const void *dout, const void *inp, const float *mean, const float *rstd,
+                int N, int C);
 
 // ---- launch sizes ----
 enum { THREADS = 256 };

@@ -1,7 +1,7 @@
 // layernorm.cu: LayerNorm over the last dimension (also fused with the residual add before it) and its
 // backward. Forward and the input gradient: one warp per row (fp32 sums over lanes, mean and rstd
-// saved; 16-byte loads and stores when rows allow); weight and bias gradients: 32-channel strips over
-// fixed chunks of rows, then the chunks in order: the same sums on every run.
+// saved; 16-byte loads and stores when rows allow); weight and bias gradients (norm_wgrad.cu): 32-channel
+// strips over fixed chunks of rows, then the chunks in order: the same sums on every run.
 #include "cuda.h"
 
 namespace MTK_CU_NS {
@@ -189,33 +189,6 @@ __global__ void ln_bwd_vec_kernel(T *dinp, const T *dout, const T *inp, const fl
     }
 }
 
-// dw += sum_n dy xhat, db += sum_n dy: per 32-channel strip and chunk of rows (as colsum_acc), then the
-// chunks in order.
-template <class T>
-__global__ void ln_wgrad_kernel(float *pw, float *pb, const T *dout, const T *inp, const float *mean, const float *rstd,
-                                int N, int C)
-{
-    __shared__ float sw[8][33], sb[8][33];
-    const int c = blockIdx.x * 32 + threadIdx.x, R = gridDim.y, per = (N + R - 1) / R;
-    const int n0 = blockIdx.y * per, n1 = n0 + per < N ? n0 + per : N;
-    float aw = 0.0f, ab = 0.0f;
-    if (c < C)
-        for (int n = n0 + threadIdx.y; n < n1; n += 8) {
-            const float dy = ldf(dout[(size_t)n * C + c]);
-            aw += dy * ((ldf(inp[(size_t)n * C + c]) - mean[n]) * rstd[n]);
-            ab += dy;
-        }
-    sw[threadIdx.y][threadIdx.x] = aw;
-    sb[threadIdx.y][threadIdx.x] = ab;
-    __syncthreads();
-    if (threadIdx.y == 0 && c < C) {
-        float tw = 0.0f, tb = 0.0f;
-        for (int y = 0; y < 8; y++) tw += sw[y][threadIdx.x], tb += sb[y][threadIdx.x];
-        pw[(size_t)blockIdx.y * C + c] = tw;
-        pb[(size_t)blockIdx.y * C + c] = tb;
-    }
-}
-
 template <class T>
 static void ln_bwd(mtk *k, void *dinp, float *dw, float *db, const void *dout, const void *inp, const float *w,
                    const float *mean, const float *rstd, int N, int C, void *ddrop, DropIn drop)
@@ -228,13 +201,7 @@ static void ln_bwd(mtk *k, void *dinp, float *dw, float *db, const void *dout, c
         LAUNCH(ln_bwd_kernel<T>, (N + ROWS - 1) / ROWS, THREADS, 0, launch_stream(k))((T *)dinp, (const T *)dout,
                                                                                (const T *)inp, w, mean, rstd, N, C,
                                                                                (T *)ddrop, drop);
-    const int R = colsum_chunks(N, C);
-    float *pw = (float *)mtk_ws_take(k, (size_t)R * C * sizeof(float)), *pb = pw ? (float *)mtk_ws_take(k, (size_t)R * C * sizeof(float)) : NULL;
-    if (!pb) return;
-    LAUNCH(ln_wgrad_kernel<T>, dim3((C + 31) / 32, R), dim3(32, 8), 0, launch_stream(k))(pw, pb, (const T *)dout,
-                                                                                 (const T *)inp, mean, rstd, N, C);
-    colsum_finish(k, dw, pw, R, C);
-    colsum_finish(k, db, pb, R, C);
+    norm_wgrad(k, dw, db, dout, inp, mean, rstd, N, C);
 }
 
 void layernorm_bwd(mtk *k, void *dinp, float *dw, float *db, const void *dout, const void *inp, const float *w,

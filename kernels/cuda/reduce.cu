@@ -33,6 +33,19 @@ __device__ __forceinline__ double nonfinite_of(float x)
     return (u & 0x7f800000u) == 0x7f800000u ? 1.0 : 0.0;
 }
 
+// The last of n pieces whose first block (first[], ascending from 0) is at most this block: a launch's
+// blocks numbered through its pieces in order, as the spans of sumsq_spans and the pieces of adamw are.
+__device__ __forceinline__ int piece_of_block(const unsigned *first, int n)
+{
+    int lo = 0, hi = n - 1;
+    while (lo < hi) {
+        const int mid = (lo + hi + 1) / 2;
+        if (first[mid] <= blockIdx.x) lo = mid;
+        else hi = mid - 1;
+    }
+    return lo;
+}
+
 template <int COUNT> __global__ void partial_kernel(double *part, const float *x, size_t n)
 {
     __shared__ double sh[RB];
@@ -76,13 +89,7 @@ struct Spans {
 __global__ void span_partial_kernel(double *part, const float *x, Spans sp)
 {
     __shared__ double sh[RB];
-    int lo = 0, hi = sp.n - 1;   // j: the last span whose first block is at most this one
-    while (lo < hi) {
-        const int mid = (lo + hi + 1) / 2;
-        if (sp.first[mid] <= blockIdx.x) lo = mid;
-        else hi = mid - 1;
-    }
-    const int j = lo;
+    const int j = piece_of_block(sp.first, sp.n);
     const unsigned b = blockIdx.x - sp.first[j], nb = sp.first[j + 1] - sp.first[j];
     const float *xs = x + sp.off[j];
     double s = 0.0;
@@ -151,13 +158,7 @@ template <class W>
 __global__ void adamw_kernel(float *p, W *work, const float *g, float *m, float *v, AdamwPieces pc, float lr, float b1,
                              float b2, float eps, float bc1, float bc2, float gs)
 {
-    int lo = 0, hi = pc.n - 1;   // j: the last piece whose first block is at most this one
-    while (lo < hi) {
-        const int mid = (lo + hi + 1) / 2;
-        if (pc.first[mid] <= blockIdx.x) lo = mid;
-        else hi = mid - 1;
-    }
-    const int j = lo;
+    const int j = piece_of_block(pc.first, pc.n);
     const size_t beg = pc.off[j] + (size_t)(blockIdx.x - pc.first[j]) * ADAMW_CHUNK;
     const size_t end = beg + ADAMW_CHUNK < pc.off[j] + pc.len[j] ? beg + ADAMW_CHUNK : pc.off[j] + pc.len[j];
     const float ib1 = 1.0f - b1, ib2 = 1.0f - b2, wd = pc.wd[j];

@@ -1,7 +1,7 @@
 // rmsnorm.cu: RMSNorm over the last dimension (also fused with the residual add before it) and its
 // backward, in the manner of layernorm.cu: one warp per row for the forward and the input gradient (fp32
-// sums over lanes, rstd saved), the weight gradient as 32-channel strips over fixed chunks of rows, then
-// the chunks in order: the same sums on every run.
+// sums over lanes, rstd saved), the weight gradient (norm_wgrad.cu) as 32-channel strips over fixed chunks of
+// rows, then the chunks in order: the same sums on every run.
 #include "cuda.h"
 
 namespace MTK_CU_NS {
@@ -96,38 +96,13 @@ __global__ void rms_bwd_kernel(T *dinp, const T *dout, const T *inp, const float
     }
 }
 
-// dw partials: sum over a chunk of rows of dy xhat, per 32-channel strip (as ln_wgrad_kernel).
-template <class T>
-__global__ void rms_wgrad_kernel(float *pw, const T *dout, const T *inp, const float *rstd, int N, int C)
-{
-    __shared__ float sw[8][33];
-    const int c = blockIdx.x * 32 + threadIdx.x, R = gridDim.y, per = (N + R - 1) / R;
-    const int n0 = blockIdx.y * per, n1 = n0 + per < N ? n0 + per : N;
-    float aw = 0.0f;
-    if (c < C)
-        for (int n = n0 + threadIdx.y; n < n1; n += 8)
-            aw += ldf(dout[(size_t)n * C + c]) * (ldf(inp[(size_t)n * C + c]) * rstd[n]);
-    sw[threadIdx.y][threadIdx.x] = aw;
-    __syncthreads();
-    if (threadIdx.y == 0 && c < C) {
-        float tw = 0.0f;
-        for (int y = 0; y < 8; y++) tw += sw[y][threadIdx.x];
-        pw[(size_t)blockIdx.y * C + c] = tw;
-    }
-}
-
 template <class T>
 static void rms_bwd(mtk *k, void *dinp, float *dw, const void *dout, const void *inp, const float *w, const float *rstd,
                     int N, int C, void *ddrop, DropIn drop)
 {
     LAUNCH(rms_bwd_kernel<T>, (N + ROWS - 1) / ROWS, THREADS, 0, launch_stream(k))((T *)dinp, (const T *)dout, (const T *)inp,
                                                                             w, rstd, N, C, (T *)ddrop, drop);
-    const int R = colsum_chunks(N, C);
-    float *pw = (float *)mtk_ws_take(k, (size_t)R * C * sizeof(float));
-    if (!pw) return;
-    LAUNCH(rms_wgrad_kernel<T>, dim3((C + 31) / 32, R), dim3(32, 8), 0, launch_stream(k))(pw, (const T *)dout, (const T *)inp,
-                                                                                  rstd, N, C);
-    colsum_finish(k, dw, pw, R, C);
+    norm_wgrad(k, dw, nullptr, dout, inp, nullptr, rstd, N, C);
 }
 
 void rmsnorm_bwd(mtk *k, void *dinp, float *dw, const void *dout, const void *inp, const float *w, const float *rstd,

@@ -141,15 +141,9 @@ static const mt_flag flags[] = {
     {"--tokenizer-model", MT_F_STR, &A.tokenizer_model, "PATH",
      "HuggingFaceTokenizer: directory of tokenizer.json (and tokenizer_config.json, whose eos_token is the end of "
      "document), or the file; TikTokenizer: Megatron's JSON ranks or a tiktoken file", 0, 0, NULL},
-    {"--tiktoken-pattern", MT_F_CHOICE, &A.tiktoken_pattern, NULL,
-     "TikTokenizer's pre-tokenizer: Megatron's v1 or v2, or cl100k, o200k, llama3, qwen2, gpt2 (default: "
-     "recognised by the rank count of cl100k_base and o200k_base)", 0, 0, "v1|v2|cl100k|o200k|llama3|qwen2|gpt2"},
-    {"--tiktoken-num-special-tokens", MT_F_I64, &A.tiktoken_num_special_tokens, "N",
-     "TikTokenizer: ids 0..N-1 are special tokens and rank r is id N + r, as Megatron (default 1000); 0: the "
-     "ranks are the ids, as tiktoken's own cl100k_base and o200k_base", 0, 1 << 28, NULL},
-    {"--tiktoken-special-tokens", MT_F_STRS, &A.tiktoken_special_tokens, "TOK",
-     "TikTokenizer: the first special tokens, including <unk> <s> </s> (default those three; </s> is the end "
-     "of document), then <SPECIAL_i> up to N", 0, 0, NULL},
+    MT_FLAG_TIKTOKEN_PATTERN(&A.tiktoken_pattern),
+    MT_FLAG_TIKTOKEN_NUM_SPECIAL_TOKENS(&A.tiktoken_num_special_tokens),
+    MT_FLAG_TIKTOKEN_SPECIAL_TOKENS(&A.tiktoken_special_tokens),
     {"--vocab-size", MT_F_I64, &A.vocab_size, "N",
      "NullTokenizer: ids 0..N-1, end of document N; TikTokenizer: the vocabulary, the ranks cut to N less the "
      "special tokens (default 131072, as Megatron); HuggingFaceTokenizer and TikTokenizer without special "

@@ -57,6 +57,20 @@ typedef struct mt_cmd {
 #define MT_FLAG_VOCAB_FILE(dst, help) {"--vocab-file", MT_F_STR, (dst), "FILE", (help), 0, 0, NULL}
 #define MT_FLAG_MERGE_FILE(dst, help) {"--merge-file", MT_F_STR, (dst), "FILE", (help), 0, 0, NULL}
 #define MT_FLAG_QUIET(dst, help) {"--quiet", MT_F_BOOL, (dst), NULL, (help), 0, 0, NULL}
+/* TikTokenizer's options, in mt-tokenize and mt-train alike: the rows in full, help included. */
+#define MT_FLAG_TIKTOKEN_PATTERN(dst)                                                                        \
+    {"--tiktoken-pattern", MT_F_CHOICE, (dst), NULL,                                                         \
+     "TikTokenizer's pre-tokenizer: Megatron's v1 or v2, or tiktoken's cl100k or o200k, or llama3, qwen2, "  \
+     "gpt2 (default: recognised by the rank count of cl100k_base and o200k_base)", 0, 0,                     \
+     "v1|v2|cl100k|o200k|llama3|qwen2|gpt2"}
+#define MT_FLAG_TIKTOKEN_NUM_SPECIAL_TOKENS(dst)                                                             \
+    {"--tiktoken-num-special-tokens", MT_F_I64, (dst), "N",                                                  \
+     "TikTokenizer: ids 0..N-1 are special tokens and rank r is id N + r, as Megatron (default 1000); 0: "   \
+     "the ranks are the ids, as tiktoken's own cl100k_base and o200k_base", 0, 1 << 28, NULL}
+#define MT_FLAG_TIKTOKEN_SPECIAL_TOKENS(dst)                                                                 \
+    {"--tiktoken-special-tokens", MT_F_STRS, (dst), "TOK",                                                   \
+     "TikTokenizer: the first special tokens, including <unk> <s> </s> (default those three; </s> is the "   \
+     "end of document), then <SPECIAL_i> up to N", 0, 0, NULL}
 /* Megatron's default --split, as the help of the programs that build splits states it. */
 #define MT_HELP_SPLIT "train,valid,test weights (default \"969, 30, 1\")"
 /* --decode and the tokenizer files it needs, in programs that print token ids (mt-index, mt-shuffle). */

@@ -16,14 +16,8 @@
 # fused into the residual add and norm after it, and its backward into that norm's backward (before,
 # unfused, it was 4L + 2: 40, not 24, with 2 layers and 4 micro-batches; 32 with only the forward fused).
 . "$(dirname "$0")/../lib.sh"
-py=/usr/bin/python3
 d=$T_TMP
-if ! MT_TEST_BACKEND=sim "$T_TOP/${MT_BUILD:-build}/tests/test_kernels" 2>&1 | grep -q '^ok - test_kernels: matmul_fwd'; then
-    t_skip "sim backend" "this build has no SIMT simulator (no CUDA headers: make deps)"
-    exit 0
-fi
-PYTHONPATH=$T_TOP/tests/oracle $py "$T_TOP/tests/oracle/walk_data.py" "$d/data" 3 200
-export OMP_NUM_THREADS=2
+t_sim_setup 2
 args="--hidden-size 32 --num-attention-heads 4 --seq-length 24 --max-position-embeddings 32
       --tokenizer-type NullTokenizer --vocab-size 60 --make-vocab-size-divisible-by 16 --micro-batch-size 2
       --train-iters 3 --lr 3e-3 --lr-warmup-iters 1 --clip-grad 1.0 --log-interval 1 --eval-iters 0

@@ -12,15 +12,11 @@
 py=/usr/bin/python3
 d=$T_TMP
 if ! command -v mpirun >/dev/null; then t_skip "mpirun" "openmpi-bin is not installed"; exit 0; fi
-if ! MT_TEST_BACKEND=sim "$T_TOP/${MT_BUILD:-build}/tests/test_kernels" 2>&1 | grep -q '^ok - test_kernels: matmul_fwd'; then
-    t_skip "sim backend" "this build has no SIMT simulator (no CUDA headers)"
-    exit 0
-fi
-export OMP_NUM_THREADS=1 OMPI_MCA_mpi_yield_when_idle=1 OMPI_MCA_btl_base_warn_component_unused=0 TMPDIR=$T_TMP
+t_sim_setup 1
+export OMPI_MCA_mpi_yield_when_idle=1 OMPI_MCA_btl_base_warn_component_unused=0 TMPDIR=$T_TMP
 export ASAN_OPTIONS="${ASAN_OPTIONS:+$ASAN_OPTIONS:}detect_leaks=0"
 root=""; [ "$(id -u)" = 0 ] && root=--allow-run-as-root
 mpi() { local n=$1; shift; timeout -k 5 300 mpirun $root --oversubscribe -np "$n" "$@"; }
-PYTHONPATH=$T_TOP/tests/oracle $py "$T_TOP/tests/oracle/walk_data.py" "$d/data" 3 200
 args="--num-layers 2 --hidden-size 32 --num-attention-heads 4 --seq-length 24 --max-position-embeddings 32
       --tokenizer-type NullTokenizer --vocab-size 60 --make-vocab-size-divisible-by 16
       --micro-batch-size 3 --global-batch-size 6 --train-iters 4 --lr 3e-3 --lr-decay-style cosine
