@@ -85,17 +85,6 @@ static int write_tensors(const char *path, const mt_ckpt_tensor *t, int n, mt_er
     return rc;
 }
 
-static int write_text(const char *path, const char *s, mt_err *e)
-{
-    mt_out o;
-    if (mt_out_open(&o, path, e)) return -1;
-    if (mt_out_write(&o, s, strlen(s), e)) {
-        mt_out_abort(&o);
-        return -1;
-    }
-    return mt_out_commit(&o, e);
-}
-
 /* Moves the complete directory tmp onto final. An existing final is exchanged atomically and then
  * left at tmp (*old_at_tmp set) for the caller to remove. */
 static int install_dir(const char *tmp, const char *final, int *old_at_tmp, mt_err *e)
@@ -157,7 +146,7 @@ static int save_rank(const char *tmp, const mt_ckpt_rank *k, crash_hook *hook, m
     size_t tl = strlen(text);
     text = mt_xrealloc(text, tl + 2);
     memcpy(text + tl, "\n", 2);
-    if (write_text(meta_path, text, e)) goto out;
+    if (mt_out_write_text(meta_path, text, e)) goto out;
     step_done(hook);
     if (fsync_dir(rank, e)) goto out;
     rc = 0;
@@ -214,7 +203,7 @@ int mt_ckpt_save_ranks_ex(const char *save_dir, int64_t iteration, const mt_ckpt
     char num[32];
     if (iteration == MT_CKPT_RELEASE) snprintf(num, sizeof num, "release");
     else snprintf(num, sizeof num, "%" PRId64, iteration);
-    if (write_text(tracker, num, e)) goto out;
+    if (mt_out_write_text(tracker, num, e)) goto out;
     step_done(&hook);
     rc = 0;
 out:
