@@ -12,6 +12,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "util/fnv.h"
+
 /* The communicator that only failing ranks use (mt_boot_fail), a copy of MPI_COMM_WORLD made at start. */
 static MPI_Comm fail_comm = MPI_COMM_NULL;
 
@@ -166,14 +168,6 @@ static double mono_s(void)
     return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
 }
 
-/* FNV-1a: ranks compare their messages by this hash */
-static uint64_t msg_hash(const char *s)
-{
-    uint64_t h = 14695981039346656037ull;
-    for (; *s; s++) h = (h ^ (unsigned char)*s) * 1099511628211ull;
-    return h;
-}
-
 static volatile sig_atomic_t fail_status;
 /* a finalize that does not return (an operation of the failed step still pending) ends the rank anyway */
 static void on_finalize_alarm(int sig)
@@ -210,7 +204,7 @@ void mt_boot_fail(mt_boot *b, const char *prog, const char *ranked, int status, 
         _exit(status);
     }
     /* every rank failed: each message once, plain when it is the only one */
-    uint64_t mine = msg_hash(msg), *all = calloc((size_t)b->size, sizeof *all);
+    uint64_t mine = mt_fnv1a_str(msg), *all = calloc((size_t)b->size, sizeof *all);
     bool first = true, one = true;
     if (all && MPI_Allgather(&mine, 1, MPI_UINT64_T, all, 1, MPI_UINT64_T, fail_comm) == MPI_SUCCESS) {
         for (int i = 0; i < b->size; i++) {

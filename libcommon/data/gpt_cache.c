@@ -14,6 +14,7 @@
 #include "io/atomic.h"
 #include "io/fsutil.h"
 #include "io/mapfile.h"
+#include "util/fnv.h"
 
 uint64_t mt_sizes_hash(const int32_t *sizes, size_t n)
 {
@@ -44,13 +45,6 @@ int mt_dataset_fingerprint(const char *idx_path, const int32_t *sizes, size_t n,
     fp->n_seq = n;
     fp->sizes_hash = mt_sizes_hash(sizes, n);
     return 0;
-}
-
-static uint64_t fnv(const char *s)
-{
-    uint64_t h = 0xcbf29ce484222325ULL;
-    for (; *s; s++) h = (h ^ (unsigned char)*s) * 0x100000001b3ULL;
-    return h;
 }
 
 static const char *SUFFIX[MT_CACHE_NFILES] = {"description.txt", "document_index.npy", "sample_index.npy",
@@ -93,7 +87,7 @@ void mt_gpt_cache_paths_legacy(const char *dir, const mt_gpt_cache_key *k, char 
         size_t n = strlen(dir) + strlen(base) + 200;
         paths[i] = mt_xmalloc(n);
         snprintf(paths[i], n, "%s/%s-%s-%sns-%dsl-%us-%08x-%s", dir, base, mt_split_names[k->split_index], ns,
-                 (int)k->params.seq_length, (unsigned)k->params.seed, (unsigned)(fnv(ident) >> 32), suffix[i]);
+                 (int)k->params.seq_length, (unsigned)k->params.seed, (unsigned)(mt_fnv1a_str(ident) >> 32), suffix[i]);
     }
     paths[MT_CACHE_MT] = NULL;
 }

@@ -14,6 +14,7 @@
 #include "data/megatron_desc.h"
 #include "io/atomic.h"
 #include "io/npy.h"
+#include "util/fnv.h"
 #include "util/vec.h"
 
 static void mt_buf_puts(mt_buf *b, const char *s) { mt_buf_append(b, s, strlen(s)); }
@@ -125,13 +126,6 @@ static int build_component(mt_gpt_source *s, const mt_gpt_data_args *a, const ch
  * {description.json, ...}, still load. mt's description embeds the components' own descriptions, so any
  * change below invalidates the blend too. */
 
-static uint64_t fnv(const char *s)
-{
-    uint64_t h = 0xcbf29ce484222325ULL;
-    for (; *s; s++) h = (h ^ (unsigned char)*s) * 0x100000001b3ULL;
-    return h;
-}
-
 static char *blend_description(const mt_gpt_data *d, const mt_gpt_data_args *a, int k, int64_t size, const double *w)
 {
     mt_buf b = {0};
@@ -161,7 +155,7 @@ static char *blend_description(const mt_gpt_data *d, const mt_gpt_data_args *a, 
         if (mt_dataset_fingerprint(idx_path, s->sizes, (size_t)s->ds.n_seqs, &key.fp, &e)) memset(&key.fp, 0, sizeof key.fp);
         char *c = mt_gpt_cache_description(&key, &s->ix[k].plan);
         snprintf(t, sizeof t, "%s    {\"length\": %lld, \"description_hash\": \"%016llx\"}", i ? ",\n" : "",
-                 (long long)s->ix[k].plan.num_samples, (unsigned long long)fnv(c));
+                 (long long)s->ix[k].plan.num_samples, (unsigned long long)mt_fnv1a_str(c));
         mt_buf_puts(&b, t);
         free(c);
     }
@@ -212,7 +206,7 @@ static void blend_paths_legacy(const mt_gpt_data *d, const char *dir, int k, int
         size_t n = strlen(dir) + strlen(base) + 128;
         p[i] = mt_xmalloc(n);
         snprintf(p[i], n, "%s/%s-blend%d-%s-%lldns-%08x-%s", dir, base, d->n, mt_split_names[k], (long long)size,
-                 (unsigned)(fnv(desc) & 0xffffffffu), suffix[i]);
+                 (unsigned)(mt_fnv1a_str(desc) & 0xffffffffu), suffix[i]);
     }
     p[3] = NULL;
 }

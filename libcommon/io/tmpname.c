@@ -12,16 +12,10 @@
 #include <unistd.h>
 
 #include "util/err.h"
+#include "util/fnv.h"
 
 static char tag[MT_TMP_TAG_LEN + 1];
 static pthread_once_t tag_once = PTHREAD_ONCE_INIT;
-
-static uint64_t fnv1a(uint64_t h, const void *p, size_t n)
-{
-    const unsigned char *c = p;
-    for (size_t i = 0; i < n; i++) h = (h ^ c[i]) * 0x100000001b3ull;
-    return h;
-}
 
 static void make_tag(void)
 {
@@ -30,8 +24,8 @@ static void make_tag(void)
     host[sizeof host - 1] = 0;
     struct stat st;
     unsigned long long ns = stat("/proc/self/ns/pid", &st) ? 0 : (unsigned long long)st.st_ino;
-    uint64_t h = fnv1a(0xcbf29ce484222325ull, host, strlen(host) + 1);
-    h = fnv1a(h, &ns, sizeof ns);
+    uint64_t h = mt_fnv1a(MT_FNV1A_INIT, host, strlen(host) + 1);
+    h = mt_fnv1a(h, &ns, sizeof ns);
     for (int i = 0; i < MT_TMP_TAG_LEN; i++, h /= 26) tag[i] = (char)('a' + h % 26);
     tag[MT_TMP_TAG_LEN] = 0;
 }
