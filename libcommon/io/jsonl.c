@@ -7,6 +7,8 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "util/utf8.h"
+
 static int hexval(char c)
 {
     if (c >= '0' && c <= '9') return c - '0';
@@ -114,23 +116,6 @@ static void fast_ws(fast *f)
     while (f->p < f->end && (*f->p == ' ' || *f->p == '\t' || *f->p == '\n' || *f->p == '\r')) f->p++;
 }
 
-/* Length of the valid UTF-8 sequence of 2-4 bytes at p (p[0] >= 0x80), or 0. */
-static size_t utf8_seq(const unsigned char *p, const unsigned char *end)
-{
-    unsigned c = p[0];
-    size_t n = c >= 0xC2 && c <= 0xDF ? 2 : c >= 0xE0 && c <= 0xEF ? 3 : c >= 0xF0 && c <= 0xF4 ? 4 : 0;
-    if (!n || (size_t)(end - p) < n) return 0;
-    unsigned lo = 0x80, hi = 0xBF; /* no overlongs, surrogates or code points above U+10FFFF */
-    if (c == 0xE0) lo = 0xA0;
-    else if (c == 0xED) hi = 0x9F;
-    else if (c == 0xF0) lo = 0x90;
-    else if (c == 0xF4) hi = 0x8F;
-    if (p[1] < lo || p[1] > hi) return 0;
-    for (size_t k = 2; k < n; k++)
-        if ((p[k] & 0xC0) != 0x80) return 0;
-    return n;
-}
-
 /* The string after its opening quote; decoded to f->out when keep (escapes allowed), else only checked
  * (escapes allowed when esc_ok). 0, or -1. */
 static int fast_string(fast *f, bool keep, bool esc_ok)
@@ -150,8 +135,9 @@ static int fast_string(fast *f, bool keep, bool esc_ok)
         while (p < end && *p >= 0x20 && *p < 0x80 && *p != '"' && *p != '\\') p++;
         if (p >= end || *p < 0x20) return -1;
         if (*p >= 0x80) {
-            size_t n = utf8_seq(p, end);
-            if (!n) return -1;
+            uint32_t cp;
+            int n = mt_utf8_decode(p, (size_t)(end - p), &cp);
+            if (n < 2) return -1;
             p += n;
             continue;
         }

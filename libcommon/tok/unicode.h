@@ -1,5 +1,5 @@
 /* unicode.h: what the pre-tokenizers need to know about characters: strict UTF-8 decoding
- * (maximal-subpart error lengths, as Python's errors='replace') and the class of a code point
+ * (util/utf8.h) and the class of a code point
  * (letter L*, number N*, White_Space, other; or the finer classes below) from the generated Unicode
  * 16.0 tables. */
 #ifndef MT_TOK_UNICODE_H
@@ -7,6 +7,8 @@
 
 #include <stddef.h>
 #include <stdint.h>
+
+#include "util/utf8.h"
 
 enum { MT_UC_OTHER = 0, MT_UC_LETTER = 1, MT_UC_NUMBER = 2, MT_UC_SPACE = 3 };
 
@@ -41,40 +43,6 @@ static inline int mt_ucf_class(uint32_t cp)
     const uint8_t *blk = mt_ucf_stage2[mt_ucf_stage1[cp / MT_UC_BLOCK]];
     unsigned i = cp % MT_UC_BLOCK;
     return (blk[i / 2] >> (4 * (i % 2))) & 15;
-}
-
-/* Decodes one UTF-8 character at s[0..len) (len >= 1). Returns its length (1-4) and sets *cp; on an
- * invalid sequence returns minus the length of its maximal subpart (1-3 bytes, the unit that Python's
- * errors='replace' turns into one U+FFFD) and sets *cp to 0xFFFD. */
-static inline int mt_utf8_decode(const unsigned char *s, size_t len, uint32_t *cp)
-{
-    unsigned c = s[0];
-    *cp = 0xFFFD;
-    if (c < 0x80) {
-        *cp = c;
-        return 1;
-    }
-    if (c < 0xC2 || c > 0xF4) return -1;
-    if (c < 0xE0) {
-        if (len < 2 || (s[1] & 0xC0) != 0x80) return -1;
-        *cp = (c & 0x1F) << 6 | (s[1] & 0x3F);
-        return 2;
-    }
-    /* valid range of the second byte depends on the lead byte (no overlongs, surrogates, > U+10FFFF) */
-    unsigned lo = 0x80, hi = 0xBF;
-    if (c == 0xE0) lo = 0xA0;
-    else if (c == 0xED) hi = 0x9F;
-    else if (c == 0xF0) lo = 0x90;
-    else if (c == 0xF4) hi = 0x8F;
-    if (len < 2 || s[1] < lo || s[1] > hi) return -1;
-    if (len < 3 || (s[2] & 0xC0) != 0x80) return -2;
-    if (c < 0xF0) {
-        *cp = (c & 0x0F) << 12 | (s[1] & 0x3F) << 6 | (s[2] & 0x3F);
-        return 3;
-    }
-    if (len < 4 || (s[3] & 0xC0) != 0x80) return -3;
-    *cp = (c & 0x07) << 18 | (s[1] & 0x3F) << 12 | (s[2] & 0x3F) << 6 | (s[3] & 0x3F);
-    return 4;
 }
 
 #endif
