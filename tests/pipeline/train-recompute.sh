@@ -3,7 +3,8 @@
 # uniform or block and --recompute-num-layers; selective). The recomputed forward passes run the same
 # kernels on the same inputs with the same dropout masks, so every loss and grad norm of 20 iterations
 # equals the run without recomputation bit for bit: on one rank, and with tensor, sequence and pipeline
-# parallelism (where the recomputed layers' exchanges run again). The activation memory of the memory line
+# parallelism (where the recomputed layers' exchanges run again), the interleaved schedule included (each
+# stage recomputes the layers of the chunk it runs: a wrong chunk offset gives other losses than one rank's). The activation memory of the memory line
 # falls as what each layer keeps says (computed here from the sizes: every layer's input, and the
 # activations of only the layers in flight of a recomputed chunk). Inconsistent flags are refused naming
 # them.
@@ -37,7 +38,8 @@ done
 # with tensor, sequence and pipeline parallelism: the same run without recomputation, bit for bit
 if ! command -v mpirun >/dev/null; then t_fail "mpirun" "openmpi-bin is not installed (make deps)"; exit 1; fi
 for par in "4 --tensor-model-parallel-size 2 --pipeline-model-parallel-size 2 --sequence-parallel" \
-    "4 --pipeline-model-parallel-size 2 --use-distributed-optimizer"; do
+    "4 --pipeline-model-parallel-size 2 --use-distributed-optimizer" \
+    "2 --pipeline-model-parallel-size 2 --num-layers-per-virtual-pipeline-stage 1"; do
     set -- $par
     n=$1; shift
     i=$((i + 1))

@@ -583,10 +583,11 @@ TEST(dropout_modes)
 }
 
 /* Generation with a KV cache gives the logits of a full forward pass at every position: a prompt of 2
- * tokens, then one token at a time, for 2 sequences at once. */
-TEST(kv_cache_matches_forward)
+ * tokens, then one token at a time, for 2 sequences at once; with GPT-2's options and with the LLaMA
+ * family's (rope: the rotary position of a cached step; grouped-query attention: the cache holds the
+ * groups' keys and values; SwiGLU, RMSNorm, no biases, an untied output layer). */
+static void kv_cache_case(mt_gpt_config c)
 {
-    mt_gpt_config c = tiny_config();
     c.init_method_std = 0.3;
     mt_err e;
     mt_gpt *m = create(K, &c, 2, &e);
@@ -630,6 +631,15 @@ TEST(kv_cache_matches_forward)
     T_CHECK(mt_gpt_infer_new(m, 1, c.max_position_embeddings + 1, &e) == NULL);
     free(logits);
     destroy(m);
+}
+TEST(kv_cache_matches_forward) { kv_cache_case(tiny_config()); }
+TEST(kv_cache_matches_forward_llama)
+{
+    mt_gpt_config c = tiny_config();
+    c.norm = MT_NORM_RMSNORM, c.position = MT_POS_ROPE, c.rotary_base = 10000, c.rotary_percent = 1.0;
+    c.mlp = MT_MLP_SWIGLU, c.num_query_groups = 1, c.untie_embeddings_and_output_weights = 1;
+    c.disable_bias_linear = 1;
+    kv_cache_case(c);
 }
 
 /* Two micro-batches in flight (two contexts, as a pipeline schedule keeps them) give the gradients of
@@ -916,6 +926,7 @@ RUN(gradients_with_dropout);
 RUN(loss_mask_scale_and_accumulation);
 RUN(dropout_modes);
 RUN(kv_cache_matches_forward);
+RUN(kv_cache_matches_forward_llama);
 RUN(contexts_in_flight);
 RUN(bf16_activations);
 mtk_close(K);
