@@ -390,6 +390,7 @@ int main(int argc, char **argv)
     if (t->dev_dp) printf("> data-parallel communicator: %s\n", t->dev_dp->ops->name);
     if (t->dev_tp) printf("> tensor-parallel communicator: %s\n", t->dev_tp->ops->name);
     if (t->dev_pp) printf("> pipeline-parallel communicator: %s\n", t->dev_pp->ops->name);
+    if (a.bf16 || a.fp16) printf("> --%s: products through %s\n", a.bf16 ? "bf16" : "fp16", mtk_products(t->k));
     printf("> padded vocab (size: %lld) with %lld dummy tokens (new size: %d)\n", (long long)t->vocab_size,
            (long long)(t->cfg.padded_vocab_size - t->vocab_size), t->cfg.padded_vocab_size);
     print_param_counts(&r, &e);

@@ -112,6 +112,7 @@ struct mtk {
     mtk_stats stats;      /* mtk_stats_get: syncs and ops counted in mtk.c, launches and upload waits by the
                              backend */
     mt_err err;
+    char products[160];   /* mtk_products: set by the backend's open (empty: mtk.c's generic words) */
     void *impl;           /* backend state */
 };
 

@@ -64,6 +64,10 @@ const char *mtk_name(const mtk *k);
 mtk_dtype mtk_act_dtype(const mtk *k);
 size_t mtk_act_size(const mtk *k);   /* bytes of one activation element */
 int mtk_threads(const mtk *k);
+/* How the backend multiplies matrices of its activation dtype, in words for a program's log (e.g. the cpu
+ * backend's bf16 products through oneDNN's bf16 matmul, or through fp32 SGEMM of the bf16 values where
+ * oneDNN has no bf16 kernel for the CPU). Either way: inputs as stored, fp32 accumulation. */
+const char *mtk_products(const mtk *k);
 
 /* ---- workspace ---- */
 typedef struct mtk_limits {

@@ -76,6 +76,9 @@ mtk *mtk_open(const mtk_config *cfg, mt_err *e)
         free(k);
         return NULL;
     }
+    if (!k->products[0])
+        snprintf(k->products, sizeof k->products, "the %s backend's %s products (fp32 accumulation)", ops->name,
+                 mtk_dtype_name(k->act));
     return k;
 }
 
@@ -91,6 +94,7 @@ const char *mtk_name(const mtk *k) { return k->ops->name; }
 mtk_dtype mtk_act_dtype(const mtk *k) { return k->act; }
 size_t mtk_act_size(const mtk *k) { return mtk_dtype_size(k->act); }
 int mtk_threads(const mtk *k) { return k->threads; }
+const char *mtk_products(const mtk *k) { return k->products; }
 
 /* ---- workspace ---- */
 

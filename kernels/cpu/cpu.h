@@ -86,6 +86,10 @@ void cpu_adamw(mtk *k, float *p, void *work, const float *g, float *m, float *v,
 typedef struct cpu_dnnl cpu_dnnl;
 int cpu_dnnl_open(cpu_dnnl **d, mt_err *e);
 void cpu_dnnl_close(cpu_dnnl *d);
+/* Whether oneDNN has bf16 matmuls (bf16 operands, fp32 accumulation) on this CPU, as it limits itself
+ * (ONEDNN_MAX_CPU_ISA=AVX2 makes an AVX-512 CPU answer as an AVX2 one); the ISA oneDNN runs at, by name. */
+int cpu_dnnl_has_bf16(cpu_dnnl *d);
+const char *cpu_dnnl_isa(void);
 int cpu_dnnl_matmul(mtk *k, cpu_dnnl *d, mtk_dtype ab, int M, int N, int K, const void *A, long sam, long sak,
                     const void *B, long sbk, long sbn, const float *bias, int accumulate, void *C, mtk_dtype cdt,
                     long ldc);
@@ -94,6 +98,8 @@ int cpu_dnnl_matmul(mtk *k, cpu_dnnl *d, mtk_dtype ab, int M, int N, int K, cons
 typedef struct cpu_state {
     cpu_dnnl *dnnl;
     int sgemm_dnnl;   /* fp32 linear layers through oneDNN (default), or OpenBLAS with MT_CPU_SGEMM=openblas */
+    int bf16_dnnl;    /* bf16 linear layers through oneDNN's bf16 matmul; 0: the bf16 values staged to fp32 and
+                         multiplied by the fp32 products (no bf16 kernel on this CPU, or MT_CPU_BF16=fp32) */
 } cpu_state;
 
 /* The linear layer with bf16 operands through oneDNN (matmul_bf16.c); N, C, OC positive. */

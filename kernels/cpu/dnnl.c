@@ -1,6 +1,8 @@
 /* dnnl.c: matrix products through oneDNN's matmul primitive (Debian's libdnnl): bf16 operands with fp32
  * accumulation and an fp32 bias added before the output is rounded, on CPUs with AVX512-BF16 (or AMX)
- * at the hardware's bf16 rate, and through oneDNN's emulation elsewhere.
+ * at the hardware's bf16 rate, and through oneDNN's emulation on other AVX-512 CPUs. On a CPU for which
+ * oneDNN has no bf16 matmul at all (AVX2 without AVX-512), cpu_dnnl_has_bf16 says so at open and the
+ * backend multiplies the bf16 values in fp32 instead (ops.c): the same contract, another path.
  *
  * A primitive is built once per shape, stride pattern and output dtype and kept in a small cache (a GPT
  * step uses a dozen); the operands' memory objects are kept with it and pointed at each call's buffers.
@@ -118,6 +120,32 @@ out:
     dnnl_primitive_attr_destroy(attr);
     if (rc) entry_free(x);
     return rc;
+}
+
+const char *cpu_dnnl_isa(void)
+{
+    switch (dnnl_get_effective_cpu_isa()) {
+    case dnnl_cpu_isa_sse41: return "sse41";
+    case dnnl_cpu_isa_avx: return "avx";
+    case dnnl_cpu_isa_avx2: return "avx2";
+    case dnnl_cpu_isa_avx2_vnni: return "avx2_vnni";
+    case dnnl_cpu_isa_avx512_core: return "avx512_core";
+    case dnnl_cpu_isa_avx512_core_vnni: return "avx512_core_vnni";
+    case dnnl_cpu_isa_avx512_core_bf16: return "avx512_core_bf16";
+    case dnnl_cpu_isa_avx512_core_amx: return "avx512_core_amx";
+    default: return "another ISA";
+    }
+}
+
+int cpu_dnnl_has_bf16(cpu_dnnl *d)
+{
+    /* a small product of each kind the linear layer asks for: bf16 out with an fp32 bias, and fp32 out
+     * accumulating (the weight gradient) */
+    entry x = {0}, y = {0};
+    int ok = !build(d, &x, MTK_BF16, 16, 16, 16, 16, 1, 16, 1, 1, 0, MTK_BF16, 16) &&
+             !build(d, &y, MTK_BF16, 16, 16, 16, 1, 16, 16, 1, 0, 1, MTK_F32, 16);
+    entry_free(&x), entry_free(&y);
+    return ok;
 }
 
 int cpu_dnnl_matmul(mtk *k, cpu_dnnl *d, mtk_dtype ab, int M, int N, int K, const void *A, long sam, long sak,

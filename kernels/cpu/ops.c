@@ -13,6 +13,32 @@
 
 enum { STAGES = 4 };   /* the most activation operands one operation stages */
 
+static void cpu_close(mtk *k);
+
+/* The path of the bf16/fp16 linear layers, said in k->products. bf16: oneDNN's bf16 matmul where it has
+ * one for this CPU, else (or with MT_CPU_BF16=fp32) the fp32 products of the bf16 values, as fp16 always
+ * is: the same numbers either way up to the order of the fp32 sums. MT_CPU_BF16=onednn insists on
+ * oneDNN (an error where it has no kernel). */
+static int products_choose(mtk *k, cpu_state *s, mt_err *e)
+{
+    const char *want = getenv("MT_CPU_BF16"), *sg = s->sgemm_dnnl ? "oneDNN" : "OpenBLAS";
+    if (want && *want && strcmp(want, "onednn") && strcmp(want, "fp32"))
+        return mtk_err_set(e, "MT_CPU_BF16: '%s' is not onednn or fp32", want);
+    if (k->act == MTK_BF16 && !(want && !strcmp(want, "fp32"))) {
+        s->bf16_dnnl = cpu_dnnl_has_bf16(s->dnnl);
+        if (!s->bf16_dnnl && want && !strcmp(want, "onednn"))
+            return mtk_err_set(e, "MT_CPU_BF16=onednn: oneDNN has no bf16 matmul on this CPU (%s)", cpu_dnnl_isa());
+    }
+    if (s->bf16_dnnl)
+        snprintf(k->products, sizeof k->products, "oneDNN's bf16 matmul (%s), fp32 accumulation", cpu_dnnl_isa());
+    else
+        snprintf(k->products, sizeof k->products, "%s's fp32 SGEMM of the %s values%s", sg, mtk_dtype_name(k->act),
+                 k->act == MTK_F16 ? ""
+                 : want && *want ? " (MT_CPU_BF16=fp32)"
+                                 : " (oneDNN has no bf16 matmul on this CPU)");
+    return 0;
+}
+
 static int cpu_open(mtk *k, const mtk_config *cfg, mt_err *e)
 {
     cpu_state *s = calloc(1, sizeof *s);
@@ -24,6 +50,10 @@ static int cpu_open(mtk *k, const mtk_config *cfg, mt_err *e)
     const char *g = getenv("MT_CPU_SGEMM");
     s->sgemm_dnnl = !(g && !strcmp(g, "openblas"));
     k->impl = s;
+    if (k->act != MTK_F32 && products_choose(k, s, e)) {
+        cpu_close(k);
+        return -1;
+    }
     if (cfg->threads > 0) omp_set_num_threads(cfg->threads);
     /* All parallelism is OpenMP's: BLAS calls are made per thread on slabs or tiles (matmul.c, attention.c). */
     openblas_set_num_threads(1);
@@ -336,7 +366,7 @@ static void s_rmsnorm_bwd(mtk *k, void *dinp, float *dw, const void *dout, const
 }
 static void s_matmul_fwd(mtk *k, void *o, const void *inp, const void *w, const float *bias, int N, int C, int OC)
 {
-    if (k->act == MTK_BF16 && N > 0 && C > 0 && OC > 0) {
+    if (k->act == MTK_BF16 && ((cpu_state *)k->impl)->bf16_dnnl && N > 0 && C > 0 && OC > 0) {
         cpu_matmul_fwd_bf16(k, o, inp, w, bias, N, C, OC);
         return;
     }
@@ -348,7 +378,7 @@ static void s_matmul_fwd(mtk *k, void *o, const void *inp, const void *w, const 
 static void s_matmul_bwd(mtk *k, void *dinp, float *dw, float *dbias, const void *dout, const void *inp,
                          const void *w, int N, int C, int OC, int acc)
 {
-    if (k->act == MTK_BF16 && N > 0 && C > 0 && OC > 0) {
+    if (k->act == MTK_BF16 && ((cpu_state *)k->impl)->bf16_dnnl && N > 0 && C > 0 && OC > 0) {
         cpu_matmul_bwd_bf16(k, dinp, dw, dbias, dout, inp, w, N, C, OC, acc);
         return;
     }

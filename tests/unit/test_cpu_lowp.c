@@ -4,7 +4,9 @@
  * the fp32 backend gives on the same values converted to fp32, with its outputs rounded, at sizes of
  * several blocks and odd tails (the conformance suite, test_kernels, holds the same paths to a reference
  * within a tolerance). Also: the bf16 matrix products through oneDNN against fp32 products of the same
- * bf16 values within the error of rounding the output, and their weight gradient accumulating. */
+ * bf16 values within the error of rounding the output, and their weight gradient accumulating; and the
+ * same bf16 cases again on the path of a CPU for which oneDNN has no bf16 matmul (MT_CPU_BF16=fp32, the
+ * path ONEDNN_MAX_CPU_ISA=AVX2 or an AVX2-only CPU gets), whose products are the fp32 backend's to the bit. */
 #define _POSIX_C_SOURCE 200809L
 #include <stdint.h>
 
@@ -13,6 +15,7 @@
 
 static mtk *kl, *kf;   /* reduced precision, fp32 */
 static mtk_dtype DT;
+static int STAGED;     /* kl's linear layers multiply the 16-bit values in fp32 (fp16; bf16 without oneDNN's) */
 
 static mtk *open_dt(mtk_dtype dt)
 {
@@ -185,6 +188,7 @@ TEST(matmul)
     rnd(OC, 1, &bias);
     void *o = lbuf((size_t)N * OC);
     mtk_matmul_fwd(kl, o, x, w, bias, N, C, OC), mtk_matmul_fwd(kf, fo, fx, fw, bias, N, C, OC);
+    if (STAGED) T_CHECK(same(o, fo, (size_t)N * OC));   /* the fp32 product, rounded once */
     mtk_convert(kf, h, MTK_F32, o, DT, (size_t)N * OC);
     mtk_to_host(kf, g, fo, (size_t)N * OC * 4);
     double worst = 0;
@@ -199,6 +203,7 @@ TEST(matmul)
     worst = 0;
     for (size_t i = 0; i < (size_t)OC * C; i++) worst = fmax(worst, fabs(dw1[i] - dw2[i]) / fmax(1.0, fabs(dw2[i])));
     T_CHECK(worst < 1e-4);   /* fp32 accumulation of exact products of 16-bit values, only the order differs */
+    if (STAGED) T_CHECK(same_f(dw1, dw2, (size_t)OC * C));
     /* and the fp32 products (oneDNN, in slabs) against OpenBLAS's */
     setenv("MT_CPU_SGEMM", "openblas", 1);
     mtk *ko = open_dt(MTK_F32);
@@ -215,6 +220,7 @@ TEST(matmul)
     float *fdx = fbuf((size_t)N * C);
     mtk_matmul_bwd(kl, dx, NULL, NULL, dy, x, w, N, C, OC, MTK_GRAD_ACCUMULATE);
     mtk_matmul_bwd(kf, fdx, NULL, NULL, fdy, fx, fw, N, C, OC, MTK_GRAD_ACCUMULATE);
+    if (STAGED) T_CHECK(same(dx, fdx, (size_t)N * C));
     mtk_convert(kf, h, MTK_F32, dx, DT, (size_t)N * C);
     worst = 0;
     for (size_t i = 0; i < (size_t)N * C; i++) worst = fmax(worst, fabs(h[i] - fdx[i]) / fmax(1.0, fabs(fdx[i])));
@@ -226,10 +232,17 @@ TEST(matmul)
 
 T_MAIN_BEGIN("test_cpu_lowp")
 kf = open_dt(MTK_F32);
-for (int d = 0; d < 2; d++) {
-    DT = d ? MTK_F16 : MTK_BF16;
+for (int d = 0; d < 3; d++) {
+    /* bf16 as this CPU runs it, bf16 through fp32 products, fp16 */
+    DT = d == 2 ? MTK_F16 : MTK_BF16;
+    if (d == 1) setenv("MT_CPU_BF16", "fp32", 1);
     kl = open_dt(DT);
-#define RUN_DT(name) t_run(d ? "fp16 " #name : "bf16 " #name, name)
+    unsetenv("MT_CPU_BF16");
+    STAGED = d > 0 || !strstr(mtk_products(kl), "oneDNN's bf16");
+    printf("# %s: products through %s\n", mtk_dtype_name(DT), mtk_products(kl));
+    static const char *const names[] = {"bf16 ", "bf16 (fp32 products) ", "fp16 "};
+    char nm[64];
+#define RUN_DT(name) (snprintf(nm, sizeof nm, "%s%s", names[d], #name), t_run(nm, name))
     RUN_DT(elementwise);
     RUN_DT(layernorm_forward);
     RUN_DT(cross_entropy);
