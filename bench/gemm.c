@@ -1,8 +1,10 @@
 /* gemm.c: the linear layer's three products (forward out = x W^T, backward dx = dy W and dW += dy^T x)
  * through mt's cpu kernel backend at given shapes, with fp32 operands through OpenBLAS
- * (MT_CPU_SGEMM=openblas), fp32 through oneDNN (the default), and bf16 operands through oneDNN
- * (fp32 accumulation), best of several repetitions after a warm-up. Prints one row per shape with
- * GFLOP/s of each (2 N C OC flops per product). Built and run by bench/gemm-cpu.
+ * (MT_CPU_SGEMM=openblas), fp32 through oneDNN (the default), and bf16 operands as the backend
+ * multiplies them on this CPU (oneDNN's bf16 matmul where it has one, else the fp32 products of the bf16
+ * values; the path is printed first), fp32 accumulation, best of several repetitions after a warm-up.
+ * Prints one row per shape with GFLOP/s of each (2 N C OC flops per product). Built and run by
+ * bench/gemm-cpu and bench/train-cpu.
  * Usage: gemm THREADS N:C:OC... */
 #define _POSIX_C_SOURCE 200809L
 #include <stdio.h>
@@ -19,6 +21,8 @@ static double now_s(void)
     return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
 }
 
+static char bf16_path[160];   /* the bf16 products' path, as the backend says it */
+
 /* GFLOP/s of fwd, dinp and dw products on a backend opened with dtype and MT_CPU_SGEMM=sgemm. */
 static int run(int nt, mtk_dtype dt, const char *sgemm, int N, int C, int OC, double g[3])
 {
@@ -29,6 +33,7 @@ static int run(int nt, mtk_dtype dt, const char *sgemm, int N, int C, int OC, do
         fprintf(stderr, "gemm: %s\n", e.msg);
         return -1;
     }
+    if (dt == MTK_BF16) snprintf(bf16_path, sizeof bf16_path, "%s", mtk_products(k));
     size_t a = mtk_act_size(k), big = (size_t)N * C;
     if ((size_t)N * OC > big) big = (size_t)N * OC;
     if ((size_t)OC * C > big) big = (size_t)OC * C;
@@ -74,8 +79,11 @@ int main(int argc, char **argv)
         return 2;
     }
     int nt = atoi(argv[1]);
+    double probe[3];
+    if (run(nt, MTK_BF16, "onednn", 16, 16, 16, probe)) return 1;
+    printf("bf16 products through %s\n", bf16_path);
     printf("%-20s | %-26s | %-26s | %-26s\n", "N x C -> OC", "fp32 OpenBLAS fwd/dx/dW", "fp32 oneDNN fwd/dx/dW",
-           "bf16 oneDNN fwd/dx/dW");
+           "bf16 fwd/dx/dW");
     double tot[3][3] = {{0}};
     for (int i = 2; i < argc; i++) {
         int N, C, OC;
@@ -96,7 +104,7 @@ int main(int argc, char **argv)
     }
     double t[3];
     for (int s = 0; s < 3; s++) t[s] = tot[s][0] + tot[s][1] + tot[s][2];
-    printf("all shapes, one of each product: fp32 OpenBLAS %.1f ms, fp32 oneDNN %.1f ms, bf16 oneDNN %.1f ms "
+    printf("all shapes, one of each product: fp32 OpenBLAS %.1f ms, fp32 oneDNN %.1f ms, bf16 %.1f ms "
            "(oneDNN fp32 %.2fx OpenBLAS, bf16 %.2fx the faster fp32)\n",
            t[0] * 1e3, t[1] * 1e3, t[2] * 1e3, t[0] / t[1], (t[0] < t[1] ? t[0] : t[1]) / t[2]);
     return 0;
