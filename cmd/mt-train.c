@@ -356,9 +356,18 @@ static void print_param_counts(run *r, mt_err *e)
     free(n);
 }
 
+/* Whether the command line asks for the planner, which runs no OpenMP threads: no re-exec to set their
+ * wait policy (half of its start-up time). */
+static int is_dry_run(int argc, char **argv)
+{
+    for (int i = 1; i < argc; i++)
+        if (!strcmp(argv[i], "--dry-run")) return 1;
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
-    mt_omp_env_spin(argv, 1000);
+    if (!is_dry_run(argc, argv)) mt_omp_env_spin(argv, 1000);
     mt_set_progname(argv[0]);
     mt_set_die_report(report_before_join);
     static run r;
