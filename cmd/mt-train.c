@@ -195,7 +195,8 @@ static void log_iteration(run *r, interval *iv, const mt_step_result *s)
     l.grad_norm = s->grad_norm;
     l.has_tokens_per_sec = true;
     l.tokens_per_sec = dt > 0 ? (double)n * (double)r->t.a.global_batch_size * r->t.a.seq_length / dt : 0;
-    double tflops = dt > 0 ? (double)n * r->t.flops_per_iter / dt / 1e12 : 0;
+    /* per GPU: the job's FLOPs over its ranks, as Megatron divides by the world size */
+    double tflops = dt > 0 ? (double)n * r->t.flops_per_iter / dt / 1e12 / r->world->size : 0;
     if (r->t.a.log_throughput) {
         l.has_tflops = true;
         l.tflops_per_gpu = tflops;

@@ -5,7 +5,7 @@
 # token 12 L h^2 ((1 + ng/np + T/(2h)) + (f/h) s) + 6 h V, the attention matrix's term counted for its
 # causal half, for a GPT-2 model and a LLaMA one (grouped-query attention, SwiGLU): the checkpoint's total
 # is iterations x the count of one global batch, and every logged iteration's throughput is that count /
-# its time / 1e12.
+# its time / 1e12 / the ranks (per GPU, as Megatron divides by the world size; checked on 2 ranks too).
 . "$(dirname "$0")/../lib.sh"
 py=/usr/bin/python3
 d=$T_TMP
@@ -21,17 +21,20 @@ llama="--num-layers 3 --hidden-size 64 --num-attention-heads 4 --normalization R
        --untie-embeddings-and-output-weights --disable-bias-linear"
 # shellcheck disable=SC2086
 llama=$(echo $llama)   # one line, for the table below
-# name | flags | layers hidden heads query-groups ffn swiglu
-for c in "gpt2|$gpt|2 64 4 4 256 0" "llama|$llama|3 64 4 2 96 1"; do
-    IFS='|' read -r name flags shape <<< "$c"
-    s=$d/$name
+if ! command -v mpirun >/dev/null; then t_fail "mpirun" "openmpi-bin is not installed (make deps)"; exit 1; fi
+t_mpi_env
+# name | ranks | flags | layers hidden heads query-groups ffn swiglu
+for c in "gpt2|1|$gpt|2 64 4 4 256 0" "llama|1|$llama|3 64 4 2 96 1" "gpt2 on 2 ranks|2|$gpt|2 64 4 4 256 0"; do
+    IFS='|' read -r name n flags shape <<< "$c"
+    s=$d/${name// /-}
+    run=(mt-train); [ "$n" -gt 1 ] && run=(mpi "$n" mt-train)
     # shellcheck disable=SC2086
-    if ! mt-train $flags $common --metrics-file "$s.jsonl" --save "$s.ckpt" >"$s.log" 2>"$s.err"; then
+    if ! "${run[@]}" $flags $common --metrics-file "$s.jsonl" --save "$s.ckpt" >"$s.log" 2>"$s.err"; then
         t_fail "$name: training" "$(tail -2 "$s.err")"
         continue
     fi
     # shellcheck disable=SC2086
-    if $py - "$s.log" "$s.jsonl" "$s.ckpt/iter_0000003/mp_rank_00/meta.json" 1 $shape >"$s.cmp" 2>&1 <<'PYEOF'
+    if $py - "$s.log" "$s.jsonl" "$s.ckpt/iter_0000003/mp_rank_00/meta.json" "$n" $shape >"$s.cmp" 2>&1 <<'PYEOF'
 import json, re, sys
 log, metrics, meta, world = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
 L, h, heads, groups, ffn, swiglu = map(int, sys.argv[5:11])
