@@ -97,7 +97,7 @@ else t_fail "GPT-3 175B plan" "$(tail -2 "$d/g3.err" "$d/g3c" 2>/dev/null)"; fi
 
 # the planner reads no data: without --data-path the plan is the same, line for line (training still
 # needs it)
-nodata=$(echo $base | sed "s|--data-path $d/data --data-cache-path $d/cache||")
+nodata=${base/"--data-path $d/data --data-cache-path $d/cache"/}
 # shellcheck disable=SC2086
 mt-train $base --pipeline-model-parallel-size 2 --num-layers-per-virtual-pipeline-stage 1 --dry-run --world-size 4 >"$d/with" 2>&1
 # shellcheck disable=SC2086
