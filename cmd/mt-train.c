@@ -195,7 +195,8 @@ static void log_iteration(run *r, interval *iv, const mt_step_result *s)
     l.grad_norm = s->grad_norm;
     l.has_tokens_per_sec = true;
     l.tokens_per_sec = dt > 0 ? (double)n * (double)r->t.a.global_batch_size * r->t.a.seq_length / dt : 0;
-    double tflops = dt > 0 ? (double)n * r->t.flops_per_iter / dt / 1e12 : 0;
+    /* per GPU: the job's FLOPs over its ranks, as Megatron divides by the world size */
+    double tflops = dt > 0 ? (double)n * r->t.flops_per_iter / dt / 1e12 / r->world->size : 0;
     if (r->t.a.log_throughput) {
         l.has_tflops = true;
         l.tflops_per_gpu = tflops;
@@ -356,9 +357,18 @@ static void print_param_counts(run *r, mt_err *e)
     free(n);
 }
 
+/* Whether the command line asks for the planner, which runs no OpenMP threads: no re-exec to set their
+ * wait policy (half of its start-up time). */
+static int is_dry_run(int argc, char **argv)
+{
+    for (int i = 1; i < argc; i++)
+        if (!strcmp(argv[i], "--dry-run")) return 1;
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
-    mt_omp_env_spin(argv, 1000);
+    if (!is_dry_run(argc, argv)) mt_omp_env_spin(argv, 1000);
     mt_set_progname(argv[0]);
     mt_set_die_report(report_before_join);
     static run r;

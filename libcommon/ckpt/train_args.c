@@ -215,7 +215,8 @@ static const mt_flag flags[] = {
     {"--threads", MT_F_INT, &A.threads, "N", "CPU threads (default: OpenMP's, e.g. OMP_NUM_THREADS)", 0, 4096, NULL},
     {"--dry-run", MT_F_BOOL, &A.dry_run, NULL,
      "print what every (tensor rank, stage) would hold (parameters, gradients, optimizer state, peak activations) "
-     "and the pipeline bubble for --world-size ranks, then exit: no data read, no rank started", 0, 0, NULL},
+     "and the pipeline bubble for --world-size ranks, then exit: no data read (no --data-path needed), no rank "
+     "started", 0, 0, NULL},
     {"--world-size", MT_F_INT, &A.world_size, "N",
      "with --dry-run: the ranks of the job planned (default tensor x pipeline size)", 1, 1 << 24, NULL},
     {0},
@@ -351,7 +352,7 @@ static int parse(mt_train_args *out, int argc, char **argv, mt_err *e)
         if (!given(seen, required[i])) return mt_err_set(e, "%s is required (try --help)", required[i]);
     if (!a->skip_train && a->lr < 0) return mt_err_set(e, "--lr is required (try --help)");
     if (a->lr < 0) a->lr = 0;
-    if (!a->data_path.n) return mt_err_set(e, "--data-path is required (try --help)");
+    if (!a->data_path.n && !a->dry_run) return mt_err_set(e, "--data-path is required (try --help)");
     /* Megatron: SwiGLU's two input matrices keep the parameters near those of 4h, a multiple of 64 */
     if (a->ffn_hidden_size == 0) a->ffn_hidden_size = a->swiglu ? a->hidden_size / 24 * 64 : 4 * a->hidden_size;
     if (a->ffn_hidden_size == 0)

@@ -167,7 +167,7 @@ typedef struct isched {
     int to_free;             /* the context of the last backward, free once its gradient is sent */
     double ls;
     mt_step_result *r;
-    int dry;                 /* only the contexts' bookkeeping (mt_pipeline_contexts) */
+    int dry;                 /* only the contexts' bookkeeping (mt_pipeline_contexts_replayed) */
 } isched;
 
 static void q_push(ivq *q, int x) { q->q[q->tail++] = x; }
@@ -365,13 +365,10 @@ static int eval_interleaved(mt_trainer *t, int split, int64_t first, double *los
     return 0;
 }
 
-int mt_pipeline_contexts(int pp, int stage, int num_micro, int vp, int *per_chunk)
+int mt_pipeline_contexts_replayed(int pp, int stage, int num_micro, int vp, int *per_chunk)
 {
     for (int c = 0; c < vp; c++) per_chunk[c] = 0;
-    if (vp <= 1) {   /* 1F1B: min(pp - stage, M) of the one chunk */
-        per_chunk[0] = pp - stage < num_micro ? pp - stage : num_micro;
-        return 0;
-    }
+    if (vp <= 1) return mt_pipeline_contexts(pp, stage, num_micro, vp, per_chunk);
     mt_trainer t = {0};
     t.pp_size = pp, t.pp_rank = stage, t.num_micro = num_micro, t.vp = vp;
     t.ctxs = mt_xcalloc(1, sizeof *t.ctxs), t.ctx_scale = mt_xcalloc(1, sizeof *t.ctx_scale);

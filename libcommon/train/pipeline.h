@@ -34,8 +34,15 @@ int mt_pipeline_eval(mt_trainer *t, int split, int64_t first, double *loss_sum, 
 
 /* The contexts (micro-batches' activations) stage `stage` of pp keeps per model chunk (per_chunk[vp])
  * over a step of num_micro micro-batches: the 1F1B bound min(pp - stage, M), or the most the interleaved
- * schedule has in flight (and received) at once, counted by running its bookkeeping. 0, or -1. */
+ * schedule has in flight (and received) at once, in closed form (pipeline_contexts.c), in O(vp) whatever
+ * pp and num_micro. 0, or -1 for sizes the schedule does not run (interleaved: num_micro not a multiple
+ * of pp). */
 int mt_pipeline_contexts(int pp, int stage, int num_micro, int vp, int *per_chunk);
+
+/* The same counted by replaying the interleaved schedule's bookkeeping (the training step's own code,
+ * without the model), in time growing with pp, num_micro and vp: the reference of the closed form in
+ * tests. */
+int mt_pipeline_contexts_replayed(int pp, int stage, int num_micro, int vp, int *per_chunk);
 
 /* After the backward passes: the gradients of tied word embeddings summed between the first and last
  * stage (Megatron's embedding-group all-reduce). Nothing with one stage. */

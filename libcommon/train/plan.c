@@ -40,11 +40,14 @@ int mt_plan_print(FILE *out, const mt_train_args *a, int world, mt_err *e)
     double mb = 1024.0 * 1024.0;
     size_t *cb = mt_xcalloc((size_t)vp, sizeof *cb);
     int *live = mt_xcalloc((size_t)vp, sizeof *live);
-    for (int s = 0; s < pp; s++)
+    for (int s = 0; s < pp; s++) {
+        if (mt_pipeline_contexts(pp, s, M, vp, live)) {
+            free(cb), free(live);
+            return mt_err_set(e, "stage %d of %d: no schedule for %d micro-batches of %d model chunks", s, pp, M, vp);
+        }
         for (int r = 0; r < tp; r++) {
             size_t np;
-            if (mt_gpt_plan_part(&cfg, r, tp, s, pp, vp, a->micro_batch_size, asz, &np, cb, e) ||
-                mt_pipeline_contexts(pp, s, M, vp, live)) {
+            if (mt_gpt_plan_part(&cfg, r, tp, s, pp, vp, a->micro_batch_size, asz, &np, cb, e)) {
                 free(cb), free(live);
                 return -1;
             }
@@ -68,6 +71,7 @@ int mt_plan_print(FILE *out, const mt_train_args *a, int world, mt_err *e)
                     r + tp * dp * s, pb / mb, gb / mb, ob / mb, ab / mb, (pb + gb + ob + ab) / mb, n_live,
                     vp > 1 ? " (model chunks)" : "");
         }
+    }
     free(cb), free(live);
     if (vp > 1)
         fprintf(out, "pipeline bubble fraction (pp - 1) / (v m): %.4f (%d stages, %d model chunks each, %d micro-batches)\n",

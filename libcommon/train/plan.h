@@ -2,8 +2,9 @@
  * pipeline sizes), schedule, micro-batching and recomputation, what every (tensor rank, stage) of the
  * first data-parallel rank holds, computed from the model's shapes without building it, reading data or
  * starting ranks: its parameters, gradients, optimizer state and peak activations (the contexts of the
- * micro-batches the 1F1B schedule keeps alive on its stage), in the units and order of mt-train's own
- * memory lines, and the pipeline bubble fraction (pp - 1) / m of the schedule.
+ * micro-batches the 1F1B or the interleaved schedule keeps alive on its stage, counted in closed form by
+ * mt_pipeline_contexts), in the units and order of mt-train's own memory lines, and the pipeline bubble
+ * fraction (pp - 1) / m of the schedule.
  */
 #ifndef MT_TRAIN_PLAN_H
 #define MT_TRAIN_PLAN_H

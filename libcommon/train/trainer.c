@@ -19,8 +19,8 @@ uint64_t mt_trainer_dropout_key(const mt_trainer *t, int64_t it, int m)
 /* Model FLOPs of one iteration (forward + backward = 3 x forward, no recomputation), as Megatron's
  * num_floating_point_operations counts them: per layer and token the query, key/value (ng / np of the
  * queries' with grouped-query attention) and dense products, the attention scores and weighted values
- * over the full T (causality not discounted), the MLP (3/2 of it with SwiGLU's gate), and the logits over
- * the padded vocabulary. */
+ * over the causal half of the T x T matrix (Megatron's count since March 2025), the MLP (3/2 of it with
+ * SwiGLU's gate), and the logits over the padded vocabulary. */
 static double flops_per_iteration(const mt_trainer *t)
 {
     const mt_gpt_config *c = &t->cfg;
@@ -28,9 +28,10 @@ static double flops_per_iteration(const mt_trainer *t)
            V = c->padded_vocab_size, f = c->ffn_hidden_size;
     double g = (c->num_query_groups > 0 ? c->num_query_groups : c->num_heads) / (double)c->num_heads;
     double glu = c->mlp == MT_MLP_SWIGLU ? 1.5 : 1.0;
-    /* per layer forward: q, k, v and dense 4Th^2 (1 + g), attention scores+values 4T^2h, mlp 4Thf (x glu);
-     * logits 2ThV; x3 for forward + backward */
-    double fwd = L * (4 * T * h * h * (1 + g) + 4 * T * T * h + 4 * T * h * f * glu) + 2 * T * h * V;
+    /* per layer forward: q, k, v and dense 4Th^2 (1 + g), attention scores+values 2T^2h (QK^T and the
+     * weighted values, 2T^2h each over the whole matrix, halved: only its causal half is needed), mlp
+     * 4Thf (x glu); logits 2ThV; x3 for forward + backward */
+    double fwd = L * (4 * T * h * h * (1 + g) + 2 * T * T * h + 4 * T * h * f * glu) + 2 * T * h * V;
     return 3 * B * fwd;
 }
 

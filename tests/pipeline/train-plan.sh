@@ -6,7 +6,8 @@
 # and its bubble fraction is (pp - 1) / m, (pp - 1) / (v m) interleaved. A
 # GPT-3 175B layout on 1024 ranks is planned in seconds without allocating it, and its parameters summed
 # over the ranks (less the last stage's copies of the word embeddings, replicated tensors counted once)
-# are the model's count from its sizes. Planning a layout that cannot split the model is refused naming the flag.
+# are the model's count from its sizes. The plan needs no --data-path (the same plan without it).
+# Planning a layout that cannot split the model is refused naming the flag.
 . "$(dirname "$0")/../lib.sh"
 py=/usr/bin/python3
 d=$T_TMP
@@ -93,6 +94,21 @@ print("%.1fB parameters" % (whole / 1e9))
 PYEOF
 then t_pass "GPT-3 175B on 1024 ranks planned: every rank's parameters sum to the model's ($(cat "$d/g3c"))"
 else t_fail "GPT-3 175B plan" "$(tail -2 "$d/g3.err" "$d/g3c" 2>/dev/null)"; fi
+
+# the planner reads no data: without --data-path the plan is the same, line for line (training still
+# needs it)
+nodata=${base/"--data-path $d/data --data-cache-path $d/cache"/}
+# shellcheck disable=SC2086
+mt-train $base --pipeline-model-parallel-size 2 --num-layers-per-virtual-pipeline-stage 1 --dry-run --world-size 4 >"$d/with" 2>&1
+# shellcheck disable=SC2086
+if mt-train $nodata --pipeline-model-parallel-size 2 --num-layers-per-virtual-pipeline-stage 1 --dry-run --world-size 4 \
+    >"$d/without" 2>"$d/without.err" && grep -q '^\[Rank 2\] memory' "$d/without" && cmp -s "$d/with" "$d/without"; then
+    t_pass "--dry-run without --data-path: the plan with it, line for line"
+else t_fail "--dry-run without --data-path" "$(tail -1 "$d/without.err") $(diff "$d/with" "$d/without" | head -3)"; fi
+# shellcheck disable=SC2086
+t_fails "training without --data-path" mt-train $nodata
+grep -q -- '--data-path is required' "$T_TMP/err" && t_pass "training without --data-path: the message names the flag" ||
+    t_fail "training without --data-path message" "$(tail -1 "$T_TMP/err")"
 
 # refusals naming the flag
 # shellcheck disable=SC2086
