@@ -128,6 +128,14 @@ if echo '{"text": "a"}' | tik --tokenizer-model "$T/bad.tiktoken" >/dev/null 2>"
 else
     t_grep "bad tiktoken file refused naming the file" "TikTokenizer: $T/bad.tiktoken: line 1" "$T/bad.err"
 fi
+# a token listed twice: tiktoken would keep its later rank; mt names both lines
+{ cat "$cl"; head -n 1 "$cl" | sed 's/ [0-9]*$/ 100256/'; } > "$T/dup.tiktoken"
+if echo '{"text": "a"}' | tik --tokenizer-model "$T/dup.tiktoken" >/dev/null 2>"$T/bad.err"; then
+    t_fail "tiktoken file with a token listed twice refused" "accepted"
+else
+    t_grep "tiktoken file with a token listed twice refused naming the file and both lines" \
+        "TikTokenizer: $T/dup.tiktoken: line 100257: the token of line 1 again" "$T/bad.err"
+fi
 rm -f "$l3/tokenizer_config.json"
 if tok_hf "$l3" --append-eod < "$docs" >/dev/null 2>"$T/bad.err"; then t_fail "--append-eod without eos_token" "accepted"
 else t_grep "--append-eod without an eos_token is an error" "append-eod: .*no eos_token" "$T/bad.err"; fi

@@ -556,7 +556,14 @@ TEST(tiktoken_file)
     write_tiktoken(path, "YWI= \n");
     expect_tiktoken_error(path, "line 257: expected", __LINE__);
     write_tiktoken(path, "YWI= 97\n");
-    expect_tiktoken_error(path, "rank 97 given twice", __LINE__);
+    expect_tiktoken_error(path, "line 257: rank 97 given twice (line 159 has it too)", __LINE__);
+    /* a token listed twice: tiktoken keeps the later rank (258, leaving 256 unused), mt refuses it */
+    write_tiktoken(path, "YWI= 256\nYmM= 257\nYWI= 258\n");
+    expect_tiktoken_error(path, "line 259: the token of line 257 again (rank 256 there, 258 here)", __LINE__);
+    write_tiktoken(path, "YWI= 256\nYWI= 256\n");
+    expect_tiktoken_error(path, "line 258: the token of line 257 again", __LINE__);
+    write_tiktoken(path, "YQ== 256\n");
+    expect_tiktoken_error(path, "line 257: the token of line 159 again (rank 97 there, 256 here)", __LINE__);
     write_file(path, "\x1f\x8b\x08");
     expect_tiktoken_error(path, "gunzip", __LINE__);
     write_file(path, "YQ== 0\n");
