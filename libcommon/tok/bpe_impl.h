@@ -53,8 +53,8 @@ struct mt_bpe {
     int64_t eod;
     mt_pattern pattern;
     /* tokenizer.json added tokens, matched in the text before pre-tokenization: [0] those matched in the
-     * raw text (special or normalized: false), [1] those matched in the normalized text, as their content
-     * normalized: pat[pat_off[k] .. pat_off[k + 1]) when pat_off is set, else the token's own bytes */
+     * raw text (normalized: false), [1] those matched in the normalized text; token k as the text
+     * pat[pat_off[k] .. pat_off[k + 1]): its content, normalized for [1] */
     struct {
         uint32_t *id;
         size_t n;

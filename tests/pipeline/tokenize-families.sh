@@ -6,7 +6,9 @@
 # of tests/golden and seeded random strings. Then mt-tokenize | mt-index end to end against transformers'
 # AutoTokenizer (what Megatron's HuggingFaceTokenizer calls: BOS from the template, eos_token as EOD) and
 # tiktoken (ids >= 65500: an int32 dataset that mt-shuffle reads), a Qwen2 style tokenizer.json with the
-# NFC normalizer against HF tokenizers, and the refusals of what mt does not support. Skips when PyPI is
+# NFC normalizer against HF tokenizers, the ids that tokenizer.json and tiktoken files give their tokens
+# (tests/oracle/tok-id-rules.py: added tokens with gaps or repeats, a token listed twice, ...) against
+# the same two, and the refusals of what mt does not support. Skips when PyPI is
 # unreachable. MT_SOAK=1 runs more strings.
 . "$(dirname "$0")/../lib.sh"
 T=$T_TMP
@@ -31,6 +33,18 @@ while IFS= read -r line; do
     esac
 done <"$T/o"
 cat "$T/e" >&2
+
+# --- the id rules of tokenizer.json and tiktoken files (gaps, repeats, holes), against tokenizers and tiktoken
+if "$py" "$T_TOP/tests/oracle/tok-id-rules.py" "$helper" "$T/ids" >"$T/ids.out" 2>"$T/ids.err"; then
+    while IFS= read -r line; do
+        case $line in
+        PASS\ *) t_pass "${line#PASS }" ;;
+        FAIL\ *) t_fail "${line#FAIL }" "mt against the reference" ;;
+        esac
+    done <"$T/ids.out"
+else
+    t_fail "id rules" "oracle script failed: $(tail -c 400 "$T/ids.err")"
+fi
 
 # --- mt-tokenize | mt-index with the Llama 3 style tokenizer.json, against transformers -----------------
 l3=$T/w/llama3
