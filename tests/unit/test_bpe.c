@@ -1,6 +1,6 @@
 /* test_bpe.c: the byte-level BPE tokenizer: the pattern's edge cases with exact GPT-2 ids, round
  * trips, UTF-8 repair, load errors, a small hand-made vocabulary, tiktoken ranks file and tokenizer.json
- * (the ids of its added tokens), adversarial
+ * (the ids of its added tokens, their matching around the NFC normalizer), adversarial
  * long pieces and the golden ids in tests/golden (made with tiktoken).
  * Also a helper for tests/pipeline/bpe-oracle.sh:
  *   test_bpe --encode-lines [--special] VOCAB MERGES < lines
@@ -701,6 +701,25 @@ TEST(hf_added_ids)
     expect_hf_error(p, "added_tokens[0]: needs a content string and an id", __LINE__);
 }
 
+/* Added tokens and the NFC normalizer, as HF tokenizers: those with normalized false are matched in the
+ * raw text first, as written ("e" U+0301 only, not U+00E9); the text between them is normalized, then
+ * those with normalized true are matched in it as their content normalized ("A" U+030A, NFC U+00C5, is
+ * matched by either spelling). Ids from tokenizers 0.23. */
+TEST(hf_added_nfc)
+{
+    char *p = t_path("tok.json");
+    write_tokenizer_json(p, NULL, "[[258, \"A\\u030a\", true, false], [259, \"e\\u0301\", false, false]]", 1);
+    mt_bpe *b = load_hf(p, __LINE__);
+    if (!b) return;
+    T_EQ_STR(enc_hf(b, "\xc3\x85"), "258");          /* U+00C5 */
+    T_EQ_STR(enc_hf(b, "A\xcc\x8a"), "258");         /* A U+030A */
+    T_EQ_STR(enc_hf(b, "e\xcc\x81"), "259");         /* e U+0301 */
+    T_EQ_STR(enc_hf(b, "\xc3\xa9"), "195 169");      /* U+00E9: not the raw token, its bytes */
+    T_EQ_STR(enc_hf(b, "xe\xcc\x81y"), "120 259 121");
+    T_EQ_STR(enc_hf(b, "e\xcc\x81" "A\xcc\x8a\xc3\xa9"), "259 258 195 169");
+    mt_bpe_free(b);
+}
+
 TEST(adversarial_long_pieces)
 {
     NEED_GPT2();
@@ -857,6 +876,7 @@ int main(int argc, char **argv)
     RUN(megatron_tiktoken);
     RUN(tiktoken_file);
     RUN(hf_added_ids);
+    RUN(hf_added_nfc);
     RUN(adversarial_long_pieces);
     RUN(golden_ids);
     t_tmpdir_remove();
