@@ -5,11 +5,11 @@
 # GPT-NeoX pre-tokenizers, both merges formats, added tokens, a BOS template), over the test documents
 # of tests/golden and seeded random strings. Then mt-tokenize | mt-index end to end against transformers'
 # AutoTokenizer (what Megatron's HuggingFaceTokenizer calls: BOS from the template, eos_token as EOD) and
-# tiktoken (ids >= 65500: an int32 dataset that mt-shuffle reads), a Qwen2 style tokenizer.json with the
-# NFC normalizer against HF tokenizers, the ids that tokenizer.json and tiktoken files give their tokens
-# (tests/oracle/tok-id-rules.py: added tokens with gaps or repeats, a token listed twice, ...) against
-# the same two, and the refusals of what mt does not support. Skips when PyPI is
-# unreachable. MT_SOAK=1 runs more strings.
+# tiktoken (ids >= 65500: an int32 dataset that mt-shuffle reads), an added token whose id leaves a gap
+# against transformers, a Qwen2 style tokenizer.json with the NFC normalizer against HF tokenizers, the
+# ids that tokenizer.json and tiktoken files give their tokens (tests/oracle/tok-id-rules.py: added tokens
+# with gaps or repeats, a token listed twice, ...) against the same two, and the refusals of what mt does
+# not support. Skips when PyPI is unreachable. MT_SOAK=1 runs more strings.
 . "$(dirname "$0")/../lib.sh"
 T=$T_TMP
 helper=$T_TOP/${MT_BUILD:-build}/tests/test_bpe
@@ -62,7 +62,7 @@ if hfpy=$("$T_TOP/tests/oracle/venv-hf.sh" 2>"$T/venvhf.err"); then
     cp "$l3/tokenizer_config.json" "$T/l3s/"
     "$py" -c 'import json, sys; j = json.load(open(sys.argv[1])); j["model"]["merges"] = [" ".join(m) for m in j["model"]["merges"]]; json.dump(j, open(sys.argv[2], "w"))' \
         "$l3/tokenizer.json" "$T/l3s/tokenizer.json"
-    "$hfpy" - "$T/l3s" "$docs" > "$T/l3.want" 2>"$T/hf.err" <<'EOF'
+    cat > "$T/hf.py" <<'EOF'
 import json, sys
 from transformers import AutoTokenizer
 t = AutoTokenizer.from_pretrained(sys.argv[1])
@@ -72,7 +72,18 @@ for line in open(sys.argv[2], encoding="utf-8"):
         ids.append(t.eos_token_id)                  # --append-eod: tokenizer.eod = eos_token_id
     print(" ".join(map(str, ids)))
 EOF
+    "$hfpy" "$T/hf.py" "$T/l3s" "$docs" > "$T/l3.want" 2>"$T/hf.err"
     t_cmp "mt-tokenize HuggingFaceTokenizer --append-eod == transformers AutoTokenizer + eos (Megatron)" "$T/l3.want" "$T/l3.ids"
+    # an added token whose id leaves a gap (99999 in the file), made the eos_token: transformers numbers it
+    # as tokenizers does (the next free id), and so does mt, in the text and as the end of document
+    mkdir -p "$T/gap"
+    "$py" -c 'import json, sys; j = json.load(open(sys.argv[1])); j["added_tokens"].append({"id": 99999, "content": "<|gap|>", "single_word": False, "lstrip": False, "rstrip": False, "normalized": False, "special": True}); json.dump(j, open(sys.argv[2], "w")); c = json.load(open(sys.argv[3])); c["eos_token"] = "<|gap|>"; json.dump(c, open(sys.argv[4], "w"))' \
+        "$T/l3s/tokenizer.json" "$T/gap/tokenizer.json" "$T/l3s/tokenizer_config.json" "$T/gap/tokenizer_config.json"
+    { head -n 20 "$docs"; printf '{"text": "a<|gap|>b <|gap|><|gap|>"}\n'; } > "$T/gap.jsonl"
+    "$hfpy" "$T/hf.py" "$T/gap" "$T/gap.jsonl" > "$T/gap.want" 2>>"$T/hf.err"
+    tok_hf "$T/gap" --append-eod --quiet "$T/gap.jsonl" | mt-index --output-prefix "$T/gapds" 2>/dev/null
+    mt-index --dump "$T/gapds_text_document" > "$T/gap.ids"
+    t_cmp "an added token whose id leaves a gap: mt-tokenize == transformers (the next free id)" "$T/gap.want" "$T/gap.ids"
 else
     t_skip "transformers" "$(head -c 200 "$T/venvhf.err")"
 fi
