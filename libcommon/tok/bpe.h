@@ -30,11 +30,13 @@ typedef struct mt_bpe_ctx mt_bpe_ctx;
 int mt_bpe_load(mt_bpe **out, const char *vocab_path, const char *merges_path, mt_err *e);
 /* Loads a tokenizer.json (path is the file or its directory) of the byte-level BPE kind: model BPE
  * (vocab, merges as "a b" or [a, b], ignore_merges), normalizer none or NFC (nfc.h), pre-tokenizer
- * ByteLevel or Split(known regex) + ByteLevel (see pretok.h), added tokens, TemplateProcessing; eod is
+ * ByteLevel or Split(known regex) + ByteLevel (see pretok.h), added tokens (with the ids HF tokenizers
+ * gives them, which need not be those written in the file: see bpe_load_hf.c), TemplateProcessing; eod is
  * the eos_token of the tokenizer_config.json beside it (-1 without one). Anything else (other models,
  * other normalizers, byte_fallback, unknown regexes) is an error naming the file. */
 int mt_bpe_load_hf(mt_bpe **out, const char *path, mt_err *e);
-/* Loads a tiktoken ranks file ("base64 rank" lines). pattern is a pattern name (mt_pattern_name:
+/* Loads a tiktoken ranks file ("base64 rank" lines; a token or a rank listed twice is an error naming
+ * both lines, where tiktoken would keep the token's later rank). pattern is a pattern name (mt_pattern_name:
  * "cl100k", "o200k", "v1", "v2", "llama3", ...) or NULL to recognise cl100k_base and o200k_base by their
  * rank count; their special tokens come with them, and eod is <|endoftext|> when there is one. */
 int mt_bpe_load_tiktoken(mt_bpe **out, const char *path, const char *pattern, mt_err *e);

@@ -164,7 +164,8 @@ static void encode_added_normalized(mt_bpe_ctx *c, const char *text, size_t len,
 
 void mt_bpe_encode_added(mt_bpe_ctx *c, const char *text, size_t len, mt_ids *out)
 {
-    split_encode(c, c->b->added[0].id, c->b->added[0].n, NULL, NULL, text, len, out, encode_added_normalized);
+    split_encode(c, c->b->added[0].id, c->b->added[0].n, c->b->added[0].pat_off, c->b->added[0].pat, text, len, out,
+                 encode_added_normalized);
 }
 
 size_t mt_bpe_prefix_len(const mt_bpe *b) { return b->n_prefix; }

@@ -53,8 +53,8 @@ struct mt_bpe {
     int64_t eod;
     mt_pattern pattern;
     /* tokenizer.json added tokens, matched in the text before pre-tokenization: [0] those matched in the
-     * raw text (special or normalized: false), [1] those matched in the normalized text, as their content
-     * normalized: pat[pat_off[k] .. pat_off[k + 1]) when pat_off is set, else the token's own bytes */
+     * raw text (normalized: false), [1] those matched in the normalized text; token k as the text
+     * pat[pat_off[k] .. pat_off[k + 1]): its content, normalized for [1] */
     struct {
         uint32_t *id;
         size_t n;
@@ -119,7 +119,11 @@ long mt_bpe_b64_decode(const char *s, size_t n, unsigned char *out);
 /* Appends a token (p NULL: n bytes of room, left unset) of the given rank. */
 void mt_bpe_ranks_add(mt_bpe_ranks *r, const unsigned char *p, size_t n, uint32_t rank);
 void mt_bpe_ranks_free(mt_bpe_ranks *r);
-/* Reads the "base64 rank" lines of a tiktoken file; errors name the file and line. */
+/* Open-addressing set (mask + 1 slots, zeroed; 2n or more) of the byte strings of the tokens of r:
+ * adds token i and returns -1, or returns the index of the token with the same bytes added before. */
+int64_t mt_bpe_ranks_seen_or_add(uint32_t *set, uint64_t mask, const mt_bpe_ranks *r, uint32_t i);
+/* Reads the "base64 rank" lines of a tiktoken file; errors name the file and line (a token or a rank
+ * given twice among them). */
 int mt_bpe_read_tiktoken(mt_bpe_ranks *r, const char *path, mt_err *e);
 /* The pre-tokenizer of a ranks file: the pattern named, else cl100k's or o200k's by their rank count. */
 int mt_bpe_tiktoken_pattern(const char *path, const char *name, size_t n_ranks, mt_pattern *out, mt_err *e);

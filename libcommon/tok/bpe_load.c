@@ -324,6 +324,8 @@ void mt_bpe_free(mt_bpe *b)
     free(b->special);
     free(b->added[0].id);
     free(b->added[1].id);
+    free(b->added[0].pat_off);
+    free(b->added[0].pat);
     free(b->added[1].pat_off);
     free(b->added[1].pat);
     free(b->prefix);

@@ -146,6 +146,82 @@ static int config_eos(const char *dir, json_t **cfg, const char **eos, mt_err *e
     return 0;
 }
 
+/* The spelling of the vocab entry with id v, or NULL. */
+static const char *vocab_spelling(json_t *vocab, json_int_t v)
+{
+    const char *key;
+    json_t *val;
+    json_object_foreach(vocab, key, val)
+        if (json_is_integer(val) && json_integer_value(val) == v) return key;
+    return NULL;
+}
+
+/* The ids of the added tokens, as HF tokenizers gives them (see mt_bpe_load_hf), into aid; those not in
+ * vocab join it, in literal. Errors name the file and the entry: no content or id, lstrip/rstrip/
+ * single_word, a token listed again with other flags, an id HF would give that is also a vocab entry's
+ * (possible when the vocab's ids leave holes). */
+static int added_ids(const json_t *added, json_t *vocab, json_t *literal, uint32_t *aid, const char *path, mt_err *e)
+{
+    size_t n_vocab = json_object_size(vocab);
+    json_int_t next = (json_int_t)n_vocab, vmax = -1;
+    const char *key;
+    json_t *val;
+    json_object_foreach(vocab, key, val)
+        if (json_integer_value(val) > vmax) vmax = json_integer_value(val);
+    json_t *seen = json_object(); /* content -> index of its first entry */
+    size_t i;
+    const json_t *t;
+    int rc = 0;
+    json_array_foreach(added, i, t)
+    {
+        const json_t *c = json_object_get(t, "content");
+        const char *content = json_string_value(c);
+        size_t cl = json_string_length(c);
+        if (!content || !cl || !json_is_integer(json_object_get(t, "id")) ||
+            json_integer_value(json_object_get(t, "id")) < 0) {
+            rc = mt_err_set(e, "%s: added_tokens[%zu]: needs a content string and an id", path, i);
+            break;
+        }
+        if (true_of(t, "lstrip") || true_of(t, "rstrip") || true_of(t, "single_word")) {
+            rc = mt_err_set(e, "%s: added token \"%.100s\": lstrip, rstrip and single_word are not supported", path,
+                            content);
+            break;
+        }
+        const json_t *first = json_object_getn(seen, content, cl);
+        if (first) {
+            size_t j = (size_t)json_integer_value(first);
+            const json_t *u = json_array_get(added, j);
+            if (true_of(t, "normalized") != true_of(u, "normalized") ||
+                true_of(t, "special") != true_of(u, "special")) {
+                rc = mt_err_set(e, "%s: added_tokens[%zu]: \"%.100s\" again (added_tokens[%zu]) with other "
+                                   "\"special\" or \"normalized\"", path, i, content, j);
+                break;
+            }
+            aid[i] = UINT32_MAX; /* the same token again: HF tokenizers skips it */
+            continue;
+        }
+        json_object_setn_new(seen, content, cl, json_integer((json_int_t)i));
+        const json_t *have = json_object_getn(vocab, content, cl);
+        if (have) { /* (an id out of range is refused with the vocabulary) */
+            aid[i] = (uint32_t)json_integer_value(have);
+            continue;
+        }
+        /* where the vocab's ids leave holes, the next one may be taken */
+        const char *taken = next <= vmax ? vocab_spelling(vocab, next) : NULL;
+        if (taken) {
+            rc = mt_err_set(e, "%s: added_tokens[%zu]: HF tokenizers numbers \"%.100s\" %lld (after the vocab's %zu "
+                               "entries and the added tokens not in it before it), the id of the vocab's \"%.100s\"",
+                            path, i, content, (long long)next, n_vocab, taken);
+            break;
+        }
+        aid[i] = (uint32_t)next;
+        json_object_setn_new(vocab, content, cl, json_integer(next++));
+        json_object_setn_new(literal, content, cl, json_true());
+    }
+    json_decref(seen);
+    return rc;
+}
+
 int mt_bpe_load_hf(mt_bpe **out, const char *model, mt_err *e)
 {
     *out = NULL;
@@ -168,6 +244,7 @@ int mt_bpe_load_hf(mt_bpe **out, const char *model, mt_err *e)
     }
     mt_bpe *b = mt_xcalloc(1, sizeof *b);
     mt_bpe_merges m = {0};
+    uint32_t *aid = NULL;
     const json_t *mod = json_object_get(root, "model");
     const char *mtype = str_of(mod, "type");
     json_t *vocab = json_object_get(mod, "vocab");
@@ -199,34 +276,16 @@ int mt_bpe_load_hf(mt_bpe **out, const char *model, mt_err *e)
     if (pat < 0) goto fail;
     b->pattern = (mt_pattern)pat;
 
-    /* added tokens join the vocabulary (their content is literal text, not byte symbols) */
+    /* added tokens join the vocabulary, numbered as HF tokenizers numbers them (the ids of the file are
+     * not read back): one whose content is a vocab entry keeps that entry's id, the others take the ids
+     * after the vocabulary's entries in the order of the list (its size, then one more each); a token
+     * listed again with the same flags is the same token. Their content is literal text, not byte symbols. */
     const json_t *added = json_object_get(root, "added_tokens");
+    size_t na = json_array_size(added);
+    aid = mt_xmalloc((na ? na : 1) * sizeof *aid); /* id of added_tokens[i]; UINT32_MAX: a repeat */
+    if (added_ids(added, vocab, literal, aid, path, e)) goto fail;
     size_t i;
     const json_t *t;
-    json_array_foreach(added, i, t)
-    {
-        const char *content = str_of(t, "content");
-        json_int_t id = json_integer_value(json_object_get(t, "id"));
-        if (!content || !*content || !json_is_integer(json_object_get(t, "id")) || id < 0) {
-            mt_err_set(e, "%s: added_tokens[%zu]: needs a content string and an id", path, i);
-            goto fail;
-        }
-        if (true_of(t, "lstrip") || true_of(t, "rstrip") || true_of(t, "single_word")) {
-            mt_err_set(e, "%s: added token \"%.100s\": lstrip, rstrip and single_word are not supported", path,
-                       content);
-            goto fail;
-        }
-        const json_t *have = json_object_get(vocab, content);
-        if (have && json_integer_value(have) != id) {
-            mt_err_set(e, "%s: added token \"%.100s\" has id %lld but the vocab says %lld", path, content,
-                       (long long)id, (long long)json_integer_value(have));
-            goto fail;
-        }
-        if (!have) {
-            json_object_set_new(vocab, content, json_integer(id));
-            json_object_set_new(literal, content, json_true());
-        }
-    }
     uint32_t sym[256];
     uint16_t inv[0x144];
     mt_bpe_byte_symbols(sym, inv);
@@ -272,28 +331,32 @@ int mt_bpe_load_hf(mt_bpe **out, const char *model, mt_err *e)
         if (mt_bpe_merge_add(&m, b, vocab, inv, l, ll, r, rl, where, e)) goto fail;
     }
     mt_bpe_build_pairs(b, m.m, m.n);
-    /* added tokens: the ones matched in the raw text, then those matched after normalization */
-    size_t na = json_array_size(added);
-    b->added[0].id = mt_xmalloc((na ? na : 1) * sizeof *b->added[0].id);
-    b->added[1].id = mt_xmalloc((na ? na : 1) * sizeof *b->added[1].id);
+    /* added tokens: the ones matched in the raw text, then those matched after normalization (as their
+     * content normalized); both as their content, the vocab spelling for one that is a vocab entry (HF
+     * tokenizers matches "Ġab" as those characters, not as the bytes " ab" they stand for) */
+    for (int pass = 0; pass < 2; pass++) {
+        b->added[pass].id = mt_xmalloc((na ? na : 1) * sizeof *b->added[pass].id);
+        b->added[pass].pat_off = mt_xmalloc((na + 1) * sizeof *b->added[pass].pat_off);
+    }
+    mt_nfc_scratch nw = {0};
+    mt_buf pats[2] = {{0}, {0}};
     json_array_foreach(added, i, t)
     {
+        if (aid[i] == UINT32_MAX) continue;
         int pass = true_of(t, "normalized") ? 1 : 0;
-        b->added[pass].id[b->added[pass].n++] = (uint32_t)json_integer_value(json_object_get(t, "id"));
+        uint32_t id = aid[i], k = (uint32_t)b->added[pass].n++;
+        const char *sp = b->spell + b->spell_off[id];
+        size_t sl = b->spell_off[id + 1] - b->spell_off[id];
+        b->added[pass].id[k] = id;
+        b->added[pass].pat_off[k] = (uint32_t)pats[pass].n;
+        if (pass && b->nfc) mt_nfc(&nw, sp, sl, &pats[pass]);
+        else mt_buf_append(&pats[pass], sp, sl);
     }
-    if (b->nfc) { /* the normalized ones are matched as their normalized content */
-        mt_nfc_scratch nw = {0};
-        mt_buf pat = {0};
-        b->added[1].pat_off = mt_xmalloc((b->added[1].n + 1) * sizeof *b->added[1].pat_off);
-        for (size_t k = 0; k < b->added[1].n; k++) {
-            uint32_t id = b->added[1].id[k];
-            b->added[1].pat_off[k] = (uint32_t)pat.n;
-            mt_nfc(&nw, b->tok_bytes + b->tok_off[id], b->tok_off[id + 1] - b->tok_off[id], &pat);
-        }
-        b->added[1].pat_off[b->added[1].n] = (uint32_t)pat.n;
-        b->added[1].pat = pat.p;
-        mt_nfc_scratch_free(&nw);
+    for (int pass = 0; pass < 2; pass++) {
+        b->added[pass].pat_off[b->added[pass].n] = (uint32_t)pats[pass].n;
+        b->added[pass].pat = pats[pass].p;
     }
+    mt_nfc_scratch_free(&nw);
     if (post_processor(b, json_object_get(root, "post_processor"), vocab, path, e)) goto fail;
     mt_bpe_finish(b, true_of(mod, "ignore_merges"));
     const char *eos;
@@ -307,6 +370,7 @@ int mt_bpe_load_hf(mt_bpe **out, const char *model, mt_err *e)
     json_decref(root);
     json_decref(literal);
     mt_bpe_merges_free(&m);
+    free(aid);
     *out = b;
     return 0;
 fail:
@@ -314,6 +378,7 @@ fail:
     json_decref(root);
     json_decref(literal);
     mt_bpe_merges_free(&m);
+    free(aid);
     mt_bpe_free(b);
     return -1;
 }

@@ -20,21 +20,6 @@ static int first_byte(const char *path, mt_err *e)
     return c;
 }
 
-/* Open-addressing set of token byte strings (entry indices + 1), to find a token given twice. */
-static int64_t seen_or_add(uint32_t *set, uint64_t mask, const mt_bpe_ranks *r, uint32_t i)
-{
-    const unsigned char *p = r->bytes + r->t[i].off;
-    size_t n = r->t[i].len;
-    for (uint64_t h = mt_bpe_hash_bytes(p, n) & mask;; h = (h + 1) & mask) {
-        if (!set[h]) {
-            set[h] = i + 1;
-            return -1;
-        }
-        const mt_bpe_rank_tok *o = &r->t[set[h] - 1];
-        if (o->len == n && !memcmp(r->bytes + o->off, p, n)) return set[h] - 1;
-    }
-}
-
 /* Megatron's JSON ranks, at most max entries of them (the rest is not looked at, as Megatron cuts the
  * list first); *n_file is the length of the whole list. */
 static int read_json(mt_bpe_ranks *r, const char *path, size_t max, size_t *n_file, mt_err *e)
@@ -91,7 +76,7 @@ static int read_json(mt_bpe_ranks *r, const char *path, size_t max, size_t *n_fi
                                "(rank %zu is the byte 0x%02zx)", path, i, i, i, i);
             goto out;
         }
-        int64_t was = seen_or_add(set, cap - 1, r, (uint32_t)i);
+        int64_t was = mt_bpe_ranks_seen_or_add(set, cap - 1, r, (uint32_t)i);
         if (was >= 0) {
             rc = mt_err_set(e, "%s: entry %zu (rank %zu): the same token_bytes as rank %lld", path, i, i,
                             (long long)was);

@@ -80,6 +80,48 @@ void mt_bpe_ranks_add(mt_bpe_ranks *r, const unsigned char *p, size_t n, uint32_
     r->bytes_n += n;
 }
 
+/* Open-addressing set of token byte strings (entry indices + 1), to find a token given twice. */
+int64_t mt_bpe_ranks_seen_or_add(uint32_t *set, uint64_t mask, const mt_bpe_ranks *r, uint32_t i)
+{
+    const unsigned char *p = r->bytes + r->t[i].off;
+    size_t n = r->t[i].len;
+    for (uint64_t h = mt_bpe_hash_bytes(p, n) & mask;; h = (h + 1) & mask) {
+        if (!set[h]) {
+            set[h] = i + 1;
+            return -1;
+        }
+        const mt_bpe_rank_tok *o = &r->t[set[h] - 1];
+        if (o->len == n && !memcmp(r->bytes + o->off, p, n)) return set[h] - 1;
+    }
+}
+
+/* A token or a rank listed twice, refused naming both lines (line_of[i]: the line of token i): tiktoken
+ * keeps the later rank of a token listed twice, leaving the earlier one unused, and fails on a rank
+ * given to two tokens. */
+static int check_twice(const mt_bpe_ranks *r, const uint32_t *line_of, const char *path, mt_err *e)
+{
+    uint64_t cap = mt_bpe_pow2_at_least(2 * r->n);
+    uint32_t *set = mt_xcalloc(cap, sizeof *set), max_rank = 0;
+    for (size_t i = 0; i < r->n; i++)
+        if (r->t[i].rank > max_rank) max_rank = r->t[i].rank;
+    uint32_t *by_rank = mt_xcalloc((size_t)max_rank + 1, sizeof *by_rank); /* token index + 1 */
+    int rc = 0;
+    for (uint32_t i = 0; i < r->n && !rc; i++) {
+        int64_t was = mt_bpe_ranks_seen_or_add(set, cap - 1, r, i);
+        uint32_t rk = r->t[i].rank;
+        if (was >= 0)
+            rc = mt_err_set(e, "%s: line %u: the token of line %u again (rank %u there, %u here): a token is "
+                               "listed once", path, line_of[i], line_of[was], r->t[was].rank, rk);
+        else if (by_rank[rk])
+            rc = mt_err_set(e, "%s: line %u: rank %u given twice (line %u has it too)", path, line_of[i], rk,
+                            line_of[by_rank[rk] - 1]);
+        by_rank[rk] = i + 1;
+    }
+    free(by_rank);
+    free(set);
+    return rc;
+}
+
 /* The rank after the space: decimal digits to the end of the line, below 2^28 (what strtoul accepts
  * besides, leading blanks or a sign, is parsed by it); -1 when it is not one. */
 static long parse_rank(const char *s, const char *end)
@@ -150,6 +192,7 @@ int mt_bpe_read_tiktoken(mt_bpe_ranks *r, const char *path, mt_err *e)
     r->t = mt_xmalloc(lines * sizeof *r->t);
     r->bytes_cap = flen / 4 * 3 + 3;
     r->bytes = mt_xmalloc(r->bytes_cap);
+    uint32_t *line_of = mt_xmalloc(lines * sizeof *line_of);
     size_t lineno = 0;
     int rc = 0;
     for (const char *line = file, *fend = file + flen; line < fend;) {
@@ -179,12 +222,15 @@ int mt_bpe_read_tiktoken(mt_bpe_ranks *r, const char *path, mt_err *e)
             rc = mt_err_set(e, "%s: line %zu: bad base64 token", path, lineno);
             break;
         }
+        line_of[r->n] = (uint32_t)lineno;
         r->t[r->n++] = (mt_bpe_rank_tok){(uint32_t)r->bytes_n, (uint32_t)k, (uint32_t)rk};
         r->bytes_n += (size_t)k;
         line = next;
     }
     free(file);
     if (!rc && !r->n) rc = mt_err_set(e, "%s: no tokens", path);
+    if (!rc) rc = check_twice(r, line_of, path, e);
+    free(line_of);
     if (!rc && r->bytes_n >= UINT32_MAX / 4) rc = mt_err_set(e, "%s: too large", path);
     if (rc) mt_bpe_ranks_free(r);
     return rc;

@@ -5,9 +5,11 @@
 # GPT-NeoX pre-tokenizers, both merges formats, added tokens, a BOS template), over the test documents
 # of tests/golden and seeded random strings. Then mt-tokenize | mt-index end to end against transformers'
 # AutoTokenizer (what Megatron's HuggingFaceTokenizer calls: BOS from the template, eos_token as EOD) and
-# tiktoken (ids >= 65500: an int32 dataset that mt-shuffle reads), a Qwen2 style tokenizer.json with the
-# NFC normalizer against HF tokenizers, and the refusals of what mt does not support. Skips when PyPI is
-# unreachable. MT_SOAK=1 runs more strings.
+# tiktoken (ids >= 65500: an int32 dataset that mt-shuffle reads), an added token whose id leaves a gap
+# against transformers, a Qwen2 style tokenizer.json with the NFC normalizer against HF tokenizers, the
+# ids that tokenizer.json and tiktoken files give their tokens (tests/oracle/tok-id-rules.py: added tokens
+# with gaps or repeats, a token listed twice, ...) against the same two, and the refusals of what mt does
+# not support. Skips when PyPI is unreachable. MT_SOAK=1 runs more strings.
 . "$(dirname "$0")/../lib.sh"
 T=$T_TMP
 helper=$T_TOP/${MT_BUILD:-build}/tests/test_bpe
@@ -32,6 +34,18 @@ while IFS= read -r line; do
 done <"$T/o"
 cat "$T/e" >&2
 
+# --- the id rules of tokenizer.json and tiktoken files (gaps, repeats, holes), against tokenizers and tiktoken
+if "$py" "$T_TOP/tests/oracle/tok-id-rules.py" "$helper" "$T/ids" >"$T/ids.out" 2>"$T/ids.err"; then
+    while IFS= read -r line; do
+        case $line in
+        PASS\ *) t_pass "${line#PASS }" ;;
+        FAIL\ *) t_fail "${line#FAIL }" "mt against the reference" ;;
+        esac
+    done <"$T/ids.out"
+else
+    t_fail "id rules" "oracle script failed: $(tail -c 400 "$T/ids.err")"
+fi
+
 # --- mt-tokenize | mt-index with the Llama 3 style tokenizer.json, against transformers -----------------
 l3=$T/w/llama3
 tok_hf() { mt-tokenize --tokenizer-type HuggingFaceTokenizer --tokenizer-model "$@"; }
@@ -48,7 +62,7 @@ if hfpy=$("$T_TOP/tests/oracle/venv-hf.sh" 2>"$T/venvhf.err"); then
     cp "$l3/tokenizer_config.json" "$T/l3s/"
     "$py" -c 'import json, sys; j = json.load(open(sys.argv[1])); j["model"]["merges"] = [" ".join(m) for m in j["model"]["merges"]]; json.dump(j, open(sys.argv[2], "w"))' \
         "$l3/tokenizer.json" "$T/l3s/tokenizer.json"
-    "$hfpy" - "$T/l3s" "$docs" > "$T/l3.want" 2>"$T/hf.err" <<'EOF'
+    cat > "$T/hf.py" <<'EOF'
 import json, sys
 from transformers import AutoTokenizer
 t = AutoTokenizer.from_pretrained(sys.argv[1])
@@ -58,7 +72,18 @@ for line in open(sys.argv[2], encoding="utf-8"):
         ids.append(t.eos_token_id)                  # --append-eod: tokenizer.eod = eos_token_id
     print(" ".join(map(str, ids)))
 EOF
+    "$hfpy" "$T/hf.py" "$T/l3s" "$docs" > "$T/l3.want" 2>"$T/hf.err"
     t_cmp "mt-tokenize HuggingFaceTokenizer --append-eod == transformers AutoTokenizer + eos (Megatron)" "$T/l3.want" "$T/l3.ids"
+    # an added token whose id leaves a gap (99999 in the file), made the eos_token: transformers numbers it
+    # as tokenizers does (the next free id), and so does mt, in the text and as the end of document
+    mkdir -p "$T/gap"
+    "$py" -c 'import json, sys; j = json.load(open(sys.argv[1])); j["added_tokens"].append({"id": 99999, "content": "<|gap|>", "single_word": False, "lstrip": False, "rstrip": False, "normalized": False, "special": True}); json.dump(j, open(sys.argv[2], "w")); c = json.load(open(sys.argv[3])); c["eos_token"] = "<|gap|>"; json.dump(c, open(sys.argv[4], "w"))' \
+        "$T/l3s/tokenizer.json" "$T/gap/tokenizer.json" "$T/l3s/tokenizer_config.json" "$T/gap/tokenizer_config.json"
+    { head -n 20 "$docs"; printf '{"text": "a<|gap|>b <|gap|><|gap|>"}\n'; } > "$T/gap.jsonl"
+    "$hfpy" "$T/hf.py" "$T/gap" "$T/gap.jsonl" > "$T/gap.want" 2>>"$T/hf.err"
+    tok_hf "$T/gap" --append-eod --quiet "$T/gap.jsonl" | mt-index --output-prefix "$T/gapds" 2>/dev/null
+    mt-index --dump "$T/gapds_text_document" > "$T/gap.ids"
+    t_cmp "an added token whose id leaves a gap: mt-tokenize == transformers (the next free id)" "$T/gap.want" "$T/gap.ids"
 else
     t_skip "transformers" "$(head -c 200 "$T/venvhf.err")"
 fi
@@ -127,6 +152,14 @@ if echo '{"text": "a"}' | tik --tokenizer-model "$T/bad.tiktoken" >/dev/null 2>"
     t_fail "bad tiktoken file refused" "accepted"
 else
     t_grep "bad tiktoken file refused naming the file" "TikTokenizer: $T/bad.tiktoken: line 1" "$T/bad.err"
+fi
+# a token listed twice: tiktoken would keep its later rank; mt names both lines
+{ cat "$cl"; head -n 1 "$cl" | sed 's/ [0-9]*$/ 100256/'; } > "$T/dup.tiktoken"
+if echo '{"text": "a"}' | tik --tokenizer-model "$T/dup.tiktoken" >/dev/null 2>"$T/bad.err"; then
+    t_fail "tiktoken file with a token listed twice refused" "accepted"
+else
+    t_grep "tiktoken file with a token listed twice refused naming the file and both lines" \
+        "TikTokenizer: $T/dup.tiktoken: line 100257: the token of line 1 again" "$T/bad.err"
 fi
 rm -f "$l3/tokenizer_config.json"
 if tok_hf "$l3" --append-eod < "$docs" >/dev/null 2>"$T/bad.err"; then t_fail "--append-eod without eos_token" "accepted"

@@ -1,5 +1,6 @@
 /* test_bpe.c: the byte-level BPE tokenizer: the pattern's edge cases with exact GPT-2 ids, round
- * trips, UTF-8 repair, load errors, a small hand-made vocabulary and tiktoken ranks file, adversarial
+ * trips, UTF-8 repair, load errors, a small hand-made vocabulary, tiktoken ranks file and tokenizer.json
+ * (the ids of its added tokens, their matching around the NFC normalizer), adversarial
  * long pieces and the golden ids in tests/golden (made with tiktoken).
  * Also a helper for tests/pipeline/bpe-oracle.sh:
  *   test_bpe --encode-lines [--special] VOCAB MERGES < lines
@@ -556,13 +557,167 @@ TEST(tiktoken_file)
     write_tiktoken(path, "YWI= \n");
     expect_tiktoken_error(path, "line 257: expected", __LINE__);
     write_tiktoken(path, "YWI= 97\n");
-    expect_tiktoken_error(path, "rank 97 given twice", __LINE__);
+    expect_tiktoken_error(path, "line 257: rank 97 given twice (line 159 has it too)", __LINE__);
+    /* a token listed twice: tiktoken keeps the later rank (258, leaving 256 unused), mt refuses it */
+    write_tiktoken(path, "YWI= 256\nYmM= 257\nYWI= 258\n");
+    expect_tiktoken_error(path, "line 259: the token of line 257 again (rank 256 there, 258 here)", __LINE__);
+    write_tiktoken(path, "YWI= 256\nYWI= 256\n");
+    expect_tiktoken_error(path, "line 258: the token of line 257 again", __LINE__);
+    write_tiktoken(path, "YQ== 256\n");
+    expect_tiktoken_error(path, "line 257: the token of line 159 again (rank 97 there, 256 here)", __LINE__);
     write_file(path, "\x1f\x8b\x08");
     expect_tiktoken_error(path, "gunzip", __LINE__);
     write_file(path, "YQ== 0\n");
     expect_tiktoken_error(path, "single byte 0x00", __LINE__);
     write_file(path, "");
     expect_tiktoken_error(path, "no tokens", __LINE__);
+}
+
+/* A tokenizer.json of the 256 byte symbols (id = byte value), "ab" 256 and "bc" 257 by the merges "a b" and
+ * "b c", GPT-2's ByteLevel pre-tokenizer, extra vocab entries (a JSON object, or NULL), the added tokens
+ * (a JSON list of [id, content, normalized, special]) and, with nfc, the NFC normalizer. */
+static void write_tokenizer_json(const char *path, const char *extra, const char *added, int nfc)
+{
+    json_t *vocab = json_object(), *list = json_array(), *a = json_loads(added, 0, NULL);
+    unsigned next = 0x100;
+    for (int c = 0; c < 256; c++) {
+        int printable = (c >= 0x21 && c <= 0x7E) || (c >= 0xA1 && c <= 0xAC) || (c >= 0xAE);
+        unsigned cp = printable ? (unsigned)c : next++;
+        char u[3] = {0};
+        if (cp < 0x80) u[0] = (char)cp;
+        else u[0] = (char)(0xC0 | cp >> 6), u[1] = (char)(0x80 | (cp & 0x3F));
+        json_object_set_new(vocab, u, json_integer(c));
+    }
+    json_object_set_new(vocab, "ab", json_integer(256));
+    json_object_set_new(vocab, "bc", json_integer(257));
+    if (extra) {
+        json_t *x = json_loads(extra, 0, NULL);
+        json_object_update(vocab, x);
+        json_decref(x);
+    }
+    size_t i;
+    json_t *t;
+    json_array_foreach(a, i, t)
+        json_array_append_new(list, json_pack("{s:O, s:O, s:b, s:b, s:b, s:O, s:O}", "id", json_array_get(t, 0),
+                                              "content", json_array_get(t, 1), "single_word", 0, "lstrip", 0,
+                                              "rstrip", 0, "normalized", json_array_get(t, 2), "special",
+                                              json_array_get(t, 3)));
+    json_t *root = json_pack("{s:s, s:o, s:o, s:{s:s, s:b, s:b}, s:{s:s, s:o, s:[s, s], s:b}}", "version", "1.0",
+                             "added_tokens", list, "normalizer", nfc ? json_pack("{s:s}", "type", "NFC") : json_null(),
+                             "pre_tokenizer", "type", "ByteLevel", "add_prefix_space", 0, "use_regex", 1, "model",
+                             "type", "BPE", "vocab", vocab, "merges", "a b", "b c", "ignore_merges", 0);
+    json_dump_file(root, path, 0);
+    json_decref(root);
+    json_decref(a);
+}
+
+/* ids of s by tokenizer.json's own encoding (added tokens, normalizer, post-processor) */
+static const char *enc_hf(mt_bpe *b, const char *s)
+{
+    mt_bpe_ctx *c = mt_bpe_ctx_new(b);
+    mt_ids v = {0};
+    mt_bpe_encode_full(c, s, strlen(s), &v);
+    const char *r = ids_str(&v);
+    mt_ids_free(&v);
+    mt_bpe_ctx_free(c);
+    return r;
+}
+
+/* Loads path as a tokenizer.json, failing the case with the message when it does not load. */
+static mt_bpe *load_hf(const char *path, int line)
+{
+    mt_bpe *b;
+    mt_err e = {{0}};
+    if (mt_bpe_load_hf(&b, path, &e)) {
+        T_FAILF("test_bpe.c:%d: load: %.300s", line, e.msg);
+        return NULL;
+    }
+    return b;
+}
+
+static void expect_hf_error(const char *path, const char *want, int line)
+{
+    mt_bpe *b;
+    mt_err e = {{0}};
+    if (!mt_bpe_load_hf(&b, path, &e)) {
+        mt_bpe_free(b);
+        T_FAILF("test_bpe.c:%d: loaded, expected an error with \"%s\"", line, want);
+    } else if (!strstr(e.msg, want) || !strstr(e.msg, "tok.json")) {
+        T_FAILF("test_bpe.c:%d: error \"%.300s\" lacks \"%s\" or the file", line, e.msg, want);
+    }
+}
+
+/* The ids of added tokens as HF tokenizers gives them (the ids written in the file are not read back):
+ * a token in the vocabulary keeps its vocab id, the others follow the vocabulary's entries in the order of
+ * the list, a token listed again is the same token; its content is matched as text. The expected ids are
+ * tokenizers 0.23's for the same files (tests/oracle/tok-id-rules.py checks them against it). */
+TEST(hf_added_ids)
+{
+    char *p = t_path("tok.json");
+    mt_bpe *b;
+    size_t len;
+    /* an id leaving a gap: the next free id, 258 */
+    write_tokenizer_json(p, NULL, "[[300, \"<x>\", false, true]]", 0);
+    if ((b = load_hf(p, __LINE__))) {
+        T_EQ_STR(enc_hf(b, "a<x>b"), "97 258 98");
+        const char *tb = mt_bpe_token_bytes(b, 258, &len);
+        T_CHECK(tb && len == 3 && !memcmp(tb, "<x>", 3));
+        T_CHECK(!mt_bpe_token_bytes(b, 300, &len));
+        T_EQ_INT(mt_bpe_id_limit(b), 259);
+        mt_bpe_free(b);
+    }
+    /* in the order of the list, not of the ids written */
+    write_tokenizer_json(p, NULL, "[[259, \"<x>\", false, true], [258, \"<y>\", false, true]]", 0);
+    if ((b = load_hf(p, __LINE__))) {
+        T_EQ_STR(enc_hf(b, "<x><y>"), "258 259");
+        mt_bpe_free(b);
+    }
+    /* a token listed again with the same flags: the same token, no id of its own */
+    write_tokenizer_json(p, NULL, "[[258, \"<x>\", false, true], [259, \"<x>\", false, true], [260, \"<y>\", false, true]]", 0);
+    if ((b = load_hf(p, __LINE__))) {
+        T_EQ_STR(enc_hf(b, "<x><y>"), "258 259");
+        mt_bpe_free(b);
+    }
+    /* a vocab entry: its vocab id, whatever the list says */
+    write_tokenizer_json(p, NULL, "[[300, \"ab\", false, true]]", 0);
+    if ((b = load_hf(p, __LINE__))) {
+        T_EQ_STR(enc_hf(b, "xab"), "120 256");
+        T_EQ_INT(mt_bpe_id_limit(b), 258);
+        mt_bpe_free(b);
+    }
+    /* a vocab entry in byte symbols is matched as those characters ("Ġab"), not as the bytes " ab" */
+    write_tokenizer_json(p, "{\"\\u0120ab\": 258}", "[[258, \"\\u0120ab\", false, true]]", 0);
+    if ((b = load_hf(p, __LINE__))) {
+        T_EQ_STR(enc_hf(b, "x ab \xc4\xa0" "ab"), "120 32 256 32 258");
+        mt_bpe_free(b);
+    }
+    /* refused: the same token with other flags; an id HF would give that a vocab entry has (the vocab's
+     * 258 entries leave 258 free, then "bc" has 259) */
+    write_tokenizer_json(p, NULL, "[[258, \"<x>\", false, true], [258, \"<x>\", true, true]]", 0);
+    expect_hf_error(p, "added_tokens[1]: \"<x>\" again (added_tokens[0]) with other", __LINE__);
+    write_tokenizer_json(p, "{\"bc\": 259}", "[[258, \"<x>\", false, true], [259, \"<y>\", false, true]]", 0);
+    expect_hf_error(p, "added_tokens[1]: HF tokenizers numbers \"<y>\" 259", __LINE__);
+    write_tokenizer_json(p, NULL, "[[-1, \"<x>\", false, true]]", 0);
+    expect_hf_error(p, "added_tokens[0]: needs a content string and an id", __LINE__);
+}
+
+/* Added tokens and the NFC normalizer, as HF tokenizers: those with normalized false are matched in the
+ * raw text first, as written ("e" U+0301 only, not U+00E9); the text between them is normalized, then
+ * those with normalized true are matched in it as their content normalized ("A" U+030A, NFC U+00C5, is
+ * matched by either spelling). Ids from tokenizers 0.23. */
+TEST(hf_added_nfc)
+{
+    char *p = t_path("tok.json");
+    write_tokenizer_json(p, NULL, "[[258, \"A\\u030a\", true, false], [259, \"e\\u0301\", false, false]]", 1);
+    mt_bpe *b = load_hf(p, __LINE__);
+    if (!b) return;
+    T_EQ_STR(enc_hf(b, "\xc3\x85"), "258");          /* U+00C5 */
+    T_EQ_STR(enc_hf(b, "A\xcc\x8a"), "258");         /* A U+030A */
+    T_EQ_STR(enc_hf(b, "e\xcc\x81"), "259");         /* e U+0301 */
+    T_EQ_STR(enc_hf(b, "\xc3\xa9"), "195 169");      /* U+00E9: not the raw token, its bytes */
+    T_EQ_STR(enc_hf(b, "xe\xcc\x81y"), "120 259 121");
+    T_EQ_STR(enc_hf(b, "e\xcc\x81" "A\xcc\x8a\xc3\xa9"), "259 258 195 169");
+    mt_bpe_free(b);
 }
 
 TEST(adversarial_long_pieces)
@@ -720,6 +875,8 @@ int main(int argc, char **argv)
     RUN(load_errors);
     RUN(megatron_tiktoken);
     RUN(tiktoken_file);
+    RUN(hf_added_ids);
+    RUN(hf_added_nfc);
     RUN(adversarial_long_pieces);
     RUN(golden_ids);
     t_tmpdir_remove();
