@@ -14,6 +14,8 @@
 
 #include "ckpt/checkpoint.h"
 #include "ckpt/train_args.h"
+#include "ckpt/train_args_desc.h"
+#include "comm/agree.h"
 #include "comm/bootstrap.h"
 #include "comm/comm.h"
 #include "comm/grid.h"
@@ -305,8 +307,9 @@ static int train(run *r)
     return 0;
 }
 
-/* The job: bootstrap (a refused launch stops here, before anything is written), MPI, the grid and the
- * data-parallel group. Ranks other than 0 print nothing on stdout. */
+/* The job: bootstrap (a refused launch stops here, before anything is written), MPI, the check that every
+ * rank has rank 0's flags and files (comm/agree.h), the grid and the data-parallel group. Ranks other
+ * than 0 print nothing on stdout. */
 static void join_job(run *r, const mt_train_args *a)
 {
     mt_err e;
@@ -319,6 +322,13 @@ static void join_job(run *r, const mt_train_args *a)
         mt_set_die_report(report_in_job);
     }
     if (mt_boot_mpi(&r->boot, &e)) mt_die_err(&e);
+    /* the ranks' flags and files agree before the first collective that depends on them (the groups) */
+    if (r->boot.size > 1) {
+        size_t n;
+        char *desc = mt_train_args_describe(a, &n);
+        if (mt_boot_agree(&r->boot, rank_name, desc, n, &e)) mt_die_err(&e);
+        free(desc);
+    }
     if (mt_parallel_init(&r->par, &r->boot, a->tensor_model_parallel_size, a->pipeline_model_parallel_size, &e))
         mt_die_err(&e);
     r->world = r->par.world;
