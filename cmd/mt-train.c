@@ -370,6 +370,7 @@ int main(int argc, char **argv)
 {
     mt_omp_env_spin(argv, 1000);
     mt_set_progname(argv[0]);
+    mt_launch_watch(mt_progname());   /* under mt-train -n: a rank killed by a signal is named */
     mt_set_die_report(report_before_join);
     static run r;
     static mt_train_args a;
