@@ -65,8 +65,8 @@ typedef struct run {
  * of a job meet an error of their flags, data or checkpoint within milliseconds of each other. */
 #define FAIL_WAIT_S 3.0
 
-/* Before a rank joins its job (flags, the launch check) every rank meets the same error: rank 0 of the
- * launch reports it, the others end with the same status quietly. */
+/* Before a rank joins its job (the launch check, -n, a bad flag outside a PMIx launch) every rank meets
+ * the same error: rank 0 of the launch reports it, the others end with the same status quietly. */
 static void report_before_join(const char *msg)
 {
     if (mt_boot_env_rank() == 0) fprintf(stderr, "%s: %s\n", mt_progname(), msg);
@@ -78,6 +78,20 @@ static void report_before_join(const char *msg)
 static mt_boot *fail_boot;
 static char plain_name[64], rank_name[400];
 static void report_in_job(const char *msg) { mt_boot_fail(fail_boot, plain_name, rank_name, 1, msg, FAIL_WAIT_S); }
+
+/* A bad flag under a PMIx launcher is reported through the job, as report_in_job: the ranks' shared command
+ * line is every rank's error, printed once; a flag given to one rank only (mpirun's MPMD form, a wrapper
+ * script) is that rank's, printed naming it while the others wait in their first collective. Returns
+ * only outside such a job. */
+static void report_flag_error(mt_boot *b, const char *msg)
+{
+    mt_err e;
+    if (!getenv("PMIX_NAMESPACE") || !getenv("PMIX_RANK") || mt_boot_init(b, &e) || b->size < 2 || mt_boot_mpi(b, &e))
+        return;
+    snprintf(plain_name, sizeof plain_name, "%s", mt_progname());
+    snprintf(rank_name, sizeof rank_name, "%s: rank %d (%s)", plain_name, b->rank, b->host);
+    mt_boot_fail(b, plain_name, rank_name, 1, msg, FAIL_WAIT_S);
+}
 
 static void save_checkpoint(run *r)
 {
@@ -378,7 +392,10 @@ int main(int argc, char **argv)
     mt_err e;
     int nranks = mt_launch_take_n(&argc, argv, &e);
     if (nranks < 0) mt_die_err(&e);
-    if (mt_train_args_parse(&a, argc, argv, &e)) mt_die_err(&e);
+    if (mt_train_args_parse(&a, argc, argv, &e)) {
+        if (nranks == 0) report_flag_error(&r.boot, e.msg);
+        mt_die_err(&e);
+    }
     if (a.dry_run) {   /* the planner: no rank started, nothing read but the tokenizer's vocabulary */
         int world = a.world_size ? a.world_size : a.tensor_model_parallel_size * a.pipeline_model_parallel_size;
         if (nranks > 0) mt_die("--dry-run plans --world-size ranks; -n starts them");

@@ -4,7 +4,8 @@
 # standard error naming the lowest rank that differs from rank 0, its host and the first differing flag
 # with both values: --sequence-parallel on one tensor rank (a hang without the check), --micro-batch-size
 # (a crash), --num-layers and --hidden-size (MPI_ERRORS_ARE_FATAL), --lr (replicas that drift and exit
-# 0), a dataset of another content at the same path (per-rank working directories), and rank 2 of three.
+# 0), a dataset of another content at the same path (per-rank working directories), rank 2 of three, and
+# a flag value that only rank 1 cannot parse (its error, naming it, within about 3 s; silence without).
 # The same flags given through MPMD train and exit 0; no rank is ever left running.
 . "$(dirname "$0")/../lib.sh"
 py=/usr/bin/python3
@@ -73,6 +74,10 @@ one lr "mt-train: rank 1 ($host): --lr differs from rank 0's: 0.0001 here, 0.003
 # rank 2 of three differs; ranks 0 and 1 agree and print nothing
 job third "$base" "$base" "${base/--lr 3e-3/--lr 0.003 --seed 8}"
 one third "mt-train: rank 2 ($host): --seed differs from rank 0's: 8 here, 7 on rank 0"
+
+# a value only rank 1 cannot parse: its error, naming it, while rank 0 waits in its first collective
+job badlr "$base" "${base/--lr 3e-3/--lr abc}"
+one badlr "mt-train: rank 1 ($host): --lr: 'abc' is not a number"
 
 # the same --data-path, data, read in each rank's own working directory: another dataset on rank 1
 id() { echo "$1: $(stat -c %s "$2") bytes, FNV-1a $("$py" - "$2" <<'PYEOF'
