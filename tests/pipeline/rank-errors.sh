@@ -97,6 +97,7 @@ t_wait_line "$d/k.log" ' iteration  *3/'
 r1=$(for p in $(pgrep -f "mt-train .*--data-path $d/data"); do
     tr '\0' '\n' <"/proc/$p/environ" 2>/dev/null | grep -qx 'OMPI_COMM_WORLD_RANK=1' && echo "$p"; done)
 victim=$(for p in $r1; do grep -qx "$(ps -o ppid= -p "$p" | tr -d ' ')" <<<"$r1" && echo "$p"; done)
+# shellcheck disable=SC2086   # $r1: one pid when there is no watcher
 kill -9 ${victim:-$r1}
 t_wait_line "$d/k.rc" . 300
 wait

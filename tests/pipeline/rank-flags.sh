@@ -16,9 +16,10 @@ host=$(hostname)
 mkdir -p "$d/w0" "$d/w1"
 PYTHONPATH=$T_TOP/tests/oracle $py "$T_TOP/tests/oracle/walk_data.py" "$d/data" 7 300 ||
     t_fail "setup" "walk_data.py did not write the dataset"
-PYTHONPATH=$T_TOP/tests/oracle $py "$T_TOP/tests/oracle/walk_data.py" "$d/w0/data" 7 300 &&
-    PYTHONPATH=$T_TOP/tests/oracle $py "$T_TOP/tests/oracle/walk_data.py" "$d/w1/data" 7 301 ||
-    t_fail "setup" "walk_data.py did not write the per-rank datasets"
+for w in "w0 300" "w1 301"; do
+    PYTHONPATH=$T_TOP/tests/oracle $py "$T_TOP/tests/oracle/walk_data.py" "$d/${w% *}/data" 7 "${w#* }" ||
+        t_fail "setup" "walk_data.py did not write $d/${w% *}/data"
+done
 
 args="--num-layers 2 --hidden-size 32 --num-attention-heads 4 --seq-length 32 --max-position-embeddings 32
       --tokenizer-type NullTokenizer --vocab-size 60 --make-vocab-size-divisible-by 16
