@@ -14,6 +14,8 @@
 
 #include "ckpt/checkpoint.h"
 #include "ckpt/train_args.h"
+#include "ckpt/train_args_desc.h"
+#include "comm/agree.h"
 #include "comm/bootstrap.h"
 #include "comm/comm.h"
 #include "comm/grid.h"
@@ -63,8 +65,8 @@ typedef struct run {
  * of a job meet an error of their flags, data or checkpoint within milliseconds of each other. */
 #define FAIL_WAIT_S 3.0
 
-/* Before a rank joins its job (flags, the launch check) every rank meets the same error: rank 0 of the
- * launch reports it, the others end with the same status quietly. */
+/* Before a rank joins its job (the launch check, -n, a bad flag outside a PMIx launch) every rank meets
+ * the same error: rank 0 of the launch reports it, the others end with the same status quietly. */
 static void report_before_join(const char *msg)
 {
     if (mt_boot_env_rank() == 0) fprintf(stderr, "%s: %s\n", mt_progname(), msg);
@@ -76,6 +78,20 @@ static void report_before_join(const char *msg)
 static mt_boot *fail_boot;
 static char plain_name[64], rank_name[400];
 static void report_in_job(const char *msg) { mt_boot_fail(fail_boot, plain_name, rank_name, 1, msg, FAIL_WAIT_S); }
+
+/* A bad flag under a PMIx launcher is reported through the job, as report_in_job: the ranks' shared command
+ * line is every rank's error, printed once; a flag given to one rank only (mpirun's MPMD form, a wrapper
+ * script) is that rank's, printed naming it while the others wait in their first collective. Returns
+ * only outside such a job. */
+static void report_flag_error(mt_boot *b, const char *msg)
+{
+    mt_err e;
+    if (!getenv("PMIX_NAMESPACE") || !getenv("PMIX_RANK") || mt_boot_init(b, &e) || b->size < 2 || mt_boot_mpi(b, &e))
+        return;
+    snprintf(plain_name, sizeof plain_name, "%s", mt_progname());
+    snprintf(rank_name, sizeof rank_name, "%s: rank %d (%s)", plain_name, b->rank, b->host);
+    mt_boot_fail(b, plain_name, rank_name, 1, msg, FAIL_WAIT_S);
+}
 
 static void save_checkpoint(run *r)
 {
@@ -306,8 +322,9 @@ static int train(run *r)
     return 0;
 }
 
-/* The job: bootstrap (a refused launch stops here, before anything is written), MPI, the grid and the
- * data-parallel group. Ranks other than 0 print nothing on stdout. */
+/* The job: bootstrap (a refused launch stops here, before anything is written), MPI, the check that every
+ * rank has rank 0's flags and files (comm/agree.h), the grid and the data-parallel group. Ranks other
+ * than 0 print nothing on stdout. */
 static void join_job(run *r, const mt_train_args *a)
 {
     mt_err e;
@@ -320,6 +337,13 @@ static void join_job(run *r, const mt_train_args *a)
         mt_set_die_report(report_in_job);
     }
     if (mt_boot_mpi(&r->boot, &e)) mt_die_err(&e);
+    /* the ranks' flags and files agree before the first collective that depends on them (the groups) */
+    if (r->boot.size > 1) {
+        size_t n;
+        char *desc = mt_train_args_describe(a, &n);
+        if (mt_boot_agree(&r->boot, rank_name, desc, n, &e)) mt_die_err(&e);
+        free(desc);
+    }
     if (mt_parallel_init(&r->par, &r->boot, a->tensor_model_parallel_size, a->pipeline_model_parallel_size, &e))
         mt_die_err(&e);
     r->world = r->par.world;
@@ -370,6 +394,7 @@ int main(int argc, char **argv)
 {
     if (!is_dry_run(argc, argv)) mt_omp_env_spin(argv, 1000);
     mt_set_progname(argv[0]);
+    mt_launch_watch(mt_progname());   /* under mt-train -n: a rank killed by a signal is named */
     mt_set_die_report(report_before_join);
     static run r;
     static mt_train_args a;
@@ -377,7 +402,10 @@ int main(int argc, char **argv)
     mt_err e;
     int nranks = mt_launch_take_n(&argc, argv, &e);
     if (nranks < 0) mt_die_err(&e);
-    if (mt_train_args_parse(&a, argc, argv, &e)) mt_die_err(&e);
+    if (mt_train_args_parse(&a, argc, argv, &e)) {
+        if (nranks == 0) report_flag_error(&r.boot, e.msg);
+        mt_die_err(&e);
+    }
     if (a.dry_run) {   /* the planner: no rank started, nothing read but the tokenizer's vocabulary */
         int world = a.world_size ? a.world_size : a.tensor_model_parallel_size * a.pipeline_model_parallel_size;
         if (nranks > 0) mt_die("--dry-run plans --world-size ranks; -n starts them");

@@ -5,6 +5,7 @@
 
 #include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 static mt_train_args A;   /* the table's destinations; copied out by mt_train_args_parse */
@@ -552,6 +553,48 @@ json_t *mt_train_args_to_json(const mt_train_args *a)
         else if (v) json_decref(v);
     }
     return o;
+}
+
+/* The shortest %g that reads back as x, so that 1e-4 shows as 0.0001 and 0.1 as 0.1. */
+static void shortest_double(double x, char *out, size_t cap)
+{
+    for (int prec = 1; prec <= 17; prec++) {
+        snprintf(out, cap, "%.*g", prec, x);
+        if (strtod(out, NULL) == x) return;
+    }
+}
+
+void mt_train_args_each(const mt_train_args *a, void (*fn)(const char *flag, const char *value, void *ctx), void *ctx)
+{
+    char num[40];
+    for (const mt_flag *f = flags; f->name; f++) {
+        if (f->dst == &ignored_b || f->dst == &ignored_s || f->dst == &ignored_i) continue;
+        bool alias = false;   /* a second name of a value (--layernorm-epsilon): once, under the first */
+        for (const mt_flag *g = flags; g < f && !alias; g++) alias = g->dst == f->dst;
+        if (alias) continue;
+        const void *p = (const char *)a + ((const char *)f->dst - (const char *)&A);
+        const char *v = num;
+        char *joined = NULL;
+        switch (f->type) {
+        case MT_F_BOOL: v = *(const bool *)p ? "given" : "not given"; break;
+        case MT_F_INT: snprintf(num, sizeof num, "%d", *(const int *)p); break;
+        case MT_F_I64: snprintf(num, sizeof num, "%lld", (long long)*(const int64_t *)p); break;
+        case MT_F_DOUBLE: shortest_double(*(const double *)p, num, sizeof num); break;
+        case MT_F_STR:
+        case MT_F_CHOICE: v = *(const char *const *)p ? *(const char *const *)p : "not given"; break;
+        case MT_F_STRS: {
+            const mt_strs *s = p;
+            size_t n = 1;
+            for (int i = 0; i < s->n; i++) n += strlen(s->v[i]) + 1;
+            joined = mt_xcalloc(n, 1);
+            for (int i = 0; i < s->n; i++) strcat(strcat(joined, i ? " " : ""), s->v[i]);
+            v = s->n ? joined : "not given";
+            break;
+        }
+        }
+        fn(f->name, v, ctx);
+        free(joined);
+    }
 }
 
 int mt_train_args_check_model(const mt_train_args *a, const json_t *saved, const char *where, mt_err *e)

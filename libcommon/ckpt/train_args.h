@@ -93,6 +93,11 @@ int64_t mt_train_total_iters(const mt_train_args *a);
 
 /* The arguments as a JSON object (checkpoint meta.json "args"). */
 json_t *mt_train_args_to_json(const mt_train_args *a);
+/* Calls fn with every flag mt uses and its value in a, in the table's order, as text: a number as the
+ * shortest decimal that reads back the same ("0.0001"), a switch "given" or "not given", a string as it
+ * is ("not given" when absent), several words joined by spaces; a flag with two names once, under the
+ * first. What the ranks of a job compare (ckpt/train_args_desc.h). */
+void mt_train_args_each(const mt_train_args *a, void (*fn)(const char *flag, const char *value, void *ctx), void *ctx);
 /* Checks a checkpoint's saved args describe the same model as a: -1 naming the first differing flag. */
 int mt_train_args_check_model(const mt_train_args *a, const json_t *saved, const char *where, mt_err *e);
 /* Sets a to zero but for the architecture options of a saved args object (normalization,

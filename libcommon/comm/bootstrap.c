@@ -214,6 +214,11 @@ void mt_boot_fail(mt_boot *b, const char *prog, const char *ranked, int status, 
     } else one = false;   /* then every rank prints its own */
     free(all);
     if (first) fprintf(stderr, "%s: %s\n", one ? prog : ranked, msg);
+    mt_boot_exit(b, status);
+}
+
+void mt_boot_exit(mt_boot *b, int status)
+{
     fflush(stderr);
     fail_status = status;
     signal(SIGALRM, on_finalize_alarm);

@@ -69,6 +69,10 @@ int mt_boot_env_rank(void);
  *   - Otherwise (this rank failed alone, or MPI is not up) it prints "<ranked>: <msg>" and ends the job
  *     with mt_boot_abort(status): the launcher ends the other ranks and exits with status.
  * ranked names the rank, e.g. "mt-train: rank 1 (node7)". */
+/* Ends this rank with status when every rank of the job does the same at this point: finalizes MPI
+ * and PMIx (at most 10 s, then _exit) and exits, so that the launcher sees ranks that ended normally. */
+MT_NORETURN void mt_boot_exit(mt_boot *b, int status);
+
 MT_NORETURN void mt_boot_fail(mt_boot *b, const char *prog, const char *ranked, int status, const char *msg,
                               double wait_s);
 

@@ -39,7 +39,7 @@ int mt_launch_exec(int n, int argc, char **argv, mt_err *e)
     self[k] = 0;
     snprintf(np, sizeof np, "%d", n);
     const char *mpirun = getenv("MT_MPIRUN") && *getenv("MT_MPIRUN") ? getenv("MT_MPIRUN") : "mpirun";
-    char **v = mt_xcalloc((size_t)argc + 12, sizeof *v);
+    char **v = mt_xcalloc((size_t)argc + 14, sizeof *v);
     int j = 0;
     v[j++] = (char *)mpirun;
     if (geteuid() == 0) v[j++] = "--allow-run-as-root";
@@ -47,6 +47,8 @@ int mt_launch_exec(int n, int argc, char **argv, mt_err *e)
     v[j++] = "--oversubscribe";
     v[j++] = "--bind-to";
     v[j++] = "none";
+    v[j++] = "-x";   /* each rank names itself when killed by a signal (mt_launch_watch) */
+    v[j++] = MT_LAUNCH_WATCH_ENV "=1";
     v[j++] = "-np";
     v[j++] = np;
     v[j++] = self;

@@ -5,6 +5,7 @@
  * split groups, and the bytes each one counts. */
 #include <stdint.h>
 
+#include "comm/agree.h"
 #include "comm/bootstrap.h"
 #include "comm/comm.h"
 #include "comm/comm_nccl.h"
@@ -18,6 +19,28 @@ static int members_eq(const int *m, int n, const int *want, int nw)
     for (int i = 0; i < n; i++)
         if (m[i] != want[i]) return 0;
     return 1;
+}
+
+/* The line of ranks that disagree: the first entry that differs, both values when short, "not given" for
+ * an entry one side lacks, nothing for equal descriptions (a description: "flag\0value\0" entries). */
+TEST(agree_first_difference)
+{
+    static const char a[] = "--lr\0" "0.003\0--seed\0" "7\0--data-path\0d.idx: 10 bytes\0";
+    static const char b[] = "--lr\0" "0.003\0--seed\0" "8\0--data-path\0d.idx: 11 bytes\0";
+    char out[512], big[300];
+    T_EQ_INT(mt_agree_first_difference(a, sizeof a - 1, a, sizeof a - 1, out, sizeof out), -1);
+    T_EQ_INT(mt_agree_first_difference(b, sizeof b - 1, a, sizeof a - 1, out, sizeof out), 0);
+    T_EQ_STR(out, "--seed differs from rank 0's: 8 here, 7 on rank 0");
+    /* rank 0's list is longer: the first entry this rank lacks */
+    T_EQ_INT(mt_agree_first_difference(a, 20, a, sizeof a - 1, out, sizeof out), 0);
+    T_EQ_STR(out, "--data-path differs from rank 0's: not given here, d.idx: 10 bytes on rank 0");
+    /* a value longer than MT_AGREE_SHOW_MAX: the flag alone */
+    size_t n = (size_t)snprintf(big, sizeof big, "--data-path%c", 0);
+    memset(big + n, 'x', MT_AGREE_SHOW_MAX + 1);
+    big[n + MT_AGREE_SHOW_MAX + 1] = 0;
+    n += MT_AGREE_SHOW_MAX + 2;
+    T_EQ_INT(mt_agree_first_difference(big, n, a + 20, sizeof a - 21, out, sizeof out), 0);
+    T_EQ_STR(out, "--data-path differs from rank 0's");
 }
 
 /* Megatron's example: 16 ranks, tensor 2, pipeline 4 -> data 2. */
@@ -646,6 +669,7 @@ int main(int argc, char **argv)
         mt_boot_finalize(&boot);
         return t_total_failed ? 1 : 0;
     }
+    RUN(agree_first_difference);
     RUN(grid_megatron_example);
     RUN(grid_coords_and_errors);
     RUN(refuse_launch_without_pmix);

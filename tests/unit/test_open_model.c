@@ -7,6 +7,8 @@
 
 #include "ckpt/meta.h"
 #include "ckpt/open_model.h"
+#include "ckpt/train_args_desc.h"
+#include "comm/agree.h"
 #include "t.h"
 
 TEST(meta_numbers)
@@ -252,11 +254,46 @@ TEST(llama_args)
     }
 }
 
+/* What ranks compare: parsed values (--lr 3e-3 is --lr 0.003), a flag of two names under the first, the
+ * identity of the dataset's files; the line naming the first flag that differs. */
+TEST(args_description)
+{
+    mt_err e;
+    mt_train_args a, b;
+    const char *x[] = {"--lr", "0.003", NULL}, *y[] = {"--lr", "3e-3", NULL}, *z[] = {"--lr", "1e-4", NULL};
+    const char *eps[] = {"--lr", "0.003", "--layernorm-epsilon", "1e-6", NULL};
+    size_t na, nb;
+    char line[512];
+    T_EQ_INT(parse(&a, x, &e), 0);
+    T_EQ_INT(parse(&b, y, &e), 0);
+    char *da = mt_train_args_describe(&a, &na), *db = mt_train_args_describe(&b, &nb);
+    T_CHECK(na == nb && !memcmp(da, db, na));
+    T_CHECK(memmem(da, na, "--data-path\0nowhere.idx: absent\0--data-path\0nowhere.bin: absent", 64) != NULL);
+    free(db);
+    mt_train_args_free(&b);
+    T_EQ_INT(parse(&b, z, &e), 0);
+    db = mt_train_args_describe(&b, &nb);
+    T_EQ_INT(mt_agree_first_difference(db, nb, da, na, line, sizeof line), 0);
+    T_EQ_STR(line, "--lr differs from rank 0's: 0.0001 here, 0.003 on rank 0");
+    free(db);
+    mt_train_args_free(&b);
+    T_EQ_INT(parse(&b, eps, &e), 0);
+    db = mt_train_args_describe(&b, &nb);
+    T_EQ_INT(mt_agree_first_difference(db, nb, da, na, line, sizeof line), 0);
+    T_EQ_STR(line, "--norm-epsilon differs from rank 0's: 1e-06 here, 1e-05 on rank 0");
+    T_CHECK(!memmem(db, nb, "--layernorm-epsilon", 19));
+    free(db);
+    free(da);
+    mt_train_args_free(&b);
+    mt_train_args_free(&a);
+}
+
 T_MAIN_BEGIN("test_open_model")
 t_tmpdir();
 snprintf(dir, sizeof dir, "%s/ck", t_tmp);
 RUN(meta_numbers);
 RUN(open_roundtrip);
 RUN(llama_args);
+RUN(args_description);
 t_tmpdir_remove();
 T_MAIN_END
