@@ -80,7 +80,8 @@ static int llama_config(mt_model_ckpt *mc, const mt_model_arch *arch, int64_t ro
 {
     const mt_gpt_config *c = &mc->cfg;
     if (c->rotary_percent != 1.0)
-        return mt_err_set(e, "%s: --rotary-percent %g: LlamaForCausalLM rotates every channel (1.0)", mc->dir,
+        return mt_err_set(e, "%s: --rotary-percent %g: transformers' LlamaForCausalLM has no partial rotary "
+                             "embedding (it rotates every channel of a head); only 1.0 converts", mc->dir,
                           c->rotary_percent);
     if (c->rotary_base != floor(c->rotary_base) || c->rotary_base > 9.2e18)
         return mt_err_set(e, "%s: --rotary-base %g is not an integer", mc->dir, c->rotary_base);

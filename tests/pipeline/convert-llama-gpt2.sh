@@ -5,7 +5,9 @@
 # mt-tokenize's ids, and mt-eval of the directory gives the checkpoint's loss exactly, as does the
 # checkpoint converted back. --from hf of a Llama directory whose tokenizer mt cannot read (none, or a
 # tokenizer.json mt does not support) is one line and writes nothing; mt-eval and mt-generate use
-# --vocab-file/--merge-file given with such a directory.
+# --vocab-file/--merge-file given with such a directory. --to hf of a partial-rotary checkpoint is refused
+# naming --rotary-percent, and of a tokenizer that would not come with it (NullTokenizer, a missing
+# tokenizer.json) naming that, nothing written.
 . "$(dirname "$0")/../lib.sh"
 PY=/usr/bin/python3
 d=$T_TMP
@@ -129,3 +131,24 @@ for src in bare sp; do
     then t_cmp "mt-generate --vocab-file --merge-file of $src: the checkpoint's tokens and text" "$d/g-ck.jsonl" "$d/g-$src.jsonl"
     else t_fail "mt-generate --vocab-file --merge-file of $src" "$(cat "$d/e")"; fi
 done
+
+# ---- --to hf of what LlamaForCausalLM or its tokenizers cannot hold: one line naming it, nothing written ----
+outrefused() {   # NAME ARGS-JSON WORD: the checkpoint with meta.json's args updated by ARGS-JSON is refused naming WORD
+    rm -rf "$d/rf" "$d/x-rf"
+    cp -r "$d/ck" "$d/rf"
+    for m in "$d"/rf/iter_*/mp_rank_*/meta.json; do
+        $PY - "$m" "$2" <<'PYEOF'
+import json, sys
+m = json.load(open(sys.argv[1])); m["args"].update(json.loads(sys.argv[2]))
+json.dump(m, open(sys.argv[1], "w"))
+PYEOF
+    done
+    if err1 mt-ckpt-convert --load "$d/rf" --to hf --out "$d/x-rf" && grep -q -- "$3" "$d/e" && [ ! -e "$d/x-rf" ]
+    then t_pass "--to hf refused: $1 ($(cat "$d/e"))"
+    else t_fail "--to hf refused: $1, nothing written" "$(cat "$d/e"); $(ls "$d/x-rf" 2>&1)"; fi
+}
+# partial rotary: transformers' LlamaForCausalLM rotates every channel of a head
+outrefused "--rotary-percent 0.5" '{"rotary-percent": 0.5}' '--rotary-percent 0.5: .*no partial rotary'
+outrefused "NullTokenizer" '{"tokenizer-type": "NullTokenizer", "vocab-size": 50256}' '--tokenizer-type NullTokenizer'
+outrefused "HuggingFaceTokenizer without its tokenizer.json" \
+    "{\"tokenizer-type\": \"HuggingFaceTokenizer\", \"vocab-size\": 50257, \"tokenizer-model\": \"$d/nowhere\"}" "$d/nowhere"
