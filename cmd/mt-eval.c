@@ -50,8 +50,8 @@ static const mt_flag flags[] = {
     {"--json-key", MT_F_STR, &score_key, "KEY", "with --score: the text field (default \"text\")", 0, 0, NULL},
     {"--max-line-bytes", MT_F_I64, &max_line, "N", "with --score: longest input line in bytes (default 1 GiB, 0: no limit)",
      0, 1e18, NULL},
-    MT_FLAG_VOCAB_FILE(&vocab_file, "with --score: vocab.json (default: the checkpoint's)"),
-    MT_FLAG_MERGE_FILE(&merge_file, "with --score: merges.txt (default: the checkpoint's)"),
+    MT_FLAG_VOCAB_FILE(&vocab_file, "with --score or a Hugging Face --load: vocab.json (default: the checkpoint's)"),
+    MT_FLAG_MERGE_FILE(&merge_file, "with --score or a Hugging Face --load: merges.txt (default: the checkpoint's)"),
     {"--json", MT_F_BOOL, &json_out, NULL, "print the split's result as one JSON object on stdout", 0, 0, NULL},
     {"--device", MT_F_CHOICE, &device, NULL, "where the kernels run: cpu, or cuda (the GPU of the local rank); "
      "default cuda when a GPU is there", 0, 0, MT_DEVICE_CHOICES},

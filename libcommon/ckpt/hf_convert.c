@@ -80,7 +80,8 @@ static int llama_config(mt_model_ckpt *mc, const mt_model_arch *arch, int64_t ro
 {
     const mt_gpt_config *c = &mc->cfg;
     if (c->rotary_percent != 1.0)
-        return mt_err_set(e, "%s: --rotary-percent %g: LlamaForCausalLM rotates every channel (1.0)", mc->dir,
+        return mt_err_set(e, "%s: --rotary-percent %g: transformers' LlamaForCausalLM has no partial rotary "
+                             "embedding (it rotates every channel of a head); only 1.0 converts", mc->dir,
                           c->rotary_percent);
     if (c->rotary_base != floor(c->rotary_base) || c->rotary_base > 9.2e18)
         return mt_err_set(e, "%s: --rotary-base %g is not an integer", mc->dir, c->rotary_base);
@@ -107,6 +108,21 @@ int mt_hf_export_ckpt(mt_model_ckpt *mc, const char *out_dir, const char *dtype,
     if (!llama && !mc->tok.bpe)
         return mt_err_set(e, "%s: the checkpoint has no GPT-2 vocabulary (NullTokenizer): pass --vocab-file and "
                              "--merge-file", mc->dir);
+    /* Llama's tokenizer goes with it as transformers reads one: GPT-2's files, or the tokenizer.json */
+    const char *type = mc->a.tokenizer_type, *tok_model = NULL;
+    if (llama && type && !strcmp(type, "HuggingFaceTokenizer")) {
+        char *jp = NULL, *jd = NULL;
+        if (!mc->tokenizer_model)
+            return mt_err_set(e, "%s: --tokenizer-type HuggingFaceTokenizer without --tokenizer-model: no tokenizer "
+                                 "to write with the model", mc->dir);
+        if (mt_hf_out_llama_tokenizer_json(mc->tokenizer_model, &jp, &jd, e)) return mt_err_prefix(e, "%s", mc->dir);
+        free(jp);
+        free(jd);
+        tok_model = mc->tokenizer_model;
+    } else if (llama && type && strcmp(type, "GPT2BPETokenizer")) {
+        return mt_err_set(e, "%s: --tokenizer-type %s: transformers has no tokenizer of this kind to write with the "
+                             "model (GPT2BPETokenizer and HuggingFaceTokenizer convert)", mc->dir, type);
+    }
     /* defaults for a checkpoint converted from Hugging Face: back to its dtype and vocabulary rows */
     json_t *from = json_object_get(mc->meta, "converted_from");
     const char *dn = dtype;
@@ -157,7 +173,7 @@ int mt_hf_export_ckpt(mt_model_ckpt *mc, const char *out_dir, const char *dtype,
     int rc = mt_st_write_fill(out.model_path, st, n, meta, 1, export_fill, &x, e);
     if (!rc) rc = mt_model_check_all_read(mc, e);
     if (!rc)
-        rc = llama ? mt_hf_out_llama_files(&out, &hc, mc->tokenizer_model, e)
+        rc = llama ? mt_hf_out_llama_files(&out, &hc, tok_model, mc->vocab_file, mc->merge_file, e)
                    : mt_hf_out_files(&out, &hc, mc->vocab_file, mc->merge_file, e);
     if (!rc) rc = mt_hf_out_commit(&out, e);
     if (rc) mt_hf_out_abort(&out);
@@ -219,18 +235,21 @@ int mt_hf_import_ckpt(mt_model_ckpt *mc, const char *in, const char *save, int t
                       mt_err *e)
 {
     if (!mc->hf) return mt_err_set(e, "%s: not a Hugging Face model directory", mc->dir);
+    /* a checkpoint whose tokenizer mt cannot read is of no use to mt-eval or mt-generate: refused before
+     * anything is written */
+    if (mt_model_check_tokenizer(mc, e)) return -1;
     if (mt_ckpt_check_new_save_dir(save, e)) return -1;
     const mt_hf_config *hc = &mc->hf->cfg;
     char *copied[3] = {0};
     int ncopied = 0;
     json_t *args;
-    if (hc->llama) {
+    if (hc->llama && mc->tok.hf) {
         char *dir = copy_tokenizer(in, save, copied, &ncopied, e);
         if (dir == (char *)-1) {
             for (int i = 0; i < ncopied; i++) unlink(copied[i]), free(copied[i]);
             return -1;
         }
-        args = mt_hf_megatron_args(hc, mc->a.make_vocab_size_divisible_by, dir, NULL);
+        args = mt_hf_megatron_args(hc, mc->a.make_vocab_size_divisible_by, dir, NULL, NULL);
         free(dir);
     } else {
         copied[0] = copy_into(mc->vocab_file, save, "vocab.json", e);
@@ -241,7 +260,7 @@ int mt_hf_import_ckpt(mt_model_ckpt *mc, const char *in, const char *save, int t
             return -1;
         }
         ncopied = 2;
-        args = mt_hf_megatron_args(hc, mc->a.make_vocab_size_divisible_by, copied[0], copied[1]);
+        args = mt_hf_megatron_args(hc, mc->a.make_vocab_size_divisible_by, NULL, copied[0], copied[1]);
     }
     /* the tensors are read while saving; what the source has besides them is checked first */
     json_t *meta = json_pack("{s:f,s:o,s:i,s:i,s:{s:s,s:s,s:s,s:i}}", "checkpoint_version", 3.0, "args", args,

@@ -328,9 +328,20 @@ void mt_hf_import(const mt_hf_tensor *t, int num_heads, const float *src, float 
     }
 }
 
-json_t *mt_hf_megatron_args(const mt_hf_config *c, int divisible_by, const char *vocab_file, const char *merge_file)
+json_t *mt_hf_megatron_args(const mt_hf_config *c, int divisible_by, const char *tokenizer_dir, const char *vocab_file,
+                            const char *merge_file)
 {
-    if (c->llama) return mt_hf_llama_megatron_args(c, divisible_by, vocab_file);
+    if (c->llama) {
+        json_t *a = mt_hf_llama_megatron_args(c, divisible_by, tokenizer_dir);
+        if (!a || tokenizer_dir) return a;
+        /* GPT-2's BPE: its own vocabulary size, no tokenizer model */
+        json_object_del(a, "vocab-size");
+        json_object_del(a, "tokenizer-model");
+        json_object_set_new(a, "tokenizer-type", json_string("GPT2BPETokenizer"));
+        json_object_set_new(a, "vocab-file", vocab_file ? json_string(vocab_file) : json_null());
+        json_object_set_new(a, "merge-file", merge_file ? json_string(merge_file) : json_null());
+        return a;
+    }
     json_t *a = json_pack("{s:i,s:i,s:i,s:i,s:i,s:i,s:i,s:i,s:i,s:f,s:f,s:f,s:f,s:b,s:b,s:s,s:i,s:i}",
                           "num-layers", c->n_layer, "hidden-size", c->n_embd, "num-attention-heads", c->n_head,
                           "ffn-hidden-size", c->n_inner, "kv-channels", c->n_embd / c->n_head, "seq-length",

@@ -93,9 +93,11 @@ void mt_hf_import(const mt_hf_tensor *t, int num_heads, const float *src, float 
 const mt_hf_tensor *mt_hf_by_mt_name(const mt_hf_tensor *t, int n, const char *mt_name);
 
 /* The args object of mt-train (Megatron flag names without "--") describing the model of c with the given
- * tokenizer files (NULL: null): what a checkpoint converted from c records in its meta.json. For Llama,
- * vocab_file is the HuggingFaceTokenizer's directory (--tokenizer-model) and merge_file unused. */
-json_t *mt_hf_megatron_args(const mt_hf_config *c, int divisible_by, const char *vocab_file, const char *merge_file);
+ * tokenizer files (NULL: null): what a checkpoint converted from c records in its meta.json. The tokenizer
+ * is GPT2BPETokenizer of vocab_file and merge_file, except for a Llama model given tokenizer_dir: then
+ * HuggingFaceTokenizer with that directory as --tokenizer-model (tokenizer_dir is unused for GPT-2). */
+json_t *mt_hf_megatron_args(const mt_hf_config *c, int divisible_by, const char *tokenizer_dir, const char *vocab_file,
+                            const char *merge_file);
 
 /* The --make-vocab-size-divisible-by that pads a tokenizer of vocab tokens to exactly the model's rows
  * (rows >= vocab): 1 when they are equal, so that no padding row joins the softmax (an HF model has none:

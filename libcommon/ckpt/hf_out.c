@@ -75,32 +75,62 @@ static int write_json(const char *dir, const char *name, json_t *v, mt_err *e)
     return rc;
 }
 
-int mt_hf_out_files(mt_hf_out *o, const mt_hf_config *c, const char *vocab_file, const char *merge_file, mt_err *e)
+/* GPT-2's tokenizer as transformers' GPT2Tokenizer reads it: tokenizer_config.json, special_tokens_map.json
+ * and copies of vocab.json and merges.txt. */
+static int gpt2_tokenizer(mt_hf_out *o, int n_positions, const char *vocab_file, const char *merge_file, mt_err *e)
 {
-    char *cfg = mt_path_join(o->tmp, "config.json");
-    int rc = mt_hf_config_write(cfg, c, e);
-    free(cfg);
-    if (rc) return -1;
     const char *eot = "<|endoftext|>";
-    if (write_json(o->tmp, "generation_config.json",
-                   json_pack("{s:i,s:i}", "bos_token_id", c->bos_token_id, "eos_token_id", c->eos_token_id), e) ||
-        write_json(o->tmp, "tokenizer_config.json",
+    if (write_json(o->tmp, "tokenizer_config.json",
                    json_pack("{s:b,s:b,s:s,s:b,s:s,s:s,s:i,s:s,s:s}", "add_bos_token", 0, "add_prefix_space", 0,
                              "bos_token", eot, "clean_up_tokenization_spaces", 0, "eos_token", eot, "errors",
-                             "replace", "model_max_length", c->n_positions, "tokenizer_class", "GPT2Tokenizer",
+                             "replace", "model_max_length", n_positions, "tokenizer_class", "GPT2Tokenizer",
                              "unk_token", eot),
                    e) ||
         write_json(o->tmp, "special_tokens_map.json",
                    json_pack("{s:s,s:s,s:s}", "bos_token", eot, "eos_token", eot, "unk_token", eot), e))
         return -1;
     char *v = mt_path_join(o->tmp, "vocab.json"), *m = mt_path_join(o->tmp, "merges.txt");
-    rc = mt_copy_file(vocab_file, v, e) || mt_copy_file(merge_file, m, e) ? -1 : 0;
+    int rc = mt_copy_file(vocab_file, v, e) || mt_copy_file(merge_file, m, e) ? -1 : 0;
     free(v);
     free(m);
     return rc;
 }
 
-int mt_hf_out_llama_files(mt_hf_out *o, const mt_hf_config *c, const char *tokenizer_dir, mt_err *e)
+int mt_hf_out_files(mt_hf_out *o, const mt_hf_config *c, const char *vocab_file, const char *merge_file, mt_err *e)
+{
+    char *cfg = mt_path_join(o->tmp, "config.json");
+    int rc = mt_hf_config_write(cfg, c, e);
+    free(cfg);
+    if (rc) return -1;
+    if (write_json(o->tmp, "generation_config.json",
+                   json_pack("{s:i,s:i}", "bos_token_id", c->bos_token_id, "eos_token_id", c->eos_token_id), e))
+        return -1;
+    return gpt2_tokenizer(o, c->n_positions, vocab_file, merge_file, e);
+}
+
+int mt_hf_out_llama_tokenizer_json(const char *tokenizer_model, char **json_path, char **dir, mt_err *e)
+{
+    struct stat st;
+    if (stat(tokenizer_model, &st)) return mt_err_sys(e, "--tokenizer-model %s", tokenizer_model);
+    if (S_ISDIR(st.st_mode)) {
+        *dir = mt_xstrdup(tokenizer_model);
+        *json_path = mt_path_join(tokenizer_model, "tokenizer.json");
+    } else {
+        char *c = mt_xstrdup(tokenizer_model);
+        *dir = mt_xstrdup(dirname(c));
+        free(c);
+        *json_path = mt_xstrdup(tokenizer_model);
+    }
+    if (!stat(*json_path, &st) && S_ISREG(st.st_mode)) return 0;
+    mt_err_set(e, "%s: no tokenizer.json to write with the model (--tokenizer-model %s)", *json_path, tokenizer_model);
+    free(*json_path);
+    free(*dir);
+    *json_path = *dir = NULL;
+    return -1;
+}
+
+int mt_hf_out_llama_files(mt_hf_out *o, const mt_hf_config *c, const char *tokenizer_model, const char *vocab_file,
+                          const char *merge_file, mt_err *e)
 {
     char *cfg = mt_path_join(o->tmp, "config.json");
     int rc = mt_hf_config_write(cfg, c, e);
@@ -110,14 +140,24 @@ int mt_hf_out_llama_files(mt_hf_out *o, const mt_hf_config *c, const char *token
     json_object_set_new(g, "bos_token_id", c->bos_token_id >= 0 ? json_integer(c->bos_token_id) : json_null());
     json_object_set_new(g, "eos_token_id", c->eos_token_id >= 0 ? json_integer(c->eos_token_id) : json_null());
     if (write_json(o->tmp, "generation_config.json", g, e)) return -1;
-    static const char *const files[] = {"tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", NULL};
-    for (int i = 0; tokenizer_dir && files[i] && !rc; i++) {
-        char *src = mt_path_join(tokenizer_dir, files[i]), *dst = mt_path_join(o->tmp, files[i]);
+    if (!tokenizer_model) return gpt2_tokenizer(o, c->n_positions, vocab_file, merge_file, e);
+    char *json_path, *dir;
+    if (mt_hf_out_llama_tokenizer_json(tokenizer_model, &json_path, &dir, e)) return -1;
+    char *dst = mt_path_join(o->tmp, "tokenizer.json");
+    rc = mt_copy_file(json_path, dst, e);
+    free(dst);
+    /* the files transformers reads beside it, where there are */
+    static const char *const files[] = {"tokenizer_config.json", "special_tokens_map.json", NULL};
+    for (int i = 0; files[i] && !rc; i++) {
+        char *src = mt_path_join(dir, files[i]);
+        dst = mt_path_join(o->tmp, files[i]);
         struct stat st;
         if (!stat(src, &st)) rc = mt_copy_file(src, dst, e);
         free(src);
         free(dst);
     }
+    free(json_path);
+    free(dir);
     return rc;
 }
 

@@ -63,6 +63,20 @@ int mt_tokenizer_open(mt_tokenizer *t, const mt_train_args *a, bool vocab_only, 
     return 0;
 }
 
+int mt_model_check_tokenizer(mt_model_ckpt *mc, mt_err *e)
+{
+    const char *type = mc->a.tokenizer_type;
+    if (mc->tok.bpe || (type && !strcmp(type, "NullTokenizer"))) return 0;
+    mt_train_args ta = mc->a;
+    ta.vocab_file = mc->vocab_file;
+    ta.merge_file = mc->merge_file;
+    ta.tokenizer_model = mc->tokenizer_model;
+    mt_tokenizer t;
+    if (mt_tokenizer_open(&t, &ta, false, e)) return mt_err_prefix(e, "%s", mc->dir);
+    mt_tokenizer_close(&t);
+    return 0;
+}
+
 size_t mt_tokenizer_encode(const mt_tokenizer *t, mt_bpe_ctx *c, const char *text, size_t len, mt_ids *out)
 {
     if (!t->hf) {
@@ -300,17 +314,24 @@ static int open_hf(mt_model_ckpt *mc, const char *load_dir, const mt_model_open_
         return -1;
     }
     mc->dir = mc->hf->dir;
-    size_t n = strlen(load_dir) + 32;
-    char *vocab = mt_xmalloc(n), *merges = mt_xmalloc(n);
-    snprintf(vocab, n, "%s/%s", load_dir, mc->hf->cfg.llama ? "tokenizer.json" : "vocab.json");
-    snprintf(merges, n, "%s/merges.txt", load_dir);
-    int hv = access(vocab, F_OK) == 0, hm = access(merges, F_OK) == 0;
-    /* Llama: HuggingFaceTokenizer, whose --tokenizer-model is the directory */
-    const char *tok = mc->hf->cfg.llama ? (hv ? load_dir : NULL) : hv ? vocab : NULL;
-    mc->meta = json_pack("{s:o}", "args", mt_hf_megatron_args(&mc->hf->cfg, 1, tok, hm ? merges : NULL));
-    free(vocab);
-    free(merges);
-    if (open_meta(mc, o, e)) return -1;
+    /* the tokenizer: GPT-2's vocab.json and merges.txt (--vocab-file and --merge-file, else the directory's);
+     * for Llama, unless those flags are given, the directory's tokenizer.json where there is one
+     * (HuggingFaceTokenizer, whose --tokenizer-model is the directory) */
+    char *tj = mt_path_join(load_dir, "tokenizer.json"), *vj = mt_path_join(load_dir, "vocab.json"),
+         *mj = mt_path_join(load_dir, "merges.txt");
+    int ht = access(tj, F_OK) == 0, hv = access(vj, F_OK) == 0, hm = access(mj, F_OK) == 0;
+    int llama = mc->hf->cfg.llama, given = o->vocab_file || o->merge_file, hf_tok = llama && ht && !given;
+    int rc = 0;
+    if (llama && !hf_tok && !given && !(hv && hm))
+        rc = mt_err_set(e, "%s: no tokenizer that mt reads (tokenizer.json, or GPT-2's vocab.json and merges.txt): "
+                           "pass --vocab-file and --merge-file", load_dir);
+    else
+        mc->meta = json_pack("{s:o}", "args", mt_hf_megatron_args(&mc->hf->cfg, 1, hf_tok ? load_dir : NULL,
+                                                                   hv ? vj : NULL, hm ? mj : NULL));
+    free(tj);
+    free(vj);
+    free(mj);
+    if (rc || open_meta(mc, o, e)) return -1;
     int64_t rows = mc->hf->cfg.vocab_size, V = mc->tok.vocab_size;
     if (rows < V)
         return mt_err_set(e, "%s/config.json: vocab_size %lld is below the tokenizer's %lld tokens", load_dir,

@@ -95,10 +95,15 @@ typedef struct mt_model_ckpt {
     mt_gpt *model;           /* created by mt_model_load_weights when it was given none; freed by close */
 } mt_model_ckpt;
 
-/* Opens the checkpoint of load_dir and reads its metadata. A Hugging Face GPT-2 directory (mt_hf_dir_is,
- * and no checkpoint tracker) opens as a release checkpoint whose args come from its config.json and whose
- * tokenizer is its vocab.json and merges.txt. 0, or -1 with e set (nothing left open). */
+/* Opens the checkpoint of load_dir and reads its metadata. A Hugging Face GPT-2 or Llama directory
+ * (mt_hf_dir_is, and no checkpoint tracker) opens as a release checkpoint whose args come from its
+ * config.json and whose tokenizer is GPT-2's vocab_file and merge_file of o or the directory's
+ * vocab.json and merges.txt, or (Llama, neither of o's given) the directory's tokenizer.json first; a
+ * Llama directory with none of them is an error. 0, or -1 with e set (nothing left open). */
 int mt_model_open(mt_model_ckpt *mc, const char *load_dir, const mt_model_open_opts *o, mt_err *e);
+/* Whether the tokenizer of mc reads text (mt-eval --score and mt-generate need it): one opened with
+ * vocab_only is read once to see. NullTokenizer passes. 0, or -1 with e set naming the directory and why. */
+int mt_model_check_tokenizer(mt_model_ckpt *mc, mt_err *e);
 /* Reads the weights into model, or (model NULL) into a model of mc->cfg created on k without gradients
  * (mc->model; the caller makes the activation or inference contexts it needs). 0, or -1 with e set. */
 int mt_model_load_weights(mt_model_ckpt *mc, mtk *k, mt_gpt *model, mt_err *e);

@@ -20,8 +20,8 @@ oracle() { "$HPY" -W ignore "$T_TOP/tests/oracle/llama_oracle.py" "$@"; }
 err1() { "$@" >"$d/o" 2>"$d/e"; local rc=$?; [ $rc != 0 ] && [ "$(wc -l <"$d/e")" -eq 1 ]; }
 
 oracle make "$d/a" --tokenizer >/dev/null 2>"$d/e" || { t_fail "make a Llama model (fp32, untied, GQA)" "$(tail -1 "$d/e")"; exit 0; }
-oracle make "$d/bf" --dtype bf16 --seed 2 >/dev/null 2>"$d/e" || t_fail "make a bf16 Llama model" "$(tail -1 "$d/e")"
-oracle make "$d/sh" --dtype fp16 --shard 40000 --tie --seed 3 >/dev/null 2>"$d/e" || t_fail "make a sharded tied fp16 Llama model" "$(tail -1 "$d/e")"
+oracle make "$d/bf" --tokenizer --dtype bf16 --seed 2 >/dev/null 2>"$d/e" || t_fail "make a bf16 Llama model" "$(tail -1 "$d/e")"
+oracle make "$d/sh" --tokenizer --dtype fp16 --shard 40000 --tie --seed 3 >/dev/null 2>"$d/e" || t_fail "make a sharded tied fp16 Llama model" "$(tail -1 "$d/e")"
 [ -f "$d/sh/model.safetensors.index.json" ] || t_fail "the fp16 model is sharded" "no index"
 
 # ---- HF -> mt: Megatron's layout ----
