@@ -13,14 +13,14 @@
 #include <time.h>
 
 #include "ckpt/checkpoint.h"
-#include "ckpt/train_args.h"
-#include "ckpt/train_args_desc.h"
 #include "comm/agree.h"
 #include "comm/bootstrap.h"
 #include "comm/comm.h"
 #include "comm/grid.h"
 #include "comm/launch.h"
 #include "comm/parallel.h"
+#include "config/train_args.h"
+#include "config/train_args_desc.h"
 #include "data/split.h"
 #include "kernels.h"
 #include "model/evaluate.h"

@@ -4,7 +4,7 @@
  * blends). --help and --version print and exit, so words starting with them are left out. */
 #include "fuzz.h"
 
-#include "ckpt/train_args.h"
+#include "config/train_args.h"
 #include "data/gpt_dataset.h"
 #include "data/split.h"
 

@@ -20,7 +20,7 @@
 #include "ckpt/checkpoint.h"
 #include "ckpt/global.h"
 #include "ckpt/hf_dir.h"
-#include "ckpt/train_args.h"
+#include "config/train_args.h"
 #include "kernels.h"
 #include "model/gpt.h"
 #include "tok/bpe.h"

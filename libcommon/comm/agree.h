@@ -13,7 +13,7 @@
 #define MT_AGREE_SHOW_MAX 96
 
 /* desc (n bytes) is this rank's description: entries of two NUL-terminated strings, a flag as the user
- * writes it and its value (ckpt/train_args_desc.h). Every rank of the job calls this with its own; the
+ * writes it and its value (config/train_args_desc.h). Every rank of the job calls this with its own; the
  * FNV-1a hashes of the descriptions are all-gathered and compared with rank 0's. When they agree (or the
  * job has one rank) it returns 0. Otherwise rank 0's description is broadcast, the lowest rank whose
  * description differs prints the one line

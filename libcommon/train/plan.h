@@ -11,7 +11,7 @@
 
 #include <stdio.h>
 
-#include "ckpt/train_args.h"
+#include "config/train_args.h"
 #include "util/err.h"
 
 /* Prints the plan of the args for a job of world ranks. 0, or -1 with e set (a layout that does not

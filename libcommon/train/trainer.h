@@ -33,8 +33,8 @@
 #include <stdint.h>
 #include <stdio.h>
 
-#include "ckpt/train_args.h"
 #include "comm/comm.h"
+#include "config/train_args.h"
 #include "data/batch.h"
 #include "data/gpt_dataset.h"
 #include "kernels.h"

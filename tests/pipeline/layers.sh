@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
 # layers.sh: the #include lines keep the layering of the sources: each libcommon subsystem includes only
-# itself and those below it, in the order util io tok data comm model gen ckpt report train (a folder
-# missing from the order fails until it is placed); kernels/ includes nothing from libcommon; and the
-# programs that only use a trained model (mt-eval, mt-generate, mt-ckpt-convert) include nothing from
+# itself and those below it, in the order util io tok data comm model config gen ckpt report train (a
+# folder missing from the order fails until it is placed); kernels/ includes nothing from libcommon; and
+# the programs that only use a trained model (mt-eval, mt-generate, mt-ckpt-convert) include nothing from
 # train/, the trainer.
 . "$(dirname "$0")/../lib.sh"
-order=(util io tok data comm model gen ckpt report train)
+order=(util io tok data comm model config gen ckpt report train)
 rank_of() {
     local i
     for i in "${!order[@]}"; do [ "${order[$i]}" = "$1" ] && { echo "$i"; return; }; done

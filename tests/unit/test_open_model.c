@@ -7,8 +7,8 @@
 
 #include "ckpt/meta.h"
 #include "ckpt/open_model.h"
-#include "ckpt/train_args_desc.h"
 #include "comm/agree.h"
+#include "config/train_args_desc.h"
 #include "t.h"
 
 TEST(meta_numbers)

@@ -1,5 +1,5 @@
 /* train_args.c: mt-train's flag table (Megatron names and defaults), checks, and the JSON form of the args. */
-#include "ckpt/train_args.h"
+#include "config/train_args.h"
 #include "model/device.h"
 #include "tok/bpe.h"
 

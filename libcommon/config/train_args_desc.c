@@ -1,5 +1,5 @@
 /* train_args_desc.c: the description of a run's flags and files that its ranks compare (train_args_desc.h). */
-#include "ckpt/train_args_desc.h"
+#include "config/train_args_desc.h"
 
 #include <stdio.h>
 #include <stdlib.h>

@@ -1,11 +1,11 @@
 /* train_args_desc.h: what the ranks of an mt-train job compare before they train together: every flag's
  * value and the identity of the dataset and tokenizer files the flags name (comm/agree.h compares it). */
-#ifndef MT_CKPT_TRAIN_ARGS_DESC_H
-#define MT_CKPT_TRAIN_ARGS_DESC_H
+#ifndef MT_CONFIG_TRAIN_ARGS_DESC_H
+#define MT_CONFIG_TRAIN_ARGS_DESC_H
 
 #include <stddef.h>
 
-#include "ckpt/train_args.h"
+#include "config/train_args.h"
 
 /* The description of a as a list of entries, each two NUL-terminated strings, a flag as the user writes
  * it and a value: first every flag (mt_train_args_each), then, under the flag that names it, each file's

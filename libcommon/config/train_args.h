@@ -5,11 +5,12 @@
  * mt implements are validated with Megatron's rules, flags Megatron has but mt does not implement are
  * rejected with a message saying so, and nothing is silently ignored. The struct is saved in every
  * checkpoint's meta.json (mt_train_args_to_json) so a resumed run can check it continues the same model.
- * It lives with the checkpoints because every program that opens one (ckpt/open_model.h) reads these args
- * back, each number checked against the range of its flag in this table.
+ * It is the training configuration that mt-train, the trainer and every program that opens a checkpoint
+ * (ckpt/open_model.h, which reads these args back, each number checked against the range of its flag in
+ * this table) share.
  */
-#ifndef MT_CKPT_TRAIN_ARGS_H
-#define MT_CKPT_TRAIN_ARGS_H
+#ifndef MT_CONFIG_TRAIN_ARGS_H
+#define MT_CONFIG_TRAIN_ARGS_H
 
 #include <jansson.h>
 #include <stdbool.h>
@@ -96,7 +97,7 @@ json_t *mt_train_args_to_json(const mt_train_args *a);
 /* Calls fn with every flag mt uses and its value in a, in the table's order, as text: a number as the
  * shortest decimal that reads back the same ("0.0001"), a switch "given" or "not given", a string as it
  * is ("not given" when absent), several words joined by spaces; a flag with two names once, under the
- * first. What the ranks of a job compare (ckpt/train_args_desc.h). */
+ * first. What the ranks of a job compare (config/train_args_desc.h). */
 void mt_train_args_each(const mt_train_args *a, void (*fn)(const char *flag, const char *value, void *ctx), void *ctx);
 /* Checks a checkpoint's saved args describe the same model as a: -1 naming the first differing flag. */
 int mt_train_args_check_model(const mt_train_args *a, const json_t *saved, const char *where, mt_err *e);
