@@ -1,4 +1,5 @@
-/* open_model.c: config, tokenizer, metadata and weights of a trained model from its checkpoint. */
+/* open_model.c: config, tokenizer, metadata and weights of a trained model from its checkpoint (the config
+ * and tokenizer built by config/, as mt-train builds them from its flags). */
 #include "ckpt/open_model.h"
 
 #include <stdlib.h>
@@ -10,58 +11,6 @@
 #include "ckpt/dist_optim.h"
 #include "ckpt/meta.h"
 #include "io/fsutil.h"
-
-static int file_tokenizer(const char *type)
-{
-    return type && (!strcmp(type, "HuggingFaceTokenizer") || !strcmp(type, "TikTokenizer"));
-}
-
-int mt_tokenizer_open(mt_tokenizer *t, const mt_train_args *a, bool vocab_only, mt_err *e)
-{
-    memset(t, 0, sizeof *t);
-    const char *type = a->tokenizer_type;
-    if (type && !strcmp(type, "NullTokenizer")) {
-        t->vocab_size = a->vocab_size + 1;   /* Megatron's NullTokenizer: eod is the id after the vocab */
-        t->eod = a->vocab_size;
-        return 0;
-    }
-    if (!file_tokenizer(type)) {
-        if (type && strcmp(type, "GPT2BPETokenizer"))
-            return mt_err_set(e, "--tokenizer-type %s is not supported (GPT2BPETokenizer, HuggingFaceTokenizer, "
-                                 "TikTokenizer, NullTokenizer)", type);
-        if (!a->vocab_file || !a->merge_file)
-            return mt_err_set(e, "--tokenizer-type GPT2BPETokenizer needs --vocab-file and --merge-file");
-        if (mt_bpe_load(&t->bpe, a->vocab_file, a->merge_file, e)) return -1;
-        t->vocab_size = mt_bpe_vocab_size(t->bpe);
-        t->eod = mt_bpe_eod(t->bpe);
-        return 0;
-    }
-    t->hf = !strcmp(type, "HuggingFaceTokenizer");
-    if (vocab_only && a->vocab_size > 0) {   /* the model's rows are known: nothing to read */
-        t->vocab_size = a->vocab_size;
-        t->eod = -1;
-        return 0;
-    }
-    if (!a->tokenizer_model) return mt_err_set(e, "--tokenizer-type %s: no --tokenizer-model", type);
-    mt_tiktoken_opts to = {a->tiktoken_pattern, a->tiktoken_num_special_tokens,
-                           a->tiktoken_special_tokens.n ? a->tiktoken_special_tokens.v : NULL,
-                           a->tiktoken_special_tokens.n, a->vocab_size};
-    int rc = t->hf ? mt_bpe_load_hf(&t->bpe, a->tokenizer_model, e)
-                   : mt_bpe_load_tiktoken_megatron(&t->bpe, a->tokenizer_model, &to, e);
-    if (rc) return mt_err_prefix(e, "--tokenizer-type %s", type);
-    /* Megatron's vocab_size of these tokenizers: every id, added tokens included (Megatron's TikTokenizer
-     * layout: --vocab-size itself, which the ids fill) */
-    t->vocab_size = mt_bpe_id_limit(t->bpe);
-    t->eod = mt_bpe_eod(t->bpe);
-    if (a->vocab_size > 0 && a->vocab_size < t->vocab_size) {
-        mt_err_set(e, "--tokenizer-type %s: %s has ids up to %lld, beyond --vocab-size %lld", type, a->tokenizer_model,
-                   (long long)t->vocab_size - 1, (long long)a->vocab_size);
-        mt_tokenizer_close(t);
-        return -1;
-    }
-    if (a->vocab_size > 0) t->vocab_size = a->vocab_size;
-    return 0;
-}
 
 int mt_model_check_tokenizer(mt_model_ckpt *mc, mt_err *e)
 {
@@ -75,54 +24,6 @@ int mt_model_check_tokenizer(mt_model_ckpt *mc, mt_err *e)
     if (mt_tokenizer_open(&t, &ta, false, e)) return mt_err_prefix(e, "%s", mc->dir);
     mt_tokenizer_close(&t);
     return 0;
-}
-
-size_t mt_tokenizer_encode(const mt_tokenizer *t, mt_bpe_ctx *c, const char *text, size_t len, mt_ids *out)
-{
-    if (!t->hf) {
-        mt_bpe_encode(c, text, len, out);
-        return 0;
-    }
-    mt_bpe_encode_full(c, text, len, out);
-    return mt_bpe_prefix_len(t->bpe);
-}
-
-void mt_tokenizer_close(mt_tokenizer *t)
-{
-    if (t->bpe) mt_bpe_free(t->bpe);
-    t->bpe = NULL;
-}
-
-mt_gpt_config mt_gpt_config_from_args(const mt_train_args *a, int64_t vocab_size)
-{
-    return (mt_gpt_config){
-        .num_layers = a->num_layers,
-        .hidden_size = a->hidden_size,
-        .num_heads = a->num_attention_heads,
-        .ffn_hidden_size = a->ffn_hidden_size,
-        .seq_length = a->seq_length,
-        .max_position_embeddings = a->max_position_embeddings,
-        .vocab_size = (int)vocab_size,
-        .padded_vocab_size = mt_gpt_padded_vocab((int)vocab_size, a->make_vocab_size_divisible_by, a->tensor_model_parallel_size),
-        .layernorm_epsilon = (float)a->layernorm_epsilon,
-        .init_method_std = a->init_method_std,
-        .exact_gelu = a->no_bias_gelu_fusion && !a->openai_gelu,
-        .hidden_dropout = (float)a->hidden_dropout,
-        .attention_dropout = (float)a->attention_dropout,
-        .sequence_parallel = a->sequence_parallel && a->tensor_model_parallel_size > 1,
-        .recompute_granularity = !a->recompute_granularity ? MT_RECOMPUTE_NONE
-                                 : !strcmp(a->recompute_granularity, "full") ? MT_RECOMPUTE_FULL : MT_RECOMPUTE_SELECTIVE,
-        .recompute_method = a->recompute_method && !strcmp(a->recompute_method, "block") ? MT_RECOMPUTE_BLOCK : MT_RECOMPUTE_UNIFORM,
-        .recompute_num_layers = a->recompute_num_layers,
-        .norm = a->normalization && !strcmp(a->normalization, "RMSNorm") ? MT_NORM_RMSNORM : MT_NORM_LAYERNORM,
-        .position = a->position_embedding_type && !strcmp(a->position_embedding_type, "rope") ? MT_POS_ROPE : MT_POS_LEARNED,
-        .rotary_base = (double)a->rotary_base,
-        .rotary_percent = a->rotary_percent,
-        .mlp = a->swiglu ? MT_MLP_SWIGLU : MT_MLP_GELU,
-        .num_query_groups = a->group_query_attention ? a->num_query_groups : a->num_attention_heads,
-        .untie_embeddings_and_output_weights = a->untie_embeddings_and_output_weights,
-        .disable_bias_linear = a->disable_bias_linear,
-    };
 }
 
 /* ---- the args of meta.json, each checked against the range of its mt-train flag ---- */
@@ -221,7 +122,7 @@ static int read_args(mt_model_ckpt *mc, mt_err *e)
         return -1;
     a->no_bias_gelu_fusion = json_is_true(json_object_get(mc->args, "no-bias-gelu-fusion"));
     a->openai_gelu = json_is_true(json_object_get(mc->args, "openai-gelu"));
-    int file_tok = file_tokenizer(a->tokenizer_type);
+    int file_tok = mt_tokenizer_reads_model(a->tokenizer_type);
     if (a->tokenizer_type && !strcmp(a->tokenizer_type, "NullTokenizer") && arg_i64(mc, "vocab-size", 0, 0, &a->vocab_size, e))
         return -1;
     /* a tokenizer file's vocabulary size: its own, unless the model has more rows (a conversion records them;
@@ -248,7 +149,7 @@ static void find_tokenizer(mt_model_ckpt *mc)
 {
     const mt_train_args *a = &mc->a;
     mc->tokenizer_model = a->tokenizer_model;
-    if (!file_tokenizer(a->tokenizer_type) || !mc->load_dir) return;
+    if (!mt_tokenizer_reads_model(a->tokenizer_type) || !mc->load_dir) return;
     int hf = !strcmp(a->tokenizer_type, "HuggingFaceTokenizer");
     const char *base = NULL;
     if (!hf && a->tokenizer_model) {

@@ -1,9 +1,10 @@
 /* open_model.h: the one way to open a trained model: from a checkpoint directory (and iteration), the
- * model config built from the checkpoint's args exactly as mt-train builds it from its flags, the
- * tokenizer the args name (GPT-2 BPE from the recorded vocab/merge files, a tokenizer.json or tiktoken file
- * from the checkpoint directory or --tokenizer-model, or NullTokenizer), the
- * checkpoint's meta.json and the weights in an mt_gpt on a given backend. Used by mt-eval and mt-train
- * --load (and by the programs that generate from or convert checkpoints).
+ * model config built from the checkpoint's args exactly as mt-train builds it from its flags
+ * (config/model_config.h), the tokenizer the args name (config/tokenizer.h: GPT-2 BPE from the
+ * recorded vocab/merge files, a tokenizer.json or tiktoken file from the checkpoint directory or
+ * --tokenizer-model, or NullTokenizer), the checkpoint's meta.json and the weights in an mt_gpt on a
+ * given backend. Used by mt-eval and mt-train --load (and by the programs that generate from or convert
+ * checkpoints).
  *
  * Opening is two calls so that a caller can report between them: mt_model_open reads and checks the
  * metadata, mt_model_load_weights reads the weights. Numbers in meta.json's args are checked for type
@@ -20,40 +21,13 @@
 #include "ckpt/checkpoint.h"
 #include "ckpt/global.h"
 #include "ckpt/hf_dir.h"
+#include "config/model_config.h"
+#include "config/tokenizer.h"
 #include "config/train_args.h"
 #include "kernels.h"
 #include "model/gpt.h"
 #include "tok/bpe.h"
 #include "util/err.h"
-
-/* A tokenizer as mt-train's --tokenizer-type names it: bpe is NULL for NullTokenizer (ids 0..n-1, end
- * of document n, so vocab_size n + 1). eod is -1 where the tokenizer has no end of document. */
-typedef struct mt_tokenizer {
-    mt_bpe *bpe;
-    int64_t vocab_size, eod;
-    bool hf;   /* HuggingFaceTokenizer: texts are encoded with its added tokens and post-processor */
-} mt_tokenizer;
-
-/* The tokenizer of the args' --tokenizer-type (NULL: GPT2BPETokenizer) and files: GPT2BPETokenizer from
- * vocab_file and merge_file; HuggingFaceTokenizer from the tokenizer.json of tokenizer_model (its
- * directory or the file) and TikTokenizer from the ranks file tokenizer_model (with tiktoken_pattern),
- * both with every id of the tokenizer as the vocabulary (vocab_size when larger: the rows of a converted
- * model) and as eod the eos_token of tokenizer_config.json or <|endoftext|> (as Megatron's tokenizers
- * define eod; -1 without one); NullTokenizer of vocab_size. With vocab_only (the caller encodes no text),
- * a HuggingFaceTokenizer or TikTokenizer whose vocab_size is given is not read (bpe NULL, eod -1).
- * What is not supported (a SentencePiece tokenizer.json, for example) is an error naming the type and
- * the file. 0, or -1 with e set. */
-int mt_tokenizer_open(mt_tokenizer *t, const mt_train_args *a, bool vocab_only, mt_err *e);
-/* Appends the ids of text as Megatron's tokenizer of this type makes them for training and scoring:
- * GPT-2 and TikTokenizer the plain BPE (special tokens as text); HuggingFaceTokenizer as
- * tokenizer(text).input_ids (added tokens, and the post-processor's ids such as Llama 3's BOS). Returns
- * how many ids were put before the text's own (the BOS: 0 or 1). */
-size_t mt_tokenizer_encode(const mt_tokenizer *t, mt_bpe_ctx *c, const char *text, size_t len, mt_ids *out);
-void mt_tokenizer_close(mt_tokenizer *t);
-
-/* The model config of the args with the tokenizer's vocab_size (padded by --make-vocab-size-divisible-by);
- * not checked (mt_gpt_config_check). */
-mt_gpt_config mt_gpt_config_from_args(const mt_train_args *a, int64_t vocab_size);
 
 typedef struct mt_model_open_opts {
     int64_t iteration;                    /* >= 0, MT_CKPT_LATEST or MT_CKPT_RELEASE */

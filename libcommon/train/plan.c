@@ -3,8 +3,9 @@
 
 #include <stdlib.h>
 
-#include "ckpt/open_model.h"
 #include "comm/comm.h"
+#include "config/model_config.h"
+#include "config/tokenizer.h"
 #include "model/gpt.h"
 #include "train/pipeline.h"
 

@@ -6,7 +6,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "ckpt/open_model.h"
+#include "config/model_config.h"
+#include "config/tokenizer.h"
 #include "data/split.h"
 #include "model/device.h"
 #include "train/pipeline.h"

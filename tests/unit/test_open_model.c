@@ -8,6 +8,8 @@
 #include "ckpt/meta.h"
 #include "ckpt/open_model.h"
 #include "comm/agree.h"
+#include "config/model_config.h"
+#include "config/tokenizer.h"
 #include "config/train_args_desc.h"
 #include "t.h"
 
