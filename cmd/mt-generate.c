@@ -5,7 +5,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 
 #include "ckpt/open_model.h"
 #include "gen/engine.h"
@@ -38,7 +37,7 @@ static const mt_flag flags[] = {
     MT_FLAG_SEED(&seed, "sampling seed (default 1234)"),
     {"--stop", MT_F_STR, &stop, "STR", "end a continuation where STR appears (STR not printed)", 0, 0, NULL},
     {"--add-bos", MT_F_BOOL, &add_bos, NULL, "put the end-of-document token (GPT-2's <|endoftext|>) before each prompt", 0, 0, NULL},
-    {"--batch-size", MT_F_I64, &batch_size, "B", "consecutive prompts of the same length generated together (default 8)", 1, 4096, NULL},
+    {"--batch-size", MT_F_I64, &batch_size, "B", "consecutive prompts of the same length generated together, at most B; fewer when no more input has come (default 8)", 1, 4096, NULL},
     {"--json-keys", MT_F_STR, &json_key, "KEY", "stdin is JSON lines, the prompt in KEY (default: one prompt per line)", 0, 0, NULL},
     {"--max-line-bytes", MT_F_I64, &max_line, "N", "longest input line in bytes (default 1 GiB, 0: no limit)", 0, 1e18, NULL},
     {"--timing", MT_F_BOOL, &timing, NULL, "per batch on stderr: time to first token, new tokens per second", 0, 0, NULL},
@@ -199,7 +198,6 @@ static void source_open(source *src, const mt_strs *pos)
     memset(src, 0, sizeof *src);
     src->pos = pos;
     if (pos->n) return;
-    if (isatty(0)) mt_die("standard input is a terminal; give prompts as arguments or pipe them in (try --help)");
     if (mt_reader_open(&src->rd, "-", &e)) mt_die_err(&e);
     mt_reader_set_max_line(src->rd, (size_t)max_line);
 }
@@ -211,11 +209,10 @@ static void source_close(source *src)
     src->rd = NULL;
 }
 
-/* The next prompt's text into *p: 1, or 0 at the end of the input. A bad line is fatal (after the source
- * is closed, so that nothing is left allocated). */
-static int next_prompt(source *src, prompt *p)
+/* The next prompt's text into *p: 1, or 0 at the end of the input; without wait, 2 when no whole line has
+ * arrived yet (nothing is consumed then). A bad line or a read error: -1 with e set, the source closed. */
+static int next_prompt(source *src, prompt *p, bool wait, mt_err *e)
 {
-    mt_err e;
     *p = (prompt){0};
     if (!src->rd) {
         if (src->next_arg >= src->pos->n) return 0;
@@ -226,7 +223,12 @@ static int next_prompt(source *src, prompt *p)
     const char *line;
     size_t len;
     int rc;
-    while ((rc = mt_reader_getline(src->rd, &line, &len, &e)) > 0) {
+    for (;;) {
+        if (!wait && (rc = mt_reader_line_ready(src->rd, e)) <= 0) {
+            if (rc == 0) return 2;
+            break;
+        }
+        if ((rc = mt_reader_getline(src->rd, &line, &len, e)) <= 0) break;
         const char *text = line;
         size_t tl = len;
         if (len && line[len - 1] == '\r') tl--;
@@ -234,10 +236,10 @@ static int next_prompt(source *src, prompt *p)
             if (mt_jsonl_blank(line, len)) continue;
             mt_jsonl_field f;
             const char *keys[1] = {json_key};
-            if (mt_jsonl_extract(&src->js, line, len, keys, 1, &f, &e)) {
-                mt_err_prefix(&e, "%s: line %llu", mt_reader_name(src->rd), (unsigned long long)mt_reader_lineno(src->rd));
+            if (mt_jsonl_extract(&src->js, line, len, keys, 1, &f, e)) {
+                mt_err_prefix(e, "%s: line %llu", mt_reader_name(src->rd), (unsigned long long)mt_reader_lineno(src->rd));
                 source_close(src);
-                mt_die_err(&e);
+                return -1;
             }
             text = f.text, tl = f.len;
         }
@@ -249,7 +251,7 @@ static int next_prompt(source *src, prompt *p)
     }
     if (rc < 0) {
         source_close(src);
-        mt_die_err(&e);
+        return -1;
     }
     return 0;
 }
@@ -283,7 +285,9 @@ int main(int argc, char **argv)
     if (mt_model_load_weights(&mc, k, NULL, &e)) mt_die_err(&e);
 
     /* Prompts are read one at a time; consecutive prompts of one length share a batch, which is generated
-     * (and printed) as soon as it is full or the next prompt has another length, before more is read. */
+     * (and printed) as soon as it is full, the next prompt has another length, or no whole line of input
+     * is there to add to it (a prompt typed on a terminal or written into a pipe is answered without
+     * waiting for more), before more is read. */
     mt_bpe_ctx *bc = mt_bpe_ctx_new(mc.tok.bpe);
     positions = mt_gpt_get_config(mc.model)->max_position_embeddings;
     mt_gen_opts go = {max_new, {greedy, temperature, (int)top_k, top_p, rep_penalty}, (uint64_t)seed, stop};
@@ -292,10 +296,24 @@ int main(int argc, char **argv)
     source_open(&src, &pos);
     prompt *q = mt_xcalloc((size_t)batch_size, sizeof *q), cur;
     size_t nq = 0, first = 0;   /* waiting prompts, the input's first..first+nq-1 */
-    while (next_prompt(&src, &cur)) {
+    int got;
+    while ((got = next_prompt(&src, &cur, nq == 0, &e))) {
+        if (got < 0) {   /* a bad line: the prompts before it are answered first */
+            flush_batch(g, q, nq, first);
+            mt_die_err(&e);
+        }
+        if (got == 2) {   /* the input has nothing more yet: answer the prompts read so far first */
+            flush_batch(g, q, nq, first);
+            first += nq, nq = 0;
+            continue;
+        }
         if (add_bos && mc.tok.eod >= 0) mt_ids_push(&cur.ids, (uint32_t)mc.tok.eod);
         mt_tokenizer_encode(&mc.tok, bc, cur.text, cur.len, &cur.ids);   /* a tokenizer.json's BOS included */
-        if (!cur.ids.n) mt_die("prompt %zu is empty (give --add-bos to generate from the end-of-document token)", first + nq + 1);
+        if (!cur.ids.n) {
+            size_t at = first + nq + 1;
+            flush_batch(g, q, nq, first);
+            mt_die("prompt %zu is empty (give --add-bos to generate from the end-of-document token)", at);
+        }
         if (nq && cur.ids.n != q[0].ids.n) {
             flush_batch(g, q, nq, first);
             first += nq, nq = 0;
