@@ -1,8 +1,9 @@
 /* sample.h: choosing the next token from a model's logits, as Hugging Face's generate orders the
- * steps: repetition penalty (a logit > 0 divided by the penalty, otherwise multiplied), temperature,
- * top-k, top-p (the smallest set of most likely tokens whose probability reaches p, the one that
- * crosses p included), then one draw from the renormalized probabilities. Greedy (or temperature 0)
- * takes the first largest logit after the penalty. Draws come from numpy's MT19937 seeded with --seed,
+ * steps: repetition penalty (a logit > 0 divided by the penalty, otherwise multiplied; the ids of the
+ * sequence given, nothing kept from one call to the next), temperature, top-k, top-p (the smallest set
+ * of most likely tokens whose probability reaches p, the one that crosses p included), then one draw
+ * from the renormalized probabilities. Greedy (or temperature 0) takes the first largest logit after
+ * the penalty. Draws come from numpy's MT19937 seeded with --seed,
  * 53 bits per draw, so a seeded run repeats exactly. */
 #ifndef MT_GEN_SAMPLE_H
 #define MT_GEN_SAMPLE_H

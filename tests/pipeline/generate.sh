@@ -4,8 +4,9 @@
 # step (tests/oracle/generate_ref.py over tests/oracle/gpt_torch.py, reading model.safetensors itself,
 # from the prompt ids mt-generate reports), with log-probabilities to 1e-4; the streamed text equals the
 # --json text; seeded sampling repeats and another seed differs; --stop ends a continuation before the
-# stop string; bad input is a one-line error (after the continuations of the prompts before it); prompts
-# written into an open input (a FIFO, a pseudo-terminal) are answered at once, whatever --batch-size.
+# stop string; the repetition penalty of one prompt does not reach another; bad input is a one-line error
+# (after the continuations of the prompts before it); prompts written into an open input (a FIFO, a
+# pseudo-terminal) are answered at once, whatever --batch-size.
 . "$(dirname "$0")/../lib.sh"
 PY=/usr/bin/python3
 d=$T_TMP
@@ -184,6 +185,16 @@ else t_fail "a line typed on a terminal is answered" "$(cat "$d/pty.txt")"; fi
 n=$(yes "x = 1" | timeout 60 mt-generate --load "$d/ck" --greedy --max-new-tokens 1 2>/dev/null | head -n 40 | wc -l)
 [ "$n" = 40 ] && t_pass "yes | mt-generate: continuations come while the input goes on" \
     || t_fail "yes | mt-generate: continuations while the input goes on" "$n lines in 60 s"
+# the repetition penalty counts each prompt's own continuation only: the prompts together (batches of two
+# and alone) give what each gives in a run of its own
+gen --greedy --repetition-penalty 3 --max-new-tokens 20 --json "${prompts[@]}" >"$d/rp.jsonl" 2>"$d/rp.err"
+for p in "${prompts[@]}"; do gen --greedy --repetition-penalty 3 --max-new-tokens 20 --json "$p"; done >"$d/rp1.jsonl" 2>>"$d/rp.err"
+$PY -c 'import json, sys
+a = [json.loads(l)["tokens"] for l in open(sys.argv[1])]; b = [json.loads(l)["tokens"] for l in open(sys.argv[2])]
+g = [json.loads(l)["tokens"] for l in open(sys.argv[3])]
+sys.exit(not (len(a) == len(b) == 5 and a == b and a != g))' "$d/rp.jsonl" "$d/rp1.jsonl" "$d/greedy.jsonl" \
+    && t_pass "--repetition-penalty with several prompts: each as alone (and not plain greedy)" \
+    || t_fail "--repetition-penalty with several prompts: each as alone" "$(cat "$d/rp.err") $(head -c 300 "$d/rp.jsonl")"
 # a bad input line ends the run after the continuations of the prompts before it, waiting ones included
 printf '{"q": "x = 1"}\n{"q": "y = 2"}\nnot json\n{"q": "x = 1"}\n' | gen --greedy --max-new-tokens 2 --json-keys q --json >"$d/o" 2>"$d/e"
 rc=$?

@@ -1,6 +1,7 @@
-/* test_sample.c: next-token choice (gen/sample.h): greedy and the repetition penalty's two signs,
- * top-k 1, the top-p set (the token that crosses p kept, the rest never drawn), draw frequencies
- * against the softmax at temperature 1 and 0.5, the reported log-probability, and seeded repetition. */
+/* test_sample.c: next-token choice (gen/sample.h): greedy and the repetition penalty's two signs, the
+ * penalty forgetting one sequence's ids before the next, top-k 1, the top-p set (the token that crosses p
+ * kept, the rest never drawn), draw frequencies against the softmax at temperature 1 and 0.5, the
+ * reported log-probability, and seeded repetition. */
 #include <math.h>
 
 #include "gen/sample.h"
@@ -59,6 +60,23 @@ TEST(topk_topp_and_frequencies)
     mt_sampler_free(&sm);
 }
 
+/* The penalty marks the ids of the sequence it is given for one call only: a later call for another
+ * sequence (the next prompt of a batch, or of the input) does not see them. */
+TEST(penalty_forgets)
+{
+    mt_sampler sm;
+    mt_sampler_init(&sm, 3);
+    mt_rs rng;
+    mt_rs_seed(&rng, 1);
+    float a[3] = {2.0f, 1.9f, -5.0f};
+    uint32_t mine[1] = {0}, other[1] = {2};
+    T_EQ_INT(mt_sample_next(&sm, a, &(mt_sampling){1, 1, 0, 1, 2.0}, mine, 1, &rng, NULL), 1);    /* 0 penalized */
+    T_EQ_INT(mt_sample_next(&sm, a, &(mt_sampling){1, 1, 0, 1, 2.0}, other, 1, &rng, NULL), 0);   /* 0 is not */
+    T_EQ_INT(mt_sample_next(&sm, a, &(mt_sampling){1, 1, 0, 1, 2.0}, mine, 1, &rng, NULL), 1);
+    T_EQ_INT(mt_sample_next(&sm, a, &(mt_sampling){1, 1, 0, 1, 1.0}, NULL, 0, &rng, NULL), 0);    /* no penalty */
+    mt_sampler_free(&sm);
+}
+
 TEST(seeded)
 {
     enum { V = 50 };
@@ -82,5 +100,6 @@ TEST(seeded)
 T_MAIN_BEGIN("test_sample")
 RUN(greedy_and_penalty);
 RUN(topk_topp_and_frequencies);
+RUN(penalty_forgets);
 RUN(seeded);
 T_MAIN_END
