@@ -32,7 +32,7 @@ static const mt_flag flags[] = {
     {"--greedy", MT_F_BOOL, &greedy, NULL, "always the most likely token (as --temperature 0)", 0, 0, NULL},
     {"--temperature", MT_F_DOUBLE, &temperature, "T", "divide the logits by T before sampling (default 1; 0: greedy)", 0, 1e6, NULL},
     {"--top-k", MT_F_I64, &top_k, "K", "sample among the K most likely tokens (default 0: all)", 0, 1e9, NULL},
-    {"--top-p", MT_F_DOUBLE, &top_p, "P", "sample among the most likely tokens whose probability reaches P (default 1)", 1e-9, 1, NULL},
+    {"--top-p", MT_F_DOUBLE, &top_p, "P", "sample among the most likely tokens up to the first whose cumulative probability exceeds P (default 1)", 1e-9, 1, NULL},
     {"--repetition-penalty", MT_F_DOUBLE, &rep_penalty, "R", "penalize tokens already in the prompt's own continuation (default 1: none)", 1e-6, 1e6, NULL},
     MT_FLAG_SEED(&seed, "sampling seed (default 1234)"),
     {"--stop", MT_F_STR, &stop, "STR", "end a continuation where STR appears (STR not printed)", 0, 0, NULL},

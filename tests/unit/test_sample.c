@@ -1,7 +1,8 @@
 /* test_sample.c: next-token choice (gen/sample.h): greedy and the repetition penalty's two signs, the
  * penalty forgetting one sequence's ids before the next, top-k 1, the top-p set (the token that crosses p
- * kept, the rest never drawn), draw frequencies against the softmax at temperature 1 and 0.5, the
- * reported log-probability, and seeded repetition. */
+ * kept, the rest never drawn; Megatron's boundary: equal logits landing on p exactly keep the next one),
+ * draw frequencies against the softmax at temperature 1 and 0.5, the reported log-probability, and
+ * seeded repetition. */
 #include <math.h>
 
 #include "gen/sample.h"
@@ -77,6 +78,34 @@ TEST(penalty_forgets)
     mt_sampler_free(&sm);
 }
 
+/* Top-p at an exact boundary, as Megatron's modify_logits_for_top_p_filtering draws it: a token is kept
+ * while the probability of the tokens before it does not exceed p, so equal logits whose cumulative
+ * probability lands on p exactly keep the next one too (Hugging Face's TopPLogitsWarper would not). */
+TEST(topp_boundary)
+{
+    enum { DRAWS = 4000 };
+    mt_sampler sm;
+    mt_sampler_init(&sm, 2);
+    mt_rs rng;
+    mt_rs_seed(&rng, 3);
+    float two[2] = {0.0f, 0.0f};   /* 0.5 each */
+    int cnt[4] = {0};
+    for (int i = 0; i < DRAWS; i++) cnt[mt_sample_next(&sm, two, &(mt_sampling){0, 1, 0, 0.5, 1}, NULL, 0, &rng, NULL)]++;
+    T_NEAR(cnt[1] / (double)DRAWS, 0.5, 0.1);   /* both kept: 0.5 before the second does not exceed 0.5 */
+    cnt[0] = cnt[1] = 0;
+    for (int i = 0; i < DRAWS; i++) cnt[mt_sample_next(&sm, two, &(mt_sampling){0, 1, 0, 0.49, 1}, NULL, 0, &rng, NULL)]++;
+    T_EQ_INT(cnt[0], DRAWS);   /* 0.5 > 0.49: the first only (the smaller id of a tie) */
+    mt_sampler_free(&sm);
+
+    mt_sampler_init(&sm, 4);
+    float four[4] = {1.0f, 1.0f, 1.0f, 1.0f};   /* 0.25 each: 0.25, 0.5, 0.75, 1 cumulated */
+    for (int j = 0; j < 4; j++) cnt[j] = 0;
+    for (int i = 0; i < DRAWS; i++) cnt[mt_sample_next(&sm, four, &(mt_sampling){0, 1, 0, 0.5, 1}, NULL, 0, &rng, NULL)]++;
+    T_EQ_INT(cnt[3], 0);   /* three kept */
+    for (int j = 0; j < 3; j++) T_NEAR(cnt[j] / (double)DRAWS, 1.0 / 3, 0.1);
+    mt_sampler_free(&sm);
+}
+
 TEST(seeded)
 {
     enum { V = 50 };
@@ -101,5 +130,6 @@ T_MAIN_BEGIN("test_sample")
 RUN(greedy_and_penalty);
 RUN(topk_topp_and_frequencies);
 RUN(penalty_forgets);
+RUN(topp_boundary);
 RUN(seeded);
 T_MAIN_END
