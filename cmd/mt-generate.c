@@ -293,11 +293,7 @@ int main(int argc, char **argv)
     prompt *q = mt_xcalloc((size_t)batch_size, sizeof *q), cur;
     size_t nq = 0, first = 0;   /* waiting prompts, the input's first..first+nq-1 */
     int got;
-    while ((got = next_prompt(&src, &cur, nq == 0, &e))) {
-        if (got < 0) {   /* a bad line: the prompts before it are answered first */
-            flush_batch(g, q, nq, first);
-            mt_die_err(&e);
-        }
+    while ((got = next_prompt(&src, &cur, nq == 0, &e)) > 0) {
         if (got == 2) {   /* the input has nothing more yet: answer the prompts read so far first */
             flush_batch(g, q, nq, first);
             first += nq, nq = 0;
@@ -306,9 +302,11 @@ int main(int argc, char **argv)
         if (add_bos && mc.tok.eod >= 0) mt_ids_push(&cur.ids, (uint32_t)mc.tok.eod);
         mt_tokenizer_encode(&mc.tok, bc, cur.text, cur.len, &cur.ids);   /* a tokenizer.json's BOS included */
         if (!cur.ids.n) {
-            size_t at = first + nq + 1;
-            flush_batch(g, q, nq, first);
-            mt_die("prompt %zu is empty (give --add-bos to generate from the end-of-document token)", at);
+            got = mt_err_set(&e, "prompt %zu is empty (give --add-bos to generate from the end-of-document token)",
+                             first + nq + 1);
+            free(cur.text);
+            free(cur.ids.p);
+            break;
         }
         if (nq && cur.ids.n != q[0].ids.n) {
             flush_batch(g, q, nq, first);
@@ -320,6 +318,8 @@ int main(int argc, char **argv)
             first += nq, nq = 0;
         }
     }
+    /* the prompts before the end of the input, or before a bad line, which ends the run after them with
+     * everything freed */
     flush_batch(g, q, nq, first);
     source_close(&src);
     free(q);
@@ -328,5 +328,6 @@ int main(int argc, char **argv)
     mt_bpe_ctx_free(bc);
     mt_model_close(&mc);
     mtk_close(k);
+    if (got < 0) mt_die_err(&e);
     return 0;
 }
