@@ -53,11 +53,7 @@ static const mt_flag flags[] = {
     MT_FLAG_VOCAB_FILE(&vocab_file, "with --score or a Hugging Face --load: vocab.json (default: the checkpoint's)"),
     MT_FLAG_MERGE_FILE(&merge_file, "with --score or a Hugging Face --load: merges.txt (default: the checkpoint's)"),
     {"--json", MT_F_BOOL, &json_out, NULL, "print the split's result as one JSON object on stdout", 0, 0, NULL},
-    {"--device", MT_F_CHOICE, &device, NULL, "where the kernels run: cpu, or cuda (the GPU of the local rank); "
-     "default cuda when a GPU is there", 0, 0, MT_DEVICE_CHOICES},
-    {"--threads", MT_F_INT, &threads, "N", "CPU threads (default: OpenMP's)", 0, 4096, NULL},
-    {"--bf16", MT_F_BOOL, &bf16, NULL, "compute in bf16: activations and a bf16 copy of the fp32 weights", 0, 0, NULL},
-    {"--fp16", MT_F_BOOL, &fp16, NULL, "compute in fp16: activations and an fp16 copy of the fp32 weights", 0, 0, NULL},
+    MT_FLAGS_DEVICE(&device, &threads, &bf16, &fp16),
     {0},
 };
 

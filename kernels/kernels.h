@@ -2,7 +2,9 @@
  *
  * One set of operations over *device buffers* owned by a backend. The model code (libcommon/model)
  * calls only these functions and never learns which backend runs them: "cpu" (kernels/cpu: C11,
- * OpenMP, CBLAS via OpenBLAS; device memory is host memory) or, later, "cuda" (kernels/cuda).
+ * OpenMP, oneDNN and OpenBLAS; device memory is host memory), "cuda" (kernels/cuda: own kernels and
+ * cuBLASLt on the GPU; built when nvcc exists) or "sim" (the same .cu sources on the CPU under the SIMT
+ * simulator of kernels/sim, for tests).
  * kernels/ includes nothing from libcommon: what both share is in mt_base.h.
  *
  * Dtypes (kernels/README.md has the rationale):
@@ -51,7 +53,7 @@ typedef struct mtk mtk;   /* one backend instance bound to one device */
 typedef void mtk_act;     /* storage of the activation dtype (see above) */
 
 typedef struct mtk_config {
-    const char *backend;  /* "cpu" or "cuda" */
+    const char *backend;  /* "cpu", "cuda" or "sim" */
     int threads;          /* cpu: OpenMP threads, 0 = OpenMP's default */
     int device;           /* cuda: device index (the local rank picks it) */
     mtk_dtype act_dtype;  /* storage of activations and working weights */

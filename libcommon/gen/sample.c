@@ -62,9 +62,9 @@ int32_t mt_sample_next(mt_sampler *s, const float *logits, const mt_sampling *p,
         if (p->top_p < 1.0) {
             double cum = 0;
             int keep = n;
-            for (int j = 0; j < n; j++) {
+            for (int j = 0; j < n; j++) {   /* kept while the probability before it does not exceed p */
                 cum += s->x[j] / z;
-                if (cum >= p->top_p) {
+                if (cum > p->top_p) {
                     keep = j + 1;
                     break;
                 }

@@ -1,9 +1,12 @@
 /* sample.h: choosing the next token from a model's logits, as Hugging Face's generate orders the
- * steps: repetition penalty (a logit > 0 divided by the penalty, otherwise multiplied), temperature,
- * top-k, top-p (the smallest set of most likely tokens whose probability reaches p, the one that
- * crosses p included), then one draw from the renormalized probabilities. Greedy (or temperature 0)
- * takes the first largest logit after the penalty. Draws come from numpy's MT19937 seeded with --seed,
- * 53 bits per draw, so a seeded run repeats exactly. */
+ * steps: repetition penalty (a logit > 0 divided by the penalty, otherwise multiplied; the ids of the
+ * sequence given, nothing kept from one call to the next), temperature, top-k, top-p, then one draw from
+ * the renormalized probabilities. Top-p keeps the most likely tokens up to the first whose cumulative
+ * probability exceeds p, as Megatron's modify_logits_for_top_p_filtering: a token is kept while the
+ * probability of those before it is at most p (Hugging Face's TopPLogitsWarper keeps it only while that
+ * is below p, one token fewer where a cumulative probability equals p exactly, e.g. two equal logits and
+ * p 0.5). Greedy (or temperature 0) takes the first largest logit after the penalty. Draws come from
+ * numpy's MT19937 seeded with --seed, 53 bits per draw, so a seeded run repeats exactly. */
 #ifndef MT_GEN_SAMPLE_H
 #define MT_GEN_SAMPLE_H
 

@@ -3,6 +3,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <poll.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -77,8 +78,10 @@ int mt_reader_open(mt_reader **out, const char *path, mt_err *e)
         }
     }
     r->raw = mt_xmalloc(RAW_CAP);
-    /* Sniff the magic: read until 4 bytes or EOF. */
-    while (r->raw_len < 4 && !r->eof_raw) {
+    /* Sniff the magic: read until 4 bytes, EOF, or bytes that cannot begin it (so that a short first line
+     * typed on a terminal or written into a pipe held open is not kept waiting for more). */
+    static const unsigned char magic[4] = {0x28, 0xB5, 0x2F, 0xFD};
+    while (r->raw_len < 4 && !r->eof_raw && !memcmp(r->raw, magic, r->raw_len)) {
         ssize_t n = read(r->fd, r->raw + r->raw_len, RAW_CAP - r->raw_len);
         if (n < 0 && errno == EINTR) continue;
         if (n < 0) {
@@ -90,7 +93,6 @@ int mt_reader_open(mt_reader **out, const char *path, mt_err *e)
         r->raw_len += (size_t)n;
         r->raw_off += (uint64_t)n;
     }
-    static const unsigned char magic[4] = {0x28, 0xB5, 0x2F, 0xFD};
     if (r->raw_len >= 4 && !memcmp(r->raw, magic, 4)) {
         r->zstd = true;
         r->dctx = ZSTD_createDCtx();
@@ -264,6 +266,40 @@ int mt_reader_getline(mt_reader *r, const char **line, size_t *len, mt_err *e)
     *line = r->line.p;
     *len = r->line.n;
     return 1;
+}
+
+int mt_reader_line_ready(mt_reader *r, mt_err *e)
+{
+    for (;;) {
+        const unsigned char *p = r->zstd ? r->out + r->out_pos : r->raw + r->raw_pos;
+        size_t have = r->zstd ? r->out_len - r->out_pos : r->raw_len - r->raw_pos;
+        if (memchr(p, '\n', have)) return 1;
+        if (r->zstd && r->raw_pos < r->raw_len) {   /* compressed bytes not yet decoded */
+            if (have == OUT_CAP) return 1;
+            memmove(r->out, p, have);
+            r->out_pos = 0;
+            r->out_len = have;
+            if (decompress(r, e)) return -1;
+            continue;
+        }
+        if (r->eof_raw) return 1;   /* the last line, or the end */
+        if (r->raw_len - r->raw_pos == RAW_CAP) return 1;
+        struct pollfd pf = {r->fd, POLLIN, 0};
+        int k = poll(&pf, 1, 0);
+        if (k < 0 && errno == EINTR) continue;
+        if (k < 0) return mt_err_sys(e, "%s: poll", r->name);
+        if (k == 0) return 0;
+        memmove(r->raw, r->raw + r->raw_pos, r->raw_len - r->raw_pos);
+        r->raw_len -= r->raw_pos;
+        r->raw_pos = 0;
+        ssize_t n = read(r->fd, r->raw + r->raw_len, RAW_CAP - r->raw_len);
+        if (n < 0 && errno == EINTR) continue;
+        if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return 0;
+        if (n < 0) return mt_err_sys(e, "%s: read error at byte %llu", r->name, (unsigned long long)r->raw_off);
+        if (n == 0) r->eof_raw = true;
+        r->raw_len += (size_t)n;
+        r->raw_off += (uint64_t)n;
+    }
 }
 
 void mt_reader_set_max_line(mt_reader *r, size_t max) { r->max_line = max; }

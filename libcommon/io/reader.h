@@ -29,6 +29,12 @@ int mt_reader_read_full(mt_reader *r, void *buf, size_t n, mt_err *e);
  * next call. Returns 1, 0 at end of input, -1 on error. A line longer than the limit set with
  * mt_reader_set_max_line, or one that memory cannot hold, is an error naming the input and the line. */
 int mt_reader_getline(mt_reader *r, const char **line, size_t *len, mt_err *e);
+/* Whether mt_reader_getline would return at once, without waiting for input that is not there yet:
+ * 1 when a whole line (or the end of the input) is already read, or can be read now without blocking
+ * (what is available is read, never more; a line longer than the buffer counts as ready), 0 when the
+ * next line has not (all) arrived, -1 with e set on a read error. The line last returned by
+ * mt_reader_getline is no longer valid after it. */
+int mt_reader_line_ready(mt_reader *r, mt_err *e);
 /* The programs' default for --max-line-bytes: 1 GiB. */
 #define MT_MAX_LINE_DEFAULT (1 << 30)
 /* Longest line mt_reader_getline returns, in bytes without the '\n'; 0 (the default): no limit. */

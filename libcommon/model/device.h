@@ -7,6 +7,16 @@
 
 /* The --device choices as the flag tables list them. */
 #define MT_DEVICE_CHOICES "cpu|cuda"
+/* The --device, --threads, --bf16 and --fp16 rows of the programs that run a trained model (mt-eval,
+ * mt-generate), help included (util/flags.h's mt_flag). */
+#define MT_FLAGS_DEVICE(device, threads, bf16, fp16)                                                         \
+    {"--device", MT_F_CHOICE, (device), NULL, "where the kernels run: cpu, or cuda (the GPU of the local "   \
+     "rank); default cuda when a GPU is there", 0, 0, MT_DEVICE_CHOICES},                                    \
+        {"--threads", MT_F_INT, (threads), "N", "CPU threads (default: OpenMP's)", 0, 4096, NULL},           \
+        {"--bf16", MT_F_BOOL, (bf16), NULL, "compute in bf16: activations and a bf16 copy of the fp32 "      \
+         "weights", 0, 0, NULL},                                                                             \
+        {"--fp16", MT_F_BOOL, (fp16), NULL, "compute in fp16: activations and an fp16 copy of the fp32 "     \
+         "weights", 0, 0, NULL}
 
 /* The process's rank on its node: MT_LOCAL_RANK, else LOCAL_RANK (torchrun), OMPI_COMM_WORLD_LOCAL_RANK
  * (Open MPI), SLURM_LOCALID; 0 when none is set. */

@@ -71,6 +71,8 @@ typedef struct mt_cmd {
     {"--tiktoken-special-tokens", MT_F_STRS, (dst), "TOK",                                                   \
      "TikTokenizer: the first special tokens, including <unk> <s> </s> (default those three; </s> is the "   \
      "end of document), then <SPECIAL_i> up to N", 0, 0, NULL}
+/* (The --device, --threads, --bf16 and --fp16 rows of mt-eval and mt-generate are model/device.h's
+ * MT_FLAGS_DEVICE, beside the device choices.) */
 /* Megatron's default --split, as the help of the programs that build splits states it. */
 #define MT_HELP_SPLIT "train,valid,test weights (default \"969, 30, 1\")"
 /* --decode and the tokenizer files it needs, in programs that print token ids (mt-index, mt-shuffle). */

@@ -4,7 +4,9 @@
 # step (tests/oracle/generate_ref.py over tests/oracle/gpt_torch.py, reading model.safetensors itself,
 # from the prompt ids mt-generate reports), with log-probabilities to 1e-4; the streamed text equals the
 # --json text; seeded sampling repeats and another seed differs; --stop ends a continuation before the
-# stop string; bad input is a one-line error.
+# stop string; the repetition penalty of one prompt does not reach another; bad input is a one-line error
+# (after the continuations of the prompts before it); prompts written into an open input (a FIFO, a
+# pseudo-terminal) are answered at once, whatever --batch-size.
 . "$(dirname "$0")/../lib.sh"
 PY=/usr/bin/python3
 d=$T_TMP
@@ -137,9 +139,68 @@ if t_wait_line "$d/filter.out" .; then
 else t_fail "a line filter: the first continuation before the input ends" "$(cat "$d/filter.out" "$d/filter.err")"; fi
 exec 7>&-
 wait $gp
+# a prompt written into an input that stays open is answered at once whatever --batch-size: a batch is
+# formed from the whole lines already there (two written together are one batch), never waiting for more;
+# the first line is shorter than the zstd magic the reader looks for
+mkfifo "$d/fifo8"
+gen --greedy --max-new-tokens 3 --batch-size 8 --timing --json <"$d/fifo8" >"$d/i8.out" 2>"$d/i8.err" &
+gp=$!
+exec 8>"$d/fifo8"
+echo "os" >&8
+if t_wait_line "$d/i8.out" . 1200; then
+    t_pass "--batch-size 8: a line is answered while the input stays open"
+    printf 'def f3(x\ndef f4(y\n' >&8
+    for _ in $(seq 1200); do [ "$(wc -l <"$d/i8.out")" -ge 3 ] && break; sleep 0.1; done
+    [ "$(wc -l <"$d/i8.out")" = 3 ] && grep -q 'batch of 1 x 1 prompt' "$d/i8.err" && grep -q 'batch of 2 x 5 prompt' "$d/i8.err" \
+        && t_pass "--batch-size 8: two lines that came together are answered as one batch, the input still open" \
+        || t_fail "--batch-size 8: two lines that came together" "$(cat "$d/i8.out" "$d/i8.err")"
+else t_fail "--batch-size 8: a line answered while the input stays open" "nothing in 120 s: $(cat "$d/i8.err")"; fi
+exec 8>&-
+wait $gp && t_pass "--batch-size 8 on an open input: exit 0 at its end" || t_fail "--batch-size 8 on an open input: exit status" "$(cat "$d/i8.err")"
+# at a terminal (a pseudo-terminal as standard input, held open): a typed line is answered
+if $PY - "$d" >"$d/pty.txt" 2>&1 <<'PYEOF'
+import os, subprocess, sys, time
+d = sys.argv[1]
+master, slave = os.openpty()
+out = open(d + "/pty.out", "wb")
+p = subprocess.Popen(["mt-generate", "--load", d + "/ck", "--greedy", "--max-new-tokens", "3", "--batch-size", "8", "--json"],
+                     stdin=slave, stdout=out, stderr=subprocess.PIPE)
+os.write(master, b"x = 1\n")
+end = time.time() + 120
+while time.time() < end and not open(d + "/pty.out", "rb").read().endswith(b"\n"):
+    time.sleep(0.1)
+got = open(d + "/pty.out", "rb").read()
+alive = p.poll() is None
+os.write(master, b"\x04")   # end of input (^D on an empty line)
+try:
+    rc = p.wait(60)
+except subprocess.TimeoutExpired:
+    p.kill(); rc = "killed"
+err = p.stderr.read().decode(errors="replace")
+assert got.count(b"\n") == 1 and alive, (got, alive, err)
+assert rc == 0, (rc, err)
+PYEOF
+then t_pass "a line typed on a terminal is answered while it stays open, --batch-size 8"
+else t_fail "a line typed on a terminal is answered" "$(cat "$d/pty.txt")"; fi
 n=$(yes "x = 1" | timeout 60 mt-generate --load "$d/ck" --greedy --max-new-tokens 1 2>/dev/null | head -n 40 | wc -l)
 [ "$n" = 40 ] && t_pass "yes | mt-generate: continuations come while the input goes on" \
     || t_fail "yes | mt-generate: continuations while the input goes on" "$n lines in 60 s"
+# the repetition penalty counts each prompt's own continuation only: the prompts together (batches of two
+# and alone) give what each gives in a run of its own
+gen --greedy --repetition-penalty 3 --max-new-tokens 20 --json "${prompts[@]}" >"$d/rp.jsonl" 2>"$d/rp.err"
+for p in "${prompts[@]}"; do gen --greedy --repetition-penalty 3 --max-new-tokens 20 --json "$p"; done >"$d/rp1.jsonl" 2>>"$d/rp.err"
+$PY -c 'import json, sys
+a = [json.loads(l)["tokens"] for l in open(sys.argv[1])]; b = [json.loads(l)["tokens"] for l in open(sys.argv[2])]
+g = [json.loads(l)["tokens"] for l in open(sys.argv[3])]
+sys.exit(not (len(a) == len(b) == 5 and a == b and a != g))' "$d/rp.jsonl" "$d/rp1.jsonl" "$d/greedy.jsonl" \
+    && t_pass "--repetition-penalty with several prompts: each as alone (and not plain greedy)" \
+    || t_fail "--repetition-penalty with several prompts: each as alone" "$(cat "$d/rp.err") $(head -c 300 "$d/rp.jsonl")"
+# a bad input line ends the run after the continuations of the prompts before it, waiting ones included
+printf '{"q": "x = 1"}\n{"q": "y = 2"}\nnot json\n{"q": "x = 1"}\n' | gen --greedy --max-new-tokens 2 --json-keys q --json >"$d/o" 2>"$d/e"
+rc=$?
+[ $rc = 1 ] && [ "$(wc -l <"$d/o")" = 2 ] && [ "$(wc -l <"$d/e")" = 1 ] && grep -q 'line 3' "$d/e" \
+    && t_pass "a bad line: the prompts before it answered, then one line naming it" \
+    || t_fail "a bad line: the prompts before it answered" "exit $rc, $(wc -l <"$d/o") lines: $(cat "$d/e")"
 # --timing: one line per batch on stderr, the continuation unchanged on stdout
 gen --greedy --max-new-tokens 8 --timing "def f3(x" "def f4(y" >"$d/t.out" 2>"$d/t.err"
 gen --greedy --max-new-tokens 8 "def f3(x" "def f4(y" >"$d/t2.out" 2>/dev/null

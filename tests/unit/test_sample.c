@@ -1,6 +1,8 @@
-/* test_sample.c: next-token choice (gen/sample.h): greedy and the repetition penalty's two signs,
- * top-k 1, the top-p set (the token that crosses p kept, the rest never drawn), draw frequencies
- * against the softmax at temperature 1 and 0.5, the reported log-probability, and seeded repetition. */
+/* test_sample.c: next-token choice (gen/sample.h): greedy and the repetition penalty's two signs, the
+ * penalty forgetting one sequence's ids before the next, top-k 1, the top-p set (the token that crosses p
+ * kept, the rest never drawn; Megatron's boundary: equal logits landing on p exactly keep the next one),
+ * draw frequencies against the softmax at temperature 1 and 0.5, the reported log-probability, and
+ * seeded repetition. */
 #include <math.h>
 
 #include "gen/sample.h"
@@ -59,6 +61,51 @@ TEST(topk_topp_and_frequencies)
     mt_sampler_free(&sm);
 }
 
+/* The penalty marks the ids of the sequence it is given for one call only: a later call for another
+ * sequence (the next prompt of a batch, or of the input) does not see them. */
+TEST(penalty_forgets)
+{
+    mt_sampler sm;
+    mt_sampler_init(&sm, 3);
+    mt_rs rng;
+    mt_rs_seed(&rng, 1);
+    float a[3] = {2.0f, 1.9f, -5.0f};
+    uint32_t mine[1] = {0}, other[1] = {2};
+    T_EQ_INT(mt_sample_next(&sm, a, &(mt_sampling){1, 1, 0, 1, 2.0}, mine, 1, &rng, NULL), 1);    /* 0 penalized */
+    T_EQ_INT(mt_sample_next(&sm, a, &(mt_sampling){1, 1, 0, 1, 2.0}, other, 1, &rng, NULL), 0);   /* 0 is not */
+    T_EQ_INT(mt_sample_next(&sm, a, &(mt_sampling){1, 1, 0, 1, 2.0}, mine, 1, &rng, NULL), 1);
+    T_EQ_INT(mt_sample_next(&sm, a, &(mt_sampling){1, 1, 0, 1, 1.0}, NULL, 0, &rng, NULL), 0);    /* no penalty */
+    mt_sampler_free(&sm);
+}
+
+/* Top-p at an exact boundary, as Megatron's modify_logits_for_top_p_filtering draws it: a token is kept
+ * while the probability of the tokens before it does not exceed p, so equal logits whose cumulative
+ * probability lands on p exactly keep the next one too (Hugging Face's TopPLogitsWarper would not). */
+TEST(topp_boundary)
+{
+    enum { DRAWS = 4000 };
+    mt_sampler sm;
+    mt_sampler_init(&sm, 2);
+    mt_rs rng;
+    mt_rs_seed(&rng, 3);
+    float two[2] = {0.0f, 0.0f};   /* 0.5 each */
+    int cnt[4] = {0};
+    for (int i = 0; i < DRAWS; i++) cnt[mt_sample_next(&sm, two, &(mt_sampling){0, 1, 0, 0.5, 1}, NULL, 0, &rng, NULL)]++;
+    T_NEAR(cnt[1] / (double)DRAWS, 0.5, 0.1);   /* both kept: 0.5 before the second does not exceed 0.5 */
+    cnt[0] = cnt[1] = 0;
+    for (int i = 0; i < DRAWS; i++) cnt[mt_sample_next(&sm, two, &(mt_sampling){0, 1, 0, 0.49, 1}, NULL, 0, &rng, NULL)]++;
+    T_EQ_INT(cnt[0], DRAWS);   /* 0.5 > 0.49: the first only (the smaller id of a tie) */
+    mt_sampler_free(&sm);
+
+    mt_sampler_init(&sm, 4);
+    float four[4] = {1.0f, 1.0f, 1.0f, 1.0f};   /* 0.25 each: 0.25, 0.5, 0.75, 1 cumulated */
+    for (int j = 0; j < 4; j++) cnt[j] = 0;
+    for (int i = 0; i < DRAWS; i++) cnt[mt_sample_next(&sm, four, &(mt_sampling){0, 1, 0, 0.5, 1}, NULL, 0, &rng, NULL)]++;
+    T_EQ_INT(cnt[3], 0);   /* three kept */
+    for (int j = 0; j < 3; j++) T_NEAR(cnt[j] / (double)DRAWS, 1.0 / 3, 0.1);
+    mt_sampler_free(&sm);
+}
+
 TEST(seeded)
 {
     enum { V = 50 };
@@ -82,5 +129,7 @@ TEST(seeded)
 T_MAIN_BEGIN("test_sample")
 RUN(greedy_and_penalty);
 RUN(topk_topp_and_frequencies);
+RUN(penalty_forgets);
+RUN(topp_boundary);
 RUN(seeded);
 T_MAIN_END

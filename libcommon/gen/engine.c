@@ -1,0 +1,137 @@
+/* engine.c: the decoding loop over the model's KV cache (engine.h). */
+#include "gen/engine.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "util/mt19937.h"
+#include "util/progress.h"
+
+struct mt_gen {
+    mt_gpt *model;
+    const mt_bpe *bpe;
+    int64_t eod;
+    mt_gen_opts o;
+    size_t hold;          /* strlen(stop): bytes a match may still need */
+    mt_sampler sampler;   /* scratch of one vocabulary, used by one sequence at a time */
+};
+
+mt_gen *mt_gen_new(mt_gpt *model, const mt_bpe *bpe, int64_t vocab_size, int64_t eod, const mt_gen_opts *o)
+{
+    mt_gen *g = mt_xcalloc(1, sizeof *g);
+    g->model = model;
+    g->bpe = bpe;
+    g->eod = eod;
+    g->o = *o;
+    g->hold = o->stop ? strlen(o->stop) : 0;
+    mt_sampler_init(&g->sampler, (int)vocab_size);
+    return g;
+}
+
+void mt_gen_free(mt_gen *g)
+{
+    if (!g) return;
+    mt_sampler_free(&g->sampler);
+    free(g);
+}
+
+int64_t mt_gen_room(const mt_gen *g, size_t prompt_len)
+{
+    int64_t room = (int64_t)mt_gpt_get_config(g->model)->max_position_embeddings - (int64_t)prompt_len;
+    return room < g->o.max_new_tokens ? room : g->o.max_new_tokens;
+}
+
+void mt_gen_seq_free(mt_gen_seq *s)
+{
+    free(s->out.p);
+    free(s->logprob);
+    free(s->text.p);
+    memset(s, 0, sizeof *s);
+}
+
+/* Adds one generated token; ends the sequence at the end of document or the stop string, else moves the
+ * final part of the text up to what the stop string can no longer take back. */
+static void append(mt_gen *g, mt_gen_seq *s, uint32_t id, double lp)
+{
+    s->logprob[s->out.n] = lp;
+    mt_ids_push(&s->out, id);
+    if ((int64_t)id == g->eod) {
+        s->why = "eod";
+        return;
+    }
+    size_t n;
+    const char *b = mt_bpe_token_bytes(g->bpe, id, &n);
+    size_t from = s->text.n, hold = g->hold;
+    if (b) mt_buf_append(&s->text, b, n);
+    if (hold) {
+        size_t look = from >= hold ? from - hold + 1 : 0;   /* a match can start in the held-back tail */
+        char *hit = memmem(s->text.p + look, s->text.n - look, g->o.stop, hold);
+        if (hit) {
+            s->text.n = (size_t)(hit - s->text.p);
+            s->why = "stop";
+            return;
+        }
+    }
+    if (s->text.n > hold) s->safe = s->text.n - (hold ? hold - 1 : 0);
+}
+
+int mt_gen_run(mt_gen *g, const mt_ids *prompts, int B, uint64_t first, mt_gen_seq *seqs, mt_gen_token_fn on_token,
+               void *arg, mt_gen_stats *st, mt_err *e)
+{
+    const mt_gpt_config *c = mt_gpt_get_config(g->model);
+    int T = (int)prompts[0].n;
+    int64_t room = mt_gen_room(g, (size_t)T);
+    if (room <= 0)
+        return mt_err_set(e, "%d prompt tokens leave no room in the model's %d positions", T, c->max_position_embeddings);
+    int new_max = (int)room;
+    double t0 = mt_now();
+    mt_gpt_infer *s = mt_gpt_infer_new(g->model, B, T + new_max, e);
+    if (!s) return -1;
+    int Vp = c->padded_vocab_size;
+    float *logits = mt_xmalloc((size_t)B * Vp * sizeof *logits);
+    int32_t *in = mt_xmalloc((size_t)B * T * sizeof *in);
+    mt_rs *rng = mt_xmalloc((size_t)B * sizeof *rng);
+    for (int b = 0; b < B; b++) mt_rs_seed(&rng[b], (uint32_t)(g->o.seed + first + (uint64_t)b));
+    for (int b = 0; b < B; b++) {
+        seqs[b] = (mt_gen_seq){0};
+        seqs[b].logprob = mt_xmalloc((size_t)new_max * sizeof(double));
+        for (int t = 0; t < T; t++) in[b * T + t] = (int32_t)prompts[b].p[t];
+    }
+    int n = T, live = B, rc = 0;
+    double t_first = t0;
+    size_t made = 0;
+    for (int step = 0; step < new_max && live; step++) {
+        if (mt_gpt_infer_step(s, in, n, logits, e)) {
+            rc = -1;
+            break;
+        }
+        if (step == 0) t_first = mt_now();
+        made += (size_t)live;
+        for (int b = 0; b < B; b++) {
+            mt_gen_seq *q = &seqs[b];
+            if (q->why) {
+                in[b] = (int32_t)(g->eod >= 0 ? g->eod : 0);   /* finished: its inputs are ignored */
+                continue;
+            }
+            double lp;
+            int32_t id = mt_sample_next(&g->sampler, logits + (size_t)b * Vp, &g->o.sampling, q->out.p, q->out.n,
+                                        &rng[b], &lp);
+            append(g, q, (uint32_t)id, lp);
+            if (!q->why && q->out.n == (size_t)new_max) q->why = "length";
+            if (q->why) live--;
+            if (on_token) on_token(arg, b, q);
+            in[b] = id;
+        }
+        n = 1;
+    }
+    for (int b = 0; b < B; b++) {
+        if (rc) mt_gen_seq_free(&seqs[b]);
+        else if (!seqs[b].why) seqs[b].why = "length";
+    }
+    if (st) *st = (mt_gen_stats){t_first - t0, mt_now() - t0, made};
+    free(rng);
+    free(in);
+    free(logits);
+    mt_gpt_infer_free(s);
+    return rc;
+}
