@@ -61,6 +61,18 @@ f32=$(mt-eval --load "$d/ck-bf16" --eval-split test --eval-iters 6 --json 2>>"$d
 awk -v a="$got" -v b="$f32" 'BEGIN { r = (b - a) / a; if (r < 0) r = -r; exit !(a > 0 && a != b && r < 0.01) }' \
     && t_pass "mt-eval fp32 of the bf16 checkpoint: $f32, within 1% of bf16's" || t_fail "mt-eval fp32 of bf16 checkpoint" "$f32 vs $got"
 
+# MT_CPU_BF16: a value it does not know, and oneDNN's bf16 matmul insisted on where oneDNN has none, are
+# one-line errors before any step
+for bad in "MT_CPU_BF16=bogus|MT_CPU_BF16: 'bogus' is not onednn or fp32" \
+           "MT_CPU_BF16=onednn ONEDNN_MAX_CPU_ISA=AVX2|MT_CPU_BF16=onednn: oneDNN has no bf16 matmul on this CPU (avx2)"; do
+    envs=${bad%%|*} want="mt-train: ${bad#*|}"
+    # shellcheck disable=SC2086
+    if env $envs mt-train $model $sched --bf16 --train-iters 20 >"$d/env.out" 2>"$d/env.err"; then rc=0; else rc=$?; fi
+    if [ $rc = 1 ] && [ "$(cat "$d/env.err")" = "$want" ] && ! grep -q '^ *iteration ' "$d/env.out"; then
+        t_pass "$envs: the one line '$want'"
+    else t_fail "$envs" "exit $rc: $(head -c 300 "$d/env.err")"; fi
+done
+
 # 2. fp16, dynamic scaler with overflows injected at iterations 12-14 and 31: skipped, logged, and the
 # scale follows Megatron's rule (hysteresis 2, window 8), falling and growing back
 fp16="--fp16 --initial-loss-scale 4096 --loss-scale-window 8 --hysteresis 2 --min-loss-scale 1"
