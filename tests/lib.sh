@@ -100,6 +100,18 @@ PYEOF
 }
 # t_same_losses NAME A.jsonl B.jsonl [TOL]: two --metrics-file logs of 20 iterations: every train
 # iteration's lm_loss and grad_norm within TOL (default 1e-5) relative, and the validation losses too
+# t_job_done NAME RC T0 DIR: after a multi-rank job started at T0 (date +%s.%N) ended with status RC, its
+# status in DIR/NAME.rc and its seconds in DIR/NAME.s; then checks that no rank of it is left running
+# (every rank's command line holds DIR)
+t_job_done() {
+    local name=$1 rc=$2 t0=$3 dir=$4 t1
+    echo "$rc" >"$dir/$name.rc"
+    t1=$(date +%s.%N)
+    awk -v a="$t0" -v b="$t1" 'BEGIN { printf "%.1f\n", b - a }' >"$dir/$name.s"
+    sleep 0.5
+    if pgrep -f "mt-train .*$dir/" >"$dir/$name.left"; then t_fail "$name: no rank left running" "$(cat "$dir/$name.left")"
+    else t_pass "$name: no rank left running"; fi
+}
 t_same_losses() {
     if /usr/bin/python3 - "$2" "$3" "${4:-1e-5}" >"$T_TMP/cmp.out" 2>&1 <<'PYEOF'
 import json, sys

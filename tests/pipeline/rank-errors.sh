@@ -31,18 +31,13 @@ noise='MPI_ABORT was invoked|Primary job|mpirun detected|mpirun noticed|ORTE_ERR
 # stderr in $d/NAME.err, its status in $d/NAME.rc and its seconds in $d/NAME.s; then checks that no rank
 # of it is left (every rank's command line holds $d)
 job() {
-    local name=$1 how=$2 t0 t1; shift 2
+    local name=$1 how=$2 t0; shift 2
     t0=$(date +%s.%N)
     case $how in
         n) timeout -k 5 120 mt-train -n 2 "$@" >"$d/$name.out" 2>"$d/$name.err" ;;
         m) mpi 2 mt-train "$@" >"$d/$name.out" 2>"$d/$name.err" ;;
     esac
-    echo $? >"$d/$name.rc"
-    t1=$(date +%s.%N)
-    awk -v a="$t0" -v b="$t1" 'BEGIN { printf "%.1f\n", b - a }' >"$d/$name.s"
-    sleep 0.5
-    if pgrep -f "mt-train .*$d/" >"$d/$name.left"; then t_fail "$name: no rank left running" "$(cat "$d/$name.left")"
-    else t_pass "$name: no rank left running"; fi
+    t_job_done "$name" $? "$t0" "$d"
 }
 # once NAME PATTERN HOW: the job's stderr has exactly one line matching the extended regex PATTERN, it
 # exited 1, and has no MPI_ABORT text; under mt-train -n (HOW n) that line is all of standard error

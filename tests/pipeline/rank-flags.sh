@@ -34,7 +34,7 @@ done
 # job NAME RANK0-ARGS RANK1-ARGS [RANK2-ARGS]: one job of a rank per argument list (each after $args),
 # stderr in NAME.err, status in NAME.rc, seconds in NAME.s; then no rank of it may be left
 job() {
-    local name=$1 t0 t1 a0=$2 a1=$3 a2=${4:-}; shift 3
+    local name=$1 t0 a0=$2 a1=$3 a2=${4:-}; shift 3
     t0=$(date +%s.%N)
     # shellcheck disable=SC2086
     if [ -n "$a2" ]; then
@@ -44,12 +44,7 @@ job() {
         timeout -k 5 60 mpirun $T_MPI_ROOT --quiet --oversubscribe -np 1 mt-train $args $a0 : -np 1 mt-train $args $a1 \
             >"$d/$name.out" 2>"$d/$name.err"
     fi
-    echo $? >"$d/$name.rc"
-    t1=$(date +%s.%N)
-    awk -v a="$t0" -v b="$t1" 'BEGIN { printf "%.1f\n", b - a }' >"$d/$name.s"
-    sleep 0.5
-    if pgrep -f "mt-train .*$d/" >"$d/$name.left"; then t_fail "$name: no rank left running" "$(cat "$d/$name.left")"
-    else t_pass "$name: no rank left running"; fi
+    t_job_done "$name" $? "$t0" "$d"
 }
 # one NAME LINE: the job's standard error is exactly LINE (a fixed string), it exited 1 within 20 s
 one() {
