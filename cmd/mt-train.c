@@ -219,7 +219,7 @@ static void log_iteration(run *r, interval *iv, const mt_step_result *s)
     }
     if (r->t.a.log_params_norm) {
         l.has_params_norm = true;
-        l.params_norm = mt_params_norm(r->t.k, r->t.model);
+        if (mt_trainer_params_norm(&r->t, &l.params_norm, &e)) mt_die_err(&e);
     }
     mt_print_iter_line(stdout, &l, LOG_STYLE);
     fflush(stdout);
@@ -439,6 +439,8 @@ int main(int argc, char **argv)
             fprintf(stderr, "WARNING: could not find %s/%s; will not load any checkpoints and will start from random\n",
                     a.load, MT_CKPT_TRACKER);
     }
+    /* the distributed optimizer in bf16/fp16 holds the fp32 master of its shard from now on */
+    if (mt_trainer_own_master(t, &e)) mt_die_err(&e);
     if (a.tensorboard_dir && r.boot.rank == 0) {
         r.tb = mt_tb_open(a.tensorboard_dir, &e);
         if (!r.tb) mt_die_err(&e);

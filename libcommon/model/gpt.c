@@ -144,6 +144,8 @@ void mt_gpt_free(mt_gpt *m)
     if (!m) return;
     if (m->k && m->work && m->work != m->params) mtk_free(m->k, m->work);
     if (m->params) mtk_free(m->k, m->params);
+    if (m->kept) mtk_free(m->k, m->kept);
+    free(m->koff);
     if (m->grads) mtk_free(m->k, m->grads);
     free(m->tensors);
     free(m->tix);
@@ -156,7 +158,63 @@ mtk_act *mt_gpt_work(mt_gpt *m) { return m->work != m->params ? m->work : NULL; 
 
 void mt_gpt_params_changed(mt_gpt *m)
 {
-    if (m->work != m->params) mtk_convert(m->k, m->work, mtk_act_dtype(m->k), m->params, MTK_F32, m->nparams);
+    /* once the master is dropped the optimizer writes the working copy itself */
+    if (m->params && m->work != m->params)
+        mtk_convert(m->k, m->work, mtk_act_dtype(m->k), m->params, MTK_F32, m->nparams);
+}
+
+int mt_gpt_drop_master(mt_gpt *m, mt_err *e)
+{
+    if (!m->params || m->work == m->params) return 0;
+    size_t n = 0;
+    m->koff = mt_xmalloc((size_t)(m->ntensors > 0 ? m->ntensors : 1) * sizeof *m->koff);
+    for (int i = 0; i < m->ntensors; i++) {
+        m->koff[i] = n;
+        if (m->tensors[i].ndim == 1) n += m->tensors[i].numel;
+    }
+    float *kept = mtk_alloc(m->k, (n ? n : 1) * sizeof(float), e);
+    if (!kept) {
+        free(m->koff);
+        m->koff = NULL;
+        return mt_err_prefix(e, "fp32 copy of the biases and norm weights (%zu values)", n);
+    }
+    for (int i = 0; i < m->ntensors; i++)
+        if (m->tensors[i].ndim == 1)
+            mtk_copy(m->k, kept + m->koff[i], m->params + m->tensors[i].offset, m->tensors[i].numel * sizeof(float));
+    mtk_free(m->k, m->params);
+    m->params = NULL;
+    m->kept = kept;
+    m->nkept = n;
+    return 0;
+}
+
+int mt_gpt_master_dropped(const mt_gpt *m) { return m->kept != NULL; }
+
+float *mt_gpt_kept(mt_gpt *m, size_t *n)
+{
+    if (n) *n = m->nkept;
+    return m->kept;
+}
+
+size_t mt_gpt_kept_before(const mt_gpt *m, size_t off)
+{
+    size_t n = 0;
+    for (int i = 0; i < m->ntensors; i++) {
+        const mt_gpt_tensor *t = &m->tensors[i];
+        if (t->ndim != 1 || t->offset >= off) continue;
+        n += off - t->offset < t->numel ? off - t->offset : t->numel;
+    }
+    return n;
+}
+
+void mt_gpt_kept_from(mt_gpt *m, const float *shard, size_t lo, size_t hi)
+{
+    for (int i = 0; i < m->ntensors && m->kept; i++) {
+        const mt_gpt_tensor *t = &m->tensors[i];
+        size_t a = t->offset > lo ? t->offset : lo, b = t->offset + t->numel < hi ? t->offset + t->numel : hi;
+        if (t->ndim != 1 || a >= b) continue;
+        mtk_copy(m->k, m->kept + m->koff[i] + (a - t->offset), shard + (a - lo), (b - a) * sizeof(float));
+    }
 }
 
 int mt_gpt_reserve(mt_gpt *m, size_t n, int T, mt_err *e)
@@ -223,7 +281,9 @@ void mt_gpt_zero_grad(mt_gpt *m)
 void mt_gpt_memory(const mt_gpt *m, size_t *param_bytes, size_t *grad_bytes, size_t *act_bytes)
 {
     size_t wb = m->work != m->params ? m->nparams * m->asz : 0;
-    if (param_bytes) *param_bytes = m->nparams * sizeof(float) + wb;
+    /* the fp32 master, or once dropped only the 1-D tensors' fp32 values */
+    size_t mb = (m->params ? m->nparams : m->nkept) * sizeof(float);
+    if (param_bytes) *param_bytes = mb + wb;
     if (grad_bytes) *grad_bytes = m->grads ? m->nparams * sizeof(float) : 0;
     if (act_bytes) *act_bytes = m->ctx_bytes;
 }

@@ -134,6 +134,23 @@ mtk_act *mt_gpt_work(mt_gpt *m);                     /* the working copy; NULL w
  * activation dtype (nothing to do in fp32). */
 void mt_gpt_params_changed(mt_gpt *m);
 
+/* The distributed optimizer in bf16/fp16 keeps the fp32 master of its own shard (train/optimizer.h), as
+ * Megatron's does: the model then frees its whole fp32 master. From then on mt_gpt_params is NULL, the
+ * working copy holds every tensor (the optimizer writes its shard, the trainer all-gathers the rest),
+ * and the 1-D tensors (biases, norm weights, which the kernels read in fp32) keep their fp32 values in a
+ * small buffer of their own, mt_gpt_kept. Nothing to do in fp32 (the master is the working copy): 0
+ * without a change. 0, or -1 with e set. */
+int mt_gpt_drop_master(mt_gpt *m, mt_err *e);
+int mt_gpt_master_dropped(const mt_gpt *m);
+/* After mt_gpt_drop_master: the kept fp32 buffer (*n floats; the 1-D tensors in table order). */
+float *mt_gpt_kept(mt_gpt *m, size_t *n);
+/* Elements of the kept buffer that come before flat offset off (the 1-D tensors' elements below it):
+ * the kept values of flat range [lo, hi) are kept[before(lo) .. before(hi)). */
+size_t mt_gpt_kept_before(const mt_gpt *m, size_t off);
+/* Copies the 1-D tensors' values of flat range [lo, hi) from shard (device, shard[0] is element lo)
+ * into the kept buffer. */
+void mt_gpt_kept_from(mt_gpt *m, const float *shard, size_t lo, size_t hi);
+
 /* Megatron's initialization (spec 6.1) from a deterministic generator seeded with seed: the weight
  * elements, in the order of the whole model's buffer, are std * numpy.random.RandomState(seed mod
  * 2^32).normal() draws rounded to float (std / sqrt(2L) for the output projections); biases 0, LayerNorm

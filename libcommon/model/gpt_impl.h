@@ -36,8 +36,12 @@ struct mt_gpt {
     int ntensors;
     mt_gpt_tensor *tensors; /* the layout's entries as the model's callers see them */
     size_t nparams;
-    float *params, *grads;  /* device, nparams floats each (grads: training only) */
+    float *params, *grads;  /* device, nparams floats each (grads: training only); params NULL once the master
+                               is dropped (mt_gpt_drop_master) */
     void *work;             /* working copy in the activation dtype (== params in fp32) */
+    float *kept;            /* after mt_gpt_drop_master: the 1-D tensors' fp32 values, nkept floats in table
+                               order, tensor t at koff[t] */
+    size_t nkept, *koff;
     unsigned grads_assign;  /* bit c: the next backward of model chunk c assigns its product gradients
                                (mt_gpt_zero_grad) */
     size_t ctx_bytes;       /* activations and caches of the live contexts */
@@ -97,7 +101,10 @@ static inline int mt_gpt_t(const mt_gpt *m, int layer, mt_tensor_kind kind)
 }
 
 /* Master (fp32) and working (activation dtype) pointers of tensor t. */
-static inline float *mt_gpt_p(mt_gpt *m, int t) { return m->params + m->tensors[t].offset; }
+static inline float *mt_gpt_p(mt_gpt *m, int t)
+{
+    return m->kept ? m->kept + m->koff[t] : m->params + m->tensors[t].offset;
+}
 static inline void *mt_gpt_w(mt_gpt *m, int t) { return (char *)m->work + m->tensors[t].offset * m->asz; }
 static inline float *mt_gpt_g(mt_gpt *m, int t) { return m->grads + m->tensors[t].offset; }
 

@@ -50,17 +50,19 @@ static void bucket_counts(mt_grad_sync *s, size_t lo, size_t hi)
     }
 }
 
-static int by_bucket(mt_grad_sync *s, float *buf, int gather, mt_err *e)
+static int by_bucket(mt_grad_sync *s, void *buf, mt_cdtype t, int gather, mt_err *e)
 {
     if (s->dp->size == 1) return 0;
+    size_t es = mt_cdtype_size(t);
     for (size_t end = s->n; end > 0;) {
         size_t lo = end > s->bucket ? end - s->bucket : 0;
         bucket_counts(s, lo, end);
-        if ((gather ? mt_all_gather : mt_reduce_scatter)(s->dp, buf + lo, s->counts, MT_C_F32, e)) return -1;
+        if ((gather ? mt_all_gather : mt_reduce_scatter)(s->dp, (char *)buf + lo * es, s->counts, t, e)) return -1;
         end = lo;
     }
     return 0;
 }
 
-int mt_grad_reduce_scatter(mt_grad_sync *s, float *buf, mt_err *e) { return by_bucket(s, buf, 0, e); }
-int mt_grad_all_gather(mt_grad_sync *s, float *buf, mt_err *e) { return by_bucket(s, buf, 1, e); }
+int mt_grad_reduce_scatter(mt_grad_sync *s, float *buf, mt_err *e) { return by_bucket(s, buf, MT_C_F32, 0, e); }
+int mt_grad_all_gather(mt_grad_sync *s, float *buf, mt_err *e) { return by_bucket(s, buf, MT_C_F32, 1, e); }
+int mt_grad_all_gather_as(mt_grad_sync *s, void *buf, mt_cdtype t, mt_err *e) { return by_bucket(s, buf, t, 1, e); }

@@ -36,5 +36,7 @@ int mt_grad_all_reduce(mt_grad_sync *s, float *buf, mt_err *e);
 int mt_grad_reduce_scatter(mt_grad_sync *s, float *buf, mt_err *e);
 /* Every rank's shard of buf to every rank. 0 or -1. */
 int mt_grad_all_gather(mt_grad_sync *s, float *buf, mt_err *e);
+/* The same for a buffer of the layout's elements in another type (the bf16/fp16 working copy). */
+int mt_grad_all_gather_as(mt_grad_sync *s, void *buf, mt_cdtype t, mt_err *e);
 
 #endif

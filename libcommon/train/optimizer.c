@@ -40,6 +40,7 @@ int mt_adamw_init(mt_adamw *o, mtk *k, mt_gpt *model, double beta1, double beta2
     o->lo = 0;
     o->hi = n;
     o->seg = NULL;
+    o->main = NULL;
     o->exp_avg = mtk_alloc(k, n * sizeof(float), e);
     o->exp_avg_sq = o->exp_avg ? mtk_alloc(k, n * sizeof(float), e) : NULL;
     if (!o->exp_avg_sq || build_pieces(o, e)) {
@@ -53,7 +54,8 @@ void mt_adamw_free(mt_adamw *o)
 {
     if (o->exp_avg) mtk_free(o->k, o->exp_avg);
     if (o->exp_avg_sq) mtk_free(o->k, o->exp_avg_sq);
-    o->exp_avg = o->exp_avg_sq = NULL;
+    if (o->main) mtk_free(o->k, o->main);
+    o->exp_avg = o->exp_avg_sq = o->main = NULL;
     free(o->seg);
     o->seg = NULL;
     o->nseg = 0;
@@ -73,6 +75,30 @@ int mt_adamw_shard(mt_adamw *o, size_t lo, size_t hi, mt_err *e)
     return 0;
 }
 
+int mt_adamw_own_master(mt_adamw *o, mt_err *e)
+{
+    const bool whole = o->lo == 0 && o->hi == mt_gpt_num_params(o->model);
+    if (o->main || whole || !mt_gpt_work(o->model) || !mt_gpt_params(o->model)) return 0;
+    size_t n = o->hi - o->lo;
+    o->main = mtk_alloc(o->k, (n ? n : 1) * sizeof(float), e);
+    if (!o->main) return mt_err_prefix(e, "fp32 master parameters (shard of %zu)", n);
+    mtk_copy(o->k, o->main, mt_gpt_params(o->model) + o->lo, n * sizeof(float));
+    if (mt_gpt_drop_master(o->model, e)) {
+        mtk_free(o->k, o->main);
+        o->main = NULL;
+        return -1;
+    }
+    return 0;
+}
+
+float *mt_adamw_master(mt_adamw *o) { return o->main ? o->main : mt_gpt_params(o->model) + o->lo; }
+
+double mt_adamw_master_sumsq(mt_adamw *o)
+{
+    if (o->main) return mtk_sumsq(o->k, o->main, o->hi - o->lo);
+    return mtk_sumsq(o->k, mt_gpt_params(o->model), mt_gpt_num_params(o->model));
+}
+
 double mt_adamw_step(mt_adamw *o, double lr, double wd) { return mt_adamw_step_unscale(o, lr, wd, 1.0); }
 
 double mt_adamw_step_unscale(mt_adamw *o, double lr, double wd, double unscale)
@@ -83,7 +109,7 @@ double mt_adamw_step_unscale(mt_adamw *o, double lr, double wd, double unscale)
 
 double mt_adamw_update(mt_adamw *o, double lr, double wd, double norm, double unscale)
 {
-    float *g = mt_gpt_grads(o->model), *p = mt_gpt_params(o->model);
+    float *g = mt_gpt_grads(o->model), *p = mt_adamw_master(o);
     if (!isfinite(norm)) return norm;
     double coef = 1.0;
     if (o->clip_grad > 0) {
@@ -92,16 +118,19 @@ double mt_adamw_update(mt_adamw *o, double lr, double wd, double norm, double un
     }
     float scale = (float)(coef * unscale);
     o->step++;
-    /* unsharded, the update also writes the working copy (one pass over memory instead of two); a shard's
-     * caller refreshes it once the parameters are all-gathered (mt_gpt_params_changed) */
+    /* unsharded, and with the optimizer's own master, the update also writes the working copy (one pass
+     * over memory instead of two); otherwise a shard's caller refreshes it once the parameters are
+     * all-gathered (mt_gpt_params_changed) */
     const bool whole = o->lo == 0 && o->hi == mt_gpt_num_params(o->model);
-    void *work = whole ? mt_gpt_work(o->model) : NULL;
-    mtk_adamw_multi(o->k, p + o->lo, work, g + o->lo, o->exp_avg, o->exp_avg_sq, o->seg, o->nseg, (float)lr,
+    mtk_act *work = whole || o->main ? mt_gpt_work(o->model) : NULL;
+    if (work && o->main) work = (mtk_act *)((char *)work + o->lo * mtk_act_size(o->k));
+    mtk_adamw_multi(o->k, p, work, g + o->lo, o->exp_avg, o->exp_avg_sq, o->seg, o->nseg, (float)lr,
                     (float)o->beta1, (float)o->beta2, (float)o->eps, (float)wd, (int)o->step, scale);
+    if (o->main) mt_gpt_kept_from(o->model, o->main, o->lo, o->hi);
     return norm;
 }
 
 double mt_params_norm(mtk *k, mt_gpt *model)
 {
-    return sqrt(mtk_sumsq(k, mt_gpt_params(model), mt_gpt_num_params(model)));
+    return mt_gpt_params(model) ? sqrt(mtk_sumsq(k, mt_gpt_params(model), mt_gpt_num_params(model))) : NAN;
 }

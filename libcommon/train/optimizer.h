@@ -18,6 +18,8 @@ typedef struct mt_adamw {
     mtk *k;
     mt_gpt *model;
     float *exp_avg, *exp_avg_sq;   /* device, hi - lo floats each: the moments of parameters lo .. hi - 1 */
+    float *main;                   /* device, hi - lo floats: the fp32 master of the shard once the optimizer
+                                      owns it (mt_adamw_own_master); NULL: the model's */
     size_t lo, hi;                 /* 0, num_params unless sharded (distributed optimizer) */
     mtk_adamw_seg *seg;            /* [lo, hi) as runs of tensors with and without weight decay, from lo */
     int nseg;
@@ -40,12 +42,21 @@ double mt_adamw_step_unscale(mt_adamw *o, double lr, double wd, double unscale);
 /* The distributed optimizer's shard: from now on the moments (zeroed) cover parameters lo .. hi - 1 only
  * and an update changes only those. 0, or -1 with e set. */
 int mt_adamw_shard(mt_adamw *o, size_t lo, size_t hi, mt_err *e);
+/* The distributed optimizer in bf16/fp16, as Megatron's: the optimizer takes the fp32 master of its
+ * shard (copied from the model's) and the model drops its whole one (mt_gpt_drop_master); from then on
+ * an update writes the shard's master and its working copy, and the 1-D tensors' fp32 values the model
+ * keeps (mt_gpt_kept_from). Nothing to do in fp32 or unsharded. 0, or -1 with e set. */
+int mt_adamw_own_master(mt_adamw *o, mt_err *e);
 /* The update of mt_adamw_step_unscale with the global (unscaled) gradient norm given (computed over the
  * shards by the caller): clipping by it, the gradients multiplied by unscale, AdamW on parameters
  * lo .. hi - 1. Returns norm; no update when it is not finite. With a shard, the model's working copy
  * is left to the caller to refresh (mt_gpt_params_changed) once every shard is all-gathered. */
 double mt_adamw_update(mt_adamw *o, double lr, double wd, double norm, double unscale);
 
+/* The fp32 master of parameters lo .. hi - 1 (device): the optimizer's own or the model's. */
+float *mt_adamw_master(mt_adamw *o);
+/* The sum of squares of this rank's master parameters: the shard's when the optimizer owns it, else all. */
+double mt_adamw_master_sumsq(mt_adamw *o);
 /* L2 norm of all parameters (--log-params-norm). */
 double mt_params_norm(mtk *k, mt_gpt *model);
 

@@ -9,6 +9,21 @@
 #include "model/gpt.h"
 #include "train/pipeline.h"
 
+/* The floats of the 1-D tensors (biases, norm weights) of a part: what its model keeps in fp32 once the
+ * distributed optimizer owns the master (model/gpt.h's mt_gpt_drop_master). */
+static int kept_floats(const mt_gpt_config *cfg, int r, int tp, int s, int pp, int vp, size_t *n, mt_err *e)
+{
+    mt_model_arch arch = mt_gpt_arch(cfg);
+    mt_layout_part part = {r, tp, s, pp, vp};
+    mt_layout l;
+    if (mt_layout_build(&arch, &part, &l, e)) return -1;
+    *n = 0;
+    for (int i = 0; i < l.n; i++)
+        if (l.t[i].ndim == 1) *n += l.t[i].numel;
+    mt_layout_free(&l);
+    return 0;
+}
+
 int mt_plan_print(FILE *out, const mt_train_args *a, int world, mt_err *e)
 {
     int tp = a->tensor_model_parallel_size, pp = a->pipeline_model_parallel_size;
@@ -53,15 +68,23 @@ int mt_plan_print(FILE *out, const mt_train_args *a, int world, mt_err *e)
                 return -1;
             }
             /* fp32 master parameters (and the working copy in bf16/fp16), fp32 gradients, AdamW's two moments
-             * of this rank's shard (the distributed optimizer's first shard), the contexts alive at once */
-            size_t shard = np;
+             * of this rank's shard (the distributed optimizer's first shard), the contexts alive at once; the
+             * distributed optimizer in bf16/fp16 holds the fp32 master of its shard too, and the model only
+             * the working copy and its 1-D tensors in fp32 (Megatron's 6 + 12/DP bytes per parameter) */
+            size_t shard = np, kept = 0;
             if (a->use_distributed_optimizer) {
                 size_t *counts = mt_xmalloc((size_t)dp * sizeof *counts);
                 mt_comm_even_counts(np, dp, counts);
                 shard = counts[0];
                 free(counts);
             }
-            double pb = (double)np * (4 + (asz == 4 ? 0 : asz)), gb = (double)np * 4, ob = 2.0 * 4 * (double)shard;
+            int own_master = a->use_distributed_optimizer && dp > 1 && asz != 4;
+            if (own_master && kept_floats(&cfg, r, tp, s, pp, vp, &kept, e)) {
+                free(cb), free(live);
+                return -1;
+            }
+            double pb = own_master ? (double)np * asz + 4.0 * (double)kept : (double)np * (4 + (asz == 4 ? 0 : asz));
+            double gb = (double)np * 4, ob = (own_master ? 3.0 : 2.0) * 4 * (double)shard;
             double ab = 0;
             int n_live = 0;
             for (int c = 0; c < vp; c++) ab += (double)live[c] * (double)cb[c], n_live += live[c];

@@ -62,17 +62,17 @@ static json_t *meta_json(const mt_trainer *t, int with_optim, int shards)
  * optimizer's own unless they were gathered from its shards). */
 typedef struct save_plan {
     int with_optim, shards;
-    const float *m, *v;
+    const float *p, *m, *v;
 } save_plan;
 
 static int save_rank0(mt_trainer *t, FILE *log, const save_plan *sp, mt_err *e);
 
-/* The host copy of this rank's parameters and, with full, its moments: 1 or 3 flat buffers. */
+/* The host copy of this rank's parameters (sp->p) and, with full, its moments: 1 or 3 flat buffers. */
 static float *host_state(mt_trainer *t, int full, const save_plan *sp)
 {
     size_t np = mt_gpt_num_params(t->model);
     float *host = mt_xmalloc(np * sizeof(float) * (full ? 3 : 1));
-    mtk_to_host(t->k, host, mt_gpt_params(t->model), np * sizeof(float));
+    mtk_to_host(t->k, host, sp->p, np * sizeof(float));
     if (full) {
         mtk_to_host(t->k, host + np, sp->m, np * sizeof(float));
         mtk_to_host(t->k, host + 2 * np, sp->v, np * sizeof(float));
@@ -96,18 +96,33 @@ static int gather_moments(mt_trainer *t, float **m, float **v, mt_err *e)
     return 0;
 }
 
+/* Once the optimizer owns the fp32 master of its shard (mt_trainer_own_master), the whole master of this
+ * rank's part is all-gathered over the data-parallel group for the save into *p, a device buffer the
+ * caller frees: the save's transient 4 bytes per parameter of the part. */
+static int gather_master(mt_trainer *t, float **p, mt_err *e)
+{
+    size_t np = mt_gpt_num_params(t->model);
+    if (!(*p = mtk_alloc(t->k, np * sizeof(float), e))) return -1;
+    mtk_copy(t->k, *p + t->opt.lo, t->opt.main, (t->opt.hi - t->opt.lo) * sizeof(float));
+    if (mt_grad_all_gather(&t->gs, *p, e))
+        return mt_err_prefix(e, "saving iteration %lld: the fp32 master's shards", (long long)t->iteration);
+    return 0;
+}
+
 int mt_trainer_save(mt_trainer *t, FILE *log, mt_err *e)
 {
     /* the distributed optimizer's shards come from every data-parallel rank (dist_ckpt.h); otherwise the
      * ranks hold the same state and the first writes it; with tensor or pipeline parallelism the first
      * data-parallel rank of every (tensor rank, stage) hands its part to rank 0 of the job, which writes
      * every mp_rank_XX (mp_rank_XX_YYY) */
-    save_plan sp = {.with_optim = !t->a.no_save_optim, .m = t->opt.exp_avg, .v = t->opt.exp_avg_sq};
+    save_plan sp = {.with_optim = !t->a.no_save_optim, .p = mt_gpt_params(t->model), .m = t->opt.exp_avg,
+                    .v = t->opt.exp_avg_sq};
     sp.shards = sp.with_optim && t->a.use_distributed_optimizer;
-    float *gm = NULL, *gv = NULL;
-    int rc = 0;
+    float *gm = NULL, *gv = NULL, *gp = NULL;
+    int rc = t->opt.main ? gather_master(t, &gp, e) : 0;
+    if (gp) sp.p = gp;
     int split = t->tp_size > 1 || t->pp_size > 1;
-    if (sp.shards && split) {
+    if (!rc && sp.shards && split) {
         rc = gather_moments(t, &gm, &gv, e);
         sp.shards = 0, sp.m = gm, sp.v = gv;
     }
@@ -121,6 +136,7 @@ int mt_trainer_save(mt_trainer *t, FILE *log, mt_err *e)
         rc = t->dp_rank == 0 ? save_rank0(t, log, &sp, e) : sp.shards ? mt_dist_ckpt_save_peer(t, e) : 0;
         if (t->dp_rank == 0 && sp.shards) rc = mt_dist_ckpt_save_done(t, rc, e);
     }
+    if (gp) mtk_free(t->k, gp);
     if (gm) mtk_free(t->k, gm);
     if (gv) mtk_free(t->k, gv);
     if (!rc) t->last_saved = t->iteration;

@@ -294,8 +294,44 @@ static int step_results(mt_trainer *t, mt_step_result *r, double *ss, mt_err *e)
     return 0;
 }
 
+int mt_trainer_own_master(mt_trainer *t, mt_err *e)
+{
+    if (!t->a.use_distributed_optimizer || t->dp_size == 1) return 0;
+    return mt_adamw_own_master(&t->opt, e);
+}
+
+/* After a sharded update, every rank's updated parameters to every rank: the fp32 master (whose working
+ * copy is then refreshed), or, once the optimizer owns the master, the working copy in the activation
+ * dtype (half the bytes, as Megatron gathers its bf16 parameters) and the 1-D tensors' fp32 values. */
+static int gather_params(mt_trainer *t, mt_err *e)
+{
+    if (!mt_gpt_master_dropped(t->model)) {
+        if (mt_grad_all_gather(&t->gs, mt_gpt_params(t->model), e)) return -1;
+        mt_gpt_params_changed(t->model);
+        return 0;
+    }
+    mt_cdtype wt = mtk_act_dtype(t->k) == MTK_BF16 ? MT_C_BF16 : MT_C_F16;
+    if (mt_grad_all_gather_as(&t->gs, mt_gpt_work(t->model), wt, e)) return -1;
+    int N = t->gs.dp->size;
+    size_t *counts = mt_xmalloc((size_t)N * sizeof *counts);
+    for (int r = 0; r < N; r++)
+        counts[r] = mt_gpt_kept_before(t->model, t->gs.shard_lo[r + 1]) - mt_gpt_kept_before(t->model, t->gs.shard_lo[r]);
+    int rc = mt_all_gather(t->gs.dp, mt_gpt_kept(t->model, NULL), counts, MT_C_F32, e);
+    free(counts);
+    return rc;
+}
+
+int mt_trainer_params_norm(mt_trainer *t, double *norm, mt_err *e)
+{
+    double ss = mt_adamw_master_sumsq(&t->opt);
+    if (t->opt.main && mt_all_reduce(t->dp, &ss, 1, MT_C_F64, e)) return mt_err_prefix(e, "parameter norm");
+    *norm = sqrt(ss);
+    return 0;
+}
+
 int mt_trainer_step(mt_trainer *t, mt_step_result *r, mt_err *e)
 {
+    if (mt_trainer_own_master(t, e)) return -1;
     memset(r, 0, sizeof *r);
     const mtk_stats k0 = mtk_stats_get(t->k);
     uint64_t sent0 = t->dp->bytes_sent, tp0 = tp_sent(t);
@@ -343,11 +379,8 @@ int mt_trainer_step(mt_trainer *t, mt_step_result *r, mt_err *e)
         return mt_err_prefix(e, "grad norm");
     r->grad_norm = mt_adamw_update(&t->opt, t->sched.lr, t->sched.wd, sqrt(ss) * (1.0 / ls), 1.0 / ls);
     if (!has_scaler && check_finite(t, "the grad norm", r->grad_norm, e)) return -1;
-    if (dist && isfinite(r->grad_norm)) {
-        if (mt_grad_all_gather(&t->gs, mt_gpt_params(t->model), e))
-            return mt_err_prefix(e, "iteration %lld: parameter all-gather", (long long)t->iteration + 1);
-        mt_gpt_params_changed(t->model);
-    }
+    if (dist && isfinite(r->grad_norm) && gather_params(t, e))
+        return mt_err_prefix(e, "iteration %lld: parameter all-gather", (long long)t->iteration + 1);
     r->skipped = !isfinite(r->grad_norm);
     mt_loss_scaler_update(&t->scaler, r->skipped);
     r->loss_scale = t->scaler.scale;
@@ -395,7 +428,10 @@ double mt_trainer_pp_volume(const mt_trainer *t)
     return v;
 }
 
-size_t mt_trainer_optimizer_bytes(const mt_trainer *t) { return 2 * (t->opt.hi - t->opt.lo) * sizeof(float); }
+size_t mt_trainer_optimizer_bytes(const mt_trainer *t)
+{
+    return (t->opt.main ? 3 : 2) * (t->opt.hi - t->opt.lo) * sizeof(float);
+}
 
 int mt_trainer_evaluate(mt_trainer *t, int split, int64_t *consumed, int64_t iters, mt_eval_result *r, mt_err *e)
 {

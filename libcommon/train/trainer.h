@@ -155,8 +155,19 @@ double mt_trainer_tp_volume(const mt_trainer *t);
  * them); the loss sums and the grad norm (three doubles) by ring. 0 with one stage. */
 double mt_trainer_pp_volume(const mt_trainer *t);
 
-/* Bytes of optimizer state this rank holds (AdamW's two moments over its parameters). */
+/* Bytes of optimizer state this rank holds: AdamW's two moments over its parameters and, with the
+ * distributed optimizer in bf16/fp16, the fp32 master of its shard (mt_trainer_own_master). */
 size_t mt_trainer_optimizer_bytes(const mt_trainer *t);
+
+/* With the distributed optimizer in bf16/fp16: the optimizer takes the fp32 master of this rank's shard
+ * and the model drops its whole one (optimizer.h's mt_adamw_own_master), Megatron's 6 + 12/DP bytes per
+ * parameter. Called after the weights are loaded (mt_trainer_step does it otherwise); nothing to do in
+ * other runs or when done. 0, or -1 with e set. */
+int mt_trainer_own_master(mt_trainer *t, mt_err *e);
+
+/* --log-params-norm: the L2 norm of this rank's parameters (with the optimizer's own master, summed over
+ * the data-parallel shards: a collective of the data-parallel group). 0, or -1 with e set. */
+int mt_trainer_params_norm(mt_trainer *t, double *norm, mt_err *e);
 
 /* Megatron's evaluate() over the data-parallel group: iters global batches of split from *consumed
  * (which advances by the global batch per iteration), each rank forwarding its micro-batches as the

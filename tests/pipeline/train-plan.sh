@@ -90,7 +90,22 @@ whole = V * h + P * h + L * (12 * h * h + 13 * h) + 2 * h
 # (norms, row-parallel biases, position embeddings, final norm) counted once instead of on every tensor rank
 total = sum(par.values()) - V * h - (tp - 1) * (L * 6 * h + P * h + 2 * h)
 assert total == whole, (total, whole)
-print("%.1fB parameters" % (whole / 1e9))
+# weights and optimizer per rank against Megatron's theoretical_memory_usage.py: with the distributed
+# optimizer 6 + 12/DP bytes per parameter (bf16 weights, fp32 gradients; fp32 master and moments sharded
+# over DP = 8); mt also keeps the 1-D tensors (norms, biases: 6 h + 7 h / 8 per layer here) in fp32
+mem = {}
+for l in open(sys.argv[1]):
+    m = re.match(r"\[Rank (\d+)\] memory \(MB\) \| parameters: ([\d.]+) \| gradients: ([\d.]+) \| optimizer: ([\d.]+) \|", l)
+    if m: mem[int(m.group(1))] = sum(float(x) for x in m.groups()[1:])
+dp, worst = 8, 0
+for (r, s), n in par.items():
+    kept = L // 16 * (6 * h + 7 * h // tp) + (2 * h if s == 15 else 0)
+    megatron = (6 + 12 / dp) * n / 2**20
+    got = mem[r + tp * dp * s]
+    assert abs(got - megatron - 4 * kept / 2**20) < 0.2, ((r, s), got, megatron, kept)
+    worst = max(worst, got / megatron - 1)
+print("%.1fB parameters; weights and optimizer per rank Megatron's 6 + 12/DP bytes, +%.3f%% (the fp32 norms and biases)"
+      % (whole / 1e9, 100 * worst))
 PYEOF
 then t_pass "GPT-3 175B on 1024 ranks planned: every rank's parameters sum to the model's ($(cat "$d/g3c"))"
 else t_fail "GPT-3 175B plan" "$(tail -2 "$d/g3.err" "$d/g3c" 2>/dev/null)"; fi
