@@ -4,7 +4,10 @@
  * Activations are kept per layer for backward (see gpt_impl.h): the residual stream before and after
  * each sublayer, every LayerNorm output with its mean and rstd, QKV, the attention output with its
  * log-sum-exp, and the fc output before GeLU. GeLU outputs and dropout masks are recomputed in backward;
- * the attention probabilities are never stored (the attention kernel recomputes them). With full
+ * the attention probabilities are never stored (the attention kernel recomputes them). With sequence
+ * parallelism every kept buffer of the regions between the products (the residual stream, LayerNorm
+ * outputs and statistics) holds this rank's 1/tp of the tokens; the LayerNorm outputs are gathered again
+ * in the backward pass for the weight gradients of the products they feed (QKV, fc, the logits). With full
  * activation recomputation (the config's recompute_*), the chosen layers keep only their input and their
  * forward pass runs again when the backward pass reaches them. Forward computes per-token losses only;
  * backward runs the cross-entropy again to turn the logits into dlogits in place.
@@ -339,13 +342,13 @@ static void ctx_buffers(mt_gpt_ctx *x, void **where[CTX_BUFFERS], size_t bytes[C
 #define BUF(field, n) (where[i] = (void **)&x->field, bytes[i++] = (n))
     BUF(bnd, (L + 1) * R * C * a);
     BUF(mid, S * R * C * a);
-    BUF(ln, S * 2 * N * C * a);
+    BUF(ln, S * 2 * R * C * a);
     BUF(ln_stat, S * 4 * R * fl);
     BUF(qkv, S * N * (size_t)m->qkvw * a);
     BUF(atty, S * N * Cl * a);
     BUF(lse, S * N * (size_t)m->heads * fl);
     BUF(fch, S * N * (size_t)m->fcw * a);
-    BUF(lnf, last * N * C * a);
+    BUF(lnf, last * R * C * a);
     BUF(lnf_stat, last * 2 * R * fl);
     BUF(logits, last * N * V * a);
     BUF(xent, last * 3 * N * fl);
@@ -494,8 +497,8 @@ static void layer_views(const mt_gpt_ctx *x, int li, layer_acts *a)
     a->res_in = AT(x->bnd, (size_t)(li - x->lc0) * rC);
     a->res_out = AT(x->bnd, (size_t)(li - x->lc0 + 1) * rC);
     a->res_mid = AT(x->mid, s * rC);
-    a->ln1 = AT(x->ln, 2 * s * nC);
-    a->ln2 = AT(a->ln1, nC);
+    a->ln1 = AT(x->ln, 2 * s * rC);
+    a->ln2 = AT(a->ln1, rC);
     a->mean1 = x->ln_stat + 4 * s * x->nres, a->rstd1 = a->mean1 + x->nres;
     a->mean2 = a->rstd1 + x->nres, a->rstd2 = a->mean2 + x->nres;
     a->qkv = AT(x->qkv, s * x->nmax * (size_t)m->qkvw);
@@ -524,23 +527,25 @@ static int layer_forward(mt_gpt_ctx *x, int li, void *scratch, mt_err *e)
 
     /* attention: QKV column-parallel (this rank's heads and key/value groups), rotary positions on q and k,
      * dense row-parallel (summed over the ranks) */
-    mt_gpt_norm_fwd(m, mt_tp_local(m, a.ln1, N, C), a.mean1, a.rstd1, a.res_in, T_(MT_T_NORM1_W), T_(MT_T_NORM1_B), Nl, C);
-    if (mt_tp_gather(m, a.ln1, N, C, e)) return mt_err_prefix(e, "GPT forward, layer %d attention", l);
-    mtk_matmul_fwd(k, a.qkv, a.ln1, W(MT_T_QKV_W), PO(MT_T_QKV_B), N, C, m->qkvw);
+    mt_gpt_norm_fwd(m, a.ln1, a.mean1, a.rstd1, a.res_in, T_(MT_T_NORM1_W), T_(MT_T_NORM1_B), Nl, C);
+    const void *ln1 = mt_tp_gathered(m, scratch, a.ln1, N, C, e);   /* every rank's rows, in scratch */
+    if (!ln1) return mt_err_prefix(e, "GPT forward, layer %d attention", l);
+    mtk_matmul_fwd(k, a.qkv, ln1, W(MT_T_QKV_W), PO(MT_T_QKV_B), N, C, m->qkvw);
     if (m->rot) mtk_rope_fwd(k, a.qkv, B, T, m->heads, m->groups, m->hs, m->rot, (float)c->rotary_base, 0);
     mt_tp_attention_fwd(m, a.atty, a.lse, a.qkv, B, T, site_dropout(x, &dd, l, SITE_ATTN_PROBS, 0));
     if (mt_tp_row_linear_fwd(m, scratch, a.atty, W(MT_T_PROJ_W), PO(MT_T_PROJ_B), N, Cl, C, e))
         return mt_err_prefix(e, "GPT forward, layer %d attention", l);
     /* the dense output's dropout fused into the residual add and the norm that follows it */
-    mt_gpt_add_norm_fwd(m, a.res_mid, mt_tp_local(m, a.ln2, N, C), a.mean2, a.rstd2, a.res_in, out, T_(MT_T_NORM2_W),
+    mt_gpt_add_norm_fwd(m, a.res_mid, a.ln2, a.mean2, a.rstd2, a.res_in, out, T_(MT_T_NORM2_W),
                         T_(MT_T_NORM2_B), Nl, C, site_dropout(x, &dd, l, SITE_ATTN_OUT, h0));
     /* MLP: the first layer column-parallel (GeLU, or SwiGLU of its gate and up halves), the second row-parallel */
-    if (mt_tp_gather(m, a.ln2, N, C, e)) return mt_err_prefix(e, "GPT forward, layer %d MLP", l);
+    const void *ln2 = mt_tp_gathered(m, scratch, a.ln2, N, C, e);   /* scratch: the dense output is added */
+    if (!ln2) return mt_err_prefix(e, "GPT forward, layer %d MLP", l);
     if (c->mlp == MT_MLP_SWIGLU) {
-        mtk_matmul_fwd(k, a.fch, a.ln2, W(MT_T_FC1_W), PO(MT_T_FC1_B), N, C, m->fcw);
+        mtk_matmul_fwd(k, a.fch, ln2, W(MT_T_FC1_W), PO(MT_T_FC1_B), N, C, m->fcw);
         mtk_swiglu_fwd(k, x->s_f1, a.fch, N, F);
     } else
-        mtk_matmul_gelu_fwd(k, x->s_f1, a.fch, a.ln2, W(MT_T_FC1_W), PO(MT_T_FC1_B), N, C, F, c->exact_gelu);
+        mtk_matmul_gelu_fwd(k, x->s_f1, a.fch, ln2, W(MT_T_FC1_W), PO(MT_T_FC1_B), N, C, F, c->exact_gelu);
     if (mt_tp_row_linear_fwd(m, scratch, x->s_f1, W(MT_T_FC2_W), PO(MT_T_FC2_B), N, F, C, e))
         return mt_err_prefix(e, "GPT forward, layer %d MLP", l);
     if ((drop = site_dropout(x, &dd, l, SITE_MLP_OUT, h0))) mtk_dropout_fwd(k, out, out, (size_t)Nl * C, drop);
@@ -602,12 +607,12 @@ static int forward(mt_gpt_ctx *x, const int32_t *tokens, const int32_t *targets,
         x->have_forward = 1;
         return 0;
     }
-    mt_gpt_norm_fwd(m, mt_tp_local(m, x->lnf, N, C), x->lnf_stat, x->lnf_stat + x->nres,
-                    AT(x->bnd, (size_t)L * x->nres * (size_t)C), mt_gpt_t(m, -1, MT_T_FINAL_NORM_W),
-                    mt_gpt_t(m, -1, MT_T_FINAL_NORM_B), Nl, C);
-    if (mt_tp_gather(m, x->lnf, N, C, e)) return mt_err_prefix(e, "GPT forward, final norm");
+    mt_gpt_norm_fwd(m, x->lnf, x->lnf_stat, x->lnf_stat + x->nres, AT(x->bnd, (size_t)L * x->nres * (size_t)C),
+                    mt_gpt_t(m, -1, MT_T_FINAL_NORM_W), mt_gpt_t(m, -1, MT_T_FINAL_NORM_B), Nl, C);
+    const void *lnf = mt_tp_gathered(m, x->s_c1, x->lnf, N, C, e);
+    if (!lnf) return mt_err_prefix(e, "GPT forward, final norm");
     /* the logits of this rank's vocabulary rows (never gathered) and the vocabulary-parallel loss */
-    mtk_matmul_fwd(k, x->logits, x->lnf, mt_gpt_w(m, m->head), NULL, N, C, m->vocab);
+    mtk_matmul_fwd(k, x->logits, lnf, mt_gpt_w(m, m->head), NULL, N, C, m->vocab);
     if (mt_tp_xent_fwd(x, N, e)) return mt_err_prefix(e, "GPT forward, cross-entropy");
     if (async) {
         if (!dev_losses) return mt_err_set(e, "GPT forward: no device buffer for the losses");
@@ -701,7 +706,10 @@ static int layer_backward(mt_gpt_ctx *x, int li, mtk_grad_mode gm, mt_err *e)
     mtk_matmul_bwd(k, x->s_f2, G(MT_T_FC2_W), GO(MT_T_FC2_B), dout, x->s_f1, W(MT_T_FC2_W), N, F, C, gm);
     if (swiglu) mtk_swiglu_bwd(k, x->s_f1, a.fch, x->s_f2, N, F);
     else mtk_gelu_bwd(k, x->s_f1, a.fch, x->s_f2, (size_t)N * F, c->exact_gelu);
-    mtk_matmul_bwd(k, dln, G(MT_T_FC1_W), GO(MT_T_FC1_B), x->s_f1, a.ln2, W(MT_T_FC1_W), N, C, m->fcw, gm);
+    /* the product's input gathered again for its weight gradient, into dtmp (done with the output gradient) */
+    const void *ln2 = mt_tp_gathered(m, dtmp, a.ln2, N, C, e);
+    if (!ln2) return mt_err_prefix(e, "GPT backward, layer %d MLP", l);
+    mtk_matmul_bwd(k, dln, G(MT_T_FC1_W), GO(MT_T_FC1_B), x->s_f1, ln2, W(MT_T_FC1_W), N, C, m->fcw, gm);
     if (mt_tp_input_grad(m, dln, N, C, e)) return mt_err_prefix(e, "GPT backward, layer %d MLP", l);
     /* the attention output's dropout backward fused into the norm's, on the residual gradient it leaves */
     drop = site_dropout(x, &dd, l, SITE_ATTN_OUT, h0);
@@ -714,7 +722,9 @@ static int layer_backward(mt_gpt_ctx *x, int li, mtk_grad_mode gm, mt_err *e)
     mtk_matmul_bwd(k, dln, G(MT_T_PROJ_W), GO(MT_T_PROJ_B), dout, a.atty, W(MT_T_PROJ_W), N, Cl, C, gm);
     mt_tp_attention_bwd(m, x->s_qkv, dln, a.qkv, a.atty, a.lse, B, T, site_dropout(x, &dd, l, SITE_ATTN_PROBS, 0));
     if (m->rot) mtk_rope_bwd(k, x->s_qkv, B, T, m->heads, m->groups, m->hs, m->rot, (float)c->rotary_base, 0);
-    mtk_matmul_bwd(k, dln, G(MT_T_QKV_W), GO(MT_T_QKV_B), x->s_qkv, a.ln1, W(MT_T_QKV_W), N, C, m->qkvw, gm);
+    const void *ln1 = mt_tp_gathered(m, dtmp, a.ln1, N, C, e);   /* likewise */
+    if (!ln1) return mt_err_prefix(e, "GPT backward, layer %d attention", l);
+    mtk_matmul_bwd(k, dln, G(MT_T_QKV_W), GO(MT_T_QKV_B), x->s_qkv, ln1, W(MT_T_QKV_W), N, C, m->qkvw, gm);
     if (mt_tp_input_grad(m, dln, N, C, e)) return mt_err_prefix(e, "GPT backward, layer %d attention", l);
     mt_gpt_norm_bwd(m, dres, T_(MT_T_NORM1_W), T_(MT_T_NORM1_B), dln_l, a.res_in, a.mean1, a.rstd1, Nl, C, NULL, NULL);
 #undef T_
@@ -750,7 +760,9 @@ int mt_gpt_backward(mt_gpt_ctx *x, double scale, mt_err *e)
         for (int i = 0; i < N; i++) x->h_dscale[i] = (float)(x->h_dscale[i] * scale);
         mtk_to_device(k, x->d_dscale, x->h_dscale, (size_t)N * sizeof(float));
         if (mt_tp_xent_bwd(x, N, e)) return mt_err_prefix(e, "GPT backward, cross-entropy");
-        mtk_matmul_bwd(k, dln, mt_gpt_g(m, m->head), NULL, x->logits, x->lnf, mt_gpt_w(m, m->head), N, C, m->vocab, gm);
+        const void *lnf = mt_tp_gathered(m, dtmp, x->lnf, N, C, e);   /* gathered again, as in the layers */
+        if (!lnf) return mt_err_prefix(e, "GPT backward, logits");
+        mtk_matmul_bwd(k, dln, mt_gpt_g(m, m->head), NULL, x->logits, lnf, mt_gpt_w(m, m->head), N, C, m->vocab, gm);
         if (mt_tp_input_grad(m, dln, N, C, e)) return mt_err_prefix(e, "GPT backward, logits");
         mtk_zero(k, dres, (size_t)Nl * C * m->asz);
         mt_gpt_norm_bwd(m, dres, lnf_w, lnf_b, dln_l, AT(x->bnd, (size_t)L * x->nres * (size_t)C), x->lnf_stat,

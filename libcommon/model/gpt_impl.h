@@ -68,13 +68,14 @@ struct mt_gpt_ctx {
     void *bnd;       /* [L+1][nres][C]: the residual stream at layer borders: bnd 0 = embedding after dropout
                         (or the stage's input), bnd l+1 = after layer l's MLP */
     void *mid;       /* [S][nres][C]: after the layer's attention */
-    void *ln;        /* [S][2][N][C]: the LayerNorm outputs ln1, ln2, every rank's rows */
+    void *ln;        /* [S][2][nres][C]: the LayerNorm outputs ln1, ln2 (this rank's rows with sequence
+                        parallelism: gathered again into scratch for the products, forward and backward) */
     float *ln_stat;  /* [S][4][nres]: mean1, rstd1, mean2, rstd2 */
     void *qkv;       /* [S][N][3Cl], per token [heads][3][HS] (this rank's heads) */
     void *atty;      /* [S][N][Cl]: attention output before the dense projection */
     float *lse;      /* [S][B][heads][T] */
     void *fch;       /* [S][N][F]: fc output before GeLU (GeLU is recomputed in backward) */
-    void *lnf;       /* [N][C]: the final LayerNorm's output (the last stage) */
+    void *lnf;       /* [nres][C]: the final LayerNorm's output (the last stage), gathered likewise */
     float *lnf_stat; /* [2][nres]: its mean and rstd */
     void *logits;    /* [N][V_pad / tp], overwritten in place by dlogits in backward */
     float *xent;     /* [3][N]: row max, sum of exponentials, target logit (vocabulary-parallel cross-entropy) */

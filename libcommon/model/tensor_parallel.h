@@ -21,7 +21,9 @@
  * rows [r N/tp, (r+1) N/tp) of the [N, C] activations (mt's activations are token-major, so this is
  * Megatron's sequence split of [s, b, h] with the batch folded in). Each sum over the ranks becomes a
  * reduce-scatter of the rows, and each product's input an all-gather of them (and the reverse in the
- * backward). The hidden dropout of a region draws the counters of its global elements. The gradients of
+ * backward). A context keeps only this rank's rows of every region, the LayerNorm outputs included: the
+ * column-parallel products gather them again in the backward pass for their weight gradients
+ * (mt_tp_gathered), into a scratch buffer the backward pass has free at that point. The hidden dropout of a region draws the counters of its global elements. The gradients of
  * the replicated tensors used on a rank's rows only (the LayerNorms) are summed over the group once per
  * step (mt_gpt_reduce_grads).
  *
@@ -41,6 +43,12 @@ void *mt_tp_local(const mt_gpt *m, void *full, int N, int C);
 /* A product's input: with sequence parallelism every rank's rows of full (this rank's written at
  * mt_tp_local) gathered in place; otherwise nothing to do. */
 int mt_tp_gather(mt_gpt *m, void *full, int N, int C, mt_err *e);
+/* A column-parallel product's input from this rank's rows `local` [mt_tp_tokens, C]: with sequence
+ * parallelism they are copied to their place in full (a free [N, C] buffer) and every rank's gathered
+ * around them, and full is returned; without it local holds every row and is returned as it is. NULL
+ * (e set) when the gather fails. The forward pass gathers a LayerNorm's output this way for its product,
+ * and the backward pass again for the product's weight gradient: a context keeps this rank's rows only. */
+const void *mt_tp_gathered(mt_gpt *m, void *full, const void *local, int N, int C, mt_err *e);
 /* A row-parallel product: full [N, OC] = inp [N, Cl] . w [OC, Cl]^T summed over the ranks, then + bias on
  * this rank's rows (mt_tp_local(full); the whole of it without sequence parallelism). */
 int mt_tp_row_linear_fwd(mt_gpt *m, void *full, const void *inp, const void *w, const float *bias, int N, int Cl,

@@ -408,6 +408,9 @@ double mt_trainer_tp_volume(const mt_trainer *t)
     int L = t->cfg.num_layers / t->pp_size, R = mt_gpt_recomputed_layers(t->model);
     int first = t->pp_rank == 0, last = t->pp_rank == t->pp_size - 1;
     double micro = (4 * L + 2 * R + first + last) * N * C * a * ring + (last ? 3 * N * sizeof(float) * ring : 0);
+    /* with sequence parallelism the backward pass gathers every LayerNorm output again (two a layer, the
+     * final one on the last stage) for the weight gradients: an all-gather, half a ring all-reduce, each */
+    if (t->cfg.sequence_parallel) micro += (2 * L + last) * N * C * a * ring / 2;
     double step = t->num_micro * micro + sizeof(double) * ring;
     if (t->cfg.sequence_parallel) step += (4 * L + 2 * last) * C * sizeof(float) * ring;   /* the norms' gradients */
     return step;

@@ -44,13 +44,15 @@ for layout in "1 2" "1 4" "2 2"; do
         else t_fail "$name under mpirun" "$(tail -5 "$m.err")"; fi
         # the bytes rank 0 sent to its tensor group in a step: what the ring collectives of the model's
         # exchanges must send (computed here from the sizes, independently of mt's own figure), to the few
-        # bytes by which a ring's uneven chunks of a one-element reduction differ from 2(t-1)/t of it
+        # bytes by which a ring's uneven chunks of a one-element reduction differ from 2(t-1)/t of it;
+        # with --sequence-parallel the backward pass gathers each LayerNorm's output again (two a layer
+        # and the final one) for the weight gradients, an all-gather (half a ring all-reduce) each
         sent=$(sed -n 's/.*tensor-parallel communication per iteration | bytes sent: \([0-9]*\) .*/\1/p' "$m.log")
         want=$($py -c "
 t, N, C, L, micro = $tp, 2 * 32, 32, 2, 8 // (2 * $dp)
 ring = 2 * (t - 1) / t
 v = micro * ((4 * L + 2) * N * C * 4 + 3 * N * 4) * ring + 8 * ring
-if '$opt'.find('sequence') >= 0: v += (4 * L + 2) * C * 4 * ring
+if '$opt'.find('sequence') >= 0: v += (4 * L + 2) * C * 4 * ring + micro * (2 * L + 1) * N * C * 4 * ring / 2
 print(round(v))")
         if [ -n "$sent" ] && [ $((sent - want)) -le 16 ] && [ $((want - sent)) -le 16 ]; then
             t_pass "$name: bytes sent per step $sent = the ring volume of the exchanges ($want)"
