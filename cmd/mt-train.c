@@ -96,7 +96,7 @@ static void report_flag_error(mt_boot *b, const char *msg)
 static void save_checkpoint(run *r)
 {
     mt_err e;
-    if (mt_trainer_save(&r->t, stdout, &e)) mt_die_err(&e);
+    if (mt_trainer_params_ready(&r->t, &e) || mt_trainer_save(&r->t, stdout, &e)) mt_die_err(&e);
     /* the job goes on (or ends) only when the checkpoint is complete */
     if (mt_barrier(r->world, &e)) mt_die_err(&e);
 }
@@ -336,6 +336,7 @@ static void join_job(run *r, const mt_train_args *a)
         fail_boot = &r->boot;
         mt_set_die_report(report_in_job);
     }
+    r->boot.threads = a->overlap_grad_reduce || a->overlap_param_gather;   /* a progress thread communicates */
     if (mt_boot_mpi(&r->boot, &e)) mt_die_err(&e);
     /* the ranks' flags and files agree before the first collective that depends on them (the groups) */
     if (r->boot.size > 1) {

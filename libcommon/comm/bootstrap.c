@@ -88,7 +88,7 @@ int mt_boot_mpi(mt_boot *b, mt_err *e)
 {
     if (b->size == 1 || b->mpi) return 0;
     int provided = 0, r = -1, n = -1;
-    if (MPI_Init_thread(NULL, NULL, MPI_THREAD_FUNNELED, &provided) != MPI_SUCCESS)
+    if (MPI_Init_thread(NULL, NULL, b->threads ? MPI_THREAD_MULTIPLE : MPI_THREAD_FUNNELED, &provided) != MPI_SUCCESS)
         return mt_err_set(e, "MPI_Init failed (rank %d of %d)", b->rank, b->size);
     b->mpi = true;
     MPI_Comm_rank(MPI_COMM_WORLD, &r);

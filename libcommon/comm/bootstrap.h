@@ -29,6 +29,8 @@ typedef struct mt_boot {
     char nspace[256];            /* PMIx namespace; "" for a singleton */
     bool pmix;                   /* PMIx_Init succeeded (to finalize) */
     bool mpi;                    /* MPI started by mt_boot_mpi (to finalize) */
+    bool threads;                /* set before mt_boot_mpi: ask MPI for MPI_THREAD_MULTIPLE (a progress thread
+                                    communicates while the main thread does: comm/comm_async.h) */
 } mt_boot;
 
 /* The launch check of rule 2 alone, on an environment lookup (getenv, or a test's table): 0, or -1
@@ -38,7 +40,8 @@ int mt_boot_check_env(const char *(*get)(const char *name), mt_err *e);
 /* Rules 1-3. 0, or -1 with e set. */
 int mt_boot_init(mt_boot *b, mt_err *e);
 
-/* Starts MPI when size > 1 and checks that MPI_COMM_WORLD has the PMIx rank and size. 0 or -1. */
+/* Starts MPI when size > 1 (MPI_THREAD_FUNNELED, or MPI_THREAD_MULTIPLE with b->threads) and checks
+ * that MPI_COMM_WORLD has the PMIx rank and size. 0 or -1. */
 int mt_boot_mpi(mt_boot *b, mt_err *e);
 
 /* Every rank gets root's n bytes in buf (PMIx Put on root, Commit and Fence with data collection on

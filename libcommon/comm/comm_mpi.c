@@ -1,7 +1,9 @@
 /* comm_mpi.c: the communicator of CPU ranks over MPI (see comm.h). The collectives are rings of
  * MPI_Sendrecv between neighbours, so that the summation order is fixed, every rank gets identical
- * sums and the bytes sent are the ones counted. */
+ * sums and the bytes sent are the ones counted. Each transfer step takes at least the modelled link's
+ * time when MT_COMM_LINK is set (comm/link.h). */
 #include "comm/comm.h"
+#include "comm/link.h"
 
 #include <limits.h>
 #include <mpi.h>
@@ -35,6 +37,7 @@ static int mpi_fail(mt_comm *c, const char *what, int rc, mt_err *e)
 static int sendrecv(mt_comm *c, const void *sbuf, size_t sb, int to, void *rbuf, size_t rb, int from, mt_err *e)
 {
     size_t ns = sb ? (sb + PIECE - 1) / PIECE : 1, nr = rb ? (rb + PIECE - 1) / PIECE : 1;
+    double t0 = mt_comm_link_now();
     MPI_Request *q = mt_xmalloc((ns + nr) * sizeof *q);
     int rc = MPI_SUCCESS;
     for (size_t i = 0; i < nr && rc == MPI_SUCCESS; i++) {
@@ -48,6 +51,7 @@ static int sendrecv(mt_comm *c, const void *sbuf, size_t sb, int to, void *rbuf,
     }
     if (rc == MPI_SUCCESS) rc = MPI_Waitall((int)(ns + nr), q, MPI_STATUSES_IGNORE);
     free(q);
+    mt_comm_link_wait(t0, sb > rb ? sb : rb);
     return rc == MPI_SUCCESS ? 0 : mpi_fail(c, "MPI_Sendrecv", rc, e);
 }
 
@@ -151,8 +155,9 @@ static int m_all_reduce(mt_comm *c, void *buf, size_t n, mt_cdtype t, mt_redop o
 
 static int m_send(mt_comm *c, const void *buf, size_t n, mt_cdtype t, int peer, mt_err *e)
 {
-    size_t bytes = n * mt_cdtype_size(t);
+    size_t bytes = n * mt_cdtype_size(t), all = bytes;
     const char *p = buf;
+    double t0 = mt_comm_link_now();
     do {
         size_t k = bytes < PIECE ? bytes : PIECE;
         int rc = MPI_Send(p, (int)k, MPI_BYTE, peer, TAG, comm_of(c));
@@ -160,31 +165,36 @@ static int m_send(mt_comm *c, const void *buf, size_t n, mt_cdtype t, int peer, 
         c->bytes_sent += k;
         p += k, bytes -= k;
     } while (bytes > 0);
+    mt_comm_link_wait(t0, all);
     return 0;
 }
 
 static int m_recv(mt_comm *c, void *buf, size_t n, mt_cdtype t, int peer, mt_err *e)
 {
-    size_t bytes = n * mt_cdtype_size(t);
+    size_t bytes = n * mt_cdtype_size(t), all = bytes;
     char *p = buf;
+    double t0 = mt_comm_link_now();
     do {
         size_t k = bytes < PIECE ? bytes : PIECE;
         int rc = MPI_Recv(p, (int)k, MPI_BYTE, peer, TAG, comm_of(c), MPI_STATUS_IGNORE);
         if (rc != MPI_SUCCESS) return mpi_fail(c, "MPI_Recv", rc, e);
         p += k, bytes -= k;
     } while (bytes > 0);
+    mt_comm_link_wait(t0, all);
     return 0;
 }
 
 /* Every receive, then every send, posted in pieces of at most PIECE bytes; one wait for them all. */
 static int m_p2p(mt_comm *c, mt_p2p *ops, int n, mt_err *e)
 {
-    size_t nq = 0;
+    size_t nq = 0, sent = 0, got = 0;
+    double t0 = mt_comm_link_now();
     for (int i = 0; i < n; i++) {
         if (ops[i].peer < 0 || ops[i].peer >= c->size)
             return mt_err_set(e, "%s rank %d of %d", ops[i].send ? "send to" : "receive from", ops[i].peer, c->size);
         size_t b = ops[i].n * mt_cdtype_size(ops[i].t);
         nq += b ? (b + PIECE - 1) / PIECE : 1;
+        *(ops[i].send ? &sent : &got) += b;
     }
     MPI_Request *q = mt_xmalloc((nq ? nq : 1) * sizeof *q);
     int rc = MPI_SUCCESS;
@@ -205,6 +215,7 @@ static int m_p2p(mt_comm *c, mt_p2p *ops, int n, mt_err *e)
         }
     if (rc == MPI_SUCCESS) rc = MPI_Waitall((int)k, q, MPI_STATUSES_IGNORE);
     free(q);
+    mt_comm_link_wait(t0, sent > got ? sent : got);
     return rc == MPI_SUCCESS ? 0 : mpi_fail(c, "point-to-point batch", rc, e);
 }
 
@@ -215,8 +226,9 @@ static int m_broadcast(mt_comm *c, void *buf, size_t n, mt_cdtype t, int root, m
     if (root < 0 || root >= N) return mt_err_set(e, "broadcast from rank %d of %d", root, N);
     if (N == 1) return 0;
     int i = mod(c->rank - root, N), prev = mod(c->rank - 1, N), next = mod(c->rank + 1, N);
-    size_t bytes = n * mt_cdtype_size(t);
+    size_t bytes = n * mt_cdtype_size(t), all = bytes;
     char *p = buf;
+    double t0 = mt_comm_link_now();
     do {
         size_t k = bytes < PIECE ? bytes : PIECE;
         int rc;
@@ -229,6 +241,7 @@ static int m_broadcast(mt_comm *c, void *buf, size_t n, mt_cdtype t, int root, m
         }
         p += k, bytes -= k;
     } while (bytes > 0);
+    mt_comm_link_wait(t0, all);
     return 0;
 }
 

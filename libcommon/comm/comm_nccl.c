@@ -3,6 +3,8 @@
  * the functions say that this build has no NCCL. */
 #include "comm/comm_nccl.h"
 
+#include "comm/comm_async.h"
+
 #ifdef MT_HAVE_NCCL
 #include <cuda_runtime.h>
 #include <nccl.h>
@@ -212,6 +214,118 @@ mt_comm *mt_comm_nccl(mt_comm *host_comm, void *stream, mt_err *e)
     return wrap(comm, (cudaStream_t)stream);
 }
 
+/* ---- the stream engine of comm_async.h ---- */
+
+typedef struct nccl_async {
+    mt_comm *own;              /* the duplicate: its NCCL communicator, on the engine's stream */
+    cudaStream_t compute, side;
+    cudaEvent_t ready;         /* recorded on the compute stream before each operation */
+    cudaEvent_t *done;         /* per ticket, made as tickets first reach them */
+    int ndone;
+} nccl_async;
+
+static int cuda_fail(const char *what, cudaError_t ce, mt_err *e)
+{
+    return mt_err_set(e, "%s: %s", what, cudaGetErrorString(ce));
+}
+
+void *mt_comm_nccl_async_new(mt_comm *c, mt_err *e)
+{
+    nccl_async *s = mt_xcalloc(1, sizeof *s);
+    s->compute = ((nccl_impl *)c->impl)->stream;
+    cudaError_t ce = cudaStreamCreateWithFlags(&s->side, cudaStreamNonBlocking);
+    if (ce != cudaSuccess) {
+        cuda_fail("the communication stream", ce, e);
+        free(s);
+        return NULL;
+    }
+    if ((ce = cudaEventCreateWithFlags(&s->ready, cudaEventDisableTiming)) != cudaSuccess) {
+        cuda_fail("the communication stream's event", ce, e);
+        cudaStreamDestroy(s->side);
+        free(s);
+        return NULL;
+    }
+    if (!(s->own = n_split(c, 0, c->rank, e))) {
+        cudaEventDestroy(s->ready);
+        cudaStreamDestroy(s->side);
+        free(s);
+        return NULL;
+    }
+    ((nccl_impl *)s->own->impl)->stream = s->side;
+    return s;
+}
+
+int mt_comm_nccl_async_size(void *s) { return ((nccl_async *)s)->own->size; }
+
+int mt_comm_nccl_async_start(void *sp, const mt_async_op *op, int ticket, mt_err *e)
+{
+    nccl_async *s = sp;
+    mt_comm *c = s->own;
+    nccl_impl *m = c->impl;
+    while (s->ndone <= ticket) {
+        s->done = mt_xrealloc(s->done, (size_t)(s->ndone + 1) * sizeof *s->done);
+        cudaError_t ce = cudaEventCreateWithFlags(&s->done[s->ndone], cudaEventDisableTiming);
+        if (ce != cudaSuccess) return cuda_fail("a communication event", ce, e);
+        s->ndone++;
+    }
+    cudaError_t ce = cudaEventRecord(s->ready, s->compute);
+    if (ce == cudaSuccess) ce = cudaStreamWaitEvent(s->side, s->ready, 0);
+    if (ce != cudaSuccess) return cuda_fail("ordering a bucket after the kernels", ce, e);
+    ncclResult_t r = ncclSuccess;
+    if (c->size > 1) {
+        if (op->kind == MT_ASYNC_ALL_REDUCE) {
+            r = ncclAllReduce(op->buf, op->buf, op->n, nccl_type(op->t), ncclSum, m->comm, s->side);
+            c->bytes_sent += 2 * (op->n * mt_cdtype_size(op->t)) * (size_t)(c->size - 1) / (size_t)c->size;
+        } else {
+            /* chunks as the blocking reduce_scatter / all_gather run them, without the host wait */
+            int gather = op->kind == MT_ASYNC_ALL_GATHER;
+            size_t es = mt_cdtype_size(op->t), off = 0;
+            char *b = op->buf;
+            r = ncclGroupStart();
+            for (int i = 0; i < c->size && r == ncclSuccess; i++) {
+                size_t n = op->counts[i];
+                if (n)
+                    r = gather ? ncclBroadcast(b + off * es, b + off * es, n, nccl_type(op->t), i, m->comm, s->side)
+                               : ncclReduce(b + off * es, b + off * es, n, nccl_type(op->t), ncclSum, i, m->comm, s->side);
+                if (i != (gather ? (c->rank + 1) % c->size : c->rank)) c->bytes_sent += n * es;
+                off += n;
+            }
+            ncclResult_t r2 = ncclGroupEnd();
+            if (r == ncclSuccess) r = r2;
+        }
+    }
+    if (r != ncclSuccess) return mt_err_set(e, "bucket (rank %d of %d): %s", c->rank, c->size, ncclGetErrorString(r));
+    ce = cudaEventRecord(s->done[ticket], s->side);
+    return ce == cudaSuccess ? 0 : cuda_fail("a bucket's event", ce, e);
+}
+
+int mt_comm_nccl_async_wait(void *sp, int ticket, mt_err *e)
+{
+    nccl_async *s = sp;
+    if (ticket < 0 || ticket >= s->ndone) return mt_err_set(e, "waiting for bucket %d of %d", ticket, s->ndone);
+    cudaError_t ce = cudaStreamWaitEvent(s->compute, s->done[ticket], 0);
+    if (ce != cudaSuccess) return cuda_fail("waiting for a bucket", ce, e);
+    ncclResult_t ar;
+    if (ncclCommGetAsyncError(((nccl_impl *)s->own->impl)->comm, &ar) == ncclSuccess && ar != ncclSuccess)
+        return mt_err_set(e, "bucket: %s", ncclGetErrorString(ar));
+    return 0;
+}
+
+uint64_t mt_comm_nccl_async_bytes(void *s) { return ((nccl_async *)s)->own->bytes_sent; }
+
+void mt_comm_nccl_async_free(void *sp)
+{
+    nccl_async *s = sp;
+    if (!s) return;
+    cudaStreamSynchronize(s->side);
+    for (int i = 0; i < s->ndone; i++) cudaEventDestroy(s->done[i]);
+    free(s->done);
+    cudaEventDestroy(s->ready);
+    n_free(s->own);
+    cudaStreamDestroy(s->side);
+    free(s);
+}
+
 int mt_comm_nccl_built(void) { return 1; }
 
 int mt_comm_gpu_count(void)
@@ -235,6 +349,33 @@ mt_comm *mt_comm_nccl(mt_comm *host_comm, void *stream, mt_err *e)
     (void)host_comm;
     return mt_comm_nccl_world(NULL, stream, e);
 }
+void *mt_comm_nccl_async_new(mt_comm *c, mt_err *e)
+{
+    (void)c;
+    mt_err_set(e, "this build has no NCCL (no nccl.h in the CUDA toolkit)");
+    return NULL;
+}
+int mt_comm_nccl_async_size(void *s)
+{
+    (void)s;
+    return 1;
+}
+int mt_comm_nccl_async_start(void *s, const mt_async_op *op, int ticket, mt_err *e)
+{
+    (void)s, (void)op, (void)ticket;
+    return mt_err_set(e, "this build has no NCCL");
+}
+int mt_comm_nccl_async_wait(void *s, int ticket, mt_err *e)
+{
+    (void)s, (void)ticket;
+    return mt_err_set(e, "this build has no NCCL");
+}
+uint64_t mt_comm_nccl_async_bytes(void *s)
+{
+    (void)s;
+    return 0;
+}
+void mt_comm_nccl_async_free(void *s) { (void)s; }
 int mt_comm_nccl_built(void) { return 0; }
 int mt_comm_gpu_count(void) { return -1; }
 #endif

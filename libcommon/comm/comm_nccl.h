@@ -18,6 +18,20 @@ mt_comm *mt_comm_nccl_world(mt_boot *b, void *stream, mt_err *e);
  * then ncclCommInitRank (collective over host_comm). NULL with e set (also in a build without NCCL). */
 mt_comm *mt_comm_nccl(mt_comm *host_comm, void *stream, mt_err *e);
 
+/* The stream engine of comm_async.h over c (an NCCL communicator): its own duplicate of c's NCCL
+ * communicator (ncclCommSplit) and its own CUDA stream. An operation is enqueued on that stream after an
+ * event recorded on c's stream (the compute stream: the kernels enqueued before it have written its
+ * buffer), and records a done event of its ticket there; waiting for a ticket makes c's stream wait for
+ * that event (cudaStreamWaitEvent: the host goes on). NULL with e set (also in a build without NCCL). */
+typedef struct mt_async_op mt_async_op;
+void *mt_comm_nccl_async_new(mt_comm *c, mt_err *e);
+int mt_comm_nccl_async_size(void *s);
+int mt_comm_nccl_async_start(void *s, const mt_async_op *op, int ticket, mt_err *e);
+int mt_comm_nccl_async_wait(void *s, int ticket, mt_err *e);
+uint64_t mt_comm_nccl_async_bytes(void *s);
+/* Waits (on the host) for the engine's stream, then frees it. */
+void mt_comm_nccl_async_free(void *s);
+
 /* 1 when this build has NCCL (MT_HAVE_NCCL). */
 int mt_comm_nccl_built(void);
 /* The GPUs this process can see (0 without a driver or device), -1 in a build without NCCL. */

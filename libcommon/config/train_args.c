@@ -195,8 +195,12 @@ static const mt_flag flags[] = {
      0, 0, NULL},
     {"--ddp-bucket-size", MT_F_I64, &A.ddp_bucket_size, "N",
      "parameters per gradient reduction bucket (default max(40000000, 1000000 x data-parallel size))", 1, 1e15, NULL},
-    NOOP_B("--overlap-grad-reduce", "accepted; buckets are reduced after the backward pass"),
-    NOOP_B("--overlap-param-gather", "accepted; parameters are gathered after the optimizer step"),
+    {"--overlap-grad-reduce", MT_F_BOOL, &A.overlap_grad_reduce, NULL,
+     "reduce each gradient bucket as soon as the backward passes have made it final, while they go on (a progress "
+     "thread on CPU ranks, a CUDA stream of its own on GPU ranks); the same sums", 0, 0, NULL},
+    {"--overlap-param-gather", MT_F_BOOL, &A.overlap_param_gather, NULL,
+     "with --use-distributed-optimizer: gather each parameter bucket after the update while the next step's forward "
+     "passes run, waiting for it before the first layer that reads it", 0, 0, NULL},
     NOOP_B("--accumulate-allreduce-grads-in-fp32", "accepted; gradients are fp32"),
     NOOP_S("--distributed-backend", "NAME", "accepted; CPU ranks use MPI, GPU ranks NCCL"),
     {"--recompute-granularity", MT_F_CHOICE, &A.recompute_granularity, NULL,
@@ -491,6 +495,8 @@ static int parse(mt_train_args *out, int argc, char **argv, mt_err *e)
         return mt_err_set(e, "--tiktoken-pattern only applies to --tokenizer-type TikTokenizer");
     if (a->tiktoken_special_tokens.n && strcmp(a->tokenizer_type, "TikTokenizer"))
         return mt_err_set(e, "--tiktoken-special-tokens only applies to --tokenizer-type TikTokenizer");
+    if (a->overlap_param_gather && !a->use_distributed_optimizer)
+        return mt_err_set(e, "--overlap-param-gather needs --use-distributed-optimizer (as in Megatron)");
     if (a->finetune && !a->load) return mt_err_set(e, "--finetune needs --load");
     if (a->exit_on_missing_checkpoint && !a->load) return mt_err_set(e, "--exit-on-missing-checkpoint needs --load");
     *out = A;

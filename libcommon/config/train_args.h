@@ -68,6 +68,8 @@ typedef struct mt_train_args {
     /* parallelism (4.8): data parallelism over the job's ranks; tensor and pipeline sizes 1 for now */
     int tensor_model_parallel_size, pipeline_model_parallel_size;
     bool use_distributed_optimizer;
+    bool overlap_grad_reduce;    /* the data-parallel buckets reduced during the backward passes (train/overlap.h) */
+    bool overlap_param_gather;   /* ... and gathered during the next forward passes (distributed optimizer) */
     bool sequence_parallel;
     int num_layers_per_virtual_pipeline_stage;           /* 0: the non-interleaved schedule */
     bool recompute_activations;                          /* the legacy spelling of --recompute-granularity selective */

@@ -235,6 +235,7 @@ int mt_gpt_reserve(mt_gpt *m, size_t n, int T, mt_err *e)
 
 const mt_gpt_config *mt_gpt_get_config(const mt_gpt *m) { return &m->c; }
 mtk *mt_gpt_backend(const mt_gpt *m) { return m->k; }
+void mt_gpt_set_layer_hook(mt_gpt *m, mt_gpt_layer_hook hook, void *arg) { m->hook = hook, m->hook_arg = arg; }
 size_t mt_gpt_num_params(const mt_gpt *m) { return m->nparams; }
 int mt_gpt_num_tensors(const mt_gpt *m) { return m->ntensors; }
 const mt_gpt_tensor *mt_gpt_tensor_at(const mt_gpt *m, int i)
@@ -598,7 +599,9 @@ static int forward(mt_gpt_ctx *x, const int32_t *tokens, const int32_t *targets,
         if ((drop = site_dropout(x, &dd, 0, SITE_EMBED, h0))) mtk_dropout_fwd(k, x->bnd, x->bnd, (size_t)Nl * C, drop);
     }
     for (int li = 0; li < L; li++)
-        if (layer_forward(x, x->lc0 + li, x->s_c1, e)) return -1;
+        if ((m->hook && m->hook(m->hook_arg, MT_GPT_BEFORE_FORWARD, x->lc0 + li, e)) ||
+            layer_forward(x, x->lc0 + li, x->s_c1, e))
+            return -1;
 
     if (!x->last) {   /* the output bnd[L] goes to the next stage; the loss is the last stage's */
         if (async ? mtk_status(k, e) : mtk_sync(k, e)) return mt_err_prefix(e, "GPT forward");
@@ -779,7 +782,9 @@ int mt_gpt_backward(mt_gpt_ctx *x, double scale, mt_err *e)
             for (int r = li - li % x->chunk; r <= li; r++)
                 if (layer_forward(x, x->lc0 + r, x->s_c2, e)) return mt_err_prefix(e, "GPT backward, recomputation");
         }
-        if (layer_backward(x, x->lc0 + li, gm, e)) return -1;
+        if (layer_backward(x, x->lc0 + li, gm, e) ||
+            (m->hook && m->hook(m->hook_arg, MT_GPT_AFTER_BACKWARD, x->lc0 + li, e)))
+            return -1;
     }
 
     if (x->first) {   /* else dres is the gradient of the input, for the previous stage */

@@ -198,6 +198,14 @@ int mt_gpt_logits(mt_gpt_ctx *x, float *host, mt_err *e);
  * (a trainer averaging over M micro-batches passes scale = 1 / (M * loss.count)). One backward per
  * forward: it turns the kept logits into their gradient in place. */
 int mt_gpt_backward(mt_gpt_ctx *x, double scale, mt_err *e);
+/* The trainer's hook for overlapping communication with the passes (train/overlap.h): called before local
+ * layer `layer`'s forward pass in mt_gpt_forward (phase MT_GPT_BEFORE_FORWARD; not its recomputation in
+ * the backward pass) and after its backward pass in mt_gpt_backward (MT_GPT_AFTER_BACKWARD), with the
+ * layer's local index over the model's chunks (model/layout.h's layer_start). A non-zero return fails
+ * the pass with e. NULL: none (the default). */
+enum { MT_GPT_BEFORE_FORWARD, MT_GPT_AFTER_BACKWARD };
+typedef int (*mt_gpt_layer_hook)(void *arg, int phase, int layer, mt_err *e);
+void mt_gpt_set_layer_hook(mt_gpt *m, mt_gpt_layer_hook hook, void *arg);
 /* Starts a step's gradients at zero: the first backward after it stores rather than adds (the product
  * gradients are then not zeroed here at all, only the others). The gradients read as zero only after
  * that backward; mt_gpt_zero_grad is meant to be followed by one. */

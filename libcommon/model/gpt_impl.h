@@ -45,6 +45,8 @@ struct mt_gpt {
     unsigned grads_assign;  /* bit c: the next backward of model chunk c assigns its product gradients
                                (mt_gpt_zero_grad) */
     size_t ctx_bytes;       /* activations and caches of the live contexts */
+    mt_gpt_layer_hook hook; /* mt_gpt_set_layer_hook */
+    void *hook_arg;
 };
 
 /* Activations of one micro-batch in flight (device unless noted). L below is the stage's layer count nl;

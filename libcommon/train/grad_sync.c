@@ -41,14 +41,24 @@ int mt_grad_all_reduce(mt_grad_sync *s, float *buf, mt_err *e)
     return 0;
 }
 
-/* The parts of bucket [lo, hi) that fall into each rank's shard. */
-static void bucket_counts(mt_grad_sync *s, size_t lo, size_t hi)
+int mt_grad_sync_buckets(const mt_grad_sync *s) { return s->n ? (int)((s->n + s->bucket - 1) / s->bucket) : 0; }
+
+void mt_grad_sync_bucket(const mt_grad_sync *s, int b, size_t *lo, size_t *hi)
+{
+    *hi = s->n - (size_t)b * s->bucket;
+    *lo = *hi > s->bucket ? *hi - s->bucket : 0;
+}
+
+void mt_grad_sync_bucket_counts(const mt_grad_sync *s, size_t lo, size_t hi, size_t *counts)
 {
     for (int r = 0; r < s->dp->size; r++) {
         size_t a = s->shard_lo[r] > lo ? s->shard_lo[r] : lo, b = s->shard_lo[r + 1] < hi ? s->shard_lo[r + 1] : hi;
-        s->counts[r] = b > a ? b - a : 0;
+        counts[r] = b > a ? b - a : 0;
     }
 }
+
+/* The parts of bucket [lo, hi) that fall into each rank's shard. */
+static void bucket_counts(mt_grad_sync *s, size_t lo, size_t hi) { mt_grad_sync_bucket_counts(s, lo, hi, s->counts); }
 
 static int by_bucket(mt_grad_sync *s, void *buf, mt_cdtype t, int gather, mt_err *e)
 {

@@ -30,6 +30,13 @@ size_t mt_grad_sync_default_bucket(int dp_size);
 void mt_grad_sync_init(mt_grad_sync *s, mt_comm *dp, size_t n, size_t bucket);
 void mt_grad_sync_free(mt_grad_sync *s);
 
+/* Buckets: how many, and bucket b's range [*lo, *hi) of the buffer (b = 0 ends at the buffer's end). */
+int mt_grad_sync_buckets(const mt_grad_sync *s);
+void mt_grad_sync_bucket(const mt_grad_sync *s, int b, size_t *lo, size_t *hi);
+/* counts[r] = the part of [lo, hi) in rank r's shard (the chunks of that bucket's reduce-scatter and
+ * all-gather). */
+void mt_grad_sync_bucket_counts(const mt_grad_sync *s, size_t lo, size_t hi, size_t *counts);
+
 /* Sums buf over the data-parallel ranks, bucket by bucket from the end. 0 or -1. */
 int mt_grad_all_reduce(mt_grad_sync *s, float *buf, mt_err *e);
 /* Sums buf over the ranks into this rank's shard (the rest of buf is left partial). 0 or -1. */

@@ -194,11 +194,25 @@ int mt_trainer_open_par(mt_trainer *t, const mt_train_args *a, const mt_parallel
     if (t->a.use_distributed_optimizer &&
         mt_adamw_shard(&t->opt, t->gs.shard_lo[t->dp_rank], t->gs.shard_lo[t->dp_rank + 1], e))
         return -1;
+    if ((t->a.overlap_grad_reduce || t->a.overlap_param_gather) && t->dp_size > 1) {
+        t->ov = mt_xcalloc(1, sizeof *t->ov);
+        if (mt_overlap_init(t->ov, t->model, &t->gs, t->a.overlap_grad_reduce,
+                            t->a.overlap_param_gather && t->a.use_distributed_optimizer, t->a.use_distributed_optimizer,
+                            t->num_micro, t->cfg.sequence_parallel && t->tp_size > 1, t->world ? t->world->rank : 0, e))
+            return -1;
+    }
     return 0;
 }
 
 void mt_trainer_close(mt_trainer *t)
 {
+    if (t->ov) {
+        mt_err ignore;
+        mt_overlap_params_ready(t->ov, &ignore);
+        mt_overlap_free(t->ov);
+        free(t->ov);
+        t->ov = NULL;
+    }
     mt_batch_free(&t->batch);
     mt_adamw_free(&t->opt);
     for (int i = 0; i < t->nctx; i++) mt_gpt_ctx_free(t->ctxs[i]);
@@ -321,8 +335,14 @@ static int gather_params(mt_trainer *t, mt_err *e)
     return rc;
 }
 
+int mt_trainer_params_ready(mt_trainer *t, mt_err *e)
+{
+    return t->ov && mt_overlap_params_ready(t->ov, e) ? mt_err_prefix(e, "parameter all-gather") : 0;
+}
+
 int mt_trainer_params_norm(mt_trainer *t, double *norm, mt_err *e)
 {
+    if (mt_trainer_params_ready(t, e)) return -1;
     double ss = mt_adamw_master_sumsq(&t->opt);
     if (t->opt.main && mt_all_reduce(t->dp, &ss, 1, MT_C_F64, e)) return mt_err_prefix(e, "parameter norm");
     *norm = sqrt(ss);
@@ -334,9 +354,11 @@ int mt_trainer_step(mt_trainer *t, mt_step_result *r, mt_err *e)
     if (mt_trainer_own_master(t, e)) return -1;
     memset(r, 0, sizeof *r);
     const mtk_stats k0 = mtk_stats_get(t->k);
-    uint64_t sent0 = t->dp->bytes_sent, tp0 = tp_sent(t);
+    uint64_t sent0 = t->dp->bytes_sent + (t->ov ? mt_overlap_bytes(t->ov) : 0), tp0 = tp_sent(t);
     uint64_t pp0 = pp_sent(t);
     mt_gpt_zero_grad(t->model);
+    if (t->ov && mt_overlap_step_begin(t->ov, e))
+        return mt_err_prefix(e, "iteration %lld: parameter all-gather", (long long)t->iteration + 1);
     double ls = t->scaler.scale;
     t->used_slots = 0;
     if (mt_pipeline_train(t, r, e)) return -1;
@@ -344,7 +366,10 @@ int mt_trainer_step(mt_trainer *t, mt_step_result *r, mt_err *e)
         return mt_err_prefix(e, "iteration %lld", (long long)t->iteration + 1);
     int dist = t->a.use_distributed_optimizer;
     float *grads = mt_gpt_grads(t->model);
-    if (t->dp_size > 1 && (dist ? mt_grad_reduce_scatter(&t->gs, grads, e) : mt_grad_all_reduce(&t->gs, grads, e)))
+    int overlapped = t->ov && t->ov->grads;   /* buckets started during the backward passes */
+    if (t->dp_size > 1 && (overlapped                ? mt_overlap_grads_finish(t->ov, e)
+                           : dist                    ? mt_grad_reduce_scatter(&t->gs, grads, e)
+                                                     : mt_grad_all_reduce(&t->gs, grads, e)))
         return mt_err_prefix(e, "iteration %lld: data-parallel reduction", (long long)t->iteration + 1);
     if (mt_loss_scaler_test_overflow(t->iteration + 1)) {   /* test hook: an overflow as fp16 would make it */
         float inf = INFINITY;
@@ -379,12 +404,16 @@ int mt_trainer_step(mt_trainer *t, mt_step_result *r, mt_err *e)
         return mt_err_prefix(e, "grad norm");
     r->grad_norm = mt_adamw_update(&t->opt, t->sched.lr, t->sched.wd, sqrt(ss) * (1.0 / ls), 1.0 / ls);
     if (!has_scaler && check_finite(t, "the grad norm", r->grad_norm, e)) return -1;
-    if (dist && isfinite(r->grad_norm) && gather_params(t, e))
+    /* with --overlap-param-gather the buckets are gathered while the next step's forward passes run, each
+     * waited for before the first layer that reads it (overlap.h); the fp32 master is then the model's own
+     * only in fp32 runs (no working copy to refresh) */
+    int gather_later = t->ov && t->ov->params && (mt_gpt_master_dropped(t->model) || !mt_gpt_work(t->model));
+    if (dist && isfinite(r->grad_norm) && (gather_later ? mt_overlap_params_start(t->ov, e) : gather_params(t, e)))
         return mt_err_prefix(e, "iteration %lld: parameter all-gather", (long long)t->iteration + 1);
     r->skipped = !isfinite(r->grad_norm);
     mt_loss_scaler_update(&t->scaler, r->skipped);
     r->loss_scale = t->scaler.scale;
-    t->step_bytes = t->dp->bytes_sent - sent0;
+    t->step_bytes = t->dp->bytes_sent + (t->ov ? mt_overlap_bytes(t->ov) : 0) - sent0;
     t->tp_step_bytes = tp_sent(t) - tp0;
     t->pp_step_bytes = pp_sent(t) - pp0;
     if (!r->skipped) mt_sched_step(&t->sched, t->a.global_batch_size);
@@ -440,6 +469,7 @@ int mt_trainer_evaluate(mt_trainer *t, int split, int64_t *consumed, int64_t ite
 {
     r->loss = r->loss_sum = r->tokens = 0;
     r->samples = 0;
+    if (mt_trainer_params_ready(t, e)) return -1;
     const mt_gpt_split_data *sp = &t->data.split[split];
     if (!sp->present) return mt_err_set(e, "the %s split is empty (see --split)", mt_split_names[split]);
     for (int64_t it = 0; it < iters; it++) {

@@ -44,6 +44,7 @@
 #include "train/grad_sync.h"
 #include "train/loss_scaler.h"
 #include "train/optimizer.h"
+#include "train/overlap.h"
 #include "train/schedule.h"
 #include "util/err.h"
 
@@ -78,6 +79,7 @@ typedef struct mt_trainer {
     mt_comm *dev_dp, *dev_tp, *dev_pp, *dev_emb;
     int dp_rank, dp_size, tp_rank, tp_size, pp_rank, pp_size;
     mt_grad_sync gs;         /* gradient buckets over dp */
+    mt_overlap *ov;          /* --overlap-grad-reduce / --overlap-param-gather with dp > 1; else NULL */
     FILE *trace;             /* $MT_TRACE_SAMPLES.<dp rank>: the train samples this rank reads (a test hook) */
     int64_t train_iters;
     int64_t iteration;       /* (ckpt) */
@@ -165,6 +167,10 @@ size_t mt_trainer_optimizer_bytes(const mt_trainer *t);
  * parameter. Called after the weights are loaded (mt_trainer_step does it otherwise); nothing to do in
  * other runs or when done. 0, or -1 with e set. */
 int mt_trainer_own_master(mt_trainer *t, mt_err *e);
+
+/* With --overlap-param-gather: waits for the parameters a step's update left to gather (overlap.h), for
+ * whatever reads them outside the step (a checkpoint, the end of the run). 0, or -1 with e set. */
+int mt_trainer_params_ready(mt_trainer *t, mt_err *e);
 
 /* --log-params-norm: the L2 norm of this rank's parameters (with the optimizer's own master, summed over
  * the data-parallel shards: a collective of the data-parallel group). 0, or -1 with e set. */

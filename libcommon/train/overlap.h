@@ -1,0 +1,78 @@
+/* overlap.h: --overlap-grad-reduce and --overlap-param-gather, the data-parallel buckets of grad_sync.h
+ * run while the model computes (Megatron's overlapped DDP), on an engine of comm/comm_async.h (a progress
+ * thread on CPU ranks, a CUDA stream of its own on GPU ranks).
+ *
+ * Gradients: the model's layer hook (gpt.h) reports each layer's backward pass. A tensor's gradient is
+ * final when the layer that holds it has gone back through all of the step's micro-batches (with the
+ * pipeline schedules, the last micro-batch of its model chunk); the final norm and the output layer with
+ * the stage's top layer (their backward pass comes just before it). A bucket is started when every
+ * element in it is final, in the order they become so; then at the end of the backward passes the
+ * buckets still waiting are started in bucket order and all are waited for. Some gradients are summed
+ * elsewhere first and so are final only then: the word embeddings (after their backward pass, at the
+ * end), tied embeddings' two copies (the embedding group's all-reduce) and, with sequence parallelism,
+ * the norms (the tensor-parallel all-reduce). Each bucket is reduced by the same collective over the
+ * same range as without overlap, so the sums are the same bits.
+ *
+ * Parameters (with the distributed optimizer): after the update the buckets' all-gathers (and, once the
+ * optimizer owns the fp32 master, the kept fp32 values of the 1-D tensors, first) are started in the
+ * order the forward pass needs them (from the start of the buffer); before each layer's forward pass
+ * the buckets up to the end of that layer's tensors are waited for (the embeddings' at the start of the
+ * step, everything before the top layer, whose stage may also have the output layer after it). Anything
+ * else that reads the parameters (evaluation, a checkpoint, the end of the run) first calls
+ * mt_overlap_params_ready.
+ *
+ * $MT_TRACE_BUCKETS.<world rank>: a line per bucket started or waited for (a test hook).
+ */
+#ifndef MT_TRAIN_OVERLAP_H
+#define MT_TRAIN_OVERLAP_H
+
+#include <stdint.h>
+#include <stdio.h>
+
+#include "comm/comm_async.h"
+#include "model/gpt.h"
+#include "train/grad_sync.h"
+#include "util/err.h"
+
+typedef struct mt_overlap {
+    mt_comm_async *eng;
+    int grads, params;       /* --overlap-grad-reduce, --overlap-param-gather */
+    int sharded;             /* the distributed optimizer: reduce-scatter (else all-reduce) */
+    mt_grad_sync *gs;        /* the buckets (not owned) */
+    mt_gpt *model;           /* not owned */
+    int num_micro;           /* backward passes of each layer in a step */
+    int nb, nl;              /* buckets, local layers */
+    int *group;              /* [tensors]: the local layer whose last backward pass makes it final; -1: the end */
+    int *passes;             /* [nl]: backward passes of each layer so far in this step */
+    size_t *left;            /* [nb]: elements not yet final */
+    int *ticket;             /* [nb]: the gradient bucket's ticket this step, -1 before it starts */
+    int *gticket;            /* [nb]: the parameter bucket's ticket, -1 when none is pending */
+    size_t *layer_end;       /* [nl]: the end of each layer's tensors in the buffer */
+    size_t first_layer;      /* the start of the first layer's tensors (what is before: the embeddings) */
+    size_t *counts;          /* scratch: a bucket's chunks */
+    int gathering;           /* parameter buckets started and not all waited for */
+    int64_t step;            /* steps begun (the trace's iteration) */
+    FILE *trace;
+} mt_overlap;
+
+/* The overlap of a model whose gradients and parameters gs reduces and gathers (gs->dp the device
+ * communicator of the data-parallel group; collective over it), with num_micro micro-batches per step;
+ * sp: sequence parallelism is on. The model's layer hook is set. 0, or -1 with e set. */
+int mt_overlap_init(mt_overlap *o, mt_gpt *model, mt_grad_sync *gs, int grads, int params, int sharded,
+                    int num_micro, int sp, int world_rank, mt_err *e);
+void mt_overlap_free(mt_overlap *o);
+
+/* At the start of a step (after the gradients are zeroed): the passes counted from zero, the embeddings'
+ * parameters waited for. 0 or -1. */
+int mt_overlap_step_begin(mt_overlap *o, mt_err *e);
+/* After the backward passes and the gradients' other sums (the norms' over the tensor ranks, tied
+ * embeddings'): the buckets not yet started, then a wait for all. 0 or -1. */
+int mt_overlap_grads_finish(mt_overlap *o, mt_err *e);
+/* After the sharded update: the parameter buckets' all-gathers started. 0 or -1. */
+int mt_overlap_params_start(mt_overlap *o, mt_err *e);
+/* Waits for every parameter bucket started (nothing when none is pending). 0 or -1. */
+int mt_overlap_params_ready(mt_overlap *o, mt_err *e);
+/* Bytes the engine sent, over its life. */
+uint64_t mt_overlap_bytes(const mt_overlap *o);
+
+#endif
