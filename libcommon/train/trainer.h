@@ -18,12 +18,15 @@
  *      over the first and last stage; the loss sums are the last stage's, summed over the pipeline;
  *   3. with --check-for-nan-in-loss-and-grad (the default) a non-finite loss is an error;
  *      data parallelism reduces the gradients across ranks here (grad_sync.h: bucketed all-reduce, or
- *      reduce-scatter into each rank's shard with --use-distributed-optimizer), and the loss sum and
- *      token count with them, before the check, so every rank sees the same loss;
+ *      reduce-scatter into each rank's shard with --use-distributed-optimizer; with --overlap-grad-reduce
+ *      the buckets started during the backward passes as they became final, overlap.h, are waited for),
+ *      and the loss sum and token count with them, before the check, so every rank sees the same loss;
  *   4. the optimizer step: the gradients are unscaled (x 1 / loss scale), global grad norm, clipping,
  *      AdamW update; a non-finite norm skips the update: with a loss scaler (--fp16, --loss-scale) that
  *      is an overflow and the scaler backs off (loss_scaler.h), otherwise an error with the check on; the distributed optimizer (ZeRO-1) updates only this rank's shard
- *      of the parameters (its AdamW moments exist only for it) and all-gathers the parameters;
+ *      of the parameters (its AdamW moments exist only for it) and all-gathers the parameters (with
+ *      --overlap-param-gather: starts their gathers, waited for bucket by bucket in the next step's forward
+ *      passes, overlap.h);
  *   5. the schedule steps when the update was taken; iteration, consumed samples and FLOPs advance.
  */
 #ifndef MT_TRAIN_TRAINER_H
