@@ -5,7 +5,8 @@
 # --use-distributed-optimizer, in fp32 and bf16. The buckets ($MT_TRACE_BUCKETS) show that the overlap
 # happened: gradient buckets were started after a layer's last backward pass, before the backward passes
 # ended, and the parameter buckets were waited for layer by layer in the forward pass, not all at once.
-# MT_COMM_LINK (a modelled slow link) slows a run down without changing its losses.
+# MT_COMM_LINK (a modelled slow link) slows a run down without changing its losses. Two sim ranks (the
+# host-staged communicator, buckets run on the main thread as they become final) give the same bits too.
 . "$(dirname "$0")/../lib.sh"
 py=/usr/bin/python3
 d=$T_TMP
@@ -101,6 +102,27 @@ print("median step %.1f ms against %.1f" % (slow, fast))
 PYEOF
     then t_pass "MT_COMM_LINK=2000,1 delays the transfers ($(cat "$d/link.out"))"; else t_fail "MT_COMM_LINK" "$(tail -2 "$d/link.out")"; fi
 else t_fail "MT_COMM_LINK=2000,1" "$(tail -3 "$d/link.err")"; fi
+
+# two sim ranks (the CUDA kernels under the SIMT simulator, the host-staged communicator): the buckets start
+# as they become final, each run at once on the main thread (comm_async.h's inline engine); the same bits
+if MT_TEST_BACKEND=sim "$T_TOP/${MT_BUILD:-build}/tests/test_kernels" 2>&1 | grep -q '^ok - test_kernels: matmul_fwd'; then
+    sim="$args --train-iters 3 --eval-iters 0 --ddp-bucket-size 5000 --use-distributed-optimizer"
+    # shellcheck disable=SC2086
+    if MT_DEVICE=sim mpi 2 mt-train $sim --metrics-file "$d/s0.jsonl" >"$d/s0.log" 2>"$d/s0.err" &&
+        MT_DEVICE=sim MT_TRACE_BUCKETS=$d/trsim mpi 2 mt-train $sim --overlap-grad-reduce --overlap-param-gather \
+            --metrics-file "$d/s1.jsonl" >"$d/s1.log" 2>"$d/s1.err"; then
+        if $py - "$d/s0.jsonl" "$d/s1.jsonl" >"$d/sim.out" 2>&1 <<'PYEOF'
+import json, sys
+load = lambda p: [(r["iteration"], r["lm_loss"], r["grad_norm"]) for r in map(json.loads, open(p))]
+a, b = load(sys.argv[1]), load(sys.argv[2])
+assert len(a) == 3 and a == b, (a, b)
+print("3 losses and norms equal")
+PYEOF
+        then t_pass "2 sim ranks --overlap-grad-reduce --overlap-param-gather: the run without overlap ($(cat "$d/sim.out"))"
+        else t_fail "2 sim ranks overlap" "$(tail -2 "$d/sim.out")"; fi
+        overlapped sim 1 "2 sim ranks"
+    else t_fail "2 sim ranks" "$(tail -3 "$d/s0.err" "$d/s1.err")"; fi
+else t_skip "sim ranks" "this build has no SIMT simulator (no CUDA headers: make deps)"; fi
 
 # --overlap-param-gather without the distributed optimizer is refused, as in Megatron
 # shellcheck disable=SC2086
