@@ -143,6 +143,11 @@ static inline void mt_comm_free(mt_comm *c)
     if (c) c->ops->free(c);
 }
 
+/* On an MPI communicator: its collectives' and batches' waits test for completion every us microseconds and
+ * sleep in between instead of spinning in MPI_Waitall (0: spin again), for a progress thread that shares
+ * the cores with computation (comm_async.h). Nothing on other communicators. */
+void mt_comm_mpi_poll(mt_comm *c, int us);
+
 /* counts[i] = the share of chunk i when n elements are cut into size near-equal contiguous chunks
  * (the first n % size one longer). */
 void mt_comm_even_counts(size_t n, int size, size_t *counts);

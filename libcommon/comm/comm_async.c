@@ -10,6 +10,9 @@
 #include "comm/comm_nccl.h"
 
 enum { INLINE, THREAD, STREAM };
+/* The progress thread's MPI waits test every POLL_US microseconds and sleep in between, leaving the cores to
+ * the computation it overlaps (MPI_Waitall would spin on one of them). */
+#define POLL_US 50
 
 typedef struct slot {
     mt_async_op op;
@@ -87,6 +90,7 @@ mt_comm_async *mt_comm_async_new(mt_comm *c, mt_err *e)
     }
     a->mode = THREAD;
     if (!(a->comm = mt_comm_split(c, 0, c->rank, e))) goto fail;
+    mt_comm_mpi_poll(a->comm, POLL_US);
     if (pthread_create(&a->thread, NULL, progress, a)) {
         mt_comm_free(a->comm);
         mt_err_set(e, "cannot start the communication progress thread");

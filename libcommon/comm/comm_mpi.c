@@ -10,9 +10,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 typedef struct mpi_impl {
     MPI_Comm comm;
+    int poll_us;        /* mt_comm_mpi_poll: waits test and sleep this long between tests (0: MPI_Waitall) */
     void *tmp;          /* receive buffer of the reductions */
     size_t tmp_bytes;
 } mpi_impl;
@@ -32,6 +34,25 @@ static int mpi_fail(mt_comm *c, const char *what, int rc, mt_err *e)
     return mt_err_set(e, "%s (rank %d of %d): %s", what, c->rank, c->size, s);
 }
 
+/* MPI_Waitall, or with poll_us a loop of MPI_Testall and sleeps, so that a waiting progress thread leaves
+ * the cores to the computation (MPI's own wait spins). */
+static int wait_all(mt_comm *c, int n, MPI_Request *q)
+{
+    int us = ((mpi_impl *)c->impl)->poll_us;
+    if (!us) return MPI_Waitall(n, q, MPI_STATUSES_IGNORE);
+    struct timespec nap = {0, (long)us * 1000};
+    for (;;) {
+        int done = 0, rc = MPI_Testall(n, q, &done, MPI_STATUSES_IGNORE);
+        if (rc != MPI_SUCCESS || done) return rc;
+        nanosleep(&nap, NULL);
+    }
+}
+
+void mt_comm_mpi_poll(mt_comm *c, int us)
+{
+    if (!strcmp(c->ops->name, "mpi")) ((mpi_impl *)c->impl)->poll_us = us;
+}
+
 /* Sends sb bytes to `to` while receiving rb bytes from `from`, each in pieces of at most PIECE bytes
  * (as many pieces as its own length needs, so both sides agree on them). */
 static int sendrecv(mt_comm *c, const void *sbuf, size_t sb, int to, void *rbuf, size_t rb, int from, mt_err *e)
@@ -49,7 +70,7 @@ static int sendrecv(mt_comm *c, const void *sbuf, size_t sb, int to, void *rbuf,
         rc = MPI_Isend((const char *)sbuf + i * PIECE, (int)k, MPI_BYTE, to, TAG, comm_of(c), &q[nr + i]);
         c->bytes_sent += k;
     }
-    if (rc == MPI_SUCCESS) rc = MPI_Waitall((int)(ns + nr), q, MPI_STATUSES_IGNORE);
+    if (rc == MPI_SUCCESS) rc = wait_all(c, (int)(ns + nr), q);
     free(q);
     mt_comm_link_wait(t0, sb > rb ? sb : rb);
     return rc == MPI_SUCCESS ? 0 : mpi_fail(c, "MPI_Sendrecv", rc, e);
@@ -213,7 +234,7 @@ static int m_p2p(mt_comm *c, mt_p2p *ops, int n, mt_err *e)
                 off += (size_t)m;
             } while (off < b && rc == MPI_SUCCESS);
         }
-    if (rc == MPI_SUCCESS) rc = MPI_Waitall((int)k, q, MPI_STATUSES_IGNORE);
+    if (rc == MPI_SUCCESS) rc = wait_all(c, (int)k, q);
     free(q);
     mt_comm_link_wait(t0, sent > got ? sent : got);
     return rc == MPI_SUCCESS ? 0 : mpi_fail(c, "point-to-point batch", rc, e);

@@ -5,7 +5,8 @@
 # --use-distributed-optimizer, in fp32 and bf16. The buckets ($MT_TRACE_BUCKETS) show that the overlap
 # happened: gradient buckets were started after a layer's last backward pass, before the backward passes
 # ended, and the parameter buckets were waited for layer by layer in the forward pass, not all at once.
-# MT_COMM_LINK (a modelled slow link) slows a run down without changing its losses. Two sim ranks (the
+# A run saved with parameter buckets still to gather resumes bit for bit. MT_COMM_LINK (a modelled slow
+# link) slows a run down without changing its losses. Two sim ranks (the
 # host-staged communicator, buckets run on the main thread as they become final) give the same bits too.
 . "$(dirname "$0")/../lib.sh"
 py=/usr/bin/python3
@@ -102,6 +103,28 @@ print("median step %.1f ms against %.1f" % (slow, fast))
 PYEOF
     then t_pass "MT_COMM_LINK=2000,1 delays the transfers ($(cat "$d/link.out"))"; else t_fail "MT_COMM_LINK" "$(tail -2 "$d/link.out")"; fi
 else t_fail "MT_COMM_LINK=2000,1" "$(tail -3 "$d/link.err")"; fi
+
+# a checkpoint saved while parameter buckets are still to gather (the save waits for them), resumed at 4
+# with the overlap on: iterations 5-8 are the uninterrupted run's without overlap, bit for bit
+ref=$d/p2ddpbucketsize5000bf16usedistributedoptimizer.jsonl
+ov="--ddp-bucket-size 5000 --bf16 --use-distributed-optimizer --overlap-grad-reduce --overlap-param-gather"
+# shellcheck disable=SC2086
+if mpi 2 mt-train $args $ov --save "$d/ck" --save-interval 4 >"$d/ck.log" 2>"$d/ck.err" &&
+    printf 4 >"$d/ck/latest_checkpointed_iteration.txt" && rm -rf "$d/ck/iter_0000008" &&
+    mpi 2 mt-train $args $ov --load "$d/ck" --metrics-file "$d/res.jsonl" >"$d/res.log" 2>"$d/res.err"; then
+    if $py - "$ref" "$d/res.jsonl" >"$d/res.out" 2>&1 <<'PYEOF'
+import json, sys
+load = lambda p: {(r["type"], r["iteration"]): (r.get("lm_loss"), r.get("grad_norm")) for r in map(json.loads, open(p))}
+a, b = load(sys.argv[1]), load(sys.argv[2])
+train = sorted(i for t, i in b if t == "train")
+assert train == [5, 6, 7, 8], train
+bad = [(k, a.get(k), b[k]) for k in b if a.get(k) != b[k]]
+assert not bad, bad[:2]
+print("%d losses and norms equal" % len(b))
+PYEOF
+    then t_pass "DP=2 bf16 overlapped run resumed at 4: the uninterrupted run's ($(cat "$d/res.out"))"
+    else t_fail "DP=2 bf16 overlapped resume" "$(tail -2 "$d/res.out")"; fi
+else t_fail "DP=2 bf16 overlapped save and resume" "$(tail -3 "$d/ck.err" "$d/res.err")"; fi
 
 # two sim ranks (the CUDA kernels under the SIMT simulator, the host-staged communicator): the buckets start
 # as they become final, each run at once on the main thread (comm_async.h's inline engine); the same bits
