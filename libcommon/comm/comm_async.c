@@ -12,7 +12,7 @@
 enum { INLINE, THREAD, STREAM };
 /* The progress thread's MPI waits test every POLL_US microseconds and sleep in between, leaving the cores to
  * the computation it overlaps (MPI_Waitall would spin on one of them). */
-#define POLL_US 50
+#define POLL_US 250
 
 typedef struct slot {
     mt_async_op op;

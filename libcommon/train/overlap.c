@@ -4,6 +4,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "comm/link.h"
+
 static int is_norm(mt_tensor_kind k)
 {
     return k == MT_T_NORM1_W || k == MT_T_NORM1_B || k == MT_T_NORM2_W || k == MT_T_NORM2_B ||
@@ -25,8 +27,10 @@ static int start_grad_bucket(mt_overlap *o, int b, int after_layer, mt_err *e)
     }
     if ((o->ticket[b] = mt_comm_async_start(o->eng, &op, e)) < 0) return -1;
     if (o->trace) {
-        if (after_layer >= 0) fprintf(o->trace, "%lld grad bucket %d after layer %d\n", (long long)o->step, b, after_layer);
-        else fprintf(o->trace, "%lld grad bucket %d at the end\n", (long long)o->step, b);
+        double ms = (mt_comm_link_now() - o->t0) * 1e3;
+        if (after_layer >= 0)
+            fprintf(o->trace, "%lld grad bucket %d after layer %d at %.1f ms\n", (long long)o->step, b, after_layer, ms);
+        else fprintf(o->trace, "%lld grad bucket %d at the end at %.1f ms\n", (long long)o->step, b, ms);
     }
     return 0;
 }
@@ -123,6 +127,7 @@ void mt_overlap_free(mt_overlap *o)
 int mt_overlap_step_begin(mt_overlap *o, mt_err *e)
 {
     o->step++;
+    o->t0 = mt_comm_link_now();
     for (int li = 0; li < o->nl; li++) o->passes[li] = 0;
     for (int b = 0; b < o->nb; b++) {
         size_t lo, hi;
@@ -140,7 +145,9 @@ int mt_overlap_grads_finish(mt_overlap *o, mt_err *e)
 {
     for (int b = 0; b < o->nb; b++)
         if (o->ticket[b] < 0 && start_grad_bucket(o, b, -1, e)) return -1;
-    return mt_comm_async_drain(o->eng, e);
+    int rc = mt_comm_async_drain(o->eng, e);
+    if (o->trace) fprintf(o->trace, "%lld grad buckets done at %.1f ms\n", (long long)o->step, (mt_comm_link_now() - o->t0) * 1e3);
+    return rc;
 }
 
 int mt_overlap_params_start(mt_overlap *o, mt_err *e)
@@ -175,7 +182,9 @@ static int params_wait_to(mt_overlap *o, size_t end, int layer, mt_err *e)
     int b = bucket_of(o, end - 1);
     if (o->gticket[b] < 0) return 0;
     if (mt_comm_async_wait(o->eng, o->gticket[b], e)) return -1;
-    if (o->trace) fprintf(o->trace, "%lld param bucket %d before layer %d\n", (long long)o->step, b, layer);
+    if (o->trace)
+        fprintf(o->trace, "%lld param bucket %d before layer %d at %.1f ms\n", (long long)o->step, b, layer,
+                (mt_comm_link_now() - o->t0) * 1e3);
     for (int c = o->nb - 1; c >= b; c--) o->gticket[c] = -1;
     if (b == 0) {   /* all of them */
         o->gathering = 0;

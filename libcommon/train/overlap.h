@@ -21,7 +21,8 @@
  * else that reads the parameters (evaluation, a checkpoint, the end of the run) first calls
  * mt_overlap_params_ready.
  *
- * $MT_TRACE_BUCKETS.<world rank>: a line per bucket started or waited for (a test hook).
+ * $MT_TRACE_BUCKETS.<world rank>: a line per bucket started or waited for, with the time since the step
+ * began (a test and measurement hook).
  */
 #ifndef MT_TRAIN_OVERLAP_H
 #define MT_TRAIN_OVERLAP_H
@@ -52,6 +53,7 @@ typedef struct mt_overlap {
     size_t *counts;          /* scratch: a bucket's chunks */
     int gathering;           /* parameter buckets started and not all waited for */
     int64_t step;            /* steps begun (the trace's iteration) */
+    double t0;               /* the step's start (the trace's times, ms from it) */
     FILE *trace;
 } mt_overlap;
 
