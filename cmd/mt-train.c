@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
+#include <unistd.h>
 #include <time.h>
 
 #include "ckpt/checkpoint.h"
@@ -66,10 +67,13 @@ typedef struct run {
 #define FAIL_WAIT_S 3.0
 
 /* Before a rank joins its job (the launch check, -n, a bad flag outside a PMIx launch) every rank meets
- * the same error: rank 0 of the launch reports it, the others end with the same status quietly. */
+ * the same error: rank 0 of the launch reports it, the others end with the same status quietly, after
+ * a pause: a launcher that ends a step at its first failed task (srun -K1) would otherwise stop rank 0
+ * before its message when another rank gets there first (a loaded machine starts them far apart). */
 static void report_before_join(const char *msg)
 {
     if (mt_boot_env_rank() == 0) fprintf(stderr, "%s: %s\n", mt_progname(), msg);
+    else sleep(2);
     exit(1);
 }
 

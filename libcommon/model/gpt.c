@@ -148,6 +148,7 @@ void mt_gpt_free(mt_gpt *m)
     if (m->k && m->work && m->work != m->params) mtk_free(m->k, m->work);
     if (m->params) mtk_free(m->k, m->params);
     if (m->kept) mtk_free(m->k, m->kept);
+    if (m->shared) mtk_free(m->k, m->shared);
     free(m->koff);
     if (m->grads) mtk_free(m->k, m->grads);
     free(m->tensors);
@@ -332,12 +333,12 @@ int mt_gpt_recomputed_layers(const mt_gpt *m)
 static int layer_slot(const mt_gpt_ctx *x, int li) { return li < x->recomputed ? li % x->chunk : x->recomputed ? li - x->recomputed + 1 : li; }
 
 /* The buffers of a context, in allocation order: where each goes and its bytes (x's sizes and plan set). */
-enum { CTX_BUFFERS = 22 };
+enum { CTX_BUFFERS = 17 };
 static void ctx_buffers(mt_gpt_ctx *x, void **where[CTX_BUFFERS], size_t bytes[CTX_BUFFERS])
 {
     const mt_gpt *m = x->m;
     /* per rank: the hidden size C is whole, heads (Cl = C / tp of the attention), ffn and vocabulary shared out */
-    size_t L = (size_t)x->lcn, S = (size_t)x->nslots, C = (size_t)m->c.hidden_size, F = (size_t)m->ffn;
+    size_t L = (size_t)x->lcn, S = (size_t)x->nslots, C = (size_t)m->c.hidden_size;
     size_t Cl = C / (size_t)m->tp_size, N = x->nmax, R = x->nres, V = (size_t)m->vocab, fl = sizeof(float), a = m->asz;
     size_t last = x->last ? 1 : 0, i = 0;
 #define BUF(field, n) (where[i] = (void **)&x->field, bytes[i++] = (n))
@@ -354,16 +355,49 @@ static void ctx_buffers(mt_gpt_ctx *x, void **where[CTX_BUFFERS], size_t bytes[C
     BUF(logits, last * N * V * a);
     BUF(xent, last * 3 * N * fl);
     BUF(s_c1, N * C * a);
-    BUF(s_c2, N * C * a);
-    BUF(s_c3, N * C * a);
-    BUF(s_qkv, N * (size_t)m->qkvw * a);
-    BUF(s_f1, N * (size_t)m->fcw * a);
-    BUF(s_f2, N * F * a);
     BUF(d_tok, N * sizeof(int32_t));
     BUF(d_tgt, N * sizeof(int32_t));
     BUF(d_losses, N * fl);
     BUF(d_dscale, N * fl);
 #undef BUF
+}
+
+/* The scratch a context of N tokens takes from the model's shared buffer: s_c2, s_c3 [N][C], s_qkv
+ * [N][3Cl], s_f1 [N][F or 2F], s_f2 [N][F], in that order. */
+static size_t shared_need(const mt_gpt *m, size_t N)
+{
+    size_t C = (size_t)m->c.hidden_size, a = m->asz;
+    return N * a * (2 * C + (size_t)m->qkvw + (size_t)m->fcw + (size_t)m->ffn);
+}
+
+/* Points x's shared scratch into the model's (every pass binds it: the buffer may have grown since). */
+static void bind_shared(mt_gpt_ctx *x)
+{
+    const mt_gpt *m = x->m;
+    size_t N = x->nmax, C = (size_t)m->c.hidden_size, a = m->asz;
+    char *p = m->shared;
+    x->s_c2 = p, p += N * C * a;
+    x->s_c3 = p, p += N * C * a;
+    x->s_qkv = p, p += N * (size_t)m->qkvw * a;
+    x->s_f1 = p, p += N * (size_t)m->fcw * a;
+    x->s_f2 = p;
+}
+
+/* The shared scratch large enough for a context of N tokens. 0, or -1 with e set. */
+static int grow_shared(mt_gpt *m, size_t N, mt_err *e)
+{
+    size_t need = shared_need(m, N);
+    if (need <= m->shared_bytes) return 0;
+    if (m->shared) {   /* between passes: nothing queued still reads it once the stream is drained */
+        if (mtk_sync(m->k, e)) return -1;
+        mtk_free(m->k, m->shared);
+        m->ctx_bytes -= m->shared_bytes;
+        m->shared = NULL, m->shared_bytes = 0;
+    }
+    if (!(m->shared = mtk_alloc(m->k, need, e))) return mt_err_prefix(e, "GPT scratch (%zu bytes)", need);
+    m->shared_bytes = need;
+    m->ctx_bytes += need;
+    return 0;
 }
 
 /* Sets the sizes and the recomputation plan of a context of max_batch sequences for model chunk `chunk`;
@@ -402,7 +436,7 @@ mt_gpt_ctx *mt_gpt_ctx_new_chunk(mt_gpt *m, int chunk, int max_batch, mt_err *e)
     ctx_buffers(x, where, bytes);
     int failed = 0;
     for (int i = 0; i < CTX_BUFFERS; i++) *where[i] = ctx_alloc(x, bytes[i], &failed, e);
-    if (failed || mt_gpt_reserve(m, x->nmax, m->c.seq_length, e)) {
+    if (failed || grow_shared(m, x->nmax, e) || mt_gpt_reserve(m, x->nmax, m->c.seq_length, e)) {
         mt_err_prefix(e, "GPT activations (%zu bytes)", x->bytes);
         mt_gpt_ctx_free(x);
         return NULL;
@@ -410,14 +444,16 @@ mt_gpt_ctx *mt_gpt_ctx_new_chunk(mt_gpt *m, int chunk, int max_batch, mt_err *e)
     x->h_losses = mt_xmalloc(x->nmax * sizeof(float));
     x->h_dscale = mt_xmalloc(x->nmax * sizeof(float));
     m->ctx_bytes += x->bytes;
+    bind_shared(x);
     return x;
 }
 
 int mt_gpt_plan_part(const mt_gpt_config *config, int tp_rank, int tp_size, int stage, int stages, int vp,
-                     int max_batch, size_t act_size, size_t *params, size_t *ctx_bytes, mt_err *e)
+                     int max_batch, size_t act_size, size_t *params, size_t *ctx_bytes, size_t *shared_bytes, mt_err *e)
 {
     mt_gpt m = {0};
     int rc = describe(&m, config, tp_rank, tp_size, stage, stages, vp, act_size, e);
+    if (!rc) *shared_bytes = shared_need(&m, (size_t)max_batch * (size_t)config->seq_length);
     for (int c = 0; !rc && c < m.vp; c++) {
         mt_gpt_ctx x = {0};
         rc = ctx_shape(&x, &m, c, max_batch, e);
@@ -572,6 +608,7 @@ static int forward(mt_gpt_ctx *x, const int32_t *tokens, const int32_t *targets,
     const mt_gpt_config *c = &m->c;
     x->have_forward = 0;
     loss->sum = loss->count = 0;
+    bind_shared(x);
     if (B <= 0 || T <= 0 || B > x->max_batch || T > c->seq_length)
         return mt_err_set(e, "GPT forward: batch %d x %d tokens outside the context's %d x %d", B, T, x->max_batch,
                           c->seq_length);
@@ -743,6 +780,7 @@ int mt_gpt_backward(mt_gpt_ctx *x, double scale, mt_err *e)
     if (!m->grads) return mt_err_set(e, "GPT backward: the model was created without gradients");
     if (!x->have_forward) return mt_err_set(e, "GPT backward: no forward pass to go back through");
     x->have_forward = 0;   /* the logits become dlogits below */
+    bind_shared(x);
     const mt_gpt_config *c = &m->c;
     int B = x->B, T = x->T, N = B * T, C = c->hidden_size, L = x->lcn;
     int Nl = mt_tp_tokens(m, N);

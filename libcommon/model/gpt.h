@@ -272,11 +272,12 @@ void mt_gpt_stage(const mt_gpt *m, int *stage, int *stages, int *first_layer, in
 int mt_gpt_tied_copy(mt_gpt *m);
 
 /* Without building it: the parameters of the part (tensor rank tp_rank of tp_size, stage of stages, vp
- * model chunks) and the bytes of one activation context of each chunk (ctx_bytes[vp]) of max_batch
- * sequences with activations of act_size bytes, as
- * mt_gpt_create_stage and mt_gpt_ctx_new would allocate them (a memory planner). 0, or -1 with e set. */
+ * model chunks), the bytes of one activation context of each chunk (ctx_bytes[vp]) of max_batch
+ * sequences with activations of act_size bytes, and the scratch all the contexts share (*shared_bytes,
+ * once), as mt_gpt_create_stage and mt_gpt_ctx_new would allocate them (a memory planner). 0, or -1 with
+ * e set. */
 int mt_gpt_plan_part(const mt_gpt_config *config, int tp_rank, int tp_size, int stage, int stages, int vp,
-                     int max_batch, size_t act_size, size_t *params, size_t *ctx_bytes, mt_err *e);
+                     int max_batch, size_t act_size, size_t *params, size_t *ctx_bytes, size_t *shared_bytes, mt_err *e);
 
 /* Bytes of device memory held for parameters (with the working copy), gradients, and the activations
  * and KV caches of the live contexts (memory reports). */

@@ -44,7 +44,11 @@ struct mt_gpt {
     size_t nkept, *koff;
     unsigned grads_assign;  /* bit c: the next backward of model chunk c assigns its product gradients
                                (mt_gpt_zero_grad) */
-    size_t ctx_bytes;       /* activations and caches of the live contexts */
+    size_t ctx_bytes;       /* activations and caches of the live contexts, and the scratch they share */
+    void *shared;           /* the contexts' scratch that holds nothing between the passes (s_c2, s_c3, s_qkv,
+                               s_f1, s_f2 of every context point into it: one micro-batch computes at a time,
+                               on one stream); shared_bytes of it, grown as contexts need */
+    size_t shared_bytes;
     mt_gpt_layer_hook hook; /* mt_gpt_set_layer_hook */
     void *hook_arg;
 };
@@ -81,9 +85,11 @@ struct mt_gpt_ctx {
     float *lnf_stat; /* [2][nres]: its mean and rstd */
     void *logits;    /* [N][V_pad / tp], overwritten in place by dlogits in backward */
     float *xent;     /* [3][N]: row max, sum of exponentials, target logit (vocabulary-parallel cross-entropy) */
-    void *s_c1, *s_c2, *s_c3; /* scratch [N][C] */
-    void *s_qkv;              /* scratch [N][3Cl] */
-    void *s_f1, *s_f2;        /* scratch [N][F] */
+    void *s_c1;               /* scratch [N][C], its own: the gradient exchanged with the next stage and the
+                                 previous one lives there between the passes (mt_gpt_stage_grad) */
+    void *s_c2, *s_c3;        /* scratch [N][C], the model's shared scratch (bound by each pass) */
+    void *s_qkv;              /* scratch [N][3Cl], shared */
+    void *s_f1, *s_f2;        /* scratch [N][F], shared */
     int32_t *d_tok, *d_tgt;   /* [N] */
     float *d_losses, *d_dscale; /* [N] */
     size_t bytes;

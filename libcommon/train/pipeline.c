@@ -1,8 +1,11 @@
-/* pipeline.c: the 1F1B schedule of one step, forward-only evaluation, and the tied embeddings'
- * gradient exchange of a pipeline stage (see pipeline.h). */
+/* pipeline.c: a pipeline stage's training step run from its schedule's events (train/pp_schedule.h) in
+ * contexts the pipeline owns, forward-only evaluation, and the tied embeddings' gradient exchange (see
+ * pipeline.h). */
 #include "train/pipeline.h"
 
 #include <stdlib.h>
+
+#include "train/pp_schedule.h"
 
 /* The p2p element type of the model's activations. */
 static mt_cdtype act_type(const mt_trainer *t)
@@ -41,6 +44,78 @@ static int read_micro(mt_trainer *t, int split, int64_t first, int m, mt_err *e)
     return 0;
 }
 
+static size_t stage_numel(const mt_trainer *t) { return mt_gpt_stage_numel(t->model, t->batch.B, t->batch.T); }
+
+/* ---- the pipeline's state: the step's events and the micro-batches' contexts ---- */
+
+struct mt_pipeline {
+    mt_pp_event *ev;     /* this stage's training step (train/pp_schedule.h) */
+    int nev;
+    mt_gpt_ctx **ctxs;   /* activations of the micro-batches in flight: min(pp - stage, num_micro) made at the
+                            start; with model chunks, made as the interleaved schedule first needs them */
+    int n;
+    double *scale;       /* [n]: the backward's loss scale of each context's micro-batch */
+    int *busy, *chunk;   /* [n]: holds a micro-batch in flight (model chunks); its model chunk */
+    int *slot;           /* [num_micro x vp]: the context of (micro-batch, chunk) in flight (model chunks) */
+    int to_free;         /* the context of the last backward, free after the next exchange; -1 */
+};
+
+/* One more context for chunk c (dry: only its bookkeeping); its index, or -1 with e set. */
+static int add_context(mt_trainer *t, mt_pipeline *p, int c, int dry, mt_err *e)
+{
+    mt_gpt_ctx *x = dry ? NULL : mt_gpt_ctx_new_chunk(t->model, c, t->a.micro_batch_size, e);
+    if (!x && !dry) return -1;
+    int n = p->n++;
+    p->ctxs = mt_xrealloc(p->ctxs, (size_t)p->n * sizeof *p->ctxs);
+    p->scale = mt_xrealloc(p->scale, (size_t)p->n * sizeof *p->scale);
+    p->busy = mt_xrealloc(p->busy, (size_t)p->n * sizeof *p->busy);
+    p->chunk = mt_xrealloc(p->chunk, (size_t)p->n * sizeof *p->chunk);
+    p->ctxs[n] = x, p->busy[n] = 0, p->chunk[n] = c, p->scale[n] = 0;
+    return n;
+}
+
+/* A context of chunk c holding nothing, made when there is none; -1 with e set. */
+static int acquire(mt_trainer *t, mt_pipeline *p, int c, int dry, mt_err *e)
+{
+    int i = 0;
+    while (i < p->n && (p->busy[i] || p->chunk[i] != c)) i++;
+    if (i == p->n && add_context(t, p, c, dry, e) < 0) return -1;
+    p->busy[i] = 1;
+    return i;
+}
+
+static mt_pipeline *pipeline_new(mt_trainer *t, int dry, mt_err *e)
+{
+    mt_pipeline *p = mt_xcalloc(1, sizeof *p);
+    p->to_free = -1;
+    p->slot = mt_xmalloc((size_t)t->num_micro * (size_t)t->vp * sizeof *p->slot);
+    for (int i = 0; i < t->num_micro * t->vp; i++) p->slot[i] = -1;
+    if (mt_pp_schedule(t->pp_size, t->pp_rank, t->num_micro, t->vp, &p->ev, &p->nev, e)) {
+        mt_pipeline_close(p);
+        return NULL;
+    }
+    /* 1F1B keeps min(pp - stage, num_micro) micro-batches' activations, micro-batch m in context m mod n */
+    int n = t->vp > 1 ? 0 : t->pp_size - t->pp_rank < t->num_micro ? t->pp_size - t->pp_rank : t->num_micro;
+    for (int i = 0; i < n; i++)
+        if (add_context(t, p, 0, dry, e) < 0) {
+            mt_pipeline_close(p);
+            return NULL;
+        }
+    return p;
+}
+
+mt_pipeline *mt_pipeline_open(mt_trainer *t, mt_err *e) { return pipeline_new(t, 0, e); }
+
+void mt_pipeline_close(mt_pipeline *p)
+{
+    if (!p) return;
+    for (int i = 0; i < p->n; i++) mt_gpt_ctx_free(p->ctxs[i]);
+    free(p->ctxs), free(p->scale), free(p->busy), free(p->chunk), free(p->slot), free(p->ev);
+    free(p);
+}
+
+/* ---- running the step's events ---- */
+
 /* A training forward pass of t->batch in x without waiting: the losses (when x has the output layer)
  * stay on the device in the step's next loss slot, added to the loss sum at the step's end. */
 static int train_forward(mt_trainer *t, mt_gpt_ctx *x, int has_loss, mt_gpt_loss *l, mt_err *e)
@@ -51,75 +126,103 @@ static int train_forward(mt_trainer *t, mt_gpt_ctx *x, int has_loss, mt_gpt_loss
                                 l, e);
 }
 
-static size_t stage_numel(const mt_trainer *t) { return mt_gpt_stage_numel(t->model, t->batch.B, t->batch.T); }
+static int first_virtual(const mt_trainer *t, int c) { return t->pp_rank == 0 && c == 0; }
+static int last_virtual(const mt_trainer *t, int c) { return t->pp_rank == t->pp_size - 1 && c == t->vp - 1; }
 
-/* The forward pass of micro-batch m in its context (its input received already). */
-static int forward(mt_trainer *t, int m, double ls, mt_step_result *r, mt_err *e)
+/* The context of (micro-batch m, chunk c): 1F1B's m mod n; with model chunks the one that holds it, taken
+ * now when `take` (its input arrives, or the first virtual stage starts it). -1 with e set. */
+static int context_of(mt_trainer *t, mt_pipeline *p, mt_pp_mc mc, int take, int dry, mt_err *e)
 {
-    mt_gpt_ctx *x = t->ctxs[m % t->nctx];
-    if (read_micro(t, MT_SPLIT_TRAIN, t->consumed_train, m, e)) return -1;
+    if (t->vp == 1) return mc.micro % p->n;
+    int *s = &p->slot[mc.micro * t->vp + mc.chunk];
+    if (take) *s = acquire(t, p, mc.chunk, dry, e);
+    return *s;
+}
+
+/* The forward pass of (m, c): its batch read (traced once, by chunk 0), its dropout masks those of the
+ * one-stage run, its mean loss weighted 1 / (all ranks' micro-batches), as Megatron averages them
+ * (1 / num_micro in the loss, 1 / dp on the gradients). */
+static int run_forward(mt_trainer *t, mt_pipeline *p, mt_pp_mc mc, mt_step_result *r, mt_err *e)
+{
+    int i = context_of(t, p, mc, t->vp > 1 && first_virtual(t, mc.chunk), 0, e);
+    if (i < 0) return -1;
+    mt_gpt_ctx *x = p->ctxs[i];
+    int m = mc.micro;
+    if (mc.chunk == 0 ? read_micro(t, MT_SPLIT_TRAIN, t->consumed_train, m, e)
+                      : mt_batch_read(&t->batch, &t->data, MT_SPLIT_TRAIN, mt_trainer_micro_first(t, t->consumed_train, m), e))
+        return -1;
     mt_gpt_set_dropout(x, 1, mt_trainer_dropout_key(t, t->iteration, m * t->dp_size + t->dp_rank));
     mt_gpt_loss l;
-    if (train_forward(t, x, t->pp_rank == t->pp_size - 1, &l, e)) return -1;
-    /* each micro-batch's mean loss weighs 1 / (all ranks' micro-batches), as Megatron averages them
-     * (1 / num_micro in the loss, 1 / dp on the gradients) */
+    if (train_forward(t, x, last_virtual(t, mc.chunk), &l, e)) return -1;
     int total_micro = t->num_micro * t->dp_size;
-    t->ctx_scale[m % t->nctx] = l.count > 0 ? (double)(1.0f / (float)total_micro) / l.count * ls : 0.0;
+    p->scale[i] = l.count > 0 ? (double)(1.0f / (float)total_micro) / l.count * t->scaler.scale : 0.0;
     r->loss_sum += l.sum;
     r->tokens += l.count;
     return 0;
 }
 
-static int backward(mt_trainer *t, int m, mt_err *e)
+/* One batched exchange: sends to the next stage before those to the previous, receives from the previous
+ * before those from the next (with two stages of the interleaved ring they are the same rank, and messages
+ * between two ranks match in order); then the context of the last backward is free again. */
+static int run_exchange(mt_trainer *t, mt_pipeline *p, const mt_pp_event *x, int dry, mt_err *e)
 {
-    return mt_gpt_backward(t->ctxs[m % t->nctx], t->ctx_scale[m % t->nctx], e);
-}
-
-static void *ctx_in(mt_trainer *t, int m) { return mt_gpt_stage_input(t->ctxs[m % t->nctx]); }
-static void *ctx_out(mt_trainer *t, int m) { return mt_gpt_stage_output(t->ctxs[m % t->nctx]); }
-static void *ctx_grad(mt_trainer *t, int m) { return mt_gpt_stage_grad(t->ctxs[m % t->nctx]); }
-
-static int run_1f1b(mt_trainer *t, mt_step_result *r, mt_err *e)
-{
-    int M = t->num_micro, P = t->pp_size, s = t->pp_rank;
-    int warmup = P - s - 1 < M ? P - s - 1 : M, steady = M - warmup;
-    double ls = t->scaler.scale;   /* 1.0 in fp32 and bf16: the products are then exact */
-    int f = 0, b = 0;              /* the next micro-batch to forward, to backward */
-    size_t n = mt_gpt_stage_numel(t->model, t->a.micro_batch_size, t->a.seq_length);
-    for (int i = 0; i < warmup; i++, f++)
-        if (exchange(t, NULL, NULL, NULL, ctx_in(t, f), n, e) || forward(t, f, ls, r, e) ||
-            exchange(t, ctx_out(t, f), NULL, NULL, NULL, stage_numel(t), e))
-            return -1;
-    if (steady > 0 && exchange(t, NULL, NULL, NULL, ctx_in(t, f), n, e)) return -1;
-    for (int i = 0; i < steady; i++, f++, b++) {
-        if (forward(t, f, ls, r, e) || exchange(t, ctx_out(t, f), ctx_grad(t, b), NULL, NULL, stage_numel(t), e) ||
-            backward(t, b, e))
-            return -1;
-        /* the context of micro-batch b is free again: f + 1 reuses it */
-        if (exchange(t, NULL, NULL, ctx_grad(t, b), i + 1 < steady ? ctx_in(t, f + 1) : NULL, n, e)) return -1;
+    int P = t->pp_size, next = (t->pp_rank + 1) % P, prev = (t->pp_rank + P - 1) % P;
+    size_t n = dry ? 0 : mt_gpt_stage_numel(t->model, t->a.micro_batch_size, t->a.seq_length);
+    mt_cdtype ty = dry ? MT_C_F32 : act_type(t);
+    mt_p2p ops[4];
+    int k = 0, i;
+    if (x->send_next.micro >= 0 && (i = context_of(t, p, x->send_next, 0, dry, e)) >= 0)
+        ops[k++] = (mt_p2p){1, dry ? NULL : mt_gpt_stage_output(p->ctxs[i]), n, ty, next};
+    if (x->send_prev.micro >= 0 && (i = context_of(t, p, x->send_prev, 0, dry, e)) >= 0)
+        ops[k++] = (mt_p2p){1, dry ? NULL : mt_gpt_stage_grad(p->ctxs[i]), n, ty, prev};
+    if (x->recv_prev.micro >= 0) {
+        if ((i = context_of(t, p, x->recv_prev, 1, dry, e)) < 0) return -1;
+        ops[k++] = (mt_p2p){0, dry ? NULL : mt_gpt_stage_input(p->ctxs[i]), n, ty, prev};
     }
-    for (int i = 0; i < warmup; i++, b++)
-        if (exchange(t, NULL, ctx_grad(t, b), NULL, NULL, n, e) || backward(t, b, e) ||
-            exchange(t, NULL, NULL, ctx_grad(t, b), NULL, n, e))
-            return -1;
+    if (x->recv_next.micro >= 0 && (i = context_of(t, p, x->recv_next, 0, dry, e)) >= 0)
+        ops[k++] = (mt_p2p){0, dry ? NULL : mt_gpt_stage_grad(p->ctxs[i]), n, ty, next};
+    if (!dry && k && (mtk_sync(t->k, e) || mt_p2p_batch(t->dev_pp, ops, k, e)))   /* the buffers sent are complete */
+        return mt_err_prefix(e, "pipeline stage %d", t->pp_rank);
+    if (p->to_free >= 0) p->busy[p->to_free] = 0;
+    p->to_free = -1;
     return 0;
 }
 
-static int run_schedule(mt_trainer *t, mt_step_result *r, int dry, mt_err *e);
-static int run_interleaved(mt_trainer *t, mt_step_result *r, mt_err *e) { return run_schedule(t, r, 0, e); }
-static int eval_interleaved(mt_trainer *t, int split, int64_t first, double *loss_sum, double *tokens, mt_err *e);
+/* The step's events in order (dry: only the contexts' bookkeeping, for mt_pipeline_contexts_replayed). */
+static int run_events(mt_trainer *t, mt_pipeline *p, mt_step_result *r, int dry, mt_err *e)
+{
+    int rc = 0;
+    for (int j = 0; j < p->nev && !rc; j++) {
+        const mt_pp_event *x = &p->ev[j];
+        if (x->kind == MT_PP_EXCHANGE) rc = run_exchange(t, p, x, dry, e);
+        else if (x->kind == MT_PP_FORWARD)
+            rc = dry ? (t->vp > 1 && first_virtual(t, x->mc.chunk) && context_of(t, p, x->mc, 1, 1, e) < 0)
+                     : run_forward(t, p, x->mc, r, e);
+        else {
+            int i = context_of(t, p, x->mc, 0, dry, e);
+            if (!dry && mt_gpt_backward(p->ctxs[i], p->scale[i], e)) rc = -1;
+            if (t->vp > 1) p->to_free = i;
+        }
+    }
+    for (int i = 0; i < p->n; i++) p->busy[i] = 0;
+    p->to_free = -1;
+    return rc;
+}
 
 int mt_pipeline_train(mt_trainer *t, mt_step_result *r, mt_err *e)
 {
-    int rc = t->vp > 1 ? run_interleaved(t, r, e) : run_1f1b(t, r, e);
-    for (int i = 0; i < t->nctx; i++) mt_gpt_set_dropout(t->ctxs[i], 0, 0);
+    mt_pipeline *p = t->pipe;
+    int rc = run_events(t, p, r, 0, e);
+    for (int i = 0; i < p->n; i++) mt_gpt_set_dropout(p->ctxs[i], 0, 0);
     return rc;
 }
+
+static int eval_interleaved(mt_trainer *t, int split, int64_t first, double *loss_sum, double *tokens, mt_err *e);
 
 int mt_pipeline_eval(mt_trainer *t, int split, int64_t first, double *loss_sum, double *tokens, mt_err *e)
 {
     if (t->vp > 1) return eval_interleaved(t, split, first, loss_sum, tokens, e);
-    mt_gpt_ctx *x = t->ctxs[0];
+    mt_gpt_ctx *x = t->pipe->ctxs[0];
     mt_gpt_set_dropout(x, 0, 0);
     size_t n = mt_gpt_stage_numel(t->model, t->a.micro_batch_size, t->a.seq_length);
     for (int m = 0; m < t->num_micro; m++) {
@@ -145,195 +248,6 @@ int mt_pipeline_tied_grads(mt_trainer *t, mt_err *e)
     return 0;
 }
 
-/* ---- the interleaved schedule (model chunks, Megatron's virtual pipeline) ---- */
-
-/* Virtual micro-batch k of the M x vp of a step: its model chunk (forward order: groups of pp
- * micro-batches go through chunk 0, 1, ...; backward: the chunks in reverse) and its micro-batch. */
-static int chunk_of(const mt_trainer *t, int k, int forward)
-{
-    int P = t->pp_size, v = t->vp, c = ((k % (P * v) + P * v) % (P * v)) / P;   /* k may be negative: Python's modulo */
-    return forward ? c : v - 1 - c;
-}
-static int micro_of(const mt_trainer *t, int k) { return (k / (t->pp_size * t->vp)) * t->pp_size + k % t->pp_size; }
-
-/* FIFOs of context indices per chunk: inputs received and not yet forwarded; micro-batches forwarded and
- * not yet gone back through (with the number of output gradients received for them). */
-typedef struct ivq {
-    int *q, head, tail;
-} ivq;
-typedef struct isched {
-    ivq *pending, *inflight;
-    int *grads;              /* output gradients received per chunk, for inflight[c] from its head */
-    int to_free;             /* the context of the last backward, free once its gradient is sent */
-    double ls;
-    mt_step_result *r;
-    int dry;                 /* only the contexts' bookkeeping (mt_pipeline_contexts_replayed) */
-} isched;
-
-static void q_push(ivq *q, int x) { q->q[q->tail++] = x; }
-static int q_pop(ivq *q) { return q->q[q->head++]; }
-
-/* A context of chunk c holding nothing (made when there is none). -1 with e set. */
-static int acquire(mt_trainer *t, int c, int dry, mt_err *e)
-{
-    for (int i = 0; i < t->nctx; i++)
-        if (!t->ctx_busy[i] && t->ctx_chunk[i] == c) {
-            t->ctx_busy[i] = 1;
-            return i;
-        }
-    mt_gpt_ctx *x = dry ? NULL : mt_gpt_ctx_new_chunk(t->model, c, t->a.micro_batch_size, e);
-    if (!x && !dry) return -1;
-    int n = t->nctx++;
-    t->ctxs = mt_xrealloc(t->ctxs, (size_t)t->nctx * sizeof *t->ctxs);
-    t->ctx_scale = mt_xrealloc(t->ctx_scale, (size_t)t->nctx * sizeof *t->ctx_scale);
-    t->ctx_busy = mt_xrealloc(t->ctx_busy, (size_t)t->nctx * sizeof *t->ctx_busy);
-    t->ctx_chunk = mt_xrealloc(t->ctx_chunk, (size_t)t->nctx * sizeof *t->ctx_chunk);
-    t->ctxs[n] = x, t->ctx_busy[n] = 1, t->ctx_chunk[n] = c, t->ctx_scale[n] = 0;
-    return n;
-}
-
-static int first_virtual(const mt_trainer *t, int c) { return t->pp_rank == 0 && c == 0; }
-static int last_virtual(const mt_trainer *t, int c) { return t->pp_rank == t->pp_size - 1 && c == t->vp - 1; }
-
-/* The forward pass of virtual micro-batch k; its context index, or -1. */
-static int iforward(mt_trainer *t, isched *s, int k, mt_err *e)
-{
-    int c = chunk_of(t, k, 1), m = micro_of(t, k);
-    int i = first_virtual(t, c) ? acquire(t, c, s->dry, e) : q_pop(&s->pending[c]);
-    if (i < 0) return -1;
-    if (s->dry) {
-        q_push(&s->inflight[c], i);
-        return i;
-    }
-    mt_gpt_ctx *x = t->ctxs[i];
-    /* the batch of micro-batch m (traced once, by its first chunk) */
-    if (c == 0 ? read_micro(t, MT_SPLIT_TRAIN, t->consumed_train, m, e)
-               : mt_batch_read(&t->batch, &t->data, MT_SPLIT_TRAIN, mt_trainer_micro_first(t, t->consumed_train, m), e))
-        return -1;
-    mt_gpt_set_dropout(x, 1, mt_trainer_dropout_key(t, t->iteration, m * t->dp_size + t->dp_rank));
-    mt_gpt_loss l;
-    if (train_forward(t, x, last_virtual(t, c), &l, e)) return -1;
-    int total_micro = t->num_micro * t->dp_size;
-    t->ctx_scale[i] = l.count > 0 ? (double)(1.0f / (float)total_micro) / l.count * s->ls : 0.0;
-    s->r->loss_sum += l.sum;
-    s->r->tokens += l.count;
-    q_push(&s->inflight[c], i);
-    return i;
-}
-
-/* The backward pass of virtual micro-batch k; its context index (freed by the next exchange), or -1. */
-static int ibackward(mt_trainer *t, isched *s, int k, mt_err *e)
-{
-    int c = chunk_of(t, k, 0), i = q_pop(&s->inflight[c]);
-    if (!last_virtual(t, c)) s->grads[c]--;   /* its output gradient was received */
-    if (!s->dry && mt_gpt_backward(t->ctxs[i], t->ctx_scale[i], e)) return -1;
-    s->to_free = i;
-    return i;
-}
-
-/* One batched exchange around the ring of stages (the last stage's next is the first): this chunk's output
- * to the next stage unless it is the last virtual stage, the input gradient to the previous one unless it
- * is the first; an input for chunk recv_prev (-1: none) into a context of that chunk, an output gradient
- * for chunk recv_next (-1: none) into its oldest micro-batch in flight still without one. Sends to the next
- * stage come before those to the previous, receives from the previous before those from the next (with two
- * stages they are the same rank, and messages between two ranks match in order). */
-static int iexchange(mt_trainer *t, isched *s, int out_i, int grad_i, int recv_prev, int recv_next, mt_err *e)
-{
-    int P = t->pp_size, next = (t->pp_rank + 1) % P, prev = (t->pp_rank + P - 1) % P;
-    size_t n = s->dry ? 0 : mt_gpt_stage_numel(t->model, t->a.micro_batch_size, t->a.seq_length);
-    mt_cdtype ty = s->dry ? MT_C_F32 : act_type(t);
-    mt_p2p ops[4];
-    int k = 0;
-    if (s->dry) out_i = grad_i = -1;   /* nothing is sent */
-    if (out_i >= 0 && !last_virtual(t, t->ctx_chunk[out_i]))
-        ops[k++] = (mt_p2p){1, mt_gpt_stage_output(t->ctxs[out_i]), n, ty, next};
-    if (grad_i >= 0 && !first_virtual(t, t->ctx_chunk[grad_i]))
-        ops[k++] = (mt_p2p){1, mt_gpt_stage_grad(t->ctxs[grad_i]), n, ty, prev};
-    if (recv_prev >= 0) {
-        int i = acquire(t, recv_prev, s->dry, e);
-        if (i < 0) return -1;
-        q_push(&s->pending[recv_prev], i);
-        if (!s->dry) ops[k++] = (mt_p2p){0, mt_gpt_stage_input(t->ctxs[i]), n, ty, prev};
-    }
-    if (recv_next >= 0) {
-        ivq *q = &s->inflight[recv_next];
-        int i = q->q[q->head + s->grads[recv_next]++];
-        if (!s->dry) ops[k++] = (mt_p2p){0, mt_gpt_stage_grad(t->ctxs[i]), n, ty, next};
-    }
-    if (k && (mtk_sync(t->k, e) || mt_p2p_batch(t->dev_pp, ops, k, e)))
-        return mt_err_prefix(e, "pipeline stage %d", t->pp_rank);
-    if (s->to_free >= 0) t->ctx_busy[s->to_free] = 0;
-    s->to_free = -1;
-    return 0;
-}
-
-/* Megatron's forward_backward_pipelining_with_interleaving for this rank's M micro-batches x vp chunks
- * (dry: the contexts' bookkeeping only). */
-static int run_schedule(mt_trainer *t, mt_step_result *r, int dry, mt_err *e)
-{
-    int P = t->pp_size, v = t->vp, M = t->num_micro, total = M * v, st = t->pp_rank;
-    int first_stage = st == 0, last_stage = st == P - 1;
-    isched s = {.to_free = -1, .ls = t->scaler.scale, .r = r, .dry = dry};
-    s.pending = mt_xcalloc((size_t)v, sizeof *s.pending);
-    s.inflight = mt_xcalloc((size_t)v, sizeof *s.inflight);
-    s.grads = mt_xcalloc((size_t)v, sizeof *s.grads);
-    for (int c = 0; c < v; c++) {
-        s.pending[c].q = mt_xmalloc((size_t)(M + 1) * sizeof(int));
-        s.inflight[c].q = mt_xmalloc((size_t)(M + 1) * sizeof(int));
-    }
-    int all_warmup = M == P;
-    int warmup = all_warmup ? total : (P - st - 1) * 2 + (v - 1) * P;
-    if (warmup > total) warmup = total;
-    int remaining = total - warmup, rc = 0;
-    /* the first input */
-    if (!first_stage) rc = iexchange(t, &s, -1, -1, 0, -1, e);
-    for (int k = 0; k < warmup && !rc; k++) {
-        int i = iforward(t, &s, k, e);
-        if (i < 0) {
-            rc = -1;
-            break;
-        }
-        int nc = chunk_of(t, k + 1, 1), recv_prev = !(first_stage && nc == 0) && k != total - 1;
-        int recv_next = k == warmup - 1 && !all_warmup && !last_stage ? v - 1 : -1;
-        rc = iexchange(t, &s, i, -1, recv_prev ? nc : -1, recv_next, e);
-    }
-    for (int k = 0; k < remaining && !rc; k++) {
-        int fk = k + warmup, bk = k;
-        int fi = iforward(t, &s, fk, e), bi = fi < 0 ? -1 : ibackward(t, &s, bk, e);
-        if (fi < 0 || bi < 0) {
-            rc = -1;
-            break;
-        }
-        int recv_prev = 1, nfc, recv_next = 1, nbc;
-        if (first_stage) {
-            nfc = chunk_of(t, fk - (P - 1), 1);
-            if (nfc == v - 1) recv_prev = 0;
-            nfc++;
-        } else nfc = chunk_of(t, fk + 1, 1);
-        if (last_stage) {
-            nbc = chunk_of(t, bk - (P - 1), 0);
-            if (nbc == 0) recv_next = 0;
-            nbc--;
-        } else nbc = chunk_of(t, bk + 1, 0);
-        if (k == remaining - 1) recv_prev = 0;
-        rc = iexchange(t, &s, fi, bi, recv_prev ? nfc : -1, recv_next ? nbc : -1, e);
-    }
-    if (!rc && all_warmup && !last_stage) rc = iexchange(t, &s, -1, -1, -1, v - 1, e);
-    for (int k = remaining; k < total && !rc; k++) {
-        int bi = ibackward(t, &s, k, e);
-        if (bi < 0) {
-            rc = -1;
-            break;
-        }
-        int nbc = chunk_of(t, k + 1, 0), recv_next = !(last_stage && nbc == v - 1) && k != total - 1;
-        rc = iexchange(t, &s, -1, bi, -1, recv_next ? nbc : -1, e);
-    }
-    for (int c = 0; c < v; c++) free(s.pending[c].q), free(s.inflight[c].q);
-    free(s.pending), free(s.inflight), free(s.grads);
-    for (int i = 0; i < t->nctx; i++) t->ctx_busy[i] = 0;
-    return rc;
-}
-
 /* Forward only with model chunks: each micro-batch through chunk 0, 1, ... of every stage in turn (the
  * last stage's output of chunk c is the first stage's input of chunk c + 1). */
 static int eval_interleaved(mt_trainer *t, int split, int64_t first, double *loss_sum, double *tokens, mt_err *e)
@@ -344,11 +258,12 @@ static int eval_interleaved(mt_trainer *t, int split, int64_t first, double *los
     for (int m = 0; m < t->num_micro; m++) {
         if (read_micro(t, split, first, m, e)) return -1;
         for (int c = 0; c < t->vp; c++) {
-            int i = acquire(t, c, 0, e);
+            mt_pipeline *p = t->pipe;
+            int i = acquire(t, p, c, 0, e);
             if (i < 0) return -1;
-            mt_gpt_ctx *x = t->ctxs[i];
+            mt_gpt_ctx *x = p->ctxs[i];
             mt_gpt_set_dropout(x, 0, 0);
-            t->ctx_busy[i] = 0;   /* used within this step only */
+            p->busy[i] = 0;   /* used within this step only */
             mt_p2p in = {0, mt_gpt_stage_input(x), n, ty, prev};
             if (!first_virtual(t, c) && mt_p2p_batch(t->dev_pp, &in, 1, e)) return mt_err_prefix(e, "evaluation");
             mt_gpt_loss l;
@@ -371,12 +286,12 @@ int mt_pipeline_contexts_replayed(int pp, int stage, int num_micro, int vp, int 
     if (vp <= 1) return mt_pipeline_contexts(pp, stage, num_micro, vp, per_chunk);
     mt_trainer t = {0};
     t.pp_size = pp, t.pp_rank = stage, t.num_micro = num_micro, t.vp = vp;
-    t.ctxs = mt_xcalloc(1, sizeof *t.ctxs), t.ctx_scale = mt_xcalloc(1, sizeof *t.ctx_scale);
-    t.ctx_busy = mt_xcalloc(1, sizeof *t.ctx_busy), t.ctx_chunk = mt_xcalloc(1, sizeof *t.ctx_chunk);
-    mt_step_result r;
     mt_err e;
-    int rc = run_schedule(&t, &r, 1, &e);
-    for (int i = 0; i < t.nctx; i++) per_chunk[t.ctx_chunk[i]]++;
-    free(t.ctxs), free(t.ctx_scale), free(t.ctx_busy), free(t.ctx_chunk);
+    mt_pipeline *p = pipeline_new(&t, 1, &e);
+    if (!p) return -1;
+    mt_step_result r;
+    int rc = run_events(&t, p, &r, 1, &e);
+    for (int i = 0; i < p->n; i++) per_chunk[p->chunk[i]]++;
+    mt_pipeline_close(p);
     return rc;
 }

@@ -62,8 +62,8 @@ int mt_plan_print(FILE *out, const mt_train_args *a, int world, mt_err *e)
             return mt_err_set(e, "stage %d of %d: no schedule for %d micro-batches of %d model chunks", s, pp, M, vp);
         }
         for (int r = 0; r < tp; r++) {
-            size_t np;
-            if (mt_gpt_plan_part(&cfg, r, tp, s, pp, vp, a->micro_batch_size, asz, &np, cb, e)) {
+            size_t np, shared;
+            if (mt_gpt_plan_part(&cfg, r, tp, s, pp, vp, a->micro_batch_size, asz, &np, cb, &shared, e)) {
                 free(cb), free(live);
                 return -1;
             }
@@ -85,7 +85,7 @@ int mt_plan_print(FILE *out, const mt_train_args *a, int world, mt_err *e)
             }
             double pb = own_master ? (double)np * asz + 4.0 * (double)kept : (double)np * (4 + (asz == 4 ? 0 : asz));
             double gb = (double)np * 4, ob = (own_master ? 3.0 : 2.0) * 4 * (double)shard;
-            double ab = 0;
+            double ab = (double)shared;   /* the scratch the contexts share */
             int n_live = 0;
             for (int c = 0; c < vp; c++) ab += (double)live[c] * (double)cb[c], n_live += live[c];
             fprintf(out, " > number of parameters on (tensor, pipeline) model parallel rank (%d, %d): %zu\n", r, s, np);

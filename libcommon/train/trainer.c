@@ -153,15 +153,8 @@ int mt_trainer_open_par(mt_trainer *t, const mt_train_args *a, const mt_parallel
                              "--pipeline-model-parallel-size (%d)", t->num_micro, t->pp_size);
     t->model = mt_gpt_create_chunks(t->k, &t->cfg, t->dev_tp, t->pp_rank, t->pp_size, t->vp, MT_GPT_TRAIN, e);
     if (!t->model) return -1;
-    /* 1F1B keeps min(pp - stage, num_micro) micro-batches' activations; the interleaved schedule makes its
-     * contexts as it needs them */
-    t->nctx = t->vp > 1 ? 0 : t->pp_size - t->pp_rank < t->num_micro ? t->pp_size - t->pp_rank : t->num_micro;
-    t->ctxs = mt_xcalloc((size_t)t->nctx + 1, sizeof *t->ctxs);
-    t->ctx_scale = mt_xcalloc((size_t)t->nctx + 1, sizeof *t->ctx_scale);
-    t->ctx_busy = mt_xcalloc((size_t)t->nctx + 1, sizeof *t->ctx_busy);
-    t->ctx_chunk = mt_xcalloc((size_t)t->nctx + 1, sizeof *t->ctx_chunk);
-    for (int i = 0; i < t->nctx; i++)
-        if (!(t->ctxs[i] = mt_gpt_ctx_new(t->model, t->a.micro_batch_size, e))) return -1;
+    /* the schedule and the contexts of the micro-batches in flight */
+    if (!(t->pipe = mt_pipeline_open(t, e))) return -1;
     mt_gpt_init(t->model, (uint64_t)t->a.seed);
     if (mt_adamw_init(&t->opt, t->k, t->model, t->a.adam_beta1, t->a.adam_beta2, t->a.adam_eps, t->a.clip_grad, e))
         return -1;
@@ -215,13 +208,8 @@ void mt_trainer_close(mt_trainer *t)
     }
     mt_batch_free(&t->batch);
     mt_adamw_free(&t->opt);
-    for (int i = 0; i < t->nctx; i++) mt_gpt_ctx_free(t->ctxs[i]);
-    free(t->ctxs);
-    free(t->ctx_scale);
-    free(t->ctx_busy);
-    free(t->ctx_chunk);
-    t->ctxs = NULL;
-    t->nctx = 0;
+    mt_pipeline_close(t->pipe);
+    t->pipe = NULL;
     if (t->d_step) mtk_free(t->k, t->d_step);
     free(t->h_step);
     free(t->h_mask);

@@ -55,12 +55,7 @@ typedef struct mt_trainer {
     mt_train_args a;
     mtk *k;
     mt_gpt *model;
-    mt_gpt_ctx **ctxs;      /* activations of the micro-batches in flight: nctx = min(pp - stage, num_micro) made
-                               at the start; with model chunks, made as the interleaved schedule first needs them */
-    int nctx;
-    double *ctx_scale;      /* [nctx]: the backward's loss scale of each context's micro-batch */
-    int *ctx_busy;          /* [nctx]: holds a micro-batch in flight (interleaved schedule) */
-    int *ctx_chunk;         /* [nctx]: its model chunk */
+    struct mt_pipeline *pipe; /* the step's schedule and the micro-batches' contexts (train/pipeline.h) */
     int vp;                 /* model chunks per stage (--num-layers-per-virtual-pipeline-stage; else 1) */
     mt_gpt_config cfg;
     mt_adamw opt;            /* (ckpt) moments, step */

@@ -110,6 +110,48 @@ PYEOF
 then t_pass "GPT-3 175B on 1024 ranks planned: every rank's parameters sum to the model's ($(cat "$d/g3c"))"
 else t_fail "GPT-3 175B plan" "$(tail -2 "$d/g3.err" "$d/g3c" 2>/dev/null)"; fi
 
+# A Llama-7B-like model (32 layers, hidden 4096, 32 heads in 8 key/value groups, SwiGLU of 11008, RMSNorm,
+# rope, untied output layer, no biases, vocabulary 32000, seq 4096) at TP=8 PP=4 DP=8, SP, bf16, the
+# distributed optimizer: the first stage against Megatron's theoretical_memory_usage.py
+# (compute_weight_and_optimizer_memory: the most loaded shard, the first stage's layers and the word
+# embeddings over TP, times 6 + 12/DP bytes; compute_activation_memory: s b h (18 + 4 ffn / h) a layer,
+# the first stage's layers times PP micro-batches in flight, over TP). Megatron's parameter count gives
+# each layer two LayerNorms with biases and divides them by TP; mt's RMSNorm weights have no bias and
+# every tensor rank holds them whole: the difference, exactly. mt keeps them in fp32 besides (the
+# distributed optimizer's working copy is bf16). Megatron's activation formula predates gated MLPs: mt
+# keeps SwiGLU's gate and up products (2 ffn / h more a layer than its 4 ffn / h counts), so within 10%.
+llama="--num-layers 32 --hidden-size 4096 --num-attention-heads 32 --group-query-attention --num-query-groups 8
+    --ffn-hidden-size 11008 --swiglu --normalization RMSNorm --position-embedding-type rope
+    --untie-embeddings-and-output-weights --disable-bias-linear --seq-length 4096 --max-position-embeddings 4096
+    --tokenizer-type NullTokenizer --vocab-size 31999 --micro-batch-size 1 --global-batch-size 256 --train-iters 1
+    --lr 1e-4 --bf16 --use-distributed-optimizer --sequence-parallel --tensor-model-parallel-size 8
+    --pipeline-model-parallel-size 4"
+# shellcheck disable=SC2086
+if timeout 30 mt-train $llama --dry-run --world-size 256 >"$d/ll" 2>"$d/ll.err" && $py - "$d/ll" >"$d/llc" 2>&1 <<'PYEOF'
+import re, sys
+text = open(sys.argv[1]).read()
+n = int(re.search(r"model parallel rank \(0, 0\): (\d+)", text).group(1))
+m = re.search(r"\[Rank 0\] memory \(MB\) \| parameters: ([\d.]+) \| gradients: ([\d.]+) \| optimizer: ([\d.]+) \| activations: ([\d.]+)", text)
+pb, gb, ob, ab = (float(x) for x in m.groups())
+s, b, h, a, g, ffn, L, t, pp, dp, V = 4096, 1, 4096, 32, 8, 11008, 32, 8, 4, 8, 32768
+# Megatron's parameters: 2 L h^2 ((1 + g / a) q + ffn / h x 3/2 + 2 / h + 1 / (L h)), q = kv_channels a / h = 1
+layers = 2 * L * h * h * ((1 + g / a) + ffn / h * 1.5 + 2 / h + 1 / (L * h))
+most_loaded = (layers / pp + V * h) / t
+norms_mt, norms_meg = (L // pp) * 2 * h, ((L // pp) * 4 * h + 2 * h / pp) / t
+assert n == most_loaded - norms_meg + norms_mt, (n, most_loaded, norms_meg, norms_mt)
+mb = 2.0 ** 20
+meg_w = most_loaded * (6 + 12 / dp) / mb
+kept = (L // pp) * 2 * h
+mine = pb + gb + ob
+assert abs(mine - ((6 + 12 / dp) * n + 4 * kept) / mb) < 0.2, (mine, n, kept)
+act = s * b * h * (18 + 4 * ffn / h) * L / t / mb   # (L / pp) layers x pp micro-batches in flight
+assert abs(ab / act - 1) <= 0.10, (ab, act)
+print("parameters %d = Megatron's %.0f less its norms over TP plus mt's whole; weights and optimizer %.1f MB, Megatron %.1f (%+.2f%%); activations %.1f MB, Megatron %.1f (%.3f)"
+      % (n, most_loaded, mine, meg_w, 100 * (mine / meg_w - 1), ab, act, ab / act))
+PYEOF
+then t_pass "Llama-7B-like GQA, TP=8 PP=4 DP=8 SP: the first stage against Megatron's formulas ($(cat "$d/llc"))"
+else t_fail "Llama-7B-like plan against Megatron's formulas" "$(tail -2 "$d/ll.err" "$d/llc" 2>/dev/null)"; fi
+
 # the planner reads no data: without --data-path the plan is the same, line for line (training still
 # needs it)
 nodata=${base/"--data-path $d/data --data-cache-path $d/cache"/}

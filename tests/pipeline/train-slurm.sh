@@ -94,6 +94,14 @@ elif grep -q -- 'use srun --mpi=pmix' "$d/r.err" && [ ! -e "$d/refused" ]; then 
 else t_fail "srun --mpi=none refused" "$(head -c 300 "$d/r.err")"; fi
 [ "$(grep -c 'use srun --mpi=pmix' "$d/r.err")" = 1 ] && t_pass "srun --mpi=none -n 2: the refusal printed once (by task 0)" ||
     t_fail "srun --mpi=none: the refusal once" "$(head -c 400 "$d/r.err")"
+# the same with task 0 started a second after task 1 (as on a loaded machine): srun -K1 ends the step at
+# the first failed task, so the other tasks must not end before task 0 has said why
+# shellcheck disable=SC2016,SC2086
+run_srun --mpi=none -n 2 bash -c '[ "$SLURM_PROCID" = 0 ] && sleep 1; exec "$@"' late mt-train $args --save "$d/refused" \
+    >"$d/r2.log" 2>"$d/r2.err"
+[ "$(grep -c 'use srun --mpi=pmix' "$d/r2.err")" = 1 ] && [ ! -e "$d/refused" ] &&
+    t_pass "srun --mpi=none -n 2, task 0 a second late: the refusal still printed once, nothing written" ||
+    t_fail "srun --mpi=none, task 0 late: the refusal once" "$(head -c 400 "$d/r2.err")"
 
 # errors (rank-errors.sh has them under mpirun): a missing dataset, every rank's, is printed once in the plain
 # form and every task exits 1; an error of task 1 only (its MT_TRACE_SAMPLES file is a directory) is printed

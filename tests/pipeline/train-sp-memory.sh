@@ -3,7 +3,7 @@
 # every region between the products (the residual stream, the LayerNorm outputs and their statistics, the
 # final LayerNorm's output), and the backward pass gathers the LayerNorm outputs again for the weight
 # gradients of the products they feed, as Megatron does. Checked three ways:
-#   - GPT-3 175B at TP=8 PP=16 (--dry-run): the first stage's activations are within 10% of Megatron's
+#   - GPT-3 175B at TP=8 PP=16 (--dry-run): the first stage's activations are at most 10% above Megatron's
 #     theoretical_memory_usage.py figure, computed here from its formula; and what one more layer adds
 #     per micro-batch in flight is exactly Megatron's 34 s b h / t bytes less what mt does not keep, plus
 #     the fp32 statistics it keeps that Megatron's formula leaves out;
@@ -44,9 +44,9 @@ if timeout 30 mt-train $(g3 96) >"$d/g96" 2>"$d/g96.err" && timeout 30 mt-train 
     # output in the backward pass) and the two dropout masks (mt draws them again from its counter-based
     # generator): 24. It keeps besides, per layer, the attention's log-sum-exp (fp32, per head and token)
     # and the LayerNorms' means and reciprocal deviations (fp32, two each per token); and per micro-batch
-    # in flight the stage's output and its scratch buffers (three [N, h] buffers with every token, the
-    # gradients' and products' scratch), which Megatron's formula does not count, while mt keeps no
-    # embedding dropout mask and no token ids beyond the micro-batch's. These roughly cancel at this shape.
+    # in flight the stage's output and its own [N, h] scratch (the gradient exchanged with the stages
+    # around it), and once for all of them the products' scratch, which Megatron's formula does not count,
+    # while mt keeps no embedding dropout mask and no token ids beyond the micro-batch's.
     if $py - "$a96" "$a48" >"$d/g3c" 2>&1 <<'PYEOF'
 import sys
 a96, a48 = float(sys.argv[1]), float(sys.argv[2])
@@ -56,7 +56,9 @@ meg = s * b * h * (18 + 4 * ffn / h) * L + 8 * s * b * pp + s * b * h * pp
 meg *= min(1, M / pp)
 meg /= t
 ratio = a96 / (meg / mb)
-assert abs(ratio - 1) <= 0.10, "mt %.1f MB against Megatron's %.1f MB: %.3f" % (a96, meg / mb, ratio)
+# never more than 10% above Megatron's; below it by what mt does not keep (24 of the 34 s b h / t a layer:
+# at most 24 / 34 = 0.71 of it), the micro-batches in flight sharing their scratch
+assert 24 / 34 - 0.02 <= ratio <= 1.10, "mt %.1f MB against Megatron's %.1f MB: %.3f" % (a96, meg / mb, ratio)
 # 48 -> 96 layers: 3 more on the first stage, for each of its min(PP, M) micro-batches in flight
 layer = (34 - 8 - 2) * s * b * h / t + 4 * s * b * (a // t) + 4 * 4 * s * b // t
 want = min(pp, M) * (96 - 48) // pp * layer / mb
