@@ -116,8 +116,28 @@ int mt_st_write(const char *path, const mt_st_tensor *t, int n, const mt_st_kv *
     return mt_st_write_fill(path, t, n, meta, n_meta, NULL, NULL, e);
 }
 
+/* mt_st_write_fill's callback as a range callback: the whole tensor at once. */
+typedef struct whole_fill {
+    mt_st_fill_fn fill;
+    void *ctx;
+} whole_fill;
+
+static int fill_whole(void *ctx, int index, size_t off, void *buf, size_t nbytes, mt_err *e)
+{
+    const whole_fill *w = ctx;
+    (void)off;
+    return w->fill(w->ctx, index, buf, nbytes, e);
+}
+
 int mt_st_write_fill(const char *path, const mt_st_tensor *t, int n, const mt_st_kv *meta, int n_meta,
                      mt_st_fill_fn fill, void *ctx, mt_err *e)
+{
+    whole_fill w = {fill, ctx};
+    return mt_st_write_ranges(path, t, n, meta, n_meta, fill ? fill_whole : NULL, &w, 0, e);
+}
+
+int mt_st_write_ranges(const char *path, const mt_st_tensor *t, int n, const mt_st_kv *meta, int n_meta,
+                       mt_st_fill_range_fn fill, void *ctx, size_t chunk, mt_err *e)
 {
     void *buf = NULL;
     if (n < 0 || n_meta < 0) return mt_err_set(e, "%s: negative tensor or metadata count", path);
@@ -216,25 +236,31 @@ int mt_st_write_fill(const char *path, const mt_st_tensor *t, int n, const mt_st
         mt_out_abort(&o);
         goto out;
     }
+    if (chunk) chunk &= ~(size_t)7;   /* whole elements of every dtype */
     if (fill) {
         uint64_t most = 0;
         for (int i = 0; i < n; i++)
             if (!t[i].data && nbytes[i] > most) most = nbytes[i];
+        if (chunk && most > chunk) most = chunk;
         buf = mt_xmalloc(most ? (size_t)most : 1);
     }
     for (int k = 0; k < n; k++) {
         int i = order[k];
-        const void *src = t[i].data;
-        if (!src && fill && nbytes[i]) {
-            if (fill(ctx, i, buf, (size_t)nbytes[i], e)) {
+        if (t[i].data || !fill) {
+            if (mt_out_write(&o, t[i].data, (size_t)nbytes[i], e)) {
                 mt_out_abort(&o);
                 goto out;
             }
-            src = buf;
+            continue;
         }
-        if (mt_out_write(&o, src, (size_t)nbytes[i], e)) {
-            mt_out_abort(&o);
-            goto out;
+        for (uint64_t at = 0; at < nbytes[i];) {
+            size_t len = (size_t)(nbytes[i] - at);
+            if (chunk && len > chunk) len = chunk;
+            if (fill(ctx, i, (size_t)at, buf, len, e) || mt_out_write(&o, buf, len, e)) {
+                mt_out_abort(&o);
+                goto out;
+            }
+            at += len;
         }
     }
     if (mt_out_commit(&o, e)) goto out;

@@ -97,6 +97,13 @@ typedef int (*mt_st_fill_fn)(void *ctx, int index, void *buf, size_t nbytes, mt_
 int mt_st_write_fill(const char *path, const mt_st_tensor *t, int n, const mt_st_kv *meta, int n_meta,
                      mt_st_fill_fn fill, void *ctx, mt_err *e);
 
+/* As mt_st_write_fill with a bounded buffer: a tensor without data is produced in pieces of at most chunk
+ * bytes (rounded down to a multiple of 8; 0: the whole tensor), fill writing bytes off .. off + nbytes - 1
+ * of its data into buf. The writer holds one buffer of chunk bytes. */
+typedef int (*mt_st_fill_range_fn)(void *ctx, int index, size_t off, void *buf, size_t nbytes, mt_err *e);
+int mt_st_write_ranges(const char *path, const mt_st_tensor *t, int n, const mt_st_kv *meta, int n_meta,
+                       mt_st_fill_range_fn fill, void *ctx, size_t chunk, mt_err *e);
+
 /* The tensor called name, or NULL. */
 const mt_st_info *mt_st_find(const mt_st_file *f, const char *name);
 /* The metadata value for key, or NULL. */
