@@ -8,8 +8,7 @@
  * it: bf16/fp16 on more than one data-parallel rank) of hi_r - lo_r elements and the metadata "offset"
  * (lo_r), "numel" (all parameters), "dp_rank" and "dp_size". meta.json's "optimizer" object gets
  * "distributed": {"dp_size": N, "shard_offsets": [lo_0, ..., lo_N-1, numel]} (each rank directory its
- * own). How the ranks agree on a
- * save is the trainer's (train/ckpt_write.h).
+ * own). How the ranks agree on a save is the trainer's (train/ckpt_write.h).
  *
  * Loading reads ranges of the flat buffer from the shard files that hold them (whatever data-parallel
  * size wrote them), so a run continues with any data-parallel size and with or without the distributed
