@@ -26,12 +26,12 @@ base="--num-layers $L --hidden-size $H --num-attention-heads 4 --seq-length $S -
       --split 100,0,0 --seed 77 --data-path $d/data --data-cache-path $d/cache"
 # shellcheck disable=SC2086
 mt-train $base --train-iters 1 >/dev/null 2>&1   # the index cache, once
-# run NAME TP PP ITERS FLAGS...: 8 ranks
+# run NAME TP PP ITERS FLAGS...: 8 ranks (a job that hangs is stopped after 300 s)
 run() {
     local n=$1 tp=$2 pp=$3 it=$4
     shift 4
     # shellcheck disable=SC2086
-    mpirun $T_MPI_ROOT --oversubscribe -np 8 mt-train $base --tensor-model-parallel-size "$tp" \
+    timeout 300 mpirun $T_MPI_ROOT --oversubscribe -np 8 mt-train $base --tensor-model-parallel-size "$tp" \
         --pipeline-model-parallel-size "$pp" --train-iters "$it" --metrics-file "$d/$n.jsonl" "$@" >"$d/$n.log" 2>"$d/$n.err"
 }
 
@@ -115,18 +115,24 @@ for mode in plain dist; do
     out=$(same $mode $mode-r 3 0 2>&1) && t_pass "$mode: resumed on the same layout, losses and grad norms bit for bit ($out iterations)" \
         || t_fail "$mode: bit-exact resume" "$out"
     # a rank that dies during the save of iteration 6 (rank 5 only: test hook MT_CKPT_CRASH_AFTER=1, after its
-    # first file): the others write theirs, but nothing is committed: the tracker still names 3
+    # first file), or whose write fails (rank 5 under a 200 kB file-size limit, SIGXFSZ ignored: EFBIG) while
+    # the others write theirs: nothing is committed, the tracker still names 3
     if [ $mode = plain ]; then
-        cp -a "$d/ck-$mode" "$d/ck-die"
-        echo 3 >"$d/ck-die/latest_checkpointed_iteration.txt"
-        rm -rf "$d/ck-die/iter_0000006"
-        one="$base --tensor-model-parallel-size 2 --pipeline-model-parallel-size 2 --train-iters 6 --load $d/ck-die --save $d/ck-die --save-interval 3"
-        # shellcheck disable=SC2086
-        mpirun $T_MPI_ROOT --oversubscribe -np 5 mt-train $one : -np 1 env MT_CKPT_CRASH_AFTER=1 mt-train $one : \
-            -np 2 mt-train $one >"$d/die.log" 2>"$d/die.err"
-        [ "$(cat "$d/ck-die/latest_checkpointed_iteration.txt")" = 3 ] && [ ! -e "$d/ck-die/iter_0000006" ] \
-            && t_pass "$mode: rank 5 killed mid-save: iteration 6 is not committed, the tracker names 3" \
-            || t_fail "$mode: a rank dies mid-save" "tracker $(cat "$d/ck-die/latest_checkpointed_iteration.txt"), $(ls "$d/ck-die")"
+        for how in dies fails; do
+            rm -rf "$d/ck-die"; cp -a "$d/ck-$mode" "$d/ck-die"
+            echo 3 >"$d/ck-die/latest_checkpointed_iteration.txt"
+            rm -rf "$d/ck-die/iter_0000006"
+            one="$base --tensor-model-parallel-size 2 --pipeline-model-parallel-size 2 --train-iters 6 --load $d/ck-die --save $d/ck-die --save-interval 3"
+            victim="env MT_CKPT_CRASH_AFTER=1 mt-train"
+            [ $how = fails ] && victim="bash -c 'ulimit -f 200; trap \"\" XFSZ; exec mt-train \"\$@\"' mt-train"
+            # shellcheck disable=SC2086
+            eval timeout 300 mpirun $T_MPI_ROOT --oversubscribe -np 5 mt-train $one : -np 1 $victim $one : \
+                -np 2 mt-train $one >"$d/die.log" 2>"$d/die.err"
+            [ "$(cat "$d/ck-die/latest_checkpointed_iteration.txt")" = 3 ] && [ ! -e "$d/ck-die/iter_0000006" ] &&
+                { [ $how = dies ] || grep -q "iter_0000006.tmp-.*File too large" "$d/die.err"; } \
+                && t_pass "$mode: rank 5 $how mid-save: iteration 6 is not committed, the tracker names 3" \
+                || t_fail "$mode: a rank $how mid-save" "tracker $(cat "$d/ck-die/latest_checkpointed_iteration.txt"), $(ls "$d/ck-die"), $(grep -v '^ckpt' "$d/die.err" | head -3)"
+        done
     fi
     # another layout: TP 1 x PP 2 x DP 4 (fp32 only: bf16 runs of two layouts differ by more than 1e-5)
     if [ $mode = plain ]; then
