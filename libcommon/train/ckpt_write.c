@@ -375,7 +375,10 @@ int mt_trainer_save(mt_trainer *t, FILE *log, mt_err *e)
     int lead = t->world->rank == 0 && log;
     if (t->a.async_save) {
         job_copy_aside(j);
-        if (mtk_status(t->k, e)) return -1;
+        if (mtk_status(t->k, e)) {
+            job_free(j);
+            return -1;
+        }
         if (lead) {
             fprintf(log, "saving checkpoint at iteration %7lld to %s in the background\n", (long long)t->iteration, t->a.save);
             fflush(log);

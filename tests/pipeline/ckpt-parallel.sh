@@ -7,9 +7,10 @@
 # the save stays within its RSS before it plus the stated staging bound (3 MiB; a funnel to rank 0 would add
 # every rank's state, 4x more than rank 0's own). A resume on the same layout reads exactly its own slices
 # (parameters and its part of the moments) and logs the uninterrupted run's losses bit for bit; a resume at
-# TP 1 x PP 2 x DP 4 reads its own (other) slices and logs the same losses within 1e-5. --async-save logs
-# when the background write began and ended and gives the synchronous run's losses and checkpoint files
-# byte for byte. A rank killed during a save leaves the previous checkpoint the latest.
+# TP 1 x PP 2 x DP 4 or TP 2 x PP 1 x DP 4 reads its own (other) slices and logs the same losses within
+# 1e-5. --async-save logs when the background write began and ended and gives the synchronous run's losses
+# and checkpoint files byte for byte. A rank that dies or fails during a save leaves the previous
+# checkpoint the latest.
 . "$(dirname "$0")/../lib.sh"
 py=/usr/bin/python3
 d=$T_TMP
@@ -134,13 +135,18 @@ for mode in plain dist; do
                 || t_fail "$mode: a rank $how mid-save" "tracker $(cat "$d/ck-die/latest_checkpointed_iteration.txt"), $(ls "$d/ck-die"), $(grep -v '^ckpt' "$d/die.err" | head -3)"
         done
     fi
-    # another layout: TP 1 x PP 2 x DP 4 (fp32 only: bf16 runs of two layouts differ by more than 1e-5)
+    # other layouts: TP 1 x PP 2 x DP 4 and TP 2 x PP 1 x DP 4 (fp32 only: bf16 runs of two layouts differ by
+    # more than 1e-5)
     if [ $mode = plain ]; then
-        run $mode-x 1 2 6 --load "$d/ck-$mode" || t_fail "$mode: resume at TP 1 PP 2 DP 4" "$(tail -3 "$d/$mode-x.err")"
-        out=$($py "$d/share.py" "$d/ck-$mode" 3 1 2 4 0 0 "$d/$mode-x.err" load 2>&1) \
-            && t_pass "$mode: at TP 1 x PP 2 x DP 4 a rank reads its own slices of a TP 2 checkpoint" || t_fail "$mode: bytes read, resharded" "$out"
-        out=$(same $mode $mode-x 3 1e-5 2>&1) && t_pass "$mode: resumed at TP 1 x PP 2 x DP 4 with the same losses (1e-5)" \
-            || t_fail "$mode: resharded resume" "$out"
+        for x in "1 2" "2 1"; do
+            read -r xt xp <<<"$x"
+            run $mode-x$xt$xp "$xt" "$xp" 6 --load "$d/ck-$mode" || t_fail "$mode: resume at TP $xt PP $xp DP 4" "$(tail -3 "$d/$mode-x$xt$xp.err")"
+            out=$($py "$d/share.py" "$d/ck-$mode" 3 "$xt" "$xp" 4 0 0 "$d/$mode-x$xt$xp.err" load 2>&1) \
+                && t_pass "$mode: at TP $xt x PP $xp x DP 4 a rank reads its own slices of the TP 2 x PP 2 checkpoint" \
+                || t_fail "$mode: bytes read at TP $xt PP $xp" "$out"
+            out=$(same $mode $mode-x$xt$xp 3 1e-5 2>&1) && t_pass "$mode: resumed at TP $xt x PP $xp x DP 4 with the same losses (1e-5)" \
+                || t_fail "$mode: resume at TP $xt PP $xp" "$out"
+        done
     fi
     # --async-save: the same losses and checkpoint files as the synchronous run
     # shellcheck disable=SC2086
