@@ -50,9 +50,5 @@ void mt_dist_shards_close(mt_dist_shards *s);
 /* Elements first .. first + count - 1 of the flat buffer's exp_avg (which 0), exp_avg_sq (1) or fp32
  * master (2) into dst, read with pread from the shards that hold them; *bytes counts the bytes read. */
 int mt_dist_shards_read(mt_dist_shards *s, int which, size_t first, size_t count, float *dst, uint64_t *bytes, mt_err *e);
-/* Elements first .. first + count - 1 of tensor t of file f (F32, or F16/BF16 widened) into dst with pread
- * (*fd: the file opened at the first read, -1 before); *bytes counts the bytes read. */
-int mt_st_pread_f32(const mt_st_file *f, int *fd, const mt_st_info *t, size_t first, size_t count, float *dst,
-                    uint64_t *bytes, mt_err *e);
 
 #endif

@@ -1,6 +1,8 @@
 /* safetensors.c: safetensors writer and validating reader (see safetensors.h). */
 #include "io/safetensors.h"
 
+#include <errno.h>
+#include <fcntl.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -496,4 +498,35 @@ void mt_st_drop(const mt_st_file *f, const mt_st_info *t)
     long page = sysconf(_SC_PAGESIZE);
     uintptr_t a = (uintptr_t)t->data & ~(uintptr_t)(page - 1), b = (uintptr_t)t->data + t->nbytes;
     madvise((void *)a, b - a, MADV_DONTNEED);   /* a read-only file mapping: the pages come back from the file */
+}
+
+int mt_st_pread_f32(const mt_st_file *f, int *fd, const mt_st_info *t, size_t first, size_t count, float *dst,
+                    uint64_t *bytes, mt_err *e)
+{
+    int es = mt_st_dtype_bits(t->dtype) / 8;
+    if (t->dtype != MT_ST_F32 && t->dtype != MT_ST_BF16 && t->dtype != MT_ST_F16)
+        return mt_err_set(e, "%s: tensor '%s' is %s, not F32, F16 or BF16", f->path, t->name, mt_st_dtype_name(t->dtype));
+    if (first + count > (size_t)t->numel) return mt_err_set(e, "%s: tensor '%s': elements beyond its end", f->path, t->name);
+    if (*fd < 0 && (*fd = open(f->path, O_RDONLY | O_CLOEXEC)) < 0) return mt_err_sys(e, "%s", f->path);
+    size_t nb = count * (size_t)es;
+    unsigned char *buf = t->dtype == MT_ST_F32 ? (unsigned char *)dst : mt_xmalloc(nb ? nb : 1);
+    off_t at = (off_t)(8 + f->header_len + t->begin + first * (size_t)es);
+    int rc = 0;
+    for (size_t got = 0; got < nb;) {
+        ssize_t r = pread(*fd, buf + got, nb - got, at + (off_t)got);
+        if (r < 0 && errno == EINTR) continue;
+        if (r <= 0) {
+            rc = r < 0 ? mt_err_sys(e, "%s: read", f->path) : mt_err_set(e, "%s: ends before tensor '%s' does", f->path, t->name);
+            break;
+        }
+        got += (size_t)r;
+    }
+    if (!rc && t->dtype != MT_ST_F32) {
+        mt_st_info part = *t;
+        part.data = buf, part.numel = (int64_t)count, part.nbytes = nb;
+        mt_st_to_f32(&part, dst);
+    }
+    if (buf != (unsigned char *)dst) free(buf);
+    if (!rc && bytes) *bytes += nb;
+    return rc;
 }

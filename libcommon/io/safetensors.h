@@ -110,6 +110,11 @@ const mt_st_info *mt_st_find(const mt_st_file *f, const char *name);
 const char *mt_st_meta(const mt_st_file *f, const char *key);
 /* Widens a float tensor (F32, F16 or BF16, exactly) to float32 in dst; -1 for any other dtype. */
 int mt_st_to_f32(const mt_st_info *t, float *dst);
+/* Elements first .. first + count - 1 of tensor t of file f (F32, or F16/BF16 widened) into dst, read with
+ * pread(2) rather than through the mapping (*fd: the file, opened at the first read; -1 before; the caller
+ * closes it); *bytes (when not NULL) counts the bytes read. 0, or -1 with e set. */
+int mt_st_pread_f32(const mt_st_file *f, int *fd, const mt_st_info *t, size_t first, size_t count, float *dst,
+                    uint64_t *bytes, mt_err *e);
 /* Lets the kernel drop t's pages from this process's memory after it was read (they are read again
  * from the file if touched): converting a model tensor by tensor then needs memory for one tensor. */
 void mt_st_drop(const mt_st_file *f, const mt_st_info *t);
