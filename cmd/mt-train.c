@@ -101,8 +101,17 @@ static void save_checkpoint(run *r)
 {
     mt_err e;
     if (mt_trainer_params_ready(&r->t, &e) || mt_trainer_save(&r->t, stdout, &e)) mt_die_err(&e);
-    /* the job goes on (or ends) only when the checkpoint is complete */
-    if (mt_barrier(r->world, &e)) mt_die_err(&e);
+    /* the job goes on (or ends) only when the checkpoint is complete; an --async-save write is committed
+     * later (wait_saves) */
+    if (!r->t.a.async_save && mt_barrier(r->world, &e)) mt_die_err(&e);
+}
+
+/* An --async-save write in progress: finished and committed before the job stops. */
+static void wait_saves(run *r)
+{
+    mt_err e;
+    if (!r->t.save_job) return;
+    if (mt_trainer_save_wait(&r->t, stdout, &e) || mt_barrier(r->world, &e)) mt_die_err(&e);
 }
 
 /* ---- evaluation ---- */
@@ -305,6 +314,8 @@ static int train(run *r)
         if (t->iteration % t->a.log_interval == 0) log_iteration(r, &iv, &s);
         if (t->a.eval_iters > 0 && t->iteration % t->a.eval_interval == 0 && t->data.split[MT_SPLIT_VALID].present)
             evaluate_and_print(r, MT_SPLIT_VALID, MT_EVAL_DURING, t->a.eval_iters);
+        /* an --async-save write is committed at the first iteration end after every rank's has ended */
+        if (t->save_job && mt_trainer_save_poll(t, stdout, &e) < 0) mt_die_err(&e);
         if (t->a.save && t->a.save_interval && t->iteration % t->a.save_interval == 0) save_checkpoint(r);
         int stop = 0, sig, late;
         stop_flags(r, start, &sig, &late);
@@ -320,6 +331,7 @@ static int train(run *r)
         }
         if (stop) {
             if (t->a.save && t->last_saved != t->iteration) save_checkpoint(r);
+            wait_saves(r);
             return 1;
         }
     }
@@ -466,6 +478,7 @@ int main(int argc, char **argv)
         printf("training ...\n");
         stopped = train(&r);
         if (!stopped && a.save && t->iteration != 0 && t->last_saved != t->iteration) save_checkpoint(&r);
+        wait_saves(&r);
     }
     if (!stopped && a.eval_iters > 0) {
         if (t->data.split[MT_SPLIT_VALID].present) evaluate_and_print(&r, MT_SPLIT_VALID, MT_EVAL_FINAL_VALID, a.eval_iters);

@@ -52,11 +52,12 @@ static void step_done(crash_hook *h)
     if (h->crash_after >= 0 && h->steps++ >= h->crash_after) _exit(99);
 }
 
-/* mt_st_write_fill's callback: a tensor saved without data is produced by its own fill function. */
-static int fill_tensor(void *ctx, int index, void *buf, size_t nbytes, mt_err *e)
+/* mt_st_write_ranges's callback: a tensor saved without data is produced by its own fill function, whole,
+ * or in pieces by its fill_range. */
+static int fill_tensor(void *ctx, int index, size_t off, void *buf, size_t nbytes, mt_err *e)
 {
     const mt_ckpt_tensor *t = (const mt_ckpt_tensor *)ctx + index;
-    (void)nbytes;
+    if (t->fill_range) return t->fill_range(t->fill_ctx, t, off / sizeof(float), nbytes / sizeof(float), buf, e);
     return t->fill(t->fill_ctx, t, buf, e);
 }
 
@@ -69,7 +70,7 @@ static int write_tensors(const char *path, const mt_ckpt_tensor *t, int n, mt_er
             return mt_err_set(e, "%s: tensor '%s': %d dimensions (0..%d supported)", path, t[i].name ? t[i].name : "",
                               t[i].ndim, MT_CKPT_MAXDIM);
         }
-        if (!t[i].data && !t[i].fill) {
+        if (!t[i].data && !t[i].fill && !t[i].fill_range) {
             free(st);
             return mt_err_set(e, "%s: tensor '%s': no data", path, t[i].name ? t[i].name : "");
         }
@@ -80,7 +81,11 @@ static int write_tensors(const char *path, const mt_ckpt_tensor *t, int n, mt_er
         st[i].data = t[i].data;
     }
     static const mt_st_kv meta[] = {{"format", "pt"}};
-    int rc = mt_st_write_fill(path, st, n, meta, 1, fill_tensor, (void *)t, e);
+    /* pieces of MT_CKPT_CHUNK_BYTES when every tensor without data has a fill_range */
+    size_t chunk = MT_CKPT_CHUNK_BYTES;
+    for (int i = 0; i < n; i++)
+        if (!t[i].data && !t[i].fill_range) chunk = 0;
+    int rc = mt_st_write_ranges(path, st, n, meta, 1, fill_tensor, (void *)t, chunk, e);
     free(st);
     return rc;
 }
@@ -115,8 +120,14 @@ void mt_ckpt_rank_name(char *buf, size_t cap, int tp_rank, int pp_rank, int pp_s
     else snprintf(buf, cap, "mp_rank_%02d", tp_rank);
 }
 
-/* Writes one rank's files into tmp/<name>. */
+/* Writes one rank's files into tmp/<name> (which may exist when shared, else is created). */
+static int save_rank_in(const char *tmp, const mt_ckpt_rank *k, crash_hook *hook, int shared, mt_err *e);
 static int save_rank(const char *tmp, const mt_ckpt_rank *k, crash_hook *hook, mt_err *e)
+{
+    return save_rank_in(tmp, k, hook, 0, e);
+}
+
+static int save_rank_in(const char *tmp, const mt_ckpt_rank *k, crash_hook *hook, int shared, mt_err *e)
 {
     char *rank = mt_path_join(tmp, k->name);
     char *model_path = mt_path_join(rank, "model.safetensors"), *optim_path = mt_path_join(rank, "optim.safetensors"),
@@ -127,7 +138,7 @@ static int save_rank(const char *tmp, const mt_ckpt_rank *k, crash_hook *hook, m
         mt_err_set(e, "%s: checkpoint metadata is not a JSON object", rank);
         goto out;
     }
-    if (mkdir(rank, 0755)) {
+    if (mkdir(rank, 0755) && !(shared && errno == EEXIST)) {
         mt_err_sys(e, "cannot create directory %s", rank);
         goto out;
     }
@@ -214,6 +225,82 @@ out:
     free(tracker);
     return rc;
 }
+
+/* ---- a save written by many processes ---- */
+
+static crash_hook part_hook = {-1, 0};
+
+void mt_ckpt_part_arm(void)
+{
+    const char *c = getenv("MT_CKPT_CRASH_AFTER");
+    part_hook.crash_after = c && *c ? atoi(c) : -1;
+    part_hook.steps = 0;
+}
+
+void mt_ckpt_part_step(void) { step_done(&part_hook); }
+
+char *mt_ckpt_part_begin(const char *save_dir, int64_t iteration, mt_err *e)
+{
+    if (iteration < 0) {
+        mt_err_set(e, "%s: cannot save iteration %" PRId64, save_dir, iteration);
+        return NULL;
+    }
+    if (mt_mkdir_p(save_dir, e)) return NULL;
+    remove_stale(save_dir);
+    char *name = iter_name(iteration), *final = mt_path_join(save_dir, name);
+    char *tmp = mt_tmp_save_path(final, "");
+    free(name);
+    free(final);
+    if (mkdir(tmp, 0755)) {
+        mt_err_sys(e, "cannot create directory %s", tmp);
+        free(tmp);
+        return NULL;
+    }
+    return tmp;
+}
+
+int mt_ckpt_part_dir(const char *tmp, const char *rank_name, char **out, mt_err *e)
+{
+    char *rank = mt_path_join(tmp, rank_name);
+    if (mkdir(rank, 0755) && errno != EEXIST) {
+        mt_err_sys(e, "cannot create directory %s", rank);
+        free(rank);
+        return -1;
+    }
+    *out = rank;
+    return 0;
+}
+
+int mt_ckpt_part_write_rank(const char *tmp, const mt_ckpt_rank *k, mt_err *e)
+{
+    return save_rank_in(tmp, k, &part_hook, 1, e);
+}
+
+int mt_ckpt_part_sync_dir(const char *dir, mt_err *e) { return fsync_dir(dir, e); }
+
+int mt_ckpt_part_commit(const char *save_dir, int64_t iteration, const char *tmp, mt_err *e)
+{
+    char *name = iter_name(iteration), *final = mt_path_join(save_dir, name);
+    char *tracker = mt_path_join(save_dir, MT_CKPT_TRACKER);
+    int rc = -1, old_at_tmp = 0;
+    if (fsync_dir(tmp, e)) goto out;
+    if (install_dir(tmp, final, &old_at_tmp, e) || fsync_dir(save_dir, e)) goto out;
+    step_done(&part_hook);
+    if (old_at_tmp) mt_rm_rf(tmp);
+    char num[32];
+    snprintf(num, sizeof num, "%" PRId64, iteration);
+    if (mt_out_write_text(tracker, num, e)) goto out;
+    step_done(&part_hook);
+    rc = 0;
+out:
+    if (rc && !old_at_tmp) mt_rm_rf(tmp);
+    free(name);
+    free(final);
+    free(tracker);
+    return rc;
+}
+
+void mt_ckpt_part_abandon(const char *tmp) { mt_rm_rf(tmp); }
 
 int mt_ckpt_save(const char *save_dir, int64_t iteration, const mt_ckpt_tensor *model, int n_model,
                  const mt_ckpt_tensor *optim, int n_optim, json_t *meta, mt_err *e)

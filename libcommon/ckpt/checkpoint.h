@@ -50,7 +50,14 @@ typedef struct mt_ckpt_tensor {
     const float *data;
     int (*fill)(void *fill_ctx, const struct mt_ckpt_tensor *t, float *dst, mt_err *e);
     void *fill_ctx;
+    /* or, with data NULL, elements first .. first + count - 1 (C order) into dst, in pieces of at most
+     * MT_CKPT_CHUNK_BYTES: a file is then written through one buffer of that size */
+    int (*fill_range)(void *fill_ctx, const struct mt_ckpt_tensor *t, size_t first, size_t count, float *dst,
+                      mt_err *e);
 } mt_ckpt_tensor;
+
+/* The piece a file of tensors with fill_range is written in (the save's staging buffer). */
+#define MT_CKPT_CHUNK_BYTES ((size_t)1 << 20)
 
 enum { MT_CKPT_MODEL = 0, MT_CKPT_OPTIM = 1 };
 
@@ -80,6 +87,29 @@ int mt_ckpt_save_ranks(const char *save_dir, int64_t iteration, const mt_ckpt_ra
 typedef int (*mt_ckpt_fill)(const char *tmp, void *arg, mt_err *e);
 int mt_ckpt_save_ranks_ex(const char *save_dir, int64_t iteration, const mt_ckpt_rank *ranks, int n_ranks,
                           mt_ckpt_fill fill, void *arg, mt_err *e);
+
+/* A save written by the ranks of a job in parallel (train/train_ckpt.c), each its own files:
+ *   mt_ckpt_part_arm           every rank, at the start of a save: the MT_CKPT_CRASH_AFTER hook's count
+ *                              starts again (mt_ckpt_part_step counts a step of the caller's own)
+ *   mt_ckpt_part_begin         one rank: creates the temporary "<save>/iter_%07d.tmp-<tag>-<pid>" (removing
+ *                              stale ones); returns it (the caller frees it), NULL with e set
+ *   mt_ckpt_part_dir           any rank: tmp/<rank_name>, created unless it exists; *out the path (freed by
+ *                              the caller)
+ *   mt_ckpt_part_write_rank    a rank directory's model, optim and meta.json files (as mt_ckpt_save_ranks),
+ *                              its directory fsynced; other processes may add files to it
+ *   mt_ckpt_part_sync_dir      fsync of a directory a process added files to
+ *   mt_ckpt_part_commit        one rank, once every rank has written and synced (the caller's agreement):
+ *                              installs tmp as iter_%07d and then writes the tracker; on error tmp is removed
+ *   mt_ckpt_part_abandon       removes tmp (a save the ranks did not all complete)
+ * A crash at any point leaves the tracker naming the previous complete directory. */
+void mt_ckpt_part_arm(void);
+void mt_ckpt_part_step(void);
+char *mt_ckpt_part_begin(const char *save_dir, int64_t iteration, mt_err *e);
+int mt_ckpt_part_dir(const char *tmp, const char *rank_name, char **out, mt_err *e);
+int mt_ckpt_part_write_rank(const char *tmp, const mt_ckpt_rank *k, mt_err *e);
+int mt_ckpt_part_sync_dir(const char *dir, mt_err *e);
+int mt_ckpt_part_commit(const char *save_dir, int64_t iteration, const char *tmp, mt_err *e);
+void mt_ckpt_part_abandon(const char *tmp);
 
 /* Megatron's rank directory name: "mp_rank_TT" with one pipeline stage, "mp_rank_TT_PPP" with more. */
 void mt_ckpt_rank_name(char *buf, size_t cap, int tp_rank, int pp_rank, int pp_size);

@@ -17,7 +17,18 @@ typedef struct mt_ckpt_global {
     mt_layout *l;         /* each rank's layout */
     mt_layout whole;      /* the one-rank layout: global names and shapes */
     float *scratch;       /* the largest slice */
+    /* mt_ckpt_global_read_part's state: each rank's files opened for pread ([2 i + which]), its
+     * distributed-optimizer shards (opened at the first use), and the data bytes read */
+    int *fd;
+    struct mt_dist_shards *shards;
+    signed char *shards_state;   /* 0 not looked at, 1 open, -1 none */
+    uint64_t bytes_read;
 } mt_ckpt_global;
+
+/* Where mt_ckpt_global_read_part takes values from: a file (MT_CKPT_MODEL, MT_CKPT_OPTIM), or the
+ * distributed optimizer's shard files of each rank directory (their fp32 master, or their moments for
+ * MT_CKPT_OPTIM when a rank directory has no optim.safetensors). */
+#define MT_CKPT_MASTER 2
 
 /* Opens the other ranks of the checkpoint first was opened from (load_dir, iteration) for a model of
  * architecture a saved with tensor size tp, pipeline size pp and vp model chunks per stage (the
@@ -30,6 +41,20 @@ void mt_ckpt_global_close(mt_ckpt_global *g);
  * ".exp_avg" or ".exp_avg_sq", NULL for the model) into dst, checking its global shape. */
 int mt_ckpt_global_read(mt_ckpt_global *g, int which, const char *name, const char *suffix, int ndim,
                         const int64_t *shape, float *dst, mt_err *e);
+/* Elements first .. first + count - 1 (C order) of the slice that layout tensor t (a rank of any layout
+ * of the same model: t->whole_name and t's global shape) holds, into dst: only the bytes of those elements
+ * are read (pread) from the ranks that hold them, counted in g->bytes_read. Vocabulary rows beyond the
+ * saved ones are zero. which: MT_CKPT_MODEL, MT_CKPT_OPTIM (suffix ".exp_avg" or ".exp_avg_sq") or
+ * MT_CKPT_MASTER. 0, or -1 with e set. */
+int mt_ckpt_global_read_part(mt_ckpt_global *g, int which, const mt_layout_tensor *t, const char *suffix, size_t first,
+                             size_t count, float *dst, mt_err *e);
+/* Whether every rank directory has the distributed optimizer's shards with the fp32 master (0 or 1), or -1
+ * with e set when its files are unreadable. */
+int mt_ckpt_global_has_master(mt_ckpt_global *g, mt_err *e);
+/* From the headers only: every tensor of every rank's file which belongs to that rank's layout (with
+ * each of suffixes, as mt_ckpt_global_check_all_read): "<file>: unexpected tensor 'x' (and N more)". */
+int mt_ckpt_global_check_names(mt_ckpt_global *g, int which, const char *const *suffixes, mt_err *e);
+
 /* After the reads: every rank's file which holds nothing that was not read, for the names with each of
  * suffixes (NULL-terminated; NULL: the names alone). Replicated copies and the head copies of tied
  * embeddings are compared with the copy that was read. */

@@ -256,6 +256,7 @@ static int open_hf(mt_model_ckpt *mc, const char *load_dir, const mt_model_open_
 int mt_model_open(mt_model_ckpt *mc, const char *load_dir, const mt_model_open_opts *o, mt_err *e)
 {
     memset(mc, 0, sizeof *mc);
+    mc->own_slices = o->expect != NULL;
     int64_t it;
     mt_err probe = {0};
     if (o->iteration == MT_CKPT_LATEST && mt_ckpt_latest(load_dir, &it, &probe) == 1 && mt_hf_dir_is(load_dir)) {
@@ -378,33 +379,11 @@ int mt_model_has_optim(const mt_model_ckpt *mc)
     return !mc->hf && (mt_ckpt_has_optim(mc->reader) || distributed(mc));
 }
 
-/* A moment tensor from the distributed optimizer's shards, reassembled into the flat buffer once. */
-static int read_dist_moment(mt_model_ckpt *mc, const char *name, const char *suffix, int ndim, const int64_t *shape,
-                            float *dst, mt_err *e)
-{
-    const mt_layout *w = &mc->g->whole;
-    if (!mc->flat_m) {
-        mc->flat_m = mt_xmalloc(w->numel * sizeof(float));
-        mc->flat_v = mt_xmalloc(w->numel * sizeof(float));
-        if (mt_dist_optim_read(mc->dir, distributed(mc), w->numel, mc->flat_m, mc->flat_v, e)) return -1;
-    }
-    const mt_layout_tensor *t = mt_layout_find(w, name);
-    if (!t || ndim != t->ndim || (ndim == 2 && shape[1] != t->global_shape[1]) ||
-        (t->kind != MT_T_WORD_EMB && t->kind != MT_T_OUTPUT && shape[0] != t->global_shape[0]))
-        return mt_err_set(e, "%s: the optimizer shards have no tensor '%s' of this shape", mc->dir, name);
-    const float *src = (strcmp(suffix, ".exp_avg") ? mc->flat_v : mc->flat_m) + t->offset;
-    int64_t cols = ndim == 2 ? shape[1] : 1, keep = shape[0] < t->global_shape[0] ? shape[0] : t->global_shape[0];
-    memcpy(dst, src, sizeof(float) * (size_t)(keep * cols));
-    memset(dst + keep * cols, 0, sizeof(float) * (size_t)((shape[0] - keep) * cols));
-    return 0;
-}
-
 int mt_model_read_optim(mt_model_ckpt *mc, const char *name, const char *suffix, int ndim, const int64_t *shape,
                         float *dst, mt_err *e)
 {
     if (mc->hf) return mt_err_set(e, "%s: a Hugging Face directory has no optimizer state", mc->dir);
     if (open_shards(mc, e)) return -1;
-    if (distributed(mc)) return read_dist_moment(mc, name, suffix, ndim, shape, dst, e);
     return mt_ckpt_global_read(mc->g, MT_CKPT_OPTIM, name, suffix, ndim, shape, dst, e);
 }
 
@@ -416,8 +395,19 @@ int mt_model_check_all_read_optim(mt_model_ckpt *mc, mt_err *e)
     return mt_ckpt_global_check_all_read(mc->g, MT_CKPT_OPTIM, moments, e);
 }
 
+int mt_model_read_range(mt_model_ckpt *mc, const mt_layout_tensor *t, int which, const char *suffix, size_t first,
+                        size_t count, float *dst, mt_err *e)
+{
+    if (mc->hf) return mt_err_set(e, "%s: a Hugging Face directory is read whole", mc->dir);
+    if (open_shards(mc, e)) return -1;
+    return mt_ckpt_global_read_part(mc->g, which, t, suffix, first, count, dst, e);
+}
+
+uint64_t mt_model_bytes_read(const mt_model_ckpt *mc) { return mc->g ? mc->g->bytes_read : 0; }
+
 int mt_model_read_part(mt_model_ckpt *mc, const mt_layout_tensor *t, const char *suffix, float *dst, mt_err *e)
 {
+    if (mc->own_slices) return mt_model_read_range(mc, t, suffix ? MT_CKPT_OPTIM : MT_CKPT_MODEL, suffix, 0, t->numel, dst, e);
     if (t->partition_dim < 0)
         return suffix ? mt_model_read_optim(mc, t->whole_name, suffix, t->ndim, t->global_shape, dst, e)
                       : mt_model_read_tensor(mc, t->whole_name, t->ndim, t->global_shape, dst, e);
@@ -430,18 +420,28 @@ int mt_model_read_part(mt_model_ckpt *mc, const mt_layout_tensor *t, const char 
     return rc;
 }
 
-/* Reads every tensor of the model from the checkpoint (the whole tensors of any layout, and the model's
- * slices of them: names and global shapes must match), fails on tensors the model does not have, copies
- * the weights to the device and refreshes the working copy. */
+/* Reads the model's slice of every tensor from the checkpoint (a checkpoint of any layout: names and global
+ * shapes must match): for mt-train (own_slices) only the bytes of the slices, the fp32 master from the
+ * distributed optimizer's shards when they hold it, else the model files; for the other programs the
+ * whole tensors of the model files, the replicated copies compared. Fails on tensors the model does not
+ * have; copies the weights to the device and refreshes the working copy. */
 static int load_weights(mt_gpt *m, mtk *k, mt_model_ckpt *mc, mt_err *e)
 {
     size_t np = mt_gpt_num_params(m);
     const mt_layout *l = mt_gpt_layout(m);
     float *host = mt_xmalloc(np * sizeof(float));
-    int rc = 0;
-    for (int i = 0; i < l->n && !rc; i++) rc = mt_model_read_part(mc, &l->t[i], NULL, host + l->t[i].offset, e);
+    int rc = 0, which = MT_CKPT_MODEL;
+    if (mc->own_slices) {
+        int master = open_shards(mc, e) ? -1 : mt_ckpt_global_has_master(mc->g, e);
+        if (master < 0) rc = -1;
+        else if (master) which = MT_CKPT_MASTER;
+    }
+    for (int i = 0; i < l->n && !rc; i++)
+        rc = mc->own_slices ? mt_model_read_range(mc, &l->t[i], which, NULL, 0, l->t[i].numel, host + l->t[i].offset, e)
+                            : mt_model_read_part(mc, &l->t[i], NULL, host + l->t[i].offset, e);
     /* a pipeline stage reads its own layers only: the others' are not unexpected */
-    if (!rc && l->part.pp_stages == 1) rc = mt_model_check_all_read(mc, e);
+    if (!rc && l->part.pp_stages == 1)
+        rc = mc->own_slices ? mt_ckpt_global_check_names(mc->g, MT_CKPT_MODEL, NULL, e) : mt_model_check_all_read(mc, e);
     if (!rc) {
         mtk_to_device(k, mt_gpt_params(m), host, np * sizeof(float));
         mt_gpt_params_changed(m);
@@ -475,8 +475,6 @@ void mt_model_close(mt_model_ckpt *mc)
     free(mc->load_dir);
     free(mc->tokenizer_found);
     free(mc->a.tiktoken_special_tokens.v);
-    free(mc->flat_m);
-    free(mc->flat_v);
     if (mc->reader) mt_ckpt_close(mc->reader);
     if (mc->hf) {
         json_decref(mc->meta);

@@ -53,9 +53,10 @@ typedef struct mt_model_ckpt {
     char *load_dir;
     int64_t iteration;
     mt_model_arch arch;      /* padded for one tensor rank */
+    int own_slices;          /* opened for mt-train (expect): the load reads its own slices only and checks the
+                                other ranks' files by their headers; else the replicated copies are compared */
     int vocab_size, have_arch;
     mt_ckpt_global *g;
-    float *flat_m, *flat_v;  /* the distributed optimizer's moments, reassembled at the first read */
     json_t *args;            /* meta.json's "args" object, borrowed */
     /* without expect: */
     mt_train_args a;         /* the model, tokenizer and data fields of the args, checked; the rest 0 */
@@ -92,11 +93,19 @@ int mt_model_check_all_read(mt_model_ckpt *mc, mt_err *e);
 int mt_model_has_optim(const mt_model_ckpt *mc);
 /* The same for the AdamW moments of a checkpoint (suffix ".exp_avg" or ".exp_avg_sq"), from either. */
 /* mt_model_read_tensor / mt_model_read_optim (suffix NULL: the weights) of tensor t of a rank's layout:
- * the whole tensor read and t's slice of it written to dst (local_shape floats). */
+ * t's slice written to dst (local_shape floats): opened for mt-train (own_slices), only its bytes read
+ * (mt_model_read_range); otherwise the whole tensor read and sliced. */
 int mt_model_read_part(mt_model_ckpt *mc, const mt_layout_tensor *t, const char *suffix, float *dst, mt_err *e);
 int mt_model_read_optim(mt_model_ckpt *mc, const char *name, const char *suffix, int ndim, const int64_t *shape,
                         float *dst, mt_err *e);
 int mt_model_check_all_read_optim(mt_model_ckpt *mc, mt_err *e);
+/* Elements first .. first + count - 1 of tensor t's slice (t of a rank of any layout) of a checkpoint
+ * (not Hugging Face) with mt_ckpt_global_read_part: which MT_CKPT_MODEL, MT_CKPT_OPTIM (suffix ".exp_avg"
+ * or ".exp_avg_sq") or MT_CKPT_MASTER; only those bytes are read. */
+int mt_model_read_range(mt_model_ckpt *mc, const mt_layout_tensor *t, int which, const char *suffix, size_t first,
+                        size_t count, float *dst, mt_err *e);
+/* The data bytes read so far by mt_model_read_range (and so mt_model_read_part, mt_model_load_weights). */
+uint64_t mt_model_bytes_read(const mt_model_ckpt *mc);
 /* The tensor-parallel and pipeline-parallel sizes the checkpoint was saved with (1 and 1 for HF). */
 void mt_model_parallel_sizes(const mt_model_ckpt *mc, int *tp, int *pp);
 

@@ -49,6 +49,7 @@ typedef struct mt_train_args {
     /* checkpoints (4.5) */
     const char *save, *load, *ckpt_format;
     int64_t save_interval;
+    bool async_save;   /* --async-save */
     bool no_save_optim, no_save_rng, no_load_optim, no_load_rng, finetune, exit_on_missing_checkpoint;
     /* data (4.6) */
     mt_strs data_path;

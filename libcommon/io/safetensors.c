@@ -1,6 +1,8 @@
 /* safetensors.c: safetensors writer and validating reader (see safetensors.h). */
 #include "io/safetensors.h"
 
+#include <errno.h>
+#include <fcntl.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -116,8 +118,28 @@ int mt_st_write(const char *path, const mt_st_tensor *t, int n, const mt_st_kv *
     return mt_st_write_fill(path, t, n, meta, n_meta, NULL, NULL, e);
 }
 
+/* mt_st_write_fill's callback as a range callback: the whole tensor at once. */
+typedef struct whole_fill {
+    mt_st_fill_fn fill;
+    void *ctx;
+} whole_fill;
+
+static int fill_whole(void *ctx, int index, size_t off, void *buf, size_t nbytes, mt_err *e)
+{
+    const whole_fill *w = ctx;
+    (void)off;
+    return w->fill(w->ctx, index, buf, nbytes, e);
+}
+
 int mt_st_write_fill(const char *path, const mt_st_tensor *t, int n, const mt_st_kv *meta, int n_meta,
                      mt_st_fill_fn fill, void *ctx, mt_err *e)
+{
+    whole_fill w = {fill, ctx};
+    return mt_st_write_ranges(path, t, n, meta, n_meta, fill ? fill_whole : NULL, &w, 0, e);
+}
+
+int mt_st_write_ranges(const char *path, const mt_st_tensor *t, int n, const mt_st_kv *meta, int n_meta,
+                       mt_st_fill_range_fn fill, void *ctx, size_t chunk, mt_err *e)
 {
     void *buf = NULL;
     if (n < 0 || n_meta < 0) return mt_err_set(e, "%s: negative tensor or metadata count", path);
@@ -216,25 +238,31 @@ int mt_st_write_fill(const char *path, const mt_st_tensor *t, int n, const mt_st
         mt_out_abort(&o);
         goto out;
     }
+    if (chunk) chunk &= ~(size_t)7;   /* whole elements of every dtype */
     if (fill) {
         uint64_t most = 0;
         for (int i = 0; i < n; i++)
             if (!t[i].data && nbytes[i] > most) most = nbytes[i];
+        if (chunk && most > chunk) most = chunk;
         buf = mt_xmalloc(most ? (size_t)most : 1);
     }
     for (int k = 0; k < n; k++) {
         int i = order[k];
-        const void *src = t[i].data;
-        if (!src && fill && nbytes[i]) {
-            if (fill(ctx, i, buf, (size_t)nbytes[i], e)) {
+        if (t[i].data || !fill) {
+            if (mt_out_write(&o, t[i].data, (size_t)nbytes[i], e)) {
                 mt_out_abort(&o);
                 goto out;
             }
-            src = buf;
+            continue;
         }
-        if (mt_out_write(&o, src, (size_t)nbytes[i], e)) {
-            mt_out_abort(&o);
-            goto out;
+        for (uint64_t at = 0; at < nbytes[i];) {
+            size_t len = (size_t)(nbytes[i] - at);
+            if (chunk && len > chunk) len = chunk;
+            if (fill(ctx, i, (size_t)at, buf, len, e) || mt_out_write(&o, buf, len, e)) {
+                mt_out_abort(&o);
+                goto out;
+            }
+            at += len;
         }
     }
     if (mt_out_commit(&o, e)) goto out;
@@ -470,4 +498,35 @@ void mt_st_drop(const mt_st_file *f, const mt_st_info *t)
     long page = sysconf(_SC_PAGESIZE);
     uintptr_t a = (uintptr_t)t->data & ~(uintptr_t)(page - 1), b = (uintptr_t)t->data + t->nbytes;
     madvise((void *)a, b - a, MADV_DONTNEED);   /* a read-only file mapping: the pages come back from the file */
+}
+
+int mt_st_pread_f32(const mt_st_file *f, int *fd, const mt_st_info *t, size_t first, size_t count, float *dst,
+                    uint64_t *bytes, mt_err *e)
+{
+    int es = mt_st_dtype_bits(t->dtype) / 8;
+    if (t->dtype != MT_ST_F32 && t->dtype != MT_ST_BF16 && t->dtype != MT_ST_F16)
+        return mt_err_set(e, "%s: tensor '%s' is %s, not F32, F16 or BF16", f->path, t->name, mt_st_dtype_name(t->dtype));
+    if (first + count > (size_t)t->numel) return mt_err_set(e, "%s: tensor '%s': elements beyond its end", f->path, t->name);
+    if (*fd < 0 && (*fd = open(f->path, O_RDONLY | O_CLOEXEC)) < 0) return mt_err_sys(e, "%s", f->path);
+    size_t nb = count * (size_t)es;
+    unsigned char *buf = t->dtype == MT_ST_F32 ? (unsigned char *)dst : mt_xmalloc(nb ? nb : 1);
+    off_t at = (off_t)(8 + f->header_len + t->begin + first * (size_t)es);
+    int rc = 0;
+    for (size_t got = 0; got < nb;) {
+        ssize_t r = pread(*fd, buf + got, nb - got, at + (off_t)got);
+        if (r < 0 && errno == EINTR) continue;
+        if (r <= 0) {
+            rc = r < 0 ? mt_err_sys(e, "%s: read", f->path) : mt_err_set(e, "%s: ends before tensor '%s' does", f->path, t->name);
+            break;
+        }
+        got += (size_t)r;
+    }
+    if (!rc && t->dtype != MT_ST_F32) {
+        mt_st_info part = *t;
+        part.data = buf, part.numel = (int64_t)count, part.nbytes = nb;
+        mt_st_to_f32(&part, dst);
+    }
+    if (buf != (unsigned char *)dst) free(buf);
+    if (!rc && bytes) *bytes += nb;
+    return rc;
 }

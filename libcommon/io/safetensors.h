@@ -97,12 +97,24 @@ typedef int (*mt_st_fill_fn)(void *ctx, int index, void *buf, size_t nbytes, mt_
 int mt_st_write_fill(const char *path, const mt_st_tensor *t, int n, const mt_st_kv *meta, int n_meta,
                      mt_st_fill_fn fill, void *ctx, mt_err *e);
 
+/* As mt_st_write_fill with a bounded buffer: a tensor without data is produced in pieces of at most chunk
+ * bytes (rounded down to a multiple of 8; 0: the whole tensor), fill writing bytes off .. off + nbytes - 1
+ * of its data into buf. The writer holds one buffer of chunk bytes. */
+typedef int (*mt_st_fill_range_fn)(void *ctx, int index, size_t off, void *buf, size_t nbytes, mt_err *e);
+int mt_st_write_ranges(const char *path, const mt_st_tensor *t, int n, const mt_st_kv *meta, int n_meta,
+                       mt_st_fill_range_fn fill, void *ctx, size_t chunk, mt_err *e);
+
 /* The tensor called name, or NULL. */
 const mt_st_info *mt_st_find(const mt_st_file *f, const char *name);
 /* The metadata value for key, or NULL. */
 const char *mt_st_meta(const mt_st_file *f, const char *key);
 /* Widens a float tensor (F32, F16 or BF16, exactly) to float32 in dst; -1 for any other dtype. */
 int mt_st_to_f32(const mt_st_info *t, float *dst);
+/* Elements first .. first + count - 1 of tensor t of file f (F32, or F16/BF16 widened) into dst, read with
+ * pread(2) rather than through the mapping (*fd: the file, opened at the first read; -1 before; the caller
+ * closes it); *bytes (when not NULL) counts the bytes read. 0, or -1 with e set. */
+int mt_st_pread_f32(const mt_st_file *f, int *fd, const mt_st_info *t, size_t first, size_t count, float *dst,
+                    uint64_t *bytes, mt_err *e);
 /* Lets the kernel drop t's pages from this process's memory after it was read (they are read again
  * from the file if touched): converting a model tensor by tensor then needs memory for one tensor. */
 void mt_st_drop(const mt_st_file *f, const mt_st_info *t);

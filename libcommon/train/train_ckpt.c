@@ -7,22 +7,15 @@
 #include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "ckpt/checkpoint.h"
 #include "ckpt/dist_optim.h"
 #include "ckpt/meta.h"
 #include "ckpt/open_model.h"
-#include "train/dist_ckpt.h"
+#include "train/ckpt_write.h"
 
-/* ---- saving ---- */
-
-/* The first non-finite value of n floats, or -1. */
-static ptrdiff_t first_nonfinite(const float *x, size_t n)
-{
-    for (size_t i = 0; i < n; i++)
-        if (!isfinite(x[i])) return (ptrdiff_t)i;
-    return -1;
-}
+/* ---- the metadata of a save (ckpt_write.c writes the files) ---- */
 
 static json_t *sched_json(const mt_sched *s)
 {
@@ -33,7 +26,7 @@ static json_t *sched_json(const mt_sched *s)
                      (json_int_t)s->wd_incr_steps, "wd_incr_style", mt_wd_style_name(s->wd_style));
 }
 
-static json_t *meta_json(const mt_trainer *t, int with_optim, int shards)
+json_t *mt_trainer_ckpt_meta(const mt_trainer *t, int with_optim, int shards)
 {
     json_t *meta = json_object();
     json_object_set_new(meta, "checkpoint_version", json_real(3.0));
@@ -46,7 +39,7 @@ static json_t *meta_json(const mt_trainer *t, int with_optim, int shards)
     if (with_optim) {
         json_t *o = json_pack("{s:s,s:I,s:f,s:f,s:f}", "type", "adamw", "step", (json_int_t)t->opt.step, "beta1",
                               t->opt.beta1, "beta2", t->opt.beta2, "eps", t->opt.eps);
-        if (shards) json_object_set_new(o, "distributed", mt_dist_ckpt_meta(t));
+        if (shards) json_object_set_new(o, "distributed", mt_dist_optim_meta(t->dp_size, t->gs.shard_lo));
         json_object_set_new(meta, "optimizer", o);
     }
     if (!t->a.no_save_rng)
@@ -55,185 +48,6 @@ static json_t *meta_json(const mt_trainer *t, int with_optim, int shards)
                                       "counter-based: masks derive from seed, iteration and micro-batch"));
     json_object_set_new(meta, "loss_scaler", mt_loss_scaler_to_json(&t->scaler));
     return meta;
-}
-
-/* What a save writes: with_optim, the moments; shards, as the distributed optimizer's shard files of every
- * data-parallel rank (else whole, in optim.safetensors); m, v, the whole moments on the device (the
- * optimizer's own unless they were gathered from its shards). */
-typedef struct save_plan {
-    int with_optim, shards;
-    const float *p, *m, *v;
-} save_plan;
-
-static int save_rank0(mt_trainer *t, FILE *log, const save_plan *sp, mt_err *e);
-
-/* The host copy of this rank's parameters (sp->p) and, with full, its moments: 1 or 3 flat buffers. */
-static float *host_state(mt_trainer *t, int full, const save_plan *sp)
-{
-    size_t np = mt_gpt_num_params(t->model);
-    float *host = mt_xmalloc(np * sizeof(float) * (full ? 3 : 1));
-    mtk_to_host(t->k, host, sp->p, np * sizeof(float));
-    if (full) {
-        mtk_to_host(t->k, host + np, sp->m, np * sizeof(float));
-        mtk_to_host(t->k, host + 2 * np, sp->v, np * sizeof(float));
-    }
-    return host;
-}
-
-/* With tensor or pipeline parallelism the distributed optimizer's moments are all-gathered over the
- * data-parallel group (as its parameters are after an update), so that each rank directory holds whole
- * moments in optim.safetensors; *m, *v are device buffers the caller frees. */
-static int gather_moments(mt_trainer *t, float **m, float **v, mt_err *e)
-{
-    size_t np = mt_gpt_num_params(t->model), lo = t->opt.lo, n = t->opt.hi - t->opt.lo;
-    *m = mtk_alloc(t->k, np * sizeof(float), e);
-    *v = *m ? mtk_alloc(t->k, np * sizeof(float), e) : NULL;
-    if (!*v) return -1;
-    mtk_copy(t->k, *m + lo, t->opt.exp_avg, n * sizeof(float));
-    mtk_copy(t->k, *v + lo, t->opt.exp_avg_sq, n * sizeof(float));
-    if (mt_grad_all_gather(&t->gs, *m, e) || mt_grad_all_gather(&t->gs, *v, e))
-        return mt_err_prefix(e, "saving iteration %lld: the optimizer's shards", (long long)t->iteration);
-    return 0;
-}
-
-/* Once the optimizer owns the fp32 master of its shard (mt_trainer_own_master), the whole master of this
- * rank's part is all-gathered over the data-parallel group for the save into *p, a device buffer the
- * caller frees: the save's transient 4 bytes per parameter of the part. */
-static int gather_master(mt_trainer *t, float **p, mt_err *e)
-{
-    size_t np = mt_gpt_num_params(t->model);
-    if (!(*p = mtk_alloc(t->k, np * sizeof(float), e))) return -1;
-    mtk_copy(t->k, *p + t->opt.lo, t->opt.main, (t->opt.hi - t->opt.lo) * sizeof(float));
-    if (mt_grad_all_gather(&t->gs, *p, e))
-        return mt_err_prefix(e, "saving iteration %lld: the fp32 master's shards", (long long)t->iteration);
-    return 0;
-}
-
-int mt_trainer_save(mt_trainer *t, FILE *log, mt_err *e)
-{
-    /* the distributed optimizer's shards come from every data-parallel rank (dist_ckpt.h); otherwise the
-     * ranks hold the same state and the first writes it; with tensor or pipeline parallelism the first
-     * data-parallel rank of every (tensor rank, stage) hands its part to rank 0 of the job, which writes
-     * every mp_rank_XX (mp_rank_XX_YYY) */
-    save_plan sp = {.with_optim = !t->a.no_save_optim, .p = mt_gpt_params(t->model), .m = t->opt.exp_avg,
-                    .v = t->opt.exp_avg_sq};
-    sp.shards = sp.with_optim && t->a.use_distributed_optimizer;
-    float *gm = NULL, *gv = NULL, *gp = NULL;
-    int rc = t->opt.main ? gather_master(t, &gp, e) : 0;
-    if (gp) sp.p = gp;
-    int split = t->tp_size > 1 || t->pp_size > 1;
-    if (!rc && sp.shards && split) {
-        rc = gather_moments(t, &gm, &gv, e);
-        sp.shards = 0, sp.m = gm, sp.v = gv;
-    }
-    if (rc) {
-    } else if (t->dp_rank == 0 && (t->tp_rank > 0 || t->pp_rank > 0)) {
-        size_t n = mt_gpt_num_params(t->model) * (sp.with_optim ? 3 : 1);
-        float *host = host_state(t, sp.with_optim, &sp);
-        rc = mt_send(t->world, host, n, MT_C_F32, 0, e) ? mt_err_prefix(e, "saving iteration %lld", (long long)t->iteration) : 0;
-        free(host);
-    } else {
-        rc = t->dp_rank == 0 ? save_rank0(t, log, &sp, e) : sp.shards ? mt_dist_ckpt_save_peer(t, e) : 0;
-        if (t->dp_rank == 0 && sp.shards) rc = mt_dist_ckpt_save_done(t, rc, e);
-    }
-    if (gp) mtk_free(t->k, gp);
-    if (gm) mtk_free(t->k, gm);
-    if (gv) mtk_free(t->k, gv);
-    if (!rc) t->last_saved = t->iteration;
-    return rc;
-}
-
-/* One tensor rank's directory: its tensors (host: its parameters, then with full its two moments, in
- * its layout l) named as Megatron names them; every value finite. */
-static int rank_dir(mt_trainer *t, const mt_layout *l, const float *host, int full, mt_ckpt_rank *out, void **names_out,
-                    mt_err *e)
-{
-    int nt = l->n;
-    size_t np = l->numel;
-    for (int part = 0; part < (full ? 3 : 1); part++) {
-        /* never a checkpoint of NaN/inf weights or moments: resuming from it could only go on producing NaN */
-        ptrdiff_t bad = first_nonfinite(host + (size_t)part * np, np);
-        if (bad < 0) continue;
-        const char *name = "?";
-        for (int i = 0; i < nt; i++)
-            if ((size_t)bad >= l->t[i].offset && (size_t)bad < l->t[i].offset + l->t[i].numel) name = l->t[i].name;
-        return mt_err_set(e, "%s: not saving iteration %lld: %s%s holds a non-finite value", t->a.save,
-                          (long long)t->iteration, name, part == 0 ? "" : part == 1 ? ".exp_avg" : ".exp_avg_sq");
-    }
-    mt_ckpt_tensor *mt = mt_xcalloc((size_t)nt, sizeof *mt), *ot = mt_xcalloc((size_t)nt * 2, sizeof *ot);
-    char (*names)[160] = mt_xcalloc((size_t)nt * 2, sizeof *names);
-    for (int i = 0; i < nt; i++) {
-        const mt_layout_tensor *g = &l->t[i];
-        mt_ckpt_tensor c = {.name = g->name, .ndim = g->ndim, .shape = {g->local_shape[0], g->local_shape[1]},
-                            .data = host + g->offset};
-        mt[i] = c;
-        if (full) {
-            snprintf(names[2 * i], sizeof names[0], "%s.exp_avg", g->name);
-            snprintf(names[2 * i + 1], sizeof names[0], "%s.exp_avg_sq", g->name);
-            c.name = names[2 * i], c.data = host + np + g->offset;
-            ot[2 * i] = c;
-            c.name = names[2 * i + 1], c.data = host + 2 * np + g->offset;
-            ot[2 * i + 1] = c;
-        }
-    }
-    out->model = mt, out->n_model = nt, out->optim = ot, out->n_optim = full ? 2 * nt : 0;
-    *names_out = names;   /* the moments' names: the caller frees them after the save */
-    return 0;
-}
-
-/* The job rank of (tensor rank r, data-parallel rank 0, stage s): Megatron's order, tensor rank fastest. */
-static int model_rank(const mt_trainer *t, int r, int s) { return r + t->tp_size * t->dp_size * s; }
-
-static int save_rank0(mt_trainer *t, FILE *log, const save_plan *sp, mt_err *e)
-{
-    int tp = t->tp_size, pp = t->pp_size, n_ranks = tp * pp;
-    int with_optim = sp->with_optim, shards = sp->shards;
-    int full_optim = with_optim && !shards;   /* optim.safetensors: the whole moments */
-    /* every (tensor rank, stage)'s state: this rank's, the others' received from them, each in its layout;
-     * index s * tp + r as the directories are numbered */
-    mt_layout *lay = mt_xcalloc((size_t)n_ranks, sizeof *lay);
-    float **host = mt_xcalloc((size_t)n_ranks, sizeof *host);
-    mt_ckpt_rank *ranks = mt_xcalloc((size_t)n_ranks, sizeof *ranks);
-    char (*dirs)[32] = mt_xcalloc((size_t)n_ranks, sizeof *dirs);
-    void **names = mt_xcalloc((size_t)n_ranks, sizeof *names);
-    json_t *meta = meta_json(t, with_optim, shards);
-    mt_model_arch arch = mt_gpt_layout(t->model)->arch;
-    int rc = 0;
-    for (int i = 0; i < n_ranks && !rc; i++) {
-        int r = i % tp, s = i / tp;
-        mt_layout_part part = {r, tp, s, pp, t->vp};
-        rc = mt_layout_build(&arch, &part, &lay[i], e);
-        if (rc) break;
-        size_t n = lay[i].numel * (full_optim ? 3 : 1);
-        if (i == 0) host[i] = host_state(t, full_optim, sp);
-        else {
-            host[i] = mt_xmalloc(n * sizeof(float));
-            rc = mt_recv(t->world, host[i], n, MT_C_F32, model_rank(t, r, s), e);
-        }
-    }
-    for (int i = 0; i < n_ranks && !rc; i++) {
-        mt_ckpt_rank_name(dirs[i], sizeof dirs[i], i % tp, i / tp, pp);
-        rc = rank_dir(t, &lay[i], host[i], full_optim, &ranks[i], &names[i], e);
-        ranks[i].name = dirs[i];
-        ranks[i].meta = meta;
-    }
-    if (!rc) {
-        if (log) fprintf(log, "saving checkpoint at iteration %7lld to %s\n", (long long)t->iteration, t->a.save);
-        rc = mt_ckpt_save_ranks_ex(t->a.save, t->iteration, ranks, n_ranks, shards ? mt_dist_ckpt_fill : NULL, t, e);
-        if (!rc && log)
-            fprintf(log, "  successfully saved checkpoint at iteration %7lld to %s\n", (long long)t->iteration,
-                    t->a.save);
-    }
-    json_decref(meta);
-    for (int i = 0; i < n_ranks; i++) {
-        free((void *)ranks[i].model);
-        free((void *)ranks[i].optim);
-        free(names[i]);
-        free(host[i]);
-        mt_layout_free(&lay[i]);
-    }
-    free(ranks), free(host), free(lay), free(dirs), free(names);
-    return rc;
 }
 
 /* ---- the scheduler ---- */
@@ -386,6 +200,8 @@ static int load_schedule(mt_trainer *t, const json_t *meta, const char *dir, mt_
 
 /* ---- loading ---- */
 
+/* AdamW's step and this rank's moments: of parameters lo .. hi - 1 (all unless the optimizer is sharded),
+ * each tensor's part of that range read alone, from optim.safetensors or the shards of any layout. */
 static int load_optimizer(mt_trainer *t, mt_model_ckpt *mc, mt_err *e)
 {
     json_t *o = json_object_get(mc->meta, "optimizer");
@@ -394,26 +210,27 @@ static int load_optimizer(mt_trainer *t, mt_model_ckpt *mc, mt_err *e)
     if (mt_meta_count(o, "optimizer.", "step", mc->dir, 0, t->iteration > INT_MAX ? INT_MAX : t->iteration,
                       &t->opt.step, e))
         return -1;
-    size_t np = mt_gpt_num_params(t->model);
-    int nt = mt_gpt_num_tensors(t->model), rc = 0;
-    float *m = mt_xmalloc(np * sizeof(float)), *v = mt_xmalloc(np * sizeof(float));
-    /* moments saved as distributed-optimizer shards (any data-parallel size): the whole of them first */
-    json_t *dist = json_object_get(o, "distributed");
-    if (dist && !mt_ckpt_has_optim(mc->reader) && t->tp_size == 1 && t->pp_size == 1) {   /* the same flat layout */
-        rc = mt_dist_optim_read(mc->dir, dist, np, m, v, e);
-        nt = 0;
-    }
+    if (!mt_model_has_optim(mc))
+        return mt_err_set(e, "%s: no optimizer state (optim.safetensors absent; saved with --no-save-optim?)", mc->dir);
+    size_t lo = t->opt.lo, hi = t->opt.hi, n = hi - lo;
+    float *m = mt_xmalloc((n ? n : 1) * sizeof(float)), *v = mt_xmalloc((n ? n : 1) * sizeof(float));
     const mt_layout *l = mt_gpt_layout(t->model);
-    for (int i = 0; i < nt && !rc; i++) {   /* this rank's slices of the whole moments */
+    int rc = 0;
+    for (int i = 0; i < l->n && !rc; i++) {
         const mt_layout_tensor *g = &l->t[i];
-        rc = mt_model_read_part(mc, g, ".exp_avg", m + g->offset, e) || mt_model_read_part(mc, g, ".exp_avg_sq", v + g->offset, e)
+        size_t a = g->offset > lo ? g->offset : lo, b = g->offset + g->numel < hi ? g->offset + g->numel : hi;
+        if (a >= b) continue;
+        rc = mt_model_read_range(mc, g, MT_CKPT_OPTIM, ".exp_avg", a - g->offset, b - a, m + (a - lo), e) ||
+                     mt_model_read_range(mc, g, MT_CKPT_OPTIM, ".exp_avg_sq", a - g->offset, b - a, v + (a - lo), e)
                  ? -1
                  : 0;
     }
-    if (!rc && nt && t->pp_size == 1) rc = mt_model_check_all_read_optim(mc, e);   /* a stage reads its own */
-    if (!rc) {   /* this rank's part (all unless the optimizer is sharded) */
-        mtk_to_device(t->k, t->opt.exp_avg, m + t->opt.lo, (t->opt.hi - t->opt.lo) * sizeof(float));
-        mtk_to_device(t->k, t->opt.exp_avg_sq, v + t->opt.lo, (t->opt.hi - t->opt.lo) * sizeof(float));
+    /* names only: a stage reads its own */
+    static const char *const moments[] = {".exp_avg", ".exp_avg_sq", NULL};
+    if (!rc && t->pp_size == 1 && mt_ckpt_has_optim(mc->reader)) rc = mt_ckpt_global_check_names(mc->g, MT_CKPT_OPTIM, moments, e);
+    if (!rc) {
+        mtk_to_device(t->k, t->opt.exp_avg, m, n * sizeof(float));
+        mtk_to_device(t->k, t->opt.exp_avg_sq, v, n * sizeof(float));
     }
     free(m);
     free(v);
@@ -465,6 +282,8 @@ int mt_trainer_load(mt_trainer *t, FILE *log, mt_err *e)
                               MT_CKPT_TRACKER);
         return 1;
     }
+    struct timespec t0, t1;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
     mt_model_ckpt mc;
     mt_model_open_opts o = {.iteration = MT_CKPT_LATEST, .expect = &t->a};
     if (mt_model_open(&mc, t->a.load, &o, e)) return -1;
@@ -474,6 +293,10 @@ int mt_trainer_load(mt_trainer *t, FILE *log, mt_err *e)
     if (!rc && log)
         fprintf(log, "  successfully loaded checkpoint from %s [ t %d/%d, p %d/%d ] at iteration %lld\n", t->a.load,
                 t->tp_rank + 1, t->tp_size, t->pp_rank + 1, t->pp_size, (long long)t->iteration);
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    if (!rc)
+        mt_ckpt_stats_load(t, t->iteration, mt_model_bytes_read(&mc),
+                           (double)(t1.tv_sec - t0.tv_sec) + 1e-9 * (double)(t1.tv_nsec - t0.tv_nsec));
     mt_model_close(&mc);
     if (!rc) t->last_saved = t->iteration;
     return rc;

@@ -1,19 +1,15 @@
 /* train_ckpt.h: a run's checkpoint: the model's tensors, AdamW's moments and meta.json (args, iteration,
  * consumed samples, FLOPs, the scheduler, the optimizer, the RNG and the loss scaler), saved from and
- * restored into an mt_trainer in Megatron's layout (checkpoint.h has the files).
+ * restored into an mt_trainer in Megatron's layout (checkpoint.h has the files; ckpt_write.h the save).
  */
 #ifndef MT_TRAIN_TRAIN_CKPT_H
 #define MT_TRAIN_TRAIN_CKPT_H
 
 #include <stdio.h>
 
+#include "train/ckpt_write.h"
 #include "train/trainer.h"
 #include "util/err.h"
-
-/* Saves iteration t->iteration to --save, printing Megatron's "saving checkpoint ..." and "successfully
- * saved ..." lines on log (NULL: none). Never a checkpoint of non-finite weights or moments: an error
- * naming the tensor. Sets t->last_saved. 0, or -1 with e set. */
-int mt_trainer_save(mt_trainer *t, FILE *log, mt_err *e);
 
 /* Loads --load's latest checkpoint: checks that its args describe this model, reads the weights and,
  * unless --finetune, the iteration, consumed samples, FLOPs, the scheduler (Megatron's _check_and_set

@@ -86,7 +86,7 @@ typedef struct mt_trainer {
     double flops_so_far;     /* (ckpt) num_floating_point_operations_so_far */
     double flops_per_iter;   /* model FLOPs of one iteration (forward + backward) */
     int64_t last_saved;      /* the iteration last saved or loaded */
-    int dist_fill_ran;       /* a save's shard hook has run (dist_ckpt.c) */
+    struct mt_ckpt_job *save_job;   /* an --async-save write in progress (ckpt_write.h), or NULL */
     uint64_t step_bytes;     /* bytes this rank sent to the data-parallel group in the last step */
     uint64_t tp_step_bytes;  /* ... and to the tensor-parallel group (activations, loss statistics, norms) */
     uint64_t pp_step_bytes;  /* ... and to the other stages (activations, their gradients, tied embeddings) */

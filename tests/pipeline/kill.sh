@@ -1,12 +1,14 @@
 #!/usr/bin/env bash
-# kill.sh: SIGKILL at random points. mt-train on one rank, TP=2 under mpirun and PP=2 under mt-train -n 2
-# is killed (the one rank, one rank of two, or the launcher) at seeded random delays, mid-save included;
+# kill.sh: SIGKILL at random points. mt-train on one rank, TP=2 under mpirun, PP=2 under mt-train -n 2,
+# DP=2 x TP=2 with the distributed optimizer under mpirun (a parallel save: every rank writes its own
+# shard) and DP=2 x PP=2 with it and --async-save under mt-train -n 4 (a kill during the background write)
+# is killed (the one rank, one rank of several, or the launcher) at seeded random delays, mid-save included;
 # each time the job ends within 10 s with no rank left, every checkpoint under its final name is complete
 # (its files all parse) and the tracker names one, and the next run loads it and logs the uninterrupted
 # run's losses and grad norms bit for bit. mt-index, mt-shuffle's caches and mt-ckpt-convert --to hf killed
 # mid-write leave their outputs absent or complete, and a rerun writes the same bytes. A file-size limit
 # (a full disk) makes mt-index and mt-train --save fail with one line naming the file, leaving the previous
-# results intact. KILL_SEED=N repeats a run's kill points; KILL_ROUNDS=N kills training N times (default 9).
+# results intact. KILL_SEED=N repeats a run's kill points; KILL_ROUNDS=N kills training N times (default 10).
 # shellcheck disable=SC2046   # $(rankdirs L): the rank directory names, split on purpose
 . "$(dirname "$0")/../lib.sh"
 py=/usr/bin/python3
@@ -16,7 +18,7 @@ t_mpi_env
 seed=${KILL_SEED:-$(( $(date +%s%N) / 1000 % 32768 ))}
 RANDOM=$seed
 echo "# kill points from seed $seed (KILL_SEED=$seed repeats them)"
-rounds=${KILL_ROUNDS:-9}
+rounds=${KILL_ROUNDS:-10}
 [ -n "${MT_SOAK:-}" ] && [ -z "${KILL_ROUNDS:-}" ] && rounds=60
 
 PYTHONPATH=$T_TOP/tests/oracle $py "$T_TOP/tests/oracle/walk_data.py" "$d/data" 7 300
@@ -30,6 +32,7 @@ mt-train $base --train-iters 1 --eval-iters 0 >/dev/null 2>&1   # the index cach
 
 # job LAYOUT CKPT METRICS: starts the layout's job in the background (its launcher's pid in $job)
 #   one: mt-train on one rank   tp: mpirun -np 2, --tensor-model-parallel-size 2   pp: mt-train -n 2, --pipeline-model-parallel-size 2
+#   dist: mpirun -np 4, TP 2, --use-distributed-optimizer   async: mt-train -n 4, PP 2, the same and --async-save
 job() {
     local a="$base --save $2 --load $2 --metrics-file $3"
     # shellcheck disable=SC2086
@@ -37,19 +40,27 @@ job() {
         one) mt-train $a >"$3.log" 2>"$3.err" & ;;
         tp) mpirun $T_MPI_ROOT --oversubscribe -np 2 mt-train $a --tensor-model-parallel-size 2 >"$3.log" 2>"$3.err" & ;;
         pp) mt-train -n 2 $a --pipeline-model-parallel-size 2 >"$3.log" 2>"$3.err" & ;;
+        dist) mpirun $T_MPI_ROOT --oversubscribe -np 4 mt-train $a --tensor-model-parallel-size 2 --use-distributed-optimizer \
+                  >"$3.log" 2>"$3.err" & ;;
+        async) mt-train -n 4 $a --pipeline-model-parallel-size 2 --use-distributed-optimizer --async-save >"$3.log" 2>"$3.err" & ;;
     esac
     job=$!
 }
 ntmp() { compgen -G "$1/*.tmp-*" | wc -l; }   # a save's temporaries in CKPT
 ranks_of() { pgrep -f "^([^ ]*/)?mt-train .*--save $1 "; }
-rankdirs() { case $1 in one) echo mp_rank_00 ;; tp) echo mp_rank_00 mp_rank_01 ;; pp) echo mp_rank_00_000 mp_rank_00_001 ;; esac; }
+rankdirs() { case $1 in one) echo mp_rank_00 ;; tp | dist) echo mp_rank_00 mp_rank_01 ;; pp | async) echo mp_rank_00_000 mp_rank_00_001 ;; esac; }
+# the files of a rank directory (check.py's KILL_FILES)
+rankfiles() { case $1 in dist | async) echo distrib_optim_000.safetensors,distrib_optim_001.safetensors,meta.json,model.safetensors ;;
+              *) echo meta.json,model.safetensors,optim.safetensors ;; esac; }
 
 # check.py CKPT RANKDIRS... : every iter_NNNNNNN under its final name holds exactly these rank directories,
-# each with a model and optimizer safetensors file whose header parses and whose data ends at the file's
-# end, and a meta.json that parses; the tracker (if any) names one of them. Prints the tracker's iteration.
+# each with the files $KILL_FILES names (a model and an optimizer safetensors file, or the optimizer's
+# shards), each safetensors file's header parsing and its data ending at the file's end, and a meta.json
+# that parses; the tracker (if any) names one of them. Prints the tracker's iteration.
 cat >"$d/check.py" <<'PYEOF'
 import json, os, re, struct, sys
 ck, want = sys.argv[1], sorted(sys.argv[2:])
+files = sorted(os.environ["KILL_FILES"].split(","))
 if not os.path.isdir(ck): print(0); sys.exit(0)
 for name in os.listdir(ck):
     if not re.fullmatch(r"iter_\d{7}", name): continue
@@ -57,9 +68,9 @@ for name in os.listdir(ck):
     assert sorted(os.listdir(it)) == want, "%s holds %s" % (it, sorted(os.listdir(it)))
     for r in want:
         rd = os.path.join(it, r)
-        assert sorted(os.listdir(rd)) == ["meta.json", "model.safetensors", "optim.safetensors"], "%s: %s" % (rd, os.listdir(rd))
+        assert sorted(os.listdir(rd)) == files, "%s: %s" % (rd, os.listdir(rd))
         json.load(open(os.path.join(rd, "meta.json")))
-        for f in ("model.safetensors", "optim.safetensors"):
+        for f in (f for f in files if f.endswith(".safetensors")):
             p = os.path.join(rd, f)
             b = open(p, "rb").read()
             n = struct.unpack("<Q", b[:8])[0]
@@ -93,12 +104,12 @@ print(max(b) if b else f)
 PYEOF
 
 # uninterrupted runs
-for l in one tp pp; do
+for l in one tp pp dist async; do
     job $l "$d/ref-$l" "$d/ref-$l.jsonl"; wait $job
     n=$($py "$d/same.py" "$d/ref-$l.jsonl" "$d/ref-$l.jsonl" 0 2>&1)
     [ "$n" = 30 ] && t_pass "$l: uninterrupted run, 30 iterations" || t_fail "$l: uninterrupted run" "$n $(tail -3 "$d/ref-$l.jsonl.err")"
 done
-$py - "$d/ref-one.jsonl" "$d/ref-tp.jsonl" "$d/ref-pp.jsonl" <<'PYEOF' && t_pass "the three layouts' uninterrupted losses agree (1e-5)" || t_fail "layouts agree" "see stderr"
+$py - "$d/ref-one.jsonl" "$d/ref-tp.jsonl" "$d/ref-pp.jsonl" "$d/ref-dist.jsonl" "$d/ref-async.jsonl" <<'PYEOF' && t_pass "the five layouts' uninterrupted losses agree (1e-5)" || t_fail "layouts agree" "see stderr"
 import json, sys
 L = [{r["iteration"]: r["lm_loss"] for r in map(json.loads, open(p)) if r["type"] == "train"} for p in sys.argv[1:]]
 assert all(abs(m[i] - L[0][i]) <= 1e-5 * abs(L[0][i]) for m in L for i in L[0]), "differ"
@@ -127,10 +138,10 @@ killpoint() {   # METRICS CKPT FROM: sleeps until the point, describes it in $po
 declare -A kills phases runsof
 killed=0 failed=0 r=0 finished=0
 while [ "$killed" -lt "$rounds" ] && [ "$failed" = 0 ]; do
-    l=$(echo one tp pp | cut -d' ' -f$((r % 3 + 1)))
+    l=$(echo one tp pp dist async | cut -d' ' -f$((r % 5 + 1)))
     r=$((r + 1))
     ck=$d/ck-$l m=$d/run-$r-$l.jsonl
-    from=$($py "$d/check.py" "$ck" $(rankdirs $l) 2>&1)
+    from=$(KILL_FILES=$(rankfiles $l) $py "$d/check.py" "$ck" $(rankdirs $l) 2>&1)
     before=$(ntmp "$ck")
     [ "$from" -ge 28 ] && { rm -rf "$ck"; from=0; }   # too few iterations left to kill in: afresh
     job $l "$ck" "$m"
@@ -166,18 +177,18 @@ while [ "$killed" -lt "$rounds" ] && [ "$failed" = 0 ]; do
     phase=training
     [ "$(ntmp "$ck")" -gt "$before" ] && phase=mid-save
     [ "$($py -c 'import sys; print(sum(1 for _ in open(sys.argv[1])))' "$m" 2>/dev/null || echo 0)" = 0 ] && [ $phase = training ] && phase=start-up
-    if ! at=$($py "$d/check.py" "$ck" $(rankdirs $l) 2>&1); then failed=1; t_fail "round $r: $l checkpoints after the kill" "$(echo "$at" | tail -1)"; continue; fi
+    if ! at=$(KILL_FILES=$(rankfiles $l) $py "$d/check.py" "$ck" $(rankdirs $l) 2>&1); then failed=1; t_fail "round $r: $l checkpoints after the kill" "$(echo "$at" | tail -1)"; continue; fi
     if ! got=$($py "$d/same.py" "$d/ref-$l.jsonl" "$m" "$from" 2>&1); then failed=1; t_fail "round $r: $l resumed from $from" "$(echo "$got" | tail -1)"; continue; fi
     kills[$l]=$((${kills[$l]:-0} + 1)); phases[$phase]=$((${phases[$phase]:-0} + 1)); runsof[$what]=$((${runsof[$what]:-0} + 1))
     echo "# round $r: $l from $from, $what SIGKILLed $point ($phase, iteration $got logged): all gone in $took ms, tracker $at"
 done
 if [ "$failed" = 0 ]; then
-    t_pass "$killed SIGKILLs (one ${kills[one]:-0}, tp ${kills[tp]:-0}, pp ${kills[pp]:-0}; $(for p in "${!phases[@]}"; do printf '%s %s, ' "$p" "${phases[$p]}"; done)$(for w in "${!runsof[@]}"; do printf '%s %s, ' "$w" "${runsof[$w]}"; done)$finished ran to the end): each job gone within 10 s, every final-named checkpoint complete, each resumed run the uninterrupted losses bit for bit"
+    t_pass "$killed SIGKILLs (one ${kills[one]:-0}, tp ${kills[tp]:-0}, pp ${kills[pp]:-0}, dist ${kills[dist]:-0}, async ${kills[async]:-0}; $(for p in "${!phases[@]}"; do printf '%s %s, ' "$p" "${phases[$p]}"; done)$(for w in "${!runsof[@]}"; do printf '%s %s, ' "$w" "${runsof[$w]}"; done)$finished ran to the end): each job gone within 10 s, every final-named checkpoint complete, each resumed run the uninterrupted losses bit for bit"
 fi
 # each layout finally runs to the end from its last checkpoint: iteration 30 with the uninterrupted losses
-for l in one tp pp; do
+for l in one tp pp dist async; do
     ck=$d/ck-$l m=$d/end-$l.jsonl
-    from=$($py "$d/check.py" "$ck" $(rankdirs $l) 2>&1)
+    from=$(KILL_FILES=$(rankfiles $l) $py "$d/check.py" "$ck" $(rankdirs $l) 2>&1)
     job $l "$ck" "$m"; wait $job
     last=$($py "$d/same.py" "$d/ref-$l.jsonl" "$m" "$from" 2>&1)
     left=$(compgen -G "$ck/*.tmp-*" | head -3)

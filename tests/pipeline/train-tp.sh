@@ -142,14 +142,16 @@ PYEOF
     else t_fail "TP=2 resharded to TP=$to, resumed" "$(tail -3 "$d/r$to.err" "$d/rc" 2>/dev/null | head -c 400)"; fi
 done
 
-# DP=2 x TP=2 with the distributed optimizer: the moments of each tensor rank gathered from its shards into
-# its directory's optim.safetensors; stopped at 10 and resumed, the uninterrupted run's losses bit for bit
+# DP=2 x TP=2 with the distributed optimizer: every data-parallel rank writes its shard of its tensor rank's
+# moments into that tensor rank's directory (no optim.safetensors, nothing gathered); stopped at 10 and
+# resumed, the uninterrupted run's losses bit for bit
 s=$d/sd
 # shellcheck disable=SC2046
 mpi 4 mt-train $(args 2) --use-distributed-optimizer --metrics-file "$s.jsonl" --save "$s" --save-interval 10 \
     --exit-interval 10 >"$s.log" 2>"$s.err" || t_fail "DP=2 TP=2 distributed optimizer --save" "$(tail -3 "$s.err")"
-if [ -s "$s/iter_0000010/mp_rank_00/optim.safetensors" ] && [ -s "$s/iter_0000010/mp_rank_01/optim.safetensors" ]; then
-    t_pass "DP=2 TP=2 distributed optimizer: each tensor rank's directory holds its whole moments"
+if [ "$(cd "$s/iter_0000010" && ls mp_rank_00 mp_rank_01 | grep -c '^distrib_optim_00[01].safetensors$')" = 4 ] &&
+    ! ls "$s"/iter_0000010/mp_rank_0?/optim.safetensors >/dev/null 2>&1; then
+    t_pass "DP=2 TP=2 distributed optimizer: each tensor rank's directory holds its data-parallel ranks' shards"
 else t_fail "DP=2 TP=2 distributed optimizer checkpoint" "$(ls -R "$s" | head -c 300)"; fi
 # shellcheck disable=SC2046
 mpi 4 mt-train $(args 2) --use-distributed-optimizer --metrics-file "$s.jsonl" --load "$s" >>"$s.log" 2>>"$s.err" ||

@@ -1,5 +1,5 @@
 /* test_safetensors.c: safetensors writer/reader round trips, the writer's exact bytes, and the reader's
- * strict validation of damaged files. Also two modes for tests/pipeline/safetensors-numpy.sh:
+ * strict validation of damaged files, the writer in bounded pieces and the reader of ranges (pread). Also two modes for tests/pipeline/safetensors-numpy.sh:
  *   test_safetensors --write FILE   writes a fixed set of tensors (values from a 64-bit LCG)
  *   test_safetensors --read FILE    prints every metadata entry and tensor with its values
  */
@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include "io/safetensors.h"
+#include "mt_base.h"
 #include "t.h"
 
 static void write_raw(const char *path, const void *p, size_t n)
@@ -461,6 +462,59 @@ TEST(dtype_table)
     T_CHECK(mt_st_dtype_name(MT_ST_NDTYPES) == NULL);
 }
 
+/* mt_st_write_ranges' fill: the bytes of the tensors' arrays (ctx), recording the largest piece asked. */
+static size_t most_piece;
+static int fill_from(void *ctx, int index, size_t off, void *buf, size_t nbytes, mt_err *e)
+{
+    (void)e;
+    const unsigned char *const *src = ctx;
+    memcpy(buf, src[index] + off, nbytes);
+    if (nbytes > most_piece) most_piece = nbytes;
+    return 0;
+}
+
+TEST(ranges_writer_and_pread)
+{
+    enum { N = 1000 };
+    static float a[N];
+    static uint16_t h[N];
+    for (int i = 0; i < N; i++) a[i] = (float)i * 0.5f - 7.0f, h[i] = (uint16_t)(0x3f80 + i % 64);   /* bf16 */
+    mt_st_tensor t[2] = {{.name = "a", .dtype = MT_ST_F32, .ndim = 2, .shape = {25, 40}, .data = a},
+                         {.name = "h", .dtype = MT_ST_BF16, .ndim = 1, .shape = {N}, .data = h}};
+    mt_st_kv m[1] = {{"format", "pt"}};
+    const char *whole = t_path("whole.safetensors"), *parts = t_path("parts.safetensors");
+    mt_err e;
+    T_EQ_INT(mt_st_write(whole, t, 2, m, 1, &e), 0);
+    const unsigned char *src[2] = {(const unsigned char *)a, (const unsigned char *)h};
+    mt_st_tensor u[2] = {t[0], t[1]};
+    u[0].data = u[1].data = NULL;
+    most_piece = 0;
+    T_EQ_INT(mt_st_write_ranges(parts, u, 2, m, 1, fill_from, src, 100, &e), 0);   /* pieces of 96 bytes */
+    T_EQ_INT(most_piece, 96);
+    size_t n1, n2;
+    unsigned char *b1 = slurp(whole, &n1), *b2 = slurp(parts, &n2);
+    T_CHECK(b1 && b2 && n1 == n2 && !memcmp(b1, b2, n1));   /* the same bytes, written piece by piece */
+    free(b1);
+    free(b2);
+    /* pread of a range: F32 as stored, BF16 widened; the bytes read are the range's */
+    mt_st_file f;
+    T_EQ_INT(mt_st_open(&f, parts, &e), 0);
+    float got[300];
+    uint64_t bytes = 0;
+    int fd = -1;
+    T_EQ_INT(mt_st_pread_f32(&f, &fd, mt_st_find(&f, "a"), 123, 300, got, &bytes, &e), 0);
+    T_CHECK(!memcmp(got, a + 123, sizeof got));
+    T_EQ_INT(bytes, 300 * 4);
+    T_EQ_INT(mt_st_pread_f32(&f, &fd, mt_st_find(&f, "h"), 700, 300, got, &bytes, &e), 0);
+    int same = 1;
+    for (int i = 0; i < 300; i++) same &= got[i] == mt_bf16_to_f32(h[700 + i]);
+    T_CHECK(same);
+    T_EQ_INT(bytes, 300 * 4 + 300 * 2);
+    T_EQ_INT(mt_st_pread_f32(&f, &fd, mt_st_find(&f, "h"), 900, 101, got, &bytes, &e), -1);   /* beyond its end */
+    close(fd);
+    mt_st_close(&f);
+}
+
 T_MAIN_BEGIN("test_safetensors")
 if (argc == 3 && !strcmp(argv[1], "--write")) return write_main(argv[2]);
 if (argc == 3 && !strcmp(argv[1], "--read")) return read_main(argv[2]);
@@ -471,5 +525,6 @@ RUN(writer_rejects_bad_input);
 RUN(reader_rejects_damaged_files);
 RUN(truncated_and_flipped_files);
 RUN(dtype_table);
+RUN(ranges_writer_and_pread);
 t_tmpdir_remove();
 T_MAIN_END
