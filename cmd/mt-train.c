@@ -305,7 +305,7 @@ static int train(run *r)
         if (mt_trainer_step(t, &s, &e)) mt_die_err(&e);
         if (step_stats)
             fprintf(stderr, "step stats | rank %d | iteration %lld | host syncs: %llu | upload waits: %llu | "
-                    "kernel launches: %llu | kernel ops: %llu\n", t->world->rank, (long long)t->iteration,
+                    "kernel launches: %llu | kernel ops: %llu\n", t->par->world->rank, (long long)t->iteration,
                     (unsigned long long)s.stats.syncs, (unsigned long long)s.stats.upload_waits,
                     (unsigned long long)s.stats.launches, (unsigned long long)s.stats.ops);
         mt_loss_value lv = {"lm loss", s.loss};

@@ -240,14 +240,14 @@ static mt_ckpt_job *job_begin(mt_trainer *t, mt_err *e)
     snprintf(j->save, sizeof j->save, "%s", t->a.save);
     mt_err be;
     int began = 1;
-    if (t->world->rank == 0) {
+    if (t->par->world->rank == 0) {
         char *tmp = mt_ckpt_part_begin(t->a.save, t->iteration, &be);
         if (tmp && strlen(tmp) < PATH_BYTES) snprintf(j->tmp, sizeof j->tmp, "%s", tmp);
         else if (tmp) mt_err_set(&be, "%s: path too long", tmp), mt_ckpt_part_abandon(tmp);
         began = j->tmp[0] != 0;
         free(tmp);
     }
-    if (mt_broadcast(t->world, j->tmp, PATH_BYTES, MT_C_BYTE, 0, e)) {
+    if (mt_broadcast(t->par->world, j->tmp, PATH_BYTES, MT_C_BYTE, 0, e)) {
         job_free(j);
         return NULL;
     }
@@ -315,7 +315,7 @@ static int job_finish(mt_trainer *t, mt_ckpt_job *j, int64_t failures, FILE *log
     } else if (failures)
         rc = mt_err_set(e, "checkpoint of iteration %lld not saved: %lld rank(s) failed to write their part",
                         (long long)j->iteration, (long long)failures);
-    if (t->world->rank == 0) {
+    if (t->par->world->rank == 0) {
         if (rc) mt_ckpt_part_abandon(j->tmp);
         else rc = mt_ckpt_part_commit(j->save, j->iteration, j->tmp, e);
         if (!rc && log) {
@@ -328,7 +328,7 @@ static int job_finish(mt_trainer *t, mt_ckpt_job *j, int64_t failures, FILE *log
     }
     if (stats_on())
         fprintf(stderr, "ckpt stats | rank %d | save iteration %lld | bytes written %llu | seconds %.6f | rss before %ld | peak rss %ld\n",
-                t->world->rank, (long long)j->iteration, (unsigned long long)j->bytes, j->seconds, j->rss_before, j->rss_peak);
+                t->par->world->rank, (long long)j->iteration, (unsigned long long)j->bytes, j->seconds, j->rss_before, j->rss_peak);
     job_free(j);
     return rc;
 }
@@ -336,7 +336,7 @@ static int job_finish(mt_trainer *t, mt_ckpt_job *j, int64_t failures, FILE *log
 void mt_ckpt_stats_load(const mt_trainer *t, int64_t iteration, uint64_t bytes, double seconds)
 {
     if (stats_on())
-        fprintf(stderr, "ckpt stats | rank %d | load iteration %lld | bytes read %llu | seconds %.6f\n", t->world->rank,
+        fprintf(stderr, "ckpt stats | rank %d | load iteration %lld | bytes read %llu | seconds %.6f\n", t->par->world->rank,
                 (long long)iteration, (unsigned long long)bytes, seconds);
 }
 
@@ -347,7 +347,7 @@ int mt_trainer_save_wait(mt_trainer *t, FILE *log, mt_err *e)
     t->save_job = NULL;
     pthread_join(j->th, NULL);
     int64_t bad = j->failed;
-    if (mt_all_reduce(t->world, &bad, 1, MT_C_I64, e)) {
+    if (mt_all_reduce(t->par->world, &bad, 1, MT_C_I64, e)) {
         job_free(j);
         return -1;
     }
@@ -360,7 +360,7 @@ int mt_trainer_save_poll(mt_trainer *t, FILE *log, mt_err *e)
     if (!j) return 0;
     int done = __atomic_load_n(&j->done, __ATOMIC_ACQUIRE);
     int64_t v[2] = {!done, done ? j->failed : 0};
-    if (mt_all_reduce(t->world, v, 2, MT_C_I64, e)) return -1;
+    if (mt_all_reduce(t->par->world, v, 2, MT_C_I64, e)) return -1;
     if (v[0]) return 0;
     t->save_job = NULL;
     pthread_join(j->th, NULL);
@@ -372,7 +372,7 @@ int mt_trainer_save(mt_trainer *t, FILE *log, mt_err *e)
     if (mt_trainer_save_wait(t, log, e)) return -1;
     mt_ckpt_job *j = job_begin(t, e);
     if (!j) return -1;
-    int lead = t->world->rank == 0 && log;
+    int lead = t->par->world->rank == 0 && log;
     if (t->a.async_save) {
         job_copy_aside(j);
         if (mtk_status(t->k, e)) {
@@ -395,7 +395,7 @@ int mt_trainer_save(mt_trainer *t, FILE *log, mt_err *e)
     if (lead) fprintf(log, "saving checkpoint at iteration %7lld to %s\n", (long long)t->iteration, t->a.save);
     job_thread(j);
     int64_t bad = j->failed;
-    if (mt_all_reduce(t->world, &bad, 1, MT_C_I64, e)) {
+    if (mt_all_reduce(t->par->world, &bad, 1, MT_C_I64, e)) {
         job_free(j);
         return -1;
     }

@@ -96,16 +96,13 @@ int mt_trainer_open_par(mt_trainer *t, const mt_train_args *a, const mt_parallel
         if (mt_parallel_init(&t->own, &alone, 1, 1, e)) return -1;
         par = &t->own;
     }
-    t->dp = par->dp;
-    t->tp = par->tp;
-    t->pp = par->pp;
-    t->world = par->world;
-    t->dp_rank = t->dp->rank;
-    t->dp_size = t->dp->size;
-    t->tp_rank = t->tp->rank;
-    t->tp_size = t->tp->size;
-    t->pp_rank = t->pp->rank;
-    t->pp_size = t->pp->size;
+    t->par = par;   /* its groups are read from it, not copied */
+    t->dp_rank = t->par->dp->rank;
+    t->dp_size = t->par->dp->size;
+    t->tp_rank = t->par->tp->rank;
+    t->tp_size = t->par->tp->size;
+    t->pp_rank = t->par->pp->rank;
+    t->pp_size = t->par->pp->size;
     if (t->tp_size != t->a.tensor_model_parallel_size)
         return mt_err_set(e, "--tensor-model-parallel-size (%d) is not the job's tensor-parallel group (%d ranks)",
                           t->a.tensor_model_parallel_size, t->tp_size);
@@ -125,13 +122,13 @@ int mt_trainer_open_par(mt_trainer *t, const mt_train_args *a, const mt_parallel
     mtk_dtype act = t->a.bf16 ? MTK_BF16 : t->a.fp16 ? MTK_F16 : MTK_F32;
     t->k = mt_device_open(t->a.backend, t->a.threads, act, e);
     if (!t->k) return -1;
-    if (t->dp_size > 1 && !(t->dev_dp = mt_device_comm(t->dp, t->k, e))) return -1;
-    if (t->tp_size > 1 && !(t->dev_tp = mt_device_comm(t->tp, t->k, e))) return -1;
+    if (t->dp_size > 1 && !(t->dev_dp = mt_device_comm(t->par->dp, t->k, e))) return -1;
+    if (t->tp_size > 1 && !(t->dev_tp = mt_device_comm(t->par->tp, t->k, e))) return -1;
     if (t->pp_size > 1) {
         /* the embedding group: stage 0 and the last stage (the others get a group they do not use) */
         int member = t->pp_rank == 0 || t->pp_rank == t->pp_size - 1;
-        if (!(t->dev_pp = mt_device_comm(t->pp, t->k, e)) ||
-            !(t->emb = mt_comm_split(t->pp, member ? 0 : 1, t->pp_rank, e)) ||
+        if (!(t->dev_pp = mt_device_comm(t->par->pp, t->k, e)) ||
+            !(t->emb = mt_comm_split(t->par->pp, member ? 0 : 1, t->pp_rank, e)) ||
             !(t->dev_emb = mt_device_comm(t->emb, t->k, e)))
             return -1;
     }
@@ -140,10 +137,10 @@ int mt_trainer_open_par(mt_trainer *t, const mt_train_args *a, const mt_parallel
     /* rank 0 builds the index cache, the others then read it (as Megatron builds on rank 0 first); an
      * error of rank 0 (a missing dataset) is every rank's, so that the job reports it once */
     char first_err[sizeof e->msg] = "";
-    if (t->world->rank == 0 && open_data(t, e)) snprintf(first_err, sizeof first_err, "%s", e->msg);
-    if (t->world->size > 1 && mt_broadcast(t->world, first_err, sizeof first_err, MT_C_BYTE, 0, e)) return -1;
+    if (t->par->world->rank == 0 && open_data(t, e)) snprintf(first_err, sizeof first_err, "%s", e->msg);
+    if (t->par->world->size > 1 && mt_broadcast(t->par->world, first_err, sizeof first_err, MT_C_BYTE, 0, e)) return -1;
     if (*first_err) return mt_err_set(e, "%s", first_err);
-    if (t->world->rank != 0 && open_data(t, e)) return -1;
+    if (t->par->world->rank != 0 && open_data(t, e)) return -1;
     t->vp = t->a.num_layers_per_virtual_pipeline_stage
                 ? t->cfg.num_layers / t->pp_size / t->a.num_layers_per_virtual_pipeline_stage
                 : 1;
@@ -181,7 +178,7 @@ int mt_trainer_open_par(mt_trainer *t, const mt_train_args *a, const mt_parallel
     t->h_step = mt_xmalloc(step_bytes);
     t->h_mask = mt_xmalloc((size_t)t->nslot * slot * sizeof(float));
     t->slot_n = mt_xcalloc((size_t)t->nslot, sizeof *t->slot_n);
-    mt_grad_sync_init(&t->gs, t->dev_dp ? t->dev_dp : t->dp, mt_gpt_num_params(t->model),
+    mt_grad_sync_init(&t->gs, t->dev_dp ? t->dev_dp : t->par->dp, mt_gpt_num_params(t->model),
                       t->a.ddp_bucket_size ? (size_t)t->a.ddp_bucket_size : mt_grad_sync_default_bucket(t->dp_size));
     /* the distributed optimizer: moments for this rank's shard only */
     if (t->a.use_distributed_optimizer &&
@@ -191,7 +188,7 @@ int mt_trainer_open_par(mt_trainer *t, const mt_train_args *a, const mt_parallel
         t->ov = mt_xcalloc(1, sizeof *t->ov);
         if (mt_overlap_init(t->ov, t->model, &t->gs, t->a.overlap_grad_reduce,
                             t->a.overlap_param_gather && t->a.use_distributed_optimizer, t->a.use_distributed_optimizer,
-                            t->num_micro, t->cfg.sequence_parallel && t->tp_size > 1, t->world ? t->world->rank : 0, e))
+                            t->num_micro, t->cfg.sequence_parallel && t->tp_size > 1, t->par->world ? t->par->world->rank : 0, e))
             return -1;
     }
     return 0;
@@ -220,9 +217,9 @@ void mt_trainer_close(mt_trainer *t)
     t->slot_n = NULL;
     mt_gpt_free(t->model);
     mt_gpt_data_close(&t->data);
-    if (t->dev_dp != t->dp) mt_comm_free(t->dev_dp);   /* NCCL's uses the kernels' stream */
-    if (t->dev_tp != t->tp) mt_comm_free(t->dev_tp);
-    if (t->dev_pp != t->pp) mt_comm_free(t->dev_pp);
+    if (t->dev_dp != t->par->dp) mt_comm_free(t->dev_dp);   /* NCCL's uses the kernels' stream */
+    if (t->dev_tp != t->par->tp) mt_comm_free(t->dev_tp);
+    if (t->dev_pp != t->par->pp) mt_comm_free(t->dev_pp);
     if (t->dev_emb != t->emb) mt_comm_free(t->dev_emb);
     mt_comm_free(t->emb);
     t->dev_dp = t->dev_tp = t->dev_pp = t->dev_emb = t->emb = NULL;
@@ -231,7 +228,7 @@ void mt_trainer_close(mt_trainer *t)
     if (t->trace) fclose(t->trace);
     t->trace = NULL;
     if (t->own.world) mt_parallel_free(&t->own);
-    t->dp = t->tp = t->pp = t->world = NULL;
+    t->par = NULL;
     t->model = NULL;
     t->k = NULL;
 }
@@ -261,8 +258,8 @@ static uint64_t sent_via(const mt_comm *host, const mt_comm *dev)
     if (dev && dev != host && strcmp(dev->ops->name, "staged")) n += dev->bytes_sent;
     return n;
 }
-static uint64_t tp_sent(const mt_trainer *t) { return sent_via(t->tp, t->dev_tp); }
-static uint64_t pp_sent(const mt_trainer *t) { return sent_via(t->pp, t->dev_pp) + sent_via(t->emb, t->dev_emb); }
+static uint64_t tp_sent(const mt_trainer *t) { return sent_via(t->par->tp, t->dev_tp); }
+static uint64_t pp_sent(const mt_trainer *t) { return sent_via(t->par->pp, t->dev_pp) + sent_via(t->emb, t->dev_emb); }
 
 float *mt_trainer_loss_slot(mt_trainer *t, const float *mask, int n, mt_err *e)
 {
@@ -332,7 +329,7 @@ int mt_trainer_params_norm(mt_trainer *t, double *norm, mt_err *e)
 {
     if (mt_trainer_params_ready(t, e)) return -1;
     double ss = mt_adamw_master_sumsq(&t->opt);
-    if (t->opt.main && mt_all_reduce(t->dp, &ss, 1, MT_C_F64, e)) return mt_err_prefix(e, "parameter norm");
+    if (t->opt.main && mt_all_reduce(t->par->dp, &ss, 1, MT_C_F64, e)) return mt_err_prefix(e, "parameter norm");
     *norm = sqrt(ss);
     return 0;
 }
@@ -342,7 +339,7 @@ int mt_trainer_step(mt_trainer *t, mt_step_result *r, mt_err *e)
     if (mt_trainer_own_master(t, e)) return -1;
     memset(r, 0, sizeof *r);
     const mtk_stats k0 = mtk_stats_get(t->k);
-    uint64_t sent0 = t->dp->bytes_sent + (t->ov ? mt_overlap_bytes(t->ov) : 0), tp0 = tp_sent(t);
+    uint64_t sent0 = t->par->dp->bytes_sent + (t->ov ? mt_overlap_bytes(t->ov) : 0), tp0 = tp_sent(t);
     uint64_t pp0 = pp_sent(t);
     mt_gpt_zero_grad(t->model);
     if (t->ov && mt_overlap_step_begin(t->ov, e))
@@ -369,13 +366,13 @@ int mt_trainer_step(mt_trainer *t, mt_step_result *r, mt_err *e)
     if (step_results(t, r, &ss, e)) return -1;
     if (t->pp_size > 1) {   /* the loss is the last stage's */
         double sums[2] = {r->loss_sum, r->tokens};
-        if (mt_all_reduce(t->pp, sums, 2, MT_C_F64, e)) return mt_err_prefix(e, "iteration %lld: pipeline loss", (long long)t->iteration + 1);
+        if (mt_all_reduce(t->par->pp, sums, 2, MT_C_F64, e)) return mt_err_prefix(e, "iteration %lld: pipeline loss", (long long)t->iteration + 1);
         r->loss_sum = sums[0];
         r->tokens = sums[1];
     }
     if (t->dp_size > 1) {
         double sums[2] = {r->loss_sum, r->tokens};
-        if (mt_all_reduce(t->dp, sums, 2, MT_C_F64, e))
+        if (mt_all_reduce(t->par->dp, sums, 2, MT_C_F64, e))
             return mt_err_prefix(e, "iteration %lld: data-parallel reduction", (long long)t->iteration + 1);
         r->loss_sum = sums[0];
         r->tokens = sums[1];
@@ -387,8 +384,8 @@ int mt_trainer_step(mt_trainer *t, mt_step_result *r, mt_err *e)
     bool has_scaler = t->a.fp16 || t->a.loss_scale > 0;
     /* the norm summed over the shards (distributed optimizer), the tensor ranks and the stages; then the
      * update of this rank's parameters (its shard: every rank's updated parameters then go to every rank) */
-    if ((dist && mt_all_reduce(t->dp, &ss, 1, MT_C_F64, e)) || (t->tp_size > 1 && mt_all_reduce(t->tp, &ss, 1, MT_C_F64, e)) ||
-        (t->pp_size > 1 && mt_all_reduce(t->pp, &ss, 1, MT_C_F64, e)))
+    if ((dist && mt_all_reduce(t->par->dp, &ss, 1, MT_C_F64, e)) || (t->tp_size > 1 && mt_all_reduce(t->par->tp, &ss, 1, MT_C_F64, e)) ||
+        (t->pp_size > 1 && mt_all_reduce(t->par->pp, &ss, 1, MT_C_F64, e)))
         return mt_err_prefix(e, "grad norm");
     r->grad_norm = mt_adamw_update(&t->opt, t->sched.lr, t->sched.wd, sqrt(ss) * (1.0 / ls), 1.0 / ls);
     if (!has_scaler && check_finite(t, "the grad norm", r->grad_norm, e)) return -1;
@@ -401,7 +398,7 @@ int mt_trainer_step(mt_trainer *t, mt_step_result *r, mt_err *e)
     r->skipped = !isfinite(r->grad_norm);
     mt_loss_scaler_update(&t->scaler, r->skipped);
     r->loss_scale = t->scaler.scale;
-    t->step_bytes = t->dp->bytes_sent + (t->ov ? mt_overlap_bytes(t->ov) : 0) - sent0;
+    t->step_bytes = t->par->dp->bytes_sent + (t->ov ? mt_overlap_bytes(t->ov) : 0) - sent0;
     t->tp_step_bytes = tp_sent(t) - tp0;
     t->pp_step_bytes = pp_sent(t) - pp0;
     if (!r->skipped) mt_sched_step(&t->sched, t->a.global_batch_size);
@@ -466,7 +463,7 @@ int mt_trainer_evaluate(mt_trainer *t, int split, int64_t *consumed, int64_t ite
         r->samples += t->a.global_batch_size;
     }
     double sums[2] = {r->loss_sum, r->tokens};
-    if (mt_all_reduce(t->dp, sums, 2, MT_C_F64, e) || (t->pp_size > 1 && mt_all_reduce(t->pp, sums, 2, MT_C_F64, e)))
+    if (mt_all_reduce(t->par->dp, sums, 2, MT_C_F64, e) || (t->pp_size > 1 && mt_all_reduce(t->par->pp, sums, 2, MT_C_F64, e)))
         return mt_err_prefix(e, "evaluation");
     r->loss_sum = sums[0];
     r->tokens = sums[1];

@@ -65,17 +65,17 @@ typedef struct mt_trainer {
     mt_batch batch;
     int64_t vocab_size, eod;
     int num_micro;           /* this rank's micro-batches: global batch / (micro batch x dp_size) */
-    mt_comm *dp;             /* the data-parallel group (a one-rank group unless mt_trainer_open_par got one) */
-    mt_comm *tp;             /* the tensor-parallel group: the model's other parts */
-    mt_comm *pp;             /* the pipeline group: the other stages (rank = stage) */
-    mt_comm *emb;            /* the embedding group: the first and the last stage (NULL on one stage) */
-    mt_comm *world;          /* every rank of the job */
+    /* the parallel context (comm/parallel.h), whose groups the trainer reads: par->dp the data-parallel
+     * group, par->tp the tensor-parallel one (the model's other parts), par->pp the pipeline (rank =
+     * stage), par->world every rank of the job; mt_trainer_open_par's, or own (one rank) */
+    const mt_parallel *par;
     mt_parallel own;         /* the one-rank context when the trainer made it (mt_trainer_open) */
+    mt_comm *emb;            /* the embedding group: the first and the last stage (NULL on one stage) */
     /* dp and tp for buffers on the device (the gradients and parameters, the model's activations): NCCL
      * or host-staged on a GPU or the simulator (model/device.h), the group itself on cpu; NULL on one
      * rank. dp and tp themselves carry host values (loss sums, the grad norm). */
     mt_comm *dev_dp, *dev_tp, *dev_pp, *dev_emb;
-    int dp_rank, dp_size, tp_rank, tp_size, pp_rank, pp_size;
+    int dp_rank, dp_size, tp_rank, tp_size, pp_rank, pp_size;   /* par's groups' ranks and sizes */
     mt_grad_sync gs;         /* gradient buckets over dp */
     mt_overlap *ov;          /* --overlap-grad-reduce / --overlap-param-gather with dp > 1; else NULL */
     FILE *trace;             /* $MT_TRACE_SAMPLES.<dp rank>: the train samples this rank reads (a test hook) */
