@@ -24,6 +24,9 @@ typedef struct mtk_ops {
     void (*copy)(mtk *k, void *dst, const void *src, size_t bytes);
     void (*convert)(mtk *k, void *dst, mtk_dtype dt, const void *src, mtk_dtype st, size_t n);
     int (*sync)(mtk *k);   /* -1 when the device reported an error (it calls mtk_fail) */
+    /* Host memory the device copies to and from directly (page-locked); NULL: mtk.c's malloc and free. */
+    void *(*host_alloc)(mtk *k, size_t bytes, mt_err *e);
+    void (*host_free)(mtk *k, void *p);
 
     /* Queues and events; NULL entries mean a backend without queues (everything is complete at once). */
     void *(*native_queue)(mtk *k, int queue);

@@ -91,6 +91,11 @@ void mtk_clear_error(mtk *k);
 /* ---- memory ---- */
 void *mtk_alloc(mtk *k, size_t bytes, mt_err *e);      /* zero-filled; NULL + e on failure */
 void mtk_free(mtk *k, void *p);
+/* Host memory for large copies between host and device (a checkpoint's state copied aside): page-locked on
+ * a CUDA device, so that mtk_to_host copies into it at the bus's speed without a staging buffer; plain
+ * memory on the other backends. NULL + e on failure; mtk_host_free(k, NULL) does nothing. */
+void *mtk_host_alloc(mtk *k, size_t bytes, mt_err *e);
+void mtk_host_free(mtk *k, void *p);
 void mtk_zero(mtk *k, void *p, size_t bytes);
 void mtk_to_device(mtk *k, void *dst, const void *src, size_t bytes);   /* src is free again at return */
 void mtk_to_host(mtk *k, void *dst, const void *src, size_t bytes);   /* waits for the current queue */

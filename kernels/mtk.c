@@ -154,6 +154,19 @@ void mtk_free(mtk *k, void *p)
 {
     if (p) k->ops->free(k, p);
 }
+void *mtk_host_alloc(mtk *k, size_t bytes, mt_err *e)
+{
+    if (k->ops->host_alloc) return k->ops->host_alloc(k, bytes, e);
+    void *p = malloc(bytes ? bytes : 1);
+    if (!p) mtk_err_set(e, "cannot allocate %zu bytes of host memory", bytes);
+    return p;
+}
+void mtk_host_free(mtk *k, void *p)
+{
+    if (!p) return;
+    if (k->ops->host_free) k->ops->host_free(k, p);
+    else free(p);
+}
 void mtk_zero(mtk *k, void *p, size_t bytes)
 {
     if (k->failed) return;

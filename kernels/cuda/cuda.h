@@ -171,6 +171,8 @@ static inline unsigned blocks_for(size_t work, unsigned per = THREADS, unsigned 
 // memory.cu
 void *alloc(mtk *k, size_t bytes, mt_err *e);
 void dfree(mtk *k, void *p);
+void *host_alloc(mtk *k, size_t bytes, mt_err *e);
+void host_free(mtk *k, void *p);
 void zero(mtk *k, void *p, size_t bytes);
 void to_device(mtk *k, void *dst, const void *src, size_t bytes);
 void uploads_close(mtk *k);   // frees the staging of to_device (after a device sync)

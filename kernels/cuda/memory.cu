@@ -1,6 +1,6 @@
 // memory.cu: device memory of the CUDA backend (zero-filled allocations, copies on the current queue:
-// to the device staged through pinned memory without waiting, to the host waiting for it) and conversion
-// between the storage dtypes on the device.
+// to the device staged through pinned memory without waiting, to the host waiting for it), pinned host
+// memory for large copies, and conversion between the storage dtypes on the device.
 #include "cuda.h"
 
 namespace MTK_CU_NS {
@@ -37,6 +37,24 @@ void dfree(mtk *k, void *p)
 {
     (void)k;
     cudaFree(p);
+}
+
+void *host_alloc(mtk *k, size_t bytes, mt_err *e)
+{
+    void *p = NULL;
+    (void)k;
+    if (cudaMallocHost(&p, bytes ? bytes : 1) != cudaSuccess) {
+        cudaGetLastError();
+        mtk_err_set(e, "cannot allocate %zu bytes of pinned host memory", bytes);
+        return NULL;
+    }
+    return p;
+}
+
+void host_free(mtk *k, void *p)
+{
+    (void)k;
+    cudaFreeHost(p);
 }
 
 void zero(mtk *k, void *p, size_t bytes)

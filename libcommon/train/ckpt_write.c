@@ -83,7 +83,8 @@ struct mt_ckpt_job {
     flat_src sm, sv, sp;                    /* the shard's moments and fp32 master */
     size_t np, lo, hi;
     int dp_rank, dp_size;
-    float *copy;                            /* --async-save: the state copied aside */
+    float *copy;                            /* --async-save: the state copied aside (pinned on a GPU) */
+    mtk *k;                                 /* the backend that owns copy */
     char (*names)[160];
     part_ctx *ctx;
     /* results */
@@ -218,7 +219,7 @@ static void job_free(mt_ckpt_job *j)
 {
     if (!j) return;
     json_decref(j->meta);
-    free(j->copy);
+    mtk_host_free(j->k, j->copy);
     free(j->names);
     free(j->ctx);
     free(j);
@@ -286,12 +287,15 @@ static mt_ckpt_job *job_begin(mt_trainer *t, mt_err *e)
     return j;
 }
 
-/* --async-save: this rank's share copied to host memory, from which the background thread writes. */
-static void job_copy_aside(mt_ckpt_job *j)
+/* --async-save: this rank's share copied to host memory (pinned on a GPU: mtk_host_alloc), from which the
+ * background thread writes. 0, or -1 with e set. */
+static int job_copy_aside(mt_ckpt_job *j, mtk *k, mt_err *e)
 {
     size_t n = j->hi - j->lo, total = (j->model ? j->np : 0) + (j->optim_whole ? 2 * j->np : 0) +
                                       (j->shard ? (j->param ? 3 : 2) * n : 0);
-    j->copy = mt_xmalloc((total ? total : 1) * sizeof(float));
+    if (!(j->copy = mtk_host_alloc(k, (total ? total : 1) * sizeof(float), e)))
+        return mt_err_prefix(e, "--async-save: the copy of iteration %lld's state", (long long)j->iteration);
+    j->k = k;
     float *at = j->copy;
     flat_src *srcs[5] = {j->model ? &j->p : NULL, j->optim_whole ? &j->mo : NULL, j->optim_whole ? &j->vo : NULL,
                          j->shard ? &j->sm : NULL, j->shard ? &j->sv : NULL};
@@ -299,10 +303,11 @@ static void job_copy_aside(mt_ckpt_job *j)
         flat_src *s = i < 5 ? srcs[i] : j->param ? &j->sp : NULL;
         if (!s) continue;
         size_t first = i < 3 ? 0 : j->lo, cnt = i < 3 ? j->np : n, step = MT_CKPT_CHUNK_BYTES / sizeof(float);
-        for (size_t k = 0; k < cnt; k += step) src_read(s, first + k, cnt - k < step ? cnt - k : step, at + k);
+        for (size_t q = 0; q < cnt; q += step) src_read(s, first + q, cnt - q < step ? cnt - q : step, at + q);
         *s = (flat_src){.host = at, .base = first};
         at += cnt;
     }
+    return 0;
 }
 
 /* The agreement's result: rank 0 commits or abandons; every rank's result. */
@@ -374,8 +379,7 @@ int mt_trainer_save(mt_trainer *t, FILE *log, mt_err *e)
     if (!j) return -1;
     int lead = t->par->world->rank == 0 && log;
     if (t->a.async_save) {
-        job_copy_aside(j);
-        if (mtk_status(t->k, e)) {
+        if (job_copy_aside(j, t->k, e) || mtk_status(t->k, e)) {
             job_free(j);
             return -1;
         }
