@@ -59,7 +59,7 @@ static int on_layer(void *arg, int phase, int layer, mt_err *e)
         if (!o->gathering) return 0;
         return params_wait_to(o, layer == o->nl - 1 ? o->gs->n : o->layer_end[layer], layer, e);
     }
-    if (!o->grads || layer < 0 || layer >= o->nl || ++o->passes[layer] != o->num_micro) return 0;
+    if (!o->grads || layer < 0 || layer >= o->nl || ++o->passes[layer] != o->need[layer]) return 0;
     /* the layer's last backward pass of the step: its tensors (and the top layer's, the head's) are final */
     if (o->gathering && mt_overlap_params_ready(o, e)) return -1;
     const mt_layout *l = mt_gpt_layout(o->model);
@@ -71,11 +71,11 @@ static int on_layer(void *arg, int phase, int layer, mt_err *e)
 }
 
 int mt_overlap_init(mt_overlap *o, mt_gpt *model, mt_grad_sync *gs, int grads, int params, int sharded,
-                    int num_micro, int sp, int world_rank, mt_err *e)
+                    const int *chunk_passes, int vp, int sp, int world_rank, mt_err *e)
 {
     memset(o, 0, sizeof *o);
     o->grads = grads, o->params = params, o->sharded = sharded;
-    o->gs = gs, o->model = model, o->num_micro = num_micro;
+    o->gs = gs, o->model = model;
     o->nb = mt_grad_sync_buckets(gs);
     const mt_layout *l = mt_gpt_layout(model);
     o->nl = l->num_layers;
@@ -91,6 +91,8 @@ int mt_overlap_init(mt_overlap *o, mt_gpt *model, mt_grad_sync *gs, int grads, i
         o->group[i] = g;
     }
     o->passes = mt_xcalloc((size_t)o->nl + 1, sizeof *o->passes);
+    o->need = mt_xcalloc((size_t)o->nl + 1, sizeof *o->need);
+    for (int li = 0; li < o->nl; li++) o->need[li] = chunk_passes[li / (o->nl / vp)];   /* chunks of nl / vp layers */
     o->layer_end = mt_xcalloc((size_t)o->nl + 1, sizeof *o->layer_end);
     for (int li = 0; li < o->nl; li++) {
         int last = l->layer_start[li + 1] - 1;
@@ -118,7 +120,7 @@ void mt_overlap_free(mt_overlap *o)
 {
     if (o->model) mt_gpt_set_layer_hook(o->model, NULL, NULL);
     mt_comm_async_free(o->eng);
-    free(o->group), free(o->passes), free(o->layer_end), free(o->left), free(o->ticket), free(o->gticket),
+    free(o->group), free(o->passes), free(o->need), free(o->layer_end), free(o->left), free(o->ticket), free(o->gticket),
         free(o->counts);
     if (o->trace) fclose(o->trace);
     memset(o, 0, sizeof *o);

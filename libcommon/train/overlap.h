@@ -3,8 +3,8 @@
  * thread on CPU ranks, a CUDA stream of its own on GPU ranks).
  *
  * Gradients: the model's layer hook (gpt.h) reports each layer's backward pass. A tensor's gradient is
- * final when the layer that holds it has gone back through all of the step's micro-batches (with the
- * pipeline schedules, the last micro-batch of its model chunk); the final norm and the output layer with
+ * final when the layer that holds it has run its model chunk's last backward pass of the step (how many
+ * the pipeline's schedule lists for the chunk: train/pipeline.h, mt_pipeline_backward_passes); the final norm and the output layer with
  * the stage's top layer (their backward pass comes just before it). A bucket is started when every
  * element in it is final, in the order they become so; then at the end of the backward passes the
  * buckets still waiting are started in bucket order and all are waited for. Some gradients are summed
@@ -41,7 +41,8 @@ typedef struct mt_overlap {
     int sharded;             /* the distributed optimizer: reduce-scatter (else all-reduce) */
     mt_grad_sync *gs;        /* the buckets (not owned) */
     mt_gpt *model;           /* not owned */
-    int num_micro;           /* backward passes of each layer in a step */
+    int *need;               /* [nl]: backward passes of each layer in a step (its model chunk's, from the
+                                pipeline's schedule) */
     int nb, nl;              /* buckets, local layers */
     int *group;              /* [tensors]: the local layer whose last backward pass makes it final; -1: the end */
     int *passes;             /* [nl]: backward passes of each layer so far in this step */
@@ -58,10 +59,12 @@ typedef struct mt_overlap {
 } mt_overlap;
 
 /* The overlap of a model whose gradients and parameters gs reduces and gathers (gs->dp the device
- * communicator of the data-parallel group; collective over it), with num_micro micro-batches per step;
- * sp: sequence parallelism is on. The model's layer hook is set. 0, or -1 with e set. */
+ * communicator of the data-parallel group; collective over it); chunk_passes[vp]: the backward passes each
+ * of the stage's vp model chunks runs in a step, as the pipeline's schedule lists them (a layer's gradients
+ * are final after its chunk's last); sp: sequence parallelism is on. The model's layer hook is set. 0, or
+ * -1 with e set. */
 int mt_overlap_init(mt_overlap *o, mt_gpt *model, mt_grad_sync *gs, int grads, int params, int sharded,
-                    int num_micro, int sp, int world_rank, mt_err *e);
+                    const int *chunk_passes, int vp, int sp, int world_rank, mt_err *e);
 void mt_overlap_free(mt_overlap *o);
 
 /* At the start of a step (after the gradients are zeroed): the passes counted from zero, the embeddings'

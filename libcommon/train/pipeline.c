@@ -114,6 +114,13 @@ void mt_pipeline_close(mt_pipeline *p)
     free(p);
 }
 
+int mt_pipeline_backward_passes(const mt_pipeline *p, int c)
+{
+    int n = 0;
+    for (int j = 0; j < p->nev; j++) n += p->ev[j].kind == MT_PP_BACKWARD && p->ev[j].mc.chunk == c;
+    return n;
+}
+
 /* ---- running the step's events ---- */
 
 /* A training forward pass of t->batch in x without waiting: the losses (when x has the output layer)

@@ -33,6 +33,9 @@ typedef struct mt_pipeline mt_pipeline;
  * NULL with e set. */
 mt_pipeline *mt_pipeline_open(mt_trainer *t, mt_err *e);
 void mt_pipeline_close(mt_pipeline *p);
+/* The backward passes of model chunk c in one step, counted from the schedule's events (what makes the
+ * chunk's gradients final: the overlapped reductions of train/overlap.h wait for the last of them). */
+int mt_pipeline_backward_passes(const mt_pipeline *p, int c);
 
 /* Forward and backward of this rank's num_micro micro-batches of the step starting at sample
  * t->consumed_train, the gradients accumulated with each micro-batch's loss scaled by

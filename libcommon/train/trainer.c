@@ -186,10 +186,14 @@ int mt_trainer_open_par(mt_trainer *t, const mt_train_args *a, const mt_parallel
         return -1;
     if ((t->a.overlap_grad_reduce || t->a.overlap_param_gather) && t->dp_size > 1) {
         t->ov = mt_xcalloc(1, sizeof *t->ov);
-        if (mt_overlap_init(t->ov, t->model, &t->gs, t->a.overlap_grad_reduce,
-                            t->a.overlap_param_gather && t->a.use_distributed_optimizer, t->a.use_distributed_optimizer,
-                            t->num_micro, t->cfg.sequence_parallel && t->tp_size > 1, t->par->world ? t->par->world->rank : 0, e))
-            return -1;
+        int *passes = mt_xmalloc((size_t)t->vp * sizeof *passes);   /* each chunk's, from the schedule */
+        for (int c = 0; c < t->vp; c++) passes[c] = mt_pipeline_backward_passes(t->pipe, c);
+        int rc = mt_overlap_init(t->ov, t->model, &t->gs, t->a.overlap_grad_reduce,
+                                 t->a.overlap_param_gather && t->a.use_distributed_optimizer,
+                                 t->a.use_distributed_optimizer, passes, t->vp,
+                                 t->cfg.sequence_parallel && t->tp_size > 1, t->par->world ? t->par->world->rank : 0, e);
+        free(passes);
+        if (rc) return -1;
     }
     return 0;
 }

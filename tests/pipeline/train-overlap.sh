@@ -94,12 +94,13 @@ done
 if MT_COMM_LINK=2000,1 mpi 2 mt-train $args --ddp-bucket-size 5000 --overlap-grad-reduce --metrics-file "$d/link.jsonl" >"$d/link.log" 2>"$d/link.err"; then
     same "MT_COMM_LINK=2000,1: the same losses" "$d/p2ddpbucketsize5000.jsonl" "$d/link.jsonl"
     # 11 buckets, each a ring all-reduce of 2 steps of 2 ms at least (sleeps: a floor whatever the load):
-    # >= 44 ms a step, and slower than the same run without the link
+    # >= 44 ms a step (the run without the link takes about 28 ms on a quiet machine; the two are not
+    # compared, a loaded machine can make either slower)
     if $py - "$d/link.jsonl" "$d/p2ddpbucketsize5000.jsonl" >"$d/link.out" 2>&1 <<'PYEOF'
 import json, sys
 ms = lambda p: sorted(r["elapsed_ms"] for r in map(json.loads, open(p)) if r["type"] == "train")[3]
 slow, fast = ms(sys.argv[1]), ms(sys.argv[2])
-assert slow >= 44 and slow > fast, (slow, fast)
+assert slow >= 44, (slow, fast)
 print("median step %.1f ms against %.1f" % (slow, fast))
 PYEOF
     then t_pass "MT_COMM_LINK=2000,1 delays the transfers ($(cat "$d/link.out"))"; else t_fail "MT_COMM_LINK" "$(tail -2 "$d/link.out")"; fi
