@@ -211,6 +211,11 @@ size_t mt_gpt_kept_before(const mt_gpt *m, size_t off)
     return n;
 }
 
+void mt_gpt_kept_counts(const mt_gpt *m, const size_t *bounds, int n, size_t *counts)
+{
+    for (int r = 0; r < n; r++) counts[r] = mt_gpt_kept_before(m, bounds[r + 1]) - mt_gpt_kept_before(m, bounds[r]);
+}
+
 void mt_gpt_kept_from(mt_gpt *m, const float *shard, size_t lo, size_t hi)
 {
     for (int i = 0; i < m->ntensors && m->kept; i++) {

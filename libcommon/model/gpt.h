@@ -147,6 +147,9 @@ float *mt_gpt_kept(mt_gpt *m, size_t *n);
 /* Elements of the kept buffer that come before flat offset off (the 1-D tensors' elements below it):
  * the kept values of flat range [lo, hi) are kept[before(lo) .. before(hi)). */
 size_t mt_gpt_kept_before(const mt_gpt *m, size_t off);
+/* counts[r]: the kept values of flat range [bounds[r], bounds[r + 1]) for r < n (the shards of an
+ * all-gather of the kept buffer). */
+void mt_gpt_kept_counts(const mt_gpt *m, const size_t *bounds, int n, size_t *counts);
 /* Copies the 1-D tensors' values of flat range [lo, hi) from shard (device, shard[0] is element lo)
  * into the kept buffer. */
 void mt_gpt_kept_from(mt_gpt *m, const float *shard, size_t lo, size_t hi);

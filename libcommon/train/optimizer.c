@@ -129,8 +129,3 @@ double mt_adamw_update(mt_adamw *o, double lr, double wd, double norm, double un
     if (o->main) mt_gpt_kept_from(o->model, o->main, o->lo, o->hi);
     return norm;
 }
-
-double mt_params_norm(mtk *k, mt_gpt *model)
-{
-    return mt_gpt_params(model) ? sqrt(mtk_sumsq(k, mt_gpt_params(model), mt_gpt_num_params(model))) : NAN;
-}

@@ -57,7 +57,5 @@ double mt_adamw_update(mt_adamw *o, double lr, double wd, double norm, double un
 float *mt_adamw_master(mt_adamw *o);
 /* The sum of squares of this rank's master parameters: the shard's when the optimizer owns it, else all. */
 double mt_adamw_master_sumsq(mt_adamw *o);
-/* L2 norm of all parameters (--log-params-norm). */
-double mt_params_norm(mtk *k, mt_gpt *model);
 
 #endif

@@ -160,8 +160,7 @@ int mt_overlap_params_start(mt_overlap *o, mt_err *e)
     mt_cdtype t = MT_C_F32;
     if (dropped) t = mtk_act_dtype(mt_gpt_backend(m)) == MTK_BF16 ? MT_C_BF16 : MT_C_F16;
     if (dropped) {   /* the 1-D tensors' fp32 values, which every layer reads: first */
-        for (int r = 0; r < N; r++)
-            o->counts[r] = mt_gpt_kept_before(m, o->gs->shard_lo[r + 1]) - mt_gpt_kept_before(m, o->gs->shard_lo[r]);
+        mt_gpt_kept_counts(m, o->gs->shard_lo, N, o->counts);
         mt_async_op op = {MT_ASYNC_ALL_GATHER, mt_gpt_kept(m, NULL), 0, o->counts, MT_C_F32};
         if (mt_comm_async_start(o->eng, &op, e) < 0) return -1;
     }

@@ -317,8 +317,7 @@ static int gather_params(mt_trainer *t, mt_err *e)
     if (mt_grad_all_gather_as(&t->gs, mt_gpt_work(t->model), wt, e)) return -1;
     int N = t->gs.dp->size;
     size_t *counts = mt_xmalloc((size_t)N * sizeof *counts);
-    for (int r = 0; r < N; r++)
-        counts[r] = mt_gpt_kept_before(t->model, t->gs.shard_lo[r + 1]) - mt_gpt_kept_before(t->model, t->gs.shard_lo[r]);
+    mt_gpt_kept_counts(t->model, t->gs.shard_lo, N, counts);
     int rc = mt_all_gather(t->gs.dp, mt_gpt_kept(t->model, NULL), counts, MT_C_F32, e);
     free(counts);
     return rc;
