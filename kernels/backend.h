@@ -100,6 +100,31 @@ typedef struct mtk_ops {
     /* work NULL: none */
     void (*adamw)(mtk *k, float *p, void *work, const float *g, float *m, float *v, const mtk_adamw_seg *seg,
                   int nseg, float lr, float b1, float b2, float eps, float wd, int t, float grad_scale);
+    /* mixture of experts (kernels.h). grouped_matmul_*: may be NULL: mtk.c runs matmul_fwd / matmul_bwd once
+     * per non-empty group (the reference). */
+    void (*router_fwd)(mtk *k, float *logits, const void *inp, const void *w, int N, int C, int E);
+    void (*router_bwd)(mtk *k, void *dinp, float *dw, const float *dlogits, const void *inp, const void *w, int N,
+                       int C, int E, int acc);
+    void (*moe_topk)(mtk *k, int32_t *idx, float *probs, const float *logits, int N, const mtk_moe_route *r);
+    void (*moe_route_stats)(mtk *k, float *stats, const float *logits, const int32_t *idx, int N, int seq,
+                            const mtk_moe_route *r);
+    void (*moe_route_bwd)(mtk *k, float *dlogits, const float *dprobs, const float *aux, int seq, float zcoef,
+                          const float *logits, const int32_t *idx, int N, const mtk_moe_route *r);
+    void (*moe_dispatch)(mtk *k, int32_t *counts, int32_t *row, int32_t *src, const int32_t *idx, const float *probs,
+                         int N, int K, int E, int capacity, int drop_position, int pad);
+    void (*moe_permute)(mtk *k, void *out, const void *inp, const int32_t *src, int R, int C);
+    void (*moe_permute_bwd)(mtk *k, void *dinp, const void *dout, const int32_t *row, int N, int K, int C);
+    void (*moe_unpermute)(mtk *k, void *out, const void *y, const int32_t *row, const float *probs, int N, int K,
+                          int C);
+    void (*moe_unpermute_bwd)(mtk *k, void *dy, float *dprobs, const void *dout, const void *y, const int32_t *row,
+                              const float *probs, int N, int K, int C, int R);
+    void (*grouped_matmul_fwd)(mtk *k, void *out, const void *inp, const void *w, const int32_t *counts, int G, int C,
+                               int OC);
+    void (*grouped_matmul_bwd)(mtk *k, void *dinp, float *dw, const void *dout, const void *inp, const void *w,
+                               const int32_t *counts, int G, int C, int OC, int acc);
+    void (*sigmoid_gate_fwd)(mtk *k, void *out, const void *x, const float *logit, int N, int C);
+    void (*sigmoid_gate_bwd)(mtk *k, void *dx, float *dlogit, const void *dout, const void *x, const float *logit,
+                             int N, int C);
 } mtk_ops;
 
 struct mtk {

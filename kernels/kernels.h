@@ -293,6 +293,76 @@ void mtk_xent_loss(mtk *k, float *losses, const float *rowmax, const float *sume
 void mtk_xent_bwd(mtk *k, mtk_act *dlogits, const mtk_act *logits, const float *rowmax, const float *sumexp,
                   const int32_t *target, const float *dscale, int N, int V, int v0);
 
+/* ---- mixture of experts (Megatron-Core's MoE layer): the router, the tokens grouped by expert and back,
+ * the experts' products over groups of unequal sizes ---- */
+
+/* The router's logits [N, E] fp32 = inp [N, C] . w [E, C]^T with fp32 products of the activation-dtype
+ * operands (Megatron's --moe-router-dtype fp32); the shared experts' gate is the same with E = 1. */
+void mtk_router_fwd(mtk *k, float *logits, const mtk_act *inp, const mtk_act *w, int N, int C, int E);
+/* dinp += dlogits . w (ACCUMULATES into the activation-dtype dinp; NULL to skip); dw [E, C] fp32 =
+ * dlogits^T . inp, assigned or added to as gm says. */
+void mtk_router_bwd(mtk *k, mtk_act *dinp, float *dw, const float *dlogits, const mtk_act *inp, const mtk_act *w,
+                    int N, int C, int E, mtk_grad_mode gm);
+
+typedef enum { MTK_MOE_SOFTMAX, MTK_MOE_SIGMOID } mtk_moe_score;
+typedef struct mtk_moe_route {
+    int E, K;              /* experts, and experts per token (1 <= K <= E <= MTK_MOE_MAX_EXPERTS) */
+    mtk_moe_score score;   /* --moe-router-score-function */
+    int pre_softmax;       /* --moe-router-pre-softmax (softmax only) */
+    float scaling;         /* --moe-router-topk-scaling-factor; 0: none */
+} mtk_moe_route;
+enum { MTK_MOE_MAX_EXPERTS = 1024 };
+/* Each row's top K: idx [N, K] the experts of the K largest logits, largest first (ties: the lower
+ * expert), probs [N, K] their weights: softmax: the softmax over those K logits, or with pre_softmax
+ * the softmax over all E taken at them; sigmoid: the sigmoids of the K logits, divided by their sum when
+ * K > 1. Times scaling when it is not 0. */
+void mtk_moe_topk(mtk *k, int32_t *idx, float *probs, const float *logits, int N, const mtk_moe_route *r);
+/* The sums behind the load-balancing and z losses, for every run of seq rows (N / seq runs; seq divides
+ * N): stats[s][0][e] the rows of run s that chose expert e (idx), stats[s][1][e] the sum over its rows of
+ * expert e's aux-loss score (the softmax over all E; with sigmoid, the sigmoids divided by their sum);
+ * then stats[2 E N / seq] = the sum over all rows of logsumexp(row)^2. */
+void mtk_moe_route_stats(mtk *k, float *stats, const float *logits, const int32_t *idx, int N, int seq,
+                         const mtk_moe_route *r);
+/* dlogits [N, E] (assigned), the sum of three gradients: of the weights (dprobs [N, K]; NULL: none), of
+ * the load-balancing losses through the aux-loss scores (d score[n][e] = aux[(n / seq) E + e]; NULL:
+ * none), and of zcoef x the sum over rows of logsumexp(row)^2 (zcoef 0: none). */
+void mtk_moe_route_bwd(mtk *k, float *dlogits, const float *dprobs, const float *aux, int seq, float zcoef,
+                       const float *logits, const int32_t *idx, int N, const mtk_moe_route *r);
+/* Groups the N x K choices of idx by expert, experts in order and the tokens of each in order: counts[E]
+ * the rows of each expert, row [N, K] the row of each choice in that order (-1: dropped), src [R] the
+ * token of each row (-1: a padding row). capacity < 0: dropless (R = N K, nothing dropped). Else an expert
+ * keeps at most capacity choices: those of the largest probs (ties: the earlier token), or with
+ * drop_position the earliest tokens; with pad every expert has exactly capacity rows, the missing ones
+ * padding (R = E capacity); without it R = the sum of counts. */
+void mtk_moe_dispatch(mtk *k, int32_t *counts, int32_t *row, int32_t *src, const int32_t *idx, const float *probs,
+                      int N, int K, int E, int capacity, int drop_position, int pad);
+/* out [R, C]: row i is inp's row src[i], zeros where src[i] < 0. */
+void mtk_moe_permute(mtk *k, mtk_act *out, const mtk_act *inp, const int32_t *src, int R, int C);
+/* dinp [N, C] (assigned): row n is the sum of dout's rows row[n][0 .. K) (those >= 0), in k order. */
+void mtk_moe_permute_bwd(mtk *k, mtk_act *dinp, const mtk_act *dout, const int32_t *row, int N, int K, int C);
+/* out [N, C] (assigned): row n is the sum over k of probs[n][k] y[row[n][k]] (rows >= 0), fp32 sums in k
+ * order. */
+void mtk_moe_unpermute(mtk *k, mtk_act *out, const mtk_act *y, const int32_t *row, const float *probs, int N, int K,
+                       int C);
+/* Its backward: dy [R, C] (assigned; rows no choice points at are zero) row row[n][k] = probs[n][k] dout[n];
+ * dprobs [N, K] (assigned) = dout[n] . y[row[n][k]], 0 for a dropped choice. */
+void mtk_moe_unpermute_bwd(mtk *k, mtk_act *dy, float *dprobs, const mtk_act *dout, const mtk_act *y,
+                           const int32_t *row, const float *probs, int N, int K, int C, int R);
+/* The experts' products over rows grouped by expert: group g is counts[g] consecutive rows of inp [R, C]
+ * (R the sum of counts; counts in HOST memory, G of them, each >= 0) times w_g [OC, C]^T into the same
+ * rows of out [R, OC]; w holds the G matrices one after another ([G, OC, C]). */
+void mtk_grouped_matmul_fwd(mtk *k, mtk_act *out, const mtk_act *inp, const mtk_act *w, const int32_t *counts, int G,
+                            int C, int OC);
+/* dinp = dout_g . w_g (assigned; NULL to skip); dw_g [OC, C] fp32 = dout_g^T . inp_g, assigned (zero for an
+ * empty group) or added to as gm says. */
+void mtk_grouped_matmul_bwd(mtk *k, mtk_act *dinp, float *dw, const mtk_act *dout, const mtk_act *inp,
+                            const mtk_act *w, const int32_t *counts, int G, int C, int OC, mtk_grad_mode gm);
+/* The shared experts' gate (Qwen2-MoE's): out[n] += x[n] sigmoid(logit[n]) (ACCUMULATES), rows of C. */
+void mtk_sigmoid_gate_fwd(mtk *k, mtk_act *out, const mtk_act *x, const float *logit, int N, int C);
+/* dx = dout sigmoid(logit) (assigned); dlogit[n] (assigned) = (dout[n] . x[n]) s (1 - s). */
+void mtk_sigmoid_gate_bwd(mtk *k, mtk_act *dx, float *dlogit, const mtk_act *dout, const mtk_act *x,
+                          const float *logit, int N, int C);
+
 /* ---- reductions and optimizer (fp32 arrays) ---- */
 /* Sum of squares of x[0..n), accumulated in double in a fixed order, returned to the host (waits). */
 double mtk_sumsq(mtk *k, const float *x, size_t n);

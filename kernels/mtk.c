@@ -581,3 +581,155 @@ void mtk_adamw_multi(mtk *k, float *p, mtk_act *work, const float *g, float *m, 
         if (seg[i].n && seg[i].off + seg[i].n > end) end = seg[i].off + seg[i].n;
     if (ready_flat(k, "adamw", end)) k->ops->adamw(k, p, work, g, m, v, seg, nseg, lr, b1, b2, eps, wd, t, grad_scale);
 }
+
+/* ---- mixture of experts ---- */
+
+/* The op's entry of the backend, or a sticky error naming it. */
+#define HAS(op) (k->ops->op ? 1 : (mtk_fail(k, "%s: not implemented by the %s backend", #op, mtk_name(k)), 0))
+
+static int route_ok(mtk *k, const char *op, const mtk_moe_route *r)
+{
+    if (k->failed) return 0;
+    if (!r || r->E < 1 || r->E > MTK_MOE_MAX_EXPERTS || r->K < 1 || r->K > r->E) {
+        mtk_fail(k, "%s: %d experts, top %d", op, r ? r->E : 0, r ? r->K : 0);
+        return 0;
+    }
+    return 1;
+}
+
+void mtk_router_fwd(mtk *k, float *logits, const mtk_act *inp, const mtk_act *w, int N, int C, int E)
+{
+    if (ready(k, "router_fwd", N, (long long)C * E, mx((size_t)N * C, (size_t)E * C)) && HAS(router_fwd))
+        k->ops->router_fwd(k, logits, inp, w, N, C, E);
+}
+void mtk_router_bwd(mtk *k, mtk_act *dinp, float *dw, const float *dlogits, const mtk_act *inp, const mtk_act *w,
+                    int N, int C, int E, mtk_grad_mode gm)
+{
+    if (ready(k, "router_bwd", N, (long long)C * E, mx((size_t)N * C, (size_t)E * C)) && HAS(router_bwd))
+        k->ops->router_bwd(k, dinp, dw, dlogits, inp, w, N, C, E, gm == MTK_GRAD_ACCUMULATE);
+}
+void mtk_moe_topk(mtk *k, int32_t *idx, float *probs, const float *logits, int N, const mtk_moe_route *r)
+{
+    if (route_ok(k, "moe_topk", r) && ready(k, "moe_topk", N, r->E, 0) && HAS(moe_topk))
+        k->ops->moe_topk(k, idx, probs, logits, N, r);
+}
+void mtk_moe_route_stats(mtk *k, float *stats, const float *logits, const int32_t *idx, int N, int seq,
+                         const mtk_moe_route *r)
+{
+    if (!route_ok(k, "moe_route_stats", r) || !ready(k, "moe_route_stats", N, seq, 0)) return;
+    if (seq <= 0 || N % seq) {
+        mtk_fail(k, "moe_route_stats: runs of %d rows do not divide %d rows", seq, N);
+        return;
+    }
+    if (HAS(moe_route_stats)) k->ops->moe_route_stats(k, stats, logits, idx, N, seq, r);
+}
+void mtk_moe_route_bwd(mtk *k, float *dlogits, const float *dprobs, const float *aux, int seq, float zcoef,
+                       const float *logits, const int32_t *idx, int N, const mtk_moe_route *r)
+{
+    if (!route_ok(k, "moe_route_bwd", r) || !ready(k, "moe_route_bwd", N, r->E, 0)) return;
+    if (aux && (seq <= 0 || N % seq)) {
+        mtk_fail(k, "moe_route_bwd: runs of %d rows do not divide %d rows", seq, N);
+        return;
+    }
+    if (HAS(moe_route_bwd)) k->ops->moe_route_bwd(k, dlogits, dprobs, aux, seq, zcoef, logits, idx, N, r);
+}
+void mtk_moe_dispatch(mtk *k, int32_t *counts, int32_t *row, int32_t *src, const int32_t *idx, const float *probs,
+                      int N, int K, int E, int capacity, int drop_position, int pad)
+{
+    if (!ready(k, "moe_dispatch", N, K, 0)) return;
+    if (E < 1 || E > MTK_MOE_MAX_EXPERTS || K < 1 || K > E || (pad && capacity < 0)) {
+        mtk_fail(k, "moe_dispatch: %d experts, top %d, capacity %d%s", E, K, capacity, pad ? ", padded" : "");
+        return;
+    }
+    if (HAS(moe_dispatch)) k->ops->moe_dispatch(k, counts, row, src, idx, probs, N, K, E, capacity, drop_position, pad);
+}
+void mtk_moe_permute(mtk *k, mtk_act *out, const mtk_act *inp, const int32_t *src, int R, int C)
+{
+    if (ready(k, "moe_permute", R, C, 0) && HAS(moe_permute)) k->ops->moe_permute(k, out, inp, src, R, C);
+}
+void mtk_moe_permute_bwd(mtk *k, mtk_act *dinp, const mtk_act *dout, const int32_t *row, int N, int K, int C)
+{
+    if (ready(k, "moe_permute_bwd", N, (long long)K * C, 0) && HAS(moe_permute_bwd))
+        k->ops->moe_permute_bwd(k, dinp, dout, row, N, K, C);
+}
+void mtk_moe_unpermute(mtk *k, mtk_act *out, const mtk_act *y, const int32_t *row, const float *probs, int N, int K,
+                       int C)
+{
+    if (ready(k, "moe_unpermute", N, (long long)K * C, 0) && HAS(moe_unpermute))
+        k->ops->moe_unpermute(k, out, y, row, probs, N, K, C);
+}
+void mtk_moe_unpermute_bwd(mtk *k, mtk_act *dy, float *dprobs, const mtk_act *dout, const mtk_act *y,
+                           const int32_t *row, const float *probs, int N, int K, int C, int R)
+{
+    if (ready(k, "moe_unpermute_bwd", N, (long long)K * C, 0) && R >= 0 && HAS(moe_unpermute_bwd))
+        k->ops->moe_unpermute_bwd(k, dy, dprobs, dout, y, row, probs, N, K, C, R);
+}
+
+/* The rows of the groups, or -1 (with the error set) for a negative count. */
+static long long group_rows(mtk *k, const char *op, const int32_t *counts, int G)
+{
+    long long R = 0;
+    for (int g = 0; g < G; g++) {
+        if (counts[g] < 0) {
+            mtk_fail(k, "%s: group %d has %d rows", op, g, (int)counts[g]);
+            return -1;
+        }
+        R += counts[g];
+    }
+    return R;
+}
+
+void mtk_grouped_matmul_fwd(mtk *k, mtk_act *out, const mtk_act *inp, const mtk_act *w, const int32_t *counts, int G,
+                            int C, int OC)
+{
+    long long R = k->failed ? -1 : group_rows(k, "grouped_matmul_fwd", counts, G);
+    if (R < 0 || !ready(k, "grouped_matmul_fwd", G, (long long)C * OC, mx(mx((size_t)R * C, (size_t)R * OC), (size_t)OC * C)))
+        return;
+    if (k->ops->grouped_matmul_fwd) {
+        k->ops->grouped_matmul_fwd(k, out, inp, w, counts, G, C, OC);
+        return;
+    }
+    size_t a = k->act == MTK_F32 ? 4 : 2, r0 = 0;
+    for (int g = 0; g < G; g++) {   /* the reference: one product per expert */
+        if (counts[g]) {
+            k->ws_used = 0;
+            k->ops->matmul_fwd(k, (char *)out + r0 * OC * a, (const char *)inp + r0 * C * a,
+                               (const char *)w + (size_t)g * OC * C * a, NULL, counts[g], C, OC);
+        }
+        r0 += (size_t)counts[g];
+    }
+}
+void mtk_grouped_matmul_bwd(mtk *k, mtk_act *dinp, float *dw, const mtk_act *dout, const mtk_act *inp,
+                            const mtk_act *w, const int32_t *counts, int G, int C, int OC, mtk_grad_mode gm)
+{
+    long long R = k->failed ? -1 : group_rows(k, "grouped_matmul_bwd", counts, G);
+    if (R < 0 || !ready(k, "grouped_matmul_bwd", G, (long long)C * OC, mx(mx((size_t)R * C, (size_t)R * OC), (size_t)OC * C)))
+        return;
+    int acc = gm == MTK_GRAD_ACCUMULATE;
+    if (k->ops->grouped_matmul_bwd) {
+        k->ops->grouped_matmul_bwd(k, dinp, dw, dout, inp, w, counts, G, C, OC, acc);
+        return;
+    }
+    size_t a = k->act == MTK_F32 ? 4 : 2, r0 = 0;
+    for (int g = 0; g < G; g++) {
+        float *dwg = dw ? dw + (size_t)g * OC * C : NULL;
+        if (counts[g]) {
+            k->ws_used = 0;
+            k->ops->matmul_bwd(k, dinp ? (char *)dinp + r0 * C * a : NULL, dwg, NULL, (const char *)dout + r0 * OC * a,
+                               (const char *)inp + r0 * C * a, (const char *)w + (size_t)g * OC * C * a, counts[g], C,
+                               OC, acc);
+        } else if (dwg && !acc)
+            k->ops->zero(k, dwg, (size_t)OC * C * sizeof(float));
+        r0 += (size_t)counts[g];
+    }
+}
+void mtk_sigmoid_gate_fwd(mtk *k, mtk_act *out, const mtk_act *x, const float *logit, int N, int C)
+{
+    if (ready(k, "sigmoid_gate_fwd", N, C, 0) && HAS(sigmoid_gate_fwd)) k->ops->sigmoid_gate_fwd(k, out, x, logit, N, C);
+}
+void mtk_sigmoid_gate_bwd(mtk *k, mtk_act *dx, float *dlogit, const mtk_act *dout, const mtk_act *x,
+                          const float *logit, int N, int C)
+{
+    if (ready(k, "sigmoid_gate_bwd", N, C, 0) && HAS(sigmoid_gate_bwd))
+        k->ops->sigmoid_gate_bwd(k, dx, dlogit, dout, x, logit, N, C);
+}

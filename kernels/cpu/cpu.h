@@ -46,6 +46,10 @@ void cpu_matmul_small(float *out, const float *inp, const float *w, const float 
 void cpu_bias_grad(float *dbias, const void *dout, mtk_dtype dt, int N, int OC, int acc);
 void cpu_matmul_bwd(mtk *k, float *dinp, float *dw, float *dbias, const float *dout, const float *inp,
                     const float *w, int N, int C, int OC, int acc);
+/* C[M,N] = op(A) op(B) + beta C (row-major; ta, tb: transposed), fp32, split over the threads as the
+ * linear layer's products are (beta 0 or 1). */
+void cpu_sgemm(mtk *k, int ta, int tb, int M, int N, int K, const float *A, int lda, const float *B, int ldb, float beta,
+               float *C, int ldc);
 void cpu_gelu_fwd(mtk *k, float *out, const float *inp, size_t n, int exact);
 void cpu_gelu_bwd(mtk *k, float *dinp, const float *inp, const float *dout, size_t n, int exact);
 void cpu_swiglu_fwd(mtk *k, float *out, const float *inp, int N, int F);
@@ -79,6 +83,26 @@ void cpu_sumsq_spans(mtk *k, double *out, const float *x, const mtk_span *span, 
 size_t cpu_count_nonfinite(mtk *k, const float *x, size_t n);
 void cpu_adamw(mtk *k, float *p, void *work, const float *g, float *m, float *v, const mtk_adamw_seg *seg, int nseg,
                float lr, float b1, float b2, float eps, float wd, int t, float grad_scale);
+
+/* The mixture of experts' operations (moe.c), on operands of the activation dtype k->act as they are. */
+void cpu_router_fwd(mtk *k, float *logits, const void *inp, const void *w, int N, int C, int E);
+void cpu_router_bwd(mtk *k, void *dinp, float *dw, const float *dlogits, const void *inp, const void *w, int N, int C,
+                    int E, int acc);
+void cpu_moe_topk(mtk *k, int32_t *idx, float *probs, const float *logits, int N, const mtk_moe_route *r);
+void cpu_moe_route_stats(mtk *k, float *stats, const float *logits, const int32_t *idx, int N, int seq,
+                         const mtk_moe_route *r);
+void cpu_moe_route_bwd(mtk *k, float *dlogits, const float *dprobs, const float *aux, int seq, float zcoef,
+                       const float *logits, const int32_t *idx, int N, const mtk_moe_route *r);
+void cpu_moe_dispatch(mtk *k, int32_t *counts, int32_t *row, int32_t *src, const int32_t *idx, const float *probs,
+                      int N, int K, int E, int capacity, int drop_position, int pad);
+void cpu_moe_permute(mtk *k, void *out, const void *inp, const int32_t *src, int R, int C);
+void cpu_moe_permute_bwd(mtk *k, void *dinp, const void *dout, const int32_t *row, int N, int K, int C);
+void cpu_moe_unpermute(mtk *k, void *out, const void *y, const int32_t *row, const float *probs, int N, int K, int C);
+void cpu_moe_unpermute_bwd(mtk *k, void *dy, float *dprobs, const void *dout, const void *y, const int32_t *row,
+                           const float *probs, int N, int K, int C, int R);
+void cpu_sigmoid_gate_fwd(mtk *k, void *out, const void *x, const float *logit, int N, int C);
+void cpu_sigmoid_gate_bwd(mtk *k, void *dx, float *dlogit, const void *dout, const void *x, const float *logit, int N,
+                          int C);
 
 /* oneDNN matrix products (dnnl.c): C[M,N] = A[M,K] . B[K,N] (+ bias[N], fp32) (+ C when accumulate),
  * A and B of dtype ab addressed by element strides (row, column), C of dtype cdt row-major with ldc.

@@ -105,3 +105,10 @@ void cpu_matmul_bwd(mtk *k, float *dinp, float *dw, float *dbias, const float *d
         par_sgemm(k, CblasTrans, CblasNoTrans, OC, C, N, 1.0f, dout, OC, inp, C, acc ? 1.0f : 0.0f, dw, C);
     if (dbias && OC > 0) cpu_bias_grad(dbias, dout, MTK_F32, N, OC, acc);
 }
+
+void cpu_sgemm(mtk *k, int ta, int tb, int M, int N, int K, const float *A, int lda, const float *B, int ldb, float beta,
+               float *C, int ldc)
+{
+    par_sgemm(k, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, M, N, K, 1.0f, A, lda, B, ldb, beta, C,
+              ldc);
+}

@@ -611,6 +611,30 @@ static void s_xent_bwd(mtk *k, void *dlogits, const void *logits, const float *r
     out(k, dlogits, fd, n);
 }
 
+/* The router's logits: fp32 products of the (staged) activation-dtype operands. */
+static void s_router_fwd(mtk *k, float *logits, const void *inp, const void *w, int N, int C, int E)
+{
+    float *fi = in(k, inp, (size_t)N * C), *fw = in(k, w, (size_t)E * C);
+    if (!STAGED_OK) return;
+    cpu_matmul_fwd(k, logits, fi, fw, NULL, N, C, E);
+}
+static void s_router_bwd(mtk *k, void *dinp, float *dw, const float *dlogits, const void *inp, const void *w, int N,
+                         int C, int E, int acc)
+{
+    if (N <= 0 || C <= 0 || E <= 0) return;
+    if (dw) {
+        float *fi = in(k, inp, (size_t)N * C);
+        if (!STAGED_OK) return;
+        cpu_sgemm(k, 1, 0, E, C, N, dlogits, E, fi, C, acc ? 1.0f : 0.0f, dw, C);
+    }
+    if (dinp) {   /* added to the input gradient the other branches left there */
+        float *fw = in(k, w, (size_t)E * C), *fd = in(k, dinp, (size_t)N * C);
+        if (!STAGED_OK) return;
+        cpu_sgemm(k, 0, 0, N, C, E, dlogits, E, fw, C, 1.0f, fd, C);
+        out(k, dinp, fd, (size_t)N * C);
+    }
+}
+
 const mtk_ops mtk_cpu_ops = {
     .name = "cpu",
     .open = cpu_open,
@@ -655,4 +679,16 @@ const mtk_ops mtk_cpu_ops = {
     .sumsq_spans = cpu_sumsq_spans,
     .count_nonfinite = cpu_count_nonfinite,
     .adamw = cpu_adamw,
+    .router_fwd = s_router_fwd,
+    .router_bwd = s_router_bwd,
+    .moe_topk = cpu_moe_topk,
+    .moe_route_stats = cpu_moe_route_stats,
+    .moe_route_bwd = cpu_moe_route_bwd,
+    .moe_dispatch = cpu_moe_dispatch,
+    .moe_permute = cpu_moe_permute,
+    .moe_permute_bwd = cpu_moe_permute_bwd,
+    .moe_unpermute = cpu_moe_unpermute,
+    .moe_unpermute_bwd = cpu_moe_unpermute_bwd,
+    .sigmoid_gate_fwd = cpu_sigmoid_gate_fwd,
+    .sigmoid_gate_bwd = cpu_sigmoid_gate_bwd,
 };
