@@ -308,8 +308,15 @@ static int train(run *r)
                     "kernel launches: %llu | kernel ops: %llu\n", t->par->world->rank, (long long)t->iteration,
                     (unsigned long long)s.stats.syncs, (unsigned long long)s.stats.upload_waits,
                     (unsigned long long)s.stats.launches, (unsigned long long)s.stats.ops);
-        mt_loss_value lv = {"lm loss", s.loss};
-        mt_log_accum_add(&iv.acc, s.skipped, &lv, 1);
+        /* Megatron's keys: the lm loss, then the MoE layers' load-balancing loss and z-loss when they have them */
+        mt_loss_value lv[3] = {{"lm loss", s.loss}};
+        int nl = 1;
+        const mt_gpt_config *cfg = &t->cfg;
+        if (cfg->num_experts && cfg->moe_aux_type != MT_MOE_AUX_NONE && cfg->moe_aux_coeff > 0)
+            lv[nl++] = (mt_loss_value){cfg->moe_aux_type == MT_MOE_AUX_SEQ ? "seq_load_balancing_loss" : "load_balancing_loss",
+                                       s.moe_lb};
+        if (cfg->num_experts && cfg->moe_z_coeff > 0) lv[nl++] = (mt_loss_value){"z_loss", s.moe_z};
+        mt_log_accum_add(&iv.acc, s.skipped, lv, nl);
         tb_iteration(r, &s);
         if (t->iteration % t->a.log_interval == 0) log_iteration(r, &iv, &s);
         if (t->a.eval_iters > 0 && t->iteration % t->a.eval_interval == 0 && t->data.split[MT_SPLIT_VALID].present)

@@ -134,7 +134,7 @@ int mt_ckpt_global_read(mt_ckpt_global *g, int which, const char *name, const ch
     float *out = vocab && shape[0] != rows ? mt_xmalloc((size_t)(rows * cols) * sizeof(float)) : dst;
     int found = 0, rc = 0;
     for (int i = 0; i < g->n && !rc; i++) {
-        const mt_layout_tensor *lt = mt_layout_get(&g->l[i], w->layer, w->kind);
+        const mt_layout_tensor *lt = mt_layout_get_expert(&g->l[i], w->layer, w->kind, w->expert);
         if (!lt) continue;
         if (lt->partition_dim < 0 && found) continue;   /* replicated: the first holder's */
         local_name(nm, sizeof nm, lt->name, suffix);
@@ -185,7 +185,7 @@ static int check_copies(mt_ckpt_global *g, int which, int i, const char *suffix,
             if (same_copy(g, which, i, lt, nm, t, emb, n0, "the first stage's word embeddings", e)) return -1;
         } else if (lt->partition_dim < 0 && i % g->tp != 0) {
             int r0 = i - i % g->tp;
-            const mt_layout_tensor *l0 = mt_layout_get(&g->l[r0], lt->layer, lt->kind);
+            const mt_layout_tensor *l0 = mt_layout_get_expert(&g->l[r0], lt->layer, lt->kind, lt->expert);
             local_name(n0, sizeof n0, l0->name, suffix);
             if (same_copy(g, which, i, lt, nm, r0, l0, n0, "tensor rank 0's copy", e)) return -1;
         }
@@ -331,7 +331,7 @@ int mt_ckpt_global_read_part(mt_ckpt_global *g, int which, const mt_layout_tenso
     const mt_layout_tensor **src = mt_xcalloc((size_t)g->n, sizeof *src);
     int any = 0;
     for (int i = 0; i < g->n; i++) {
-        src[i] = mt_layout_get(&g->l[i], w->layer, w->kind);
+        src[i] = mt_layout_get_expert(&g->l[i], w->layer, w->kind, w->expert);
         if (src[i] && src[i]->partition_dim < 0 && any) src[i] = NULL;
         any |= src[i] != NULL;
     }

@@ -83,7 +83,7 @@ int mt_ckpt_write_layout(mt_model_ckpt *mc, const char *save, int64_t it, int tp
             const mt_layout_tensor *lt = &l[i].t[j];
             /* the head copy of tied embeddings is a slice of the word embeddings */
             mt_tensor_kind k = lt->kind == MT_T_OUTPUT && a.tied_embeddings ? MT_T_WORD_EMB : lt->kind;
-            const mt_layout_tensor *w = mt_layout_get(&whole, lt->layer, k);
+            const mt_layout_tensor *w = mt_layout_get_expert(&whole, lt->layer, k, lt->expert);
             for (int m = 0; m < per; m++) {
                 int q = m * nt + j;
                 const char *moment = m == 0 ? NULL : m == 1 ? ".exp_avg" : ".exp_avg_sq";

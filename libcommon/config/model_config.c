@@ -5,7 +5,7 @@
 
 mt_gpt_config mt_gpt_config_from_args(const mt_train_args *a, int64_t vocab_size)
 {
-    return (mt_gpt_config){
+    mt_gpt_config c = {
         .num_layers = a->num_layers,
         .hidden_size = a->hidden_size,
         .num_heads = a->num_attention_heads,
@@ -33,4 +33,26 @@ mt_gpt_config mt_gpt_config_from_args(const mt_train_args *a, int64_t vocab_size
         .untie_embeddings_and_output_weights = a->untie_embeddings_and_output_weights,
         .disable_bias_linear = a->disable_bias_linear,
     };
+    if (a->num_experts > 0) {
+        c.num_experts = a->num_experts;
+        c.moe_topk = a->moe_router_topk;
+        c.moe_ffn_hidden_size = a->moe_ffn_hidden_size > 0 ? a->moe_ffn_hidden_size : a->ffn_hidden_size;
+        c.moe_shared_ffn = a->moe_shared_expert_intermediate_size;
+        c.moe_shared_gate = a->moe_shared_expert_gate;
+        mt_err e;   /* checked when the args were parsed (or read back) */
+        if (mt_moe_layers_parse(a->moe_layer_freq ? a->moe_layer_freq : "1", a->num_layers, c.moe_layers, &e))
+            memset(c.moe_layers, 0, sizeof c.moe_layers);
+        c.moe_score = a->moe_router_score_function && !strcmp(a->moe_router_score_function, "sigmoid") ? MTK_MOE_SIGMOID
+                                                                                                    : MTK_MOE_SOFTMAX;
+        c.moe_pre_softmax = a->moe_router_pre_softmax;
+        c.moe_topk_scaling = a->moe_router_topk_scaling_factor;
+        c.moe_capacity_factor = a->moe_expert_capacity_factor;
+        c.moe_pad_to_capacity = a->moe_pad_expert_input_to_capacity;
+        c.moe_drop_position = a->moe_token_drop_policy && !strcmp(a->moe_token_drop_policy, "position");
+        const char *lb = a->moe_router_load_balancing_type ? a->moe_router_load_balancing_type : "aux_loss";
+        c.moe_aux_type = !strcmp(lb, "none") ? MT_MOE_AUX_NONE : !strcmp(lb, "seq_aux_loss") ? MT_MOE_AUX_SEQ : MT_MOE_AUX;
+        c.moe_aux_coeff = a->moe_aux_loss_coeff;
+        c.moe_z_coeff = a->moe_z_loss_coeff;
+    }
+    return c;
 }

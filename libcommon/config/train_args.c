@@ -1,6 +1,7 @@
 /* train_args.c: mt-train's flag table (Megatron names and defaults), checks, and the JSON form of the args. */
 #include "config/train_args.h"
 #include "model/device.h"
+#include "model/layout.h"
 #include "tok/bpe.h"
 
 #include <math.h>
@@ -46,6 +47,46 @@ static const mt_flag flags[] = {
     {"--untie-embeddings-and-output-weights", MT_F_BOOL, &A.untie_embeddings_and_output_weights, NULL,
      "an output layer of its own instead of the word embeddings", 0, 0, NULL},
     {"--disable-bias-linear", MT_F_BOOL, &A.disable_bias_linear, NULL, "no biases on the linear layers", 0, 0, NULL},
+    /* mixture of experts */
+    {"--num-experts", MT_F_INT, &A.num_experts, "E", "MoE: experts in each MoE layer (default none: a dense model)", 1,
+     MTK_MOE_MAX_EXPERTS, NULL},
+    {"--moe-ffn-hidden-size", MT_F_INT, &A.moe_ffn_hidden_size, "F", "MoE: an expert's hidden size (default --ffn-hidden-size)",
+     1, 1 << 24, NULL},
+    {"--moe-router-topk", MT_F_INT, &A.moe_router_topk, "K", "MoE: experts per token (default 2)", 1, MTK_MOE_MAX_EXPERTS, NULL},
+    {"--moe-layer-freq", MT_F_STR, &A.moe_layer_freq, "N|LIST",
+     "MoE: every N-th layer from the first is MoE (default 1: all), or a list of 0/1 per layer, e.g. [0,1,1,1]", 0, 0, NULL},
+    {"--moe-router-load-balancing-type", MT_F_CHOICE, &A.moe_router_load_balancing_type, NULL,
+     "MoE: aux_loss (default: over the micro-batch), seq_aux_loss (per sequence) or none", 0, 0,
+     "aux_loss|seq_aux_loss|none"},
+    {"--moe-aux-loss-coeff", MT_F_DOUBLE, &A.moe_aux_loss_coeff, "C", "MoE: coefficient of the load-balancing loss (default 0)",
+     0, 1e6, NULL},
+    {"--moe-z-loss-coeff", MT_F_DOUBLE, &A.moe_z_loss_coeff, "Z", "MoE: coefficient of the router z-loss (default none)", 0,
+     1e6, NULL},
+    {"--moe-router-score-function", MT_F_CHOICE, &A.moe_router_score_function, NULL,
+     "MoE: softmax (default) or sigmoid", 0, 0, "softmax|sigmoid"},
+    {"--moe-router-pre-softmax", MT_F_BOOL, &A.moe_router_pre_softmax, NULL,
+     "MoE: the softmax over all experts before the top-k (default: over the k chosen)", 0, 0, NULL},
+    {"--moe-router-topk-scaling-factor", MT_F_DOUBLE, &A.moe_router_topk_scaling_factor, "S",
+     "MoE: scale the routing weights by S", 1e-9, 1e9, NULL},
+    {"--moe-router-dtype", MT_F_CHOICE, &A.moe_router_dtype, NULL, "MoE: the router's logits in fp32 (the only choice)",
+     0, 0, "fp32"},
+    {"--moe-expert-capacity-factor", MT_F_DOUBLE, &A.moe_expert_capacity_factor, "CF",
+     "MoE: an expert takes at most ceil(CF tokens x topk / experts) tokens, the others dropped (default: dropless)",
+     1e-9, 1e9, NULL},
+    {"--moe-pad-expert-input-to-capacity", MT_F_BOOL, &A.moe_pad_expert_input_to_capacity, NULL,
+     "MoE: every expert computes exactly its capacity of rows (with --moe-expert-capacity-factor)", 0, 0, NULL},
+    {"--moe-token-drop-policy", MT_F_CHOICE, &A.moe_token_drop_policy, NULL,
+     "MoE: over capacity, keep the tokens of the largest probs (default) or the earliest", 0, 0, "probs|position"},
+    {"--moe-shared-expert-intermediate-size", MT_F_INT, &A.moe_shared_expert_intermediate_size, "FS",
+     "MoE: a shared expert of hidden size FS that every token goes through", 1, 1 << 24, NULL},
+    {"--moe-shared-expert-gate", MT_F_BOOL, &A.moe_shared_expert_gate, NULL,
+     "MoE: the shared expert's output times sigmoid(x . gate) (Qwen2-MoE)", 0, 0, NULL},
+    {"--expert-model-parallel-size", MT_F_INT, &A.expert_model_parallel_size, "N",
+     "MoE: ranks the experts are split over (1 only, for now)", 1, 1 << 16, NULL},
+    NOOP_B("--moe-grouped-gemm", "accepted; the experts' products are always one grouped product"),
+    NOOP_S("--moe-token-dispatcher-type", "TYPE", "accepted (alltoall, allgather); the tokens go to their experts one way"),
+    NOOP_B("--moe-permute-fusion", "accepted; fusion does not change results"),
+    NOOP_B("--moe-router-fusion", "accepted; fusion does not change results"),
     {"--init-method-std", MT_F_DOUBLE, &A.init_method_std, "S",
      "init std (default 0.02; output layers S/sqrt(2 x layers))", 0, 100, NULL},
     {"--hidden-dropout", MT_F_DOUBLE, &A.hidden_dropout, "P", "dropout on embeddings and block outputs (default 0.1)", 0, 0.999, NULL},
@@ -269,6 +310,7 @@ static const struct {
     {"--test-data-path", "use --data-path with --split"},
     {"--mock-data", "use a real dataset (mt-tokenize | mt-index)"},
     {"--calculate-per-token-loss", "not implemented"},
+    {"--moe-per-layer-logging", "the MoE losses of each layer are not logged yet (their average over the layers is)"},
     {"--lr-wsd-decay-style", "the WSD schedule is not implemented"},
     {"--lr-wsd-decay-iters", "the WSD schedule is not implemented"},
     {"--lr-wsd-decay-samples", "the WSD schedule is not implemented"},
@@ -288,6 +330,12 @@ static void defaults(mt_train_args *a)
     a->rotary_base = 10000;
     a->rotary_percent = 1.0;
     a->num_query_groups = 1;
+    a->moe_router_topk = 2;
+    a->moe_layer_freq = "1";
+    a->moe_router_load_balancing_type = "aux_loss";
+    a->moe_router_score_function = "softmax";
+    a->moe_token_drop_policy = "probs";
+    a->expert_model_parallel_size = 1;
     a->optimizer = "adam";
     a->lr = -1;
     a->lr_decay_style = "linear";
@@ -345,6 +393,41 @@ static bool given(const bool *seen, const char *name)
     return false;
 }
 
+/* The mixture of experts' flags: only with --num-experts, and what mt implements of them. */
+static int check_moe(mt_train_args *a, const bool *seen, mt_err *e)
+{
+    static const char *const moe_only[] = {"--moe-ffn-hidden-size", "--moe-router-topk", "--moe-layer-freq",
+        "--moe-router-load-balancing-type", "--moe-aux-loss-coeff", "--moe-z-loss-coeff", "--moe-router-score-function",
+        "--moe-router-pre-softmax", "--moe-router-topk-scaling-factor", "--moe-router-dtype", "--moe-expert-capacity-factor",
+        "--moe-pad-expert-input-to-capacity", "--moe-token-drop-policy", "--moe-shared-expert-intermediate-size",
+        "--moe-shared-expert-gate", "--expert-model-parallel-size", NULL};
+    if (!a->num_experts) {
+        for (int i = 0; moe_only[i]; i++)
+            if (given(seen, moe_only[i])) return mt_err_set(e, "%s goes with --num-experts", moe_only[i]);
+        return 0;
+    }
+    if (!a->disable_bias_linear)
+        return mt_err_set(e, "--num-experts: the experts have no biases (Megatron's grouped experts); add --disable-bias-linear");
+    if (a->moe_router_topk > a->num_experts)
+        return mt_err_set(e, "--moe-router-topk (%d) must not exceed --num-experts (%d)", a->moe_router_topk, a->num_experts);
+    if (!a->moe_ffn_hidden_size) a->moe_ffn_hidden_size = a->ffn_hidden_size;
+    unsigned char layers[MT_MOE_MAX_LAYERS];
+    if (mt_moe_layers_parse(a->moe_layer_freq, a->num_layers, layers, e)) return -1;
+    if (a->moe_pad_expert_input_to_capacity && !given(seen, "--moe-expert-capacity-factor"))
+        return mt_err_set(e, "--moe-pad-expert-input-to-capacity goes with --moe-expert-capacity-factor");
+    if (given(seen, "--moe-router-pre-softmax") && !strcmp(a->moe_router_score_function, "sigmoid"))
+        return mt_err_set(e, "--moe-router-pre-softmax applies to --moe-router-score-function softmax");
+    if (a->moe_shared_expert_gate && !a->moe_shared_expert_intermediate_size)
+        return mt_err_set(e, "--moe-shared-expert-gate goes with --moe-shared-expert-intermediate-size");
+    if (a->expert_model_parallel_size != 1)
+        return mt_err_set(e, "--expert-model-parallel-size %d: expert parallelism is not implemented yet (1 only)",
+                          a->expert_model_parallel_size);
+    if (a->tensor_model_parallel_size > 1)
+        return mt_err_set(e, "--num-experts with --tensor-model-parallel-size %d: not implemented yet",
+                          a->tensor_model_parallel_size);
+    return 0;
+}
+
 static int parse(mt_train_args *out, int argc, char **argv, mt_err *e)
 {
     defaults(&A);
@@ -397,6 +480,7 @@ static int parse(mt_train_args *out, int argc, char **argv, mt_err *e)
             return mt_err_set(e, "--rotary-percent %g: the rotary dimension int(%d x %g) = %d must be even and at least 2",
                               a->rotary_percent, hn, a->rotary_percent, rot);
     }
+    if (check_moe(a, seen, e)) return -1;
     if (strcmp(a->optimizer, "adam")) return mt_err_set(e, "--optimizer %s is not implemented (adam only)", a->optimizer);
     if (strcmp(a->dataloader_type, "single"))
         return mt_err_set(e, "--dataloader-type %s is not implemented (single only)", a->dataloader_type);
@@ -631,6 +715,12 @@ int mt_train_args_check_model(const mt_train_args *a, const json_t *saved, const
         {"--num-query-groups", a->group_query_attention && s.num_query_groups != a->num_query_groups},
         {"--untie-embeddings-and-output-weights", s.untie_embeddings_and_output_weights != a->untie_embeddings_and_output_weights},
         {"--disable-bias-linear", s.disable_bias_linear != a->disable_bias_linear},
+        {"--num-experts", s.num_experts != a->num_experts},
+        {"--moe-ffn-hidden-size", a->num_experts && s.moe_ffn_hidden_size != a->moe_ffn_hidden_size},
+        {"--moe-layer-freq", a->num_experts && strcmp(s.moe_layer_freq, a->moe_layer_freq)},
+        {"--moe-shared-expert-intermediate-size",
+         a->num_experts && s.moe_shared_expert_intermediate_size != a->moe_shared_expert_intermediate_size},
+        {"--moe-shared-expert-gate", a->num_experts && s.moe_shared_expert_gate != a->moe_shared_expert_gate},
     };
     for (size_t i = 0; i < sizeof arch / sizeof arch[0]; i++)
         if (arch[i].differ) return mt_err_set(e, "%s: checkpoint was saved with another %s", where, arch[i].flag);
@@ -677,15 +767,26 @@ int mt_train_args_arch_from_json(const json_t *saved, mt_train_args *a, const ch
         json_flag(saved, "swiglu", where, &a->swiglu, e) ||
         json_flag(saved, "group-query-attention", where, &a->group_query_attention, e) ||
         json_flag(saved, "untie-embeddings-and-output-weights", where, &a->untie_embeddings_and_output_weights, e) ||
-        json_flag(saved, "disable-bias-linear", where, &a->disable_bias_linear, e))
+        json_flag(saved, "disable-bias-linear", where, &a->disable_bias_linear, e) ||
+        json_choice(saved, "moe-router-load-balancing-type", "aux_loss", where, &a->moe_router_load_balancing_type, e) ||
+        json_choice(saved, "moe-router-score-function", "softmax", where, &a->moe_router_score_function, e) ||
+        json_choice(saved, "moe-token-drop-policy", "probs", where, &a->moe_token_drop_policy, e) ||
+        json_flag(saved, "moe-router-pre-softmax", where, &a->moe_router_pre_softmax, e) ||
+        json_flag(saved, "moe-pad-expert-input-to-capacity", where, &a->moe_pad_expert_input_to_capacity, e) ||
+        json_flag(saved, "moe-shared-expert-gate", where, &a->moe_shared_expert_gate, e))
         return -1;
     if (!strcmp(a->position_embedding_type, "none"))
         return mt_err_set(e, "%s: \"args.position-embedding-type\" none is not implemented", where);
     static const struct {
         const char *key;
-        int is_int;   /* 0 double, 1 int, 2 int64_t */
-    } nums[] = {{"rotary-base", 2}, {"rotary-percent", 0}, {"num-query-groups", 1}};
-    void *dst[] = {&a->rotary_base, &a->rotary_percent, &a->num_query_groups};
+        int is_int;   /* 0 double, 1 int, 2 int64_t; 3 double, 4 int whose 0 is "not given" */
+    } nums[] = {{"rotary-base", 2}, {"rotary-percent", 0}, {"num-query-groups", 1}, {"num-experts", 4},
+                {"moe-router-topk", 1}, {"moe-ffn-hidden-size", 4}, {"moe-shared-expert-intermediate-size", 4},
+                {"moe-router-topk-scaling-factor", 3}, {"moe-expert-capacity-factor", 3}, {"moe-aux-loss-coeff", 0},
+                {"moe-z-loss-coeff", 0}};
+    void *dst[] = {&a->rotary_base, &a->rotary_percent, &a->num_query_groups, &a->num_experts, &a->moe_router_topk,
+                   &a->moe_ffn_hidden_size, &a->moe_shared_expert_intermediate_size, &a->moe_router_topk_scaling_factor,
+                   &a->moe_expert_capacity_factor, &a->moe_aux_loss_coeff, &a->moe_z_loss_coeff};
     for (size_t i = 0; i < sizeof nums / sizeof nums[0]; i++) {
         json_t *v = json_object_get(saved, nums[i].key);
         if (!v || json_is_null(v)) continue;
@@ -693,12 +794,24 @@ int mt_train_args_arch_from_json(const json_t *saved, mt_train_args *a, const ch
         for (const mt_flag *g = flags; g->name && !f; g++)
             if (!strcmp(g->name + 2, nums[i].key)) f = g;
         double x = json_is_number(v) ? json_number_value(v) : NAN;
-        if (!(x >= f->min && x <= f->max) || (nums[i].is_int && !json_is_integer(v)))
+        int zero_unset = nums[i].is_int >= 3, is_int = nums[i].is_int == 1 || nums[i].is_int == 2 || nums[i].is_int == 4;
+        if (zero_unset && x == 0) continue;
+        if (!(x >= f->min && x <= f->max) || (is_int && !json_is_integer(v)))
             return mt_err_set(e, "%s: \"args.%s\" is not %s in [%g, %g]", where, nums[i].key,
-                              nums[i].is_int ? "an integer" : "a number", f->min, f->max);
+                              is_int ? "an integer" : "a number", f->min, f->max);
         if (nums[i].is_int == 2) *(int64_t *)dst[i] = json_integer_value(v);
-        else if (nums[i].is_int) *(int *)dst[i] = (int)json_integer_value(v);
+        else if (is_int) *(int *)dst[i] = (int)json_integer_value(v);
         else *(double *)dst[i] = x;
+    }
+    if (a->num_experts) {   /* the MoE layers, checked against the layers saved */
+        json_t *f = json_object_get(saved, "moe-layer-freq");
+        a->moe_layer_freq = json_is_string(f) ? json_string_value(f) : "1";
+        unsigned char layers[MT_MOE_MAX_LAYERS];
+        if (mt_moe_layers_parse(a->moe_layer_freq, (int)json_integer_value(json_object_get(saved, "num-layers")), layers, e))
+            return mt_err_prefix(e, "%s: \"args.moe-layer-freq\"", where);
+        if (a->moe_router_topk < 1 || a->moe_router_topk > a->num_experts)
+            return mt_err_set(e, "%s: \"args.moe-router-topk\" %d is not between 1 and the experts (%d)", where,
+                              a->moe_router_topk, a->num_experts);
     }
     if (a->group_query_attention && json_integer_value(json_object_get(saved, "num-attention-heads")) % a->num_query_groups)
         return mt_err_set(e, "%s: \"args.num-query-groups\" %d does not divide the attention heads", where,

@@ -18,6 +18,7 @@
 #include <string.h>
 
 #include "model/gpt_impl.h"
+#include "model/moe.h"
 #include "model/tensor_parallel.h"
 
 /* ---- tensor table ---- */
@@ -37,7 +38,12 @@ mt_model_arch mt_gpt_arch(const mt_gpt_config *c)
         .mlp = c->mlp,
         .add_bias_linear = !c->disable_bias_linear,
         .tied_embeddings = !c->untie_embeddings_and_output_weights,
+        .num_experts = c->num_experts,
+        .moe_ffn_hidden_size = c->moe_ffn_hidden_size,
+        .shared_ffn = c->num_experts > 0 ? c->moe_shared_ffn : 0,
+        .shared_gate = c->num_experts > 0 && c->moe_shared_ffn > 0 && c->moe_shared_gate,
     };
+    if (c->num_experts > 0) memcpy(a.moe_layers, c->moe_layers, sizeof a.moe_layers);
     return a;
 }
 
@@ -56,7 +62,8 @@ static int build_table(mt_gpt *m, mt_err *e)
     m->tensors = mt_xcalloc((size_t)m->layout.n, sizeof *m->tensors);
     for (int i = 0; i < m->layout.n; i++) {
         const mt_layout_tensor *l = &m->layout.t[i];
-        m->tix[(size_t)(l->layer + 1) * MT_T_KINDS + l->kind] = i;
+        int *x = &m->tix[(size_t)(l->layer + 1) * MT_T_KINDS + l->kind];
+        if (*x < 0) *x = i;   /* an MoE layer's experts: the first one's (the others follow it) */
         mt_gpt_tensor *t = &m->tensors[m->ntensors++];
         snprintf(t->name, sizeof t->name, "%s", l->name);
         t->offset = l->offset;
@@ -232,7 +239,10 @@ int mt_gpt_reserve(mt_gpt *m, size_t n, int T, mt_err *e)
     size_t C = (size_t)c->hidden_size, V = (size_t)m->vocab, F = (size_t)m->fcw, Q = (size_t)m->qkvw;
     /* the largest activation-dtype operand of any operation, with this rank's shares of the vocabulary,
      * ffn and heads: activations [n][V|F|QKV|C], weights [V|pos|QKV|F|C][C] */
-    size_t cand[] = {n * V, n * F, n * Q, n * C, V * C, (size_t)c->max_position_embeddings * C, Q * C, F * C, C * C};
+    size_t R = mt_moe_rows_max(m, n), EF = (size_t)(c->mlp == MT_MLP_SWIGLU ? 2 : 1) * (size_t)(c->moe_ffn_hidden_size / m->tp_size);
+    size_t SF = (size_t)(c->mlp == MT_MLP_SWIGLU ? 2 : 1) * (size_t)(c->moe_shared_ffn / m->tp_size);
+    size_t cand[] = {n * V, n * F, n * Q, n * C, V * C, (size_t)c->max_position_embeddings * C, Q * C, F * C, C * C,
+                     R * C, R * EF, EF * C, (size_t)c->num_experts * C, n * SF, SF * C};
     size_t big = 0;
     for (size_t i = 0; i < sizeof cand / sizeof cand[0]; i++) big = cand[i] > big ? cand[i] : big;
     mtk_limits lim = {.max_act = big, .max_flat = m->nparams, .max_seq = T, .max_head_size = (int)(C / (size_t)c->num_heads)};
@@ -266,7 +276,9 @@ static int product_grad(const mt_gpt *m, int t)
     if (t == m->head) return 1;
     switch (m->layout.t[t].kind) {
     case MT_T_QKV_W: case MT_T_QKV_B: case MT_T_PROJ_W: case MT_T_PROJ_B:
-    case MT_T_FC1_W: case MT_T_FC1_B: case MT_T_FC2_W: case MT_T_FC2_B: return 1;
+    case MT_T_FC1_W: case MT_T_FC1_B: case MT_T_FC2_W: case MT_T_FC2_B:
+    case MT_T_ROUTER_W: case MT_T_EXPERT_FC1_W: case MT_T_EXPERT_FC2_W: case MT_T_SHARED_FC1_W: case MT_T_SHARED_FC2_W:
+    case MT_T_SHARED_GATE_W: return 1;
     default: return 0;
     }
 }
@@ -441,6 +453,9 @@ mt_gpt_ctx *mt_gpt_ctx_new_chunk(mt_gpt *m, int chunk, int max_batch, mt_err *e)
     ctx_buffers(x, where, bytes);
     int failed = 0;
     for (int i = 0; i < CTX_BUFFERS; i++) *where[i] = ctx_alloc(x, bytes[i], &failed, e);
+    x->moe = mt_moe_ctx_new(m, x->nmax, max_batch, x->nslots, m->nl, &failed, e);
+    x->bytes += mt_moe_bytes(x->moe);
+    x->moe_scale = 1.0;
     if (failed || grow_shared(m, x->nmax, e) || mt_gpt_reserve(m, x->nmax, m->c.seq_length, e)) {
         mt_err_prefix(e, "GPT activations (%zu bytes)", x->bytes);
         mt_gpt_ctx_free(x);
@@ -466,7 +481,7 @@ int mt_gpt_plan_part(const mt_gpt_config *config, int tp_rank, int tp_size, int 
         void **where[CTX_BUFFERS];
         size_t bytes[CTX_BUFFERS];
         ctx_buffers(&x, where, bytes);
-        ctx_bytes[c] = 0;
+        ctx_bytes[c] = mt_moe_ctx_bytes(&m, x.nmax, max_batch, x.nslots);
         for (int i = 0; i < CTX_BUFFERS; i++) ctx_bytes[c] += bytes[i];
         *params = m.nparams;
     }
@@ -485,6 +500,7 @@ void mt_gpt_ctx_free(mt_gpt_ctx *x)
     ctx_buffers(x, where, bytes);
     for (int i = 0; i < CTX_BUFFERS; i++)
         if (*where[i]) mtk_free(x->m->k, *where[i]);
+    mt_moe_ctx_free(x->moe);
     if (x->h_losses) x->m->ctx_bytes -= x->bytes;
     free(x->h_losses);
     free(x->h_dscale);
@@ -583,12 +599,16 @@ static int layer_forward(mt_gpt_ctx *x, int li, void *scratch, mt_err *e)
     /* MLP: the first layer column-parallel (GeLU, or SwiGLU of its gate and up halves), the second row-parallel */
     const void *ln2 = mt_tp_gathered(m, scratch, a.ln2, N, C, e);   /* scratch: the dense output is added */
     if (!ln2) return mt_err_prefix(e, "GPT forward, layer %d MLP", l);
-    if (c->mlp == MT_MLP_SWIGLU) {
+    if (mt_arch_is_moe(&m->layout.arch, l)) {   /* (one tensor rank: ln2 is a.ln2, scratch is free) */
+        if (mt_moe_forward(x->moe, layer_slot(x, li - x->lc0), li, l, ln2, scratch, B, T, x->training, e))
+            return mt_err_prefix(e, "GPT forward");
+    } else if (c->mlp == MT_MLP_SWIGLU) {
         mtk_matmul_fwd(k, a.fch, ln2, W(MT_T_FC1_W), PO(MT_T_FC1_B), N, C, m->fcw);
         mtk_swiglu_fwd(k, x->s_f1, a.fch, N, F);
     } else
         mtk_matmul_gelu_fwd(k, x->s_f1, a.fch, ln2, W(MT_T_FC1_W), PO(MT_T_FC1_B), N, C, F, c->exact_gelu);
-    if (mt_tp_row_linear_fwd(m, scratch, x->s_f1, W(MT_T_FC2_W), PO(MT_T_FC2_B), N, F, C, e))
+    if (!mt_arch_is_moe(&m->layout.arch, l) &&
+        mt_tp_row_linear_fwd(m, scratch, x->s_f1, W(MT_T_FC2_W), PO(MT_T_FC2_B), N, F, C, e))
         return mt_err_prefix(e, "GPT forward, layer %d MLP", l);
     if ((drop = site_dropout(x, &dd, l, SITE_MLP_OUT, h0))) mtk_dropout_fwd(k, out, out, (size_t)Nl * C, drop);
     mtk_add(k, a.res_out, a.res_mid, out, (size_t)Nl * C);
@@ -746,15 +766,22 @@ static int layer_backward(mt_gpt_ctx *x, int li, mtk_grad_mode gm, mt_err *e)
     }
     if (mt_tp_output_grad(m, dout, dtmp, N, C, &dout, e)) return mt_err_prefix(e, "GPT backward, layer %d MLP", l);
     int swiglu = c->mlp == MT_MLP_SWIGLU;   /* the activation is recomputed from the first product's output */
-    if (swiglu) mtk_swiglu_fwd(k, x->s_f1, a.fch, N, F);
-    else mtk_gelu_fwd(k, x->s_f1, a.fch, (size_t)N * F, c->exact_gelu);
-    mtk_matmul_bwd(k, x->s_f2, G(MT_T_FC2_W), GO(MT_T_FC2_B), dout, x->s_f1, W(MT_T_FC2_W), N, F, C, gm);
-    if (swiglu) mtk_swiglu_bwd(k, x->s_f1, a.fch, x->s_f2, N, F);
-    else mtk_gelu_bwd(k, x->s_f1, a.fch, x->s_f2, (size_t)N * F, c->exact_gelu);
-    /* the product's input gathered again for its weight gradient, into dtmp (done with the output gradient) */
-    const void *ln2 = mt_tp_gathered(m, dtmp, a.ln2, N, C, e);
-    if (!ln2) return mt_err_prefix(e, "GPT backward, layer %d MLP", l);
-    mtk_matmul_bwd(k, dln, G(MT_T_FC1_W), GO(MT_T_FC1_B), x->s_f1, ln2, W(MT_T_FC1_W), N, C, m->fcw, gm);
+    if (mt_arch_is_moe(&m->layout.arch, l)) {   /* (one tensor rank: ln2 is a.ln2) */
+        const void *ln2 = mt_tp_gathered(m, dtmp, a.ln2, N, C, e);
+        if (!ln2 || mt_moe_backward(x->moe, layer_slot(x, li - x->lc0), l, ln2, dout, dln, B, T, x->moe_scale, gm,
+                                    x->training, e))
+            return mt_err_prefix(e, "GPT backward, layer %d MLP", l);
+    } else {
+        if (swiglu) mtk_swiglu_fwd(k, x->s_f1, a.fch, N, F);
+        else mtk_gelu_fwd(k, x->s_f1, a.fch, (size_t)N * F, c->exact_gelu);
+        mtk_matmul_bwd(k, x->s_f2, G(MT_T_FC2_W), GO(MT_T_FC2_B), dout, x->s_f1, W(MT_T_FC2_W), N, F, C, gm);
+        if (swiglu) mtk_swiglu_bwd(k, x->s_f1, a.fch, x->s_f2, N, F);
+        else mtk_gelu_bwd(k, x->s_f1, a.fch, x->s_f2, (size_t)N * F, c->exact_gelu);
+        /* the product's input gathered again for its weight gradient, into dtmp (done with the output gradient) */
+        const void *ln2 = mt_tp_gathered(m, dtmp, a.ln2, N, C, e);
+        if (!ln2) return mt_err_prefix(e, "GPT backward, layer %d MLP", l);
+        mtk_matmul_bwd(k, dln, G(MT_T_FC1_W), GO(MT_T_FC1_B), x->s_f1, ln2, W(MT_T_FC1_W), N, C, m->fcw, gm);
+    }
     if (mt_tp_input_grad(m, dln, N, C, e)) return mt_err_prefix(e, "GPT backward, layer %d MLP", l);
     /* the attention output's dropout backward fused into the norm's, on the residual gradient it leaves */
     drop = site_dropout(x, &dd, l, SITE_ATTN_OUT, h0);
@@ -836,6 +863,18 @@ int mt_gpt_backward(mt_gpt_ctx *x, double scale, mt_err *e)
     }
     if (mtk_status(k, e)) return mt_err_prefix(e, "GPT backward");
     return 0;
+}
+
+void mt_gpt_set_moe_loss_scale(mt_gpt_ctx *x, double scale) { x->moe_scale = scale; }
+void mt_gpt_moe_losses(const mt_gpt_ctx *x, double *load_balancing, double *z)
+{
+    mt_moe_losses(x->moe, load_balancing, z);
+}
+int mt_gpt_moe_layers(const mt_gpt_config *c)
+{
+    int n = 0;
+    for (int l = 0; c->num_experts > 0 && l < c->num_layers && l < MT_MOE_MAX_LAYERS; l++) n += c->moe_layers[l] != 0;
+    return n;
 }
 
 /* The last stage's copy of tied word embeddings (Megatron flags it shared: the norm counts the first

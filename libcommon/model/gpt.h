@@ -65,7 +65,25 @@ typedef struct mt_gpt_config {
     int num_query_groups;         /* --group-query-attention --num-query-groups; 0: num_heads (multi-head) */
     int untie_embeddings_and_output_weights;   /* an output layer of its own (language_model.output_layer) */
     int disable_bias_linear;      /* no biases on the linear layers (QKV, dense, both MLP matrices) */
+    /* Mixture of experts (Megatron-Core's MoE flags; model/moe.h). num_experts 0: a dense model. */
+    int num_experts;              /* --num-experts */
+    int moe_topk;                 /* --moe-router-topk */
+    int moe_ffn_hidden_size;      /* --moe-ffn-hidden-size */
+    int moe_shared_ffn;           /* --moe-shared-expert-intermediate-size (0: no shared expert) */
+    int moe_shared_gate;          /* --moe-shared-expert-gate */
+    unsigned char moe_layers[MT_MOE_MAX_LAYERS];   /* --moe-layer-freq: 1 for the MoE layers */
+    int moe_score;                /* --moe-router-score-function: MTK_MOE_SOFTMAX or MTK_MOE_SIGMOID */
+    int moe_pre_softmax;          /* --moe-router-pre-softmax */
+    double moe_topk_scaling;      /* --moe-router-topk-scaling-factor (0: none) */
+    double moe_capacity_factor;   /* --moe-expert-capacity-factor (0: dropless) */
+    int moe_pad_to_capacity;      /* --moe-pad-expert-input-to-capacity */
+    int moe_drop_position;        /* --moe-token-drop-policy position (else probs) */
+    int moe_aux_type;             /* --moe-router-load-balancing-type: MT_MOE_AUX_NONE, _AUX or _SEQ */
+    double moe_aux_coeff;         /* --moe-aux-loss-coeff */
+    double moe_z_coeff;           /* --moe-z-loss-coeff (0: none) */
 } mt_gpt_config;
+
+enum { MT_MOE_AUX_NONE, MT_MOE_AUX, MT_MOE_AUX_SEQ };
 
 enum { MT_RECOMPUTE_NONE, MT_RECOMPUTE_SELECTIVE, MT_RECOMPUTE_FULL };
 enum { MT_RECOMPUTE_UNIFORM, MT_RECOMPUTE_BLOCK };
@@ -218,6 +236,18 @@ void mt_gpt_zero_grad(mt_gpt *m);
  * with masks drawn from key (the trainer derives one key per iteration and micro-batch from --seed, so
  * a resumed run draws the same masks); evaluation mode (0, the default) applies none. */
 void mt_gpt_set_dropout(mt_gpt_ctx *x, int training, uint64_t key);
+
+/* ---- mixture of experts (model/moe.h) ---- */
+
+/* The factor of the auxiliary losses' gradients in x's following backward passes, Megatron's
+ * MoEAuxLossAutoScaler scale: the loss scale / the micro-batches of the step over all data-parallel ranks
+ * (the trainer sets it); 1 until set. */
+void mt_gpt_set_moe_loss_scale(mt_gpt_ctx *x, double scale);
+/* The sums over the context's MoE layers of its last training forward pass's load-balancing loss and z-loss,
+ * each divided by its coefficient (Megatron logs them so); 0 without them. */
+void mt_gpt_moe_losses(const mt_gpt_ctx *x, double *load_balancing, double *z);
+/* The MoE layers of the whole model (0: dense). */
+int mt_gpt_moe_layers(const mt_gpt_config *c);
 
 /* ---- generation: a KV cache, no gradients ---- */
 

@@ -101,6 +101,8 @@ struct mt_gpt_ctx {
     int have_forward;           /* a valid forward is waiting for its backward */
     int training;
     uint64_t dropout_key;
+    struct mt_moe_ctx *moe;     /* the MoE layers' state (model/moe.h); NULL without MoE layers */
+    double moe_scale;           /* the auxiliary losses' gradient factor (mt_gpt_set_moe_loss_scale; 1) */
 };
 
 /* The table index of the tensor of kind in layer (-1: the embeddings and final norm); -1 if absent. */

@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "model/gpt_impl.h"
+#include "model/moe.h"
 
 struct mt_gpt_infer {
     mt_gpt *m;
@@ -18,6 +19,7 @@ struct mt_gpt_infer {
     float *mean, *rstd;        /* [tokens] */
     int32_t *d_tok;
     float *h_logits;           /* host [batch][V_pad] */
+    mt_moe_ctx *moe;           /* the MoE layers' (NULL: none) */
     size_t bytes;
 };
 
@@ -54,7 +56,11 @@ mt_gpt_infer *mt_gpt_infer_new(mt_gpt *m, int batch, int max_len, mt_err *e)
         }
         s->bytes += sizes[i];
     }
-    if (mt_gpt_reserve(m, n, max_len, e)) {
+    int failed = 0;
+    s->moe = mt_moe_ctx_new(m, n, batch, 1, L, &failed, e);
+    s->bytes += mt_moe_bytes(s->moe);
+    if (failed || mt_gpt_reserve(m, n, max_len, e)) {
+        if (failed) mt_err_prefix(e, "generation cache");
         mt_gpt_infer_free(s);
         return NULL;
     }
@@ -70,6 +76,7 @@ void mt_gpt_infer_free(mt_gpt_infer *s)
                    s->tmp,    s->logits,   s->logits32, s->mean, s->rstd, s->d_tok};
     for (size_t i = 0; i < sizeof dev / sizeof dev[0]; i++)
         if (dev[i]) mtk_free(s->m->k, dev[i]);
+    mt_moe_ctx_free(s->moe);
     if (s->h_logits) s->m->ctx_bytes -= s->bytes;
     free(s->h_logits);
     free(s);
@@ -109,6 +116,11 @@ int mt_gpt_infer_step(mt_gpt_infer *s, const int32_t *tokens, int T, float *logi
         mtk_matmul_fwd(k, s->tmp, s->att, W(MT_T_PROJ_W), PO(MT_T_PROJ_B), N, C, C);
         mtk_acc(k, s->x, s->tmp, (size_t)N * C);
         mt_gpt_norm_fwd(m, s->h, s->mean, s->rstd, s->x, T_(MT_T_NORM2_W), T_(MT_T_NORM2_B), N, C);
+        if (mt_arch_is_moe(&m->layout.arch, l)) {
+            if (mt_moe_forward(s->moe, 0, l, l, s->h, s->tmp, B, T, 0, e)) return mt_err_prefix(e, "generation");
+            mtk_acc(k, s->x, s->tmp, (size_t)N * C);
+            continue;
+        }
         mtk_matmul_fwd(k, s->f, s->h, W(MT_T_FC1_W), PO(MT_T_FC1_B), N, C, m->fcw);
         void *act = s->f;
         if (c->mlp == MT_MLP_SWIGLU) mtk_swiglu_fwd(k, act = s->act, s->f, N, F);

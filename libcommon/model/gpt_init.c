@@ -171,10 +171,11 @@ void mt_gpt_init(mt_gpt *m, uint64_t seed)
         mt_tensor_kind kd = t->kind;
         size_t dst[2];
         int ndst = 0, here = mt_gpt_t(m, t->layer, kd);
+        if (here >= 0 && t->expert >= 0) here += t->expert;   /* the experts' tensors follow the first's */
         if (here >= 0) dst[ndst++] = m->tensors[here].offset;
         if (kd == MT_T_WORD_EMB && copy >= 0 && copy != here) dst[ndst++] = m->tensors[copy].offset;
         int is_norm_weight = kd == MT_T_NORM1_W || kd == MT_T_NORM2_W || kd == MT_T_FINAL_NORM_W;
-        double s = (kd == MT_T_PROJ_W || kd == MT_T_FC2_W) ? out_std : std;
+        double s = (kd == MT_T_PROJ_W || kd == MT_T_FC2_W || kd == MT_T_EXPERT_FC2_W || kd == MT_T_SHARED_FC2_W) ? out_std : std;
         init_tensor(m, t, dst, ndst, g, t->ndim == 2, is_norm_weight ? 1.0f : 0.0f, s, row, buf, chunk);
     }
     mt_layout_free(&whole);

@@ -30,6 +30,18 @@ static int check(const mt_model_arch *a, const mt_layout_part *p, mt_err *e)
     if (a->padded_vocab_size % tp)
         return mt_err_set(e, "--tensor-model-parallel-size (%d) must divide the padded vocabulary (%d)", tp,
                           a->padded_vocab_size);
+    if (a->num_experts > 0) {
+        if (a->num_layers > MT_MOE_MAX_LAYERS)
+            return mt_err_set(e, "--num-experts: at most %d layers", MT_MOE_MAX_LAYERS);
+        if (a->moe_ffn_hidden_size <= 0) return mt_err_set(e, "--moe-ffn-hidden-size must be positive");
+        if (a->moe_ffn_hidden_size % tp)
+            return mt_err_set(e, "--tensor-model-parallel-size (%d) must divide --moe-ffn-hidden-size (%d)", tp,
+                              a->moe_ffn_hidden_size);
+        if (a->shared_ffn % tp)
+            return mt_err_set(e, "--tensor-model-parallel-size (%d) must divide --moe-shared-expert-intermediate-size (%d)",
+                              tp, a->shared_ffn);
+        if (a->add_bias_linear) return mt_err_set(e, "--num-experts: the experts have no biases; add --disable-bias-linear");
+    }
     if (a->num_layers % p->pp_stages)
         return mt_err_set(e, "--pipeline-model-parallel-size (%d) must divide --num-layers (%d)", p->pp_stages,
                           a->num_layers);
@@ -58,6 +70,7 @@ static void add_chunked(mt_layout *l, mt_tensor_kind kind, int layer, const char
     snprintf(t->whole_name, sizeof t->whole_name, "%s", w);
     t->kind = kind;
     t->layer = layer;
+    t->expert = -1;
     t->ndim = cols ? 2 : 1;
     t->global_shape[0] = t->local_shape[0] = rows;
     t->global_shape[1] = t->local_shape[1] = cols;
@@ -80,6 +93,127 @@ static void add(mt_layout *l, mt_tensor_kind kind, int layer, const char *name, 
     add_chunked(l, kind, layer, name, rows, cols, pdim, no_decay, 1);
 }
 
+/* An MoE layer's tensors after its second norm (local layer i, global l; pre the model chunk's prefix): the
+ * router [E, h] (replicated), every expert's dense_h_to_4h [f1, F] (column-parallel, SwiGLU's [gate; up] in
+ * two chunks) one after another, then their dense_4h_to_h [h, F] (row-parallel), then the shared expert's
+ * two matrices and its gate [1, h] (replicated). */
+static void add_moe(mt_layout *out, const mt_model_arch *a, const char *pre, int i, int l)
+{
+    int64_t h = a->hidden_size, F = a->moe_ffn_hidden_size, Fs = a->shared_ffn;
+    int glu = a->mlp == MT_MLP_SWIGLU ? 2 : 1;
+    char name[128], suffix[56];
+#define ADD(kind, rows, cols, pdim, chunks)                                                                      \
+    do {                                                                                                          \
+        snprintf(name, sizeof name, "%slanguage_model.encoder.layers.%d.mlp.%s", pre, i, suffix);                 \
+        add_chunked(out, kind, l, name, rows, cols, pdim, 0, chunks);                                             \
+        snprintf(out->t[out->n - 1].whole_name, sizeof name, "language_model.encoder.layers.%d.mlp.%s", l, suffix); \
+    } while (0)
+    snprintf(suffix, sizeof suffix, "router.weight");
+    ADD(MT_T_ROUTER_W, a->num_experts, h, -1, 1);
+    for (int fc = 0; fc < 2; fc++)
+        for (int x = 0; x < a->num_experts; x++) {
+            snprintf(suffix, sizeof suffix, "experts.local_experts.%d.%s", x, fc ? "dense_4h_to_h.weight" : "dense_h_to_4h.weight");
+            if (fc) ADD(MT_T_EXPERT_FC2_W, h, F, 1, 1);
+            else ADD(MT_T_EXPERT_FC1_W, glu * F, h, 0, glu);
+            out->t[out->n - 1].expert = x;
+        }
+    if (Fs > 0) {
+        snprintf(suffix, sizeof suffix, "shared_experts.dense_h_to_4h.weight");
+        ADD(MT_T_SHARED_FC1_W, glu * Fs, h, 0, glu);
+        snprintf(suffix, sizeof suffix, "shared_experts.dense_4h_to_h.weight");
+        ADD(MT_T_SHARED_FC2_W, h, Fs, 1, 1);
+        if (a->shared_gate) {
+            snprintf(suffix, sizeof suffix, "shared_experts.gate_weight");
+            ADD(MT_T_SHARED_GATE_W, 1, h, -1, 1);
+        }
+    }
+#undef ADD
+}
+
+/* ---- --moe-layer-freq's list expressions: term ('+' term)*, term = atom ('*' count)*, atom = '[' 0/1, ... ']'
+ * or '(' expression ')' ---- */
+typedef struct {
+    const char *p;
+    unsigned char *out;
+    int n, cap, bad;
+} pat;
+
+static void pat_ws(pat *s) { while (*s->p == ' ') s->p++; }
+static void pat_expr(pat *s);
+static void pat_atom(pat *s)
+{
+    pat_ws(s);
+    if (*s->p == '(') {
+        s->p++;
+        pat_expr(s);
+        pat_ws(s);
+        if (*s->p++ != ')') s->bad = 1;
+        return;
+    }
+    if (*s->p++ != '[') {
+        s->bad = 1;
+        return;
+    }
+    for (pat_ws(s); !s->bad && *s->p != ']'; pat_ws(s)) {
+        if ((*s->p != '0' && *s->p != '1') || s->n >= s->cap) {
+            s->bad = 1;
+            return;
+        }
+        s->out[s->n++] = (unsigned char)(*s->p++ - '0');
+        pat_ws(s);
+        if (*s->p == ',') s->p++;
+        else if (*s->p != ']') s->bad = 1;
+    }
+    if (!s->bad) s->p++;
+}
+static void pat_term(pat *s)
+{
+    int start = s->n;
+    pat_atom(s);
+    for (pat_ws(s); !s->bad && *s->p == '*'; pat_ws(s)) {
+        char *end;
+        long k = strtol(++s->p, &end, 10);
+        if (end == s->p || k < 0 || (long)(s->n - start) * k > s->cap - start) {
+            s->bad = 1;
+            return;
+        }
+        s->p = end;
+        int len = s->n - start;
+        if (k == 0) s->n = start;
+        for (long r = 1; r < k; r++) memcpy(s->out + start + r * len, s->out + start, (size_t)len), s->n += len;
+    }
+}
+static void pat_expr(pat *s)
+{
+    pat_term(s);
+    for (pat_ws(s); !s->bad && *s->p == '+'; pat_ws(s)) {
+        s->p++;
+        pat_term(s);
+    }
+}
+
+int mt_moe_layers_parse(const char *spec, int num_layers, unsigned char *out, mt_err *e)
+{
+    if (num_layers < 1 || num_layers > MT_MOE_MAX_LAYERS)
+        return mt_err_set(e, "--num-experts: %d layers (at most %d)", num_layers, MT_MOE_MAX_LAYERS);
+    memset(out, 0, MT_MOE_MAX_LAYERS);
+    char *end;
+    long n = strtol(spec, &end, 10);
+    if (end != spec && *end == 0) {
+        if (n < 1) return mt_err_set(e, "--moe-layer-freq %s: must be positive", spec);
+        for (int l = 0; l < num_layers; l++) out[l] = l % n == 0;
+        return 0;
+    }
+    pat s = {spec, out, 0, MT_MOE_MAX_LAYERS, 0};
+    pat_expr(&s);
+    pat_ws(&s);
+    if (s.bad || *s.p)
+        return mt_err_set(e, "--moe-layer-freq '%s': not N or a list of 0 and 1 (at offset %d)", spec, (int)(s.p - spec));
+    if (s.n != num_layers)
+        return mt_err_set(e, "--moe-layer-freq '%s': %d entries for %d layers", spec, s.n, num_layers);
+    return 0;
+}
+
 int mt_layout_build(const mt_model_arch *a, const mt_layout_part *p, mt_layout *out, mt_err *e)
 {
     memset(out, 0, sizeof *out);
@@ -95,7 +229,8 @@ int mt_layout_build(const mt_model_arch *a, const mt_layout_part *p, mt_layout *
     out->first_layer = p->pp_stage * L;
     out->num_layers = L * vp;
     int first = p->pp_stage == 0, last = p->pp_stage == p->pp_stages - 1;
-    out->t = calloc((size_t)L * vp * 12 + 8, sizeof *out->t);
+    size_t per = 12 + (a->num_experts > 0 ? 4 + 2 * (size_t)a->num_experts : 0);   /* tensors of a layer, at most */
+    out->t = calloc((size_t)L * vp * per + 8, sizeof *out->t);
     out->layer_start = calloc((size_t)L * vp + 1, sizeof *out->layer_start);
     if (!out->t || !out->layer_start) {
         mt_layout_free(out);
@@ -131,8 +266,10 @@ int mt_layout_build(const mt_model_arch *a, const mt_layout_part *p, mt_layout *
         int l0 = (c * p->pp_stages + p->pp_stage) * L;   /* the chunk's first global layer */
         for (int i = 0; i < L; i++) {
             out->layer_start[c * L + i] = out->n;
+            int moe = mt_arch_is_moe(a, l0 + i);
             for (size_t j = 0; j < sizeof per_layer / sizeof per_layer[0]; j++) {
                 mt_tensor_kind k = per_layer[j].kind;
+                if (moe && (k == MT_T_FC1_W || k == MT_T_FC1_B || k == MT_T_FC2_W || k == MT_T_FC2_B)) continue;
                 if ((k == MT_T_NORM1_B || k == MT_T_NORM2_B) && !ln) continue;
                 if ((k == MT_T_QKV_B || k == MT_T_PROJ_B || k == MT_T_FC1_B || k == MT_T_FC2_B) && !bias) continue;
                 snprintf(name, sizeof name, "%slanguage_model.encoder.layers.%d.%s", pre, i, per_layer[j].suffix);
@@ -152,6 +289,7 @@ int mt_layout_build(const mt_model_arch *a, const mt_layout_part *p, mt_layout *
                 snprintf(out->t[out->n - 1].whole_name, sizeof name, "language_model.encoder.layers.%d.%s", l0 + i,
                          per_layer[j].suffix);
             }
+            if (moe) add_moe(out, a, pre, i, l0 + i);
         }
         out->layer_start[(c + 1) * L] = out->n;
         if (last && c == vp - 1) {
@@ -239,7 +377,7 @@ static int local_layer(const mt_layout *l, int g)
 /* The tensors of one layer come one after another in buffer order (layer_start): a lookup scans only the
  * tensors of its layer (layer -1: those before and after the layers), so that looking up every tensor of
  * a model of many layers takes linear time. name NULL: by layer and kind. */
-static const mt_layout_tensor *search(const mt_layout *l, int layer, const char *name, mt_tensor_kind kind)
+static const mt_layout_tensor *search(const mt_layout *l, int layer, const char *name, mt_tensor_kind kind, int expert)
 {
     int lo[2] = {0, 0}, hi[2] = {l->n, 0};
     const int *ls = l->layer_start;
@@ -253,7 +391,9 @@ static const mt_layout_tensor *search(const mt_layout *l, int layer, const char 
     }
     for (int r = 0; r < 2; r++)
         for (int i = lo[r]; i < hi[r]; i++)
-            if (name ? !strcmp(l->t[i].name, name) : l->t[i].kind == kind && l->t[i].layer == layer) return &l->t[i];
+            if (name ? !strcmp(l->t[i].name, name)
+                     : l->t[i].kind == kind && l->t[i].layer == layer && (expert < 0 || l->t[i].expert == expert))
+                return &l->t[i];
     return NULL;
 }
 
@@ -268,10 +408,15 @@ const mt_layout_tensor *mt_layout_find(const mt_layout *l, const char *name)
         if (stop == p + 8 || *stop != '.' || v < 0 || v >= l->chunk_layers || chunk >= l->chunks) return NULL;
         layer = mt_layout_global_layer(l, chunk * l->chunk_layers + (int)v);   /* names number a chunk's layers from 0 */
     }
-    return search(l, layer, name, 0);
+    return search(l, layer, name, 0, -1);
 }
 
 const mt_layout_tensor *mt_layout_get(const mt_layout *l, int layer, mt_tensor_kind kind)
 {
-    return search(l, layer, NULL, kind);
+    return search(l, layer, NULL, kind, -1);
+}
+
+const mt_layout_tensor *mt_layout_get_expert(const mt_layout *l, int layer, mt_tensor_kind kind, int expert)
+{
+    return search(l, layer, NULL, kind, expert);
 }

@@ -31,6 +31,8 @@ typedef enum { MT_NORM_LAYERNORM, MT_NORM_RMSNORM } mt_norm_kind;
 typedef enum { MT_POS_LEARNED, MT_POS_ROPE } mt_pos_kind;
 typedef enum { MT_MLP_GELU, MT_MLP_SWIGLU } mt_mlp_kind;
 
+enum { MT_MOE_MAX_LAYERS = 1024 };   /* the layers a model with MoE layers may have */
+
 /* The architecture: GPT-2 today (LayerNorm, learned positions, GeLU, biases, tied embeddings); the
  * LLaMA family (RMSNorm, rotary positions, SwiGLU, grouped-query attention, no biases, untied) is
  * described too, for conversion and the model options to come. */
@@ -43,7 +45,22 @@ typedef struct mt_model_arch {
     mt_mlp_kind mlp;
     int add_bias_linear;    /* biases on the linear layers (GPT-2: 1) */
     int tied_embeddings;    /* the output layer is the word embedding (GPT-2: 1) */
+    /* mixture of experts: the MoE layers have a router and num_experts experts (MLPs of moe_ffn_hidden_size
+     * with the model's activation) in place of the MLP, and with shared_ffn > 0 a shared expert (with
+     * shared_gate its sigmoid gate); 0 experts: dense */
+    int num_experts, moe_ffn_hidden_size, shared_ffn, shared_gate;
+    unsigned char moe_layers[MT_MOE_MAX_LAYERS];   /* 1: layer l is an MoE layer */
 } mt_model_arch;
+
+/* Layer l's MLP is an MoE layer. */
+static inline int mt_arch_is_moe(const mt_model_arch *a, int l)
+{
+    return a->num_experts > 0 && l >= 0 && l < MT_MOE_MAX_LAYERS && a->moe_layers[l];
+}
+/* Which of num_layers layers are MoE layers (Megatron's --moe-layer-freq): "N" every N-th from the first
+ * (layer l when l % N == 0), or a Python list expression of 0/1 per layer as Megatron takes it, e.g.
+ * "[0,1,1,1]" or "([1]*3+[0])*2" (lists, + to join, * a count, parentheses). 0, or -1 with a message. */
+int mt_moe_layers_parse(const char *spec, int num_layers, unsigned char *out, mt_err *e);
 
 typedef struct mt_layout_part {
     int tp_rank, tp_size, pp_stage, pp_stages;
@@ -56,6 +73,9 @@ typedef enum {
     MT_T_NORM2_W, MT_T_NORM2_B, MT_T_FC1_W, MT_T_FC1_B, MT_T_FC2_W, MT_T_FC2_B,
     MT_T_FINAL_NORM_W, MT_T_FINAL_NORM_B,
     MT_T_OUTPUT,            /* the output layer: untied, or the last stage's copy of tied embeddings */
+    /* an MoE layer's, in place of FC1/FC2: the router, every expert's two matrices (one tensor per expert, the
+     * experts' FC1 one after another, then their FC2), the shared expert's and its gate */
+    MT_T_ROUTER_W, MT_T_EXPERT_FC1_W, MT_T_EXPERT_FC2_W, MT_T_SHARED_FC1_W, MT_T_SHARED_FC2_W, MT_T_SHARED_GATE_W,
     MT_T_KINDS
 } mt_tensor_kind;
 
@@ -65,6 +85,7 @@ typedef struct mt_layout_tensor {
                                   tied embeddings is the word embeddings) */
     mt_tensor_kind kind;
     int layer;                 /* global layer index, -1 outside the transformer layers */
+    int expert;                /* an expert's tensor: the expert's index (global), else -1 */
     int ndim;                  /* 1 or 2 */
     int64_t global_shape[2];   /* [out, in] for matrices */
     int64_t local_shape[2];    /* this rank's slice */
@@ -107,5 +128,7 @@ void mt_layout_place(const mt_layout_tensor *t, const float *slice, float *whole
 int mt_layout_holds(const mt_layout_tensor *t, int64_t i);
 const mt_layout_tensor *mt_layout_find(const mt_layout *l, const char *name);      /* NULL if absent */
 const mt_layout_tensor *mt_layout_get(const mt_layout *l, int layer, mt_tensor_kind kind); /* NULL if absent */
+/* The same for an MoE layer's expert tensors: expert `expert`'s (-1: the first of the kind). */
+const mt_layout_tensor *mt_layout_get_expert(const mt_layout *l, int layer, mt_tensor_kind kind, int expert);
 
 #endif

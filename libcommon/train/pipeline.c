@@ -159,9 +159,16 @@ static int run_forward(mt_trainer *t, mt_pipeline *p, mt_pp_mc mc, mt_step_resul
                       : mt_batch_read(&t->batch, &t->data, MT_SPLIT_TRAIN, mt_trainer_micro_first(t, t->consumed_train, m), e))
         return -1;
     mt_gpt_set_dropout(x, 1, mt_trainer_dropout_key(t, t->iteration, m * t->dp_size + t->dp_rank));
+    int total_micro = t->num_micro * t->dp_size;
+    /* the MoE layers' auxiliary losses: Megatron's loss scale / num_microbatches, before the average over the
+     * data-parallel ranks */
+    mt_gpt_set_moe_loss_scale(x, (double)(1.0f / (float)total_micro) * t->scaler.scale);
     mt_gpt_loss l;
     if (train_forward(t, x, last_virtual(t, mc.chunk), &l, e)) return -1;
-    int total_micro = t->num_micro * t->dp_size;
+    double lb, z;
+    mt_gpt_moe_losses(x, &lb, &z);
+    r->moe_lb += lb;
+    r->moe_z += z;
     p->scale[i] = l.count > 0 ? (double)(1.0f / (float)total_micro) / l.count * t->scaler.scale : 0.0;
     r->loss_sum += l.sum;
     r->tokens += l.count;

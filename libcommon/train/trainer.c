@@ -367,20 +367,23 @@ int mt_trainer_step(mt_trainer *t, mt_step_result *r, mt_err *e)
      * tensor rank, computed on the device and copied back with the losses (the step's one sync) */
     double ss;
     if (step_results(t, r, &ss, e)) return -1;
-    if (t->pp_size > 1) {   /* the loss is the last stage's */
-        double sums[2] = {r->loss_sum, r->tokens};
-        if (mt_all_reduce(t->par->pp, sums, 2, MT_C_F64, e)) return mt_err_prefix(e, "iteration %lld: pipeline loss", (long long)t->iteration + 1);
-        r->loss_sum = sums[0];
-        r->tokens = sums[1];
+    int nmoe = mt_gpt_moe_layers(&t->cfg), ns = nmoe ? 4 : 2;   /* with MoE layers their losses too */
+    if (t->pp_size > 1) {   /* the loss is the last stage's; the MoE layers' losses every stage's */
+        double sums[4] = {r->loss_sum, r->tokens, r->moe_lb, r->moe_z};
+        if (mt_all_reduce(t->par->pp, sums, ns, MT_C_F64, e)) return mt_err_prefix(e, "iteration %lld: pipeline loss", (long long)t->iteration + 1);
+        r->loss_sum = sums[0], r->tokens = sums[1], r->moe_lb = sums[2], r->moe_z = sums[3];
     }
     if (t->dp_size > 1) {
-        double sums[2] = {r->loss_sum, r->tokens};
-        if (mt_all_reduce(t->par->dp, sums, 2, MT_C_F64, e))
+        double sums[4] = {r->loss_sum, r->tokens, r->moe_lb, r->moe_z};
+        if (mt_all_reduce(t->par->dp, sums, ns, MT_C_F64, e))
             return mt_err_prefix(e, "iteration %lld: data-parallel reduction", (long long)t->iteration + 1);
-        r->loss_sum = sums[0];
-        r->tokens = sums[1];
+        r->loss_sum = sums[0], r->tokens = sums[1], r->moe_lb = sums[2], r->moe_z = sums[3];
     }
     r->loss = r->tokens > 0 ? r->loss_sum / r->tokens : 0;
+    if (nmoe) {
+        double n = (double)nmoe * t->num_micro * t->dp_size;
+        r->moe_lb /= n, r->moe_z /= n;
+    }
     if (check_finite(t, "the lm loss", r->loss, e)) return -1;
     /* gradients unscaled by 1 / loss scale; no update when the norm is NaN/inf: with a loss scaler that is
      * an overflow and the step is skipped, as Megatron's */

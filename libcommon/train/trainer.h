@@ -130,6 +130,9 @@ typedef struct mt_step_result {
     double grad_norm;         /* before clipping */
     bool skipped;             /* non-finite gradients: no update (fp16 overflow, or the NaN check off) */
     double loss_scale;        /* the loss scale after the step (what Megatron logs) */
+    /* MoE: the load-balancing loss and z-loss over their coefficients, averaged as Megatron logs them (over the
+     * MoE layers, the micro-batches and the data-parallel ranks); during the step, this rank's sums */
+    double moe_lb, moe_z;
     mtk_stats stats;          /* what the step cost this rank's kernel backend (mtk_stats differences): host
                                  syncs, upload waits, kernel launches, operations */
 } mt_step_result;

@@ -1,0 +1,337 @@
+/* moe.c: the mixture-of-experts layer (moe.h): its buffers, forward and backward passes over the kernels'
+ * MoE operations, and its auxiliary losses. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "model/moe.h"
+
+struct mt_moe_ctx {
+    mt_gpt *m;
+    int E, K, F, Fs, fc1, sfc1;   /* experts, top-k, expert and shared hidden sizes, their first products' widths */
+    size_t nmax, rmax;            /* tokens, and rows of the experts' side, at most */
+    int slots, nl, max_batch;
+    /* kept per slot */
+    float *logits, *probs, *glog; /* [S][N][E], [S][N][K], [S][N] */
+    int32_t *idx, *row, *src, *counts;   /* [S][N][K], [S][N][K], [S][rmax], [S][E] (device) */
+    void *h1, *y, *sh1, *sy;      /* [S][rmax][fc1], [S][rmax][C], [S][N][sfc1], [S][N][C] */
+    float *stats;                 /* [S][2 E max_batch + 1] (device) */
+    /* scratch of a pass */
+    void *xp, *a, *dy, *da, *dh;  /* [rmax][C], [rmax][F], [rmax][C], [rmax][F], [rmax][fc1] */
+    void *sa, *dsa, *dsh, *dsy, *dtmp;   /* [N][Fs], [N][Fs], [N][sfc1], [N][C], [N][C] */
+    float *dlogits, *dprobs, *aux, *dglog;   /* [N][E], [N][K], [max_batch][E], [N] */
+    /* host */
+    int32_t *h_counts;            /* [S][E] */
+    int *rows;                    /* [S]: the rows of the experts' side */
+    float *h_stats;               /* [S][2 E max_batch + 1] */
+    int *runs;                    /* [S]: the runs of h_stats (1, or B with seq_aux_loss) */
+    double *lb, *z;               /* [nl]: each local layer's losses / coefficients, of the last forward */
+    size_t bytes;
+};
+
+/* Capacity of an expert for n tokens: Megatron's get_capacity(n K, E, factor) = ceil(n K / E x factor); -1
+ * dropless. */
+static int capacity(const mt_gpt_config *c, size_t n)
+{
+    if (!(c->moe_capacity_factor > 0)) return -1;
+    return (int)ceil((double)(n * (size_t)c->moe_topk) / (double)c->num_experts * c->moe_capacity_factor);
+}
+
+static int has_moe(const mt_gpt *m)
+{
+    for (int li = 0; li < m->nl; li++)
+        if (mt_arch_is_moe(&m->layout.arch, mt_layout_global_layer(&m->layout, li))) return 1;
+    return 0;
+}
+
+/* The device buffers: where each goes and its bytes. */
+enum { NBUF = 25 };
+static void buffers(mt_moe_ctx *mc, const mt_gpt *m, void **where[NBUF], size_t bytes[NBUF])
+{
+    size_t S = (size_t)mc->slots, N = mc->nmax, R = mc->rmax, E = (size_t)mc->E, K = (size_t)mc->K;
+    size_t C = (size_t)m->c.hidden_size, a = m->asz, f = sizeof(float), i4 = sizeof(int32_t);
+    size_t F = (size_t)mc->F, Fs = (size_t)mc->Fs, fc1 = (size_t)mc->fc1, sfc1 = (size_t)mc->sfc1;
+    size_t gate = m->c.moe_shared_gate && Fs ? 1 : 0, st = 2 * E * (size_t)mc->max_batch + 1;
+    int i = 0;
+#define BUF(field, n) (where[i] = (void **)&mc->field, bytes[i++] = (n))
+    BUF(logits, S * N * E * f);
+    BUF(probs, S * N * K * f);
+    BUF(glog, gate * S * N * f);
+    BUF(idx, S * N * K * i4);
+    BUF(row, S * N * K * i4);
+    BUF(src, S * R * i4);
+    BUF(counts, S * E * i4);
+    BUF(h1, S * R * fc1 * a);
+    BUF(y, S * R * C * a);
+    BUF(sh1, S * N * sfc1 * a);
+    BUF(sy, S * N * C * a);
+    BUF(stats, S * st * f);
+    BUF(xp, R * C * a);
+    BUF(a, R * F * a);
+    BUF(dy, R * C * a);
+    BUF(da, R * F * a);
+    BUF(dh, R * fc1 * a);
+    BUF(sa, N * Fs * a);
+    BUF(dsa, N * Fs * a);
+    BUF(dsh, N * sfc1 * a);
+    BUF(dsy, N * (Fs ? C : 0) * a);
+    BUF(dtmp, N * (Fs ? C : 0) * a);
+    BUF(dlogits, N * E * f);
+    BUF(dprobs, N * K * f);
+    BUF(dglog, gate * N * f);
+#undef BUF
+    (void)i;
+}
+
+static void shape(mt_moe_ctx *mc, const mt_gpt *m, size_t ntok, int max_batch, int slots)
+{
+    const mt_gpt_config *c = &m->c;
+    int glu = c->mlp == MT_MLP_SWIGLU ? 2 : 1;
+    mc->m = (mt_gpt *)m;
+    mc->E = c->num_experts, mc->K = c->moe_topk;
+    mc->F = c->moe_ffn_hidden_size / m->tp_size, mc->Fs = c->moe_shared_ffn / m->tp_size;
+    mc->fc1 = glu * mc->F, mc->sfc1 = glu * mc->Fs;
+    mc->slots = slots, mc->max_batch = max_batch;
+    mc->nmax = ntok;
+    size_t nk = mc->nmax * (size_t)mc->K;
+    int cap = capacity(c, mc->nmax);
+    mc->rmax = c->moe_pad_to_capacity && cap >= 0 && (size_t)cap * (size_t)mc->E > nk ? (size_t)cap * (size_t)mc->E : nk;
+}
+
+size_t mt_moe_ctx_bytes(const mt_gpt *m, size_t ntok, int max_batch, int slots)
+{
+    if (!has_moe(m)) return 0;
+    mt_moe_ctx mc = {0};
+    shape(&mc, m, ntok, max_batch, slots);
+    void **where[NBUF];
+    size_t bytes[NBUF], sum = 0;
+    buffers(&mc, m, where, bytes);
+    for (int i = 0; i < NBUF; i++) sum += bytes[i];
+    return sum + (size_t)max_batch * (size_t)mc.E * sizeof(float);   /* aux */
+}
+
+mt_moe_ctx *mt_moe_ctx_new(mt_gpt *m, size_t ntok, int max_batch, int slots, int nl, int *failed, mt_err *e)
+{
+    if (*failed || !has_moe(m)) return NULL;
+    mt_moe_ctx *mc = mt_xcalloc(1, sizeof *mc);
+    shape(mc, m, ntok, max_batch, slots);
+    mc->nl = nl;
+    void **where[NBUF];
+    size_t bytes[NBUF];
+    buffers(mc, m, where, bytes);
+    for (int i = 0; i < NBUF && !*failed; i++) {
+        if (!(*where[i] = mtk_alloc(m->k, bytes[i] ? bytes[i] : 1, e))) *failed = 1;
+        mc->bytes += bytes[i];
+    }
+    size_t ab = (size_t)max_batch * (size_t)mc->E * sizeof(float);
+    if (!*failed && !(mc->aux = mtk_alloc(m->k, ab, e))) *failed = 1;
+    mc->bytes += ab;
+    if (*failed) {
+        mt_err_prefix(e, "MoE activations (%zu bytes)", mc->bytes);
+        mt_moe_ctx_free(mc);
+        return NULL;
+    }
+    size_t st = 2 * (size_t)mc->E * (size_t)max_batch + 1;
+    mc->h_counts = mt_xcalloc((size_t)slots * (size_t)mc->E, sizeof *mc->h_counts);
+    mc->rows = mt_xcalloc((size_t)slots, sizeof *mc->rows);
+    mc->h_stats = mt_xcalloc((size_t)slots * st, sizeof *mc->h_stats);
+    mc->runs = mt_xcalloc((size_t)slots, sizeof *mc->runs);
+    mc->lb = mt_xcalloc((size_t)(nl > 0 ? nl : 1), sizeof *mc->lb);
+    mc->z = mt_xcalloc((size_t)(nl > 0 ? nl : 1), sizeof *mc->z);
+    return mc;
+}
+
+void mt_moe_ctx_free(mt_moe_ctx *mc)
+{
+    if (!mc) return;
+    void **where[NBUF];
+    size_t bytes[NBUF];
+    buffers(mc, mc->m, where, bytes);
+    for (int i = 0; i < NBUF; i++)
+        if (*where[i]) mtk_free(mc->m->k, *where[i]);
+    if (mc->aux) mtk_free(mc->m->k, mc->aux);
+    free(mc->h_counts);
+    free(mc->rows);
+    free(mc->h_stats);
+    free(mc->runs);
+    free(mc->lb);
+    free(mc->z);
+    free(mc);
+}
+
+size_t mt_moe_bytes(const mt_moe_ctx *mc) { return mc ? mc->bytes : 0; }
+
+size_t mt_moe_rows_max(const mt_gpt *m, size_t ntok)
+{
+    mt_moe_ctx mc = {0};
+    shape(&mc, m, ntok, 1, 1);
+    return mc.rmax;
+}
+
+void mt_moe_losses(const mt_moe_ctx *mc, double *lb, double *z)
+{
+    *lb = *z = 0;
+    for (int li = 0; mc && li < mc->nl; li++) *lb += mc->lb[li], *z += mc->z[li];
+}
+
+#define AT(buf, i) ((void *)((char *)(buf) + (size_t)(i) * m->asz))
+
+static mtk_moe_route route_of(const mt_gpt_config *c)
+{
+    return (mtk_moe_route){.E = c->num_experts, .K = c->moe_topk, .score = (mtk_moe_score)c->moe_score,
+                           .pre_softmax = c->moe_pre_softmax, .scaling = (float)c->moe_topk_scaling};
+}
+
+static int aux_on(const mt_gpt_config *c) { return c->moe_aux_type != MT_MOE_AUX_NONE && c->moe_aux_coeff > 0; }
+
+/* The activation of the first product h [n][fc1] into a [n][F]. */
+static void act_fwd(mt_gpt *m, void *a, const void *h, size_t n, int F)
+{
+    if (m->c.mlp == MT_MLP_SWIGLU) mtk_swiglu_fwd(m->k, a, h, (int)n, F);
+    else mtk_gelu_fwd(m->k, a, h, n * (size_t)F, m->c.exact_gelu);
+}
+static void act_bwd(mt_gpt *m, void *dh, const void *h, const void *da, size_t n, int F)
+{
+    if (m->c.mlp == MT_MLP_SWIGLU) mtk_swiglu_bwd(m->k, dh, h, da, (int)n, F);
+    else mtk_gelu_bwd(m->k, dh, h, da, n * (size_t)F, m->c.exact_gelu);
+}
+
+int mt_moe_forward(mt_moe_ctx *mc, int s, int li, int l, const void *x, void *out, int B, int T, int training,
+                   mt_err *e)
+{
+    mt_gpt *m = mc->m;
+    const mt_gpt_config *c = &m->c;
+    mtk *k = m->k;
+    size_t N = (size_t)B * (size_t)T, C = (size_t)c->hidden_size, E = (size_t)mc->E, K = (size_t)mc->K;
+    size_t st = 2 * E * (size_t)mc->max_batch + 1;
+    mtk_moe_route r = route_of(c);
+    float *logits = mc->logits + (size_t)s * mc->nmax * E, *probs = mc->probs + (size_t)s * mc->nmax * K;
+    int32_t *idx = mc->idx + (size_t)s * mc->nmax * K, *row = mc->row + (size_t)s * mc->nmax * K;
+    int32_t *src = mc->src + (size_t)s * mc->rmax, *counts = mc->counts + (size_t)s * E, *hc = mc->h_counts + (size_t)s * E;
+    void *h1 = AT(mc->h1, (size_t)s * mc->rmax * (size_t)mc->fc1), *y = AT(mc->y, (size_t)s * mc->rmax * C);
+    int t0 = mt_gpt_t(m, l, MT_T_ROUTER_W);
+
+    /* routing */
+    mtk_router_fwd(k, logits, x, mt_gpt_w(m, t0), (int)N, (int)C, (int)E);
+    mtk_moe_topk(k, idx, probs, logits, (int)N, &r);
+    mc->lb[li] = mc->z[li] = 0;
+    if (training && (aux_on(c) || c->moe_z_coeff > 0)) {
+        int seq = c->moe_aux_type == MT_MOE_AUX_SEQ ? T : (int)N, runs = (int)N / seq;
+        float *stats = mc->stats + (size_t)s * st, *hs = mc->h_stats + (size_t)s * st;
+        mtk_moe_route_stats(k, stats, logits, idx, (int)N, seq, &r);
+        mtk_to_host(k, hs, stats, (2 * E * (size_t)runs + 1) * sizeof(float));
+        if (mtk_status(k, e)) return mt_err_prefix(e, "MoE layer %d router", l);
+        mc->runs[s] = runs;
+        if (aux_on(c)) {   /* E / (K n^2) sum_e P_e f_e per run, averaged over the runs: aux / coeff */
+            double sum = 0;
+            for (int q = 0; q < runs; q++) {
+                const float *cnt = hs + 2 * E * (size_t)q, *p = cnt + E;
+                double v = 0;
+                for (size_t j = 0; j < E; j++) v += (double)p[j] * cnt[j];
+                sum += v * (double)E / ((double)K * (double)seq * (double)seq);
+            }
+            mc->lb[li] = sum / runs;
+        }
+        if (c->moe_z_coeff > 0) mc->z[li] = hs[2 * E * (size_t)runs] / (double)N;
+    }
+
+    /* the choices by expert, and their counts on the host for the grouped products */
+    mtk_moe_dispatch(k, counts, row, src, idx, probs, (int)N, (int)K, (int)E, capacity(c, N), c->moe_drop_position,
+                     c->moe_pad_to_capacity);
+    mtk_to_host(k, hc, counts, E * sizeof(int32_t));
+    if (mtk_status(k, e)) return mt_err_prefix(e, "MoE layer %d dispatch", l);
+    size_t R = 0;
+    for (size_t j = 0; j < E; j++) R += (size_t)hc[j];
+    if (R > mc->rmax) return mt_err_set(e, "MoE layer %d: %zu rows for the experts, more than the %zu planned", l, R, mc->rmax);
+    mc->rows[s] = (int)R;
+
+    /* the experts */
+    mtk_moe_permute(k, mc->xp, x, src, (int)R, (int)C);
+    mtk_grouped_matmul_fwd(k, h1, mc->xp, mt_gpt_w(m, mt_gpt_t(m, l, MT_T_EXPERT_FC1_W)), hc, (int)E, (int)C, mc->fc1);
+    act_fwd(m, mc->a, h1, R, mc->F);
+    mtk_grouped_matmul_fwd(k, y, mc->a, mt_gpt_w(m, mt_gpt_t(m, l, MT_T_EXPERT_FC2_W)), hc, (int)E, mc->F, (int)C);
+    mtk_moe_unpermute(k, out, y, row, probs, (int)N, (int)K, (int)C);
+
+    /* the shared expert, with its gate */
+    if (mc->Fs) {
+        void *sh1 = AT(mc->sh1, (size_t)s * mc->nmax * (size_t)mc->sfc1), *sy = AT(mc->sy, (size_t)s * mc->nmax * C);
+        mtk_matmul_fwd(k, sh1, x, mt_gpt_w(m, mt_gpt_t(m, l, MT_T_SHARED_FC1_W)), NULL, (int)N, (int)C, mc->sfc1);
+        act_fwd(m, mc->sa, sh1, N, mc->Fs);
+        mtk_matmul_fwd(k, sy, mc->sa, mt_gpt_w(m, mt_gpt_t(m, l, MT_T_SHARED_FC2_W)), NULL, (int)N, mc->Fs, (int)C);
+        int g = mt_gpt_t(m, l, MT_T_SHARED_GATE_W);
+        if (g >= 0) {
+            float *glog = mc->glog + (size_t)s * mc->nmax;
+            mtk_router_fwd(k, glog, x, mt_gpt_w(m, g), (int)N, (int)C, 1);
+            mtk_sigmoid_gate_fwd(k, out, sy, glog, (int)N, (int)C);
+        } else
+            mtk_acc(k, out, sy, N * C);
+    }
+    return 0;
+}
+
+int mt_moe_backward(mt_moe_ctx *mc, int s, int l, const void *x, const void *dout, void *dx, int B, int T, double scale,
+                    mtk_grad_mode gm, int training, mt_err *e)
+{
+    mt_gpt *m = mc->m;
+    const mt_gpt_config *c = &m->c;
+    mtk *k = m->k;
+    size_t N = (size_t)B * (size_t)T, C = (size_t)c->hidden_size, E = (size_t)mc->E, K = (size_t)mc->K;
+    size_t st = 2 * E * (size_t)mc->max_batch + 1, R = (size_t)mc->rows[s];
+    mtk_moe_route r = route_of(c);
+    float *logits = mc->logits + (size_t)s * mc->nmax * E, *probs = mc->probs + (size_t)s * mc->nmax * K;
+    int32_t *idx = mc->idx + (size_t)s * mc->nmax * K, *row = mc->row + (size_t)s * mc->nmax * K;
+    int32_t *src = mc->src + (size_t)s * mc->rmax, *hc = mc->h_counts + (size_t)s * E;
+    void *h1 = AT(mc->h1, (size_t)s * mc->rmax * (size_t)mc->fc1), *y = AT(mc->y, (size_t)s * mc->rmax * C);
+    int tr = mt_gpt_t(m, l, MT_T_ROUTER_W), t1 = mt_gpt_t(m, l, MT_T_EXPERT_FC1_W), t2 = mt_gpt_t(m, l, MT_T_EXPERT_FC2_W);
+
+    /* the experts, back to the tokens' rows (dx assigned), and the weights' gradients */
+    mtk_moe_unpermute_bwd(k, mc->dy, mc->dprobs, dout, y, row, probs, (int)N, (int)K, (int)C, (int)R);
+    mtk_moe_permute(k, mc->xp, x, src, (int)R, (int)C);   /* recomputed, as the activation */
+    act_fwd(m, mc->a, h1, R, mc->F);
+    mtk_grouped_matmul_bwd(k, mc->da, mt_gpt_g(m, t2), mc->dy, mc->a, mt_gpt_w(m, t2), hc, (int)E, mc->F, (int)C, gm);
+    act_bwd(m, mc->dh, h1, mc->da, R, mc->F);
+    mtk_grouped_matmul_bwd(k, mc->dy, mt_gpt_g(m, t1), mc->dh, mc->xp, mt_gpt_w(m, t1), hc, (int)E, (int)C, mc->fc1, gm);
+    mtk_moe_permute_bwd(k, dx, mc->dy, row, (int)N, (int)K, (int)C);
+
+    /* the router: the weights' gradient, and in training the auxiliary losses' */
+    const float *aux = NULL;
+    float zcoef = 0;
+    int seq = (int)N;
+    if (training && (aux_on(c) || c->moe_z_coeff > 0)) {
+        int runs = mc->runs[s];
+        seq = (int)N / runs;
+        const float *hs = mc->h_stats + (size_t)s * st;
+        if (aux_on(c)) {   /* d(coeff aux)/d score[n][e] = scale coeff E / (K seq^2 runs) count[run][e] */
+            float *h = mt_xmalloc((size_t)runs * E * sizeof *h);
+            double f = scale * c->moe_aux_coeff * (double)E / ((double)K * (double)seq * (double)seq * (double)runs);
+            for (int q = 0; q < runs; q++)
+                for (size_t j = 0; j < E; j++) h[(size_t)q * E + j] = (float)(f * hs[2 * E * (size_t)q + j]);
+            mtk_to_device(k, mc->aux, h, (size_t)runs * E * sizeof *h);
+            free(h);
+            aux = mc->aux;
+        }
+        if (c->moe_z_coeff > 0) zcoef = (float)(scale * c->moe_z_coeff / (double)N);
+    }
+    mtk_moe_route_bwd(k, mc->dlogits, mc->dprobs, aux, seq, zcoef, logits, idx, (int)N, &r);
+    mtk_router_bwd(k, dx, mt_gpt_g(m, tr), mc->dlogits, x, mt_gpt_w(m, tr), (int)N, (int)C, (int)E, gm);
+
+    /* the shared expert */
+    if (mc->Fs) {
+        void *sh1 = AT(mc->sh1, (size_t)s * mc->nmax * (size_t)mc->sfc1), *sy = AT(mc->sy, (size_t)s * mc->nmax * C);
+        int s1 = mt_gpt_t(m, l, MT_T_SHARED_FC1_W), s2 = mt_gpt_t(m, l, MT_T_SHARED_FC2_W), g = mt_gpt_t(m, l, MT_T_SHARED_GATE_W);
+        const void *dsy = dout;
+        float *glog = g >= 0 ? mc->glog + (size_t)s * mc->nmax : NULL;
+        if (g >= 0) {
+            mtk_sigmoid_gate_bwd(k, mc->dsy, mc->dglog, dout, sy, glog, (int)N, (int)C);
+            dsy = mc->dsy;
+        }
+        act_fwd(m, mc->sa, sh1, N, mc->Fs);
+        mtk_matmul_bwd(k, mc->dsa, mt_gpt_g(m, s2), NULL, dsy, mc->sa, mt_gpt_w(m, s2), (int)N, mc->Fs, (int)C, gm);
+        act_bwd(m, mc->dsh, sh1, mc->dsa, N, mc->Fs);
+        mtk_matmul_bwd(k, mc->dtmp, mt_gpt_g(m, s1), NULL, mc->dsh, x, mt_gpt_w(m, s1), (int)N, (int)C, mc->sfc1, gm);
+        mtk_acc(k, dx, mc->dtmp, N * C);
+        if (g >= 0) mtk_router_bwd(k, dx, mt_gpt_g(m, g), mc->dglog, x, mt_gpt_w(m, g), (int)N, (int)C, 1, gm);
+    }
+    if (mtk_status(k, e)) return mt_err_prefix(e, "MoE layer %d backward", l);
+    return 0;
+}

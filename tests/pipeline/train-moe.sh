@@ -1,0 +1,157 @@
+#!/usr/bin/env bash
+# train-moe.sh: mt-train with a mixture of experts (--num-experts) on CPU ranks:
+#   - a LLaMA-style model of 4 layers, MoE in layers 0, 2 and 3 (--moe-layer-freq "[1,0,1,1]") with 4
+#     experts, top 2, the load-balancing loss and z-loss, a shared expert with its gate, dropout on: data
+#     parallelism (2 ranks), two pipeline stages, the distributed optimizer, DP 2 x PP 2 with it, and full
+#     recomputation give the one-rank run's 20 iterations of lm loss, grad norm, load_balancing_loss and
+#     z_loss and its validation losses to 1e-5 relative (measured: at most 1.2e-7; recomputation bit for
+#     bit);
+#   - the iteration line shows load_balancing_loss and z_loss after the lm loss, as Megatron's;
+#   - a run stopped at iteration 10 and resumed gives the uninterrupted run's iterations 11-20 bit for bit,
+#     on one rank and on two stages; the checkpoint holds exactly the router, the experts' and the shared expert's tensors of the
+#     MoE layers and the dense MLP of layer 1;
+#   - token dropping: --moe-expert-capacity-factor 0.5 changes the losses (tokens are dropped), padding the
+#     experts to their capacity does not change a bit;
+#   - mt-eval runs the MoE checkpoint;
+#   - flags: MoE without --disable-bias-linear, top-k above the experts, an MoE flag without --num-experts,
+#     a layer list of the wrong length, padding without a capacity, expert and tensor parallelism are refused
+#     naming the flag.
+. "$(dirname "$0")/../lib.sh"
+set -f   # the layer lists ([1,0,1,1]) are not file patterns
+py=/usr/bin/python3
+d=$T_TMP
+PYTHONPATH=$T_TOP/tests/oracle $py "$T_TOP/tests/oracle/walk_data.py" "$d/data" 7 300
+export OMP_NUM_THREADS=1
+
+base="--num-layers 4 --hidden-size 32 --num-attention-heads 4 --group-query-attention --num-query-groups 2
+      --ffn-hidden-size 48 --normalization RMSNorm --position-embedding-type rope --swiglu
+      --untie-embeddings-and-output-weights --disable-bias-linear --seq-length 32 --max-position-embeddings 32
+      --tokenizer-type NullTokenizer --vocab-size 60 --make-vocab-size-divisible-by 16
+      --micro-batch-size 2 --global-batch-size 8 --train-iters 20 --lr 3e-3 --min-lr 3e-4 --lr-decay-style cosine
+      --lr-warmup-iters 5 --weight-decay 0.1 --clip-grad 1.0 --log-interval 1 --eval-interval 10 --eval-iters 2
+      --split 90,5,5 --seed 77 --data-path $d/data --data-cache-path $d/cache
+      --num-experts 4 --moe-router-topk 2 --moe-ffn-hidden-size 24 --moe-layer-freq [1,0,1,1]
+      --moe-aux-loss-coeff 1e-2 --moe-z-loss-coeff 1e-3 --moe-shared-expert-intermediate-size 16
+      --moe-shared-expert-gate"
+# shellcheck disable=SC2086
+mt-train $base --train-iters 1 --eval-iters 0 >/dev/null 2>&1   # the index cache, once
+# shellcheck disable=SC2086
+mt-train $base --metrics-file "$d/ref.jsonl" >"$d/ref.log" 2>"$d/ref.err" || t_fail "one rank" "$(tail -3 "$d/ref.err")"
+t_grep "the iteration line: lm loss, load_balancing_loss, z_loss" \
+    '\| lm loss: [0-9.E+-]+ \| load_balancing_loss: [0-9.E+-]+ \| z_loss: [0-9.E+-]+ \| loss scale' "$d/ref.log"
+
+# same A.jsonl B.jsonl TOL [FIRST]: the train iterations FIRST..20 (default 1) of B have A's lm_loss,
+# grad_norm, load_balancing_loss and z_loss within TOL relative (0: the same bits), and with FIRST 1 the
+# validation losses too
+same() {
+    $py - "$@" <<'PYEOF'
+import json, sys
+keys = ("lm_loss", "grad_norm", "load_balancing_loss", "z_loss")
+def load(p):
+    rows = [json.loads(l) for l in open(p)]
+    return ({r["iteration"]: [r[k] for k in keys] for r in rows if r["type"] == "train"},
+            [(r["type"], r["iteration"], r["lm_loss"]) for r in rows if r["type"] != "train"])
+(a, ea), (b, eb) = load(sys.argv[1]), load(sys.argv[2])
+tol, first = float(sys.argv[3]), int(sys.argv[4]) if len(sys.argv) > 4 else 1
+assert sorted(b) == list(range(first, 21)), "iterations %s" % sorted(b)
+w = max(abs(x - y) / abs(x) for i in b for x, y in zip(a[i], b[i]))
+assert w <= tol, "worst relative difference %g" % w
+if first == 1:
+    assert len(ea) == len(eb) >= 3, (ea, eb)
+    for x, y in zip(ea, eb):
+        assert x[:2] == y[:2] and abs(x[2] - y[2]) <= tol * abs(x[2]), (x, y)
+print("worst %.2g" % w)
+PYEOF
+}
+check() {   # NAME JSONL TOL [FIRST [REF]]: against the one-rank run, or REF
+    if same "${5:-$d/ref.jsonl}" "$2" "$3" "${4:-1}" >"$d/cmp.out" 2>&1; then t_pass "$1 ($(cat "$d/cmp.out"))"
+    else t_fail "$1" "$(tail -2 "$d/cmp.out")"; fi
+}
+
+# ---- layouts ----
+for v in "dp2:2:" "pp2:2:--pipeline-model-parallel-size 2" "dp2-dist:2:--use-distributed-optimizer" \
+         "dp2-pp2-dist:4:--pipeline-model-parallel-size 2 --use-distributed-optimizer"; do
+    name=${v%%:*} rest=${v#*:} n=${rest%%:*} extra=${rest#*:}
+    # shellcheck disable=SC2086
+    if mt-train -n "$n" $base $extra --metrics-file "$d/$name.jsonl" >"$d/$name.log" 2>"$d/$name.err"; then
+        check "$name: the one-rank losses" "$d/$name.jsonl" 1e-5
+    else t_fail "$name" "$(tail -3 "$d/$name.err")"; fi
+done
+# shellcheck disable=SC2086
+mt-train $base --recompute-granularity full --recompute-method uniform --recompute-num-layers 2 \
+    --metrics-file "$d/rc.jsonl" >"$d/rc.log" 2>"$d/rc.err" || t_fail "recompute" "$(tail -3 "$d/rc.err")"
+check "full recomputation: the same bits" "$d/rc.jsonl" 0
+
+# ---- checkpoints ----
+# shellcheck disable=SC2086
+mt-train $base --save "$d/ck" --exit-interval 10 >/dev/null 2>"$d/ck.err" || t_fail "save" "$(tail -3 "$d/ck.err")"
+# shellcheck disable=SC2086
+mt-train $base --load "$d/ck" --save "$d/ck" --metrics-file "$d/res.jsonl" >/dev/null 2>"$d/res.err" ||
+    t_fail "resume" "$(tail -3 "$d/res.err")"
+check "resumed at 10: iterations 11-20 bit for bit" "$d/res.jsonl" 0 11
+# shellcheck disable=SC2086
+mt-train -n 2 $base --pipeline-model-parallel-size 2 --save "$d/ckp" --exit-interval 10 >/dev/null 2>"$d/ckp.err" &&
+    mt-train -n 2 $base --pipeline-model-parallel-size 2 --load "$d/ckp" --metrics-file "$d/resp.jsonl" >/dev/null 2>"$d/resp.err" ||
+    t_fail "two stages: save and resume" "$(tail -3 "$d/ckp.err" "$d/resp.err")"
+check "two stages resumed at 10: the uninterrupted two-stage run bit for bit" "$d/resp.jsonl" 0 11 "$d/pp2.jsonl"
+if $py - "$d/ck/iter_0000020/mp_rank_00/model.safetensors" >"$d/names.out" 2>&1 <<'PYEOF'
+import json, struct, sys
+f = open(sys.argv[1], "rb")
+n = struct.unpack("<Q", f.read(8))[0]
+names = {k for k in json.loads(f.read(n)) if k != "__metadata__"}
+pre = "language_model.encoder.layers."
+mlp = {k for k in names if ".mlp." in k}
+want = {pre + "1.mlp.dense_h_to_4h.weight", pre + "1.mlp.dense_4h_to_h.weight"}
+for l in (0, 2, 3):
+    want |= {pre + "%d.mlp.router.weight" % l, pre + "%d.mlp.shared_experts.dense_h_to_4h.weight" % l,
+             pre + "%d.mlp.shared_experts.dense_4h_to_h.weight" % l, pre + "%d.mlp.shared_experts.gate_weight" % l}
+    want |= {pre + "%d.mlp.experts.local_experts.%d.%s.weight" % (l, j, w) for j in range(4)
+             for w in ("dense_h_to_4h", "dense_4h_to_h")}
+assert mlp == want, (sorted(mlp - want), sorted(want - mlp))
+print(len(mlp))
+PYEOF
+then t_pass "checkpoint: the MoE layers' tensors ($(cat "$d/names.out") MLP tensors)"
+else t_fail "checkpoint tensors" "$(tail -2 "$d/names.out")"; fi
+
+# ---- token dropping ----
+short="--train-iters 4 --lr-warmup-iters 1 --eval-iters 0 --log-interval 1"
+# shellcheck disable=SC2086
+mt-train $base $short >"$d/nodrop.log" 2>&1 &&
+    mt-train $base $short --moe-expert-capacity-factor 0.5 >"$d/drop.log" 2>&1 &&
+    mt-train $base $short --moe-expert-capacity-factor 0.5 --moe-pad-expert-input-to-capacity >"$d/pad.log" 2>&1 ||
+    t_fail "capacity runs" "$(tail -n 2 "$d/nodrop.log" "$d/drop.log" "$d/pad.log")"
+losses() { grep -o 'lm loss: [^|]*| load_balancing_loss: [^|]*| z_loss: [^|]*| loss scale: [^|]*| grad norm: [^|]*' "$1"; }
+if [ -n "$(losses "$d/drop.log")" ] && [ "$(losses "$d/nodrop.log")" != "$(losses "$d/drop.log")" ]; then
+    t_pass "capacity factor 0.5 drops tokens: other losses"
+else t_fail "capacity factor 0.5" "the same losses as dropless"; fi
+if [ -n "$(losses "$d/pad.log")" ] && [ "$(losses "$d/drop.log")" = "$(losses "$d/pad.log")" ]; then
+    t_pass "padding to capacity: the same bits"
+else t_fail "padding to capacity" "$(diff <(losses "$d/drop.log") <(losses "$d/pad.log") | head -4)"; fi
+
+# ---- evaluation and generation ----
+if mt-eval --load "$d/ck" --data-path "$d/data" --eval-iters 2 >"$d/eval.out" 2>"$d/eval.err" &&
+    grep -Eq 'lm loss value: [0-9]\.[0-9]+E\+00' "$d/eval.out"; then t_pass "mt-eval of the MoE checkpoint"
+else t_fail "mt-eval" "$(tail -2 "$d/eval.err" "$d/eval.out")"; fi
+
+# ---- refused flags ----
+nobias=${base//--disable-bias-linear/}
+# shellcheck disable=SC2086
+t_fails "MoE without --disable-bias-linear" mt-train $nobias --dry-run
+t_grep "... says so" 'add --disable-bias-linear' "$T_TMP/err"
+# shellcheck disable=SC2086
+t_fails "top-k above the experts" mt-train $base --moe-router-topk 5 --dry-run
+t_grep "... names the flag" 'moe-router-topk \(5\) must not exceed --num-experts \(4\)' "$T_TMP/err"
+dense=${base%%--num-experts*}
+# shellcheck disable=SC2086
+t_fails "an MoE flag without --num-experts" mt-train $dense --moe-aux-loss-coeff 1e-2 --dry-run
+t_grep "... names it" 'moe-aux-loss-coeff goes with --num-experts' "$T_TMP/err"
+# shellcheck disable=SC2086
+t_fails "a layer list of the wrong length" mt-train $base --moe-layer-freq "([1]*3+[0])*2" --dry-run
+t_grep "... says so" "moe-layer-freq '\(\[1\]\*3\+\[0\]\)\*2': 8 entries for 4 layers" "$T_TMP/err"
+# shellcheck disable=SC2086
+t_fails "padding without a capacity factor" mt-train $base --moe-pad-expert-input-to-capacity --dry-run
+# shellcheck disable=SC2086
+t_fails "expert parallelism" mt-train $base --expert-model-parallel-size 2 --dry-run
+t_grep "... not implemented" 'expert parallelism is not implemented' "$T_TMP/err"
+# shellcheck disable=SC2086
+t_fails "tensor parallelism with experts" mt-train $base --tensor-model-parallel-size 2 --dry-run
