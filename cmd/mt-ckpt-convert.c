@@ -43,7 +43,8 @@ static const mt_cmd cmd = {
     "               --load DIR --save DIR --target-tensor-parallel-size N --target-pipeline-parallel-size N",
     "Converts a checkpoint written by mt-train into a directory that Hugging Face transformers loads as\n"
     "GPT2LMHeadModel, or as LlamaForCausalLM (--normalization RMSNorm --position-embedding-type rope\n"
-    "--swiglu --disable-bias-linear), with its tokenizer, or such a directory into a checkpoint that\n"
+    "--swiglu --disable-bias-linear), MixtralForCausalLM or Qwen2MoeForCausalLM (the same with experts),\n"
+    "with its tokenizer, or such a directory into a checkpoint that\n"
     "mt-train loads (with --finetune), mt-eval and mt-generate use, or reshards a checkpoint of any\n"
     "tensor/pipeline-parallel layout to another. Tensors are converted one at a time.",
     flags,
@@ -68,7 +69,7 @@ static void to_hf(void)
     const char *dn;
     if (mt_hf_export_ckpt(&mc, out_dir, dtype_name, progress, &n, &dn, &e)) mt_die_err(&e);
     fprintf(stderr, "%s: wrote %s (%s, %d tensors, %s) from %s\n", mt_progname(), out_dir,
-            mt_hf_llama_is(&mc.arch) ? "LlamaForCausalLM" : "GPT2LMHeadModel", n, dn, mc.dir);
+            mt_hf_model_class(&mc.arch), n, dn, mc.dir);
     mt_model_close(&mc);
 }
 

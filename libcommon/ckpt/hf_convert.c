@@ -11,6 +11,7 @@
 #include "ckpt/checkpoint.h"
 #include "ckpt/hf_gpt2.h"
 #include "ckpt/hf_llama.h"
+#include "ckpt/hf_moe.h"
 #include "ckpt/hf_out.h"
 #include "io/fsutil.h"
 #include "mt_base.h"
@@ -96,6 +97,27 @@ static int llama_config(mt_model_ckpt *mc, const mt_model_arch *arch, int64_t ro
         .bos_token_id = json_is_integer(b) ? (int)json_integer_value(b) : from ? -1 : (int)mc->tok.eod,
         .eos_token_id = json_is_integer(s) ? (int)json_integer_value(s) : from ? -1 : (int)mc->tok.eod,
     };
+    if (!arch->num_experts) return 0;
+    /* a mixture of experts: Mixtral or Qwen2-MoE, whose routing is a softmax, dropless, unscaled */
+    int kind = mt_hf_moe_kind(arch, e);
+    if (kind < 0) return mt_err_prefix(e, "%s", mc->dir);
+    if (c->moe_score != MTK_MOE_SOFTMAX || c->moe_topk_scaling > 0 || c->moe_capacity_factor > 0)
+        return mt_err_set(e, "%s: transformers' %s routes by a softmax, dropless and unscaled: the checkpoint's "
+                             "--moe-router-score-function, --moe-router-topk-scaling-factor or "
+                             "--moe-expert-capacity-factor differ", mc->dir,
+                          kind == MT_HF_MIXTRAL ? "MixtralForCausalLM" : "Qwen2MoeForCausalLM");
+    if (kind == MT_HF_MIXTRAL && c->moe_pre_softmax)
+        return mt_err_set(e, "%s: MixtralForCausalLM renormalizes the top-k weights: --moe-router-pre-softmax has no "
+                             "Mixtral equivalent", mc->dir);
+    hc->moe = kind;
+    hc->n_experts = c->num_experts;
+    hc->topk = c->moe_topk;
+    hc->moe_inner = c->moe_ffn_hidden_size;
+    hc->shared_inner = c->moe_shared_ffn;
+    hc->norm_topk_prob = !c->moe_pre_softmax;
+    hc->qkv_bias = arch->add_qkv_bias;
+    hc->aux_coef = c->moe_aux_coeff;
+    memcpy(hc->moe_layers, arch->moe_layers, sizeof hc->moe_layers);
     return 0;
 }
 

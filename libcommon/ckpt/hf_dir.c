@@ -306,7 +306,7 @@ static int check_names(const mt_hf_dir *d, const char **sorted, int n, mt_err *e
             }
             if (!known)
                 return mt_err_set(e, "%s: unexpected tensor '%s' (not part of %s)", d->files[i].path, t->name,
-                                  d->cfg.llama ? "LlamaForCausalLM" : "GPT2LMHeadModel");
+                                  mt_hf_config_class(&d->cfg));
         }
     return 0;
 }

@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "ckpt/hf_llama.h"
+#include "ckpt/hf_moe.h"
 #include "io/atomic.h"
 #include "io/jsonfile.h"
 #include "util/err.h"
@@ -67,8 +68,13 @@ int mt_hf_config_read(const char *path, mt_hf_config *c, mt_err *e)
         rc = mt_hf_llama_config_read(path, o, c, e);
         goto out;
     }
+    if (mt && (!strcmp(mt, "mixtral") || !strcmp(mt, "qwen2_moe"))) {
+        rc = mt_hf_moe_config_read(path, o, mt, c, e);
+        goto out;
+    }
     if (!mt || strcmp(mt, "gpt2")) {
-        mt_err_set(e, "%s: model_type is %s%s%s; only GPT-2 (gpt2) and Llama (llama) are supported", path,
+        mt_err_set(e, "%s: model_type is %s%s%s; only GPT-2 (gpt2), Llama (llama), Mixtral (mixtral) and Qwen2-MoE "
+                      "(qwen2_moe) are supported", path,
                    mt ? "'" : "", mt ? mt : "missing", mt ? "'" : "");
         goto out;
     }
@@ -119,6 +125,7 @@ out:
 
 int mt_hf_config_write(const char *path, const mt_hf_config *c, mt_err *e)
 {
+    if (c->moe) return mt_hf_moe_config_write(path, c, e);
     if (c->llama) return mt_hf_llama_config_write(path, c, e);
     json_t *o = json_pack("{s:s,s:[s],s:f,s:i,s:f,s:i,s:f,s:f,s:s,s:i,s:i,s:i,s:i,s:i,s:b,s:f,s:b,s:b,"
                           "s:n,s:f,s:b,s:s,s:b,s:s,s:b,s:i}",
@@ -153,8 +160,26 @@ int mt_hf_config_dump(const char *path, json_t *o, mt_err *e)
     return rc;
 }
 
+const char *mt_hf_model_class(const mt_model_arch *a)
+{
+    mt_err e;
+    if (a->num_experts) {
+        int k = mt_hf_moe_kind(a, &e);
+        return k == MT_HF_MIXTRAL ? "MixtralForCausalLM" : k == MT_HF_QWEN2_MOE ? "Qwen2MoeForCausalLM" : "?";
+    }
+    return mt_hf_llama_is(a) ? "LlamaForCausalLM" : "GPT2LMHeadModel";
+}
+
+const char *mt_hf_config_class(const mt_hf_config *c)
+{
+    return c->moe == MT_HF_MIXTRAL ? "MixtralForCausalLM" : c->moe == MT_HF_QWEN2_MOE ? "Qwen2MoeForCausalLM"
+           : c->llama                 ? "LlamaForCausalLM"
+                                      : "GPT2LMHeadModel";
+}
+
 mt_model_arch mt_hf_arch(const mt_hf_config *c, int padded_vocab)
 {
+    if (c->moe) return mt_hf_moe_arch(c, padded_vocab);
     if (c->llama) return mt_hf_llama_arch(c, padded_vocab);
     return (mt_model_arch){
         .num_layers = c->n_layer, .hidden_size = c->n_embd, .num_heads = c->n_head, .num_query_groups = c->n_head,
@@ -223,6 +248,7 @@ int mt_hf_check_rows(const mt_model_arch *a, int64_t hf_rows, mt_err *e)
 
 mt_hf_tensor *mt_hf_tensors(const mt_model_arch *a, int64_t hf_rows, int *n, mt_err *e)
 {
+    if (a->num_experts) return mt_hf_moe_tensors(a, hf_rows, n, e);
     if (mt_hf_llama_is(a)) return mt_hf_llama_tensors(a, hf_rows, n, e);
     if (a->norm != MT_NORM_LAYERNORM || a->position != MT_POS_LEARNED || a->mlp != MT_MLP_GELU || !a->add_bias_linear ||
         !a->tied_embeddings || a->num_query_groups != a->num_heads) {
@@ -333,6 +359,10 @@ json_t *mt_hf_megatron_args(const mt_hf_config *c, int divisible_by, const char 
 {
     if (c->llama) {
         json_t *a = mt_hf_llama_megatron_args(c, divisible_by, tokenizer_dir);
+        if (a && c->moe) {
+            json_object_set_new(a, "ffn-hidden-size", json_integer(c->n_inner));
+            mt_hf_moe_megatron_args(c, a);
+        }
         if (!a || tokenizer_dir) return a;
         /* GPT-2's BPE: its own vocabulary size, no tokenizer model */
         json_object_del(a, "vocab-size");

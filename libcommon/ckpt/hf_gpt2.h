@@ -32,7 +32,18 @@ typedef struct mt_hf_config {
     int n_kv_head;                  /* num_key_value_heads */
     int64_t rope_theta;             /* an integer, as Megatron's --rotary-base */
     int tie_word_embeddings;
+    /* MixtralForCausalLM, Qwen2MoeForCausalLM (llama set too: the rest is Llama's; hf_moe.h) */
+    int moe;                        /* MT_HF_DENSE, MT_HF_MIXTRAL or MT_HF_QWEN2_MOE */
+    int n_experts, topk, moe_inner, shared_inner; /* num_local_experts / num_experts, num_experts_per_tok,
+                                       moe_intermediate_size (Mixtral: intermediate_size),
+                                       shared_expert_intermediate_size */
+    int norm_topk_prob;             /* Qwen2-MoE's (Mixtral's weights are always renormalized: 1) */
+    int qkv_bias;                   /* Qwen2-MoE's q, k, v projections have biases */
+    double aux_coef;                /* router_aux_loss_coef */
+    unsigned char moe_layers[MT_MOE_MAX_LAYERS];   /* 1: an MoE layer (Qwen2-MoE's decoder_sparse_step, mlp_only_layers) */
 } mt_hf_config;
+
+enum { MT_HF_DENSE, MT_HF_MIXTRAL, MT_HF_QWEN2_MOE };
 
 /* Reads and checks path (a config.json): model_type gpt2 (a supported activation, attention scaled by
  * 1/sqrt(head size) only, tied embeddings) or llama (hf_llama.h), sizes in range. One-line errors naming
@@ -60,6 +71,7 @@ typedef struct mt_hf_tensor {
     int64_t hf_shape[2], mt_shape[2];
     int part;                    /* MT_HF_QKV_PART: 0 q, 1 k, 2 v; MT_HF_FC1_PART: 0 gate, 1 up */
     int heads, groups;           /* attention heads and query groups (MT_HF_QKV_PART) */
+    int64_t head_size;           /* MT_HF_QKV_PART: the rows of a head (of QKV's bias too) */
 } mt_hf_tensor;
 
 /* config.json helpers for the readers of each model type: an integer / number key in [lo, hi] (absent
@@ -103,6 +115,12 @@ json_t *mt_hf_megatron_args(const mt_hf_config *c, int divisible_by, const char 
  * (rows >= vocab): 1 when they are equal, so that no padding row joins the softmax (an HF model has none:
  * zero rows would each add exp(0) to the normalizer of logits that are mostly far below 0). */
 int mt_hf_divisible_by(int64_t rows, int64_t vocab);
+
+/* The transformers class a Megatron architecture converts to ("GPT2LMHeadModel", "LlamaForCausalLM",
+ * "MixtralForCausalLM", "Qwen2MoeForCausalLM"; "?" for none). */
+const char *mt_hf_model_class(const mt_model_arch *a);
+/* The class of an HF config. */
+const char *mt_hf_config_class(const mt_hf_config *c);
 
 /* The architecture of an HF config with the given padded vocabulary. */
 mt_model_arch mt_hf_arch(const mt_hf_config *c, int padded_vocab);

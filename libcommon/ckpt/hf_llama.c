@@ -9,7 +9,7 @@
 /* ---- config.json ---- */
 
 /* A token id key: an integer, null (-1), or a list whose first id is kept; absent: dflt. */
-static int token_id(const char *path, json_t *o, const char *key, int dflt, int *out, mt_err *e)
+int mt_hf_token_id(const char *path, json_t *o, const char *key, int dflt, int *out, mt_err *e)
 {
     json_t *v = json_object_get(o, key);
     if (json_is_array(v)) v = json_array_get(v, 0);
@@ -44,7 +44,7 @@ int mt_hf_llama_config_read(const char *path, json_t *o, mt_hf_config *c, mt_err
         mt_hf_cfg_int(path, o, "intermediate_size", 1, 1 << 24, 11008, &c->n_inner, e) ||
         mt_hf_cfg_int(path, o, "max_position_embeddings", 1, 1 << 24, 2048, &c->n_positions, e) ||
         mt_hf_cfg_int(path, o, "vocab_size", 1, 1 << 30, 32000, &c->vocab_size, e) ||
-        token_id(path, o, "bos_token_id", 1, &c->bos_token_id, e) || token_id(path, o, "eos_token_id", 2, &c->eos_token_id, e) ||
+        mt_hf_token_id(path, o, "bos_token_id", 1, &c->bos_token_id, e) || mt_hf_token_id(path, o, "eos_token_id", 2, &c->eos_token_id, e) ||
         mt_hf_cfg_real(path, o, "rms_norm_eps", 1e-30, 1, 1e-6, &c->layer_norm_epsilon, e) ||
         mt_hf_cfg_real(path, o, "initializer_range", 0, 1e6, 0.02, &c->initializer_range, e) ||
         mt_hf_cfg_real(path, o, "rope_theta", 1, 1e15, 10000, &theta, e) ||
@@ -114,8 +114,8 @@ mt_model_arch mt_hf_llama_arch(const mt_hf_config *c, int padded_vocab)
 
 /* ---- the tensor table ---- */
 
-static void entry(mt_hf_tensor *t, const mt_model_arch *a, const mt_layout_tensor *lt, const char *hf, mt_hf_xform x,
-                  int part, int64_t hf_rows)
+void mt_hf_llama_entry(mt_hf_tensor *t, const mt_model_arch *a, const mt_layout_tensor *lt, const char *hf,
+                       mt_hf_xform x, int part, int64_t hf_rows)
 {
     mt_hf_entry_init(t, lt, hf, x);
     t->hf_shape[0] = hf_rows;
@@ -123,12 +123,14 @@ static void entry(mt_hf_tensor *t, const mt_model_arch *a, const mt_layout_tenso
     t->part = part;
     t->heads = a->num_heads;
     t->groups = a->num_query_groups;
+    t->head_size = a->hidden_size / a->num_heads;
 }
+#define entry mt_hf_llama_entry
 
 mt_hf_tensor *mt_hf_llama_tensors(const mt_model_arch *a, int64_t hf_rows, int *n, mt_err *e)
 {
-    if (!mt_hf_llama_is(a)) {
-        mt_err_set(e, "only Llama models (RMSNorm, rope, SwiGLU, no biases) convert to LlamaForCausalLM");
+    if (!mt_hf_llama_is(a) || a->num_experts || a->add_qkv_bias) {
+        mt_err_set(e, "only Llama models (RMSNorm, rope, SwiGLU, no biases, no experts) convert to LlamaForCausalLM");
         return NULL;
     }
     if (mt_hf_check_rows(a, hf_rows, e)) return NULL;
@@ -177,7 +179,7 @@ mt_hf_tensor *mt_hf_llama_tensors(const mt_model_arch *a, int64_t hf_rows, int *
 int64_t mt_hf_llama_row(const mt_hf_tensor *t, int64_t r)
 {
     if (t->x == MT_HF_FC1_PART) return t->part * t->hf_shape[0] + r;   /* [gate; up] */
-    int64_t hn = t->mt_shape[1] / t->heads, per = t->heads / t->groups;   /* query heads per group */
+    int64_t hn = t->head_size, per = t->heads / t->groups;   /* query heads per group */
     int64_t head = r / hn, d = r % hn;
     if (t->part == 0) return ((head / per) * (per + 2) + head % per) * hn + d;   /* query head of group head/per */
     return (head * (per + 2) + per + (t->part - 1)) * hn + d;                    /* the group's key or value head */

@@ -39,6 +39,12 @@ mt_model_arch mt_hf_llama_arch(const mt_hf_config *c, int padded_vocab);
  * frees the array. NULL with e set when a is not Llama's or hf_rows exceeds the padded vocabulary. */
 mt_hf_tensor *mt_hf_llama_tensors(const mt_model_arch *a, int64_t hf_rows, int *n, mt_err *e);
 
+/* An entry of a Llama-like table: lt's tensor as HF's hf with hf_rows rows (hf_moe.c's tables too). */
+void mt_hf_llama_entry(mt_hf_tensor *t, const mt_model_arch *a, const mt_layout_tensor *lt, const char *hf,
+                       mt_hf_xform x, int part, int64_t hf_rows);
+/* A token id key of config.json o: an integer, null (-1), or a list whose first id is kept; absent: dflt. */
+int mt_hf_token_id(const char *path, json_t *o, const char *key, int dflt, int *out, mt_err *e);
+
 /* The Megatron row of HF row r of part t (MT_HF_QKV_PART or MT_HF_FC1_PART). */
 int64_t mt_hf_llama_row(const mt_hf_tensor *t, int64_t r);
 

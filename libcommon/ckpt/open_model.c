@@ -329,7 +329,7 @@ int mt_model_read_tensor(mt_model_ckpt *mc, const char *name, int ndim, const in
     const mt_hf_tensor *kp = &key, **found = bsearch(&kp, mc->hf_by_mt, (size_t)mc->hf_n, sizeof *mc->hf_by_mt, cmp_mt_name);
     const mt_hf_tensor *t = found ? *found : NULL;
     if (!t)
-        return mt_err_set(e, "%s: %s has no tensor for '%s'", mc->dir, mc->hf->cfg.llama ? "LlamaForCausalLM" : "GPT2LMHeadModel",
+        return mt_err_set(e, "%s: %s has no tensor for '%s'", mc->dir, mt_hf_model_class(&mc->arch),
                           name);
     /* several HF tensors may make this one (Llama's q, k, v; gate, up): start at the first in table order */
     for (const mt_hf_tensor **f = found; f > mc->hf_by_mt && !strcmp(f[-1]->mt, name); f--)

@@ -32,6 +32,7 @@ mt_gpt_config mt_gpt_config_from_args(const mt_train_args *a, int64_t vocab_size
         .num_query_groups = a->group_query_attention ? a->num_query_groups : a->num_attention_heads,
         .untie_embeddings_and_output_weights = a->untie_embeddings_and_output_weights,
         .disable_bias_linear = a->disable_bias_linear,
+        .add_qkv_bias = a->add_qkv_bias,
     };
     if (a->num_experts > 0) {
         c.num_experts = a->num_experts;

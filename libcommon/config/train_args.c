@@ -47,6 +47,7 @@ static const mt_flag flags[] = {
     {"--untie-embeddings-and-output-weights", MT_F_BOOL, &A.untie_embeddings_and_output_weights, NULL,
      "an output layer of its own instead of the word embeddings", 0, 0, NULL},
     {"--disable-bias-linear", MT_F_BOOL, &A.disable_bias_linear, NULL, "no biases on the linear layers", 0, 0, NULL},
+    {"--add-qkv-bias", MT_F_BOOL, &A.add_qkv_bias, NULL, "with --disable-bias-linear, a bias on QKV still (Qwen)", 0, 0, NULL},
     /* mixture of experts */
     {"--num-experts", MT_F_INT, &A.num_experts, "E", "MoE: experts in each MoE layer (default none: a dense model)", 1,
      MTK_MOE_MAX_EXPERTS, NULL},
@@ -292,7 +293,6 @@ static const struct {
     const char *name, *why;
 } unsupported[] = {
     {"--rampup-batch-size", "batch size ramp-up is not implemented"},
-    {"--add-qkv-bias", "the linear layers have biases all (default) or none (--disable-bias-linear)"},
     {"--rotary-interleaved", "rope rotates the two halves of each head (rotate-half), not interleaved pairs"},
     {"--use-rope-scaling", "rope frequency scaling (Llama 3.1) is not implemented"},
     {"--rotary-seq-len-interpolation-factor", "rope sequence-length interpolation is not implemented"},
@@ -480,6 +480,8 @@ static int parse(mt_train_args *out, int argc, char **argv, mt_err *e)
             return mt_err_set(e, "--rotary-percent %g: the rotary dimension int(%d x %g) = %d must be even and at least 2",
                               a->rotary_percent, hn, a->rotary_percent, rot);
     }
+    if (a->add_qkv_bias && !a->disable_bias_linear)
+        return mt_err_set(e, "--add-qkv-bias goes with --disable-bias-linear (without it every linear layer has a bias)");
     if (check_moe(a, seen, e)) return -1;
     if (strcmp(a->optimizer, "adam")) return mt_err_set(e, "--optimizer %s is not implemented (adam only)", a->optimizer);
     if (strcmp(a->dataloader_type, "single"))
@@ -715,6 +717,7 @@ int mt_train_args_check_model(const mt_train_args *a, const json_t *saved, const
         {"--num-query-groups", a->group_query_attention && s.num_query_groups != a->num_query_groups},
         {"--untie-embeddings-and-output-weights", s.untie_embeddings_and_output_weights != a->untie_embeddings_and_output_weights},
         {"--disable-bias-linear", s.disable_bias_linear != a->disable_bias_linear},
+        {"--add-qkv-bias", s.add_qkv_bias != a->add_qkv_bias},
         {"--num-experts", s.num_experts != a->num_experts},
         {"--moe-ffn-hidden-size", a->num_experts && s.moe_ffn_hidden_size != a->moe_ffn_hidden_size},
         {"--moe-layer-freq", a->num_experts && strcmp(s.moe_layer_freq, a->moe_layer_freq)},
@@ -768,6 +771,7 @@ int mt_train_args_arch_from_json(const json_t *saved, mt_train_args *a, const ch
         json_flag(saved, "group-query-attention", where, &a->group_query_attention, e) ||
         json_flag(saved, "untie-embeddings-and-output-weights", where, &a->untie_embeddings_and_output_weights, e) ||
         json_flag(saved, "disable-bias-linear", where, &a->disable_bias_linear, e) ||
+        json_flag(saved, "add-qkv-bias", where, &a->add_qkv_bias, e) ||
         json_choice(saved, "moe-router-load-balancing-type", "aux_loss", where, &a->moe_router_load_balancing_type, e) ||
         json_choice(saved, "moe-router-score-function", "softmax", where, &a->moe_router_score_function, e) ||
         json_choice(saved, "moe-token-drop-policy", "probs", where, &a->moe_token_drop_policy, e) ||

@@ -29,7 +29,7 @@ typedef struct mt_train_args {
     /* the LLaMA family (Megatron-Core): rotary positions, SwiGLU, grouped-query attention, untied output
      * layer, linear layers without biases */
     bool use_rotary_position_embeddings, swiglu, group_query_attention, untie_embeddings_and_output_weights;
-    bool disable_bias_linear;
+    bool disable_bias_linear, add_qkv_bias;
     int64_t rotary_base;
     double rotary_percent;
     int num_query_groups;

@@ -37,6 +37,7 @@ mt_model_arch mt_gpt_arch(const mt_gpt_config *c)
         .position = c->position,
         .mlp = c->mlp,
         .add_bias_linear = !c->disable_bias_linear,
+        .add_qkv_bias = c->disable_bias_linear && c->add_qkv_bias,
         .tied_embeddings = !c->untie_embeddings_and_output_weights,
         .num_experts = c->num_experts,
         .moe_ffn_hidden_size = c->moe_ffn_hidden_size,

@@ -65,6 +65,7 @@ typedef struct mt_gpt_config {
     int num_query_groups;         /* --group-query-attention --num-query-groups; 0: num_heads (multi-head) */
     int untie_embeddings_and_output_weights;   /* an output layer of its own (language_model.output_layer) */
     int disable_bias_linear;      /* no biases on the linear layers (QKV, dense, both MLP matrices) */
+    int add_qkv_bias;             /* --add-qkv-bias: with disable_bias_linear, QKV's bias still (Qwen) */
     /* Mixture of experts (Megatron-Core's MoE flags; model/moe.h). num_experts 0: a dense model. */
     int num_experts;              /* --num-experts */
     int moe_topk;                 /* --moe-router-topk */

@@ -271,7 +271,8 @@ int mt_layout_build(const mt_model_arch *a, const mt_layout_part *p, mt_layout *
                 mt_tensor_kind k = per_layer[j].kind;
                 if (moe && (k == MT_T_FC1_W || k == MT_T_FC1_B || k == MT_T_FC2_W || k == MT_T_FC2_B)) continue;
                 if ((k == MT_T_NORM1_B || k == MT_T_NORM2_B) && !ln) continue;
-                if ((k == MT_T_QKV_B || k == MT_T_PROJ_B || k == MT_T_FC1_B || k == MT_T_FC2_B) && !bias) continue;
+                if ((k == MT_T_PROJ_B || k == MT_T_FC1_B || k == MT_T_FC2_B) && !bias) continue;
+                if (k == MT_T_QKV_B && !bias && !a->add_qkv_bias) continue;
                 snprintf(name, sizeof name, "%slanguage_model.encoder.layers.%d.%s", pre, i, per_layer[j].suffix);
                 int64_t rows = h, cols = 0;
                 int pdim = -1;

@@ -44,6 +44,7 @@ typedef struct mt_model_arch {
     mt_pos_kind position;
     mt_mlp_kind mlp;
     int add_bias_linear;    /* biases on the linear layers (GPT-2: 1) */
+    int add_qkv_bias;       /* without them, a bias on QKV still (Megatron's --add-qkv-bias: Qwen) */
     int tied_embeddings;    /* the output layer is the word embedding (GPT-2: 1) */
     /* mixture of experts: the MoE layers have a router and num_experts experts (MLPs of moe_ffn_hidden_size
      * with the model's activation) in place of the MLP, and with shared_ffn > 0 a shared expert (with

@@ -1,11 +1,15 @@
-"""llama_oracle.py: Hugging Face transformers' LlamaForCausalLM as the oracle for mt-ckpt-convert's Llama
-path (run with the Python of tests/oracle/venv-hf.sh).
+"""llama_oracle.py: Hugging Face transformers' LlamaForCausalLM (and its mixtures of experts,
+MixtralForCausalLM and Qwen2MoeForCausalLM) as the oracle for mt-ckpt-convert's Llama paths (run with the
+Python of tests/oracle/venv-hf.sh).
 
   make DIR [--layers L] [--hidden H] [--heads NH] [--kv-heads G] [--ffn F] [--vocab V] [--positions P]
            [--dtype fp32|bf16|fp16] [--shard BYTES] [--tie] [--tokenizer [--corpus DOCS.jsonl]] [--seed S]
-           [--set KEY=JSON ...]
-      a LlamaForCausalLM with random weights (norm weights random too, so that a row in the wrong place
-      shows), rope_theta 500000, written with save_pretrained (safetensors, sharded above BYTES); with
+           [--set KEY=JSON ...] [--arch llama|mixtral|qwen2_moe [--experts E] [--topk K] [--moe-ffn F]
+           [--shared-ffn F] [--mlp-only-layers I,J] [--norm-topk-prob]]
+      a LlamaForCausalLM (or a Mixtral / Qwen2-MoE model: E experts of F, top K; Qwen2-MoE's shared expert
+      of --shared-ffn, the dense layers of --mlp-only-layers, its q/k/v biases) with random weights (norm
+      weights random too, so that a row in the wrong place shows), rope_theta 500000, written with
+      save_pretrained (safetensors, sharded above BYTES); with
       --tokenizer a byte-level BPE tokenizer.json of Llama 3's kind (its Split regex, then ByteLevel; <s>
       put first by a TemplateProcessing; <unk> <s> </s> as ids 0 1 2, the config's bos and eos), trained
       here on the texts of DOCS.jsonl (default: one sentence) to V - 8 ids, saved beside it; --set
@@ -47,13 +51,24 @@ LLAMA3 = r"""(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?
 
 
 def make(a):
-    from transformers import LlamaConfig, LlamaForCausalLM
+    import transformers
     torch.manual_seed(a.seed)
-    cfg = LlamaConfig(vocab_size=a.vocab, hidden_size=a.hidden, intermediate_size=a.ffn,
-                      num_hidden_layers=a.layers, num_attention_heads=a.heads, num_key_value_heads=a.kv_heads,
-                      max_position_embeddings=a.positions, rope_theta=500000.0, rms_norm_eps=1e-5,
-                      tie_word_embeddings=a.tie, bos_token_id=1, eos_token_id=2)
-    m = LlamaForCausalLM(cfg)
+    common = dict(vocab_size=a.vocab, hidden_size=a.hidden, intermediate_size=a.ffn,
+                  num_hidden_layers=a.layers, num_attention_heads=a.heads, num_key_value_heads=a.kv_heads,
+                  max_position_embeddings=a.positions, rope_theta=500000.0, rms_norm_eps=1e-5,
+                  tie_word_embeddings=a.tie, bos_token_id=1, eos_token_id=2)
+    if a.arch == "mixtral":
+        cfg = transformers.MixtralConfig(num_local_experts=a.experts, num_experts_per_tok=a.topk, sliding_window=None,
+                                         **dict(common, intermediate_size=a.moe_ffn))
+        m = transformers.MixtralForCausalLM(cfg)
+    elif a.arch == "qwen2_moe":
+        only = [int(x) for x in a.mlp_only_layers.split(",")] if a.mlp_only_layers else []
+        cfg = transformers.Qwen2MoeConfig(num_experts=a.experts, num_experts_per_tok=a.topk, moe_intermediate_size=a.moe_ffn,
+                                          shared_expert_intermediate_size=a.shared_ffn, mlp_only_layers=only,
+                                          norm_topk_prob=a.norm_topk_prob, use_sliding_window=False, **common)
+        m = transformers.Qwen2MoeForCausalLM(cfg)
+    else:
+        m = transformers.LlamaForCausalLM(transformers.LlamaConfig(**common))
     with torch.no_grad():
         for n, p in m.named_parameters():
             p.copy_(torch.randn_like(p) * (0.3 if "norm" in n else 0.05) + (1.0 if "norm" in n else 0.0))
@@ -153,7 +168,7 @@ def logits(a, b):
         m, info = AutoModelForCausalLM.from_pretrained(d, torch_dtype=torch.float32, output_loading_info=True)
         bad = {k: v for k, v in info.items() if v}
         assert not bad, "%s: %s" % (d, bad)
-        assert type(m).__name__ == "LlamaForCausalLM", type(m).__name__
+        assert type(m).__name__ in ("LlamaForCausalLM", "MixtralForCausalLM", "Qwen2MoeForCausalLM"), type(m).__name__
         ms.append(m.eval())
     torch.manual_seed(3)
     ids = torch.randint(0, ms[0].config.vocab_size, (2, 24))
@@ -248,6 +263,11 @@ def main():
     m.add_argument("--tie", action="store_true")
     m.add_argument("--tokenizer", action="store_true")
     m.add_argument("--set", action="append")
+    m.add_argument("--arch", default="llama", choices=("llama", "mixtral", "qwen2_moe"))
+    for k, v in (("experts", 4), ("topk", 2), ("moe-ffn", 48), ("shared-ffn", 40)):
+        m.add_argument("--" + k, type=int, default=v)
+    m.add_argument("--mlp-only-layers", default="")
+    m.add_argument("--norm-topk-prob", action="store_true")
     lo = sub.add_parser("layout")
     lo.add_argument("hf_dir")
     lo.add_argument("mt_dir")

@@ -220,7 +220,7 @@ bad() {   # NAME DIR PATTERN: --from hf fails with one line matching PATTERN, no
     else t_fail "$1" "$(cat "$d/e")"; fi
 }
 cp -r "$d/gpt2-a" "$d/x"; sed -i 's/"model_type": "gpt2"/"model_type": "bert"/' "$d/x/config.json"
-bad "another architecture" "$d/x" "config.json: model_type is 'bert'; only GPT-2 \(gpt2\) and Llama \(llama\)"
+bad "another architecture" "$d/x" "config.json: model_type is 'bert'; only GPT-2 \(gpt2\), Llama \(llama\), Mixtral \(mixtral\) and Qwen2-MoE \(qwen2_moe\)"
 rm -rf "$d/x"; cp -r "$d/gpt2-a" "$d/x"; sed -i 's/"activation_function": "gelu_new"/"activation_function": "relu"/' "$d/x/config.json"
 bad "unsupported activation" "$d/x" "activation_function 'relu'"
 rm -rf "$d/x"; cp -r "$d/gpt2-a" "$d/x"; sed -i 's/"n_layer": 2/"n_layer": 3/' "$d/x/config.json"
