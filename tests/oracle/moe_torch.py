@@ -27,7 +27,8 @@ seq_load_balancing_loss) and z_loss: the mean over micro-batches and MoE layers 
 cfg: llama_torch's keys, and num_experts, topk, moe_layer_freq, score ("softmax" or "sigmoid"),
 pre_softmax, scaling (0: none), capacity_factor (None: dropless), drop_policy ("probs" or "position"),
 aux_type ("aux_loss" or "seq_aux_loss"), aux_coeff, z_coeff (0: none), shared_size (0: none),
-shared_gate. `python3 moe_torch.py` checks the reference itself (self_check) and prints TAP-like lines.
+shared_gate. `python3 moe_torch.py [NAME]` checks the reference itself (self_check) and prints a test line
+per check, "ok - NAME: ..." or "not ok - NAME: ...".
 """
 import math
 import sys
@@ -384,8 +385,8 @@ def self_check(seed=1):
 
 if __name__ == "__main__":
     torch.set_num_threads(1)
-    bad = 0
+    bad, me = 0, sys.argv[1] if len(sys.argv) > 1 else "moe_torch.py"
     for name, ok, detail in self_check():
         bad += not ok
-        print("%s - moe_torch.py: %s: %s" % ("ok" if ok else "not ok", name, detail))
+        print("%s - %s: %s: %s" % ("ok" if ok else "not ok", me, name, detail))
     sys.exit(1 if bad else 0)
