@@ -10,7 +10,11 @@
 #     objective the micro-batches' mean of lm loss plus every MoE layer's aux and z losses; all 10
 #     iterations' lm loss, grad norm, load_balancing_loss (seq_load_balancing_loss) and z_loss agree to TOL
 #     relative. Variants: dropless; --moe-expert-capacity-factor 1.0 (the reference counts the choices
-#     dropped: there must be some); --moe-router-pre-softmax with --moe-layer-freq 2 (layer 1 dense);
+#     dropped: there must be some); the same with --moe-token-drop-policy position and
+#     --moe-pad-expert-input-to-capacity, an expert keeping the choices of the earliest tokens in Megatron's
+#     token order [s, b] (position, then sequence: the ends of all the sequences are dropped, not the last
+#     sequences; torch.topk of the routing map keeps the lowest indices among its equal values);
+#     --moe-router-pre-softmax with --moe-layer-freq 2 (layer 1 dense);
 #     sigmoid scores with seq_aux_loss and --moe-router-topk-scaling-factor 2.5; a shared expert of 48 with
 #     its gate and experts of --moe-ffn-hidden-size 32.
 #   - the checkpoint holds exactly the tensors of the variant (router, experts, shared expert and gate by
@@ -52,6 +56,8 @@ common='"num_layers": 2, "hidden_size": 64, "num_heads": 4, "num_query_groups": 
 variants=(
 "dropless||"
 "capacity 1.0|--moe-expert-capacity-factor 1.0|\"capacity_factor\": 1.0, \"must_drop\": true"
+"capacity 1.0, position, padded|--moe-expert-capacity-factor 1.0 --moe-token-drop-policy position
+ --moe-pad-expert-input-to-capacity|\"capacity_factor\": 1.0, \"drop_policy\": \"position\", \"must_drop\": true"
 "pre-softmax, every 2nd layer|--moe-router-pre-softmax --moe-layer-freq 2|\"pre_softmax\": true, \"moe_layer_freq\": 2"
 "sigmoid, seq aux, scaling 2.5|--moe-router-score-function sigmoid --moe-router-load-balancing-type seq_aux_loss
  --moe-router-topk-scaling-factor 2.5|\"score\": \"sigmoid\", \"aux_type\": \"seq_aux_loss\", \"scaling\": 2.5"
