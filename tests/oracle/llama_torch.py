@@ -75,12 +75,25 @@ def rope(x, base, percent):
     return torch.cat((xr * torch.cos(ang) + rotated * torch.sin(ang), rest), dim=-1)
 
 
-def logits(cfg, P, tokens):
+def swiglu_mlp(m, w1, w2):
+    """The SwiGLU MLP of m [..., h]: w1 [2F, h] the rows [gate; up], silu(gate) * up into w2 [h, F]."""
+    F = w1.shape[0] // 2
+    gu = m @ w1.T
+    return (torch.nn.functional.silu(gu[..., :F]) * gu[..., F:]) @ w2.T
+
+
+def dense_mlp(cfg, P, l, m):
+    """Layer l's MLP of m [B, T, h], the output of its post-attention norm."""
+    p = PRE + "encoder.layers.%d.mlp." % l
+    return swiglu_mlp(m, P[p + "dense_h_to_4h.weight"], P[p + "dense_4h_to_h.weight"])
+
+
+def logits(cfg, P, tokens, mlp=dense_mlp):
     """Logits [B, T, V_pad] of tokens int64 [B, T]; cfg: num_layers, hidden_size, num_heads,
-    num_query_groups, ffn_hidden_size, eps, rotary_base, rotary_percent."""
+    num_query_groups, ffn_hidden_size, eps, rotary_base, rotary_percent. mlp(cfg, P, l, m) is layer l's
+    MLP (dense_mlp; another model's, e.g. a mixture of experts, in its place)."""
     B, T = tokens.shape
-    h, nh, ng, L, F = (cfg[k] for k in ("hidden_size", "num_heads", "num_query_groups", "num_layers",
-                                         "ffn_hidden_size"))
+    h, nh, ng, L = (cfg[k] for k in ("hidden_size", "num_heads", "num_query_groups", "num_layers"))
     hn, per, eps = h // nh, nh // ng, cfg["eps"]
     x = P[PRE + "embedding.word_embeddings.weight"][tokens]
     causal = torch.ones(T, T, dtype=torch.bool).tril()
@@ -99,17 +112,14 @@ def logits(cfg, P, tokens):
         probs = torch.softmax(scores.masked_fill(~causal, float("-inf")), dim=-1)
         ctx = (probs @ v).permute(0, 2, 1, 3).reshape(B, T, h)
         x = x + ctx @ p("self_attention.dense.weight").T
-        m = rms_norm(x, p("post_attention_layernorm.weight"), eps)
-        gu = m @ p("mlp.dense_h_to_4h.weight").T
-        gate, up = gu[..., :F], gu[..., F:]
-        x = x + (torch.nn.functional.silu(gate) * up) @ p("mlp.dense_4h_to_h.weight").T
+        x = x + mlp(cfg, P, l, rms_norm(x, p("post_attention_layernorm.weight"), eps))
     x = rms_norm(x, P[PRE + "encoder.final_layernorm.weight"], eps)
     return x @ P[PRE + "output_layer.weight"].T
 
 
-def loss(cfg, P, tokens, targets, mask):
+def loss(cfg, P, tokens, targets, mask, mlp=dense_mlp):
     B, T = tokens.shape
-    out = logits(cfg, P, tokens)
+    out = logits(cfg, P, tokens, mlp)
     ls = torch.nn.functional.cross_entropy(out.reshape(B * T, -1), targets.reshape(-1), reduction="none")
     return (ls.view(B, T) * mask).sum() / mask.sum()
 
@@ -125,15 +135,20 @@ class Trainer:
                                       {"params": nodecay, "weight_decay": 0.0}],
                                      lr=0.0, betas=(beta1, beta2), eps=eps)
 
+    def objective(self, tok, tgt, mask):
+        """A micro-batch's (objective to differentiate, lm loss): here both the lm loss."""
+        l = loss(self.cfg, self.P, tok, tgt, mask)
+        return l, l
+
     def step(self, micro_batches, lr, wd, clip):
-        """micro_batches: [(tokens, targets, mask)]; the loss is the mean of the micro-batches' losses.
-        Returns (loss, grad norm before clipping)."""
+        """micro_batches: [(tokens, targets, mask)]; the loss is the mean of the micro-batches' losses
+        (their objectives' mean is what is differentiated). Returns (loss, grad norm before clipping)."""
         self.opt.zero_grad()
         total = 0.0
         for tok, tgt, mask in micro_batches:
-            l = loss(self.cfg, self.P, tok, tgt, mask) / len(micro_batches)
-            l.backward()
-            total += l.item()
+            obj, lm = self.objective(tok, tgt, mask)
+            (obj / len(micro_batches)).backward()
+            total += lm.item() / len(micro_batches)
         grads = [t.grad for t in self.P.values()]
         norm = math.sqrt(sum(float((g * g).sum()) for g in grads))
         if clip > 0:
