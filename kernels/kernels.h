@@ -333,9 +333,10 @@ void mtk_moe_route_bwd(mtk *k, float *dlogits, const float *dprobs, const float 
  * token of each row (-1: a padding row). capacity < 0: dropless (R = N K, nothing dropped). Else an expert
  * keeps at most capacity choices: those of the largest probs (ties: the earlier token), or with
  * drop_position the earliest tokens; with pad every expert has exactly capacity rows, the missing ones
- * padding (R = E capacity); without it R = the sum of counts. */
+ * padding (R = E capacity); without it R = the sum of counts. The tokens are N / seq sequences of seq
+ * (b major), and "earlier" is Megatron's [s, b] order: by position in the sequence, then by sequence. */
 void mtk_moe_dispatch(mtk *k, int32_t *counts, int32_t *row, int32_t *src, const int32_t *idx, const float *probs,
-                      int N, int K, int E, int capacity, int drop_position, int pad);
+                      int N, int K, int E, int capacity, int drop_position, int pad, int seq);
 /* out [R, C]: row i is inp's row src[i], zeros where src[i] < 0. */
 void mtk_moe_permute(mtk *k, mtk_act *out, const mtk_act *inp, const int32_t *src, int R, int C);
 /* dinp [N, C] (assigned): row n is the sum of dout's rows row[n][0 .. K) (those >= 0), in k order. */

@@ -170,13 +170,13 @@ void cpu_moe_route_bwd(mtk *k, float *dlogits, const float *dprobs, const float 
     }
 }
 
-/* Whether choice b (token nb, prob pb) goes before choice a in an expert's order of keeping: the larger
- * prob, then the earlier token. */
-static int before(float pb, int nb, float pa, int na) { return pb > pa || (pb == pa && nb < na); }
+/* Token n's place in Megatron's [s, b] order (B sequences of seq, b major in mt): position, then sequence. */
+static long sb(int n, int seq, int B) { return (long)(n % seq) * B + n / seq; }
 
 void cpu_moe_dispatch(mtk *k, int32_t *counts, int32_t *row, int32_t *src, const int32_t *idx, const float *probs,
-                      int N, int K, int E, int capacity, int drop_position, int pad)
+                      int N, int K, int E, int capacity, int drop_position, int pad, int seq)
 {
+    const int B = N / seq;
     (void)k;
     size_t NK = (size_t)N * K;
     int off[MTK_MOE_MAX_EXPERTS + 1];
@@ -185,7 +185,7 @@ void cpu_moe_dispatch(mtk *k, int32_t *counts, int32_t *row, int32_t *src, const
     for (size_t i = 0; i < NK; i++) off[idx[i] + 1]++;
     for (int e = 0; e < E; e++) off[e + 1] += off[e];
     int fill[MTK_MOE_MAX_EXPERTS];
-    memcpy(fill, off, sizeof(int) * (size_t)E);
+    for (int e = 0; e < E; e++) fill[e] = off[e];
     for (size_t i = 0; i < NK; i++) src[fill[idx[i]]++] = (int32_t)i;
     /* each expert's kept choices: row[i] = 1 kept, 0 dropped */
 #pragma omp parallel for schedule(dynamic, 1)
@@ -193,14 +193,15 @@ void cpu_moe_dispatch(mtk *k, int32_t *counts, int32_t *row, int32_t *src, const
         int a = off[e], len = off[e + 1] - off[e];
         for (int i = a; i < a + len; i++) {
             int c = src[i], keep = 1;
-            if (capacity >= 0 && len > capacity) {
-                if (drop_position) keep = i - a < capacity;
-                else {   /* its rank among the expert's choices by (prob, token) */
-                    int rank = 0;
-                    for (int j = a; j < a + len && rank < capacity; j++)
-                        rank += j != i && before(probs[src[j]], src[j] / K, probs[c], c / K);
-                    keep = rank < capacity;
+            if (capacity >= 0 && len > capacity) {   /* its rank among the expert's choices */
+                int rank = 0;
+                long me = sb(c / K, seq, B);
+                for (int j = a; j < a + len && rank < capacity; j++) {
+                    long o = sb(src[j] / K, seq, B);
+                    if (drop_position) rank += o < me;   /* by position first, then sequence */
+                    else rank += j != i && (probs[src[j]] > probs[c] || (probs[src[j]] == probs[c] && o < me));
                 }
+                keep = rank < capacity;
             }
             row[c] = keep;
         }

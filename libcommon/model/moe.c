@@ -237,7 +237,7 @@ int mt_moe_forward(mt_moe_ctx *mc, int s, int li, int l, const void *x, void *ou
 
     /* the choices by expert, and their counts on the host for the grouped products */
     mtk_moe_dispatch(k, counts, row, src, idx, probs, (int)N, (int)K, (int)E, capacity(c, N), c->moe_drop_position,
-                     c->moe_pad_to_capacity);
+                     c->moe_pad_to_capacity, T);
     mtk_to_host(k, hc, counts, E * sizeof(int32_t));
     if (mtk_status(k, e)) return mt_err_prefix(e, "MoE layer %d dispatch", l);
     size_t R = 0;
