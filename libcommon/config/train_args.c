@@ -422,9 +422,9 @@ static int check_moe(mt_train_args *a, const bool *seen, mt_err *e)
     if (a->expert_model_parallel_size != 1)
         return mt_err_set(e, "--expert-model-parallel-size %d: expert parallelism is not implemented yet (1 only)",
                           a->expert_model_parallel_size);
-    if (a->tensor_model_parallel_size > 1)
-        return mt_err_set(e, "--num-experts with --tensor-model-parallel-size %d: not implemented yet",
-                          a->tensor_model_parallel_size);
+    if (a->tensor_model_parallel_size > 1 && a->sequence_parallel && given(seen, "--moe-expert-capacity-factor"))
+        return mt_err_set(e, "--moe-expert-capacity-factor with --sequence-parallel: Megatron drops the tokens of each "
+                             "sequence-parallel shard apart; not implemented yet");
     return 0;
 }
 

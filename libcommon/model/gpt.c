@@ -600,9 +600,10 @@ static int layer_forward(mt_gpt_ctx *x, int li, void *scratch, mt_err *e)
     /* MLP: the first layer column-parallel (GeLU, or SwiGLU of its gate and up halves), the second row-parallel */
     const void *ln2 = mt_tp_gathered(m, scratch, a.ln2, N, C, e);   /* scratch: the dense output is added */
     if (!ln2) return mt_err_prefix(e, "GPT forward, layer %d MLP", l);
-    if (mt_arch_is_moe(&m->layout.arch, l)) {   /* (one tensor rank: ln2 is a.ln2, scratch is free) */
-        if (mt_moe_forward(x->moe, layer_slot(x, li - x->lc0), li, l, ln2, scratch, B, T, x->training, e))
-            return mt_err_prefix(e, "GPT forward");
+    if (mt_arch_is_moe(&m->layout.arch, l)) {   /* its output (over ln2 when gathered) summed over the ranks */
+        if (mt_moe_forward(x->moe, layer_slot(x, li - x->lc0), li, l, ln2, scratch, B, T, x->training, e) ||
+            mt_tp_input_grad(m, scratch, N, C, e))
+            return mt_err_prefix(e, "GPT forward, layer %d MoE", l);
     } else if (c->mlp == MT_MLP_SWIGLU) {
         mtk_matmul_fwd(k, a.fch, ln2, W(MT_T_FC1_W), PO(MT_T_FC1_B), N, C, m->fcw);
         mtk_swiglu_fwd(k, x->s_f1, a.fch, N, F);
@@ -767,8 +768,8 @@ static int layer_backward(mt_gpt_ctx *x, int li, mtk_grad_mode gm, mt_err *e)
     }
     if (mt_tp_output_grad(m, dout, dtmp, N, C, &dout, e)) return mt_err_prefix(e, "GPT backward, layer %d MLP", l);
     int swiglu = c->mlp == MT_MLP_SWIGLU;   /* the activation is recomputed from the first product's output */
-    if (mt_arch_is_moe(&m->layout.arch, l)) {   /* (one tensor rank: ln2 is a.ln2) */
-        const void *ln2 = mt_tp_gathered(m, dtmp, a.ln2, N, C, e);
+    if (mt_arch_is_moe(&m->layout.arch, l)) {   /* ln2 gathered beside the output gradient (in dtmp) */
+        const void *ln2 = mt_tp_gathered(m, mt_moe_gather_buffer(x->moe), a.ln2, N, C, e);
         if (!ln2 || mt_moe_backward(x->moe, layer_slot(x, li - x->lc0), l, ln2, dout, dln, B, T, x->moe_scale, gm,
                                     x->training, e))
             return mt_err_prefix(e, "GPT backward, layer %d MLP", l);

@@ -19,6 +19,7 @@ struct mt_moe_ctx {
     /* scratch of a pass */
     void *xp, *a, *dy, *da, *dh;  /* [rmax][C], [rmax][F], [rmax][C], [rmax][F], [rmax][fc1] */
     void *sa, *dsa, *dsh, *dsy, *dtmp;   /* [N][Fs], [N][Fs], [N][sfc1], [N][C], [N][C] */
+    void *xg;                     /* [N][C] with sequence parallelism: the input gathered again in the backward */
     float *dlogits, *dprobs, *aux, *dglog;   /* [N][E], [N][K], [max_batch][E], [N] */
     /* host */
     int32_t *h_counts;            /* [S][E] */
@@ -45,7 +46,7 @@ static int has_moe(const mt_gpt *m)
 }
 
 /* The device buffers: where each goes and its bytes. */
-enum { NBUF = 25 };
+enum { NBUF = 26 };
 static void buffers(mt_moe_ctx *mc, const mt_gpt *m, void **where[NBUF], size_t bytes[NBUF])
 {
     size_t S = (size_t)mc->slots, N = mc->nmax, R = mc->rmax, E = (size_t)mc->E, K = (size_t)mc->K;
@@ -79,6 +80,7 @@ static void buffers(mt_moe_ctx *mc, const mt_gpt *m, void **where[NBUF], size_t 
     BUF(dlogits, N * E * f);
     BUF(dprobs, N * K * f);
     BUF(dglog, gate * N * f);
+    BUF(xg, (m->sp ? N * C : 0) * a);
 #undef BUF
     (void)i;
 }
@@ -168,6 +170,8 @@ size_t mt_moe_rows_max(const mt_gpt *m, size_t ntok)
     return mc.rmax;
 }
 
+void *mt_moe_gather_buffer(mt_moe_ctx *mc) { return mc->xg; }
+
 void mt_moe_losses(const mt_moe_ctx *mc, double *lb, double *z)
 {
     *lb = *z = 0;
@@ -245,26 +249,28 @@ int mt_moe_forward(mt_moe_ctx *mc, int s, int li, int l, const void *x, void *ou
     if (R > mc->rmax) return mt_err_set(e, "MoE layer %d: %zu rows for the experts, more than the %zu planned", l, R, mc->rmax);
     mc->rows[s] = (int)R;
 
-    /* the experts */
+    /* everything that reads x first: out may be x's buffer */
     mtk_moe_permute(k, mc->xp, x, src, (int)R, (int)C);
+    void *sh1 = mc->Fs ? AT(mc->sh1, (size_t)s * mc->nmax * (size_t)mc->sfc1) : NULL;
+    void *sy = mc->Fs ? AT(mc->sy, (size_t)s * mc->nmax * C) : NULL;
+    int g = mc->Fs ? mt_gpt_t(m, l, MT_T_SHARED_GATE_W) : -1;
+    float *glog = g >= 0 ? mc->glog + (size_t)s * mc->nmax : NULL;
+    if (mc->Fs) {
+        mtk_matmul_fwd(k, sh1, x, mt_gpt_w(m, mt_gpt_t(m, l, MT_T_SHARED_FC1_W)), NULL, (int)N, (int)C, mc->sfc1);
+        if (g >= 0) mtk_router_fwd(k, glog, x, mt_gpt_w(m, g), (int)N, (int)C, 1);
+    }
+    /* the experts (with tensor parallelism this rank's columns: out and sy are partial sums, completed by the
+     * caller's sum over the ranks, the weighted sums being linear in them) */
     mtk_grouped_matmul_fwd(k, h1, mc->xp, mt_gpt_w(m, mt_gpt_t(m, l, MT_T_EXPERT_FC1_W)), hc, (int)E, (int)C, mc->fc1);
     act_fwd(m, mc->a, h1, R, mc->F);
     mtk_grouped_matmul_fwd(k, y, mc->a, mt_gpt_w(m, mt_gpt_t(m, l, MT_T_EXPERT_FC2_W)), hc, (int)E, mc->F, (int)C);
     mtk_moe_unpermute(k, out, y, row, probs, (int)N, (int)K, (int)C);
-
     /* the shared expert, with its gate */
     if (mc->Fs) {
-        void *sh1 = AT(mc->sh1, (size_t)s * mc->nmax * (size_t)mc->sfc1), *sy = AT(mc->sy, (size_t)s * mc->nmax * C);
-        mtk_matmul_fwd(k, sh1, x, mt_gpt_w(m, mt_gpt_t(m, l, MT_T_SHARED_FC1_W)), NULL, (int)N, (int)C, mc->sfc1);
         act_fwd(m, mc->sa, sh1, N, mc->Fs);
         mtk_matmul_fwd(k, sy, mc->sa, mt_gpt_w(m, mt_gpt_t(m, l, MT_T_SHARED_FC2_W)), NULL, (int)N, mc->Fs, (int)C);
-        int g = mt_gpt_t(m, l, MT_T_SHARED_GATE_W);
-        if (g >= 0) {
-            float *glog = mc->glog + (size_t)s * mc->nmax;
-            mtk_router_fwd(k, glog, x, mt_gpt_w(m, g), (int)N, (int)C, 1);
-            mtk_sigmoid_gate_fwd(k, out, sy, glog, (int)N, (int)C);
-        } else
-            mtk_acc(k, out, sy, N * C);
+        if (g >= 0) mtk_sigmoid_gate_fwd(k, out, sy, glog, (int)N, (int)C);
+        else mtk_acc(k, out, sy, N * C);
     }
     return 0;
 }
@@ -286,6 +292,8 @@ int mt_moe_backward(mt_moe_ctx *mc, int s, int l, const void *x, const void *dou
 
     /* the experts, back to the tokens' rows (dx assigned), and the weights' gradients */
     mtk_moe_unpermute_bwd(k, mc->dy, mc->dprobs, dout, y, row, probs, (int)N, (int)K, (int)C, (int)R);
+    /* y is this rank's partial sum with tensor parallelism: so is dout . y */
+    if (m->tp && mt_all_reduce(m->tp, mc->dprobs, N * K, MT_C_F32, e)) return mt_err_prefix(e, "MoE layer %d", l);
     mtk_moe_permute(k, mc->xp, x, src, (int)R, (int)C);   /* recomputed, as the activation */
     act_fwd(m, mc->a, h1, R, mc->F);
     mtk_grouped_matmul_bwd(k, mc->da, mt_gpt_g(m, t2), mc->dy, mc->a, mt_gpt_w(m, t2), hc, (int)E, mc->F, (int)C, gm);
@@ -313,7 +321,10 @@ int mt_moe_backward(mt_moe_ctx *mc, int s, int l, const void *x, const void *dou
         if (c->moe_z_coeff > 0) zcoef = (float)(scale * c->moe_z_coeff / (double)N);
     }
     mtk_moe_route_bwd(k, mc->dlogits, mc->dprobs, aux, seq, zcoef, logits, idx, (int)N, &r);
-    mtk_router_bwd(k, dx, mt_gpt_g(m, tr), mc->dlogits, x, mt_gpt_w(m, tr), (int)N, (int)C, (int)E, gm);
+    /* every tensor rank computes the router's whole gradients: its input gradient counts once in the sum over
+     * the ranks that follows */
+    void *dxr = m->tp_rank == 0 ? dx : NULL;
+    mtk_router_bwd(k, dxr, mt_gpt_g(m, tr), mc->dlogits, x, mt_gpt_w(m, tr), (int)N, (int)C, (int)E, gm);
 
     /* the shared expert */
     if (mc->Fs) {
@@ -323,6 +334,7 @@ int mt_moe_backward(mt_moe_ctx *mc, int s, int l, const void *x, const void *dou
         float *glog = g >= 0 ? mc->glog + (size_t)s * mc->nmax : NULL;
         if (g >= 0) {
             mtk_sigmoid_gate_bwd(k, mc->dsy, mc->dglog, dout, sy, glog, (int)N, (int)C);
+            if (m->tp && mt_all_reduce(m->tp, mc->dglog, N, MT_C_F32, e)) return mt_err_prefix(e, "MoE layer %d", l);
             dsy = mc->dsy;
         }
         act_fwd(m, mc->sa, sh1, N, mc->Fs);
@@ -330,7 +342,7 @@ int mt_moe_backward(mt_moe_ctx *mc, int s, int l, const void *x, const void *dou
         act_bwd(m, mc->dsh, sh1, mc->dsa, N, mc->Fs);
         mtk_matmul_bwd(k, mc->dtmp, mt_gpt_g(m, s1), NULL, mc->dsh, x, mt_gpt_w(m, s1), (int)N, (int)C, mc->sfc1, gm);
         mtk_acc(k, dx, mc->dtmp, N * C);
-        if (g >= 0) mtk_router_bwd(k, dx, mt_gpt_g(m, g), mc->dglog, x, mt_gpt_w(m, g), (int)N, (int)C, 1, gm);
+        if (g >= 0) mtk_router_bwd(k, dxr, mt_gpt_g(m, g), mc->dglog, x, mt_gpt_w(m, g), (int)N, (int)C, 1, gm);
     }
     if (mtk_status(k, e)) return mt_err_prefix(e, "MoE layer %d backward", l);
     return 0;

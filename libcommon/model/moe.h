@@ -26,16 +26,21 @@ size_t mt_moe_ctx_bytes(const mt_gpt *m, size_t ntok, int max_batch, int slots);
  * with *failed set and e's message (nothing done when *failed is already set). */
 mt_moe_ctx *mt_moe_ctx_new(mt_gpt *m, size_t ntok, int max_batch, int slots, int nl, int *failed, mt_err *e);
 size_t mt_moe_bytes(const mt_moe_ctx *mc);   /* its device memory */
+/* With sequence parallelism, an [N, C] buffer the backward pass gathers its input into (NULL otherwise). */
+void *mt_moe_gather_buffer(mt_moe_ctx *mc);
 /* The most rows the experts' side of ntok tokens takes (ntok x top-k, or the experts' capacities padded). */
 size_t mt_moe_rows_max(const mt_gpt *m, size_t ntok);
 void mt_moe_ctx_free(mt_moe_ctx *mc);
 
-/* Global layer l's MoE block on the micro-batch of B x T tokens: out [N, C] (assigned) from x [N, C];
- * the activations kept in slot s, local layer li's losses recorded (training). 0, or -1 with e set. */
+/* Global layer l's MoE block on the micro-batch of B x T tokens: out [N, C] (assigned; may be x's buffer)
+ * from x [N, C] (every row: with sequence parallelism, gathered); with tensor parallelism out is this
+ * rank's partial sum, for the caller to sum over the ranks. The activations kept in slot s, local layer li's
+ * losses recorded (training). 0, or -1 with e set. */
 int mt_moe_forward(mt_moe_ctx *mc, int s, int li, int l, const void *x, void *out, int B, int T, int training,
                    mt_err *e);
-/* Its backward: dx [N, C] (assigned) from dout [N, C], the weight gradients assigned or added as gm says;
- * scale: the factor of the auxiliary losses' gradients. */
+/* Its backward: dx [N, C] (assigned; with tensor parallelism a partial sum for the caller to sum over the
+ * ranks) from dout [N, C] (every row), the weight gradients assigned or added as gm says; scale: the factor
+ * of the auxiliary losses' gradients. */
 int mt_moe_backward(mt_moe_ctx *mc, int s, int l, const void *x, const void *dout, void *dx, int B, int T, double scale,
                     mtk_grad_mode gm, int training, mt_err *e);
 /* The sums over the local layers of the last forward pass's load-balancing loss / coefficient and z-loss /

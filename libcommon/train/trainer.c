@@ -431,8 +431,15 @@ double mt_trainer_tp_volume(const mt_trainer *t)
     /* with sequence parallelism the backward pass gathers every LayerNorm output again (two a layer, the
      * final one on the last stage) for the weight gradients: an all-gather, half a ring all-reduce, each */
     if (t->cfg.sequence_parallel) micro += (2 * L + last) * N * C * a * ring / 2;
+    /* an MoE layer's backward pass sums the gradients of its routing weights (and of its shared expert's
+     * gate) over the ranks: each rank's experts give a partial sum of the output they weigh */
+    const mt_layout *lay = mt_gpt_layout(t->model);
+    int moe = 0;
+    for (int li = 0; li < lay->num_layers; li++) moe += mt_arch_is_moe(&lay->arch, mt_layout_global_layer(lay, li));
+    micro += moe * (t->cfg.moe_topk + (t->cfg.moe_shared_gate && t->cfg.moe_shared_ffn > 0)) * N * sizeof(float) * ring;
     double step = t->num_micro * micro + sizeof(double) * ring;
-    if (t->cfg.sequence_parallel) step += (4 * L + 2 * last) * C * sizeof(float) * ring;   /* the norms' gradients */
+    int nv = t->cfg.norm == MT_NORM_LAYERNORM ? 2 : 1;   /* vectors of a norm: weight (and bias) */
+    if (t->cfg.sequence_parallel) step += nv * (2 * L + last) * C * sizeof(float) * ring;   /* the norms' gradients */
     return step;
 }
 

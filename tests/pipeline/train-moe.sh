@@ -2,10 +2,13 @@
 # train-moe.sh: mt-train with a mixture of experts (--num-experts) on CPU ranks:
 #   - a LLaMA-style model of 4 layers, MoE in layers 0, 2 and 3 (--moe-layer-freq "[1,0,1,1]") with 4
 #     experts, top 2, the load-balancing loss and z-loss, a shared expert with its gate, dropout on: data
-#     parallelism (2 ranks), two pipeline stages, the distributed optimizer, DP 2 x PP 2 with it, and full
+#     parallelism (2 ranks), two pipeline stages, the distributed optimizer, DP 2 x PP 2 with it, tensor
+#     parallelism (2 ranks, the experts' and the shared expert's matrices split as the MLP's) with and
+#     without sequence parallelism, DP 2 x TP 2 + SP with the distributed optimizer, TP 2 x PP 2, and full
 #     recomputation give the one-rank run's 20 iterations of lm loss, grad norm, load_balancing_loss and
 #     z_loss and its validation losses to 1e-5 relative (measured: at most 1.2e-7; recomputation bit for
-#     bit);
+#     bit); a tensor rank sends exactly the ring volume of what the model exchanges (with the sum of the
+#     routing weights' gradients of each MoE layer);
 #   - the iteration line shows load_balancing_loss and z_loss after the lm loss, as Megatron's;
 #   - a run stopped at iteration 10 and resumed gives the uninterrupted run's iterations 11-20 bit for bit,
 #     on one rank and on two stages; the checkpoint holds exactly the router, the experts' and the shared expert's tensors of the
@@ -14,8 +17,8 @@
 #     experts to their capacity does not change a bit;
 #   - mt-eval runs the MoE checkpoint;
 #   - flags: MoE without --disable-bias-linear, top-k above the experts, an MoE flag without --num-experts,
-#     a layer list of the wrong length, padding without a capacity, expert and tensor parallelism are refused
-#     naming the flag.
+#     a layer list of the wrong length, padding without a capacity, expert parallelism, and token dropping
+#     with sequence parallelism (Megatron drops per shard) are refused naming the flag.
 . "$(dirname "$0")/../lib.sh"
 set -f   # the layer lists ([1,0,1,1]) are not file patterns
 py=/usr/bin/python3
@@ -70,12 +73,20 @@ check() {   # NAME JSONL TOL [FIRST [REF]]: against the one-rank run, or REF
 
 # ---- layouts ----
 for v in "dp2:2:" "pp2:2:--pipeline-model-parallel-size 2" "dp2-dist:2:--use-distributed-optimizer" \
-         "dp2-pp2-dist:4:--pipeline-model-parallel-size 2 --use-distributed-optimizer"; do
+         "dp2-pp2-dist:4:--pipeline-model-parallel-size 2 --use-distributed-optimizer" \
+         "tp2:2:--tensor-model-parallel-size 2" "tp2-sp:2:--tensor-model-parallel-size 2 --sequence-parallel" \
+         "dp2-tp2-sp-dist:4:--tensor-model-parallel-size 2 --sequence-parallel --use-distributed-optimizer" \
+         "tp2-pp2:4:--tensor-model-parallel-size 2 --pipeline-model-parallel-size 2"; do
     name=${v%%:*} rest=${v#*:} n=${rest%%:*} extra=${rest#*:}
     # shellcheck disable=SC2086
     if mt-train -n "$n" $base $extra --metrics-file "$d/$name.jsonl" >"$d/$name.log" 2>"$d/$name.err"; then
         check "$name: the one-rank losses" "$d/$name.jsonl" 1e-5
     else t_fail "$name" "$(tail -3 "$d/$name.err")"; fi
+done
+# the bytes a tensor rank sends: the dense exchanges and an MoE layer's sum of its routing weights' gradients
+for name in tp2 tp2-sp dp2-tp2-sp-dist tp2-pp2; do
+    t_grep "$name: tensor-parallel bytes sent = the ring volume of what the model exchanges" \
+        'tensor-parallel communication per iteration \| bytes sent: ([0-9]+) \| ring volume of the activations and statistics: \1$' "$d/$name.log"
 done
 # shellcheck disable=SC2086
 mt-train $base --recompute-granularity full --recompute-method uniform --recompute-num-layers 2 \
@@ -154,4 +165,6 @@ t_fails "padding without a capacity factor" mt-train $base --moe-pad-expert-inpu
 t_fails "expert parallelism" mt-train $base --expert-model-parallel-size 2 --dry-run
 t_grep "... not implemented" 'expert parallelism is not implemented' "$T_TMP/err"
 # shellcheck disable=SC2086
-t_fails "tensor parallelism with experts" mt-train $base --tensor-model-parallel-size 2 --dry-run
+t_fails "token dropping with sequence parallelism" mt-train $base --tensor-model-parallel-size 2 --sequence-parallel \
+    --moe-expert-capacity-factor 1.0 --dry-run
+t_grep "... not implemented" 'drops the tokens of each sequence-parallel shard apart' "$T_TMP/err"
