@@ -335,17 +335,19 @@ static bool blas_grouped(mtk *k, const BlasOp *opa, const BlasOp *opb, const int
 
 // The grouped call's arguments, one group of one problem per product, in the column-major terms of gemm()'s
 // cuBLASLt plans (D[N, M] = op(B) op(A)); the pointer arrays go to the workspace through to_device. Any
-// product cuBLAS could refuse (its alignment rule for pointers, no product to compute) or a refusal (then
-// remembered for this output type) takes gemm() per product instead.
+// product cuBLAS could refuse (its alignment rule for pointers, no product to compute), a workspace without
+// room for the pointers, or a refusal (then remembered for this output type) takes gemm() per product.
 void gemm_grouped(mtk *k, bool ta, bool tb, const GemmGroup *g, int n, int lda, int ldb, int ldc, mtk_dtype cd,
                   float beta)
 {
     Cu *c = cu(k);
-    bool one = n > 0 && cd == (mtk_dtype)k->act && !(c->grouped_refused & (1u << cd));
+    const size_t ptr = 3 * (size_t)n;
+    bool one = n > 0 && cd == (mtk_dtype)k->act && !(c->grouped_refused & (1u << cd)) &&
+               ptr * sizeof(void *) + 64 <= k->ws_bytes - k->ws_used;   // room for the pointer arrays
     for (int i = 0; i < n && one; i++)
         one = g[i].M > 0 && g[i].N > 0 && g[i].K > 0 && aligned16(g[i].A) && aligned16(g[i].B) && aligned16(g[i].C);
     if (one) {
-        const size_t ints = 7 * (size_t)n, ops = 2 * (size_t)n, flt = 2 * (size_t)n, ptr = 3 * (size_t)n;
+        const size_t ints = 7 * (size_t)n, ops = 2 * (size_t)n, flt = 2 * (size_t)n;
         char *h = (char *)host_scratch(k, 1, ptr * sizeof(void *) + ints * sizeof(int) + ops * sizeof(BlasOp) +
                                                  flt * sizeof(float));
         void **dp = h ? (void **)mtk_ws_take(k, ptr * sizeof(void *)) : NULL;
