@@ -84,8 +84,8 @@ tests: $(PROGS) $(TESTS) $(NCCL_TEST)
 # ---- CUDA backend and SIMT simulator (kernels/cuda/*.cu, kernels/sim; kernels/README.md) ----
 # The same .cu sources build the "sim" backend (g++ with kernels/sim/simt_sim.h force-included; needs
 # only the CUDA headers) and, when nvcc exists, the "cuda" backend for sm_80 and sm_90, linked against
-# cuBLASLt. Both go into libmt.a; mtk.c registers what was built (MTK_HAVE_SIM, MTK_HAVE_CUDA). g++ does
-# not know `#pragma unroll`: -Wno-unknown-pragmas.
+# cuBLASLt (and cuBLAS for its grouped products). Both go into libmt.a; mtk.c registers what was built
+# (MTK_HAVE_SIM, MTK_HAVE_CUDA). g++ does not know `#pragma unroll`: -Wno-unknown-pragmas.
 CUDA_HOME ?= /usr/local/cuda
 NVCC      ?= $(firstword $(wildcard $(CUDA_HOME)/bin/nvcc) $(shell command -v nvcc 2>/dev/null))
 CXX       ?= g++
@@ -99,7 +99,7 @@ endif
 ifneq ($(NVCC),)
 CUDA_OBJ  := $(CU_SRC:%.cu=$(B)/obj/cuda/%.o)
 MTK_DEFS  += -DMTK_HAVE_CUDA
-LDLIBS    += -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcublasLt -lcudart
+LDLIBS    += -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcublas -lcublasLt -lcudart
 tests: $(B)/gpu/gpu_peak
 else ifeq ($(MAKELEVEL),0)
 $(info make: no nvcc (CUDA_HOME=$(CUDA_HOME)): building without the CUDA backend)

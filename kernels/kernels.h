@@ -328,13 +328,14 @@ void mtk_moe_route_stats(mtk *k, float *stats, const float *logits, const int32_
  * none), and of zcoef x the sum over rows of logsumexp(row)^2 (zcoef 0: none). */
 void mtk_moe_route_bwd(mtk *k, float *dlogits, const float *dprobs, const float *aux, int seq, float zcoef,
                        const float *logits, const int32_t *idx, int N, const mtk_moe_route *r);
-/* Groups the N x K choices of idx by expert, experts in order and the tokens of each in order: counts[E]
+/* Groups the N x K choices of idx by expert, experts in order and the tokens of each in token order
+ * (below): counts[E]
  * the rows of each expert, row [N, K] the row of each choice in that order (-1: dropped), src [R] the
  * token of each row (-1: a padding row). capacity < 0: dropless (R = N K, nothing dropped). Else an expert
  * keeps at most capacity choices: those of the largest probs (ties: the earlier token), or with
  * drop_position the earliest tokens; with pad every expert has exactly capacity rows, the missing ones
  * padding (R = E capacity); without it R = the sum of counts. The tokens are N / seq sequences of seq
- * (b major), and "earlier" is Megatron's [s, b] order: by position in the sequence, then by sequence. */
+ * (b major), and the token order is Megatron's [s, b]: by position in the sequence, then by sequence. */
 void mtk_moe_dispatch(mtk *k, int32_t *counts, int32_t *row, int32_t *src, const int32_t *idx, const float *probs,
                       int N, int K, int E, int capacity, int drop_position, int pad, int seq);
 /* out [R, C]: row i is inp's row src[i], zeros where src[i] < 0. */

@@ -84,29 +84,40 @@ void cpu_moe_topk(mtk *k, int32_t *idx, float *probs, const float *logits, int N
     }
 }
 
+/* The z sum over fixed blocks of rows, each block's double sum added in block order: the same bits for any
+ * thread count (an OpenMP reduction adds the threads' sums in the order they finish). */
+enum { Z_BLOCKS = 64 };
+
 void cpu_moe_route_stats(mtk *k, float *stats, const float *logits, const int32_t *idx, int N, int seq,
                          const mtk_moe_route *r)
 {
     (void)k;
     const int E = r->E, K = r->K, S = N / seq;
-    double z = 0;
-#pragma omp parallel for schedule(static) reduction(+ : z)
+#pragma omp parallel for schedule(static)
     for (int s = 0; s < S; s++) {
         float *cnt = stats + 2 * (size_t)E * s, *sum = cnt + E;
-        double acc[MTK_MOE_MAX_EXPERTS], zr = 0;
-        float sc[MTK_MOE_MAX_EXPERTS], tmp[MTK_MOE_MAX_EXPERTS];
+        double acc[MTK_MOE_MAX_EXPERTS];
+        float sc[MTK_MOE_MAX_EXPERTS];
         for (int e = 0; e < E; e++) cnt[e] = 0, acc[e] = 0;
         for (int n = s * seq; n < (s + 1) * seq; n++) {
-            const float *x = logits + (size_t)n * E;
             for (int j = 0; j < K; j++) cnt[idx[(size_t)n * K + j]] += 1;
-            aux_scores(sc, x, r);
+            aux_scores(sc, logits + (size_t)n * E, r);
             for (int e = 0; e < E; e++) acc[e] += sc[e];
-            float lse = softmax(tmp, x, E);
-            zr += (double)lse * lse;
         }
         for (int e = 0; e < E; e++) sum[e] = (float)acc[e];
-        z += zr;
     }
+    double part[Z_BLOCKS], z = 0;
+#pragma omp parallel for schedule(static)
+    for (int b = 0; b < Z_BLOCKS; b++) {
+        float tmp[MTK_MOE_MAX_EXPERTS];
+        double zb = 0;
+        for (long long n = (long long)N * b / Z_BLOCKS; n < (long long)N * (b + 1) / Z_BLOCKS; n++) {
+            float lse = softmax(tmp, logits + (size_t)n * E, E);
+            zb += (double)lse * lse;
+        }
+        part[b] = zb;
+    }
+    for (int b = 0; b < Z_BLOCKS; b++) z += part[b];
     stats[2 * (size_t)E * S] = (float)z;
 }
 
@@ -170,56 +181,67 @@ void cpu_moe_route_bwd(mtk *k, float *dlogits, const float *dprobs, const float 
     }
 }
 
-/* Token n's place in Megatron's [s, b] order (B sequences of seq, b major in mt): position, then sequence. */
-static long sb(int n, int seq, int B) { return (long)(n % seq) * B + n / seq; }
+/* Whether choice b (token nb, prob pb) goes before choice a in an expert's order of keeping: the larger
+ * prob, then the earlier token. */
+static int before(float pb, int ib, float pa, int ia) { return pb > pa || (pb == pa && ib < ia); }
 
+/* The choice at place q of Megatron's token order [s, b] (N / seq sequences of seq, b major in mt): the
+ * token at position q / K / B of sequence q / K % B, its choice q % K. */
+static size_t sb_choice(size_t q, int K, int seq, int B)
+{
+    size_t u = q / (size_t)K;
+    return ((u % (size_t)B) * (size_t)seq + u / (size_t)B) * (size_t)K + q % (size_t)K;
+}
+
+/* The choices are first listed by expert in row (N K entries, as many as it has), each expert's in
+ * Megatron's token order (a counting sort); each expert's kept ones go from that list into src (as choice
+ * numbers, then its padding), and row is rewritten from src at the end. src is never written beyond its R
+ * rows, which with a capacity may be fewer than N K. A choice of an expert outside [0, E) is dropped. */
 void cpu_moe_dispatch(mtk *k, int32_t *counts, int32_t *row, int32_t *src, const int32_t *idx, const float *probs,
                       int N, int K, int E, int capacity, int drop_position, int pad, int seq)
 {
-    const int B = N / seq;
     (void)k;
     size_t NK = (size_t)N * K;
-    int off[MTK_MOE_MAX_EXPERTS + 1];
-    /* every choice in src by expert, each expert's in token order (a counting sort) */
+    const int B = N / seq;
+    int off[MTK_MOE_MAX_EXPERTS + 1], base[MTK_MOE_MAX_EXPERTS + 1];
     for (int e = 0; e <= E; e++) off[e] = 0;
-    for (size_t i = 0; i < NK; i++) off[idx[i] + 1]++;
+    for (size_t i = 0; i < NK; i++)
+        if (idx[i] >= 0 && idx[i] < E) off[idx[i] + 1]++;
     for (int e = 0; e < E; e++) off[e + 1] += off[e];
+    /* each expert's rows (its kept choices, or capacity when padded) start at base[e] */
+    base[0] = 0;
+    for (int e = 0; e < E; e++) {
+        int len = off[e + 1] - off[e], kept = capacity >= 0 && len > capacity ? capacity : len;
+        counts[e] = pad ? capacity : kept;
+        base[e + 1] = base[e] + counts[e];
+    }
     int fill[MTK_MOE_MAX_EXPERTS];
     for (int e = 0; e < E; e++) fill[e] = off[e];
-    for (size_t i = 0; i < NK; i++) src[fill[idx[i]]++] = (int32_t)i;
-    /* each expert's kept choices: row[i] = 1 kept, 0 dropped */
+    for (size_t q = 0; q < NK; q++) {
+        size_t i = sb_choice(q, K, seq, B);
+        if (idx[i] >= 0 && idx[i] < E) row[fill[idx[i]]++] = (int32_t)i;
+    }
 #pragma omp parallel for schedule(dynamic, 1)
     for (int e = 0; e < E; e++) {
-        int a = off[e], len = off[e + 1] - off[e];
-        for (int i = a; i < a + len; i++) {
-            int c = src[i], keep = 1;
-            if (capacity >= 0 && len > capacity) {   /* its rank among the expert's choices */
-                int rank = 0;
-                long me = sb(c / K, seq, B);
-                for (int j = a; j < a + len && rank < capacity; j++) {
-                    long o = sb(src[j] / K, seq, B);
-                    if (drop_position) rank += o < me;   /* by position first, then sequence */
-                    else rank += j != i && (probs[src[j]] > probs[c] || (probs[src[j]] == probs[c] && o < me));
+        const int32_t *list = row + off[e];
+        int len = off[e + 1] - off[e], r = base[e];
+        for (int i = 0; i < len; i++) {
+            int c = list[i], keep = 1;
+            if (capacity >= 0 && len > capacity) {
+                if (drop_position) keep = i < capacity;
+                else {   /* its rank among the expert's choices by (prob, place in the token order) */
+                    int rank = 0;
+                    for (int j = 0; j < len && rank < capacity; j++) rank += j != i && before(probs[list[j]], j, probs[c], i);
+                    keep = rank < capacity;
                 }
-                keep = rank < capacity;
             }
-            row[c] = keep;
+            if (keep) src[r++] = c;
         }
+        while (r < base[e + 1]) src[r++] = -1;   /* padding */
     }
-    /* rows in expert order, the kept choices of each in token order, then its padding */
-    int r = 0;
-    for (int e = 0; e < E; e++) {
-        int r0 = r;
-        for (int i = off[e]; i < off[e + 1]; i++) {
-            int c = src[i];
-            row[c] = row[c] ? r++ : -1;
-        }
-        counts[e] = r - r0;
-        if (pad) counts[e] = capacity, r = r0 + capacity;
-    }
-    for (int i = 0; i < r; i++) src[i] = -1;
-    for (size_t i = 0; i < NK; i++)
-        if (row[i] >= 0) src[row[i]] = (int32_t)(i / (size_t)K);
+    for (size_t i = 0; i < NK; i++) row[i] = -1;
+    for (int r = 0; r < base[E]; r++)
+        if (src[r] >= 0) row[src[r]] = r, src[r] /= K;
 }
 
 void cpu_moe_permute(mtk *k, void *out, const void *inp, const int32_t *src, int R, int C)

@@ -46,6 +46,7 @@ static void close(mtk *k)
     if (!c) return;
     cudaDeviceSynchronize();
     uploads_close(k);
+    host_scratch_close(k);
     gemm_close(k);
     for (int q = 0; q < MTK_QUEUES; q++) cudaStreamDestroy(c->q[q]);
     free(c);
@@ -175,19 +176,18 @@ extern "C" const mtk_ops MTK_CU_OPS = {
     .sumsq_spans = ns::sumsq_spans,
     .count_nonfinite = ns::count_nonfinite,
     .adamw = ns::adamw,
-    /* the mixture of experts' operations: not yet on this backend (mtk.c reports it) */
-    .router_fwd = nullptr,
-    .router_bwd = nullptr,
-    .moe_topk = nullptr,
-    .moe_route_stats = nullptr,
-    .moe_route_bwd = nullptr,
-    .moe_dispatch = nullptr,
-    .moe_permute = nullptr,
-    .moe_permute_bwd = nullptr,
-    .moe_unpermute = nullptr,
-    .moe_unpermute_bwd = nullptr,
-    .grouped_matmul_fwd = nullptr,
-    .grouped_matmul_bwd = nullptr,
-    .sigmoid_gate_fwd = nullptr,
-    .sigmoid_gate_bwd = nullptr,
+    .router_fwd = ns::router_fwd,
+    .router_bwd = ns::router_bwd,
+    .moe_topk = ns::moe_topk,
+    .moe_route_stats = ns::moe_route_stats,
+    .moe_route_bwd = ns::moe_route_bwd,
+    .moe_dispatch = ns::moe_dispatch,
+    .moe_permute = ns::moe_permute,
+    .moe_permute_bwd = ns::moe_permute_bwd,
+    .moe_unpermute = ns::moe_unpermute,
+    .moe_unpermute_bwd = ns::moe_unpermute_bwd,
+    .grouped_matmul_fwd = ns::grouped_matmul_fwd,
+    .grouped_matmul_bwd = ns::grouped_matmul_bwd,
+    .sigmoid_gate_fwd = ns::sigmoid_gate_fwd,
+    .sigmoid_gate_bwd = ns::sigmoid_gate_bwd,
 };

@@ -44,6 +44,10 @@ struct Cu {
     unsigned next_plan;
     void *up;                 // memory.cu: the pinned staging of copies to the device (NULL: not made yet)
     bool up_none;             // ... which could not be made: copies to the device wait
+    void *blas;               // gemm.cu: cublasHandle_t of the grouped products (cuda build; NULL: none)
+    unsigned grouped_refused; // gemm.cu: bit 1 << output dtype: cuBLAS refused a grouped product
+    void *hs[2];              // memory.cu: host_scratch's buffers
+    size_t hs_cap[2];
 };
 static inline Cu *cu(mtk *k) { return (Cu *)k->impl; }
 static inline cudaStream_t stream(mtk *k) { return cu(k)->q[k->queue]; }
@@ -179,11 +183,25 @@ void uploads_close(mtk *k);   // frees the staging of to_device (after a device 
 void to_host(mtk *k, void *dst, const void *src, size_t bytes);
 void copy(mtk *k, void *dst, const void *src, size_t bytes);
 void convert(mtk *k, void *dst, mtk_dtype dt, const void *src, mtk_dtype st, size_t n);
+// Host memory of at least bytes for the arguments of a call (slot 0 or 1; grown when needed, kept until
+// close): NULL with the error set when out of memory.
+void *host_scratch(mtk *k, int slot, size_t bytes);
+void host_scratch_close(mtk *k);
 // gemm.cu: row-major C[M,N] = op(A) op(B) (+ beta C) (+ bias[N] per row); A, B in the activation dtype,
 // C in cd (the activation dtype or fp32). ta: A is stored [K,M]; tb: B is stored [N,K].
 // gelu_out (NULL: none): also gelu_out = gelu_tanh(C), taken before C is rounded where the epilogue does it.
 void gemm(mtk *k, bool ta, bool tb, int M, int N, int K, const void *A, int lda, const void *B, int ldb, void *C,
           int ldc, mtk_dtype cd, float beta, const float *bias, void *gelu_out = NULL);
+// n products of one kind with sizes of their own (the experts' groups): C_i[M_i, N_i] = op(A_i) op(B_i)
+// (+ beta C_i), each as gemm() computes it with the shared ta, tb, lda, ldb, ldc, cd and beta; in one
+// grouped cuBLAS call where cuBLAS has it (C of the activation dtype, 16-byte aligned operands).
+struct GemmGroup {
+    const void *A, *B;
+    void *C;
+    int M, N, K;
+};
+void gemm_grouped(mtk *k, bool ta, bool tb, const GemmGroup *g, int n, int lda, int ldb, int ldc, mtk_dtype cd,
+                  float beta);
 int gemm_open(mtk *k, mt_err *e);
 void gemm_close(mtk *k);
 void matmul_fwd(mtk *k, void *out, const void *inp, const void *w, const float *bias, int N, int C, int OC);
@@ -252,5 +270,30 @@ void sumsq_spans(mtk *k, double *out, const float *x, const mtk_span *span, int 
 size_t count_nonfinite(mtk *k, const float *x, size_t n);
 void adamw(mtk *k, float *p, void *work, const float *g, float *m, float *v, const mtk_adamw_seg *seg, int nseg,
            float lr, float b1, float b2, float eps, float wd, int t, float grad_scale);
+// moe_router.cu
+void router_fwd(mtk *k, float *logits, const void *inp, const void *w, int N, int C, int E);
+void router_bwd(mtk *k, void *dinp, float *dw, const float *dlogits, const void *inp, const void *w, int N, int C,
+                int E, int acc);
+void sigmoid_gate_fwd(mtk *k, void *out, const void *x, const float *logit, int N, int C);
+void sigmoid_gate_bwd(mtk *k, void *dx, float *dlogit, const void *dout, const void *x, const float *logit, int N,
+                      int C);
+// moe.cu
+void moe_topk(mtk *k, int32_t *idx, float *probs, const float *logits, int N, const mtk_moe_route *r);
+void moe_route_stats(mtk *k, float *stats, const float *logits, const int32_t *idx, int N, int seq,
+                     const mtk_moe_route *r);
+void moe_route_bwd(mtk *k, float *dlogits, const float *dprobs, const float *aux, int seq, float zcoef,
+                   const float *logits, const int32_t *idx, int N, const mtk_moe_route *r);
+// moe_dispatch.cu
+void moe_dispatch(mtk *k, int32_t *counts, int32_t *row, int32_t *src, const int32_t *idx, const float *probs, int N,
+                  int K, int E, int capacity, int drop_position, int pad, int seq);
+void moe_permute(mtk *k, void *out, const void *inp, const int32_t *src, int R, int C);
+void moe_permute_bwd(mtk *k, void *dinp, const void *dout, const int32_t *row, int N, int K, int C);
+void moe_unpermute(mtk *k, void *out, const void *y, const int32_t *row, const float *probs, int N, int K, int C);
+void moe_unpermute_bwd(mtk *k, void *dy, float *dprobs, const void *dout, const void *y, const int32_t *row,
+                       const float *probs, int N, int K, int C, int R);
+// moe_grouped.cu
+void grouped_matmul_fwd(mtk *k, void *out, const void *inp, const void *w, const int32_t *counts, int G, int C, int OC);
+void grouped_matmul_bwd(mtk *k, void *dinp, float *dw, const void *dout, const void *inp, const void *w,
+                        const int32_t *counts, int G, int C, int OC, int acc);
 
 }  // namespace MTK_CU_NS

@@ -3,6 +3,9 @@
 // the bias fused as an epilogue when cuBLASLt accepts an fp32 bias for that output (otherwise a bias
 // kernel after the product, decided once). Simulator build: the operands are widened to fp32 and the
 // product is the CPU's BLAS sgemm, as the cpu backend computes it; bias and rounding as on the GPU.
+// Products of many shapes at once (gemm_grouped, the experts' products): one cuBLAS grouped call
+// (cublasGemmGroupedBatchedEx) where cuBLAS has it for the types, else one product per shape. The
+// simulator build runs the grouped call's arguments as cuBLAS would, each problem through its gemm().
 #include "cuda.h"
 #include <stdlib.h>
 #include <string.h>
@@ -11,6 +14,7 @@
 #include <vector>
 #else
 #include <cublasLt.h>
+#include <cublas_v2.h>
 #endif
 
 namespace MTK_CU_NS {
@@ -70,6 +74,32 @@ void gemm(mtk *k, bool ta, bool tb, int M, int N, int K, const void *A, int lda,
         }
 }
 
+enum BlasOp { OP_N, OP_T };
+
+// What cuBLAS's grouped call computes from the same arguments (column-major problems, the pointer arrays
+// read from device memory), and its refusals: each problem through gemm() (which has no alpha: 1), the
+// types cuBLAS supports (A, B and C of one type), its leading-dimension rule. Counts as one launch.
+static bool blas_grouped(mtk *k, const BlasOp *opa, const BlasOp *opb, const int *m, const int *n, const int *kk,
+                         const float *alpha, const void *const *A, mtk_dtype ab, const int *lda, const void *const *B,
+                         const int *ldb, const float *beta, void *const *C, mtk_dtype ct, const int *ldc, int groups,
+                         const int *gsize)
+{
+    if (ab != ct || ab != (mtk_dtype)k->act) return false;
+    const uint64_t launches = k->stats.launches;
+    for (int g = 0, p = 0; g < groups; g++) {
+        const int ar = opa[g] == OP_N ? m[g] : kk[g], br = opb[g] == OP_N ? kk[g] : n[g];
+        if (m[g] < 0 || n[g] < 0 || kk[g] < 0 || lda[g] < (ar > 1 ? ar : 1) || ldb[g] < (br > 1 ? br : 1) ||
+            ldc[g] < (m[g] > 1 ? m[g] : 1) || alpha[g] != 1.0f)
+            return false;
+        // column-major C[m, n] = op(A) op(B) is row-major C[n, m] = op(B)^T op(A)^T
+        for (int j = 0; j < gsize[g]; j++, p++)
+            gemm(k, opb[g] == OP_T, opa[g] == OP_T, n[g], m[g], kk[g], B[p], ldb[g], A[p], lda[g], C[p], ldc[g], ct,
+                 beta[g], NULL);
+    }
+    k->stats.launches = launches + 1;
+    return true;
+}
+
 #else
 
 enum { LT_WS = 32 << 20, PLANS = 128 };
@@ -112,6 +142,9 @@ int gemm_open(mtk *k, mt_err *e)
         return mtk_err_set(e, "cuda: cannot allocate the cuBLASLt workspace");
     }
     c->lt_ws_bytes = LT_WS;
+    cublasHandle_t b;   // the grouped products' (without it they go one by one)
+    c->blas = cublasCreate(&b) == CUBLAS_STATUS_SUCCESS ? (void *)b : NULL;
+    cudaGetLastError();
     return 0;
 }
 
@@ -125,9 +158,10 @@ void gemm_close(mtk *k)
         if (c->bias16[q]) cudaFree(c->bias16[q]);
         c->bias16[q] = NULL, c->bias16_cap[q] = 0;
     }
+    if (c->blas) cublasDestroy((cublasHandle_t)c->blas);
     if (c->lt) cublasLtDestroy((cublasLtHandle_t)c->lt);
     if (c->lt_ws) cudaFree(c->lt_ws);
-    c->plans = c->lt = c->lt_ws = NULL;
+    c->plans = c->lt = c->lt_ws = c->blas = NULL;
 }
 
 static cudaDataType_t cuda_type(mtk_dtype t) { return t == MTK_F32 ? CUDA_R_32F : t == MTK_BF16 ? CUDA_R_16BF : CUDA_R_16F; }
@@ -277,7 +311,70 @@ void gemm(mtk *k, bool ta, bool tb, int M, int N, int K, const void *A, int lda,
     if (bias) bias_rows(k, C, cd, bias, M, N);
 }
 
+typedef cublasOperation_t BlasOp;
+static const BlasOp OP_N = CUBLAS_OP_N, OP_T = CUBLAS_OP_T;
+
+// cuBLAS's grouped product on the current stream (fp32 compute, as the cuBLASLt products), with the
+// cuBLASLt workspace; false when cuBLAS refuses it.
+static bool blas_grouped(mtk *k, const BlasOp *opa, const BlasOp *opb, const int *m, const int *n, const int *kk,
+                         const float *alpha, const void *const *A, mtk_dtype ab, const int *lda, const void *const *B,
+                         const int *ldb, const float *beta, void *const *C, mtk_dtype ct, const int *ldc, int groups,
+                         const int *gsize)
+{
+    Cu *c = cu(k);
+    cublasHandle_t h = (cublasHandle_t)c->blas;
+    if (!h || cublasSetStream(h, stream(k)) != CUBLAS_STATUS_SUCCESS ||
+        cublasSetWorkspace(h, c->lt_ws, c->lt_ws_bytes) != CUBLAS_STATUS_SUCCESS)
+        return false;
+    k->stats.launches++;
+    return cublasGemmGroupedBatchedEx(h, opa, opb, m, n, kk, alpha, A, cuda_type(ab), lda, B, cuda_type(ab), ldb, beta, C,
+                                      cuda_type(ct), ldc, groups, gsize, CUBLAS_COMPUTE_32F) == CUBLAS_STATUS_SUCCESS;
+}
+
 #endif
+
+// The grouped call's arguments, one group of one problem per product, in the column-major terms of gemm()'s
+// cuBLASLt plans (D[N, M] = op(B) op(A)); the pointer arrays go to the workspace through to_device. Any
+// product cuBLAS could refuse (its alignment rule for pointers, no product to compute), a workspace without
+// room for the pointers, or a refusal (then remembered for this output type) takes gemm() per product.
+void gemm_grouped(mtk *k, bool ta, bool tb, const GemmGroup *g, int n, int lda, int ldb, int ldc, mtk_dtype cd,
+                  float beta)
+{
+    Cu *c = cu(k);
+    const size_t ptr = 3 * (size_t)n;
+    bool one = n > 0 && cd == (mtk_dtype)k->act && !(c->grouped_refused & (1u << cd)) &&
+               ptr * sizeof(void *) + 64 <= k->ws_bytes - k->ws_used;   // room for the pointer arrays
+    for (int i = 0; i < n && one; i++)
+        one = g[i].M > 0 && g[i].N > 0 && g[i].K > 0 && aligned16(g[i].A) && aligned16(g[i].B) && aligned16(g[i].C);
+    if (one) {
+        const size_t ints = 7 * (size_t)n, ops = 2 * (size_t)n, flt = 2 * (size_t)n;
+        char *h = (char *)host_scratch(k, 1, ptr * sizeof(void *) + ints * sizeof(int) + ops * sizeof(BlasOp) +
+                                                 flt * sizeof(float));
+        void **dp = h ? (void **)mtk_ws_take(k, ptr * sizeof(void *)) : NULL;
+        if (!dp) return;   // the error is set
+        const void **hp = (const void **)h;
+        int *m = (int *)(hp + ptr), *nn = m + n, *kk = nn + n, *la = kk + n, *lb = la + n, *lc = lb + n, *gs = lc + n;
+        BlasOp *oa = (BlasOp *)(gs + n), *ob = oa + n;
+        float *al = (float *)(ob + n), *be = al + n;
+        for (int i = 0; i < n; i++) {
+            hp[i] = g[i].B, hp[n + i] = g[i].A, hp[2 * n + i] = g[i].C;
+            m[i] = g[i].N, nn[i] = g[i].M, kk[i] = g[i].K, la[i] = ldb, lb[i] = lda, lc[i] = ldc, gs[i] = 1;
+            oa[i] = tb ? OP_T : OP_N, ob[i] = ta ? OP_T : OP_N, al[i] = 1.0f, be[i] = beta;
+        }
+        to_device(k, dp, hp, ptr * sizeof(void *));
+        if (k->failed) return;
+        if (blas_grouped(k, oa, ob, m, nn, kk, al, (const void *const *)dp, (mtk_dtype)k->act, la,
+                         (const void *const *)dp + n, lb, be, dp + 2 * n, cd, lc, n, gs))
+            return;
+        c->grouped_refused |= 1u << cd;
+        cudaGetLastError();
+        if (getenv("MT_CUDA_DEBUG"))
+            fprintf(stderr, "%s: the grouped product refuses %s operands, %s output: one product per group\n",
+                    MTK_CU_OPS.name, mtk_dtype_name((mtk_dtype)k->act), mtk_dtype_name(cd));
+    }
+    for (int i = 0; i < n; i++)
+        gemm(k, ta, tb, g[i].M, g[i].N, g[i].K, g[i].A, lda, g[i].B, ldb, g[i].C, ldc, cd, beta, NULL);
+}
 
 void matmul_fwd(mtk *k, void *out, const void *inp, const void *w, const float *bias, int N, int C, int OC)
 {

@@ -1,7 +1,9 @@
 // memory.cu: device memory of the CUDA backend (zero-filled allocations, copies on the current queue:
 // to the device staged through pinned memory without waiting, to the host waiting for it), pinned host
-// memory for large copies, and conversion between the storage dtypes on the device.
+// memory for large copies, host scratch for the arguments of calls, and conversion between the storage
+// dtypes on the device.
 #include "cuda.h"
+#include <stdlib.h>
 
 namespace MTK_CU_NS {
 
@@ -130,6 +132,26 @@ void to_device(mtk *k, void *dst, const void *src, size_t bytes)
     cudaMemcpyAsync(dst, slot, bytes, cudaMemcpyHostToDevice, stream(k));
     cudaEventRecord(u->ev[i], stream(k));
     check(k, "to_device");
+}
+
+void *host_scratch(mtk *k, int slot, size_t bytes)
+{
+    Cu *c = cu(k);
+    if (bytes > c->hs_cap[slot]) {
+        void *p = realloc(c->hs[slot], bytes);
+        if (!p) {
+            mtk_fail(k, "out of host memory (%zu bytes)", bytes);
+            return NULL;
+        }
+        c->hs[slot] = p, c->hs_cap[slot] = bytes;
+    }
+    return c->hs[slot];
+}
+
+void host_scratch_close(mtk *k)
+{
+    Cu *c = cu(k);
+    for (int i = 0; i < 2; i++) free(c->hs[i]), c->hs[i] = NULL, c->hs_cap[i] = 0;
 }
 
 void to_host(mtk *k, void *dst, const void *src, size_t bytes)

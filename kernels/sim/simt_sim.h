@@ -384,6 +384,7 @@ inline float atomicAdd(float* p, float v) {
 }
 // device math, bf16/fp16 arithmetic and load/store hints that CUDA defines for the device only
 inline int __popc(unsigned x) { return __builtin_popcount(x); }
+inline unsigned __float_as_uint(float x) { unsigned u; memcpy(&u, &x, 4); return u; }
 inline float rsqrtf(float x) { return 1.0f / sqrtf(x); }
 inline float __expf(float x) { return expf(x); }
 inline float __logf(float x) { return logf(x); }

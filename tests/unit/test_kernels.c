@@ -4,8 +4,9 @@
  * multiples of 8, 16 or 64); dropout masks, the AdamW formula, the vocabulary-parallel cross-entropy
  * pieces over 1-3 shards, the embedding's position offset and vocabulary shard, attention over a KV
  * cache against the full causal attention, grouped-query attention, RMSNorm, SwiGLU and rotary position
- * embeddings (with a position offset and a partial rotary dimension), dtype conversion, the workspace and the sticky error,
- * events; on the cpu backend, bit-identical results across runs and thread counts.
+ * embeddings (with a position offset and a partial rotary dimension), the mixture of experts' operations
+ * (kernels_moe.inc), dtype conversion, the workspace and the sticky error, events; on the cpu backend,
+ * bit-identical results across runs and thread counts.
  *
  * The backend comes from MT_TEST_BACKEND (default cpu) and the activation dtype from MT_TEST_DTYPE
  * (fp32, bf16 or fp16; default fp32); tests/pipeline/kernels-dtypes.sh runs the suite for bf16 and
@@ -1522,6 +1523,10 @@ TEST(odd_shapes)
     check_attention((att_shape){1, 97, 2, 32, NULL, 0}, 0);
 }
 
+/* ---- the mixture of experts' operations ---- */
+
+#include "kernels_moe.inc"
+
 /* ---- conversion, workspace, sticky error, events ---- */
 
 TEST(convert)
@@ -1944,6 +1949,14 @@ RUN(reductions);
 RUN(sumsq_spans);
 RUN(adamw);
 RUN(adamw_multi);
+RUN(moe_router);
+RUN(moe_topk);
+RUN(moe_route_stats);
+RUN(moe_route_bwd);
+RUN(moe_dispatch);
+RUN(moe_permute);
+RUN(moe_grouped_matmul);
+RUN(moe_sigmoid_gate);
 RUN(convert);
 RUN(workspace_and_sticky_error);
 RUN(uploads);
