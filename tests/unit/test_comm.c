@@ -172,6 +172,14 @@ TEST(single_rank_comm)
     ops[0].peer = 1;
     T_CHECK(mt_p2p_batch(c, ops, 2, &e) == -1 && strstr(e.msg, "rank 1"));
     T_EQ_INT(c->bytes_sent, 0);
+    /* all-to-all: the own block copied, nothing sent; unequal own counts refused */
+    double from[3] = {1.5, -2, 7}, to[4] = {0, 0, 0, 9};
+    size_t sc[1] = {3}, rc[1] = {3};
+    T_CHECK(mt_all_to_all_v(c, from, sc, to, rc, MT_C_F64, &e) == 0);
+    T_CHECK(to[0] == 1.5 && to[1] == -2 && to[2] == 7 && to[3] == 9);
+    rc[0] = 2;
+    T_CHECK(mt_all_to_all_v(c, from, sc, to, rc, MT_C_F64, &e) == -1 && strstr(e.msg, "sends 3 elements to itself"));
+    T_EQ_INT(c->bytes_sent, 0);
     mt_comm *s = mt_comm_split(c, 0, 0, &e);
     T_EQ_INT(s->size, 1);
     mt_comm_free(s);
@@ -505,6 +513,64 @@ TEST(mpi_p2p)
     free(got);
 }
 
+/* The elements rank `from` sends rank `to` in the all-to-all tests: uneven, zero for some pairs (for 2 ranks
+ * 0 -> 1; for 3 or 4, a pair each way among others), the own block included. */
+static size_t a2a_count(int from, int to)
+{
+    return (from * 5 + to * 3 + 1) % 4 == 0 ? 0 : 1 + (size_t)((from * 131 + to * 71) % 97) * 29;
+}
+static int64_t a2a_val(int from, int to, size_t i) { return (int64_t)from * 1000000000 + (int64_t)to * 1000000 + (int64_t)i; }
+
+/* all_to_all_v: every rank's blocks to every rank with uneven counts and empty blocks, each element
+ * received where it belongs (the blocks from ranks 0, 1, ... one after another) and nothing else written;
+ * the bytes sent are the blocks for the others, not the own one. In 8-byte and 2-byte elements, and again
+ * with blocks and offsets beyond a small int limit (MPI's datatype path of pieces). */
+TEST(mpi_all_to_all_v)
+{
+    int N = world->size, r = world->rank;
+    mt_err e;
+    size_t sc[64], rc[64], ns = 0, nr = 0, others = 0;
+    for (int q = 0; q < N; q++) {
+        ns += sc[q] = a2a_count(r, q);
+        nr += rc[q] = a2a_count(q, r);
+        if (q != r) others += sc[q];
+    }
+    int64_t *s = malloc((ns + 1) * sizeof *s), *g = malloc((nr + 1) * sizeof *g);
+    uint16_t *s16 = malloc((ns + 1) * 2), *g16 = malloc((nr + 1) * 2);
+    for (int pass = 0; pass < 2; pass++) {
+        mt_comm_mpi_int_limit(world, pass ? 40 : (size_t)-1);   /* pass 1: blocks over 40 bytes as pieces */
+        size_t off = 0;
+        for (int q = 0; q < N; q++)
+            for (size_t i = 0; i < sc[q]; i++, off++) s[off] = a2a_val(r, q, i), s16[off] = (uint16_t)(a2a_val(r, q, i) * 40503u >> 3);
+        for (size_t i = 0; i <= nr; i++) g[i] = -1, g16[i] = 0xdead;
+        uint64_t before = world->bytes_sent;
+        if (mt_all_to_all_v(world, s, sc, g, rc, MT_C_I64, &e)) T_FAILF("%s", e.msg);
+        T_EQ_INT(world->bytes_sent - before, others * 8);
+        before = world->bytes_sent;
+        if (mt_all_to_all_v(world, s16, sc, g16, rc, MT_C_BF16, &e)) T_FAILF("%s", e.msg);
+        T_EQ_INT(world->bytes_sent - before, others * 2);
+        off = 0;
+        for (int q = 0; q < N; q++)
+            for (size_t i = 0; i < rc[q]; i++, off++)
+                if (g[off] != a2a_val(q, r, i) || g16[off] != (uint16_t)(a2a_val(q, r, i) * 40503u >> 3)) {
+                    T_FAILF("pass %d: element %zu of the block from rank %d: %lld, expected %lld", pass, i, q, (long long)g[off],
+                            (long long)a2a_val(q, r, i));
+                    q = N;
+                    break;
+                }
+        T_CHECK(g[nr] == -1 && g16[nr] == 0xdead);   /* nothing past the blocks */
+    }
+    mt_comm_mpi_int_limit(world, (size_t)-1);
+    /* all blocks empty but one ring step: each rank sends 3 floats to the next only */
+    size_t z[64] = {0}, zr[64] = {0};
+    z[(r + 1) % N] = 3, zr[(r + N - 1) % N] = 3;
+    float f[3] = {(float)r, 0.5f, -(float)r}, h[3] = {0, 0, 0};
+    if (N > 1 && mt_all_to_all_v(world, f, z, h, zr, MT_C_F32, &e)) T_FAILF("%s", e.msg);
+    int p = (r + N - 1) % N;
+    T_CHECK(N == 1 || (h[0] == (float)p && h[1] == 0.5f && h[2] == -(float)p));
+    free(s), free(g), free(s16), free(g16);
+}
+
 /* The host-staged communicator over the world, on device buffers of the backend MT_TEST_BACKEND (default
  * cpu; sim: the simulator's memory): every operation gives the bits and the byte counts of the MPI
  * communicator on host buffers of the same values, also in a split group. */
@@ -596,6 +662,26 @@ TEST(mpi_staged)
         if (r == 0 ? mt_send(st, d, n, MT_C_F32, 1, &e) : mt_recv(st, d2, n, MT_C_F32, 0, &e)) T_FAILF("%s", e.msg);
         if (r == 1 && !same_bits(k, d2, h, n * sizeof *h)) T_FAILF("send/recv: other bits");
     }
+    /* all-to-all of uneven blocks: the MPI communicator's bits and bytes */
+    {
+        size_t sc[64], rc[64], ns = 0, nr = 0;
+        for (int q = 0; q < N; q++) ns += sc[q] = a2a_count(r, q), nr += rc[q] = a2a_count(q, r);
+        int64_t *hs = malloc((ns + 1) * 8), *hr = malloc((nr + 1) * 8), *ds = mtk_alloc(k, (ns + 1) * 8, &e);
+        int64_t *dr = mtk_alloc(k, (nr + 1) * 8, &e);
+        for (size_t i = 0; i < ns; i++) hs[i] = a2a_val(r, (int)(i % 7), i);
+        for (size_t i = 0; i <= nr; i++) hr[i] = -5;
+        mtk_to_device(k, ds, hs, ns * 8);
+        mtk_to_device(k, dr, hr, (nr + 1) * 8);
+        sb = st->bytes_sent;
+        if (mt_all_to_all_v(st, ds, sc, dr, rc, MT_C_I64, &e)) T_FAILF("%s", e.msg);
+        wb = world->bytes_sent;
+        if (mt_all_to_all_v(world, hs, sc, hr, rc, MT_C_I64, &e)) T_FAILF("%s", e.msg);
+        T_CHECK(st->bytes_sent - sb == world->bytes_sent - wb && st->bytes_sent - sb == 8 * (ns - sc[r]));
+        T_CHECK(hr[nr] == -5);
+        if (!same_bits(k, dr, hr, (nr + 1) * 8)) T_FAILF("all_to_all_v: other bits than on the host");
+        mtk_free(k, ds), mtk_free(k, dr);
+        free(hs), free(hr);
+    }
     /* a split group: halves of the world */
     mt_comm *sp = mt_comm_split(st, r % 2, r, &e);
     if (!sp) T_FAILF("split: %s", e.msg);
@@ -663,6 +749,7 @@ int main(int argc, char **argv)
         RUN(mpi_reduce_scatter_all_gather);
         RUN(mpi_broadcast_send_recv_barrier);
         RUN(mpi_p2p);
+        RUN(mpi_all_to_all_v);
         RUN(mpi_staged);
         RUN(mpi_split_groups);
         mt_comm_free(world);
