@@ -1,8 +1,8 @@
-/* test_comm.c: the communicator layer. Run plainly: Megatron's rank order of the parallel groups, the
- * refusal of launches without PMIx, the bootstrap and communicator of a singleton. Run as
- * "test_comm --mpi" under mpirun with several ranks (tests/pipeline/comm-mpi.sh): the PMIx bootstrap,
- * every collective of the MPI communicator against values each rank can compute, in the world and in
- * split groups, and the bytes each one counts. */
+/* test_comm.c: the communicator layer. Run plainly: Megatron's rank order of the parallel groups and of
+ * its expert groups, the refusal of launches without PMIx, the bootstrap and communicator of a singleton.
+ * Run as "test_comm --mpi" under mpirun with several ranks (tests/pipeline/comm-mpi.sh): the PMIx
+ * bootstrap, every collective of the MPI communicator against values each rank can compute, in the world
+ * and in split groups, and the bytes each one counts; the parallel context's expert communicators. */
 #include <stdint.h>
 
 #include "comm/agree.h"
@@ -10,6 +10,7 @@
 #include "comm/comm.h"
 #include "comm/comm_nccl.h"
 #include "comm/grid.h"
+#include "comm/parallel.h"
 #include "kernels.h"
 #include "t.h"
 
@@ -116,6 +117,138 @@ TEST(grid_coords_and_errors)
     n = mt_grid_group(&g, 3, MT_GROUP_EMBD, m, NULL, NULL);
     T_EQ_INT(n, 1);
     T_EQ_INT(m[0], 3);
+}
+
+/* Megatron's expert groups for tp 2, pp 1, 8 ranks (dp 4), ep 2: its expert RankGenerator (order
+ * tp-ep-dp-pp) gives the expert-parallel groups [0,2] [1,3] [4,6] [5,7] and the expert-data-parallel
+ * groups [0,4] [1,5] [2,6] [3,7]. */
+TEST(grid_expert_example)
+{
+    mt_grid g;
+    mt_err e;
+    T_CHECK(mt_grid_make_ep(&g, 8, 2, 1, 1, 2, &e) == 0);
+    T_EQ_INT(g.dp, 4);
+    T_EQ_INT(g.ep, 2);
+    T_EQ_INT(g.edp, 2);
+    static const int ep_groups[4][2] = {{0, 2}, {1, 3}, {4, 6}, {5, 7}}, edp_groups[4][2] = {{0, 4}, {1, 5}, {2, 6}, {3, 7}};
+    int m[8], n, color, idx;
+    for (int r = 0; r < 8; r++) {
+        int d = r / 2;   /* the data-parallel rank */
+        mt_grid_coord c = mt_grid_coords(&g, r);
+        T_EQ_INT(c.dp, d);
+        T_EQ_INT(c.ep, d % 2);
+        T_EQ_INT(c.edp, d / 2);
+        n = mt_grid_group(&g, r, MT_GROUP_EP, m, &color, &idx);
+        const int *want = ep_groups[(r % 2) + 2 * (d / 2)];
+        T_CHECK(members_eq(m, n, want, 2));
+        T_EQ_INT(idx, d % 2);
+        T_EQ_INT(color, want[0]);
+        n = mt_grid_group(&g, r, MT_GROUP_EDP, m, &color, &idx);
+        want = edp_groups[(r % 2) + 2 * (d % 2)];
+        T_CHECK(members_eq(m, n, want, 2));
+        T_EQ_INT(idx, d / 2);
+        T_EQ_INT(color, want[0]);
+    }
+    /* the dense groups are untouched by ep */
+    n = mt_grid_group(&g, 5, MT_GROUP_DP, m, NULL, NULL);
+    int dp[4] = {1, 3, 5, 7};
+    T_CHECK(members_eq(m, n, dp, 4));
+    /* a grid made without ep, or zeroed ep: no expert parallelism (ep groups of one, edp = dp) */
+    T_CHECK(mt_grid_make(&g, 8, 2, 1, 1, &e) == 0);
+    T_CHECK(g.ep == 1 && g.edp == 4);
+    n = mt_grid_group(&g, 5, MT_GROUP_EP, m, NULL, &idx);
+    T_CHECK(n == 1 && m[0] == 5 && idx == 0);
+    g.ep = 0;
+    n = mt_grid_group(&g, 5, MT_GROUP_EDP, m, NULL, &idx);
+    T_CHECK(members_eq(m, n, dp, 4) && idx == 2);
+}
+
+/* Over many sizes: every rank in exactly one expert-parallel and one expert-data-parallel group (its
+ * group's members all name the same group), of sizes ep and edp with ep x edp x tp x pp = world, the
+ * two meeting in the rank alone; each expert group inside one data-parallel group (inside the ranks of
+ * one tensor rank and stage with cp > 1); and each rank where Megatron's expert order puts it:
+ * rank = tp_rank + tp (ep_rank + ep (edp_rank + edp pp_rank)) (cp folded into the data-parallel rank). */
+TEST(grid_expert_groups_property)
+{
+    int m[256], m2[256], dpm[256], checked = 0;
+    mt_err e;
+    for (int tp = 1; tp <= 3; tp++)
+        for (int cp = 1; cp <= 2; cp++)
+            for (int pp = 1; pp <= 3; pp++)
+                for (int dp = 1; dp <= 6; dp++)
+                    for (int ep = 1; ep <= 6; ep++) {
+                        int world = tp * cp * pp * dp;
+                        mt_grid g;
+                        if ((cp * dp) % ep) {
+                            T_CHECK(mt_grid_make_ep(&g, world, tp, cp, pp, ep, &e) == -1);
+                            T_CHECK(strstr(e.msg, "--expert-model-parallel-size") != NULL);
+                            continue;
+                        }
+                        T_CHECK(mt_grid_make_ep(&g, world, tp, cp, pp, ep, &e) == 0);
+                        int edp = cp * dp / ep;
+                        T_CHECK(g.ep == ep && g.edp == edp);
+                        T_EQ_INT(g.ep * g.edp * g.tp * g.pp, world);
+                        for (int r = 0; r < world; r++) {
+                            mt_grid_coord c = mt_grid_coords(&g, r);
+                            T_EQ_INT(r, c.tp + tp * (c.ep + ep * (c.edp + edp * c.pp)));
+                            for (int kind = MT_GROUP_EP; kind <= MT_GROUP_EDP; kind++) {
+                                int col, idx, n = mt_grid_group(&g, r, (mt_group_kind)kind, m, &col, &idx);
+                                T_EQ_INT(n, kind == MT_GROUP_EP ? ep : edp);
+                                T_EQ_INT(m[idx], r);
+                                T_EQ_INT(idx, kind == MT_GROUP_EP ? c.ep : c.edp);
+                                for (int i = 0; i < n; i++) {
+                                    int c2, i2, n2 = mt_grid_group(&g, m[i], (mt_group_kind)kind, m2, &c2, &i2);
+                                    T_CHECK(c2 == col && i2 == i && members_eq(m2, n2, m, n));
+                                }
+                                /* inside the data-parallel group (with cp: the dp x cp ranks of the tensor rank and stage) */
+                                int nd = mt_grid_group(&g, r, MT_GROUP_DP, dpm, NULL, NULL);
+                                for (int i = 0; i < n; i++) {
+                                    mt_grid_coord o = mt_grid_coords(&g, m[i]);
+                                    int inside = o.tp == c.tp && o.pp == c.pp;
+                                    if (cp == 1) {
+                                        inside = 0;
+                                        for (int j = 0; j < nd; j++) inside |= dpm[j] == m[i];
+                                    }
+                                    T_CHECK(inside);
+                                }
+                            }
+                            /* the two groups meet in r alone */
+                            int ne = mt_grid_group(&g, r, MT_GROUP_EP, m, NULL, NULL);
+                            int nf = mt_grid_group(&g, r, MT_GROUP_EDP, m2, NULL, NULL), common = 0;
+                            for (int i = 0; i < ne; i++)
+                                for (int j = 0; j < nf; j++) common += m[i] == m2[j];
+                            T_EQ_INT(common, 1);
+                        }
+                        /* every rank in exactly one group of each kind: each group counted once (from its lowest rank) */
+                        for (int kind = MT_GROUP_EP; kind <= MT_GROUP_EDP; kind++) {
+                            int seen[256] = {0};
+                            for (int r = 0; r < world; r++) {
+                                int n = mt_grid_group(&g, r, (mt_group_kind)kind, m, NULL, NULL);
+                                if (m[0] == r)
+                                    for (int i = 0; i < n; i++) seen[m[i]]++;
+                            }
+                            for (int r = 0; r < world; r++) T_EQ_INT(seen[r], 1);
+                        }
+                        checked++;
+                    }
+    T_CHECK(checked > 100);
+}
+
+/* The parallel context on one rank: ep 1 makes a one-rank ep and edp = dp, no other communicator; an ep
+ * that does not divide the data-parallel size is refused naming the flag. */
+TEST(parallel_expert_single)
+{
+    mt_comm *w = mt_comm_single();
+    mt_parallel p;
+    mt_err e;
+    T_CHECK(mt_parallel_init_comm(&p, w, 1, 1, &e) == 0);
+    T_CHECK(p.ep_size == 1 && p.ep && p.ep->size == 1 && p.ep != p.dp && p.edp == p.dp && p.coord.ep == 0);
+    mt_parallel_free(&p);
+    T_CHECK(mt_parallel_init_comm_ep(&p, w, 1, 1, 2, &e) == -1);
+    T_CHECK(strstr(e.msg, "--expert-model-parallel-size (2) does not divide the data-parallel size 1") != NULL);
+    mt_parallel_free(&p);
+    T_CHECK(w->size == 1);   /* not owned */
+    mt_comm_free(w);
 }
 
 static const char *const *fake_env;
@@ -571,6 +704,47 @@ TEST(mpi_all_to_all_v)
     free(s), free(g), free(s16), free(g16);
 }
 
+/* The parallel context's expert groups over the world, for every ep that divides the data-parallel size
+ * (tp 1, and tp 2 on an even world): each communicator's members are its grid group's (a sum of their
+ * world ranks), its rank the grid's index; ep 1 and ep = dp reuse dp instead of splitting. */
+TEST(mpi_parallel_expert)
+{
+    int N = world->size;
+    mt_err e;
+    for (int tp = 1; tp <= 2; tp++) {
+        if (N % tp) continue;
+        int dp = N / tp;
+        for (int ep = 1; ep <= dp + 1; ep++) {
+            mt_parallel p;
+            if (dp % ep) {
+                T_CHECK(mt_parallel_init_comm_ep(&p, world, tp, 1, ep, &e) == -1 && strstr(e.msg, "--expert-model-parallel-size"));
+                mt_parallel_free(&p);
+                continue;
+            }
+            if (mt_parallel_init_comm_ep(&p, world, tp, 1, ep, &e)) {
+                T_FAILF("tp %d ep %d: %s", tp, ep, e.msg);
+                return;
+            }
+            T_EQ_INT(p.ep_size, ep);
+            T_CHECK(ep != 1 || (p.edp == p.dp && p.ep->size == 1));
+            T_CHECK(ep == 1 || ep != dp || (p.ep == p.dp && p.edp->size == 1));
+            mt_comm *cs[2] = {p.ep, p.edp};
+            for (int k = 0; k < 2; k++) {
+                int m[64], idx, n = mt_grid_group(&p.grid, world->rank, k ? MT_GROUP_EDP : MT_GROUP_EP, m, NULL, &idx);
+                T_EQ_INT(cs[k]->size, n);
+                T_EQ_INT(cs[k]->rank, idx);
+                T_EQ_INT(idx, k ? p.coord.edp : p.coord.ep);
+                int64_t sum = world->rank * 1000 + 1, want = 0;
+                for (int i = 0; i < n; i++) want += m[i] * 1000 + 1;
+                if (mt_all_reduce(cs[k], &sum, 1, MT_C_I64, &e)) T_FAILF("%s", e.msg);
+                T_EQ_INT(sum, want);
+            }
+            mt_parallel_free(&p);
+        }
+    }
+    T_CHECK(world->size == N);   /* not owned by the contexts */
+}
+
 /* The host-staged communicator over the world, on device buffers of the backend MT_TEST_BACKEND (default
  * cpu; sim: the simulator's memory): every operation gives the bits and the byte counts of the MPI
  * communicator on host buffers of the same values, also in a split group. */
@@ -750,6 +924,7 @@ int main(int argc, char **argv)
         RUN(mpi_broadcast_send_recv_barrier);
         RUN(mpi_p2p);
         RUN(mpi_all_to_all_v);
+        RUN(mpi_parallel_expert);
         RUN(mpi_staged);
         RUN(mpi_split_groups);
         mt_comm_free(world);
@@ -759,6 +934,9 @@ int main(int argc, char **argv)
     RUN(agree_first_difference);
     RUN(grid_megatron_example);
     RUN(grid_coords_and_errors);
+    RUN(grid_expert_example);
+    RUN(grid_expert_groups_property);
+    RUN(parallel_expert_single);
     RUN(refuse_launch_without_pmix);
     RUN(single_rank_comm);
     RUN(choose_communicator);
