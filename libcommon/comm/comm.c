@@ -32,6 +32,15 @@ static int s_chunks(mt_comm *c, void *buf, const size_t *counts, mt_cdtype t, mt
     (void)c, (void)buf, (void)counts, (void)t, (void)e;
     return 0;
 }
+/* The one block: this rank's own (mt_all_to_all_v has checked that its two counts agree). */
+static int s_all_to_all_v(mt_comm *c, const void *send, const size_t *sendcounts, void *recv, const size_t *recvcounts,
+                          mt_cdtype t, mt_err *e)
+{
+    (void)c, (void)recvcounts, (void)e;
+    size_t bytes = sendcounts[0] * mt_cdtype_size(t);
+    if (bytes) memcpy(recv, send, bytes);
+    return 0;
+}
 static int s_broadcast(mt_comm *c, void *buf, size_t n, mt_cdtype t, int root, mt_err *e)
 {
     (void)c, (void)buf, (void)n, (void)t;
@@ -80,8 +89,18 @@ static mt_comm *s_split(mt_comm *c, int color, int key, mt_err *e)
 }
 static void s_free(mt_comm *c) { free(c); }
 
-static const mt_comm_ops single_ops = {"single", s_all_reduce, s_chunks,  s_chunks, s_broadcast, s_send,
-                                       s_recv,   s_p2p,        s_barrier, s_split,  s_free};
+static const mt_comm_ops single_ops = {.name = "single",
+                                       .all_reduce = s_all_reduce,
+                                       .reduce_scatter = s_chunks,
+                                       .all_gather = s_chunks,
+                                       .all_to_all_v = s_all_to_all_v,
+                                       .broadcast = s_broadcast,
+                                       .send = s_send,
+                                       .recv = s_recv,
+                                       .p2p = s_p2p,
+                                       .barrier = s_barrier,
+                                       .split = s_split,
+                                       .free = s_free};
 
 mt_comm *mt_comm_single(void)
 {

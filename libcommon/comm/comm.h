@@ -12,6 +12,13 @@
  * chunk holds its owner's values. all_reduce is a reduce_scatter followed by an all_gather (a ring),
  * so every rank ends with bit-identical sums.
  *
+ * all_to_all_v exchanges a block with every rank: the send buffer holds the blocks for ranks 0, 1, ...
+ * one after another (sendcounts[r] elements for rank r), and the receive buffer gets the blocks from
+ * ranks 0, 1, ... one after another (recvcounts[r] elements from rank r); this rank's own block is
+ * copied. The two buffers must not overlap. Every rank's recvcounts[r] must equal rank r's sendcounts
+ * to it (the counts are not exchanged: the caller's dispatch agrees on them first, as Megatron's
+ * all-to-all token dispatcher does); a rank whose own block's two counts differ fails at once.
+ *
  * Point-to-point: send and recv block until their transfer is done. mt_p2p_batch posts every send and
  * receive of a list at once and returns when all are complete, so that ranks which send to and receive
  * from each other in one call cannot deadlock (a pipeline schedule's exchanges; PyTorch's
@@ -19,7 +26,8 @@
  * a rank may send to itself (its receive from itself gets the data).
  *
  * Traffic: every operation adds the bytes this rank hands to the transport to c->bytes_sent (a ring
- * all-reduce of S bytes sends 2 (N-1)/N S), so that a step's traffic can be reported.
+ * all-reduce of S bytes sends 2 (N-1)/N S; an all-to-all the blocks for the other ranks, not its own),
+ * so that a step's traffic can be reported.
  *
  * Groups: mt_comm_split makes sub-communicators (tensor, pipeline, data-parallel groups of
  * comm/grid.h) by colour, as MPI_Comm_split does; rank order in the new group follows key.
@@ -54,6 +62,8 @@ typedef struct mt_comm_ops {
     int (*all_reduce)(mt_comm *c, void *buf, size_t n, mt_cdtype t, mt_redop op, mt_err *e);
     int (*reduce_scatter)(mt_comm *c, void *buf, const size_t *counts, mt_cdtype t, mt_err *e);
     int (*all_gather)(mt_comm *c, void *buf, const size_t *counts, mt_cdtype t, mt_err *e);
+    int (*all_to_all_v)(mt_comm *c, const void *send, const size_t *sendcounts, void *recv, const size_t *recvcounts,
+                        mt_cdtype t, mt_err *e);
     int (*broadcast)(mt_comm *c, void *buf, size_t n, mt_cdtype t, int root, mt_err *e);
     int (*send)(mt_comm *c, const void *buf, size_t n, mt_cdtype t, int peer, mt_err *e);
     int (*recv)(mt_comm *c, void *buf, size_t n, mt_cdtype t, int peer, mt_err *e);
@@ -123,6 +133,17 @@ static inline int mt_all_gather(mt_comm *c, void *buf, const size_t *counts, mt_
 {
     return c->ops->all_gather(c, buf, counts, t, e);
 }
+/* sendcounts[r] elements from send (the peers' blocks one after another, in rank order) to rank r, and
+ * recvcounts[r] elements from rank r into recv (likewise); every rank's recvcounts[r] must be rank r's
+ * sendcounts to it. */
+static inline int mt_all_to_all_v(mt_comm *c, const void *send, const size_t *sendcounts, void *recv,
+                                  const size_t *recvcounts, mt_cdtype t, mt_err *e)
+{
+    if (sendcounts[c->rank] != recvcounts[c->rank])
+        return mt_err_set(e, "all-to-all: rank %d sends %zu elements to itself but receives %zu", c->rank,
+                          sendcounts[c->rank], recvcounts[c->rank]);
+    return c->ops->all_to_all_v(c, send, sendcounts, recv, recvcounts, t, e);
+}
 static inline int mt_broadcast(mt_comm *c, void *buf, size_t n, mt_cdtype t, int root, mt_err *e)
 {
     return c->ops->broadcast(c, buf, n, t, root, e);
@@ -147,6 +168,10 @@ static inline void mt_comm_free(mt_comm *c)
  * sleep in between instead of spinning in MPI_Waitall (0: spin again), for a progress thread that shares
  * the cores with computation (comm_async.h). Nothing on other communicators. */
 void mt_comm_mpi_poll(mt_comm *c, int us);
+/* On an MPI communicator: the largest block length or offset in bytes that all_to_all_v hands to MPI as an
+ * int (default INT_MAX); a larger block goes as a datatype of pieces of at most this size at its 64-bit
+ * offset (comm_mpi.c). Smaller limits are for tests of that path on small buffers. Nothing on others. */
+void mt_comm_mpi_int_limit(mt_comm *c, size_t bytes);
 
 /* counts[i] = the share of chunk i when n elements are cut into size near-equal contiguous chunks
  * (the first n % size one longer). */

@@ -1,7 +1,8 @@
 /* comm_mpi.c: the communicator of CPU ranks over MPI (see comm.h). The collectives are rings of
  * MPI_Sendrecv between neighbours, so that the summation order is fixed, every rank gets identical
- * sums and the bytes sent are the ones counted. Each transfer step takes at least the modelled link's
- * time when MT_COMM_LINK is set (comm/link.h). */
+ * sums and the bytes sent are the ones counted; all-to-all, which sums nothing, is MPI's own (each block
+ * goes straight to its rank). Each transfer step takes at least the modelled link's time when
+ * MT_COMM_LINK is set (comm/link.h). */
 #include "comm/comm.h"
 #include "comm/link.h"
 
@@ -17,6 +18,7 @@ typedef struct mpi_impl {
     int poll_us;        /* mt_comm_mpi_poll: waits test and sleep this long between tests (0: MPI_Waitall) */
     void *tmp;          /* receive buffer of the reductions */
     size_t tmp_bytes;
+    size_t int_limit;   /* mt_comm_mpi_int_limit: all-to-all blocks up to this many bytes go as int counts */
 } mpi_impl;
 
 #define TAG 77
@@ -266,6 +268,71 @@ static int m_broadcast(mt_comm *c, void *buf, size_t n, mt_cdtype t, int root, m
     return 0;
 }
 
+/* One block of an all-to-all as MPI_Ialltoallw takes it (bytes, one datatype per peer): MPI_BYTE with
+ * the block's length and offset when both are at most the int limit, else a datatype of pieces of at most
+ * the limit at the block's 64-bit offset from the buffer (count 1, displacement 0; *made set: free it). */
+static int block_type(size_t off, size_t bytes, size_t limit, int *count, int *displ, MPI_Datatype *type, int *made)
+{
+    *made = 0;
+    if (bytes <= limit && off <= limit) {
+        *count = (int)bytes, *displ = (int)off, *type = MPI_BYTE;
+        return MPI_SUCCESS;
+    }
+    size_t piece = limit < PIECE ? limit : PIECE, np = (bytes + piece - 1) / piece;
+    int *len = mt_xmalloc(np * sizeof *len);
+    MPI_Aint *at = mt_xmalloc(np * sizeof *at);
+    for (size_t i = 0; i < np; i++) {
+        len[i] = (int)(bytes - i * piece < piece ? bytes - i * piece : piece);
+        at[i] = (MPI_Aint)(off + i * piece);
+    }
+    int rc = MPI_Type_create_hindexed((int)np, len, at, MPI_BYTE, type);
+    if (rc == MPI_SUCCESS && (rc = MPI_Type_commit(type)) != MPI_SUCCESS) MPI_Type_free(type);
+    free(len);
+    free(at);
+    *made = rc == MPI_SUCCESS;
+    *count = 1, *displ = 0;
+    return rc;
+}
+
+/* MPI_Ialltoallw rather than MPI_Alltoallv, whose counts and displacements are ints: a rank cannot refuse
+ * or reroute a block beyond INT_MAX bytes on its own (its peers would wait in the collective), so every
+ * block that does not fit an int travels in the same collective as a datatype of pieces. Waited for as
+ * the other operations (mt_comm_mpi_poll). */
+static int m_all_to_all_v(mt_comm *c, const void *send, const size_t *sendcounts, void *recv, const size_t *recvcounts,
+                          mt_cdtype t, mt_err *e)
+{
+    int N = c->size;
+    size_t es = mt_cdtype_size(t), limit = ((mpi_impl *)c->impl)->int_limit, so = 0, ro = 0, sent = 0, got = 0;
+    int *cnt = mt_xmalloc(4 * (size_t)N * sizeof *cnt), *made = mt_xcalloc(2 * (size_t)N, sizeof *made);
+    MPI_Datatype *ty = mt_xmalloc(2 * (size_t)N * sizeof *ty);
+    int *scount = cnt, *sdispl = cnt + N, *rcount = cnt + 2 * N, *rdispl = cnt + 3 * N, rc = MPI_SUCCESS;
+    for (int r = 0; r < N && rc == MPI_SUCCESS; r++) {
+        size_t sb = sendcounts[r] * es, rb = recvcounts[r] * es;
+        rc = block_type(so, sb, limit, &scount[r], &sdispl[r], &ty[r], &made[r]);
+        if (rc == MPI_SUCCESS) rc = block_type(ro, rb, limit, &rcount[r], &rdispl[r], &ty[N + r], &made[N + r]);
+        if (r != c->rank) sent += sb, got += rb;
+        so += sb, ro += rb;
+    }
+    double t0 = mt_comm_link_now();
+    MPI_Request q;
+    if (rc == MPI_SUCCESS)
+        rc = MPI_Ialltoallw(send, scount, sdispl, ty, recv, rcount, rdispl, ty + N, comm_of(c), &q);
+    if (rc == MPI_SUCCESS) {
+        c->bytes_sent += sent;
+        rc = wait_all(c, 1, &q);
+        mt_comm_link_wait(t0, sent > got ? sent : got);
+    }
+    for (int i = 0; i < 2 * N; i++)
+        if (made[i]) MPI_Type_free(&ty[i]);
+    free(cnt), free(made), free(ty);
+    return rc == MPI_SUCCESS ? 0 : mpi_fail(c, "all-to-all", rc, e);
+}
+
+void mt_comm_mpi_int_limit(mt_comm *c, size_t bytes)
+{
+    if (!strcmp(c->ops->name, "mpi")) ((mpi_impl *)c->impl)->int_limit = bytes < 1 ? 1 : bytes > INT_MAX ? INT_MAX : bytes;
+}
+
 static int m_barrier(mt_comm *c, mt_err *e)
 {
     int rc = MPI_Barrier(comm_of(c));
@@ -277,6 +344,7 @@ static mt_comm *wrap(MPI_Comm comm)
     mt_comm *c = mt_xcalloc(1, sizeof *c);
     mpi_impl *m = mt_xcalloc(1, sizeof *m);
     m->comm = comm;
+    m->int_limit = INT_MAX;
     c->ops = &mpi_ops;
     c->impl = m;
     MPI_Comm_rank(comm, &c->rank);
@@ -304,8 +372,18 @@ static void m_free(mt_comm *c)
     free(c);
 }
 
-static const mt_comm_ops mpi_ops = {"mpi",  m_all_reduce, m_reduce_scatter, m_all_gather, m_broadcast, m_send,
-                                    m_recv, m_p2p,        m_barrier,        m_split,      m_free};
+static const mt_comm_ops mpi_ops = {.name = "mpi",
+                                    .all_reduce = m_all_reduce,
+                                    .reduce_scatter = m_reduce_scatter,
+                                    .all_gather = m_all_gather,
+                                    .all_to_all_v = m_all_to_all_v,
+                                    .broadcast = m_broadcast,
+                                    .send = m_send,
+                                    .recv = m_recv,
+                                    .p2p = m_p2p,
+                                    .barrier = m_barrier,
+                                    .split = m_split,
+                                    .free = m_free};
 
 mt_comm *mt_comm_mpi_world(mt_err *e)
 {

@@ -81,6 +81,38 @@ static int n_all_gather(mt_comm *c, void *buf, const size_t *counts, mt_cdtype t
     return chunks(c, buf, counts, t, 1, e);
 }
 
+/* This rank's own block by a device copy on the stream, then one group of an ncclSend and an ncclRecv per
+ * other rank with a non-empty block. */
+static int n_all_to_all_v(mt_comm *c, const void *send, const size_t *sendcounts, void *recv, const size_t *recvcounts,
+                          mt_cdtype t, mt_err *e)
+{
+    nccl_impl *m = c->impl;
+    size_t es = mt_cdtype_size(t), so = 0, ro = 0;
+    const char *sb = send;
+    char *rb = recv;
+    for (int i = 0; i < c->rank; i++) so += sendcounts[i], ro += recvcounts[i];
+    if (sendcounts[c->rank]) {
+        cudaError_t ce = cudaMemcpyAsync(rb + ro * es, sb + so * es, sendcounts[c->rank] * es, cudaMemcpyDeviceToDevice,
+                                         m->stream);
+        if (ce != cudaSuccess)
+            return mt_err_set(e, "all-to-all (rank %d of %d): own block: %s", c->rank, c->size, cudaGetErrorString(ce));
+    }
+    if (c->size == 1) return finish(c, "all-to-all", ncclSuccess, e);
+    so = ro = 0;
+    ncclResult_t r = ncclGroupStart();
+    for (int i = 0; i < c->size && r == ncclSuccess; i++) {
+        if (i != c->rank && sendcounts[i]) {
+            r = ncclSend(sb + so * es, sendcounts[i], nccl_type(t), i, m->comm, m->stream);
+            c->bytes_sent += sendcounts[i] * es;
+        }
+        if (i != c->rank && recvcounts[i] && r == ncclSuccess)
+            r = ncclRecv(rb + ro * es, recvcounts[i], nccl_type(t), i, m->comm, m->stream);
+        so += sendcounts[i], ro += recvcounts[i];
+    }
+    ncclResult_t r2 = ncclGroupEnd();
+    return finish(c, "all-to-all", r != ncclSuccess ? r : r2, e);
+}
+
 static int n_broadcast(mt_comm *c, void *buf, size_t n, mt_cdtype t, int root, mt_err *e)
 {
     nccl_impl *m = c->impl;
@@ -168,8 +200,18 @@ static void n_free(mt_comm *c)
     free(c);
 }
 
-static const mt_comm_ops nccl_ops = {"nccl", n_all_reduce, n_reduce_scatter, n_all_gather, n_broadcast, n_send,
-                                     n_recv, n_p2p,        n_barrier,        n_split,      n_free};
+static const mt_comm_ops nccl_ops = {.name = "nccl",
+                                     .all_reduce = n_all_reduce,
+                                     .reduce_scatter = n_reduce_scatter,
+                                     .all_gather = n_all_gather,
+                                     .all_to_all_v = n_all_to_all_v,
+                                     .broadcast = n_broadcast,
+                                     .send = n_send,
+                                     .recv = n_recv,
+                                     .p2p = n_p2p,
+                                     .barrier = n_barrier,
+                                     .split = n_split,
+                                     .free = n_free};
 
 mt_comm *mt_comm_nccl_world(mt_boot *b, void *stream, mt_err *e)
 {

@@ -3,7 +3,8 @@
  * device memory; every operation is enqueued on the given CUDA stream and waited for before it returns,
  * as the MPI implementation's are. Bytes sent are the ring volumes NCCL's ring algorithm sends (NCCL
  * does not report them): 2 (N-1)/N of an all-reduce, the other ranks' chunks of a reduce-scatter or
- * all-gather. */
+ * all-gather, the blocks for the other ranks of an all-to-all (grouped ncclSend / ncclRecv; the rank's
+ * own block is a device copy on the stream). */
 #ifndef MT_COMM_COMM_NCCL_H
 #define MT_COMM_COMM_NCCL_H
 

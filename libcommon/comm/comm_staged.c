@@ -85,6 +85,20 @@ static int st_all_gather(mt_comm *c, void *buf, const size_t *counts, mt_cdtype 
     return chunks(c, buf, counts, t, 1, e);
 }
 
+/* Every block out to the host, the host's all-to-all between two parts of the scratch, every block back. */
+static int st_all_to_all_v(mt_comm *c, const void *send, const size_t *sendcounts, void *recv, const size_t *recvcounts,
+                           mt_cdtype t, mt_err *e)
+{
+    staged_impl *s = c->impl;
+    size_t es = mt_cdtype_size(t), sb = 0, rb = 0;
+    for (int i = 0; i < c->size; i++) sb += sendcounts[i] * es, rb += recvcounts[i] * es;
+    char *h = scratch(s, sb + rb);
+    uint64_t b0 = s->host->bytes_sent;
+    if (to_host(s, h, send, sb, e) || counted(c, b0, mt_all_to_all_v(s->host, h, sendcounts, h + sb, recvcounts, t, e)))
+        return -1;
+    return to_device(s, recv, h + sb, rb, e);
+}
+
 static int st_broadcast(mt_comm *c, void *buf, size_t n, mt_cdtype t, int root, mt_err *e)
 {
     staged_impl *s = c->impl;
@@ -179,9 +193,18 @@ static void st_free(mt_comm *c)
     free(c);
 }
 
-static const mt_comm_ops staged_ops = {"staged", st_all_reduce, st_reduce_scatter, st_all_gather, st_broadcast,
-                                       st_send,  st_recv,       st_p2p,            st_barrier,    st_split,
-                                       st_free};
+static const mt_comm_ops staged_ops = {.name = "staged",
+                                       .all_reduce = st_all_reduce,
+                                       .reduce_scatter = st_reduce_scatter,
+                                       .all_gather = st_all_gather,
+                                       .all_to_all_v = st_all_to_all_v,
+                                       .broadcast = st_broadcast,
+                                       .send = st_send,
+                                       .recv = st_recv,
+                                       .p2p = st_p2p,
+                                       .barrier = st_barrier,
+                                       .split = st_split,
+                                       .free = st_free};
 
 mt_comm *mt_comm_staged(mt_comm *host_comm, mtk *k, mt_err *e)
 {

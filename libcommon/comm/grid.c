@@ -9,6 +9,26 @@ int mt_grid_make(mt_grid *g, int world, int tp, int cp, int pp, mt_err *e)
                           "--context-parallel-size (%d) x --pipeline-model-parallel-size (%d)",
                           world, tp, cp, pp);
     g->tp = tp, g->cp = cp, g->pp = pp, g->dp = world / (tp * cp * pp);
+    g->ep = 1, g->edp = g->cp * g->dp;
+    return 0;
+}
+
+int mt_grid_make_ep(mt_grid *g, int world, int tp, int cp, int pp, int ep, mt_err *e)
+{
+    if (mt_grid_make(g, world, tp, cp, pp, e)) return -1;
+    int x = g->cp * g->dp;
+    if (ep < 1 || x % ep) {
+        if (cp == 1)
+            return mt_err_set(e,
+                              "--expert-model-parallel-size (%d) does not divide the data-parallel size %d (world size "
+                              "%d / (--tensor-model-parallel-size %d x --pipeline-model-parallel-size %d))",
+                              ep, g->dp, world, tp, pp);
+        return mt_err_set(e,
+                          "--expert-model-parallel-size (%d) does not divide the data-parallel x context-parallel "
+                          "size %d (world size %d / (--tensor-model-parallel-size %d x --pipeline-model-parallel-size %d))",
+                          ep, x, world, tp, pp);
+    }
+    g->ep = ep, g->edp = x / ep;
     return 0;
 }
 
@@ -23,6 +43,10 @@ mt_grid_coord mt_grid_coords(const mt_grid *g, int rank)
     rank /= g->cp;
     c.dp = rank % g->dp;
     c.pp = rank / g->dp;
+    /* the expert view: x = cp_rank + cp dp_rank split as expert rank + ep x expert-data-parallel rank */
+    int ep = g->ep > 0 ? g->ep : 1, x = c.cp + g->cp * c.dp;
+    c.ep = x % ep;
+    c.edp = x / ep;
     return c;
 }
 
@@ -46,6 +70,8 @@ int mt_grid_group(const mt_grid *g, int rank, mt_group_kind kind, int *members, 
         case MT_GROUP_DP: same = c.tp == me.tp && c.cp == me.cp && c.pp == me.pp; break;
         case MT_GROUP_PP: same = c.tp == me.tp && c.cp == me.cp && c.dp == me.dp; break;
         case MT_GROUP_MP: same = c.cp == me.cp && c.dp == me.dp; break;
+        case MT_GROUP_EP: same = c.tp == me.tp && c.pp == me.pp && c.edp == me.edp; break;
+        case MT_GROUP_EDP: same = c.tp == me.tp && c.pp == me.pp && c.ep == me.ep; break;
         case MT_GROUP_EMBD:
             same = c.tp == me.tp && c.cp == me.cp && c.dp == me.dp && (c.pp == 0 || c.pp == g->pp - 1);
             break;

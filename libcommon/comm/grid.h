@@ -7,6 +7,23 @@
  * and data coordinates), model-parallel (tensor x pipeline) and embedding (the first and last stage of
  * a pipeline group; one rank when pp is 1). For tp 2, pp 4 on 16 ranks the data-parallel groups are
  * [0,2] [1,3] [4,6] ..., the tensor groups [0,1] [2,3] ..., the pipeline groups [0,4,8,12] [1,5,9,13] ...
+ *
+ * Expert groups (Megatron's parallel_state with an expert-model-parallel size ep and the expert tensor
+ * size equal to tp, its default): the mixture-of-experts layers see the same world ordered tensor rank
+ * fastest, then expert rank, then expert-data-parallel rank, then stage (Megatron's expert RankGenerator,
+ * order "tp-ep-dp-pp" with world = tp x ep x edp x pp). For a rank whose place among the cp x dp ranks of
+ * its tensor rank and stage is x = cp_rank + cp dp_rank (its data-parallel rank when cp is 1), its expert
+ * rank is x % ep and its expert-data-parallel rank x / ep; ep must divide cp x dp, and edp = cp dp / ep.
+ * The expert-parallel group (MT_GROUP_EP: the ep ranks that hold the other experts and exchange tokens by
+ * all-to-all) is the ranks of equal tensor rank, stage and x / ep; the expert-data-parallel group
+ * (MT_GROUP_EDP: the edp ranks that hold the same experts and reduce their gradients) is those of equal
+ * tensor rank, stage and x % ep. Each expert group lies inside one data-parallel group (cp 1). For tp 2,
+ * pp 1, 8 ranks (dp 4), ep 2: the expert-parallel groups are [0,2] [1,3] [4,6] [5,7], the
+ * expert-data-parallel groups [0,4] [1,5] [2,6] [3,7] (data-parallel groups [0,2,4,6] [1,3,5,7]).
+ *
+ * ep and edp are fields of the grid (mt_grid_make_ep), not arguments of a group query: the grid is the
+ * whole placement of a run, so one mt_grid_group serves every kind, and a rank's coordinates (and the
+ * parallel context's copy of them) carry its expert rank for the model to pick its local experts.
  */
 #ifndef MT_COMM_GRID_H
 #define MT_COMM_GRID_H
@@ -15,25 +32,43 @@
 
 typedef struct mt_grid {
     int tp, cp, dp, pp;
+    int ep, edp;   /* expert-model-parallel and expert-data-parallel sizes; ep 0 (a zeroed grid) reads as 1 */
 } mt_grid;
 
 typedef struct mt_grid_coord {
     int tp, cp, dp, pp;
+    int ep, edp;   /* the expert rank and the expert-data-parallel rank */
 } mt_grid_coord;
 
-typedef enum { MT_GROUP_TP, MT_GROUP_CP, MT_GROUP_DP, MT_GROUP_PP, MT_GROUP_MP, MT_GROUP_EMBD } mt_group_kind;
+typedef enum {
+    MT_GROUP_TP,
+    MT_GROUP_CP,
+    MT_GROUP_DP,
+    MT_GROUP_PP,
+    MT_GROUP_MP,
+    MT_GROUP_EMBD,
+    MT_GROUP_EP,    /* expert-model-parallel */
+    MT_GROUP_EDP    /* expert-data-parallel */
+} mt_group_kind;
 
 /* The grid of a world of `world` ranks with these tensor, context and pipeline sizes: dp is what is
- * left. -1 naming the flags when world is not a multiple of tp x cp x pp. */
+ * left; no expert parallelism (ep 1, edp = cp x dp). -1 naming the flags when world is not a multiple of
+ * tp x cp x pp. */
 int mt_grid_make(mt_grid *g, int world, int tp, int cp, int pp, mt_err *e);
+/* The same with expert-model-parallel size ep: -1 naming --expert-model-parallel-size when ep is not
+ * positive or does not divide the data-parallel size (times cp). */
+int mt_grid_make_ep(mt_grid *g, int world, int tp, int cp, int pp, int ep, mt_err *e);
 int mt_grid_world(const mt_grid *g);
+/* All coordinates of rank, the expert ones included. */
 mt_grid_coord mt_grid_coords(const mt_grid *g, int rank);
+/* The rank at c's tensor, context, data and pipeline coordinates (its expert ones follow from them). */
 int mt_grid_rank(const mt_grid *g, mt_grid_coord c);
 
 /* The group of kind that rank belongs to: its members in increasing rank order (up to world of them)
  * written to members, their count returned; *color (may be NULL) is a number that names the group
- * among the groups of that kind, *index (may be NULL) is rank's position in it. A rank outside every
- * embedding group (a middle pipeline stage) gets 0 members and color -1. */
+ * among the groups of that kind, *index (may be NULL) is rank's position in it (in an expert-parallel
+ * group its expert rank, in an expert-data-parallel group its expert-data-parallel rank). A rank outside
+ * every embedding group (a middle pipeline stage) gets 0 members and color -1. */
 int mt_grid_group(const mt_grid *g, int rank, mt_group_kind kind, int *members, int *color, int *index);
 
 #endif

@@ -7,6 +7,13 @@
  * gradient reduction and the distributed optimizer's shards); pp the ranks of the other pipeline
  * stages of the same tensor rank. Each is a one-rank communicator where the group is this rank alone.
  * The model's part of the layout (model/layout.h) is (coord.tp of grid.tp, coord.pp of grid.pp).
+ *
+ * Expert parallelism (grid.h's expert groups, ep_size = grid.ep): ep the ranks holding the other experts
+ * of this rank's mixture-of-experts layers (the token all-to-all; this rank's expert rank is coord.ep),
+ * edp the ranks holding the same experts (their gradient reduction). Where an expert group is the same
+ * set as another, no second communicator is made: with ep_size 1, ep is a one-rank communicator and edp
+ * is dp itself; with ep_size = dp size, ep is dp itself and edp a one-rank communicator. So ep or edp may
+ * be the same pointer as dp: never free them apart from the context (mt_parallel_free frees each once).
  */
 #ifndef MT_COMM_PARALLEL_H
 #define MT_COMM_PARALLEL_H
@@ -21,15 +28,21 @@ typedef struct mt_parallel {
     mt_grid_coord coord;   /* this rank's place */
     int rank, size;        /* in the job */
     mt_comm *world, *tp, *dp, *pp;
+    int ep_size;           /* expert-model-parallel size (1: none) */
+    mt_comm *ep, *edp;     /* expert-model-parallel and expert-data-parallel groups (may alias dp: above) */
     int own_world;         /* world was made here (mt_parallel_init) and is freed with the context */
 } mt_parallel;
 
 /* The context of the rank boot describes (MPI started by mt_boot_mpi when the job has several ranks)
  * for tensor size tp and pipeline size pp; the data-parallel size is what remains. -1 with e set,
- * naming the flag, when the job's size is not a multiple of tp x pp. */
+ * naming the flag, when the job's size is not a multiple of tp x pp. No expert parallelism (ep 1). */
 int mt_parallel_init(mt_parallel *p, const mt_boot *boot, int tp, int pp, mt_err *e);
+/* The same with expert-model-parallel size ep: -1 naming --expert-model-parallel-size when ep does not
+ * divide the data-parallel size. */
+int mt_parallel_init_ep(mt_parallel *p, const mt_boot *boot, int tp, int pp, int ep, mt_err *e);
 /* The same over an existing world communicator (not owned: it must outlive the context). */
 int mt_parallel_init_comm(mt_parallel *p, mt_comm *world, int tp, int pp, mt_err *e);
+int mt_parallel_init_comm_ep(mt_parallel *p, mt_comm *world, int tp, int pp, int ep, mt_err *e);
 void mt_parallel_free(mt_parallel *p);
 
 #endif

@@ -2,7 +2,8 @@
  * on a machine with GPUs, alone or as `mpirun -np N build/gpu/test_nccl` with one GPU per rank):
  * bootstrap by PMIx, the unique id shared through it, all-reduce (sum, max, bf16), reduce-scatter and
  * all-gather of device buffers against values every rank computes, a batch of point-to-point transfers
- * (a ring shift; to itself on one rank), and the communicator made over a host communicator
+ * (a ring shift; to itself on one rank), an all-to-all of uneven blocks (some empty; on one rank its own
+ * block) with the bytes it counts, and the communicator made over a host communicator
  * (mt_comm_nccl, the unique id broadcast over MPI). Prints "ok - ..." / "not ok - ..." lines. */
 #include <cuda_runtime.h>
 #include <stdint.h>
@@ -96,6 +97,29 @@ int main(void)
     ok = !rc && c->bytes_sent - before == n * sizeof *d;
     for (size_t i = 0; i < n && ok; i++) ok = h[i] == (float)(prev * 1000) + (float)(i % 11);
     check(ok, rc ? e.msg : "p2p batch", r);
+    /* all-to-all: rank q sends rank t 1000 ((3 q + 5 t + 1) % 4) elements (some blocks empty), each naming
+     * its sender, receiver and position; bytes are the blocks for the others */
+    size_t *sc = malloc(2 * (size_t)N * sizeof *sc), *rc2 = sc + N, ns = 0, nr = 0, others = 0;
+    for (int q = 0; q < N; q++) {
+        ns += sc[q] = (size_t)((3 * r + 5 * q + 1) % 4) * 1000;
+        nr += rc2[q] = (size_t)((3 * q + 5 * r + 1) % 4) * 1000;
+        if (q != r) others += sc[q];
+    }
+    size_t at = 0;
+    for (int q = 0; q < N; q++)
+        for (size_t i = 0; i < sc[q]; i++) h[at++] = (float)(r * 100000 + q * 10000) + (float)i;
+    cudaMemcpy(d, h, ns * sizeof *d, cudaMemcpyHostToDevice);
+    cudaMemset(d + ns, 0xff, (nr + 1) * sizeof *d);
+    before = c->bytes_sent;
+    rc = mt_all_to_all_v(c, d, sc, d + ns, rc2, MT_C_F32, &e);
+    cudaMemcpy(h, d + ns, (nr + 1) * sizeof *d, cudaMemcpyDeviceToHost);
+    ok = !rc && c->bytes_sent - before == others * sizeof *d;
+    at = 0;
+    for (int q = 0; q < N && ok; q++)
+        for (size_t i = 0; i < rc2[q] && ok; i++) ok = h[at++] == (float)(q * 100000 + r * 10000) + (float)i;
+    ok = ok && h[nr] != h[nr];   /* the 0xff NaN past the blocks is untouched */
+    check(ok, rc ? e.msg : "all_to_all_v", r);
+    free(sc);
     cudaFree(d2);
     check(mt_barrier(c, &e) == 0, "barrier", r);
     /* over a host communicator */

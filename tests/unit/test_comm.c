@@ -1,8 +1,8 @@
-/* test_comm.c: the communicator layer. Run plainly: Megatron's rank order of the parallel groups, the
- * refusal of launches without PMIx, the bootstrap and communicator of a singleton. Run as
- * "test_comm --mpi" under mpirun with several ranks (tests/pipeline/comm-mpi.sh): the PMIx bootstrap,
- * every collective of the MPI communicator against values each rank can compute, in the world and in
- * split groups, and the bytes each one counts. */
+/* test_comm.c: the communicator layer. Run plainly: Megatron's rank order of the parallel groups and of
+ * its expert groups, the refusal of launches without PMIx, the bootstrap and communicator of a singleton.
+ * Run as "test_comm --mpi" under mpirun with several ranks (tests/pipeline/comm-mpi.sh): the PMIx
+ * bootstrap, every collective of the MPI communicator against values each rank can compute, in the world
+ * and in split groups, and the bytes each one counts; the parallel context's expert communicators. */
 #include <stdint.h>
 
 #include "comm/agree.h"
@@ -10,6 +10,7 @@
 #include "comm/comm.h"
 #include "comm/comm_nccl.h"
 #include "comm/grid.h"
+#include "comm/parallel.h"
 #include "kernels.h"
 #include "t.h"
 
@@ -118,6 +119,138 @@ TEST(grid_coords_and_errors)
     T_EQ_INT(m[0], 3);
 }
 
+/* Megatron's expert groups for tp 2, pp 1, 8 ranks (dp 4), ep 2: its expert RankGenerator (order
+ * tp-ep-dp-pp) gives the expert-parallel groups [0,2] [1,3] [4,6] [5,7] and the expert-data-parallel
+ * groups [0,4] [1,5] [2,6] [3,7]. */
+TEST(grid_expert_example)
+{
+    mt_grid g;
+    mt_err e;
+    T_CHECK(mt_grid_make_ep(&g, 8, 2, 1, 1, 2, &e) == 0);
+    T_EQ_INT(g.dp, 4);
+    T_EQ_INT(g.ep, 2);
+    T_EQ_INT(g.edp, 2);
+    static const int ep_groups[4][2] = {{0, 2}, {1, 3}, {4, 6}, {5, 7}}, edp_groups[4][2] = {{0, 4}, {1, 5}, {2, 6}, {3, 7}};
+    int m[8], n, color, idx;
+    for (int r = 0; r < 8; r++) {
+        int d = r / 2;   /* the data-parallel rank */
+        mt_grid_coord c = mt_grid_coords(&g, r);
+        T_EQ_INT(c.dp, d);
+        T_EQ_INT(c.ep, d % 2);
+        T_EQ_INT(c.edp, d / 2);
+        n = mt_grid_group(&g, r, MT_GROUP_EP, m, &color, &idx);
+        const int *want = ep_groups[(r % 2) + 2 * (d / 2)];
+        T_CHECK(members_eq(m, n, want, 2));
+        T_EQ_INT(idx, d % 2);
+        T_EQ_INT(color, want[0]);
+        n = mt_grid_group(&g, r, MT_GROUP_EDP, m, &color, &idx);
+        want = edp_groups[(r % 2) + 2 * (d % 2)];
+        T_CHECK(members_eq(m, n, want, 2));
+        T_EQ_INT(idx, d / 2);
+        T_EQ_INT(color, want[0]);
+    }
+    /* the dense groups are untouched by ep */
+    n = mt_grid_group(&g, 5, MT_GROUP_DP, m, NULL, NULL);
+    int dp[4] = {1, 3, 5, 7};
+    T_CHECK(members_eq(m, n, dp, 4));
+    /* a grid made without ep, or zeroed ep: no expert parallelism (ep groups of one, edp = dp) */
+    T_CHECK(mt_grid_make(&g, 8, 2, 1, 1, &e) == 0);
+    T_CHECK(g.ep == 1 && g.edp == 4);
+    n = mt_grid_group(&g, 5, MT_GROUP_EP, m, NULL, &idx);
+    T_CHECK(n == 1 && m[0] == 5 && idx == 0);
+    g.ep = 0;
+    n = mt_grid_group(&g, 5, MT_GROUP_EDP, m, NULL, &idx);
+    T_CHECK(members_eq(m, n, dp, 4) && idx == 2);
+}
+
+/* Over many sizes: every rank in exactly one expert-parallel and one expert-data-parallel group (its
+ * group's members all name the same group), of sizes ep and edp with ep x edp x tp x pp = world, the
+ * two meeting in the rank alone; each expert group inside one data-parallel group (inside the ranks of
+ * one tensor rank and stage with cp > 1); and each rank where Megatron's expert order puts it:
+ * rank = tp_rank + tp (ep_rank + ep (edp_rank + edp pp_rank)) (cp folded into the data-parallel rank). */
+TEST(grid_expert_groups_property)
+{
+    int m[256], m2[256], dpm[256], checked = 0;
+    mt_err e;
+    for (int tp = 1; tp <= 3; tp++)
+        for (int cp = 1; cp <= 2; cp++)
+            for (int pp = 1; pp <= 3; pp++)
+                for (int dp = 1; dp <= 6; dp++)
+                    for (int ep = 1; ep <= 6; ep++) {
+                        int world = tp * cp * pp * dp;
+                        mt_grid g;
+                        if ((cp * dp) % ep) {
+                            T_CHECK(mt_grid_make_ep(&g, world, tp, cp, pp, ep, &e) == -1);
+                            T_CHECK(strstr(e.msg, "--expert-model-parallel-size") != NULL);
+                            continue;
+                        }
+                        T_CHECK(mt_grid_make_ep(&g, world, tp, cp, pp, ep, &e) == 0);
+                        int edp = cp * dp / ep;
+                        T_CHECK(g.ep == ep && g.edp == edp);
+                        T_EQ_INT(g.ep * g.edp * g.tp * g.pp, world);
+                        for (int r = 0; r < world; r++) {
+                            mt_grid_coord c = mt_grid_coords(&g, r);
+                            T_EQ_INT(r, c.tp + tp * (c.ep + ep * (c.edp + edp * c.pp)));
+                            for (int kind = MT_GROUP_EP; kind <= MT_GROUP_EDP; kind++) {
+                                int col, idx, n = mt_grid_group(&g, r, (mt_group_kind)kind, m, &col, &idx);
+                                T_EQ_INT(n, kind == MT_GROUP_EP ? ep : edp);
+                                T_EQ_INT(m[idx], r);
+                                T_EQ_INT(idx, kind == MT_GROUP_EP ? c.ep : c.edp);
+                                for (int i = 0; i < n; i++) {
+                                    int c2, i2, n2 = mt_grid_group(&g, m[i], (mt_group_kind)kind, m2, &c2, &i2);
+                                    T_CHECK(c2 == col && i2 == i && members_eq(m2, n2, m, n));
+                                }
+                                /* inside the data-parallel group (with cp: the dp x cp ranks of the tensor rank and stage) */
+                                int nd = mt_grid_group(&g, r, MT_GROUP_DP, dpm, NULL, NULL);
+                                for (int i = 0; i < n; i++) {
+                                    mt_grid_coord o = mt_grid_coords(&g, m[i]);
+                                    int inside = o.tp == c.tp && o.pp == c.pp;
+                                    if (cp == 1) {
+                                        inside = 0;
+                                        for (int j = 0; j < nd; j++) inside |= dpm[j] == m[i];
+                                    }
+                                    T_CHECK(inside);
+                                }
+                            }
+                            /* the two groups meet in r alone */
+                            int ne = mt_grid_group(&g, r, MT_GROUP_EP, m, NULL, NULL);
+                            int nf = mt_grid_group(&g, r, MT_GROUP_EDP, m2, NULL, NULL), common = 0;
+                            for (int i = 0; i < ne; i++)
+                                for (int j = 0; j < nf; j++) common += m[i] == m2[j];
+                            T_EQ_INT(common, 1);
+                        }
+                        /* every rank in exactly one group of each kind: each group counted once (from its lowest rank) */
+                        for (int kind = MT_GROUP_EP; kind <= MT_GROUP_EDP; kind++) {
+                            int seen[256] = {0};
+                            for (int r = 0; r < world; r++) {
+                                int n = mt_grid_group(&g, r, (mt_group_kind)kind, m, NULL, NULL);
+                                if (m[0] == r)
+                                    for (int i = 0; i < n; i++) seen[m[i]]++;
+                            }
+                            for (int r = 0; r < world; r++) T_EQ_INT(seen[r], 1);
+                        }
+                        checked++;
+                    }
+    T_CHECK(checked > 100);
+}
+
+/* The parallel context on one rank: ep 1 makes a one-rank ep and edp = dp, no other communicator; an ep
+ * that does not divide the data-parallel size is refused naming the flag. */
+TEST(parallel_expert_single)
+{
+    mt_comm *w = mt_comm_single();
+    mt_parallel p;
+    mt_err e;
+    T_CHECK(mt_parallel_init_comm(&p, w, 1, 1, &e) == 0);
+    T_CHECK(p.ep_size == 1 && p.ep && p.ep->size == 1 && p.ep != p.dp && p.edp == p.dp && p.coord.ep == 0);
+    mt_parallel_free(&p);
+    T_CHECK(mt_parallel_init_comm_ep(&p, w, 1, 1, 2, &e) == -1);
+    T_CHECK(strstr(e.msg, "--expert-model-parallel-size (2) does not divide the data-parallel size 1") != NULL);
+    mt_parallel_free(&p);
+    T_CHECK(w->size == 1);   /* not owned */
+    mt_comm_free(w);
+}
+
 static const char *const *fake_env;
 static const char *fake_get(const char *name)
 {
@@ -171,6 +304,14 @@ TEST(single_rank_comm)
     T_CHECK(mt_p2p_batch(c, ops + 1, 1, &e) == -1);   /* a send nobody receives */
     ops[0].peer = 1;
     T_CHECK(mt_p2p_batch(c, ops, 2, &e) == -1 && strstr(e.msg, "rank 1"));
+    T_EQ_INT(c->bytes_sent, 0);
+    /* all-to-all: the own block copied, nothing sent; unequal own counts refused */
+    double from[3] = {1.5, -2, 7}, to[4] = {0, 0, 0, 9};
+    size_t sc[1] = {3}, rc[1] = {3};
+    T_CHECK(mt_all_to_all_v(c, from, sc, to, rc, MT_C_F64, &e) == 0);
+    T_CHECK(to[0] == 1.5 && to[1] == -2 && to[2] == 7 && to[3] == 9);
+    rc[0] = 2;
+    T_CHECK(mt_all_to_all_v(c, from, sc, to, rc, MT_C_F64, &e) == -1 && strstr(e.msg, "sends 3 elements to itself"));
     T_EQ_INT(c->bytes_sent, 0);
     mt_comm *s = mt_comm_split(c, 0, 0, &e);
     T_EQ_INT(s->size, 1);
@@ -505,6 +646,105 @@ TEST(mpi_p2p)
     free(got);
 }
 
+/* The elements rank `from` sends rank `to` in the all-to-all tests: uneven, zero for some pairs (for 2 ranks
+ * 0 -> 1; for 3 or 4, a pair each way among others), the own block included. */
+static size_t a2a_count(int from, int to)
+{
+    return (from * 5 + to * 3 + 1) % 4 == 0 ? 0 : 1 + (size_t)((from * 131 + to * 71) % 97) * 29;
+}
+static int64_t a2a_val(int from, int to, size_t i) { return (int64_t)from * 1000000000 + (int64_t)to * 1000000 + (int64_t)i; }
+
+/* all_to_all_v: every rank's blocks to every rank with uneven counts and empty blocks, each element
+ * received where it belongs (the blocks from ranks 0, 1, ... one after another) and nothing else written;
+ * the bytes sent are the blocks for the others, not the own one. In 8-byte and 2-byte elements, and again
+ * with blocks and offsets beyond a small int limit (MPI's datatype path of pieces). */
+TEST(mpi_all_to_all_v)
+{
+    int N = world->size, r = world->rank;
+    mt_err e;
+    size_t sc[64], rc[64], ns = 0, nr = 0, others = 0;
+    for (int q = 0; q < N; q++) {
+        ns += sc[q] = a2a_count(r, q);
+        nr += rc[q] = a2a_count(q, r);
+        if (q != r) others += sc[q];
+    }
+    int64_t *s = malloc((ns + 1) * sizeof *s), *g = malloc((nr + 1) * sizeof *g);
+    uint16_t *s16 = malloc((ns + 1) * 2), *g16 = malloc((nr + 1) * 2);
+    for (int pass = 0; pass < 2; pass++) {
+        mt_comm_mpi_int_limit(world, pass ? 40 : (size_t)-1);   /* pass 1: blocks over 40 bytes as pieces */
+        size_t off = 0;
+        for (int q = 0; q < N; q++)
+            for (size_t i = 0; i < sc[q]; i++, off++) s[off] = a2a_val(r, q, i), s16[off] = (uint16_t)(a2a_val(r, q, i) * 40503u >> 3);
+        for (size_t i = 0; i <= nr; i++) g[i] = -1, g16[i] = 0xdead;
+        uint64_t before = world->bytes_sent;
+        if (mt_all_to_all_v(world, s, sc, g, rc, MT_C_I64, &e)) T_FAILF("%s", e.msg);
+        T_EQ_INT(world->bytes_sent - before, others * 8);
+        before = world->bytes_sent;
+        if (mt_all_to_all_v(world, s16, sc, g16, rc, MT_C_BF16, &e)) T_FAILF("%s", e.msg);
+        T_EQ_INT(world->bytes_sent - before, others * 2);
+        off = 0;
+        for (int q = 0; q < N; q++)
+            for (size_t i = 0; i < rc[q]; i++, off++)
+                if (g[off] != a2a_val(q, r, i) || g16[off] != (uint16_t)(a2a_val(q, r, i) * 40503u >> 3)) {
+                    T_FAILF("pass %d: element %zu of the block from rank %d: %lld, expected %lld", pass, i, q, (long long)g[off],
+                            (long long)a2a_val(q, r, i));
+                    q = N;
+                    break;
+                }
+        T_CHECK(g[nr] == -1 && g16[nr] == 0xdead);   /* nothing past the blocks */
+    }
+    mt_comm_mpi_int_limit(world, (size_t)-1);
+    /* all blocks empty but one ring step: each rank sends 3 floats to the next only */
+    size_t z[64] = {0}, zr[64] = {0};
+    z[(r + 1) % N] = 3, zr[(r + N - 1) % N] = 3;
+    float f[3] = {(float)r, 0.5f, -(float)r}, h[3] = {0, 0, 0};
+    if (N > 1 && mt_all_to_all_v(world, f, z, h, zr, MT_C_F32, &e)) T_FAILF("%s", e.msg);
+    int p = (r + N - 1) % N;
+    T_CHECK(N == 1 || (h[0] == (float)p && h[1] == 0.5f && h[2] == -(float)p));
+    free(s), free(g), free(s16), free(g16);
+}
+
+/* The parallel context's expert groups over the world, for every ep that divides the data-parallel size
+ * (tp 1, and tp 2 on an even world): each communicator's members are its grid group's (a sum of their
+ * world ranks), its rank the grid's index; ep 1 and ep = dp reuse dp instead of splitting. */
+TEST(mpi_parallel_expert)
+{
+    int N = world->size;
+    mt_err e;
+    for (int tp = 1; tp <= 2; tp++) {
+        if (N % tp) continue;
+        int dp = N / tp;
+        for (int ep = 1; ep <= dp + 1; ep++) {
+            mt_parallel p;
+            if (dp % ep) {
+                T_CHECK(mt_parallel_init_comm_ep(&p, world, tp, 1, ep, &e) == -1 && strstr(e.msg, "--expert-model-parallel-size"));
+                mt_parallel_free(&p);
+                continue;
+            }
+            if (mt_parallel_init_comm_ep(&p, world, tp, 1, ep, &e)) {
+                T_FAILF("tp %d ep %d: %s", tp, ep, e.msg);
+                return;
+            }
+            T_EQ_INT(p.ep_size, ep);
+            T_CHECK(ep != 1 || (p.edp == p.dp && p.ep->size == 1));
+            T_CHECK(ep == 1 || ep != dp || (p.ep == p.dp && p.edp->size == 1));
+            mt_comm *cs[2] = {p.ep, p.edp};
+            for (int k = 0; k < 2; k++) {
+                int m[64], idx, n = mt_grid_group(&p.grid, world->rank, k ? MT_GROUP_EDP : MT_GROUP_EP, m, NULL, &idx);
+                T_EQ_INT(cs[k]->size, n);
+                T_EQ_INT(cs[k]->rank, idx);
+                T_EQ_INT(idx, k ? p.coord.edp : p.coord.ep);
+                int64_t sum = world->rank * 1000 + 1, want = 0;
+                for (int i = 0; i < n; i++) want += m[i] * 1000 + 1;
+                if (mt_all_reduce(cs[k], &sum, 1, MT_C_I64, &e)) T_FAILF("%s", e.msg);
+                T_EQ_INT(sum, want);
+            }
+            mt_parallel_free(&p);
+        }
+    }
+    T_CHECK(world->size == N);   /* not owned by the contexts */
+}
+
 /* The host-staged communicator over the world, on device buffers of the backend MT_TEST_BACKEND (default
  * cpu; sim: the simulator's memory): every operation gives the bits and the byte counts of the MPI
  * communicator on host buffers of the same values, also in a split group. */
@@ -596,6 +836,26 @@ TEST(mpi_staged)
         if (r == 0 ? mt_send(st, d, n, MT_C_F32, 1, &e) : mt_recv(st, d2, n, MT_C_F32, 0, &e)) T_FAILF("%s", e.msg);
         if (r == 1 && !same_bits(k, d2, h, n * sizeof *h)) T_FAILF("send/recv: other bits");
     }
+    /* all-to-all of uneven blocks: the MPI communicator's bits and bytes */
+    {
+        size_t sc[64], rc[64], ns = 0, nr = 0;
+        for (int q = 0; q < N; q++) ns += sc[q] = a2a_count(r, q), nr += rc[q] = a2a_count(q, r);
+        int64_t *hs = malloc((ns + 1) * 8), *hr = malloc((nr + 1) * 8), *ds = mtk_alloc(k, (ns + 1) * 8, &e);
+        int64_t *dr = mtk_alloc(k, (nr + 1) * 8, &e);
+        for (size_t i = 0; i < ns; i++) hs[i] = a2a_val(r, (int)(i % 7), i);
+        for (size_t i = 0; i <= nr; i++) hr[i] = -5;
+        mtk_to_device(k, ds, hs, ns * 8);
+        mtk_to_device(k, dr, hr, (nr + 1) * 8);
+        sb = st->bytes_sent;
+        if (mt_all_to_all_v(st, ds, sc, dr, rc, MT_C_I64, &e)) T_FAILF("%s", e.msg);
+        wb = world->bytes_sent;
+        if (mt_all_to_all_v(world, hs, sc, hr, rc, MT_C_I64, &e)) T_FAILF("%s", e.msg);
+        T_CHECK(st->bytes_sent - sb == world->bytes_sent - wb && st->bytes_sent - sb == 8 * (ns - sc[r]));
+        T_CHECK(hr[nr] == -5);
+        if (!same_bits(k, dr, hr, (nr + 1) * 8)) T_FAILF("all_to_all_v: other bits than on the host");
+        mtk_free(k, ds), mtk_free(k, dr);
+        free(hs), free(hr);
+    }
     /* a split group: halves of the world */
     mt_comm *sp = mt_comm_split(st, r % 2, r, &e);
     if (!sp) T_FAILF("split: %s", e.msg);
@@ -663,6 +923,8 @@ int main(int argc, char **argv)
         RUN(mpi_reduce_scatter_all_gather);
         RUN(mpi_broadcast_send_recv_barrier);
         RUN(mpi_p2p);
+        RUN(mpi_all_to_all_v);
+        RUN(mpi_parallel_expert);
         RUN(mpi_staged);
         RUN(mpi_split_groups);
         mt_comm_free(world);
@@ -672,6 +934,9 @@ int main(int argc, char **argv)
     RUN(agree_first_difference);
     RUN(grid_megatron_example);
     RUN(grid_coords_and_errors);
+    RUN(grid_expert_example);
+    RUN(grid_expert_groups_property);
+    RUN(parallel_expert_single);
     RUN(refuse_launch_without_pmix);
     RUN(single_rank_comm);
     RUN(choose_communicator);
