@@ -191,6 +191,9 @@ static void report_memory(const run *r)
         printf("[Rank 0] tensor-parallel communication per iteration | bytes sent: %llu | ring volume of the "
                "activations and statistics: %.0f\n",
                (unsigned long long)r->t.tp_step_bytes, mt_trainer_tp_volume(&r->t));
+    if (r->t.ep_size > 1)
+        printf("[Rank 0] expert-parallel communication per iteration | bytes sent: %llu\n",
+               (unsigned long long)r->t.ep_step_bytes);
     if (r->t.pp_size > 1)
         printf("[Rank 0] pipeline-parallel communication per iteration | bytes sent: %llu | activations, their "
                "gradients, tied embedding gradients, loss and norm: %.0f\n",
@@ -368,7 +371,8 @@ static void join_job(run *r, const mt_train_args *a)
         if (mt_boot_agree(&r->boot, rank_name, desc, n, &e)) mt_die_err(&e);
         free(desc);
     }
-    if (mt_parallel_init(&r->par, &r->boot, a->tensor_model_parallel_size, a->pipeline_model_parallel_size, &e))
+    if (mt_parallel_init_ep(&r->par, &r->boot, a->tensor_model_parallel_size, a->pipeline_model_parallel_size,
+                            a->expert_model_parallel_size, &e))
         mt_die_err(&e);
     r->world = r->par.world;
     const mt_grid g = r->par.grid;

@@ -41,7 +41,7 @@ int mt_ckpt_global_open(mt_ckpt_global *g, mt_ckpt_reader *first, const char *lo
                         const mt_model_arch *a, int tp, int pp, int vp, mt_err *e)
 {
     memset(g, 0, sizeof *g);
-    mt_layout_part one = {0, 1, 0, 1, 1};
+    mt_layout_part one = {0, 1, 0, 1, 1, 0, 1};
     if (mt_layout_build(a, &one, &g->whole, e)) return -1;
     g->tp = tp;
     g->pp = pp;
@@ -52,7 +52,7 @@ int mt_ckpt_global_open(mt_ckpt_global *g, mt_ckpt_reader *first, const char *lo
     for (int p = 0; p < pp; p++)
         for (int t = 0; t < tp; t++) {
             int i = p * tp + t;
-            mt_layout_part part = {t, tp, p, pp, vp};
+            mt_layout_part part = {t, tp, p, pp, vp, 0, 1};
             if (mt_layout_build(a, &part, &g->l[i], e)) {
                 mt_err_prefix(e, "checkpoint of tensor-parallel size %d, pipeline %d", tp, pp);
                 mt_ckpt_global_close(g);

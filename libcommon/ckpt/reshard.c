@@ -56,7 +56,7 @@ int mt_ckpt_write_layout(mt_model_ckpt *mc, const char *save, int64_t it, int tp
     a.padded_vocab_size = mt_gpt_padded_vocab(mc->vocab_size, d, tp);
     int n = tp * pp, rc = 0, done = 0, total = 0;
     mt_layout whole, *l = mt_xcalloc((size_t)n, sizeof *l);
-    mt_layout_part one = {0, 1, 0, 1, 1};
+    mt_layout_part one = {0, 1, 0, 1, 1, 0, 1};
     if (mt_layout_build(&a, &one, &whole, e)) {
         free(l);
         return -1;
@@ -65,7 +65,7 @@ int mt_ckpt_write_layout(mt_model_ckpt *mc, const char *save, int64_t it, int tp
     for (int i = 0; i < whole.n; i++)
         if (whole.t[i].numel > most) most = whole.t[i].numel;
     for (int i = 0; i < n && !rc; i++) {
-        mt_layout_part part = {i % tp, tp, i / tp, pp, 1};
+        mt_layout_part part = {i % tp, tp, i / tp, pp, 1, 0, 1};
         if (mt_layout_build(&a, &part, &l[i], e)) rc = -1;
         else total += l[i].n * (with_optim ? 3 : 1);
     }

@@ -83,7 +83,7 @@ static const mt_flag flags[] = {
     {"--moe-shared-expert-gate", MT_F_BOOL, &A.moe_shared_expert_gate, NULL,
      "MoE: the shared expert's output times sigmoid(x . gate) (Qwen2-MoE)", 0, 0, NULL},
     {"--expert-model-parallel-size", MT_F_INT, &A.expert_model_parallel_size, "N",
-     "MoE: ranks the experts are split over (1 only, for now)", 1, 1 << 16, NULL},
+     "MoE: ranks the experts are split over (of the data-parallel ones; default 1)", 1, 1 << 16, NULL},
     NOOP_B("--moe-grouped-gemm", "accepted; the experts' products are always one grouped product"),
     NOOP_S("--moe-token-dispatcher-type", "TYPE", "accepted (alltoall, allgather); the tokens go to their experts one way"),
     NOOP_B("--moe-permute-fusion", "accepted; fusion does not change results"),
@@ -419,9 +419,9 @@ static int check_moe(mt_train_args *a, const bool *seen, mt_err *e)
         return mt_err_set(e, "--moe-router-pre-softmax applies to --moe-router-score-function softmax");
     if (a->moe_shared_expert_gate && !a->moe_shared_expert_intermediate_size)
         return mt_err_set(e, "--moe-shared-expert-gate goes with --moe-shared-expert-intermediate-size");
-    if (a->expert_model_parallel_size != 1)
-        return mt_err_set(e, "--expert-model-parallel-size %d: expert parallelism is not implemented yet (1 only)",
-                          a->expert_model_parallel_size);
+    if (a->num_experts % a->expert_model_parallel_size)
+        return mt_err_set(e, "--expert-model-parallel-size (%d) must divide --num-experts (%d)",
+                          a->expert_model_parallel_size, a->num_experts);
     if (a->tensor_model_parallel_size > 1 && a->sequence_parallel && given(seen, "--moe-expert-capacity-factor"))
         return mt_err_set(e, "--moe-expert-capacity-factor with --sequence-parallel: Megatron drops the tokens of each "
                              "sequence-parallel shard apart; not implemented yet");

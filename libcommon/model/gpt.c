@@ -53,7 +53,7 @@ mt_model_arch mt_gpt_arch(const mt_gpt_config *c)
 static int build_table(mt_gpt *m, mt_err *e)
 {
     mt_model_arch a = mt_gpt_arch(&m->c);
-    mt_layout_part part = {m->tp_rank, m->tp_size, m->pp_stage, m->pp_size, m->vp};
+    mt_layout_part part = {m->tp_rank, m->tp_size, m->pp_stage, m->pp_size, m->vp, m->ep_rank, m->ep_size};
     if (mt_layout_build(&a, &part, &m->layout, e)) return -1;
     m->l0 = m->layout.first_layer;
     m->nl = m->layout.num_layers;
@@ -81,6 +81,7 @@ static int build_table(mt_gpt *m, mt_err *e)
 }
 
 const mt_layout *mt_gpt_layout(const mt_gpt *m) { return &m->layout; }
+size_t mt_gpt_expert_lo(const mt_gpt *m) { return m->layout.expert_lo; }
 
 /* ---- weights ---- */
 
@@ -99,6 +100,7 @@ mt_gpt *mt_gpt_create_tp(mtk *k, const mt_gpt_config *config, mt_comm *tp, int m
 static int describe(mt_gpt *m, const mt_gpt_config *config, int tp_rank, int tp_size, int stage, int stages,
                     int vp, size_t asz, mt_err *e)
 {
+    if (m->ep_size < 1) m->ep_size = 1;
     if (mt_gpt_config_check(config, e)) return -1;
     m->c = *config;
     m->asz = asz;
@@ -130,9 +132,18 @@ mt_gpt *mt_gpt_create_stage(mtk *k, const mt_gpt_config *config, mt_comm *tp, in
 mt_gpt *mt_gpt_create_chunks(mtk *k, const mt_gpt_config *config, mt_comm *tp, int stage, int stages, int vp, int mode,
                              mt_err *e)
 {
+    return mt_gpt_create_ep(k, config, tp, NULL, stage, stages, vp, mode, e);
+}
+
+mt_gpt *mt_gpt_create_ep(mtk *k, const mt_gpt_config *config, mt_comm *tp, mt_comm *ep, int stage, int stages, int vp,
+                         int mode, mt_err *e)
+{
     mt_gpt *m = mt_xcalloc(1, sizeof *m);
     m->k = k;
     m->tp = tp && tp->size > 1 ? tp : NULL;
+    m->ep = ep && ep->size > 1 ? ep : NULL;
+    m->ep_rank = m->ep ? ep->rank : 0;
+    m->ep_size = m->ep ? ep->size : 1;
     if (describe(m, config, m->tp ? tp->rank : 0, m->tp ? tp->size : 1, stage, stages, vp, mtk_act_size(k), e)) {
         mt_gpt_free(m);
         return NULL;

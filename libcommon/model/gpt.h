@@ -135,6 +135,14 @@ mt_gpt *mt_gpt_create_stage(mtk *k, const mt_gpt_config *config, mt_comm *tp, in
  * (mt_gpt_ctx_new_chunk) runs one chunk. */
 mt_gpt *mt_gpt_create_chunks(mtk *k, const mt_gpt_config *config, mt_comm *tp, int stage, int stages, int vp, int mode,
                              mt_err *e);
+/* The same with expert parallelism: the MoE layers' experts split over ep (Megatron's expert-model-parallel
+ * group; NULL or one rank: none), rank ep->rank holding experts [rank E / size, (rank + 1) E / size) named
+ * local_experts.0 ..., and the tokens exchanged with the other ranks' experts by all-to-all (model/moe.h).
+ * The experts' tensors are then the end of the flat buffers, from mt_gpt_expert_lo: their gradients are
+ * summed over the expert-data-parallel group, the others' over the data-parallel group. */
+mt_gpt *mt_gpt_create_ep(mtk *k, const mt_gpt_config *config, mt_comm *tp, mt_comm *ep, int stage, int stages, int vp,
+                         int mode, mt_err *e);
+size_t mt_gpt_expert_lo(const mt_gpt *m);
 void mt_gpt_free(mt_gpt *m);
 const mt_gpt_config *mt_gpt_get_config(const mt_gpt *m);
 mtk *mt_gpt_backend(const mt_gpt *m);

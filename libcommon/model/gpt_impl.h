@@ -28,6 +28,8 @@ struct mt_gpt {
     /* pipeline parallelism: this rank's stage of pp_size holds the global layers [l0, l0 + nl); the first
      * stage the embeddings, the last the final norm, the output layer and the loss */
     int pp_stage, pp_size, l0, nl, first, last;
+    mt_comm *ep;            /* expert parallelism: the ranks holding the other experts (NULL: one rank); not owned */
+    int ep_rank, ep_size;   /* this rank holds experts [ep_rank E / ep_size, ...) of each MoE layer */
     int vp;                 /* model chunks of the interleaved schedule (1: none); chunk c of the stage holds its
                                local layers [c nl / vp, (c + 1) nl / vp) */
     int head;               /* the table index of the output layer's weight: the word embedding (tied, one

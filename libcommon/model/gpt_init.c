@@ -155,7 +155,7 @@ void mt_gpt_init(mt_gpt *m, uint64_t seed)
     /* the draws follow the whole model's table (one stage, this tensor rank); a pipeline stage keeps the
      * tensors it holds, and the last stage's copy of tied embeddings takes the word embeddings' values */
     mt_model_arch arch = m->layout.arch;
-    mt_layout_part part = {m->tp_rank, m->tp_size, 0, 1, 1};
+    mt_layout_part part = {m->tp_rank, m->tp_size, 0, 1, 1, 0, 1};   /* every expert */
     mt_layout whole;
     mt_err e;
     if (mt_layout_build(&arch, &part, &whole, &e)) mt_die("GPT init: %s", e.msg);   /* built once already */
@@ -171,7 +171,10 @@ void mt_gpt_init(mt_gpt *m, uint64_t seed)
         mt_tensor_kind kd = t->kind;
         size_t dst[2];
         int ndst = 0, here = mt_gpt_t(m, t->layer, kd);
-        if (here >= 0 && t->expert >= 0) here += t->expert;   /* the experts' tensors follow the first's */
+        if (here >= 0 && t->expert >= 0) {   /* this rank's experts' tensors follow its first one's */
+            int El = m->c.num_experts / m->ep_size, j = t->expert - m->ep_rank * El;
+            here = j >= 0 && j < El ? here + j : -1;
+        }
         if (here >= 0) dst[ndst++] = m->tensors[here].offset;
         if (kd == MT_T_WORD_EMB && copy >= 0 && copy != here) dst[ndst++] = m->tensors[copy].offset;
         int is_norm_weight = kd == MT_T_NORM1_W || kd == MT_T_NORM2_W || kd == MT_T_FINAL_NORM_W;

@@ -41,6 +41,12 @@ static int check(const mt_model_arch *a, const mt_layout_part *p, mt_err *e)
             return mt_err_set(e, "--tensor-model-parallel-size (%d) must divide --moe-shared-expert-intermediate-size (%d)",
                               tp, a->shared_ffn);
         if (a->add_bias_linear) return mt_err_set(e, "--num-experts: the experts have no biases; add --disable-bias-linear");
+        int ep = p->ep_size > 1 ? p->ep_size : 1;
+        if (a->num_experts % ep)
+            return mt_err_set(e, "--expert-model-parallel-size (%d) must divide --num-experts (%d)", ep, a->num_experts);
+        if (p->ep_rank < 0 || p->ep_rank >= ep) return mt_err_set(e, "expert rank %d of %d", p->ep_rank, ep);
+    } else if (p->ep_size > 1) {
+        return mt_err_set(e, "--expert-model-parallel-size %d without --num-experts", p->ep_size);
     }
     if (a->num_layers % p->pp_stages)
         return mt_err_set(e, "--pipeline-model-parallel-size (%d) must divide --num-layers (%d)", p->pp_stages,
@@ -99,6 +105,7 @@ static void add(mt_layout *l, mt_tensor_kind kind, int layer, const char *name, 
  * two matrices and its gate [1, h] (replicated). */
 static void add_moe(mt_layout *out, const mt_model_arch *a, const char *pre, int i, int l)
 {
+    int ep = out->part.ep_size > 1 ? out->part.ep_size : 1, El = a->num_experts / ep, x0 = out->part.ep_rank * El;
     int64_t h = a->hidden_size, F = a->moe_ffn_hidden_size, Fs = a->shared_ffn;
     int glu = a->mlp == MT_MLP_SWIGLU ? 2 : 1;
     char name[128], suffix[56];
@@ -111,11 +118,14 @@ static void add_moe(mt_layout *out, const mt_model_arch *a, const char *pre, int
     snprintf(suffix, sizeof suffix, "router.weight");
     ADD(MT_T_ROUTER_W, a->num_experts, h, -1, 1);
     for (int fc = 0; fc < 2; fc++)
-        for (int x = 0; x < a->num_experts; x++) {
-            snprintf(suffix, sizeof suffix, "experts.local_experts.%d.%s", x, fc ? "dense_4h_to_h.weight" : "dense_h_to_4h.weight");
+        for (int j = 0; j < El; j++) {   /* named by the local index, as Megatron's expert-parallel ranks do */
+            const char *w = fc ? "dense_4h_to_h.weight" : "dense_h_to_4h.weight";
+            snprintf(suffix, sizeof suffix, "experts.local_experts.%d.%s", j, w);
             if (fc) ADD(MT_T_EXPERT_FC2_W, h, F, 1, 1);
             else ADD(MT_T_EXPERT_FC1_W, glu * F, h, 0, glu);
-            out->t[out->n - 1].expert = x;
+            out->t[out->n - 1].expert = x0 + j;
+            snprintf(out->t[out->n - 1].whole_name, sizeof out->t[0].whole_name,
+                     "language_model.encoder.layers.%d.mlp.experts.local_experts.%d.%s", l, x0 + j, w);
         }
     if (Fs > 0) {
         snprintf(suffix, sizeof suffix, "shared_experts.dense_h_to_4h.weight");
@@ -305,6 +315,19 @@ int mt_layout_build(const mt_model_arch *a, const mt_layout_part *p, mt_layout *
             }
         }
 #undef NAMED
+    }
+    out->expert_lo = out->numel;
+    if (p->ep_size > 1) {   /* the experts' tensors after all the others in the buffer, each part in table order */
+        size_t off[2] = {0, 0};
+        for (int i = 0; i < out->n; i++)
+            if (out->t[i].expert < 0) off[1] += out->t[i].numel;
+        out->expert_lo = off[1];
+        for (int i = 0; i < out->n; i++) {
+            mt_layout_tensor *t = &out->t[i];
+            size_t *o = &off[t->expert >= 0];
+            t->offset = *o;
+            *o += t->numel;
+        }
     }
     return 0;
 }

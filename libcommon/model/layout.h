@@ -44,8 +44,8 @@ typedef struct mt_model_arch {
     mt_pos_kind position;
     mt_mlp_kind mlp;
     int add_bias_linear;    /* biases on the linear layers (GPT-2: 1) */
-    int add_qkv_bias;       /* without them, a bias on QKV still (Megatron's --add-qkv-bias: Qwen) */
     int tied_embeddings;    /* the output layer is the word embedding (GPT-2: 1) */
+    int add_qkv_bias;       /* without linear biases, a bias on QKV still (Megatron's --add-qkv-bias: Qwen) */
     /* mixture of experts: the MoE layers have a router and num_experts experts (MLPs of moe_ffn_hidden_size
      * with the model's activation) in place of the MLP, and with shared_ffn > 0 a shared expert (with
      * shared_gate its sigmoid gate); 0 experts: dense */
@@ -66,6 +66,8 @@ int mt_moe_layers_parse(const char *spec, int num_layers, unsigned char *out, mt
 typedef struct mt_layout_part {
     int tp_rank, tp_size, pp_stage, pp_stages;
     int vp_chunks;   /* the interleaved schedule's model chunks per stage (0 or 1: one) */
+    int ep_rank, ep_size;   /* expert parallelism (0 or 1: none): this rank holds experts [ep_rank E / ep_size,
+                               (ep_rank + 1) E / ep_size) of each MoE layer, named local_experts.0 ... */
 } mt_layout_part;
 
 typedef enum {
@@ -110,6 +112,8 @@ typedef struct mt_layout {
     mt_layout_tensor *t;           /* in buffer order */
     int *layer_start;              /* [num_layers + 1]: index in t of each local layer's first tensor, and the end */
     size_t numel;                  /* the rank's flat buffer */
+    size_t expert_lo;              /* with expert parallelism the experts' tensors are the buffer's [expert_lo, numel)
+                                      (their gradients are reduced over other ranks than the rest's); numel without */
 } mt_layout;
 
 /* The global index of local layer li (0 .. num_layers - 1) of layout l. */

@@ -10,14 +10,22 @@ struct mt_moe_ctx {
     mt_gpt *m;
     int E, K, F, Fs, fc1, sfc1;   /* experts, top-k, expert and shared hidden sizes, their first products' widths */
     size_t nmax, rmax;            /* tokens, and rows of the experts' side, at most */
+    int P, El;                    /* expert parallelism: ranks, and the experts of each */
+    size_t rx;                    /* the rows this rank's experts compute, at most: rmax, or P rmax with expert
+                                     parallelism (every rank may send all its rows to this one's experts) */
     int slots, nl, max_batch;
     /* kept per slot */
     float *logits, *probs, *glog; /* [S][N][E], [S][N][K], [S][N] */
     int32_t *idx, *row, *src, *counts;   /* [S][N][K], [S][N][K], [S][rmax], [S][E] (device) */
-    void *h1, *y, *sh1, *sy;      /* [S][rmax][fc1], [S][rmax][C], [S][N][sfc1], [S][N][C] */
+    void *h1, *y, *sh1, *sy;      /* [S][rx][fc1], [S][rmax][C], [S][N][sfc1], [S][N][C] */
+    void *xr;                     /* [S][rx][C]: with expert parallelism, the rows received for this rank's experts */
+    int32_t *rcount;              /* [P][El]: the rows each rank sends for each of this rank's experts (device) */
+    int32_t *h_rcounts;           /* host [S][P][El] */
     float *stats;                 /* [S][2 E max_batch + 1] (device) */
     /* scratch of a pass */
-    void *xp, *a, *dy, *da, *dh;  /* [rmax][C], [rmax][F], [rmax][C], [rmax][F], [rmax][fc1] */
+    void *xp, *a, *dy, *da, *dh;  /* [rmax][C], [rx][F], [rmax][C], [rx][F], [rx][fc1] */
+    void *yr, *dyr, *dxr;         /* [rx][C] each, with expert parallelism: the experts' outputs before they go back,
+                                     their gradients received, the gradients of the rows received */
     void *sa, *dsa, *dsh, *dsy, *dtmp;   /* [N][Fs], [N][Fs], [N][sfc1], [N][C], [N][C] */
     void *xg;                     /* [N][C] with sequence parallelism: the input gathered again in the backward */
     float *dlogits, *dprobs, *aux, *dglog;   /* [N][E], [N][K], [max_batch][E], [N] */
@@ -46,10 +54,11 @@ static int has_moe(const mt_gpt *m)
 }
 
 /* The device buffers: where each goes and its bytes. */
-enum { NBUF = 26 };
+enum { NBUF = 31 };
 static void buffers(mt_moe_ctx *mc, const mt_gpt *m, void **where[NBUF], size_t bytes[NBUF])
 {
-    size_t S = (size_t)mc->slots, N = mc->nmax, R = mc->rmax, E = (size_t)mc->E, K = (size_t)mc->K;
+    size_t S = (size_t)mc->slots, N = mc->nmax, R = mc->rmax, E = (size_t)mc->E, K = (size_t)mc->K, X = mc->rx;
+    size_t ep = mc->P > 1;
     size_t C = (size_t)m->c.hidden_size, a = m->asz, f = sizeof(float), i4 = sizeof(int32_t);
     size_t F = (size_t)mc->F, Fs = (size_t)mc->Fs, fc1 = (size_t)mc->fc1, sfc1 = (size_t)mc->sfc1;
     size_t gate = m->c.moe_shared_gate && Fs ? 1 : 0, st = 2 * E * (size_t)mc->max_batch + 1;
@@ -62,16 +71,21 @@ static void buffers(mt_moe_ctx *mc, const mt_gpt *m, void **where[NBUF], size_t 
     BUF(row, S * N * K * i4);
     BUF(src, S * R * i4);
     BUF(counts, S * E * i4);
-    BUF(h1, S * R * fc1 * a);
+    BUF(h1, S * X * fc1 * a);
     BUF(y, S * R * C * a);
     BUF(sh1, S * N * sfc1 * a);
     BUF(sy, S * N * C * a);
     BUF(stats, S * st * f);
     BUF(xp, R * C * a);
-    BUF(a, R * F * a);
+    BUF(a, X * F * a);
     BUF(dy, R * C * a);
-    BUF(da, R * F * a);
-    BUF(dh, R * fc1 * a);
+    BUF(da, X * F * a);
+    BUF(dh, X * fc1 * a);
+    BUF(xr, ep * S * X * C * a);
+    BUF(rcount, ep * E * i4);
+    BUF(yr, ep * X * C * a);
+    BUF(dyr, ep * X * C * a);
+    BUF(dxr, ep * X * C * a);
     BUF(sa, N * Fs * a);
     BUF(dsa, N * Fs * a);
     BUF(dsh, N * sfc1 * a);
@@ -98,6 +112,9 @@ static void shape(mt_moe_ctx *mc, const mt_gpt *m, size_t ntok, int max_batch, i
     size_t nk = mc->nmax * (size_t)mc->K;
     int cap = capacity(c, mc->nmax);
     mc->rmax = c->moe_pad_to_capacity && cap >= 0 && (size_t)cap * (size_t)mc->E > nk ? (size_t)cap * (size_t)mc->E : nk;
+    mc->P = m->ep_size > 1 ? m->ep_size : 1;
+    mc->El = mc->E / mc->P;
+    mc->rx = mc->rmax * (size_t)mc->P;
 }
 
 size_t mt_moe_ctx_bytes(const mt_gpt *m, size_t ntok, int max_batch, int slots)
@@ -135,6 +152,7 @@ mt_moe_ctx *mt_moe_ctx_new(mt_gpt *m, size_t ntok, int max_batch, int slots, int
     }
     size_t st = 2 * (size_t)mc->E * (size_t)max_batch + 1;
     mc->h_counts = mt_xcalloc((size_t)slots * (size_t)mc->E, sizeof *mc->h_counts);
+    mc->h_rcounts = mt_xcalloc((size_t)slots * (size_t)mc->E, sizeof *mc->h_rcounts);
     mc->rows = mt_xcalloc((size_t)slots, sizeof *mc->rows);
     mc->h_stats = mt_xcalloc((size_t)slots * st, sizeof *mc->h_stats);
     mc->runs = mt_xcalloc((size_t)slots, sizeof *mc->runs);
@@ -153,6 +171,7 @@ void mt_moe_ctx_free(mt_moe_ctx *mc)
         if (*where[i]) mtk_free(mc->m->k, *where[i]);
     if (mc->aux) mtk_free(mc->m->k, mc->aux);
     free(mc->h_counts);
+    free(mc->h_rcounts);
     free(mc->rows);
     free(mc->h_stats);
     free(mc->runs);
@@ -200,6 +219,111 @@ static void act_bwd(mt_gpt *m, void *dh, const void *h, const void *da, size_t n
     else mtk_gelu_bwd(m->k, dh, h, da, n * (size_t)F, m->c.exact_gelu);
 }
 
+/* ---- expert parallelism: the rows exchanged with the other ranks' experts ---- */
+
+static mt_cdtype act_cdtype(const mt_gpt *m)
+{
+    mtk_dtype d = mtk_act_dtype(m->k);
+    return d == MTK_F32 ? MT_C_F32 : d == MTK_BF16 ? MT_C_BF16 : MT_C_F16;
+}
+
+/* Rows of C elements: this rank's rows for each rank's experts (send; from the counts by expert hc), and
+ * each rank's rows for this rank's experts (recv; from rc [P][El]). */
+static void ep_counts(const mt_moe_ctx *mc, const int32_t *hc, const int32_t *rc, size_t C, size_t *send,
+                      size_t *recv)
+{
+    for (int p = 0; p < mc->P; p++) {
+        send[p] = recv[p] = 0;
+        for (int j = 0; j < mc->El; j++) {
+            send[p] += (size_t)hc[p * mc->El + j] * C;
+            recv[p] += (size_t)rc[p * mc->El + j] * C;
+        }
+    }
+}
+
+/* The experts' products of slot s with expert parallelism: this rank's rows for each rank's experts (mc->xp,
+ * grouped by global expert) go to that rank, which computes them with its experts and sends the outputs
+ * back into the slot's y in the same order. Each rank first learns how many rows each rank sends it for
+ * each of its experts (an all-to-all of the counts), and computes the rows of each sender as one grouped
+ * product over its El experts. */
+static int experts_ep(mt_moe_ctx *mc, int s, int l, mt_err *e)
+{
+    mt_gpt *m = mc->m;
+    mtk *k = m->k;
+    size_t C = (size_t)m->c.hidden_size, E = (size_t)mc->E, P = (size_t)mc->P, El = (size_t)mc->El;
+    int32_t *counts = mc->counts + s * E, *hc = mc->h_counts + s * E, *rc = mc->h_rcounts + s * E;
+    void *h1 = AT(mc->h1, (size_t)s * mc->rx * (size_t)mc->fc1), *y = AT(mc->y, (size_t)s * mc->rmax * C);
+    void *xr = AT(mc->xr, (size_t)s * mc->rx * C);
+    size_t *sc = mt_xmalloc(4 * P * sizeof *sc), *rr = sc + P, *cc = sc + 2 * P;
+    for (size_t p = 0; p < P; p++) cc[p] = El * sizeof(int32_t);
+    int rc_ = mtk_sync(k, e) || mt_all_to_all_v(m->ep, counts, cc, mc->rcount, cc, MT_C_BYTE, e);
+    if (!rc_) {
+        mtk_to_host(k, rc, mc->rcount, E * sizeof(int32_t));
+        rc_ = mtk_status(k, e);
+    }
+    ep_counts(mc, hc, rc, C, sc, rr);
+    size_t Rr = 0;
+    for (size_t p = 0; p < P; p++) Rr += rr[p] / C;
+    if (!rc_ && Rr > mc->rx) rc_ = mt_err_set(e, "%zu rows for this rank's experts, more than the %zu planned", Rr, mc->rx);
+    if (!rc_) rc_ = mtk_sync(k, e) || mt_all_to_all_v(m->ep, mc->xp, sc, xr, rr, act_cdtype(m), e);
+    if (!rc_) {
+        const void *w1 = mt_gpt_w(m, mt_gpt_t(m, l, MT_T_EXPERT_FC1_W)), *w2 = mt_gpt_w(m, mt_gpt_t(m, l, MT_T_EXPERT_FC2_W));
+        size_t r0 = 0;
+        for (size_t p = 0; p < P; p++) {   /* each sender's rows: its blocks for this rank's experts in order */
+            mtk_grouped_matmul_fwd(k, AT(h1, r0 * (size_t)mc->fc1), AT(xr, r0 * C), w1, rc + p * El, (int)El, (int)C, mc->fc1);
+            r0 += rr[p] / C;
+        }
+        act_fwd(m, mc->a, h1, Rr, mc->F);
+        r0 = 0;
+        for (size_t p = 0; p < P; p++) {
+            mtk_grouped_matmul_fwd(k, AT(mc->yr, r0 * C), AT(mc->a, r0 * (size_t)mc->F), w2, rc + p * El, (int)El, mc->F,
+                                   (int)C);
+            r0 += rr[p] / C;
+        }
+        rc_ = mtk_sync(k, e) || mt_all_to_all_v(m->ep, mc->yr, rr, y, sc, act_cdtype(m), e);
+    }
+    free(sc);
+    return rc_ ? mt_err_prefix(e, "MoE layer %d, expert-parallel exchange", l) : 0;
+}
+
+/* Its backward: dy (this rank's rows' output gradients, mc->dy) to the experts' ranks, the experts' weight
+ * gradients there, and the rows' input gradients back into mc->xp. */
+static int experts_ep_bwd(mt_moe_ctx *mc, int s, int l, mtk_grad_mode gm, mt_err *e)
+{
+    mt_gpt *m = mc->m;
+    mtk *k = m->k;
+    size_t C = (size_t)m->c.hidden_size, E = (size_t)mc->E, P = (size_t)mc->P, El = (size_t)mc->El;
+    int32_t *hc = mc->h_counts + s * E, *rc = mc->h_rcounts + s * E;
+    void *h1 = AT(mc->h1, (size_t)s * mc->rx * (size_t)mc->fc1), *xr = AT(mc->xr, (size_t)s * mc->rx * C);
+    int t1 = mt_gpt_t(m, l, MT_T_EXPERT_FC1_W), t2 = mt_gpt_t(m, l, MT_T_EXPERT_FC2_W);
+    size_t *sc = mt_xmalloc(2 * P * sizeof *sc), *rr = sc + P;
+    ep_counts(mc, hc, rc, C, sc, rr);
+    size_t Rr = 0;
+    for (size_t p = 0; p < P; p++) Rr += rr[p] / C;
+    int rc_ = mtk_sync(k, e) || mt_all_to_all_v(m->ep, mc->dy, sc, mc->dyr, rr, act_cdtype(m), e);
+    if (!rc_) {
+        act_fwd(m, mc->a, h1, Rr, mc->F);
+        size_t r0 = 0;
+        for (size_t p = 0; p < P; p++) {   /* the first sender's rows assign (as gm says), the others add */
+            mtk_grad_mode g = p == 0 ? gm : MTK_GRAD_ACCUMULATE;
+            mtk_grouped_matmul_bwd(k, AT(mc->da, r0 * (size_t)mc->F), mt_gpt_g(m, t2), AT(mc->dyr, r0 * C),
+                                   AT(mc->a, r0 * (size_t)mc->F), mt_gpt_w(m, t2), rc + p * El, (int)El, mc->F, (int)C, g);
+            r0 += rr[p] / C;
+        }
+        act_bwd(m, mc->dh, h1, mc->da, Rr, mc->F);
+        r0 = 0;
+        for (size_t p = 0; p < P; p++) {
+            mtk_grad_mode g1 = p == 0 ? gm : MTK_GRAD_ACCUMULATE;
+            mtk_grouped_matmul_bwd(k, AT(mc->dxr, r0 * C), mt_gpt_g(m, t1), AT(mc->dh, r0 * (size_t)mc->fc1),
+                                   AT(xr, r0 * C), mt_gpt_w(m, t1), rc + p * El, (int)El, (int)C, mc->fc1, g1);
+            r0 += rr[p] / C;
+        }
+        rc_ = mtk_sync(k, e) || mt_all_to_all_v(m->ep, mc->dxr, rr, mc->xp, sc, act_cdtype(m), e);
+    }
+    free(sc);
+    return rc_ ? mt_err_prefix(e, "MoE layer %d, expert-parallel exchange", l) : 0;
+}
+
 int mt_moe_forward(mt_moe_ctx *mc, int s, int li, int l, const void *x, void *out, int B, int T, int training,
                    mt_err *e)
 {
@@ -212,7 +336,7 @@ int mt_moe_forward(mt_moe_ctx *mc, int s, int li, int l, const void *x, void *ou
     float *logits = mc->logits + (size_t)s * mc->nmax * E, *probs = mc->probs + (size_t)s * mc->nmax * K;
     int32_t *idx = mc->idx + (size_t)s * mc->nmax * K, *row = mc->row + (size_t)s * mc->nmax * K;
     int32_t *src = mc->src + (size_t)s * mc->rmax, *counts = mc->counts + (size_t)s * E, *hc = mc->h_counts + (size_t)s * E;
-    void *h1 = AT(mc->h1, (size_t)s * mc->rmax * (size_t)mc->fc1), *y = AT(mc->y, (size_t)s * mc->rmax * C);
+    void *h1 = AT(mc->h1, (size_t)s * mc->rx * (size_t)mc->fc1), *y = AT(mc->y, (size_t)s * mc->rmax * C);
     int t0 = mt_gpt_t(m, l, MT_T_ROUTER_W);
 
     /* routing */
@@ -261,9 +385,13 @@ int mt_moe_forward(mt_moe_ctx *mc, int s, int li, int l, const void *x, void *ou
     }
     /* the experts (with tensor parallelism this rank's columns: out and sy are partial sums, completed by the
      * caller's sum over the ranks, the weighted sums being linear in them) */
-    mtk_grouped_matmul_fwd(k, h1, mc->xp, mt_gpt_w(m, mt_gpt_t(m, l, MT_T_EXPERT_FC1_W)), hc, (int)E, (int)C, mc->fc1);
-    act_fwd(m, mc->a, h1, R, mc->F);
-    mtk_grouped_matmul_fwd(k, y, mc->a, mt_gpt_w(m, mt_gpt_t(m, l, MT_T_EXPERT_FC2_W)), hc, (int)E, mc->F, (int)C);
+    if (mc->P > 1) {
+        if (experts_ep(mc, s, l, e)) return -1;
+    } else {
+        mtk_grouped_matmul_fwd(k, h1, mc->xp, mt_gpt_w(m, mt_gpt_t(m, l, MT_T_EXPERT_FC1_W)), hc, (int)E, (int)C, mc->fc1);
+        act_fwd(m, mc->a, h1, R, mc->F);
+        mtk_grouped_matmul_fwd(k, y, mc->a, mt_gpt_w(m, mt_gpt_t(m, l, MT_T_EXPERT_FC2_W)), hc, (int)E, mc->F, (int)C);
+    }
     mtk_moe_unpermute(k, out, y, row, probs, (int)N, (int)K, (int)C);
     /* the shared expert, with its gate */
     if (mc->Fs) {
@@ -287,19 +415,25 @@ int mt_moe_backward(mt_moe_ctx *mc, int s, int l, const void *x, const void *dou
     float *logits = mc->logits + (size_t)s * mc->nmax * E, *probs = mc->probs + (size_t)s * mc->nmax * K;
     int32_t *idx = mc->idx + (size_t)s * mc->nmax * K, *row = mc->row + (size_t)s * mc->nmax * K;
     int32_t *src = mc->src + (size_t)s * mc->rmax, *hc = mc->h_counts + (size_t)s * E;
-    void *h1 = AT(mc->h1, (size_t)s * mc->rmax * (size_t)mc->fc1), *y = AT(mc->y, (size_t)s * mc->rmax * C);
+    void *h1 = AT(mc->h1, (size_t)s * mc->rx * (size_t)mc->fc1), *y = AT(mc->y, (size_t)s * mc->rmax * C);
     int tr = mt_gpt_t(m, l, MT_T_ROUTER_W), t1 = mt_gpt_t(m, l, MT_T_EXPERT_FC1_W), t2 = mt_gpt_t(m, l, MT_T_EXPERT_FC2_W);
 
     /* the experts, back to the tokens' rows (dx assigned), and the weights' gradients */
     mtk_moe_unpermute_bwd(k, mc->dy, mc->dprobs, dout, y, row, probs, (int)N, (int)K, (int)C, (int)R);
     /* y is this rank's partial sum with tensor parallelism: so is dout . y */
     if (m->tp && mt_all_reduce(m->tp, mc->dprobs, N * K, MT_C_F32, e)) return mt_err_prefix(e, "MoE layer %d", l);
-    mtk_moe_permute(k, mc->xp, x, src, (int)R, (int)C);   /* recomputed, as the activation */
-    act_fwd(m, mc->a, h1, R, mc->F);
-    mtk_grouped_matmul_bwd(k, mc->da, mt_gpt_g(m, t2), mc->dy, mc->a, mt_gpt_w(m, t2), hc, (int)E, mc->F, (int)C, gm);
-    act_bwd(m, mc->dh, h1, mc->da, R, mc->F);
-    mtk_grouped_matmul_bwd(k, mc->dy, mt_gpt_g(m, t1), mc->dh, mc->xp, mt_gpt_w(m, t1), hc, (int)E, (int)C, mc->fc1, gm);
-    mtk_moe_permute_bwd(k, dx, mc->dy, row, (int)N, (int)K, (int)C);
+    if (mc->P > 1) {   /* the rows' input gradients come back into xp */
+        if (experts_ep_bwd(mc, s, l, gm, e)) return -1;
+        mtk_moe_permute_bwd(k, dx, mc->xp, row, (int)N, (int)K, (int)C);
+    } else {
+        mtk_moe_permute(k, mc->xp, x, src, (int)R, (int)C);   /* recomputed, as the activation */
+        act_fwd(m, mc->a, h1, R, mc->F);
+        mtk_grouped_matmul_bwd(k, mc->da, mt_gpt_g(m, t2), mc->dy, mc->a, mt_gpt_w(m, t2), hc, (int)E, mc->F, (int)C, gm);
+        act_bwd(m, mc->dh, h1, mc->da, R, mc->F);
+        mtk_grouped_matmul_bwd(k, mc->dy, mt_gpt_g(m, t1), mc->dh, mc->xp, mt_gpt_w(m, t1), hc, (int)E, (int)C, mc->fc1,
+                               gm);
+        mtk_moe_permute_bwd(k, dx, mc->dy, row, (int)N, (int)K, (int)C);
+    }
 
     /* the router: the weights' gradient, and in training the auxiliary losses' */
     const float *aux = NULL;

@@ -124,6 +124,19 @@ int mt_trainer_open_par(mt_trainer *t, const mt_train_args *a, const mt_parallel
     if (!t->k) return -1;
     if (t->dp_size > 1 && !(t->dev_dp = mt_device_comm(t->par->dp, t->k, e))) return -1;
     if (t->tp_size > 1 && !(t->dev_tp = mt_device_comm(t->par->tp, t->k, e))) return -1;
+    t->ep_size = t->par->ep_size > 1 ? t->par->ep_size : 1;
+    if (t->ep_size > 1) {
+        static const char *const no[] = {"--use-distributed-optimizer", "--overlap-grad-reduce", "--overlap-param-gather",
+                                         "--save", "--load"};
+        int on[] = {t->a.use_distributed_optimizer, t->a.overlap_grad_reduce, t->a.overlap_param_gather,
+                    t->a.save != NULL, t->a.load != NULL};
+        for (size_t i = 0; i < sizeof no / sizeof no[0]; i++)
+            if (on[i]) return mt_err_set(e, "%s with --expert-model-parallel-size %d: not implemented yet", no[i], t->ep_size);
+        if (!(t->dev_ep = mt_device_comm(t->par->ep, t->k, e))) return -1;
+        if (t->par->edp->size > 1 && !(t->dev_edp = t->par->edp == t->par->dp && t->dev_dp ? t->dev_dp
+                                                    : mt_device_comm(t->par->edp, t->k, e)))
+            return -1;
+    }
     if (t->pp_size > 1) {
         /* the embedding group: stage 0 and the last stage (the others get a group they do not use) */
         int member = t->pp_rank == 0 || t->pp_rank == t->pp_size - 1;
@@ -148,7 +161,7 @@ int mt_trainer_open_par(mt_trainer *t, const mt_train_args *a, const mt_parallel
         return mt_err_set(e, "the interleaved schedule needs the micro-batches of a data-parallel rank (%d = "
                              "--global-batch-size / (--micro-batch-size x data-parallel size)) to be a multiple of "
                              "--pipeline-model-parallel-size (%d)", t->num_micro, t->pp_size);
-    t->model = mt_gpt_create_chunks(t->k, &t->cfg, t->dev_tp, t->pp_rank, t->pp_size, t->vp, MT_GPT_TRAIN, e);
+    t->model = mt_gpt_create_ep(t->k, &t->cfg, t->dev_tp, t->dev_ep, t->pp_rank, t->pp_size, t->vp, MT_GPT_TRAIN, e);
     if (!t->model) return -1;
     /* the schedule and the contexts of the micro-batches in flight */
     if (!(t->pipe = mt_pipeline_open(t, e))) return -1;
@@ -178,8 +191,10 @@ int mt_trainer_open_par(mt_trainer *t, const mt_train_args *a, const mt_parallel
     t->h_step = mt_xmalloc(step_bytes);
     t->h_mask = mt_xmalloc((size_t)t->nslot * slot * sizeof(float));
     t->slot_n = mt_xcalloc((size_t)t->nslot, sizeof *t->slot_n);
-    mt_grad_sync_init(&t->gs, t->dev_dp ? t->dev_dp : t->par->dp, mt_gpt_num_params(t->model),
-                      t->a.ddp_bucket_size ? (size_t)t->a.ddp_bucket_size : mt_grad_sync_default_bucket(t->dp_size));
+    size_t bucket = t->a.ddp_bucket_size ? (size_t)t->a.ddp_bucket_size : mt_grad_sync_default_bucket(t->dp_size);
+    size_t xlo = mt_gpt_expert_lo(t->model), n = mt_gpt_num_params(t->model);
+    mt_grad_sync_init(&t->gs, t->dev_dp ? t->dev_dp : t->par->dp, t->ep_size > 1 ? xlo : n, bucket);
+    if (t->ep_size > 1) mt_grad_sync_init(&t->gs_exp, t->dev_edp ? t->dev_edp : t->par->edp, n - xlo, bucket);
     /* the distributed optimizer: moments for this rank's shard only */
     if (t->a.use_distributed_optimizer &&
         mt_adamw_shard(&t->opt, t->gs.shard_lo[t->dp_rank], t->gs.shard_lo[t->dp_rank + 1], e))
@@ -223,12 +238,16 @@ void mt_trainer_close(mt_trainer *t)
     mt_gpt_data_close(&t->data);
     if (t->dev_dp != t->par->dp) mt_comm_free(t->dev_dp);   /* NCCL's uses the kernels' stream */
     if (t->dev_tp != t->par->tp) mt_comm_free(t->dev_tp);
+    if (t->dev_edp && t->dev_edp != t->dev_dp && t->dev_edp != t->par->edp) mt_comm_free(t->dev_edp);
+    if (t->dev_ep && t->dev_ep != t->par->ep) mt_comm_free(t->dev_ep);
+    t->dev_ep = t->dev_edp = NULL;
     if (t->dev_pp != t->par->pp) mt_comm_free(t->dev_pp);
     if (t->dev_emb != t->emb) mt_comm_free(t->dev_emb);
     mt_comm_free(t->emb);
     t->dev_dp = t->dev_tp = t->dev_pp = t->dev_emb = t->emb = NULL;
     mtk_close(t->k);
     mt_grad_sync_free(&t->gs);
+    if (t->ep_size > 1) mt_grad_sync_free(&t->gs_exp);
     if (t->trace) fclose(t->trace);
     t->trace = NULL;
     if (t->own.world) mt_parallel_free(&t->own);
@@ -264,6 +283,7 @@ static uint64_t sent_via(const mt_comm *host, const mt_comm *dev)
 }
 static uint64_t tp_sent(const mt_trainer *t) { return sent_via(t->par->tp, t->dev_tp); }
 static uint64_t pp_sent(const mt_trainer *t) { return sent_via(t->par->pp, t->dev_pp) + sent_via(t->emb, t->dev_emb); }
+static uint64_t ep_sent(const mt_trainer *t) { return t->ep_size > 1 ? sent_via(t->par->ep, t->dev_ep) : 0; }
 
 float *mt_trainer_loss_slot(mt_trainer *t, const float *mask, int n, mt_err *e)
 {
@@ -343,7 +363,7 @@ int mt_trainer_step(mt_trainer *t, mt_step_result *r, mt_err *e)
     memset(r, 0, sizeof *r);
     const mtk_stats k0 = mtk_stats_get(t->k);
     uint64_t sent0 = t->par->dp->bytes_sent + (t->ov ? mt_overlap_bytes(t->ov) : 0), tp0 = tp_sent(t);
-    uint64_t pp0 = pp_sent(t);
+    uint64_t pp0 = pp_sent(t), ep0 = ep_sent(t);
     mt_gpt_zero_grad(t->model);
     if (t->ov && mt_overlap_step_begin(t->ov, e))
         return mt_err_prefix(e, "iteration %lld: parameter all-gather", (long long)t->iteration + 1);
@@ -359,6 +379,9 @@ int mt_trainer_step(mt_trainer *t, mt_step_result *r, mt_err *e)
                            : dist                    ? mt_grad_reduce_scatter(&t->gs, grads, e)
                                                      : mt_grad_all_reduce(&t->gs, grads, e)))
         return mt_err_prefix(e, "iteration %lld: data-parallel reduction", (long long)t->iteration + 1);
+    /* with expert parallelism the experts' gradients (the buffer's end) over the ranks holding the same ones */
+    if (t->ep_size > 1 && t->par->edp->size > 1 && mt_grad_all_reduce(&t->gs_exp, grads + mt_gpt_expert_lo(t->model), e))
+        return mt_err_prefix(e, "iteration %lld: expert-data-parallel reduction", (long long)t->iteration + 1);
     if (mt_loss_scaler_test_overflow(t->iteration + 1)) {   /* test hook: an overflow as fp16 would make it */
         float inf = INFINITY;
         mtk_to_device(t->k, grads, &inf, sizeof inf);
@@ -367,6 +390,12 @@ int mt_trainer_step(mt_trainer *t, mt_step_result *r, mt_err *e)
      * tensor rank, computed on the device and copied back with the losses (the step's one sync) */
     double ss;
     if (step_results(t, r, &ss, e)) return -1;
+    if (t->ep_size > 1) {   /* the experts' squares: every expert rank's, the others' once */
+        size_t xlo = mt_gpt_expert_lo(t->model);
+        double mine = mt_gpt_grad_sumsq(t->model, xlo, mt_gpt_num_params(t->model)), all = mine;
+        if (mt_all_reduce(t->par->ep, &all, 1, MT_C_F64, e)) return mt_err_prefix(e, "grad norm");
+        ss += all - mine;
+    }
     int nmoe = mt_gpt_moe_layers(&t->cfg), ns = nmoe ? 4 : 2;   /* with MoE layers their losses too */
     if (t->pp_size > 1) {   /* the loss is the last stage's; the MoE layers' losses every stage's */
         double sums[4] = {r->loss_sum, r->tokens, r->moe_lb, r->moe_z};
@@ -407,6 +436,7 @@ int mt_trainer_step(mt_trainer *t, mt_step_result *r, mt_err *e)
     t->step_bytes = t->par->dp->bytes_sent + (t->ov ? mt_overlap_bytes(t->ov) : 0) - sent0;
     t->tp_step_bytes = tp_sent(t) - tp0;
     t->pp_step_bytes = pp_sent(t) - pp0;
+    t->ep_step_bytes = ep_sent(t) - ep0;
     if (!r->skipped) mt_sched_step(&t->sched, t->a.global_batch_size);
     t->iteration++;
     t->consumed_train += t->a.global_batch_size;

@@ -75,8 +75,12 @@ typedef struct mt_trainer {
      * or host-staged on a GPU or the simulator (model/device.h), the group itself on cpu; NULL on one
      * rank. dp and tp themselves carry host values (loss sums, the grad norm). */
     mt_comm *dev_dp, *dev_tp, *dev_pp, *dev_emb;
+    mt_comm *dev_ep, *dev_edp;  /* expert parallelism (NULL without): the experts' all-to-all, their gradients' sum */
+    int ep_size;
     int dp_rank, dp_size, tp_rank, tp_size, pp_rank, pp_size;   /* par's groups' ranks and sizes */
-    mt_grad_sync gs;         /* gradient buckets over dp */
+    mt_grad_sync gs;         /* gradient buckets over dp (with expert parallelism: the buffer before the experts') */
+    mt_grad_sync gs_exp;     /* with expert parallelism: the experts' gradients, over the expert-data-parallel group */
+    uint64_t ep_step_bytes;  /* the last step's bytes sent to the expert-parallel group */
     mt_overlap *ov;          /* --overlap-grad-reduce / --overlap-param-gather with dp > 1; else NULL */
     FILE *trace;             /* $MT_TRACE_SAMPLES.<dp rank>: the train samples this rank reads (a test hook) */
     int64_t train_iters;
