@@ -35,6 +35,20 @@ Python of tests/oracle/venv-hf.sh).
       greedy model.generate(do_sample=False) of N new tokens for each prompt line: JSON lines with the
       prompt's ids, the new tokens (ending with eos where it stopped there) and their text decoded by the
       tokenizer (its ByteLevel decoder, without clean_up_tokenization_spaces)
+  aux DIR IDS TRACE SEQ SEED METRICS
+      the load-balancing loss of mt-train's first iteration (METRICS, its --metrics-file; one micro-batch of
+      one sequence, dropout 0) against transformers' Mixtral router: the sample of TRACE (MT_TRACE_SAMPLES,
+      iteration 1), taken in Megatron's sample order (tests/oracle/gpt_dataset_ref.py, the documents of IDS,
+      SEQ tokens, --seed SEED) and fed to model(ids, output_router_logits=True) without an attention mask.
+      mt's lm loss must equal transformers' cross entropy of it (the same tokens), and its
+      load_balancing_loss, Megatron's E / (K N^2) sum_e count_e P_e of each MoE layer over the micro-batch's
+      N tokens averaged over the layers (count_e: the tokens whose top K has e, P_e: their softmax scores
+      of e summed), must equal, to 1e-5 relative: with one layer, transformers' own router_aux_loss / K
+      (E / T^2 sum_e count_e P_e over T tokens: no 1 / K); with several, the mean over the layers of
+      transformers' load_balancing_loss_func of each layer's router logits alone / K, while its
+      router_aux_loss, which takes the layers' logits as one set of L x N tokens (cross terms between
+      layers), must differ from K x mt by more than 1e-3 relative. Prints the gaps and the smallest gap
+      between a token's K-th and (K+1)-th logit (a near tie there would make fp32 and torch route apart)
   set-eos DIR ID
       makes token ID the end of text: tokenizer_config.json's eos_token (its spelling), config.json's and
       generation_config.json's eos_token_id
@@ -237,6 +251,52 @@ def generate(d, n):
         print(json.dumps({"prompt_ids": ids, "tokens": new, "text": text}))
 
 
+def aux(d, ids_path, trace, seq, seed, metrics):
+    import gpt_dataset_ref as gd
+    from transformers.models.mixtral.modeling_mixtral import load_balancing_loss_func
+    model, _ = load(d)
+    E, K = model.config.num_local_experts, model.config.num_experts_per_tok
+    docs = [[int(t) for t in l.split()] for l in open(ids_path)]
+    sizes = np.array([len(x) for x in docs], np.int32)
+    tokens = np.concatenate([np.array(x, np.int64) for x in docs])
+    ptr = np.concatenate(([0], np.cumsum(sizes.astype(np.int64))[:-1]))
+    lines = [l.split() for l in open(trace)]
+    assert len(lines) == 1 and lines[0][0] == "1" and lines[0][2] == "1", "trace: %s" % lines
+    first = int(lines[0][1])
+    _, doc, samp, shuf = gd.gpt(sizes, 0, len(sizes), 1, seq, 1, seed, True)
+    s = gd.fetch(tokens, ptr, sizes, doc, samp, shuf, seq, 1, first)
+    assert (s >= 0).all(), "sample %d runs past the data" % first
+    row = [json.loads(l) for l in open(metrics)]
+    row = [r for r in row if r.get("type") == "train" and r["iteration"] == 1]
+    assert len(row) == 1, "metrics: %d rows of iteration 1" % len(row)
+    mt_lm, mt_lb = row[0]["lm_loss"], row[0]["load_balancing_loss"]
+    with torch.no_grad():
+        out = model(torch.tensor(s[None, :-1]), output_router_logits=True)
+    lm = torch.nn.functional.cross_entropy(out.logits[0].double(), torch.tensor(s[1:])).item()
+    logits = out.router_logits   # one [N, E] per MoE layer
+    L = len(logits)
+    top = torch.sort(torch.cat(logits).double(), dim=-1, descending=True).values
+    margin = (top[:, K - 1] - top[:, K]).min().item()
+    hf = out.aux_loss.item()
+    per_layer = [load_balancing_loss_func((g,), E, K).item() / K for g in logits]
+    want = hf / K if L == 1 else sum(per_layer) / L
+    lm_gap, lb_gap = abs(mt_lm - lm) / abs(lm), abs(mt_lb - want) / abs(want)
+    msg = ("sample %d, %d tokens, %d MoE layer%s: lm loss %.2g relative; load_balancing_loss %.7g, "
+           % (first, seq, L, "s" if L > 1 else "", lm_gap, mt_lb))
+    if L == 1:
+        msg += "transformers' router_aux_loss / K %.7g: %.2g relative" % (hf / K, lb_gap)
+    else:
+        msg += ("the layers' mean of transformers' load_balancing_loss_func / K %.7g: %.2g relative; "
+                "router_aux_loss / K %.7g (layers as one set) differs by %.2g"
+                % (want, lb_gap, hf / K, abs(hf / K - mt_lb) / mt_lb))
+    print(msg + "; smallest top-%d margin %.2g" % (K, margin))
+    assert lm_gap < 1e-5, "lm loss: mt %.9g, transformers %.9g" % (mt_lm, lm)
+    assert margin > 1e-5, "a near tie in the routing: %.2g" % margin
+    assert lb_gap < 1e-5, "load_balancing_loss: mt %.9g, transformers %.9g" % (mt_lb, want)
+    if L > 1:
+        assert abs(hf / K - mt_lb) > 1e-3 * mt_lb, "router_aux_loss / K equals the layers' mean"
+
+
 def set_eos(d, i):
     from tokenizers import Tokenizer
     spelling = Tokenizer.from_file(os.path.join(d, "tokenizer.json")).id_to_token(i)
@@ -281,6 +341,12 @@ def main():
     ge = sub.add_parser("generate")
     ge.add_argument("dir")
     ge.add_argument("n", type=int)
+    ax = sub.add_parser("aux")
+    for k in ("dir", "ids", "trace"):
+        ax.add_argument(k)
+    ax.add_argument("seq", type=int)
+    ax.add_argument("seed", type=int)
+    ax.add_argument("metrics")
     se = sub.add_parser("set-eos")
     se.add_argument("dir")
     se.add_argument("id", type=int)
@@ -293,6 +359,8 @@ def main():
         score(a.dir, a.docs, a.mt_ids, a.mt_logits, a.mt_scores)
     elif a.cmd == "generate":
         generate(a.dir, a.n)
+    elif a.cmd == "aux":
+        aux(a.dir, a.ids, a.trace, a.seq, a.seed, a.metrics)
     elif a.cmd == "set-eos":
         set_eos(a.dir, a.id)
     else:

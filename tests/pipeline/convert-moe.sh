@@ -11,6 +11,20 @@
 #     list, pre-softmax for norm_topk_prob false, the shared expert and its gate, --add-qkv-bias);
 #   - mt-eval --score --logits of the converted checkpoint and of the HF directory equal transformers'
 #     logits to 1e-5 of the largest, and greedy mt-generate equals model.generate token for token;
+#   - the load-balancing loss mt-train logs for one step (--finetune of the converted Mixtral, learning rate 0,
+#     one sequence of 128 tokens; the sample its MT_TRACE_SAMPLES names, in Megatron's order) against
+#     transformers' router on the same tokens (output_router_logits=True, no attention mask; mt's lm loss
+#     equals transformers' cross entropy, so the tokens are the same). The definitions: mt logs Megatron's
+#     aux loss over its coefficient, E / (K N^2) sum_e count_e P_e per MoE layer over the N tokens (count_e
+#     the tokens whose top K has e, P_e their softmax scores of e summed), averaged over the layers;
+#     transformers' router_aux_loss (load_balancing_loss_func) is E / T^2 sum_e count_e P_e, without the
+#     1 / K, over the T = layers x N tokens of all the layers' router logits taken as one set. So with one
+#     MoE layer (a model made with 1 layer) mt = router_aux_loss / K: measured equal (0 relative, float32
+#     in both); with the 3-layer model mt = the mean over the layers of load_balancing_loss_func of each
+#     layer's logits / K (6.7e-8 relative), while router_aux_loss / K, with its cross terms between layers,
+#     is 15% away (the test requires more than 1e-3). Tolerance 1e-5 relative; the lm losses agree to
+#     2.6e-8, and the smallest gap between a token's K-th and (K+1)-th router logits is 5e-4 (above 1e-5
+#     required, so that float32 routes as torch does);
 #   - a model of neither kind (a shared expert without QKV biases) is refused naming the classes.
 . "$(dirname "$0")/../lib.sh"
 PY=/usr/bin/python3
@@ -80,6 +94,41 @@ PYEOF
         t_pass "$name: greedy mt-generate = model.generate token for token ($(tail -1 "$d/c"))"
     else t_fail "$name: greedy mt-generate = model.generate" "$(cat "$d/e") $(tail -1 "$d/c")"; fi
 done
+
+# ---- the load-balancing loss of one forward pass against transformers' router_aux_loss ----
+# mt-train --finetune of a converted checkpoint, one step at learning rate 0 on one sequence: its model flags
+# are the checkpoint's meta.json args (true: the flag alone; false: none), one a line
+ckflags() {
+    $PY - "$1/release/mp_rank_00/meta.json" <<'PYEOF'
+import json, sys
+for k, v in json.load(open(sys.argv[1]))["args"].items():
+    if v is not False:
+        print("--" + k)
+        if v is not True:
+            print(v)
+PYEOF
+}
+auxcheck() {   # WHAT HF CKPT DATA IDS
+    local r fl
+    r=$d/aux-$(basename "$3")
+    mapfile -t fl < <(ckflags "$3")
+    if ! MT_TRACE_SAMPLES=$r.trace mt-train "${fl[@]}" --load "$3" --finetune --train-iters 1 --lr 0 --min-lr 0 \
+            --micro-batch-size 1 --global-batch-size 1 --hidden-dropout 0 --attention-dropout 0 --seq-length 128 \
+            --seed 9 --log-interval 1 --eval-iters 0 --split 100,0,0 --data-path "$4" --data-cache-path "$d/cache" \
+            --metrics-file "$r.jsonl" >"$r.log" 2>&1; then
+        t_fail "$1: mt-train" "$(tail -2 "$r.log")"
+    elif oracle aux "$2" "$5" "$r.trace.0" 128 9 "$r.jsonl" >"$r.c" 2>"$r.e"; then t_pass "$1 ($(tail -1 "$r.c"))"
+    else t_fail "$1" "$(tail -1 "$r.e") ($(tail -1 "$r.c"))"; fi
+}
+if oracle make "$d/mix1" --arch mixtral --layers 1 --tokenizer --corpus "$docs" --vocab 1000 --positions 128 --seed 5 \
+        >/dev/null 2>"$d/e" && mt-ckpt-convert --from hf --in "$d/mix1" --save "$d/ck-mix1" 2>"$d/e" &&
+    mt-tokenize --tokenizer-type HuggingFaceTokenizer --tokenizer-model "$d/mix1" --quiet "$d/docs.jsonl" 2>"$d/e" \
+        | mt-index --output-prefix "$d/docs-mix1" 2>/dev/null && mt-index --dump "$d/docs-mix1_text_document" >"$d/ids-mix1.txt"; then
+    auxcheck "one MoE layer: load_balancing_loss = transformers' router_aux_loss / K" \
+        "$d/mix1" "$d/ck-mix1" "$d/docs-mix1_text_document" "$d/ids-mix1.txt"
+else t_fail "one MoE layer: make and convert the model" "$(tail -1 "$d/e")"; fi
+auxcheck "three MoE layers: load_balancing_loss = the layers' mean of transformers' per-layer loss / K, not router_aux_loss / K" \
+    "$d/mixtral" "$d/ck-mixtral" "$d/docs-mixtral_text_document" "$d/ids-mixtral.txt"
 
 # a shared expert without QKV biases is neither Mixtral nor Qwen2-MoE
 PYTHONPATH=$T_TOP/tests/oracle $PY "$T_TOP/tests/oracle/walk_data.py" "$d/data" 3 50
