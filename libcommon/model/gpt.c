@@ -82,6 +82,7 @@ static int build_table(mt_gpt *m, mt_err *e)
 
 const mt_layout *mt_gpt_layout(const mt_gpt *m) { return &m->layout; }
 size_t mt_gpt_expert_lo(const mt_gpt *m) { return m->layout.expert_lo; }
+uint64_t mt_gpt_ep_bytes(const mt_gpt *m) { return m->ep_bytes; }
 
 /* ---- weights ---- */
 

@@ -143,6 +143,9 @@ mt_gpt *mt_gpt_create_chunks(mtk *k, const mt_gpt_config *config, mt_comm *tp, i
 mt_gpt *mt_gpt_create_ep(mtk *k, const mt_gpt_config *config, mt_comm *tp, mt_comm *ep, int stage, int stages, int vp,
                          int mode, mt_err *e);
 size_t mt_gpt_expert_lo(const mt_gpt *m);
+/* The bytes the MoE layers' all-to-alls have sent to the other expert ranks so far (their blocks for the
+ * other ranks: the tokens' rows and their counts). */
+uint64_t mt_gpt_ep_bytes(const mt_gpt *m);
 void mt_gpt_free(mt_gpt *m);
 const mt_gpt_config *mt_gpt_get_config(const mt_gpt *m);
 mtk *mt_gpt_backend(const mt_gpt *m);

@@ -30,6 +30,7 @@ struct mt_gpt {
     int pp_stage, pp_size, l0, nl, first, last;
     mt_comm *ep;            /* expert parallelism: the ranks holding the other experts (NULL: one rank); not owned */
     int ep_rank, ep_size;   /* this rank holds experts [ep_rank E / ep_size, ...) of each MoE layer */
+    uint64_t ep_bytes;      /* bytes the MoE layers' all-to-alls have sent to the other expert ranks */
     int vp;                 /* model chunks of the interleaved schedule (1: none); chunk c of the stage holds its
                                local layers [c nl / vp, (c + 1) nl / vp) */
     int head;               /* the table index of the output layer's weight: the word embedding (tied, one

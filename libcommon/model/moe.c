@@ -227,6 +227,15 @@ static mt_cdtype act_cdtype(const mt_gpt *m)
     return d == MTK_F32 ? MT_C_F32 : d == MTK_BF16 ? MT_C_BF16 : MT_C_F16;
 }
 
+/* An all-to-all over the expert group, counting the bytes of the blocks for the other ranks. */
+static int a2a(mt_gpt *m, const void *send, const size_t *sc, void *recv, const size_t *rc, mt_cdtype t, size_t esize,
+               mt_err *e)
+{
+    for (int p = 0; p < m->ep->size; p++)
+        if (p != m->ep->rank) m->ep_bytes += sc[p] * esize;
+    return mt_all_to_all_v(m->ep, send, sc, recv, rc, t, e);
+}
+
 /* Rows of C elements: this rank's rows for each rank's experts (send; from the counts by expert hc), and
  * each rank's rows for this rank's experts (recv; from rc [P][El]). */
 static void ep_counts(const mt_moe_ctx *mc, const int32_t *hc, const int32_t *rc, size_t C, size_t *send,
@@ -256,7 +265,7 @@ static int experts_ep(mt_moe_ctx *mc, int s, int l, mt_err *e)
     void *xr = AT(mc->xr, (size_t)s * mc->rx * C);
     size_t *sc = mt_xmalloc(4 * P * sizeof *sc), *rr = sc + P, *cc = sc + 2 * P;
     for (size_t p = 0; p < P; p++) cc[p] = El * sizeof(int32_t);
-    int rc_ = mtk_sync(k, e) || mt_all_to_all_v(m->ep, counts, cc, mc->rcount, cc, MT_C_BYTE, e);
+    int rc_ = mtk_sync(k, e) || a2a(m, counts, cc, mc->rcount, cc, MT_C_BYTE, 1, e);
     if (!rc_) {
         mtk_to_host(k, rc, mc->rcount, E * sizeof(int32_t));
         rc_ = mtk_status(k, e);
@@ -265,7 +274,7 @@ static int experts_ep(mt_moe_ctx *mc, int s, int l, mt_err *e)
     size_t Rr = 0;
     for (size_t p = 0; p < P; p++) Rr += rr[p] / C;
     if (!rc_ && Rr > mc->rx) rc_ = mt_err_set(e, "%zu rows for this rank's experts, more than the %zu planned", Rr, mc->rx);
-    if (!rc_) rc_ = mtk_sync(k, e) || mt_all_to_all_v(m->ep, mc->xp, sc, xr, rr, act_cdtype(m), e);
+    if (!rc_) rc_ = mtk_sync(k, e) || a2a(m, mc->xp, sc, xr, rr, act_cdtype(m), m->asz, e);
     if (!rc_) {
         const void *w1 = mt_gpt_w(m, mt_gpt_t(m, l, MT_T_EXPERT_FC1_W)), *w2 = mt_gpt_w(m, mt_gpt_t(m, l, MT_T_EXPERT_FC2_W));
         size_t r0 = 0;
@@ -280,7 +289,7 @@ static int experts_ep(mt_moe_ctx *mc, int s, int l, mt_err *e)
                                    (int)C);
             r0 += rr[p] / C;
         }
-        rc_ = mtk_sync(k, e) || mt_all_to_all_v(m->ep, mc->yr, rr, y, sc, act_cdtype(m), e);
+        rc_ = mtk_sync(k, e) || a2a(m, mc->yr, rr, y, sc, act_cdtype(m), m->asz, e);
     }
     free(sc);
     return rc_ ? mt_err_prefix(e, "MoE layer %d, expert-parallel exchange", l) : 0;
@@ -300,7 +309,7 @@ static int experts_ep_bwd(mt_moe_ctx *mc, int s, int l, mtk_grad_mode gm, mt_err
     ep_counts(mc, hc, rc, C, sc, rr);
     size_t Rr = 0;
     for (size_t p = 0; p < P; p++) Rr += rr[p] / C;
-    int rc_ = mtk_sync(k, e) || mt_all_to_all_v(m->ep, mc->dy, sc, mc->dyr, rr, act_cdtype(m), e);
+    int rc_ = mtk_sync(k, e) || a2a(m, mc->dy, sc, mc->dyr, rr, act_cdtype(m), m->asz, e);
     if (!rc_) {
         act_fwd(m, mc->a, h1, Rr, mc->F);
         size_t r0 = 0;
@@ -318,7 +327,7 @@ static int experts_ep_bwd(mt_moe_ctx *mc, int s, int l, mtk_grad_mode gm, mt_err
                                    AT(xr, r0 * C), mt_gpt_w(m, t1), rc + p * El, (int)El, (int)C, mc->fc1, g1);
             r0 += rr[p] / C;
         }
-        rc_ = mtk_sync(k, e) || mt_all_to_all_v(m->ep, mc->dxr, rr, mc->xp, sc, act_cdtype(m), e);
+        rc_ = mtk_sync(k, e) || a2a(m, mc->dxr, rr, mc->xp, sc, act_cdtype(m), m->asz, e);
     }
     free(sc);
     return rc_ ? mt_err_prefix(e, "MoE layer %d, expert-parallel exchange", l) : 0;

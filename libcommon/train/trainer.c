@@ -283,7 +283,9 @@ static uint64_t sent_via(const mt_comm *host, const mt_comm *dev)
 }
 static uint64_t tp_sent(const mt_trainer *t) { return sent_via(t->par->tp, t->dev_tp); }
 static uint64_t pp_sent(const mt_trainer *t) { return sent_via(t->par->pp, t->dev_pp) + sent_via(t->emb, t->dev_emb); }
-static uint64_t ep_sent(const mt_trainer *t) { return t->ep_size > 1 ? sent_via(t->par->ep, t->dev_ep) : 0; }
+/* the MoE layers' all-to-alls (counted by the model: the expert group may be the data-parallel one), and
+ * the experts' share of the grad norm (ep_norm_bytes) */
+static uint64_t ep_sent(const mt_trainer *t) { return t->ep_size > 1 ? mt_gpt_ep_bytes(t->model) + t->ep_norm_bytes : 0; }
 
 float *mt_trainer_loss_slot(mt_trainer *t, const float *mask, int n, mt_err *e)
 {
@@ -393,7 +395,9 @@ int mt_trainer_step(mt_trainer *t, mt_step_result *r, mt_err *e)
     if (t->ep_size > 1) {   /* the experts' squares: every expert rank's, the others' once */
         size_t xlo = mt_gpt_expert_lo(t->model);
         double mine = mt_gpt_grad_sumsq(t->model, xlo, mt_gpt_num_params(t->model)), all = mine;
+        uint64_t b0 = t->par->ep->bytes_sent;
         if (mt_all_reduce(t->par->ep, &all, 1, MT_C_F64, e)) return mt_err_prefix(e, "grad norm");
+        t->ep_norm_bytes += t->par->ep->bytes_sent - b0;
         ss += all - mine;
     }
     int nmoe = mt_gpt_moe_layers(&t->cfg), ns = nmoe ? 4 : 2;   /* with MoE layers their losses too */

@@ -81,6 +81,7 @@ typedef struct mt_trainer {
     mt_grad_sync gs;         /* gradient buckets over dp (with expert parallelism: the buffer before the experts') */
     mt_grad_sync gs_exp;     /* with expert parallelism: the experts' gradients, over the expert-data-parallel group */
     uint64_t ep_step_bytes;  /* the last step's bytes sent to the expert-parallel group */
+    uint64_t ep_norm_bytes;  /* so far, by the grad norm's sums over it */
     mt_overlap *ov;          /* --overlap-grad-reduce / --overlap-param-gather with dp > 1; else NULL */
     FILE *trace;             /* $MT_TRACE_SAMPLES.<dp rank>: the train samples this rank reads (a test hook) */
     int64_t train_iters;
