@@ -484,7 +484,16 @@ mt_gpt_ctx *mt_gpt_ctx_new_chunk(mt_gpt *m, int chunk, int max_batch, mt_err *e)
 int mt_gpt_plan_part(const mt_gpt_config *config, int tp_rank, int tp_size, int stage, int stages, int vp,
                      int max_batch, size_t act_size, size_t *params, size_t *ctx_bytes, size_t *shared_bytes, mt_err *e)
 {
+    return mt_gpt_plan_part_ep(config, tp_rank, tp_size, 1, stage, stages, vp, max_batch, act_size, params, ctx_bytes,
+                               shared_bytes, e);
+}
+
+int mt_gpt_plan_part_ep(const mt_gpt_config *config, int tp_rank, int tp_size, int ep_size, int stage, int stages,
+                        int vp, int max_batch, size_t act_size, size_t *params, size_t *ctx_bytes, size_t *shared_bytes,
+                        mt_err *e)
+{
     mt_gpt m = {0};
+    m.ep_size = ep_size > 1 ? ep_size : 1;
     int rc = describe(&m, config, tp_rank, tp_size, stage, stages, vp, act_size, e);
     if (!rc) *shared_bytes = shared_need(&m, (size_t)max_batch * (size_t)config->seq_length);
     for (int c = 0; !rc && c < m.vp; c++) {

@@ -323,6 +323,10 @@ int mt_gpt_tied_copy(mt_gpt *m);
  * e set. */
 int mt_gpt_plan_part(const mt_gpt_config *config, int tp_rank, int tp_size, int stage, int stages, int vp,
                      int max_batch, size_t act_size, size_t *params, size_t *ctx_bytes, size_t *shared_bytes, mt_err *e);
+/* The same for expert rank 0 of ep_size (the experts split over ep_size ranks, every one holding as many). */
+int mt_gpt_plan_part_ep(const mt_gpt_config *config, int tp_rank, int tp_size, int ep_size, int stage, int stages,
+                        int vp, int max_batch, size_t act_size, size_t *params, size_t *ctx_bytes, size_t *shared_bytes,
+                        mt_err *e);
 
 /* Bytes of device memory held for parameters (with the working copy), gradients, and the activations
  * and KV caches of the live contexts (memory reports). */

@@ -54,6 +54,18 @@ int mt_plan_print(FILE *out, const mt_train_args *a, int world, mt_err *e)
         return mt_err_set(e, "the interleaved schedule needs the micro-batches of a data-parallel rank (%d) to be a "
                              "multiple of --pipeline-model-parallel-size (%d)", M, pp);
     double mb = 1024.0 * 1024.0;
+    int ep = a->num_experts ? a->expert_model_parallel_size : 1;
+    if (ep > 1 && dp % ep)
+        return mt_err_set(e, "--expert-model-parallel-size (%d) does not divide the data-parallel size %d", ep, dp);
+    int nmoe = mt_gpt_moe_layers(&cfg);
+    if (nmoe) {   /* the experts, and what expert parallelism exchanges with routing spread evenly */
+        double N = (double)a->micro_batch_size * a->seq_length, K = cfg.moe_topk, C = cfg.hidden_size;
+        double rows = N * K * (ep - 1) / ep;   /* the rows a rank sends to the other ranks' experts */
+        double bytes = (double)nmoe / pp * M * (4.0 * rows * C * (double)asz + (ep - 1) * (cfg.num_experts / ep) * 4.0);
+        fprintf(out, "> %d MoE layers of %d experts (top %d), %d on each of %d expert-parallel ranks; all-to-all "
+                     "bytes a rank sends per iteration with evenly spread routing: %.0f\n",
+                nmoe, cfg.num_experts, cfg.moe_topk, cfg.num_experts / ep, ep, ep > 1 ? bytes : 0.0);
+    }
     size_t *cb = mt_xcalloc((size_t)vp, sizeof *cb);
     int *live = mt_xcalloc((size_t)vp, sizeof *live);
     for (int s = 0; s < pp; s++) {
@@ -63,7 +75,7 @@ int mt_plan_print(FILE *out, const mt_train_args *a, int world, mt_err *e)
         }
         for (int r = 0; r < tp; r++) {
             size_t np, shared;
-            if (mt_gpt_plan_part(&cfg, r, tp, s, pp, vp, a->micro_batch_size, asz, &np, cb, &shared, e)) {
+            if (mt_gpt_plan_part_ep(&cfg, r, tp, ep, s, pp, vp, a->micro_batch_size, asz, &np, cb, &shared, e)) {
                 free(cb), free(live);
                 return -1;
             }

@@ -16,7 +16,8 @@
 #   - expert parallelism (--expert-model-parallel-size: the experts split over consecutive data-parallel
 #     ranks, the tokens exchanged by all-to-all, the experts' gradients summed over the ranks holding the
 #     same ones): EP 2, EP 4, EP 2 x TP 2 + SP and EP 2 x PP 2 give the one-rank losses as above; padded to
-#     capacity, a rank sends exactly the volume of its routed rows; --save, --load, the distributed
+#     capacity, a rank sends exactly the volume of its routed rows; the dry run's parameters and memory line
+#     of EP 2 are the run's; --save, --load, the distributed
 #     optimizer and overlap are refused with it for now;
 #   - token dropping: --moe-expert-capacity-factor 0.5 changes the losses (tokens are dropped), padding the
 #     experts to their capacity does not change a bit;
@@ -100,6 +101,17 @@ done
 mt-train $base --recompute-granularity full --recompute-method uniform --recompute-num-layers 2 \
     --metrics-file "$d/rc.jsonl" >"$d/rc.log" 2>"$d/rc.err" || t_fail "recompute" "$(tail -3 "$d/rc.err")"
 check "full recomputation: the same bits" "$d/rc.jsonl" 0
+
+# the dry run's plan of EP 2 (2 ranks): rank 0's parameters and memory line as the real run's
+# shellcheck disable=SC2086
+mt-train $base --expert-model-parallel-size 2 --dry-run --world-size 2 >"$d/plan.out" 2>&1 || t_fail "dry run" "$(tail -2 "$d/plan.out")"
+mem() { grep -E "$2" "$1" | head -1 | sed -E 's/.*(parameters: [^|]*\| gradients: [^|]*\| optimizer: [^|]*\| activations: [^|]*\| total: [0-9.]*).*/\1/'; }
+for pat in 'number of parameters on' 'memory \(MB\)'; do
+    a=$(mem "$d/plan.out" "$pat") b=$(mem "$d/ep2.log" "$pat")
+    if [ -n "$a" ] && [ "$a" = "$b" ]; then t_pass "EP 2 dry run: $pat as the run's ($a)"
+    else t_fail "EP 2 dry run: $pat" "plan '$a', run '$b'"; fi
+done
+t_grep "... and it names the experts of each rank" '> 3 MoE layers of 4 experts \(top 2\), 2 on each of 2 expert-parallel ranks' "$d/plan.out"
 
 # expert parallelism's traffic: with every expert padded to its capacity (ceil(64 tokens x 2 / 4 experts x
 # 1.0) = 32 rows from each rank), a rank of EP 2 (DP 4: one micro-batch each) sends per MoE layer the other
