@@ -275,6 +275,22 @@ static void tb_iteration(run *r, const mt_step_result *st)
         tb_scalar(r, "grad-norm", it, grad_norm);
         tb_scalar(r, "grad-norm vs samples", s, grad_norm);
     }
+    /* the MoE layers' losses as Megatron's tracker writes them (by iteration), and with --moe-per-layer-logging
+     * each layer's under moe/ (and the rows each expert computed) */
+    const mt_gpt_config *c = &r->t.cfg;
+    int aux = c->num_experts && c->moe_aux_type != MT_MOE_AUX_NONE && c->moe_aux_coeff > 0, z = c->num_experts && c->moe_z_coeff > 0;
+    const char *lb = c->moe_aux_type == MT_MOE_AUX_SEQ ? "seq_load_balancing_loss" : "load_balancing_loss";
+    if (aux) tb_scalar(r, lb, it, st->moe_lb);
+    if (z) tb_scalar(r, "z_loss", it, st->moe_z);
+    for (int l = 0; st->moe_layer && l < c->num_layers; l++) {
+        if (!c->moe_layers[l]) continue;
+        const double *v = st->moe_layer + (size_t)l * (size_t)(2 + c->num_experts);
+        char tag[96];
+        if (aux) snprintf(tag, sizeof tag, "moe/%s_layer_%d", lb, l), tb_scalar(r, tag, it, v[0]);
+        if (z) snprintf(tag, sizeof tag, "moe/z_loss_layer_%d", l), tb_scalar(r, tag, it, v[1]);
+        for (int j = 0; j < c->num_experts; j++)
+            snprintf(tag, sizeof tag, "moe/tokens_per_expert_layer_%d_expert_%d", l, j), tb_scalar(r, tag, it, v[2 + j]);
+    }
 }
 
 /* Whether to stop after this iteration by signal (*sig) or by --exit-duration-in-mins (*late). With

@@ -82,6 +82,8 @@ static const mt_flag flags[] = {
      "MoE: a shared expert of hidden size FS that every token goes through", 1, 1 << 24, NULL},
     {"--moe-shared-expert-gate", MT_F_BOOL, &A.moe_shared_expert_gate, NULL,
      "MoE: the shared expert's output times sigmoid(x . gate) (Qwen2-MoE)", 0, 0, NULL},
+    {"--moe-per-layer-logging", MT_F_BOOL, &A.moe_per_layer_logging, NULL,
+     "MoE: each MoE layer's losses and rows per expert to TensorBoard (moe/..._layer_L)", 0, 0, NULL},
     {"--expert-model-parallel-size", MT_F_INT, &A.expert_model_parallel_size, "N",
      "MoE: ranks the experts are split over (of the data-parallel ones; default 1)", 1, 1 << 16, NULL},
     NOOP_B("--moe-grouped-gemm", "accepted; the experts' products are always one grouped product"),
@@ -310,7 +312,6 @@ static const struct {
     {"--test-data-path", "use --data-path with --split"},
     {"--mock-data", "use a real dataset (mt-tokenize | mt-index)"},
     {"--calculate-per-token-loss", "not implemented"},
-    {"--moe-per-layer-logging", "the MoE losses of each layer are not logged yet (their average over the layers is)"},
     {"--lr-wsd-decay-style", "the WSD schedule is not implemented"},
     {"--lr-wsd-decay-iters", "the WSD schedule is not implemented"},
     {"--lr-wsd-decay-samples", "the WSD schedule is not implemented"},
@@ -400,7 +401,7 @@ static int check_moe(mt_train_args *a, const bool *seen, mt_err *e)
         "--moe-router-load-balancing-type", "--moe-aux-loss-coeff", "--moe-z-loss-coeff", "--moe-router-score-function",
         "--moe-router-pre-softmax", "--moe-router-topk-scaling-factor", "--moe-router-dtype", "--moe-expert-capacity-factor",
         "--moe-pad-expert-input-to-capacity", "--moe-token-drop-policy", "--moe-shared-expert-intermediate-size",
-        "--moe-shared-expert-gate", "--expert-model-parallel-size", NULL};
+        "--moe-shared-expert-gate", "--moe-per-layer-logging", "--expert-model-parallel-size", NULL};
     if (!a->num_experts) {
         for (int i = 0; moe_only[i]; i++)
             if (given(seen, moe_only[i])) return mt_err_set(e, "%s goes with --num-experts", moe_only[i]);

@@ -39,7 +39,7 @@ typedef struct mt_train_args {
     const char *moe_layer_freq;            /* N, or a list of 0/1 per layer */
     const char *moe_router_load_balancing_type, *moe_router_score_function, *moe_token_drop_policy, *moe_router_dtype;
     double moe_aux_loss_coeff, moe_z_loss_coeff, moe_router_topk_scaling_factor, moe_expert_capacity_factor;
-    bool moe_router_pre_softmax, moe_pad_expert_input_to_capacity, moe_shared_expert_gate;
+    bool moe_router_pre_softmax, moe_pad_expert_input_to_capacity, moe_shared_expert_gate, moe_per_layer_logging;
     int expert_model_parallel_size;
     /* batch (4.2) */
     int micro_batch_size;

@@ -893,6 +893,15 @@ void mt_gpt_moe_losses(const mt_gpt_ctx *x, double *load_balancing, double *z)
 {
     mt_moe_losses(x->moe, load_balancing, z);
 }
+int mt_gpt_moe_layer_stats(const mt_gpt_ctx *x, int li, double *load_balancing, double *z, double *tokens)
+{
+    const mt_gpt *m = x->m;
+    if (!x->moe || li < x->lc0 || li >= x->lc0 + x->lcn || !mt_arch_is_moe(&m->layout.arch, mt_layout_global_layer(&m->layout, li)))
+        return 0;
+    mt_moe_layer_stats(x->moe, li, load_balancing, z, tokens);
+    return 1;
+}
+
 int mt_gpt_moe_layers(const mt_gpt_config *c)
 {
     int n = 0;

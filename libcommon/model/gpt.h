@@ -258,6 +258,10 @@ void mt_gpt_set_moe_loss_scale(mt_gpt_ctx *x, double scale);
 /* The sums over the context's MoE layers of its last training forward pass's load-balancing loss and z-loss,
  * each divided by its coefficient (Megatron logs them so); 0 without them. */
 void mt_gpt_moe_losses(const mt_gpt_ctx *x, double *load_balancing, double *z);
+/* Of x's last training forward pass and its local layer li (model/layout.h's local index), when an MoE
+ * layer: its load-balancing loss and z-loss over their coefficients, and the rows each of the E experts got
+ * (tokens[E]; with padding, the capacity); 1, or 0 for a dense layer or one of another model chunk. */
+int mt_gpt_moe_layer_stats(const mt_gpt_ctx *x, int li, double *load_balancing, double *z, double *tokens);
 /* The MoE layers of the whole model (0: dense). */
 int mt_gpt_moe_layers(const mt_gpt_config *c);
 

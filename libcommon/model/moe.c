@@ -35,6 +35,7 @@ struct mt_moe_ctx {
     float *h_stats;               /* [S][2 E max_batch + 1] */
     int *runs;                    /* [S]: the runs of h_stats (1, or B with seq_aux_loss) */
     double *lb, *z;               /* [nl]: each local layer's losses / coefficients, of the last forward */
+    int32_t *tok;                 /* [nl][E]: each local layer's rows per expert (its capacity when padded) */
     size_t bytes;
 };
 
@@ -158,6 +159,7 @@ mt_moe_ctx *mt_moe_ctx_new(mt_gpt *m, size_t ntok, int max_batch, int slots, int
     mc->runs = mt_xcalloc((size_t)slots, sizeof *mc->runs);
     mc->lb = mt_xcalloc((size_t)(nl > 0 ? nl : 1), sizeof *mc->lb);
     mc->z = mt_xcalloc((size_t)(nl > 0 ? nl : 1), sizeof *mc->z);
+    mc->tok = mt_xcalloc((size_t)(nl > 0 ? nl : 1) * (size_t)mc->E, sizeof *mc->tok);
     return mc;
 }
 
@@ -177,10 +179,17 @@ void mt_moe_ctx_free(mt_moe_ctx *mc)
     free(mc->runs);
     free(mc->lb);
     free(mc->z);
+    free(mc->tok);
     free(mc);
 }
 
 size_t mt_moe_bytes(const mt_moe_ctx *mc) { return mc ? mc->bytes : 0; }
+
+void mt_moe_layer_stats(const mt_moe_ctx *mc, int li, double *lb, double *z, double *tokens)
+{
+    *lb = mc->lb[li], *z = mc->z[li];
+    for (int j = 0; j < mc->E; j++) tokens[j] = mc->tok[(size_t)li * mc->E + j];
+}
 
 size_t mt_moe_rows_max(const mt_gpt *m, size_t ntok)
 {
@@ -381,6 +390,7 @@ int mt_moe_forward(mt_moe_ctx *mc, int s, int li, int l, const void *x, void *ou
     for (size_t j = 0; j < E; j++) R += (size_t)hc[j];
     if (R > mc->rmax) return mt_err_set(e, "MoE layer %d: %zu rows for the experts, more than the %zu planned", l, R, mc->rmax);
     mc->rows[s] = (int)R;
+    memcpy(mc->tok + (size_t)li * E, hc, E * sizeof *hc);
 
     /* everything that reads x first: out may be x's buffer */
     mtk_moe_permute(k, mc->xp, x, src, (int)R, (int)C);

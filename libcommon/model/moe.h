@@ -43,6 +43,9 @@ int mt_moe_forward(mt_moe_ctx *mc, int s, int li, int l, const void *x, void *ou
  * of the auxiliary losses' gradients. */
 int mt_moe_backward(mt_moe_ctx *mc, int s, int l, const void *x, const void *dout, void *dx, int B, int T, double scale,
                     mtk_grad_mode gm, int training, mt_err *e);
+/* Local layer li's load-balancing loss / coefficient, z-loss / coefficient and rows per expert (tokens[E])
+ * of the last forward pass. */
+void mt_moe_layer_stats(const mt_moe_ctx *mc, int li, double *lb, double *z, double *tokens);
 /* The sums over the local layers of the last forward pass's load-balancing loss / coefficient and z-loss /
  * coefficient (0 without them). */
 void mt_moe_losses(const mt_moe_ctx *mc, double *lb, double *z);

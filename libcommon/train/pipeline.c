@@ -169,6 +169,16 @@ static int run_forward(mt_trainer *t, mt_pipeline *p, mt_pp_mc mc, mt_step_resul
     mt_gpt_moe_losses(x, &lb, &z);
     r->moe_lb += lb;
     r->moe_z += z;
+    if (t->moe_layer) {   /* each of this chunk's MoE layers, at its global index */
+        const mt_layout *lay = mt_gpt_layout(t->model);
+        int E = t->cfg.num_experts;
+        for (int li = 0; li < lay->num_layers; li++) {
+            double *row = t->moe_layer + (size_t)mt_layout_global_layer(lay, li) * (size_t)(2 + E), tok[MTK_MOE_MAX_EXPERTS];
+            if (!mt_gpt_moe_layer_stats(x, li, &lb, &z, tok)) continue;
+            row[0] += lb, row[1] += z;
+            for (int j = 0; j < E; j++) row[2 + j] += tok[j];
+        }
+    }
     p->scale[i] = l.count > 0 ? (double)(1.0f / (float)total_micro) / l.count * t->scaler.scale : 0.0;
     r->loss_sum += l.sum;
     r->tokens += l.count;

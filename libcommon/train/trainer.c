@@ -161,6 +161,8 @@ int mt_trainer_open_par(mt_trainer *t, const mt_train_args *a, const mt_parallel
         return mt_err_set(e, "the interleaved schedule needs the micro-batches of a data-parallel rank (%d = "
                              "--global-batch-size / (--micro-batch-size x data-parallel size)) to be a multiple of "
                              "--pipeline-model-parallel-size (%d)", t->num_micro, t->pp_size);
+    if (t->a.moe_per_layer_logging && t->cfg.num_experts)
+        t->moe_layer = mt_xcalloc((size_t)t->cfg.num_layers * (size_t)(2 + t->cfg.num_experts), sizeof *t->moe_layer);
     t->model = mt_gpt_create_ep(t->k, &t->cfg, t->dev_tp, t->dev_ep, t->pp_rank, t->pp_size, t->vp, MT_GPT_TRAIN, e);
     if (!t->model) return -1;
     /* the schedule and the contexts of the micro-batches in flight */
@@ -247,6 +249,8 @@ void mt_trainer_close(mt_trainer *t)
     t->dev_dp = t->dev_tp = t->dev_pp = t->dev_emb = t->emb = NULL;
     mtk_close(t->k);
     mt_grad_sync_free(&t->gs);
+    free(t->moe_layer);
+    t->moe_layer = NULL;
     if (t->ep_size > 1) mt_grad_sync_free(&t->gs_exp);
     if (t->trace) fclose(t->trace);
     t->trace = NULL;
@@ -367,6 +371,8 @@ int mt_trainer_step(mt_trainer *t, mt_step_result *r, mt_err *e)
     uint64_t sent0 = t->par->dp->bytes_sent + (t->ov ? mt_overlap_bytes(t->ov) : 0), tp0 = tp_sent(t);
     uint64_t pp0 = pp_sent(t), ep0 = ep_sent(t);
     mt_gpt_zero_grad(t->model);
+    if (t->moe_layer)
+        memset(t->moe_layer, 0, (size_t)t->cfg.num_layers * (size_t)(2 + t->cfg.num_experts) * sizeof *t->moe_layer);
     if (t->ov && mt_overlap_step_begin(t->ov, e))
         return mt_err_prefix(e, "iteration %lld: parameter all-gather", (long long)t->iteration + 1);
     double ls = t->scaler.scale;
@@ -401,6 +407,15 @@ int mt_trainer_step(mt_trainer *t, mt_step_result *r, mt_err *e)
         ss += all - mine;
     }
     int nmoe = mt_gpt_moe_layers(&t->cfg), ns = nmoe ? 4 : 2;   /* with MoE layers their losses too */
+    if (t->moe_layer) {   /* each layer's from its stage, summed over the data-parallel ranks */
+        size_t n = (size_t)t->cfg.num_layers * (size_t)(2 + t->cfg.num_experts);
+        if ((t->pp_size > 1 && mt_all_reduce(t->par->pp, t->moe_layer, n, MT_C_F64, e)) ||
+            (t->dp_size > 1 && mt_all_reduce(t->par->dp, t->moe_layer, n, MT_C_F64, e)))
+            return mt_err_prefix(e, "iteration %lld: MoE per-layer logging", (long long)t->iteration + 1);
+        for (int l = 0; l < t->cfg.num_layers; l++)
+            for (int i = 0; i < 2; i++) t->moe_layer[(size_t)l * (size_t)(2 + t->cfg.num_experts) + i] /= (double)t->num_micro * t->dp_size;
+        r->moe_layer = t->moe_layer;
+    }
     if (t->pp_size > 1) {   /* the loss is the last stage's; the MoE layers' losses every stage's */
         double sums[4] = {r->loss_sum, r->tokens, r->moe_lb, r->moe_z};
         if (mt_all_reduce(t->par->pp, sums, ns, MT_C_F64, e)) return mt_err_prefix(e, "iteration %lld: pipeline loss", (long long)t->iteration + 1);

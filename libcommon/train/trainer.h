@@ -82,6 +82,7 @@ typedef struct mt_trainer {
     mt_grad_sync gs_exp;     /* with expert parallelism: the experts' gradients, over the expert-data-parallel group */
     uint64_t ep_step_bytes;  /* the last step's bytes sent to the expert-parallel group */
     uint64_t ep_norm_bytes;  /* so far, by the grad norm's sums over it */
+    double *moe_layer;       /* --moe-per-layer-logging: the step's sums (mt_step_result's moe_layer) */
     mt_overlap *ov;          /* --overlap-grad-reduce / --overlap-param-gather with dp > 1; else NULL */
     FILE *trace;             /* $MT_TRACE_SAMPLES.<dp rank>: the train samples this rank reads (a test hook) */
     int64_t train_iters;
@@ -138,6 +139,10 @@ typedef struct mt_step_result {
     /* MoE: the load-balancing loss and z-loss over their coefficients, averaged as Megatron logs them (over the
      * MoE layers, the micro-batches and the data-parallel ranks); during the step, this rank's sums */
     double moe_lb, moe_z;
+    /* with --moe-per-layer-logging: [num_layers][2 + experts] of every global layer (0 for a dense one): its
+     * load-balancing loss and z-loss over their coefficients, averaged as the totals above, then the rows each
+     * expert computed in the step, summed over the micro-batches and the data-parallel ranks; NULL without */
+    const double *moe_layer;
     mtk_stats stats;          /* what the step cost this rank's kernel backend (mtk_stats differences): host
                                  syncs, upload waits, kernel launches, operations */
 } mt_step_result;

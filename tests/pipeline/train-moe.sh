@@ -19,6 +19,9 @@
 #     capacity, a rank sends exactly the volume of its routed rows; the dry run's parameters and memory line
 #     of EP 2 are the run's; --save, --load, the distributed
 #     optimizer and overlap are refused with it for now;
+#   - TensorBoard (two stages, --moe-per-layer-logging): load_balancing_loss and z_loss, and each MoE
+#     layer's (moe/..._layer_L, only the MoE layers) whose mean is the logged value, and the rows per expert
+#     of each layer summing to the step's tokens x top-k;
 #   - token dropping: --moe-expert-capacity-factor 0.5 changes the losses (tokens are dropped), padding the
 #     experts to their capacity does not change a bit;
 #   - mt-eval runs the MoE checkpoint;
@@ -158,6 +161,65 @@ print(len(mlp))
 PYEOF
 then t_pass "checkpoint: the MoE layers' tensors ($(cat "$d/names.out") MLP tensors)"
 else t_fail "checkpoint tensors" "$(tail -2 "$d/names.out")"; fi
+
+# ---- TensorBoard: the MoE losses, and with --moe-per-layer-logging each layer's (two stages) ----
+# shellcheck disable=SC2086
+mt-train -n 2 $base --pipeline-model-parallel-size 2 --moe-per-layer-logging --tensorboard-dir "$d/tb" \
+    --metrics-file "$d/tb.jsonl" >"$d/tb.log" 2>"$d/tb.err" || t_fail "per-layer logging run" "$(tail -3 "$d/tb.err")"
+if $py - "$d/tb" "$d/tb.jsonl" >"$d/tb.out" 2>&1 <<'PYEOF'
+import glob, json, struct, sys
+def varint(b, i):
+    v = s = 0
+    while True:
+        c = b[i]; i += 1; v |= (c & 127) << s; s += 7
+        if c < 128: return v, i
+def fields(b):   # (field, wire type, value) of a protobuf message
+    i = 0
+    while i < len(b):
+        k, i = varint(b, i)
+        f, w = k >> 3, k & 7
+        if w == 0: v, i = varint(b, i)
+        elif w == 1: v = b[i:i + 8]; i += 8
+        elif w == 5: v = b[i:i + 4]; i += 4
+        elif w == 2: n, i = varint(b, i); v = b[i:i + n]; i += n
+        else: raise ValueError("wire type %d" % w)
+        yield f, w, v
+scal = {}
+for path in glob.glob(sys.argv[1] + "/events.out.tfevents.*"):
+    data = open(path, "rb").read()
+    i = 0
+    while i < len(data):
+        n = struct.unpack("<Q", data[i:i + 8])[0]; rec = data[i + 12:i + 12 + n]; i += 16 + n
+        step = 0
+        for f, w, v in fields(rec):
+            if f == 2: step = v
+            if f == 5:
+                for f2, w2, v2 in fields(v):
+                    if f2 != 1: continue
+                    tag = val = None
+                    for f3, w3, v3 in fields(v2):
+                        if f3 == 1: tag = v3.decode()
+                        if f3 == 2: val = struct.unpack("<f", v3)[0]
+                    if tag is not None and val is not None: scal[(tag, step)] = val
+it = {r["iteration"]: r for r in map(json.loads, open(sys.argv[2])) if r["type"] == "train"}
+moe = [0, 2, 3]
+for l in range(4):
+    has = ("moe/load_balancing_loss_layer_%d" % l, 1) in scal
+    assert has == (l in moe), "layer %d: per-layer tags %s" % (l, has)
+worst = 0
+for i, r in it.items():
+    for name in ("load_balancing_loss", "z_loss"):
+        per = [scal[("moe/%s_layer_%d" % (name, l), i)] for l in moe]
+        for v in (scal[(name, i)], sum(per) / len(per)):   # the total tag, and the layers' mean
+            worst = max(worst, abs(v - r[name]) / r[name])
+    for l in moe:   # every token's 2 choices: 8 sequences x 32 tokens x 2 rows per layer and step
+        rows = sum(scal[("moe/tokens_per_expert_layer_%d_expert_%d" % (l, j), i)] for j in range(4))
+        assert rows == 8 * 32 * 2, "iteration %d layer %d: %g rows" % (i, l, rows)
+assert worst < 1e-6, "worst %g" % worst   # float32 scalars against the metrics' doubles
+print("%d iterations, worst %.2g" % (len(it), worst))
+PYEOF
+then t_pass "TensorBoard: load_balancing_loss and z_loss, and per MoE layer (not the dense one) its losses, whose mean is the logged one, and rows per expert summing to the step's tokens x 2 ($(cat "$d/tb.out"))"
+else t_fail "TensorBoard per-layer logging" "$(tail -2 "$d/tb.out")"; fi
 
 # ---- token dropping ----
 short="--train-iters 4 --lr-warmup-iters 1 --eval-iters 0 --log-interval 1"
