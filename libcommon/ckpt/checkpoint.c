@@ -116,8 +116,13 @@ static int install_dir(const char *tmp, const char *final, int *old_at_tmp, mt_e
 
 void mt_ckpt_rank_name(char *buf, size_t cap, int tp_rank, int pp_rank, int pp_size)
 {
-    if (pp_size > 1) snprintf(buf, cap, "mp_rank_%02d_%03d", tp_rank, pp_rank);
-    else snprintf(buf, cap, "mp_rank_%02d", tp_rank);
+    mt_ckpt_rank_name_ep(buf, cap, tp_rank, pp_rank, pp_size, 0, 1);
+}
+
+void mt_ckpt_rank_name_ep(char *buf, size_t cap, int tp_rank, int pp_rank, int pp_size, int ep_rank, int ep_size)
+{
+    int n = pp_size > 1 ? snprintf(buf, cap, "mp_rank_%02d_%03d", tp_rank, pp_rank) : snprintf(buf, cap, "mp_rank_%02d", tp_rank);
+    if (ep_size > 1 && n > 0 && (size_t)n < cap) snprintf(buf + n, cap - (size_t)n, "_%03d", ep_rank);
 }
 
 /* Writes one rank's files into tmp/<name> (which may exist when shared, else is created). */

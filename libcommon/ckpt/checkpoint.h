@@ -113,6 +113,8 @@ void mt_ckpt_part_abandon(const char *tmp);
 
 /* Megatron's rank directory name: "mp_rank_TT" with one pipeline stage, "mp_rank_TT_PPP" with more. */
 void mt_ckpt_rank_name(char *buf, size_t cap, int tp_rank, int pp_rank, int pp_size);
+/* With expert parallelism (ep_size > 1) Megatron appends the expert rank: "mp_rank_TT[_PPP]_EEE". */
+void mt_ckpt_rank_name_ep(char *buf, size_t cap, int tp_rank, int pp_rank, int pp_size, int ep_rank, int ep_size);
 
 /* Checks at start-up that save_dir is usable: creates it (and its parents) if missing, then that it is a
  * directory in which this process can create entries. Returns 0 or -1 naming the directory. */

@@ -38,21 +38,23 @@ static int check_shapes(const mt_ckpt_global *g, mt_err *e)
 }
 
 int mt_ckpt_global_open(mt_ckpt_global *g, mt_ckpt_reader *first, const char *load_dir, int64_t iteration,
-                        const mt_model_arch *a, int tp, int pp, int vp, mt_err *e)
+                        const mt_model_arch *a, int tp, int pp, int vp, int ep, mt_err *e)
 {
     memset(g, 0, sizeof *g);
     mt_layout_part one = {0, 1, 0, 1, 1, 0, 1};
     if (mt_layout_build(a, &one, &g->whole, e)) return -1;
     g->tp = tp;
     g->pp = pp;
-    g->n = tp * pp;
+    g->ep = ep > 1 ? ep : 1;
+    g->n = tp * pp * g->ep;
     g->r = mt_xcalloc((size_t)g->n, sizeof *g->r);
     g->l = mt_xcalloc((size_t)g->n, sizeof *g->l);
     size_t most = 1;
     for (int p = 0; p < pp; p++)
+        for (int x = 0; x < g->ep; x++)
         for (int t = 0; t < tp; t++) {
-            int i = p * tp + t;
-            mt_layout_part part = {t, tp, p, pp, vp, 0, 1};
+            int i = (p * g->ep + x) * tp + t;
+            mt_layout_part part = {t, tp, p, pp, vp, x, g->ep};
             if (mt_layout_build(a, &part, &g->l[i], e)) {
                 mt_err_prefix(e, "checkpoint of tensor-parallel size %d, pipeline %d", tp, pp);
                 mt_ckpt_global_close(g);
@@ -65,7 +67,7 @@ int mt_ckpt_global_open(mt_ckpt_global *g, mt_ckpt_reader *first, const char *lo
                 continue;
             }
             char name[32];
-            mt_ckpt_rank_name(name, sizeof name, t, p, pp);
+            mt_ckpt_rank_name_ep(name, sizeof name, t, p, pp, x, g->ep);
             g->r[i] = mt_ckpt_open_rank(load_dir, iteration, name, e);
             if (!g->r[i]) {
                 mt_err_prefix(e, "checkpoint of tensor-parallel size %d, pipeline %d: missing shard", tp, pp);
@@ -118,6 +120,9 @@ static int read_slice(mt_ckpt_global *g, int which, int i, const mt_layout_tenso
     return mt_ckpt_read_tensor(g->r[i], which, nm, lt->ndim, lt->local_shape, g->scratch, e);
 }
 
+/* The expert rank of rank i. */
+static int expert_rank(const mt_ckpt_global *g, int i) { return (i / g->tp) % g->ep; }
+
 int mt_ckpt_global_read(mt_ckpt_global *g, int which, const char *name, const char *suffix, int ndim,
                         const int64_t *shape, float *dst, mt_err *e)
 {
@@ -135,7 +140,7 @@ int mt_ckpt_global_read(mt_ckpt_global *g, int which, const char *name, const ch
     int found = 0, rc = 0;
     for (int i = 0; i < g->n && !rc; i++) {
         const mt_layout_tensor *lt = mt_layout_get_expert(&g->l[i], w->layer, w->kind, w->expert);
-        if (!lt) continue;
+        if (!lt || (w->expert < 0 && expert_rank(g, i) > 0)) continue;   /* the rest: expert rank 0's */
         if (lt->partition_dim < 0 && found) continue;   /* replicated: the first holder's */
         local_name(nm, sizeof nm, lt->name, suffix);
         if (read_slice(g, which, i, lt, suffix, nm, e)) rc = -1;
@@ -188,6 +193,11 @@ static int check_copies(mt_ckpt_global *g, int which, int i, const char *suffix,
             const mt_layout_tensor *l0 = mt_layout_get_expert(&g->l[r0], lt->layer, lt->kind, lt->expert);
             local_name(n0, sizeof n0, l0->name, suffix);
             if (same_copy(g, which, i, lt, nm, r0, l0, n0, "tensor rank 0's copy", e)) return -1;
+        } else if (lt->expert < 0 && expert_rank(g, i) > 0) {   /* not an expert's: as expert rank 0 has it */
+            int r0 = i - expert_rank(g, i) * g->tp;
+            const mt_layout_tensor *l0 = mt_layout_get(&g->l[r0], lt->layer, lt->kind);
+            local_name(n0, sizeof n0, l0->name, suffix);
+            if (same_copy(g, which, i, lt, nm, r0, l0, n0, "expert rank 0's copy", e)) return -1;
         }
     }
     return 0;
@@ -332,6 +342,7 @@ int mt_ckpt_global_read_part(mt_ckpt_global *g, int which, const mt_layout_tenso
     int any = 0;
     for (int i = 0; i < g->n; i++) {
         src[i] = mt_layout_get_expert(&g->l[i], w->layer, w->kind, w->expert);
+        if (w->expert < 0 && expert_rank(g, i) > 0) src[i] = NULL;   /* not an expert's: expert rank 0's */
         if (src[i] && src[i]->partition_dim < 0 && any) src[i] = NULL;
         any |= src[i] != NULL;
     }

@@ -12,8 +12,8 @@
 #include "util/err.h"
 
 typedef struct mt_ckpt_global {
-    int tp, pp, n;
-    mt_ckpt_reader **r;   /* rank p * tp + t; r[0] is the caller's, not closed here */
+    int tp, pp, ep, n;
+    mt_ckpt_reader **r;   /* rank (p ep + x) tp + t (x the expert rank); r[0] is the caller's, not closed here */
     mt_layout *l;         /* each rank's layout */
     mt_layout whole;      /* the one-rank layout: global names and shapes */
     float *scratch;       /* the largest slice */
@@ -34,7 +34,7 @@ typedef struct mt_ckpt_global {
  * architecture a saved with tensor size tp, pipeline size pp and vp model chunks per stage (the
  * interleaved schedule; 1 without). 0, or -1 with e set (nothing open). */
 int mt_ckpt_global_open(mt_ckpt_global *g, mt_ckpt_reader *first, const char *load_dir, int64_t iteration,
-                        const mt_model_arch *a, int tp, int pp, int vp, mt_err *e);
+                        const mt_model_arch *a, int tp, int pp, int vp, int ep, mt_err *e);
 void mt_ckpt_global_close(mt_ckpt_global *g);
 
 /* Reads the whole tensor name (a one-rank name) of file which (MT_CKPT_MODEL; MT_CKPT_OPTIM with suffix

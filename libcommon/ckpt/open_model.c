@@ -310,7 +310,13 @@ static int open_shards(mt_model_ckpt *mc, mt_err *e)
     if (json_is_integer(lv) && json_integer_value(lv) > 0 && a.num_layers % pp == 0 &&
         (a.num_layers / pp) % json_integer_value(lv) == 0)
         vp = (int)((a.num_layers / pp) / json_integer_value(lv));
-    if (mt_ckpt_global_open(g, mc->reader, mc->load_dir, mc->iteration, &a, tp, pp, vp, e)) {
+    json_t *ej = json_object_get(mc->args, "expert-model-parallel-size");
+    int ep = json_is_integer(ej) && a.num_experts ? (int)json_integer_value(ej) : 1;
+    if (ep < 1 || ep > a.num_experts + (a.num_experts == 0)) {
+        free(g);
+        return mt_err_set(e, "%s/meta.json: expert-model-parallel-size %d out of range", mc->dir, ep);
+    }
+    if (mt_ckpt_global_open(g, mc->reader, mc->load_dir, mc->iteration, &a, tp, pp, vp, ep, e)) {
         free(g);
         return mt_err_prefix(e, "%s", mc->load_dir);
     }

@@ -265,11 +265,14 @@ static mt_ckpt_job *job_begin(mt_trainer *t, mt_err *e)
     j->np = mt_gpt_num_params(t->model);
     j->lo = t->opt.lo, j->hi = t->opt.hi;
     j->dp_rank = t->dp_rank, j->dp_size = t->dp_size;
-    j->model = t->dp_rank == 0;
+    /* the model's files: data-parallel rank 0's, or with expert parallelism each expert rank's (the ranks of
+     * expert-data-parallel rank 0: its experts, and the rest as every rank has it) */
+    j->model = t->ep_size > 1 ? t->par->edp->rank == 0 : t->dp_rank == 0;
     j->shard = with_optim && t->a.use_distributed_optimizer;
     j->optim_whole = with_optim && !j->shard && j->model;
     j->param = j->shard && t->opt.main;
-    mt_ckpt_rank_name(j->rank_name, sizeof j->rank_name, t->tp_rank, t->pp_rank, t->pp_size);
+    mt_ckpt_rank_name_ep(j->rank_name, sizeof j->rank_name, t->tp_rank, t->pp_rank, t->pp_size,
+                         t->ep_size > 1 ? t->par->ep->rank : 0, t->ep_size);
     if (j->model) j->meta = mt_trainer_ckpt_meta(t, with_optim, j->shard);
     flat_src dev = {.k = t->k};
     j->p = dev;

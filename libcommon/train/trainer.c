@@ -127,9 +127,8 @@ int mt_trainer_open_par(mt_trainer *t, const mt_train_args *a, const mt_parallel
     t->ep_size = t->par->ep_size > 1 ? t->par->ep_size : 1;
     if (t->ep_size > 1) {
         static const char *const no[] = {"--use-distributed-optimizer", "--overlap-grad-reduce", "--overlap-param-gather",
-                                         "--save", "--load"};
-        int on[] = {t->a.use_distributed_optimizer, t->a.overlap_grad_reduce, t->a.overlap_param_gather,
-                    t->a.save != NULL, t->a.load != NULL};
+                                         "--async-save"};
+        int on[] = {t->a.use_distributed_optimizer, t->a.overlap_grad_reduce, t->a.overlap_param_gather, t->a.async_save};
         for (size_t i = 0; i < sizeof no / sizeof no[0]; i++)
             if (on[i]) return mt_err_set(e, "%s with --expert-model-parallel-size %d: not implemented yet", no[i], t->ep_size);
         if (!(t->dev_ep = mt_device_comm(t->par->ep, t->k, e))) return -1;
