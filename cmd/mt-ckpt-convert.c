@@ -17,7 +17,7 @@
 static const char *load_dir, *to_fmt, *from_fmt, *in_dir, *out_dir, *save_dir, *dtype_name, *vocab_file,
     *merge_file;
 static int64_t iteration = -1;
-static int target_tp, target_pp;
+static int target_tp, target_pp, target_ep;
 
 static const mt_flag flags[] = {
     {"--load", MT_F_STR, &load_dir, "DIR", "mt checkpoint to convert (with --to hf)", 0, 0, NULL},
@@ -30,6 +30,8 @@ static const mt_flag flags[] = {
     {"--in", MT_F_STR, &in_dir, "DIR", "with --from hf: the Hugging Face GPT-2 or Llama directory", 0, 0, NULL},
     {"--save", MT_F_STR, &save_dir, "DIR", "the checkpoint directory to write (--from hf, or resharding --load)", 0, 0, NULL},
     {"--target-tensor-parallel-size", MT_F_INT, &target_tp, "N", "tensor-parallel size of the checkpoint written (default 1)", 1, 4096, NULL},
+    {"--target-expert-model-parallel-size", MT_F_INT, &target_ep, "N",
+     "expert-parallel size of the checkpoint written (default 1; a model with experts)", 1, 4096, NULL},
     {"--target-pipeline-parallel-size", MT_F_INT, &target_pp, "N", "pipeline-parallel size of the checkpoint written (default 1)", 1, 4096, NULL},
     MT_FLAG_VOCAB_FILE(&vocab_file, "vocab.json (default: the source's)"),
     MT_FLAG_MERGE_FILE(&merge_file, "merges.txt (default: the source's)"),
@@ -39,7 +41,8 @@ static const mt_flag flags[] = {
 static const mt_cmd cmd = {
     "mt-ckpt-convert",
     "--load DIR --to hf --out DIR [--dtype fp32|bf16|fp16]\n"
-    "               --from hf --in DIR --save DIR [--target-tensor-parallel-size N --target-pipeline-parallel-size N]\n"
+    "               --from hf --in DIR --save DIR [--target-tensor-parallel-size N --target-pipeline-parallel-size N\n"
+    "                                                --target-expert-model-parallel-size N]\n"
     "               --load DIR --save DIR --target-tensor-parallel-size N --target-pipeline-parallel-size N",
     "Converts a checkpoint written by mt-train into a directory that Hugging Face transformers loads as\n"
     "GPT2LMHeadModel, or as LlamaForCausalLM (--normalization RMSNorm --position-embedding-type rope\n"
@@ -81,7 +84,8 @@ static void from_hf(void)
     mt_model_ckpt mc;
     mt_model_open_opts o = {.iteration = MT_CKPT_LATEST, .vocab_file = vocab_file, .merge_file = merge_file, .vocab_only = true};
     if (mt_model_open(&mc, in_dir, &o, &e)) mt_die_err(&e);
-    if (mt_hf_import_ckpt(&mc, in_dir, save_dir, target_tp ? target_tp : 1, target_pp ? target_pp : 1, progress, &e))
+    if (mt_hf_import_ckpt(&mc, in_dir, save_dir, target_tp ? target_tp : 1, target_pp ? target_pp : 1,
+                          target_ep ? target_ep : 1, progress, &e))
         mt_die_err(&e);
     fprintf(stderr, "%s: wrote %s (release, from %s, %s)\n", mt_progname(), save_dir, in_dir,
             mt_hf_dtype_name(mc.hf->dtype));
@@ -98,9 +102,9 @@ static void reshard(void)
     if (mc.hf) mt_die("%s: a Hugging Face directory: use --from hf --in %s --save DIR", load_dir, load_dir);
     int tp = target_tp ? target_tp : 1, pp = target_pp ? target_pp : 1, stp, spp, with_optim;
     mt_model_parallel_sizes(&mc, &stp, &spp);
-    if (mt_ckpt_reshard(&mc, save_dir, tp, pp, progress, &with_optim, &e)) mt_die_err(&e);
-    fprintf(stderr, "%s: wrote %s: tensor-parallel %d -> %d, pipeline %d -> %d%s\n", mt_progname(), save_dir, stp, tp,
-            spp, pp, with_optim ? ", with optimizer state" : "");
+    if (mt_ckpt_reshard(&mc, save_dir, tp, pp, target_ep ? target_ep : 1, progress, &with_optim, &e)) mt_die_err(&e);
+    fprintf(stderr, "%s: wrote %s: tensor-parallel %d -> %d, pipeline %d -> %d%s%s\n", mt_progname(), save_dir, stp, tp,
+            spp, pp, target_ep > 1 ? ", expert-parallel" : "", with_optim ? ", with optimizer state" : "");
     mt_model_close(&mc);
 }
 
@@ -113,7 +117,7 @@ int main(int argc, char **argv)
     if (to_fmt && from_fmt) mt_die("--to and --from are exclusive (try --help)");
     if (to_fmt) {
         if (in_dir || save_dir) mt_die("--to hf reads --load and writes --out (--in and --save go with --from hf)");
-        if (target_tp || target_pp) mt_die("--to hf writes one directory: --target-*-parallel-size go with --save");
+        if (target_tp || target_pp || target_ep) mt_die("--to hf writes one directory: --target-*-parallel-size go with --save");
         to_hf();
     } else if (from_fmt) {
         if (load_dir || out_dir || dtype_name || iteration >= 0)

@@ -29,7 +29,7 @@ int mt_hf_export_ckpt(mt_model_ckpt *mc, const char *out, const char *dtype, mt_
  * tokenizer files in save (a tokenizer mt cannot read is refused before anything is written); meta.json
  * records where it came from ("converted_from": directory, dtype, vocabulary rows, and Llama's beginning
  * and end ids). 0, or -1 with e set. */
-int mt_hf_import_ckpt(mt_model_ckpt *mc, const char *in, const char *save, int tp, int pp, mt_ckpt_progress *progress,
-                      mt_err *e);
+int mt_hf_import_ckpt(mt_model_ckpt *mc, const char *in, const char *save, int tp, int pp, int ep,
+                      mt_ckpt_progress *progress, mt_err *e);
 
 #endif

@@ -48,13 +48,15 @@ static int check_all_read(const char *tmp, void *arg, mt_err *e)
     return mt_model_check_all_read(x->mc, e) || (x->with_optim && mt_model_check_all_read_optim(x->mc, e)) ? -1 : 0;
 }
 
-int mt_ckpt_write_layout(mt_model_ckpt *mc, const char *save, int64_t it, int tp, int pp, const json_t *meta,
+int mt_ckpt_write_layout(mt_model_ckpt *mc, const char *save, int64_t it, int tp, int pp, int ep, const json_t *meta,
                          int with_optim, mt_ckpt_progress *progress, mt_err *e)
 {
     mt_model_arch a = mc->arch;
     int d = mc->a.make_vocab_size_divisible_by;
     a.padded_vocab_size = mt_gpt_padded_vocab(mc->vocab_size, d, tp);
-    int n = tp * pp, rc = 0, done = 0, total = 0;
+    if (ep < 1) ep = 1;
+    if (ep > 1 && !a.num_experts) return mt_err_set(e, "%s: an expert-parallel size (%d) for a model without experts", mc->dir, ep);
+    int n = tp * pp * ep, rc = 0, done = 0, total = 0;   /* rank i: (stage, expert rank, tensor rank) */
     mt_layout whole, *l = mt_xcalloc((size_t)n, sizeof *l);
     mt_layout_part one = {0, 1, 0, 1, 1, 0, 1};
     if (mt_layout_build(&a, &one, &whole, e)) {
@@ -65,7 +67,7 @@ int mt_ckpt_write_layout(mt_model_ckpt *mc, const char *save, int64_t it, int tp
     for (int i = 0; i < whole.n; i++)
         if (whole.t[i].numel > most) most = whole.t[i].numel;
     for (int i = 0; i < n && !rc; i++) {
-        mt_layout_part part = {i % tp, tp, i / tp, pp, 1, 0, 1};
+        mt_layout_part part = {i % tp, tp, i / (tp * ep), pp, 1, (i / tp) % ep, ep};
         if (mt_layout_build(&a, &part, &l[i], e)) rc = -1;
         else total += l[i].n * (with_optim ? 3 : 1);
     }
@@ -94,10 +96,11 @@ int mt_ckpt_write_layout(mt_model_ckpt *mc, const char *save, int64_t it, int tp
                                          .fill_ctx = &src[q]};
             }
         }
-        mt_ckpt_rank_name(names[i], sizeof *names, i % tp, i / tp, pp);
+        mt_ckpt_rank_name_ep(names[i], sizeof *names, i % tp, i / (tp * ep), pp, (i / tp) % ep, ep);
         json_t *m = json_deep_copy(meta), *args = json_object_get(m, "args");
         json_object_set_new(args, "tensor-model-parallel-size", json_integer(tp));
         json_object_set_new(args, "pipeline-model-parallel-size", json_integer(pp));
+        if (a.num_experts) json_object_set_new(args, "expert-model-parallel-size", json_integer(ep));
         json_object_del(args, "num-layers-per-virtual-pipeline-stage");   /* written without model chunks */
         ranks[i] = (mt_ckpt_rank){names[i], ct, nt, with_optim ? ct + nt : NULL, with_optim ? 2 * nt : 0, m};
         srcs[i] = src;
@@ -122,8 +125,8 @@ int mt_ckpt_write_layout(mt_model_ckpt *mc, const char *save, int64_t it, int tp
     return rc;
 }
 
-int mt_ckpt_reshard(mt_model_ckpt *mc, const char *save, int tp, int pp, mt_ckpt_progress *progress, int *with_optim,
-                    mt_err *e)
+int mt_ckpt_reshard(mt_model_ckpt *mc, const char *save, int tp, int pp, int ep, mt_ckpt_progress *progress,
+                    int *with_optim, mt_err *e)
 {
     if (mc->hf) return mt_err_set(e, "%s: a Hugging Face directory, not a checkpoint", mc->dir);
     if (mt_ckpt_check_new_save_dir(save, e)) return -1;
@@ -131,7 +134,7 @@ int mt_ckpt_reshard(mt_model_ckpt *mc, const char *save, int tp, int pp, mt_ckpt
     json_t *meta = json_deep_copy(mc->meta);
     /* distributed-optimizer shards become each rank's optim.safetensors */
     json_object_del(json_object_get(meta, "optimizer"), "distributed");
-    int rc = mt_ckpt_write_layout(mc, save, mc->iteration, tp, pp, meta, opt, progress, e);
+    int rc = mt_ckpt_write_layout(mc, save, mc->iteration, tp, pp, ep, meta, opt, progress, e);
     json_decref(meta);
     if (with_optim) *with_optim = opt;
     return rc;

@@ -15,11 +15,11 @@
 typedef void mt_ckpt_progress(int done, int total);
 
 /* Writes the model of mc (and its AdamW moments when with_optim) as iteration it (or MT_CKPT_RELEASE) of
- * a checkpoint of tensor size tp and pipeline size pp under save: every rank's meta.json is meta with
- * those sizes in its args. progress may be NULL. The source holding anything it did not read (a tensor of
+ * a checkpoint of tensor size tp, pipeline size pp and expert-parallel size ep (1: none; a model with
+ * experts only) under save: every rank's meta.json is meta with those sizes in its args. progress may be NULL. The source holding anything it did not read (a tensor of
  * another model) is an error found before the checkpoint is installed: nothing appears under save, the
  * tracker included. 0, or -1 with e set. */
-int mt_ckpt_write_layout(mt_model_ckpt *mc, const char *save, int64_t it, int tp, int pp, const json_t *meta,
+int mt_ckpt_write_layout(mt_model_ckpt *mc, const char *save, int64_t it, int tp, int pp, int ep, const json_t *meta,
                          int with_optim, mt_ckpt_progress *progress, mt_err *e);
 
 /* The checkpoint of mc (not a Hugging Face directory) at its iteration, with its AdamW moments when it has
@@ -27,7 +27,7 @@ int mt_ckpt_write_layout(mt_model_ckpt *mc, const char *save, int64_t it, int tp
  * mt_ckpt_check_save_dir accepts); distributed-optimizer shards become each rank's optim.safetensors.
  * Fails when the source holds tensors the model does not have. *with_optim: whether moments were
  * written. 0, or -1 with e set. */
-int mt_ckpt_reshard(mt_model_ckpt *mc, const char *save, int tp, int pp, mt_ckpt_progress *progress, int *with_optim,
-                    mt_err *e);
+int mt_ckpt_reshard(mt_model_ckpt *mc, const char *save, int tp, int pp, int ep, mt_ckpt_progress *progress,
+                    int *with_optim, mt_err *e);
 
 #endif

@@ -25,6 +25,8 @@
 #     is 15% away (the test requires more than 1e-3). Tolerance 1e-5 relative; the lm losses agree to
 #     2.6e-8, and the smallest gap between a token's K-th and (K+1)-th router logits is 5e-4 (above 1e-5
 #     required, so that float32 routes as torch does);
+#   - Mixtral onto 2 expert ranks (--target-expert-model-parallel-size 2: mp_rank_00_000, _001) and back
+#     byte for byte;
 #   - a model of neither kind (a shared expert without QKV biases) is refused naming the classes.
 . "$(dirname "$0")/../lib.sh"
 PY=/usr/bin/python3
@@ -129,6 +131,14 @@ if oracle make "$d/mix1" --arch mixtral --layers 1 --tokenizer --corpus "$docs" 
 else t_fail "one MoE layer: make and convert the model" "$(tail -1 "$d/e")"; fi
 auxcheck "three MoE layers: load_balancing_loss = the layers' mean of transformers' per-layer loss / K, not router_aux_loss / K" \
     "$d/mixtral" "$d/ck-mixtral" "$d/docs-mixtral_text_document" "$d/ids-mixtral.txt"
+
+# expert-parallel checkpoints from and to Hugging Face: Mixtral onto 2 expert ranks and back, byte for byte
+t_ok "mixtral: --from hf --target-expert-model-parallel-size 2" \
+    mt-ckpt-convert --from hf --in "$d/mixtral" --save "$d/ck-ep" --target-expert-model-parallel-size 2
+if [ "$(ls "$d/ck-ep/release" | tr '\n' ' ')" = "mp_rank_00_000 mp_rank_00_001 " ]; then t_pass "... mp_rank_00_000 and mp_rank_00_001"
+else t_fail "... expert rank directories" "$(ls "$d/ck-ep/release" | tr '\n' ' ')"; fi
+t_ok "mixtral: the EP 2 checkpoint --to hf" mt-ckpt-convert --load "$d/ck-ep" --to hf --out "$d/mixtral-ep-back"
+t_cmp "mixtral: HF -> EP 2 -> HF: model.safetensors byte for byte" "$d/mixtral/model.safetensors" "$d/mixtral-ep-back/model.safetensors"
 
 # a shared expert without QKV biases is neither Mixtral nor Qwen2-MoE
 PYTHONPATH=$T_TOP/tests/oracle $PY "$T_TOP/tests/oracle/walk_data.py" "$d/data" 3 50

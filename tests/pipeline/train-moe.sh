@@ -18,7 +18,8 @@
 #     same ones): EP 2, EP 4, EP 2 x TP 2 + SP and EP 2 x PP 2 give the one-rank losses as above; padded to
 #     capacity, a rank sends exactly the volume of its routed rows; the dry run's parameters and memory line
 #     of EP 2 are the run's; its checkpoint has Megatron's mp_rank_00_000 / _001 directories, resumes bit for
-#     bit on EP 2 and with the one-rank losses on one rank and on EP 4, and mt-eval reads it; --async-save,
+#     bit on EP 2 and with the one-rank losses on one rank and on EP 4 (also after mt-ckpt-convert
+#     --target-expert-model-parallel-size 4), and mt-eval reads it; --async-save,
 #     the distributed optimizer and overlap are refused with it for now;
 #   - TensorBoard (two stages, --moe-per-layer-logging): load_balancing_loss and z_loss, and each MoE
 #     layer's (moe/..._layer_L, only the MoE layers) whose mean is the logged value, and the rows per expert
@@ -240,6 +241,13 @@ for v in "1:1" "4:4"; do   # on one rank, and on EP 4: the experts go to their n
         2>"$d/cke-$ep.err" || t_fail "EP 2 checkpoint on EP $ep" "$(tail -3 "$d/cke-$ep.err")"
     check "EP 2 checkpoint resumed on EP $ep ($n ranks): the one-rank losses" "$d/cke-$ep.jsonl" 1e-5 6
 done
+# resharded offline onto 4 expert ranks (mt-ckpt-convert), then resumed there
+mt-ckpt-convert --load "$d/cke" --save "$d/cke4" --target-expert-model-parallel-size 4 >/dev/null 2>"$d/cke4.err" ||
+    t_fail "mt-ckpt-convert --target-expert-model-parallel-size 4" "$(tail -2 "$d/cke4.err")"
+# shellcheck disable=SC2086
+mt-train -n 4 $base --expert-model-parallel-size 4 --load "$d/cke4" --metrics-file "$d/cke4.jsonl" >/dev/null 2>"$d/cke4r.err" ||
+    t_fail "EP 4 from the resharded checkpoint" "$(tail -3 "$d/cke4r.err")"
+check "resharded to EP 4 by mt-ckpt-convert, resumed: the one-rank losses" "$d/cke4.jsonl" 1e-5 6
 if mt-eval --load "$d/cke" --data-path "$d/data" --eval-iters 2 >"$d/cke-eval.out" 2>"$d/cke-eval.err" &&
     grep -Eq 'lm loss value: [0-9]\.[0-9]+E\+00' "$d/cke-eval.out"; then t_pass "mt-eval of the EP 2 checkpoint (every rank's copy checked)"
 else t_fail "mt-eval of the EP 2 checkpoint" "$(tail -2 "$d/cke-eval.err")"; fi
