@@ -149,7 +149,10 @@ exec 8>"$d/fifo8"
 echo "os" >&8
 if t_wait_line "$d/i8.out" . 1200; then
     t_pass "--batch-size 8: a line is answered while the input stays open"
-    printf 'def f3(x\ndef f4(y\n' >&8
+    # one write(2) of both lines (bash's printf builtin writes each line to a pipe on its own, and mt-generate then
+    # rightly starts a batch from the first before the second arrives): cat of a file that holds them
+    printf 'def f3(x\ndef f4(y\n' >"$d/two-lines"
+    cat "$d/two-lines" >&8
     for _ in $(seq 1200); do [ "$(wc -l <"$d/i8.out")" -ge 3 ] && break; sleep 0.1; done
     [ "$(wc -l <"$d/i8.out")" = 3 ] && grep -q 'batch of 1 x 1 prompt' "$d/i8.err" && grep -q 'batch of 2 x 5 prompt' "$d/i8.err" \
         && t_pass "--batch-size 8: two lines that came together are answered as one batch, the input still open" \
