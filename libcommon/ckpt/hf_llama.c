@@ -56,6 +56,11 @@ int mt_hf_llama_config_read(const char *path, json_t *o, mt_hf_config *c, mt_err
     if (tie && !json_is_null(tie) && !json_is_boolean(tie))
         return mt_err_set(e, "%s: \"tie_word_embeddings\" is not a boolean", path);
     c->tie_word_embeddings = json_is_true(tie);   /* LlamaConfig's default: false */
+    return mt_hf_llama_config_check(path, o, theta, c, e);
+}
+
+int mt_hf_llama_config_check(const char *path, json_t *o, double theta, mt_hf_config *c, mt_err *e)
+{
     if (theta != floor(theta))
         return mt_err_set(e, "%s: \"rope_theta\" %g is not an integer (Megatron's --rotary-base is one)", path, theta);
     c->rope_theta = (int64_t)theta;

@@ -27,6 +27,10 @@
  * 1, a rope_theta that is not an integer (Megatron's --rotary-base is one), num_key_value_heads not
  * dividing num_attention_heads. */
 int mt_hf_llama_config_read(const char *path, json_t *o, mt_hf_config *c, mt_err *e);
+/* The checks Llama's config and the configs built on it (hf_moe.h) share: rope_theta (read as theta) an
+ * integer, no rope_scaling, silu, head_dim hidden / heads, the key/value heads dividing the heads; sets
+ * c->rope_theta. 0, or -1 with e naming the key. */
+int mt_hf_llama_config_check(const char *path, json_t *o, double theta, mt_hf_config *c, mt_err *e);
 /* Writes c as LlamaConfig.save_pretrained does (sorted keys, indent 2), atomically. */
 int mt_hf_llama_config_write(const char *path, const mt_hf_config *c, mt_err *e);
 

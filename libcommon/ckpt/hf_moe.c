@@ -97,26 +97,7 @@ int mt_hf_moe_config_read(const char *path, json_t *o, const char *model_type, m
             c->moe_layers[json_integer_value(v)] = 0;
         }
     }
-    if (theta != floor(theta))
-        return mt_err_set(e, "%s: \"rope_theta\" %g is not an integer (Megatron's --rotary-base is one)", path, theta);
-    c->rope_theta = (int64_t)theta;
-    json_t *scaling = json_object_get(o, "rope_scaling");
-    if (scaling && !json_is_null(scaling))
-        return mt_err_set(e, "%s: \"rope_scaling\" is set; rope frequency scaling is not supported", path);
-    const char *act = json_string_value(json_object_get(o, "hidden_act"));
-    if (json_object_get(o, "hidden_act") && (!act || strcmp(act, "silu")))
-        return mt_err_set(e, "%s: \"hidden_act\" is not silu; only silu (SwiGLU) is supported", path);
-    if (c->n_embd % c->n_head)
-        return mt_err_set(e, "%s: \"hidden_size\" %d is not divisible by \"num_attention_heads\" %d", path, c->n_embd,
-                          c->n_head);
-    json_t *hd = json_object_get(o, "head_dim");
-    if (hd && !json_is_null(hd) && (!json_is_integer(hd) || json_integer_value(hd) != c->n_embd / c->n_head))
-        return mt_err_set(e, "%s: \"head_dim\" is not hidden_size / num_attention_heads (%d); only that is supported",
-                          path, c->n_embd / c->n_head);
-    if (c->n_head % c->n_kv_head)
-        return mt_err_set(e, "%s: \"num_key_value_heads\" %d does not divide \"num_attention_heads\" %d", path,
-                          c->n_kv_head, c->n_head);
-    return 0;
+    return mt_hf_llama_config_check(path, o, theta, c, e);
 }
 
 int mt_hf_moe_config_write(const char *path, const mt_hf_config *c, mt_err *e)
