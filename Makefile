@@ -34,7 +34,7 @@ MAN1     := $(sort $(wildcard man/*.1))
 MAN5     := $(sort $(wildcard man/*.5))
 MAN7     := $(sort $(wildcard man/*.7))
 
-.PHONY: all check demo deps depcheck install uninstall bench clean tests soak kill-soak asan print-ldlibs mutants
+.PHONY: all check demo deps depcheck install uninstall bench clean tests soak kill-soak asan print-ldlibs mutants durations
 # Plain make installs nothing: every compilation waits for depcheck, which names the Debian packages the
 # build lacks and the command that installs them (make deps). One make builds everything, so parallel
 # goals (make -j2 all tests) share one libmt.a.
@@ -152,6 +152,12 @@ sim-san:
 check: deps
 	@$(MAKE) --no-print-directory tests
 	@tests/run
+
+# tests/durations (the order of a fresh checkout's test run, longest first) from the last full run's times
+durations:
+	@{ sed -n '/^#/p' tests/durations; for f in $(B)/test-logs/*.time; do \
+	    printf '%s %s\n' "$$(cat "$$f")" "$$(basename "$$f" .time)"; done | sort -k1,1nr; } >tests/durations.tmp
+	@mv tests/durations.tmp tests/durations
 
 # ---- fuzzing (fuzz/README.md): one libFuzzer target per parser of outside input, built with clang under
 # AddressSanitizer and UBSan into build-fuzz/ (the library without the CUDA backends). make check builds
