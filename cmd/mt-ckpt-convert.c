@@ -103,8 +103,12 @@ static void reshard(void)
     int tp = target_tp ? target_tp : 1, pp = target_pp ? target_pp : 1, stp, spp, with_optim;
     mt_model_parallel_sizes(&mc, &stp, &spp);
     if (mt_ckpt_reshard(&mc, save_dir, tp, pp, target_ep ? target_ep : 1, progress, &with_optim, &e)) mt_die_err(&e);
+    json_t *se = json_object_get(mc.args, "expert-model-parallel-size");
+    int sep = json_is_integer(se) ? (int)json_integer_value(se) : 1, ep = target_ep ? target_ep : 1;
+    char eps[64] = "";
+    if (sep > 1 || ep > 1) snprintf(eps, sizeof eps, ", expert-parallel %d -> %d", sep, ep);
     fprintf(stderr, "%s: wrote %s: tensor-parallel %d -> %d, pipeline %d -> %d%s%s\n", mt_progname(), save_dir, stp, tp,
-            spp, pp, target_ep > 1 ? ", expert-parallel" : "", with_optim ? ", with optimizer state" : "");
+            spp, pp, eps, with_optim ? ", with optimizer state" : "");
     mt_model_close(&mc);
 }
 

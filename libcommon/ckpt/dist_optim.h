@@ -10,6 +10,16 @@
  * "distributed": {"dp_size": N, "shard_offsets": [lo_0, ..., lo_N-1, numel]} (each rank directory its
  * own). How the ranks agree on a save is the trainer's (train/ckpt_write.h).
  *
+ * With expert parallelism (--expert-model-parallel-size E) a rank's shard has two ranges: its part of the
+ * dense parameters (the buffer's start, sharded over the whole data-parallel group) and its part of its
+ * expert rank's experts (the buffer's end from the first expert tensor, sharded over the ranks of the
+ * same expert rank). Its file, in its own rank directory (mp_rank_TT[_PPP]_EEE), holds the first range
+ * then the second, with the metadata "ranges" ("lo:hi,lo2:hi2"). The dense part of one directory's buffer
+ * is then in files of every expert rank's directory, so such a directory's "distributed" object lists
+ * where each piece of its buffer lies: "pieces": [[file, lo, hi, at], ...] in rising order from 0 to
+ * numel, file relative to the rank directory (distrib_optim_RRR.safetensors or
+ * ../mp_rank_.../distrib_optim_RRR.safetensors) and at the piece's first element in that file's tensors.
+ *
  * Loading reads ranges of the flat buffer from the shard files that hold them (whatever data-parallel
  * size wrote them), so a run continues with any data-parallel size and with or without the distributed
  * optimizer.
@@ -30,20 +40,34 @@ extern const char *const MT_DIST_OPTIM_NAMES[3];
 
 /* The "distributed" object of meta.json's "optimizer": dp_size shards, shard r from lo[r] to lo[r + 1]. */
 json_t *mt_dist_optim_meta(int dp_size, const size_t *lo);
+/* The same with expert parallelism, for the directory of expert rank ep_rank (of ep_size) at tensor rank
+ * tp_rank and stage pp_rank (of pp_size): the dense shards lo[0 .. dp_size] of the data-parallel ranks (rank
+ * r writes its file in expert rank r % ep_size's directory), then the expert shards xlo[0 .. dp_size /
+ * ep_size] (flat offsets) of the ranks of this expert rank (expert-data-parallel rank x is data-parallel
+ * rank x ep_size + ep_rank). */
+json_t *mt_dist_optim_meta_ep(int dp_size, const size_t *lo, int ep_size, int ep_rank, const size_t *xlo, int tp_rank,
+                              int pp_rank, int pp_size);
 
 /* Writes data-parallel rank dp_rank's shard into dir (its rank directory of the save): parameters lo ..
- * lo + n - 1 of numel, produced in pieces of MT_DIST_OPTIM_CHUNK bytes by fill (tensor index 0 exp_avg,
- * 1 exp_avg_sq, 2 param; n floats each), with the fp32 master "param" when with_param. 0, or -1 with e
- * set (an error of fill's: nothing left under the file's name). */
-int mt_dist_optim_write_ranges(const char *dir, int dp_rank, int dp_size, size_t lo, size_t numel, size_t n,
-                               int with_param, mt_st_fill_range_fn fill, void *ctx, mt_err *e);
+ * hi - 1 and lo2 .. hi2 - 1 (none when lo2 == hi2) of numel, produced in pieces of MT_DIST_OPTIM_CHUNK bytes
+ * by fill (tensor index 0 exp_avg, 1 exp_avg_sq, 2 param; the two ranges' elements one after the other),
+ * with the fp32 master "param" when with_param. 0, or -1 with e set (an error of fill's: nothing left under
+ * the file's name). */
+int mt_dist_optim_write_ranges(const char *dir, int dp_rank, int dp_size, size_t lo, size_t hi, size_t lo2, size_t hi2,
+                               size_t numel, int with_param, mt_st_fill_range_fn fill, void *ctx, mt_err *e);
 
 /* The shard files of one rank directory opened for reading ranges of the flat buffer (headers only). */
+typedef struct mt_dist_piece {
+    size_t lo, hi;   /* elements lo .. hi - 1 of the flat buffer */
+    int file;        /* in file f[file] */
+    size_t at;       /* from its tensors' element at */
+} mt_dist_piece;
 typedef struct mt_dist_shards {
-    int n, opened, has_param;   /* has_param: every shard holds "param" */
-    size_t *lo;                 /* n + 1 boundaries */
+    int n, opened, has_param;   /* n files; has_param: every file holds "param" */
     mt_st_file *f;
     int *fd;                    /* opened at the first read */
+    int npieces;
+    mt_dist_piece *piece;       /* rising, from 0 to numel */
 } mt_dist_shards;
 int mt_dist_shards_open(mt_dist_shards *s, const char *dir, const json_t *distributed, size_t numel, mt_err *e);
 void mt_dist_shards_close(mt_dist_shards *s);

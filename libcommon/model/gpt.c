@@ -484,13 +484,13 @@ mt_gpt_ctx *mt_gpt_ctx_new_chunk(mt_gpt *m, int chunk, int max_batch, mt_err *e)
 int mt_gpt_plan_part(const mt_gpt_config *config, int tp_rank, int tp_size, int stage, int stages, int vp,
                      int max_batch, size_t act_size, size_t *params, size_t *ctx_bytes, size_t *shared_bytes, mt_err *e)
 {
-    return mt_gpt_plan_part_ep(config, tp_rank, tp_size, 1, stage, stages, vp, max_batch, act_size, params, ctx_bytes,
+    return mt_gpt_plan_part_ep(config, tp_rank, tp_size, 1, stage, stages, vp, max_batch, act_size, params, NULL, ctx_bytes,
                                shared_bytes, e);
 }
 
 int mt_gpt_plan_part_ep(const mt_gpt_config *config, int tp_rank, int tp_size, int ep_size, int stage, int stages,
-                        int vp, int max_batch, size_t act_size, size_t *params, size_t *ctx_bytes, size_t *shared_bytes,
-                        mt_err *e)
+                        int vp, int max_batch, size_t act_size, size_t *params, size_t *expert_params, size_t *ctx_bytes,
+                        size_t *shared_bytes, mt_err *e)
 {
     mt_gpt m = {0};
     m.ep_size = ep_size > 1 ? ep_size : 1;
@@ -506,6 +506,7 @@ int mt_gpt_plan_part_ep(const mt_gpt_config *config, int tp_rank, int tp_size, i
         ctx_bytes[c] = mt_moe_ctx_bytes(&m, x.nmax, max_batch, x.nslots);
         for (int i = 0; i < CTX_BUFFERS; i++) ctx_bytes[c] += bytes[i];
         *params = m.nparams;
+        if (expert_params) *expert_params = m.nparams - m.layout.expert_lo;
     }
     free(m.tensors);
     free(m.tix);
@@ -947,10 +948,28 @@ double mt_gpt_grad_sumsq(mt_gpt *m, size_t lo, size_t hi)
     return ss;
 }
 
-void mt_gpt_grad_sumsq_to(mt_gpt *m, size_t lo, size_t hi, double *out)
+double mt_gpt_sumsq_counted(mt_gpt *m, const float *buf, size_t base, size_t lo, size_t hi)
 {
     mtk_span *span = mt_xmalloc((size_t)(m->ntensors + 1) * sizeof *span);
-    mtk_sumsq_spans(m->k, out, m->grads, span, counted_runs(m, lo, hi, span));
+    int n = counted_runs(m, lo, hi, span);
+    double ss = 0;
+    for (int i = 0; i < n; i++) ss += mtk_sumsq(m->k, buf + (span[i].off - base), span[i].n);
+    free(span);
+    return ss;
+}
+
+void mt_gpt_grad_sumsq_to(mt_gpt *m, size_t lo, size_t hi, double *out)
+{
+    size_t n = mt_gpt_num_params(m);
+    mt_gpt_grad_sumsq2_to(m, lo, hi, n, n, out);
+}
+
+void mt_gpt_grad_sumsq2_to(mt_gpt *m, size_t lo, size_t hi, size_t lo2, size_t hi2, double *out)
+{
+    mtk_span *span = mt_xmalloc((size_t)(2 * m->ntensors + 2) * sizeof *span);
+    int n = counted_runs(m, lo, hi, span);
+    n += counted_runs(m, lo2, hi2, span + n);
+    mtk_sumsq_spans(m->k, out, m->grads, span, n);
     free(span);
 }
 

@@ -296,6 +296,11 @@ double mt_gpt_grad_sumsq(mt_gpt *m, size_t lo, size_t hi);
 /* The same into *out (one double of device memory) without a host sync: one mtk_sumsq_spans over the
  * counted runs (the same bits as mt_gpt_grad_sumsq). */
 void mt_gpt_grad_sumsq_to(mt_gpt *m, size_t lo, size_t hi, double *out);
+/* The same rule for any fp32 device buffer of elements base .. of the flat layout (the parameters, or a
+ * shard of their fp32 master): the sum of squares of its counted elements in [lo, hi). */
+double mt_gpt_sumsq_counted(mt_gpt *m, const float *buf, size_t base, size_t lo, size_t hi);
+/* The same over two ranges, lo .. hi - 1 and lo2 .. hi2 - 1 (a distributed-optimizer shard with experts). */
+void mt_gpt_grad_sumsq2_to(mt_gpt *m, size_t lo, size_t hi, size_t lo2, size_t hi2, double *out);
 
 /* ---- pipeline stages ----
  * On a stage that is not the first, mt_gpt_forward takes its input from mt_gpt_stage_input(x) (the
@@ -327,10 +332,11 @@ int mt_gpt_tied_copy(mt_gpt *m);
  * e set. */
 int mt_gpt_plan_part(const mt_gpt_config *config, int tp_rank, int tp_size, int stage, int stages, int vp,
                      int max_batch, size_t act_size, size_t *params, size_t *ctx_bytes, size_t *shared_bytes, mt_err *e);
-/* The same for expert rank 0 of ep_size (the experts split over ep_size ranks, every one holding as many). */
+/* The same for expert rank 0 of ep_size (the experts split over ep_size ranks, every one holding as many);
+ * *expert_params (unless NULL): how many of *params are its experts' (the flat buffer's end). */
 int mt_gpt_plan_part_ep(const mt_gpt_config *config, int tp_rank, int tp_size, int ep_size, int stage, int stages,
-                        int vp, int max_batch, size_t act_size, size_t *params, size_t *ctx_bytes, size_t *shared_bytes,
-                        mt_err *e);
+                        int vp, int max_batch, size_t act_size, size_t *params, size_t *expert_params, size_t *ctx_bytes,
+                        size_t *shared_bytes, mt_err *e);
 
 /* Bytes of device memory held for parameters (with the working copy), gradients, and the activations
  * and KV caches of the live contexts (memory reports). */

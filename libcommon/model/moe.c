@@ -195,7 +195,7 @@ size_t mt_moe_rows_max(const mt_gpt *m, size_t ntok)
 {
     mt_moe_ctx mc = {0};
     shape(&mc, m, ntok, 1, 1);
-    return mc.rmax;
+    return mc.rx;
 }
 
 void *mt_moe_gather_buffer(mt_moe_ctx *mc) { return mc->xg; }

@@ -28,7 +28,8 @@ mt_moe_ctx *mt_moe_ctx_new(mt_gpt *m, size_t ntok, int max_batch, int slots, int
 size_t mt_moe_bytes(const mt_moe_ctx *mc);   /* its device memory */
 /* With sequence parallelism, an [N, C] buffer the backward pass gathers its input into (NULL otherwise). */
 void *mt_moe_gather_buffer(mt_moe_ctx *mc);
-/* The most rows the experts' side of ntok tokens takes (ntok x top-k, or the experts' capacities padded). */
+/* The most rows the experts' side of ntok tokens takes (ntok x top-k, or the experts' capacities padded),
+ * and with expert parallelism that of every expert rank's tokens: the rows this rank's experts may get. */
 size_t mt_moe_rows_max(const mt_gpt *m, size_t ntok);
 void mt_moe_ctx_free(mt_moe_ctx *mc);
 

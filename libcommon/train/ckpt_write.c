@@ -81,7 +81,7 @@ struct mt_ckpt_job {
     mt_gpt *m;
     flat_src p, mo, vo;                     /* the parameters; the whole moments (optim.safetensors) */
     flat_src sm, sv, sp;                    /* the shard's moments and fp32 master */
-    size_t np, lo, hi;
+    size_t np, lo, hi, lo2, hi2;            /* the shard: lo .. hi - 1 and lo2 .. hi2 - 1 of np */
     int dp_rank, dp_size;
     float *copy;                            /* --async-save: the state copied aside (pinned on a GPU) */
     mtk *k;                                 /* the backend that owns copy */
@@ -119,13 +119,15 @@ static int fill_shard(void *ctx, int index, size_t off, void *buf, size_t nbytes
 {
     mt_ckpt_job *j = ctx;
     const flat_src *s = index == 0 ? &j->sm : index == 1 ? &j->sv : &j->sp;
-    size_t first = j->lo + off / sizeof(float), n = nbytes / sizeof(float);
-    src_read(s, first, n, buf);
+    /* the shard's arrays hold its first range then its second: element q of the file is element q of them */
+    size_t q = off / sizeof(float), n = nbytes / sizeof(float), n1 = j->hi - j->lo;
+    src_read(s, j->lo + q, n, buf);
     const float *x = buf;
     for (size_t i = 0; i < n; i++)
         if (!isfinite(x[i]))
             return mt_err_set(e, "%s: not saving iteration %lld: %s of parameter %zu (data-parallel shard %d) is not finite",
-                              j->save, (long long)j->iteration, MT_DIST_OPTIM_NAMES[index], first + i, j->dp_rank);
+                              j->save, (long long)j->iteration, MT_DIST_OPTIM_NAMES[index],
+                              q + i < n1 ? j->lo + q + i : j->lo2 + (q + i - n1), j->dp_rank);
     return 0;
 }
 
@@ -194,7 +196,8 @@ static int job_write(mt_ckpt_job *j, mt_err *e)
                     (j->optim_whole ? file_size(dir, "optim.safetensors") : 0);
     }
     if (!rc && j->shard) {
-        rc = mt_dist_optim_write_ranges(dir, j->dp_rank, j->dp_size, j->lo, j->np, j->hi - j->lo, j->param, fill_shard, j, e);
+        rc = mt_dist_optim_write_ranges(dir, j->dp_rank, j->dp_size, j->lo, j->hi, j->lo2, j->hi2, j->np, j->param,
+                                        fill_shard, j, e);
         if (!rc) mt_ckpt_part_step();
         if (!rc) rc = mt_ckpt_part_sync_dir(dir, e);
         char name[64];
@@ -263,7 +266,7 @@ static mt_ckpt_job *job_begin(mt_trainer *t, mt_err *e)
     int with_optim = !t->a.no_save_optim;
     j->m = t->model;
     j->np = mt_gpt_num_params(t->model);
-    j->lo = t->opt.lo, j->hi = t->opt.hi;
+    j->lo = t->opt.lo, j->hi = t->opt.hi, j->lo2 = t->opt.lo2, j->hi2 = t->opt.hi2;
     j->dp_rank = t->dp_rank, j->dp_size = t->dp_size;
     /* the model's files: data-parallel rank 0's, or with expert parallelism each expert rank's (the ranks of
      * expert-data-parallel rank 0: its experts, and the rest as every rank has it) */
@@ -294,7 +297,7 @@ static mt_ckpt_job *job_begin(mt_trainer *t, mt_err *e)
  * background thread writes. 0, or -1 with e set. */
 static int job_copy_aside(mt_ckpt_job *j, mtk *k, mt_err *e)
 {
-    size_t n = j->hi - j->lo, total = (j->model ? j->np : 0) + (j->optim_whole ? 2 * j->np : 0) +
+    size_t n = (j->hi - j->lo) + (j->hi2 - j->lo2), total = (j->model ? j->np : 0) + (j->optim_whole ? 2 * j->np : 0) +
                                       (j->shard ? (j->param ? 3 : 2) * n : 0);
     if (!(j->copy = mtk_host_alloc(k, (total ? total : 1) * sizeof(float), e)))
         return mt_err_prefix(e, "--async-save: the copy of iteration %lld's state", (long long)j->iteration);

@@ -17,12 +17,17 @@
 typedef struct mt_adamw {
     mtk *k;
     mt_gpt *model;
-    float *exp_avg, *exp_avg_sq;   /* device, hi - lo floats each: the moments of parameters lo .. hi - 1 */
-    float *main;                   /* device, hi - lo floats: the fp32 master of the shard once the optimizer
-                                      owns it (mt_adamw_own_master); NULL: the model's */
+    float *exp_avg, *exp_avg_sq;   /* device, mt_adamw_count floats each: the moments of parameters lo .. hi - 1,
+                                      then those of lo2 .. hi2 - 1 */
+    float *main;                   /* device, mt_adamw_count floats: the fp32 master of the shard once the
+                                      optimizer owns it (mt_adamw_own_master); NULL: the model's */
     size_t lo, hi;                 /* 0, num_params unless sharded (distributed optimizer) */
+    size_t lo2, hi2;               /* a second range of the shard (the experts' with expert parallelism), or
+                                      empty (lo2 == hi2) */
     mtk_adamw_seg *seg;            /* [lo, hi) as runs of tensors with and without weight decay, from lo */
     int nseg;
+    mtk_adamw_seg *seg2;           /* [lo2, hi2) the same, from lo2 */
+    int nseg2;
     int64_t step;                  /* updates taken (bias correction uses step + 1 on the next) */
     double beta1, beta2, eps, clip_grad;
 } mt_adamw;
@@ -42,6 +47,14 @@ double mt_adamw_step_unscale(mt_adamw *o, double lr, double wd, double unscale);
 /* The distributed optimizer's shard: from now on the moments (zeroed) cover parameters lo .. hi - 1 only
  * and an update changes only those. 0, or -1 with e set. */
 int mt_adamw_shard(mt_adamw *o, size_t lo, size_t hi, mt_err *e);
+/* The same with a shard of two ranges, lo .. hi - 1 and lo2 .. hi2 - 1 (hi <= lo2): with expert parallelism
+ * the shard of the dense parameters over the data-parallel ranks and that of the experts over the
+ * expert-data-parallel ranks. */
+int mt_adamw_shard2(mt_adamw *o, size_t lo, size_t hi, size_t lo2, size_t hi2, mt_err *e);
+/* Parameters held by this optimizer: (hi - lo) + (hi2 - lo2). */
+size_t mt_adamw_count(const mt_adamw *o);
+/* Whether the shard is the whole buffer (no distributed optimizer). */
+int mt_adamw_whole(const mt_adamw *o);
 /* The distributed optimizer in bf16/fp16, as Megatron's: the optimizer takes the fp32 master of its
  * shard (copied from the model's) and the model drops its whole one (mt_gpt_drop_master); from then on
  * an update writes the shard's master and its working copy, and the 1-D tensors' fp32 values the model
@@ -53,9 +66,8 @@ int mt_adamw_own_master(mt_adamw *o, mt_err *e);
  * is left to the caller to refresh (mt_gpt_params_changed) once every shard is all-gathered. */
 double mt_adamw_update(mt_adamw *o, double lr, double wd, double norm, double unscale);
 
-/* The fp32 master of parameters lo .. hi - 1 (device): the optimizer's own or the model's. */
+/* The fp32 master of parameters lo .. hi - 1 (device): the optimizer's own or the model's (that of
+ * lo2 .. hi2 - 1 follows at hi - lo in the optimizer's own; in the model's it is at lo2). */
 float *mt_adamw_master(mt_adamw *o);
-/* The sum of squares of this rank's master parameters: the shard's when the optimizer owns it, else all. */
-double mt_adamw_master_sumsq(mt_adamw *o);
 
 #endif

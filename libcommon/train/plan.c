@@ -74,8 +74,8 @@ int mt_plan_print(FILE *out, const mt_train_args *a, int world, mt_err *e)
             return mt_err_set(e, "stage %d of %d: no schedule for %d micro-batches of %d model chunks", s, pp, M, vp);
         }
         for (int r = 0; r < tp; r++) {
-            size_t np, shared;
-            if (mt_gpt_plan_part_ep(&cfg, r, tp, ep, s, pp, vp, a->micro_batch_size, asz, &np, cb, &shared, e)) {
+            size_t np, nx, shared;
+            if (mt_gpt_plan_part_ep(&cfg, r, tp, ep, s, pp, vp, a->micro_batch_size, asz, &np, &nx, cb, &shared, e)) {
                 free(cb), free(live);
                 return -1;
             }
@@ -84,10 +84,15 @@ int mt_plan_print(FILE *out, const mt_train_args *a, int world, mt_err *e)
              * distributed optimizer in bf16/fp16 holds the fp32 master of its shard too, and the model only
              * the working copy and its 1-D tensors in fp32 (Megatron's 6 + 12/DP bytes per parameter) */
             size_t shard = np, kept = 0;
-            if (a->use_distributed_optimizer) {
+            if (a->use_distributed_optimizer) {   /* with expert parallelism the dense part over the data-parallel
+                                                     ranks, the experts over the expert-data-parallel ones */
                 size_t *counts = mt_xmalloc((size_t)dp * sizeof *counts);
-                mt_comm_even_counts(np, dp, counts);
+                mt_comm_even_counts(ep > 1 ? np - nx : np, dp, counts);
                 shard = counts[0];
+                if (ep > 1) {
+                    mt_comm_even_counts(nx, dp / ep, counts);
+                    shard += counts[0];
+                }
                 free(counts);
             }
             int own_master = a->use_distributed_optimizer && dp > 1 && asz != 4;

@@ -39,7 +39,15 @@ json_t *mt_trainer_ckpt_meta(const mt_trainer *t, int with_optim, int shards)
     if (with_optim) {
         json_t *o = json_pack("{s:s,s:I,s:f,s:f,s:f}", "type", "adamw", "step", (json_int_t)t->opt.step, "beta1",
                               t->opt.beta1, "beta2", t->opt.beta2, "eps", t->opt.eps);
-        if (shards) json_object_set_new(o, "distributed", mt_dist_optim_meta(t->dp_size, t->gs.shard_lo));
+        if (shards && t->ep_size > 1) {   /* the dense shards over every expert rank's directory (dist_optim.h) */
+            int ex = t->par->edp->size;
+            size_t xlo = mt_gpt_expert_lo(t->model), *b = mt_xmalloc((size_t)(ex + 1) * sizeof *b);
+            for (int x = 0; x <= ex; x++) b[x] = xlo + t->gs_exp.shard_lo[x];
+            json_object_set_new(o, "distributed", mt_dist_optim_meta_ep(t->dp_size, t->gs.shard_lo, t->ep_size,
+                                                                         t->par->ep->rank, b, t->tp_rank, t->pp_rank,
+                                                                         t->pp_size));
+            free(b);
+        } else if (shards) json_object_set_new(o, "distributed", mt_dist_optim_meta(t->dp_size, t->gs.shard_lo));
         json_object_set_new(meta, "optimizer", o);
     }
     if (!t->a.no_save_rng)
@@ -212,18 +220,24 @@ static int load_optimizer(mt_trainer *t, mt_model_ckpt *mc, mt_err *e)
         return -1;
     if (!mt_model_has_optim(mc))
         return mt_err_set(e, "%s: no optimizer state (optim.safetensors absent; saved with --no-save-optim?)", mc->dir);
-    size_t lo = t->opt.lo, hi = t->opt.hi, n = hi - lo;
+    size_t n = mt_adamw_count(&t->opt);
     float *m = mt_xmalloc((n ? n : 1) * sizeof(float)), *v = mt_xmalloc((n ? n : 1) * sizeof(float));
     const mt_layout *l = mt_gpt_layout(t->model);
     int rc = 0;
-    for (int i = 0; i < l->n && !rc; i++) {
-        const mt_layout_tensor *g = &l->t[i];
-        size_t a = g->offset > lo ? g->offset : lo, b = g->offset + g->numel < hi ? g->offset + g->numel : hi;
-        if (a >= b) continue;
-        rc = mt_model_read_range(mc, g, MT_CKPT_OPTIM, ".exp_avg", a - g->offset, b - a, m + (a - lo), e) ||
-                     mt_model_read_range(mc, g, MT_CKPT_OPTIM, ".exp_avg_sq", a - g->offset, b - a, v + (a - lo), e)
-                 ? -1
-                 : 0;
+    /* the shard's ranges (one, or the dense and the experts' with expert parallelism), one after the other */
+    size_t range[2][2] = {{t->opt.lo, t->opt.hi}, {t->opt.lo2, t->opt.hi2}}, at = 0;
+    for (int q = 0; q < 2 && !rc; at += range[q][1] - range[q][0], q++) {
+        size_t lo = range[q][0], hi = range[q][1];
+        for (int i = 0; i < l->n && !rc; i++) {
+            const mt_layout_tensor *g = &l->t[i];
+            size_t a = g->offset > lo ? g->offset : lo, b = g->offset + g->numel < hi ? g->offset + g->numel : hi;
+            if (a >= b) continue;
+            size_t d = at + (a - lo);
+            rc = mt_model_read_range(mc, g, MT_CKPT_OPTIM, ".exp_avg", a - g->offset, b - a, m + d, e) ||
+                         mt_model_read_range(mc, g, MT_CKPT_OPTIM, ".exp_avg_sq", a - g->offset, b - a, v + d, e)
+                     ? -1
+                     : 0;
+        }
     }
     /* names only: a stage reads its own */
     static const char *const moments[] = {".exp_avg", ".exp_avg_sq", NULL};

@@ -126,9 +126,8 @@ int mt_trainer_open_par(mt_trainer *t, const mt_train_args *a, const mt_parallel
     if (t->tp_size > 1 && !(t->dev_tp = mt_device_comm(t->par->tp, t->k, e))) return -1;
     t->ep_size = t->par->ep_size > 1 ? t->par->ep_size : 1;
     if (t->ep_size > 1) {
-        static const char *const no[] = {"--use-distributed-optimizer", "--overlap-grad-reduce", "--overlap-param-gather",
-                                         "--async-save"};
-        int on[] = {t->a.use_distributed_optimizer, t->a.overlap_grad_reduce, t->a.overlap_param_gather, t->a.async_save};
+        static const char *const no[] = {"--overlap-grad-reduce", "--overlap-param-gather"};
+        int on[] = {t->a.overlap_grad_reduce, t->a.overlap_param_gather};
         for (size_t i = 0; i < sizeof no / sizeof no[0]; i++)
             if (on[i]) return mt_err_set(e, "%s with --expert-model-parallel-size %d: not implemented yet", no[i], t->ep_size);
         if (!(t->dev_ep = mt_device_comm(t->par->ep, t->k, e))) return -1;
@@ -196,9 +195,16 @@ int mt_trainer_open_par(mt_trainer *t, const mt_train_args *a, const mt_parallel
     size_t xlo = mt_gpt_expert_lo(t->model), n = mt_gpt_num_params(t->model);
     mt_grad_sync_init(&t->gs, t->dev_dp ? t->dev_dp : t->par->dp, t->ep_size > 1 ? xlo : n, bucket);
     if (t->ep_size > 1) mt_grad_sync_init(&t->gs_exp, t->dev_edp ? t->dev_edp : t->par->edp, n - xlo, bucket);
-    /* the distributed optimizer: moments for this rank's shard only */
-    if (t->a.use_distributed_optimizer &&
-        mt_adamw_shard(&t->opt, t->gs.shard_lo[t->dp_rank], t->gs.shard_lo[t->dp_rank + 1], e))
+    /* the distributed optimizer: moments for this rank's shard only; with expert parallelism that of the
+     * dense parameters over the data-parallel ranks and that of its experts over the expert-data-parallel
+     * ones (Megatron's two buffers) */
+    if (t->a.use_distributed_optimizer && t->ep_size > 1) {
+        int x = t->par->edp->rank;
+        if (mt_adamw_shard2(&t->opt, t->gs.shard_lo[t->dp_rank], t->gs.shard_lo[t->dp_rank + 1],
+                            xlo + t->gs_exp.shard_lo[x], xlo + t->gs_exp.shard_lo[x + 1], e))
+            return -1;
+    } else if (t->a.use_distributed_optimizer &&
+               mt_adamw_shard(&t->opt, t->gs.shard_lo[t->dp_rank], t->gs.shard_lo[t->dp_rank + 1], e))
         return -1;
     if ((t->a.overlap_grad_reduce || t->a.overlap_param_gather) && t->dp_size > 1) {
         t->ov = mt_xcalloc(1, sizeof *t->ov);
@@ -310,7 +316,7 @@ float *mt_trainer_loss_slot(mt_trainer *t, const float *mask, int n, mt_err *e)
 static int step_results(mt_trainer *t, mt_step_result *r, double *ss, mt_err *e)
 {
     size_t slot = (size_t)t->a.micro_batch_size * (size_t)t->a.seq_length;
-    mt_gpt_grad_sumsq_to(t->model, t->opt.lo, t->opt.hi, (double *)t->d_step);
+    mt_gpt_grad_sumsq2_to(t->model, t->opt.lo, t->opt.hi, t->opt.lo2, t->opt.hi2, (double *)t->d_step);
     size_t bytes = sizeof(double) + (t->used_slots ? ((size_t)(t->used_slots - 1) * slot + (size_t)t->slot_n[t->used_slots - 1]) * sizeof(float) : 0);
     mtk_to_host(t->k, t->h_step, t->d_step, bytes);
     if (mtk_status(t->k, e)) return mt_err_prefix(e, "iteration %lld", (long long)t->iteration + 1);
@@ -333,13 +339,20 @@ int mt_trainer_own_master(mt_trainer *t, mt_err *e)
  * dtype (half the bytes, as Megatron gathers its bf16 parameters) and the 1-D tensors' fp32 values. */
 static int gather_params(mt_trainer *t, mt_err *e)
 {
+    /* with expert parallelism the experts (the buffer's end) from their expert-data-parallel shards */
+    size_t xlo = mt_gpt_expert_lo(t->model);
+    int exp = t->ep_size > 1 && t->par->edp->size > 1;
     if (!mt_gpt_master_dropped(t->model)) {
-        if (mt_grad_all_gather(&t->gs, mt_gpt_params(t->model), e)) return -1;
+        if (mt_grad_all_gather(&t->gs, mt_gpt_params(t->model), e) ||
+            (exp && mt_grad_all_gather(&t->gs_exp, mt_gpt_params(t->model) + xlo, e)))
+            return -1;
         mt_gpt_params_changed(t->model);
         return 0;
     }
     mt_cdtype wt = mtk_act_dtype(t->k) == MTK_BF16 ? MT_C_BF16 : MT_C_F16;
-    if (mt_grad_all_gather_as(&t->gs, mt_gpt_work(t->model), wt, e)) return -1;
+    if (mt_grad_all_gather_as(&t->gs, mt_gpt_work(t->model), wt, e) ||
+        (exp && mt_grad_all_gather_as(&t->gs_exp, (char *)mt_gpt_work(t->model) + xlo * mtk_act_size(t->k), wt, e)))
+        return -1;
     int N = t->gs.dp->size;
     size_t *counts = mt_xmalloc((size_t)N * sizeof *counts);
     mt_gpt_kept_counts(t->model, t->gs.shard_lo, N, counts);
@@ -356,8 +369,27 @@ int mt_trainer_params_ready(mt_trainer *t, mt_err *e)
 int mt_trainer_params_norm(mt_trainer *t, double *norm, mt_err *e)
 {
     if (mt_trainer_params_ready(t, e)) return -1;
-    double ss = mt_adamw_master_sumsq(&t->opt);
-    if (t->opt.main && mt_all_reduce(t->par->dp, &ss, 1, MT_C_F64, e)) return mt_err_prefix(e, "parameter norm");
+    /* as Megatron's calc_params_l2_norm: every parameter once over the model-parallel ranks (a replicated
+     * tensor on tensor rank 0, not the last stage's copy of tied embeddings), each expert rank's experts */
+    const mt_adamw *o = &t->opt;
+    size_t n = mt_gpt_num_params(t->model), xlo = t->ep_size > 1 ? mt_gpt_expert_lo(t->model) : n;
+    double ss;
+    if (o->main) {   /* the shards of the fp32 master: summed over the data-parallel ranks */
+        ss = mt_gpt_sumsq_counted(t->model, o->main, o->lo, o->lo, o->hi);
+        if (o->hi2 > o->lo2) ss += mt_gpt_sumsq_counted(t->model, o->main + (o->hi - o->lo), o->lo2, o->lo2, o->hi2);
+        if (mt_all_reduce(t->par->dp, &ss, 1, MT_C_F64, e)) return mt_err_prefix(e, "parameter norm");
+    } else {
+        const float *p = mt_gpt_params(t->model);
+        ss = mt_gpt_sumsq_counted(t->model, p, 0, 0, xlo);
+        if (xlo < n) {   /* the experts: every expert rank's */
+            double x = mt_gpt_sumsq_counted(t->model, p, 0, xlo, n);
+            if (mt_all_reduce(t->par->ep, &x, 1, MT_C_F64, e)) return mt_err_prefix(e, "parameter norm");
+            ss += x;
+        }
+    }
+    if ((t->tp_size > 1 && mt_all_reduce(t->par->tp, &ss, 1, MT_C_F64, e)) ||
+        (t->pp_size > 1 && mt_all_reduce(t->par->pp, &ss, 1, MT_C_F64, e)))
+        return mt_err_prefix(e, "parameter norm");
     *norm = sqrt(ss);
     return 0;
 }
@@ -386,8 +418,11 @@ int mt_trainer_step(mt_trainer *t, mt_step_result *r, mt_err *e)
                            : dist                    ? mt_grad_reduce_scatter(&t->gs, grads, e)
                                                      : mt_grad_all_reduce(&t->gs, grads, e)))
         return mt_err_prefix(e, "iteration %lld: data-parallel reduction", (long long)t->iteration + 1);
-    /* with expert parallelism the experts' gradients (the buffer's end) over the ranks holding the same ones */
-    if (t->ep_size > 1 && t->par->edp->size > 1 && mt_grad_all_reduce(&t->gs_exp, grads + mt_gpt_expert_lo(t->model), e))
+    /* with expert parallelism the experts' gradients (the buffer's end) over the ranks holding the same
+     * ones: summed into each one's shard with the distributed optimizer */
+    float *xg = grads + mt_gpt_expert_lo(t->model);
+    if (t->ep_size > 1 && t->par->edp->size > 1 &&
+        (dist ? mt_grad_reduce_scatter(&t->gs_exp, xg, e) : mt_grad_all_reduce(&t->gs_exp, xg, e)))
         return mt_err_prefix(e, "iteration %lld: expert-data-parallel reduction", (long long)t->iteration + 1);
     if (mt_loss_scaler_test_overflow(t->iteration + 1)) {   /* test hook: an overflow as fp16 would make it */
         float inf = INFINITY;
@@ -397,7 +432,9 @@ int mt_trainer_step(mt_trainer *t, mt_step_result *r, mt_err *e)
      * tensor rank, computed on the device and copied back with the losses (the step's one sync) */
     double ss;
     if (step_results(t, r, &ss, e)) return -1;
-    if (t->ep_size > 1) {   /* the experts' squares: every expert rank's, the others' once */
+    if (t->ep_size > 1 && !dist) {   /* the experts' squares: every expert rank's, the others' once (with the
+                                        distributed optimizer the shards' sum over the data-parallel ranks
+                                        below counts each expert rank's experts once) */
         size_t xlo = mt_gpt_expert_lo(t->model);
         double mine = mt_gpt_grad_sumsq(t->model, xlo, mt_gpt_num_params(t->model)), all = mine;
         uint64_t b0 = t->par->ep->bytes_sent;
@@ -508,7 +545,7 @@ double mt_trainer_pp_volume(const mt_trainer *t)
 
 size_t mt_trainer_optimizer_bytes(const mt_trainer *t)
 {
-    return (t->opt.main ? 3 : 2) * (t->opt.hi - t->opt.lo) * sizeof(float);
+    return (t->opt.main ? 3 : 2) * mt_adamw_count(&t->opt) * sizeof(float);
 }
 
 int mt_trainer_evaluate(mt_trainer *t, int split, int64_t *consumed, int64_t iters, mt_eval_result *r, mt_err *e)

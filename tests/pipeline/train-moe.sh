@@ -5,9 +5,10 @@
 #     parallelism (2 ranks), two pipeline stages, the distributed optimizer, DP 2 x PP 2 with it, tensor
 #     parallelism (2 ranks, the experts' and the shared expert's matrices split as the MLP's) with and
 #     without sequence parallelism, DP 2 x TP 2 + SP with the distributed optimizer, TP 2 x PP 2, and full
-#     recomputation give the one-rank run's 20 iterations of lm loss, grad norm, load_balancing_loss and
-#     z_loss and its validation losses (10 iterations) to 1e-5 relative (measured: at most 1.2e-7; recomputation bit for
-#     bit); a tensor rank sends exactly the ring volume of what the model exchanges (with the sum of the
+#     recomputation give the one-rank run's 20 iterations of lm loss, grad norm, params norm,
+#     load_balancing_loss and z_loss and its validation losses (10 iterations) to 1e-5 relative (measured: at
+#     most 1.4e-7; recomputation bit for bit; the params norm counts every parameter once over the tensor
+#     ranks, stages and expert ranks, as Megatron's); a tensor rank sends exactly the ring volume of what the model exchanges (with the sum of the
 #     routing weights' gradients of each MoE layer);
 #   - the iteration line shows load_balancing_loss and z_loss after the lm loss, as Megatron's;
 #   - a run stopped at iteration 10 and resumed gives the uninterrupted run's iterations 11-20 bit for bit,
@@ -15,12 +16,17 @@
 #     MoE layers and the dense MLP of layer 1;
 #   - expert parallelism (--expert-model-parallel-size: the experts split over consecutive data-parallel
 #     ranks, the tokens exchanged by all-to-all, the experts' gradients summed over the ranks holding the
-#     same ones): EP 2, EP 4, EP 2 x TP 2 + SP and EP 2 x PP 2 give the one-rank losses as above; padded to
+#     same ones): EP 2, EP 4, EP 2 x TP 2 + SP, EP 2 x DP 2 with the distributed optimizer (the dense
+#     parameters' moments sharded over the 4 data-parallel ranks, the experts' over the 2 ranks holding
+#     them, Megatron's two buffers) and EP 2 x PP 2 give the one-rank losses as above; padded to
 #     capacity, a rank sends exactly the volume of its routed rows; the dry run's parameters and memory line
 #     of EP 2 are the run's; its checkpoint has Megatron's mp_rank_00_000 / _001 directories, resumes bit for
 #     bit on EP 2 and with the one-rank losses on one rank and on EP 4 (also after mt-ckpt-convert
-#     --target-expert-model-parallel-size 4), and mt-eval reads it; --async-save,
-#     the distributed optimizer and overlap are refused with it for now;
+#     --target-expert-model-parallel-size 4), and mt-eval reads it; EP 2 x DP 2 with the distributed
+#     optimizer saves each rank's shard in its own expert rank's directory (every directory's meta.json
+#     says where each piece of its buffer lies), resumes bit for bit (fp32 with --async-save, bf16 with the
+#     optimizer's own fp32 master), and with the one-rank losses on one rank; overlap is refused with it
+#     for now;
 #   - TensorBoard (two stages, --moe-per-layer-logging): load_balancing_loss and z_loss, and each MoE
 #     layer's (moe/..._layer_L, only the MoE layers) whose mean is the logged value, and the rows per expert
 #     of each layer summing to the step's tokens x top-k;
@@ -46,7 +52,7 @@ base="--num-layers 4 --hidden-size 32 --num-attention-heads 4 --group-query-atte
       --split 90,5,5 --seed 77 --data-path $d/data --data-cache-path $d/cache
       --num-experts 4 --moe-router-topk 2 --moe-ffn-hidden-size 24 --moe-layer-freq [1,0,1,1]
       --moe-aux-loss-coeff 1e-2 --moe-z-loss-coeff 1e-3 --moe-shared-expert-intermediate-size 16
-      --moe-shared-expert-gate"
+      --moe-shared-expert-gate --log-params-norm"
 # shellcheck disable=SC2086
 mt-train $base --train-iters 1 --eval-iters 0 >/dev/null 2>&1   # the index cache, once
 # shellcheck disable=SC2086
@@ -60,7 +66,7 @@ t_grep "the iteration line: lm loss, load_balancing_loss, z_loss" \
 same() {
     $py - "$@" <<'PYEOF'
 import json, sys
-keys = ("lm_loss", "grad_norm", "load_balancing_loss", "z_loss")
+keys = ("lm_loss", "grad_norm", "load_balancing_loss", "z_loss", "params_norm")
 def load(p):
     rows = [json.loads(l) for l in open(p)]
     return ({r["iteration"]: [r[k] for k in keys] for r in rows if r["type"] == "train"},
@@ -90,6 +96,7 @@ for v in "dp2:2:" "pp2:2:--pipeline-model-parallel-size 2" "dp2-dist:2:--use-dis
          "tp2-pp2:4:--tensor-model-parallel-size 2 --pipeline-model-parallel-size 2" \
          "ep2:2:--expert-model-parallel-size 2" "ep4:4:--expert-model-parallel-size 4" \
          "ep2-tp2-sp:4:--expert-model-parallel-size 2 --tensor-model-parallel-size 2 --sequence-parallel" \
+         "ep2-dp2-dist:4:--expert-model-parallel-size 2 --use-distributed-optimizer" \
          "ep2-pp2:4:--expert-model-parallel-size 2 --pipeline-model-parallel-size 2"; do
     name=${v%%:*} rest=${v#*:} n=${rest%%:*} extra=${rest#*:}
     # shellcheck disable=SC2086
@@ -252,6 +259,89 @@ if mt-eval --load "$d/cke" --data-path "$d/data" --eval-iters 2 >"$d/cke-eval.ou
     grep -Eq 'lm loss value: [0-9]\.[0-9]+E\+00' "$d/cke-eval.out"; then t_pass "mt-eval of the EP 2 checkpoint (every rank's copy checked)"
 else t_fail "mt-eval of the EP 2 checkpoint" "$(tail -2 "$d/cke-eval.err")"; fi
 
+# EP 2 x DP 2 with the distributed optimizer: each rank's shard file in its expert rank's directory, the
+# dense pieces of every directory's buffer found in both (dist_optim.h)
+epd="--expert-model-parallel-size 2 --use-distributed-optimizer"
+# shellcheck disable=SC2086
+mt-train -n 4 $base $epd --save "$d/ckd" --exit-interval 5 >/dev/null 2>"$d/ckd.err" &&
+    mt-train -n 4 $base $epd --load "$d/ckd" --metrics-file "$d/ckd-res.jsonl" >/dev/null 2>"$d/ckd-res.err" ||
+    t_fail "EP 2 x DP 2, distributed optimizer: save and resume" "$(tail -3 "$d/ckd.err" "$d/ckd-res.err")"
+check "EP 2 x DP 2 with the distributed optimizer resumed at 5: the uninterrupted run bit for bit" "$d/ckd-res.jsonl" 0 6 "$d/ep2-dp2-dist.jsonl"
+# shellcheck disable=SC2086
+mt-train $base --load "$d/ckd" --metrics-file "$d/ckd-1.jsonl" >/dev/null 2>"$d/ckd-1.err" || t_fail "its checkpoint on one rank" "$(tail -3 "$d/ckd-1.err")"
+check "... and on one rank: the one-rank losses" "$d/ckd-1.jsonl" 1e-5 6
+# the shards: rank r's file holds a quarter of the dense parameters and half of its expert rank's experts
+if $py - "$d/ckd/iter_0000005" >"$d/shards.out" 2>&1 <<'PYEOF'
+import json, struct, sys, os
+it = sys.argv[1]
+def header(p):
+    f = open(p, "rb"); n = struct.unpack("<Q", f.read(8))[0]; return json.loads(f.read(n))
+total = {}
+for e in (0, 1):
+    rd = "%s/mp_rank_00_%03d" % (it, e)
+    meta = json.load(open(rd + "/meta.json"))["optimizer"]["distributed"]
+    pieces = meta["pieces"]
+    assert [p[1] for p in pieces] == [0] + [p[2] for p in pieces[:-1]], pieces   # they tile the buffer
+    for f, lo, hi, at in pieces:   # each piece where its file says it is
+        h = header(os.path.normpath(os.path.join(rd, f)))
+        r = [int(x) for x in h["__metadata__"]["ranges"].replace(",", ":").split(":")]
+        pos = at if at < r[1] - r[0] else at - (r[1] - r[0])
+        base = r[0] if at < r[1] - r[0] else r[2]
+        assert lo == base + pos and hi - lo <= h["exp_avg"]["shape"][0] - at, (f, lo, hi, at, r)
+    names = sorted(os.listdir(rd))
+    assert [n for n in names if n.startswith("distrib_optim")] == ["distrib_optim_%03d.safetensors" % (2 * x + e) for x in (0, 1)], names
+    xlo, n = pieces[4][1], pieces[-1][2]
+    for x in (0, 1):   # data-parallel rank 2x + e: dense / 4 + its experts / 2
+        h = header("%s/distrib_optim_%03d.safetensors" % (rd, 2 * x + e))
+        got = h["exp_avg"]["shape"][0]
+        assert abs(got - (xlo / 4 + (n - xlo) / 2)) <= 2, (got, xlo, n)   # near-equal parts
+        total[2 * x + e] = got
+print("shard elements per rank %s of %d dense + 2 x %d expert parameters" % (sorted(total.values()), xlo, n - xlo))
+PYEOF
+then t_pass "EP 2 x DP 2 checkpoint: each rank's shard (a quarter of the dense, half of its experts) in its directory, pieces where the files say ($(cat "$d/shards.out"))"
+else t_fail "EP 2 x DP 2 shard files" "$(tail -3 "$d/shards.out")"; fi
+# a damaged checkpoint of it: a piece said to be in another file, a piece outside the rank directories, a
+# missing shard file of the sibling directory: one line naming the file, no run
+bad_piece() {   # NAME EDIT PATTERN: EDIT (python, on meta = mp_rank_00_001's meta.json) then --load fails with PATTERN
+    rm -rf "$d/ckx" && cp -r "$d/ckd" "$d/ckx"
+    $py - "$d/ckx/iter_0000005/mp_rank_00_001/meta.json" "$2" <<'PYEOF'
+import json, sys
+meta = json.load(open(sys.argv[1]))
+pieces = meta["optimizer"]["distributed"]["pieces"]
+exec(sys.argv[2])
+json.dump(meta, open(sys.argv[1], "w"))
+PYEOF
+    # shellcheck disable=SC2086
+    t_fails "EP 2 x DP 2 checkpoint, $1" mt-train $base --load "$d/ckx"
+    t_grep "... $1: one line naming the file" "$3" "$T_TMP/err"
+}
+bad_piece "a piece in the wrong file" 'pieces[1][0] = "../mp_rank_00_000/distrib_optim_000.safetensors"' \
+    'mp_rank_00_000/distrib_optim_000.safetensors: does not hold parameters [0-9]+ \.\. [0-9]+ at element 0'
+bad_piece "a piece outside the rank directories" 'pieces[0][0] = "../../x/distrib_optim_000.safetensors"' \
+    'mp_rank_00_001/meta.json: "optimizer.distributed.pieces"\[0\] is not \[shard file, lo, hi, at\]'
+bad_piece "a gap between pieces" 'pieces[2][1] += 1' 'pieces"\[2\] is not \[shard file, lo, hi, at\] continuing from'
+rm -f "$d/ckx/iter_0000005/mp_rank_00_000/distrib_optim_002.safetensors"
+cp "$d/ckd/iter_0000005/mp_rank_00_001/meta.json" "$d/ckx/iter_0000005/mp_rank_00_001/meta.json"
+# shellcheck disable=SC2086
+t_fails "EP 2 x DP 2 checkpoint without a shard file of the other directory" mt-train $base --load "$d/ckx"
+t_grep "... names it" 'mp_rank_00_000/distrib_optim_002.safetensors' "$T_TMP/err"
+# bf16 (the optimizer owns the fp32 master of its two ranges), and fp32 with --async-save: bit for bit
+# shellcheck disable=SC2086
+mt-train -n 4 $base $epd --bf16 --metrics-file "$d/epdb.jsonl" >/dev/null 2>"$d/epdb.err" &&
+    mt-train -n 4 $base $epd --bf16 --save "$d/ckdb" --exit-interval 5 >/dev/null 2>"$d/ckdb.err" &&
+    mt-train -n 4 $base $epd --bf16 --load "$d/ckdb" --metrics-file "$d/ckdb-res.jsonl" >/dev/null 2>"$d/ckdb-res.err" ||
+    t_fail "EP 2 x DP 2 bf16 runs" "$(tail -3 "$d/epdb.err" "$d/ckdb.err" "$d/ckdb-res.err")"
+check "EP 2 x DP 2, bf16, resumed at 5: the uninterrupted bf16 run bit for bit" "$d/ckdb-res.jsonl" 0 6 "$d/epdb.jsonl"
+# shellcheck disable=SC2086
+mt-train -n 4 $base $epd --save "$d/ckda" --save-interval 5 --async-save >"$d/ckda.log" 2>"$d/ckda.err" ||
+    t_fail "EP 2 x DP 2 --async-save" "$(tail -3 "$d/ckda.err")"
+t_grep "... --async-save writes in the background" 'saving checkpoint at iteration +5 to .* in the background' "$d/ckda.log"
+echo 5 >"$d/ckda/latest_checkpointed_iteration.txt"
+# shellcheck disable=SC2086
+mt-train -n 4 $base $epd --load "$d/ckda" --metrics-file "$d/ckda-res.jsonl" >/dev/null 2>"$d/ckda-res.err" ||
+    t_fail "EP 2 x DP 2: resume from the background save" "$(tail -3 "$d/ckda-res.err")"
+check "... resumed from its iteration 5: bit for bit" "$d/ckda-res.jsonl" 0 6 "$d/ep2-dp2-dist.jsonl"
+
 # ---- token dropping ----
 short="--train-iters 4 --lr-warmup-iters 1 --eval-iters 0 --log-interval 1"
 # shellcheck disable=SC2086
@@ -293,8 +383,8 @@ t_fails "padding without a capacity factor" mt-train $base --moe-pad-expert-inpu
 t_fails "expert parallelism over 3 experts" mt-train $base --num-experts 3 --expert-model-parallel-size 2 --dry-run
 t_grep "... names the flags" 'expert-model-parallel-size \(2\) must divide --num-experts \(3\)' "$T_TMP/err"
 # shellcheck disable=SC2086
-t_fails "expert parallelism with --async-save" mt-train -n 2 $base --expert-model-parallel-size 2 --save "$d/nope" --async-save
-t_grep "... not implemented yet" 'async-save with --expert-model-parallel-size 2: not implemented yet' "$T_TMP/err"
+t_fails "expert parallelism with --overlap-grad-reduce" mt-train -n 2 $base --expert-model-parallel-size 2 --overlap-grad-reduce
+t_grep "... not implemented yet" 'overlap-grad-reduce with --expert-model-parallel-size 2: not implemented yet' "$T_TMP/err"
 # shellcheck disable=SC2086
 t_fails "token dropping with sequence parallelism" mt-train $base --tensor-model-parallel-size 2 --sequence-parallel \
     --moe-expert-capacity-factor 1.0 --dry-run
