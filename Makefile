@@ -9,6 +9,13 @@
 # Sources are found by wildcard: a new libcommon/<sub>/*.c, kernels/cpu/*.c, cmd/mt-*.c or tests/unit/test_*.c
 # needs no edit here.
 
+# One compilation per CPU unless -j is given (GNU make >= 4.3 takes -j from MAKEFLAGS set here): the CUDA
+# objects alone take minutes one at a time. The scripts the targets run (tests/run, share/demo.sh) get an
+# empty MAKEFLAGS: a make they start is not a sub-make of this one and cannot use its job server.
+ifeq ($(MAKELEVEL)$(filter -j% --jobserver%,$(MAKEFLAGS)),0)
+MAKEFLAGS += -j$(shell nproc 2>/dev/null || echo 1)
+endif
+
 PREFIX  ?= /usr/local
 B       := build
 CC      ?= cc
@@ -151,7 +158,7 @@ sim-san:
 
 check: deps
 	@$(MAKE) --no-print-directory tests
-	@tests/run
+	@MAKEFLAGS= tests/run
 
 # tests/durations (the order of a fresh checkout's test run, longest first) from the last full run's times
 durations:
@@ -186,20 +193,20 @@ fuzz: deps fuzz-build
 # Every test against an AddressSanitizer + UBSan build (build-asan/); leaks fail too.
 asan: deps
 	@$(MAKE) --no-print-directory B=build-asan CFLAGS='-O1 -g -fsanitize=address,undefined,float-cast-overflow -fno-omit-frame-pointer' tests
-	@MT_BUILD=build-asan ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=halt_on_error=1 tests/run
+	@MAKEFLAGS= MT_BUILD=build-asan ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=halt_on_error=1 tests/run
 
 soak: deps
 	@$(MAKE) --no-print-directory tests
-	@MT_SOAK=1 tests/run
+	@MAKEFLAGS= MT_SOAK=1 tests/run
 
 KILL_ROUNDS ?= 200
 kill-soak: deps
 	@$(MAKE) --no-print-directory tests
-	@KILL_ROUNDS=$(KILL_ROUNDS) tests/run kill.sh
+	@MAKEFLAGS= KILL_ROUNDS=$(KILL_ROUNDS) tests/run kill.sh
 
 demo: deps
 	@$(MAKE) --no-print-directory $(PROGS)
-	@share/demo.sh
+	@MAKEFLAGS= share/demo.sh
 
 # The Debian packages (and, without a CUDA toolkit, the CUDA headers the simulator needs), then the tests'
 # Python environments from PyPI (build/venv: tiktoken, tokenizers, tensorboard, bpe-openai; build/venv-hf:
@@ -213,10 +220,10 @@ deps:
 # it and prints which killed it (not part of make check; MUTANTS="ID ..." picks some).
 mutants: deps
 	@$(MAKE) --no-print-directory $(PROGS) $(TESTS)
-	@tests/mutants/run $(MUTANTS)
+	@MAKEFLAGS= tests/mutants/run $(MUTANTS)
 
 bench: $(PROGS)
-	@for b in bench/*; do [ -x "$$b" ] && "$$b"; done
+	@for b in bench/*; do [ -x "$$b" ] && MAKEFLAGS= "$$b"; done
 
 install: $(PROGS)
 	install -d $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(PREFIX)/share/mt/gpt2 \
