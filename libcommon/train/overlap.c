@@ -15,11 +15,17 @@ static int is_norm(mt_tensor_kind k)
 /* The bucket holding element x. */
 static int bucket_of(const mt_overlap *o, size_t x) { return (int)((o->gs->n - 1 - x) / o->gs->bucket); }
 
+/* Whether tensor t is in the part, and its first element in the part. */
+static int in_part(const mt_overlap *o, const mt_layout_tensor *t)
+{
+    return t->numel > 0 && t->offset >= o->base && t->offset + t->numel <= o->base + o->gs->n;
+}
+
 static int start_grad_bucket(mt_overlap *o, int b, int after_layer, mt_err *e)
 {
     size_t lo, hi;
     mt_grad_sync_bucket(o->gs, b, &lo, &hi);
-    float *g = mt_gpt_grads(o->model);
+    float *g = mt_gpt_grads(o->model) + o->base;
     mt_async_op op = {o->sharded ? MT_ASYNC_REDUCE_SCATTER : MT_ASYNC_ALL_REDUCE, g + lo, hi - lo, NULL, MT_C_F32};
     if (o->sharded) {
         mt_grad_sync_bucket_counts(o->gs, lo, hi, o->counts);
@@ -38,7 +44,7 @@ static int start_grad_bucket(mt_overlap *o, int b, int after_layer, mt_err *e)
 /* The elements of tensor i are final: counted off their buckets. */
 static void tensor_final(mt_overlap *o, const mt_layout_tensor *t)
 {
-    size_t a = t->offset, end = t->offset + t->numel;
+    size_t a = t->offset - o->base, end = a + t->numel;
     while (a < end) {
         int b = bucket_of(o, a);
         size_t lo, hi;
@@ -52,9 +58,15 @@ static void tensor_final(mt_overlap *o, const mt_layout_tensor *t)
 static int params_wait_to(mt_overlap *o, size_t end, int layer, mt_err *e);
 
 /* The layer hook (gpt.h). */
+static int on_part(mt_overlap *o, int phase, int layer, mt_err *e);
 static int on_layer(void *arg, int phase, int layer, mt_err *e)
 {
     mt_overlap *o = arg;
+    return on_part(o, phase, layer, e) || (o->next && on_part(o->next, phase, layer, e)) ? -1 : 0;
+}
+
+static int on_part(mt_overlap *o, int phase, int layer, mt_err *e)
+{
     if (phase == MT_GPT_BEFORE_FORWARD) {
         if (!o->gathering) return 0;
         return params_wait_to(o, layer == o->nl - 1 ? o->gs->n : o->layer_end[layer], layer, e);
@@ -70,12 +82,12 @@ static int on_layer(void *arg, int phase, int layer, mt_err *e)
     return 0;
 }
 
-int mt_overlap_init(mt_overlap *o, mt_gpt *model, mt_grad_sync *gs, int grads, int params, int sharded,
+int mt_overlap_init(mt_overlap *o, mt_gpt *model, mt_grad_sync *gs, size_t base, int grads, int params, int sharded,
                     const int *chunk_passes, int vp, int sp, int world_rank, mt_err *e)
 {
     memset(o, 0, sizeof *o);
     o->grads = grads, o->params = params, o->sharded = sharded;
-    o->gs = gs, o->model = model;
+    o->gs = gs, o->model = model, o->base = base;
     o->nb = mt_grad_sync_buckets(gs);
     const mt_layout *l = mt_gpt_layout(model);
     o->nl = l->num_layers;
@@ -88,17 +100,22 @@ int mt_overlap_init(mt_overlap *o, mt_gpt *model, mt_grad_sync *gs, int grads, i
             if (i >= l->layer_start[li] && i < l->layer_start[li + 1]) g = li;
         if (o->nl > 0 && i >= l->layer_start[o->nl]) g = o->nl - 1;   /* the final norm, the output layer */
         if ((sp && is_norm(t->kind)) || i == tied) g = -1;            /* summed elsewhere first */
-        o->group[i] = g;
+        o->group[i] = in_part(o, t) ? g : -2;
     }
     o->passes = mt_xcalloc((size_t)o->nl + 1, sizeof *o->passes);
     o->need = mt_xcalloc((size_t)o->nl + 1, sizeof *o->need);
     for (int li = 0; li < o->nl; li++) o->need[li] = chunk_passes[li / (o->nl / vp)];   /* chunks of nl / vp layers */
+    /* the part's elements up to each layer's end (its tensors in the part are contiguous in layer order) */
     o->layer_end = mt_xcalloc((size_t)o->nl + 1, sizeof *o->layer_end);
+    size_t end = 0;
+    for (int i = 0; i < (o->nl > 0 ? l->layer_start[0] : l->n); i++)
+        if (in_part(o, &l->t[i]) && l->t[i].offset + l->t[i].numel - base > end) end = l->t[i].offset + l->t[i].numel - base;
+    o->first_layer = o->nl > 0 ? end : gs->n;
     for (int li = 0; li < o->nl; li++) {
-        int last = l->layer_start[li + 1] - 1;
-        o->layer_end[li] = last >= l->layer_start[li] ? l->t[last].offset + l->t[last].numel : 0;
+        for (int i = l->layer_start[li]; i < l->layer_start[li + 1]; i++)
+            if (in_part(o, &l->t[i]) && l->t[i].offset + l->t[i].numel - base > end) end = l->t[i].offset + l->t[i].numel - base;
+        o->layer_end[li] = end;
     }
-    o->first_layer = o->nl > 0 && l->layer_start[0] < l->n ? l->t[l->layer_start[0]].offset : gs->n;
     o->left = mt_xcalloc((size_t)o->nb + 1, sizeof *o->left);
     o->ticket = mt_xcalloc((size_t)o->nb + 1, sizeof *o->ticket);
     o->gticket = mt_xcalloc((size_t)o->nb + 1, sizeof *o->gticket);
@@ -107,7 +124,7 @@ int mt_overlap_init(mt_overlap *o, mt_gpt *model, mt_grad_sync *gs, int grads, i
     const char *tr = getenv("MT_TRACE_BUCKETS");
     if (tr && *tr) {
         char path[4096];
-        snprintf(path, sizeof path, "%s.%d", tr, world_rank);
+        snprintf(path, sizeof path, "%s.%d%s", tr, world_rank, base ? ".experts" : "");
         if (!(o->trace = fopen(path, "w"))) return mt_err_sys(e, "MT_TRACE_BUCKETS: %s", path);
         setvbuf(o->trace, NULL, _IOLBF, 0);
     }
@@ -116,9 +133,15 @@ int mt_overlap_init(mt_overlap *o, mt_gpt *model, mt_grad_sync *gs, int grads, i
     return 0;
 }
 
+void mt_overlap_chain(mt_overlap *o, mt_overlap *next)
+{
+    mt_gpt_set_layer_hook(o->model, on_layer, o);
+    o->next = next;
+}
+
 void mt_overlap_free(mt_overlap *o)
 {
-    if (o->model) mt_gpt_set_layer_hook(o->model, NULL, NULL);
+    if (o->model && !o->base) mt_gpt_set_layer_hook(o->model, NULL, NULL);
     mt_comm_async_free(o->eng);
     free(o->group), free(o->passes), free(o->need), free(o->layer_end), free(o->left), free(o->ticket), free(o->gticket),
         free(o->counts);
@@ -156,20 +179,21 @@ int mt_overlap_params_start(mt_overlap *o, mt_err *e)
 {
     mt_gpt *m = o->model;
     int N = o->gs->dp->size, dropped = mt_gpt_master_dropped(m);
-    void *buf = dropped ? (void *)mt_gpt_work(m) : (void *)mt_gpt_params(m);
     mt_cdtype t = MT_C_F32;
     if (dropped) t = mtk_act_dtype(mt_gpt_backend(m)) == MTK_BF16 ? MT_C_BF16 : MT_C_F16;
-    if (dropped) {   /* the 1-D tensors' fp32 values, which every layer reads: first */
+    size_t es = mt_cdtype_size(t);
+    char *buf = (char *)(dropped ? (void *)mt_gpt_work(m) : (void *)mt_gpt_params(m)) + o->base * es;
+    if (dropped && !o->base) {   /* the 1-D tensors' fp32 values, which every layer reads: first (the experts
+                                    have none) */
         mt_gpt_kept_counts(m, o->gs->shard_lo, N, o->counts);
         mt_async_op op = {MT_ASYNC_ALL_GATHER, mt_gpt_kept(m, NULL), 0, o->counts, MT_C_F32};
         if (mt_comm_async_start(o->eng, &op, e) < 0) return -1;
     }
-    size_t es = mt_cdtype_size(t);
     for (int b = o->nb - 1; b >= 0; b--) {   /* from the start of the buffer */
         size_t lo, hi;
         mt_grad_sync_bucket(o->gs, b, &lo, &hi);
         mt_grad_sync_bucket_counts(o->gs, lo, hi, o->counts);
-        mt_async_op op = {MT_ASYNC_ALL_GATHER, (char *)buf + lo * es, hi - lo, o->counts, t};
+        mt_async_op op = {MT_ASYNC_ALL_GATHER, buf + lo * es, hi - lo, o->counts, t};
         if ((o->gticket[b] = mt_comm_async_start(o->eng, &op, e)) < 0) return -1;
     }
     o->gathering = 1;

@@ -21,8 +21,13 @@
  * else that reads the parameters (evaluation, a checkpoint, the end of the run) first calls
  * mt_overlap_params_ready.
  *
- * $MT_TRACE_BUCKETS.<world rank>: a line per bucket started or waited for, with the time since the step
- * began (a test and measurement hook).
+ * With expert parallelism the experts' gradients and parameters (the buffers' end, from
+ * mt_gpt_expert_lo) have buckets of their own over the expert-data-parallel group: a second overlap of
+ * that part (base, the part's first element in the model's buffers) on an engine of its own, chained to
+ * the first (mt_overlap_chain) so that the model's one layer hook drives both.
+ *
+ * $MT_TRACE_BUCKETS.<world rank> (.experts for the experts' part): a line per bucket started or waited
+ * for, with the time since the step began (a test and measurement hook).
  */
 #ifndef MT_TRAIN_OVERLAP_H
 #define MT_TRAIN_OVERLAP_H
@@ -40,17 +45,20 @@ typedef struct mt_overlap {
     int grads, params;       /* --overlap-grad-reduce, --overlap-param-gather */
     int sharded;             /* the distributed optimizer: reduce-scatter (else all-reduce) */
     mt_grad_sync *gs;        /* the buckets (not owned) */
+    size_t base;             /* the buckets' element 0 in the model's buffers */
+    struct mt_overlap *next; /* the other part's overlap, driven by this one's hook (not owned) */
     mt_gpt *model;           /* not owned */
     int *need;               /* [nl]: backward passes of each layer in a step (its model chunk's, from the
                                 pipeline's schedule) */
     int nb, nl;              /* buckets, local layers */
-    int *group;              /* [tensors]: the local layer whose last backward pass makes it final; -1: the end */
+    int *group;              /* [tensors]: the local layer whose last backward pass makes it final; -1: the end;
+                                -2: not in this part */
     int *passes;             /* [nl]: backward passes of each layer so far in this step */
     size_t *left;            /* [nb]: elements not yet final */
     int *ticket;             /* [nb]: the gradient bucket's ticket this step, -1 before it starts */
     int *gticket;            /* [nb]: the parameter bucket's ticket, -1 when none is pending */
-    size_t *layer_end;       /* [nl]: the end of each layer's tensors in the buffer */
-    size_t first_layer;      /* the start of the first layer's tensors (what is before: the embeddings) */
+    size_t *layer_end;       /* [nl]: the end of each layer's tensors in the part (from base) */
+    size_t first_layer;      /* the end of the part's tensors before the first layer (the embeddings) */
     size_t *counts;          /* scratch: a bucket's chunks */
     int gathering;           /* parameter buckets started and not all waited for */
     int64_t step;            /* steps begun (the trace's iteration) */
@@ -58,13 +66,16 @@ typedef struct mt_overlap {
     FILE *trace;
 } mt_overlap;
 
-/* The overlap of a model whose gradients and parameters gs reduces and gathers (gs->dp the device
- * communicator of the data-parallel group; collective over it); chunk_passes[vp]: the backward passes each
- * of the stage's vp model chunks runs in a step, as the pipeline's schedule lists them (a layer's gradients
- * are final after its chunk's last); sp: sequence parallelism is on. The model's layer hook is set. 0, or
- * -1 with e set. */
-int mt_overlap_init(mt_overlap *o, mt_gpt *model, mt_grad_sync *gs, int grads, int params, int sharded,
+/* The overlap of a model whose gradients and parameters from element base of its buffers gs reduces and
+ * gathers (gs->dp the device communicator of the data-parallel group, or of the expert-data-parallel one
+ * for the experts' part; collective over it); chunk_passes[vp]: the backward passes each of the stage's vp
+ * model chunks runs in a step, as the pipeline's schedule lists them (a layer's gradients are final after
+ * its chunk's last); sp: sequence parallelism is on. The model's layer hook is set to this one. 0, or -1
+ * with e set. */
+int mt_overlap_init(mt_overlap *o, mt_gpt *model, mt_grad_sync *gs, size_t base, int grads, int params, int sharded,
                     const int *chunk_passes, int vp, int sp, int world_rank, mt_err *e);
+/* o's layer hook drives next too (the experts' part); next's own hook setting is undone. */
+void mt_overlap_chain(mt_overlap *o, mt_overlap *next);
 void mt_overlap_free(mt_overlap *o);
 
 /* At the start of a step (after the gradients are zeroed): the passes counted from zero, the embeddings'

@@ -126,10 +126,6 @@ int mt_trainer_open_par(mt_trainer *t, const mt_train_args *a, const mt_parallel
     if (t->tp_size > 1 && !(t->dev_tp = mt_device_comm(t->par->tp, t->k, e))) return -1;
     t->ep_size = t->par->ep_size > 1 ? t->par->ep_size : 1;
     if (t->ep_size > 1) {
-        static const char *const no[] = {"--overlap-grad-reduce", "--overlap-param-gather"};
-        int on[] = {t->a.overlap_grad_reduce, t->a.overlap_param_gather};
-        for (size_t i = 0; i < sizeof no / sizeof no[0]; i++)
-            if (on[i]) return mt_err_set(e, "%s with --expert-model-parallel-size %d: not implemented yet", no[i], t->ep_size);
         if (!(t->dev_ep = mt_device_comm(t->par->ep, t->k, e))) return -1;
         if (t->par->edp->size > 1 && !(t->dev_edp = t->par->edp == t->par->dp && t->dev_dp ? t->dev_dp
                                                     : mt_device_comm(t->par->edp, t->k, e)))
@@ -210,10 +206,17 @@ int mt_trainer_open_par(mt_trainer *t, const mt_train_args *a, const mt_parallel
         t->ov = mt_xcalloc(1, sizeof *t->ov);
         int *passes = mt_xmalloc((size_t)t->vp * sizeof *passes);   /* each chunk's, from the schedule */
         for (int c = 0; c < t->vp; c++) passes[c] = mt_pipeline_backward_passes(t->pipe, c);
-        int rc = mt_overlap_init(t->ov, t->model, &t->gs, t->a.overlap_grad_reduce,
-                                 t->a.overlap_param_gather && t->a.use_distributed_optimizer,
-                                 t->a.use_distributed_optimizer, passes, t->vp,
-                                 t->cfg.sequence_parallel && t->tp_size > 1, t->par->world ? t->par->world->rank : 0, e);
+        int params = t->a.overlap_param_gather && t->a.use_distributed_optimizer;
+        int sp = t->cfg.sequence_parallel && t->tp_size > 1, wr = t->par->world ? t->par->world->rank : 0;
+        int rc = mt_overlap_init(t->ov, t->model, &t->gs, 0, t->a.overlap_grad_reduce, params,
+                                 t->a.use_distributed_optimizer, passes, t->vp, sp, wr, e);
+        /* with expert parallelism the experts' buckets over their own group, driven by the same hook */
+        if (!rc && t->ep_size > 1 && t->par->edp->size > 1) {
+            t->ov_exp = mt_xcalloc(1, sizeof *t->ov_exp);
+            rc = mt_overlap_init(t->ov_exp, t->model, &t->gs_exp, xlo, t->a.overlap_grad_reduce, params,
+                                 t->a.use_distributed_optimizer, passes, t->vp, sp, wr, e);
+            if (!rc) mt_overlap_chain(t->ov, t->ov_exp);
+        }
         free(passes);
         if (rc) return -1;
     }
@@ -222,13 +225,14 @@ int mt_trainer_open_par(mt_trainer *t, const mt_train_args *a, const mt_parallel
 
 void mt_trainer_close(mt_trainer *t)
 {
-    if (t->ov) {
-        mt_err ignore;
-        mt_overlap_params_ready(t->ov, &ignore);
-        mt_overlap_free(t->ov);
-        free(t->ov);
-        t->ov = NULL;
-    }
+    for (mt_overlap **ov = &t->ov_exp; ov; ov = ov == &t->ov_exp ? &t->ov : NULL)
+        if (*ov) {
+            mt_err ignore;
+            mt_overlap_params_ready(*ov, &ignore);
+            mt_overlap_free(*ov);
+            free(*ov);
+            *ov = NULL;
+        }
     mt_batch_free(&t->batch);
     mt_adamw_free(&t->opt);
     mt_pipeline_close(t->pipe);
@@ -363,7 +367,9 @@ static int gather_params(mt_trainer *t, mt_err *e)
 
 int mt_trainer_params_ready(mt_trainer *t, mt_err *e)
 {
-    return t->ov && mt_overlap_params_ready(t->ov, e) ? mt_err_prefix(e, "parameter all-gather") : 0;
+    return (t->ov && mt_overlap_params_ready(t->ov, e)) || (t->ov_exp && mt_overlap_params_ready(t->ov_exp, e))
+               ? mt_err_prefix(e, "parameter all-gather")
+               : 0;
 }
 
 int mt_trainer_params_norm(mt_trainer *t, double *norm, mt_err *e)
@@ -404,7 +410,7 @@ int mt_trainer_step(mt_trainer *t, mt_step_result *r, mt_err *e)
     mt_gpt_zero_grad(t->model);
     if (t->moe_layer)
         memset(t->moe_layer, 0, (size_t)t->cfg.num_layers * (size_t)(2 + t->cfg.num_experts) * sizeof *t->moe_layer);
-    if (t->ov && mt_overlap_step_begin(t->ov, e))
+    if ((t->ov && mt_overlap_step_begin(t->ov, e)) || (t->ov_exp && mt_overlap_step_begin(t->ov_exp, e)))
         return mt_err_prefix(e, "iteration %lld: parameter all-gather", (long long)t->iteration + 1);
     double ls = t->scaler.scale;
     t->used_slots = 0;
@@ -422,7 +428,9 @@ int mt_trainer_step(mt_trainer *t, mt_step_result *r, mt_err *e)
      * ones: summed into each one's shard with the distributed optimizer */
     float *xg = grads + mt_gpt_expert_lo(t->model);
     if (t->ep_size > 1 && t->par->edp->size > 1 &&
-        (dist ? mt_grad_reduce_scatter(&t->gs_exp, xg, e) : mt_grad_all_reduce(&t->gs_exp, xg, e)))
+        (t->ov_exp && t->ov_exp->grads ? mt_overlap_grads_finish(t->ov_exp, e)
+         : dist                        ? mt_grad_reduce_scatter(&t->gs_exp, xg, e)
+                                       : mt_grad_all_reduce(&t->gs_exp, xg, e)))
         return mt_err_prefix(e, "iteration %lld: expert-data-parallel reduction", (long long)t->iteration + 1);
     if (mt_loss_scaler_test_overflow(t->iteration + 1)) {   /* test hook: an overflow as fp16 would make it */
         float inf = INFINITY;
@@ -483,7 +491,9 @@ int mt_trainer_step(mt_trainer *t, mt_step_result *r, mt_err *e)
      * waited for before the first layer that reads it (overlap.h); the fp32 master is then the model's own
      * only in fp32 runs (no working copy to refresh) */
     int gather_later = t->ov && t->ov->params && (mt_gpt_master_dropped(t->model) || !mt_gpt_work(t->model));
-    if (dist && isfinite(r->grad_norm) && (gather_later ? mt_overlap_params_start(t->ov, e) : gather_params(t, e)))
+    if (dist && isfinite(r->grad_norm) &&
+        (gather_later ? mt_overlap_params_start(t->ov, e) || (t->ov_exp && mt_overlap_params_start(t->ov_exp, e))
+                      : gather_params(t, e)))
         return mt_err_prefix(e, "iteration %lld: parameter all-gather", (long long)t->iteration + 1);
     r->skipped = !isfinite(r->grad_norm);
     mt_loss_scaler_update(&t->scaler, r->skipped);

@@ -84,6 +84,7 @@ typedef struct mt_trainer {
     uint64_t ep_norm_bytes;  /* so far, by the grad norm's sums over it */
     double *moe_layer;       /* --moe-per-layer-logging: the step's sums (mt_step_result's moe_layer) */
     mt_overlap *ov;          /* --overlap-grad-reduce / --overlap-param-gather with dp > 1; else NULL */
+    mt_overlap *ov_exp;      /* the same for the experts' buckets (expert parallelism, edp > 1; chained to ov) */
     FILE *trace;             /* $MT_TRACE_SAMPLES.<dp rank>: the train samples this rank reads (a test hook) */
     int64_t train_iters;
     int64_t iteration;       /* (ckpt) */
