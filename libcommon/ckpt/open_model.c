@@ -294,6 +294,12 @@ static int open_shards(mt_model_ckpt *mc, mt_err *e)
 {
     if (mc->g) return 0;
     if (!mc->have_arch) return mt_err_set(e, "%s: the model's architecture is not known yet", mc->dir);
+    static const char *const sizes[] = {"tensor-model-parallel-size", "pipeline-model-parallel-size",
+                                        "expert-model-parallel-size"};
+    for (int i = 0; i < 3; i++) {   /* absent: 1; present: an integer */
+        json_t *v = json_object_get(mc->args, sizes[i]);
+        if (v && !json_is_integer(v)) return mt_err_set(e, "%s/meta.json: \"args.%s\" is not an integer", mc->dir, sizes[i]);
+    }
     int tp, pp;
     mt_model_parallel_sizes(mc, &tp, &pp);
     if (tp < 1 || pp < 1 || tp > 4096 || pp > 4096)

@@ -263,6 +263,22 @@ if mt-eval --load "$d/cke" --data-path "$d/data" --eval-iters 2 >"$d/cke-eval.ou
     grep -Eq 'lm loss value: [0-9]\.[0-9]+E\+00' "$d/cke-eval.out"; then t_pass "mt-eval of the EP 2 checkpoint (every rank's copy checked)"
 else t_fail "mt-eval of the EP 2 checkpoint" "$(tail -2 "$d/cke-eval.err")"; fi
 
+# a damaged EP 2 checkpoint: an expert rank's directory missing, expert-model-parallel-size not an integer
+# or not dividing the experts: one line naming what is wrong
+rm -rf "$d/ckm" && cp -r "$d/cke" "$d/ckm" && rm -rf "$d/ckm/iter_0000005/mp_rank_00_001"
+# shellcheck disable=SC2086
+t_fails "EP 2 checkpoint without expert rank 1's directory" mt-train $base --load "$d/ckm"
+t_grep "... names it" 'missing shard: .*/iter_0000005/mp_rank_00_001: no such directory' "$T_TMP/err"
+for v in '"two":is not an integer' '3:must divide --num-experts \(4\)'; do
+    rm -rf "$d/ckm" && cp -r "$d/cke" "$d/ckm"
+    for m in "$d/ckm/iter_0000005/mp_rank_00_000/meta.json" "$d/ckm/iter_0000005/mp_rank_00_001/meta.json"; do
+        $py -c 'import json,sys; m=json.load(open(sys.argv[1])); m["args"]["expert-model-parallel-size"]=json.loads(sys.argv[2]); json.dump(m,open(sys.argv[1],"w"))' "$m" "${v%%:*}"
+    done
+    # shellcheck disable=SC2086
+    t_fails "EP 2 checkpoint whose expert-model-parallel-size is ${v%%:*}" mt-train $base --load "$d/ckm"
+    t_grep "... says so" "${v#*:}" "$T_TMP/err"
+done
+
 # EP 2 x DP 2 with the distributed optimizer: each rank's shard file in its expert rank's directory, the
 # dense pieces of every directory's buffer found in both (dist_optim.h)
 epd="--expert-model-parallel-size 2 --use-distributed-optimizer"
