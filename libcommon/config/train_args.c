@@ -86,6 +86,9 @@ static const mt_flag flags[] = {
      "MoE: each MoE layer's losses and rows per expert to TensorBoard (moe/..._layer_L)", 0, 0, NULL},
     {"--expert-model-parallel-size", MT_F_INT, &A.expert_model_parallel_size, "N",
      "MoE: ranks the experts are split over (of the data-parallel ones; default 1)", 1, 1 << 16, NULL},
+    {"--expert-tensor-parallel-size", MT_F_INT, &A.expert_tensor_parallel_size, "N",
+     "MoE: tensor-parallel ranks each expert's matrices are split over: --tensor-model-parallel-size (the default; "
+     "no other is implemented)", 1, 1 << 16, NULL},
     NOOP_B("--moe-grouped-gemm", "accepted; the experts' products are always one grouped product"),
     NOOP_S("--moe-token-dispatcher-type", "TYPE", "accepted (alltoall, allgather); the tokens go to their experts one way"),
     NOOP_B("--moe-permute-fusion", "accepted; fusion does not change results"),
@@ -401,7 +404,8 @@ static int check_moe(mt_train_args *a, const bool *seen, mt_err *e)
         "--moe-router-load-balancing-type", "--moe-aux-loss-coeff", "--moe-z-loss-coeff", "--moe-router-score-function",
         "--moe-router-pre-softmax", "--moe-router-topk-scaling-factor", "--moe-router-dtype", "--moe-expert-capacity-factor",
         "--moe-pad-expert-input-to-capacity", "--moe-token-drop-policy", "--moe-shared-expert-intermediate-size",
-        "--moe-shared-expert-gate", "--moe-per-layer-logging", "--expert-model-parallel-size", NULL};
+        "--moe-shared-expert-gate", "--moe-per-layer-logging", "--expert-model-parallel-size", "--expert-tensor-parallel-size",
+        NULL};
     if (!a->num_experts) {
         for (int i = 0; moe_only[i]; i++)
             if (given(seen, moe_only[i])) return mt_err_set(e, "%s goes with --num-experts", moe_only[i]);
@@ -423,6 +427,10 @@ static int check_moe(mt_train_args *a, const bool *seen, mt_err *e)
     if (a->num_experts % a->expert_model_parallel_size)
         return mt_err_set(e, "--expert-model-parallel-size (%d) must divide --num-experts (%d)",
                           a->expert_model_parallel_size, a->num_experts);
+    if (a->expert_tensor_parallel_size && a->expert_tensor_parallel_size != a->tensor_model_parallel_size)
+        return mt_err_set(e, "--expert-tensor-parallel-size (%d) other than --tensor-model-parallel-size (%d): not "
+                             "implemented; the experts are split over the tensor-parallel ranks as the MLP (Megatron's default)",
+                          a->expert_tensor_parallel_size, a->tensor_model_parallel_size);
     if (a->tensor_model_parallel_size > 1 && a->sequence_parallel && given(seen, "--moe-expert-capacity-factor"))
         return mt_err_set(e, "--moe-expert-capacity-factor with --sequence-parallel: Megatron drops the tokens of each "
                              "sequence-parallel shard apart; not implemented yet");

@@ -37,8 +37,9 @@
 #   - mt-eval runs the MoE checkpoint;
 #   - flags: MoE without --disable-bias-linear, top-k above the experts, an MoE flag without --num-experts,
 #     a layer list of the wrong length, padding without a capacity, expert parallelism over experts it does
-#     not divide, and token dropping with sequence parallelism (Megatron drops per shard) are refused
-#     naming the flag.
+#     not divide, an expert tensor-parallel size other than the tensor-parallel one (that one, Megatron's
+#     default, is accepted: the tp2-sp layout gives it), and token dropping with sequence parallelism
+#     (Megatron drops per shard) are refused naming the flag.
 . "$(dirname "$0")/../lib.sh"
 set -f   # the layer lists ([1,0,1,1]) are not file patterns
 py=/usr/bin/python3
@@ -95,7 +96,7 @@ check() {   # NAME JSONL TOL [FIRST [REF]]: against the one-rank run, or REF
 # ---- layouts ----
 for v in "dp2:2:" "pp2:2:--pipeline-model-parallel-size 2" "dp2-dist:2:--use-distributed-optimizer" \
          "dp2-pp2-dist:4:--pipeline-model-parallel-size 2 --use-distributed-optimizer" \
-         "tp2:2:--tensor-model-parallel-size 2" "tp2-sp:2:--tensor-model-parallel-size 2 --sequence-parallel" \
+         "tp2:2:--tensor-model-parallel-size 2" "tp2-sp:2:--tensor-model-parallel-size 2 --sequence-parallel --expert-tensor-parallel-size 2" \
          "dp2-tp2-sp-dist:4:--tensor-model-parallel-size 2 --sequence-parallel --use-distributed-optimizer" \
          "tp2-pp2:4:--tensor-model-parallel-size 2 --pipeline-model-parallel-size 2" \
          "ep2:2:--expert-model-parallel-size 2" "ep4:4:--expert-model-parallel-size 4" \
@@ -425,6 +426,10 @@ t_fails "padding without a capacity factor" mt-train $base --moe-pad-expert-inpu
 # shellcheck disable=SC2086
 t_fails "expert parallelism over 3 experts" mt-train $base --num-experts 3 --expert-model-parallel-size 2 --dry-run
 t_grep "... names the flags" 'expert-model-parallel-size \(2\) must divide --num-experts \(3\)' "$T_TMP/err"
+# shellcheck disable=SC2086
+t_fails "an expert tensor-parallel size other than the tensor-parallel size" mt-train $base --tensor-model-parallel-size 2 \
+    --expert-tensor-parallel-size 1 --dry-run
+t_grep "... names both" 'expert-tensor-parallel-size \(1\) other than --tensor-model-parallel-size \(2\): not implemented' "$T_TMP/err"
 # shellcheck disable=SC2086
 t_fails "token dropping with sequence parallelism" mt-train $base --tensor-model-parallel-size 2 --sequence-parallel \
     --moe-expert-capacity-factor 1.0 --dry-run
