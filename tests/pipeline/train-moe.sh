@@ -180,41 +180,10 @@ else t_fail "checkpoint tensors" "$(tail -2 "$d/names.out")"; fi
 # shellcheck disable=SC2086
 mt-train -n 2 $base --pipeline-model-parallel-size 2 --moe-per-layer-logging --tensorboard-dir "$d/tb" \
     --metrics-file "$d/tb.jsonl" >"$d/tb.log" 2>"$d/tb.err" || t_fail "per-layer logging run" "$(tail -3 "$d/tb.err")"
-if $py - "$d/tb" "$d/tb.jsonl" >"$d/tb.out" 2>&1 <<'PYEOF'
-import glob, json, struct, sys
-def varint(b, i):
-    v = s = 0
-    while True:
-        c = b[i]; i += 1; v |= (c & 127) << s; s += 7
-        if c < 128: return v, i
-def fields(b):   # (field, wire type, value) of a protobuf message
-    i = 0
-    while i < len(b):
-        k, i = varint(b, i)
-        f, w = k >> 3, k & 7
-        if w == 0: v, i = varint(b, i)
-        elif w == 1: v = b[i:i + 8]; i += 8
-        elif w == 5: v = b[i:i + 4]; i += 4
-        elif w == 2: n, i = varint(b, i); v = b[i:i + n]; i += n
-        else: raise ValueError("wire type %d" % w)
-        yield f, w, v
-scal = {}
-for path in glob.glob(sys.argv[1] + "/events.out.tfevents.*"):
-    data = open(path, "rb").read()
-    i = 0
-    while i < len(data):
-        n = struct.unpack("<Q", data[i:i + 8])[0]; rec = data[i + 12:i + 12 + n]; i += 16 + n
-        step = 0
-        for f, w, v in fields(rec):
-            if f == 2: step = v
-            if f == 5:
-                for f2, w2, v2 in fields(v):
-                    if f2 != 1: continue
-                    tag = val = None
-                    for f3, w3, v3 in fields(v2):
-                        if f3 == 1: tag = v3.decode()
-                        if f3 == 2: val = struct.unpack("<f", v3)[0]
-                    if tag is not None and val is not None: scal[(tag, step)] = val
+if PYTHONPATH=$T_TOP/tests/oracle $py - "$d/tb" "$d/tb.jsonl" >"$d/tb.out" 2>&1 <<'PYEOF'
+import json, sys
+from tfevents import scalars
+scal = {(tag, step): v for tag, steps in scalars(sys.argv[1]).items() for step, v in steps.items()}
 it = {r["iteration"]: r for r in map(json.loads, open(sys.argv[2])) if r["type"] == "train"}
 moe = [0, 2, 3]
 for l in range(4):

@@ -137,51 +137,11 @@ train --load "$d/D" --train-iters 65 --log-interval 1 >"$d/G2.log" 2>"$d/G2.err"
 t_grep "changed schedule without --override-opt_param-scheduler: error" 'decay steps \(480\) differs from this run.s \(520\)' "$d/G2.err"
 
 # 7. TensorBoard events and the metrics file
-$py - "$d/tb" "$d/metrics.jsonl" "$d/A.log" <<'EOF' && t_pass "TensorBoard and metrics agree with the log" || t_fail "TensorBoard/metrics" "see stderr"
-import sys, os, struct, json, glob, re
-def crc32c(b):
-    c = 0xFFFFFFFF
-    for x in b:
-        c ^= x
-        for _ in range(8): c = (c >> 1) ^ (0x82F63B78 & -(c & 1))
-    return c ^ 0xFFFFFFFF
-def masked(c): return ((((c >> 15) | (c << 17)) & 0xFFFFFFFF) + 0xA282EAD8) & 0xFFFFFFFF
-def varint(b, i):
-    r = s = 0
-    while True:
-        x = b[i]; i += 1; r |= (x & 0x7F) << s; s += 7
-        if x < 0x80: return r, i
-def fields(b):
-    i, out = 0, []
-    while i < len(b):
-        k, i = varint(b, i); f, w = k >> 3, k & 7
-        if w == 0: v, i = varint(b, i)
-        elif w == 1: v = b[i:i+8]; i += 8
-        elif w == 5: v = b[i:i+4]; i += 4
-        elif w == 2: n, i = varint(b, i); v = b[i:i+n]; i += n
-        else: raise ValueError("wire type %d" % w)
-        out.append((f, v))
-    return out
-files = glob.glob(os.path.join(sys.argv[1], "events.out.tfevents.*"))
-assert len(files) == 1, files
-data = open(files[0], "rb").read(); i = 0; scalars = {}
-while i < len(data):
-    n = struct.unpack("<Q", data[i:i+8])[0]
-    assert struct.unpack("<I", data[i+8:i+12])[0] == masked(crc32c(data[i:i+8]))
-    rec = data[i+12:i+12+n]
-    assert struct.unpack("<I", data[i+12+n:i+16+n])[0] == masked(crc32c(rec))
-    i += 16 + n
-    step = 0
-    for f, v in fields(rec):
-        if f == 2: step = v
-        if f == 5:
-            for f2, v2 in fields(v):
-                if f2 != 1: continue
-                tag = val = None
-                for f3, v3 in fields(v2):
-                    if f3 == 1: tag = v3.decode()
-                    if f3 == 2: val = struct.unpack("<f", v3)[0]
-                if val is not None: scalars.setdefault(tag, {})[step] = val
+PYTHONPATH=$T_TOP/tests/oracle $py - "$d/tb" "$d/metrics.jsonl" "$d/A.log" <<'EOF' && t_pass "TensorBoard and metrics agree with the log" || t_fail "TensorBoard/metrics" "see stderr"
+import sys, os, json, glob, re
+from tfevents import scalars as read_scalars
+assert len(glob.glob(os.path.join(sys.argv[1], "events.out.tfevents.*"))) == 1
+scalars = read_scalars(sys.argv[1])
 for tag in ("lm loss", "learning-rate", "grad-norm", "lm loss validation"):
     assert tag in scalars, (tag, sorted(scalars))
 assert len(scalars["lm loss"]) == 60
