@@ -938,15 +938,7 @@ static int counted_runs(const mt_gpt *m, size_t lo, size_t hi, mtk_span *span)
     return n;
 }
 
-double mt_gpt_grad_sumsq(mt_gpt *m, size_t lo, size_t hi)
-{
-    mtk_span *span = mt_xmalloc((size_t)(m->ntensors + 1) * sizeof *span);
-    int n = counted_runs(m, lo, hi, span);
-    double ss = 0;
-    for (int i = 0; i < n; i++) ss += mtk_sumsq(m->k, m->grads + span[i].off, span[i].n);
-    free(span);
-    return ss;
-}
+double mt_gpt_grad_sumsq(mt_gpt *m, size_t lo, size_t hi) { return mt_gpt_sumsq_counted(m, m->grads, 0, lo, hi); }
 
 double mt_gpt_sumsq_counted(mt_gpt *m, const float *buf, size_t base, size_t lo, size_t hi)
 {
