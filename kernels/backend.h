@@ -111,7 +111,7 @@ typedef struct mtk_ops {
     void (*moe_route_bwd)(mtk *k, float *dlogits, const float *dprobs, const float *aux, int seq, float zcoef,
                           const float *logits, const int32_t *idx, int N, const mtk_moe_route *r);
     void (*moe_dispatch)(mtk *k, int32_t *counts, int32_t *row, int32_t *src, const int32_t *idx, const float *probs,
-                         int N, int K, int E, int capacity, int drop_position, int pad, int seq);
+                         int N, int K, int E, int capacity, int drop_position, int pad, int seq, int shards);
     void (*moe_permute)(mtk *k, void *out, const void *inp, const int32_t *src, int R, int C);
     void (*moe_permute_bwd)(mtk *k, void *dinp, const void *dout, const int32_t *row, int N, int K, int C);
     void (*moe_unpermute)(mtk *k, void *out, const void *y, const int32_t *row, const float *probs, int N, int K,

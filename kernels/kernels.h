@@ -311,7 +311,7 @@ typedef struct mtk_moe_route {
     int pre_softmax;       /* --moe-router-pre-softmax (softmax only) */
     float scaling;         /* --moe-router-topk-scaling-factor; 0: none */
 } mtk_moe_route;
-enum { MTK_MOE_MAX_EXPERTS = 1024 };
+enum { MTK_MOE_MAX_EXPERTS = 1024, MTK_MOE_MAX_SHARDS = 64 };
 /* Each row's top K: idx [N, K] the experts of the K largest logits, largest first (ties: the lower
  * expert), probs [N, K] their weights: softmax: the softmax over those K logits, or with pre_softmax
  * the softmax over all E taken at them; sigmoid: the sigmoids of the K logits, divided by their sum when
@@ -335,9 +335,13 @@ void mtk_moe_route_bwd(mtk *k, float *dlogits, const float *dprobs, const float 
  * keeps at most capacity choices: those of the largest probs (ties: the earlier token), or with
  * drop_position the earliest tokens; with pad every expert has exactly capacity rows, the missing ones
  * padding (R = E capacity); without it R = the sum of counts. The tokens are N / seq sequences of seq
- * (b major), and the token order is Megatron's [s, b]: by position in the sequence, then by sequence. */
+ * (b major), and the token order is Megatron's [s, b]: by position in the sequence, then by sequence.
+ * shards (1 to MTK_MOE_MAX_SHARDS, dividing seq; 1: none) cuts the positions into that many runs of seq / shards, Megatron's
+ * sequence-parallel shards: the capacity then holds in each shard apart (an expert keeps at most capacity
+ * choices of each, padded to capacity rows each: R = E shards capacity), an expert's rows being those of
+ * shard 0, then shard 1, ... (each shard's kept rows, then its padding). */
 void mtk_moe_dispatch(mtk *k, int32_t *counts, int32_t *row, int32_t *src, const int32_t *idx, const float *probs,
-                      int N, int K, int E, int capacity, int drop_position, int pad, int seq);
+                      int N, int K, int E, int capacity, int drop_position, int pad, int seq, int shards);
 /* out [R, C]: row i is inp's row src[i], zeros where src[i] < 0. */
 void mtk_moe_permute(mtk *k, mtk_act *out, const mtk_act *inp, const int32_t *src, int R, int C);
 /* dinp [N, C] (assigned): row n is the sum of dout's rows row[n][0 .. K) (those >= 0), in k order. */

@@ -634,16 +634,17 @@ void mtk_moe_route_bwd(mtk *k, float *dlogits, const float *dprobs, const float 
     if (HAS(moe_route_bwd)) k->ops->moe_route_bwd(k, dlogits, dprobs, aux, seq, zcoef, logits, idx, N, r);
 }
 void mtk_moe_dispatch(mtk *k, int32_t *counts, int32_t *row, int32_t *src, const int32_t *idx, const float *probs,
-                      int N, int K, int E, int capacity, int drop_position, int pad, int seq)
+                      int N, int K, int E, int capacity, int drop_position, int pad, int seq, int shards)
 {
     if (!ready(k, "moe_dispatch", N, K, 0)) return;
-    if (E < 1 || E > MTK_MOE_MAX_EXPERTS || K < 1 || K > E || (pad && capacity < 0) || seq < 1 || N % seq) {
-        mtk_fail(k, "moe_dispatch: %d experts, top %d, capacity %d%s, %d tokens in sequences of %d", E, K, capacity,
-                 pad ? ", padded" : "", N, seq);
+    if (E < 1 || E > MTK_MOE_MAX_EXPERTS || K < 1 || K > E || (pad && capacity < 0) || seq < 1 || N % seq ||
+        shards < 1 || shards > MTK_MOE_MAX_SHARDS || seq % shards) {
+        mtk_fail(k, "moe_dispatch: %d experts, top %d, capacity %d%s, %d tokens in sequences of %d in %d shards", E, K,
+                 capacity, pad ? ", padded" : "", N, seq, shards);
         return;
     }
     if (HAS(moe_dispatch))
-        k->ops->moe_dispatch(k, counts, row, src, idx, probs, N, K, E, capacity, drop_position, pad, seq);
+        k->ops->moe_dispatch(k, counts, row, src, idx, probs, N, K, E, capacity, drop_position, pad, seq, shards);
 }
 void mtk_moe_permute(mtk *k, mtk_act *out, const mtk_act *inp, const int32_t *src, int R, int C)
 {

@@ -5,6 +5,7 @@
  * own dtype element by element (fp32 arithmetic); the router's product and the experts' products are the
  * linear layer's (ops.c, mtk.c). */
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "cpu.h"
@@ -193,43 +194,50 @@ static size_t sb_choice(size_t q, int K, int seq, int B)
     return ((u % (size_t)B) * (size_t)seq + u / (size_t)B) * (size_t)K + q % (size_t)K;
 }
 
-/* The choices are first listed by expert in row (N K entries, as many as it has), each expert's in
- * Megatron's token order (a counting sort); each expert's kept ones go from that list into src (as choice
- * numbers, then its padding), and row is rewritten from src at the end. src is never written beyond its R
- * rows, which with a capacity may be fewer than N K. A choice of an expert outside [0, E) is dropped. */
+/* The choices are first listed by group, an expert's shard (g = e shards + its shard), in row (N K entries,
+ * as many as it has), each group's in Megatron's token order (a counting sort; the shards are runs of that
+ * order); each group's kept ones go from that list into src (as choice numbers, then its padding), and row
+ * is rewritten from src at the end. src is never written beyond its R rows, which with a capacity may be
+ * fewer than N K. A choice of an expert outside [0, E) is dropped. */
 void cpu_moe_dispatch(mtk *k, int32_t *counts, int32_t *row, int32_t *src, const int32_t *idx, const float *probs,
-                      int N, int K, int E, int capacity, int drop_position, int pad, int seq)
+                      int N, int K, int E, int capacity, int drop_position, int pad, int seq, int shards)
 {
-    (void)k;
     size_t NK = (size_t)N * K;
-    const int B = N / seq;
-    int off[MTK_MOE_MAX_EXPERTS + 1], base[MTK_MOE_MAX_EXPERTS + 1];
-    for (int e = 0; e <= E; e++) off[e] = 0;
-    for (size_t i = 0; i < NK; i++)
-        if (idx[i] >= 0 && idx[i] < E) off[idx[i] + 1]++;
-    for (int e = 0; e < E; e++) off[e + 1] += off[e];
-    /* each expert's rows (its kept choices, or capacity when padded) start at base[e] */
-    base[0] = 0;
-    for (int e = 0; e < E; e++) {
-        int len = off[e + 1] - off[e], kept = capacity >= 0 && len > capacity ? capacity : len;
-        counts[e] = pad ? capacity : kept;
-        base[e + 1] = base[e] + counts[e];
+    const int B = N / seq, G = E * shards, run = seq / shards;
+    int *off = calloc(3 * (size_t)G + 2, sizeof *off);   /* at most 3 x 64 Ki ints (kernels.h's bounds) */
+    if (!off) {
+        mtk_fail(k, "moe_dispatch: out of memory");
+        return;
     }
-    int fill[MTK_MOE_MAX_EXPERTS];
-    for (int e = 0; e < E; e++) fill[e] = off[e];
+    int *base = off + G + 1, *fill = base + G + 1;
+    /* the group of choice i: its expert's, at its token's shard */
+#define GROUP(i) (idx[i] * shards + (int)((i) / (size_t)K % (size_t)seq) / run)
+    for (size_t i = 0; i < NK; i++)
+        if (idx[i] >= 0 && idx[i] < E) off[GROUP(i) + 1]++;
+    for (int g = 0; g < G; g++) off[g + 1] += off[g];
+    /* each group's rows (its kept choices, or capacity when padded) start at base[g] */
+    base[0] = 0;
+    for (int e = 0; e < E; e++) counts[e] = 0;
+    for (int g = 0; g < G; g++) {
+        int len = off[g + 1] - off[g], kept = capacity >= 0 && len > capacity ? capacity : len, n = pad ? capacity : kept;
+        counts[g / shards] += n;
+        base[g + 1] = base[g] + n;
+    }
+    for (int g = 0; g < G; g++) fill[g] = off[g];
     for (size_t q = 0; q < NK; q++) {
         size_t i = sb_choice(q, K, seq, B);
-        if (idx[i] >= 0 && idx[i] < E) row[fill[idx[i]]++] = (int32_t)i;
+        if (idx[i] >= 0 && idx[i] < E) row[fill[GROUP(i)]++] = (int32_t)i;
     }
+#undef GROUP
 #pragma omp parallel for schedule(dynamic, 1)
-    for (int e = 0; e < E; e++) {
-        const int32_t *list = row + off[e];
-        int len = off[e + 1] - off[e], r = base[e];
+    for (int g = 0; g < G; g++) {
+        const int32_t *list = row + off[g];
+        int len = off[g + 1] - off[g], r = base[g];
         for (int i = 0; i < len; i++) {
             int c = list[i], keep = 1;
             if (capacity >= 0 && len > capacity) {
                 if (drop_position) keep = i < capacity;
-                else {   /* its rank among the expert's choices by (prob, place in the token order) */
+                else {   /* its rank among the group's choices by (prob, place in the token order) */
                     int rank = 0;
                     for (int j = 0; j < len && rank < capacity; j++) rank += j != i && before(probs[list[j]], j, probs[c], i);
                     keep = rank < capacity;
@@ -237,11 +245,12 @@ void cpu_moe_dispatch(mtk *k, int32_t *counts, int32_t *row, int32_t *src, const
             }
             if (keep) src[r++] = c;
         }
-        while (r < base[e + 1]) src[r++] = -1;   /* padding */
+        while (r < base[g + 1]) src[r++] = -1;   /* padding */
     }
     for (size_t i = 0; i < NK; i++) row[i] = -1;
-    for (int r = 0; r < base[E]; r++)
+    for (int r = 0; r < base[G]; r++)
         if (src[r] >= 0) row[src[r]] = r, src[r] /= K;
+    free(off);
 }
 
 void cpu_moe_permute(mtk *k, void *out, const void *inp, const int32_t *src, int R, int C)

@@ -285,7 +285,7 @@ void moe_route_bwd(mtk *k, float *dlogits, const float *dprobs, const float *aux
                    const float *logits, const int32_t *idx, int N, const mtk_moe_route *r);
 // moe_dispatch.cu
 void moe_dispatch(mtk *k, int32_t *counts, int32_t *row, int32_t *src, const int32_t *idx, const float *probs, int N,
-                  int K, int E, int capacity, int drop_position, int pad, int seq);
+                  int K, int E, int capacity, int drop_position, int pad, int seq, int shards);
 void moe_permute(mtk *k, void *out, const void *inp, const int32_t *src, int R, int C);
 void moe_permute_bwd(mtk *k, void *dinp, const void *dout, const int32_t *row, int N, int K, int C);
 void moe_unpermute(mtk *k, void *out, const void *y, const int32_t *row, const float *probs, int N, int K, int C);

@@ -1,11 +1,12 @@
 // moe_dispatch.cu: the grouping of the tokens' choices by expert (kernels.h's mtk_moe_dispatch) and the
 // moves between token order and expert order (permute, unpermute and their backward).
 //
-// The grouping, in the order it is stable by construction: the choices of each expert are counted
-// (integer atomics: exact in any order); one thread lays out the experts (where each one's choices start
-// in a list, its kept count, its first row); a block per expert lists its choices in Megatron's token
-// order [s, b] (position, then sequence) into
-// row (the choice numbers, 256 at a time, placed by a ballot prefix count); a block per expert picks the
+// The grouping, in the order it is stable by construction, by group: an expert's choices in one shard of
+// the positions (g = e shards + shard; one group per expert without shards). The choices of each group are
+// counted (integer atomics: exact in any order); one thread lays out the groups (where each one's choices
+// start in a list, its kept count, its first row) and the experts' rows; a block per group lists its
+// choices in Megatron's token order [s, b] (position, then sequence; a shard is a run of that order) into
+// row (the choice numbers, 256 at a time, placed by a ballot prefix count); a block per group picks the
 // ones it keeps (with a capacity by probs: the capacity-th largest prob found by an 8-bit radix select
 // over the expert's list, then the larger ones and the earliest tokens of those equal to it) and writes
 // them, in token order, as the choice numbers of its rows in src, then its padding; row is then refilled
@@ -42,36 +43,40 @@ __device__ __forceinline__ unsigned prob_key(float p)
     return u & 0x80000000u ? ~u : u | 0x80000000u;
 }
 
-__global__ void count_kernel(int *cnt, const int32_t *idx, size_t n, int E)
+// cnt[g] of the G = E shards groups; a shard is run positions of the sequences of seq.
+__global__ void count_kernel(int *cnt, const int32_t *idx, size_t n, int E, int K, int seq, int run, int shards)
 {
     for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x)
-        if (idx[i] >= 0 && idx[i] < E) atomicAdd(&cnt[idx[i]], 1);
+        if (idx[i] >= 0 && idx[i] < E) atomicAdd(&cnt[idx[i] * shards + (int)(i / K % seq) / run], 1);
 }
 
-// plan: cnt[E], off[E] (the expert's first entry of the list), base[E + 1] (its first row; base[E] = R).
-__global__ void layout_kernel(int32_t *counts, int *plan, int E, int cap, int pad)
+// plan: cnt[G], off[G] (the group's first entry of the list), base[G + 1] (its first row; base[G] = R);
+// counts[e]: the rows of the expert's groups.
+__global__ void layout_kernel(int32_t *counts, int *plan, int G, int shards, int cap, int pad)
 {
-    int *cnt = plan, *off = plan + E, *base = plan + 2 * E, o = 0, b = 0;
-    for (int e = 0; e < E; e++) {
-        const int kept = cap >= 0 && cnt[e] > cap ? cap : cnt[e];
-        off[e] = o, base[e] = b;
-        counts[e] = pad ? cap : kept;
-        o += cnt[e], b += counts[e];
+    int *cnt = plan, *off = plan + G, *base = plan + 2 * G, o = 0, b = 0;
+    for (int g = 0; g < G; g++) {
+        const int kept = cap >= 0 && cnt[g] > cap ? cap : cnt[g], n = pad ? cap : kept;
+        off[g] = o, base[g] = b;
+        if (g % shards == 0) counts[g / shards] = 0;
+        counts[g / shards] += n;
+        o += cnt[g], b += n;
     }
-    base[E] = b;
+    base[G] = b;
 }
 
-// Block e: its choices, in the token order [s, b] (place q: the token at position q / K / B of sequence
-// q / K % B, its choice q % K), into list[off[e] ...).
-__global__ void list_kernel(int32_t *list, const int32_t *idx, const int *plan, int n, int E, int K, int seq, int B)
+// Block g: its choices, in the token order [s, b] (place q: the token at position q / K / B of sequence
+// q / K % B, its choice q % K), into list[off[g] ...): its expert's in its shard's places, span of them.
+__global__ void list_kernel(int32_t *list, const int32_t *idx, const int *plan, int G, int shards, int span, int K,
+                            int seq, int B)
 {
     __shared__ int buf[DB / 32];
-    const int e = blockIdx.x;
-    int32_t *out = list + plan[E + e];
-    for (int q0 = 0, got = 0; q0 < n; q0 += DB) {
+    const int g = blockIdx.x, e = g / shards, q1 = (g % shards + 1) * span;
+    int32_t *out = list + plan[G + g];
+    for (int q0 = g % shards * span, got = 0; q0 < q1; q0 += DB) {
         const int q = q0 + threadIdx.x, u = q / K;
         const int c = ((u % B) * seq + u / B) * K + q % K;
-        const bool mine = q < n && idx[c] == e;
+        const bool mine = q < q1 && idx[c] == e;
         int total;
         const int at = block_prefix(mine, &total, buf);
         if (mine) out[got + at] = c;
@@ -79,15 +84,15 @@ __global__ void list_kernel(int32_t *list, const int32_t *idx, const int *plan, 
     }
 }
 
-// Block e: the choices it keeps, in list (token) order, into src[base[e] ...) as choice numbers, then its
-// padding rows (-1) up to base[e + 1].
-__global__ void keep_kernel(int32_t *src, const int32_t *list_all, const int *plan, const float *probs, int E, int cap,
+// Block g: the choices it keeps, in list (token) order, into src[base[g] ...) as choice numbers, then its
+// padding rows (-1) up to base[g + 1].
+__global__ void keep_kernel(int32_t *src, const int32_t *list_all, const int *plan, const float *probs, int G, int cap,
                             int dpos)
 {
     __shared__ int buf[DB / 32];
     __shared__ unsigned hist[256], sel[2];
-    const int e = blockIdx.x, len = plan[e], base = plan[2 * E + e], end = plan[2 * E + e + 1];
-    const int32_t *list = list_all + plan[E + e];
+    const int g = blockIdx.x, len = plan[g], base = plan[2 * G + g], end = plan[2 * G + g + 1];
+    const int32_t *list = list_all + plan[G + g];
     const bool over = cap >= 0 && len > cap, byprob = over && !dpos;
     // by probs: keep key > thr, and of the keys equal to thr the first `ties`
     unsigned thr = 0, ties = 0;
@@ -134,10 +139,10 @@ __global__ void keep_kernel(int32_t *src, const int32_t *list_all, const int *pl
     for (int r = base + kept + threadIdx.x; r < end; r += DB) src[r] = -1;
 }
 
-// row[src[r]] = r, src[r] = its token, for the R = base[E] rows.
-__global__ void rows_kernel(int32_t *row, int32_t *src, const int *plan, int E, int K)
+// row[src[r]] = r, src[r] = its token, for the R = base[G] rows.
+__global__ void rows_kernel(int32_t *row, int32_t *src, const int *plan, int G, int K)
 {
-    const int R = plan[2 * E + E];
+    const int R = plan[2 * G + G];
     for (int r = blockIdx.x * blockDim.x + threadIdx.x; r < R; r += gridDim.x * blockDim.x) {
         const int c = src[r];
         if (c >= 0) row[c] = r, src[r] = c / K;
@@ -145,19 +150,20 @@ __global__ void rows_kernel(int32_t *row, int32_t *src, const int *plan, int E, 
 }
 
 void moe_dispatch(mtk *k, int32_t *counts, int32_t *row, int32_t *src, const int32_t *idx, const float *probs, int N,
-                  int K, int E, int capacity, int drop_position, int pad, int seq)
+                  int K, int E, int capacity, int drop_position, int pad, int seq, int shards)
 {
     const size_t NK = (size_t)N * K;
-    int *plan = (int *)mtk_ws_take(k, (3 * (size_t)E + 1) * sizeof(int));
+    const int G = E * shards, run = seq / shards;
+    int *plan = (int *)mtk_ws_take(k, (3 * (size_t)G + 1) * sizeof(int));
     if (!plan) return;
-    cudaMemsetAsync(plan, 0, (size_t)E * sizeof(int), stream(k));
-    if (NK) LAUNCH(count_kernel, blocks_for(NK), THREADS, 0, launch_stream(k))(plan, idx, NK, E);
-    LAUNCH(layout_kernel, 1, 1, 0, launch_stream(k))(counts, plan, E, capacity, pad);
-    LAUNCH(list_kernel, E, DB, 0, launch_stream(k))(row, idx, plan, (int)NK, E, K, seq, N / seq);
-    LAUNCH(keep_kernel, E, DB, 0, launch_stream(k))(src, row, plan, probs, E, capacity, drop_position);
+    cudaMemsetAsync(plan, 0, (size_t)G * sizeof(int), stream(k));
+    if (NK) LAUNCH(count_kernel, blocks_for(NK), THREADS, 0, launch_stream(k))(plan, idx, NK, E, K, seq, run, shards);
+    LAUNCH(layout_kernel, 1, 1, 0, launch_stream(k))(counts, plan, G, shards, capacity, pad);
+    LAUNCH(list_kernel, G, DB, 0, launch_stream(k))(row, idx, plan, G, shards, (int)(NK / shards), K, seq, N / seq);
+    LAUNCH(keep_kernel, G, DB, 0, launch_stream(k))(src, row, plan, probs, G, capacity, drop_position);
     if (NK) cudaMemsetAsync(row, 0xff, NK * sizeof(int32_t), stream(k));   // -1: dropped
-    const size_t Rmax = pad ? (size_t)E * capacity : NK;
-    if (Rmax) LAUNCH(rows_kernel, blocks_for(Rmax), THREADS, 0, launch_stream(k))(row, src, plan, E, K);
+    const size_t Rmax = pad ? (size_t)G * capacity : NK;
+    if (Rmax) LAUNCH(rows_kernel, blocks_for(Rmax), THREADS, 0, launch_stream(k))(row, src, plan, G, K);
     check(k, "moe_dispatch");
 }
 

@@ -431,9 +431,6 @@ static int check_moe(mt_train_args *a, const bool *seen, mt_err *e)
         return mt_err_set(e, "--expert-tensor-parallel-size (%d) other than --tensor-model-parallel-size (%d): not "
                              "implemented; the experts are split over the tensor-parallel ranks as the MLP (Megatron's default)",
                           a->expert_tensor_parallel_size, a->tensor_model_parallel_size);
-    if (a->tensor_model_parallel_size > 1 && a->sequence_parallel && given(seen, "--moe-expert-capacity-factor"))
-        return mt_err_set(e, "--moe-expert-capacity-factor with --sequence-parallel: Megatron drops the tokens of each "
-                             "sequence-parallel shard apart; not implemented yet");
     return 0;
 }
 

@@ -47,6 +47,10 @@ static int capacity(const mt_gpt_config *c, size_t n)
     return (int)ceil((double)(n * (size_t)c->moe_topk) / (double)c->num_experts * c->moe_capacity_factor);
 }
 
+/* The shards the capacity holds in apart: with sequence parallelism Megatron routes each tensor rank's
+ * shard of the positions on its own, its capacity that of the shard's tokens; 1 otherwise. */
+static int shards(const mt_gpt *m) { return m->sp && m->tp_size > 1 ? m->tp_size : 1; }
+
 static int has_moe(const mt_gpt *m)
 {
     for (int li = 0; li < m->nl; li++)
@@ -111,8 +115,10 @@ static void shape(mt_moe_ctx *mc, const mt_gpt *m, size_t ntok, int max_batch, i
     mc->slots = slots, mc->max_batch = max_batch;
     mc->nmax = ntok;
     size_t nk = mc->nmax * (size_t)mc->K;
-    int cap = capacity(c, mc->nmax);
-    mc->rmax = c->moe_pad_to_capacity && cap >= 0 && (size_t)cap * (size_t)mc->E > nk ? (size_t)cap * (size_t)mc->E : nk;
+    size_t S = (size_t)shards(m);
+    int cap = capacity(c, mc->nmax / S);   /* padded: cap rows per expert and shard */
+    size_t padded = cap >= 0 ? (size_t)cap * (size_t)mc->E * S : 0;
+    mc->rmax = c->moe_pad_to_capacity && padded > nk ? padded : nk;
     mc->P = m->ep_size > 1 ? m->ep_size : 1;
     mc->El = mc->E / mc->P;
     mc->rx = mc->rmax * (size_t)mc->P;
@@ -382,8 +388,9 @@ int mt_moe_forward(mt_moe_ctx *mc, int s, int li, int l, const void *x, void *ou
     }
 
     /* the choices by expert, and their counts on the host for the grouped products */
-    mtk_moe_dispatch(k, counts, row, src, idx, probs, (int)N, (int)K, (int)E, capacity(c, N), c->moe_drop_position,
-                     c->moe_pad_to_capacity, T);
+    int S = shards(m);
+    mtk_moe_dispatch(k, counts, row, src, idx, probs, (int)N, (int)K, (int)E, capacity(c, N / (size_t)S),
+                     c->moe_drop_position, c->moe_pad_to_capacity, T, S);
     mtk_to_host(k, hc, counts, E * sizeof(int32_t));
     if (mtk_status(k, e)) return mt_err_prefix(e, "MoE layer %d dispatch", l);
     size_t R = 0;

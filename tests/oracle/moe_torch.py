@@ -11,7 +11,10 @@ input is the post-attention norm's output, its N = B T tokens taken in Megatron'
     sigmoids, divided by (their sum + 1e-20) when K > 1; times --moe-router-topk-scaling-factor;
   - capacity (--moe-expert-capacity-factor CF): ceil(N K / E x CF); an expert keeps at most that many of
     its choices, those of the largest probs (--moe-token-drop-policy probs; ties: the earlier token) or of
-    the earliest tokens (position); a dropped choice weighs 0 (no gradient reaches its prob);
+    the earliest tokens (position); a dropped choice weighs 0 (no gradient reaches its prob). With
+    sequence parallelism over S tensor ranks (cfg "shards": S) each rank routes its shard of the positions
+    (T / S of them, of every sequence: a run of N / S tokens of the order [s, b]) on its own: the capacity
+    is ceil(N / S K / E x CF) and holds in each shard apart;
   - output: sum over a token's kept choices of prob x expert_e(x) (the SwiGLU MLP of local_experts.e),
     plus the shared expert (--moe-shared-expert-intermediate-size), times sigmoid(x . gate_weight^T) with
     --moe-shared-expert-gate;
@@ -25,7 +28,7 @@ The step differentiates the mean over micro-batches of (lm loss + every MoE laye
 seq_load_balancing_loss) and z_loss: the mean over micro-batches and MoE layers of aux / c and z_loss / z.
 
 cfg: llama_torch's keys, and num_experts, topk, moe_layer_freq, score ("softmax" or "sigmoid"),
-pre_softmax, scaling (0: none), capacity_factor (None: dropless), drop_policy ("probs" or "position"),
+pre_softmax, scaling (0: none), capacity_factor (None: dropless), shards (1: none), drop_policy ("probs" or "position"),
 aux_type ("aux_loss" or "seq_aux_loss"), aux_coeff, z_coeff (0: none), shared_size (0: none),
 shared_gate. `python3 moe_torch.py [NAME]` checks the reference itself (self_check) and prints a test line
 per check, "ok - NAME: ..." or "not ok - NAME: ...".
@@ -99,20 +102,27 @@ def capacity(cfg, N):
     return math.ceil(N * cfg["topk"] / cfg["num_experts"] * cf)
 
 
+def shard_rows(cfg, N):
+    """The runs of rows (order [s, b]) routed apart: one per sequence-parallel shard."""
+    S = cfg.get("shards", 1)
+    return [range(h * N // S, (h + 1) * N // S) for h in range(S)]
+
+
 def kept(cfg, probs, idx):
-    """keep [N, K] bool: the choices within their expert's capacity (all when dropless)."""
+    """keep [N, K] bool: the choices within their expert's capacity in their shard (all when dropless)."""
     N, K = idx.shape
-    cap = capacity(cfg, N)
+    cap = capacity(cfg, N // cfg.get("shards", 1))
     keep = torch.ones(N, K, dtype=torch.bool)
     if cap is None:
         return keep
     p = probs.detach()
-    for e in range(cfg["num_experts"]):
-        choices = [(n, k) for n in range(N) for k in range(K) if idx[n, k] == e]  # in token order
-        if cfg.get("drop_policy", "probs") == "probs":
-            choices.sort(key=lambda c: -float(p[c]))                               # stable: ties keep order
-        for n, k in choices[cap:]:
-            keep[n, k] = False
+    for rows in shard_rows(cfg, N):
+        for e in range(cfg["num_experts"]):
+            choices = [(n, k) for n in rows for k in range(K) if idx[n, k] == e]  # in token order
+            if cfg.get("drop_policy", "probs") == "probs":
+                choices.sort(key=lambda c: -float(p[c]))                             # stable: ties keep order
+            for n, k in choices[cap:]:
+                keep[n, k] = False
     return keep
 
 
@@ -186,13 +196,14 @@ def moe_layer(cfg, P, l, m, rec=None):
         s = selection_scores(cfg, logits.detach()).sort(-1, descending=True).values
         if K < E:
             rec.topk_margin = min(rec.topk_margin, float((s[:, K - 1] - s[:, K]).min()))
-        cap = capacity(cfg, B * T)
+        cap = capacity(cfg, B * T // cfg.get("shards", 1))
         if cap is not None and cfg.get("drop_policy", "probs") == "probs":
-            pd = probs.detach()
-            for e in range(E):
-                v = pd[idx == e].sort(descending=True).values
-                if len(v) > cap:
-                    rec.drop_margin = min(rec.drop_margin, float(v[cap - 1] - v[cap]))
+            for rows in shard_rows(cfg, B * T):
+                pd, ix = probs.detach()[rows.start:rows.stop], idx[rows.start:rows.stop]
+                for e in range(E):
+                    v = pd[ix == e].sort(descending=True).values
+                    if len(v) > cap:
+                        rec.drop_margin = min(rec.drop_margin, float(v[cap - 1] - v[cap]))
     return out.view(T, B, h).transpose(0, 1)
 
 
@@ -289,22 +300,29 @@ def _loop_route(cfg, logits):
 
 def _megatron_capacity_mask(cfg, probs, idx):
     """The kept choices as Megatron's apply_router_token_dropping finds them: a top-capacity over each
-    expert's column of the dense [N, E] probs (probs policy)."""
-    N, E = idx.shape[0], cfg["num_experts"]
-    dense = torch.zeros(N, E, dtype=probs.dtype).scatter(1, idx, probs.detach())
-    routed = torch.zeros(N, E, dtype=torch.bool).scatter(1, idx, True)
-    cap = capacity(cfg, N)
-    if cap > N:
-        return routed.gather(1, idx)
-    _, ci = dense.topk(cap, dim=0)
-    mask = torch.zeros(N, E, dtype=torch.bool).scatter(0, ci, True) & routed
-    return mask.gather(1, idx)
+    expert's column of the dense [N, E] probs (probs policy), each sequence-parallel rank over its own rows
+    (torch.chunk of the order [s, b], as the rank's input is)."""
+    out = []
+    for p, ix in zip(probs.chunk(cfg.get("shards", 1)), idx.chunk(cfg.get("shards", 1))):
+        N, E = ix.shape[0], cfg["num_experts"]
+        dense = torch.zeros(N, E, dtype=p.dtype).scatter(1, ix, p.detach())
+        routed = torch.zeros(N, E, dtype=torch.bool).scatter(1, ix, True)
+        cap = capacity(cfg, N)
+        if cap > N:
+            out.append(routed.gather(1, ix))
+            continue
+        _, ci = dense.topk(cap, dim=0)
+        mask = torch.zeros(N, E, dtype=torch.bool).scatter(0, ci, True) & routed
+        out.append(mask.gather(1, ix))
+    return torch.cat(out)
 
 
 VARIANTS = {
     "dropless": {},
     "capacity 1.0": {"capacity_factor": 1.0},
     "capacity 1.0, position": {"capacity_factor": 1.0, "drop_policy": "position"},
+    "capacity 1.0, 3 shards": {"capacity_factor": 1.0, "shards": 3},
+    "capacity 1.0, position, 2 shards": {"capacity_factor": 1.0, "drop_policy": "position", "shards": 2},
     "pre-softmax": {"pre_softmax": True},
     "sigmoid, seq aux, scaling": {"score": "sigmoid", "aux_type": "seq_aux_loss", "scaling": 2.5},
     "shared expert, gate": {"shared_size": 5, "shared_gate": True},
@@ -338,13 +356,14 @@ def self_check(seed=1):
                 out.append(("%s: kept choices = Megatron's top capacity of each expert's probs" % name,
                             ok and ndrop > 0, "%d of %d dropped" % (ndrop, keep.numel())))
             else:
-                cap, first = capacity(cfg, T * B), {}
-                ok = ndrop > 0
-                for e in range(E):
-                    ns = [n for n in range(T * B) for k in range(K) if idx[n, k] == e]
-                    kn = [n for n in range(T * B) for k in range(K) if idx[n, k] == e and keep[n, k]]
-                    ok = ok and kn == ns[:cap]
-                out.append(("%s: kept choices = each expert's first capacity tokens" % name, ok,
+                S = cfg.get("shards", 1)
+                cap, ok, L = capacity(cfg, T * B // S), ndrop > 0, T * B // S
+                for h in range(S):
+                    for e in range(E):
+                        ns = [n for n in range(h * L, (h + 1) * L) for k in range(K) if idx[n, k] == e]
+                        kn = [n for n in range(h * L, (h + 1) * L) for k in range(K) if idx[n, k] == e and keep[n, k]]
+                        ok = ok and kn == ns[:cap]
+                out.append(("%s: kept choices = each expert's first capacity tokens of each shard" % name, ok,
                             "%d of %d dropped" % (ndrop, keep.numel())))
 
         # the layer's output (against a fixed projection) and its losses as functions of every input

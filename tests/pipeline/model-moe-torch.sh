@@ -16,7 +16,10 @@
 #     sequences; torch.topk of the routing map keeps the lowest indices among its equal values);
 #     --moe-router-pre-softmax with --moe-layer-freq 2 (layer 1 dense);
 #     sigmoid scores with seq_aux_loss and --moe-router-topk-scaling-factor 2.5; a shared expert of 48 with
-#     its gate and experts of --moe-ffn-hidden-size 32.
+#     its gate and experts of --moe-ffn-hidden-size 32; capacity 1.0 on 2 tensor ranks with
+#     --sequence-parallel, where Megatron routes each rank's shard of the positions (16 of the 32, of both
+#     sequences) on its own, with a capacity of ceil(2 x 16 x 2 / 4) = 16 per shard and expert (the
+#     reference does the same per shard; the one-rank capacity of 32 over whole sequences gives other losses).
 #   - the checkpoint holds exactly the tensors of the variant (router, experts, shared expert and gate by
 #     Megatron's names, the dense MLP in dense layers).
 #   - no routing decision is a near tie: the smallest gap between a token's K-th and (K+1)-th score and, with
@@ -52,7 +55,8 @@ common='"num_layers": 2, "hidden_size": 64, "num_heads": 4, "num_query_groups": 
         "gbs": 4, "mbs": 2, "seq": 32, "seed": 5, "lr": 3e-3, "warmup": 2, "wd": 0.1, "clip": 1.0,
         "num_experts": 4, "topk": 2, "aux_coeff": 1e-2, "z_coeff": 1e-3'
 
-# name | mt-train flags | the reference's settings
+# name | mt-train flags | the reference's settings | ranks:their parallel flags (the initial weights are
+# the same in every layout: that run is on one rank)
 variants=(
 "dropless||"
 "capacity 1.0|--moe-expert-capacity-factor 1.0|\"capacity_factor\": 1.0, \"must_drop\": true"
@@ -63,14 +67,19 @@ variants=(
  --moe-router-topk-scaling-factor 2.5|\"score\": \"sigmoid\", \"aux_type\": \"seq_aux_loss\", \"scaling\": 2.5"
 "shared expert and gate|--moe-shared-expert-intermediate-size 48 --moe-shared-expert-gate --moe-ffn-hidden-size 32
  |\"shared_size\": 48, \"shared_gate\": true"
+"capacity 1.0, TP 2 + SP|--moe-expert-capacity-factor 1.0|\"capacity_factor\": 1.0, \"shards\": 2, \"must_drop\": true
+ |2:--tensor-model-parallel-size 2 --sequence-parallel"
 )
 i=0
 for v in "${variants[@]}"; do
-    IFS='|' read -r name flags extra <<<"$(echo "$v" | tr '\n' ' ' | sed 's/ *$//')"
+    IFS='|' read -r name flags extra par <<<"$(echo "$v" | tr '\n' ' ' | sed 's/ *$//')"
     i=$((i + 1)) r=$d/v$i
+    run=(mt-train)
+    # shellcheck disable=SC2206
+    [ -n "$par" ] && run=(mt-train -n "${par%%:*}" ${par#*:})
     # shellcheck disable=SC2086
     if ! mt-train $base $flags --exit-interval 1 --save "$r.init" >"$r.init.log" 2>&1 ||
-        ! mt-train $base $flags --metrics-file "$r.jsonl" >"$r.log" 2>&1; then
+        ! "${run[@]}" $base $flags --metrics-file "$r.jsonl" >"$r.log" 2>&1; then
         t_fail "$name: mt-train" "$(tail -3 "$r.init.log" "$r.log")"; continue
     fi
     $PY - "$T_TOP/tests/oracle" "$r.init/iter_0000001/mp_rank_00/model.safetensors" "$r.jsonl" \

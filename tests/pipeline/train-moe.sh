@@ -33,13 +33,13 @@
 #     layer's (moe/..._layer_L, only the MoE layers) whose mean is the logged value, and the rows per expert
 #     of each layer summing to the step's tokens x top-k;
 #   - token dropping: --moe-expert-capacity-factor 0.5 changes the losses (tokens are dropped), padding the
-#     experts to their capacity does not change a bit;
+#     experts to their capacity does not change a bit, nor with TP 2 + SP (a capacity per shard);
 #   - mt-eval runs the MoE checkpoint;
 #   - flags: MoE without --disable-bias-linear, top-k above the experts, an MoE flag without --num-experts,
 #     a layer list of the wrong length, padding without a capacity, expert parallelism over experts it does
-#     not divide, an expert tensor-parallel size other than the tensor-parallel one (that one, Megatron's
-#     default, is accepted: the tp2-sp layout gives it), and token dropping with sequence parallelism
-#     (Megatron drops per shard) are refused naming the flag.
+#     not divide, and an expert tensor-parallel size other than the tensor-parallel one (that one, Megatron's
+#     default, is accepted: the tp2-sp layout gives it) are refused naming the flag. (Token dropping with
+#     sequence parallelism, a capacity per shard, is model-moe-torch.sh's.)
 . "$(dirname "$0")/../lib.sh"
 set -f   # the layer lists ([1,0,1,1]) are not file patterns
 py=/usr/bin/python3
@@ -369,6 +369,16 @@ else t_fail "capacity factor 0.5" "the same losses as dropless"; fi
 if [ -n "$(losses "$d/pad.log")" ] && [ "$(losses "$d/drop.log")" = "$(losses "$d/pad.log")" ]; then
     t_pass "padding to capacity: the same bits"
 else t_fail "padding to capacity" "$(diff <(losses "$d/drop.log") <(losses "$d/pad.log") | head -4)"; fi
+# with sequence parallelism a capacity per shard (model-moe-torch.sh checks its values): padded, each expert
+# has that capacity of rows of each shard, 2 x the tokens' choices in all with a factor of 2
+sp="--tensor-model-parallel-size 2 --sequence-parallel --moe-expert-capacity-factor 2.0"
+# shellcheck disable=SC2086
+mt-train -n 2 $base $short $sp >"$d/drop-sp.log" 2>&1 &&
+    mt-train -n 2 $base $short $sp --moe-pad-expert-input-to-capacity >"$d/pad-sp.log" 2>&1 ||
+    t_fail "capacity runs with sequence parallelism" "$(tail -n 2 "$d/drop-sp.log" "$d/pad-sp.log")"
+if [ -n "$(losses "$d/pad-sp.log")" ] && [ "$(losses "$d/drop-sp.log")" = "$(losses "$d/pad-sp.log")" ]; then
+    t_pass "TP 2 + SP: padding to each shard's capacity: the same bits"
+else t_fail "TP 2 + SP: padding to capacity" "$(diff <(losses "$d/drop-sp.log") <(losses "$d/pad-sp.log") | head -4)"; fi
 
 # ---- evaluation and generation ----
 if mt-eval --load "$d/ck" --data-path "$d/data" --eval-iters 2 >"$d/eval.out" 2>"$d/eval.err" &&
@@ -399,7 +409,3 @@ t_grep "... names the flags" 'expert-model-parallel-size \(2\) must divide --num
 t_fails "an expert tensor-parallel size other than the tensor-parallel size" mt-train $base --tensor-model-parallel-size 2 \
     --expert-tensor-parallel-size 1 --dry-run
 t_grep "... names both" 'expert-tensor-parallel-size \(1\) other than --tensor-model-parallel-size \(2\): not implemented' "$T_TMP/err"
-# shellcheck disable=SC2086
-t_fails "token dropping with sequence parallelism" mt-train $base --tensor-model-parallel-size 2 --sequence-parallel \
-    --moe-expert-capacity-factor 1.0 --dry-run
-t_grep "... not implemented" 'drops the tokens of each sequence-parallel shard apart' "$T_TMP/err"
