@@ -83,6 +83,18 @@ typedef struct mtk_ops {
                           int B, int T, int NH, int NG, int HS, const mtk_dropout *drop);
     void (*attention_kv)(mtk *k, void *out, const void *qkv, void *kcache, void *vcache, int B, int T, int pos0,
                          int Tmax, int NH, int NG, int HS);
+    /* attention by blocks (context parallelism) */
+    void (*attention_kv_pack)(mtk *k, void *kv, const void *qkv, int B, int T, int NH, int NG, int HS);
+    void (*attention_block_fwd)(mtk *k, float *out, float *lse, const void *qkv, const void *kv, int B, int Tq, int Tk,
+                                int Tg, const mtk_att_rows *qr, const mtk_att_rows *kr, int NH, int NG, int HS,
+                                const mtk_dropout *drop);
+    void (*attention_merge)(mtk *k, float *out, float *lse, const float *out_b, const float *lse_b, int B, int T, int NH,
+                            int HS);
+    void (*attention_block_bwd)(mtk *k, float *dq, float *dkv, const void *dout, const void *qkv, const void *kv,
+                                const void *out, const float *lse, int B, int Tq, int Tk, int Tg, const mtk_att_rows *qr,
+                                const mtk_att_rows *kr, int NH, int NG, int HS, const mtk_dropout *drop);
+    void (*attention_dqkv_pack)(mtk *k, void *dqkv, const float *dq, const float *dkv, int B, int T, int NH, int NG,
+                                int HS);
     /* mtk_rope_fwd (inverse 0) and mtk_rope_bwd (inverse 1) */
     void (*rope)(mtk *k, void *qkv, int B, int T, int NH, int NG, int HS, int rot_dim, float base, int pos0,
                  int inverse);

@@ -259,6 +259,42 @@ void mtk_attention_gqa_bwd(mtk *k, mtk_act *dqkv, const mtk_act *dout, const mtk
 void mtk_attention_gqa_kv(mtk *k, mtk_act *out, const mtk_act *qkv, mtk_act *kcache, mtk_act *vcache, int B, int T,
                           int pos0, int Tmax, int NH, int NG, int HS);
 
+/* ---- attention by blocks, for context parallelism (ring attention) ----
+ * A rank holds Tq tokens of each of the B sequences of Tg, in runs: mtk_att_rows says where each of its
+ * rows sits in the sequence (row r at start[r / run] + r % run, the runs in increasing order). Its queries
+ * attend to the keys and values of every rank, a block at a time: a block's result is the attention over
+ * that block's keys alone (out normalized over them, lse their log-sum-exp), and mtk_attention_merge folds
+ * the blocks together by their lse into the attention over all the keys seen so far. Query i sees key j
+ * when pos(j) <= pos(i) (causal by position in the whole sequence); a row that sees none of a block has
+ * out 0 and lse -inf there. Dropout counters are mtk_attention_fwd's over the whole sequence:
+ * ((b NH + h) Tg + pos(i)) Tg + pos(j), so that a split run draws the one-rank run's masks.
+ * Layouts: qkv [B,Tq,NG,NH/NG+2,HS] as mtk_attention_gqa_fwd's; kv [B,Tk,NG,2,HS] (a group's key, then its
+ * value); out, dq [B,Tq,NH*HS]; lse [B,NH,Tq]; dkv as kv. */
+enum { MTK_ATT_MAX_RUNS = 8 };
+typedef struct mtk_att_rows {
+    int run;                         /* rows per run (> 0) */
+    int start[MTK_ATT_MAX_RUNS];     /* the position of each run's first row */
+} mtk_att_rows;
+/* kv [B,T,NG,2,HS] = the keys and values of qkv [B,T,NG,NH/NG+2,HS]. */
+void mtk_attention_kv_pack(mtk *k, mtk_act *kv, const mtk_act *qkv, int B, int T, int NH, int NG, int HS);
+/* out (fp32, assigned) and lse: the attention of qkv's queries (rows qr) over the block kv (rows kr). */
+void mtk_attention_block_fwd(mtk *k, float *out, float *lse, const mtk_act *qkv, const mtk_act *kv, int B, int Tq,
+                             int Tk, int Tg, const mtk_att_rows *qr, const mtk_att_rows *kr, int NH, int NG, int HS,
+                             const mtk_dropout *drop);
+/* out, lse [.., T] (the blocks so far) take in out_b, lse_b (one more block): lse = log(e^lse + e^lse_b),
+ * out = (e^lse out + e^lse_b out_b) / e^lse, rows with both -inf left out 0, lse -inf. In place. */
+void mtk_attention_merge(mtk *k, float *out, float *lse, const float *out_b, const float *lse_b, int B, int T, int NH,
+                         int HS);
+/* The backward of one block given the attention over all the keys (out [B,Tq,NH*HS] in the activation
+ * dtype, lse over all the blocks, dout): dq += the block's part of the queries' gradient, dkv += the
+ * gradient of the block's keys and values (each group's summed over its query heads); fp32 both. */
+void mtk_attention_block_bwd(mtk *k, float *dq, float *dkv, const mtk_act *dout, const mtk_act *qkv, const mtk_act *kv,
+                             const mtk_act *out, const float *lse, int B, int Tq, int Tk, int Tg, const mtk_att_rows *qr,
+                             const mtk_att_rows *kr, int NH, int NG, int HS, const mtk_dropout *drop);
+/* dqkv [B,T,NG,NH/NG+2,HS] (assigned) from dq [B,T,NH*HS] and dkv [B,T,NG,2,HS] (fp32). */
+void mtk_attention_dqkv_pack(mtk *k, mtk_act *dqkv, const float *dq, const float *dkv, int B, int T, int NH, int NG,
+                             int HS);
+
 /* ---- rotary position embeddings (Megatron core, non-interleaved), in place on the queries and keys of
  * qkv [B,T,NG,NH/NG+2,HS] (values untouched) ----
  * The first rot_dim dimensions of each query and key head (rot_dim even, <= HS: Megatron's

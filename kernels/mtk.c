@@ -587,6 +587,57 @@ void mtk_adamw_multi(mtk *k, float *p, mtk_act *work, const float *g, float *m, 
 /* The op's entry of the backend, or a sticky error naming it. */
 #define HAS(op) (k->ops->op ? 1 : (mtk_fail(k, "%s: not implemented by the %s backend", #op, mtk_name(k)), 0))
 
+/* ---- attention by blocks ---- */
+
+/* rows: T rows in runs of increasing positions, all within the sequence of Tg */
+static int rows_ok(mtk *k, const char *op, const mtk_att_rows *r, int T, int Tg)
+{
+    const int runs = r && r->run > 0 ? (T + r->run - 1) / r->run : 0;
+    int ok = r && r->run > 0 && T % r->run == 0 && runs <= MTK_ATT_MAX_RUNS;
+    for (int u = 0; ok && u < runs; u++)
+        ok = r->start[u] >= (u ? r->start[u - 1] + r->run : 0) && r->start[u] + r->run <= Tg;
+    if (!ok) mtk_fail(k, "%s: %d rows in runs of %d are not increasing positions of a sequence of %d", op, T,
+                      r ? r->run : 0, Tg);
+    return ok;
+}
+void mtk_attention_kv_pack(mtk *k, mtk_act *kv, const mtk_act *qkv, int B, int T, int NH, int NG, int HS)
+{
+    if (ready_att(k, "attention_kv_pack", B, T, NH, HS, (size_t)B * T * (NH + 2 * (size_t)NG) * HS) &&
+        groups_ok(k, "attention_kv_pack", NH, NG) && HAS(attention_kv_pack))
+        k->ops->attention_kv_pack(k, kv, qkv, B, T, NH, NG, HS);
+}
+void mtk_attention_block_fwd(mtk *k, float *out, float *lse, const mtk_act *qkv, const mtk_act *kv, int B, int Tq,
+                             int Tk, int Tg, const mtk_att_rows *qr, const mtk_att_rows *kr, int NH, int NG, int HS,
+                             const mtk_dropout *drop)
+{
+    if (ready_att(k, "attention_block_fwd", B, Tq > Tk ? Tq : Tk, NH, HS, (size_t)B * Tq * (NH + 2 * (size_t)NG) * HS) &&
+        groups_ok(k, "attention_block_fwd", NH, NG) && rows_ok(k, "attention_block_fwd", qr, Tq, Tg) &&
+        rows_ok(k, "attention_block_fwd", kr, Tk, Tg) && HAS(attention_block_fwd))
+        k->ops->attention_block_fwd(k, out, lse, qkv, kv, B, Tq, Tk, Tg, qr, kr, NH, NG, HS, drop);
+}
+void mtk_attention_merge(mtk *k, float *out, float *lse, const float *out_b, const float *lse_b, int B, int T, int NH,
+                         int HS)
+{
+    if (ready_att(k, "attention_merge", B, T, NH, HS, (size_t)B * T * NH * HS) && HAS(attention_merge))
+        k->ops->attention_merge(k, out, lse, out_b, lse_b, B, T, NH, HS);
+}
+void mtk_attention_block_bwd(mtk *k, float *dq, float *dkv, const mtk_act *dout, const mtk_act *qkv, const mtk_act *kv,
+                             const mtk_act *out, const float *lse, int B, int Tq, int Tk, int Tg, const mtk_att_rows *qr,
+                             const mtk_att_rows *kr, int NH, int NG, int HS, const mtk_dropout *drop)
+{
+    if (ready_att(k, "attention_block_bwd", B, Tq > Tk ? Tq : Tk, NH, HS, (size_t)B * Tq * (NH + 2 * (size_t)NG) * HS) &&
+        groups_ok(k, "attention_block_bwd", NH, NG) && rows_ok(k, "attention_block_bwd", qr, Tq, Tg) &&
+        rows_ok(k, "attention_block_bwd", kr, Tk, Tg) && HAS(attention_block_bwd))
+        k->ops->attention_block_bwd(k, dq, dkv, dout, qkv, kv, out, lse, B, Tq, Tk, Tg, qr, kr, NH, NG, HS, drop);
+}
+void mtk_attention_dqkv_pack(mtk *k, mtk_act *dqkv, const float *dq, const float *dkv, int B, int T, int NH, int NG,
+                             int HS)
+{
+    if (ready_att(k, "attention_dqkv_pack", B, T, NH, HS, (size_t)B * T * (NH + 2 * (size_t)NG) * HS) &&
+        groups_ok(k, "attention_dqkv_pack", NH, NG) && HAS(attention_dqkv_pack))
+        k->ops->attention_dqkv_pack(k, dqkv, dq, dkv, B, T, NH, NG, HS);
+}
+
 static int route_ok(mtk *k, const char *op, const mtk_moe_route *r)
 {
     if (k->failed) return 0;

@@ -70,6 +70,18 @@ void cpu_attention_bwd(mtk *k, float *dqkv, const float *dout, const float *qkv,
                        int B, int T, int NH, int NG, int HS, const mtk_dropout *drop);
 void cpu_attention_kv(mtk *k, float *out, const float *qkv, float *kcache, float *vcache, int B, int T, int pos0,
                       int Tmax, int NH, int NG, int HS);
+/* attention_block.c */
+void cpu_attention_kv_pack(mtk *k, void *kv, const void *qkv, int B, int T, int NH, int NG, int HS);
+void cpu_attention_block_fwd(mtk *k, float *out, float *lse, const float *qkv, const float *kv, int B, int Tq, int Tk,
+                             int Tg, const mtk_att_rows *qr, const mtk_att_rows *kr, int NH, int NG, int HS,
+                             const mtk_dropout *drop);
+void cpu_attention_merge(mtk *k, float *out, float *lse, const float *out_b, const float *lse_b, int B, int T, int NH,
+                         int HS);
+void cpu_attention_block_bwd(mtk *k, float *dq, float *dkv, const float *dout, const float *qkv, const float *kv,
+                             const float *out, const float *lse, int B, int Tq, int Tk, int Tg, const mtk_att_rows *qr,
+                             const mtk_att_rows *kr, int NH, int NG, int HS, const mtk_dropout *drop);
+void cpu_attention_dqkv_pack(mtk *k, float *dqkv, const float *dq, const float *dkv, int B, int T, int NH, int NG,
+                             int HS);
 void cpu_xent_fwd_bwd(mtk *k, float *losses, float *dlogits, const float *logits, const int32_t *target,
                       const float *dscale, int N, int V);
 void cpu_xent_rowmax(mtk *k, float *rowmax, const float *logits, int N, int V);

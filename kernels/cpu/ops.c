@@ -554,6 +554,33 @@ static void s_attention_bwd(mtk *k, void *dqkv, const void *dout, const void *qk
     cpu_attention_bwd(k, fdq, fdo, fq, fo, lse, B, T, NH, NG, HS, drop);
     out(k, dqkv, fdq, nq);
 }
+static void s_attention_block_fwd(mtk *k, float *o, float *lse, const void *qkv, const void *kv, int B, int Tq, int Tk,
+                                  int Tg, const mtk_att_rows *qr, const mtk_att_rows *kr, int NH, int NG, int HS,
+                                  const mtk_dropout *drop)
+{
+    float *fq = in(k, qkv, (size_t)B * Tq * (NH + 2 * NG) * HS), *fk = in(k, kv, (size_t)B * Tk * 2 * NG * HS);
+    if (!STAGED_OK) return;
+    cpu_attention_block_fwd(k, o, lse, fq, fk, B, Tq, Tk, Tg, qr, kr, NH, NG, HS, drop);
+}
+static void s_attention_block_bwd(mtk *k, float *dq, float *dkv, const void *dout, const void *qkv, const void *kv,
+                                  const void *o, const float *lse, int B, int Tq, int Tk, int Tg, const mtk_att_rows *qr,
+                                  const mtk_att_rows *kr, int NH, int NG, int HS, const mtk_dropout *drop)
+{
+    size_t n = (size_t)B * Tq * NH * HS;
+    float *fdo = in(k, dout, n), *fq = in(k, qkv, (size_t)B * Tq * (NH + 2 * NG) * HS);
+    float *fk = in(k, kv, (size_t)B * Tk * 2 * NG * HS), *fo = in(k, o, n);
+    if (!STAGED_OK) return;
+    cpu_attention_block_bwd(k, dq, dkv, fdo, fq, fk, fo, lse, B, Tq, Tk, Tg, qr, kr, NH, NG, HS, drop);
+}
+static void s_attention_dqkv_pack(mtk *k, void *dqkv, const float *dq, const float *dkv, int B, int T, int NH, int NG,
+                                  int HS)
+{
+    size_t nq = (size_t)B * T * (NH + 2 * NG) * HS;
+    float *f = buf(k, dqkv, nq);
+    if (!STAGED_OK) return;
+    cpu_attention_dqkv_pack(k, f, dq, dkv, B, T, NH, NG, HS);
+    out(k, dqkv, f, nq);
+}
 static void s_attention_kv(mtk *k, void *o, const void *qkv, void *kc, void *vc, int B, int T, int pos0, int Tmax,
                            int NH, int NG, int HS)
 {
@@ -669,6 +696,11 @@ const mtk_ops mtk_cpu_ops = {
     .attention_fwd = s_attention_fwd,
     .attention_bwd = s_attention_bwd,
     .attention_kv = s_attention_kv,
+    .attention_kv_pack = cpu_attention_kv_pack,
+    .attention_block_fwd = s_attention_block_fwd,
+    .attention_merge = cpu_attention_merge,
+    .attention_block_bwd = s_attention_block_bwd,
+    .attention_dqkv_pack = s_attention_dqkv_pack,
     .rope = s_rope,
     .xent_fwd_bwd = s_xent_fwd_bwd,
     .xent_rowmax = s_xent_rowmax,
