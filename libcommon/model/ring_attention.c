@@ -1,0 +1,130 @@
+/* ring_attention.c: context parallelism's ring attention (ring_attention.h): the blocks of keys and values
+ * passed around the context-parallel ranks, each rank's queries merged over them, and the backward pass
+ * that carries each block's gradient around with it. */
+#include <math.h>
+#include <stdlib.h>
+
+#include "model/ring_attention.h"
+#include "util/err.h"
+
+struct mt_ring_attention {
+    mtk *k;
+    mt_comm *cp;
+    int r, CP, B, Tg, Tl, NH, NG, HS;
+    size_t nkv, nout, nlse;   /* elements of a block of keys and values, of out, of lse */
+    void *kv[2];              /* the block in hand and the one arriving (activation dtype) */
+    float *dkv[2];            /* their gradients (fp32) */
+    float *o32, *ob, *lb, *dq;
+    size_t bytes;
+};
+
+mtk_att_rows mt_ring_rows(int r, int CP, int Tg)
+{
+    mtk_att_rows w = {.run = Tg / (2 * CP)};
+    w.start[0] = r * w.run, w.start[1] = (2 * CP - 1 - r) * w.run;
+    return w;
+}
+
+static mt_cdtype cdtype(mtk *k)
+{
+    mtk_dtype d = mtk_act_dtype(k);
+    return d == MTK_F32 ? MT_C_F32 : d == MTK_BF16 ? MT_C_BF16 : MT_C_F16;
+}
+
+mt_ring_attention *mt_ring_attention_new(mtk *k, mt_comm *cp, int B, int Tg, int NH, int NG, int HS, mt_err *e)
+{
+    const int CP = cp ? cp->size : 1;
+    if (Tg % (2 * CP)) {
+        mt_err_set(e, "context parallelism: the sequence length %d is not a multiple of 2 x %d ranks", Tg, CP);
+        return NULL;
+    }
+    mt_ring_attention *ra = mt_xcalloc(1, sizeof *ra);
+    *ra = (mt_ring_attention){.k = k, .cp = cp, .r = cp ? cp->rank : 0, .CP = CP, .B = B, .Tg = Tg, .Tl = Tg / CP,
+                              .NH = NH, .NG = NG, .HS = HS};
+    ra->nkv = (size_t)B * ra->Tl * 2 * NG * HS, ra->nout = (size_t)B * ra->Tl * NH * HS;
+    ra->nlse = (size_t)B * NH * ra->Tl;
+    const size_t a = mtk_act_size(k), f = sizeof(float);
+    void **where[] = {&ra->kv[0], &ra->kv[1], (void **)&ra->dkv[0], (void **)&ra->dkv[1], (void **)&ra->o32,
+                      (void **)&ra->ob, (void **)&ra->lb, (void **)&ra->dq};
+    const size_t bytes[] = {ra->nkv * a, CP > 1 ? ra->nkv * a : 0, ra->nkv * f, CP > 1 ? ra->nkv * f : 0,
+                            ra->nout * f, ra->nout * f, ra->nlse * f, ra->nout * f};
+    for (size_t i = 0; i < sizeof bytes / sizeof *bytes; i++) {
+        if (!bytes[i]) continue;
+        if (!(*where[i] = mtk_alloc(k, bytes[i], e))) {
+            mt_ring_attention_free(ra);
+            return NULL;
+        }
+        ra->bytes += bytes[i];
+    }
+    return ra;
+}
+
+void mt_ring_attention_free(mt_ring_attention *ra)
+{
+    if (!ra) return;
+    void *p[] = {ra->kv[0], ra->kv[1], ra->dkv[0], ra->dkv[1], ra->o32, ra->ob, ra->lb, ra->dq};
+    for (size_t i = 0; i < sizeof p / sizeof *p; i++) mtk_free(ra->k, p[i]);
+    free(ra);
+}
+
+size_t mt_ring_attention_bytes(const mt_ring_attention *ra) { return ra->bytes; }
+
+/* One step of the ring: the n buffers in hand go to rank r + 1 and the next ones come from r - 1. */
+static int pass(mt_ring_attention *ra, mt_p2p *ops, int n, mt_err *e)
+{
+    if (mtk_sync(ra->k, e)) return -1;
+    return mt_p2p_batch(ra->cp, ops, n, e);
+}
+
+int mt_ring_attention_fwd(mt_ring_attention *ra, mtk_act *out, float *lse, const mtk_act *qkv, const mtk_dropout *drop,
+                          mt_err *e)
+{
+    mtk *k = ra->k;
+    const int r = ra->r, CP = ra->CP, next = (r + 1) % CP, prev = (r + CP - 1) % CP;
+    const mtk_att_rows mine = mt_ring_rows(r, CP, ra->Tg);
+    mtk_attention_kv_pack(k, ra->kv[0], qkv, ra->B, ra->Tl, ra->NH, ra->NG, ra->HS);
+    for (int step = 0, cur = 0; step < CP; step++, cur ^= 1) {
+        const int j = (r - step + CP) % CP;   /* whose block is in hand */
+        const mtk_att_rows theirs = mt_ring_rows(j, CP, ra->Tg);
+        if (step == 0) {   /* the first block straight into the result */
+            mtk_attention_block_fwd(k, ra->o32, lse, qkv, ra->kv[cur], ra->B, ra->Tl, ra->Tl, ra->Tg, &mine, &theirs,
+                                    ra->NH, ra->NG, ra->HS, drop);
+        } else {
+            mtk_attention_block_fwd(k, ra->ob, ra->lb, qkv, ra->kv[cur], ra->B, ra->Tl, ra->Tl, ra->Tg, &mine, &theirs,
+                                    ra->NH, ra->NG, ra->HS, drop);
+            mtk_attention_merge(k, ra->o32, lse, ra->ob, ra->lb, ra->B, ra->Tl, ra->NH, ra->HS);
+        }
+        if (step + 1 < CP) {
+            mt_p2p ops[] = {{1, ra->kv[cur], ra->nkv, cdtype(k), next}, {0, ra->kv[cur ^ 1], ra->nkv, cdtype(k), prev}};
+            if (pass(ra, ops, 2, e)) return mt_err_prefix(e, "ring attention, step %d", step + 1);
+        }
+    }
+    mtk_convert(k, out, mtk_act_dtype(k), ra->o32, MTK_F32, ra->nout);
+    return mtk_status(k, e);
+}
+
+int mt_ring_attention_bwd(mt_ring_attention *ra, mtk_act *dqkv, const mtk_act *dout, const mtk_act *qkv,
+                          const mtk_act *out, const float *lse, const mtk_dropout *drop, mt_err *e)
+{
+    mtk *k = ra->k;
+    const int r = ra->r, CP = ra->CP, next = (r + 1) % CP, prev = (r + CP - 1) % CP;
+    const mtk_att_rows mine = mt_ring_rows(r, CP, ra->Tg);
+    int cur = 0;
+    mtk_attention_kv_pack(k, ra->kv[0], qkv, ra->B, ra->Tl, ra->NH, ra->NG, ra->HS);
+    mtk_zero(k, ra->dkv[0], ra->nkv * sizeof(float));
+    mtk_zero(k, ra->dq, ra->nout * sizeof(float));
+    for (int step = 0; step < CP; step++, cur ^= 1) {
+        const int j = (r - step + CP) % CP;
+        const mtk_att_rows theirs = mt_ring_rows(j, CP, ra->Tg);
+        mtk_attention_block_bwd(k, ra->dq, ra->dkv[cur], dout, qkv, ra->kv[cur], out, lse, ra->B, ra->Tl, ra->Tl,
+                                ra->Tg, &mine, &theirs, ra->NH, ra->NG, ra->HS, drop);
+        if (CP == 1) break;
+        /* the block and its gradient so far go on; the last hop takes the gradient alone to its owner */
+        mt_p2p ops[] = {{1, ra->dkv[cur], ra->nkv, MT_C_F32, next}, {0, ra->dkv[cur ^ 1], ra->nkv, MT_C_F32, prev},
+                        {1, ra->kv[cur], ra->nkv, cdtype(k), next}, {0, ra->kv[cur ^ 1], ra->nkv, cdtype(k), prev}};
+        if (pass(ra, ops, step + 1 < CP ? 4 : 2, e)) return mt_err_prefix(e, "ring attention backward, step %d", step + 1);
+    }
+    /* after CP hops (or none with one rank) the block in hand is this rank's own, its gradient complete */
+    mtk_attention_dqkv_pack(k, dqkv, ra->dq, ra->dkv[CP == 1 ? 0 : cur], ra->B, ra->Tl, ra->NH, ra->NG, ra->HS);
+    return mtk_status(k, e);
+}

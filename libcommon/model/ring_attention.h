@@ -1,0 +1,39 @@
+/* ring_attention.h: context parallelism's attention over a ring of ranks (Megatron's --cp-comm-type p2p).
+ *
+ * Each of the CP ranks of the group holds Tl = Tg / CP tokens of each sequence: Megatron's load-balanced
+ * split for causal attention, the sequence cut into 2 CP chunks and rank r holding chunks r and
+ * 2 CP - 1 - r (mt_ring_rows). The forward pass sends this rank's keys and values around the ring (to
+ * rank r + 1, from r - 1) CP - 1 times; at each step the queries attend to the block in hand and the
+ * result is merged by log-sum-exp (kernels.h's attention by blocks). The backward pass sends the blocks
+ * around again, each with the gradient of its keys and values accumulated by every rank it visits, and
+ * one last hop brings each block's gradient home. With CP = 1 it is the attention of the whole sequence.
+ * Each step's exchange is one batched point-to-point transfer (the communicator's), after the block's
+ * computation. The buffers are the caller's device memory of kernels k; comm's are staged as it needs. */
+#ifndef MT_MODEL_RING_ATTENTION_H
+#define MT_MODEL_RING_ATTENTION_H
+
+#include "comm/comm.h"
+#include "kernels.h"
+
+typedef struct mt_ring_attention mt_ring_attention;
+
+/* Rank r of CP's rows of a sequence of Tg (2 CP divides Tg). */
+mtk_att_rows mt_ring_rows(int r, int CP, int Tg);
+
+/* A ring over cp (NULL: one rank) for B sequences of Tg tokens, NH heads in NG groups of HS. NULL + e on
+ * failure (out of device memory, Tg not a multiple of 2 CP). */
+mt_ring_attention *mt_ring_attention_new(mtk *k, mt_comm *cp, int B, int Tg, int NH, int NG, int HS, mt_err *e);
+void mt_ring_attention_free(mt_ring_attention *ra);
+/* Device bytes the ring's buffers take. */
+size_t mt_ring_attention_bytes(const mt_ring_attention *ra);
+
+/* out [B,Tl,NH*HS] (activation dtype) and lse [B,NH,Tl] of this rank's queries of qkv [B,Tl,NG,NH/NG+2,HS]
+ * over the whole sequence's keys. */
+int mt_ring_attention_fwd(mt_ring_attention *ra, mtk_act *out, float *lse, const mtk_act *qkv, const mtk_dropout *drop,
+                          mt_err *e);
+/* dqkv [B,Tl,NG,NH/NG+2,HS] (assigned): the gradient of this rank's queries, keys and values, given dout
+ * and the forward's out and lse. */
+int mt_ring_attention_bwd(mt_ring_attention *ra, mtk_act *dqkv, const mtk_act *dout, const mtk_act *qkv,
+                          const mtk_act *out, const float *lse, const mtk_dropout *drop, mt_err *e);
+
+#endif
