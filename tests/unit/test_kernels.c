@@ -1526,6 +1526,7 @@ TEST(odd_shapes)
 /* ---- the mixture of experts' operations ---- */
 
 #include "kernels_moe.inc"
+#include "kernels_attention_block.inc"
 
 /* ---- conversion, workspace, sticky error, events ---- */
 
@@ -1957,6 +1958,8 @@ RUN(moe_dispatch);
 RUN(moe_permute);
 RUN(moe_grouped_matmul);
 RUN(moe_sigmoid_gate);
+RUN(attention_cp_split);
+RUN(attention_block_whole_and_errors);
 RUN(convert);
 RUN(workspace_and_sticky_error);
 RUN(uploads);
