@@ -254,6 +254,17 @@ void attention_bwd(mtk *k, void *dqkv, const void *dout, const void *qkv, const 
                    int T, int NH, int NG, int HS, const mtk_dropout *drop);
 void attention_kv(mtk *k, void *out, const void *qkv, void *kcache, void *vcache, int B, int T, int pos0, int Tmax,
                   int NH, int NG, int HS);
+// attention_block.cu (attention by blocks, for context parallelism)
+void attention_kv_pack(mtk *k, void *kv, const void *qkv, int B, int T, int NH, int NG, int HS);
+void attention_block_fwd(mtk *k, float *out, float *lse, const void *qkv, const void *kv, int B, int Tq, int Tk, int Tg,
+                         const mtk_att_rows *qr, const mtk_att_rows *kr, int NH, int NG, int HS,
+                         const mtk_dropout *drop);
+void attention_merge(mtk *k, float *out, float *lse, const float *out_b, const float *lse_b, int B, int T, int NH,
+                     int HS);
+void attention_block_bwd(mtk *k, float *dq, float *dkv, const void *dout, const void *qkv, const void *kv,
+                         const void *out, const float *lse, int B, int Tq, int Tk, int Tg, const mtk_att_rows *qr,
+                         const mtk_att_rows *kr, int NH, int NG, int HS, const mtk_dropout *drop);
+void attention_dqkv_pack(mtk *k, void *dqkv, const float *dq, const float *dkv, int B, int T, int NH, int NG, int HS);
 // xent.cu
 void xent_fwd_bwd(mtk *k, float *losses, void *dlogits, const void *logits, const int32_t *target,
                   const float *dscale, int N, int V);
