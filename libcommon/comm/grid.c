@@ -72,6 +72,7 @@ int mt_grid_group(const mt_grid *g, int rank, mt_group_kind kind, int *members, 
         case MT_GROUP_MP: same = c.cp == me.cp && c.dp == me.dp; break;
         case MT_GROUP_EP: same = c.tp == me.tp && c.pp == me.pp && c.edp == me.edp; break;
         case MT_GROUP_EDP: same = c.tp == me.tp && c.pp == me.pp && c.ep == me.ep; break;
+        case MT_GROUP_DPCP: same = c.tp == me.tp && c.pp == me.pp; break;
         case MT_GROUP_EMBD:
             same = c.tp == me.tp && c.cp == me.cp && c.dp == me.dp && (c.pp == 0 || c.pp == g->pp - 1);
             break;

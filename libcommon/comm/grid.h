@@ -21,6 +21,11 @@
  * pp 1, 8 ranks (dp 4), ep 2: the expert-parallel groups are [0,2] [1,3] [4,6] [5,7], the
  * expert-data-parallel groups [0,4] [1,5] [2,6] [3,7] (data-parallel groups [0,2,4,6] [1,3,5,7]).
  *
+ * The data x context group (MT_GROUP_DPCP, Megatron's dp-cp group: the cp x dp ranks of equal tensor rank
+ * and stage) is where gradients are reduced with context parallelism: its ranks hold the same part of the
+ * model, each for its own tokens. For tp 2, cp 2, pp 1 on 8 ranks (dp 2): the context groups are [0,2]
+ * [1,3] [4,6] [5,7], the data groups [0,4] [1,5] [2,6] [3,7], the data x context groups [0,2,4,6] [1,3,5,7].
+ *
  * ep and edp are fields of the grid (mt_grid_make_ep), not arguments of a group query: the grid is the
  * whole placement of a run, so one mt_grid_group serves every kind, and a rank's coordinates (and the
  * parallel context's copy of them) carry its expert rank for the model to pick its local experts.
@@ -48,7 +53,8 @@ typedef enum {
     MT_GROUP_MP,
     MT_GROUP_EMBD,
     MT_GROUP_EP,    /* expert-model-parallel */
-    MT_GROUP_EDP    /* expert-data-parallel */
+    MT_GROUP_EDP,   /* expert-data-parallel */
+    MT_GROUP_DPCP   /* data x context parallel: equal tensor rank and stage (Megatron's dp-cp group) */
 } mt_group_kind;
 
 /* The grid of a world of `world` ranks with these tensor, context and pipeline sizes: dp is what is

@@ -1,5 +1,5 @@
-/* parallel.c: a rank's place on the grid and the communicators of its tensor, data, pipeline and expert
- * groups (parallel.h). */
+/* parallel.c: a rank's place on the grid and the communicators of its tensor, data, pipeline, context and
+ * expert groups (parallel.h). */
 #include "comm/parallel.h"
 
 #include <stdlib.h>
@@ -17,41 +17,63 @@ static mt_comm *group(mt_parallel *p, mt_group_kind kind, mt_err *e)
     return mt_comm_split(p->world, color, idx, e);   /* collective: every rank splits */
 }
 
-/* The expert groups: dp itself or a one-rank communicator where the group is the data-parallel group or
- * this rank alone (every rank takes the same branch: the sizes are the job's), else a split. */
+/* The context groups: with cp 1 a one-rank cp and dpcp = dp, else splits. */
+static int context_groups(mt_parallel *p, mt_err *e)
+{
+    p->cp_size = p->grid.cp;
+    if (p->grid.cp == 1) {
+        p->dpcp = p->dp;
+        return (p->cp = mt_comm_single()) ? 0 : -1;
+    }
+    return !(p->cp = group(p, MT_GROUP_CP, e)) || !(p->dpcp = group(p, MT_GROUP_DPCP, e)) ? -1 : 0;
+}
+
+/* The expert groups: dpcp itself or a one-rank communicator where the group is the data x context group
+ * or this rank alone (every rank takes the same branch: the sizes are the job's), else a split. */
 static int expert_groups(mt_parallel *p, mt_err *e)
 {
     int ep = p->grid.ep, edp = p->grid.edp;
     p->ep_size = ep;
     if (ep == 1) p->ep = mt_comm_single();
-    else if (edp == 1) p->ep = p->dp;
+    else if (edp == 1) p->ep = p->dpcp;
     else if (!(p->ep = group(p, MT_GROUP_EP, e))) return -1;
-    if (ep == 1) p->edp = p->dp;
+    if (ep == 1) p->edp = p->dpcp;
     else if (edp == 1) p->edp = mt_comm_single();
     else if (!(p->edp = group(p, MT_GROUP_EDP, e))) return -1;
     return 0;
 }
 
-static int init(mt_parallel *p, mt_comm *world, int owned, int tp, int pp, int ep, mt_err *e)
+static int init(mt_parallel *p, mt_comm *world, int owned, int tp, int cp, int pp, int ep, mt_err *e)
 {
     p->world = world;
     p->own_world = owned;
     p->rank = world->rank;
     p->size = world->size;
-    if (mt_grid_make_ep(&p->grid, p->size, tp, 1, pp, ep, e)) return -1;
+    if (mt_grid_make_ep(&p->grid, p->size, tp, cp, pp, ep, e)) return -1;
     p->coord = mt_grid_coords(&p->grid, p->rank);
     if (!(p->tp = group(p, MT_GROUP_TP, e)) || !(p->dp = group(p, MT_GROUP_DP, e)) || !(p->pp = group(p, MT_GROUP_PP, e)) ||
-        expert_groups(p, e))
+        context_groups(p, e) || expert_groups(p, e))
         return mt_err_prefix(e, "parallel groups");
     return 0;
 }
 
-int mt_parallel_init_ep(mt_parallel *p, const mt_boot *boot, int tp, int pp, int ep, mt_err *e)
+int mt_parallel_init_cp(mt_parallel *p, const mt_boot *boot, int tp, int cp, int pp, int ep, mt_err *e)
 {
     memset(p, 0, sizeof *p);
     mt_comm *w = boot->size > 1 ? mt_comm_mpi_world(e) : mt_comm_single();
     if (!w) return -1;
-    return init(p, w, 1, tp, pp, ep, e);
+    return init(p, w, 1, tp, cp, pp, ep, e);
+}
+
+int mt_parallel_init_comm_cp(mt_parallel *p, mt_comm *world, int tp, int cp, int pp, int ep, mt_err *e)
+{
+    memset(p, 0, sizeof *p);
+    return init(p, world, 0, tp, cp, pp, ep, e);
+}
+
+int mt_parallel_init_ep(mt_parallel *p, const mt_boot *boot, int tp, int pp, int ep, mt_err *e)
+{
+    return mt_parallel_init_cp(p, boot, tp, 1, pp, ep, e);
 }
 
 int mt_parallel_init(mt_parallel *p, const mt_boot *boot, int tp, int pp, mt_err *e)
@@ -61,8 +83,7 @@ int mt_parallel_init(mt_parallel *p, const mt_boot *boot, int tp, int pp, mt_err
 
 int mt_parallel_init_comm_ep(mt_parallel *p, mt_comm *world, int tp, int pp, int ep, mt_err *e)
 {
-    memset(p, 0, sizeof *p);
-    return init(p, world, 0, tp, pp, ep, e);
+    return mt_parallel_init_comm_cp(p, world, tp, 1, pp, ep, e);
 }
 
 int mt_parallel_init_comm(mt_parallel *p, mt_comm *world, int tp, int pp, mt_err *e)
@@ -72,8 +93,10 @@ int mt_parallel_init_comm(mt_parallel *p, mt_comm *world, int tp, int pp, mt_err
 
 void mt_parallel_free(mt_parallel *p)
 {
-    if (p->ep != p->dp) mt_comm_free(p->ep);
-    if (p->edp != p->dp) mt_comm_free(p->edp);
+    if (p->ep != p->dp && p->ep != p->dpcp) mt_comm_free(p->ep);
+    if (p->edp != p->dp && p->edp != p->dpcp) mt_comm_free(p->edp);
+    if (p->dpcp != p->dp) mt_comm_free(p->dpcp);
+    mt_comm_free(p->cp);
     mt_comm_free(p->tp);
     mt_comm_free(p->dp);
     mt_comm_free(p->pp);

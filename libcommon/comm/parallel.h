@@ -8,12 +8,17 @@
  * stages of the same tensor rank. Each is a one-rank communicator where the group is this rank alone.
  * The model's part of the layout (model/layout.h) is (coord.tp of grid.tp, coord.pp of grid.pp).
  *
+ * Context parallelism (cp_size = grid.cp): cp the ranks holding the other parts of this rank's sequences
+ * (the ring of the attention), dpcp the data x context ranks (grid.h's MT_GROUP_DPCP: the gradient
+ * reduction), dp itself when cp_size is 1.
+ *
  * Expert parallelism (grid.h's expert groups, ep_size = grid.ep): ep the ranks holding the other experts
  * of this rank's mixture-of-experts layers (the token all-to-all; this rank's expert rank is coord.ep),
  * edp the ranks holding the same experts (their gradient reduction). Where an expert group is the same
  * set as another, no second communicator is made: with ep_size 1, ep is a one-rank communicator and edp
- * is dp itself; with ep_size = dp size, ep is dp itself and edp a one-rank communicator. So ep or edp may
- * be the same pointer as dp: never free them apart from the context (mt_parallel_free frees each once).
+ * is dpcp itself; with ep_size = the data x context size, ep is dpcp itself and edp a one-rank
+ * communicator. So ep, edp or dpcp may be the same pointer as dp or dpcp: never free them apart from the
+ * context (mt_parallel_free frees each once).
  */
 #ifndef MT_COMM_PARALLEL_H
 #define MT_COMM_PARALLEL_H
@@ -29,7 +34,9 @@ typedef struct mt_parallel {
     int rank, size;        /* in the job */
     mt_comm *world, *tp, *dp, *pp;
     int ep_size;           /* expert-model-parallel size (1: none) */
-    mt_comm *ep, *edp;     /* expert-model-parallel and expert-data-parallel groups (may alias dp: above) */
+    mt_comm *ep, *edp;     /* expert-model-parallel and expert-data-parallel groups (may alias dpcp: above) */
+    int cp_size;           /* context-parallel size (1: none) */
+    mt_comm *cp, *dpcp;    /* context-parallel and data x context groups (dpcp may alias dp: above) */
     int own_world;         /* world was made here (mt_parallel_init) and is freed with the context */
 } mt_parallel;
 
@@ -43,6 +50,10 @@ int mt_parallel_init_ep(mt_parallel *p, const mt_boot *boot, int tp, int pp, int
 /* The same over an existing world communicator (not owned: it must outlive the context). */
 int mt_parallel_init_comm(mt_parallel *p, mt_comm *world, int tp, int pp, mt_err *e);
 int mt_parallel_init_comm_ep(mt_parallel *p, mt_comm *world, int tp, int pp, int ep, mt_err *e);
+/* The same with context-parallel size cp: -1 naming --context-parallel-size when tp x cp x pp does not
+ * divide the job's size. */
+int mt_parallel_init_cp(mt_parallel *p, const mt_boot *boot, int tp, int cp, int pp, int ep, mt_err *e);
+int mt_parallel_init_comm_cp(mt_parallel *p, mt_comm *world, int tp, int cp, int pp, int ep, mt_err *e);
 void mt_parallel_free(mt_parallel *p);
 
 #endif

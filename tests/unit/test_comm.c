@@ -234,6 +234,29 @@ TEST(grid_expert_groups_property)
     T_CHECK(checked > 100);
 }
 
+/* grid.h's context example: tp 2, cp 2 on 8 ranks (dp 2): context groups [0,2] [1,3] [4,6] [5,7], data
+ * groups [0,4] [1,5] [2,6] [3,7], data x context groups [0,2,4,6] [1,3,5,7] (the rank's index in it
+ * cp_rank + cp dp_rank) */
+TEST(grid_context_example)
+{
+    mt_grid g;
+    mt_err e;
+    T_CHECK(mt_grid_make(&g, 8, 2, 2, 1, &e) == 0);
+    T_EQ_INT(g.dp, 2);
+    static const int cpg[4][2] = {{0, 2}, {1, 3}, {4, 6}, {5, 7}}, dpg[4][2] = {{0, 4}, {1, 5}, {2, 6}, {3, 7}};
+    static const int dpcp[2][4] = {{0, 2, 4, 6}, {1, 3, 5, 7}};
+    for (int r = 0; r < 8; r++) {
+        int m[8], n, idx;
+        mt_grid_coord c = mt_grid_coords(&g, r);
+        n = mt_grid_group(&g, r, MT_GROUP_CP, m, NULL, &idx);
+        T_CHECK(members_eq(m, n, cpg[(r / 4) * 2 + r % 2], 2) && idx == c.cp);
+        n = mt_grid_group(&g, r, MT_GROUP_DP, m, NULL, &idx);
+        T_CHECK(members_eq(m, n, dpg[r % 4], 2) && idx == c.dp);
+        n = mt_grid_group(&g, r, MT_GROUP_DPCP, m, NULL, &idx);
+        T_CHECK(members_eq(m, n, dpcp[r % 2], 4) && idx == c.cp + 2 * c.dp);
+    }
+}
+
 /* The parallel context on one rank: ep 1 makes a one-rank ep and edp = dp, no other communicator; an ep
  * that does not divide the data-parallel size is refused naming the flag. */
 TEST(parallel_expert_single)
@@ -243,6 +266,10 @@ TEST(parallel_expert_single)
     mt_err e;
     T_CHECK(mt_parallel_init_comm(&p, w, 1, 1, &e) == 0);
     T_CHECK(p.ep_size == 1 && p.ep && p.ep->size == 1 && p.ep != p.dp && p.edp == p.dp && p.coord.ep == 0);
+    T_CHECK(p.cp_size == 1 && p.cp && p.cp->size == 1 && p.cp != p.dp && p.dpcp == p.dp);   /* no context split */
+    mt_parallel_free(&p);
+    T_CHECK(mt_parallel_init_comm_cp(&p, w, 1, 2, 1, 1, &e) == -1);
+    T_CHECK(strstr(e.msg, "--context-parallel-size (2)") != NULL);
     mt_parallel_free(&p);
     T_CHECK(mt_parallel_init_comm_ep(&p, w, 1, 1, 2, &e) == -1);
     T_CHECK(strstr(e.msg, "--expert-model-parallel-size (2) does not divide the data-parallel size 1") != NULL);
@@ -745,6 +772,45 @@ TEST(mpi_parallel_expert)
     T_CHECK(world->size == N);   /* not owned by the contexts */
 }
 
+/* The parallel context's context groups over the world, for every cp that divides it (tp 1, and tp 2 on an
+ * even world), with every ep that divides the data x context size: the cp and dpcp communicators' members
+ * are their grid groups' (a sum of their world ranks), their ranks the grid's indices; cp 1 reuses dp as
+ * dpcp; the expert groups span the data x context ranks. */
+TEST(mpi_parallel_context)
+{
+    int N = world->size;
+    mt_err e;
+    for (int tp = 1; tp <= 2; tp++)
+        for (int cp = 1; cp <= N; cp++) {
+            if (N % (tp * cp)) continue;
+            int x = N / tp;   /* the data x context size */
+            for (int ep = 1; ep <= x; ep++) {
+                if (x % ep) continue;
+                mt_parallel p;
+                if (mt_parallel_init_comm_cp(&p, world, tp, cp, 1, ep, &e)) {
+                    T_FAILF("tp %d cp %d ep %d: %s", tp, cp, ep, e.msg);
+                    return;
+                }
+                T_CHECK(p.cp_size == cp && p.cp->size == cp && p.dpcp->size == x && p.dp->size == x / cp);
+                T_CHECK(cp != 1 || p.dpcp == p.dp);
+                T_CHECK(ep != 1 || p.edp == p.dpcp);
+                mt_comm *cs[4] = {p.cp, p.dpcp, p.ep, p.edp};
+                const mt_group_kind kinds[4] = {MT_GROUP_CP, MT_GROUP_DPCP, MT_GROUP_EP, MT_GROUP_EDP};
+                for (int k = 0; k < 4; k++) {
+                    int m[64], idx, n = mt_grid_group(&p.grid, world->rank, kinds[k], m, NULL, &idx);
+                    T_EQ_INT(cs[k]->size, n);
+                    T_EQ_INT(cs[k]->rank, idx);
+                    int64_t sum = world->rank * 1000 + 1, want = 0;
+                    for (int i = 0; i < n; i++) want += m[i] * 1000 + 1;
+                    if (mt_all_reduce(cs[k], &sum, 1, MT_C_I64, &e)) T_FAILF("%s", e.msg);
+                    T_EQ_INT(sum, want);
+                }
+                mt_parallel_free(&p);
+            }
+        }
+    T_CHECK(world->size == N);
+}
+
 /* The host-staged communicator over the world, on device buffers of the backend MT_TEST_BACKEND (default
  * cpu; sim: the simulator's memory): every operation gives the bits and the byte counts of the MPI
  * communicator on host buffers of the same values, also in a split group. */
@@ -925,6 +991,7 @@ int main(int argc, char **argv)
         RUN(mpi_p2p);
         RUN(mpi_all_to_all_v);
         RUN(mpi_parallel_expert);
+        RUN(mpi_parallel_context);
         RUN(mpi_staged);
         RUN(mpi_split_groups);
         mt_comm_free(world);
@@ -935,6 +1002,7 @@ int main(int argc, char **argv)
     RUN(grid_megatron_example);
     RUN(grid_coords_and_errors);
     RUN(grid_expert_example);
+    RUN(grid_context_example);
     RUN(grid_expert_groups_property);
     RUN(parallel_expert_single);
     RUN(refuse_launch_without_pmix);
