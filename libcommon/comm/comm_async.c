@@ -17,6 +17,7 @@ enum { INLINE, THREAD, STREAM };
 typedef struct slot {
     mt_async_op op;
     size_t *counts;   /* the engine's copy of op.counts */
+    mt_p2p *p2p;      /* and of op.p2p */
 } slot;
 
 struct mt_comm_async {
@@ -38,6 +39,7 @@ static int run_op(mt_comm *c, const mt_async_op *op, mt_err *e)
     case MT_ASYNC_ALL_REDUCE: return mt_all_reduce(c, op->buf, op->n, op->t, e);
     case MT_ASYNC_REDUCE_SCATTER: return mt_reduce_scatter(c, op->buf, op->counts, op->t, e);
     case MT_ASYNC_ALL_GATHER: return mt_all_gather(c, op->buf, op->counts, op->t, e);
+    case MT_ASYNC_P2P: return mt_p2p_batch(c, (mt_p2p *)op->p2p, op->np, e);
     }
     return mt_err_set(e, "unknown asynchronous operation %d", (int)op->kind);
 }
@@ -106,7 +108,7 @@ fail:
 
 static void clear(mt_comm_async *a)
 {
-    for (int i = 0; i < a->started; i++) free(a->q[i].counts);
+    for (int i = 0; i < a->started; i++) free(a->q[i].counts), free(a->q[i].p2p);
     a->started = a->done = 0;
 }
 
@@ -141,9 +143,13 @@ int mt_comm_async_start(mt_comm_async *a, const mt_async_op *op, mt_err *e)
 {
     int size = a->mode == STREAM ? mt_comm_nccl_async_size(a->stream) : a->comm->size;
     size_t *counts = NULL;
-    if (op->kind != MT_ASYNC_ALL_REDUCE) {
+    mt_p2p *p2p = NULL;
+    if (op->kind == MT_ASYNC_REDUCE_SCATTER || op->kind == MT_ASYNC_ALL_GATHER) {
         counts = mt_xmalloc((size_t)size * sizeof *counts);
         memcpy(counts, op->counts, (size_t)size * sizeof *counts);
+    } else if (op->kind == MT_ASYNC_P2P) {
+        p2p = mt_xmalloc((size_t)(op->np > 0 ? op->np : 1) * sizeof *p2p);
+        memcpy(p2p, op->p2p, (size_t)op->np * sizeof *p2p);
     }
     pthread_mutex_lock(&a->mu);
     if (a->started == a->cap) {
@@ -154,6 +160,8 @@ int mt_comm_async_start(mt_comm_async *a, const mt_async_op *op, mt_err *e)
     a->q[ticket].op = *op;
     a->q[ticket].op.counts = counts;
     a->q[ticket].counts = counts;
+    a->q[ticket].op.p2p = p2p;
+    a->q[ticket].p2p = p2p;
     int rc = 0;
     if (a->mode == THREAD) {
         a->started++;

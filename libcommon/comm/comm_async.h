@@ -1,5 +1,6 @@
 /* comm_async.h: collectives started now and completed later, for the data-parallel buckets that
- * --overlap-grad-reduce and --overlap-param-gather run while the model computes.
+ * --overlap-grad-reduce and --overlap-param-gather run while the model computes, and the blocks that
+ * ring attention passes on while it computes the one in hand.
  *
  * An engine works on its own duplicate of a communicator (comm.h's split with one colour), so that its
  * operations never mix with those the caller runs on the original meanwhile. Operations run one at a
@@ -27,16 +28,19 @@
 #include "comm/comm.h"
 #include "util/err.h"
 
-typedef enum { MT_ASYNC_ALL_REDUCE, MT_ASYNC_REDUCE_SCATTER, MT_ASYNC_ALL_GATHER } mt_async_kind;
+typedef enum { MT_ASYNC_ALL_REDUCE, MT_ASYNC_REDUCE_SCATTER, MT_ASYNC_ALL_GATHER, MT_ASYNC_P2P } mt_async_kind;
 
 /* One operation: all_reduce of n elements of buf, or reduce_scatter / all_gather of buf's chunks
- * (counts[size]; copied at the start). */
+ * (counts[size]; copied at the start), or a batch of np point-to-point transfers (p2p[np], comm.h's
+ * mt_p2p_batch; copied at the start: the ring of context parallelism's attention). */
 typedef struct mt_async_op {
     mt_async_kind kind;
     void *buf;
     size_t n;
     const size_t *counts;
     mt_cdtype t;
+    const mt_p2p *p2p;
+    int np;
 } mt_async_op;
 
 typedef struct mt_comm_async mt_comm_async;

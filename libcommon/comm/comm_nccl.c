@@ -318,6 +318,16 @@ int mt_comm_nccl_async_start(void *sp, const mt_async_op *op, int ticket, mt_err
         if (op->kind == MT_ASYNC_ALL_REDUCE) {
             r = ncclAllReduce(op->buf, op->buf, op->n, nccl_type(op->t), ncclSum, m->comm, s->side);
             c->bytes_sent += 2 * (op->n * mt_cdtype_size(op->t)) * (size_t)(c->size - 1) / (size_t)c->size;
+        } else if (op->kind == MT_ASYNC_P2P) {   /* one group of sends and receives, as the blocking batch */
+            r = ncclGroupStart();
+            for (int i = 0; i < op->np && r == ncclSuccess; i++) {
+                const mt_p2p *q = &op->p2p[i];
+                r = q->send ? ncclSend(q->buf, q->n, nccl_type(q->t), q->peer, m->comm, s->side)
+                            : ncclRecv(q->buf, q->n, nccl_type(q->t), q->peer, m->comm, s->side);
+                if (q->send) c->bytes_sent += q->n * mt_cdtype_size(q->t);
+            }
+            ncclResult_t r2 = ncclGroupEnd();
+            if (r == ncclSuccess) r = r2;
         } else {
             /* chunks as the blocking reduce_scatter / all_gather run them, without the host wait */
             int gather = op->kind == MT_ASYNC_ALL_GATHER;

@@ -4,12 +4,14 @@
 #include <math.h>
 #include <stdlib.h>
 
+#include "comm/comm_async.h"
 #include "model/ring_attention.h"
 #include "util/err.h"
 
 struct mt_ring_attention {
     mtk *k;
     mt_comm *cp;
+    mt_comm_async *eng;       /* the overlapped exchanges' engine (NULL: blocking) */
     int r, CP, B, Tg, Tl, NH, NG, HS;
     size_t nkv, nout, nlse;   /* elements of a block of keys and values, of out, of lse */
     void *kv[2];              /* the block in hand and the one arriving (activation dtype) */
@@ -31,7 +33,8 @@ static mt_cdtype cdtype(mtk *k)
     return d == MTK_F32 ? MT_C_F32 : d == MTK_BF16 ? MT_C_BF16 : MT_C_F16;
 }
 
-mt_ring_attention *mt_ring_attention_new(mtk *k, mt_comm *cp, int B, int Tg, int NH, int NG, int HS, mt_err *e)
+mt_ring_attention *mt_ring_attention_new(mtk *k, mt_comm *cp, int B, int Tg, int NH, int NG, int HS, int overlap,
+                                         mt_err *e)
 {
     const int CP = cp ? cp->size : 1;
     if (Tg % (2 * CP)) {
@@ -56,6 +59,11 @@ mt_ring_attention *mt_ring_attention_new(mtk *k, mt_comm *cp, int B, int Tg, int
         }
         ra->bytes += bytes[i];
     }
+    if (overlap && CP > 1 && !(ra->eng = mt_comm_async_new(cp, e))) {
+        mt_err_prefix(e, "ring attention");
+        mt_ring_attention_free(ra);
+        return NULL;
+    }
     return ra;
 }
 
@@ -64,16 +72,31 @@ void mt_ring_attention_free(mt_ring_attention *ra)
     if (!ra) return;
     void *p[] = {ra->kv[0], ra->kv[1], ra->dkv[0], ra->dkv[1], ra->o32, ra->ob, ra->lb, ra->dq};
     for (size_t i = 0; i < sizeof p / sizeof *p; i++) mtk_free(ra->k, p[i]);
+    mt_comm_async_free(ra->eng);
     free(ra);
 }
 
 size_t mt_ring_attention_bytes(const mt_ring_attention *ra) { return ra->bytes; }
 
-/* One step of the ring: the n buffers in hand go to rank r + 1 and the next ones come from r - 1. */
-static int pass(mt_ring_attention *ra, mt_p2p *ops, int n, mt_err *e)
+uint64_t mt_ring_attention_sent(const mt_ring_attention *ra)
 {
-    if (mtk_sync(ra->k, e)) return -1;
-    return mt_p2p_batch(ra->cp, ops, n, e);
+    return (ra->cp ? ra->cp->bytes_sent : 0) + (ra->eng ? mt_comm_async_bytes(ra->eng) : 0);
+}
+
+/* Starts one step of the ring (the n buffers in hand to rank r + 1, the next ones from r - 1), after the
+ * kernels before it: its ticket, to wait for with finish(); blocking without an engine (ticket -1). */
+static int start(mt_ring_attention *ra, mt_p2p *ops, int n, mt_err *e)
+{
+    if (mtk_sync(ra->k, e)) return -2;
+    if (!ra->eng) return mt_p2p_batch(ra->cp, ops, n, e) ? -2 : -1;
+    int t = mt_comm_async_start(ra->eng, &(mt_async_op){.kind = MT_ASYNC_P2P, .p2p = ops, .np = n}, e);
+    return t < 0 ? -2 : t;
+}
+static int finish(mt_ring_attention *ra, int ticket, mt_err *e)
+{
+    if (ticket == -2) return -1;
+    if (ticket < 0) return 0;
+    return mt_comm_async_drain(ra->eng, e);
 }
 
 int mt_ring_attention_fwd(mt_ring_attention *ra, mtk_act *out, float *lse, const mtk_act *qkv, const mtk_dropout *drop,
@@ -86,6 +109,10 @@ int mt_ring_attention_fwd(mt_ring_attention *ra, mtk_act *out, float *lse, const
     for (int step = 0, cur = 0; step < CP; step++, cur ^= 1) {
         const int j = (r - step + CP) % CP;   /* whose block is in hand */
         const mtk_att_rows theirs = mt_ring_rows(j, CP, ra->Tg);
+        /* the block in hand goes on (and the next one comes) while it is computed with */
+        mt_p2p ops[] = {{1, ra->kv[cur], ra->nkv, cdtype(k), next}, {0, ra->kv[cur ^ 1], ra->nkv, cdtype(k), prev}};
+        const int ticket = step + 1 < CP ? start(ra, ops, 2, e) : -1;
+        if (ticket == -2) return mt_err_prefix(e, "ring attention, step %d", step + 1);
         if (step == 0) {   /* the first block straight into the result */
             mtk_attention_block_fwd(k, ra->o32, lse, qkv, ra->kv[cur], ra->B, ra->Tl, ra->Tl, ra->Tg, &mine, &theirs,
                                     ra->NH, ra->NG, ra->HS, drop);
@@ -94,10 +121,7 @@ int mt_ring_attention_fwd(mt_ring_attention *ra, mtk_act *out, float *lse, const
                                     ra->NH, ra->NG, ra->HS, drop);
             mtk_attention_merge(k, ra->o32, lse, ra->ob, ra->lb, ra->B, ra->Tl, ra->NH, ra->HS);
         }
-        if (step + 1 < CP) {
-            mt_p2p ops[] = {{1, ra->kv[cur], ra->nkv, cdtype(k), next}, {0, ra->kv[cur ^ 1], ra->nkv, cdtype(k), prev}};
-            if (pass(ra, ops, 2, e)) return mt_err_prefix(e, "ring attention, step %d", step + 1);
-        }
+        if (finish(ra, ticket, e)) return mt_err_prefix(e, "ring attention, step %d", step + 1);
     }
     mtk_convert(k, out, mtk_act_dtype(k), ra->o32, MTK_F32, ra->nout);
     return mtk_status(k, e);
@@ -116,13 +140,17 @@ int mt_ring_attention_bwd(mt_ring_attention *ra, mtk_act *dqkv, const mtk_act *d
     for (int step = 0; step < CP; step++, cur ^= 1) {
         const int j = (r - step + CP) % CP;
         const mtk_att_rows theirs = mt_ring_rows(j, CP, ra->Tg);
+        /* the block goes on while it is computed with; its gradient so far after this step's part is added
+         * (the last hop takes the gradient alone to its owner) */
+        mt_p2p kv[] = {{1, ra->kv[cur], ra->nkv, cdtype(k), next}, {0, ra->kv[cur ^ 1], ra->nkv, cdtype(k), prev}};
+        mt_p2p dkv[] = {{1, ra->dkv[cur], ra->nkv, MT_C_F32, next}, {0, ra->dkv[cur ^ 1], ra->nkv, MT_C_F32, prev}};
+        int ticket = step + 1 < CP ? start(ra, kv, 2, e) : -1;
+        if (ticket == -2) return mt_err_prefix(e, "ring attention backward, step %d", step + 1);
         mtk_attention_block_bwd(k, ra->dq, ra->dkv[cur], dout, qkv, ra->kv[cur], out, lse, ra->B, ra->Tl, ra->Tl,
                                 ra->Tg, &mine, &theirs, ra->NH, ra->NG, ra->HS, drop);
+        if (finish(ra, ticket, e)) return mt_err_prefix(e, "ring attention backward, step %d", step + 1);
         if (CP == 1) break;
-        /* the block and its gradient so far go on; the last hop takes the gradient alone to its owner */
-        mt_p2p ops[] = {{1, ra->dkv[cur], ra->nkv, MT_C_F32, next}, {0, ra->dkv[cur ^ 1], ra->nkv, MT_C_F32, prev},
-                        {1, ra->kv[cur], ra->nkv, cdtype(k), next}, {0, ra->kv[cur ^ 1], ra->nkv, cdtype(k), prev}};
-        if (pass(ra, ops, step + 1 < CP ? 4 : 2, e)) return mt_err_prefix(e, "ring attention backward, step %d", step + 1);
+        if (finish(ra, start(ra, dkv, 2, e), e)) return mt_err_prefix(e, "ring attention backward, step %d", step + 1);
     }
     /* after CP hops (or none with one rank) the block in hand is this rank's own, its gradient complete */
     mtk_attention_dqkv_pack(k, dqkv, ra->dq, ra->dkv[CP == 1 ? 0 : cur], ra->B, ra->Tl, ra->NH, ra->NG, ra->HS);

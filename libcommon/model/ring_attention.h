@@ -7,10 +7,15 @@
  * result is merged by log-sum-exp (kernels.h's attention by blocks). The backward pass sends the blocks
  * around again, each with the gradient of its keys and values accumulated by every rank it visits, and
  * one last hop brings each block's gradient home. With CP = 1 it is the attention of the whole sequence.
- * Each step's exchange is one batched point-to-point transfer (the communicator's), after the block's
- * computation. The buffers are the caller's device memory of kernels k; comm's are staged as it needs. */
+ * Each step's exchange is one batched point-to-point transfer. With overlap it runs on an engine of
+ * comm/comm_async.h (a progress thread on CPU ranks, a stream of its own with NCCL) while the block in hand
+ * is computed: the next block of keys and values is in flight during each step's attention (the gradients,
+ * which that step writes, go after it); the results are the same bits. The buffers are device memory of
+ * kernels k, and cp a communicator for them (model/device.h's mt_device_comm). */
 #ifndef MT_MODEL_RING_ATTENTION_H
 #define MT_MODEL_RING_ATTENTION_H
+
+#include <stdint.h>
 
 #include "comm/comm.h"
 #include "kernels.h"
@@ -20,12 +25,16 @@ typedef struct mt_ring_attention mt_ring_attention;
 /* Rank r of CP's rows of a sequence of Tg (2 CP divides Tg). */
 mtk_att_rows mt_ring_rows(int r, int CP, int Tg);
 
-/* A ring over cp (NULL: one rank) for B sequences of Tg tokens, NH heads in NG groups of HS. NULL + e on
- * failure (out of device memory, Tg not a multiple of 2 CP). */
-mt_ring_attention *mt_ring_attention_new(mtk *k, mt_comm *cp, int B, int Tg, int NH, int NG, int HS, mt_err *e);
+/* A ring over cp (NULL: one rank) for B sequences of Tg tokens, NH heads in NG groups of HS; overlap: the
+ * exchanges on an engine (collective over cp; on MPI it needs MPI_THREAD_MULTIPLE, comm/bootstrap.h). NULL
+ * + e on failure (out of device memory, Tg not a multiple of 2 CP, no engine). */
+mt_ring_attention *mt_ring_attention_new(mtk *k, mt_comm *cp, int B, int Tg, int NH, int NG, int HS, int overlap,
+                                         mt_err *e);
 void mt_ring_attention_free(mt_ring_attention *ra);
 /* Device bytes the ring's buffers take. */
 size_t mt_ring_attention_bytes(const mt_ring_attention *ra);
+/* Bytes this rank has sent over cp and the engine (only grows). */
+uint64_t mt_ring_attention_sent(const mt_ring_attention *ra);
 
 /* out [B,Tl,NH*HS] (activation dtype) and lse [B,NH,Tl] of this rank's queries of qkv [B,Tl,NG,NH/NG+2,HS]
  * over the whole sequence's keys. */

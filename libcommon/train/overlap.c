@@ -26,7 +26,8 @@ static int start_grad_bucket(mt_overlap *o, int b, int after_layer, mt_err *e)
     size_t lo, hi;
     mt_grad_sync_bucket(o->gs, b, &lo, &hi);
     float *g = mt_gpt_grads(o->model) + o->base;
-    mt_async_op op = {o->sharded ? MT_ASYNC_REDUCE_SCATTER : MT_ASYNC_ALL_REDUCE, g + lo, hi - lo, NULL, MT_C_F32};
+    mt_async_op op = {.kind = o->sharded ? MT_ASYNC_REDUCE_SCATTER : MT_ASYNC_ALL_REDUCE, .buf = g + lo, .n = hi - lo,
+                      .t = MT_C_F32};
     if (o->sharded) {
         mt_grad_sync_bucket_counts(o->gs, lo, hi, o->counts);
         op.counts = o->counts;
@@ -186,14 +187,14 @@ int mt_overlap_params_start(mt_overlap *o, mt_err *e)
     if (dropped && !o->base) {   /* the 1-D tensors' fp32 values, which every layer reads: first (the experts
                                     have none) */
         mt_gpt_kept_counts(m, o->gs->shard_lo, N, o->counts);
-        mt_async_op op = {MT_ASYNC_ALL_GATHER, mt_gpt_kept(m, NULL), 0, o->counts, MT_C_F32};
+        mt_async_op op = {.kind = MT_ASYNC_ALL_GATHER, .buf = mt_gpt_kept(m, NULL), .counts = o->counts, .t = MT_C_F32};
         if (mt_comm_async_start(o->eng, &op, e) < 0) return -1;
     }
     for (int b = o->nb - 1; b >= 0; b--) {   /* from the start of the buffer */
         size_t lo, hi;
         mt_grad_sync_bucket(o->gs, b, &lo, &hi);
         mt_grad_sync_bucket_counts(o->gs, lo, hi, o->counts);
-        mt_async_op op = {MT_ASYNC_ALL_GATHER, buf + lo * es, hi - lo, o->counts, t};
+        mt_async_op op = {.kind = MT_ASYNC_ALL_GATHER, .buf = buf + lo * es, .n = hi - lo, .counts = o->counts, .t = t};
         if ((o->gticket[b] = mt_comm_async_start(o->eng, &op, e)) < 0) return -1;
     }
     o->gathering = 1;

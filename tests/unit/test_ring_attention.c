@@ -4,10 +4,12 @@
  * on its rows (Megatron's chunks r and 2 CP - 1 - r): out, lse and dqkv at its rows equal the whole
  * attention's, grouped-query heads and dropout included (the masks are drawn by position in the whole
  * sequence), and the bytes it sent are the ring's: CP - 1 blocks of keys and values in the forward pass,
- * as many again and CP fp32 gradients of them in the backward.
+ * as many again and CP fp32 gradients of them in the backward. The ring runs twice, its exchanges blocking
+ * and then overlapped with the computation (an engine of comm/comm_async.h: a progress thread on MPI):
+ * the same bits and bytes.
  * Run directly: one rank (CP = 1, no exchange). Under mpirun with --mpi (tests/pipeline/ring-attention.sh):
- * CP = the world's size, on MT_TEST_BACKEND's device buffers (cpu, or sim through the staged
- * communicator). The tolerances: fp32 sums in another order; the largest gaps measured on 1 to 4 ranks are
+ * CP = the world's size, on MT_TEST_BACKEND's device buffers (cpu: the MPI communicator itself, or sim
+ * through the staged one: model/device.h's mt_device_comm). The tolerances: fp32 sums in another order; the largest gaps measured on 1 to 4 ranks are
  * 4.9e-7 (out), 1.5e-7 (lse) and 4.6e-7 (dqkv) relative to each array's largest entry (MT_RING_GAPS=1
  * prints them), the bounds 10x those. */
 #include <math.h>
@@ -17,6 +19,7 @@
 #include "comm/bootstrap.h"
 #include "comm/comm.h"
 #include "kernels.h"
+#include "model/device.h"
 #include "model/ring_attention.h"
 #include "t.h"
 #include "util/err.h"
@@ -78,39 +81,43 @@ static void check_ring(mt_comm *cp, int B, int Tg, int NH, int NG, int HS, float
             memcpy(wdo + t * C, hdo + g * C, C * 4), memcpy(wo + t * C, ho + g * C, C * 4);
             for (int h = 0; h < NH; h++) wl[((size_t)b * NH + h) * Tl + i] = hl[((size_t)b * NH + h) * Tg + (g - (size_t)b * Tg)];
         }
-    /* the ring */
-    mt_comm *st = cp ? mt_comm_staged(cp, k, &e) : NULL;
-    if (cp && !st) T_FAILF("staged communicator: %s", e.msg);
-    mt_ring_attention *ra = mt_ring_attention_new(k, st, B, Tg, NH, NG, HS, &e);
-    if (!ra) {
-        T_FAILF("ring: %s", e.msg);
-        return;
-    }
+    /* the ring, blocking then overlapped */
+    mt_comm *dc = cp ? mt_device_comm(cp, k, &e) : NULL;
+    if (cp && !dc) T_FAILF("device communicator: %s", e.msg);
     float *rq = mtk_alloc(k, lq * 4, &e), *rdo = mtk_alloc(k, lo * 4, &e), *ro = mtk_alloc(k, lo * 4, &e);
     float *rl = mtk_alloc(k, ll * 4, &e), *rd = mtk_alloc(k, lq * 4, &e);
     mtk_to_device(k, rq, wq, lq * 4), mtk_to_device(k, rdo, wdo, lo * 4);
-    uint64_t b0 = st ? st->bytes_sent : 0;
-    if (mt_ring_attention_fwd(ra, ro, rl, rq, &drop, &e)) T_FAILF("forward: %s", e.msg);
-    uint64_t b1 = st ? st->bytes_sent : 0;
-    if (mt_ring_attention_bwd(ra, rd, rdo, rq, ro, rl, &drop, &e)) T_FAILF("backward: %s", e.msg);
-    uint64_t b2 = st ? st->bytes_sent : 0;
-    float *go = malloc(lo * 4), *gl = malloc(ll * 4), *gd = malloc(lq * 4);
-    mtk_to_host(k, go, ro, lo * 4), mtk_to_host(k, gl, rl, ll * 4), mtk_to_host(k, gd, rd, lq * 4);
-    const double eo = worst(go, wo, lo), el = worst(gl, wl, ll), ed = worst(gd, wd, lq);
-    if (!(eo <= 5e-6 && el <= 1.5e-6 && ed <= 5e-6))
-        T_FAILF("CP %d, B %d, T %d, %d heads in %d groups of %d, dropout %g: relative errors out %.3g, lse %.3g, dqkv %.3g",
-                CP, B, Tg, NH, NG, HS, p, eo, el, ed);
-    if (getenv("MT_RING_GAPS")) printf("# gaps: out %.3g lse %.3g dqkv %.3g\n", eo, el, ed);
-    /* the bytes of the ring: a block of keys and values is B Tl 2 NG HS elements */
-    const uint64_t blk = (uint64_t)B * Tl * 2 * NG * HS;
-    T_EQ_INT(b1 - b0, (uint64_t)(CP - 1) * blk * 4);
-    T_EQ_INT(b2 - b1, (uint64_t)(CP - 1) * blk * 4 + (uint64_t)(CP > 1 ? CP : 0) * blk * 4);
-    mt_ring_attention_free(ra);
-    mt_comm_free(st);
+    float *go[2], *gl[2], *gd[2];
+    const uint64_t blk = (uint64_t)B * Tl * 2 * NG * HS;   /* elements of a block of keys and values */
+    for (int ov = 0; ov < 2; ov++) {
+        mt_ring_attention *ra = mt_ring_attention_new(k, dc, B, Tg, NH, NG, HS, ov, &e);
+        go[ov] = malloc(lo * 4), gl[ov] = malloc(ll * 4), gd[ov] = malloc(lq * 4);
+        if (!ra) {
+            T_FAILF("ring: %s", e.msg);
+            continue;
+        }
+        uint64_t b0 = mt_ring_attention_sent(ra);
+        if (mt_ring_attention_fwd(ra, ro, rl, rq, &drop, &e)) T_FAILF("forward: %s", e.msg);
+        uint64_t b1 = mt_ring_attention_sent(ra);
+        if (mt_ring_attention_bwd(ra, rd, rdo, rq, ro, rl, &drop, &e)) T_FAILF("backward: %s", e.msg);
+        uint64_t b2 = mt_ring_attention_sent(ra);
+        mtk_to_host(k, go[ov], ro, lo * 4), mtk_to_host(k, gl[ov], rl, ll * 4), mtk_to_host(k, gd[ov], rd, lq * 4);
+        const double eo = worst(go[ov], wo, lo), el = worst(gl[ov], wl, ll), ed = worst(gd[ov], wd, lq);
+        if (!(eo <= 5e-6 && el <= 1.5e-6 && ed <= 5e-6))
+            T_FAILF("CP %d, B %d, T %d, %d heads in %d groups of %d, dropout %g%s: relative errors out %.3g, lse %.3g, "
+                    "dqkv %.3g", CP, B, Tg, NH, NG, HS, p, ov ? ", overlapped" : "", eo, el, ed);
+        if (getenv("MT_RING_GAPS")) printf("# gaps: out %.3g lse %.3g dqkv %.3g\n", eo, el, ed);
+        T_EQ_INT(b1 - b0, (uint64_t)(CP - 1) * blk * 4);
+        T_EQ_INT(b2 - b1, (uint64_t)(CP - 1) * blk * 4 + (uint64_t)(CP > 1 ? CP : 0) * blk * 4);
+        mt_ring_attention_free(ra);
+    }
+    if (memcmp(go[0], go[1], lo * 4) || memcmp(gl[0], gl[1], ll * 4) || memcmp(gd[0], gd[1], lq * 4))
+        T_FAILF("CP %d: the overlapped ring's results differ from the blocking one's", CP);
+    for (int ov = 0; ov < 2; ov++) free(go[ov]), free(gl[ov]), free(gd[ov]);
+    if (dc != cp) mt_comm_free(dc);
     void *dev[] = {q, dout, o, l, d, rq, rdo, ro, rl, rd};
     for (size_t i = 0; i < sizeof dev / sizeof *dev; i++) mtk_free(k, dev[i]);
     free(hq), free(hdo), free(ho), free(hl), free(hd), free(wq), free(wdo), free(wo), free(wl), free(wd);
-    free(go), free(gl), free(gd);
     mtk_close(k);
 }
 
@@ -133,7 +140,7 @@ TEST(ring_refuses_odd_split)
     mtk *k = mtk_open(&(mtk_config){.backend = "cpu", .threads = 1, .act_dtype = MTK_F32}, &e);
     mt_comm *st = world ? mt_comm_staged(world, k, &e) : NULL;
     const int CP = world ? world->size : 1;
-    T_CHECK(mt_ring_attention_new(k, st, 1, 2 * CP + 1, 2, 1, 8, &e) == NULL);
+    T_CHECK(mt_ring_attention_new(k, st, 1, 2 * CP + 1, 2, 1, 8, 0, &e) == NULL);
     T_CHECK(strstr(e.msg, "not a multiple of 2 x") != NULL);
     mt_comm_free(st);
     mtk_close(k);
@@ -146,7 +153,9 @@ int main(int argc, char **argv)
     mt_boot boot;
     if (argc > 1 && !strcmp(argv[1], "--mpi")) {
         mt_err e;
-        if (mt_boot_init(&boot, &e) || mt_boot_mpi(&boot, &e) || !(world = mt_comm_mpi_world(&e))) {
+        int rc = mt_boot_init(&boot, &e);
+        boot.threads = true;   /* the overlapped ring's progress thread */
+        if (rc || mt_boot_mpi(&boot, &e) || !(world = mt_comm_mpi_world(&e))) {
             printf("not ok - test_ring_attention: bootstrap: %s\n", e.msg);
             return 1;
         }
