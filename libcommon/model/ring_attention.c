@@ -1,6 +1,6 @@
 /* ring_attention.c: context parallelism's ring attention (ring_attention.h): the blocks of keys and values
- * passed around the context-parallel ranks, each rank's queries merged over them, and the backward pass
- * that carries each block's gradient around with it. */
+ * passed around the context-parallel ranks (or gathered at once), each rank's queries merged over them,
+ * and the backward pass that carries each block's gradient around with it (or reduce-scatters them). */
 #include <math.h>
 #include <stdlib.h>
 
@@ -12,6 +12,10 @@ struct mt_ring_attention {
     mtk *k;
     mt_comm *cp;
     mt_comm_async *eng;       /* the overlapped exchanges' engine (NULL: blocking) */
+    mt_cp_comm type;
+    void *kv_all;             /* all_gather: every rank's block of keys and values (activation dtype) */
+    float *dkv_all;           /* and their gradients */
+    size_t *counts;           /* all_gather: nkv per rank */
     int r, CP, B, Tg, Tl, NH, NG, HS;
     size_t nkv, nout, nlse;   /* elements of a block of keys and values, of out, of lse */
     void *kv[2];              /* the block in hand and the one arriving (activation dtype) */
@@ -33,8 +37,8 @@ static mt_cdtype cdtype(mtk *k)
     return d == MTK_F32 ? MT_C_F32 : d == MTK_BF16 ? MT_C_BF16 : MT_C_F16;
 }
 
-mt_ring_attention *mt_ring_attention_new(mtk *k, mt_comm *cp, int B, int Tg, int NH, int NG, int HS, int overlap,
-                                         mt_err *e)
+mt_ring_attention *mt_ring_attention_new(mtk *k, mt_comm *cp, int B, int Tg, int NH, int NG, int HS, mt_cp_comm type,
+                                         int overlap, mt_err *e)
 {
     const int CP = cp ? cp->size : 1;
     if (Tg % (2 * CP)) {
@@ -42,15 +46,21 @@ mt_ring_attention *mt_ring_attention_new(mtk *k, mt_comm *cp, int B, int Tg, int
         return NULL;
     }
     mt_ring_attention *ra = mt_xcalloc(1, sizeof *ra);
-    *ra = (mt_ring_attention){.k = k, .cp = cp, .r = cp ? cp->rank : 0, .CP = CP, .B = B, .Tg = Tg, .Tl = Tg / CP,
-                              .NH = NH, .NG = NG, .HS = HS};
+    *ra = (mt_ring_attention){.k = k, .cp = cp, .type = type, .r = cp ? cp->rank : 0, .CP = CP, .B = B, .Tg = Tg,
+                              .Tl = Tg / CP, .NH = NH, .NG = NG, .HS = HS};
     ra->nkv = (size_t)B * ra->Tl * 2 * NG * HS, ra->nout = (size_t)B * ra->Tl * NH * HS;
     ra->nlse = (size_t)B * NH * ra->Tl;
     const size_t a = mtk_act_size(k), f = sizeof(float);
+    const int ring = type == MT_CP_P2P || CP == 1, gather = !ring;
     void **where[] = {&ra->kv[0], &ra->kv[1], (void **)&ra->dkv[0], (void **)&ra->dkv[1], (void **)&ra->o32,
-                      (void **)&ra->ob, (void **)&ra->lb, (void **)&ra->dq};
-    const size_t bytes[] = {ra->nkv * a, CP > 1 ? ra->nkv * a : 0, ra->nkv * f, CP > 1 ? ra->nkv * f : 0,
-                            ra->nout * f, ra->nout * f, ra->nlse * f, ra->nout * f};
+                      (void **)&ra->ob, (void **)&ra->lb, (void **)&ra->dq, &ra->kv_all, (void **)&ra->dkv_all};
+    const size_t bytes[] = {ring ? ra->nkv * a : 0, ring && CP > 1 ? ra->nkv * a : 0, ring ? ra->nkv * f : 0,
+                            ring && CP > 1 ? ra->nkv * f : 0, ra->nout * f, ra->nout * f, ra->nlse * f, ra->nout * f,
+                            gather * CP * ra->nkv * a, gather * CP * ra->nkv * f};
+    if (gather) {
+        ra->counts = mt_xmalloc((size_t)CP * sizeof *ra->counts);
+        for (int i = 0; i < CP; i++) ra->counts[i] = ra->nkv;
+    }
     for (size_t i = 0; i < sizeof bytes / sizeof *bytes; i++) {
         if (!bytes[i]) continue;
         if (!(*where[i] = mtk_alloc(k, bytes[i], e))) {
@@ -59,7 +69,7 @@ mt_ring_attention *mt_ring_attention_new(mtk *k, mt_comm *cp, int B, int Tg, int
         }
         ra->bytes += bytes[i];
     }
-    if (overlap && CP > 1 && !(ra->eng = mt_comm_async_new(cp, e))) {
+    if (overlap && ring && CP > 1 && !(ra->eng = mt_comm_async_new(cp, e))) {
         mt_err_prefix(e, "ring attention");
         mt_ring_attention_free(ra);
         return NULL;
@@ -70,9 +80,10 @@ mt_ring_attention *mt_ring_attention_new(mtk *k, mt_comm *cp, int B, int Tg, int
 void mt_ring_attention_free(mt_ring_attention *ra)
 {
     if (!ra) return;
-    void *p[] = {ra->kv[0], ra->kv[1], ra->dkv[0], ra->dkv[1], ra->o32, ra->ob, ra->lb, ra->dq};
+    void *p[] = {ra->kv[0], ra->kv[1], ra->dkv[0], ra->dkv[1], ra->o32, ra->ob, ra->lb, ra->dq, ra->kv_all, ra->dkv_all};
     for (size_t i = 0; i < sizeof p / sizeof *p; i++) mtk_free(ra->k, p[i]);
     mt_comm_async_free(ra->eng);
+    free(ra->counts);
     free(ra);
 }
 
@@ -99,12 +110,70 @@ static int finish(mt_ring_attention *ra, int ticket, mt_err *e)
     return mt_comm_async_drain(ra->eng, e);
 }
 
+/* all_gather: every rank's keys and values into kv_all (rank j's block at j nkv). */
+static int gather_kv(mt_ring_attention *ra, const mtk_act *qkv, mt_err *e)
+{
+    mtk *k = ra->k;
+    mtk_attention_kv_pack(k, (char *)ra->kv_all + (size_t)ra->r * ra->nkv * mtk_act_size(k), qkv, ra->B, ra->Tl, ra->NH,
+                          ra->NG, ra->HS);
+    if (mtk_sync(k, e)) return -1;
+    return mt_all_gather(ra->cp, ra->kv_all, ra->counts, cdtype(k), e);
+}
+
+static int gathered_fwd(mt_ring_attention *ra, mtk_act *out, float *lse, const mtk_act *qkv, const mtk_dropout *drop,
+                        mt_err *e)
+{
+    mtk *k = ra->k;
+    const int r = ra->r, CP = ra->CP;
+    const mtk_att_rows mine = mt_ring_rows(r, CP, ra->Tg);
+    if (gather_kv(ra, qkv, e)) return mt_err_prefix(e, "context-parallel attention, gathering the keys and values");
+    for (int step = 0; step < CP; step++) {   /* the blocks in the ring's order: its bits */
+        const int j = (r - step + CP) % CP;
+        const mtk_att_rows theirs = mt_ring_rows(j, CP, ra->Tg);
+        const void *kv = (const char *)ra->kv_all + (size_t)j * ra->nkv * mtk_act_size(k);
+        if (step == 0) {
+            mtk_attention_block_fwd(k, ra->o32, lse, qkv, kv, ra->B, ra->Tl, ra->Tl, ra->Tg, &mine, &theirs, ra->NH,
+                                    ra->NG, ra->HS, drop);
+        } else {
+            mtk_attention_block_fwd(k, ra->ob, ra->lb, qkv, kv, ra->B, ra->Tl, ra->Tl, ra->Tg, &mine, &theirs, ra->NH,
+                                    ra->NG, ra->HS, drop);
+            mtk_attention_merge(k, ra->o32, lse, ra->ob, ra->lb, ra->B, ra->Tl, ra->NH, ra->HS);
+        }
+    }
+    mtk_convert(k, out, mtk_act_dtype(k), ra->o32, MTK_F32, ra->nout);
+    return mtk_status(k, e);
+}
+
+static int gathered_bwd(mt_ring_attention *ra, mtk_act *dqkv, const mtk_act *dout, const mtk_act *qkv,
+                        const mtk_act *out, const float *lse, const mtk_dropout *drop, mt_err *e)
+{
+    mtk *k = ra->k;
+    const int r = ra->r, CP = ra->CP;
+    const mtk_att_rows mine = mt_ring_rows(r, CP, ra->Tg);
+    if (gather_kv(ra, qkv, e)) return mt_err_prefix(e, "context-parallel attention backward, gathering");
+    mtk_zero(k, ra->dkv_all, (size_t)CP * ra->nkv * sizeof(float));
+    mtk_zero(k, ra->dq, ra->nout * sizeof(float));
+    for (int step = 0; step < CP; step++) {
+        const int j = (r - step + CP) % CP;
+        const mtk_att_rows theirs = mt_ring_rows(j, CP, ra->Tg);
+        mtk_attention_block_bwd(k, ra->dq, ra->dkv_all + (size_t)j * ra->nkv, dout, qkv,
+                                (const char *)ra->kv_all + (size_t)j * ra->nkv * mtk_act_size(k), out, lse, ra->B, ra->Tl,
+                                ra->Tl, ra->Tg, &mine, &theirs, ra->NH, ra->NG, ra->HS, drop);
+    }
+    /* each block's gradient summed over the ranks' queries, into its owner */
+    if (mtk_sync(k, e) || mt_reduce_scatter(ra->cp, ra->dkv_all, ra->counts, MT_C_F32, e))
+        return mt_err_prefix(e, "context-parallel attention backward, the keys' and values' gradients");
+    mtk_attention_dqkv_pack(k, dqkv, ra->dq, ra->dkv_all + (size_t)r * ra->nkv, ra->B, ra->Tl, ra->NH, ra->NG, ra->HS);
+    return mtk_status(k, e);
+}
+
 int mt_ring_attention_fwd(mt_ring_attention *ra, mtk_act *out, float *lse, const mtk_act *qkv, const mtk_dropout *drop,
                           mt_err *e)
 {
     mtk *k = ra->k;
     const int r = ra->r, CP = ra->CP, next = (r + 1) % CP, prev = (r + CP - 1) % CP;
     const mtk_att_rows mine = mt_ring_rows(r, CP, ra->Tg);
+    if (ra->kv_all) return gathered_fwd(ra, out, lse, qkv, drop, e);
     mtk_attention_kv_pack(k, ra->kv[0], qkv, ra->B, ra->Tl, ra->NH, ra->NG, ra->HS);
     for (int step = 0, cur = 0; step < CP; step++, cur ^= 1) {
         const int j = (r - step + CP) % CP;   /* whose block is in hand */
@@ -133,6 +202,7 @@ int mt_ring_attention_bwd(mt_ring_attention *ra, mtk_act *dqkv, const mtk_act *d
     mtk *k = ra->k;
     const int r = ra->r, CP = ra->CP, next = (r + 1) % CP, prev = (r + CP - 1) % CP;
     const mtk_att_rows mine = mt_ring_rows(r, CP, ra->Tg);
+    if (ra->kv_all) return gathered_bwd(ra, dqkv, dout, qkv, out, lse, drop, e);
     int cur = 0;
     mtk_attention_kv_pack(k, ra->kv[0], qkv, ra->B, ra->Tl, ra->NH, ra->NG, ra->HS);
     mtk_zero(k, ra->dkv[0], ra->nkv * sizeof(float));

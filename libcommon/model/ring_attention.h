@@ -1,4 +1,5 @@
-/* ring_attention.h: context parallelism's attention over a ring of ranks (Megatron's --cp-comm-type p2p).
+/* ring_attention.h: context parallelism's attention over a ring of ranks (Megatron's --cp-comm-type p2p),
+ * or over every rank's keys and values gathered at once (all_gather).
  *
  * Each of the CP ranks of the group holds Tl = Tg / CP tokens of each sequence: Megatron's load-balanced
  * split for causal attention, the sequence cut into 2 CP chunks and rank r holding chunks r and
@@ -11,7 +12,13 @@
  * comm/comm_async.h (a progress thread on CPU ranks, a stream of its own with NCCL) while the block in hand
  * is computed: the next block of keys and values is in flight during each step's attention (the gradients,
  * which that step writes, go after it); the results are the same bits. The buffers are device memory of
- * kernels k, and cp a communicator for them (model/device.h's mt_device_comm). */
+ * kernels k, and cp a communicator for them (model/device.h's mt_device_comm).
+ *
+ * all_gather, the simple variant: every rank's keys and values are gathered at the start of each pass,
+ * the queries go over them block by block in the ring's order (the forward pass gives the ring's bits),
+ * and the backward pass's gradients of every block, this rank's queries' part of each, are summed over the
+ * ranks by one reduce-scatter into their owners. CP blocks of keys and values (and of their fp32
+ * gradients) are held at once, against the ring's two. */
 #ifndef MT_MODEL_RING_ATTENTION_H
 #define MT_MODEL_RING_ATTENTION_H
 
@@ -22,14 +29,18 @@
 
 typedef struct mt_ring_attention mt_ring_attention;
 
+/* Megatron's --cp-comm-type */
+typedef enum { MT_CP_P2P, MT_CP_ALL_GATHER } mt_cp_comm;
+
 /* Rank r of CP's rows of a sequence of Tg (2 CP divides Tg). */
 mtk_att_rows mt_ring_rows(int r, int CP, int Tg);
 
-/* A ring over cp (NULL: one rank) for B sequences of Tg tokens, NH heads in NG groups of HS; overlap: the
- * exchanges on an engine (collective over cp; on MPI it needs MPI_THREAD_MULTIPLE, comm/bootstrap.h). NULL
- * + e on failure (out of device memory, Tg not a multiple of 2 CP, no engine). */
-mt_ring_attention *mt_ring_attention_new(mtk *k, mt_comm *cp, int B, int Tg, int NH, int NG, int HS, int overlap,
-                                         mt_err *e);
+/* The attention over cp (NULL: one rank) for B sequences of Tg tokens, NH heads in NG groups of HS, by
+ * type's exchanges; overlap (p2p): the exchanges on an engine (collective over cp; on MPI it needs
+ * MPI_THREAD_MULTIPLE, comm/bootstrap.h). NULL + e on failure (out of device memory, Tg not a multiple of
+ * 2 CP, no engine). */
+mt_ring_attention *mt_ring_attention_new(mtk *k, mt_comm *cp, int B, int Tg, int NH, int NG, int HS, mt_cp_comm type,
+                                         int overlap, mt_err *e);
 void mt_ring_attention_free(mt_ring_attention *ra);
 /* Device bytes the ring's buffers take. */
 size_t mt_ring_attention_bytes(const mt_ring_attention *ra);

@@ -6,7 +6,9 @@
  * sequence), and the bytes it sent are the ring's: CP - 1 blocks of keys and values in the forward pass,
  * as many again and CP fp32 gradients of them in the backward. The ring runs twice, its exchanges blocking
  * and then overlapped with the computation (an engine of comm/comm_async.h: a progress thread on MPI):
- * the same bits and bytes.
+ * the same bits and bytes. The all_gather variant gives the same forward bits (the blocks in the same
+ * order), the whole attention's gradients, and sends an all-gather of the blocks in each pass ((CP - 1)
+ * blocks) and a reduce-scatter of their fp32 gradients ((CP - 1) of them) in the backward.
  * Run directly: one rank (CP = 1, no exchange). Under mpirun with --mpi (tests/pipeline/ring-attention.sh):
  * CP = the world's size, on MT_TEST_BACKEND's device buffers (cpu: the MPI communicator itself, or sim
  * through the staged one: model/device.h's mt_device_comm). The tolerances: fp32 sums in another order; the largest gaps measured on 1 to 4 ranks are
@@ -87,10 +89,11 @@ static void check_ring(mt_comm *cp, int B, int Tg, int NH, int NG, int HS, float
     float *rq = mtk_alloc(k, lq * 4, &e), *rdo = mtk_alloc(k, lo * 4, &e), *ro = mtk_alloc(k, lo * 4, &e);
     float *rl = mtk_alloc(k, ll * 4, &e), *rd = mtk_alloc(k, lq * 4, &e);
     mtk_to_device(k, rq, wq, lq * 4), mtk_to_device(k, rdo, wdo, lo * 4);
-    float *go[2], *gl[2], *gd[2];
+    float *go[3], *gl[3], *gd[3];
     const uint64_t blk = (uint64_t)B * Tl * 2 * NG * HS;   /* elements of a block of keys and values */
-    for (int ov = 0; ov < 2; ov++) {
-        mt_ring_attention *ra = mt_ring_attention_new(k, dc, B, Tg, NH, NG, HS, ov, &e);
+    for (int ov = 0; ov < 3; ov++) {   /* p2p blocking, p2p overlapped, all_gather */
+        mt_ring_attention *ra = mt_ring_attention_new(k, dc, B, Tg, NH, NG, HS, ov == 2 ? MT_CP_ALL_GATHER : MT_CP_P2P,
+                                                      ov == 1, &e);
         go[ov] = malloc(lo * 4), gl[ov] = malloc(ll * 4), gd[ov] = malloc(lq * 4);
         if (!ra) {
             T_FAILF("ring: %s", e.msg);
@@ -105,15 +108,17 @@ static void check_ring(mt_comm *cp, int B, int Tg, int NH, int NG, int HS, float
         const double eo = worst(go[ov], wo, lo), el = worst(gl[ov], wl, ll), ed = worst(gd[ov], wd, lq);
         if (!(eo <= 5e-6 && el <= 1.5e-6 && ed <= 5e-6))
             T_FAILF("CP %d, B %d, T %d, %d heads in %d groups of %d, dropout %g%s: relative errors out %.3g, lse %.3g, "
-                    "dqkv %.3g", CP, B, Tg, NH, NG, HS, p, ov ? ", overlapped" : "", eo, el, ed);
+                    "dqkv %.3g", CP, B, Tg, NH, NG, HS, p, ov == 1 ? ", overlapped" : ov ? ", all_gather" : "", eo, el, ed);
         if (getenv("MT_RING_GAPS")) printf("# gaps: out %.3g lse %.3g dqkv %.3g\n", eo, el, ed);
         T_EQ_INT(b1 - b0, (uint64_t)(CP - 1) * blk * 4);
-        T_EQ_INT(b2 - b1, (uint64_t)(CP - 1) * blk * 4 + (uint64_t)(CP > 1 ? CP : 0) * blk * 4);
+        T_EQ_INT(b2 - b1, (uint64_t)(CP - 1) * blk * 4 + (uint64_t)(CP > 1 ? (ov == 2 ? CP - 1 : CP) : 0) * blk * 4);
         mt_ring_attention_free(ra);
     }
     if (memcmp(go[0], go[1], lo * 4) || memcmp(gl[0], gl[1], ll * 4) || memcmp(gd[0], gd[1], lq * 4))
         T_FAILF("CP %d: the overlapped ring's results differ from the blocking one's", CP);
-    for (int ov = 0; ov < 2; ov++) free(go[ov]), free(gl[ov]), free(gd[ov]);
+    if (memcmp(go[0], go[2], lo * 4) || memcmp(gl[0], gl[2], ll * 4))
+        T_FAILF("CP %d: the all_gather forward differs from the ring's", CP);
+    for (int ov = 0; ov < 3; ov++) free(go[ov]), free(gl[ov]), free(gd[ov]);
     if (dc != cp) mt_comm_free(dc);
     void *dev[] = {q, dout, o, l, d, rq, rdo, ro, rl, rd};
     for (size_t i = 0; i < sizeof dev / sizeof *dev; i++) mtk_free(k, dev[i]);
@@ -140,7 +145,7 @@ TEST(ring_refuses_odd_split)
     mtk *k = mtk_open(&(mtk_config){.backend = "cpu", .threads = 1, .act_dtype = MTK_F32}, &e);
     mt_comm *st = world ? mt_comm_staged(world, k, &e) : NULL;
     const int CP = world ? world->size : 1;
-    T_CHECK(mt_ring_attention_new(k, st, 1, 2 * CP + 1, 2, 1, 8, 0, &e) == NULL);
+    T_CHECK(mt_ring_attention_new(k, st, 1, 2 * CP + 1, 2, 1, 8, MT_CP_P2P, 0, &e) == NULL);
     T_CHECK(strstr(e.msg, "not a multiple of 2 x") != NULL);
     mt_comm_free(st);
     mtk_close(k);
