@@ -176,12 +176,12 @@ void cpu_attention_block_bwd(mtk *k, float *dq, float *dkv, const float *dout, c
                     for (int d = 0; d < HS; d++) s += a[d] * o[d];
                     D[t] = s;
                 }
+                int first = 0;   /* the first query that sees key j0 (only grows with j0) */
                 for (int j0 = 0; j0 < Tk; j0 += BK) {
                     const int bk = Tk - j0 < BK ? Tk - j0 : BK;
                     const float *kj = kbase + (size_t)j0 * S2, *vj = kj + HS;
                     float *dkj = dkbase + (size_t)j0 * S2, *dvj = dkj + HS;
-                    /* the first query that sees key j0: the rows before it see none of this tile */
-                    int first = 0;
+                    /* the rows before it see none of this tile */
                     while (first < Tq && visible(kr, Tk, pos_of(qr, first)) <= j0) first++;
                     for (int i0 = first / BQ * BQ; i0 < Tq; i0 += BQ) {
                         const int bq = Tq - i0 < BQ ? Tq - i0 : BQ;
