@@ -164,18 +164,18 @@ static void report_memory(const run *r)
     double mb = 1024.0 * 1024.0, ob = (double)mt_trainer_optimizer_bytes(t);
     struct rusage ru;
     double peak = getrusage(RUSAGE_SELF, &ru) ? 0 : (double)ru.ru_maxrss * 1024.0;   /* ru_maxrss: KiB */
-    /* a line per (tensor rank, stage) of the first data-parallel rank, gathered to rank 0 (collective) */
+    /* a line per (tensor rank, stage) of the first data-parallel and context-parallel rank, gathered to rank 0 (collective) */
     int tp = t->tp_size, pp = t->pp_size;
     double *v = mt_xcalloc((size_t)(tp * pp * 5), sizeof *v);
     double mine[5] = {(double)pb, (double)gb, ob, (double)ab, peak};
-    if (t->dp_rank == 0) memcpy(v + 5 * (t->pp_rank * tp + t->tp_rank), mine, sizeof mine);
+    if (t->gdp_rank == 0) memcpy(v + 5 * (t->pp_rank * tp + t->tp_rank), mine, sizeof mine);
     mt_err e;
     if (r->world->size > 1 && mt_all_reduce(r->world, v, (size_t)(tp * pp * 5), MT_C_F64, &e)) mt_die_err(&e);
     for (int i = 0; i < tp * pp; i++) {
         const double *x = v + 5 * i;
         printf("[Rank %d] (after %lld iterations) memory (MB) | parameters: %.1f | gradients: %.1f | optimizer: %.1f | "
                "activations: %.1f | total: %.1f | peak RSS: %.1f\n",
-               i % tp + tp * t->dp_size * (i / tp), (long long)t->iteration, x[0] / mb, x[1] / mb, x[2] / mb,
+               i % tp + tp * t->cp_size * t->dp_size * (i / tp), (long long)t->iteration, x[0] / mb, x[1] / mb, x[2] / mb,
                x[3] / mb, (x[0] + x[1] + x[2] + x[3]) / mb, x[4] / mb);
     }
     free(v);
@@ -191,6 +191,10 @@ static void report_memory(const run *r)
         printf("[Rank 0] tensor-parallel communication per iteration | bytes sent: %llu | ring volume of the "
                "activations and statistics: %.0f\n",
                (unsigned long long)r->t.tp_step_bytes, mt_trainer_tp_volume(&r->t));
+    if (r->t.cp_size > 1)
+        printf("[Rank 0] context-parallel communication per iteration | bytes sent: %llu | keys, values, their "
+               "gradients and the losses: %.0f\n",
+               (unsigned long long)r->t.cp_step_bytes, mt_trainer_cp_volume(&r->t));
     if (r->t.ep_size > 1)
         printf("[Rank 0] expert-parallel communication per iteration | bytes sent: %llu\n",
                (unsigned long long)r->t.ep_step_bytes);
@@ -378,7 +382,9 @@ static void join_job(run *r, const mt_train_args *a)
         fail_boot = &r->boot;
         mt_set_die_report(report_in_job);
     }
-    r->boot.threads = a->overlap_grad_reduce || a->overlap_param_gather;   /* a progress thread communicates */
+    /* a progress thread communicates (the gradients' buckets, the ring attention's next block) */
+    r->boot.threads = a->overlap_grad_reduce || a->overlap_param_gather ||
+                      (a->context_parallel_size > 1 && !strcmp(a->cp_comm_type, "p2p"));
     if (mt_boot_mpi(&r->boot, &e)) mt_die_err(&e);
     /* the ranks' flags and files agree before the first collective that depends on them (the groups) */
     if (r->boot.size > 1) {
@@ -387,15 +393,15 @@ static void join_job(run *r, const mt_train_args *a)
         if (mt_boot_agree(&r->boot, rank_name, desc, n, &e)) mt_die_err(&e);
         free(desc);
     }
-    if (mt_parallel_init_ep(&r->par, &r->boot, a->tensor_model_parallel_size, a->pipeline_model_parallel_size,
-                            a->expert_model_parallel_size, &e))
+    if (mt_parallel_init_cp(&r->par, &r->boot, a->tensor_model_parallel_size, a->context_parallel_size,
+                            a->pipeline_model_parallel_size, a->expert_model_parallel_size, &e))
         mt_die_err(&e);
     r->world = r->par.world;
     const mt_grid g = r->par.grid;
     if (r->boot.rank != 0 && !freopen("/dev/null", "w", stdout)) mt_die("/dev/null: %s", strerror(errno));
-    printf("using world size: %d, data-parallel size: %d, context-parallel size: 1, tensor-model-parallel size: %d, "
+    printf("using world size: %d, data-parallel size: %d, context-parallel size: %d, tensor-model-parallel size: %d, "
            "pipeline-model-parallel size: %d\n",
-           r->boot.size, g.dp, g.tp, g.pp);
+           r->boot.size, g.dp, g.cp, g.tp, g.pp);
 }
 
 /* The --save directory, checked and locked by rank 0; its error is the job's (every rank fails with it,
@@ -471,6 +477,7 @@ int main(int argc, char **argv)
     if (mt_trainer_open_par(t, &a, &r.par, &e)) mt_die_err(&e);
     if (t->dev_dp) printf("> data-parallel communicator: %s\n", t->dev_dp->ops->name);
     if (t->dev_tp) printf("> tensor-parallel communicator: %s\n", t->dev_tp->ops->name);
+    if (t->dev_cp) printf("> context-parallel communicator: %s\n", t->dev_cp->ops->name);
     if (t->dev_pp) printf("> pipeline-parallel communicator: %s\n", t->dev_pp->ops->name);
     if (a.bf16 || a.fp16) printf("> --%s: products through %s\n", a.bf16 ? "bf16" : "fp16", mtk_products(t->k));
     printf("> padded vocab (size: %lld) with %lld dummy tokens (new size: %d)\n", (long long)t->vocab_size,

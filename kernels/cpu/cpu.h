@@ -136,6 +136,9 @@ typedef struct cpu_state {
     int sgemm_dnnl;   /* fp32 linear layers through oneDNN (default), or OpenBLAS with MT_CPU_SGEMM=openblas */
     int bf16_dnnl;    /* bf16 linear layers through oneDNN's bf16 matmul; 0: the bf16 values staged to fp32 and
                          multiplied by the fp32 products (no bf16 kernel on this CPU, or MT_CPU_BF16=fp32) */
+    size_t capacity;  /* MT_CPU_MEMORY: the bytes the device buffers may hold at once, as a GPU's memory (0: no
+                         limit) */
+    _Atomic size_t used;   /* the bytes of the live buffers (headers included) */
 } cpu_state;
 
 /* The linear layer with bf16 operands through oneDNN (matmul_bf16.c); N, C, OC positive. */

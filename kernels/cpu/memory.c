@@ -2,7 +2,9 @@
  * Buffers of a megabyte or more are fresh anonymous mappings, which the kernel fills with zeros when a
  * page is first touched: memory that is reserved but never used (most of a bf16 run's staging
  * workspace, say) costs neither start-up time nor resident memory. A 64-byte header before each buffer
- * holds its mapped length (0: from the heap). */
+ * holds its mapped length (0: from the heap) and its size. With a capacity (MT_CPU_MEMORY, as a GPU's
+ * memory) an allocation that would take the live buffers past it fails, as cudaMalloc would. */
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -16,12 +18,21 @@ static size_t round64(size_t n) { return n ? (n + 63) / 64 * 64 : 64; }
 
 void *cpu_alloc(mtk *k, size_t bytes, mt_err *e)
 {
-    (void)k;
     if (bytes > SIZE_MAX - 2 * HEADER - 4096) {
         mtk_err_set(e, "cannot allocate %zu bytes", bytes);
         return NULL;
     }
     size_t n = round64(bytes) + HEADER;
+    cpu_state *s = k->impl;
+    if (s && s->capacity) {
+        size_t was = atomic_fetch_add(&s->used, n);
+        if (was + n > s->capacity) {
+            atomic_fetch_sub(&s->used, n);
+            mtk_err_set(e, "cannot allocate %zu bytes of kernel memory: %zu of the device's %zu (MT_CPU_MEMORY) in use",
+                        bytes, was, s->capacity);
+            return NULL;
+        }
+    } else if (s) atomic_fetch_add(&s->used, n);
     unsigned char *h;
     if (n >= MAP_MIN) {
         void *m = mmap(NULL, n, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
@@ -32,19 +43,24 @@ void *cpu_alloc(mtk *k, size_t bytes, mt_err *e)
         if (h) memset(h, 0, n);
     }
     if (!h) {
+        if (s) atomic_fetch_sub(&s->used, n);
         mtk_err_set(e, "cannot allocate %zu bytes of kernel memory", bytes);
         return NULL;
     }
+    size_t counted = s ? n : 0;   /* what cpu_free gives back to the count */
+    memcpy(h + sizeof n, &counted, sizeof counted);
     return h + HEADER;
 }
 
 void cpu_free(mtk *k, void *p)
 {
-    (void)k;
     if (!p) return;
     unsigned char *h = (unsigned char *)p - HEADER;
-    size_t len;
+    size_t len, n;
     memcpy(&len, h, sizeof len);
+    memcpy(&n, h + sizeof n, sizeof n);
+    cpu_state *s = k->impl;
+    if (s && n) atomic_fetch_sub(&s->used, n);
     if (len) munmap(h, len);
     else free(h);
 }

@@ -5,6 +5,7 @@
  * fp32 arithmetic, the reference the CUDA backend's reduced-precision paths are held to. */
 #include <cblas.h>
 #include <omp.h>
+#include <stdatomic.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -39,6 +40,19 @@ static int products_choose(mtk *k, cpu_state *s, mt_err *e)
     return 0;
 }
 
+/* A size in bytes, or with a suffix K, M or G (powers of 1024). */
+static int parse_bytes(const char *v, size_t *out)
+{
+    char *end;
+    double x = strtod(v, &end);
+    double unit = *end == 'K' || *end == 'k' ? 1024.0 : *end == 'M' || *end == 'm' ? 1048576.0
+                  : *end == 'G' || *end == 'g' ? 1073741824.0 : 1.0;
+    if (unit > 1) end++;
+    if (end == v || *end || !(x > 0) || x * unit > 1e18) return -1;
+    *out = (size_t)(x * unit);
+    return 0;
+}
+
 static int cpu_open(mtk *k, const mtk_config *cfg, mt_err *e)
 {
     cpu_state *s = calloc(1, sizeof *s);
@@ -49,6 +63,12 @@ static int cpu_open(mtk *k, const mtk_config *cfg, mt_err *e)
     }
     const char *g = getenv("MT_CPU_SGEMM");
     s->sgemm_dnnl = !(g && !strcmp(g, "openblas"));
+    atomic_init(&s->used, 0);
+    const char *cap = getenv("MT_CPU_MEMORY");
+    if (cap && *cap && parse_bytes(cap, &s->capacity)) {
+        free(s);
+        return mtk_err_set(e, "MT_CPU_MEMORY=%s: not a size (bytes, or a number with K, M or G)", cap);
+    }
     k->impl = s;
     if (k->act != MTK_F32 && products_choose(k, s, e)) {
         cpu_close(k);

@@ -230,6 +230,11 @@ static const mt_flag flags[] = {
     {"--exit-signal-handler", MT_F_BOOL, &A.exit_signal_handler, NULL,
      "on SIGTERM, finish the iteration, save and exit 0", 0, 0, NULL},
     /* parallelism */
+    {"--context-parallel-size", MT_F_INT, &A.context_parallel_size, "N",
+     "ranks each sequence is split over (Megatron's load-balanced chunks; ring attention; default 1)", 1, 64, NULL},
+    {"--cp-comm-type", MT_F_CHOICE, &A.cp_comm_type, NULL,
+     "context parallelism's attention: keys and values around a ring, overlapped with the blocks (p2p, the default), "
+     "or gathered at once (all_gather)", 0, 0, "p2p|all_gather"},
     {"--tensor-model-parallel-size", MT_F_INT, &A.tensor_model_parallel_size, "N",
      "ranks holding the parts of one model (default 1; the job's other ranks are data-parallel)", 1, 1 << 20, NULL},
     {"--pipeline-model-parallel-size", MT_F_INT, &A.pipeline_model_parallel_size, "N",
@@ -307,7 +312,6 @@ static const struct {
     {"--apply-residual-connection-post-layernorm", "only pre-LayerNorm residuals are implemented"},
     {"--reset-position-ids", "position ids always run 0..T-1 per sample"},
     {"--reset-attention-mask", "attention is always causal over the whole sample"},
-    {"--context-parallel-size", "context parallelism is not implemented"},
     {"--use-checkpoint-args", "pass the model flags explicitly"},
     {"--wandb-project", "Weights & Biases logging is not implemented; use --tensorboard-dir or --metrics-file"},
     {"--train-data-path", "use --data-path with --split"},
@@ -340,6 +344,8 @@ static void defaults(mt_train_args *a)
     a->moe_router_score_function = "softmax";
     a->moe_token_drop_policy = "probs";
     a->expert_model_parallel_size = 1;
+    a->context_parallel_size = 1;
+    a->cp_comm_type = "p2p";
     a->optimizer = "adam";
     a->lr = -1;
     a->lr_decay_style = "linear";

@@ -41,6 +41,8 @@ typedef struct mt_train_args {
     double moe_aux_loss_coeff, moe_z_loss_coeff, moe_router_topk_scaling_factor, moe_expert_capacity_factor;
     bool moe_router_pre_softmax, moe_pad_expert_input_to_capacity, moe_shared_expert_gate, moe_per_layer_logging;
     int expert_model_parallel_size;
+    int context_parallel_size;         /* --context-parallel-size */
+    const char *cp_comm_type;          /* --cp-comm-type: p2p or all_gather */
     int expert_tensor_parallel_size;   /* 0: not given (the tensor-parallel size, the only one implemented) */
     /* batch (4.2) */
     int micro_batch_size;

@@ -17,6 +17,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "model/context_parallel.h"
+#include "model/ring_attention.h"
 #include "model/gpt_impl.h"
 #include "model/moe.h"
 #include "model/tensor_parallel.h"
@@ -117,6 +119,7 @@ static int describe(mt_gpt *m, const mt_gpt_config *config, int tp_rank, int tp_
     m->fcw = (config->mlp == MT_MLP_SWIGLU ? 2 : 1) * m->ffn;
     m->rot = config->position == MT_POS_ROPE ? (int)(m->hs * (config->rotary_percent > 0 ? config->rotary_percent : 1.0)) : 0;
     m->sp = tp_size > 1 && config->sequence_parallel;
+    m->cp_size = config->context_parallel_size > 1 ? config->context_parallel_size : 1;
     m->pp_stage = stage, m->pp_size = stages, m->vp = vp > 1 ? vp : 1;
     if (m->vp > 16) return mt_err_set(e, "%d model chunks per stage: at most 16", m->vp);
     m->first = stage == 0, m->last = stage == stages - 1;
@@ -174,6 +177,8 @@ void mt_gpt_free(mt_gpt *m)
     free(m->tensors);
     free(m->tix);
     free(m->tp_counts);
+    mt_ring_attention_free(m->ring);
+    if (m->cp_losses) mtk_free(m->k, m->cp_losses);
     mt_layout_free(&m->layout);
     free(m);
 }
@@ -320,7 +325,7 @@ void mt_gpt_memory(const mt_gpt *m, size_t *param_bytes, size_t *grad_bytes, siz
     size_t mb = (m->params ? m->nparams : m->nkept) * sizeof(float);
     if (param_bytes) *param_bytes = mb + wb;
     if (grad_bytes) *grad_bytes = m->grads ? m->nparams * sizeof(float) : 0;
-    if (act_bytes) *act_bytes = m->ctx_bytes;
+    if (act_bytes) *act_bytes = m->ctx_bytes + m->cp_bytes;   /* with the context-parallel attention's buffers */
 }
 
 /* ---- activation contexts ---- */
@@ -444,11 +449,45 @@ static int ctx_shape(mt_gpt_ctx *x, mt_gpt *m, int chunk, int max_batch, mt_err 
     x->first = m->first && chunk == 0;
     x->last = m->last && chunk == m->vp - 1;
     x->max_batch = max_batch;
-    x->nmax = (size_t)max_batch * (size_t)config->seq_length;
-    if (x->nmax > 2147483647u / 4)
+    x->nmax = (size_t)max_batch * (size_t)(config->seq_length / m->cp_size);   /* this rank's tokens */
+    if ((size_t)max_batch * (size_t)config->seq_length > 2147483647u / 4)
         return mt_err_set(e, "--micro-batch-size (%d) x --seq-length (%d) is too large", max_batch, config->seq_length);
     x->nres = m->sp ? x->nmax / (size_t)m->tp_size : x->nmax;
     recompute_plan(m, &x->chunk, &x->recomputed, &x->nslots);
+    return 0;
+}
+
+int mt_gpt_set_context_parallel(mt_gpt *m, mt_comm *cp, int type, int overlap, mt_err *e)
+{
+    int n = cp ? cp->size : 1;
+    if (n != m->cp_size)
+        return mt_err_set(e, "context parallelism over %d ranks for a model configured for %d", n, m->cp_size);
+    if (m->ctx_bytes) return mt_err_set(e, "context parallelism set after the model's contexts were made");
+    m->cp = n > 1 ? cp : NULL;
+    m->cp_rank = n > 1 ? cp->rank : 0;
+    m->cp_type = type, m->cp_overlap = overlap;
+    return 0;
+}
+
+uint64_t mt_gpt_cp_bytes(const mt_gpt *m) { return m->ring ? mt_ring_attention_sent(m->ring) : 0; }
+
+/* The ring attention and the gathered losses for micro-batches of max_batch (made, or grown, once). */
+static int cp_ready(mt_gpt *m, int max_batch, mt_err *e)
+{
+    if (!m->cp) return mt_err_set(e, "a model of --context-parallel-size %d without its group", m->cp_size);
+    if (m->ring && m->ring_batch >= max_batch) return 0;
+    mt_ring_attention_free(m->ring);
+    if (m->cp_losses) mtk_free(m->k, m->cp_losses);
+    m->cp_losses = NULL;
+    m->ring_batch = 0;
+    m->ring = mt_ring_attention_new(m->k, m->cp, max_batch, m->c.seq_length, m->heads, m->groups, m->hs,
+                                    (mt_cp_comm)m->cp_type, m->cp_overlap, e);
+    if (!m->ring) return -1;
+    mt_ring_attention_heads(m->ring, m->c.num_heads, m->tp_rank * m->heads);
+    m->cp_losses = mtk_alloc(m->k, (size_t)max_batch * (size_t)m->c.seq_length * sizeof(float), e);
+    if (!m->cp_losses) return -1;
+    m->ring_batch = max_batch;
+    m->cp_bytes = mt_ring_attention_bytes(m->ring) + (size_t)max_batch * (size_t)m->c.seq_length * sizeof(float);
     return 0;
 }
 
@@ -474,8 +513,14 @@ mt_gpt_ctx *mt_gpt_ctx_new_chunk(mt_gpt *m, int chunk, int max_batch, mt_err *e)
         mt_gpt_ctx_free(x);
         return NULL;
     }
-    x->h_losses = mt_xmalloc(x->nmax * sizeof(float));
+    if (m->cp_size > 1 && cp_ready(m, max_batch, e)) {
+        mt_err_prefix(e, "GPT activations");
+        mt_gpt_ctx_free(x);
+        return NULL;
+    }
+    x->h_losses = mt_xmalloc(x->nmax * (size_t)m->cp_size * sizeof(float));   /* the whole micro-batch's */
     x->h_dscale = mt_xmalloc(x->nmax * sizeof(float));
+    if (m->cp_size > 1) x->h_tok = mt_xmalloc(2 * x->nmax * sizeof(int32_t));
     m->ctx_bytes += x->bytes;
     bind_shared(x);
     return x;
@@ -495,7 +540,7 @@ int mt_gpt_plan_part_ep(const mt_gpt_config *config, int tp_rank, int tp_size, i
     mt_gpt m = {0};
     m.ep_size = ep_size > 1 ? ep_size : 1;
     int rc = describe(&m, config, tp_rank, tp_size, stage, stages, vp, act_size, e);
-    if (!rc) *shared_bytes = shared_need(&m, (size_t)max_batch * (size_t)config->seq_length);
+    if (!rc) *shared_bytes = shared_need(&m, (size_t)max_batch * (size_t)(config->seq_length / m.cp_size));
     for (int c = 0; !rc && c < m.vp; c++) {
         mt_gpt_ctx x = {0};
         rc = ctx_shape(&x, &m, c, max_batch, e);
@@ -527,6 +572,7 @@ void mt_gpt_ctx_free(mt_gpt_ctx *x)
     if (x->h_losses) x->m->ctx_bytes -= x->bytes;
     free(x->h_losses);
     free(x->h_dscale);
+    free(x->h_tok);
     free(x);
 }
 
@@ -612,13 +658,19 @@ static int layer_forward(mt_gpt_ctx *x, int li, void *scratch, mt_err *e)
     const void *ln1 = mt_tp_gathered(m, scratch, a.ln1, N, C, e);   /* every rank's rows, in scratch */
     if (!ln1) return mt_err_prefix(e, "GPT forward, layer %d attention", l);
     mtk_matmul_fwd(k, a.qkv, ln1, W(MT_T_QKV_W), PO(MT_T_QKV_B), N, C, m->qkvw);
-    if (m->rot) mtk_rope_fwd(k, a.qkv, B, T, m->heads, m->groups, m->hs, m->rot, (float)c->rotary_base, 0);
-    mt_tp_attention_fwd(m, a.atty, a.lse, a.qkv, B, T, site_dropout(x, &dd, l, SITE_ATTN_PROBS, 0));
+    if (m->rot) mt_cp_rope(m, 1, a.qkv, B, T);
+    if (mt_cp_attention_fwd(m, a.atty, a.lse, a.qkv, B, T, site_dropout(x, &dd, l, SITE_ATTN_PROBS, 0), e))
+        return mt_err_prefix(e, "GPT forward, layer %d attention", l);
     if (mt_tp_row_linear_fwd(m, scratch, a.atty, W(MT_T_PROJ_W), PO(MT_T_PROJ_B), N, Cl, C, e))
         return mt_err_prefix(e, "GPT forward, layer %d attention", l);
-    /* the dense output's dropout fused into the residual add and the norm that follows it */
+    /* the dense output's dropout fused into the residual add and the norm that follows it (with context
+     * parallelism, by runs of global tokens first: the same bits) */
+    if ((drop = site_dropout(x, &dd, l, SITE_ATTN_OUT, h0)) && m->cp_size > 1) {
+        mt_cp_dropout(m, 1, out, out, B, T, drop);
+        drop = NULL;
+    }
     mt_gpt_add_norm_fwd(m, a.res_mid, a.ln2, a.mean2, a.rstd2, a.res_in, out, T_(MT_T_NORM2_W),
-                        T_(MT_T_NORM2_B), Nl, C, site_dropout(x, &dd, l, SITE_ATTN_OUT, h0));
+                        T_(MT_T_NORM2_B), Nl, C, drop);
     /* MLP: the first layer column-parallel (GeLU, or SwiGLU of its gate and up halves), the second row-parallel */
     const void *ln2 = mt_tp_gathered(m, scratch, a.ln2, N, C, e);   /* scratch: the dense output is added */
     if (!ln2) return mt_err_prefix(e, "GPT forward, layer %d MLP", l);
@@ -634,7 +686,7 @@ static int layer_forward(mt_gpt_ctx *x, int li, void *scratch, mt_err *e)
     if (!mt_arch_is_moe(&m->layout.arch, l) &&
         mt_tp_row_linear_fwd(m, scratch, x->s_f1, W(MT_T_FC2_W), PO(MT_T_FC2_B), N, F, C, e))
         return mt_err_prefix(e, "GPT forward, layer %d MLP", l);
-    if ((drop = site_dropout(x, &dd, l, SITE_MLP_OUT, h0))) mtk_dropout_fwd(k, out, out, (size_t)Nl * C, drop);
+    if ((drop = site_dropout(x, &dd, l, SITE_MLP_OUT, h0))) mt_cp_dropout(m, 1, out, out, B, T, drop);
     mtk_add(k, a.res_out, a.res_mid, out, (size_t)Nl * C);
 #undef T_
 #undef PO
@@ -661,14 +713,19 @@ static int forward(mt_gpt_ctx *x, const int32_t *tokens, const int32_t *targets,
     if (B <= 0 || T <= 0 || B > x->max_batch || T > c->seq_length)
         return mt_err_set(e, "GPT forward: batch %d x %d tokens outside the context's %d x %d", B, T, x->max_batch,
                           c->seq_length);
-    /* per rank: Nl the tokens of the regions between the products (all N unless sequence-parallel), from
-     * token n0 on */
+    if (m->cp_size > 1 && T != c->seq_length)
+        return mt_err_set(e, "GPT forward: %d tokens per sequence; context parallelism takes --seq-length (%d)", T,
+                          c->seq_length);
+    /* per rank: Tl of each sequence's tokens (all T unless context-parallel), Nl the tokens of the regions
+     * between the products (all N = B Tl unless sequence-parallel) */
+    const int NG = B * T;   /* the whole micro-batch's tokens */
+    T /= m->cp_size;
     int N = B * T, C = c->hidden_size, V = c->padded_vocab_size, L = x->lcn;
     if (m->sp && N % m->tp_size)
         return mt_err_set(e, "GPT forward: %d tokens do not split over %d sequence-parallel ranks", N, m->tp_size);
     int Nl = mt_tp_tokens(m, N);
     uint64_t h0 = (uint64_t)mt_tp_first(m, N) * (uint64_t)C;   /* the hidden dropout's first counter */
-    for (int i = 0; i < N; i++)
+    for (int i = 0; i < NG; i++)
         if (tokens[i] < 0 || tokens[i] >= V || targets[i] < 0 || targets[i] >= V)
             return mt_err_set(e, "GPT forward: token %d or target %d at position %d outside the vocabulary [0, %d)",
                               tokens[i], targets[i], i, V);
@@ -678,11 +735,18 @@ static int forward(mt_gpt_ctx *x, const int32_t *tokens, const int32_t *targets,
     x->B = B;
     x->T = T;
 
+    if (m->cp_size > 1) {   /* this rank's chunks of each sequence */
+        for (int i = 0; i < N; i++) {
+            size_t g = mt_cp_global(m, T, (size_t)i);
+            x->h_tok[i] = tokens[g], x->h_tok[x->nmax + (size_t)i] = targets[g];
+        }
+        tokens = x->h_tok, targets = x->h_tok + x->nmax;
+    }
     mtk_to_device(k, x->d_tok, tokens, (size_t)N * sizeof(int32_t));
     mtk_to_device(k, x->d_tgt, targets, (size_t)N * sizeof(int32_t));
     if (x->first) {   /* later stages find their input in bnd[0] (mt_gpt_stage_input) */
         if (mt_tp_embed_fwd(m, x->bnd, x->s_c1, x->d_tok, B, T, e)) return mt_err_prefix(e, "GPT forward");
-        if ((drop = site_dropout(x, &dd, 0, SITE_EMBED, h0))) mtk_dropout_fwd(k, x->bnd, x->bnd, (size_t)Nl * C, drop);
+        if ((drop = site_dropout(x, &dd, 0, SITE_EMBED, h0))) mt_cp_dropout(m, 1, x->bnd, x->bnd, B, T, drop);
     }
     for (int li = 0; li < L; li++)
         if ((m->hook && m->hook(m->hook_arg, MT_GPT_BEFORE_FORWARD, x->lc0 + li, e)) ||
@@ -705,23 +769,24 @@ static int forward(mt_gpt_ctx *x, const int32_t *tokens, const int32_t *targets,
     if (mt_tp_xent_fwd(x, N, e)) return mt_err_prefix(e, "GPT forward, cross-entropy");
     if (async) {
         if (!dev_losses) return mt_err_set(e, "GPT forward: no device buffer for the losses");
-        mtk_copy(k, dev_losses, x->d_losses, (size_t)N * sizeof(float));
+        if (m->cp_size > 1 ? mt_cp_gather_losses(x, B, T, NULL, dev_losses, e)
+                           : (mtk_copy(k, dev_losses, x->d_losses, (size_t)N * sizeof(float)), 0))
+            return mt_err_prefix(e, "GPT forward");
         if (mtk_status(k, e)) return mt_err_prefix(e, "GPT forward");
+    } else if (m->cp_size > 1) {   /* every rank's losses, in the micro-batch's order */
+        if (mt_cp_gather_losses(x, B, T, x->h_losses, NULL, e)) return mt_err_prefix(e, "GPT forward");
     } else {
         mtk_to_host(k, x->h_losses, x->d_losses, (size_t)N * sizeof(float));
         if (mtk_sync(k, e)) return mt_err_prefix(e, "GPT forward");
     }
 
     double msum = 0;
-    for (int i = 0; i < N; i++) {
-        double w = loss_mask ? loss_mask[i] : 1.0;
-        msum += w;
-        x->h_dscale[i] = (float)w;
-    }
-    if (tok_losses) memcpy(tok_losses, x->h_losses, (size_t)N * sizeof(float));
+    for (int i = 0; i < NG; i++) msum += loss_mask ? loss_mask[i] : 1.0;
+    for (int i = 0; i < N; i++) x->h_dscale[i] = loss_mask ? loss_mask[mt_cp_global(m, T, (size_t)i)] : 1.0f;
+    if (tok_losses) memcpy(tok_losses, x->h_losses, (size_t)NG * sizeof(float));
     x->mask_sum = msum;
     x->have_forward = 1;
-    loss->sum = async ? 0 : mt_gpt_loss_sum(x->h_losses, loss_mask, (size_t)N);
+    loss->sum = async ? 0 : mt_gpt_loss_sum(x->h_losses, loss_mask, (size_t)NG);
     loss->count = msum;
     return 0;
 }
@@ -744,6 +809,7 @@ int mt_gpt_logits(mt_gpt_ctx *x, float *host, mt_err *e)
 {
     if (!x->have_forward) return mt_err_set(e, "GPT logits: no forward pass (or a backward consumed it)");
     if (x->m->tp) return mt_err_set(e, "GPT logits: the model is split over %d tensor-parallel ranks", x->m->tp_size);
+    if (x->m->cp) return mt_err_set(e, "GPT logits: the sequences are split over %d context-parallel ranks", x->m->cp_size);
     if (!x->last) return mt_err_set(e, "GPT logits: this pipeline stage has no output layer");
     mtk *k = x->m->k;
     size_t n = (size_t)x->B * (size_t)x->T * (size_t)x->m->c.padded_vocab_size;
@@ -785,7 +851,7 @@ static int layer_backward(mt_gpt_ctx *x, int li, mtk_grad_mode gm, mt_err *e)
     /* MLP: res_out = res_mid + drop(fc2(gelu(fc(ln2(res_mid))))) */
     const void *dout = dres;
     if ((drop = site_dropout(x, &dd, l, SITE_MLP_OUT, h0))) {
-        mtk_dropout_bwd(k, dtmp_l, dres, (size_t)Nl * C, drop);
+        mt_cp_dropout(m, 0, dtmp_l, dres, B, T, drop);
         dout = dtmp_l;
     }
     if (mt_tp_output_grad(m, dout, dtmp, N, C, &dout, e)) return mt_err_prefix(e, "GPT backward, layer %d MLP", l);
@@ -810,14 +876,17 @@ static int layer_backward(mt_gpt_ctx *x, int li, mtk_grad_mode gm, mt_err *e)
     /* the attention output's dropout backward fused into the norm's, on the residual gradient it leaves */
     drop = site_dropout(x, &dd, l, SITE_ATTN_OUT, h0);
     mt_gpt_norm_bwd(m, dres, T_(MT_T_NORM2_W), T_(MT_T_NORM2_B), dln_l, a.res_mid, a.mean2, a.rstd2, Nl, C,
-                    drop ? dtmp_l : NULL, drop);
+                    drop ? dtmp_l : NULL, m->cp_size > 1 ? NULL : drop);
+    if (drop && m->cp_size > 1) mt_cp_dropout(m, 0, dtmp_l, dtmp_l, B, T, drop);   /* by runs of global tokens */
 
     /* Attention: res_mid = res_in + drop(dense(attn(qkv(ln1(res_in))))) */
     dout = drop ? dtmp_l : dres;
     if (mt_tp_output_grad(m, dout, dtmp, N, C, &dout, e)) return mt_err_prefix(e, "GPT backward, layer %d attention", l);
     mtk_matmul_bwd(k, dln, G(MT_T_PROJ_W), GO(MT_T_PROJ_B), dout, a.atty, W(MT_T_PROJ_W), N, Cl, C, gm);
-    mt_tp_attention_bwd(m, x->s_qkv, dln, a.qkv, a.atty, a.lse, B, T, site_dropout(x, &dd, l, SITE_ATTN_PROBS, 0));
-    if (m->rot) mtk_rope_bwd(k, x->s_qkv, B, T, m->heads, m->groups, m->hs, m->rot, (float)c->rotary_base, 0);
+    if (mt_cp_attention_bwd(m, x->s_qkv, dln, a.qkv, a.atty, a.lse, B, T, site_dropout(x, &dd, l, SITE_ATTN_PROBS, 0),
+                            e))
+        return mt_err_prefix(e, "GPT backward, layer %d attention", l);
+    if (m->rot) mt_cp_rope(m, 0, x->s_qkv, B, T);
     const void *ln1 = mt_tp_gathered(m, dtmp, a.ln1, N, C, e);   /* likewise */
     if (!ln1) return mt_err_prefix(e, "GPT backward, layer %d attention", l);
     mtk_matmul_bwd(k, dln, G(MT_T_QKV_W), GO(MT_T_QKV_B), x->s_qkv, ln1, W(MT_T_QKV_W), N, C, m->qkvw, gm);
@@ -882,7 +951,7 @@ int mt_gpt_backward(mt_gpt_ctx *x, double scale, mt_err *e)
     }
 
     if (x->first) {   /* else dres is the gradient of the input, for the previous stage */
-        if ((drop = site_dropout(x, &dd, 0, SITE_EMBED, h0))) mtk_dropout_bwd(k, dres, dres, (size_t)Nl * C, drop);
+        if ((drop = site_dropout(x, &dd, 0, SITE_EMBED, h0))) mt_cp_dropout(m, 0, dres, dres, B, T, drop);
         if (mt_tp_embed_bwd(m, dres, dtmp, x->d_tok, B, T, e)) return mt_err_prefix(e, "GPT backward, embedding");
     }
     if (mtk_status(k, e)) return mt_err_prefix(e, "GPT backward");
@@ -969,7 +1038,7 @@ void mt_gpt_grad_sumsq2_to(mt_gpt *m, size_t lo, size_t hi, size_t lo2, size_t h
 
 size_t mt_gpt_stage_numel(const mt_gpt *m, int B, int T)
 {
-    return (size_t)mt_tp_tokens(m, B * T) * (size_t)m->c.hidden_size;
+    return (size_t)mt_tp_tokens(m, B * (T / m->cp_size)) * (size_t)m->c.hidden_size;
 }
 
 void *mt_gpt_stage_input(mt_gpt_ctx *x) { return x->bnd; }

@@ -82,6 +82,9 @@ typedef struct mt_gpt_config {
     int moe_aux_type;             /* --moe-router-load-balancing-type: MT_MOE_AUX_NONE, _AUX or _SEQ */
     double moe_aux_coeff;         /* --moe-aux-loss-coeff */
     double moe_z_coeff;           /* --moe-z-loss-coeff (0: none) */
+    /* Context parallelism: each sequence split over this many ranks (0 or 1: none; model/context_parallel.h);
+     * the activations of a context are then of seq_length / context_parallel_size tokens per sequence. */
+    int context_parallel_size;    /* --context-parallel-size */
 } mt_gpt_config;
 
 enum { MT_MOE_AUX_NONE, MT_MOE_AUX, MT_MOE_AUX_SEQ };
@@ -143,6 +146,18 @@ mt_gpt *mt_gpt_create_chunks(mtk *k, const mt_gpt_config *config, mt_comm *tp, i
 mt_gpt *mt_gpt_create_ep(mtk *k, const mt_gpt_config *config, mt_comm *tp, mt_comm *ep, int stage, int stages, int vp,
                          int mode, mt_err *e);
 size_t mt_gpt_expert_lo(const mt_gpt *m);
+/* Context parallelism (config->context_parallel_size = cp->size > 1, Megatron's --context-parallel-size):
+ * the model's sequences are split over cp (device memory of the model's kernels: model/device.h's
+ * mt_device_comm), rank cp->rank holding Megatron's load-balanced chunks cp->rank and 2 cp->size - 1 - cp->rank
+ * of each, and the attention runs over the group by type (ring_attention.h's mt_cp_comm: p2p or
+ * all_gather; overlap: the ring's exchanges beside its blocks). Before any context is made; cp must outlive
+ * the model. mt_gpt_forward then takes the whole micro-batch (T = seq_length, a multiple of 2 cp->size),
+ * computes this rank's tokens, and reports the losses of all of them (gathered over cp): the one-rank
+ * model's. The gradients are this rank's tokens' part: the caller sums them over the data x context group.
+ * Mixture-of-experts layers are not supported with it. 0, or -1 with e set. */
+int mt_gpt_set_context_parallel(mt_gpt *m, mt_comm *cp, int type, int overlap, mt_err *e);
+/* The bytes the context-parallel attention has sent to the other ranks of the group so far. */
+uint64_t mt_gpt_cp_bytes(const mt_gpt *m);
 /* The bytes the MoE layers' all-to-alls have sent to the other expert ranks so far (their blocks for the
  * other ranks: the tokens' rows and their counts). */
 uint64_t mt_gpt_ep_bytes(const mt_gpt *m);

@@ -8,6 +8,8 @@
 #include "comm/comm.h"
 #include "model/gpt.h"
 
+#define MT_CP_MAX 64   /* context-parallel ranks at most */
+
 struct mt_gpt {
     mtk *k;
     mt_gpt_config c;
@@ -28,6 +30,15 @@ struct mt_gpt {
     /* pipeline parallelism: this rank's stage of pp_size holds the global layers [l0, l0 + nl); the first
      * stage the embeddings, the last the final norm, the output layer and the loss */
     int pp_stage, pp_size, l0, nl, first, last;
+    /* context parallelism (context_parallel.h): this rank holds chunks cp_rank and 2 cp_size - 1 - cp_rank of
+     * every sequence */
+    mt_comm *cp;            /* the context-parallel group (NULL: one rank); not owned */
+    int cp_rank, cp_size;
+    int cp_type, cp_overlap; /* ring_attention.h's mt_cp_comm, and whether its exchanges overlap the blocks */
+    struct mt_ring_attention *ring; /* the attention over the group, for ring_batch sequences at most */
+    int ring_batch;
+    float *cp_losses;       /* [cp_size][ring_batch Tl]: every rank's per-token losses, gathered */
+    size_t cp_bytes;        /* of the ring and cp_losses (counted with the activations) */
     mt_comm *ep;            /* expert parallelism: the ranks holding the other experts (NULL: one rank); not owned */
     int ep_rank, ep_size;   /* this rank holds experts [ep_rank E / ep_size, ...) of each MoE layer */
     uint64_t ep_bytes;      /* bytes the MoE layers' all-to-alls have sent to the other expert ranks */
@@ -98,7 +109,8 @@ struct mt_gpt_ctx {
     size_t bytes;
 
     /* Host state of the last forward. */
-    float *h_losses, *h_dscale; /* [nmax] */
+    float *h_losses, *h_dscale; /* [nmax] (h_losses: [nmax cp_size], the whole micro-batch's) */
+    int32_t *h_tok;             /* context parallelism: this rank's tokens and targets [2][nmax] */
     int B, T;
     double mask_sum;
     int have_forward;           /* a valid forward is waiting for its backward */

@@ -16,11 +16,12 @@ struct mt_ring_attention {
     void *kv_all;             /* all_gather: every rank's block of keys and values (activation dtype) */
     float *dkv_all;           /* and their gradients */
     size_t *counts;           /* all_gather: nkv per rank */
-    int r, CP, B, Tg, Tl, NH, NG, HS;
-    size_t nkv, nout, nlse;   /* elements of a block of keys and values, of out, of lse */
+    int r, CP, B, Bmax, Tg, Tl, NH, NG, HS;
+    int NHt, h0;              /* the heads of the whole model and this rank's first (tensor parallelism) */
+    size_t nkv, nout, nlse;   /* elements of a block of keys and values, of out, of lse (B sequences) */
     void *kv[2];              /* the block in hand and the one arriving (activation dtype) */
     float *dkv[2];            /* their gradients (fp32) */
-    float *o32, *ob, *lb, *dq;
+    float *o32, *ob, *lb, *dq;  /* the forward's result (fp32) and a block's; the backward's dq is o32's memory */
     size_t bytes;
 };
 
@@ -46,16 +47,16 @@ mt_ring_attention *mt_ring_attention_new(mtk *k, mt_comm *cp, int B, int Tg, int
         return NULL;
     }
     mt_ring_attention *ra = mt_xcalloc(1, sizeof *ra);
-    *ra = (mt_ring_attention){.k = k, .cp = cp, .type = type, .r = cp ? cp->rank : 0, .CP = CP, .B = B, .Tg = Tg,
-                              .Tl = Tg / CP, .NH = NH, .NG = NG, .HS = HS};
+    *ra = (mt_ring_attention){.k = k, .cp = cp, .type = type, .r = cp ? cp->rank : 0, .CP = CP, .B = B, .Bmax = B,
+                              .Tg = Tg, .Tl = Tg / CP, .NH = NH, .NG = NG, .HS = HS, .NHt = NH};
     ra->nkv = (size_t)B * ra->Tl * 2 * NG * HS, ra->nout = (size_t)B * ra->Tl * NH * HS;
     ra->nlse = (size_t)B * NH * ra->Tl;
     const size_t a = mtk_act_size(k), f = sizeof(float);
     const int ring = type == MT_CP_P2P || CP == 1, gather = !ring;
     void **where[] = {&ra->kv[0], &ra->kv[1], (void **)&ra->dkv[0], (void **)&ra->dkv[1], (void **)&ra->o32,
-                      (void **)&ra->ob, (void **)&ra->lb, (void **)&ra->dq, &ra->kv_all, (void **)&ra->dkv_all};
+                      (void **)&ra->ob, (void **)&ra->lb, &ra->kv_all, (void **)&ra->dkv_all};
     const size_t bytes[] = {ring ? ra->nkv * a : 0, ring && CP > 1 ? ra->nkv * a : 0, ring ? ra->nkv * f : 0,
-                            ring && CP > 1 ? ra->nkv * f : 0, ra->nout * f, ra->nout * f, ra->nlse * f, ra->nout * f,
+                            ring && CP > 1 ? ra->nkv * f : 0, ra->nout * f, ra->nout * f, ra->nlse * f,
                             gather * CP * ra->nkv * a, gather * CP * ra->nkv * f};
     if (gather) {
         ra->counts = mt_xmalloc((size_t)CP * sizeof *ra->counts);
@@ -69,6 +70,7 @@ mt_ring_attention *mt_ring_attention_new(mtk *k, mt_comm *cp, int B, int Tg, int
         }
         ra->bytes += bytes[i];
     }
+    ra->dq = ra->o32;
     if (overlap && ring && CP > 1 && !(ra->eng = mt_comm_async_new(cp, e))) {
         mt_err_prefix(e, "ring attention");
         mt_ring_attention_free(ra);
@@ -77,10 +79,19 @@ mt_ring_attention *mt_ring_attention_new(mtk *k, mt_comm *cp, int B, int Tg, int
     return ra;
 }
 
+size_t mt_ring_attention_plan(int B, int Tg, int CP, int NH, int NG, int HS, mt_cp_comm type, size_t asz)
+{
+    const size_t Tl = (size_t)(Tg / CP), nkv = (size_t)B * Tl * 2 * NG * HS, nout = (size_t)B * Tl * NH * HS;
+    const size_t nlse = (size_t)B * NH * Tl, f = sizeof(float);
+    const int ring = type == MT_CP_P2P || CP == 1;
+    if (!ring) return (size_t)CP * nkv * (asz + f) + 2 * nout * f + nlse * f;
+    return (CP > 1 ? 2 : 1) * nkv * (asz + f) + 2 * nout * f + nlse * f;
+}
+
 void mt_ring_attention_free(mt_ring_attention *ra)
 {
     if (!ra) return;
-    void *p[] = {ra->kv[0], ra->kv[1], ra->dkv[0], ra->dkv[1], ra->o32, ra->ob, ra->lb, ra->dq, ra->kv_all, ra->dkv_all};
+    void *p[] = {ra->kv[0], ra->kv[1], ra->dkv[0], ra->dkv[1], ra->o32, ra->ob, ra->lb, ra->kv_all, ra->dkv_all};
     for (size_t i = 0; i < sizeof p / sizeof *p; i++) mtk_free(ra->k, p[i]);
     mt_comm_async_free(ra->eng);
     free(ra->counts);
@@ -110,6 +121,78 @@ static int finish(mt_ring_attention *ra, int ticket, mt_err *e)
     return mt_comm_async_drain(ra->eng, e);
 }
 
+int mt_ring_attention_batch(mt_ring_attention *ra, int B, mt_err *e)
+{
+    if (B <= 0 || B > ra->Bmax)
+        return mt_err_set(e, "context-parallel attention: a batch of %d sequences, made for %d", B, ra->Bmax);
+    ra->B = B;
+    ra->nkv = (size_t)B * ra->Tl * 2 * ra->NG * ra->HS, ra->nout = (size_t)B * ra->Tl * ra->NH * ra->HS;
+    ra->nlse = (size_t)B * ra->NH * ra->Tl;
+    for (int i = 0; ra->counts && i < ra->CP; i++) ra->counts[i] = ra->nkv;
+    return 0;
+}
+
+void mt_ring_attention_heads(mt_ring_attention *ra, int total, int first)
+{
+    ra->NHt = total;
+    ra->h0 = first;
+}
+
+/* With the heads split over tensor-parallel ranks and dropout on, a block runs one sequence at a time, each
+ * from the counter of its first global head: ((b NHt + h0 + h) Tg + i) Tg + j is the one-rank mask's
+ * counter for local head h (mtk_attention_block_fwd counts ((b NH + h) Tg + i) Tg + j). */
+static int per_sequence(const mt_ring_attention *ra, const mtk_dropout *drop)
+{
+    return drop && drop->p > 0 && ra->NHt != ra->NH;
+}
+static mtk_dropout seq_drop(const mt_ring_attention *ra, const mtk_dropout *drop, int b)
+{
+    mtk_dropout d = *drop;
+    d.offset += ((uint64_t)b * (uint64_t)ra->NHt + (uint64_t)ra->h0) * (uint64_t)ra->Tg * (uint64_t)ra->Tg;
+    return d;
+}
+
+static void block_fwd(mt_ring_attention *ra, float *out, float *lse, const mtk_act *qkv, const mtk_act *kv,
+                      const mtk_att_rows *mine, const mtk_att_rows *theirs, const mtk_dropout *drop)
+{
+    mtk *k = ra->k;
+    if (!per_sequence(ra, drop)) {
+        mtk_attention_block_fwd(k, out, lse, qkv, kv, ra->B, ra->Tl, ra->Tl, ra->Tg, mine, theirs, ra->NH, ra->NG,
+                                ra->HS, drop);
+        return;
+    }
+    const size_t a = mtk_act_size(k), tl = (size_t)ra->Tl, hs = (size_t)ra->HS;
+    for (int b = 0; b < ra->B; b++) {
+        const mtk_dropout d = seq_drop(ra, drop, b);
+        mtk_attention_block_fwd(k, out + b * tl * ra->NH * hs, lse + (size_t)b * ra->NH * tl,
+                                (const char *)qkv + b * tl * (ra->NH + 2 * ra->NG) * hs * a,
+                                (const char *)kv + b * tl * 2 * ra->NG * hs * a, 1, ra->Tl, ra->Tl, ra->Tg, mine, theirs,
+                                ra->NH, ra->NG, ra->HS, &d);
+    }
+}
+
+static void block_bwd(mt_ring_attention *ra, float *dq, float *dkv, const mtk_act *dout, const mtk_act *qkv,
+                      const mtk_act *kv, const mtk_act *out, const float *lse, const mtk_att_rows *mine,
+                      const mtk_att_rows *theirs, const mtk_dropout *drop)
+{
+    mtk *k = ra->k;
+    if (!per_sequence(ra, drop)) {
+        mtk_attention_block_bwd(k, dq, dkv, dout, qkv, kv, out, lse, ra->B, ra->Tl, ra->Tl, ra->Tg, mine, theirs, ra->NH,
+                                ra->NG, ra->HS, drop);
+        return;
+    }
+    const size_t a = mtk_act_size(k), tl = (size_t)ra->Tl, hs = (size_t)ra->HS;
+    const size_t no = tl * ra->NH * hs, nk = tl * 2 * ra->NG * hs;
+    for (int b = 0; b < ra->B; b++) {
+        const mtk_dropout d = seq_drop(ra, drop, b);
+        mtk_attention_block_bwd(k, dq + b * no, dkv + b * nk, (const char *)dout + b * no * a,
+                                (const char *)qkv + b * tl * (ra->NH + 2 * ra->NG) * hs * a,
+                                (const char *)kv + b * nk * a, (const char *)out + b * no * a,
+                                lse + (size_t)b * ra->NH * tl, 1, ra->Tl, ra->Tl, ra->Tg, mine, theirs, ra->NH, ra->NG,
+                                ra->HS, &d);
+    }
+}
+
 /* all_gather: every rank's keys and values into kv_all (rank j's block at j nkv). */
 static int gather_kv(mt_ring_attention *ra, const mtk_act *qkv, mt_err *e)
 {
@@ -132,11 +215,9 @@ static int gathered_fwd(mt_ring_attention *ra, mtk_act *out, float *lse, const m
         const mtk_att_rows theirs = mt_ring_rows(j, CP, ra->Tg);
         const void *kv = (const char *)ra->kv_all + (size_t)j * ra->nkv * mtk_act_size(k);
         if (step == 0) {
-            mtk_attention_block_fwd(k, ra->o32, lse, qkv, kv, ra->B, ra->Tl, ra->Tl, ra->Tg, &mine, &theirs, ra->NH,
-                                    ra->NG, ra->HS, drop);
+            block_fwd(ra, ra->o32, lse, qkv, kv, &mine, &theirs, drop);
         } else {
-            mtk_attention_block_fwd(k, ra->ob, ra->lb, qkv, kv, ra->B, ra->Tl, ra->Tl, ra->Tg, &mine, &theirs, ra->NH,
-                                    ra->NG, ra->HS, drop);
+            block_fwd(ra, ra->ob, ra->lb, qkv, kv, &mine, &theirs, drop);
             mtk_attention_merge(k, ra->o32, lse, ra->ob, ra->lb, ra->B, ra->Tl, ra->NH, ra->HS);
         }
     }
@@ -156,9 +237,8 @@ static int gathered_bwd(mt_ring_attention *ra, mtk_act *dqkv, const mtk_act *dou
     for (int step = 0; step < CP; step++) {
         const int j = (r - step + CP) % CP;
         const mtk_att_rows theirs = mt_ring_rows(j, CP, ra->Tg);
-        mtk_attention_block_bwd(k, ra->dq, ra->dkv_all + (size_t)j * ra->nkv, dout, qkv,
-                                (const char *)ra->kv_all + (size_t)j * ra->nkv * mtk_act_size(k), out, lse, ra->B, ra->Tl,
-                                ra->Tl, ra->Tg, &mine, &theirs, ra->NH, ra->NG, ra->HS, drop);
+        block_bwd(ra, ra->dq, ra->dkv_all + (size_t)j * ra->nkv, dout, qkv,
+                  (const char *)ra->kv_all + (size_t)j * ra->nkv * mtk_act_size(k), out, lse, &mine, &theirs, drop);
     }
     /* each block's gradient summed over the ranks' queries, into its owner */
     if (mtk_sync(k, e) || mt_reduce_scatter(ra->cp, ra->dkv_all, ra->counts, MT_C_F32, e))
@@ -183,11 +263,9 @@ int mt_ring_attention_fwd(mt_ring_attention *ra, mtk_act *out, float *lse, const
         const int ticket = step + 1 < CP ? start(ra, ops, 2, e) : -1;
         if (ticket == -2) return mt_err_prefix(e, "ring attention, step %d", step + 1);
         if (step == 0) {   /* the first block straight into the result */
-            mtk_attention_block_fwd(k, ra->o32, lse, qkv, ra->kv[cur], ra->B, ra->Tl, ra->Tl, ra->Tg, &mine, &theirs,
-                                    ra->NH, ra->NG, ra->HS, drop);
+            block_fwd(ra, ra->o32, lse, qkv, ra->kv[cur], &mine, &theirs, drop);
         } else {
-            mtk_attention_block_fwd(k, ra->ob, ra->lb, qkv, ra->kv[cur], ra->B, ra->Tl, ra->Tl, ra->Tg, &mine, &theirs,
-                                    ra->NH, ra->NG, ra->HS, drop);
+            block_fwd(ra, ra->ob, ra->lb, qkv, ra->kv[cur], &mine, &theirs, drop);
             mtk_attention_merge(k, ra->o32, lse, ra->ob, ra->lb, ra->B, ra->Tl, ra->NH, ra->HS);
         }
         if (finish(ra, ticket, e)) return mt_err_prefix(e, "ring attention, step %d", step + 1);
@@ -216,8 +294,7 @@ int mt_ring_attention_bwd(mt_ring_attention *ra, mtk_act *dqkv, const mtk_act *d
         mt_p2p dkv[] = {{1, ra->dkv[cur], ra->nkv, MT_C_F32, next}, {0, ra->dkv[cur ^ 1], ra->nkv, MT_C_F32, prev}};
         int ticket = step + 1 < CP ? start(ra, kv, 2, e) : -1;
         if (ticket == -2) return mt_err_prefix(e, "ring attention backward, step %d", step + 1);
-        mtk_attention_block_bwd(k, ra->dq, ra->dkv[cur], dout, qkv, ra->kv[cur], out, lse, ra->B, ra->Tl, ra->Tl,
-                                ra->Tg, &mine, &theirs, ra->NH, ra->NG, ra->HS, drop);
+        block_bwd(ra, ra->dq, ra->dkv[cur], dout, qkv, ra->kv[cur], out, lse, &mine, &theirs, drop);
         if (finish(ra, ticket, e)) return mt_err_prefix(e, "ring attention backward, step %d", step + 1);
         if (CP == 1) break;
         if (finish(ra, start(ra, dkv, 2, e), e)) return mt_err_prefix(e, "ring attention backward, step %d", step + 1);

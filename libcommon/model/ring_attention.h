@@ -42,7 +42,14 @@ mtk_att_rows mt_ring_rows(int r, int CP, int Tg);
 mt_ring_attention *mt_ring_attention_new(mtk *k, mt_comm *cp, int B, int Tg, int NH, int NG, int HS, mt_cp_comm type,
                                          int overlap, mt_err *e);
 void mt_ring_attention_free(mt_ring_attention *ra);
-/* Device bytes the ring's buffers take. */
+/* The following passes take B sequences (1 .. the B it was made for). 0, or -1 with e set. */
+int mt_ring_attention_batch(mt_ring_attention *ra, int B, mt_err *e);
+/* With the heads split over tensor-parallel ranks: this rank's NH heads are heads first .. of total, and
+ * the attention dropout draws the counters of the global heads (the one-rank run's masks). */
+void mt_ring_attention_heads(mt_ring_attention *ra, int total, int first);
+/* Device bytes the ring's buffers take, and what mt_ring_attention_new's would with activations of asz
+ * bytes (the planner's figure). */
+size_t mt_ring_attention_plan(int B, int Tg, int CP, int NH, int NG, int HS, mt_cp_comm type, size_t asz);
 size_t mt_ring_attention_bytes(const mt_ring_attention *ra);
 /* Bytes this rank has sent over cp and the engine (only grows). */
 uint64_t mt_ring_attention_sent(const mt_ring_attention *ra);

@@ -1,6 +1,7 @@
 /* tensor_parallel.c: the column- and row-parallel products, the vocabulary-parallel embedding and
  * cross-entropy, and the head-parallel attention of a GPT model split over tensor-parallel ranks
  * (tensor_parallel.h). */
+#include "model/context_parallel.h"
 #include "model/tensor_parallel.h"
 
 /* The communicator's element type for the backend's activation dtype. */
@@ -92,10 +93,10 @@ int mt_tp_embed_fwd(mt_gpt *m, void *local, void *scratch, const int32_t *tok, i
     int pos = mt_gpt_t(m, -1, MT_T_POS_EMB);   /* none with rotary positions */
     const void *wpe = m->tp_rank == 0 && pos >= 0 ? mt_gpt_w(m, pos) : NULL;
     if (!m->sp) {
-        mtk_embed_fwd(m->k, local, tok, wte, wpe, B, T, C, 0, m->v0, m->vocab);
+        mt_cp_embed_fwd(m, local, tok, wte, wpe, B, T);
         return tp_sum(m, local, (size_t)N * C, e);
     }
-    mtk_embed_fwd(m->k, scratch, tok, wte, wpe, B, T, C, 0, m->v0, m->vocab);
+    mt_cp_embed_fwd(m, scratch, tok, wte, wpe, B, T);
     if (scatter_sum(m, scratch, N, C, e)) return -1;
     mtk_copy(m->k, local, mt_tp_local(m, scratch, N, C), (size_t)mt_tp_tokens(m, N) * (size_t)C * m->asz);
     return 0;
@@ -106,8 +107,8 @@ int mt_tp_embed_bwd(mt_gpt *m, const void *dlocal, void *scratch, const int32_t 
     int C = m->c.hidden_size;
     const void *dout;
     if (mt_tp_output_grad(m, dlocal, scratch, B * T, C, &dout, e)) return -1;
-    mtk_embed_bwd(m->k, mt_gpt_g(m, mt_gpt_t(m, -1, MT_T_WORD_EMB)), mt_gpt_gopt(m, mt_gpt_t(m, -1, MT_T_POS_EMB)), dout,
-                  tok, B, T, C, 0, m->v0, m->vocab);
+    mt_cp_embed_bwd(m, mt_gpt_g(m, mt_gpt_t(m, -1, MT_T_WORD_EMB)), mt_gpt_gopt(m, mt_gpt_t(m, -1, MT_T_POS_EMB)), dout,
+                    tok, B, T);
     return 0;
 }
 

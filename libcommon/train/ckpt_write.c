@@ -267,10 +267,10 @@ static mt_ckpt_job *job_begin(mt_trainer *t, mt_err *e)
     j->m = t->model;
     j->np = mt_gpt_num_params(t->model);
     j->lo = t->opt.lo, j->hi = t->opt.hi, j->lo2 = t->opt.lo2, j->hi2 = t->opt.hi2;
-    j->dp_rank = t->dp_rank, j->dp_size = t->dp_size;
+    j->dp_rank = t->gdp_rank, j->dp_size = t->gdp_size;   /* the shards are over the data x context group */
     /* the model's files: data-parallel rank 0's, or with expert parallelism each expert rank's (the ranks of
      * expert-data-parallel rank 0: its experts, and the rest as every rank has it) */
-    j->model = t->ep_size > 1 ? t->par->edp->rank == 0 : t->dp_rank == 0;
+    j->model = t->ep_size > 1 ? t->par->edp->rank == 0 : t->gdp_rank == 0;
     j->shard = with_optim && t->a.use_distributed_optimizer;
     j->optim_whole = with_optim && !j->shard && j->model;
     j->param = j->shard && t->opt.main;

@@ -2,11 +2,13 @@
 #include "train/plan.h"
 
 #include <stdlib.h>
+#include <string.h>
 
 #include "comm/comm.h"
 #include "config/model_config.h"
 #include "config/tokenizer.h"
 #include "model/gpt.h"
+#include "model/ring_attention.h"
 #include "train/pipeline.h"
 
 /* The floats of the 1-D tensors (biases, norm weights) of a part: what its model keeps in fp32 once the
@@ -24,13 +26,27 @@ static int kept_floats(const mt_gpt_config *cfg, int r, int tp, int s, int pp, i
     return 0;
 }
 
+double mt_plan_cp_bytes(const mt_gpt_config *c, int micro_batch, int tp, int layers, int recomputed, int last,
+                        int p2p, size_t asz, int num_micro)
+{
+    int n = c->context_parallel_size;
+    if (n <= 1) return 0;
+    double Nl = (double)micro_batch * (c->seq_length / n);
+    double G = (c->num_query_groups > 0 ? c->num_query_groups : c->num_heads) / tp;
+    double kv = Nl * 2 * G * (c->hidden_size / c->num_heads);
+    double micro = (2.0 * layers + recomputed) * (n - 1) * kv * (double)asz +
+                   layers * (double)(p2p ? n : n - 1) * kv * sizeof(float) + (last ? (n - 1) * Nl * sizeof(float) : 0);
+    return num_micro * micro;
+}
+
 int mt_plan_print(FILE *out, const mt_train_args *a, int world, mt_err *e)
 {
     int tp = a->tensor_model_parallel_size, pp = a->pipeline_model_parallel_size;
-    if (world < 1 || world % (tp * pp))
+    int cp = a->context_parallel_size > 1 ? a->context_parallel_size : 1;
+    if (world < 1 || world % (tp * cp * pp))
         return mt_err_set(e, "--world-size (%d) must be a multiple of --tensor-model-parallel-size (%d) x "
-                             "--pipeline-model-parallel-size (%d)", world, tp, pp);
-    int dp = world / (tp * pp);
+                             "--context-parallel-size (%d) x --pipeline-model-parallel-size (%d)", world, tp, cp, pp);
+    int dp = world / (tp * cp * pp);
     if (a->global_batch_size % ((int64_t)a->micro_batch_size * dp))
         return mt_err_set(e, "--global-batch-size (%lld) must be a multiple of --micro-batch-size (%d) x data-parallel size (%d)",
                           (long long)a->global_batch_size, a->micro_batch_size, dp);
@@ -40,16 +56,27 @@ int mt_plan_print(FILE *out, const mt_train_args *a, int world, mt_err *e)
     int64_t vocab = tok.vocab_size;
     mt_tokenizer_close(&tok);
     mt_gpt_config cfg = mt_gpt_config_from_args(a, vocab);
+    if (mt_gpt_config_check(&cfg, e)) return -1;
     size_t asz = a->bf16 || a->fp16 ? 2 : 4;
     fprintf(out,
-            "dry run: using world size: %d, data-parallel size: %d, context-parallel size: 1, tensor-model-parallel "
+            "dry run: using world size: %d, data-parallel size: %d, context-parallel size: %d, tensor-model-parallel "
             "size: %d, pipeline-model-parallel size: %d\n",
-            world, dp, tp, pp);
+            world, dp, cp, tp, pp);
     fprintf(out, "> padded vocab (size: %lld) with %lld dummy tokens (new size: %d)\n", (long long)vocab,
             (long long)(cfg.padded_vocab_size - vocab), cfg.padded_vocab_size);
     fprintf(out, "> %d micro-batches of %d x %d tokens per data-parallel rank and iteration%s\n", M, a->micro_batch_size,
             a->seq_length, cfg.recompute_granularity == MT_RECOMPUTE_FULL ? ", full activation recomputation" : "");
     int lc = a->num_layers_per_virtual_pipeline_stage, vp = lc ? a->num_layers / pp / lc : 1;
+    int p2p = !a->cp_comm_type || !strcmp(a->cp_comm_type, "p2p");
+    if (cp > 1) {   /* the attention's exchanges, per rank of the first and the last stage */
+        int L = cfg.num_layers / pp, R = 0;
+        if (cfg.recompute_granularity == MT_RECOMPUTE_FULL)
+            R = cfg.recompute_method == MT_RECOMPUTE_BLOCK && cfg.recompute_num_layers < L ? cfg.recompute_num_layers : L;
+        fprintf(out, "> context parallelism: each sequence of %d tokens in %d chunks, %d tokens on each of %d ranks "
+                     "(--cp-comm-type %s); bytes a rank sends to its context-parallel group per iteration: %.0f\n",
+                a->seq_length, 2 * cp, a->seq_length / cp, cp, p2p ? "p2p" : "all_gather",
+                mt_plan_cp_bytes(&cfg, a->micro_batch_size, tp, L, R, pp == 1, p2p, asz, M));
+    }
     if (vp > 1 && M % pp)
         return mt_err_set(e, "the interleaved schedule needs the micro-batches of a data-parallel rank (%d) to be a "
                              "multiple of --pipeline-model-parallel-size (%d)", M, pp);
@@ -86,8 +113,8 @@ int mt_plan_print(FILE *out, const mt_train_args *a, int world, mt_err *e)
             size_t shard = np, kept = 0;
             if (a->use_distributed_optimizer) {   /* with expert parallelism the dense part over the data-parallel
                                                      ranks, the experts over the expert-data-parallel ones */
-                size_t *counts = mt_xmalloc((size_t)dp * sizeof *counts);
-                mt_comm_even_counts(ep > 1 ? np - nx : np, dp, counts);
+                size_t *counts = mt_xmalloc((size_t)dp * cp * sizeof *counts);   /* over data x context */
+                mt_comm_even_counts(ep > 1 ? np - nx : np, dp * cp, counts);
                 shard = counts[0];
                 if (ep > 1) {
                     mt_comm_even_counts(nx, dp / ep, counts);
@@ -95,7 +122,7 @@ int mt_plan_print(FILE *out, const mt_train_args *a, int world, mt_err *e)
                 }
                 free(counts);
             }
-            int own_master = a->use_distributed_optimizer && dp > 1 && asz != 4;
+            int own_master = a->use_distributed_optimizer && dp * cp > 1 && asz != 4;
             if (own_master && kept_floats(&cfg, r, tp, s, pp, vp, &kept, e)) {
                 free(cb), free(live);
                 return -1;
@@ -103,13 +130,20 @@ int mt_plan_print(FILE *out, const mt_train_args *a, int world, mt_err *e)
             double pb = own_master ? (double)np * asz + 4.0 * (double)kept : (double)np * (4 + (asz == 4 ? 0 : asz));
             double gb = (double)np * 4, ob = (own_master ? 3.0 : 2.0) * 4 * (double)shard;
             double ab = (double)shared;   /* the scratch the contexts share */
+            if (cp > 1) {   /* the context-parallel attention's buffers and the gathered losses */
+                int G = cfg.num_query_groups > 0 ? cfg.num_query_groups : cfg.num_heads;
+                ab += (double)mt_ring_attention_plan(a->micro_batch_size, a->seq_length, cp, cfg.num_heads / tp, G / tp,
+                                                     cfg.hidden_size / cfg.num_heads, p2p ? MT_CP_P2P : MT_CP_ALL_GATHER,
+                                                     asz) +
+                      (double)a->micro_batch_size * a->seq_length * sizeof(float);
+            }
             int n_live = 0;
             for (int c = 0; c < vp; c++) ab += (double)live[c] * (double)cb[c], n_live += live[c];
             fprintf(out, " > number of parameters on (tensor, pipeline) model parallel rank (%d, %d): %zu\n", r, s, np);
             fprintf(out,
                     "[Rank %d] memory (MB) | parameters: %.1f | gradients: %.1f | optimizer: %.1f | activations: %.1f "
                     "| total: %.1f | micro-batches in flight: %d%s\n",
-                    r + tp * dp * s, pb / mb, gb / mb, ob / mb, ab / mb, (pb + gb + ob + ab) / mb, n_live,
+                    r + tp * cp * dp * s, pb / mb, gb / mb, ob / mb, ab / mb, (pb + gb + ob + ab) / mb, n_live,
                     vp > 1 ? " (model chunks)" : "");
         }
     }

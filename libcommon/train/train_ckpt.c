@@ -43,11 +43,11 @@ json_t *mt_trainer_ckpt_meta(const mt_trainer *t, int with_optim, int shards)
             int ex = t->par->edp->size;
             size_t xlo = mt_gpt_expert_lo(t->model), *b = mt_xmalloc((size_t)(ex + 1) * sizeof *b);
             for (int x = 0; x <= ex; x++) b[x] = xlo + t->gs_exp.shard_lo[x];
-            json_object_set_new(o, "distributed", mt_dist_optim_meta_ep(t->dp_size, t->gs.shard_lo, t->ep_size,
+            json_object_set_new(o, "distributed", mt_dist_optim_meta_ep(t->gdp_size, t->gs.shard_lo, t->ep_size,
                                                                          t->par->ep->rank, b, t->tp_rank, t->pp_rank,
                                                                          t->pp_size));
             free(b);
-        } else if (shards) json_object_set_new(o, "distributed", mt_dist_optim_meta(t->dp_size, t->gs.shard_lo));
+        } else if (shards) json_object_set_new(o, "distributed", mt_dist_optim_meta(t->gdp_size, t->gs.shard_lo));
         json_object_set_new(meta, "optimizer", o);
     }
     if (!t->a.no_save_rng)

@@ -10,7 +10,9 @@
 #include "config/tokenizer.h"
 #include "data/split.h"
 #include "model/device.h"
+#include "model/ring_attention.h"
 #include "train/pipeline.h"
+#include "train/plan.h"
 
 uint64_t mt_trainer_dropout_key(const mt_trainer *t, int64_t it, int m)
 {
@@ -99,6 +101,9 @@ int mt_trainer_open_par(mt_trainer *t, const mt_train_args *a, const mt_parallel
     t->par = par;   /* its groups are read from it, not copied */
     t->dp_rank = t->par->dp->rank;
     t->dp_size = t->par->dp->size;
+    t->cp_size = t->par->cp_size > 1 ? t->par->cp_size : 1;
+    t->gdp_rank = t->par->dpcp->rank;
+    t->gdp_size = t->par->dpcp->size;
     t->tp_rank = t->par->tp->rank;
     t->tp_size = t->par->tp->size;
     t->pp_rank = t->par->pp->rank;
@@ -106,6 +111,9 @@ int mt_trainer_open_par(mt_trainer *t, const mt_train_args *a, const mt_parallel
     if (t->tp_size != t->a.tensor_model_parallel_size)
         return mt_err_set(e, "--tensor-model-parallel-size (%d) is not the job's tensor-parallel group (%d ranks)",
                           t->a.tensor_model_parallel_size, t->tp_size);
+    if (t->cp_size != t->a.context_parallel_size)
+        return mt_err_set(e, "--context-parallel-size (%d) is not the job's context-parallel group (%d ranks)",
+                          t->a.context_parallel_size, t->cp_size);
     if (t->pp_size != t->a.pipeline_model_parallel_size)
         return mt_err_set(e, "--pipeline-model-parallel-size (%d) is not the job's pipeline group (%d ranks)",
                           t->a.pipeline_model_parallel_size, t->pp_size);
@@ -122,12 +130,14 @@ int mt_trainer_open_par(mt_trainer *t, const mt_train_args *a, const mt_parallel
     mtk_dtype act = t->a.bf16 ? MTK_BF16 : t->a.fp16 ? MTK_F16 : MTK_F32;
     t->k = mt_device_open(t->a.backend, t->a.threads, act, e);
     if (!t->k) return -1;
-    if (t->dp_size > 1 && !(t->dev_dp = mt_device_comm(t->par->dp, t->k, e))) return -1;
+    /* the gradients' group: data x context parallel (the data-parallel ranks without context parallelism) */
+    if (t->gdp_size > 1 && !(t->dev_dp = mt_device_comm(t->par->dpcp, t->k, e))) return -1;
+    if (t->cp_size > 1 && !(t->dev_cp = mt_device_comm(t->par->cp, t->k, e))) return -1;
     if (t->tp_size > 1 && !(t->dev_tp = mt_device_comm(t->par->tp, t->k, e))) return -1;
     t->ep_size = t->par->ep_size > 1 ? t->par->ep_size : 1;
     if (t->ep_size > 1) {
         if (!(t->dev_ep = mt_device_comm(t->par->ep, t->k, e))) return -1;
-        if (t->par->edp->size > 1 && !(t->dev_edp = t->par->edp == t->par->dp && t->dev_dp ? t->dev_dp
+        if (t->par->edp->size > 1 && !(t->dev_edp = t->par->edp == t->par->dpcp && t->dev_dp ? t->dev_dp
                                                     : mt_device_comm(t->par->edp, t->k, e)))
             return -1;
     }
@@ -159,6 +169,10 @@ int mt_trainer_open_par(mt_trainer *t, const mt_train_args *a, const mt_parallel
         t->moe_layer = mt_xcalloc((size_t)t->cfg.num_layers * (size_t)(2 + t->cfg.num_experts), sizeof *t->moe_layer);
     t->model = mt_gpt_create_ep(t->k, &t->cfg, t->dev_tp, t->dev_ep, t->pp_rank, t->pp_size, t->vp, MT_GPT_TRAIN, e);
     if (!t->model) return -1;
+    if (t->cp_size > 1 &&
+        mt_gpt_set_context_parallel(t->model, t->dev_cp, strcmp(t->a.cp_comm_type, "p2p") ? MT_CP_ALL_GATHER : MT_CP_P2P,
+                                    !strcmp(t->a.cp_comm_type, "p2p"), e))
+        return -1;
     /* the schedule and the contexts of the micro-batches in flight */
     if (!(t->pipe = mt_pipeline_open(t, e))) return -1;
     mt_gpt_init(t->model, (uint64_t)t->a.seed);
@@ -187,22 +201,22 @@ int mt_trainer_open_par(mt_trainer *t, const mt_train_args *a, const mt_parallel
     t->h_step = mt_xmalloc(step_bytes);
     t->h_mask = mt_xmalloc((size_t)t->nslot * slot * sizeof(float));
     t->slot_n = mt_xcalloc((size_t)t->nslot, sizeof *t->slot_n);
-    size_t bucket = t->a.ddp_bucket_size ? (size_t)t->a.ddp_bucket_size : mt_grad_sync_default_bucket(t->dp_size);
+    size_t bucket = t->a.ddp_bucket_size ? (size_t)t->a.ddp_bucket_size : mt_grad_sync_default_bucket(t->gdp_size);
     size_t xlo = mt_gpt_expert_lo(t->model), n = mt_gpt_num_params(t->model);
-    mt_grad_sync_init(&t->gs, t->dev_dp ? t->dev_dp : t->par->dp, t->ep_size > 1 ? xlo : n, bucket);
+    mt_grad_sync_init(&t->gs, t->dev_dp ? t->dev_dp : t->par->dpcp, t->ep_size > 1 ? xlo : n, bucket);
     if (t->ep_size > 1) mt_grad_sync_init(&t->gs_exp, t->dev_edp ? t->dev_edp : t->par->edp, n - xlo, bucket);
     /* the distributed optimizer: moments for this rank's shard only; with expert parallelism that of the
      * dense parameters over the data-parallel ranks and that of its experts over the expert-data-parallel
      * ones (Megatron's two buffers) */
     if (t->a.use_distributed_optimizer && t->ep_size > 1) {
         int x = t->par->edp->rank;
-        if (mt_adamw_shard2(&t->opt, t->gs.shard_lo[t->dp_rank], t->gs.shard_lo[t->dp_rank + 1],
+        if (mt_adamw_shard2(&t->opt, t->gs.shard_lo[t->gdp_rank], t->gs.shard_lo[t->gdp_rank + 1],
                             xlo + t->gs_exp.shard_lo[x], xlo + t->gs_exp.shard_lo[x + 1], e))
             return -1;
     } else if (t->a.use_distributed_optimizer &&
-               mt_adamw_shard(&t->opt, t->gs.shard_lo[t->dp_rank], t->gs.shard_lo[t->dp_rank + 1], e))
+               mt_adamw_shard(&t->opt, t->gs.shard_lo[t->gdp_rank], t->gs.shard_lo[t->gdp_rank + 1], e))
         return -1;
-    if ((t->a.overlap_grad_reduce || t->a.overlap_param_gather) && t->dp_size > 1) {
+    if ((t->a.overlap_grad_reduce || t->a.overlap_param_gather) && t->gdp_size > 1) {
         t->ov = mt_xcalloc(1, sizeof *t->ov);
         int *passes = mt_xmalloc((size_t)t->vp * sizeof *passes);   /* each chunk's, from the schedule */
         for (int c = 0; c < t->vp; c++) passes[c] = mt_pipeline_backward_passes(t->pipe, c);
@@ -247,7 +261,9 @@ void mt_trainer_close(mt_trainer *t)
     t->slot_n = NULL;
     mt_gpt_free(t->model);
     mt_gpt_data_close(&t->data);
-    if (t->dev_dp != t->par->dp) mt_comm_free(t->dev_dp);   /* NCCL's uses the kernels' stream */
+    if (t->dev_dp != t->par->dpcp) mt_comm_free(t->dev_dp);   /* NCCL's uses the kernels' stream */
+    if (t->dev_cp != t->par->cp) mt_comm_free(t->dev_cp);
+    t->dev_cp = NULL;
     if (t->dev_tp != t->par->tp) mt_comm_free(t->dev_tp);
     if (t->dev_edp && t->dev_edp != t->dev_dp && t->dev_edp != t->par->edp) mt_comm_free(t->dev_edp);
     if (t->dev_ep && t->dev_ep != t->par->ep) mt_comm_free(t->dev_ep);
@@ -298,6 +314,7 @@ static uint64_t tp_sent(const mt_trainer *t) { return sent_via(t->par->tp, t->de
 static uint64_t pp_sent(const mt_trainer *t) { return sent_via(t->par->pp, t->dev_pp) + sent_via(t->emb, t->dev_emb); }
 /* the MoE layers' all-to-alls (counted by the model: the expert group may be the data-parallel one), and
  * the experts' share of the grad norm (ep_norm_bytes) */
+static uint64_t cp_sent(const mt_trainer *t) { return t->cp_size > 1 ? mt_gpt_cp_bytes(t->model) : 0; }
 static uint64_t ep_sent(const mt_trainer *t) { return t->ep_size > 1 ? mt_gpt_ep_bytes(t->model) + t->ep_norm_bytes : 0; }
 
 float *mt_trainer_loss_slot(mt_trainer *t, const float *mask, int n, mt_err *e)
@@ -334,7 +351,7 @@ static int step_results(mt_trainer *t, mt_step_result *r, double *ss, mt_err *e)
 
 int mt_trainer_own_master(mt_trainer *t, mt_err *e)
 {
-    if (!t->a.use_distributed_optimizer || t->dp_size == 1) return 0;
+    if (!t->a.use_distributed_optimizer || t->gdp_size == 1) return 0;
     return mt_adamw_own_master(&t->opt, e);
 }
 
@@ -383,7 +400,7 @@ int mt_trainer_params_norm(mt_trainer *t, double *norm, mt_err *e)
     if (o->main) {   /* the shards of the fp32 master: summed over the data-parallel ranks */
         ss = mt_gpt_sumsq_counted(t->model, o->main, o->lo, o->lo, o->hi);
         if (o->hi2 > o->lo2) ss += mt_gpt_sumsq_counted(t->model, o->main + (o->hi - o->lo), o->lo2, o->lo2, o->hi2);
-        if (mt_all_reduce(t->par->dp, &ss, 1, MT_C_F64, e)) return mt_err_prefix(e, "parameter norm");
+        if (mt_all_reduce(t->par->dpcp, &ss, 1, MT_C_F64, e)) return mt_err_prefix(e, "parameter norm");
     } else {
         const float *p = mt_gpt_params(t->model);
         ss = mt_gpt_sumsq_counted(t->model, p, 0, 0, xlo);
@@ -405,8 +422,8 @@ int mt_trainer_step(mt_trainer *t, mt_step_result *r, mt_err *e)
     if (mt_trainer_own_master(t, e)) return -1;
     memset(r, 0, sizeof *r);
     const mtk_stats k0 = mtk_stats_get(t->k);
-    uint64_t sent0 = t->par->dp->bytes_sent + (t->ov ? mt_overlap_bytes(t->ov) : 0), tp0 = tp_sent(t);
-    uint64_t pp0 = pp_sent(t), ep0 = ep_sent(t);
+    uint64_t sent0 = t->par->dpcp->bytes_sent + (t->ov ? mt_overlap_bytes(t->ov) : 0), tp0 = tp_sent(t);
+    uint64_t pp0 = pp_sent(t), ep0 = ep_sent(t), cp0 = cp_sent(t);
     mt_gpt_zero_grad(t->model);
     if (t->moe_layer)
         memset(t->moe_layer, 0, (size_t)t->cfg.num_layers * (size_t)(2 + t->cfg.num_experts) * sizeof *t->moe_layer);
@@ -420,7 +437,7 @@ int mt_trainer_step(mt_trainer *t, mt_step_result *r, mt_err *e)
     int dist = t->a.use_distributed_optimizer;
     float *grads = mt_gpt_grads(t->model);
     int overlapped = t->ov && t->ov->grads;   /* buckets started during the backward passes */
-    if (t->dp_size > 1 && (overlapped                ? mt_overlap_grads_finish(t->ov, e)
+    if (t->gdp_size > 1 && (overlapped               ? mt_overlap_grads_finish(t->ov, e)
                            : dist                    ? mt_grad_reduce_scatter(&t->gs, grads, e)
                                                      : mt_grad_all_reduce(&t->gs, grads, e)))
         return mt_err_prefix(e, "iteration %lld: data-parallel reduction", (long long)t->iteration + 1);
@@ -482,7 +499,7 @@ int mt_trainer_step(mt_trainer *t, mt_step_result *r, mt_err *e)
     bool has_scaler = t->a.fp16 || t->a.loss_scale > 0;
     /* the norm summed over the shards (distributed optimizer), the tensor ranks and the stages; then the
      * update of this rank's parameters (its shard: every rank's updated parameters then go to every rank) */
-    if ((dist && mt_all_reduce(t->par->dp, &ss, 1, MT_C_F64, e)) || (t->tp_size > 1 && mt_all_reduce(t->par->tp, &ss, 1, MT_C_F64, e)) ||
+    if ((dist && mt_all_reduce(t->par->dpcp, &ss, 1, MT_C_F64, e)) || (t->tp_size > 1 && mt_all_reduce(t->par->tp, &ss, 1, MT_C_F64, e)) ||
         (t->pp_size > 1 && mt_all_reduce(t->par->pp, &ss, 1, MT_C_F64, e)))
         return mt_err_prefix(e, "grad norm");
     r->grad_norm = mt_adamw_update(&t->opt, t->sched.lr, t->sched.wd, sqrt(ss) * (1.0 / ls), 1.0 / ls);
@@ -498,10 +515,11 @@ int mt_trainer_step(mt_trainer *t, mt_step_result *r, mt_err *e)
     r->skipped = !isfinite(r->grad_norm);
     mt_loss_scaler_update(&t->scaler, r->skipped);
     r->loss_scale = t->scaler.scale;
-    t->step_bytes = t->par->dp->bytes_sent + (t->ov ? mt_overlap_bytes(t->ov) : 0) - sent0;
+    t->step_bytes = t->par->dpcp->bytes_sent + (t->ov ? mt_overlap_bytes(t->ov) : 0) - sent0;
     t->tp_step_bytes = tp_sent(t) - tp0;
     t->pp_step_bytes = pp_sent(t) - pp0;
     t->ep_step_bytes = ep_sent(t) - ep0;
+    t->cp_step_bytes = cp_sent(t) - cp0;
     if (!r->skipped) mt_sched_step(&t->sched, t->a.global_batch_size);
     t->iteration++;
     t->consumed_train += t->a.global_batch_size;
@@ -516,7 +534,7 @@ double mt_trainer_tp_volume(const mt_trainer *t)
 {
     int n = t->tp_size;
     if (n <= 1) return 0;
-    double ring = 2.0 * (n - 1) / n, N = (double)t->a.micro_batch_size * t->a.seq_length;
+    double ring = 2.0 * (n - 1) / n, N = (double)t->a.micro_batch_size * (t->a.seq_length / t->cp_size);
     double C = t->cfg.hidden_size, a = (double)mtk_act_size(t->k);
     /* this rank's stage: its layers, those recomputed (their forward exchanges run again in the backward
      * pass), the embedding on the first, the logits and the cross-entropy on the last */
@@ -536,6 +554,13 @@ double mt_trainer_tp_volume(const mt_trainer *t)
     int nv = t->cfg.norm == MT_NORM_LAYERNORM ? 2 : 1;   /* vectors of a norm: weight (and bias) */
     if (t->cfg.sequence_parallel) step += nv * (2 * L + last) * C * sizeof(float) * ring;   /* the norms' gradients */
     return step;
+}
+
+double mt_trainer_cp_volume(const mt_trainer *t)
+{
+    return mt_plan_cp_bytes(&t->cfg, t->a.micro_batch_size, t->tp_size, t->cfg.num_layers / t->pp_size,
+                            mt_gpt_recomputed_layers(t->model), t->pp_rank == t->pp_size - 1,
+                            !strcmp(t->a.cp_comm_type, "p2p"), mtk_act_size(t->k), t->num_micro);
 }
 
 double mt_trainer_pp_volume(const mt_trainer *t)

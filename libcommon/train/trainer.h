@@ -74,13 +74,18 @@ typedef struct mt_trainer {
     /* dp and tp for buffers on the device (the gradients and parameters, the model's activations): NCCL
      * or host-staged on a GPU or the simulator (model/device.h), the group itself on cpu; NULL on one
      * rank. dp and tp themselves carry host values (loss sums, the grad norm). */
-    mt_comm *dev_dp, *dev_tp, *dev_pp, *dev_emb;
+    mt_comm *dev_dp, *dev_tp, *dev_pp, *dev_emb;   /* dev_dp: the gradients' group, data x context parallel */
+    mt_comm *dev_cp;         /* the context-parallel group (NULL without context parallelism) */
     mt_comm *dev_ep, *dev_edp;  /* expert parallelism (NULL without): the experts' all-to-all, their gradients' sum */
     int ep_size;
     int dp_rank, dp_size, tp_rank, tp_size, pp_rank, pp_size;   /* par's groups' ranks and sizes */
+    int cp_size;             /* context-parallel ranks (1: none) */
+    int gdp_rank, gdp_size;  /* in the data x context group (dp's without context parallelism): the gradients'
+                                reduction, the distributed optimizer's shards */
     mt_grad_sync gs;         /* gradient buckets over dp (with expert parallelism: the buffer before the experts') */
     mt_grad_sync gs_exp;     /* with expert parallelism: the experts' gradients, over the expert-data-parallel group */
     uint64_t ep_step_bytes;  /* the last step's bytes sent to the expert-parallel group */
+    uint64_t cp_step_bytes;  /* ... and to the context-parallel group (keys, values, their gradients, losses) */
     uint64_t ep_norm_bytes;  /* so far, by the grad norm's sums over it */
     double *moe_layer;       /* --moe-per-layer-logging: the step's sums (mt_step_result's moe_layer) */
     mt_overlap *ov;          /* --overlap-grad-reduce / --overlap-param-gather with dp > 1; else NULL */
@@ -169,6 +174,13 @@ double mt_trainer_tp_volume(const mt_trainer *t);
  * first and the last stage the tied word embeddings' gradients (a two-rank ring all-reduce sends all of
  * them); the loss sums and the grad norm (three doubles) by ring. 0 with one stage. */
 double mt_trainer_pp_volume(const mt_trainer *t);
+
+/* The bytes a rank must send to its context-parallel group in one step: per micro-batch and layer of its
+ * stage, its block of keys and values (this rank's tokens, its tensor rank's query groups) CP - 1 hops in
+ * the forward pass (again in a recomputed one) and in the backward pass, and the blocks' fp32 gradients CP
+ * hops (CP - 1 with --cp-comm-type all_gather: a reduce-scatter); on the last stage the per-token losses
+ * gathered (CP - 1 parts). 0 without context parallelism. */
+double mt_trainer_cp_volume(const mt_trainer *t);
 
 /* Bytes of optimizer state this rank holds: AdamW's two moments over its parameters and, with the
  * distributed optimizer in bf16/fp16, the fp32 master of its shard (mt_trainer_own_master). */

@@ -6,7 +6,9 @@
 # halves of the model (--tensor-model-parallel-size 2, with and without --sequence-parallel: the model's
 # all-reduces, all-gathers and reduce-scatters of activations staged; every iteration's loss and grad norm
 # from the metrics file), and two sim ranks as two pipeline stages (--pipeline-model-parallel-size 2: the
-# 1F1B schedule's sends and receives of activations and the tied embeddings' gradients staged). Two ranks with --device cuda on a machine without a GPU are refused before
+# 1F1B schedule's sends and receives of activations and the tied embeddings' gradients staged), and two sim
+# ranks each holding half of every sequence (--context-parallel-size 2: the ring attention's blocks of keys
+# and values, their gradients and the gathered losses staged, its exchanges on an engine thread). Two ranks with --device cuda on a machine without a GPU are refused before
 # training with a message that says so, not a crash.
 . "$(dirname "$0")/../lib.sh"
 py=/usr/bin/python3
@@ -48,9 +50,10 @@ done
 # tensor parallelism: the metrics file's full digits against the one-rank cpu run's
 # shellcheck disable=SC2086
 mt-train $args --device cpu --metrics-file "$d/cpu.jsonl" >/dev/null 2>"$d/cpum.err" || t_fail "one cpu rank, metrics" "$(tail -3 "$d/cpum.err")"
-for opt in "--tensor-model-parallel-size 2" "--tensor-model-parallel-size 2 --sequence-parallel" "--pipeline-model-parallel-size 2"; do
+for opt in "--tensor-model-parallel-size 2" "--tensor-model-parallel-size 2 --sequence-parallel" "--pipeline-model-parallel-size 2" \
+    "--context-parallel-size 2"; do
     name="2 sim ranks $opt"
-    kind=tensor; case "$opt" in --pipeline*) kind=pipeline ;; esac
+    kind=tensor; case "$opt" in --pipeline*) kind=pipeline ;; --context*) kind=context ;; esac
     rm -f "$d/tp.jsonl"
     # shellcheck disable=SC2086
     if MT_DEVICE=sim mpi 2 mt-train $args $opt --metrics-file "$d/tp.jsonl" >"$d/tp.log" 2>"$d/tp.err"
