@@ -169,9 +169,11 @@ int mt_trainer_open_par(mt_trainer *t, const mt_train_args *a, const mt_parallel
         t->moe_layer = mt_xcalloc((size_t)t->cfg.num_layers * (size_t)(2 + t->cfg.num_experts), sizeof *t->moe_layer);
     t->model = mt_gpt_create_ep(t->k, &t->cfg, t->dev_tp, t->dev_ep, t->pp_rank, t->pp_size, t->vp, MT_GPT_TRAIN, e);
     if (!t->model) return -1;
+    /* the ring's exchanges overlap its blocks (MT_CP_OVERLAP=0, a measurement aid: they do not) */
+    const char *ov = getenv("MT_CP_OVERLAP");
+    int p2p = !strcmp(t->a.cp_comm_type, "p2p"), cp_overlap = p2p && !(ov && !strcmp(ov, "0"));
     if (t->cp_size > 1 &&
-        mt_gpt_set_context_parallel(t->model, t->dev_cp, strcmp(t->a.cp_comm_type, "p2p") ? MT_CP_ALL_GATHER : MT_CP_P2P,
-                                    !strcmp(t->a.cp_comm_type, "p2p"), e))
+        mt_gpt_set_context_parallel(t->model, t->dev_cp, p2p ? MT_CP_P2P : MT_CP_ALL_GATHER, cp_overlap, e))
         return -1;
     /* the schedule and the contexts of the micro-batches in flight */
     if (!(t->pipe = mt_pipeline_open(t, e))) return -1;

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # train-tp.sh: tensor-parallel mt-train on CPU ranks under mpirun and mt-train -n: for (data, tensor)
-# sizes (1,2), (1,4) and (2,2), with and without --sequence-parallel and --use-distributed-optimizer, with
-# dropout on, every one
+# sizes (1,2), (1,4) and (2,2), with and without --sequence-parallel and --use-distributed-optimizer (at
+# (1,4) without both and with both), with dropout on, every one
 # of 20 iterations' lm loss and grad norm and the validation losses equal the one-rank run's at the same
 # global batch (1e-5 relative, fp32; 1e-2 in bf16); the log states the sizes; and a layout that cannot split the model
 # is refused before training with a message naming the flag. Checkpoints: a directory per tensor rank
@@ -36,7 +36,10 @@ t_grep "one rank: 61 tokens (with the end of document) padded to 64" "padded voc
 for layout in "1 2" "1 4" "2 2"; do
     set -- $layout
     dp=$1 tp=$2 n=$(($1 * $2))
-    for opt in "" "--use-distributed-optimizer" "--sequence-parallel" "--sequence-parallel --use-distributed-optimizer"; do
+    opts=("" "--use-distributed-optimizer" "--sequence-parallel" "--sequence-parallel --use-distributed-optimizer")
+    # TP=4: the plain layout and the two flags together (each alone runs at TP=2 and at DP=2 x TP=2)
+    [ "$tp" = 4 ] && opts=("" "--sequence-parallel --use-distributed-optimizer")
+    for opt in "${opts[@]}"; do
         name="DP=$dp TP=$tp${opt:+ $opt}" m=$d/m-$dp-$tp$(echo "$opt" | tr -d " ")
         # shellcheck disable=SC2046,SC2086
         if mpi $n mt-train $(args $tp) $opt --metrics-file "$m.jsonl" >"$m.log" 2>"$m.err"; then
