@@ -154,7 +154,9 @@ size_t mt_gpt_expert_lo(const mt_gpt *m);
  * the model. mt_gpt_forward then takes the whole micro-batch (T = seq_length, a multiple of 2 cp->size),
  * computes this rank's tokens, and reports the losses of all of them (gathered over cp): the one-rank
  * model's. The gradients are this rank's tokens' part: the caller sums them over the data x context group.
- * Mixture-of-experts layers are not supported with it. 0, or -1 with e set. */
+ * The MoE layers' router statistics (the load-balancing and z losses') are summed over cp, so the auxiliary
+ * losses are the whole sequences'; an expert's capacity holds in each rank's tokens, as Megatron's. 0, or -1
+ * with e set. */
 int mt_gpt_set_context_parallel(mt_gpt *m, mt_comm *cp, int type, int overlap, mt_err *e);
 /* The bytes the context-parallel attention has sent to the other ranks of the group so far. */
 uint64_t mt_gpt_cp_bytes(const mt_gpt *m);

@@ -73,8 +73,6 @@ int mt_gpt_config_check(const mt_gpt_config *c, mt_err *e)
         if (c->seq_length % (2 * c->context_parallel_size))
             return mt_err_set(e, "--seq-length (%d) must be a multiple of 2 x --context-parallel-size (%d)",
                               c->seq_length, c->context_parallel_size);
-        if (c->num_experts > 0)
-            return mt_err_set(e, "--context-parallel-size with --num-experts is not supported yet");
     }
     /* Every kernel takes element counts of one activation as int. */
     long long c3 = 3LL * c->hidden_size, fc1 = (c->mlp == MT_MLP_SWIGLU ? 2LL : 1LL) * c->ffn_hidden_size;

@@ -371,20 +371,25 @@ int mt_moe_forward(mt_moe_ctx *mc, int s, int li, int l, const void *x, void *ou
         int seq = c->moe_aux_type == MT_MOE_AUX_SEQ ? T : (int)N, runs = (int)N / seq;
         float *stats = mc->stats + (size_t)s * st, *hs = mc->h_stats + (size_t)s * st;
         mtk_moe_route_stats(k, stats, logits, idx, (int)N, seq, &r);
+        /* with context parallelism a rank's runs are its chunks of the sequences (or of the micro-batch): the
+         * statistics of the whole ones are the sums over the group */
+        if (m->cp && mt_all_reduce(m->cp, stats, 2 * E * (size_t)runs + 1, MT_C_F32, e))
+            return mt_err_prefix(e, "MoE layer %d router statistics", l);
         mtk_to_host(k, hs, stats, (2 * E * (size_t)runs + 1) * sizeof(float));
         if (mtk_status(k, e)) return mt_err_prefix(e, "MoE layer %d router", l);
         mc->runs[s] = runs;
+        const double n = (double)seq * m->cp_size;   /* the tokens of a whole run */
         if (aux_on(c)) {   /* E / (K n^2) sum_e P_e f_e per run, averaged over the runs: aux / coeff */
             double sum = 0;
             for (int q = 0; q < runs; q++) {
                 const float *cnt = hs + 2 * E * (size_t)q, *p = cnt + E;
                 double v = 0;
                 for (size_t j = 0; j < E; j++) v += (double)p[j] * cnt[j];
-                sum += v * (double)E / ((double)K * (double)seq * (double)seq);
+                sum += v * (double)E / ((double)K * n * n);
             }
             mc->lb[li] = sum / runs;
         }
-        if (c->moe_z_coeff > 0) mc->z[li] = hs[2 * E * (size_t)runs] / (double)N;
+        if (c->moe_z_coeff > 0) mc->z[li] = hs[2 * E * (size_t)runs] / ((double)N * m->cp_size);
     }
 
     /* the choices by expert, and their counts on the host for the grouped products */
@@ -469,16 +474,17 @@ int mt_moe_backward(mt_moe_ctx *mc, int s, int l, const void *x, const void *dou
         int runs = mc->runs[s];
         seq = (int)N / runs;
         const float *hs = mc->h_stats + (size_t)s * st;
-        if (aux_on(c)) {   /* d(coeff aux)/d score[n][e] = scale coeff E / (K seq^2 runs) count[run][e] */
+        const double n = (double)seq * m->cp_size;   /* the tokens of a whole run (over the context ranks) */
+        if (aux_on(c)) {   /* d(coeff aux)/d score[n][e] = scale coeff E / (K n^2 runs) count[run][e] */
             float *h = mt_xmalloc((size_t)runs * E * sizeof *h);
-            double f = scale * c->moe_aux_coeff * (double)E / ((double)K * (double)seq * (double)seq * (double)runs);
+            double f = scale * c->moe_aux_coeff * (double)E / ((double)K * n * n * (double)runs);
             for (int q = 0; q < runs; q++)
                 for (size_t j = 0; j < E; j++) h[(size_t)q * E + j] = (float)(f * hs[2 * E * (size_t)q + j]);
             mtk_to_device(k, mc->aux, h, (size_t)runs * E * sizeof *h);
             free(h);
             aux = mc->aux;
         }
-        if (c->moe_z_coeff > 0) zcoef = (float)(scale * c->moe_z_coeff / (double)N);
+        if (c->moe_z_coeff > 0) zcoef = (float)(scale * c->moe_z_coeff / ((double)N * m->cp_size));
     }
     mtk_moe_route_bwd(k, mc->dlogits, mc->dprobs, aux, seq, zcoef, logits, idx, (int)N, &r);
     /* every tensor rank computes the router's whole gradients: its input gradient counts once in the sum over

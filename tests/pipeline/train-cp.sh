@@ -13,6 +13,8 @@
 #   - at a sequence of 4096, the activations of a rank at CP 4 (its memory line) are within 10% of 1/4 of
 #     CP 1's, and the planner (--dry-run) prints the runs' memory lines; under a device memory limit
 #     (MT_CPU_MEMORY) that one rank cannot train the sequence in, four ranks at CP 4 do;
+#   - mixtures of experts (dropless, the load-balancing loss per micro-batch and per sequence, the z-loss):
+#     CP 2, CP 2 x EP 2 and CP 2 x TP 2 + SP give the one-rank losses, grad norms and auxiliary losses;
 #   - layouts that cannot split are refused before training, naming the flag.
 . "$(dirname "$0")/../lib.sh"
 py=/usr/bin/python3
@@ -79,6 +81,43 @@ if mpi 4 mt-train $base --eod-mask-loss --context-parallel-size 4 --metrics-file
 then t_same_losses "CP=4 --eod-mask-loss: the one-rank losses and grad norms" "$d/eod.jsonl" "$d/eod4.jsonl"
 else t_fail "CP=4 --eod-mask-loss" "$(tail -3 "$d/eod4.err")"; fi
 
+# mixtures of experts (dropless): the router's statistics, a rank's tokens' part, summed over the group, so the
+# load-balancing loss (per micro-batch, and per sequence with seq_aux_loss) and the z-loss are the whole
+# sequences', with their gradients; the experts over the context ranks too (--expert-model-parallel-size 2)
+moe="--num-layers 4 --disable-bias-linear --num-experts 4 --moe-router-topk 2 --moe-ffn-hidden-size 24
+     --moe-layer-freq [1,0,1,1] --moe-aux-loss-coeff 1e-2 --moe-z-loss-coeff 1e-3
+     --moe-shared-expert-intermediate-size 16 --moe-shared-expert-gate"
+same_moe() {   # NAME A.jsonl B.jsonl: every iteration's load-balancing and z losses within 1e-5
+    if $py - "$2" "$3" >"$T_TMP/moe.out" 2>&1 <<'PYEOF'
+import json, sys
+lb = lambda r: r["load_balancing_loss"] if "load_balancing_loss" in r else r["seq_load_balancing_loss"]
+load = lambda p: {r["iteration"]: (lb(r), r["z_loss"]) for r in map(json.loads, open(p)) if r["type"] == "train"}
+a, b = load(sys.argv[1]), load(sys.argv[2])
+assert sorted(a) == sorted(b) == list(range(1, 21)), (sorted(a), sorted(b))
+w = max(abs(x - y) / abs(x) for i in a for x, y in zip(a[i], b[i]))
+assert w < 1e-5, w
+print("worst %.2g" % w)
+PYEOF
+    then t_pass "$1 ($(cat "$T_TMP/moe.out"))"; else t_fail "$1" "$(tail -2 "$T_TMP/moe.out")"; fi
+}
+for lb in aux_loss seq_aux_loss; do
+    # shellcheck disable=SC2086
+    mt-train $base $moe --moe-router-load-balancing-type $lb --metrics-file "$d/moe-$lb.jsonl" >"$d/moe-$lb.log" \
+        2>"$d/moe-$lb.err" || t_fail "MoE $lb: one rank" "$(tail -3 "$d/moe-$lb.err")"
+    layouts=("2:")
+    [ $lb = aux_loss ] && layouts=("2:" "2:--expert-model-parallel-size 2" "4:--tensor-model-parallel-size 2 --sequence-parallel")
+    for layout in "${layouts[@]}"; do
+        n=${layout%%:*} opt=${layout#*:} m=$d/moe-$lb-$n$(echo "$opt" | tr -d " ")
+        name="MoE $lb CP=2${opt:+ $opt}"
+        # shellcheck disable=SC2086
+        if mpi "$n" mt-train $base $moe --moe-router-load-balancing-type $lb --context-parallel-size 2 $opt \
+            --metrics-file "$m.jsonl" >"$m.log" 2>"$m.err"; then
+            t_same_losses "$name: the one-rank losses and grad norms of 20 iterations" "$d/moe-$lb.jsonl" "$m.jsonl"
+            same_moe "$name: the one-rank load-balancing and z losses" "$d/moe-$lb.jsonl" "$m.jsonl"
+        else t_fail "$name under mpirun" "$(tail -5 "$m.err")"; fi
+    done
+done
+
 # a checkpoint at CP 2 x DP 2 (the distributed optimizer's shards over the four data x context ranks),
 # stopped at 10, resumed at CP 1 (DP 2) and at CP 4: the uninterrupted one-rank run's losses
 s=$d/s
@@ -135,6 +174,3 @@ t_grep "CP=3: the message names the flags" "seq-length \(32\) must be a multiple
 # shellcheck disable=SC2086
 t_fails "CP=4 on 2 ranks is refused" mpi 2 mt-train $base --context-parallel-size 4
 t_grep "CP=4 on 2 ranks: the message names the flag" "context-parallel-size" "$T_TMP/err"
-# shellcheck disable=SC2086
-t_fails "CP with --num-experts is refused" mt-train $base --context-parallel-size 2 --num-experts 4 --disable-bias-linear --dry-run --world-size 2
-t_grep "CP with MoE: the message says so" "context-parallel-size with --num-experts" "$T_TMP/err"
