@@ -208,6 +208,9 @@ static const char *const plain_globals[] = {
     "argparse.Namespace", "torch.float32", "torch.float", "torch.float64", "torch.double", "torch.float16",
     "torch.half", "torch.bfloat16", "torch.int64", "torch.long", "torch.int32", "torch.int", "torch.int16",
     "torch.short", "torch.int8", "torch.uint8", "torch.bool",
+    /* usable only as Python >= 3.11 pickles an enum member, getattr(<enum class>, '<member>'), and as
+     * protocol 2 pickles bytes, _codecs.encode('<latin-1 text>', 'latin1') */
+    "__builtin__.getattr", "builtins.getattr", "_codecs.encode",
 };
 /* Modules whose classes are Megatron's enums: a member is REDUCE(class, (value,)). */
 static const char *const enum_modules[] = {
@@ -249,7 +252,7 @@ typedef struct up {
     size_t *marks;
     size_t mn, mcap;
     mt_pk **memo;
-    size_t memon;
+    size_t memon, memo_count;   /* slots, and slots set (MEMOIZE's next index) */
 } up;
 
 #define FAIL(...) (mt_err_set(u->e, "%s: pickle offset %zu: ", u->where, u->op), append(u->e, __VA_ARGS__))
@@ -324,6 +327,7 @@ static int memo_put(up *u, uint64_t idx)
         memset(u->memo + u->memon, 0, (m - u->memon) * sizeof *u->memo);
         u->memon = m;
     }
+    if (!u->memo[idx]) u->memo_count++;
     u->memo[idx] = v;
     return 0;
 }
@@ -415,6 +419,36 @@ static int rebuild_tensor(up *u, mt_pk *args)
     return push(u, v);
 }
 
+static bool ident(const mt_pk *v)
+{
+    if (!v->n) return false;
+    for (size_t i = 0; i < v->n; i++) {
+        char c = v->s[i];
+        if (!((c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '_')) return false;
+    }
+    return true;
+}
+
+/* The bytes whose Latin-1 text s is (code points below 256, UTF-8 encoded). */
+static int latin1(up *u, const mt_pk *s)
+{
+    mt_pk *b = bytes_val(u->a, MT_PK_BYTES, "", 0);
+    b->s = alloc(u->a, s->n + 1);
+    size_t k = 0;
+    for (size_t i = 0; i < s->n; i++) {
+        unsigned char c = (unsigned char)s->s[i];
+        if (c < 0x80) {
+            b->s[k++] = (char)c;
+        } else if ((c == 0xc2 || c == 0xc3) && i + 1 < s->n && ((unsigned char)s->s[i + 1] & 0xc0) == 0x80) {
+            b->s[k++] = (char)(((c & 3) << 6) | ((unsigned char)s->s[++i] & 0x3f));
+        } else {
+            return FAIL("_codecs.encode of text that is not Latin-1");
+        }
+    }
+    b->n = k;
+    return push(u, b);
+}
+
 static int reduce(up *u, bool newobj)
 {
     mt_pk *args, *f;
@@ -448,6 +482,15 @@ static int reduce(up *u, bool newobj)
         v->obj = args->items[0];
         return push(u, v);
     }
+    if (!newobj && strstr(name, ".getattr") && args->len == 2 && args->items[0]->kind == MT_PK_GLOBAL &&
+        is_enum_class(args->items[0]->s) && args->items[1]->kind == MT_PK_STR && ident(args->items[1])) {
+        mt_pk *v = mt_pk_named(u->a, MT_PK_ENUM, args->items[0]->s);
+        v->obj = args->items[1];
+        return push(u, v);
+    }
+    if (!newobj && !strcmp(name, "_codecs.encode") && args->len == 2 && args->items[0]->kind == MT_PK_STR &&
+        is_str(args->items[1], "latin1"))
+        return latin1(u, args->items[0]);
     return FAIL("%s of %s with these arguments is not supported", newobj ? "NEWOBJ" : "REDUCE", name);
 }
 
@@ -568,7 +611,7 @@ static int run(up *u, mt_pk **out)
         }
         case 'q': rc = uint_le(u, 1, &v) || memo_put(u, v); break;
         case 'r': rc = uint_le(u, 4, &v) || memo_put(u, v); break;
-        case 0x94: rc = memo_put(u, u->memon ? u->memon : 0); break;
+        case 0x94: rc = memo_put(u, u->memo_count); break;
         case 'h': rc = uint_le(u, 1, &v) || memo_get(u, v); break;
         case 'j': rc = uint_le(u, 4, &v) || memo_get(u, v); break;
         case 't': rc = pop_mark(u, &k) || push(u, tuple_of(u, k)); break;
@@ -838,10 +881,12 @@ static int w_val(wb *w, const mt_pk *v, int depth)
             op(w, 'b');
         }
         return 0;
-    case MT_PK_ENUM:
+    case MT_PK_ENUM:   /* a member by name as Python >= 3.11 writes it, getattr(class, name); else class(value) */
+        if (!v->obj) return mt_err_set(w->e, "pickle: enum %s without a value", v->s);
+        if (v->obj->kind == MT_PK_STR) w_global(w, "__builtin__.getattr");
         w_global(w, v->s);
-        if (!v->obj || w_val(w, v->obj, depth + 1)) return v->obj ? -1 : mt_err_set(w->e, "pickle: enum %s without a value", v->s);
-        op(w, 0x85);
+        if (w_val(w, v->obj, depth + 1)) return -1;
+        op(w, v->obj->kind == MT_PK_STR ? 0x86 : 0x85);
         op(w, 'R');
         return 0;
     case MT_PK_GLOBAL: w_global(w, v->s); return 0;

@@ -109,9 +109,15 @@ static int parse(mt_tzip *z, mt_err *e)
             return BAD(l, "zip64 end record offset %llu is not a zip64 end record", (unsigned long long)e64);
         if (rd(p + e64 + 16, 4) != 0 || rd(p + e64 + 20, 4) != 0 || rd(p + e64 + 24, 8) != rd(p + e64 + 32, 8))
             return BAD(e64, "multi-disk archives are not supported");
-        n = rd(p + e64 + 32, 8);
-        cd_size = rd(p + e64 + 40, 8);
-        cd_off = rd(p + e64 + 48, 8);
+        uint64_t n64 = rd(p + e64 + 32, 8), size64 = rd(p + e64 + 40, 8), off64 = rd(p + e64 + 48, 8);
+        if ((n != 0xffff && n != n64) || (cd_size != 0xffffffffu && cd_size != size64) ||
+            (cd_off != 0xffffffffu && cd_off != off64))
+            return BAD(eocd, "end record (%llu entries, directory at %llu) and zip64 end record (%llu, at %llu) disagree",
+                       (unsigned long long)n, (unsigned long long)cd_off, (unsigned long long)n64,
+                       (unsigned long long)off64);
+        n = n64;
+        cd_size = size64;
+        cd_off = off64;
         cd_end = e64;
     } else if (n == 0xffff || cd_size == 0xffffffffu || cd_off == 0xffffffffu) {
         return BAD(eocd, "zip64 values without a zip64 end record");

@@ -231,7 +231,7 @@ static void make_fixed(fixed *x)
     mt_pk_sets(a, args->obj, "fp16", mt_pk_bool(a, false));
     mt_pk_sets(a, args->obj, "params_dtype", mt_pk_named(a, MT_PK_GLOBAL, "torch.bfloat16"));
     mt_pk *mt = mt_pk_named(a, MT_PK_ENUM, "megatron.core.enums.ModelType");
-    mt->obj = mt_pk_int(a, 1);
+    mt->obj = mt_pk_str(a, "encoder_or_decoder");
     mt_pk_sets(a, args->obj, "model_type", mt);
 
     mt_pk *root = x->root = mt_pk_new(a, MT_PK_DICT);
