@@ -12,7 +12,7 @@ t=$(mktemp -d)
 trap 'rm -rf "$t"' EXIT
 sep=$'\n--8<--\n'
 join() { local out=$1 first=1; shift; : >"$out"; for f in "$@"; do [ $first = 1 ] || printf '%s' "$sep" >>"$out"; first=0; cat "$f" >>"$out"; done; }
-mkdir -p $c/{jsonl,tokstream,indexed,npy,gpt_cache,safetensors,hf_dir,ckpt,bpe,tiktoken,flags}
+mkdir -p $c/{jsonl,tokstream,indexed,npy,gpt_cache,safetensors,hf_dir,ckpt,bpe,tiktoken,flags,torch_ckpt}
 
 # JSON lines: documents and prompts as the programs see them
 printf '%s' '{"text": "def f(x):\n    return x"}' >$c/jsonl/doc
@@ -133,3 +133,25 @@ printf '%s\0' --num-layers 2 --hidden-size 64 --num-attention-heads 4 --seq-leng
 printf '%s\0' --num-layers=1 --hidden-size=8 --num-attention-heads=2 --seq-length=8 --max-position-embeddings=8 \
     --micro-batch-size=1 --global-batch-size=1 --lr=0.1 --train-samples=100 --split=1,0,0 --data-path=x --bf16 \
     --lr-decay-style cosine --lr-warmup-fraction .01 --tensor-model-parallel-size 2 >$c/flags/equals
+
+# torch.save files: one written by torch (a Megatron-like state dict; Debian's python3-torch, with a stand-in
+# for Megatron's enum module), its data.pkl alone, and the C writer's (test_torch_ckpt --write)
+mkdir -p "$t/py/megatron/core"
+: >"$t/py/megatron/__init__.py"; : >"$t/py/megatron/core/__init__.py"
+printf 'import enum\nclass ModelType(enum.Enum):\n    encoder_or_decoder = 1\n' >"$t/py/megatron/core/enums.py"
+PYTHONPATH=$t/py /usr/bin/python3 - "$c/torch_ckpt" <<'PY'
+import sys, torch, argparse, collections, zipfile
+from megatron.core.enums import ModelType
+d = sys.argv[1]
+base = torch.arange(12, dtype=torch.float32)
+sd = collections.OrderedDict(w=base[2:8].view(2, 3), b=torch.ones(3, dtype=torch.bfloat16),
+                             h=torch.tensor(1.5, dtype=torch.float16), i=torch.arange(3))
+sd._metadata = collections.OrderedDict([("", {"version": 1})])
+args = argparse.Namespace(num_layers=2, lr=3e-4, load=None, bf16=True, params_dtype=torch.bfloat16,
+                          model_type=ModelType.encoder_or_decoder, split=[969, 30, 1], name="x")
+torch.save({"args": args, "checkpoint_version": 3.0, "iteration": 20, "model": sd, "big": 2**70, "b": b"\x00\xff"},
+           d + "/torch-save.pt")
+z = zipfile.ZipFile(d + "/torch-save.pt")
+open(d + "/data.pkl", "wb").write(z.read([n for n in z.namelist() if n.endswith("/data.pkl")][0]))
+PY
+build/tests/test_torch_ckpt --write $c/torch_ckpt/c-writer.pt >/dev/null

@@ -10,7 +10,7 @@
 #define MAX_DICT (1u << 16)
 #define MAX_NAME 256
 #define MAX_DEPTH 100
-#define MAX_NODES (1u << 26)
+#define MAX_NODES (1u << 22)
 
 /* ---- the arena ---- */
 

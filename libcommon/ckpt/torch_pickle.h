@@ -82,7 +82,7 @@ const mt_pk *mt_pk_get(const mt_pk *dict, const char *key);
 int mt_pk_load(mt_pk_arena *a, const void *p, size_t n, const char *where, mt_pk **out, mt_err *e);
 
 /* Protocol-2 pickle bytes of v (malloc'ed into *out, *n). Fails on values nested deeper than 100 or a
- * tree of more than 2^26 nodes (shared values counted each time). */
+ * tree of more than 2^22 nodes (shared values counted each time). */
 int mt_pk_dump(const mt_pk *v, unsigned char **out, size_t *n, mt_err *e);
 
 /* The storage type ("FloatStorage") of a dtype and back (-1: none). */
