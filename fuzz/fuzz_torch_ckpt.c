@@ -34,7 +34,7 @@ static void walk(mt_tckpt *c, const mt_pk *v, int depth, unsigned *sum)
     case MT_PK_LIST: case MT_PK_TUPLE:
         for (size_t i = 0; i < v->len; i++) walk(c, v->items[i], depth + 1, sum);
         return;
-    case MT_PK_OBJECT: case MT_PK_ENUM:
+    case MT_PK_OBJECT: case MT_PK_ENUM: case MT_PK_OPAQUE:
         if (v->obj) walk(c, v->obj, depth + 1, sum);
         return;
     default: return;

@@ -121,7 +121,7 @@ static int check_tensors(const mt_pk *v, const mt_tckpt_storage *st, int nst, ch
         for (size_t i = 0; i < v->len; i++)
             if (check_tensors(v->items[i], st, nst, used, depth + 1, path, e)) return -1;
         return 0;
-    case MT_PK_OBJECT: case MT_PK_ENUM:
+    case MT_PK_OBJECT: case MT_PK_ENUM: case MT_PK_OPAQUE:
         return v->obj ? check_tensors(v->obj, st, nst, used, depth + 1, path, e) : 0;
     default: return 0;
     }

@@ -211,6 +211,9 @@ static const char *const plain_globals[] = {
     /* usable only as Python >= 3.11 pickles an enum member, getattr(<enum class>, '<member>'), and as
      * protocol 2 pickles bytes, _codecs.encode('<latin-1 text>', 'latin1') */
     "__builtin__.getattr", "builtins.getattr", "_codecs.encode",
+    /* numpy arrays (Megatron's np_rng_state) as numpy pickles them, _reconstruct(ndarray, (0,), b'b') then
+     * BUILD, and their dtypes, dtype('u4', False, True) then BUILD: kept as opaque values, nothing built */
+    "numpy.core.multiarray._reconstruct", "numpy._core.multiarray._reconstruct", "numpy.ndarray", "numpy.dtype",
 };
 /* Modules whose classes are Megatron's enums: a member is REDUCE(class, (value,)). */
 static const char *const enum_modules[] = {
@@ -449,6 +452,16 @@ static int latin1(up *u, const mt_pk *s)
     return push(u, b);
 }
 
+/* A numpy value: the function and its arguments, with room for the state a BUILD gives it. */
+static mt_pk *opaque(up *u, const char *name, mt_pk *args)
+{
+    mt_pk *v = mt_pk_named(u->a, MT_PK_OPAQUE, name), *t = mt_pk_new(u->a, MT_PK_TUPLE);
+    mt_pk_append(u->a, t, args);
+    mt_pk_append(u->a, t, mt_pk_new(u->a, MT_PK_NONE));
+    v->obj = t;
+    return v;
+}
+
 static int reduce(up *u, bool newobj)
 {
     mt_pk *args, *f;
@@ -488,6 +501,13 @@ static int reduce(up *u, bool newobj)
         v->obj = args->items[1];
         return push(u, v);
     }
+    if (!newobj && strstr(name, "multiarray._reconstruct") && args->len == 3 && args->items[0]->kind == MT_PK_GLOBAL &&
+        !strcmp(args->items[0]->s, "numpy.ndarray") && args->items[1]->kind == MT_PK_TUPLE &&
+        args->items[2]->kind == MT_PK_BYTES)
+        return push(u, opaque(u, name, args));
+    if (!newobj && !strcmp(name, "numpy.dtype") && args->len == 3 && args->items[0]->kind == MT_PK_STR &&
+        args->items[1]->kind == MT_PK_BOOL && args->items[2]->kind == MT_PK_BOOL)
+        return push(u, opaque(u, name, args));
     if (!newobj && !strcmp(name, "_codecs.encode") && args->len == 2 && args->items[0]->kind == MT_PK_STR &&
         is_str(args->items[1], "latin1"))
         return latin1(u, args->items[0]);
@@ -498,6 +518,12 @@ static int build(up *u)
 {
     mt_pk *state, *o;
     if (pop(u, &state) || top(u, &o)) return -1;
+    if (o->kind == MT_PK_OPAQUE) {   /* numpy's state tuple, kept once */
+        if (state->kind != MT_PK_TUPLE || o->obj->items[1]->kind != MT_PK_NONE)
+            return FAIL("BUILD of %s with a state that is not one tuple", o->s);
+        o->obj->items[1] = state;
+        return 0;
+    }
     if (state->kind != MT_PK_DICT) return FAIL("BUILD with a state that is not a dict");
     if (o->kind == MT_PK_DICT && o->b) {   /* an OrderedDict's attributes (a state_dict's _metadata) */
         if (!o->obj) o->obj = mt_pk_new(u->a, MT_PK_DICT);
@@ -890,6 +916,17 @@ static int w_val(wb *w, const mt_pk *v, int depth)
         op(w, 'R');
         return 0;
     case MT_PK_GLOBAL: w_global(w, v->s); return 0;
+    case MT_PK_OPAQUE:   /* function(*args), then BUILD with the state it had */
+        if (!v->obj || v->obj->kind != MT_PK_TUPLE || v->obj->len != 2)
+            return mt_err_set(w->e, "pickle: %s without its arguments", v->s);
+        w_global(w, v->s);
+        if (w_val(w, v->obj->items[0], depth + 1)) return -1;
+        op(w, 'R');
+        if (v->obj->items[1]->kind != MT_PK_NONE) {
+            if (w_val(w, v->obj->items[1], depth + 1)) return -1;
+            op(w, 'b');
+        }
+        return 0;
     default: return mt_err_set(w->e, "pickle: a value of kind %d cannot be written", (int)v->kind);
     }
 }

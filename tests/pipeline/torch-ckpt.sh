@@ -17,6 +17,7 @@ printf 'import enum\nclass ModelType(enum.Enum):\n    encoder_or_decoder = 1\n  
     >"$T_TMP/py/megatron/core/enums.py"
 PYTHONPATH=$T_TMP/py $PY - "$T_TMP" "$BIN" "$T_FILE" <<'PYEOF'
 import argparse, collections, enum, io, os, pickle, struct, subprocess, sys, zipfile
+import numpy, random
 import torch
 from megatron.core.enums import ModelType
 
@@ -49,6 +50,12 @@ def listing(root):
         elif isinstance(v, str): out.append("%s str %s" % (path, esc(v)))
         elif isinstance(v, bytes): out.append("%s bytes %s" % (path, v.hex()))
         elif isinstance(v, torch.dtype): out.append("%s global %s" % (path, v))
+        elif v is numpy.ndarray: out.append("%s global numpy.ndarray" % path)
+        elif isinstance(v, (numpy.ndarray, numpy.dtype)):   # as pickle saw it: function, arguments, state
+            f, a, st = v.__reduce__()
+            out.append("%s opaque %s.%s" % (path, f.__module__, f.__name__))
+            val(path + "()", a)
+            val(path + "~", st)
         elif isinstance(v, (list, tuple)):
             out.append("%s %s %d" % (path, "list" if isinstance(v, list) else "tuple", len(v)))
             for i, x in enumerate(v): val("%s[%d]" % (path, i), x)
@@ -102,6 +109,10 @@ args = argparse.Namespace(num_layers=2, hidden_size=6, lr=3e-4, min_lr=0.0, toke
 state = {"args": args, "checkpoint_version": 3.0, "iteration": 2000, "model": sd,
          "opt_param_scheduler": {"max_lr": 3e-4, "num_steps": 64000, "decay_style": "cosine"},
          "nested": {"a": {"b": [1, (2, 3.5), {"c": None}]}, 7: "int key", -1: -2**31 - 1},
+         "rng_state": [{"random_rng_state": random.Random(3).getstate(),
+                        "np_rng_state": numpy.random.RandomState(3).get_state(),
+                        "torch_rng_state": torch.Generator().manual_seed(3).get_state()}],
+         "np_f32": numpy.arange(6, dtype=numpy.float32).reshape(2, 3),
          "big": 2**70 + 12345, "neg_big": -(2**64), "max": 2**63 - 1, "min": -2**63, "bytes": b"\x00\xffraw"}
 for name, kw in (("default", {}), ("protocol-4", {"pickle_protocol": 4})):
     p = os.path.join(tmp, "torch-%s.pt" % name)

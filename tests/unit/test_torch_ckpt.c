@@ -140,6 +140,14 @@ static int list_val(lister *l, const char *path, const mt_pk *v, mt_err *e)
             return list_val(l, p, v->obj, e);
         }
         return 0;
+    case MT_PK_OPAQUE: {   /* the function, its arguments "()" and its state "~" */
+        char p[4096];
+        fprintf(f, "opaque %s\n", v->s);
+        snprintf(p, sizeof p, "%s()", path);
+        if (list_val(l, p, v->obj->items[0], e)) return -1;
+        snprintf(p, sizeof p, "%s~", path);
+        return list_val(l, p, v->obj->items[1], e);
+    }
     case MT_PK_OBJECT:
         fprintf(f, "object %s %zu\n", v->s, v->obj->len);
         return list_children(l, path, v->obj, ".", e);
