@@ -1,13 +1,15 @@
 /* mt-ckpt-convert: checkpoints to and from Hugging Face's GPT2LMHeadModel and LlamaForCausalLM
- * directories, and to another
+ * directories, from Megatron-LM's torch-format checkpoints, and to another
  * tensor/pipeline layout, tensor by tensor (man mt-ckpt-convert.1); the conversions are ckpt/'s
- * (hf_convert.h, reshard.h). */
+ * (hf_convert.h, megatron_convert.h, reshard.h). */
 #include <stdio.h>
+#include <string.h>
 #include <unistd.h>
 
 #include "ckpt/hf_convert.h"
 #include "ckpt/hf_dir.h"
 #include "ckpt/hf_llama.h"
+#include "ckpt/megatron_convert.h"
 #include "ckpt/open_model.h"
 #include "ckpt/reshard.h"
 #include "io/atomic.h"
@@ -20,15 +22,17 @@ static int64_t iteration = -1;
 static int target_tp, target_pp, target_ep;
 
 static const mt_flag flags[] = {
-    {"--load", MT_F_STR, &load_dir, "DIR", "mt checkpoint to convert (with --to hf)", 0, 0, NULL},
+    {"--load", MT_F_STR, &load_dir, "DIR", "mt checkpoint to convert (with --to hf), or Megatron-LM's (--from megatron)", 0, 0, NULL},
     {"--iteration", MT_F_I64, &iteration, "N", "iteration of --load (default: latest_checkpointed_iteration.txt)", 0, 1e15, NULL},
     {"--to", MT_F_CHOICE, &to_fmt, NULL, "write a Hugging Face directory (--out)", 0, 0, "hf"},
     {"--out", MT_F_STR, &out_dir, "DIR", "with --to hf: the directory to create (absent or empty)", 0, 0, NULL},
     {"--dtype", MT_F_CHOICE, &dtype_name, NULL,
      "with --to hf: tensor dtype (default: the dtype the checkpoint was converted from, else fp32)", 0, 0, "fp32|bf16|fp16"},
-    {"--from", MT_F_CHOICE, &from_fmt, NULL, "read a Hugging Face directory (--in) into a checkpoint (--save)", 0, 0, "hf"},
+    {"--from", MT_F_CHOICE, &from_fmt, NULL,
+     "read a Hugging Face directory (--in), or a Megatron-LM torch checkpoint (--load), into a checkpoint (--save)", 0, 0,
+     "hf|megatron"},
     {"--in", MT_F_STR, &in_dir, "DIR", "with --from hf: the Hugging Face GPT-2 or Llama directory", 0, 0, NULL},
-    {"--save", MT_F_STR, &save_dir, "DIR", "the checkpoint directory to write (--from hf, or resharding --load)", 0, 0, NULL},
+    {"--save", MT_F_STR, &save_dir, "DIR", "the checkpoint directory to write (--from hf or megatron, or resharding --load)", 0, 0, NULL},
     {"--target-tensor-parallel-size", MT_F_INT, &target_tp, "N", "tensor-parallel size of the checkpoint written (default 1)", 1, 4096, NULL},
     {"--target-expert-model-parallel-size", MT_F_INT, &target_ep, "N",
      "expert-parallel size of the checkpoint written (default 1; a model with experts)", 1, 4096, NULL},
@@ -43,13 +47,18 @@ static const mt_cmd cmd = {
     "--load DIR --to hf --out DIR [--dtype fp32|bf16|fp16]\n"
     "               --from hf --in DIR --save DIR [--target-tensor-parallel-size N --target-pipeline-parallel-size N\n"
     "                                                --target-expert-model-parallel-size N]\n"
+               "               --from megatron --load DIR --save DIR [--target-tensor-parallel-size N\n"
+               "                                                      --target-pipeline-parallel-size N]\n"
     "               --load DIR --save DIR --target-tensor-parallel-size N --target-pipeline-parallel-size N",
     "Converts a checkpoint written by mt-train into a directory that Hugging Face transformers loads as\n"
     "GPT2LMHeadModel, or as LlamaForCausalLM (--normalization RMSNorm --position-embedding-type rope\n"
     "--swiglu --disable-bias-linear), MixtralForCausalLM or Qwen2MoeForCausalLM (the same with experts),\n"
     "with its tokenizer, or such a directory into a checkpoint that\n"
     "mt-train loads (with --finetune), mt-eval and mt-generate use, or reshards a checkpoint of any\n"
-    "tensor/pipeline-parallel layout to another. Tensors are converted one at a time.",
+    "tensor/pipeline-parallel layout to another. --from megatron reads Megatron-LM's --ckpt-format torch\n"
+    "checkpoint of any tensor/pipeline layout: weights, args, iteration, consumed samples and the learning-rate\n"
+    "schedule are kept, the optimizer state is not (mt-train --load DIR --no-load-optim continues from it).\n"
+    "Tensors are converted one at a time.",
     flags,
 };
 
@@ -92,6 +101,24 @@ static void from_hf(void)
     mt_model_close(&mc);
 }
 
+static void from_megatron(void)
+{
+    mt_err e;
+    if (!load_dir || !save_dir) mt_die("--from megatron needs --load and --save (try --help)");
+    mt_model_ckpt mc;
+    mt_meg_dir m;
+    int tp = target_tp ? target_tp : 1, pp = target_pp ? target_pp : 1;
+    if (mt_meg_open(&mc, &m, load_dir, tp, vocab_file, merge_file, &e)) mt_die_err(&e);
+    if (mt_meg_import_ckpt(&mc, save_dir, tp, pp, progress, &e)) mt_die_err(&e);
+    char it[32] = "release";
+    if (m.iteration != MT_CKPT_RELEASE) snprintf(it, sizeof it, "iteration %lld", (long long)m.iteration);
+    fprintf(stderr,
+            "%s: wrote %s (%s, from %s: tensor-parallel %d -> %d, pipeline %d -> %d; weights only, no optimizer state: "
+            "continue with mt-train --load %s --no-load-optim)\n",
+            mt_progname(), save_dir, it, load_dir, m.tp, tp, m.pp, pp, save_dir);
+    mt_meg_close(&mc, &m);
+}
+
 static void reshard(void)
 {
     mt_err e;
@@ -123,6 +150,11 @@ int main(int argc, char **argv)
         if (in_dir || save_dir) mt_die("--to hf reads --load and writes --out (--in and --save go with --from hf)");
         if (target_tp || target_pp || target_ep) mt_die("--to hf writes one directory: --target-*-parallel-size go with --save");
         to_hf();
+    } else if (from_fmt && !strcmp(from_fmt, "megatron")) {
+        if (in_dir || out_dir || dtype_name || iteration >= 0 || target_ep)
+            mt_die("--from megatron reads --load and writes --save (--in, --out, --dtype, --iteration and "
+                   "--target-expert-model-parallel-size do not go with it)");
+        from_megatron();
     } else if (from_fmt) {
         if (load_dir || out_dir || dtype_name || iteration >= 0)
             mt_die("--from hf reads --in and writes --save (--load, --out, --dtype and --iteration go with --to hf)");

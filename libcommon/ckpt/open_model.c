@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include "ckpt/dist_optim.h"
+#include "ckpt/megatron_dir.h"
 #include "ckpt/meta.h"
 #include "io/fsutil.h"
 
@@ -196,6 +197,11 @@ static int open_meta(mt_model_ckpt *mc, const mt_model_open_opts *o, mt_err *e)
     return 0;
 }
 
+int mt_model_open_args(mt_model_ckpt *mc, const mt_model_open_opts *o, mt_err *e)
+{
+    return open_meta(mc, o, e);
+}
+
 /* A Hugging Face directory: args from config.json, tokenizer files from the directory, the vocabulary
  * padded to exactly the model's rows. */
 static int cmp_mt_name(const void *a, const void *b)
@@ -332,6 +338,7 @@ static int open_shards(mt_model_ckpt *mc, mt_err *e)
 
 int mt_model_read_tensor(mt_model_ckpt *mc, const char *name, int ndim, const int64_t *shape, float *dst, mt_err *e)
 {
+    if (mc->meg) return mt_meg_read(mc->meg, name, ndim, shape, dst, e);
     if (!mc->hf) {
         if (open_shards(mc, e)) return -1;
         return mt_ckpt_global_read(mc->g, MT_CKPT_MODEL, name, NULL, ndim, shape, dst, e);
@@ -375,6 +382,7 @@ int mt_model_read_tensor(mt_model_ckpt *mc, const char *name, int ndim, const in
 int mt_model_check_all_read(mt_model_ckpt *mc, mt_err *e)
 {
     if (mc->hf) return mt_hf_dir_check_names(mc->hf, mc->hf_map, mc->hf_n, e);
+    if (mc->meg) return mt_meg_check_all_read(mc->meg, e);
     if (open_shards(mc, e)) return -1;
     return mt_ckpt_global_check_all_read(mc->g, MT_CKPT_MODEL, NULL, e);
 }
@@ -382,13 +390,13 @@ int mt_model_check_all_read(mt_model_ckpt *mc, mt_err *e)
 /* The distributed optimizer's moments ("optimizer.distributed" in meta.json, no optim.safetensors). */
 static json_t *distributed(const mt_model_ckpt *mc)
 {
-    if (mc->hf || mt_ckpt_has_optim(mc->reader)) return NULL;
+    if (mc->hf || mc->meg || mt_ckpt_has_optim(mc->reader)) return NULL;
     return json_object_get(json_object_get(mc->meta, "optimizer"), "distributed");
 }
 
 int mt_model_has_optim(const mt_model_ckpt *mc)
 {
-    return !mc->hf && (mt_ckpt_has_optim(mc->reader) || distributed(mc));
+    return !mc->hf && !mc->meg && (mt_ckpt_has_optim(mc->reader) || distributed(mc));
 }
 
 int mt_model_read_optim(mt_model_ckpt *mc, const char *name, const char *suffix, int ndim, const int64_t *shape,

@@ -46,6 +46,8 @@ typedef struct mt_model_ckpt {
     /* a Hugging Face directory (config.json, model.safetensors) opened in place of a checkpoint: */
     mt_hf_dir *hf;
     mt_hf_tensor *hf_map;    /* its tensors against the Megatron ones */
+    struct mt_meg_dir *meg;  /* a Megatron-LM torch checkpoint opened in place of one (ckpt/megatron_convert.h);
+                                its caller's, read through mt_model_read_tensor */
     const mt_hf_tensor **hf_by_mt; /* the same, sorted by Megatron name (found in log time) */
     int hf_n;
     /* a checkpoint: its directory and iteration, and (once the architecture is known) every rank of a
@@ -76,6 +78,9 @@ typedef struct mt_model_ckpt {
  * vocab.json and merges.txt, or (Llama, neither of o's given) the directory's tokenizer.json first; a
  * Llama directory with none of them is an error. 0, or -1 with e set (nothing left open). */
 int mt_model_open(mt_model_ckpt *mc, const char *load_dir, const mt_model_open_opts *o, mt_err *e);
+/* For a source opened by its caller (mc->meta holding {"args": ...}, mc->dir set): the config and the
+ * tokenizer from the args as mt_model_open builds them. 0, or -1 with e set. */
+int mt_model_open_args(mt_model_ckpt *mc, const mt_model_open_opts *o, mt_err *e);
 /* Whether the tokenizer of mc reads text (mt-eval --score and mt-generate need it): one opened with
  * vocab_only is read once to see. NullTokenizer passes. 0, or -1 with e set naming the directory and why. */
 int mt_model_check_tokenizer(mt_model_ckpt *mc, mt_err *e);

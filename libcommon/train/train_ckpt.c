@@ -213,7 +213,7 @@ static int load_schedule(mt_trainer *t, const json_t *meta, const char *dir, mt_
 static int load_optimizer(mt_trainer *t, mt_model_ckpt *mc, mt_err *e)
 {
     json_t *o = json_object_get(mc->meta, "optimizer");
-    if (!json_is_object(o)) return mt_err_set(e, "%s/meta.json: missing \"optimizer\"", mc->dir);
+    if (!json_is_object(o)) return mt_err_set(e, "%s/meta.json: missing \"optimizer\" (weights only, e.g. converted from Megatron-LM: load with --no-load-optim)", mc->dir);
     /* a step per successful iteration; a negative one would make the bias correction divide by 0 */
     if (mt_meta_count(o, "optimizer.", "step", mc->dir, 0, t->iteration > INT_MAX ? INT_MAX : t->iteration,
                       &t->opt.step, e))

@@ -1,0 +1,26 @@
+/* megatron_convert.h: a Megatron-LM torch-format checkpoint (ckpt/megatron_dir.h) opened as a model
+ * (ckpt/open_model.h: its args as mt's, the tokenizer they name) and written as an mt checkpoint of any
+ * tensor/pipeline layout with its iteration, consumed samples and learning-rate schedule; the optimizer
+ * state is not converted (mt-train continues from it with --no-load-optim).
+ */
+#ifndef MT_CKPT_MEGATRON_CONVERT_H
+#define MT_CKPT_MEGATRON_CONVERT_H
+
+#include "ckpt/megatron_dir.h"
+#include "ckpt/open_model.h"
+#include "ckpt/reshard.h"
+#include "util/err.h"
+
+/* Opens the Megatron checkpoint dir into m and mc for writing at tensor size tp: the vocabulary keeps the
+ * checkpoint's padded rows (make-vocab-size-divisible-by chosen so that tp pads to them). vocab_file and
+ * merge_file override the args' (NULL: theirs). 0, or -1 with e set (nothing left open). */
+int mt_meg_open(mt_model_ckpt *mc, mt_meg_dir *m, const char *dir, int tp, const char *vocab_file,
+                const char *merge_file, mt_err *e);
+void mt_meg_close(mt_model_ckpt *mc, mt_meg_dir *m);
+
+/* Writes the opened checkpoint under save (a directory mt_ckpt_check_new_save_dir accepts) at its
+ * iteration (release stays release) with tensor size tp (as opened) and pipeline size pp. Nothing is left
+ * under save on failure. 0, or -1 with e set. */
+int mt_meg_import_ckpt(mt_model_ckpt *mc, const char *save, int tp, int pp, mt_ckpt_progress *progress, mt_err *e);
+
+#endif

@@ -1,0 +1,184 @@
+"""megatron_write.py: writes a Megatron-LM --ckpt-format torch checkpoint, as Megatron's save_checkpoint
+lays one out, from the tensors of a one-rank mt checkpoint (its model.safetensors read with numpy, its
+meta.json for the model's arguments), for tests/pipeline/megatron-read.sh.
+
+Usage: megatron_write.py MT_RANK_DIR OUT_DIR --tp T --pp P --vocab-file F --merge-file F [--divisible-by N] [--core]
+       [--drop KEY] [--extra KEY] [--bad-ffn] [--release]
+
+Written from the interop spec (sections 5.1-5.4, 7.2-7.6): the tracker, iter_NNNNNNN/mp_rank_TT[_PPP]/
+model_optim_rng.pt per rank, each a dict of args (an argparse.Namespace), checkpoint_version 3.0,
+iteration, the model (legacy nested state dict, or Megatron-Core's flat names with --core), a dummy
+optimizer dict, opt_param_scheduler and rng_state as Megatron saves it (numpy's RNG state among it).
+Tensor slices: word embeddings and QKV / h->4h rows split over tensor ranks (QKV rows in the per-head
+[np, 3, hn] order, kept as mt stores them), dense / 4h->h columns split, the rest replicated; layers
+split evenly over stages, local indices; the last stage's copy of tied embeddings when pp > 1. The
+vocabulary is padded with zero rows to Megatron's padded size for the tensor size.
+"""
+import argparse
+import collections
+import json
+import os
+import random
+import struct
+import sys
+
+import numpy as np
+import torch
+
+DT = {"F32": np.float32, "F16": np.float16}
+
+
+def read_safetensors(path):
+    raw = open(path, "rb").read()
+    n = struct.unpack("<Q", raw[:8])[0]
+    head = json.loads(raw[8:8 + n])
+    out = {}
+    for k, v in head.items():
+        if k == "__metadata__":
+            continue
+        a, b = v["data_offsets"]
+        buf = raw[8 + n + a:8 + n + b]
+        if v["dtype"] == "BF16":
+            x = np.frombuffer(buf, np.uint16).astype(np.uint32) << 16
+            arr = x.view(np.float32)
+        else:
+            arr = np.frombuffer(buf, DT[v["dtype"]]).astype(np.float32)
+        out[k] = arr.reshape(v["shape"]).copy()
+    return out
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("src")
+    ap.add_argument("out")
+    ap.add_argument("--tp", type=int, default=1)
+    ap.add_argument("--pp", type=int, default=1)
+    ap.add_argument("--vocab-file", required=True)
+    ap.add_argument("--merge-file", required=True)
+    ap.add_argument("--divisible-by", type=int, default=0)   # Megatron's make_vocab_size_divisible_by
+    ap.add_argument("--core", action="store_true")
+    ap.add_argument("--drop", default=None)
+    ap.add_argument("--extra", default=None)
+    ap.add_argument("--bad-ffn", action="store_true")
+    ap.add_argument("--release", action="store_true")
+    o = ap.parse_args()
+    meta = json.load(open(os.path.join(o.src, "meta.json")))
+    a = meta["args"]
+    w = read_safetensors(os.path.join(o.src, "model.safetensors"))
+    tp, pp = o.tp, o.pp
+    L, h, nh = a["num-layers"], a["hidden-size"], a["num-attention-heads"]
+    f = a["ffn-hidden-size"]
+    V = len(json.load(open(o.vocab_file, encoding="utf-8")))
+    md = o.divisible_by or a["make-vocab-size-divisible-by"]
+    P = -(-V // (md * tp)) * (md * tp)
+    we = w["language_model.embedding.word_embeddings.weight"]
+    rows = np.zeros((P, h), np.float32)
+    k = min(P, we.shape[0])
+    rows[:k] = we[:k]
+    w["language_model.embedding.word_embeddings.weight"] = rows
+
+    ns = argparse.Namespace(
+        num_layers=L, hidden_size=h, ffn_hidden_size=f + (8 if o.bad_ffn else 0), num_attention_heads=nh,
+        kv_channels=h // nh, seq_length=a["seq-length"], max_position_embeddings=a["max-position-embeddings"],
+        micro_batch_size=a["micro-batch-size"], global_batch_size=a.get("global-batch-size", 8),
+        make_vocab_size_divisible_by=md, padded_vocab_size=P, tokenizer_type="GPT2BPETokenizer",
+        vocab_file=o.vocab_file, merge_file=o.merge_file, layernorm_epsilon=a["layernorm-epsilon"],
+        init_method_std=a["init-method-std"], hidden_dropout=a["hidden-dropout"],
+        attention_dropout=a["attention-dropout"], seed=a.get("seed", 1234),
+        bias_gelu_fusion=not a.get("no-bias-gelu-fusion", False), openai_gelu=a.get("openai-gelu", False),
+        tensor_model_parallel_size=tp, pipeline_model_parallel_size=pp,
+        virtual_pipeline_model_parallel_size=None, consumed_train_samples=meta["consumed_train_samples"],
+        consumed_valid_samples=meta["consumed_valid_samples"], split="969, 30, 1", data_cache_path=None,
+        params_dtype=torch.float32, untie_embeddings_and_output_weights=False, add_bias_linear=True,
+        swiglu=False, normalization="LayerNorm", position_embedding_type="learned_absolute",
+        apply_query_key_layer_scaling=False, lr=3e-4, fp16=False, bf16=False, load=None, save=o.out)
+
+    def part(x, t, dim):
+        n = x.shape[dim] // tp
+        return np.ascontiguousarray(x[t * n:(t + 1) * n] if dim == 0 else x[:, t * n:(t + 1) * n])
+
+    per_layer = [("input_layernorm.weight", -1), ("input_layernorm.bias", -1),
+                 ("self_attention.query_key_value.weight", 0), ("self_attention.query_key_value.bias", 0),
+                 ("self_attention.dense.weight", 1), ("self_attention.dense.bias", -1),
+                 ("post_attention_layernorm.weight", -1), ("post_attention_layernorm.bias", -1),
+                 ("mlp.dense_h_to_4h.weight", 0), ("mlp.dense_h_to_4h.bias", 0),
+                 ("mlp.dense_4h_to_h.weight", 1), ("mlp.dense_4h_to_h.bias", -1)]
+    core_names = {"input_layernorm.": "self_attention.linear_qkv.layer_norm_",
+                  "post_attention_layernorm.": "mlp.linear_fc1.layer_norm_",
+                  "self_attention.query_key_value.": "self_attention.linear_qkv.",
+                  "self_attention.dense.": "self_attention.linear_proj.",
+                  "mlp.dense_h_to_4h.": "mlp.linear_fc1.", "mlp.dense_4h_to_h.": "mlp.linear_fc2."}
+    it = meta["iteration"]
+    sub = "release" if o.release else "iter_%07d" % it
+    per = L // pp
+    for p in range(pp):
+        for t in range(tp):
+            T = lambda x: torch.from_numpy(np.ascontiguousarray(x))
+            enc = collections.OrderedDict()
+            flat = collections.OrderedDict()   # Megatron-Core's names
+            emb = collections.OrderedDict()
+            if p == 0:
+                emb["word_embeddings"] = collections.OrderedDict(
+                    weight=T(part(w["language_model.embedding.word_embeddings.weight"], t, 0)))
+                emb["position_embeddings"] = collections.OrderedDict(
+                    weight=T(w["language_model.embedding.position_embeddings.weight"]))
+                flat["embedding.word_embeddings.weight"] = emb["word_embeddings"]["weight"]
+                flat["embedding.position_embeddings.weight"] = emb["position_embeddings"]["weight"]
+            for i in range(per):
+                g = p * per + i
+                for name, dim in per_layer:
+                    x = w["language_model.encoder.layers.%d.%s" % (g, name)]
+                    x = x if dim < 0 else part(x, t, dim) if x.ndim == 2 or dim == 0 else x
+                    enc["layers.%d.%s" % (i, name)] = T(x)
+                    cn = name
+                    for old, new in core_names.items():
+                        if name.startswith(old):
+                            cn = new + name[len(old):]
+                            break
+                    flat["decoder.layers.%d.%s" % (i, cn)] = enc["layers.%d.%s" % (i, name)]
+                    if o.core and name == "mlp.dense_4h_to_h.bias":
+                        flat["decoder.layers.%d.self_attention.core_attention._extra_state" % i] = None
+            if p == pp - 1:
+                for n in ("weight", "bias"):
+                    enc["final_layernorm." + n] = T(w["language_model.encoder.final_layernorm." + n])
+                    flat["decoder.final_layernorm." + n] = enc["final_layernorm." + n]
+            lm = collections.OrderedDict()
+            if p == 0:
+                lm["embedding"] = emb
+            lm["encoder"] = enc
+            model = collections.OrderedDict(language_model=lm)
+            if p == pp - 1 and pp > 1:
+                head = T(part(w["language_model.embedding.word_embeddings.weight"], t, 0))
+                model["word_embeddings_for_head"] = collections.OrderedDict(weight=head)
+                flat["output_layer.weight"] = head
+            if o.core:
+                model = flat
+            if o.extra:
+                enc[o.extra] = torch.zeros(2)
+            if o.drop:
+                for d in (model, lm, enc, emb):
+                    d.pop(o.drop, None)
+            state = {
+                "args": ns, "checkpoint_version": 3.0, "iteration": it, "model": model,
+                "optimizer": {"optimizer": {"state": {0: {"step": torch.tensor(float(it)),
+                                                          "exp_avg": torch.zeros(3), "exp_avg_sq": torch.zeros(3)}},
+                                            "param_groups": [{"lr": 3e-4, "betas": (0.9, 0.999), "params": [0]}]},
+                              "fp32_from_fp16_params": [[torch.zeros(3)]]},
+                "opt_param_scheduler": meta["opt_param_scheduler"],
+                "rng_state": [{"random_rng_state": random.Random(t).getstate(),
+                               "np_rng_state": np.random.RandomState(t).get_state(),
+                               "torch_rng_state": torch.Generator().manual_seed(t).get_state(),
+                               "cuda_rng_state": torch.zeros(16, dtype=torch.uint8),
+                               "rng_tracker_states": {"model-parallel-rng": torch.zeros(16, dtype=torch.uint8)}}],
+                "num_floating_point_operations_so_far": 1.5e12,
+            }
+            rank = "mp_rank_%02d" % t if pp == 1 else "mp_rank_%02d_%03d" % (t, p)
+            d = os.path.join(o.out, sub, rank)
+            os.makedirs(d, exist_ok=True)
+            torch.save(state, os.path.join(d, "model_optim_rng.pt"))
+    with open(os.path.join(o.out, "latest_checkpointed_iteration.txt"), "w") as fh:
+        fh.write("release" if o.release else str(it))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

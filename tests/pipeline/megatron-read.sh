@@ -1,0 +1,133 @@
+#!/usr/bin/env bash
+# megatron-read.sh: mt-ckpt-convert --from megatron against checkpoints laid out as Megatron-LM saves them
+# (tests/oracle/megatron_write.py, torch 1.13: args Namespace, iteration, rng_state with numpy arrays, an
+# optimizer dict) from an mt-trained model's tensors: at TP 1, TP 2 x PP 2 (legacy names) and TP 2 x PP 2
+# and TP 2 x PP 1 with Megatron-Core's names, converted to TP 1 or PP 2, mt-eval gives the original
+# model's loss exactly, and converted to TP 2 x PP 2 each rank's tensors are mt's own resharding's; iteration, consumed samples and the schedule are kept and mt-train --load --no-load-optim
+# continues from that iteration with finite, falling losses. A missing rank, a missing key, a shape the
+# args do not give: one line naming the file and key, non-zero exit, nothing under --save.
+. "$(dirname "$0")/../lib.sh"
+PY=/usr/bin/python3
+d=$T_TMP
+export OMP_NUM_THREADS=2
+if ! $PY -c 'import torch, numpy' 2>/dev/null; then t_skip "torch reference" "no /usr/bin/python3 with torch and numpy"; exit 0; fi
+oracle() { $PY -W ignore "$T_TOP/tests/oracle/megatron_write.py" "$@" --vocab-file "$GPT2_VOCAB" --merge-file "$GPT2_MERGES"; }
+err1() { "$@" >"$d/o" 2>"$d/e"; local rc=$?; [ $rc != 0 ] && [ "$(wc -l <"$d/e")" -eq 1 ]; }
+
+$PY - "$T_TOP" >"$d/train.jsonl" <<'PYEOF'
+import glob, json, sys
+top = sys.argv[1]
+paras = []
+for f in [top + "/README.md"] + sorted(glob.glob(top + "/man/*.1")):
+    paras += [p.strip() for p in open(f, encoding="utf-8").read().split("\n\n") if len(p.strip()) > 40]
+for p in paras[:300]:
+    print(json.dumps({"text": p}))
+PYEOF
+mt-tokenize --vocab-file "$GPT2_VOCAB" --merge-file "$GPT2_MERGES" --append-eod --quiet --input "$d/train.jsonl" \
+    | mt-index --output-prefix "$d/data" 2>"$d/index.err" || { t_fail "dataset" "$(cat "$d/index.err")"; exit 0; }
+# vocabulary rows padded to 256: Megatron's padding (128) at tensor size 2, so every layout has the same rows
+train=(--num-layers 2 --hidden-size 32 --num-attention-heads 4 --seq-length 64 --max-position-embeddings 64
+       --micro-batch-size 4 --global-batch-size 8 --lr 5e-3 --min-lr 5e-4 --lr-decay-style cosine --log-interval 1
+       --eval-iters 0 --split 100,0,0 --seed 5 --make-vocab-size-divisible-by 256 --vocab-file "$GPT2_VOCAB"
+       --merge-file "$GPT2_MERGES" --data-path "$d/data_text_document" --data-cache-path "$d/cache")
+if mt-train "${train[@]}" --train-iters 20 --lr-decay-iters 40 --save "$d/ck" >"$d/train.log" 2>"$d/train.err"
+then t_pass "tiny GPT-2 model trained"
+else t_fail "tiny GPT-2 model trained" "$(tail -2 "$d/train.err")"; exit 0; fi
+src=$d/ck/iter_0000020/mp_rank_00
+
+loss() {   # LOAD: the whole dataset's loss
+    mt-eval --load "$1" --data-path "$d/data_text_document" --data-cache-path "$d/cache" --eval-split all \
+        --seed 1234 --micro-batch-size 2 --json 2>"$d/le" | $PY -c 'import json,sys; print(repr(json.load(sys.stdin)["loss"]))'
+}
+want=$(loss "$d/ck")
+[ -n "$want" ] || { t_fail "mt-eval of the original" "$(head -c 300 "$d/le")"; exit 0; }
+
+# ---- each layout, converted, gives the original's loss ----
+check_layout() {   # NAME ORACLE-FLAGS -- CONVERT-FLAGS
+    local name=$1; shift
+    local of=() cf=()
+    while [ "$1" != -- ]; do of+=("$1"); shift; done; shift
+    cf=("$@")
+    rm -rf "$d/meg" "$d/out"
+    if ! oracle "$src" "$d/meg" "${of[@]}" >"$d/oe" 2>&1; then t_fail "$name: oracle" "$(tail -2 "$d/oe")"; return; fi
+    if ! mt-ckpt-convert --from megatron --load "$d/meg" --save "$d/out" "${cf[@]}" 2>"$d/ce"; then
+        t_fail "$name: converted" "$(cat "$d/ce")"; return
+    fi
+    local got
+    got=$(loss "$d/out")
+    [ -n "$got" ] && [ "$got" = "$want" ] && t_pass "$name: mt-eval gives the original's loss ($got)" \
+        || t_fail "$name: mt-eval gives the original's loss" "original $want, converted $got: $(head -c 300 "$d/le")"
+}
+check_layout "Megatron TP 1 -> mt TP 1" --divisible-by 256 --
+check_layout "Megatron TP 2 x PP 2 -> mt TP 1" --tp 2 --pp 2 --divisible-by 128 --
+check_layout "Megatron TP 2 x PP 1 (Megatron-Core names) -> mt TP 1 x PP 2" --tp 2 --divisible-by 128 --core -- \
+    --target-pipeline-parallel-size 2
+# a tensor-parallel target: every rank's tensors as mt's own resharding of the original writes them (mt-eval
+# of a TP 2 checkpoint pads the vocabulary for one rank, so the loss is compared with the reshard's)
+mt-ckpt-convert --load "$d/ck" --save "$d/ck22" --target-tensor-parallel-size 2 --target-pipeline-parallel-size 2 2>/dev/null
+want=$(loss "$d/ck22")
+check_layout "Megatron TP 2 x PP 2 (Megatron-Core names) -> mt TP 2 x PP 2" --tp 2 --pp 2 --divisible-by 128 --core -- \
+    --target-tensor-parallel-size 2 --target-pipeline-parallel-size 2
+bad=
+for r in mp_rank_00_000 mp_rank_01_000 mp_rank_00_001 mp_rank_01_001; do
+    cmp -s "$d/out/iter_0000020/$r/model.safetensors" "$d/ck22/iter_0000020/$r/model.safetensors" || bad="$bad $r"
+done
+[ -z "$bad" ] && t_pass "TP 2 x PP 2 target: every rank's model.safetensors is the reshard's, byte for byte" \
+    || t_fail "TP 2 x PP 2 target: every rank's model.safetensors is the reshard's" "differ:$bad"
+
+# ---- the state: iteration, consumed samples, the schedule; the message says what is not kept ----
+rm -rf "$d/meg" "$d/c1"
+oracle "$src" "$d/meg" --tp 2 --pp 2 --divisible-by 128 >/dev/null 2>&1
+mt-ckpt-convert --from megatron --load "$d/meg" --save "$d/c1" 2>"$d/ce"
+if $PY - "$src/meta.json" "$d/c1/iter_0000020/mp_rank_00/meta.json" "$d/c1/latest_checkpointed_iteration.txt" >"$d/st" 2>&1 <<'PYEOF'
+import json, sys
+a, b = json.load(open(sys.argv[1])), json.load(open(sys.argv[2]))
+assert open(sys.argv[3]).read().strip() == "20"
+for k in ("iteration", "consumed_train_samples", "consumed_valid_samples", "opt_param_scheduler"):
+    assert a[k] == b[k], (k, a[k], b[k])
+assert "optimizer" not in b and b["converted_from"]["format"] == "megatron"
+print("iteration %d, %d samples" % (b["iteration"], b["consumed_train_samples"]))
+PYEOF
+then t_pass "iteration, consumed samples and the schedule kept, no optimizer state ($(cat "$d/st"))"
+else t_fail "iteration, consumed samples and the schedule kept" "$(tail -2 "$d/st")"; fi
+grep -q "no optimizer state" "$d/ce" && t_pass "the message says the optimizer state is not converted" \
+    || t_fail "the message says the optimizer state is not converted" "$(cat "$d/ce")"
+
+# ---- mt-train continues at iteration 20 ----
+if mt-train "${train[@]}" --train-iters 26 --lr-decay-iters 40 --load "$d/c1" --no-load-optim \
+        --use-checkpoint-opt_param-scheduler --save "$d/c1" \
+        --metrics-file "$d/m.jsonl" >"$d/t2.log" 2>"$d/t2.err" && $PY - "$d/m.jsonl" >"$d/tc" 2>&1 <<'PYEOF'
+import json, math, sys
+r = [json.loads(l) for l in open(sys.argv[1])]
+tr = [(x["iteration"], x["lm_loss"]) for x in r if x["type"] == "train"]
+assert [i for i, _ in tr] == list(range(21, 27)), tr
+ls = [l for _, l in tr]
+assert all(math.isfinite(l) for l in ls), ls
+assert sum(ls[3:]) < sum(ls[:3]), ls
+print("iterations 21..26, loss %.4f -> %.4f" % (ls[0], ls[-1]))
+PYEOF
+then t_pass "mt-train --load --no-load-optim continues from iteration 20 ($(cat "$d/tc"))"
+else t_fail "mt-train --load --no-load-optim continues from iteration 20" "$(tail -2 "$d/t2.err") $(tail -2 "$d/tc")"; fi
+
+# ---- errors: one line naming the file and key, nothing under --save ----
+refused() {   # NAME WANT ORACLE-FLAGS...
+    local name=$1 want=$2; shift 2
+    rm -rf "$d/meg" "$d/bad"
+    oracle "$src" "$d/meg" "$@" >/dev/null 2>&1
+    [ -n "$REMOVE" ] && rm -rf "$d/meg/iter_0000020/$REMOVE"
+    if err1 mt-ckpt-convert --from megatron --load "$d/meg" --save "$d/bad" && grep -q -- "$want" "$d/e" && ! [ -e "$d/bad/latest_checkpointed_iteration.txt" ] \
+        && [ -z "$(ls -A "$d/bad" 2>/dev/null)" ]
+    then t_pass "$name: refused in one line ($(cut -c1-150 "$d/e"))"
+    else t_fail "$name: refused in one line, nothing written" "$(cat "$d/e") $(ls -A "$d/bad" 2>/dev/null)"; fi
+}
+REMOVE=mp_rank_01_000 refused "a missing rank" "mp_rank_01_000/model_optim_rng.pt: missing" --tp 2 --pp 2 --divisible-by 128
+REMOVE= refused "a missing key" "mp_rank_00/model_optim_rng.pt: no tensor 'language_model.encoder.layers.1.mlp.dense_4h_to_h.weight'" \
+    --drop layers.1.mlp.dense_4h_to_h.weight --divisible-by 256
+REMOVE= refused "a shape the args do not give" "mp_rank_00_000/model_optim_rng.pt: tensor 'language_model.encoder.layers.0.mlp.dense_h_to_4h.weight' has shape \[64, 32\], the args give \[68, 32\]" \
+    --tp 2 --pp 2 --divisible-by 128 --bad-ffn
+REMOVE= refused "an extra tensor" "model tensor 'language_model.encoder.layers.0.extra.weight' is not one of this model's" \
+    --extra layers.0.extra.weight --divisible-by 256
+mkdir -p "$d/notmeg" && echo 3 >"$d/notmeg/latest_checkpointed_iteration.txt"
+err1 mt-ckpt-convert --from megatron --load "$d/notmeg" --save "$d/bad2" && ! [ -e "$d/bad2" ] \
+    && t_pass "a directory without model_optim_rng.pt refused ($(cat "$d/e"))" \
+    || t_fail "a directory without model_optim_rng.pt refused" "$(cat "$d/e")"
