@@ -3,7 +3,7 @@ lays one out, from the tensors of a one-rank mt checkpoint (its model.safetensor
 meta.json for the model's arguments), for tests/pipeline/megatron-read.sh.
 
 Usage: megatron_write.py MT_RANK_DIR OUT_DIR --tp T --pp P --vocab-file F --merge-file F [--divisible-by N] [--core]
-       [--drop KEY] [--extra KEY] [--bad-ffn] [--release]
+       [--drop KEY] [--extra KEY] [--bad-ffn] [--release] [--checkpoint-version V]
 
 Written from the interop spec (sections 5.1-5.4, 7.2-7.6): the tracker, iter_NNNNNNN/mp_rank_TT[_PPP]/
 model_optim_rng.pt per rank, each a dict of args (an argparse.Namespace), checkpoint_version 3.0,
@@ -61,6 +61,7 @@ def main():
     ap.add_argument("--extra", default=None)
     ap.add_argument("--bad-ffn", action="store_true")
     ap.add_argument("--release", action="store_true")
+    ap.add_argument("--checkpoint-version", type=float, default=3.0)
     o = ap.parse_args()
     meta = json.load(open(os.path.join(o.src, "meta.json")))
     a = meta["args"]
@@ -159,7 +160,7 @@ def main():
                 for d in (model, lm, enc, emb):
                     d.pop(o.drop, None)
             state = {
-                "args": ns, "checkpoint_version": 3.0, "iteration": it, "model": model,
+                "args": ns, "checkpoint_version": o.checkpoint_version, "iteration": it, "model": model,
                 "optimizer": {"optimizer": {"state": {0: {"step": torch.tensor(float(it)),
                                                           "exp_avg": torch.zeros(3), "exp_avg_sq": torch.zeros(3)}},
                                             "param_groups": [{"lr": 3e-4, "betas": (0.9, 0.999), "params": [0]}]},

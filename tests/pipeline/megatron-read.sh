@@ -127,6 +127,8 @@ REMOVE= refused "a shape the args do not give" "mp_rank_00_000/model_optim_rng.p
     --tp 2 --pp 2 --divisible-by 128 --bad-ffn
 REMOVE= refused "an extra tensor" "model tensor 'language_model.encoder.layers.0.extra.weight' is not one of this model's" \
     --extra layers.0.extra.weight --divisible-by 256
+REMOVE= refused "checkpoint_version 1.0 (QKV rows [np, hn, 3])" "checkpoint_version 1: query_key_value rows in an order older" \
+    --checkpoint-version 1.0 --divisible-by 256
 mkdir -p "$d/notmeg" && echo 3 >"$d/notmeg/latest_checkpointed_iteration.txt"
 err1 mt-ckpt-convert --from megatron --load "$d/notmeg" --save "$d/bad2" && ! [ -e "$d/bad2" ] \
     && t_pass "a directory without model_optim_rng.pt refused ($(cat "$d/e"))" \
