@@ -62,6 +62,10 @@ def main():
     ap.add_argument("--bad-ffn", action="store_true")
     ap.add_argument("--release", action="store_true")
     ap.add_argument("--checkpoint-version", type=float, default=3.0)
+    # --dtype: the model's tensors stored in bf16 or fp16 (a --bf16 / --fp16 run's checkpoint); --round: stored
+    # in fp32, each value rounded to that dtype first (the same numbers)
+    ap.add_argument("--dtype", choices=("fp32", "bf16", "fp16"), default="fp32")
+    ap.add_argument("--round", choices=("bf16", "fp16"), default=None)
     o = ap.parse_args()
     meta = json.load(open(os.path.join(o.src, "meta.json")))
     a = meta["args"]
@@ -114,7 +118,15 @@ def main():
     per = L // pp
     for p in range(pp):
         for t in range(tp):
-            T = lambda x: torch.from_numpy(np.ascontiguousarray(x))
+            TD = {"bf16": torch.bfloat16, "fp16": torch.float16}
+
+            def T(x):
+                t = torch.from_numpy(np.ascontiguousarray(x))
+                if t.dtype != torch.float32:
+                    return t
+                if o.round:
+                    return t.to(TD[o.round]).float()
+                return t.to(TD[o.dtype]) if o.dtype != "fp32" else t
             enc = collections.OrderedDict()
             flat = collections.OrderedDict()   # Megatron-Core's names
             emb = collections.OrderedDict()

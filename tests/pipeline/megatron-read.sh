@@ -3,7 +3,9 @@
 # (tests/oracle/megatron_write.py, torch 1.13: args Namespace, iteration, rng_state with numpy arrays, an
 # optimizer dict) from an mt-trained model's tensors: at TP 1, TP 2 x PP 2 (legacy names) and TP 2 x PP 2
 # and TP 2 x PP 1 with Megatron-Core's names, converted to TP 1 or PP 2, mt-eval gives the original
-# model's loss exactly, and converted to TP 2 x PP 2 each rank's tensors are mt's own resharding's; iteration, consumed samples and the schedule are kept and mt-train --load --no-load-optim
+# model's loss exactly, and converted to TP 2 x PP 2 each rank's tensors are mt's own resharding's; a --bf16
+# or --fp16 run's checkpoint (tensors in that dtype) gives the loss of the same values stored in fp32;
+# iteration, consumed samples and the schedule are kept and mt-train --load --no-load-optim
 # continues from that iteration with finite, falling losses. A missing rank, a missing key, a shape the
 # args do not give: one line naming the file and key, non-zero exit, nothing under --save.
 . "$(dirname "$0")/../lib.sh"
@@ -74,6 +76,21 @@ for r in mp_rank_00_000 mp_rank_01_000 mp_rank_00_001 mp_rank_01_001; do
 done
 [ -z "$bad" ] && t_pass "TP 2 x PP 2 target: every rank's model.safetensors is the reshard's, byte for byte" \
     || t_fail "TP 2 x PP 2 target: every rank's model.safetensors is the reshard's" "differ:$bad"
+
+# a --bf16 / --fp16 run's checkpoint (the model's tensors in that dtype): read exactly, so the loss is that of
+# the same values stored in fp32 (and not the fp32 original's)
+for dt in bf16 fp16; do
+    rm -rf "$d/meg" "$d/out" "$d/megr" "$d/outr"
+    if oracle "$src" "$d/meg" --tp 2 --divisible-by 128 --dtype $dt >"$d/oe" 2>&1 &&
+        oracle "$src" "$d/megr" --tp 2 --divisible-by 128 --round $dt >>"$d/oe" 2>&1 &&
+        mt-ckpt-convert --from megatron --load "$d/meg" --save "$d/out" 2>"$d/ce" &&
+        mt-ckpt-convert --from megatron --load "$d/megr" --save "$d/outr" 2>>"$d/ce"; then
+        a=$(loss "$d/out") b=$(loss "$d/outr") o=$(loss "$d/ck")
+        [ -n "$a" ] && [ "$a" = "$b" ] && [ "$a" != "$o" ] &&
+            t_pass "Megatron TP 2 in $dt -> mt: the loss of the same values in fp32 ($a; the fp32 original's $o)" ||
+            t_fail "Megatron TP 2 in $dt" "$dt $a, rounded fp32 $b, original $o: $(tail -c 200 "$d/ce")"
+    else t_fail "Megatron TP 2 in $dt: oracle and conversion" "$(tail -2 "$d/oe" "$d/ce")"; fi
+done
 
 # ---- the state: iteration, consumed samples, the schedule; the message says what is not kept ----
 rm -rf "$d/meg" "$d/c1"
