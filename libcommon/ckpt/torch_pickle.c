@@ -258,17 +258,7 @@ typedef struct up {
     size_t memon, memo_count;   /* slots, and slots set (MEMOIZE's next index) */
 } up;
 
-#define FAIL(...) (mt_err_set(u->e, "%s: pickle offset %zu: ", u->where, u->op), append(u->e, __VA_ARGS__))
-static int append(mt_err *e, const char *fmt, ...) MT_PRINTF(2, 3);
-static int append(mt_err *e, const char *fmt, ...)
-{
-    size_t l = strlen(e->msg);
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(e->msg + l, sizeof e->msg - l, fmt, ap);
-    va_end(ap);
-    return -1;
-}
+#define FAIL(...) (mt_err_set(u->e, __VA_ARGS__), mt_err_prefix(u->e, "%s: pickle offset %zu", u->where, u->op))
 
 static int take(up *u, size_t k, const unsigned char **q)
 {

@@ -37,18 +37,7 @@ static uint64_t rd(const unsigned char *p, int n)
     return v;
 }
 
-#define BAD(off, ...) (mt_err_set(e, "%s: offset %llu: ", z->path, (unsigned long long)(off)), \
-                       bad_append(e, __VA_ARGS__))
-static int bad_append(mt_err *e, const char *fmt, ...) MT_PRINTF(2, 3);
-static int bad_append(mt_err *e, const char *fmt, ...)
-{
-    size_t l = strlen(e->msg);
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(e->msg + l, sizeof e->msg - l, fmt, ap);
-    va_end(ap);
-    return -1;
-}
+#define BAD(off, ...) (mt_err_set(e, __VA_ARGS__), mt_err_prefix(e, "%s: offset %llu", z->path, (unsigned long long)(off)))
 
 /* [off, off + n) lies inside [0, lim). */
 static bool inside(uint64_t off, uint64_t n, uint64_t lim)
