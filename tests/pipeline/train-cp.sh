@@ -167,6 +167,11 @@ if MT_CPU_MEMORY=80M mpi 4 mt-train $long --context-parallel-size 4 >"$d/m4.log"
     t_grep "sequence 4096 in 80 MiB: CP=4 trains" "iteration +1/ +1 .*lm loss: [0-9.]+E\+00" "$d/m4.log"
 else t_fail "sequence 4096 in 80 MiB at CP=4" "$(tail -3 "$d/m4.err")"; fi
 
+# a limit that is not a size: refused in one line naming the variable
+# shellcheck disable=SC2086
+t_fails "MT_CPU_MEMORY=80X is refused" env MT_CPU_MEMORY=80X mt-train $long
+t_grep "MT_CPU_MEMORY=80X: the message names the variable" "^mt-train: .*MT_CPU_MEMORY=80X: not a size" "$T_TMP/err"
+
 # refused before training, naming the flag
 # shellcheck disable=SC2086
 t_fails "a sequence of 32 over CP=3 (not a multiple of 2 x 3) is refused" mpi 3 mt-train $base --context-parallel-size 3
