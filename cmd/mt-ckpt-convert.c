@@ -10,6 +10,7 @@
 #include "ckpt/hf_dir.h"
 #include "ckpt/hf_llama.h"
 #include "ckpt/megatron_convert.h"
+#include "ckpt/megatron_export.h"
 #include "ckpt/open_model.h"
 #include "ckpt/reshard.h"
 #include "io/atomic.h"
@@ -17,17 +18,23 @@
 #include "util/flags.h"
 
 static const char *load_dir, *to_fmt, *from_fmt, *in_dir, *out_dir, *save_dir, *dtype_name, *vocab_file,
-    *merge_file;
+    *merge_file, *megatron_keys;
 static int64_t iteration = -1;
 static int target_tp, target_pp, target_ep;
+static bool no_load_optim, no_save_optim;
 
 static const mt_flag flags[] = {
     {"--load", MT_F_STR, &load_dir, "DIR", "mt checkpoint to convert (with --to hf), or Megatron-LM's (--from megatron)", 0, 0, NULL},
     {"--iteration", MT_F_I64, &iteration, "N", "iteration of --load (default: latest_checkpointed_iteration.txt)", 0, 1e15, NULL},
-    {"--to", MT_F_CHOICE, &to_fmt, NULL, "write a Hugging Face directory (--out)", 0, 0, "hf"},
-    {"--out", MT_F_STR, &out_dir, "DIR", "with --to hf: the directory to create (absent or empty)", 0, 0, NULL},
+    {"--to", MT_F_CHOICE, &to_fmt, NULL, "write a Hugging Face directory, or a Megatron-LM torch checkpoint (--out)", 0, 0,
+     "hf|megatron"},
+    {"--out", MT_F_STR, &out_dir, "DIR", "with --to: the directory to create (absent or empty)", 0, 0, NULL},
     {"--dtype", MT_F_CHOICE, &dtype_name, NULL,
-     "with --to hf: tensor dtype (default: the dtype the checkpoint was converted from, else fp32)", 0, 0, "fp32|bf16|fp16"},
+     "with --to: tensor dtype (default hf: the dtype the checkpoint was converted from, else fp32; megatron: the "
+     "run's --bf16/--fp16, else fp32)", 0, 0, "fp32|bf16|fp16"},
+    {"--megatron-keys", MT_F_CHOICE, &megatron_keys, NULL,
+     "with --to megatron: the model's state-dict keys, the legacy GPT model's or Megatron-Core's GPTModel's "
+     "(default legacy)", 0, 0, "legacy|mcore"},
     {"--from", MT_F_CHOICE, &from_fmt, NULL,
      "read a Hugging Face directory (--in), or a Megatron-LM torch checkpoint (--load), into a checkpoint (--save)", 0, 0,
      "hf|megatron"},
@@ -37,6 +44,11 @@ static const mt_flag flags[] = {
     {"--target-expert-model-parallel-size", MT_F_INT, &target_ep, "N",
      "expert-parallel size of the checkpoint written (default 1; a model with experts)", 1, 4096, NULL},
     {"--target-pipeline-parallel-size", MT_F_INT, &target_pp, "N", "pipeline-parallel size of the checkpoint written (default 1)", 1, 4096, NULL},
+    {"--no-load-optim", MT_F_BOOL, &no_load_optim, NULL,
+     "with --from megatron: leave the optimizer's state out (weights only; mt-train --load --no-load-optim then)", 0, 0,
+     NULL},
+    {"--no-save-optim", MT_F_BOOL, &no_save_optim, NULL,
+     "with --to megatron: leave the optimizer's state out (Megatron then loads with --no-load-optim)", 0, 0, NULL},
     MT_FLAG_VOCAB_FILE(&vocab_file, "vocab.json (default: the source's)"),
     MT_FLAG_MERGE_FILE(&merge_file, "merges.txt (default: the source's)"),
     {0},
@@ -45,6 +57,8 @@ static const mt_flag flags[] = {
 static const mt_cmd cmd = {
     "mt-ckpt-convert",
     "--load DIR --to hf --out DIR [--dtype fp32|bf16|fp16]\n"
+    "               --load DIR --to megatron --out DIR [--megatron-keys legacy|mcore] [--dtype fp32|bf16|fp16]\n"
+    "                                      [--target-tensor-parallel-size N --target-pipeline-parallel-size N]\n"
     "               --from hf --in DIR --save DIR [--target-tensor-parallel-size N --target-pipeline-parallel-size N\n"
     "                                                --target-expert-model-parallel-size N]\n"
                "               --from megatron --load DIR --save DIR [--target-tensor-parallel-size N\n"
@@ -57,7 +71,9 @@ static const mt_cmd cmd = {
     "mt-train loads (with --finetune), mt-eval and mt-generate use, or reshards a checkpoint of any\n"
     "tensor/pipeline-parallel layout to another. --from megatron reads Megatron-LM's --ckpt-format torch\n"
     "checkpoint of any tensor/pipeline layout: weights, args, iteration, consumed samples and the learning-rate\n"
-    "schedule are kept, the optimizer state is not (mt-train --load DIR --no-load-optim continues from it).\n"
+    "schedule are kept, and the optimizer's state where Megatron saved it (mt-train --load DIR continues).\n"
+    "--to megatron writes such a checkpoint of any tensor/pipeline layout (weights, args, iteration, consumed\n"
+    "samples, schedule, optimizer state; Megatron continues it with --no-load-rng).\n"
     "Tensors are converted one at a time.",
     flags,
 };
@@ -85,6 +101,31 @@ static void to_hf(void)
     mt_model_close(&mc);
 }
 
+static void to_megatron(void)
+{
+    mt_err e;
+    if (!load_dir || !out_dir) mt_die("--to megatron needs --load and --out (try --help)");
+    mt_model_ckpt mc;
+    mt_model_open_opts o = {.iteration = iteration >= 0 ? iteration : MT_CKPT_LATEST, .vocab_file = vocab_file,
+                            .merge_file = merge_file, .vocab_only = true};
+    if (mt_model_open(&mc, load_dir, &o, &e)) mt_die_err(&e);
+    if (mc.hf) mt_die("%s: a Hugging Face directory: convert it with --from hf first", load_dir);
+    int tp = target_tp ? target_tp : 1, pp = target_pp ? target_pp : 1;
+    mt_meg_keys keys = megatron_keys && !strcmp(megatron_keys, "mcore") ? MT_MEG_KEYS_MCORE : MT_MEG_KEYS_LEGACY;
+    const char *dn;
+    int with_optim;
+    if (mt_meg_export_ckpt(&mc, out_dir, tp, pp, keys, dtype_name, no_save_optim, progress, &dn, &with_optim, &e))
+        mt_die_err(&e);
+    char it[32] = "release";
+    if (mc.iteration != MT_CKPT_RELEASE) snprintf(it, sizeof it, "iteration %lld", (long long)mc.iteration);
+    fprintf(stderr,
+            "%s: wrote %s (Megatron-LM torch checkpoint, %s keys, %s, tensor-parallel %d, pipeline %d, %s; %s; no RNG "
+            "state: Megatron continues with %s--no-load-rng)\n",
+            mt_progname(), out_dir, keys == MT_MEG_KEYS_MCORE ? "Megatron-Core" : "legacy", it, tp, pp, dn,
+            with_optim ? "with the optimizer's state" : "no optimizer state", with_optim ? "" : "--no-load-optim ");
+    mt_model_close(&mc);
+}
+
 static void from_hf(void)
 {
     mt_err e;
@@ -108,14 +149,15 @@ static void from_megatron(void)
     mt_model_ckpt mc;
     mt_meg_dir m;
     int tp = target_tp ? target_tp : 1, pp = target_pp ? target_pp : 1;
-    if (mt_meg_open(&mc, &m, load_dir, tp, vocab_file, merge_file, &e)) mt_die_err(&e);
+    if (mt_meg_open(&mc, &m, load_dir, tp, vocab_file, merge_file, no_load_optim, &e)) mt_die_err(&e);
     if (mt_meg_import_ckpt(&mc, save_dir, tp, pp, progress, &e)) mt_die_err(&e);
-    char it[32] = "release";
+    char it[32] = "release", what[200];
     if (m.iteration != MT_CKPT_RELEASE) snprintf(it, sizeof it, "iteration %lld", (long long)m.iteration);
-    fprintf(stderr,
-            "%s: wrote %s (%s, from %s: tensor-parallel %d -> %d, pipeline %d -> %d; weights only, no optimizer state: "
-            "continue with mt-train --load %s --no-load-optim)\n",
-            mt_progname(), save_dir, it, load_dir, m.tp, tp, m.pp, pp, save_dir);
+    if (m.has_optim) snprintf(what, sizeof what, "with the optimizer's state (Adam step %lld)", (long long)m.step);
+    else snprintf(what, sizeof what, "weights only, no optimizer state: continue with mt-train --load %s --no-load-optim",
+                  save_dir);
+    fprintf(stderr, "%s: wrote %s (%s, from %s: tensor-parallel %d -> %d, pipeline %d -> %d; %s)\n", mt_progname(),
+            save_dir, it, load_dir, m.tp, tp, m.pp, pp, what);
     mt_meg_close(&mc, &m);
 }
 
@@ -146,7 +188,14 @@ int main(int argc, char **argv)
     mt_err e;
     if (mt_flags_parse(&cmd, argc, argv, NULL, NULL, &e)) mt_die_err(&e);
     if (to_fmt && from_fmt) mt_die("--to and --from are exclusive (try --help)");
-    if (to_fmt) {
+    if (megatron_keys && !(to_fmt && !strcmp(to_fmt, "megatron"))) mt_die("--megatron-keys goes with --to megatron");
+    if (no_load_optim && !(from_fmt && !strcmp(from_fmt, "megatron"))) mt_die("--no-load-optim goes with --from megatron");
+    if (no_save_optim && !(to_fmt && !strcmp(to_fmt, "megatron"))) mt_die("--no-save-optim goes with --to megatron");
+    if (to_fmt && !strcmp(to_fmt, "megatron")) {
+        if (in_dir || save_dir) mt_die("--to megatron reads --load and writes --out (--in and --save go with --from)");
+        if (target_ep) mt_die("--to megatron: --target-expert-model-parallel-size: experts are not written yet");
+        to_megatron();
+    } else if (to_fmt) {
         if (in_dir || save_dir) mt_die("--to hf reads --load and writes --out (--in and --save go with --from hf)");
         if (target_tp || target_pp || target_ep) mt_die("--to hf writes one directory: --target-*-parallel-size go with --save");
         to_hf();

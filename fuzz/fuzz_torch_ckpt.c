@@ -1,7 +1,7 @@
 /* fuzz_torch_ckpt.c: a torch.save file (a Megatron-LM model_optim_rng.pt) as the C reader opens it: the
  * zip archive checked, data.pkl unpickled, then every tensor of the tree read through its storage entry.
  * An input that is not an archive is unpickled as it is (the CRC-32 of an archive's data.pkl stops most
- * mutations of its pickle). A tree the writer accepts must load back from the writer's pickle and write
+ * mutations of its pickle); views (sizes and strides) are read element by element. A tree the writer accepts must load back from the writer's pickle and write
  * the same bytes again. */
 #include "fuzz.h"
 
@@ -17,13 +17,24 @@ static void walk(mt_tckpt *c, const mt_pk *v, int depth, unsigned *sum)
     size_t n;
     mt_err e;
     switch (v->kind) {
-    case MT_PK_TENSOR:
+    case MT_PK_TENSOR: {
+        /* any tensor, a view (strides) or not, of a size worth copying */
+        int64_t numel = mt_tckpt_numel(v->t);
+        size_t es = (size_t)mt_st_dtype_bits(v->t->dtype) / 8;
+        if (numel >= 0 && numel <= (1 << 18) && es) {
+            unsigned char *b = malloc((size_t)(numel ? numel : 1) * es);
+            if (mt_tckpt_tensor_read(c, v->t, b, &e)) fz_refused(&e);
+            else
+                for (size_t i = 0; i < (size_t)numel * es; i++) *sum += b[i];
+            free(b);
+        }
         if (mt_tckpt_tensor_bytes(c, v->t, &p, &n, &e)) {
             fz_refused(&e);
             return;
         }
         for (size_t i = 0; i < n; i++) *sum += p[i];
         return;
+    }
     case MT_PK_DICT:
         for (size_t i = 0; i < v->len; i++) {
             walk(c, v->items[i], depth + 1, sum);

@@ -45,12 +45,21 @@ json_t *mt_meg_args(const mt_pk *ns, const char *where, int64_t *padded_rows, mt
     json_t *a = json_object();
     static const char *const ints[][2] = {
         {"num_layers", "num-layers"}, {"hidden_size", "hidden-size"}, {"num_attention_heads", "num-attention-heads"},
-        {"ffn_hidden_size", "ffn-hidden-size"}, {"seq_length", "seq-length"},
-        {"max_position_embeddings", "max-position-embeddings"}, {"micro_batch_size", "micro-batch-size"},
-        {"padded_vocab_size", "vocab-rows"},
+        {"max_position_embeddings", "max-position-embeddings"}, {"padded_vocab_size", "vocab-rows"},
     };
     for (size_t i = 0; i < sizeof ints / sizeof *ints; i++)
         if (want_int(ns, ints[i][0], where, a, ints[i][1], e)) goto fail;
+    /* absent or None (transformers' converter toward Megatron leaves them out): Megatron's defaults, 4 h and
+     * the positions; one sequence per micro-batch */
+    json_int_t h = json_integer_value(json_object_get(a, "hidden-size"));
+    const char *const opt[][2] = {{"ffn_hidden_size", "ffn-hidden-size"}, {"seq_length", "seq-length"},
+                                  {"micro_batch_size", "micro-batch-size"}};
+    json_int_t dflt[] = {4 * h, json_integer_value(json_object_get(a, "max-position-embeddings")), 1};
+    for (size_t i = 0; i < sizeof opt / sizeof *opt; i++) {
+        if (attr(ns, opt[i][0])) {
+            if (want_int(ns, opt[i][0], where, a, opt[i][1], e)) goto fail;
+        } else json_object_set_new(a, opt[i][1], json_integer(dflt[i]));
+    }
     *padded_rows = json_integer_value(json_object_get(a, "vocab-rows"));
     json_object_del(a, "vocab-rows");
     const mt_pk *kv = attr(ns, "kv_channels");

@@ -1,7 +1,8 @@
 /* megatron_convert.h: a Megatron-LM torch-format checkpoint (ckpt/megatron_dir.h) opened as a model
  * (ckpt/open_model.h: its args as mt's, the tokenizer they name) and written as an mt checkpoint of any
- * tensor/pipeline layout with its iteration, consumed samples and learning-rate schedule; the optimizer
- * state is not converted (mt-train continues from it with --no-load-optim).
+ * tensor/pipeline layout with its iteration, consumed samples, learning-rate schedule and, where Megatron
+ * saved it, the optimizer's state (Adam's moments and step, the fp32 main parameters as the weights, the
+ * loss scaler), so that mt-train --load continues it.
  */
 #ifndef MT_CKPT_MEGATRON_CONVERT_H
 #define MT_CKPT_MEGATRON_CONVERT_H
@@ -13,9 +14,10 @@
 
 /* Opens the Megatron checkpoint dir into m and mc for writing at tensor size tp: the vocabulary keeps the
  * checkpoint's padded rows (make-vocab-size-divisible-by chosen so that tp pads to them). vocab_file and
- * merge_file override the args' (NULL: theirs). 0, or -1 with e set (nothing left open). */
+ * merge_file override the args' (NULL: theirs). The optimizer's state is read unless no_optim
+ * (mt_meg_dir_optim). 0, or -1 with e set (nothing left open). */
 int mt_meg_open(mt_model_ckpt *mc, mt_meg_dir *m, const char *dir, int tp, const char *vocab_file,
-                const char *merge_file, mt_err *e);
+                const char *merge_file, int no_optim, mt_err *e);
 void mt_meg_close(mt_model_ckpt *mc, mt_meg_dir *m);
 
 /* Writes the opened checkpoint under save (a directory mt_ckpt_check_new_save_dir accepts) at its

@@ -127,6 +127,7 @@ static int rank_model(mt_meg_dir *m, mt_meg_rank *r, mt_err *e)
     const mt_pk *untie = mt_pk_get(m->args, "untie_embeddings_and_output_weights");
     int tied = !(untie && untie->kind == MT_PK_BOOL && untie->b);
     int core = !mt_pk_get(model, "language_model");
+    r->core = core;
     r->n = 0;
     if (flatten(r, model, "", core, tied, 0, e)) return -1;
     r->used = mt_xcalloc((size_t)(r->n ? r->n : 1), 1);
@@ -202,6 +203,9 @@ void mt_meg_dir_close(mt_meg_dir *m)
         free(r->names);
         free(r->t);
         free(r->used);
+        free(r->exp_avg);
+        free(r->exp_avg_sq);
+        free(r->master);
         free(r->path);
         if (m->l) mt_layout_free(&m->l[i]);
     }
@@ -251,38 +255,50 @@ int mt_meg_dir_layout(mt_meg_dir *m, const mt_model_arch *a, mt_err *e)
     return 0;
 }
 
-/* A rank's slice as floats. */
-static int slice_floats(mt_meg_dir *m, int i, int k, float *dst, mt_err *e)
+/* A tensor's elements as floats (it may be a view: transformers' converter saves transposed slices of one
+ * storage). */
+static int tensor_floats(mt_tckpt *ck, const mt_pk_tensor *t, float *dst, mt_err *e)
+{
+    int64_t cnt = mt_tckpt_numel(t);
+    if (t->dtype == MT_ST_F32) return mt_tckpt_tensor_read(ck, t, dst, e);
+    uint16_t *h = mt_xmalloc((size_t)(cnt ? cnt : 1) * sizeof *h);
+    int rc = mt_tckpt_tensor_read(ck, t, h, e);
+    for (int64_t j = 0; j < cnt && !rc; j++) dst[j] = t->dtype == MT_ST_BF16 ? mt_bf16_to_f32(h[j]) : mt_f16_to_f32(h[j]);
+    free(h);
+    return rc;
+}
+
+enum { W_MODEL, W_EXP_AVG, W_EXP_AVG_SQ };
+
+/* A rank's slice as floats: the weights (the fp32 main parameters where the optimizer holds them), or a
+ * moment. */
+static int slice_floats(mt_meg_dir *m, int i, int k, int which, float *dst, mt_err *e)
 {
     mt_meg_rank *r = &m->r[i];
-    const unsigned char *p;
-    size_t n;
-    if (mt_tckpt_tensor_bytes(&r->ck, r->t[k], &p, &n, e)) return mt_err_prefix(e, "%s: '%s'", r->path, r->names[k]);
-    int64_t cnt = mt_tckpt_numel(r->t[k]);
-    for (int64_t j = 0; j < cnt; j++) {
-        if (r->t[k]->dtype == MT_ST_F32) memcpy(&dst[j], p + 4 * j, 4);
-        else {
-            uint16_t h;
-            memcpy(&h, p + 2 * j, 2);
-            dst[j] = r->t[k]->dtype == MT_ST_BF16 ? mt_bf16_to_f32(h) : mt_f16_to_f32(h);
-        }
-    }
-    r->used[k] = 1;
+    const mt_pk_tensor *t = which == W_EXP_AVG ? (r->exp_avg ? r->exp_avg[k] : NULL)
+                            : which == W_EXP_AVG_SQ ? (r->exp_avg_sq ? r->exp_avg_sq[k] : NULL)
+                            : r->master && r->master[k] ? r->master[k]
+                                                        : r->t[k];
+    if (!t) return mt_err_set(e, "%s: no optimizer state of '%s'", r->path, r->names[k]);
+    if (tensor_floats(&r->ck, t, dst, e)) return mt_err_prefix(e, "%s: '%s'", r->path, r->names[k]);
+    if (which == W_MODEL) r->used[k] = 1;
     return 0;
 }
 
-int mt_meg_read(mt_meg_dir *m, const char *name, int ndim, const int64_t *shape, float *dst, mt_err *e)
+static int read_which(mt_meg_dir *m, int which, const char *name, int ndim, const int64_t *shape, float *dst, mt_err *e)
 {
+    const mt_pk *untie = mt_pk_get(m->args, "untie_embeddings_and_output_weights");
+    int tied = !(untie && untie->kind == MT_PK_BOOL && untie->b);
     if (!m->l) return mt_err_set(e, "%s: the model's layout is not known yet", m->dir);
     int found = 0, rc = 0;
     for (int i = 0; i < m->n && !rc; i++)
         for (int j = 0; j < m->l[i].n && !rc; j++) {
             const mt_layout_tensor *lt = &m->l[i].t[j];
-            if (strcmp(lt->whole_name, name) || lt->kind == MT_T_OUTPUT) continue;
+            if (strcmp(lt->whole_name, name) || (lt->kind == MT_T_OUTPUT && tied)) continue;
             if (lt->partition_dim < 0 && found) continue;   /* replicated: the first rank's; the others compared below */
             if (!found) {
                 /* the word embeddings may be asked for with more rows (a tensor-parallel target's padding): zero */
-                int more = lt->kind == MT_T_WORD_EMB && ndim == 2 && shape[0] > lt->global_shape[0];
+                int more = (lt->kind == MT_T_WORD_EMB || lt->kind == MT_T_OUTPUT) && ndim == 2 && shape[0] > lt->global_shape[0];
                 int ok = lt->ndim == ndim;
                 for (int d = 0; ok && d < ndim; d++) ok = lt->global_shape[d] == shape[d] || (d == 0 && more);
                 if (ok && more)
@@ -292,33 +308,238 @@ int mt_meg_read(mt_meg_dir *m, const char *name, int ndim, const int64_t *shape,
             }
             found = 1;
             float *s = mt_xmalloc((lt->numel ? lt->numel : 1) * sizeof(float));
-            rc = slice_floats(m, i, find(&m->r[i], lt->name), s, e);
+            rc = slice_floats(m, i, find(&m->r[i], lt->name), which, s, e);
             if (!rc) mt_layout_place(lt, s, dst);
             free(s);
         }
     if (!found && !rc) return mt_err_set(e, "%s: no tensor '%s' in the layout of its args", m->dir, name);
     /* the other ranks' copies of a replicated tensor, and the last stage's copy of tied embeddings: equal
-     * to the one read */
+     * to the one read (the weights; the moments are the first copy's) */
+    if (which != W_MODEL) return rc;
     int first = 1;
     for (int i = 0; i < m->n && !rc; i++)
         for (int j = 0; j < m->l[i].n && !rc; j++) {
             const mt_layout_tensor *lt = &m->l[i].t[j];
-            if (strcmp(lt->whole_name, name) || (lt->kind != MT_T_OUTPUT && lt->partition_dim >= 0)) continue;
-            if (lt->kind != MT_T_OUTPUT && first) {
+            int head = lt->kind == MT_T_OUTPUT && tied;   /* the head copy of tied embeddings */
+            if (strcmp(lt->whole_name, name) || (!head && lt->partition_dim >= 0)) continue;
+            if (!head && first) {
                 first = 0;
                 continue;
             }
             float *s = mt_xmalloc((lt->numel ? lt->numel : 1) * sizeof(float)), *w = mt_xmalloc((lt->numel ? lt->numel : 1) * sizeof(float));
             int k = find(&m->r[i], lt->name);
-            rc = slice_floats(m, i, k, s, e);
+            rc = slice_floats(m, i, k, W_MODEL, s, e);
             mt_layout_slice(lt, dst, w);
             if (!rc && memcmp(s, w, lt->numel * sizeof(float)))
                 rc = mt_err_set(e, "%s: '%s' differs from %s", m->r[i].path, lt->name,
-                                lt->kind == MT_T_OUTPUT ? "the first stage's word embeddings" : "the first rank's copy");
+                                head ? "the first stage's word embeddings" : "the first rank's copy");
             free(s);
             free(w);
         }
     return rc;
+}
+
+int mt_meg_read(mt_meg_dir *m, const char *name, int ndim, const int64_t *shape, float *dst, mt_err *e)
+{
+    return read_which(m, W_MODEL, name, ndim, shape, dst, e);
+}
+
+int mt_meg_read_optim(mt_meg_dir *m, const char *name, const char *suffix, int ndim, const int64_t *shape, float *dst,
+                      mt_err *e)
+{
+    if (!m->has_optim) return mt_err_set(e, "%s: no optimizer state", m->dir);
+    int which = !strcmp(suffix, ".exp_avg") ? W_EXP_AVG : !strcmp(suffix, ".exp_avg_sq") ? W_EXP_AVG_SQ : -1;
+    if (which < 0) return mt_err_set(e, "%s: no optimizer state '%s'", m->dir, suffix);
+    return read_which(m, which, name, ndim, shape, dst, e);
+}
+
+/* ---- the optimizer's state ---- */
+
+static double num(const mt_pk *v, double dflt)
+{
+    return !v ? dflt : v->kind == MT_PK_FLOAT ? v->f : v->kind == MT_PK_INT || v->kind == MT_PK_BOOL ? (double)(v->kind == MT_PK_INT ? v->i : v->b) : dflt;
+}
+
+/* The value of int key k in a dict (the optimizer state's parameter indices). */
+static const mt_pk *get_int(const mt_pk *d, int64_t k)
+{
+    for (size_t i = 0; i < d->len; i++)
+        if (d->items[i]->kind == MT_PK_INT && d->items[i]->i == k) return d->vals[i];
+    return NULL;
+}
+
+/* A scalar: an int, a float, or a tensor of one element (torch keeps Adam's step and the loss scale so). */
+static int scalar(mt_meg_rank *r, const mt_pk *v, const char *what, double *out, mt_err *e)
+{
+    if (v && (v->kind == MT_PK_INT || v->kind == MT_PK_FLOAT)) {
+        *out = num(v, 0);
+        return 0;
+    }
+    if (!v || v->kind != MT_PK_TENSOR || mt_tckpt_numel(v->t) != 1)
+        return mt_err_set(e, "%s: optimizer: %s is not a number", r->path, what);
+    unsigned char b[8];
+    if (mt_tckpt_tensor_read(&r->ck, v->t, b, e)) return -1;
+    float f;
+    double d;
+    int64_t i;
+    switch (v->t->dtype) {
+    case MT_ST_F32: memcpy(&f, b, 4); *out = f; return 0;
+    case MT_ST_F64: memcpy(&d, b, 8); *out = d; return 0;
+    case MT_ST_I64: memcpy(&i, b, 8); *out = (double)i; return 0;
+    default: return mt_err_set(e, "%s: optimizer: %s is a tensor of %s", r->path, what, mt_st_dtype_name(v->t->dtype));
+    }
+}
+
+int mt_meg_param_order(const mt_layout *l, int core, const mt_layout_tensor **out)
+{
+    int n = 0;
+    for (int j = 0; j < l->n; j++) {
+        const mt_layout_tensor *t = &l->t[j];
+        int proj = t->kind == MT_T_PROJ_W || t->kind == MT_T_PROJ_B;
+        if (core && t->layer >= 0 && proj) continue;
+        if (core && t->layer >= 0 && (j == 0 || l->t[j - 1].layer != t->layer))
+            for (int q = j; q < l->n && l->t[q].layer == t->layer; q++)
+                if (l->t[q].kind == MT_T_PROJ_W || l->t[q].kind == MT_T_PROJ_B) out[n++] = &l->t[q];
+        out[n++] = t;
+    }
+    return n;
+}
+
+/* One rank's state: 1 when it has one, 0 when not, -1 on error. */
+static int rank_optim(mt_meg_dir *m, int i, mt_err *e)
+{
+    mt_meg_rank *r = &m->r[i];
+    const mt_layout *l = &m->l[i];
+    const mt_pk *opt = mt_pk_get(r->ck.root, "optimizer"), *sd = opt, *masters = NULL, *scaler = NULL;
+    if (!opt || opt->kind != MT_PK_DICT) return 0;
+    if (mt_pk_get(opt, "optimizer")) {   /* Float16OptimizerWithFloat16Params */
+        sd = mt_pk_get(opt, "optimizer");
+        masters = mt_pk_get(opt, "fp32_from_fp16_params");
+        scaler = mt_pk_get(opt, "grad_scaler");
+        if (sd->kind != MT_PK_DICT) return mt_err_set(e, "%s: optimizer.optimizer is not a dict", r->path);
+    }
+    const mt_pk *state = mt_pk_get(sd, "state"), *groups = mt_pk_get(sd, "param_groups");
+    if (!state || state->kind != MT_PK_DICT || !state->len) return 0;   /* a dummy, or never stepped */
+    if (!groups || groups->kind != MT_PK_LIST)
+        return mt_err_set(e, "%s: optimizer state without a list of param_groups", r->path);
+    if (masters && (masters->kind != MT_PK_LIST || masters->len != groups->len))
+        return mt_err_set(e, "%s: optimizer: fp32_from_fp16_params is not a list per param group", r->path);
+    const mt_layout_tensor **order = mt_xcalloc((size_t)(l->n ? l->n : 1), sizeof *order);
+    int n = mt_meg_param_order(l, r->core, order), nd = 0, nn = 0, used_d = 0, used_n = 0, rc = 0;
+    const mt_layout_tensor **decay = mt_xcalloc((size_t)(n ? n : 1), sizeof *decay),
+                           **nodecay = mt_xcalloc((size_t)(n ? n : 1), sizeof *nodecay);
+    for (int j = 0; j < n; j++) {
+        if (order[j]->no_decay) nodecay[nn++] = order[j];
+        else decay[nd++] = order[j];
+    }
+    r->exp_avg = mt_xcalloc((size_t)(r->n ? r->n : 1), sizeof *r->exp_avg);
+    r->exp_avg_sq = mt_xcalloc((size_t)(r->n ? r->n : 1), sizeof *r->exp_avg_sq);
+    if (masters) r->master = mt_xcalloc((size_t)(r->n ? r->n : 1), sizeof *r->master);
+    double step = -1;
+    for (size_t g = 0; g < groups->len && !rc; g++) {
+        const mt_pk *gr = groups->items[g], *params = gr->kind == MT_PK_DICT ? mt_pk_get(gr, "params") : NULL;
+        if (!params || params->kind != MT_PK_LIST) {
+            rc = mt_err_set(e, "%s: optimizer param group %zu has no list of params", r->path, g);
+            break;
+        }
+        /* the group's kind: Megatron's wd_mult (0 for biases and 1-D parameters), or in older versions its
+         * weight_decay (0), or its place (the second) */
+        const mt_pk *wm = mt_pk_get(gr, "wd_mult"), *wd = mt_pk_get(gr, "weight_decay");
+        int no = wm ? num(wm, 1) == 0 : wd ? num(wd, 1) == 0 : g == 1;
+        if (num(mt_pk_get(gr, "lr_mult"), 1) != 1 || num(mt_pk_get(gr, "is_decoupled_lr"), 0)) {
+            rc = mt_err_set(e, "%s: optimizer param group %zu has its own learning rate: not read (convert with "
+                               "--no-load-optim)", r->path, g);
+            break;
+        }
+        if (g == 0) {
+            const mt_pk *b = mt_pk_get(gr, "betas");
+            if (b && b->kind == MT_PK_TUPLE && b->len == 2) m->beta1 = num(b->items[0], 0.9), m->beta2 = num(b->items[1], 0.999);
+            m->eps = num(mt_pk_get(gr, "eps"), 1e-8);
+            if (mt_pk_get(gr, "step")) rc = scalar(r, mt_pk_get(gr, "step"), "param group step", &step, e);
+        }
+        const mt_pk *mg = masters ? masters->items[g] : NULL;
+        if (mg && (mg->kind != MT_PK_LIST || mg->len != params->len)) {
+            rc = mt_err_set(e, "%s: optimizer: fp32_from_fp16_params[%zu] does not hold the group's %zu parameters",
+                            r->path, g, params->len);
+            break;
+        }
+        for (size_t q = 0; q < params->len && !rc; q++) {
+            int *at = no ? &used_n : &used_d;
+            if (*at >= (no ? nn : nd)) {
+                rc = mt_err_set(e, "%s: optimizer param group %zu holds more %s parameters than the model's %d", r->path,
+                                g, no ? "1-D and bias" : "weight-decayed", no ? nn : nd);
+                break;
+            }
+            const mt_layout_tensor *lt = no ? nodecay[(*at)++] : decay[(*at)++];
+            int k = find(r, lt->name);
+            const mt_pk *idx = params->items[q], *ps = idx->kind == MT_PK_INT ? get_int(state, idx->i) : NULL;
+            const mt_pk *avg = ps && ps->kind == MT_PK_DICT ? mt_pk_get(ps, "exp_avg") : NULL,
+                        *sq = ps && ps->kind == MT_PK_DICT ? mt_pk_get(ps, "exp_avg_sq") : NULL,
+                        *ma = mg ? mg->items[q] : NULL;
+            if (!avg || !sq || avg->kind != MT_PK_TENSOR || sq->kind != MT_PK_TENSOR || (ma && ma->kind != MT_PK_TENSOR)) {
+                rc = mt_err_set(e, "%s: optimizer: no exp_avg and exp_avg_sq tensors for parameter %zu of group %zu "
+                                   "('%s')", r->path, q, g, lt->name);
+                break;
+            }
+            const mt_pk_tensor *ts[3] = {avg->t, sq->t, ma ? ma->t : NULL};
+            for (int s3 = 0; s3 < 3 && !rc; s3++) {
+                const mt_pk_tensor *t = ts[s3];
+                if (!t) continue;
+                int ok = t->ndim == lt->ndim && (t->dtype == MT_ST_F32 || t->dtype == MT_ST_BF16 || t->dtype == MT_ST_F16);
+                for (int d = 0; ok && d < lt->ndim; d++) ok = t->shape[d] == lt->local_shape[d];
+                if (!ok)
+                    rc = mt_err_set(e, "%s: optimizer: %s of parameter %zu of group %zu is not a float tensor of the "
+                                       "shape of '%s'", r->path, s3 == 0 ? "exp_avg" : s3 == 1 ? "exp_avg_sq" : "the fp32 copy",
+                                    q, g, lt->name);
+            }
+            if (rc) break;
+            r->exp_avg[k] = avg->t;
+            r->exp_avg_sq[k] = sq->t;
+            if (masters) r->master[k] = ma->t;
+            if (step < 0 && mt_pk_get(ps, "step")) rc = scalar(r, mt_pk_get(ps, "step"), "step", &step, e);
+        }
+    }
+    if (!rc && (used_d != nd || used_n != nn))
+        rc = mt_err_set(e, "%s: optimizer holds %d weight-decayed and %d other parameters, the model has %d and %d",
+                        r->path, used_d, used_n, nd, nn);
+    if (!rc && !(step >= 0 && step <= 1e15 && step == (double)(int64_t)step))
+        rc = mt_err_set(e, "%s: optimizer: no step count", r->path);
+    if (!rc && scaler && scaler->kind == MT_PK_DICT) {
+        double s, gt = 0, ht = 0;
+        rc = scalar(r, mt_pk_get(scaler, "scale"), "grad_scaler.scale", &s, e);
+        if (!rc && mt_pk_get(scaler, "growth_tracker")) rc = scalar(r, mt_pk_get(scaler, "growth_tracker"), "grad_scaler.growth_tracker", &gt, e);
+        if (!rc && mt_pk_get(scaler, "hysteresis_tracker"))
+            rc = scalar(r, mt_pk_get(scaler, "hysteresis_tracker"), "grad_scaler.hysteresis_tracker", &ht, e);
+        if (!rc && i == 0) {
+            m->has_scaler = 1;
+            m->scale = s;
+            m->growth_tracker = (int64_t)gt;
+            m->hysteresis_tracker = (int64_t)ht;
+        }
+    }
+    if (!rc && i == 0) m->step = (int64_t)step;
+    else if (!rc && m->step != (int64_t)step)
+        rc = mt_err_set(e, "%s: optimizer step %lld, the first rank's %lld", r->path, (long long)step, (long long)m->step);
+    free(order);
+    free(decay);
+    free(nodecay);
+    return rc ? -1 : 1;
+}
+
+int mt_meg_dir_optim(mt_meg_dir *m, mt_err *e)
+{
+    if (!m->l) return mt_err_set(e, "%s: the model's layout is not known yet", m->dir);
+    m->beta1 = 0.9, m->beta2 = 0.999, m->eps = 1e-8;
+    int have = 0;
+    for (int i = 0; i < m->n; i++) {
+        int rc = rank_optim(m, i, e);
+        if (rc < 0) return -1;
+        if (i && rc != have)
+            return mt_err_set(e, "%s: %s optimizer state, unlike the first rank", m->r[i].path, rc ? "has" : "has no");
+        have = rc;
+    }
+    m->has_optim = have;
+    return 0;
 }
 
 int mt_meg_check_all_read(mt_meg_dir *m, mt_err *e)

@@ -3,7 +3,8 @@
  * the first rank's args Namespace, iteration and counters, and each tensor of the GPT model assembled
  * from the ranks' slices as model/layout.h partitions it (Megatron's own partitioning). The model's
  * state dict may be the legacy nested one (spec 5.3) or Megatron-Core's flat names (spec 5.4), which are
- * read under the legacy names; `_extra_state` entries are skipped. Nothing of the optimizer is read.
+ * read under the legacy names; `_extra_state` entries are skipped. The optimizer's state (Adam's moments, the
+ * fp32 main parameters, the step and the loss scaler) is read where Megatron saved it.
  */
 #ifndef MT_CKPT_MEGATRON_DIR_H
 #define MT_CKPT_MEGATRON_DIR_H
@@ -17,10 +18,14 @@
 typedef struct mt_meg_rank {
     char *path;                 /* its model_optim_rng.pt */
     mt_tckpt ck;
+    int core;                   /* the model's keys are Megatron-Core's */
     int n;                      /* its model's tensors, under legacy names */
     char **names;
     const mt_pk_tensor **t;
     unsigned char *used;
+    /* the optimizer's state of each model tensor (mt_meg_dir_optim): Adam's moments and, from a mixed-precision
+     * run, the fp32 main parameter; NULL where there is none */
+    const mt_pk_tensor **exp_avg, **exp_avg_sq, **master;
 } mt_meg_rank;
 
 typedef struct mt_meg_dir {
@@ -31,6 +36,13 @@ typedef struct mt_meg_dir {
     const mt_pk *root;          /* the first rank's dict */
     const mt_pk *args;          /* its argparse.Namespace */
     mt_layout *l;               /* each rank's layout (mt_meg_dir_layout) */
+    /* the optimizer's state (mt_meg_dir_optim): every rank has Adam's moments of every parameter */
+    int has_optim;
+    int64_t step;               /* Adam's step */
+    double beta1, beta2, eps;
+    int has_scaler;             /* a dynamic loss scaler's state (an fp16 run) */
+    double scale;
+    int64_t growth_tracker, hysteresis_tracker;
 } mt_meg_dir;
 
 /* Whether dir has a tracker and a first rank's model_optim_rng.pt. */
@@ -41,8 +53,24 @@ int mt_meg_dir_open(mt_meg_dir *m, const char *dir, mt_err *e);
 /* The ranks' layouts for the model a (padded_vocab_size: the checkpoint's rows), every rank's tensors
  * checked to be there with their slice's shape. 0, or -1 with e set naming the file and key. */
 int mt_meg_dir_layout(mt_meg_dir *m, const mt_model_arch *a, mt_err *e);
-/* The whole tensor name (a one-rank legacy name) of global shape into dst. */
+/* The optimizer's state of every rank, once the layouts are known: Megatron-Core's optimizer state dict
+ * (FP32Optimizer: torch's Adam state dict; Float16OptimizerWithFloat16Params: that under 'optimizer' with
+ * 'fp32_from_fp16_params' and 'grad_scaler'), whose parameter indices follow the param groups Megatron
+ * builds (the weight-decayed parameters, then the biases and 1-D ones, each in the order the model
+ * registers them: the legacy model's is the layout's, Megatron-Core's layers register linear_proj before
+ * linear_qkv). No 'optimizer', or one without per-parameter state (transformers' converters write such a
+ * dummy): has_optim 0. A state that does not match the model is an error naming the file. 0, or -1. */
+int mt_meg_dir_optim(mt_meg_dir *m, mt_err *e);
+/* A rank's parameters (l's tensors, into out; their count returned) in the order Megatron's model registers
+ * them (named_parameters), which orders the optimizer's state: the legacy model's is the layout's; in
+ * Megatron-Core's TransformerLayer (core nonzero) Attention builds linear_proj before SelfAttention builds
+ * linear_qkv (whose fused norm comes first), so a layer's output projection leads. */
+int mt_meg_param_order(const mt_layout *l, int core, const mt_layout_tensor **out);
+/* The whole tensor name (a one-rank legacy name) of global shape into dst: the weights (the fp32 main
+ * parameters where the optimizer holds them), or with suffix ".exp_avg" / ".exp_avg_sq" Adam's moments. */
 int mt_meg_read(mt_meg_dir *m, const char *name, int ndim, const int64_t *shape, float *dst, mt_err *e);
+int mt_meg_read_optim(mt_meg_dir *m, const char *name, const char *suffix, int ndim, const int64_t *shape, float *dst,
+                      mt_err *e);
 /* Every rank's model held nothing that was not read. */
 int mt_meg_check_all_read(mt_meg_dir *m, mt_err *e);
 void mt_meg_dir_close(mt_meg_dir *m);

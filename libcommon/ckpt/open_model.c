@@ -396,20 +396,22 @@ static json_t *distributed(const mt_model_ckpt *mc)
 
 int mt_model_has_optim(const mt_model_ckpt *mc)
 {
-    return !mc->hf && !mc->meg && (mt_ckpt_has_optim(mc->reader) || distributed(mc));
+    if (mc->meg) return mc->meg->has_optim;
+    return !mc->hf && (mt_ckpt_has_optim(mc->reader) || distributed(mc));
 }
 
 int mt_model_read_optim(mt_model_ckpt *mc, const char *name, const char *suffix, int ndim, const int64_t *shape,
                         float *dst, mt_err *e)
 {
     if (mc->hf) return mt_err_set(e, "%s: a Hugging Face directory has no optimizer state", mc->dir);
+    if (mc->meg) return mt_meg_read_optim(mc->meg, name, suffix, ndim, shape, dst, e);
     if (open_shards(mc, e)) return -1;
     return mt_ckpt_global_read(mc->g, MT_CKPT_OPTIM, name, suffix, ndim, shape, dst, e);
 }
 
 int mt_model_check_all_read_optim(mt_model_ckpt *mc, mt_err *e)
 {
-    if (mc->hf || distributed(mc)) return 0;
+    if (mc->hf || mc->meg || distributed(mc)) return 0;   /* Megatron's: attached to the model's tensors */
     if (open_shards(mc, e)) return -1;
     static const char *const moments[] = {".exp_avg", ".exp_avg_sq", NULL};
     return mt_ckpt_global_check_all_read(mc->g, MT_CKPT_OPTIM, moments, e);

@@ -82,6 +82,49 @@ int mt_tckpt_tensor_bytes(mt_tckpt *c, const mt_pk_tensor *t, const unsigned cha
     return 0;
 }
 
+int mt_tckpt_tensor_read(mt_tckpt *c, const mt_pk_tensor *t, void *dst, mt_err *e)
+{
+    char name[600];
+    snprintf(name, sizeof name, "data/%s", t->key);
+    const mt_tzip_entry *en = mt_tzip_find(&c->zip, name);
+    if (!en) return mt_err_set(e, "%s: tensor storage '%s' is not in the archive", c->zip.path, name);
+    size_t es = (size_t)mt_st_dtype_bits(t->dtype) / 8;
+    uint64_t want;
+    if (t->storage_numel < 0 || __builtin_mul_overflow((uint64_t)t->storage_numel, (uint64_t)es, &want) ||
+        want != en->size)
+        return mt_err_set(e, "%s: entry '%s' holds %llu bytes, not %lld elements of %s", c->zip.path, en->name,
+                          (unsigned long long)en->size, (long long)t->storage_numel, mt_st_dtype_name(t->dtype));
+    /* the last element the sizes and strides reach, inside the storage */
+    int64_t last = t->offset, numel = 1, step;
+    for (int d = 0; d < t->ndim; d++) {
+        if (t->shape[d] < 0 || t->stride[d] < 0)
+            return mt_err_set(e, "%s: tensor of storage '%s' has a negative size or stride", c->zip.path, t->key);
+        if (__builtin_mul_overflow(numel, t->shape[d], &numel) ||
+            (t->shape[d] && (__builtin_mul_overflow(t->shape[d] - 1, t->stride[d], &step) ||
+                             __builtin_add_overflow(last, step, &last))))
+            return mt_err_set(e, "%s: tensor of storage '%s' has too many elements", c->zip.path, t->key);
+    }
+    if (!numel) return 0;
+    if (t->offset < 0 || last >= t->storage_numel)
+        return mt_err_set(e, "%s: tensor at offset %lld reaches element %lld of storage '%s' of %lld", c->zip.path,
+                          (long long)t->offset, (long long)last, t->key, (long long)t->storage_numel);
+    const unsigned char *base;
+    if (mt_tzip_get(&c->zip, en, &base, e)) return -1;
+    /* row-major over the sizes, the source by the strides */
+    int64_t idx[MT_PK_MAXDIM] = {0}, at = t->offset;
+    unsigned char *out = dst;
+    for (int64_t i = 0; i < numel; i++) {
+        memcpy(out + (size_t)i * es, base + (size_t)at * es, es);
+        for (int d = t->ndim - 1; d >= 0; d--) {
+            at += t->stride[d];
+            if (++idx[d] < t->shape[d]) break;
+            at -= t->stride[d] * t->shape[d];
+            idx[d] = 0;
+        }
+    }
+    return 0;
+}
+
 /* Every tensor of the tree refers to a storage of st (marking it used), with its dtype, inside it. */
 static int check_tensors(const mt_pk *v, const mt_tckpt_storage *st, int nst, char *used, int depth, const char *path,
                          mt_err *e)

@@ -1,6 +1,6 @@
 /* torch_ckpt.h: a torch.save file (.pt, e.g. Megatron-LM's model_optim_rng.pt) loaded into the value
  * tree of torch_pickle.h over its archive (torch_zip.h), the bytes of its tensors, and the writing of a
- * value tree with the storages its tensors refer to. Only contiguous tensors are read.
+ * value tree with the storages its tensors refer to.
  */
 #ifndef MT_CKPT_TORCH_CKPT_H
 #define MT_CKPT_TORCH_CKPT_H
@@ -22,6 +22,10 @@ void mt_tckpt_close(mt_tckpt *c);
 /* The bytes of a tensor of the tree (*p NULL when it has no elements): its storage entry found, of the
  * size its element count says, the tensor contiguous and inside it. */
 int mt_tckpt_tensor_bytes(mt_tckpt *c, const mt_pk_tensor *t, const unsigned char **p, size_t *n, mt_err *e);
+/* The elements of a tensor of the tree, contiguous or not (a view of a larger storage, e.g. a transposed
+ * slice), copied in row-major order into dst (numel elements of its dtype): sizes and strides checked to
+ * stay inside its storage entry. */
+int mt_tckpt_tensor_read(mt_tckpt *c, const mt_pk_tensor *t, void *dst, mt_err *e);
 /* Elements of a tensor (1 for a scalar). */
 int64_t mt_tckpt_numel(const mt_pk_tensor *t);
 

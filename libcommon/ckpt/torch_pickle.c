@@ -205,7 +205,7 @@ int mt_pk_storage_dtype(const char *s)
 
 static const char *const plain_globals[] = {
     "collections.OrderedDict", "torch._utils._rebuild_tensor_v2", "torch._utils._rebuild_parameter",
-    "argparse.Namespace", "torch.float32", "torch.float", "torch.float64", "torch.double", "torch.float16",
+    "argparse.Namespace", "types.SimpleNamespace", "torch.float32", "torch.float", "torch.float64", "torch.double", "torch.float16",
     "torch.half", "torch.bfloat16", "torch.int64", "torch.long", "torch.int32", "torch.int", "torch.int16",
     "torch.short", "torch.int8", "torch.uint8", "torch.bool",
     /* usable only as Python >= 3.11 pickles an enum member, getattr(<enum class>, '<member>'), and as
@@ -464,7 +464,8 @@ static int reduce(up *u, bool newobj)
         d->b = true;
         return push(u, d);
     }
-    if (!strcmp(name, "argparse.Namespace") && !args->len) {
+    /* transformers' converter toward Megatron stores the args as a types.SimpleNamespace */
+    if ((!strcmp(name, "argparse.Namespace") || !strcmp(name, "types.SimpleNamespace")) && !args->len) {
         mt_pk *o = mt_pk_named(u->a, MT_PK_OBJECT, name);
         o->obj = mt_pk_new(u->a, MT_PK_DICT);
         return push(u, o);

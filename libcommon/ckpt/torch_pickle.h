@@ -3,7 +3,7 @@
  *
  * The reader runs no code: it knows the opcodes torch.save's pickles use, and builds only the objects of a
  * fixed list of globals (collections.OrderedDict, torch._utils._rebuild_tensor_v2, torch's storage types
- * and dtypes, argparse.Namespace, Megatron's enums; numpy arrays and dtypes kept unbuilt as opaque values);
+ * and dtypes, argparse.Namespace and types.SimpleNamespace, Megatron's enums; numpy arrays and dtypes kept unbuilt as opaque values);
  * any other global is refused by name ("pickle global
  * os.system is not allowed"). A tensor becomes a reference to its storage (the archive's "data/<key>"
  * entry) with its dtype, offset, shape and stride. Values live in an arena freed at once, so shared
@@ -26,7 +26,7 @@
 typedef enum mt_pk_kind {
     MT_PK_NONE, MT_PK_BOOL, MT_PK_INT, MT_PK_BIGINT, MT_PK_FLOAT, MT_PK_STR, MT_PK_BYTES, MT_PK_LIST,
     MT_PK_TUPLE, MT_PK_DICT, MT_PK_TENSOR,
-    MT_PK_OBJECT,   /* argparse.Namespace: type name s, attributes in the dict obj */
+    MT_PK_OBJECT,   /* argparse.Namespace, types.SimpleNamespace: type name s, attributes in the dict obj */
     MT_PK_ENUM,     /* an enum member: class name s, value obj (Megatron's enums) */
     MT_PK_GLOBAL,   /* a global used as a value: name s ("torch.bfloat16") */
     MT_PK_OPAQUE,   /* a numpy array or dtype (a Megatron checkpoint's RNG state), never built: s the function

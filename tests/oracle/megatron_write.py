@@ -3,12 +3,24 @@ lays one out, from the tensors of a one-rank mt checkpoint (its model.safetensor
 meta.json for the model's arguments), for tests/pipeline/megatron-read.sh.
 
 Usage: megatron_write.py MT_RANK_DIR OUT_DIR --tp T --pp P --vocab-file F --merge-file F [--divisible-by N] [--core]
-       [--drop KEY] [--extra KEY] [--bad-ffn] [--release] [--checkpoint-version V]
+       [--drop KEY] [--extra KEY] [--bad-ffn] [--release] [--checkpoint-version V] [--dtype D] [--round D]
+       [--optim]
 
 Written from the interop spec (sections 5.1-5.4, 7.2-7.6): the tracker, iter_NNNNNNN/mp_rank_TT[_PPP]/
 model_optim_rng.pt per rank, each a dict of args (an argparse.Namespace), checkpoint_version 3.0,
-iteration, the model (legacy nested state dict, or Megatron-Core's flat names with --core), a dummy
-optimizer dict, opt_param_scheduler and rng_state as Megatron saves it (numpy's RNG state among it).
+iteration, the model (legacy nested state dict, or Megatron-Core's flat names with --core),
+opt_param_scheduler and rng_state as Megatron saves it (numpy's RNG state among it). Without --optim
+there is no optimizer entry (as with Megatron's --no-save-optim); with --optim, the mt checkpoint's
+AdamW state (optim.safetensors, meta.json's step) as Megatron-Core's non-distributed optimizer saves it
+(megatron/core/optimizer, core_r0.8 to the 2026 main branch): torch.optim.AdamW's state_dict (made here by
+torch itself: per-parameter step, exp_avg, exp_avg_sq; integer parameter indices) over Megatron's param
+groups (_get_param_groups: the weight-decayed parameters first, then those named *.bias or of one
+dimension, each group in the order the model registers its parameters: the legacy ParallelTransformerLayer
+input_layernorm, query_key_value, dense, post_attention_layernorm, dense_h_to_4h, dense_4h_to_h;
+Megatron-Core's TransformerLayer with Transformer Engine's layers linear_proj, then linear_qkv with its
+fused norm first, linear_fc1 likewise, linear_fc2), FP32Optimizer's state_dict for fp32 and, with --dtype
+bf16 or fp16, Float16OptimizerWithFloat16Params' {'optimizer', 'fp32_from_fp16_params'} holding the fp32
+main parameters (and 'grad_scaler' for fp16).
 Tensor slices: word embeddings and QKV / h->4h rows split over tensor ranks (QKV rows in the per-head
 [np, 3, hn] order, kept as mt stores them), dense / 4h->h columns split, the rest replicated; layers
 split evenly over stages, local indices; the last stage's copy of tied embeddings when pp > 1. The
@@ -47,6 +59,38 @@ def read_safetensors(path):
     return out
 
 
+def optimizer(reg, w, mom, part, meta, a, dtype):
+    """Megatron-Core's optimizer state of one rank: reg, the rank's parameters (mt names and partition) in
+    registration order; torch.optim.AdamW builds the state dict over Megatron's two param groups."""
+    params, nowd = [], []
+    for name, dim in reg:
+        p = torch.nn.Parameter(torch.from_numpy(np.ascontiguousarray(part(w[name], dim))))
+        params.append((name, dim, p))
+    common = {"lr_mult": 1.0, "is_expert_parallel": False, "is_decoupled_lr": False, "default_config": True,
+              "max_lr": a["lr"], "min_lr": a["min-lr"]}
+    groups = [dict(params=[p for n, d, p in params if not (n.endswith(".bias") or p.dim() == 1)], wd_mult=1.0,
+                   **common),
+              dict(params=[p for n, d, p in params if n.endswith(".bias") or p.dim() == 1], wd_mult=0.0, **common)]
+    opt = torch.optim.AdamW(groups, lr=a["lr"], betas=(a["adam-beta1"], a["adam-beta2"]), eps=a["adam-eps"],
+                            weight_decay=a["weight-decay"])
+    for g in opt.param_groups:   # as Megatron's OptimizerParamScheduler.step() leaves them
+        g["weight_decay"] = a["weight-decay"] * g["wd_mult"]
+    step = meta["optimizer"]["step"]
+    for name, dim, p in params:
+        opt.state[p] = {"step": torch.tensor(float(step)),
+                        "exp_avg": torch.from_numpy(np.ascontiguousarray(part(mom[name + ".exp_avg"], dim))),
+                        "exp_avg_sq": torch.from_numpy(np.ascontiguousarray(part(mom[name + ".exp_avg_sq"], dim)))}
+    sd = opt.state_dict()
+    if dtype == "fp32":
+        return sd   # FP32Optimizer.state_dict()
+    out = {"optimizer": sd, "fp32_from_fp16_params": [[p.detach().clone() for p in g["params"]] for g in groups]}
+    if dtype == "fp16":
+        out["grad_scaler"] = {"scale": torch.tensor(float(meta["loss_scaler"]["scale"])),
+                              "growth_tracker": meta["loss_scaler"]["growth_tracker"],
+                              "hysteresis_tracker": meta["loss_scaler"]["hysteresis_tracker"]}
+    return out
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("src")
@@ -66,10 +110,12 @@ def main():
     # in fp32, each value rounded to that dtype first (the same numbers)
     ap.add_argument("--dtype", choices=("fp32", "bf16", "fp16"), default="fp32")
     ap.add_argument("--round", choices=("bf16", "fp16"), default=None)
+    ap.add_argument("--optim", action="store_true")
     o = ap.parse_args()
     meta = json.load(open(os.path.join(o.src, "meta.json")))
     a = meta["args"]
     w = read_safetensors(os.path.join(o.src, "model.safetensors"))
+    mom = read_safetensors(os.path.join(o.src, "optim.safetensors")) if o.optim else {}
     tp, pp = o.tp, o.pp
     L, h, nh = a["num-layers"], a["hidden-size"], a["num-attention-heads"]
     f = a["ffn-hidden-size"]
@@ -81,6 +127,11 @@ def main():
     k = min(P, we.shape[0])
     rows[:k] = we[:k]
     w["language_model.embedding.word_embeddings.weight"] = rows
+    for sfx in (".exp_avg", ".exp_avg_sq"):
+        if mom:
+            x = np.zeros((P, h), np.float32)
+            x[:k] = mom["language_model.embedding.word_embeddings.weight" + sfx][:k]
+            mom["language_model.embedding.word_embeddings.weight" + sfx] = x
 
     ns = argparse.Namespace(
         num_layers=L, hidden_size=h, ffn_hidden_size=f + (8 if o.bad_ffn else 0), num_attention_heads=nh,
@@ -130,6 +181,7 @@ def main():
             enc = collections.OrderedDict()
             flat = collections.OrderedDict()   # Megatron-Core's names
             emb = collections.OrderedDict()
+            reg = []   # (its mt name, slicing) in the order the model registers its parameters
             if p == 0:
                 emb["word_embeddings"] = collections.OrderedDict(
                     weight=T(part(w["language_model.embedding.word_embeddings.weight"], t, 0)))
@@ -137,8 +189,12 @@ def main():
                     weight=T(w["language_model.embedding.position_embeddings.weight"]))
                 flat["embedding.word_embeddings.weight"] = emb["word_embeddings"]["weight"]
                 flat["embedding.position_embeddings.weight"] = emb["position_embeddings"]["weight"]
+                reg += [("language_model.embedding.word_embeddings.weight", 0),
+                        ("language_model.embedding.position_embeddings.weight", -1)]
             for i in range(per):
                 g = p * per + i
+                order = per_layer if not o.core else per_layer[4:6] + per_layer[:4] + per_layer[6:]
+                reg += [("language_model.encoder.layers.%d.%s" % (g, name), dim) for name, dim in order]
                 for name, dim in per_layer:
                     x = w["language_model.encoder.layers.%d.%s" % (g, name)]
                     x = x if dim < 0 else part(x, t, dim) if x.ndim == 2 or dim == 0 else x
@@ -155,6 +211,9 @@ def main():
                 for n in ("weight", "bias"):
                     enc["final_layernorm." + n] = T(w["language_model.encoder.final_layernorm." + n])
                     flat["decoder.final_layernorm." + n] = enc["final_layernorm." + n]
+                    reg.append(("language_model.encoder.final_layernorm." + n, -1))
+                if pp > 1:
+                    reg.append(("language_model.embedding.word_embeddings.weight", 0))
             lm = collections.OrderedDict()
             if p == 0:
                 lm["embedding"] = emb
@@ -173,10 +232,6 @@ def main():
                     d.pop(o.drop, None)
             state = {
                 "args": ns, "checkpoint_version": o.checkpoint_version, "iteration": it, "model": model,
-                "optimizer": {"optimizer": {"state": {0: {"step": torch.tensor(float(it)),
-                                                          "exp_avg": torch.zeros(3), "exp_avg_sq": torch.zeros(3)}},
-                                            "param_groups": [{"lr": 3e-4, "betas": (0.9, 0.999), "params": [0]}]},
-                              "fp32_from_fp16_params": [[torch.zeros(3)]]},
                 "opt_param_scheduler": meta["opt_param_scheduler"],
                 "rng_state": [{"random_rng_state": random.Random(t).getstate(),
                                "np_rng_state": np.random.RandomState(t).get_state(),
@@ -185,6 +240,9 @@ def main():
                                "rng_tracker_states": {"model-parallel-rng": torch.zeros(16, dtype=torch.uint8)}}],
                 "num_floating_point_operations_so_far": 1.5e12,
             }
+            if o.optim:
+                state["optimizer"] = optimizer(reg, w, mom, lambda x, dim: x if dim < 0 else part(x, t, dim),
+                                               meta, a, o.dtype)
             rank = "mp_rank_%02d" % t if pp == 1 else "mp_rank_%02d_%03d" % (t, p)
             d = os.path.join(o.out, sub, rank)
             os.makedirs(d, exist_ok=True)

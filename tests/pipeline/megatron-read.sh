@@ -6,7 +6,9 @@
 # model's loss exactly, and converted to TP 2 x PP 2 each rank's tensors are mt's own resharding's; a --bf16
 # or --fp16 run's checkpoint (tensors in that dtype) gives the loss of the same values stored in fp32;
 # iteration, consumed samples and the schedule are kept and mt-train --load --no-load-optim
-# continues from that iteration with finite, falling losses. A missing rank, a missing key, a shape the
+# continues from that iteration with finite, falling losses; Megatron-Core's optimizer state (fp32, bf16
+# and fp16 runs) is read as mt saved it, and mt-train --load continues such a checkpoint exactly as the mt
+# checkpoint it was made from. A missing rank, a missing key, a shape the
 # args do not give: one line naming the file and key, non-zero exit, nothing under --save.
 . "$(dirname "$0")/../lib.sh"
 PY=/usr/bin/python3
@@ -65,10 +67,11 @@ check_layout "Megatron TP 2 x PP 2 -> mt TP 1" --tp 2 --pp 2 --divisible-by 128 
 check_layout "Megatron TP 2 x PP 1 (Megatron-Core names) -> mt TP 1 x PP 2" --tp 2 --divisible-by 128 --core -- \
     --target-pipeline-parallel-size 2
 # a tensor-parallel target: every rank's tensors as mt's own resharding of the original writes them (mt-eval
-# of a TP 2 checkpoint pads the vocabulary for one rank, so the loss is compared with the reshard's)
+# of a TP 2 checkpoint pads the vocabulary for one rank, so the loss is compared with the reshard's). Megatron
+# at TP 2 with 256 pads as mt's TP 2 reshard of a run with 256 does, and the target keeps its rows.
 mt-ckpt-convert --load "$d/ck" --save "$d/ck22" --target-tensor-parallel-size 2 --target-pipeline-parallel-size 2 2>/dev/null
 want=$(loss "$d/ck22")
-check_layout "Megatron TP 2 x PP 2 (Megatron-Core names) -> mt TP 2 x PP 2" --tp 2 --pp 2 --divisible-by 128 --core -- \
+check_layout "Megatron TP 2 x PP 2 (Megatron-Core names) -> mt TP 2 x PP 2" --tp 2 --pp 2 --divisible-by 256 --core -- \
     --target-tensor-parallel-size 2 --target-pipeline-parallel-size 2
 bad=
 for r in mp_rank_00_000 mp_rank_01_000 mp_rank_00_001 mp_rank_01_001; do
@@ -125,6 +128,42 @@ print("iterations 21..26, loss %.4f -> %.4f" % (ls[0], ls[-1]))
 PYEOF
 then t_pass "mt-train --load --no-load-optim continues from iteration 20 ($(cat "$d/tc"))"
 else t_fail "mt-train --load --no-load-optim continues from iteration 20" "$(tail -2 "$d/t2.err") $(tail -2 "$d/tc")"; fi
+
+# ---- the optimizer's state (Megatron-Core's non-distributed optimizer, megatron_write.py --optim): read
+# into mt's own moments and (bf16, fp16: from fp32_from_fp16_params) weights byte for byte, with Adam's step
+# and the loss scaler, so mt-train --load continues exactly as from the mt checkpoint it came from ----
+metrics() {   # FILE: iteration, loss, grad norm of each train line
+    $PY -c 'import json,sys; [print(r["iteration"], repr(r["lm_loss"]), repr(r.get("grad_norm"))) for r in map(json.loads, open(sys.argv[1])) if r["type"] == "train"]' "$1"
+}
+for dt in fp32 bf16 fp16; do
+    flag=() of=()
+    [ $dt != fp32 ] && flag=(--$dt) && of=(--dtype $dt)
+    s=$src
+    if [ $dt != fp32 ]; then
+        s=$d/ck-$dt/iter_0000020/mp_rank_00
+        mt-train "${train[@]}" "${flag[@]}" --train-iters 20 --lr-decay-iters 40 --save "$d/ck-$dt" >/dev/null 2>"$d/t$dt.err" \
+            || { t_fail "$dt: a run to convert" "$(tail -2 "$d/t$dt.err")"; continue; }
+    fi
+    rm -rf "$d/meg" "$d/co"
+    if ! oracle "$s" "$d/meg" --tp 2 --divisible-by 128 --core --optim "${of[@]}" >"$d/oe" 2>&1 ||
+        ! mt-ckpt-convert --from megatron --load "$d/meg" --save "$d/co" 2>"$d/ce"; then
+        t_fail "$dt: Megatron-Core optimizer state converted" "$(tail -2 "$d/oe" "$d/ce")"; continue
+    fi
+    c=$d/co/iter_0000020/mp_rank_00
+    if cmp -s "$c/optim.safetensors" "$s/optim.safetensors" && cmp -s "$c/model.safetensors" "$s/model.safetensors" &&
+        $PY -c 'import json,sys; a,b=(json.load(open(f)) for f in sys.argv[1:3]); sys.exit(a["optimizer"]["step"]!=b["optimizer"]["step"] or (sys.argv[3]=="fp16" and a["loss_scaler"]!=b["loss_scaler"]))' \
+            "$c/meta.json" "$s/meta.json" $dt; then
+        t_pass "$dt: Megatron-Core's optimizer state read: moments, weights, step$([ $dt = fp16 ] && echo ', loss scaler') as mt saved them ($(grep -o 'Adam step [0-9]*' "$d/ce"))"
+    else t_fail "$dt: Megatron-Core's optimizer state read as mt saved it" "$(cat "$d/ce")"; fi
+    rm -f "$d/ma.jsonl" "$d/mb.jsonl"
+    cont=("${train[@]}" "${flag[@]}" --train-iters 24 --lr-decay-iters 40 --use-checkpoint-opt_param-scheduler)
+    mt-train "${cont[@]}" --load "${s%/iter_*}" --metrics-file "$d/ma.jsonl" >/dev/null 2>"$d/ta.err"
+    mt-train "${cont[@]}" --load "$d/co" --metrics-file "$d/mb.jsonl" >/dev/null 2>"$d/tb.err"
+    a=$(metrics "$d/ma.jsonl" 2>/dev/null) b=$(metrics "$d/mb.jsonl" 2>/dev/null)
+    [ "$(echo "$a" | wc -l)" = 4 ] && [ "$a" = "$b" ] \
+        && t_pass "$dt: mt-train --load continues the converted checkpoint as the mt one: iterations 21..24 equal ($(echo $b | cut -d' ' -f1-3) ...)" \
+        || t_fail "$dt: continued as the mt checkpoint" "mt: $a / converted: $b $(tail -1 "$d/tb.err")"
+done
 
 # ---- errors: one line naming the file and key, nothing under --save ----
 refused() {   # NAME WANT ORACLE-FLAGS...

@@ -1,0 +1,473 @@
+/* megatron_export.c: an mt checkpoint written as a Megatron-LM torch-format checkpoint (see
+ * megatron_export.h). */
+#include "ckpt/megatron_export.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ckpt/checkpoint.h"
+#include "ckpt/hf_out.h"
+#include "ckpt/torch_ckpt.h"
+#include "io/fsutil.h"
+#include "model/layout.h"
+#include "mt_base.h"
+
+const char *mt_meg_core_name(const char *n, char *out, size_t cap)
+{
+    static const char *const map[][2] = {
+        {"input_layernorm.", "self_attention.linear_qkv.layer_norm_"},
+        {"post_attention_layernorm.", "mlp.linear_fc1.layer_norm_"},
+        {"self_attention.query_key_value.", "self_attention.linear_qkv."},
+        {"self_attention.dense.", "self_attention.linear_proj."},
+        {"mlp.dense_h_to_4h.", "mlp.linear_fc1."},
+        {"mlp.dense_4h_to_h.", "mlp.linear_fc2."},
+    };
+    if (!strncmp(n, "language_model.embedding.", 25)) snprintf(out, cap, "%s", n + 15);
+    else if (!strncmp(n, "language_model.encoder.final_layernorm.", 39)) snprintf(out, cap, "decoder.%s", n + 23);
+    else if (!strcmp(n, "language_model.output_layer.weight") || !strcmp(n, "word_embeddings_for_head.weight"))
+        snprintf(out, cap, "output_layer.weight");
+    else if (!strncmp(n, "language_model.encoder.layers.", 30)) {
+        const char *num = n + 30, *rest = strchr(num, '.');
+        if (!rest) return NULL;
+        for (size_t i = 0; i < sizeof map / sizeof *map; i++) {
+            size_t k = strlen(map[i][0]);
+            if (!strncmp(rest + 1, map[i][0], k)) {
+                snprintf(out, cap, "decoder.layers.%.*s.%s%s", (int)(rest - num), num, map[i][1], rest + 1 + k);
+                return out;
+            }
+        }
+        return NULL;
+    } else return NULL;
+    return out;
+}
+
+/* The dict under str key k of d, created (an OrderedDict, as state_dict() returns) when absent. */
+static mt_pk *child(mt_pk_arena *a, mt_pk *d, const char *k)
+{
+    for (size_t i = 0; i < d->len; i++)
+        if (d->items[i]->kind == MT_PK_STR && !strcmp(d->items[i]->s, k)) return d->vals[i];
+    mt_pk *c = mt_pk_new(a, MT_PK_DICT);
+    c->b = true;
+    mt_pk_sets(a, d, k, c);
+    return c;
+}
+
+static mt_pk *from_json(mt_pk_arena *a, json_t *v)
+{
+    switch (json_typeof(v)) {
+    case JSON_STRING: return mt_pk_str(a, json_string_value(v));
+    case JSON_INTEGER: return mt_pk_int(a, json_integer_value(v));
+    case JSON_REAL: return mt_pk_float(a, json_real_value(v));
+    case JSON_TRUE: return mt_pk_bool(a, true);
+    case JSON_FALSE: return mt_pk_bool(a, false);
+    case JSON_ARRAY: {
+        mt_pk *l = mt_pk_new(a, MT_PK_LIST);
+        size_t i;
+        json_t *x;
+        json_array_foreach(v, i, x) mt_pk_append(a, l, from_json(a, x));
+        return l;
+    }
+    case JSON_OBJECT: {
+        mt_pk *d = mt_pk_new(a, MT_PK_DICT);
+        const char *k;
+        json_t *x;
+        json_object_foreach(v, k, x) mt_pk_sets(a, d, k, from_json(a, x));
+        return d;
+    }
+    default: return mt_pk_new(a, MT_PK_NONE);
+    }
+}
+
+/* mt's args as Megatron's argparse.Namespace: flag names as attribute names ('-' to '_'), the flags that
+ * Megatron stores negated (store_false) under their positive names, and the attributes Megatron derives
+ * and checks on load for the layout written. */
+static mt_pk *namespace(mt_pk_arena *a, const mt_model_ckpt *mc, int tp, int pp, int rows, const char *torch_dtype)
+{
+    static const char *const negated[][2] = {
+        {"no-bias-gelu-fusion", "bias_gelu_fusion"},
+        {"disable-bias-linear", "add_bias_linear"},
+        {"no-check-for-nan-in-loss-and-grad", "check_for_nan_in_loss_and_grad"},
+        {"no-log-loss-scale-to-tensorboard", "log_loss_scale_to_tensorboard"},
+    };
+    mt_pk *ns = mt_pk_named(a, MT_PK_OBJECT, "argparse.Namespace");
+    mt_pk *d = ns->obj = mt_pk_new(a, MT_PK_DICT);
+    const char *k;
+    json_t *v;
+    json_object_foreach(mc->args, k, v) {
+        char name[128];
+        size_t i;
+        for (i = 0; i < sizeof negated / sizeof *negated && strcmp(k, negated[i][0]); i++) {}
+        if (i < sizeof negated / sizeof *negated) {
+            mt_pk_sets(a, d, negated[i][1], mt_pk_bool(a, !json_is_true(v)));
+            continue;
+        }
+        snprintf(name, sizeof name, "%s", k);
+        for (char *c = name; *c; c++)
+            if (*c == '-') *c = '_';
+        mt_pk_sets(a, d, name, from_json(a, v));
+    }
+    mt_pk_sets(a, d, "tensor_model_parallel_size", mt_pk_int(a, tp));
+    mt_pk_sets(a, d, "pipeline_model_parallel_size", mt_pk_int(a, pp));
+    mt_pk_sets(a, d, "virtual_pipeline_model_parallel_size", mt_pk_new(a, MT_PK_NONE));
+    mt_pk_sets(a, d, "num_layers_per_virtual_pipeline_stage", mt_pk_new(a, MT_PK_NONE));
+    mt_pk_sets(a, d, "data_parallel_size", mt_pk_int(a, 1));
+    mt_pk_sets(a, d, "world_size", mt_pk_int(a, (int64_t)tp * pp));
+    mt_pk_sets(a, d, "padded_vocab_size", mt_pk_int(a, rows));
+    mt_pk_sets(a, d, "params_dtype", mt_pk_named(a, MT_PK_GLOBAL, torch_dtype));
+    mt_pk_sets(a, d, "add_position_embedding", mt_pk_bool(a, mc->arch.position == MT_POS_LEARNED));
+    mt_pk_sets(a, d, "use_rotary_position_embeddings", mt_pk_bool(a, mc->arch.position == MT_POS_ROPE));
+    static const char *const counts[] = {"consumed_train_samples", "consumed_valid_samples"};
+    for (int i = 0; i < 2; i++) {
+        json_t *c = json_object_get(mc->meta, counts[i]);
+        mt_pk_sets(a, d, counts[i], mt_pk_int(a, json_is_integer(c) ? json_integer_value(c) : 0));
+    }
+    return ns;
+}
+
+/* The rank's state dict around its model dict. */
+static mt_pk *rank_root(mt_pk_arena *a, const mt_model_ckpt *mc, mt_pk *ns, mt_pk *model)
+{
+    mt_pk *r = mt_pk_new(a, MT_PK_DICT);
+    mt_pk_sets(a, r, "args", ns);
+    mt_pk_sets(a, r, "checkpoint_version", mt_pk_float(a, 3.0));
+    if (mc->iteration != MT_CKPT_RELEASE) mt_pk_sets(a, r, "iteration", mt_pk_int(a, mc->iteration));
+    mt_pk_sets(a, r, "model", model);
+    json_t *s = json_object_get(mc->meta, "opt_param_scheduler");
+    if (json_is_object(s)) mt_pk_sets(a, r, "opt_param_scheduler", from_json(a, s));
+    json_t *fl = json_object_get(mc->meta, "num_floating_point_operations_so_far");
+    if (json_is_number(fl)) mt_pk_sets(a, r, "num_floating_point_operations_so_far", mt_pk_float(a, json_number_value(fl)));
+    return r;
+}
+
+/* Transformer Engine's layers of a Megatron-Core layer keep an `_extra_state` entry each (FP8 metadata;
+ * None when unused), which Megatron's strict load expects. */
+static void core_extra_states(mt_pk_arena *a, mt_pk *model, const char *layer_prefix)
+{
+    static const char *const mods[] = {"self_attention.core_attention", "self_attention.linear_proj",
+                                       "self_attention.linear_qkv", "mlp.linear_fc1", "mlp.linear_fc2"};
+    for (size_t i = 0; i < sizeof mods / sizeof *mods; i++) {
+        char k[256];
+        snprintf(k, sizeof k, "%s%s._extra_state", layer_prefix, mods[i]);
+        mt_pk_sets(a, model, k, mt_pk_new(a, MT_PK_NONE));
+    }
+}
+
+/* Puts tensor v under layout name n in the model dict: legacy names nest at their dots, except the
+ * encoder's own keys ("layers.0.mlp.dense_h_to_4h.weight"), which are flat in language_model.encoder as in
+ * Megatron's state dict; Megatron-Core's are flat. */
+static int place(mt_pk_arena *a, mt_pk *model, const char *n, mt_meg_keys keys, mt_pk *v, char *layer_prefix,
+                 size_t lp_cap, mt_err *e)
+{
+    if (keys == MT_MEG_KEYS_MCORE) {
+        char c[256];
+        if (!mt_meg_core_name(n, c, sizeof c)) return mt_err_set(e, "tensor '%s' has no Megatron-Core name", n);
+        /* the layer's extra states after its last tensor */
+        char pre[64] = "";
+        if (!strncmp(c, "decoder.layers.", 15)) {
+            const char *dot = strchr(c + 15, '.');
+            snprintf(pre, sizeof pre, "%.*s", (int)(dot - c + 1), c);
+        }
+        if (*layer_prefix && strcmp(pre, layer_prefix)) core_extra_states(a, model, layer_prefix);
+        snprintf(layer_prefix, lp_cap, "%s", pre);
+        mt_pk_sets(a, model, c, v);
+        return 0;
+    }
+    mt_pk *d = model;
+    const char *p = n;
+    if (!strncmp(n, "language_model.encoder.", 23)) {
+        d = child(a, child(a, d, "language_model"), "encoder");
+        p = n + 23;
+    } else {
+        const char *dot;
+        while ((dot = strchr(p, '.'))) {
+            char k[128];
+            snprintf(k, sizeof k, "%.*s", (int)(dot - p), p);
+            d = child(a, d, k);
+            p = dot + 1;
+        }
+    }
+    mt_pk_sets(a, d, p, v);
+    return 0;
+}
+
+static void rank_dir(char *b, size_t cap, int t, int p, int pp)
+{
+    if (pp > 1) snprintf(b, cap, "mp_rank_%02d_%03d", t, p);
+    else snprintf(b, cap, "mp_rank_%02d", t);
+}
+
+typedef struct export_ctx {
+    mt_model_ckpt *mc;
+    const mt_layout *whole;
+    float *buf;             /* the largest whole tensor */
+    mt_st_dtype dt;
+    const char *torch_dtype;
+    mt_meg_keys keys;
+    int tp, pp, rows, done, total;
+    int optim;              /* write the optimizer's state */
+    mt_ckpt_progress *progress;
+} export_ctx;
+
+/* A rank's file being built: its value tree and its storages, one per tensor. */
+typedef struct rank_out {
+    mt_pk_arena a;
+    int n, cap;
+    mt_tckpt_storage *st;
+    char (*keys)[16];
+    void **data;
+} rank_out;
+
+/* A new storage of numel values of src as dt, and the tensor of shape over it. */
+static mt_pk *add_tensor(rank_out *o, const float *src, size_t numel, mt_st_dtype dt, int ndim, const int64_t *shape,
+                         const char *what, mt_err *e)
+{
+    if (o->n == o->cap) {
+        o->cap = o->cap ? 2 * o->cap : 64;
+        o->st = realloc(o->st, (size_t)o->cap * sizeof *o->st);
+        o->keys = realloc(o->keys, (size_t)o->cap * sizeof *o->keys);
+        o->data = realloc(o->data, (size_t)o->cap * sizeof *o->data);
+        if (!o->st || !o->keys || !o->data) mt_die("out of memory");
+    }
+    int bytes = mt_st_dtype_bits(dt) / 8;
+    void *d = mt_xmalloc((numel ? numel : 1) * (size_t)bytes);
+    for (size_t i = 0; i < numel; i++) {
+        float f = src[i];
+        if (dt == MT_ST_F32) memcpy((float *)d + i, &f, 4);
+        else if (dt == MT_ST_BF16) ((uint16_t *)d)[i] = mt_f32_to_bf16(f);
+        else if (isfinite(f) && fabsf(f) > 65504.0f) {
+            free(d);
+            mt_err_set(e, "tensor '%s' holds %g (element %zu), beyond fp16's range: convert with --dtype fp32 or bf16",
+                       what, (double)f, i);
+            return NULL;
+        } else ((uint16_t *)d)[i] = mt_f32_to_f16(f);
+    }
+    snprintf(o->keys[o->n], sizeof *o->keys, "%d", o->n);
+    o->data[o->n] = d;
+    o->st[o->n] = (mt_tckpt_storage){o->keys[o->n], dt, (int64_t)numel, d};
+    return mt_pk_tensor_new(&o->a, o->keys[o->n++], dt, (int64_t)numel, 0, ndim, shape);
+}
+
+static void rank_out_free(rank_out *o)
+{
+    for (int i = 0; i < o->n; i++) free(o->data[i]);
+    free(o->data);
+    free(o->keys);
+    free(o->st);
+    mt_pk_arena_free(&o->a);
+}
+
+/* Tensor lt's slice for this rank (suffix NULL: the weights; ".exp_avg", ".exp_avg_sq") into dst. */
+static int read_slice(export_ctx *x, const mt_layout_tensor *lt, const char *suffix, float *dst, mt_err *e)
+{
+    mt_tensor_kind k = lt->kind == MT_T_OUTPUT && x->mc->arch.tied_embeddings ? MT_T_WORD_EMB : lt->kind;
+    const mt_layout_tensor *w = mt_layout_get(x->whole, lt->layer, k);
+    if (!w) return mt_err_set(e, "tensor '%s' has no whole tensor", lt->name);
+    int rc = suffix ? mt_model_read_optim(x->mc, w->name, suffix, w->ndim, w->global_shape, x->buf, e)
+                    : mt_model_read_tensor(x->mc, w->name, w->ndim, w->global_shape, x->buf, e);
+    if (!rc) mt_layout_slice(lt, x->buf, dst);
+    return rc;
+}
+
+/* Megatron-Core's optimizer state dict of the rank: torch's AdamW state dict (per-parameter step, exp_avg,
+ * exp_avg_sq under integer indices) over Megatron's two param groups (the weight-decayed parameters, then
+ * the biases and 1-D ones, each in the order the model registers them); as FP32Optimizer saves it, or with
+ * mixed precision as Float16OptimizerWithFloat16Params does, with the fp32 main parameters (master, by
+ * layout index) and, for fp16, the loss scaler. */
+static mt_pk *optimizer_state(export_ctx *x, const mt_layout *l, rank_out *o, float *s, mt_pk **master, mt_err *e)
+{
+    mt_pk_arena *a = &o->a;
+    json_t *jo = json_object_get(x->mc->meta, "optimizer"), *args = x->mc->args;
+    double step = json_number_value(json_object_get(jo, "step"));
+    const mt_layout_tensor **order = mt_xcalloc((size_t)(l->n ? l->n : 1), sizeof *order);
+    int n = mt_meg_param_order(l, x->keys == MT_MEG_KEYS_MCORE, order), idx = 0, rc = 0;
+    mt_pk *state = mt_pk_new(a, MT_PK_DICT), *groups = mt_pk_new(a, MT_PK_LIST), *masters = mt_pk_new(a, MT_PK_LIST);
+    float stepf = (float)step;
+    for (int g = 0; g < 2 && !rc; g++) {
+        mt_pk *gr = mt_pk_new(a, MT_PK_DICT), *params = mt_pk_new(a, MT_PK_LIST), *mg = mt_pk_new(a, MT_PK_LIST);
+        for (int q = 0; q < n && !rc; q++) {
+            const mt_layout_tensor *lt = order[q];
+            if (lt->no_decay != g) continue;
+            mt_pk *ps = mt_pk_new(a, MT_PK_DICT), *t;
+            t = add_tensor(o, &stepf, 1, MT_ST_F32, 0, NULL, "step", e);
+            mt_pk_sets(a, ps, "step", t);
+            for (int m = 0; m < 2 && !rc; m++) {
+                const char *sfx = m ? ".exp_avg_sq" : ".exp_avg";
+                if (read_slice(x, lt, sfx, s, e) ||
+                    !(t = add_tensor(o, s, lt->numel, MT_ST_F32, lt->ndim, lt->local_shape, lt->name, e)))
+                    rc = -1;
+                else mt_pk_sets(a, ps, sfx + 1, t);
+            }
+            mt_pk_set(a, state, mt_pk_int(a, idx), ps);
+            mt_pk_append(a, params, mt_pk_int(a, idx++));
+            if (master) mt_pk_append(a, mg, master[lt - l->t]);
+        }
+        /* Megatron's group keys, then torch AdamW's defaults, then the indices (as state_dict() orders them);
+         * lr and weight_decay are set again by Megatron's scheduler at every step */
+        mt_pk_sets(a, gr, "wd_mult", mt_pk_float(a, g ? 0.0 : 1.0));
+        mt_pk_sets(a, gr, "lr_mult", mt_pk_float(a, 1.0));
+        mt_pk_sets(a, gr, "is_expert_parallel", mt_pk_bool(a, false));
+        mt_pk_sets(a, gr, "is_decoupled_lr", mt_pk_bool(a, false));
+        mt_pk_sets(a, gr, "default_config", mt_pk_bool(a, true));
+        double lr = json_number_value(json_object_get(args, "lr")), wd = json_number_value(json_object_get(args, "weight-decay"));
+        mt_pk_sets(a, gr, "max_lr", mt_pk_float(a, lr));
+        mt_pk_sets(a, gr, "min_lr", mt_pk_float(a, json_number_value(json_object_get(args, "min-lr"))));
+        mt_pk_sets(a, gr, "lr", mt_pk_float(a, lr));
+        mt_pk *betas = mt_pk_new(a, MT_PK_TUPLE);
+        mt_pk_append(a, betas, mt_pk_float(a, json_number_value(json_object_get(jo, "beta1"))));
+        mt_pk_append(a, betas, mt_pk_float(a, json_number_value(json_object_get(jo, "beta2"))));
+        mt_pk_sets(a, gr, "betas", betas);
+        mt_pk_sets(a, gr, "eps", mt_pk_float(a, json_number_value(json_object_get(jo, "eps"))));
+        mt_pk_sets(a, gr, "weight_decay", mt_pk_float(a, g ? 0.0 : wd));
+        mt_pk_sets(a, gr, "amsgrad", mt_pk_bool(a, false));
+        mt_pk_sets(a, gr, "maximize", mt_pk_bool(a, false));
+        mt_pk_sets(a, gr, "foreach", mt_pk_new(a, MT_PK_NONE));
+        mt_pk_sets(a, gr, "capturable", mt_pk_bool(a, false));
+        mt_pk_sets(a, gr, "differentiable", mt_pk_bool(a, false));
+        mt_pk_sets(a, gr, "fused", mt_pk_new(a, MT_PK_NONE));
+        mt_pk_sets(a, gr, "params", params);
+        mt_pk_append(a, groups, gr);
+        mt_pk_append(a, masters, mg);
+    }
+    free(order);
+    if (rc) return NULL;
+    mt_pk *sd = mt_pk_new(a, MT_PK_DICT);
+    mt_pk_sets(a, sd, "state", state);
+    mt_pk_sets(a, sd, "param_groups", groups);
+    if (!master) return sd;
+    mt_pk *f16 = mt_pk_new(a, MT_PK_DICT);
+    mt_pk_sets(a, f16, "optimizer", sd);
+    json_t *ls = json_object_get(x->mc->meta, "loss_scaler");
+    if (x->dt == MT_ST_F16 && json_is_true(json_object_get(ls, "dynamic"))) {
+        mt_pk *gs = mt_pk_new(a, MT_PK_DICT);
+        float scale = (float)json_number_value(json_object_get(ls, "scale"));
+        mt_pk *t = add_tensor(o, &scale, 1, MT_ST_F32, 0, NULL, "grad_scaler.scale", e);
+        mt_pk_sets(a, gs, "scale", t);
+        mt_pk_sets(a, gs, "growth_tracker", mt_pk_int(a, json_integer_value(json_object_get(ls, "growth_tracker"))));
+        mt_pk_sets(a, gs, "hysteresis_tracker", mt_pk_int(a, json_integer_value(json_object_get(ls, "hysteresis_tracker"))));
+        mt_pk_sets(a, f16, "grad_scaler", gs);
+    }
+    mt_pk_sets(a, f16, "fp32_from_fp16_params", masters);
+    return f16;
+}
+
+/* One rank's model_optim_rng.pt at path. */
+static int write_rank(export_ctx *x, const mt_layout *l, const char *path, mt_err *e)
+{
+    rank_out o = {0};
+    mt_pk *model = mt_pk_new(&o.a, MT_PK_DICT);
+    model->b = true;
+    size_t most = 1;
+    for (int j = 0; j < l->n; j++)
+        if (l->t[j].numel > most) most = l->t[j].numel;
+    float *s = mt_xmalloc(most * sizeof(float));
+    /* mixed precision: the fp32 main parameters go with the optimizer's state */
+    mt_pk **master = x->optim && x->dt != MT_ST_F32 ? mt_xcalloc((size_t)(l->n ? l->n : 1), sizeof *master) : NULL;
+    char layer_prefix[64] = "";
+    int rc = 0;
+    for (int j = 0; j < l->n && !rc; j++) {
+        const mt_layout_tensor *lt = &l->t[j];
+        mt_pk *t;
+        if (read_slice(x, lt, NULL, s, e) ||
+            !(t = add_tensor(&o, s, lt->numel, x->dt, lt->ndim, lt->local_shape, lt->name, e)) ||
+            place(&o.a, model, lt->name, x->keys, t, layer_prefix, sizeof layer_prefix, e) ||
+            (master && !(master[j] = add_tensor(&o, s, lt->numel, MT_ST_F32, lt->ndim, lt->local_shape, lt->name, e))))
+            rc = mt_err_prefix(e, "%s", path);
+        if (x->progress) x->progress(++x->done, x->total);
+    }
+    if (!rc && x->keys == MT_MEG_KEYS_MCORE && *layer_prefix) core_extra_states(&o.a, model, layer_prefix);
+    mt_pk *opt = NULL;
+    if (!rc && x->optim && !(opt = optimizer_state(x, l, &o, s, master, e))) rc = mt_err_prefix(e, "%s", path);
+    if (!rc) {
+        mt_pk *ns = namespace(&o.a, x->mc, x->tp, x->pp, x->rows, x->torch_dtype);
+        mt_pk *root = rank_root(&o.a, x->mc, ns, model);
+        if (opt) {   /* after the model, as Megatron's save_checkpoint orders the dict */
+            mt_pk *r2 = mt_pk_new(&o.a, MT_PK_DICT);
+            for (size_t i = 0; i < root->len; i++) {
+                mt_pk_set(&o.a, r2, root->items[i], root->vals[i]);
+                if (root->items[i]->kind == MT_PK_STR && !strcmp(root->items[i]->s, "model")) mt_pk_sets(&o.a, r2, "optimizer", opt);
+            }
+            root = r2;
+        }
+        for (int i = 0; i < o.n; i++) o.st[i].key = o.keys[i];   /* where the keys are now (grown) */
+        /* torch.save names the archive after the file, less its extension */
+        rc = mt_tckpt_save(path, "model_optim_rng", root, o.st, o.n, e);
+    }
+    free(master);
+    free(s);
+    rank_out_free(&o);
+    return rc;
+}
+
+int mt_meg_export_ckpt(mt_model_ckpt *mc, const char *out, int tp, int pp, mt_meg_keys keys, const char *dtype,
+                       int no_optim, mt_ckpt_progress *progress, const char **dtype_out, int *with_optim, mt_err *e)
+{
+    if (mc->hf || mc->meg) return mt_err_set(e, "%s: --to megatron writes an mt checkpoint", mc->dir);
+    if (mc->arch.num_experts)
+        return mt_err_set(e, "%s: a model with experts: not written as a Megatron checkpoint yet", mc->dir);
+    if (!dtype)
+        dtype = json_is_true(json_object_get(mc->args, "bf16"))   ? "bf16"
+                : json_is_true(json_object_get(mc->args, "fp16")) ? "fp16"
+                                                                   : "fp32";
+    export_ctx x = {.mc = mc, .keys = keys, .tp = tp, .pp = pp, .progress = progress,
+                    .optim = !no_optim && mt_model_has_optim(mc) && json_is_object(json_object_get(mc->meta, "optimizer"))};
+    *with_optim = x.optim;
+    if (!strcmp(dtype, "fp32")) x.dt = MT_ST_F32, x.torch_dtype = "torch.float32";
+    else if (!strcmp(dtype, "bf16")) x.dt = MT_ST_BF16, x.torch_dtype = "torch.bfloat16";
+    else if (!strcmp(dtype, "fp16")) x.dt = MT_ST_F16, x.torch_dtype = "torch.float16";
+    else return mt_err_set(e, "dtype '%s' is not fp32, bf16 or fp16", dtype);
+    *dtype_out = dtype;
+    mt_model_arch arch = mc->arch;
+    arch.padded_vocab_size = x.rows = mt_gpt_padded_vocab(mc->vocab_size, mc->a.make_vocab_size_divisible_by, tp);
+    mt_layout whole;
+    mt_layout_part one = {0, 1, 0, 1, 1, 0, 1};
+    if (mt_layout_build(&arch, &one, &whole, e)) return -1;
+    x.whole = &whole;
+    int n = tp * pp, rc = 0;
+    mt_layout *l = mt_xcalloc((size_t)n, sizeof *l);
+    for (int i = 0; i < n && !rc; i++) {
+        mt_layout_part part = {i % tp, tp, i / tp, pp, 1, 0, 1};
+        if (mt_layout_build(&arch, &part, &l[i], e)) rc = -1;
+        else x.total += l[i].n;
+    }
+    size_t most = 1;
+    for (int i = 0; i < whole.n; i++)
+        if (whole.t[i].numel > most) most = whole.t[i].numel;
+    x.buf = mt_xmalloc(most * sizeof(float));
+    mt_hf_out o = {0};
+    char sub[32], rd[32];
+    if (mc->iteration == MT_CKPT_RELEASE) snprintf(sub, sizeof sub, "release");
+    else snprintf(sub, sizeof sub, "iter_%07lld", (long long)mc->iteration);
+    if (!rc) rc = mt_hf_out_begin(&o, out, e);
+    char *itdir = o.tmp ? mt_path_join(o.tmp, sub) : NULL;
+    for (int i = 0; i < n && !rc; i++) {
+        rank_dir(rd, sizeof rd, i % tp, i / tp, pp);
+        char *dir = mt_path_join(itdir, rd), *path = mt_path_join(dir, "model_optim_rng.pt");
+        rc = mt_mkdir_p(dir, e) || write_rank(&x, &l[i], path, e) ? -1 : 0;
+        free(dir);
+        free(path);
+    }
+    if (!rc) rc = mt_model_check_all_read(mc, e);
+    if (!rc && x.optim) rc = mt_model_check_all_read_optim(mc, e);
+    if (!rc) {
+        /* the tracker as Megatron writes it: the iteration, or "release" */
+        char *tracker = mt_path_join(o.tmp, MT_CKPT_TRACKER);
+        FILE *f = fopen(tracker, "w");
+        if (!f) rc = mt_err_sys(e, "cannot create %s", tracker);
+        else {
+            if (mc->iteration == MT_CKPT_RELEASE) fputs("release", f);
+            else fprintf(f, "%lld", (long long)mc->iteration);
+            if (fclose(f)) rc = mt_err_sys(e, "cannot write %s", tracker);
+        }
+        free(tracker);
+    }
+    if (!rc) rc = mt_hf_out_commit(&o, e);
+    if (rc && o.tmp) mt_hf_out_abort(&o);
+    free(itdir);
+    free(x.buf);
+    for (int i = 0; i < n; i++) mt_layout_free(&l[i]);
+    free(l);
+    mt_layout_free(&whole);
+    return rc;
+}

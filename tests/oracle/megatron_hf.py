@@ -1,0 +1,189 @@
+#!/usr/bin/env python3
+"""megatron_hf.py: transformers' own Megatron-LM converters (transformers/models/megatron_gpt2/) run on
+checkpoints that mt writes and reads, and the checks around them, for tests/pipeline/megatron-write.sh.
+
+  restricted DIR            every model_optim_rng.pt under DIR names only globals of mt's allowlist in
+                            its pickle (anything else is an error) and torch.load reads it; prints the
+                            files and tensors loaded
+  same_optim DIR_A DIR_B    the optimizer state of each rank file of A equals B's (indices, groups, moments,
+                            steps, fp32 main parameters, loss scaler)
+  convert1 FILE VOCAB MERGES
+                            convert_megatron_gpt2_checkpoint.py FILE (writes config.json and
+                            pytorch_model.bin beside FILE)
+  reshape VOCAB MERGES ARGS...
+                            checkpoint_reshaping_and_interoperability.py ARGS (--megatron-path: the shim
+                            beside this file)
+  random DIR                a random GPT2LMHeadModel saved as pytorch_model.bin (with config.json)
+  logits DIR IDS MT_LOGITS  the logits of DIR's GPT2LMHeadModel for each line of token ids of IDS (the
+                            previous token as input, end of document first, as mt-eval --score does)
+                            against mt's float32 logits (the first vocabulary-size columns); fails
+                            beyond 1e-5 of the largest logit
+
+The converters fetch GPT-2's tokenizer from the Hugging Face hub by name; here AutoTokenizer.from_pretrained
+builds it from the vocab.json and merges.txt given, so nothing is downloaded.
+"""
+import os, runpy, sys
+import numpy as np
+import torch
+
+CONVERTERS = None
+
+
+def converters():
+    import transformers.models.megatron_gpt2 as m
+    return os.path.dirname(m.__file__)
+
+
+def offline_tokenizer(vocab, merges):
+    import transformers
+    from transformers import GPT2TokenizerFast
+    transformers.AutoTokenizer.from_pretrained = staticmethod(lambda *a, **k: GPT2TokenizerFast(vocab, merges))
+
+
+ALLOWED = {"collections OrderedDict", "torch._utils _rebuild_tensor_v2", "argparse Namespace",
+           "torch FloatStorage", "torch BFloat16Storage", "torch HalfStorage",
+           "torch float32", "torch bfloat16", "torch float16"}
+
+
+def globals_of(path):
+    """The globals data.pkl of a torch.save file names (torch.load would import each), by pickletools."""
+    import pickletools, zipfile
+    with zipfile.ZipFile(path) as z:
+        pkl = [n for n in z.namelist() if n.endswith("/data.pkl")]
+        if len(pkl) != 1:
+            sys.exit("%s: %d data.pkl entries" % (path, len(pkl)))
+        data = z.read(pkl[0])
+    names = set()
+    for op, arg, _ in pickletools.genops(data):
+        if op.name in ("GLOBAL", "INST"):
+            names.add(arg)
+        elif op.name in ("STACK_GLOBAL", "OBJ"):
+            names.add("<%s>" % op.name)   # names the class from the stack: not what torch.save writes here
+    return names
+
+
+def restricted(argv):
+    """Every file's pickle names only allowlisted globals; then torch.load reads it (torch 1.13's torch.load
+    ignores a pickle_module that is given without weights_only, so the globals are checked beforehand)."""
+    files = tensors = 0
+    for root, _, names in sorted(os.walk(argv[0])):
+        for n in names:
+            if n != "model_optim_rng.pt":
+                continue
+            path = os.path.join(root, n)
+            bad = globals_of(path) - ALLOWED
+            if bad:
+                sys.exit("%s: globals outside the allowlist: %s" % (path, sorted(bad)))
+            sd = torch.load(path, map_location="cpu")
+            def count(v):
+                if isinstance(v, dict):
+                    return sum(count(x) for x in v.values())
+                return 1 if isinstance(v, torch.Tensor) else 0
+            files += 1
+            tensors += count(sd["model"])
+    if not files:
+        sys.exit("no model_optim_rng.pt under %s" % argv[0])
+    print("%d files, %d model tensors" % (files, tensors))
+
+
+def same_optim(argv):
+    """The 'optimizer' entries of two Megatron checkpoints of the same layout are the same state: per-parameter
+    step, exp_avg and exp_avg_sq equal under the same indices, the same param groups (indices, wd_mult,
+    weight_decay, betas, eps), the same fp32 main parameters and loss scaler."""
+    a_dir, b_dir = argv
+    n = 0
+    for root, _, names in sorted(os.walk(a_dir)):
+        for f in names:
+            if f != "model_optim_rng.pt":
+                continue
+            pa = os.path.join(root, f)
+            pb = os.path.join(b_dir, os.path.relpath(pa, a_dir))
+            oa, ob = (torch.load(p, map_location="cpu")["optimizer"] for p in (pa, pb))
+            def fail(what):
+                sys.exit("%s: %s" % (os.path.relpath(pa, a_dir), what))
+            if set(oa) != set(ob):
+                fail("keys %s and %s" % (sorted(oa), sorted(ob)))
+            sa, sb = (o["optimizer"] if "optimizer" in o else o for o in (oa, ob))
+            if sorted(sa["state"]) != sorted(sb["state"]):
+                fail("parameter indices differ")
+            for i, x in sa["state"].items():
+                y = sb["state"][i]
+                for k in ("exp_avg", "exp_avg_sq"):
+                    if x[k].dtype != y[k].dtype or not torch.equal(x[k], y[k]):
+                        fail("state %d %s differs" % (i, k))
+                if float(x["step"]) != float(y["step"]):
+                    fail("state %d step %s and %s" % (i, x["step"], y["step"]))
+            for g, (x, y) in enumerate(zip(sa["param_groups"], sb["param_groups"])):
+                for k in ("params", "wd_mult", "weight_decay", "betas", "eps"):
+                    if x[k] != y[k]:
+                        fail("param group %d %s: %s and %s" % (g, k, x[k], y[k]))
+            if len(sa["param_groups"]) != len(sb["param_groups"]):
+                fail("param groups differ in number")
+            if "fp32_from_fp16_params" in oa:
+                for g, (x, y) in enumerate(zip(oa["fp32_from_fp16_params"], ob["fp32_from_fp16_params"])):
+                    if len(x) != len(y) or not all(torch.equal(u, v) for u, v in zip(x, y)):
+                        fail("fp32_from_fp16_params[%d] differ" % g)
+            if "grad_scaler" in oa and {k: float(v) for k, v in oa["grad_scaler"].items()} != \
+                    {k: float(v) for k, v in ob["grad_scaler"].items()}:
+                fail("grad_scaler differs")
+            n += len(sa["state"])
+    print("%d parameters' state equal" % n)
+
+
+def convert1(argv):
+    f, vocab, merges = argv
+    offline_tokenizer(vocab, merges)
+    sys.argv = ["convert_megatron_gpt2_checkpoint.py", f]
+    runpy.run_path(os.path.join(converters(), "convert_megatron_gpt2_checkpoint.py"), run_name="__main__")
+
+
+def reshape(argv):
+    vocab, merges = argv[:2]
+    offline_tokenizer(vocab, merges)
+    shim = os.path.join(os.path.dirname(os.path.abspath(__file__)), "megatron_shim")
+    sys.argv = ["checkpoint_reshaping_and_interoperability.py", "--megatron-path", shim] + argv[2:]
+    runpy.run_path(os.path.join(converters(), "checkpoint_reshaping_and_interoperability.py"), run_name="__main__")
+
+
+def random(argv):
+    from transformers import GPT2Config, GPT2LMHeadModel
+    torch.manual_seed(3)
+    cfg = GPT2Config(vocab_size=50257, n_positions=64, n_embd=32, n_layer=2, n_head=4, n_inner=128,
+                     activation_function="gelu_new")
+    model = GPT2LMHeadModel(cfg)
+    with torch.no_grad():   # every weight and bias away from its initial constant
+        for p in model.parameters():
+            p.add_(torch.randn_like(p) * 0.1)
+    model.save_pretrained(argv[0], safe_serialization=False)
+
+
+def logits(argv):
+    from transformers import GPT2LMHeadModel
+    d, ids_file, mt_logits = argv
+    model = GPT2LMHeadModel.from_pretrained(d).eval()
+    eos = 50256
+    rows = []
+    for l in open(ids_file):
+        ids = [int(t) for t in l.split()]
+        with torch.no_grad():
+            rows.append(model(torch.tensor([[eos] + ids[:-1]])).logits[0].double().numpy())
+    hf = np.concatenate(rows)
+    n = hf.shape[0]
+    ours = np.fromfile(mt_logits, np.float32)
+    if ours.size % n:
+        sys.exit("mt's logits: %d values for %d tokens" % (ours.size, n))
+    V = ours.size // n
+    ours = ours.reshape(n, V)
+    if hf.shape[1] < V:
+        sys.exit("transformers' model has %d vocabulary columns, mt %d" % (hf.shape[1], V))
+    hf = hf[:, :V]
+    scale = np.abs(hf).max()
+    diff = np.abs(hf - ours).max() / scale
+    print("%d tokens x %d; mt vs transformers %.2g of the largest logit %.3g" % (n, V, diff, scale))
+    if not diff < 1e-5:
+        sys.exit(1)
+
+
+if __name__ == "__main__":
+    {"restricted": restricted, "same_optim": same_optim, "convert1": convert1, "reshape": reshape, "random": random,
+     "logits": logits}[sys.argv[1]](sys.argv[2:])

@@ -1,0 +1,230 @@
+#!/usr/bin/env bash
+# megatron-write.sh: mt-ckpt-convert --to megatron against torch and against transformers' own Megatron-LM
+# converters (transformers < 4.45 from PyPI in build/venv-hf over Debian's torch; tests/oracle/megatron_hf.py
+# runs them with GPT-2's tokenizer from share/ in place of the hub's). An mt-trained model exported:
+# - every rank's file names only mt's allowlisted globals in its pickle (pickletools), torch.load reads it, and
+#   the file holds the iteration, checkpoint_version 3.0, the args Megatron checks on load (the layout
+#   written, padded_vocab_size, params_dtype) and the schedule of the mt checkpoint;
+# - convert_megatron_gpt2_checkpoint.py on the TP 1 export and checkpoint_reshaping_and_interoperability.py
+#   (Megatron to transformers) on a TP 2 x PP 2 export give a GPT2LMHeadModel whose logits equal
+#   mt-eval --score --logits to 1e-5 of the largest;
+# - the optimizer's state is Megatron-Core's (fp32: torch's AdamW state dict over Megatron's param groups;
+#   --bf16 and --fp16 runs: with the fp32 main parameters, and fp16's loss scaler) as
+#   tests/oracle/megatron_write.py --optim builds it with torch's own AdamW, and --no-save-optim leaves it out;
+# - back with --from megatron: the weights and moments are the original's byte for byte at TP 1 (fp32, bf16,
+#   fp16), and at TP 2 x PP 2 (legacy and Megatron-Core keys) every rank's are mt's own resharding's;
+#   iteration, consumed samples, Adam's step and the schedule come back;
+# - --dtype bf16 writes the tensors rounded as torch rounds them;
+# - the LLaMA options (RMSNorm, rope, SwiGLU, GQA, untied, no biases) go mt -> Megatron -> mt at TP 2 x PP 2
+#   as mt's own resharding, with both key families;
+# and the other way, checkpoint_reshaping_and_interoperability.py (transformers to Megatron, TP 2 x PP 2;
+# args as a types.SimpleNamespace, transposed views of shared storages) from a random GPT2LMHeadModel, read
+# with --from megatron: mt's logits equal transformers' to 1e-5. Bad requests: one line, nothing written.
+. "$(dirname "$0")/../lib.sh"
+PY=/usr/bin/python3
+d=$T_TMP
+export OMP_NUM_THREADS=2
+if ! HPY=$("$T_TOP/tests/oracle/venv-hf.sh" 2>"$d/venv.err"); then
+    t_skip "transformers" "unavailable: $(head -c 300 "$d/venv.err")"; exit 0
+fi
+oracle() { "$HPY" -W ignore "$T_TOP/tests/oracle/megatron_hf.py" "$@"; }
+err1() { "$@" >"$d/o" 2>"$d/e"; local rc=$?; [ $rc != 0 ] && [ "$(wc -l <"$d/e")" -eq 1 ]; }
+
+# ---- a tiny GPT-2 trained on real text, and text it was not trained on ----
+$PY - "$T_TOP" >"$d/train.jsonl" <<'PYEOF'
+import glob, json, sys
+top = sys.argv[1]
+paras = []
+for f in [top + "/README.md"] + sorted(glob.glob(top + "/man/*.1")):
+    paras += [p.strip() for p in open(f, encoding="utf-8").read().split("\n\n") if len(p.strip()) > 40]
+for p in paras[:300]:
+    print(json.dumps({"text": p}))
+PYEOF
+mt-tokenize --vocab-file "$GPT2_VOCAB" --merge-file "$GPT2_MERGES" --append-eod --quiet --input "$d/train.jsonl" \
+    | mt-index --output-prefix "$d/data" 2>"$d/index.err" || { t_fail "dataset" "$(cat "$d/index.err")"; exit 0; }
+train=(--num-layers 2 --hidden-size 32 --num-attention-heads 4 --seq-length 64 --max-position-embeddings 64
+       --micro-batch-size 4 --global-batch-size 8 --lr 5e-3 --min-lr 5e-4 --lr-decay-style cosine --log-interval 10
+       --eval-iters 0 --split 100,0,0 --seed 5 --vocab-file "$GPT2_VOCAB" --merge-file "$GPT2_MERGES"
+       --data-path "$d/data_text_document" --data-cache-path "$d/cache")
+if mt-train "${train[@]}" --train-iters 20 --lr-decay-iters 40 --save "$d/ck" >"$d/train.log" 2>"$d/train.err"
+then t_pass "tiny GPT-2 model trained"
+else t_fail "tiny GPT-2 model trained" "$(tail -2 "$d/train.err")"; exit 0; fi
+$PY - "$T_TOP" >"$d/docs.jsonl" <<'PYEOF'
+import json, sys
+top = sys.argv[1]
+for f in (top + "/man/mt.7", top + "/kernels/README.md"):
+    text = open(f, encoding="utf-8").read()
+    for p in [p for p in text.split("\n\n") if len(p) > 80][:3]:
+        print(json.dumps({"text": p[:120]}))
+PYEOF
+mt-tokenize --vocab-file "$GPT2_VOCAB" --merge-file "$GPT2_MERGES" --quiet --input "$d/docs.jsonl" \
+    | mt-index --output-prefix "$d/docs" 2>/dev/null && mt-index --dump "$d/docs_text_document" >"$d/ids.txt"
+mt-eval --load "$d/ck" --score --logits "$d/logits.f32" <"$d/docs.jsonl" >/dev/null 2>"$d/eval.err" \
+    || { t_fail "mt-eval --score --logits" "$(cat "$d/eval.err")"; exit 0; }
+
+# ---- TP 1, legacy keys ----
+t_ok "--to megatron (TP 1, legacy keys)" mt-ckpt-convert --load "$d/ck" --to megatron --out "$d/meg1"
+t_grep "the tracker names iteration 20" '^20$' "$d/meg1/latest_checkpointed_iteration.txt"
+ls -a "$d" | grep -q '\.tmp\.' && t_fail "no temporary left beside --out" "$(ls -a "$d")"
+if oracle restricted "$d/meg1" >"$d/r.out" 2>"$d/r.err"; then
+    t_pass "its pickle names only allowlisted globals and torch.load reads it ($(cat "$d/r.out"))"
+else t_fail "its pickle names only allowlisted globals and torch.load reads it" "$(tail -2 "$d/r.err")"; fi
+# what Megatron reads on load, against the mt checkpoint's meta.json
+$PY - "$d/meg1/iter_0000020/mp_rank_00/model_optim_rng.pt" "$d/ck/iter_0000020/mp_rank_00/meta.json" \
+    >"$d/fields.out" 2>&1 <<'PYEOF'
+import json, sys, torch
+sd = torch.load(sys.argv[1], map_location="cpu")
+meta = json.load(open(sys.argv[2]))
+a = sd["args"]
+want = [("iteration", sd["iteration"], 20), ("checkpoint_version", sd["checkpoint_version"], 3.0),
+        ("tensor_model_parallel_size", a.tensor_model_parallel_size, 1),
+        ("pipeline_model_parallel_size", a.pipeline_model_parallel_size, 1),
+        ("padded_vocab_size", a.padded_vocab_size, 50304), ("params_dtype", a.params_dtype, torch.float32),
+        ("num_layers", a.num_layers, 2), ("hidden_size", a.hidden_size, 32), ("ffn_hidden_size", a.ffn_hidden_size, 128),
+        ("make_vocab_size_divisible_by", a.make_vocab_size_divisible_by, 128),
+        ("tokenizer_type", a.tokenizer_type, "GPT2BPETokenizer"), ("bias_gelu_fusion", a.bias_gelu_fusion, True),
+        ("add_bias_linear", a.add_bias_linear, True), ("add_position_embedding", a.add_position_embedding, True),
+        ("consumed_train_samples", a.consumed_train_samples, meta["consumed_train_samples"]),
+        ("opt_param_scheduler", sd["opt_param_scheduler"], meta["opt_param_scheduler"])]
+bad = ["%s: %r, want %r" % w for w in want if w[1] != w[2]]
+print("; ".join(bad) if bad else "%d fields as Megatron reads them" % len(want))
+sys.exit(1 if bad else 0)
+PYEOF
+[ $? = 0 ] && t_pass "$(cat "$d/fields.out")" || t_fail "the file's fields" "$(tail -3 "$d/fields.out")"
+cp -r "$d/meg1" "$d/meg1-hf"
+if oracle convert1 "$d/meg1-hf/iter_0000020/mp_rank_00/model_optim_rng.pt" "$GPT2_VOCAB" "$GPT2_MERGES" \
+        >"$d/c1.out" 2>&1 && oracle logits "$d/meg1-hf/iter_0000020/mp_rank_00" "$d/ids.txt" "$d/logits.f32" >"$d/l1.out" 2>&1
+then t_pass "convert_megatron_gpt2_checkpoint.py on the TP 1 export: logits = mt-eval's ($(cat "$d/l1.out"))"
+else t_fail "convert_megatron_gpt2_checkpoint.py on the TP 1 export: logits = mt-eval's" "$(tail -3 "$d/c1.out" "$d/l1.out" 2>/dev/null)"; fi
+t_ok "--from megatron of the export" mt-ckpt-convert --from megatron --load "$d/meg1" --save "$d/rt1"
+cmp -s "$d/rt1/iter_0000020/mp_rank_00/model.safetensors" "$d/ck/iter_0000020/mp_rank_00/model.safetensors" \
+    && cmp -s "$d/rt1/iter_0000020/mp_rank_00/optim.safetensors" "$d/ck/iter_0000020/mp_rank_00/optim.safetensors" \
+    && t_pass "mt -> Megatron -> mt at TP 1: model.safetensors and optim.safetensors byte for byte" \
+    || t_fail "mt -> Megatron -> mt at TP 1: model.safetensors and optim.safetensors byte for byte" "differ"
+$PY - "$d/rt1/iter_0000020/mp_rank_00/meta.json" "$d/ck/iter_0000020/mp_rank_00/meta.json" >"$d/m.out" 2>&1 <<'PYEOF'
+import json, sys
+a, b = (json.load(open(f)) for f in sys.argv[1:])
+keys = ["iteration", "consumed_train_samples", "consumed_valid_samples", "opt_param_scheduler", "optimizer"]
+bad = [k for k in keys if a.get(k) != b.get(k)]
+print(bad or keys)
+sys.exit(1 if bad else 0)
+PYEOF
+[ $? = 0 ] && t_pass "the round trip keeps $(cat "$d/m.out")" || t_fail "the round trip keeps the training state" "$(cat "$d/m.out")"
+
+# ---- TP 2 x PP 2, both key families ----
+mt-ckpt-convert --load "$d/ck" --save "$d/ck22" --target-tensor-parallel-size 2 --target-pipeline-parallel-size 2 2>/dev/null
+for keys in legacy mcore; do
+    t_ok "--to megatron TP 2 x PP 2, $keys keys" mt-ckpt-convert --load "$d/ck" --to megatron --out "$d/meg22-$keys" \
+        --megatron-keys $keys --target-tensor-parallel-size 2 --target-pipeline-parallel-size 2
+    rm -rf "$d/rt22"
+    if ! mt-ckpt-convert --from megatron --load "$d/meg22-$keys" --save "$d/rt22" --target-tensor-parallel-size 2 \
+            --target-pipeline-parallel-size 2 2>"$d/ce"; then
+        t_fail "$keys TP 2 x PP 2: --from megatron" "$(cat "$d/ce")"; continue
+    fi
+    bad=
+    for r in mp_rank_00_000 mp_rank_01_000 mp_rank_00_001 mp_rank_01_001; do
+        for f in model optim; do
+            cmp -s "$d/rt22/iter_0000020/$r/$f.safetensors" "$d/ck22/iter_0000020/$r/$f.safetensors" || bad="$bad $r/$f"
+        done
+    done
+    [ -z "$bad" ] && t_pass "mt -> Megatron ($keys keys) -> mt at TP 2 x PP 2: every rank's model and optim.safetensors are the reshard's" \
+        || t_fail "mt -> Megatron ($keys keys) -> mt at TP 2 x PP 2: every rank's model and optim.safetensors are the reshard's" "differ:$bad"
+done
+# the optimizer's state is Megatron-Core's as megatron_write.py --optim builds it with torch's own AdamW
+if $PY -W ignore "$T_TOP/tests/oracle/megatron_write.py" "$d/ck/iter_0000020/mp_rank_00" "$d/or22" --tp 2 --pp 2 --core \
+        --optim --vocab-file "$GPT2_VOCAB" --merge-file "$GPT2_MERGES" >"$d/oe" 2>&1 &&
+    $PY -W ignore "$T_TOP/tests/oracle/megatron_hf.py" same_optim "$d/meg22-mcore" "$d/or22" >"$d/so" 2>&1
+then t_pass "fp32, Megatron-Core keys, TP 2 x PP 2: the optimizer state is what Megatron-Core saves ($(cat "$d/so"))"
+else t_fail "fp32, Megatron-Core keys, TP 2 x PP 2: the optimizer state is what Megatron-Core saves" "$(tail -2 "$d/oe" "$d/so")"; fi
+for dt in bf16 fp16; do   # Float16OptimizerWithFloat16Params: the fp32 main parameters (and fp16's loss scaler)
+    rm -rf "$d/ck-$dt" "$d/meg-$dt" "$d/or-$dt" "$d/rt-$dt"
+    if mt-train "${train[@]}" --$dt --train-iters 4 --lr-decay-iters 40 --save "$d/ck-$dt" >/dev/null 2>"$d/t.err" &&
+        mt-ckpt-convert --load "$d/ck-$dt" --to megatron --out "$d/meg-$dt" 2>"$d/ce" &&
+        $PY -W ignore "$T_TOP/tests/oracle/megatron_write.py" "$d/ck-$dt/iter_0000004/mp_rank_00" "$d/or-$dt" --optim \
+            --dtype $dt --vocab-file "$GPT2_VOCAB" --merge-file "$GPT2_MERGES" >"$d/oe" 2>&1 &&
+        $PY -W ignore "$T_TOP/tests/oracle/megatron_hf.py" same_optim "$d/meg-$dt" "$d/or-$dt" >"$d/so" 2>&1 &&
+        mt-ckpt-convert --from megatron --load "$d/meg-$dt" --save "$d/rt-$dt" 2>>"$d/ce" &&
+        cmp -s "$d/rt-$dt/iter_0000004/mp_rank_00/model.safetensors" "$d/ck-$dt/iter_0000004/mp_rank_00/model.safetensors" &&
+        cmp -s "$d/rt-$dt/iter_0000004/mp_rank_00/optim.safetensors" "$d/ck-$dt/iter_0000004/mp_rank_00/optim.safetensors"
+    then t_pass "--$dt run, legacy keys: $dt tensors, the optimizer state Megatron saves ($(cat "$d/so")), back byte for byte"
+    else t_fail "--$dt run, legacy keys: the optimizer state Megatron saves, back byte for byte" "$(tail -2 "$d/t.err" "$d/ce" "$d/oe" "$d/so")"; fi
+done
+# ---- the LLaMA options (RMSNorm, rope, SwiGLU, grouped-query attention, untied, no biases) both ways ----
+if mt-train "${train[@]}" --normalization RMSNorm --position-embedding-type rope --swiglu --group-query-attention \
+        --num-query-groups 2 --untie-embeddings-and-output-weights --disable-bias-linear --train-iters 4 \
+        --lr-decay-iters 40 --save "$d/ckl" >/dev/null 2>"$d/t.err" &&
+    mt-ckpt-convert --load "$d/ckl" --save "$d/ckl22" --target-tensor-parallel-size 2 --target-pipeline-parallel-size 2 2>"$d/ce"
+then
+    for keys in legacy mcore; do
+        rm -rf "$d/megl" "$d/rtl"
+        bad=
+        if mt-ckpt-convert --load "$d/ckl" --to megatron --out "$d/megl" --megatron-keys $keys --target-tensor-parallel-size 2 \
+                --target-pipeline-parallel-size 2 2>"$d/ce" &&
+            mt-ckpt-convert --from megatron --load "$d/megl" --save "$d/rtl" --target-tensor-parallel-size 2 \
+                --target-pipeline-parallel-size 2 2>>"$d/ce"; then
+            for r in mp_rank_00_000 mp_rank_01_000 mp_rank_00_001 mp_rank_01_001; do
+                for f in model optim; do
+                    cmp -s "$d/rtl/iter_0000004/$r/$f.safetensors" "$d/ckl22/iter_0000004/$r/$f.safetensors" || bad="$bad $r/$f"
+                done
+            done
+        else bad="$(cat "$d/ce")"; fi
+        [ -z "$bad" ] && t_pass "LLaMA options, $keys keys, TP 2 x PP 2: mt -> Megatron -> mt is the reshard, model and optimizer" \
+            || t_fail "LLaMA options, $keys keys, TP 2 x PP 2: mt -> Megatron -> mt is the reshard" "$bad"
+    done
+else t_fail "a LLaMA-options run" "$(tail -2 "$d/t.err" "$d/ce")"; fi
+
+t_ok "--no-save-optim" mt-ckpt-convert --load "$d/ck" --to megatron --out "$d/meg-noopt" --no-save-optim
+$PY -c 'import sys, torch; sys.exit("optimizer" in torch.load(sys.argv[1], map_location="cpu"))' \
+    "$d/meg-noopt/iter_0000020/mp_rank_00/model_optim_rng.pt" 2>/dev/null \
+    && t_pass "--no-save-optim: no optimizer entry" || t_fail "--no-save-optim: no optimizer entry" "present"
+if oracle restricted "$d/meg22-mcore" >"$d/r.out" 2>"$d/r.err"; then
+    t_pass "Megatron-Core keys: only allowlisted globals, torch.load reads it ($(cat "$d/r.out"))"
+else t_fail "Megatron-Core keys: only allowlisted globals, torch.load reads it" "$(tail -2 "$d/r.err")"; fi
+if oracle reshape "$GPT2_VOCAB" "$GPT2_MERGES" --convert_checkpoint_from_megatron_to_transformers \
+        --load_path "$d/meg22-legacy/iter_0000020" --save_path "$d/hf22" >"$d/c2.out" 2>&1 \
+        && oracle logits "$d/hf22" "$d/ids.txt" "$d/logits.f32" >"$d/l2.out" 2>&1
+then t_pass "checkpoint_reshaping_and_interoperability.py on the TP 2 x PP 2 export: logits = mt-eval's ($(cat "$d/l2.out"))"
+else t_fail "checkpoint_reshaping_and_interoperability.py on the TP 2 x PP 2 export: logits = mt-eval's" \
+    "$(tail -3 "$d/c2.out" "$d/l2.out" 2>/dev/null)"; fi
+
+# ---- transformers -> Megatron (TP 2 x PP 2) -> mt ----
+if oracle random "$d/rnd" >"$d/rn.out" 2>&1 && oracle reshape "$GPT2_VOCAB" "$GPT2_MERGES" --load_path "$d/rnd" \
+        --save_path "$d/megr" --target_tensor_model_parallel_size 2 --target_pipeline_model_parallel_size 2 >"$d/c3.out" 2>&1
+then
+    if mt-ckpt-convert --from megatron --load "$d/megr" --save "$d/mtr" --vocab-file "$GPT2_VOCAB" \
+            --merge-file "$GPT2_MERGES" 2>"$d/ce" \
+            && mt-eval --load "$d/mtr" --score --logits "$d/lr.f32" <"$d/docs.jsonl" >/dev/null 2>"$d/ee" \
+            && oracle logits "$d/rnd" "$d/ids.txt" "$d/lr.f32" >"$d/l3.out" 2>&1
+    then t_pass "transformers' TP 2 x PP 2 Megatron checkpoint of a random GPT-2, read: logits = transformers' ($(cat "$d/l3.out"))"
+    else t_fail "transformers' TP 2 x PP 2 Megatron checkpoint of a random GPT-2, read" "$(cat "$d/ce" "$d/ee"; tail -3 "$d/l3.out" 2>/dev/null)"; fi
+else t_fail "transformers' converter toward Megatron" "$(tail -3 "$d/rn.out" "$d/c3.out")"; fi
+
+# ---- --dtype bf16: torch's rounding of the fp32 export ----
+t_ok "--to megatron --dtype bf16" mt-ckpt-convert --load "$d/ck" --to megatron --out "$d/megbf" --dtype bf16
+$PY - "$d/meg1/iter_0000020/mp_rank_00/model_optim_rng.pt" "$d/megbf/iter_0000020/mp_rank_00/model_optim_rng.pt" \
+    >"$d/bf.out" 2>&1 <<'PYEOF'
+import sys, torch
+a, b = (torch.load(f, map_location="cpu") for f in sys.argv[1:])
+def flat(d, p=""):
+    for k, v in d.items():
+        if isinstance(v, dict): yield from flat(v, p + k + ".")
+        else: yield p + k, v
+fa, fb = dict(flat(a["model"])), dict(flat(b["model"]))
+bad = [k for k in fa if fb[k].dtype != torch.bfloat16 or not torch.equal(fa[k].to(torch.bfloat16), fb[k])]
+print("%d tensors, bad: %s" % (len(fa), bad[:3]) if bad or b["args"].params_dtype != torch.bfloat16 else "%d tensors" % len(fa))
+sys.exit(1 if bad or b["args"].params_dtype != torch.bfloat16 else 0)
+PYEOF
+[ $? = 0 ] && t_pass "bf16 export: $(cat "$d/bf.out") are torch's bf16 rounding of the fp32 export, params_dtype bfloat16" \
+    || t_fail "bf16 export is torch's rounding of the fp32 export" "$(tail -3 "$d/bf.out")"
+
+# ---- bad requests ----
+mkdir -p "$d/full" && echo x >"$d/full/keep"
+err1 mt-ckpt-convert --load "$d/ck" --to megatron --out "$d/full" && [ "$(ls "$d/full")" = keep ] \
+    && t_pass "--out not empty: one line ($(cat "$d/e")), nothing written" || t_fail "--out not empty" "$(cat "$d/e")"
+err1 mt-ckpt-convert --load "$d/ck" --to hf --out "$d/x" --megatron-keys mcore && [ ! -e "$d/x" ] \
+    && t_pass "--megatron-keys without --to megatron: one line" || t_fail "--megatron-keys without --to megatron" "$(cat "$d/e")"
+err1 mt-ckpt-convert --load "$d/nothing" --to megatron --out "$d/x" && [ ! -e "$d/x" ] \
+    && t_pass "a missing --load: one line ($(cat "$d/e"))" || t_fail "a missing --load" "$(cat "$d/e")"
+err1 mt-ckpt-convert --load "$d/ck" --to megatron --out "$d/x" --target-tensor-parallel-size 3 && [ ! -e "$d/x" ] \
+    && t_pass "a tensor size the heads do not divide: one line ($(cat "$d/e")), nothing written" \
+    || t_fail "a tensor size the heads do not divide" "$(cat "$d/e")"
