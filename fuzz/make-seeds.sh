@@ -152,11 +152,13 @@ args = argparse.Namespace(num_layers=2, lr=3e-4, load=None, bf16=True, params_dt
 torch.save({"args": args, "checkpoint_version": 3.0, "iteration": 20, "model": sd, "big": 2**70, "b": b"\x00\xff"},
            d + "/torch-save.pt")
 # transposed views of one storage and args in a types.SimpleNamespace, as transformers' converter toward
-# Megatron saves them
-import types
+# Megatron saves them, and a Transformer Engine _extra_state (an io.BytesIO)
+import io, types
 m = torch.arange(24, dtype=torch.float32).view(4, 6)
+buf = io.BytesIO()
+torch.save(None, buf)
 torch.save({"args": types.SimpleNamespace(num_layers=1, params_dtype=torch.float32), "checkpoint_version": 3.0,
-            "model": {"a": m.t(), "b": torch.chunk(m.t(), 2, dim=1)[1]}}, d + "/views.pt")
+            "model": {"a": m.t(), "b": torch.chunk(m.t(), 2, dim=1)[1], "c._extra_state": buf}}, d + "/views.pt")
 z = zipfile.ZipFile(d + "/torch-save.pt")
 open(d + "/data.pkl", "wb").write(z.read([n for n in z.namelist() if n.endswith("/data.pkl")][0]))
 PY

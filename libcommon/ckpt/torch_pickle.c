@@ -214,6 +214,9 @@ static const char *const plain_globals[] = {
     /* numpy arrays (Megatron's np_rng_state) as numpy pickles them, _reconstruct(ndarray, (0,), b'b') then
      * BUILD, and their dtypes, dtype('u4', False, True) then BUILD: kept as opaque values, nothing built */
     "numpy.core.multiarray._reconstruct", "numpy._core.multiarray._reconstruct", "numpy.ndarray", "numpy.dtype",
+    /* Transformer Engine's _extra_state (FP8 metadata torch.save'd into a buffer): io.BytesIO() then BUILD
+     * with its (bytes, position, dict) state, kept opaque, never built */
+    "_io.BytesIO",
 };
 /* Modules whose classes are Megatron's enums: a member is REDUCE(class, (value,)). */
 static const char *const enum_modules[] = {
@@ -492,6 +495,7 @@ static int reduce(up *u, bool newobj)
         v->obj = args->items[1];
         return push(u, v);
     }
+    if (!strcmp(name, "_io.BytesIO") && !args->len) return push(u, opaque(u, name, args));
     if (!newobj && strstr(name, "multiarray._reconstruct") && args->len == 3 && args->items[0]->kind == MT_PK_GLOBAL &&
         !strcmp(args->items[0]->s, "numpy.ndarray") && args->items[1]->kind == MT_PK_TUPLE &&
         args->items[2]->kind == MT_PK_BYTES)

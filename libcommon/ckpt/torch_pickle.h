@@ -3,7 +3,8 @@
  *
  * The reader runs no code: it knows the opcodes torch.save's pickles use, and builds only the objects of a
  * fixed list of globals (collections.OrderedDict, torch._utils._rebuild_tensor_v2, torch's storage types
- * and dtypes, argparse.Namespace and types.SimpleNamespace, Megatron's enums; numpy arrays and dtypes kept unbuilt as opaque values);
+ * and dtypes, argparse.Namespace and types.SimpleNamespace, Megatron's enums; numpy arrays and dtypes and
+ * io.BytesIO buffers (Transformer Engine's _extra_state) kept unbuilt as opaque values);
  * any other global is refused by name ("pickle global
  * os.system is not allowed"). A tensor becomes a reference to its storage (the archive's "data/<key>"
  * entry) with its dtype, offset, shape and stride. Values live in an arena freed at once, so shared
@@ -29,7 +30,8 @@ typedef enum mt_pk_kind {
     MT_PK_OBJECT,   /* argparse.Namespace, types.SimpleNamespace: type name s, attributes in the dict obj */
     MT_PK_ENUM,     /* an enum member: class name s, value obj (Megatron's enums) */
     MT_PK_GLOBAL,   /* a global used as a value: name s ("torch.bfloat16") */
-    MT_PK_OPAQUE,   /* a numpy array or dtype (a Megatron checkpoint's RNG state), never built: s the function
+    MT_PK_OPAQUE,   /* a numpy array or dtype (a Megatron checkpoint's RNG state) or an io.BytesIO (Transformer
+                       Engine's _extra_state), never built: s the function
                        pickle names (numpy's _reconstruct, numpy.dtype), obj a tuple (its arguments, the state
                        BUILD gave it or None); written back the same way */
     MT_PK_STORAGE,  /* internal: a persistent id while unpickling */

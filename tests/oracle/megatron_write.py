@@ -8,7 +8,8 @@ Usage: megatron_write.py MT_RANK_DIR OUT_DIR --tp T --pp P --vocab-file F --merg
 
 Written from the interop spec (sections 5.1-5.4, 7.2-7.6): the tracker, iter_NNNNNNN/mp_rank_TT[_PPP]/
 model_optim_rng.pt per rank, each a dict of args (an argparse.Namespace), checkpoint_version 3.0,
-iteration, the model (legacy nested state dict, or Megatron-Core's flat names with --core),
+iteration, the model (legacy nested state dict, or Megatron-Core's flat names with --core, Transformer
+Engine's _extra_state entries as the io.BytesIO it saves),
 opt_param_scheduler and rng_state as Megatron saves it (numpy's RNG state among it). Without --optim
 there is no optimizer entry (as with Megatron's --no-save-optim); with --optim, the mt checkpoint's
 AdamW state (optim.safetensors, meta.json's step) as Megatron-Core's non-distributed optimizer saves it
@@ -28,6 +29,7 @@ vocabulary is padded with zero rows to Megatron's padded size for the tensor siz
 """
 import argparse
 import collections
+import io
 import json
 import os
 import random
@@ -206,7 +208,13 @@ def main():
                             break
                     flat["decoder.layers.%d.%s" % (i, cn)] = enc["layers.%d.%s" % (i, name)]
                     if o.core and name == "mlp.dense_4h_to_h.bias":
-                        flat["decoder.layers.%d.self_attention.core_attention._extra_state" % i] = None
+                        # Transformer Engine's modules keep their FP8 metadata as torch.save'd into an
+                        # io.BytesIO (of None without FP8)
+                        for mod in ("self_attention.core_attention", "self_attention.linear_proj",
+                                    "self_attention.linear_qkv", "mlp.linear_fc1", "mlp.linear_fc2"):
+                            buf = io.BytesIO()
+                            torch.save(None, buf)
+                            flat["decoder.layers.%d.%s._extra_state" % (i, mod)] = buf
             if p == pp - 1:
                 for n in ("weight", "bias"):
                     enc["final_layernorm." + n] = T(w["language_model.encoder.final_layernorm." + n])
