@@ -81,6 +81,19 @@ static const char *legacy_name(const char *n, int tied, char *out, size_t cap)
     return out;
 }
 
+/* The legacy model's names of older versions (before checkpoint_version 2.0: language_model.transformer,
+ * layers.N.attention) as the later ones. */
+static const char *old_name(const char *n, char *out, size_t cap)
+{
+    static const char tr[] = "language_model.transformer.";
+    if (strncmp(n, tr, sizeof tr - 1)) return n;
+    const char *rest = n + sizeof tr - 1, *dot = !strncmp(rest, "layers.", 7) ? strchr(rest + 7, '.') : NULL;
+    if (dot && !strncmp(dot + 1, "attention.", 10))
+        snprintf(out, cap, "language_model.encoder.%.*sself_%s", (int)(dot + 1 - rest), rest, dot + 1);
+    else snprintf(out, cap, "language_model.encoder.%s", rest);
+    return out;
+}
+
 /* The model's tensors under their dotted names (nested dicts joined with '.'). */
 static int flatten(mt_meg_rank *r, const mt_pk *d, const char *prefix, int core, int tied, int depth, mt_err *e)
 {
@@ -96,7 +109,7 @@ static int flatten(mt_meg_rank *r, const mt_pk *d, const char *prefix, int core,
             if (flatten(r, v, p, core, tied, depth + 1, e)) return -1;
             continue;
         }
-        const char *ln = core ? legacy_name(name, tied, out, sizeof out) : name;
+        const char *ln = core ? legacy_name(name, tied, out, sizeof out) : old_name(name, out, sizeof out);
         size_t l = strlen(name);
         if (!ln || (l >= 12 && !strcmp(name + l - 12, "_extra_state"))) continue;   /* Transformer Engine's */
         if (v->kind != MT_PK_TENSOR)
@@ -120,10 +133,9 @@ static int rank_model(mt_meg_dir *m, mt_meg_rank *r, mt_err *e)
     if (!model || model->kind != MT_PK_DICT) return mt_err_set(e, "%s: no key 'model' (a dict)", r->path);
     const mt_pk *v = mt_pk_get(root, "checkpoint_version");
     double ver = v && v->kind == MT_PK_FLOAT ? v->f : v && v->kind == MT_PK_INT ? (double)v->i : 0;
-    if (ver < 2.0)
-        return mt_err_set(e, "%s: checkpoint_version %g: query_key_value rows in an order older than [np, 3, hn] "
-                             "(2.0) are not read",
-                          r->path, ver);
+    if (ver != 0 && ver != 1 && ver < 2.0)
+        return mt_err_set(e, "%s: checkpoint_version %g: not a version Megatron-LM wrote (0, 1, 2 or 3)", r->path, ver);
+    r->version = ver;
     const mt_pk *untie = mt_pk_get(m->args, "untie_embeddings_and_output_weights");
     int tied = !(untie && untie->kind == MT_PK_BOOL && untie->b);
     int core = !mt_pk_get(model, "language_model");
@@ -270,6 +282,32 @@ static int tensor_floats(mt_tckpt *ck, const mt_pk_tensor *t, float *dst, mt_err
 
 enum { W_MODEL, W_EXP_AVG, W_EXP_AVG_SQ };
 
+/* The rows of a rank's query_key_value weight or bias (and their moments) from the order of checkpoints
+ * older than version 2.0 to mt's and Megatron's since, [np, 3, hn] (as Megatron's checkpointing.py
+ * fix_query_key_value_ordering does on load): version 0 held [3, np, hn], version 1 [np, hn, 3]. */
+static int qkv_order(mt_meg_dir *m, const mt_meg_rank *r, const mt_pk_tensor *t, float *x, mt_err *e)
+{
+    const mt_pk *kv = mt_pk_get(m->args, "kv_channels"), *h = mt_pk_get(m->args, "hidden_size"),
+                *nh = mt_pk_get(m->args, "num_attention_heads");
+    int64_t hn = kv && kv->kind == MT_PK_INT && kv->i > 0 ? kv->i
+                 : h && nh && h->kind == MT_PK_INT && nh->kind == MT_PK_INT && nh->i > 0 ? h->i / nh->i
+                                                                                         : 0;
+    int64_t rows = t->shape[0], cols = t->ndim == 2 ? t->shape[1] : 1;
+    if (hn < 1 || rows % (3 * hn)) return mt_err_set(e, "%s: query_key_value rows %lld are not 3 x heads x %lld", r->path,
+                                                     (long long)rows, (long long)hn);
+    int64_t np = rows / (3 * hn);
+    float *y = mt_xmalloc((size_t)(rows * cols) * sizeof *y);
+    for (int64_t hd = 0; hd < np; hd++)
+        for (int64_t s = 0; s < 3; s++)
+            for (int64_t d = 0; d < hn; d++) {
+                int64_t src = r->version == 0 ? (s * np + hd) * hn + d : (hd * hn + d) * 3 + s;
+                memcpy(y + ((hd * 3 + s) * hn + d) * cols, x + src * cols, (size_t)cols * sizeof *y);
+            }
+    memcpy(x, y, (size_t)(rows * cols) * sizeof *y);
+    free(y);
+    return 0;
+}
+
 /* A rank's slice as floats: the weights (the fp32 main parameters where the optimizer holds them), or a
  * moment. */
 static int slice_floats(mt_meg_dir *m, int i, int k, int which, float *dst, mt_err *e)
@@ -282,6 +320,10 @@ static int slice_floats(mt_meg_dir *m, int i, int k, int which, float *dst, mt_e
     if (!t) return mt_err_set(e, "%s: no optimizer state of '%s'", r->path, r->names[k]);
     if (tensor_floats(&r->ck, t, dst, e)) return mt_err_prefix(e, "%s: '%s'", r->path, r->names[k]);
     if (which == W_MODEL) r->used[k] = 1;
+    size_t l = strlen(r->names[k]);
+    if (r->version < 2.0 && l > 22 && strstr(r->names[k] + l - 23, "query_key_value.") &&
+        qkv_order(m, r, t, dst, e))
+        return -1;
     return 0;
 }
 

@@ -19,6 +19,7 @@ typedef struct mt_meg_rank {
     char *path;                 /* its model_optim_rng.pt */
     mt_tckpt ck;
     int core;                   /* the model's keys are Megatron-Core's */
+    double version;             /* checkpoint_version: below 2.0 query_key_value rows are in an older order */
     int n;                      /* its model's tensors, under legacy names */
     char **names;
     const mt_pk_tensor **t;

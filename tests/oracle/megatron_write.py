@@ -23,7 +23,8 @@ fused norm first, linear_fc1 likewise, linear_fc2), FP32Optimizer's state_dict f
 bf16 or fp16, Float16OptimizerWithFloat16Params' {'optimizer', 'fp32_from_fp16_params'} holding the fp32
 main parameters (and 'grad_scaler' for fp16).
 Tensor slices: word embeddings and QKV / h->4h rows split over tensor ranks (QKV rows in the per-head
-[np, 3, hn] order, kept as mt stores them), dense / 4h->h columns split, the rest replicated; layers
+[np, 3, hn] order, kept as mt stores them; with --checkpoint-version 0 or 1 in those versions'
+orders, [3, np, hn] and [np, hn, 3]), dense / 4h->h columns split, the rest replicated; layers
 split evenly over stages, local indices; the last stage's copy of tied embeddings when pp > 1. The
 vocabulary is padded with zero rows to Megatron's padded size for the tensor size.
 """
@@ -200,6 +201,14 @@ def main():
                 for name, dim in per_layer:
                     x = w["language_model.encoder.layers.%d.%s" % (g, name)]
                     x = x if dim < 0 else part(x, t, dim) if x.ndim == 2 or dim == 0 else x
+                    if "query_key_value" in name and o.checkpoint_version < 2.0:
+                        # the rank's rows in the order of older checkpoints (Megatron's checkpointing.py
+                        # fix_query_key_value_ordering undoes it on load): version 0 [3, np, hn], 1 [np, hn, 3]
+                        hn = h // nh
+                        y = x.reshape(-1, 3, hn, *x.shape[1:])   # [np, 3, hn, ...], as mt holds them
+                        y = y.transpose(1, 0, 2, *range(3, y.ndim)) if o.checkpoint_version == 0 \
+                            else y.transpose(0, 2, 1, *range(3, y.ndim))
+                        x = np.ascontiguousarray(y).reshape(x.shape)
                     enc["layers.%d.%s" % (i, name)] = T(x)
                     cn = name
                     for old, new in core_names.items():
@@ -225,7 +234,11 @@ def main():
             lm = collections.OrderedDict()
             if p == 0:
                 lm["embedding"] = emb
-            lm["encoder"] = enc
+            if o.checkpoint_version < 2.0:   # the names of those versions
+                enc = collections.OrderedDict((k.replace(".self_attention.", ".attention."), v) for k, v in enc.items())
+                lm["transformer"] = enc
+            else:
+                lm["encoder"] = enc
             model = collections.OrderedDict(language_model=lm)
             if p == pp - 1 and pp > 1:
                 head = T(part(w["language_model.embedding.word_embeddings.weight"], t, 0))

@@ -3,7 +3,8 @@
 # (tests/oracle/megatron_write.py, torch 1.13: args Namespace, iteration, rng_state with numpy arrays, an
 # optimizer dict) from an mt-trained model's tensors: at TP 1, TP 2 x PP 2 (legacy names) and TP 2 x PP 2
 # and TP 2 x PP 1 with Megatron-Core's names, converted to TP 1 or PP 2, mt-eval gives the original
-# model's loss exactly, and converted to TP 2 x PP 2 each rank's tensors are mt's own resharding's; a --bf16
+# model's loss exactly (also from checkpoint_version 0 and 1, with their QKV orders and names), and
+# converted to TP 2 x PP 2 each rank's tensors are mt's own resharding's; a --bf16
 # or --fp16 run's checkpoint (tensors in that dtype) gives the loss of the same values stored in fp32;
 # iteration, consumed samples and the schedule are kept and mt-train --load --no-load-optim
 # continues from that iteration with finite, falling losses; Megatron-Core's optimizer state (fp32, bf16
@@ -64,6 +65,10 @@ check_layout() {   # NAME ORACLE-FLAGS -- CONVERT-FLAGS
 }
 check_layout "Megatron TP 1 -> mt TP 1" --divisible-by 256 --
 check_layout "Megatron TP 2 x PP 2 -> mt TP 1" --tp 2 --pp 2 --divisible-by 128 --
+# older checkpoints: version 0 held QKV rows as [3, np, hn], version 1 as [np, hn, 3], both under the names
+# language_model.transformer and layers.N.attention
+check_layout "checkpoint_version 0 (TP 2, QKV [3, np, hn]) -> mt TP 1" --tp 2 --divisible-by 128 --checkpoint-version 0 --
+check_layout "checkpoint_version 1 (TP 2, QKV [np, hn, 3]) -> mt TP 1" --tp 2 --divisible-by 128 --checkpoint-version 1 --
 check_layout "Megatron TP 2 x PP 1 (Megatron-Core names) -> mt TP 1 x PP 2" --tp 2 --divisible-by 128 --core -- \
     --target-pipeline-parallel-size 2
 # a tensor-parallel target: every rank's tensors as mt's own resharding of the original writes them (mt-eval
@@ -183,8 +188,8 @@ REMOVE= refused "a shape the args do not give" "mp_rank_00_000/model_optim_rng.p
     --tp 2 --pp 2 --divisible-by 128 --bad-ffn
 REMOVE= refused "an extra tensor" "model tensor 'language_model.encoder.layers.0.extra.weight' is not one of this model's" \
     --extra layers.0.extra.weight --divisible-by 256
-REMOVE= refused "checkpoint_version 1.0 (QKV rows [np, hn, 3])" "checkpoint_version 1: query_key_value rows in an order older" \
-    --checkpoint-version 1.0 --divisible-by 256
+REMOVE= refused "checkpoint_version 1.5 (no such version)" "checkpoint_version 1.5: not a version Megatron-LM wrote" \
+    --checkpoint-version 1.5 --divisible-by 256
 mkdir -p "$d/notmeg" && echo 3 >"$d/notmeg/latest_checkpointed_iteration.txt"
 err1 mt-ckpt-convert --from megatron --load "$d/notmeg" --save "$d/bad2" && ! [ -e "$d/bad2" ] \
     && t_pass "a directory without model_optim_rng.pt refused ($(cat "$d/e"))" \
