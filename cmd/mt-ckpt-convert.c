@@ -154,8 +154,8 @@ static void from_megatron(void)
     char it[32] = "release", what[200];
     if (m.iteration != MT_CKPT_RELEASE) snprintf(it, sizeof it, "iteration %lld", (long long)m.iteration);
     if (m.has_optim) snprintf(what, sizeof what, "with the optimizer's state (Adam step %lld)", (long long)m.step);
-    else snprintf(what, sizeof what, "weights only, no optimizer state: continue with mt-train --load %s --no-load-optim",
-                  save_dir);
+    else snprintf(what, sizeof what, "weights only, no optimizer state%s: continue with mt-train --load %s --no-load-optim",
+                  m.distrib_optim ? " (the distributed optimizer's distrib_optim.pt is not read yet)" : "", save_dir);
     fprintf(stderr, "%s: wrote %s (%s, from %s: tensor-parallel %d -> %d, pipeline %d -> %d; %s)\n", mt_progname(),
             save_dir, it, load_dir, m.tp, tp, m.pp, pp, what);
     mt_meg_close(&mc, &m);

@@ -581,6 +581,13 @@ int mt_meg_dir_optim(mt_meg_dir *m, mt_err *e)
         have = rc;
     }
     m->has_optim = have;
+    /* the distributed optimizer keeps its state beside the rank's file (not read yet) */
+    char *dir = mt_xstrdup(m->r[0].path), *slash = strrchr(dir, '/');
+    if (slash) *slash = 0;
+    char *dopt = mt_path_join(dir, "distrib_optim.pt");
+    m->distrib_optim = access(dopt, F_OK) == 0;
+    free(dopt);
+    free(dir);
     return 0;
 }
 

@@ -39,6 +39,8 @@ typedef struct mt_meg_dir {
     mt_layout *l;               /* each rank's layout (mt_meg_dir_layout) */
     /* the optimizer's state (mt_meg_dir_optim): every rank has Adam's moments of every parameter */
     int has_optim;
+    int distrib_optim;          /* a distrib_optim.pt beside the first rank's file (the distributed optimizer's
+                                   state, not read yet) */
     int64_t step;               /* Adam's step */
     double beta1, beta2, eps;
     int has_scaler;             /* a dynamic loss scaler's state (an fp16 run) */

@@ -117,6 +117,12 @@ then t_pass "iteration, consumed samples and the schedule kept, no optimizer sta
 else t_fail "iteration, consumed samples and the schedule kept" "$(tail -2 "$d/st")"; fi
 grep -q "no optimizer state" "$d/ce" && t_pass "the message says the optimizer state is not converted" \
     || t_fail "the message says the optimizer state is not converted" "$(cat "$d/ce")"
+# the distributed optimizer's state file (not read yet) is named in the message
+: >"$d/meg/iter_0000020/mp_rank_00_000/distrib_optim.pt"
+rm -rf "$d/c2"
+mt-ckpt-convert --from megatron --load "$d/meg" --save "$d/c2" 2>"$d/ce" && grep -q "distrib_optim.pt is not read yet" "$d/ce" \
+    && t_pass "a distributed optimizer's distrib_optim.pt: weights only, said in the message" \
+    || t_fail "a distributed optimizer's distrib_optim.pt: said in the message" "$(cat "$d/ce")"
 
 # ---- mt-train continues at iteration 20 ----
 if mt-train "${train[@]}" --train-iters 26 --lr-decay-iters 40 --load "$d/c1" --no-load-optim \
