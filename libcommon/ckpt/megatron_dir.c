@@ -94,8 +94,10 @@ static const char *old_name(const char *n, char *out, size_t cap)
     return out;
 }
 
-/* The model's tensors under their dotted names (nested dicts joined with '.'). */
-static int flatten(mt_meg_rank *r, const mt_pk *d, const char *prefix, int core, int tied, int depth, mt_err *e)
+/* The model's tensors under their dotted names (nested dicts joined with '.'), those of model chunk c of the
+ * interleaved schedule (c >= 0) prefixed "model<c>." as model/layout.h names them. */
+static int flatten(mt_meg_rank *r, const mt_pk *d, const char *prefix, int core, int tied, int chunk, int depth,
+                   mt_err *e)
 {
     if (depth > 8) return mt_err_set(e, "%s: model state dict nested too deep", r->path);
     for (size_t i = 0; i < d->len; i++) {
@@ -106,7 +108,7 @@ static int flatten(mt_meg_rank *r, const mt_pk *d, const char *prefix, int core,
         if (v->kind == MT_PK_DICT) {
             char p[512];
             snprintf(p, sizeof p, "%s.", name);
-            if (flatten(r, v, p, core, tied, depth + 1, e)) return -1;
+            if (flatten(r, v, p, core, tied, chunk, depth + 1, e)) return -1;
             continue;
         }
         const char *ln = core ? legacy_name(name, tied, out, sizeof out) : old_name(name, out, sizeof out);
@@ -117,6 +119,8 @@ static int flatten(mt_meg_rank *r, const mt_pk *d, const char *prefix, int core,
         r->names = realloc(r->names, (size_t)(r->n + 1) * sizeof *r->names);
         r->t = realloc(r->t, (size_t)(r->n + 1) * sizeof *r->t);
         if (!r->names || !r->t) mt_die("out of memory");
+        char chunked[1100];
+        if (chunk >= 0) snprintf(chunked, sizeof chunked, "model%d.%s", chunk, ln), ln = chunked;
         r->names[r->n] = mt_xstrdup(ln);
         r->t[r->n++] = v->t;
     }
@@ -128,8 +132,21 @@ static int rank_model(mt_meg_dir *m, mt_meg_rank *r, mt_err *e)
 {
     const mt_pk *root = r->ck.root, *model = mt_pk_get(root, "model");
     if (root->kind != MT_PK_DICT) return mt_err_set(e, "%s: not a dict of a checkpoint", r->path);
-    if (!model && mt_pk_get(root, "model0"))
-        return mt_err_set(e, "%s: model chunks (model0, model1, ...: the interleaved schedule) are not read yet", r->path);
+    /* the interleaved schedule's model chunks: model0 ... model<vp-1> */
+    const mt_pk *chunks[MT_MEG_MAX_VP] = {0};
+    int nc = m->vp > 1 ? m->vp : 1;
+    for (int c = 0; c < nc && m->vp > 1; c++) {
+        char key[32];
+        snprintf(key, sizeof key, "model%d", c);
+        chunks[c] = mt_pk_get(root, key);
+        if (!chunks[c] || chunks[c]->kind != MT_PK_DICT)
+            return mt_err_set(e, "%s: no key '%s' (a dict: model chunk %d of %d the args give)", r->path, key, c, m->vp);
+    }
+    if (m->vp > 1) model = chunks[0];
+    else if (!model && mt_pk_get(root, "model0"))
+        return mt_err_set(e, "%s: model chunks (model0, model1, ...) but no virtual_pipeline_model_parallel_size in the args",
+                          r->path);
+    else chunks[0] = model;
     if (!model || model->kind != MT_PK_DICT) return mt_err_set(e, "%s: no key 'model' (a dict)", r->path);
     const mt_pk *v = mt_pk_get(root, "checkpoint_version");
     double ver = v && v->kind == MT_PK_FLOAT ? v->f : v && v->kind == MT_PK_INT ? (double)v->i : 0;
@@ -141,7 +158,8 @@ static int rank_model(mt_meg_dir *m, mt_meg_rank *r, mt_err *e)
     int core = !mt_pk_get(model, "language_model");
     r->core = core;
     r->n = 0;
-    if (flatten(r, model, "", core, tied, 0, e)) return -1;
+    for (int c = 0; c < nc; c++)
+        if (flatten(r, chunks[c], "", core, tied, m->vp > 1 ? c : -1, 0, e)) return -1;
     r->used = mt_xcalloc((size_t)(r->n ? r->n : 1), 1);
     return 0;
 }
@@ -177,13 +195,15 @@ int mt_meg_dir_open(mt_meg_dir *m, const char *dir, mt_err *e)
     m->args = args;
     m->tp = int_attr(args, "tensor_model_parallel_size", 1);
     m->pp = int_attr(args, "pipeline_model_parallel_size", 1);
-    const mt_pk *vp = mt_pk_get(args, "virtual_pipeline_model_parallel_size");
+    m->vp = int_attr(args, "virtual_pipeline_model_parallel_size", 1);
     int ep = int_attr(args, "expert_model_parallel_size", 1);
     rc = 0;
     if (m->tp < 1 || m->pp < 1 || m->tp > 4096 || m->pp > 4096)
         rc = mt_err_set(e, "%s: args: tensor-parallel size %d, pipeline size %d", first.path, m->tp, m->pp);
-    else if ((vp && vp->kind == MT_PK_INT && vp->i > 1) || ep > 1)
-        rc = mt_err_set(e, "%s: args: the interleaved schedule or expert parallelism: not read yet", first.path);
+    else if (m->vp < 1 || m->vp > MT_MEG_MAX_VP)
+        rc = mt_err_set(e, "%s: args: virtual_pipeline_model_parallel_size %d (1 to %d)", first.path, m->vp, MT_MEG_MAX_VP);
+    else if (ep > 1)
+        rc = mt_err_set(e, "%s: args: expert parallelism: not read yet", first.path);
     m->n = m->tp * m->pp;
     m->r = mt_xcalloc((size_t)m->n, sizeof *m->r);
     m->r[0] = first;
@@ -244,7 +264,7 @@ int mt_meg_dir_layout(mt_meg_dir *m, const mt_model_arch *a, mt_err *e)
 {
     m->l = mt_xcalloc((size_t)m->n, sizeof *m->l);
     for (int i = 0; i < m->n; i++) {
-        mt_layout_part part = {i % m->tp, m->tp, i / m->tp, m->pp, 1, 0, 1};
+        mt_layout_part part = {i % m->tp, m->tp, i / m->tp, m->pp, m->vp, 0, 1};
         if (mt_layout_build(a, &part, &m->l[i], e)) return mt_err_prefix(e, "%s", m->r[i].path);
         const mt_meg_rank *r = &m->r[i];
         for (int j = 0; j < m->l[i].n; j++) {

@@ -15,6 +15,8 @@
 #include "model/layout.h"
 #include "util/err.h"
 
+#define MT_MEG_MAX_VP 64   /* model chunks per stage read */
+
 typedef struct mt_meg_rank {
     char *path;                 /* its model_optim_rng.pt */
     mt_tckpt ck;
@@ -33,6 +35,7 @@ typedef struct mt_meg_dir {
     char *dir;                  /* the --save directory of Megatron */
     int64_t iteration;          /* MT_CKPT_RELEASE for release/ */
     int tp, pp, n;              /* n = tp pp ranks, rank p tp + t */
+    int vp;                     /* model chunks per stage (the interleaved schedule: model0 ...), else 1 */
     mt_meg_rank *r;
     const mt_pk *root;          /* the first rank's dict */
     const mt_pk *args;          /* its argparse.Namespace */

@@ -4,7 +4,7 @@ meta.json for the model's arguments), for tests/pipeline/megatron-read.sh.
 
 Usage: megatron_write.py MT_RANK_DIR OUT_DIR --tp T --pp P --vocab-file F --merge-file F [--divisible-by N] [--core]
        [--drop KEY] [--extra KEY] [--bad-ffn] [--release] [--checkpoint-version V] [--dtype D] [--round D]
-       [--optim]
+       [--optim] [--vp V]
 
 Written from the interop spec (sections 5.1-5.4, 7.2-7.6): the tracker, iter_NNNNNNN/mp_rank_TT[_PPP]/
 model_optim_rng.pt per rank, each a dict of args (an argparse.Namespace), checkpoint_version 3.0,
@@ -25,7 +25,8 @@ main parameters (and 'grad_scaler' for fp16).
 Tensor slices: word embeddings and QKV / h->4h rows split over tensor ranks (QKV rows in the per-head
 [np, 3, hn] order, kept as mt stores them; with --checkpoint-version 0 or 1 in those versions'
 orders, [3, np, hn] and [np, hn, 3]), dense / 4h->h columns split, the rest replicated; layers
-split evenly over stages, local indices; the last stage's copy of tied embeddings when pp > 1. The
+split evenly over stages (with --vp V, over V model chunks per stage, model0 ... model<V-1>: chunk c of
+stage p holds global layers (c pp + p) L / (pp V) + i), local indices; the last stage's copy of tied embeddings when pp > 1. The
 vocabulary is padded with zero rows to Megatron's padded size for the tensor size.
 """
 import argparse
@@ -114,6 +115,7 @@ def main():
     ap.add_argument("--dtype", choices=("fp32", "bf16", "fp16"), default="fp32")
     ap.add_argument("--round", choices=("bf16", "fp16"), default=None)
     ap.add_argument("--optim", action="store_true")
+    ap.add_argument("--vp", type=int, default=1)   # model chunks per stage (the interleaved schedule)
     o = ap.parse_args()
     meta = json.load(open(os.path.join(o.src, "meta.json")))
     a = meta["args"]
@@ -146,7 +148,8 @@ def main():
         attention_dropout=a["attention-dropout"], seed=a.get("seed", 1234),
         bias_gelu_fusion=not a.get("no-bias-gelu-fusion", False), openai_gelu=a.get("openai-gelu", False),
         tensor_model_parallel_size=tp, pipeline_model_parallel_size=pp,
-        virtual_pipeline_model_parallel_size=None, consumed_train_samples=meta["consumed_train_samples"],
+        virtual_pipeline_model_parallel_size=o.vp if o.vp > 1 else None,
+        num_layers_per_virtual_pipeline_stage=L // (o.pp * o.vp) if o.vp > 1 else None, consumed_train_samples=meta["consumed_train_samples"],
         consumed_valid_samples=meta["consumed_valid_samples"], split="969, 30, 1", data_cache_path=None,
         params_dtype=torch.float32, untie_embeddings_and_output_weights=False, add_bias_linear=True,
         swiglu=False, normalization="LayerNorm", position_embedding_type="learned_absolute",
@@ -169,7 +172,8 @@ def main():
                   "mlp.dense_h_to_4h.": "mlp.linear_fc1.", "mlp.dense_4h_to_h.": "mlp.linear_fc2."}
     it = meta["iteration"]
     sub = "release" if o.release else "iter_%07d" % it
-    per = L // pp
+    vp = o.vp
+    per = L // (pp * vp)   # layers per model chunk
     for p in range(pp):
         for t in range(tp):
             TD = {"bf16": torch.bfloat16, "fp16": torch.float16}
@@ -181,78 +185,81 @@ def main():
                 if o.round:
                     return t.to(TD[o.round]).float()
                 return t.to(TD[o.dtype]) if o.dtype != "fp32" else t
-            enc = collections.OrderedDict()
-            flat = collections.OrderedDict()   # Megatron-Core's names
-            emb = collections.OrderedDict()
-            reg = []   # (its mt name, slicing) in the order the model registers its parameters
-            if p == 0:
-                emb["word_embeddings"] = collections.OrderedDict(
-                    weight=T(part(w["language_model.embedding.word_embeddings.weight"], t, 0)))
-                emb["position_embeddings"] = collections.OrderedDict(
-                    weight=T(w["language_model.embedding.position_embeddings.weight"]))
-                flat["embedding.word_embeddings.weight"] = emb["word_embeddings"]["weight"]
-                flat["embedding.position_embeddings.weight"] = emb["position_embeddings"]["weight"]
-                reg += [("language_model.embedding.word_embeddings.weight", 0),
-                        ("language_model.embedding.position_embeddings.weight", -1)]
-            for i in range(per):
-                g = p * per + i
-                order = per_layer if not o.core else per_layer[4:6] + per_layer[:4] + per_layer[6:]
-                reg += [("language_model.encoder.layers.%d.%s" % (g, name), dim) for name, dim in order]
-                for name, dim in per_layer:
-                    x = w["language_model.encoder.layers.%d.%s" % (g, name)]
-                    x = x if dim < 0 else part(x, t, dim) if x.ndim == 2 or dim == 0 else x
-                    if "query_key_value" in name and o.checkpoint_version < 2.0:
-                        # the rank's rows in the order of older checkpoints (Megatron's checkpointing.py
-                        # fix_query_key_value_ordering undoes it on load): version 0 [3, np, hn], 1 [np, hn, 3]
-                        hn = h // nh
-                        y = x.reshape(-1, 3, hn, *x.shape[1:])   # [np, 3, hn, ...], as mt holds them
-                        y = y.transpose(1, 0, 2, *range(3, y.ndim)) if o.checkpoint_version == 0 \
-                            else y.transpose(0, 2, 1, *range(3, y.ndim))
-                        x = np.ascontiguousarray(y).reshape(x.shape)
-                    enc["layers.%d.%s" % (i, name)] = T(x)
-                    cn = name
-                    for old, new in core_names.items():
-                        if name.startswith(old):
-                            cn = new + name[len(old):]
-                            break
-                    flat["decoder.layers.%d.%s" % (i, cn)] = enc["layers.%d.%s" % (i, name)]
-                    if o.core and name == "mlp.dense_4h_to_h.bias":
-                        # Transformer Engine's modules keep their FP8 metadata as torch.save'd into an
-                        # io.BytesIO (of None without FP8)
-                        for mod in ("self_attention.core_attention", "self_attention.linear_proj",
-                                    "self_attention.linear_qkv", "mlp.linear_fc1", "mlp.linear_fc2"):
-                            buf = io.BytesIO()
-                            torch.save(None, buf)
-                            flat["decoder.layers.%d.%s._extra_state" % (i, mod)] = buf
-            if p == pp - 1:
-                for n in ("weight", "bias"):
-                    enc["final_layernorm." + n] = T(w["language_model.encoder.final_layernorm." + n])
-                    flat["decoder.final_layernorm." + n] = enc["final_layernorm." + n]
-                    reg.append(("language_model.encoder.final_layernorm." + n, -1))
-                if pp > 1:
-                    reg.append(("language_model.embedding.word_embeddings.weight", 0))
-            lm = collections.OrderedDict()
-            if p == 0:
-                lm["embedding"] = emb
-            if o.checkpoint_version < 2.0:   # the names of those versions
-                enc = collections.OrderedDict((k.replace(".self_attention.", ".attention."), v) for k, v in enc.items())
-                lm["transformer"] = enc
-            else:
-                lm["encoder"] = enc
-            model = collections.OrderedDict(language_model=lm)
-            if p == pp - 1 and pp > 1:
-                head = T(part(w["language_model.embedding.word_embeddings.weight"], t, 0))
-                model["word_embeddings_for_head"] = collections.OrderedDict(weight=head)
-                flat["output_layer.weight"] = head
-            if o.core:
-                model = flat
-            if o.extra:
-                enc[o.extra] = torch.zeros(2)
-            if o.drop:
-                for d in (model, lm, enc, emb):
-                    d.pop(o.drop, None)
+            models, reg = [], []   # reg: (its mt name, slicing) in the order the model chunks register their parameters
+            for c in range(vp):
+                first, last = p == 0 and c == 0, p == pp - 1 and c == vp - 1
+                enc = collections.OrderedDict()
+                flat = collections.OrderedDict()   # Megatron-Core's names
+                emb = collections.OrderedDict()
+                if first:
+                    emb["word_embeddings"] = collections.OrderedDict(
+                        weight=T(part(w["language_model.embedding.word_embeddings.weight"], t, 0)))
+                    emb["position_embeddings"] = collections.OrderedDict(
+                        weight=T(w["language_model.embedding.position_embeddings.weight"]))
+                    flat["embedding.word_embeddings.weight"] = emb["word_embeddings"]["weight"]
+                    flat["embedding.position_embeddings.weight"] = emb["position_embeddings"]["weight"]
+                    reg += [("language_model.embedding.word_embeddings.weight", 0),
+                            ("language_model.embedding.position_embeddings.weight", -1)]
+                for i in range(per):
+                    g = (c * pp + p) * per + i
+                    order = per_layer if not o.core else per_layer[4:6] + per_layer[:4] + per_layer[6:]
+                    reg += [("language_model.encoder.layers.%d.%s" % (g, name), dim) for name, dim in order]
+                    for name, dim in per_layer:
+                        x = w["language_model.encoder.layers.%d.%s" % (g, name)]
+                        x = x if dim < 0 else part(x, t, dim) if x.ndim == 2 or dim == 0 else x
+                        if "query_key_value" in name and o.checkpoint_version < 2.0:
+                            # the rank's rows in the order of older checkpoints (Megatron's checkpointing.py
+                            # fix_query_key_value_ordering undoes it on load): version 0 [3, np, hn], 1 [np, hn, 3]
+                            hn = h // nh
+                            y = x.reshape(-1, 3, hn, *x.shape[1:])   # [np, 3, hn, ...], as mt holds them
+                            y = y.transpose(1, 0, 2, *range(3, y.ndim)) if o.checkpoint_version == 0 \
+                                else y.transpose(0, 2, 1, *range(3, y.ndim))
+                            x = np.ascontiguousarray(y).reshape(x.shape)
+                        enc["layers.%d.%s" % (i, name)] = T(x)
+                        cn = name
+                        for old, new in core_names.items():
+                            if name.startswith(old):
+                                cn = new + name[len(old):]
+                                break
+                        flat["decoder.layers.%d.%s" % (i, cn)] = enc["layers.%d.%s" % (i, name)]
+                        if o.core and name == "mlp.dense_4h_to_h.bias":
+                            # Transformer Engine's modules keep their FP8 metadata as torch.save'd into an
+                            # io.BytesIO (of None without FP8)
+                            for mod in ("self_attention.core_attention", "self_attention.linear_proj",
+                                        "self_attention.linear_qkv", "mlp.linear_fc1", "mlp.linear_fc2"):
+                                buf = io.BytesIO()
+                                torch.save(None, buf)
+                                flat["decoder.layers.%d.%s._extra_state" % (i, mod)] = buf
+                if last:
+                    for n in ("weight", "bias"):
+                        enc["final_layernorm." + n] = T(w["language_model.encoder.final_layernorm." + n])
+                        flat["decoder.final_layernorm." + n] = enc["final_layernorm." + n]
+                        reg.append(("language_model.encoder.final_layernorm." + n, -1))
+                    if pp > 1:
+                        reg.append(("language_model.embedding.word_embeddings.weight", 0))
+                lm = collections.OrderedDict()
+                if first:
+                    lm["embedding"] = emb
+                if o.checkpoint_version < 2.0:   # the names of those versions
+                    enc = collections.OrderedDict((k.replace(".self_attention.", ".attention."), v) for k, v in enc.items())
+                    lm["transformer"] = enc
+                else:
+                    lm["encoder"] = enc
+                model = collections.OrderedDict(language_model=lm)
+                if last and pp > 1:
+                    head = T(part(w["language_model.embedding.word_embeddings.weight"], t, 0))
+                    model["word_embeddings_for_head"] = collections.OrderedDict(weight=head)
+                    flat["output_layer.weight"] = head
+                if o.core:
+                    model = flat
+                if o.extra:
+                    enc[o.extra] = torch.zeros(2)
+                if o.drop:
+                    for d in (model, lm, enc, emb):
+                        d.pop(o.drop, None)
+                models.append(model)
             state = {
-                "args": ns, "checkpoint_version": o.checkpoint_version, "iteration": it, "model": model,
+                "args": ns, "checkpoint_version": o.checkpoint_version, "iteration": it,
                 "opt_param_scheduler": meta["opt_param_scheduler"],
                 "rng_state": [{"random_rng_state": random.Random(t).getstate(),
                                "np_rng_state": np.random.RandomState(t).get_state(),
@@ -261,6 +268,11 @@ def main():
                                "rng_tracker_states": {"model-parallel-rng": torch.zeros(16, dtype=torch.uint8)}}],
                 "num_floating_point_operations_so_far": 1.5e12,
             }
+            if vp == 1:
+                state["model"] = models[0]
+            else:   # the interleaved schedule's model chunks
+                for c in range(vp):
+                    state["model%d" % c] = models[c]
             if o.optim:
                 state["optimizer"] = optimizer(reg, w, mom, lambda x, dim: x if dim < 0 else part(x, t, dim),
                                                meta, a, o.dtype)

@@ -1,16 +1,19 @@
 #!/usr/bin/env bash
 # megatron-read.sh: mt-ckpt-convert --from megatron against checkpoints laid out as Megatron-LM saves them
-# (tests/oracle/megatron_write.py, torch 1.13: args Namespace, iteration, rng_state with numpy arrays, an
-# optimizer dict) from an mt-trained model's tensors: at TP 1, TP 2 x PP 2 (legacy names) and TP 2 x PP 2
-# and TP 2 x PP 1 with Megatron-Core's names, converted to TP 1 or PP 2, mt-eval gives the original
-# model's loss exactly (also from checkpoint_version 0 and 1, with their QKV orders and names), and
-# converted to TP 2 x PP 2 each rank's tensors are mt's own resharding's; a --bf16
-# or --fp16 run's checkpoint (tensors in that dtype) gives the loss of the same values stored in fp32;
-# iteration, consumed samples and the schedule are kept and mt-train --load --no-load-optim
-# continues from that iteration with finite, falling losses; Megatron-Core's optimizer state (fp32, bf16
-# and fp16 runs) is read as mt saved it, and mt-train --load continues such a checkpoint exactly as the mt
-# checkpoint it was made from. A missing rank, a missing key, a shape the
-# args do not give: one line naming the file and key, non-zero exit, nothing under --save.
+# (tests/oracle/megatron_write.py, torch 1.13: args Namespace, iteration, rng_state with numpy arrays,
+# Transformer Engine's _extra_state buffers) from an mt-trained model's tensors:
+# - at TP 1, TP 2 x PP 2 (legacy names) and TP 2 x PP 2 and TP 2 x PP 1 with Megatron-Core's names,
+#   converted to TP 1 or PP 2, mt-eval gives the original model's loss exactly (also from
+#   checkpoint_version 0 and 1, with their QKV orders and names); converted to TP 2 x PP 2 each rank's
+#   tensors are mt's own resharding's;
+# - a --bf16 or --fp16 run's checkpoint (tensors in that dtype) gives the loss of the same values in fp32;
+# - iteration, consumed samples and the schedule are kept, and mt-train --load --no-load-optim continues
+#   from that iteration with finite, falling losses;
+# - Megatron-Core's optimizer state (fp32, bf16 and fp16 runs) is read as mt saved it, and mt-train --load
+#   continues such a checkpoint exactly as the mt checkpoint it was made from;
+# - the interleaved schedule's model chunks (model0, model1) are read byte for byte;
+# - a missing rank, a missing key, a shape the args do not give: one line naming the file and key,
+#   non-zero exit, nothing under --save.
 . "$(dirname "$0")/../lib.sh"
 PY=/usr/bin/python3
 d=$T_TMP
@@ -175,6 +178,23 @@ for dt in fp32 bf16 fp16; do
         && t_pass "$dt: mt-train --load continues the converted checkpoint as the mt one: iterations 21..24 equal ($(echo $b | cut -d' ' -f1-3) ...)" \
         || t_fail "$dt: continued as the mt checkpoint" "mt: $a / converted: $b $(tail -1 "$d/tb.err")"
 done
+
+# ---- the interleaved schedule's model chunks (model0, model1 per rank: a 4-layer model at PP 2 with 2 chunks
+# per stage, TP 2): read into the mt checkpoint they came from, weights and (Megatron-Core) optimizer state
+# byte for byte ----
+if mt-train "${train[@]}" --num-layers 4 --train-iters 4 --lr-decay-iters 40 --save "$d/ck4" >/dev/null 2>"$d/t4.err"; then
+    s4=$d/ck4/iter_0000004/mp_rank_00
+    for of in "" "--core --optim"; do
+        rm -rf "$d/meg" "$d/c4"
+        # shellcheck disable=SC2086
+        if oracle "$s4" "$d/meg" --tp 2 --pp 2 --vp 2 --divisible-by 128 $of >"$d/oe" 2>&1 &&
+            mt-ckpt-convert --from megatron --load "$d/meg" --save "$d/c4" 2>"$d/ce" &&
+            cmp -s "$d/c4/iter_0000004/mp_rank_00/model.safetensors" "$s4/model.safetensors" &&
+            { [ -z "$of" ] || cmp -s "$d/c4/iter_0000004/mp_rank_00/optim.safetensors" "$s4/optim.safetensors"; }
+        then t_pass "TP 2 x PP 2 x 2 model chunks${of:+ ($of)} -> mt: the original's tensors byte for byte"
+        else t_fail "TP 2 x PP 2 x 2 model chunks${of:+ ($of)} -> mt" "$(tail -2 "$d/oe" "$d/ce")"; fi
+    done
+else t_fail "a 4-layer run" "$(tail -2 "$d/t4.err")"; fi
 
 # ---- errors: one line naming the file and key, nothing under --save ----
 refused() {   # NAME WANT ORACLE-FLAGS...
