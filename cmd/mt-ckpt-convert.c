@@ -20,7 +20,7 @@
 static const char *load_dir, *to_fmt, *from_fmt, *in_dir, *out_dir, *save_dir, *dtype_name, *vocab_file,
     *merge_file, *megatron_keys;
 static int64_t iteration = -1;
-static int target_tp, target_pp, target_ep;
+static int target_tp, target_pp, target_ep, target_chunk_layers;
 static bool no_load_optim, no_save_optim;
 
 static const mt_flag flags[] = {
@@ -44,6 +44,9 @@ static const mt_flag flags[] = {
     {"--target-expert-model-parallel-size", MT_F_INT, &target_ep, "N",
      "expert-parallel size of the checkpoint written (default 1; a model with experts)", 1, 4096, NULL},
     {"--target-pipeline-parallel-size", MT_F_INT, &target_pp, "N", "pipeline-parallel size of the checkpoint written (default 1)", 1, 4096, NULL},
+    {"--target-num-layers-per-virtual-pipeline-stage", MT_F_INT, &target_chunk_layers, "N",
+     "with --to megatron: model chunks of N layers for Megatron's interleaved schedule (model0, model1, ...)", 1, 100000,
+     NULL},
     {"--no-load-optim", MT_F_BOOL, &no_load_optim, NULL,
      "with --from megatron: leave the optimizer's state out (weights only; mt-train --load --no-load-optim then)", 0, 0,
      NULL},
@@ -58,7 +61,8 @@ static const mt_cmd cmd = {
     "mt-ckpt-convert",
     "--load DIR --to hf --out DIR [--dtype fp32|bf16|fp16]\n"
     "               --load DIR --to megatron --out DIR [--megatron-keys legacy|mcore] [--dtype fp32|bf16|fp16]\n"
-    "                                      [--target-tensor-parallel-size N --target-pipeline-parallel-size N]\n"
+    "                                      [--target-tensor-parallel-size N --target-pipeline-parallel-size N\n"
+    "                                       --target-num-layers-per-virtual-pipeline-stage N]\n"
     "               --from hf --in DIR --save DIR [--target-tensor-parallel-size N --target-pipeline-parallel-size N\n"
     "                                                --target-expert-model-parallel-size N]\n"
                "               --from megatron --load DIR --save DIR [--target-tensor-parallel-size N\n"
@@ -114,7 +118,8 @@ static void to_megatron(void)
     mt_meg_keys keys = megatron_keys && !strcmp(megatron_keys, "mcore") ? MT_MEG_KEYS_MCORE : MT_MEG_KEYS_LEGACY;
     const char *dn;
     int with_optim;
-    if (mt_meg_export_ckpt(&mc, out_dir, tp, pp, keys, dtype_name, no_save_optim, progress, &dn, &with_optim, &e))
+    if (mt_meg_export_ckpt(&mc, out_dir, tp, pp, target_chunk_layers, keys, dtype_name, no_save_optim, progress, &dn,
+                           &with_optim, &e))
         mt_die_err(&e);
     char it[32] = "release";
     if (mc.iteration != MT_CKPT_RELEASE) snprintf(it, sizeof it, "iteration %lld", (long long)mc.iteration);
@@ -191,6 +196,8 @@ int main(int argc, char **argv)
     if (megatron_keys && !(to_fmt && !strcmp(to_fmt, "megatron"))) mt_die("--megatron-keys goes with --to megatron");
     if (no_load_optim && !(from_fmt && !strcmp(from_fmt, "megatron"))) mt_die("--no-load-optim goes with --from megatron");
     if (no_save_optim && !(to_fmt && !strcmp(to_fmt, "megatron"))) mt_die("--no-save-optim goes with --to megatron");
+    if (target_chunk_layers && !(to_fmt && !strcmp(to_fmt, "megatron")))
+        mt_die("--target-num-layers-per-virtual-pipeline-stage goes with --to megatron");
     if (to_fmt && !strcmp(to_fmt, "megatron")) {
         if (in_dir || save_dir) mt_die("--to megatron reads --load and writes --out (--in and --save go with --from)");
         if (target_ep) mt_die("--to megatron: --target-expert-model-parallel-size: experts are not written yet");

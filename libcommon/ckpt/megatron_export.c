@@ -83,7 +83,8 @@ static mt_pk *from_json(mt_pk_arena *a, json_t *v)
 /* mt's args as Megatron's argparse.Namespace: flag names as attribute names ('-' to '_'), the flags that
  * Megatron stores negated (store_false) under their positive names, and the attributes Megatron derives
  * and checks on load for the layout written. */
-static mt_pk *namespace(mt_pk_arena *a, const mt_model_ckpt *mc, int tp, int pp, int rows, const char *torch_dtype)
+static mt_pk *namespace(mt_pk_arena *a, const mt_model_ckpt *mc, int tp, int pp, int vp, int rows,
+                        const char *torch_dtype)
 {
     static const char *const negated[][2] = {
         {"no-bias-gelu-fusion", "bias_gelu_fusion"},
@@ -110,8 +111,9 @@ static mt_pk *namespace(mt_pk_arena *a, const mt_model_ckpt *mc, int tp, int pp,
     }
     mt_pk_sets(a, d, "tensor_model_parallel_size", mt_pk_int(a, tp));
     mt_pk_sets(a, d, "pipeline_model_parallel_size", mt_pk_int(a, pp));
-    mt_pk_sets(a, d, "virtual_pipeline_model_parallel_size", mt_pk_new(a, MT_PK_NONE));
-    mt_pk_sets(a, d, "num_layers_per_virtual_pipeline_stage", mt_pk_new(a, MT_PK_NONE));
+    mt_pk_sets(a, d, "virtual_pipeline_model_parallel_size", vp > 1 ? mt_pk_int(a, vp) : mt_pk_new(a, MT_PK_NONE));
+    mt_pk_sets(a, d, "num_layers_per_virtual_pipeline_stage",
+               vp > 1 ? mt_pk_int(a, mc->arch.num_layers / (pp * vp)) : mt_pk_new(a, MT_PK_NONE));
     mt_pk_sets(a, d, "data_parallel_size", mt_pk_int(a, 1));
     mt_pk_sets(a, d, "world_size", mt_pk_int(a, (int64_t)tp * pp));
     mt_pk_sets(a, d, "padded_vocab_size", mt_pk_int(a, rows));
@@ -127,13 +129,18 @@ static mt_pk *namespace(mt_pk_arena *a, const mt_model_ckpt *mc, int tp, int pp,
 }
 
 /* The rank's state dict around its model dict. */
-static mt_pk *rank_root(mt_pk_arena *a, const mt_model_ckpt *mc, mt_pk *ns, mt_pk *model)
+static mt_pk *rank_root(mt_pk_arena *a, const mt_model_ckpt *mc, mt_pk *ns, mt_pk **models, int vp)
 {
     mt_pk *r = mt_pk_new(a, MT_PK_DICT);
     mt_pk_sets(a, r, "args", ns);
     mt_pk_sets(a, r, "checkpoint_version", mt_pk_float(a, 3.0));
     if (mc->iteration != MT_CKPT_RELEASE) mt_pk_sets(a, r, "iteration", mt_pk_int(a, mc->iteration));
-    mt_pk_sets(a, r, "model", model);
+    if (vp == 1) mt_pk_sets(a, r, "model", models[0]);
+    for (int c = 0; c < vp && vp > 1; c++) {   /* the interleaved schedule's model chunks */
+        char k[32];
+        snprintf(k, sizeof k, "model%d", c);
+        mt_pk_sets(a, r, k, models[c]);
+    }
     json_t *s = json_object_get(mc->meta, "opt_param_scheduler");
     if (json_is_object(s)) mt_pk_sets(a, r, "opt_param_scheduler", from_json(a, s));
     json_t *fl = json_object_get(mc->meta, "num_floating_point_operations_so_far");
@@ -205,7 +212,7 @@ typedef struct export_ctx {
     mt_st_dtype dt;
     const char *torch_dtype;
     mt_meg_keys keys;
-    int tp, pp, rows, done, total;
+    int tp, pp, vp, rows, done, total;   /* vp: model chunks per stage (1: not interleaved) */
     int optim;              /* write the optimizer's state */
     mt_ckpt_progress *progress;
 } export_ctx;
@@ -356,8 +363,12 @@ static mt_pk *optimizer_state(export_ctx *x, const mt_layout *l, rank_out *o, fl
 static int write_rank(export_ctx *x, const mt_layout *l, const char *path, mt_err *e)
 {
     rank_out o = {0};
-    mt_pk *model = mt_pk_new(&o.a, MT_PK_DICT);
-    model->b = true;
+    int vp = l->chunks > 1 ? l->chunks : 1, cur = 0;
+    mt_pk **models = mt_xcalloc((size_t)vp, sizeof *models);
+    for (int c = 0; c < vp; c++) {
+        models[c] = mt_pk_new(&o.a, MT_PK_DICT);
+        models[c]->b = true;
+    }
     size_t most = 1;
     for (int j = 0; j < l->n; j++)
         if (l->t[j].numel > most) most = l->t[j].numel;
@@ -368,25 +379,37 @@ static int write_rank(export_ctx *x, const mt_layout *l, const char *path, mt_er
     int rc = 0;
     for (int j = 0; j < l->n && !rc; j++) {
         const mt_layout_tensor *lt = &l->t[j];
+        /* a model chunk's tensors are named "model<c>." in the layout: into that chunk's dict */
+        const char *name = lt->name;
+        int c = 0;
+        if (vp > 1 && sscanf(name, "model%d.", &c) == 1 && c >= 0 && c < vp) name = strchr(name, '.') + 1;
+        if (c != cur) {
+            if (x->keys == MT_MEG_KEYS_MCORE && *layer_prefix) core_extra_states(&o.a, models[cur], layer_prefix);
+            *layer_prefix = 0;
+            cur = c;
+        }
         mt_pk *t;
         if (read_slice(x, lt, NULL, s, e) ||
             !(t = add_tensor(&o, s, lt->numel, x->dt, lt->ndim, lt->local_shape, lt->name, e)) ||
-            place(&o.a, model, lt->name, x->keys, t, layer_prefix, sizeof layer_prefix, e) ||
+            place(&o.a, models[c], name, x->keys, t, layer_prefix, sizeof layer_prefix, e) ||
             (master && !(master[j] = add_tensor(&o, s, lt->numel, MT_ST_F32, lt->ndim, lt->local_shape, lt->name, e))))
             rc = mt_err_prefix(e, "%s", path);
         if (x->progress) x->progress(++x->done, x->total);
     }
-    if (!rc && x->keys == MT_MEG_KEYS_MCORE && *layer_prefix) core_extra_states(&o.a, model, layer_prefix);
+    if (!rc && x->keys == MT_MEG_KEYS_MCORE && *layer_prefix) core_extra_states(&o.a, models[cur], layer_prefix);
     mt_pk *opt = NULL;
     if (!rc && x->optim && !(opt = optimizer_state(x, l, &o, s, master, e))) rc = mt_err_prefix(e, "%s", path);
     if (!rc) {
-        mt_pk *ns = namespace(&o.a, x->mc, x->tp, x->pp, x->rows, x->torch_dtype);
-        mt_pk *root = rank_root(&o.a, x->mc, ns, model);
-        if (opt) {   /* after the model, as Megatron's save_checkpoint orders the dict */
+        mt_pk *ns = namespace(&o.a, x->mc, x->tp, x->pp, x->vp, x->rows, x->torch_dtype);
+        mt_pk *root = rank_root(&o.a, x->mc, ns, models, vp);
+        if (opt) {   /* after the model (its last chunk), as Megatron's save_checkpoint orders the dict */
+            char last[32];
+            if (vp > 1) snprintf(last, sizeof last, "model%d", vp - 1);
+            else snprintf(last, sizeof last, "model");
             mt_pk *r2 = mt_pk_new(&o.a, MT_PK_DICT);
             for (size_t i = 0; i < root->len; i++) {
                 mt_pk_set(&o.a, r2, root->items[i], root->vals[i]);
-                if (root->items[i]->kind == MT_PK_STR && !strcmp(root->items[i]->s, "model")) mt_pk_sets(&o.a, r2, "optimizer", opt);
+                if (root->items[i]->kind == MT_PK_STR && !strcmp(root->items[i]->s, last)) mt_pk_sets(&o.a, r2, "optimizer", opt);
             }
             root = r2;
         }
@@ -395,13 +418,15 @@ static int write_rank(export_ctx *x, const mt_layout *l, const char *path, mt_er
         rc = mt_tckpt_save(path, "model_optim_rng", root, o.st, o.n, e);
     }
     free(master);
+    free(models);
     free(s);
     rank_out_free(&o);
     return rc;
 }
 
-int mt_meg_export_ckpt(mt_model_ckpt *mc, const char *out, int tp, int pp, mt_meg_keys keys, const char *dtype,
-                       int no_optim, mt_ckpt_progress *progress, const char **dtype_out, int *with_optim, mt_err *e)
+int mt_meg_export_ckpt(mt_model_ckpt *mc, const char *out, int tp, int pp, int chunk_layers, mt_meg_keys keys,
+                       const char *dtype, int no_optim, mt_ckpt_progress *progress, const char **dtype_out,
+                       int *with_optim, mt_err *e)
 {
     if (mc->hf || mc->meg) return mt_err_set(e, "%s: --to megatron writes an mt checkpoint", mc->dir);
     if (mc->arch.num_experts)
@@ -410,7 +435,15 @@ int mt_meg_export_ckpt(mt_model_ckpt *mc, const char *out, int tp, int pp, mt_me
         dtype = json_is_true(json_object_get(mc->args, "bf16"))   ? "bf16"
                 : json_is_true(json_object_get(mc->args, "fp16")) ? "fp16"
                                                                    : "fp32";
-    export_ctx x = {.mc = mc, .keys = keys, .tp = tp, .pp = pp, .progress = progress,
+    int L = mc->arch.num_layers, vp = 1;
+    if (chunk_layers > 0) {
+        if (L % (pp * chunk_layers) || L / (pp * chunk_layers) < 2)
+            return mt_err_set(e, "--target-num-layers-per-virtual-pipeline-stage %d: the %d layers over %d stages make no "
+                                 "two or more chunks of that many",
+                              chunk_layers, L, pp);
+        vp = L / (pp * chunk_layers);
+    }
+    export_ctx x = {.mc = mc, .keys = keys, .tp = tp, .pp = pp, .vp = vp, .progress = progress,
                     .optim = !no_optim && mt_model_has_optim(mc) && json_is_object(json_object_get(mc->meta, "optimizer"))};
     *with_optim = x.optim;
     if (!strcmp(dtype, "fp32")) x.dt = MT_ST_F32, x.torch_dtype = "torch.float32";
@@ -427,7 +460,7 @@ int mt_meg_export_ckpt(mt_model_ckpt *mc, const char *out, int tp, int pp, mt_me
     int n = tp * pp, rc = 0;
     mt_layout *l = mt_xcalloc((size_t)n, sizeof *l);
     for (int i = 0; i < n && !rc; i++) {
-        mt_layout_part part = {i % tp, tp, i / tp, pp, 1, 0, 1};
+        mt_layout_part part = {i % tp, tp, i / tp, pp, vp, 0, 1};
         if (mt_layout_build(&arch, &part, &l[i], e)) rc = -1;
         else x.total += l[i].n;
     }

@@ -7,6 +7,8 @@ checkpoints that mt writes and reads, and the checks around them, for tests/pipe
                             files and tensors loaded
   same_optim DIR_A DIR_B    the optimizer state of each rank file of A equals B's (indices, groups, moments,
                             steps, fp32 main parameters, loss scaler)
+  same_model DIR_A DIR_B    the model entries (model, or model0, model1, ...) of each rank file of A equal B's
+                            (keys and their nesting, tensors and dtypes)
   convert1 FILE VOCAB MERGES
                             convert_megatron_gpt2_checkpoint.py FILE (writes config.json and
                             pytorch_model.bin beside FILE)
@@ -130,6 +132,42 @@ def same_optim(argv):
     print("%d parameters' state equal" % n)
 
 
+def same_model(argv):
+    """The model entries (model, or the chunks model0, model1, ...) of two Megatron checkpoints of the same
+    layout hold the same keys, nested the same way, and equal tensors of the same dtype; _extra_state
+    entries are compared by name only (None from mt, Transformer Engine's buffers from the oracle)."""
+    a_dir, b_dir = argv
+    n = 0
+    for root, _, names in sorted(os.walk(a_dir)):
+        for f in names:
+            if f != "model_optim_rng.pt":
+                continue
+            pa = os.path.join(root, f)
+            pb = os.path.join(b_dir, os.path.relpath(pa, a_dir))
+            flat = []
+            for p in (pa, pb):
+                sd = torch.load(p, map_location="cpu")
+                out = {}
+                def walk(d, pre):
+                    for k, v in d.items():
+                        if isinstance(v, dict):
+                            walk(v, pre + k + ".")
+                        else:
+                            out[pre + k] = v
+                walk({k: v for k, v in sd.items() if k == "model" or k.startswith("model") and k[5:].isdigit()}, "")
+                flat.append(out)
+            a, b = flat
+            if set(a) != set(b):
+                sys.exit("%s: keys differ: %s" % (os.path.relpath(pa, a_dir), sorted(set(a) ^ set(b))[:6]))
+            for k in a:
+                if k.endswith("_extra_state"):
+                    continue
+                if a[k].dtype != b[k].dtype or not torch.equal(a[k], b[k]):
+                    sys.exit("%s: %s differs" % (os.path.relpath(pa, a_dir), k))
+                n += 1
+    print("%d model tensors equal" % n)
+
+
 def convert1(argv):
     f, vocab, merges = argv
     offline_tokenizer(vocab, merges)
@@ -185,5 +223,5 @@ def logits(argv):
 
 
 if __name__ == "__main__":
-    {"restricted": restricted, "same_optim": same_optim, "convert1": convert1, "reshape": reshape, "random": random,
+    {"restricted": restricted, "same_optim": same_optim, "same_model": same_model, "convert1": convert1, "reshape": reshape, "random": random,
      "logits": logits}[sys.argv[1]](sys.argv[2:])

@@ -8,6 +8,9 @@
 # - convert_megatron_gpt2_checkpoint.py on the TP 1 export and checkpoint_reshaping_and_interoperability.py
 #   (Megatron to transformers) on a TP 2 x PP 2 export give a GPT2LMHeadModel whose logits equal
 #   mt-eval --score --logits to 1e-5 of the largest;
+# - each rank's model entries (both key families; the interleaved schedule's model chunks with
+#   --target-num-layers-per-virtual-pipeline-stage) are tests/oracle/megatron_write.py's layout of the same
+#   tensors;
 # - the optimizer's state is Megatron-Core's (fp32: torch's AdamW state dict over Megatron's param groups;
 #   --bf16 and --fp16 runs: with the fp32 main parameters, and fp16's loss scaler) as
 #   tests/oracle/megatron_write.py --optim builds it with torch's own AdamW, and --no-save-optim leaves it out;
@@ -130,12 +133,27 @@ for keys in legacy mcore; do
     [ -z "$bad" ] && t_pass "mt -> Megatron ($keys keys) -> mt at TP 2 x PP 2: every rank's model and optim.safetensors are the reshard's" \
         || t_fail "mt -> Megatron ($keys keys) -> mt at TP 2 x PP 2: every rank's model and optim.safetensors are the reshard's" "differ:$bad"
 done
-# the optimizer's state is Megatron-Core's as megatron_write.py --optim builds it with torch's own AdamW
-if $PY -W ignore "$T_TOP/tests/oracle/megatron_write.py" "$d/ck/iter_0000020/mp_rank_00" "$d/or22" --tp 2 --pp 2 --core \
-        --optim --vocab-file "$GPT2_VOCAB" --merge-file "$GPT2_MERGES" >"$d/oe" 2>&1 &&
-    $PY -W ignore "$T_TOP/tests/oracle/megatron_hf.py" same_optim "$d/meg22-mcore" "$d/or22" >"$d/so" 2>&1
-then t_pass "fp32, Megatron-Core keys, TP 2 x PP 2: the optimizer state is what Megatron-Core saves ($(cat "$d/so"))"
-else t_fail "fp32, Megatron-Core keys, TP 2 x PP 2: the optimizer state is what Megatron-Core saves" "$(tail -2 "$d/oe" "$d/so")"; fi
+# each rank's model and optimizer state are what tests/oracle/megatron_write.py lays out as Megatron saves
+# them (the optimizer's built with torch's own AdamW): legacy and Megatron-Core keys at TP 2 x PP 2, and the
+# interleaved schedule's model chunks
+mw() { $PY -W ignore "$T_TOP/tests/oracle/megatron_write.py" "$@" --vocab-file "$GPT2_VOCAB" --merge-file "$GPT2_MERGES"; }
+same() { $PY -W ignore "$T_TOP/tests/oracle/megatron_hf.py" "$@"; }
+if mw "$d/ck/iter_0000020/mp_rank_00" "$d/or22" --tp 2 --pp 2 --core --optim >"$d/oe" 2>&1 &&
+    mw "$d/ck/iter_0000020/mp_rank_00" "$d/or22l" --tp 2 --pp 2 >>"$d/oe" 2>&1 &&
+    same same_model "$d/meg22-legacy" "$d/or22l" >"$d/sm" 2>&1 && same same_model "$d/meg22-mcore" "$d/or22" >>"$d/sm" 2>&1 &&
+    same same_optim "$d/meg22-mcore" "$d/or22" >"$d/so" 2>&1
+then t_pass "TP 2 x PP 2, legacy and Megatron-Core keys: model ($(tr '\n' ' ' <"$d/sm")) and optimizer state ($(cat "$d/so")) as Megatron saves them"
+else t_fail "TP 2 x PP 2: model and optimizer state as Megatron saves them" "$(tail -2 "$d/oe" "$d/sm" "$d/so" 2>/dev/null)"; fi
+rm -rf "$d/megv" "$d/orv" "$d/rtv"
+if mt-ckpt-convert --load "$d/ck" --to megatron --out "$d/megv" --megatron-keys mcore \
+        --target-num-layers-per-virtual-pipeline-stage 1 2>"$d/ce" &&
+    mw "$d/ck/iter_0000020/mp_rank_00" "$d/orv" --vp 2 --core --optim >"$d/oe" 2>&1 &&
+    same same_model "$d/megv" "$d/orv" >"$d/sm" 2>&1 && same same_optim "$d/megv" "$d/orv" >"$d/so" 2>&1 &&
+    mt-ckpt-convert --from megatron --load "$d/megv" --save "$d/rtv" 2>>"$d/ce" &&
+    cmp -s "$d/rtv/iter_0000020/mp_rank_00/model.safetensors" "$d/ck/iter_0000020/mp_rank_00/model.safetensors" &&
+    cmp -s "$d/rtv/iter_0000020/mp_rank_00/optim.safetensors" "$d/ck/iter_0000020/mp_rank_00/optim.safetensors"
+then t_pass "--target-num-layers-per-virtual-pipeline-stage 1: model0, model1 and the optimizer state as Megatron saves them, back byte for byte"
+else t_fail "--target-num-layers-per-virtual-pipeline-stage 1: model chunks" "$(tail -2 "$d/ce" "$d/oe" "$d/sm" "$d/so" 2>/dev/null)"; fi
 for dt in bf16 fp16; do   # Float16OptimizerWithFloat16Params: the fp32 main parameters (and fp16's loss scaler)
     rm -rf "$d/ck-$dt" "$d/meg-$dt" "$d/or-$dt" "$d/rt-$dt"
     if mt-train "${train[@]}" --$dt --train-iters 4 --lr-decay-iters 40 --save "$d/ck-$dt" >/dev/null 2>"$d/t.err" &&
