@@ -100,10 +100,50 @@ json_t *mt_meg_args(const mt_pk *ns, const char *where, int64_t *padded_rows, mt
     json_object_set_new(a, "rotary-base", json_integer(rb && rb->kind == MT_PK_INT ? rb->i : 10000));
     if (opt_real(ns, "rotary_percent", 1.0, where, a, "rotary-percent", e)) goto fail;
     const mt_pk *ne = attr(ns, "num_experts");
-    if (ne && ne->kind == MT_PK_INT && ne->i > 0) {
-        mt_err_set(e, "%s: args.num_experts %lld: mixtures of experts are not read from Megatron checkpoints yet", where,
-                   (long long)ne->i);
-        goto fail;
+    if (ne && ne->kind == MT_PK_INT && ne->i > 0) {   /* a mixture of experts: Megatron-Core's MoE flags */
+        json_object_set_new(a, "num-experts", json_integer(ne->i));
+        json_int_t ffn = json_integer_value(json_object_get(a, "ffn-hidden-size"));
+        static const char *const ints[][2] = {{"moe_ffn_hidden_size", "moe-ffn-hidden-size"},
+                                              {"moe_router_topk", "moe-router-topk"},
+                                              {"moe_shared_expert_intermediate_size", "moe-shared-expert-intermediate-size"}};
+        json_int_t dflt[] = {ffn, 2, 0};
+        for (size_t i = 0; i < 3; i++) {
+            const mt_pk *v = attr(ns, ints[i][0]);
+            json_object_set_new(a, ints[i][1], json_integer(v && v->kind == MT_PK_INT ? v->i : dflt[i]));
+        }
+        static const char *const reals[][2] = {{"moe_aux_loss_coeff", "moe-aux-loss-coeff"},
+                                               {"moe_z_loss_coeff", "moe-z-loss-coeff"},
+                                               {"moe_router_topk_scaling_factor", "moe-router-topk-scaling-factor"},
+                                               {"moe_expert_capacity_factor", "moe-expert-capacity-factor"}};
+        for (size_t i = 0; i < 4; i++)   /* None: off (0 in mt's args) */
+            if (opt_real(ns, reals[i][0], 0, where, a, reals[i][1], e)) goto fail;
+        static const char *const strs[][3] = {{"moe_router_load_balancing_type", "moe-router-load-balancing-type", "aux_loss"},
+                                              {"moe_router_score_function", "moe-router-score-function", "softmax"},
+                                              {"moe_token_drop_policy", "moe-token-drop-policy", "probs"}};
+        for (size_t i = 0; i < 3; i++) {
+            const mt_pk *v = attr(ns, strs[i][0]);
+            json_object_set_new(a, strs[i][1], json_string(v && v->kind == MT_PK_STR ? v->s : strs[i][2]));
+        }
+        static const char *const bools[][2] = {{"moe_router_pre_softmax", "moe-router-pre-softmax"},
+                                               {"moe_pad_expert_input_to_capacity", "moe-pad-expert-input-to-capacity"},
+                                               {"moe_shared_expert_gate", "moe-shared-expert-gate"}};
+        for (size_t i = 0; i < 3; i++) json_object_set_new(a, bools[i][1], json_boolean(opt_bool(ns, bools[i][0], 0)));
+        /* --moe-layer-freq: an int, or a list of 0/1 per layer (mt takes both as Megatron writes them) */
+        const mt_pk *f = attr(ns, "moe_layer_freq");
+        char spec[4096] = "1";
+        if (f && f->kind == MT_PK_INT) snprintf(spec, sizeof spec, "%lld", (long long)f->i);
+        else if (f && f->kind == MT_PK_LIST) {
+            size_t at = 0;
+            at += (size_t)snprintf(spec + at, sizeof spec - at, "[");
+            for (size_t i = 0; i < f->len && at < sizeof spec - 8; i++)
+                at += (size_t)snprintf(spec + at, sizeof spec - at, "%s%lld", i ? "," : "",
+                                       (long long)(f->items[i]->kind == MT_PK_INT ? f->items[i]->i : -1));
+            snprintf(spec + at, sizeof spec - at, "]");
+        } else if (f) {
+            mt_err_set(e, "%s: args.moe_layer_freq is neither an integer nor a list", where);
+            goto fail;
+        }
+        json_object_set_new(a, "moe-layer-freq", json_string(spec));
     }
     if (opt_bool(ns, "apply_residual_connection_post_layernorm", 0)) {
         mt_err_set(e, "%s: args.apply_residual_connection_post_layernorm: not a model mt has", where);

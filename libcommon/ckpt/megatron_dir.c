@@ -57,6 +57,11 @@ static const char *legacy_name(const char *n, int tied, char *out, size_t cap)
         {"mlp.linear_fc1.", "mlp.dense_h_to_4h."},
         {"mlp.linear_fc2.", "mlp.dense_4h_to_h."},
         {"input_layernorm.", "input_layernorm."},
+        /* a mixture of experts' (MoELayer: the router, SequentialMLP's experts, the shared expert) */
+        {"mlp.router.", "mlp.router."},
+        {"mlp.shared_experts.linear_fc1.", "mlp.shared_experts.dense_h_to_4h."},
+        {"mlp.shared_experts.linear_fc2.", "mlp.shared_experts.dense_4h_to_h."},
+        {"mlp.shared_experts.gate_weight", "mlp.shared_experts.gate_weight"},
     };
     size_t l = strlen(n);
     if (l >= 12 && !strcmp(n + l - 12, "_extra_state")) return NULL;
@@ -67,6 +72,17 @@ static const char *legacy_name(const char *n, int tied, char *out, size_t cap)
     else if (!strncmp(n, "decoder.layers.", 15)) {
         const char *rest = strchr(n + 15, '.');
         if (!rest) return n;
+        /* an expert's matrices: SequentialMLP's local_experts.J.linear_fc1.weight, or TEGroupedMLP's
+         * experts.linear_fc1.weightJ */
+        int j, at = 0;
+        char fc[16];
+        if ((sscanf(rest + 1, "mlp.experts.local_experts.%d.linear_%15[fc12].weight%n", &j, fc, &at) == 2 ||
+             sscanf(rest + 1, "mlp.experts.linear_%15[fc12].weight%d%n", fc, &j, &at) == 2) &&
+            !rest[1 + at] && j >= 0 && (!strcmp(fc, "fc1") || !strcmp(fc, "fc2"))) {
+            snprintf(out, cap, "language_model.encoder.layers.%.*s.mlp.experts.local_experts.%d.%s.weight",
+                     (int)(rest - n - 15), n + 15, j, fc[2] == '1' ? "dense_h_to_4h" : "dense_4h_to_h");
+            return out;
+        }
         for (size_t i = 0; i < sizeof map / sizeof *map; i++) {
             size_t k = strlen(map[i][0]);
             if (!strncmp(rest + 1, map[i][0], k)) {
@@ -467,12 +483,19 @@ int mt_meg_param_order(const mt_layout *l, int core, const mt_layout_tensor **ou
     return n;
 }
 
-/* One rank's state: 1 when it has one, 0 when not, -1 on error. */
-static int rank_optim(mt_meg_dir *m, int i, mt_err *e)
+/* A rank's parameters sorted into Megatron's param group kinds, [no weight decay][expert], each in
+ * registration order, and how many of each the optimizer's groups have taken. */
+typedef struct group_lists {
+    const mt_layout_tensor **t[2][2];
+    int n[2][2], used[2][2];
+} group_lists;
+
+/* One optimizer's state (an entry of a ChainedOptimizer's list, or the only one): 1 when it has per-parameter
+ * state, 0 when not (a dummy, or never stepped), -1 on error. Its parameters are taken from gl by their
+ * groups' kinds; *step and the scaler are filled in. */
+static int optim_entry(mt_meg_dir *m, mt_meg_rank *r, int rank, const mt_pk *opt, group_lists *gl, double *step, mt_err *e)
 {
-    mt_meg_rank *r = &m->r[i];
-    const mt_layout *l = &m->l[i];
-    const mt_pk *opt = mt_pk_get(r->ck.root, "optimizer"), *sd = opt, *masters = NULL, *scaler = NULL;
+    const mt_pk *sd = opt, *masters = NULL, *scaler = NULL;
     if (!opt || opt->kind != MT_PK_DICT) return 0;
     if (mt_pk_get(opt, "optimizer")) {   /* Float16OptimizerWithFloat16Params */
         sd = mt_pk_get(opt, "optimizer");
@@ -481,23 +504,23 @@ static int rank_optim(mt_meg_dir *m, int i, mt_err *e)
         if (sd->kind != MT_PK_DICT) return mt_err_set(e, "%s: optimizer.optimizer is not a dict", r->path);
     }
     const mt_pk *state = mt_pk_get(sd, "state"), *groups = mt_pk_get(sd, "param_groups");
-    if (!state || state->kind != MT_PK_DICT || !state->len) return 0;   /* a dummy, or never stepped */
+    if (state && state->kind == MT_PK_DICT && !state->len && groups && groups->kind == MT_PK_LIST) {
+        /* no state: a dummy, never stepped, or (2) an optimizer of no parameters on this rank (a chained one's
+         * experts on a stage without experts) */
+        size_t np = 0;
+        for (size_t g = 0; g < groups->len; g++) {
+            const mt_pk *ps = groups->items[g]->kind == MT_PK_DICT ? mt_pk_get(groups->items[g], "params") : NULL;
+            np += ps && ps->kind == MT_PK_LIST ? ps->len : 1;
+        }
+        return np ? 0 : 2;
+    }
+    if (!state || state->kind != MT_PK_DICT || !state->len) return 0;
     if (!groups || groups->kind != MT_PK_LIST)
         return mt_err_set(e, "%s: optimizer state without a list of param_groups", r->path);
     if (masters && (masters->kind != MT_PK_LIST || masters->len != groups->len))
         return mt_err_set(e, "%s: optimizer: fp32_from_fp16_params is not a list per param group", r->path);
-    const mt_layout_tensor **order = mt_xcalloc((size_t)(l->n ? l->n : 1), sizeof *order);
-    int n = mt_meg_param_order(l, r->core, order), nd = 0, nn = 0, used_d = 0, used_n = 0, rc = 0;
-    const mt_layout_tensor **decay = mt_xcalloc((size_t)(n ? n : 1), sizeof *decay),
-                           **nodecay = mt_xcalloc((size_t)(n ? n : 1), sizeof *nodecay);
-    for (int j = 0; j < n; j++) {
-        if (order[j]->no_decay) nodecay[nn++] = order[j];
-        else decay[nd++] = order[j];
-    }
-    r->exp_avg = mt_xcalloc((size_t)(r->n ? r->n : 1), sizeof *r->exp_avg);
-    r->exp_avg_sq = mt_xcalloc((size_t)(r->n ? r->n : 1), sizeof *r->exp_avg_sq);
-    if (masters) r->master = mt_xcalloc((size_t)(r->n ? r->n : 1), sizeof *r->master);
-    double step = -1;
+    if (masters && !r->master) r->master = mt_xcalloc((size_t)(r->n ? r->n : 1), sizeof *r->master);
+    int rc = 0;
     for (size_t g = 0; g < groups->len && !rc; g++) {
         const mt_pk *gr = groups->items[g], *params = gr->kind == MT_PK_DICT ? mt_pk_get(gr, "params") : NULL;
         if (!params || params->kind != MT_PK_LIST) {
@@ -505,9 +528,9 @@ static int rank_optim(mt_meg_dir *m, int i, mt_err *e)
             break;
         }
         /* the group's kind: Megatron's wd_mult (0 for biases and 1-D parameters), or in older versions its
-         * weight_decay (0), or its place (the second) */
+         * weight_decay (0), or its place (the second); is_expert_parallel for the experts' */
         const mt_pk *wm = mt_pk_get(gr, "wd_mult"), *wd = mt_pk_get(gr, "weight_decay");
-        int no = wm ? num(wm, 1) == 0 : wd ? num(wd, 1) == 0 : g == 1;
+        int no = wm ? num(wm, 1) == 0 : wd ? num(wd, 1) == 0 : g == 1, ex = num(mt_pk_get(gr, "is_expert_parallel"), 0) != 0;
         if (num(mt_pk_get(gr, "lr_mult"), 1) != 1 || num(mt_pk_get(gr, "is_decoupled_lr"), 0)) {
             rc = mt_err_set(e, "%s: optimizer param group %zu has its own learning rate: not read (convert with "
                                "--no-load-optim)", r->path, g);
@@ -517,7 +540,7 @@ static int rank_optim(mt_meg_dir *m, int i, mt_err *e)
             const mt_pk *b = mt_pk_get(gr, "betas");
             if (b && b->kind == MT_PK_TUPLE && b->len == 2) m->beta1 = num(b->items[0], 0.9), m->beta2 = num(b->items[1], 0.999);
             m->eps = num(mt_pk_get(gr, "eps"), 1e-8);
-            if (mt_pk_get(gr, "step")) rc = scalar(r, mt_pk_get(gr, "step"), "param group step", &step, e);
+            if (mt_pk_get(gr, "step") && *step < 0) rc = scalar(r, mt_pk_get(gr, "step"), "param group step", step, e);
         }
         const mt_pk *mg = masters ? masters->items[g] : NULL;
         if (mg && (mg->kind != MT_PK_LIST || mg->len != params->len)) {
@@ -526,13 +549,13 @@ static int rank_optim(mt_meg_dir *m, int i, mt_err *e)
             break;
         }
         for (size_t q = 0; q < params->len && !rc; q++) {
-            int *at = no ? &used_n : &used_d;
-            if (*at >= (no ? nn : nd)) {
-                rc = mt_err_set(e, "%s: optimizer param group %zu holds more %s parameters than the model's %d", r->path,
-                                g, no ? "1-D and bias" : "weight-decayed", no ? nn : nd);
+            int *at = &gl->used[no][ex];
+            if (*at >= gl->n[no][ex]) {
+                rc = mt_err_set(e, "%s: optimizer param group %zu holds more %s%s parameters than the model's %d", r->path,
+                                g, ex ? "expert " : "", no ? "1-D and bias" : "weight-decayed", gl->n[no][ex]);
                 break;
             }
-            const mt_layout_tensor *lt = no ? nodecay[(*at)++] : decay[(*at)++];
+            const mt_layout_tensor *lt = gl->t[no][ex][(*at)++];
             int k = find(r, lt->name);
             const mt_pk *idx = params->items[q], *ps = idx->kind == MT_PK_INT ? get_int(state, idx->i) : NULL;
             const mt_pk *avg = ps && ps->kind == MT_PK_DICT ? mt_pk_get(ps, "exp_avg") : NULL,
@@ -558,34 +581,71 @@ static int rank_optim(mt_meg_dir *m, int i, mt_err *e)
             r->exp_avg[k] = avg->t;
             r->exp_avg_sq[k] = sq->t;
             if (masters) r->master[k] = ma->t;
-            if (step < 0 && mt_pk_get(ps, "step")) rc = scalar(r, mt_pk_get(ps, "step"), "step", &step, e);
+            if (*step < 0 && mt_pk_get(ps, "step")) rc = scalar(r, mt_pk_get(ps, "step"), "step", step, e);
         }
     }
-    if (!rc && (used_d != nd || used_n != nn))
-        rc = mt_err_set(e, "%s: optimizer holds %d weight-decayed and %d other parameters, the model has %d and %d",
-                        r->path, used_d, used_n, nd, nn);
-    if (!rc && !(step >= 0 && step <= 1e15 && step == (double)(int64_t)step))
-        rc = mt_err_set(e, "%s: optimizer: no step count", r->path);
     if (!rc && scaler && scaler->kind == MT_PK_DICT) {
-        double s, gt = 0, ht = 0;
-        rc = scalar(r, mt_pk_get(scaler, "scale"), "grad_scaler.scale", &s, e);
+        double sc, gt = 0, ht = 0;
+        rc = scalar(r, mt_pk_get(scaler, "scale"), "grad_scaler.scale", &sc, e);
         if (!rc && mt_pk_get(scaler, "growth_tracker")) rc = scalar(r, mt_pk_get(scaler, "growth_tracker"), "grad_scaler.growth_tracker", &gt, e);
         if (!rc && mt_pk_get(scaler, "hysteresis_tracker"))
             rc = scalar(r, mt_pk_get(scaler, "hysteresis_tracker"), "grad_scaler.hysteresis_tracker", &ht, e);
-        if (!rc && i == 0) {
+        if (!rc && rank == 0) {
             m->has_scaler = 1;
-            m->scale = s;
+            m->scale = sc;
             m->growth_tracker = (int64_t)gt;
             m->hysteresis_tracker = (int64_t)ht;
         }
     }
-    if (!rc && i == 0) m->step = (int64_t)step;
-    else if (!rc && m->step != (int64_t)step)
-        rc = mt_err_set(e, "%s: optimizer step %lld, the first rank's %lld", r->path, (long long)step, (long long)m->step);
-    free(order);
-    free(decay);
-    free(nodecay);
     return rc ? -1 : 1;
+}
+
+/* One rank's state: 1 when it has one, 0 when not, -1 on error. A model with experts has Megatron's
+ * ChainedOptimizer: a list of the dense parameters' optimizer state and the experts'. */
+static int rank_optim(mt_meg_dir *m, int i, mt_err *e)
+{
+    mt_meg_rank *r = &m->r[i];
+    const mt_layout *l = &m->l[i];
+    const mt_pk *opt = mt_pk_get(r->ck.root, "optimizer");
+    if (!opt || (opt->kind != MT_PK_DICT && opt->kind != MT_PK_LIST)) return 0;
+    group_lists gl = {0};
+    const mt_layout_tensor **order = mt_xcalloc((size_t)(l->n ? l->n : 1), sizeof *order);
+    int n = mt_meg_param_order(l, r->core, order), rc = 0, have = 0;
+    for (int a = 0; a < 2; a++)
+        for (int b = 0; b < 2; b++) gl.t[a][b] = mt_xcalloc((size_t)(n ? n : 1), sizeof *gl.t[a][b]);
+    for (int j = 0; j < n; j++) {
+        int no = order[j]->no_decay != 0, ex = order[j]->expert >= 0;
+        gl.t[no][ex][gl.n[no][ex]++] = order[j];
+    }
+    r->exp_avg = mt_xcalloc((size_t)(r->n ? r->n : 1), sizeof *r->exp_avg);
+    r->exp_avg_sq = mt_xcalloc((size_t)(r->n ? r->n : 1), sizeof *r->exp_avg_sq);
+    double step = -1;
+    have = 2;
+    size_t ne = opt->kind == MT_PK_LIST ? opt->len : 1;
+    for (size_t q = 0; q < ne && !rc; q++) {
+        int h = optim_entry(m, r, i, opt->kind == MT_PK_LIST ? opt->items[q] : opt, &gl, &step, e);
+        if (h < 0) rc = -1;
+        else if (h == 2) continue;   /* no parameters here */
+        else if (q && h != have && have != 2) rc = mt_err_set(e, "%s: optimizer: a chained optimizer's entries do not all hold state", r->path);
+        have = h;
+    }
+    if (!rc && have == 1)
+        for (int a = 0; a < 2 && !rc; a++)
+            for (int b = 0; b < 2 && !rc; b++)
+                if (gl.used[a][b] != gl.n[a][b])
+                    rc = mt_err_set(e, "%s: optimizer holds %d %s%s parameters, the model has %d", r->path, gl.used[a][b],
+                                    b ? "expert " : "", a ? "1-D and bias" : "weight-decayed", gl.n[a][b]);
+    if (!rc && have == 1 && !(step >= 0 && step <= 1e15 && step == (double)(int64_t)step))
+        rc = mt_err_set(e, "%s: optimizer: no step count", r->path);
+    if (!rc && have == 1) {
+        if (i == 0) m->step = (int64_t)step;
+        else if (m->step != (int64_t)step)
+            rc = mt_err_set(e, "%s: optimizer step %lld, the first rank's %lld", r->path, (long long)step, (long long)m->step);
+    }
+    free(order);
+    for (int a = 0; a < 2; a++)
+        for (int b = 0; b < 2; b++) free(gl.t[a][b]);
+    return rc ? -1 : have == 1;
 }
 
 int mt_meg_dir_optim(mt_meg_dir *m, mt_err *e)

@@ -14,11 +14,15 @@
 #include "model/layout.h"
 #include "mt_base.h"
 
-const char *mt_meg_core_name(const char *n, char *out, size_t cap)
+const char *mt_meg_core_name(const char *n, int moe_layer, char *out, size_t cap)
 {
     static const char *const map[][2] = {
         {"input_layernorm.", "self_attention.linear_qkv.layer_norm_"},
         {"post_attention_layernorm.", "mlp.linear_fc1.layer_norm_"},
+        {"mlp.router.", "mlp.router."},
+        {"mlp.shared_experts.dense_h_to_4h.", "mlp.shared_experts.linear_fc1."},
+        {"mlp.shared_experts.dense_4h_to_h.", "mlp.shared_experts.linear_fc2."},
+        {"mlp.shared_experts.gate_weight", "mlp.shared_experts.gate_weight"},
         {"self_attention.query_key_value.", "self_attention.linear_qkv."},
         {"self_attention.dense.", "self_attention.linear_proj."},
         {"mlp.dense_h_to_4h.", "mlp.linear_fc1."},
@@ -31,6 +35,19 @@ const char *mt_meg_core_name(const char *n, char *out, size_t cap)
     else if (!strncmp(n, "language_model.encoder.layers.", 30)) {
         const char *num = n + 30, *rest = strchr(num, '.');
         if (!rest) return NULL;
+        /* a MoE layer's second norm stands alone before the MoE (no linear_fc1 to fuse it into); an expert's
+         * matrices are SequentialMLP's */
+        if (moe_layer && !strncmp(rest + 1, "post_attention_layernorm.", 25)) {
+            snprintf(out, cap, "decoder.layers.%.*s.pre_mlp_layernorm.%s", (int)(rest - num), num, rest + 26);
+            return out;
+        }
+        int j, at = 0;
+        char fc[16];
+        if (sscanf(rest + 1, "mlp.experts.local_experts.%d.dense_%15[h_to4].weight%n", &j, fc, &at) == 2 && !rest[1 + at]) {
+            snprintf(out, cap, "decoder.layers.%.*s.mlp.experts.local_experts.%d.linear_fc%d.weight", (int)(rest - num), num,
+                     j, !strcmp(fc, "h_to_4h") ? 1 : 2);
+            return out;
+        }
         for (size_t i = 0; i < sizeof map / sizeof *map; i++) {
             size_t k = strlen(map[i][0]);
             if (!strncmp(rest + 1, map[i][0], k)) {
@@ -109,6 +126,25 @@ static mt_pk *namespace(mt_pk_arena *a, const mt_model_ckpt *mc, int tp, int pp,
             if (*c == '-') *c = '_';
         mt_pk_sets(a, d, name, from_json(a, v));
     }
+    if (mc->arch.num_experts) {
+        /* --moe-layer-freq as Megatron parses it: an int, or the list of 0/1 per layer */
+        const char *f = json_string_value(json_object_get(mc->args, "moe-layer-freq"));
+        int L = mc->arch.num_layers, all = f && *f && strspn(f, "0123456789") == strlen(f);
+        if (all) mt_pk_sets(a, d, "moe_layer_freq", mt_pk_int(a, atoi(f)));
+        else {
+            mt_pk *l = mt_pk_new(a, MT_PK_LIST);
+            for (int i = 0; i < L && i < MT_MOE_MAX_LAYERS; i++) mt_pk_append(a, l, mt_pk_int(a, mc->arch.moe_layers[i]));
+            mt_pk_sets(a, d, "moe_layer_freq", l);
+        }
+        /* Megatron's "off" for these is None, not 0 */
+        static const char *const none_if_zero[] = {"moe_expert_capacity_factor", "moe_router_topk_scaling_factor",
+                                                   "moe_z_loss_coeff", "moe_shared_expert_intermediate_size"};
+        for (size_t i = 0; i < sizeof none_if_zero / sizeof *none_if_zero; i++) {
+            const mt_pk *x = mt_pk_get(d, none_if_zero[i]);
+            if (x && ((x->kind == MT_PK_FLOAT && x->f == 0) || (x->kind == MT_PK_INT && x->i == 0)))
+                mt_pk_sets(a, d, none_if_zero[i], mt_pk_new(a, MT_PK_NONE));
+        }
+    }
     mt_pk_sets(a, d, "tensor_model_parallel_size", mt_pk_int(a, tp));
     mt_pk_sets(a, d, "pipeline_model_parallel_size", mt_pk_int(a, pp));
     mt_pk_sets(a, d, "virtual_pipeline_model_parallel_size", vp > 1 ? mt_pk_int(a, vp) : mt_pk_new(a, MT_PK_NONE));
@@ -148,36 +184,56 @@ static mt_pk *rank_root(mt_pk_arena *a, const mt_model_ckpt *mc, mt_pk *ns, mt_p
     return r;
 }
 
-/* Transformer Engine's layers of a Megatron-Core layer keep an `_extra_state` entry each (FP8 metadata;
- * None when unused), which Megatron's strict load expects. */
-static void core_extra_states(mt_pk_arena *a, mt_pk *model, const char *layer_prefix)
+/* Transformer Engine's modules of a Megatron-Core layer keep an `_extra_state` entry each (FP8 metadata;
+ * None when unused), which Megatron's strict load expects: the attention's core_attention and every linear
+ * layer (linear_qkv, linear_proj, linear_fc1, linear_fc2, an expert's and the shared expert's) whose weight
+ * the layer holds, written after the layer's tensors. */
+typedef struct extra_states {
+    char prefix[64];       /* the layer's "decoder.layers.N." */
+    int n;
+    char mods[64][96];     /* its linear modules so far */
+} extra_states;
+
+static void core_extra_states(mt_pk_arena *a, mt_pk *model, extra_states *x)
 {
-    static const char *const mods[] = {"self_attention.core_attention", "self_attention.linear_proj",
-                                       "self_attention.linear_qkv", "mlp.linear_fc1", "mlp.linear_fc2"};
-    for (size_t i = 0; i < sizeof mods / sizeof *mods; i++) {
-        char k[256];
-        snprintf(k, sizeof k, "%s%s._extra_state", layer_prefix, mods[i]);
+    if (!*x->prefix) return;
+    char k[256];
+    snprintf(k, sizeof k, "%sself_attention.core_attention._extra_state", x->prefix);
+    mt_pk_sets(a, model, k, mt_pk_new(a, MT_PK_NONE));
+    for (int i = 0; i < x->n; i++) {
+        snprintf(k, sizeof k, "%s%s._extra_state", x->prefix, x->mods[i]);
         mt_pk_sets(a, model, k, mt_pk_new(a, MT_PK_NONE));
     }
+    x->prefix[0] = 0;
+    x->n = 0;
 }
 
 /* Puts tensor v under layout name n in the model dict: legacy names nest at their dots, except the
  * encoder's own keys ("layers.0.mlp.dense_h_to_4h.weight"), which are flat in language_model.encoder as in
- * Megatron's state dict; Megatron-Core's are flat. */
-static int place(mt_pk_arena *a, mt_pk *model, const char *n, mt_meg_keys keys, mt_pk *v, char *layer_prefix,
-                 size_t lp_cap, mt_err *e)
+ * Megatron's state dict; Megatron-Core's are flat (moe_layer: n is of a mixture-of-experts layer). */
+static int place(mt_pk_arena *a, mt_pk *model, const char *n, mt_meg_keys keys, int moe_layer, mt_pk *v,
+                 extra_states *x, mt_err *e)
 {
     if (keys == MT_MEG_KEYS_MCORE) {
         char c[256];
-        if (!mt_meg_core_name(n, c, sizeof c)) return mt_err_set(e, "tensor '%s' has no Megatron-Core name", n);
-        /* the layer's extra states after its last tensor */
+        if (!mt_meg_core_name(n, moe_layer, c, sizeof c)) return mt_err_set(e, "tensor '%s' has no Megatron-Core name", n);
         char pre[64] = "";
         if (!strncmp(c, "decoder.layers.", 15)) {
             const char *dot = strchr(c + 15, '.');
             snprintf(pre, sizeof pre, "%.*s", (int)(dot - c + 1), c);
         }
-        if (*layer_prefix && strcmp(pre, layer_prefix)) core_extra_states(a, model, layer_prefix);
-        snprintf(layer_prefix, lp_cap, "%s", pre);
+        if (*x->prefix && strcmp(pre, x->prefix)) core_extra_states(a, model, x);
+        snprintf(x->prefix, sizeof x->prefix, "%s", pre);
+        size_t l = strlen(c), pl = strlen(pre);
+        if (*pre && l > pl + 7 && !strcmp(c + l - 7, ".weight")) {   /* a linear module's weight */
+            char mod[96];
+            snprintf(mod, sizeof mod, "%.*s", (int)(l - 7 - pl), c + pl);
+            const char *last = strrchr(mod, '.');
+            int dup = 0;
+            for (int i = 0; i < x->n; i++) dup |= !strcmp(x->mods[i], mod);
+            if (!dup && x->n < 64 && !strncmp(last ? last + 1 : mod, "linear_", 7))
+                snprintf(x->mods[x->n++], sizeof x->mods[0], "%s", mod);
+        }
         mt_pk_sets(a, model, c, v);
         return 0;
     }
@@ -269,7 +325,7 @@ static void rank_out_free(rank_out *o)
 static int read_slice(export_ctx *x, const mt_layout_tensor *lt, const char *suffix, float *dst, mt_err *e)
 {
     mt_tensor_kind k = lt->kind == MT_T_OUTPUT && x->mc->arch.tied_embeddings ? MT_T_WORD_EMB : lt->kind;
-    const mt_layout_tensor *w = mt_layout_get(x->whole, lt->layer, k);
+    const mt_layout_tensor *w = mt_layout_get_expert(x->whole, lt->layer, k, lt->expert);
     if (!w) return mt_err_set(e, "tensor '%s' has no whole tensor", lt->name);
     int rc = suffix ? mt_model_read_optim(x->mc, w->name, suffix, w->ndim, w->global_shape, x->buf, e)
                     : mt_model_read_tensor(x->mc, w->name, w->ndim, w->global_shape, x->buf, e);
@@ -278,11 +334,13 @@ static int read_slice(export_ctx *x, const mt_layout_tensor *lt, const char *suf
 }
 
 /* Megatron-Core's optimizer state dict of the rank: torch's AdamW state dict (per-parameter step, exp_avg,
- * exp_avg_sq under integer indices) over Megatron's two param groups (the weight-decayed parameters, then
- * the biases and 1-D ones, each in the order the model registers them); as FP32Optimizer saves it, or with
+ * exp_avg_sq under integer indices) over Megatron's param groups (the weight-decayed parameters, then the
+ * biases and 1-D ones, each in the order the model registers them); as FP32Optimizer saves it, or with
  * mixed precision as Float16OptimizerWithFloat16Params does, with the fp32 main parameters (master, by
- * layout index) and, for fp16, the loss scaler. */
-static mt_pk *optimizer_state(export_ctx *x, const mt_layout *l, rank_out *o, float *s, mt_pk **master, mt_err *e)
+ * layout index) and, for fp16, the loss scaler. part: -1 all the parameters; 0 the dense ones, 1 the
+ * experts' (is_expert_parallel), each an optimizer of Megatron's ChainedOptimizer. */
+static mt_pk *optimizer_state(export_ctx *x, const mt_layout *l, rank_out *o, float *s, mt_pk **master, int part,
+                              mt_err *e)
 {
     mt_pk_arena *a = &o->a;
     json_t *jo = json_object_get(x->mc->meta, "optimizer"), *args = x->mc->args;
@@ -291,11 +349,18 @@ static mt_pk *optimizer_state(export_ctx *x, const mt_layout *l, rank_out *o, fl
     int n = mt_meg_param_order(l, x->keys == MT_MEG_KEYS_MCORE, order), idx = 0, rc = 0;
     mt_pk *state = mt_pk_new(a, MT_PK_DICT), *groups = mt_pk_new(a, MT_PK_LIST), *masters = mt_pk_new(a, MT_PK_LIST);
     float stepf = (float)step;
-    for (int g = 0; g < 2 && !rc; g++) {
+    /* the groups in the order Megatron-Core sorts them: weight-decayed, the experts' weight-decayed (their
+     * gradients are reduced over other ranks: is_expert_parallel), then those without decay, dense first */
+    static const int kinds[4][2] = {{0, 0}, {0, 1}, {1, 0}, {1, 1}};
+    for (int gk = 0; gk < 4 && !rc; gk++) {
+        int g = kinds[gk][0], ex = kinds[gk][1], any = 0;
+        if (part >= 0 && ex != part) continue;
+        for (int q = 0; q < n; q++) any |= order[q]->no_decay == g && (order[q]->expert >= 0) == ex;
+        if (!any && (g || part < 0)) continue;   /* a chained optimizer keeps its weight-decayed group, empty or not */
         mt_pk *gr = mt_pk_new(a, MT_PK_DICT), *params = mt_pk_new(a, MT_PK_LIST), *mg = mt_pk_new(a, MT_PK_LIST);
         for (int q = 0; q < n && !rc; q++) {
             const mt_layout_tensor *lt = order[q];
-            if (lt->no_decay != g) continue;
+            if (lt->no_decay != g || (lt->expert >= 0) != ex) continue;
             mt_pk *ps = mt_pk_new(a, MT_PK_DICT), *t;
             t = add_tensor(o, &stepf, 1, MT_ST_F32, 0, NULL, "step", e);
             mt_pk_sets(a, ps, "step", t);
@@ -314,7 +379,7 @@ static mt_pk *optimizer_state(export_ctx *x, const mt_layout *l, rank_out *o, fl
          * lr and weight_decay are set again by Megatron's scheduler at every step */
         mt_pk_sets(a, gr, "wd_mult", mt_pk_float(a, g ? 0.0 : 1.0));
         mt_pk_sets(a, gr, "lr_mult", mt_pk_float(a, 1.0));
-        mt_pk_sets(a, gr, "is_expert_parallel", mt_pk_bool(a, false));
+        mt_pk_sets(a, gr, "is_expert_parallel", mt_pk_bool(a, ex));
         mt_pk_sets(a, gr, "is_decoupled_lr", mt_pk_bool(a, false));
         mt_pk_sets(a, gr, "default_config", mt_pk_bool(a, true));
         double lr = json_number_value(json_object_get(args, "lr")), wd = json_number_value(json_object_get(args, "weight-decay"));
@@ -375,7 +440,7 @@ static int write_rank(export_ctx *x, const mt_layout *l, const char *path, mt_er
     float *s = mt_xmalloc(most * sizeof(float));
     /* mixed precision: the fp32 main parameters go with the optimizer's state */
     mt_pk **master = x->optim && x->dt != MT_ST_F32 ? mt_xcalloc((size_t)(l->n ? l->n : 1), sizeof *master) : NULL;
-    char layer_prefix[64] = "";
+    extra_states ex = {0};
     int rc = 0;
     for (int j = 0; j < l->n && !rc; j++) {
         const mt_layout_tensor *lt = &l->t[j];
@@ -384,21 +449,30 @@ static int write_rank(export_ctx *x, const mt_layout *l, const char *path, mt_er
         int c = 0;
         if (vp > 1 && sscanf(name, "model%d.", &c) == 1 && c >= 0 && c < vp) name = strchr(name, '.') + 1;
         if (c != cur) {
-            if (x->keys == MT_MEG_KEYS_MCORE && *layer_prefix) core_extra_states(&o.a, models[cur], layer_prefix);
-            *layer_prefix = 0;
+            core_extra_states(&o.a, models[cur], &ex);
             cur = c;
         }
         mt_pk *t;
         if (read_slice(x, lt, NULL, s, e) ||
             !(t = add_tensor(&o, s, lt->numel, x->dt, lt->ndim, lt->local_shape, lt->name, e)) ||
-            place(&o.a, models[c], name, x->keys, t, layer_prefix, sizeof layer_prefix, e) ||
+            place(&o.a, models[c], name, x->keys, mt_arch_is_moe(&x->mc->arch, lt->layer), t, &ex, e) ||
             (master && !(master[j] = add_tensor(&o, s, lt->numel, MT_ST_F32, lt->ndim, lt->local_shape, lt->name, e))))
             rc = mt_err_prefix(e, "%s", path);
         if (x->progress) x->progress(++x->done, x->total);
     }
-    if (!rc && x->keys == MT_MEG_KEYS_MCORE && *layer_prefix) core_extra_states(&o.a, models[cur], layer_prefix);
+    if (!rc) core_extra_states(&o.a, models[cur], &ex);
     mt_pk *opt = NULL;
-    if (!rc && x->optim && !(opt = optimizer_state(x, l, &o, s, master, e))) rc = mt_err_prefix(e, "%s", path);
+    if (!rc && x->optim && !x->mc->arch.num_experts && !(opt = optimizer_state(x, l, &o, s, master, -1, e)))
+        rc = mt_err_prefix(e, "%s", path);
+    if (!rc && x->optim && x->mc->arch.num_experts) {
+        /* with experts Megatron chains two optimizers, the dense parameters' and the experts': a list */
+        opt = mt_pk_new(&o.a, MT_PK_LIST);
+        for (int part = 0; part < 2 && !rc; part++) {
+            mt_pk *one = optimizer_state(x, l, &o, s, master, part, e);
+            if (!one) rc = mt_err_prefix(e, "%s", path);
+            else mt_pk_append(&o.a, opt, one);
+        }
+    }
     if (!rc) {
         mt_pk *ns = namespace(&o.a, x->mc, x->tp, x->pp, x->vp, x->rows, x->torch_dtype);
         mt_pk *root = rank_root(&o.a, x->mc, ns, models, vp);
@@ -429,8 +503,9 @@ int mt_meg_export_ckpt(mt_model_ckpt *mc, const char *out, int tp, int pp, int c
                        int *with_optim, mt_err *e)
 {
     if (mc->hf || mc->meg) return mt_err_set(e, "%s: --to megatron writes an mt checkpoint", mc->dir);
-    if (mc->arch.num_experts)
-        return mt_err_set(e, "%s: a model with experts: not written as a Megatron checkpoint yet", mc->dir);
+    if (mc->arch.num_experts && keys != MT_MEG_KEYS_MCORE)
+        return mt_err_set(e, "%s: a model with experts: Megatron's legacy model has none (use --megatron-keys mcore)",
+                          mc->dir);
     if (!dtype)
         dtype = json_is_true(json_object_get(mc->args, "bf16"))   ? "bf16"
                 : json_is_true(json_object_get(mc->args, "fp16")) ? "fp16"

@@ -30,8 +30,8 @@ int mt_meg_export_ckpt(mt_model_ckpt *mc, const char *out, int tp, int pp, int c
                        const char *dtype, int no_optim, mt_ckpt_progress *progress, const char **dtype_out,
                        int *with_optim, mt_err *e);
 
-/* The Megatron-Core GPTModel name of a legacy layout name (layer indices as given), or NULL for a name
- * that has none. tied: the output layer is the word embeddings. */
-const char *mt_meg_core_name(const char *legacy, char *out, size_t cap);
+/* The Megatron-Core GPTModel name of a legacy layout name (layer indices as given; moe_layer: the layer is a
+ * mixture of experts), or NULL for a name that has none. */
+const char *mt_meg_core_name(const char *legacy, int moe_layer, char *out, size_t cap);
 
 #endif

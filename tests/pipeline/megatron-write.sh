@@ -19,7 +19,8 @@
 #   iteration, consumed samples, Adam's step and the schedule come back;
 # - --dtype bf16 writes the tensors rounded as torch rounds them;
 # - the LLaMA options (RMSNorm, rope, SwiGLU, GQA, untied, no biases) go mt -> Megatron -> mt at TP 2 x PP 2
-#   as mt's own resharding, with both key families;
+#   as mt's own resharding, with both key families, and so does a mixture of experts (Megatron-Core's names,
+#   MoE args and chained optimizer);
 # and the other way, checkpoint_reshaping_and_interoperability.py (transformers to Megatron, TP 2 x PP 2;
 # args as a types.SimpleNamespace, transposed views of shared storages) from a random GPT2LMHeadModel, read
 # with --from megatron: mt's logits equal transformers' to 1e-5. Bad requests: one line, nothing written.
@@ -190,6 +191,42 @@ then
             || t_fail "LLaMA options, $keys keys, TP 2 x PP 2: mt -> Megatron -> mt is the reshard" "$bad"
     done
 else t_fail "a LLaMA-options run" "$(tail -2 "$d/t.err" "$d/ce")"; fi
+
+# ---- a mixture of experts (a dense layer then an MoE layer: router, 4 experts, a shared expert), with
+# Megatron-Core's names and its chained optimizer (the dense parameters' state, then the experts') ----
+if mt-train "${train[@]}" --num-experts 4 --moe-router-topk 2 --moe-shared-expert-intermediate-size 64 \
+        --moe-layer-freq "[0,1]" --moe-aux-loss-coeff 0.01 --disable-bias-linear --train-iters 4 --lr-decay-iters 40 \
+        --save "$d/ckm" >/dev/null 2>"$d/t.err" &&
+    mt-ckpt-convert --load "$d/ckm" --save "$d/ckm22" --target-tensor-parallel-size 2 --target-pipeline-parallel-size 2 2>"$d/ce"
+then
+    bad=
+    if mt-ckpt-convert --load "$d/ckm" --to megatron --out "$d/megm" --megatron-keys mcore --target-tensor-parallel-size 2 \
+            --target-pipeline-parallel-size 2 2>"$d/ce" &&
+        mt-ckpt-convert --from megatron --load "$d/megm" --save "$d/rtm" --target-tensor-parallel-size 2 \
+            --target-pipeline-parallel-size 2 2>>"$d/ce"; then
+        for r in mp_rank_00_000 mp_rank_01_000 mp_rank_00_001 mp_rank_01_001; do
+            for f in model optim; do
+                cmp -s "$d/rtm/iter_0000004/$r/$f.safetensors" "$d/ckm22/iter_0000004/$r/$f.safetensors" || bad="$bad $r/$f"
+            done
+        done
+        $PY - "$d/megm/iter_0000004/mp_rank_00_001/model_optim_rng.pt" >"$d/mo" 2>&1 <<'PYEOF' || bad="$bad $(tail -1 "$d/mo")"
+import sys, torch
+sd = torch.load(sys.argv[1], map_location="cpu")
+a, o, m = sd["args"], sd["optimizer"], sd["model"]
+assert (a.num_experts, a.moe_layer_freq, a.moe_router_topk, a.moe_shared_expert_intermediate_size,
+        a.moe_expert_capacity_factor) == (4, [0, 1], 2, 64, None), vars(a)
+assert isinstance(o, list) and len(o) == 2, type(o)
+assert [g["is_expert_parallel"] for g in o[1]["param_groups"]] == [True] and len(o[1]["param_groups"][0]["params"]) == 8
+for k in ("decoder.layers.0.pre_mlp_layernorm.weight", "decoder.layers.0.mlp.router.weight",
+          "decoder.layers.0.mlp.experts.local_experts.3.linear_fc2.weight", "decoder.layers.0.mlp.shared_experts.linear_fc1.weight"):
+    assert k in m, k
+PYEOF
+    else bad="$(cat "$d/ce")"; fi
+    [ -z "$bad" ] && t_pass "experts, TP 2 x PP 2: Megatron-Core's MoE names, args and chained optimizer; back as the reshard, model and optimizer" \
+        || t_fail "experts, TP 2 x PP 2: mt -> Megatron -> mt" "$bad"
+    err1 mt-ckpt-convert --load "$d/ckm" --to megatron --out "$d/megml" && [ ! -e "$d/megml" ] \
+        && t_pass "experts with the legacy keys: refused in one line ($(cat "$d/e"))" || t_fail "experts with the legacy keys refused" "$(cat "$d/e")"
+else t_fail "an MoE run" "$(tail -2 "$d/t.err" "$d/ce")"; fi
 
 t_ok "--no-save-optim" mt-ckpt-convert --load "$d/ck" --to megatron --out "$d/meg-noopt" --no-save-optim
 $PY -c 'import sys, torch; sys.exit("optimizer" in torch.load(sys.argv[1], map_location="cpu"))' \
