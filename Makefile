@@ -28,6 +28,8 @@ LDLIBS  := $(shell pkg-config --libs libzstd jansson openblas libutf8proc 2>/dev
              echo -lzstd -ljansson -lopenblas -lutf8proc) \
            $(shell pkg-config --libs pmix ompi-c 2>/dev/null || echo -lpmix -lmpi) \
            -ldnnl -lm -pthread -fopenmp
+# the libraries without the CUDA ones added below (the programs for valgrind)
+HOST_LDLIBS := $(LDLIBS)
 
 # libmt.a: the host library (libcommon/<sub>/*.c) and the kernel library's dispatch and cpu backend.
 LIB_SRC  := $(sort $(wildcard libcommon/*/*.c) $(wildcard kernels/*.c) $(wildcard kernels/cpu/*.c))
@@ -166,6 +168,31 @@ durations:
 	    printf '%s %s\n' "$$(cat "$$f")" "$$(basename "$$f" .time)"; done | sort -k1,1nr; } >tests/durations.tmp
 	@mv tests/durations.tmp tests/durations
 
+# ---- the programs without the CUDA backends (tests/pipeline/valgrind.sh: memcheck reads the symbols of
+# every library a program links when it starts it, and cuBLAS, cuBLASLt and NCCL are over 0.6 GB). They are
+# build/'s objects but two: mtk.o without the backends' defines and comm_nccl.o without NCCL (the only
+# sources that look at MTK_HAVE_* and MT_HAVE_NCCL), linked with no CUDA library. Nothing else is compiled
+# again.
+VG_OBJ   := $(B)/obj/vg/kernels/mtk.o $(B)/obj/vg/libcommon/comm/comm_nccl.o \
+            $(filter-out $(B)/obj/kernels/mtk.o $(B)/obj/libcommon/comm/comm_nccl.o,$(LIB_OBJ))
+VG_PROGS := $(B)/vg/bin/mt-train $(B)/vg/bin/mt-eval $(B)/vg/bin/mt-generate
+$(B)/obj/vg/kernels/mtk.o: kernels/mtk.c | depcheck
+	@mkdir -p $(dir $@)
+	$(CC) $(filter-out -Ilibcommon,$(MT_CFLAGS)) $(CFLAGS) -c $< -o $@
+$(B)/obj/vg/libcommon/comm/comm_nccl.o: libcommon/comm/comm_nccl.c | depcheck
+	@mkdir -p $(dir $@)
+	$(CC) $(MT_CFLAGS) $(CFLAGS) -c $< -o $@
+$(B)/vg/libmt.a: $(VG_OBJ)
+	@mkdir -p $(dir $@)
+	@rm -f $@
+	ar rcs $@ $^
+$(B)/vg/bin/%: $(B)/obj/cmd/%.o $(B)/vg/libmt.a
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -o $@ $< $(B)/vg/libmt.a $(HOST_LDLIBS)
+ifeq ($(B),build)
+tests: $(VG_PROGS)
+endif
+
 # ---- fuzzing (fuzz/README.md): one libFuzzer target per parser of outside input, built with clang under
 # AddressSanitizer and UBSan into build-fuzz/ (the library without the CUDA backends). make check builds
 # them and runs each for a few seconds (tests/pipeline/fuzz.sh); make fuzz runs each FUZZ_SECONDS
@@ -246,7 +273,7 @@ print-ldlibs:
 	@echo $(LDLIBS)
 
 clean:
-	rm -rf $(B) build-asan build-tsan build-asan-sim build-fuzz
+	rm -rf $(B) build-asan build-tsan build-asan-sim build-fuzz build-vg
 
 .SECONDARY:
 -include $(shell find $(B)/obj -name '*.d' 2>/dev/null)

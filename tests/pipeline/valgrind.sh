@@ -14,11 +14,12 @@ fi
 
 # memcheck reads the symbols of every library a program links when it starts it: with the CUDA libraries
 # (cuBLAS, cuBLASLt, NCCL: over 0.6 GB) that is 20 s a run, most of this file's time. The programs run on
-# the cpu backend here, so they are built once more without the CUDA backends (the same host code, no
-# CUDA libraries linked) into $MT_BUILD-vg/, and run from there. A failed build is a failure.
-vgb=$T_TOP/${MT_BUILD:-build}-vg
-if ! make -s -C "$T_TOP" NVCC= CUDA=/nonexistent CUDA_HOME=/nonexistent B="$vgb" "$vgb/bin/mt-train" "$vgb/bin/mt-eval" \
-    "$vgb/bin/mt-generate" >"$d/build.out" 2>&1; then
+# the cpu backend here, so they are linked once more without the CUDA backends (the same host objects, no
+# CUDA libraries; make builds them into $MT_BUILD/vg/ with the tests, and compiles only the two sources
+# that differ) and run from there. A failed build is a failure.
+b=${MT_BUILD:-build}
+vgb=$T_TOP/$b/vg
+if ! make -s -C "$T_TOP" B="$b" "$b/vg/bin/mt-train" "$b/vg/bin/mt-eval" "$b/vg/bin/mt-generate" >"$d/build.out" 2>&1; then
     t_fail "the programs without the CUDA backends" "$(tail -5 "$d/build.out")"; exit 0
 fi
 if ldd "$vgb/bin/mt-train" | grep -q 'libcu\|libnccl'; then t_fail "the build for memcheck links no CUDA library" "$(ldd "$vgb/bin/mt-train" | grep 'libcu\|libnccl')"; fi
