@@ -20,12 +20,14 @@ export OMP_WAIT_POLICY=passive
 if ! emu /bin/true; then t_fail "qemu-x86_64 -cpu EPYC-Milan" "does not run /bin/true"; exit 1; fi
 grep -q avx512f /proc/cpuinfo && echo "# this CPU has AVX-512; the emulated one has not"
 
-# the reduced-precision suite, every case, on the emulated CPU
+# the reduced-precision suite on the emulated CPU: every case of bf16 (which takes the fp32 products
+# there, so the suite's forced MT_CPU_BF16=fp32 pass would repeat it and is not run) and fp16
 emu "$T_TOP/${MT_BUILD:-build}/tests/test_cpu_lowp" >"$d/lowp" 2>"$d/lowp.err"
 rc=$? nok=$(grep -c '^ok' "$d/lowp") nbad=$(grep -c '^not ok' "$d/lowp")
-if [ $rc = 0 ] && [ "$nbad" = 0 ] && [ "$nok" -ge 15 ]; then t_pass "test_cpu_lowp without AVX-512: $nok cases"
+if [ $rc = 0 ] && [ "$nbad" = 0 ] && [ "$nok" -ge 10 ]; then t_pass "test_cpu_lowp without AVX-512: $nok cases"
 else t_fail "test_cpu_lowp without AVX-512" "exit $rc, $nok ok, $(grep -m3 '^not ok' "$d/lowp" | tr '\n' ' ') $(tail -c 300 "$d/lowp.err")"; fi
 t_grep "test_cpu_lowp: bf16 through fp32 products there" '^# bf16: products through oneDNN.s fp32 SGEMM of the bf16 values \(oneDNN has no bf16 matmul on this CPU\)$' "$d/lowp"
+t_grep "test_cpu_lowp: its MT_CPU_BF16=fp32 pass is that first pass there" '^# bf16 \(fp32 products\): the bf16 cases above ran on this path$' "$d/lowp"
 
 # mt-train --bf16 and --fp16, a few steps of a small GPT
 PYTHONPATH=$T_TOP/tests/oracle $py "$T_TOP/tests/oracle/walk_data.py" "$d/data" 7 100
