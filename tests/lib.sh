@@ -23,6 +23,11 @@ trap t_cleanup EXIT
 T_TOP=${MT_TOP:-$(cd "$(dirname "$0")/../.." && pwd)}
 PATH="$T_TOP/${MT_BUILD:-build}/bin:$PATH"
 export PATH
+# mt-train, mt-eval and mt-generate set OpenMP's wait policy by executing themselves again when the
+# environment sets none (util/ompenv.h): a second start of a program that links the CUDA libraries, about
+# 0.1 s of CPU each time, and the tests start them many times (every rank under mpirun). The tests set the
+# policy mt-train would choose; train.sh checks the default and the re-execution itself (env -u).
+[ -n "${OMP_WAIT_POLICY+set}${GOMP_SPINCOUNT+set}" ] || export GOMP_SPINCOUNT=1000
 GPT2_VOCAB=$T_TOP/share/gpt2/vocab.json
 GPT2_MERGES=$T_TOP/share/gpt2/merges.txt
 

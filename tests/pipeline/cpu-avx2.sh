@@ -17,6 +17,7 @@ emu() { "$q" -cpu EPYC-Milan "$@" 2> >(grep -v "TCG doesn't support requested fe
 # mt-train sets OpenMP's wait policy by running itself again (util/ompenv.c) when none is set: that exec
 # would leave the emulator, so the policy is set here
 export OMP_WAIT_POLICY=passive
+unset GOMP_SPINCOUNT   # lib.sh's: passive here, in the emulator and natively
 if ! emu /bin/true; then t_fail "qemu-x86_64 -cpu EPYC-Milan" "does not run /bin/true"; exit 1; fi
 grep -q avx512f /proc/cpuinfo && echo "# this CPU has AVX-512; the emulated one has not"
 
