@@ -43,8 +43,8 @@ then t_pass "tiny GPT-2 model trained"
 else t_fail "tiny GPT-2 model trained" "$(tail -2 "$d/train.err")"; exit 0; fi
 src=$d/ck/iter_0000020/mp_rank_00
 
-loss() {   # LOAD: the whole dataset's loss
-    mt-eval --load "$1" --data-path "$d/data_text_document" --data-cache-path "$d/cache" --eval-split all \
+loss() {   # LOAD: the loss of the first 32 sequences of the whole dataset (any changed weight changes it)
+    mt-eval --load "$1" --data-path "$d/data_text_document" --data-cache-path "$d/cache" --eval-split all --eval-iters 16 \
         --seed 1234 --micro-batch-size 2 --json 2>"$d/le" | $PY -c 'import json,sys; print(repr(json.load(sys.stdin)["loss"]))'
 }
 want=$(loss "$d/ck")

@@ -52,7 +52,9 @@ awk -v a="$first" -v b="$last" -v v="$val" -v h="$ent" 'BEGIN { exit !(b < a - 1
 # With no OpenMP wait setting in the environment mt-train re-executes itself (same pid) with its own,
 # a short spin (ompenv.h); a setting given is kept
 wait_env() {   # the GOMP/OMP_WAIT variables of a run of mt-train with the given environment, once re-executed
-    (exec env "$@" mt-train $model $sched >/dev/null 2>&1) &
+    # the variables lib.sh sets are unset before env starts, so no process before mt-train's own re-execution
+    # shows them in /proc/PID/environ
+    (unset GOMP_SPINCOUNT OMP_WAIT_POLICY; exec env "$@" mt-train $model $sched >/dev/null 2>&1) &
     local pid=$! seen=
     for _ in $(seq 1000); do
         seen=$(tr '\0' '\n' <"/proc/$pid/environ" 2>/dev/null | grep -E '^(GOMP_SPINCOUNT|OMP_WAIT_POLICY)=' | tr '\n' ' ')
