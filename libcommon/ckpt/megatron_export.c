@@ -277,8 +277,7 @@ typedef struct export_ctx {
 typedef struct rank_out {
     mt_pk_arena a;
     int n, cap;
-    mt_tckpt_storage *st;
-    char (*keys)[16];
+    mt_tckpt_storage *st;   /* keys: the tensors' own (in the arena) */
     void **data;
 } rank_out;
 
@@ -289,9 +288,8 @@ static mt_pk *add_tensor(rank_out *o, const float *src, size_t numel, mt_st_dtyp
     if (o->n == o->cap) {
         o->cap = o->cap ? 2 * o->cap : 64;
         o->st = realloc(o->st, (size_t)o->cap * sizeof *o->st);
-        o->keys = realloc(o->keys, (size_t)o->cap * sizeof *o->keys);
         o->data = realloc(o->data, (size_t)o->cap * sizeof *o->data);
-        if (!o->st || !o->keys || !o->data) mt_die("out of memory");
+        if (!o->st || !o->data) mt_die("out of memory");
     }
     int bytes = mt_st_dtype_bits(dt) / 8;
     void *d = mt_xmalloc((numel ? numel : 1) * (size_t)bytes);
@@ -306,17 +304,18 @@ static mt_pk *add_tensor(rank_out *o, const float *src, size_t numel, mt_st_dtyp
             return NULL;
         } else ((uint16_t *)d)[i] = mt_f32_to_f16(f);
     }
-    snprintf(o->keys[o->n], sizeof *o->keys, "%d", o->n);
+    char key[16];
+    snprintf(key, sizeof key, "%d", o->n);
+    mt_pk *t = mt_pk_tensor_new(&o->a, key, dt, (int64_t)numel, 0, ndim, shape);
     o->data[o->n] = d;
-    o->st[o->n] = (mt_tckpt_storage){o->keys[o->n], dt, (int64_t)numel, d};
-    return mt_pk_tensor_new(&o->a, o->keys[o->n++], dt, (int64_t)numel, 0, ndim, shape);
+    o->st[o->n++] = (mt_tckpt_storage){t->t->key, dt, (int64_t)numel, d};
+    return t;
 }
 
 static void rank_out_free(rank_out *o)
 {
     for (int i = 0; i < o->n; i++) free(o->data[i]);
     free(o->data);
-    free(o->keys);
     free(o->st);
     mt_pk_arena_free(&o->a);
 }
@@ -487,7 +486,6 @@ static int write_rank(export_ctx *x, const mt_layout *l, const char *path, mt_er
             }
             root = r2;
         }
-        for (int i = 0; i < o.n; i++) o.st[i].key = o.keys[i];   /* where the keys are now (grown) */
         /* torch.save names the archive after the file, less its extension */
         rc = mt_tckpt_save(path, "model_optim_rng", root, o.st, o.n, e);
     }

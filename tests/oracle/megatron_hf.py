@@ -88,47 +88,50 @@ def restricted(argv):
     print("%d files, %d model tensors" % (files, tensors))
 
 
+def rank_files(a_dir, b_dir):
+    """(name, path in A, path in B) of every model_optim_rng.pt under A, its namesake under B."""
+    for root, _, names in sorted(os.walk(a_dir)):
+        for f in names:
+            if f == "model_optim_rng.pt":
+                pa = os.path.join(root, f)
+                yield os.path.relpath(pa, a_dir), pa, os.path.join(b_dir, os.path.relpath(pa, a_dir))
+
+
 def same_optim(argv):
     """The 'optimizer' entries of two Megatron checkpoints of the same layout are the same state: per-parameter
     step, exp_avg and exp_avg_sq equal under the same indices, the same param groups (indices, wd_mult,
     weight_decay, betas, eps), the same fp32 main parameters and loss scaler."""
-    a_dir, b_dir = argv
     n = 0
-    for root, _, names in sorted(os.walk(a_dir)):
-        for f in names:
-            if f != "model_optim_rng.pt":
-                continue
-            pa = os.path.join(root, f)
-            pb = os.path.join(b_dir, os.path.relpath(pa, a_dir))
-            oa, ob = (torch.load(p, map_location="cpu")["optimizer"] for p in (pa, pb))
-            def fail(what):
-                sys.exit("%s: %s" % (os.path.relpath(pa, a_dir), what))
-            if set(oa) != set(ob):
-                fail("keys %s and %s" % (sorted(oa), sorted(ob)))
-            sa, sb = (o["optimizer"] if "optimizer" in o else o for o in (oa, ob))
-            if sorted(sa["state"]) != sorted(sb["state"]):
-                fail("parameter indices differ")
-            for i, x in sa["state"].items():
-                y = sb["state"][i]
-                for k in ("exp_avg", "exp_avg_sq"):
-                    if x[k].dtype != y[k].dtype or not torch.equal(x[k], y[k]):
-                        fail("state %d %s differs" % (i, k))
-                if float(x["step"]) != float(y["step"]):
-                    fail("state %d step %s and %s" % (i, x["step"], y["step"]))
-            for g, (x, y) in enumerate(zip(sa["param_groups"], sb["param_groups"])):
-                for k in ("params", "wd_mult", "weight_decay", "betas", "eps"):
-                    if x[k] != y[k]:
-                        fail("param group %d %s: %s and %s" % (g, k, x[k], y[k]))
-            if len(sa["param_groups"]) != len(sb["param_groups"]):
-                fail("param groups differ in number")
-            if "fp32_from_fp16_params" in oa:
-                for g, (x, y) in enumerate(zip(oa["fp32_from_fp16_params"], ob["fp32_from_fp16_params"])):
-                    if len(x) != len(y) or not all(torch.equal(u, v) for u, v in zip(x, y)):
-                        fail("fp32_from_fp16_params[%d] differ" % g)
-            if "grad_scaler" in oa and {k: float(v) for k, v in oa["grad_scaler"].items()} != \
-                    {k: float(v) for k, v in ob["grad_scaler"].items()}:
-                fail("grad_scaler differs")
-            n += len(sa["state"])
+    for name, pa, pb in rank_files(*argv):
+        oa, ob = (torch.load(p, map_location="cpu")["optimizer"] for p in (pa, pb))
+        def fail(what):
+            sys.exit("%s: %s" % (name, what))
+        if set(oa) != set(ob):
+            fail("keys %s and %s" % (sorted(oa), sorted(ob)))
+        sa, sb = (o["optimizer"] if "optimizer" in o else o for o in (oa, ob))
+        if sorted(sa["state"]) != sorted(sb["state"]):
+            fail("parameter indices differ")
+        for i, x in sa["state"].items():
+            y = sb["state"][i]
+            for k in ("exp_avg", "exp_avg_sq"):
+                if x[k].dtype != y[k].dtype or not torch.equal(x[k], y[k]):
+                    fail("state %d %s differs" % (i, k))
+            if float(x["step"]) != float(y["step"]):
+                fail("state %d step %s and %s" % (i, x["step"], y["step"]))
+        for g, (x, y) in enumerate(zip(sa["param_groups"], sb["param_groups"])):
+            for k in ("params", "wd_mult", "weight_decay", "betas", "eps"):
+                if x[k] != y[k]:
+                    fail("param group %d %s: %s and %s" % (g, k, x[k], y[k]))
+        if len(sa["param_groups"]) != len(sb["param_groups"]):
+            fail("param groups differ in number")
+        if "fp32_from_fp16_params" in oa:
+            for g, (x, y) in enumerate(zip(oa["fp32_from_fp16_params"], ob["fp32_from_fp16_params"])):
+                if len(x) != len(y) or not all(torch.equal(u, v) for u, v in zip(x, y)):
+                    fail("fp32_from_fp16_params[%d] differ" % g)
+        if "grad_scaler" in oa and {k: float(v) for k, v in oa["grad_scaler"].items()} != \
+                {k: float(v) for k, v in ob["grad_scaler"].items()}:
+            fail("grad_scaler differs")
+        n += len(sa["state"])
     print("%d parameters' state equal" % n)
 
 
@@ -136,35 +139,29 @@ def same_model(argv):
     """The model entries (model, or the chunks model0, model1, ...) of two Megatron checkpoints of the same
     layout hold the same keys, nested the same way, and equal tensors of the same dtype; _extra_state
     entries are compared by name only (None from mt, Transformer Engine's buffers from the oracle)."""
-    a_dir, b_dir = argv
     n = 0
-    for root, _, names in sorted(os.walk(a_dir)):
-        for f in names:
-            if f != "model_optim_rng.pt":
+    for name, pa, pb in rank_files(*argv):
+        flat = []
+        for p in (pa, pb):
+            sd = torch.load(p, map_location="cpu")
+            out = {}
+            def walk(d, pre):
+                for k, v in d.items():
+                    if isinstance(v, dict):
+                        walk(v, pre + k + ".")
+                    else:
+                        out[pre + k] = v
+            walk({k: v for k, v in sd.items() if k == "model" or k.startswith("model") and k[5:].isdigit()}, "")
+            flat.append(out)
+        a, b = flat
+        if set(a) != set(b):
+            sys.exit("%s: keys differ: %s" % (name, sorted(set(a) ^ set(b))[:6]))
+        for k in a:
+            if k.endswith("_extra_state"):
                 continue
-            pa = os.path.join(root, f)
-            pb = os.path.join(b_dir, os.path.relpath(pa, a_dir))
-            flat = []
-            for p in (pa, pb):
-                sd = torch.load(p, map_location="cpu")
-                out = {}
-                def walk(d, pre):
-                    for k, v in d.items():
-                        if isinstance(v, dict):
-                            walk(v, pre + k + ".")
-                        else:
-                            out[pre + k] = v
-                walk({k: v for k, v in sd.items() if k == "model" or k.startswith("model") and k[5:].isdigit()}, "")
-                flat.append(out)
-            a, b = flat
-            if set(a) != set(b):
-                sys.exit("%s: keys differ: %s" % (os.path.relpath(pa, a_dir), sorted(set(a) ^ set(b))[:6]))
-            for k in a:
-                if k.endswith("_extra_state"):
-                    continue
-                if a[k].dtype != b[k].dtype or not torch.equal(a[k], b[k]):
-                    sys.exit("%s: %s differs" % (os.path.relpath(pa, a_dir), k))
-                n += 1
+            if a[k].dtype != b[k].dtype or not torch.equal(a[k], b[k]):
+                sys.exit("%s: %s differs" % (name, k))
+            n += 1
     print("%d model tensors equal" % n)
 
 

@@ -33,6 +33,14 @@ if ! HPY=$("$T_TOP/tests/oracle/venv-hf.sh" 2>"$d/venv.err"); then
 fi
 oracle() { "$HPY" -W ignore "$T_TOP/tests/oracle/megatron_hf.py" "$@"; }
 err1() { "$@" >"$d/o" 2>"$d/e"; local rc=$?; [ $rc != 0 ] && [ "$(wc -l <"$d/e")" -eq 1 ]; }
+differ22() {   # A B ITER: the TP 2 x PP 2 ranks whose model or optim.safetensors differ between checkpoints A and B
+    local r f
+    for r in mp_rank_00_000 mp_rank_01_000 mp_rank_00_001 mp_rank_01_001; do
+        for f in model optim; do
+            cmp -s "$1/iter_$3/$r/$f.safetensors" "$2/iter_$3/$r/$f.safetensors" || echo -n " $r/$f"
+        done
+    done
+}
 
 # ---- a tiny GPT-2 trained on real text, and text it was not trained on ----
 $PY - "$T_TOP" >"$d/train.jsonl" <<'PYEOF'
@@ -125,12 +133,7 @@ for keys in legacy mcore; do
             --target-pipeline-parallel-size 2 2>"$d/ce"; then
         t_fail "$keys TP 2 x PP 2: --from megatron" "$(cat "$d/ce")"; continue
     fi
-    bad=
-    for r in mp_rank_00_000 mp_rank_01_000 mp_rank_00_001 mp_rank_01_001; do
-        for f in model optim; do
-            cmp -s "$d/rt22/iter_0000020/$r/$f.safetensors" "$d/ck22/iter_0000020/$r/$f.safetensors" || bad="$bad $r/$f"
-        done
-    done
+    bad=$(differ22 "$d/rt22" "$d/ck22" 0000020)
     [ -z "$bad" ] && t_pass "mt -> Megatron ($keys keys) -> mt at TP 2 x PP 2: every rank's model and optim.safetensors are the reshard's" \
         || t_fail "mt -> Megatron ($keys keys) -> mt at TP 2 x PP 2: every rank's model and optim.safetensors are the reshard's" "differ:$bad"
 done
@@ -181,11 +184,7 @@ then
                 --target-pipeline-parallel-size 2 2>"$d/ce" &&
             mt-ckpt-convert --from megatron --load "$d/megl" --save "$d/rtl" --target-tensor-parallel-size 2 \
                 --target-pipeline-parallel-size 2 2>>"$d/ce"; then
-            for r in mp_rank_00_000 mp_rank_01_000 mp_rank_00_001 mp_rank_01_001; do
-                for f in model optim; do
-                    cmp -s "$d/rtl/iter_0000004/$r/$f.safetensors" "$d/ckl22/iter_0000004/$r/$f.safetensors" || bad="$bad $r/$f"
-                done
-            done
+            bad=$(differ22 "$d/rtl" "$d/ckl22" 0000004)
         else bad="$(cat "$d/ce")"; fi
         [ -z "$bad" ] && t_pass "LLaMA options, $keys keys, TP 2 x PP 2: mt -> Megatron -> mt is the reshard, model and optimizer" \
             || t_fail "LLaMA options, $keys keys, TP 2 x PP 2: mt -> Megatron -> mt is the reshard" "$bad"
@@ -204,11 +203,7 @@ then
             --target-pipeline-parallel-size 2 2>"$d/ce" &&
         mt-ckpt-convert --from megatron --load "$d/megm" --save "$d/rtm" --target-tensor-parallel-size 2 \
             --target-pipeline-parallel-size 2 2>>"$d/ce"; then
-        for r in mp_rank_00_000 mp_rank_01_000 mp_rank_00_001 mp_rank_01_001; do
-            for f in model optim; do
-                cmp -s "$d/rtm/iter_0000004/$r/$f.safetensors" "$d/ckm22/iter_0000004/$r/$f.safetensors" || bad="$bad $r/$f"
-            done
-        done
+        bad=$(differ22 "$d/rtm" "$d/ckm22" 0000004)
         $PY - "$d/megm/iter_0000004/mp_rank_00_001/model_optim_rng.pt" >"$d/mo" 2>&1 <<'PYEOF' || bad="$bad $(tail -1 "$d/mo")"
 import sys, torch
 sd = torch.load(sys.argv[1], map_location="cpu")
@@ -283,3 +278,8 @@ err1 mt-ckpt-convert --load "$d/nothing" --to megatron --out "$d/x" && [ ! -e "$
 err1 mt-ckpt-convert --load "$d/ck" --to megatron --out "$d/x" --target-tensor-parallel-size 3 && [ ! -e "$d/x" ] \
     && t_pass "a tensor size the heads do not divide: one line ($(cat "$d/e")), nothing written" \
     || t_fail "a tensor size the heads do not divide" "$(cat "$d/e")"
+err1 mt-ckpt-convert --load "$d/ck" --to megatron --out "$d/x" --target-num-layers-per-virtual-pipeline-stage 2 && [ ! -e "$d/x" ] \
+    && t_pass "model chunks the layers do not make: one line ($(cat "$d/e")), nothing written" \
+    || t_fail "model chunks the layers do not make" "$(cat "$d/e")"
+err1 mt-ckpt-convert --load "$d/ck" --to megatron --out "$d/x" --no-load-optim && [ ! -e "$d/x" ] \
+    && t_pass "--no-load-optim with --to megatron: one line ($(cat "$d/e"))" || t_fail "--no-load-optim with --to megatron" "$(cat "$d/e")"
