@@ -77,7 +77,7 @@ static const mt_cmd cmd = {
     "checkpoint of any tensor/pipeline layout: weights, args, iteration, consumed samples and the learning-rate\n"
     "schedule are kept, and the optimizer's state where Megatron saved it (mt-train --load DIR continues).\n"
     "--to megatron writes such a checkpoint of any tensor/pipeline layout (weights, args, iteration, consumed\n"
-    "samples, schedule, optimizer state; Megatron continues it with --no-load-rng).\n"
+    "samples, schedule, optimizer state, the RNG state Megatron seeds from --seed).\n"
     "Tensors are converted one at a time.",
     flags,
 };
@@ -121,13 +121,16 @@ static void to_megatron(void)
     if (mt_meg_export_ckpt(&mc, out_dir, tp, pp, target_chunk_layers, keys, dtype_name, no_save_optim, progress, &dn,
                            &with_optim, &e))
         mt_die_err(&e);
-    char it[32] = "release";
+    char it[32] = "release", rng[96];
     if (mc.iteration != MT_CKPT_RELEASE) snprintf(it, sizeof it, "iteration %lld", (long long)mc.iteration);
-    fprintf(stderr,
-            "%s: wrote %s (Megatron-LM torch checkpoint, %s keys, %s, tensor-parallel %d, pipeline %d, %s; %s; no RNG "
-            "state: Megatron continues with %s--no-load-rng)\n",
+    int64_t seed;
+    if (mt_meg_export_rng_seed(&mc, pp, &seed)) snprintf(rng, sizeof rng, "the RNG state of seed %lld", (long long)seed);
+    else snprintf(rng, sizeof rng, "no RNG state (seed %lld): Megatron continues with --no-load-rng", (long long)seed);
+    fprintf(stderr, "%s: wrote %s (Megatron-LM torch checkpoint, %s keys, %s, tensor-parallel %d, pipeline %d, %s; %s%s; %s)\n",
             mt_progname(), out_dir, keys == MT_MEG_KEYS_MCORE ? "Megatron-Core" : "legacy", it, tp, pp, dn,
-            with_optim ? "with the optimizer's state" : "no optimizer state", with_optim ? "" : "--no-load-optim ");
+            with_optim ? "with the optimizer's state" : "no optimizer state: Megatron continues with --no-load-optim",
+            with_optim && json_is_true(json_object_get(mc.args, "use-distributed-optimizer")) ? " (the distributed optimizer's)" : "",
+            rng);
     mt_model_close(&mc);
 }
 
@@ -159,8 +162,8 @@ static void from_megatron(void)
     char it[32] = "release", what[200];
     if (m.iteration != MT_CKPT_RELEASE) snprintf(it, sizeof it, "iteration %lld", (long long)m.iteration);
     if (m.has_optim) snprintf(what, sizeof what, "with the optimizer's state (Adam step %lld)", (long long)m.step);
-    else snprintf(what, sizeof what, "weights only, no optimizer state%s: continue with mt-train --load %s --no-load-optim",
-                  m.distrib_optim ? " (the distributed optimizer's distrib_optim.pt is not read yet)" : "", save_dir);
+    else snprintf(what, sizeof what, "weights only, no optimizer state: continue with mt-train --load %s --no-load-optim",
+                  save_dir);
     fprintf(stderr, "%s: wrote %s (%s, from %s: tensor-parallel %d -> %d, pipeline %d -> %d; %s)\n", mt_progname(),
             save_dir, it, load_dir, m.tp, tp, m.pp, pp, what);
     mt_meg_close(&mc, &m);

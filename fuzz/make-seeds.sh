@@ -159,6 +159,10 @@ buf = io.BytesIO()
 torch.save(None, buf)
 torch.save({"args": types.SimpleNamespace(num_layers=1, params_dtype=torch.float32), "checkpoint_version": 3.0,
             "model": {"a": m.t(), "b": torch.chunk(m.t(), 2, dim=1)[1], "c._extra_state": buf}}, d + "/views.pt")
+# the distributed optimizer's distrib_optim.pt: int keys, a tuple of dtypes as a key, flat tensors
+w = torch.arange(8, dtype=torch.float32)
+torch.save({"buckets_coalesced": True, 0: {(torch.bfloat16, torch.float32): {"param": w, "exp_avg": w * 2,
+            "exp_avg_sq": w * 3, "numel_unpadded": 8}}}, d + "/distrib_optim.pt")
 z = zipfile.ZipFile(d + "/torch-save.pt")
 open(d + "/data.pkl", "wb").write(z.read([n for n in z.namelist() if n.endswith("/data.pkl")][0]))
 PY

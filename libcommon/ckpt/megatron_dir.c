@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include "ckpt/checkpoint.h"
+#include "ckpt/megatron_distopt.h"
 #include "io/fsutil.h"
 #include "mt_base.h"
 
@@ -139,6 +140,7 @@ static int flatten(mt_meg_rank *r, const mt_pk *d, const char *prefix, int core,
         if (chunk >= 0) snprintf(chunked, sizeof chunked, "model%d.%s", chunk, ln), ln = chunked;
         r->names[r->n] = mt_xstrdup(ln);
         r->t[r->n++] = v->t;
+        if (core && strstr(name, ".mlp.experts.linear_fc")) r->grouped_experts = 1;
     }
     return 0;
 }
@@ -247,6 +249,7 @@ void mt_meg_dir_close(mt_meg_dir *m)
     for (int i = 0; i < m->n; i++) {
         mt_meg_rank *r = &m->r[i];
         if (r->ck.root || r->ck.zip.n) mt_tckpt_close(&r->ck);
+        if (r->has_dopt) mt_tckpt_close(&r->dopt);
         for (int j = 0; j < r->n; j++) free(r->names[j]);
         free(r->names);
         free(r->t);
@@ -354,7 +357,8 @@ static int slice_floats(mt_meg_dir *m, int i, int k, int which, float *dst, mt_e
                             : r->master && r->master[k] ? r->master[k]
                                                         : r->t[k];
     if (!t) return mt_err_set(e, "%s: no optimizer state of '%s'", r->path, r->names[k]);
-    if (tensor_floats(&r->ck, t, dst, e)) return mt_err_prefix(e, "%s: '%s'", r->path, r->names[k]);
+    if (tensor_floats(r->has_dopt && t != r->t[k] ? &r->dopt : &r->ck, t, dst, e))
+        return mt_err_prefix(e, "%s: '%s'", r->path, r->names[k]);
     if (which == W_MODEL) r->used[k] = 1;
     size_t l = strlen(r->names[k]);
     if (r->version < 2.0 && l > 22 && strstr(r->names[k] + l - 23, "query_key_value.") &&
@@ -468,7 +472,7 @@ static int scalar(mt_meg_rank *r, const mt_pk *v, const char *what, double *out,
     }
 }
 
-int mt_meg_param_order(const mt_layout *l, int core, const mt_layout_tensor **out)
+int mt_meg_param_order(const mt_layout *l, int core, int grouped, const mt_layout_tensor **out)
 {
     int n = 0;
     for (int j = 0; j < l->n; j++) {
@@ -478,6 +482,19 @@ int mt_meg_param_order(const mt_layout *l, int core, const mt_layout_tensor **ou
         if (core && t->layer >= 0 && (j == 0 || l->t[j - 1].layer != t->layer))
             for (int q = j; q < l->n && l->t[q].layer == t->layer; q++)
                 if (l->t[q].kind == MT_T_PROJ_W || l->t[q].kind == MT_T_PROJ_B) out[n++] = &l->t[q];
+        if (core && !grouped && t->expert >= 0) {
+            /* a layer's experts (all their linear_fc1, then all linear_fc2 in the layout): expert by expert */
+            int end = j, lo = t->expert, hi = t->expert;
+            for (; end < l->n && l->t[end].expert >= 0 && l->t[end].layer == t->layer; end++) {
+                if (l->t[end].expert < lo) lo = l->t[end].expert;
+                if (l->t[end].expert > hi) hi = l->t[end].expert;
+            }
+            for (int x = lo; x <= hi; x++)
+                for (int q = j; q < end; q++)
+                    if (l->t[q].expert == x) out[n++] = &l->t[q];
+            j = end - 1;
+            continue;
+        }
         out[n++] = t;
     }
     return n;
@@ -489,6 +506,137 @@ typedef struct group_lists {
     const mt_layout_tensor **t[2][2];
     int n[2][2], used[2][2];
 } group_lists;
+
+/* A dynamic loss scaler's state (fp16), kept from the first rank. */
+static int read_scaler(mt_meg_dir *m, mt_meg_rank *r, int rank, const mt_pk *scaler, mt_err *e)
+{
+    double sc, gt = 0, ht = 0;
+    int rc = scalar(r, mt_pk_get(scaler, "scale"), "grad_scaler.scale", &sc, e);
+    if (!rc && mt_pk_get(scaler, "growth_tracker")) rc = scalar(r, mt_pk_get(scaler, "growth_tracker"), "grad_scaler.growth_tracker", &gt, e);
+    if (!rc && mt_pk_get(scaler, "hysteresis_tracker"))
+        rc = scalar(r, mt_pk_get(scaler, "hysteresis_tracker"), "grad_scaler.hysteresis_tracker", &ht, e);
+    if (!rc && rank == 0) {
+        m->has_scaler = 1;
+        m->scale = sc;
+        m->growth_tracker = (int64_t)gt;
+        m->hysteresis_tracker = (int64_t)ht;
+    }
+    return rc;
+}
+
+static int bool_attr(const mt_pk *args, const char *key)
+{
+    const mt_pk *v = mt_pk_get(args, key);
+    return v && v->kind == MT_PK_BOOL && v->b;
+}
+
+/* The distributed optimizer's state of rank i: its param groups (DistributedOptimizer.state_dict(), in
+ * model_optim_rng.pt: Adam's hyperparameters and step, no parameters) and distrib_optim.pt beside its file,
+ * each parameter's main copy and moments taken as views of the buffers' flat tensors where
+ * ckpt/megatron_distopt.h lays them out. */
+static int dist_state(mt_meg_dir *m, int i, const mt_pk *groups, double *step, mt_err *e)
+{
+    mt_meg_rank *r = &m->r[i];
+    const mt_layout *l = &m->l[i];
+    for (size_t g = 0; g < groups->len; g++) {
+        const mt_pk *gr = groups->items[g];
+        if (gr->kind != MT_PK_DICT) return mt_err_set(e, "%s: optimizer param group %zu is not a dict", r->path, g);
+        if (num(mt_pk_get(gr, "lr_mult"), 1) != 1 || num(mt_pk_get(gr, "is_decoupled_lr"), 0))
+            return mt_err_set(e, "%s: optimizer param group %zu has its own learning rate: not read (convert with "
+                                 "--no-load-optim)", r->path, g);
+        if (num(mt_pk_get(gr, "is_expert_parallel"), 0))
+            return mt_err_set(e, "%s: optimizer param group %zu of expert-parallel parameters: the distributed "
+                                 "optimizer's state of expert parallelism is not read (convert with --no-load-optim)", r->path, g);
+        if (g == 0) {
+            const mt_pk *b = mt_pk_get(gr, "betas");
+            if (b && b->kind == MT_PK_TUPLE && b->len == 2) m->beta1 = num(b->items[0], 0.9), m->beta2 = num(b->items[1], 0.999);
+            m->eps = num(mt_pk_get(gr, "eps"), 1e-8);
+        }
+        if (mt_pk_get(gr, "step") && *step < 0 && scalar(r, mt_pk_get(gr, "step"), "param group step", step, e)) return -1;
+    }
+    if (r->has_dopt) return mt_err_set(e, "%s: a chained optimizer of distributed optimizers: not read", r->path);
+    char *dir = mt_xstrdup(r->path), *slash = strrchr(dir, '/');
+    if (slash) *slash = 0;
+    char *path = mt_path_join(dir, "distrib_optim.pt");
+    free(dir);
+    int rc = 0;
+    if (access(path, F_OK)) {
+        rc = mt_err_set(e, "%s: missing: the distributed optimizer's state (%s holds its param groups only); convert "
+                           "with --no-load-optim", path, r->path);
+        free(path);
+        return rc;
+    }
+    if (mt_tckpt_load(&r->dopt, path, e)) {
+        free(path);
+        return -1;
+    }
+    r->has_dopt = 1;
+    const mt_pk *root = r->dopt.root, *bc = mt_pk_get(root, "buckets_coalesced");
+    if (root->kind == MT_PK_LIST)
+        rc = mt_err_set(e, "%s: a list of optimizers' state (expert parallelism): not read; convert with --no-load-optim", path);
+    else if (root->kind != MT_PK_DICT) rc = mt_err_set(e, "%s: not a dict of the distributed optimizer's state", path);
+    else if (!bc || bc->kind != MT_PK_BOOL || !bc->b)
+        rc = mt_err_set(e, "%s: no 'buckets_coalesced': the per-bucket format of Megatron-LM before February 2024, not "
+                           "read (Megatron's --ckpt-convert-update-legacy-dist-opt-format rewrites it); convert with "
+                           "--no-load-optim", path);
+    /* the buffers as the run that saved it laid them out (its args) */
+    const mt_pk *args = m->args;
+    int64_t np = 0;
+    for (int j = 0; j < l->n; j++) np += (int64_t)l->t[j].numel;
+    const mt_pk *bs = mt_pk_get(args, "ddp_bucket_size"), *nb = mt_pk_get(args, "ddp_num_buckets");
+    int64_t size = bool_attr(args, "overlap_param_gather_with_optimizer_step")
+                       ? 0
+                       : mt_meg_bucket_size(bool_attr(args, "overlap_grad_reduce"), bs && bs->kind == MT_PK_INT ? bs->i : 0,
+                                            nb && nb->kind == MT_PK_INT ? nb->i : 0,
+                                            (int64_t)int_attr(args, "data_parallel_size", 1) *
+                                                int_attr(args, "context_parallel_size", 1),
+                                            np);
+    int nc = l->chunks > 1 ? l->chunks : 1;
+    mt_meg_dbuf *b = mt_xcalloc((size_t)nc, sizeof *b);
+    mt_meg_dbufs(l, r->core, r->grouped_experts, !bool_attr(args, "untie_embeddings_and_output_weights"), size, b);
+    if (!r->master) r->master = mt_xcalloc((size_t)(r->n ? r->n : 1), sizeof *r->master);
+    static const char *const keys[3] = {"param", "exp_avg", "exp_avg_sq"};
+    for (int c = 0; c < nc && !rc; c++) {
+        const mt_pk *g = get_int(root, c), *st, *nu;
+        if (!g || g->kind != MT_PK_DICT || g->len != 1 || (st = g->vals[0])->kind != MT_PK_DICT) {
+            rc = mt_err_set(e, "%s: no buffer %d (a dict of one dtype's state) for model chunk %d of %d", path, c, c, nc);
+            break;
+        }
+        nu = mt_pk_get(st, "numel_unpadded");
+        if (!nu || nu->kind != MT_PK_INT || nu->i != b[c].numel) {
+            rc = mt_err_set(e, "%s: buffer %d holds %lld elements (numel_unpadded); the model's parameters in Megatron-Core's "
+                               "buffer layout take %lld (args overlap_grad_reduce, ddp_bucket_size)", path, c,
+                            nu && nu->kind == MT_PK_INT ? (long long)nu->i : -1LL, (long long)b[c].numel);
+            break;
+        }
+        const mt_pk_tensor *w[3];
+        for (int q = 0; q < 3 && !rc; q++) {
+            const mt_pk *v = mt_pk_get(st, keys[q]);
+            w[q] = v && v->kind == MT_PK_TENSOR ? v->t : NULL;
+            if (!w[q] || w[q]->dtype != MT_ST_F32 || w[q]->ndim != 1 || w[q]->shape[0] != b[c].numel || w[q]->stride[0] != 1)
+                rc = mt_err_set(e, "%s: buffer %d: '%s' is not an fp32 vector of its %lld elements", path, c, keys[q],
+                                (long long)b[c].numel);
+        }
+        for (int p = 0; p < b[c].n && !rc; p++) {
+            const mt_layout_tensor *lt = b[c].t[p];
+            int k = find(r, lt->name);
+            if (k < 0) {
+                rc = mt_err_set(e, "%s: no model tensor '%s'", r->path, lt->name);
+                break;
+            }
+            const mt_pk_tensor **to[3] = {&r->master[k], &r->exp_avg[k], &r->exp_avg_sq[k]};
+            for (int q = 0; q < 3; q++)
+                *to[q] = mt_pk_tensor_new(&r->dopt.arena, w[q]->key, MT_ST_F32, w[q]->storage_numel,
+                                          w[q]->offset + b[c].off[p], lt->ndim, lt->local_shape)->t;
+        }
+    }
+    for (int k = 0; k < r->n && !rc; k++)
+        if (!r->exp_avg[k]) rc = mt_err_set(e, "%s: no state of model tensor '%s' in its buffers", path, r->names[k]);
+    mt_meg_dbufs_free(b, nc);
+    free(b);
+    free(path);
+    return rc;
+}
 
 /* One optimizer's state (an entry of a ChainedOptimizer's list, or the only one): 1 when it has per-parameter
  * state, 0 when not (a dummy, or never stepped), -1 on error. Its parameters are taken from gl by their
@@ -504,6 +652,11 @@ static int optim_entry(mt_meg_dir *m, mt_meg_rank *r, int rank, const mt_pk *opt
         if (sd->kind != MT_PK_DICT) return mt_err_set(e, "%s: optimizer.optimizer is not a dict", r->path);
     }
     const mt_pk *state = mt_pk_get(sd, "state"), *groups = mt_pk_get(sd, "param_groups");
+    if (!state && sd != opt && groups && groups->kind == MT_PK_LIST) {   /* DistributedOptimizer */
+        if (dist_state(m, rank, groups, step, e) || (scaler && scaler->kind == MT_PK_DICT && read_scaler(m, r, rank, scaler, e)))
+            return -1;
+        return 1;
+    }
     if (state && state->kind == MT_PK_DICT && !state->len && groups && groups->kind == MT_PK_LIST) {
         /* no state: a dummy, never stepped, or (2) an optimizer of no parameters on this rank (a chained one's
          * experts on a stage without experts) */
@@ -584,24 +737,30 @@ static int optim_entry(mt_meg_dir *m, mt_meg_rank *r, int rank, const mt_pk *opt
             if (*step < 0 && mt_pk_get(ps, "step")) rc = scalar(r, mt_pk_get(ps, "step"), "step", step, e);
         }
     }
-    if (!rc && scaler && scaler->kind == MT_PK_DICT) {
-        double sc, gt = 0, ht = 0;
-        rc = scalar(r, mt_pk_get(scaler, "scale"), "grad_scaler.scale", &sc, e);
-        if (!rc && mt_pk_get(scaler, "growth_tracker")) rc = scalar(r, mt_pk_get(scaler, "growth_tracker"), "grad_scaler.growth_tracker", &gt, e);
-        if (!rc && mt_pk_get(scaler, "hysteresis_tracker"))
-            rc = scalar(r, mt_pk_get(scaler, "hysteresis_tracker"), "grad_scaler.hysteresis_tracker", &ht, e);
-        if (!rc && rank == 0) {
-            m->has_scaler = 1;
-            m->scale = sc;
-            m->growth_tracker = (int64_t)gt;
-            m->hysteresis_tracker = (int64_t)ht;
-        }
-    }
+    if (!rc && scaler && scaler->kind == MT_PK_DICT) rc = read_scaler(m, r, rank, scaler, e);
     return rc ? -1 : 1;
 }
 
-/* One rank's state: 1 when it has one, 0 when not, -1 on error. A model with experts has Megatron's
- * ChainedOptimizer: a list of the dense parameters' optimizer state and the experts'. */
+/* Whether an optimizer's state dict (or a chained one's list) has a param group of expert-parallel parameters
+ * (is_expert_parallel: experts whose gradients are reduced over other ranks, with expert parallelism or an
+ * expert tensor size other than the tensor size); without, the experts are in the dense groups. */
+static int expert_groups(const mt_pk *opt)
+{
+    if (opt && opt->kind == MT_PK_LIST) {
+        for (size_t q = 0; q < opt->len; q++)
+            if (expert_groups(opt->items[q])) return 1;
+        return 0;
+    }
+    if (!opt || opt->kind != MT_PK_DICT) return 0;
+    const mt_pk *sd = mt_pk_get(opt, "optimizer") ? mt_pk_get(opt, "optimizer") : opt, *groups;
+    if (sd->kind != MT_PK_DICT || !(groups = mt_pk_get(sd, "param_groups")) || groups->kind != MT_PK_LIST) return 0;
+    for (size_t g = 0; g < groups->len; g++)
+        if (groups->items[g]->kind == MT_PK_DICT && num(mt_pk_get(groups->items[g], "is_expert_parallel"), 0) != 0) return 1;
+    return 0;
+}
+
+/* One rank's state: 1 when it has one, 0 when not, -1 on error. A model with expert-parallel experts has
+ * Megatron's ChainedOptimizer: a list of the dense parameters' optimizer state and the experts'. */
 static int rank_optim(mt_meg_dir *m, int i, mt_err *e)
 {
     mt_meg_rank *r = &m->r[i];
@@ -610,11 +769,11 @@ static int rank_optim(mt_meg_dir *m, int i, mt_err *e)
     if (!opt || (opt->kind != MT_PK_DICT && opt->kind != MT_PK_LIST)) return 0;
     group_lists gl = {0};
     const mt_layout_tensor **order = mt_xcalloc((size_t)(l->n ? l->n : 1), sizeof *order);
-    int n = mt_meg_param_order(l, r->core, order), rc = 0, have = 0;
+    int n = mt_meg_param_order(l, r->core, r->grouped_experts, order), rc = 0, have = 0, sep = expert_groups(opt);
     for (int a = 0; a < 2; a++)
         for (int b = 0; b < 2; b++) gl.t[a][b] = mt_xcalloc((size_t)(n ? n : 1), sizeof *gl.t[a][b]);
     for (int j = 0; j < n; j++) {
-        int no = order[j]->no_decay != 0, ex = order[j]->expert >= 0;
+        int no = order[j]->no_decay != 0, ex = order[j]->expert >= 0 && sep;
         gl.t[no][ex][gl.n[no][ex]++] = order[j];
     }
     r->exp_avg = mt_xcalloc((size_t)(r->n ? r->n : 1), sizeof *r->exp_avg);
@@ -629,7 +788,7 @@ static int rank_optim(mt_meg_dir *m, int i, mt_err *e)
         else if (q && h != have && have != 2) rc = mt_err_set(e, "%s: optimizer: a chained optimizer's entries do not all hold state", r->path);
         have = h;
     }
-    if (!rc && have == 1)
+    if (!rc && have == 1 && !r->has_dopt)   /* (the distributed optimizer's buffers hold every parameter) */
         for (int a = 0; a < 2 && !rc; a++)
             for (int b = 0; b < 2 && !rc; b++)
                 if (gl.used[a][b] != gl.n[a][b])
@@ -661,13 +820,6 @@ int mt_meg_dir_optim(mt_meg_dir *m, mt_err *e)
         have = rc;
     }
     m->has_optim = have;
-    /* the distributed optimizer keeps its state beside the rank's file (not read yet) */
-    char *dir = mt_xstrdup(m->r[0].path), *slash = strrchr(dir, '/');
-    if (slash) *slash = 0;
-    char *dopt = mt_path_join(dir, "distrib_optim.pt");
-    m->distrib_optim = access(dopt, F_OK) == 0;
-    free(dopt);
-    free(dir);
     return 0;
 }
 

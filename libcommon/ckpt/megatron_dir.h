@@ -21,6 +21,7 @@ typedef struct mt_meg_rank {
     char *path;                 /* its model_optim_rng.pt */
     mt_tckpt ck;
     int core;                   /* the model's keys are Megatron-Core's */
+    int grouped_experts;        /* its experts are TEGroupedMLP's (experts.linear_fc1.weightJ), not SequentialMLP's */
     double version;             /* checkpoint_version: below 2.0 query_key_value rows are in an older order */
     int n;                      /* its model's tensors, under legacy names */
     char **names;
@@ -29,6 +30,8 @@ typedef struct mt_meg_rank {
     /* the optimizer's state of each model tensor (mt_meg_dir_optim): Adam's moments and, from a mixed-precision
      * run, the fp32 main parameter; NULL where there is none */
     const mt_pk_tensor **exp_avg, **exp_avg_sq, **master;
+    mt_tckpt dopt;              /* the distributed optimizer's distrib_optim.pt, whose tensors those are (has_dopt) */
+    int has_dopt;
 } mt_meg_rank;
 
 typedef struct mt_meg_dir {
@@ -42,8 +45,6 @@ typedef struct mt_meg_dir {
     mt_layout *l;               /* each rank's layout (mt_meg_dir_layout) */
     /* the optimizer's state (mt_meg_dir_optim): every rank has Adam's moments of every parameter */
     int has_optim;
-    int distrib_optim;          /* a distrib_optim.pt beside the first rank's file (the distributed optimizer's
-                                   state, not read yet) */
     int64_t step;               /* Adam's step */
     double beta1, beta2, eps;
     int has_scaler;             /* a dynamic loss scaler's state (an fp16 run) */
@@ -64,14 +65,19 @@ int mt_meg_dir_layout(mt_meg_dir *m, const mt_model_arch *a, mt_err *e);
  * 'fp32_from_fp16_params' and 'grad_scaler'), whose parameter indices follow the param groups Megatron
  * builds (the weight-decayed parameters, then the biases and 1-D ones, each in the order the model
  * registers them: the legacy model's is the layout's, Megatron-Core's layers register linear_proj before
- * linear_qkv). No 'optimizer', or one without per-parameter state (transformers' converters write such a
- * dummy): has_optim 0. A state that does not match the model is an error naming the file. 0, or -1. */
+ * linear_qkv). The distributed optimizer's (DistributedOptimizer.state_dict(): the param groups without their
+ * parameters) takes the parameters' state from distrib_optim.pt beside each rank's file
+ * (ckpt/megatron_distopt.h). No 'optimizer', or one without per-parameter state (transformers' converters
+ * write such a dummy): has_optim 0. A state that does not match the model is an error naming the file. 0, or
+ * -1. */
 int mt_meg_dir_optim(mt_meg_dir *m, mt_err *e);
 /* A rank's parameters (l's tensors, into out; their count returned) in the order Megatron's model registers
  * them (named_parameters), which orders the optimizer's state: the legacy model's is the layout's; in
  * Megatron-Core's TransformerLayer (core nonzero) Attention builds linear_proj before SelfAttention builds
- * linear_qkv (whose fused norm comes first), so a layer's output projection leads. */
-int mt_meg_param_order(const mt_layout *l, int core, const mt_layout_tensor **out);
+ * linear_qkv (whose fused norm comes first), so a layer's output projection leads, and SequentialMLP
+ * registers each expert's linear_fc1 then its linear_fc2, expert after expert (TEGroupedMLP, grouped nonzero:
+ * every expert's linear_fc1, then every linear_fc2, as the layout holds them). */
+int mt_meg_param_order(const mt_layout *l, int core, int grouped, const mt_layout_tensor **out);
 /* The whole tensor name (a one-rank legacy name) of global shape into dst: the weights (the fp32 main
  * parameters where the optimizer holds them), or with suffix ".exp_avg" / ".exp_avg_sq" Adam's moments. */
 int mt_meg_read(mt_meg_dir *m, const char *name, int ndim, const int64_t *shape, float *dst, mt_err *e);

@@ -9,6 +9,8 @@
 
 #include "ckpt/checkpoint.h"
 #include "ckpt/hf_out.h"
+#include "ckpt/megatron_distopt.h"
+#include "ckpt/megatron_rng.h"
 #include "ckpt/torch_ckpt.h"
 #include "io/fsutil.h"
 #include "model/layout.h"
@@ -154,6 +156,9 @@ static mt_pk *namespace(mt_pk_arena *a, const mt_model_ckpt *mc, int tp, int pp,
     mt_pk_sets(a, d, "world_size", mt_pk_int(a, (int64_t)tp * pp));
     mt_pk_sets(a, d, "padded_vocab_size", mt_pk_int(a, rows));
     mt_pk_sets(a, d, "params_dtype", mt_pk_named(a, MT_PK_GLOBAL, torch_dtype));
+    /* Megatron reduces bf16 gradients in fp32 (it turns this on for --bf16): the distributed optimizer's
+     * buffers are keyed by it */
+    mt_pk_sets(a, d, "accumulate_allreduce_grads_in_fp32", mt_pk_bool(a, !strcmp(torch_dtype, "torch.bfloat16")));
     mt_pk_sets(a, d, "add_position_embedding", mt_pk_bool(a, mc->arch.position == MT_POS_LEARNED));
     mt_pk_sets(a, d, "use_rotary_position_embeddings", mt_pk_bool(a, mc->arch.position == MT_POS_ROPE));
     static const char *const counts[] = {"consumed_train_samples", "consumed_valid_samples"};
@@ -165,7 +170,7 @@ static mt_pk *namespace(mt_pk_arena *a, const mt_model_ckpt *mc, int tp, int pp,
 }
 
 /* The rank's state dict around its model dict. */
-static mt_pk *rank_root(mt_pk_arena *a, const mt_model_ckpt *mc, mt_pk *ns, mt_pk **models, int vp)
+static mt_pk *rank_root(mt_pk_arena *a, const mt_model_ckpt *mc, mt_pk *ns, mt_pk **models, int vp, mt_pk *rng)
 {
     mt_pk *r = mt_pk_new(a, MT_PK_DICT);
     mt_pk_sets(a, r, "args", ns);
@@ -179,6 +184,7 @@ static mt_pk *rank_root(mt_pk_arena *a, const mt_model_ckpt *mc, mt_pk *ns, mt_p
     }
     json_t *s = json_object_get(mc->meta, "opt_param_scheduler");
     if (json_is_object(s)) mt_pk_sets(a, r, "opt_param_scheduler", from_json(a, s));
+    if (rng) mt_pk_sets(a, r, "rng_state", rng);
     json_t *fl = json_object_get(mc->meta, "num_floating_point_operations_so_far");
     if (json_is_number(fl)) mt_pk_sets(a, r, "num_floating_point_operations_so_far", mt_pk_float(a, json_number_value(fl)));
     return r;
@@ -270,6 +276,7 @@ typedef struct export_ctx {
     mt_meg_keys keys;
     int tp, pp, vp, rows, done, total;   /* vp: model chunks per stage (1: not interleaved) */
     int optim;              /* write the optimizer's state */
+    int dist;               /* as the distributed optimizer saves it (the run's --use-distributed-optimizer) */
     mt_ckpt_progress *progress;
 } export_ctx;
 
@@ -312,6 +319,101 @@ static mt_pk *add_tensor(rank_out *o, const float *src, size_t numel, mt_st_dtyp
     return t;
 }
 
+/* A new storage of n bytes (a torch.uint8 tensor of one dimension, as torch keeps its generators' states). */
+static mt_pk *add_bytes(rank_out *o, const unsigned char *src, int64_t n)
+{
+    if (o->n == o->cap) {
+        o->cap = o->cap ? 2 * o->cap : 64;
+        o->st = realloc(o->st, (size_t)o->cap * sizeof *o->st);
+        o->data = realloc(o->data, (size_t)o->cap * sizeof *o->data);
+        if (!o->st || !o->data) mt_die("out of memory");
+    }
+    void *d = mt_xmalloc((size_t)n);
+    memcpy(d, src, (size_t)n);
+    char key[16];
+    snprintf(key, sizeof key, "%d", o->n);
+    mt_pk *t = mt_pk_tensor_new(&o->a, key, MT_ST_U8, n, 0, 1, &n);
+    o->data[o->n] = d;
+    o->st[o->n++] = (mt_tckpt_storage){t->t->key, MT_ST_U8, n, d};
+    return t;
+}
+
+/* numpy's pickle of a uint32 vector: _reconstruct(ndarray, (0,), b'b'), then BUILD with (1, shape,
+ * dtype('u4'), False, its little-endian bytes); the dtype is itself dtype('u4', False, True) then BUILD with
+ * (3, '<', None, None, None, -1, -1, 0). */
+static mt_pk *numpy_u32(mt_pk_arena *a, const uint32_t *v, int n)
+{
+    mt_pk *dt = mt_pk_named(a, MT_PK_OPAQUE, "numpy.dtype"), *dargs = mt_pk_new(a, MT_PK_TUPLE),
+          *dstate = mt_pk_new(a, MT_PK_TUPLE);
+    mt_pk_append(a, dargs, mt_pk_str(a, "u4"));
+    mt_pk_append(a, dargs, mt_pk_bool(a, false));
+    mt_pk_append(a, dargs, mt_pk_bool(a, true));
+    mt_pk_append(a, dstate, mt_pk_int(a, 3));
+    mt_pk_append(a, dstate, mt_pk_str(a, "<"));
+    for (int i = 0; i < 3; i++) mt_pk_append(a, dstate, mt_pk_new(a, MT_PK_NONE));
+    mt_pk_append(a, dstate, mt_pk_int(a, -1));
+    mt_pk_append(a, dstate, mt_pk_int(a, -1));
+    mt_pk_append(a, dstate, mt_pk_int(a, 0));
+    dt->obj = mt_pk_new(a, MT_PK_TUPLE);
+    mt_pk_append(a, dt->obj, dargs);
+    mt_pk_append(a, dt->obj, dstate);
+
+    mt_pk *arr = mt_pk_named(a, MT_PK_OPAQUE, "numpy.core.multiarray._reconstruct"), *args = mt_pk_new(a, MT_PK_TUPLE),
+          *zero = mt_pk_new(a, MT_PK_TUPLE), *state = mt_pk_new(a, MT_PK_TUPLE), *shape = mt_pk_new(a, MT_PK_TUPLE);
+    mt_pk_append(a, args, mt_pk_named(a, MT_PK_GLOBAL, "numpy.ndarray"));
+    mt_pk_append(a, zero, mt_pk_int(a, 0));
+    mt_pk_append(a, args, zero);
+    mt_pk_append(a, args, mt_pk_bytes(a, "b", 1));
+    mt_pk_append(a, shape, mt_pk_int(a, n));
+    unsigned char *bytes = mt_xmalloc((size_t)n * 4);
+    for (int i = 0; i < n; i++)
+        for (int k = 0; k < 4; k++) bytes[4 * i + k] = (unsigned char)(v[i] >> (8 * k));
+    mt_pk *raw = mt_pk_bytes(a, bytes, (size_t)n * 4);
+    free(bytes);
+    mt_pk_append(a, state, mt_pk_int(a, 1));
+    mt_pk_append(a, state, shape);
+    mt_pk_append(a, state, dt);
+    mt_pk_append(a, state, mt_pk_bool(a, false));
+    mt_pk_append(a, state, raw);
+    arr->obj = mt_pk_new(a, MT_PK_TUPLE);
+    mt_pk_append(a, arr->obj, args);
+    mt_pk_append(a, arr->obj, state);
+    return arr;
+}
+
+/* The rank's rng_state: a list of one dict, as Megatron saves it without --data-parallel-random-init, holding
+ * the generators' states that seeding the rank with --seed gives (ckpt/megatron_rng.h). */
+static mt_pk *rng_state(rank_out *o, const mt_layout *l, int64_t seed)
+{
+    mt_pk_arena *a = &o->a;
+    mt_meg_rng g;
+    mt_meg_rng_seeded(seed, l->part.tp_rank, l->part.pp_stage, &g);
+    mt_pk *d = mt_pk_new(a, MT_PK_DICT), *py = mt_pk_new(a, MT_PK_TUPLE), *words = mt_pk_new(a, MT_PK_TUPLE);
+    for (int i = 0; i < MT_MT19937_N; i++) mt_pk_append(a, words, mt_pk_int(a, g.py[i]));
+    mt_pk_append(a, words, mt_pk_int(a, MT_MT19937_N));   /* the index */
+    mt_pk_append(a, py, mt_pk_int(a, 3));
+    mt_pk_append(a, py, words);
+    mt_pk_append(a, py, mt_pk_new(a, MT_PK_NONE));
+    mt_pk_sets(a, d, "random_rng_state", py);
+    mt_pk *np = mt_pk_new(a, MT_PK_TUPLE);
+    mt_pk_append(a, np, mt_pk_str(a, "MT19937"));
+    mt_pk_append(a, np, numpy_u32(a, g.np, MT_MT19937_N));
+    mt_pk_append(a, np, mt_pk_int(a, MT_MT19937_N));
+    mt_pk_append(a, np, mt_pk_int(a, 0));
+    mt_pk_append(a, np, mt_pk_float(a, 0.0));
+    mt_pk_sets(a, d, "np_rng_state", np);
+    mt_pk_sets(a, d, "torch_rng_state", add_bytes(o, g.torch_cpu, MT_TORCH_CPU_RNG_BYTES));
+    mt_pk_sets(a, d, "cuda_rng_state", add_bytes(o, g.cuda, 16));
+    mt_pk *tr = mt_pk_new(a, MT_PK_DICT);
+    mt_pk_sets(a, tr, "data-parallel-rng", add_bytes(o, g.data_parallel, 16));
+    mt_pk_sets(a, tr, "model-parallel-rng", add_bytes(o, g.model_parallel, 16));
+    mt_pk_sets(a, tr, "expert-parallel-rng", add_bytes(o, g.expert_parallel, 16));
+    mt_pk_sets(a, d, "rng_tracker_states", tr);
+    mt_pk *list = mt_pk_new(a, MT_PK_LIST);
+    mt_pk_append(a, list, d);
+    return list;
+}
+
 static void rank_out_free(rank_out *o)
 {
     for (int i = 0; i < o->n; i++) free(o->data[i]);
@@ -336,30 +438,28 @@ static int read_slice(export_ctx *x, const mt_layout_tensor *lt, const char *suf
  * exp_avg_sq under integer indices) over Megatron's param groups (the weight-decayed parameters, then the
  * biases and 1-D ones, each in the order the model registers them); as FP32Optimizer saves it, or with
  * mixed precision as Float16OptimizerWithFloat16Params does, with the fp32 main parameters (master, by
- * layout index) and, for fp16, the loss scaler. part: -1 all the parameters; 0 the dense ones, 1 the
- * experts' (is_expert_parallel), each an optimizer of Megatron's ChainedOptimizer. */
-static mt_pk *optimizer_state(export_ctx *x, const mt_layout *l, rank_out *o, float *s, mt_pk **master, int part,
-                              mt_err *e)
+ * layout index) and, for fp16, the loss scaler. The experts (no expert parallelism: Megatron reduces their
+ * gradients with the dense ones, allreduce) are in the same two groups, so there is one optimizer, not a
+ * ChainedOptimizer's list. With the distributed optimizer (x->dist) its state_dict(): the param groups without
+ * their parameters, with the step, and the loss scaler (the parameters' state goes to distrib_optim.pt). */
+static mt_pk *optimizer_state(export_ctx *x, const mt_layout *l, rank_out *o, float *s, mt_pk **master, mt_err *e)
 {
     mt_pk_arena *a = &o->a;
     json_t *jo = json_object_get(x->mc->meta, "optimizer"), *args = x->mc->args;
     double step = json_number_value(json_object_get(jo, "step"));
     const mt_layout_tensor **order = mt_xcalloc((size_t)(l->n ? l->n : 1), sizeof *order);
-    int n = mt_meg_param_order(l, x->keys == MT_MEG_KEYS_MCORE, order), idx = 0, rc = 0;
+    int n = mt_meg_param_order(l, x->keys == MT_MEG_KEYS_MCORE, 0, order), idx = 0, rc = 0;
     mt_pk *state = mt_pk_new(a, MT_PK_DICT), *groups = mt_pk_new(a, MT_PK_LIST), *masters = mt_pk_new(a, MT_PK_LIST);
     float stepf = (float)step;
-    /* the groups in the order Megatron-Core sorts them: weight-decayed, the experts' weight-decayed (their
-     * gradients are reduced over other ranks: is_expert_parallel), then those without decay, dense first */
-    static const int kinds[4][2] = {{0, 0}, {0, 1}, {1, 0}, {1, 1}};
-    for (int gk = 0; gk < 4 && !rc; gk++) {
-        int g = kinds[gk][0], ex = kinds[gk][1], any = 0;
-        if (part >= 0 && ex != part) continue;
-        for (int q = 0; q < n; q++) any |= order[q]->no_decay == g && (order[q]->expert >= 0) == ex;
-        if (!any && (g || part < 0)) continue;   /* a chained optimizer keeps its weight-decayed group, empty or not */
+    /* the groups in the order Megatron-Core sorts them: the default (weight-decayed), then wd_mult 0 */
+    for (int g = 0; g < 2 && !rc; g++) {
+        int any = 0;
+        for (int q = 0; q < n; q++) any |= order[q]->no_decay == g;
+        if (!any) continue;
         mt_pk *gr = mt_pk_new(a, MT_PK_DICT), *params = mt_pk_new(a, MT_PK_LIST), *mg = mt_pk_new(a, MT_PK_LIST);
-        for (int q = 0; q < n && !rc; q++) {
+        for (int q = 0; q < n && !rc && !x->dist; q++) {
             const mt_layout_tensor *lt = order[q];
-            if (lt->no_decay != g || (lt->expert >= 0) != ex) continue;
+            if (lt->no_decay != g) continue;
             mt_pk *ps = mt_pk_new(a, MT_PK_DICT), *t;
             t = add_tensor(o, &stepf, 1, MT_ST_F32, 0, NULL, "step", e);
             mt_pk_sets(a, ps, "step", t);
@@ -378,7 +478,7 @@ static mt_pk *optimizer_state(export_ctx *x, const mt_layout *l, rank_out *o, fl
          * lr and weight_decay are set again by Megatron's scheduler at every step */
         mt_pk_sets(a, gr, "wd_mult", mt_pk_float(a, g ? 0.0 : 1.0));
         mt_pk_sets(a, gr, "lr_mult", mt_pk_float(a, 1.0));
-        mt_pk_sets(a, gr, "is_expert_parallel", mt_pk_bool(a, ex));
+        mt_pk_sets(a, gr, "is_expert_parallel", mt_pk_bool(a, false));
         mt_pk_sets(a, gr, "is_decoupled_lr", mt_pk_bool(a, false));
         mt_pk_sets(a, gr, "default_config", mt_pk_bool(a, true));
         double lr = json_number_value(json_object_get(args, "lr")), wd = json_number_value(json_object_get(args, "weight-decay"));
@@ -397,16 +497,17 @@ static mt_pk *optimizer_state(export_ctx *x, const mt_layout *l, rank_out *o, fl
         mt_pk_sets(a, gr, "capturable", mt_pk_bool(a, false));
         mt_pk_sets(a, gr, "differentiable", mt_pk_bool(a, false));
         mt_pk_sets(a, gr, "fused", mt_pk_new(a, MT_PK_NONE));
-        mt_pk_sets(a, gr, "params", params);
+        if (x->dist) mt_pk_sets(a, gr, "step", mt_pk_int(a, (int64_t)step));
+        else mt_pk_sets(a, gr, "params", params);
         mt_pk_append(a, groups, gr);
         mt_pk_append(a, masters, mg);
     }
     free(order);
     if (rc) return NULL;
     mt_pk *sd = mt_pk_new(a, MT_PK_DICT);
-    mt_pk_sets(a, sd, "state", state);
+    if (!x->dist) mt_pk_sets(a, sd, "state", state);
     mt_pk_sets(a, sd, "param_groups", groups);
-    if (!master) return sd;
+    if (!master && !x->dist) return sd;
     mt_pk *f16 = mt_pk_new(a, MT_PK_DICT);
     mt_pk_sets(a, f16, "optimizer", sd);
     json_t *ls = json_object_get(x->mc->meta, "loss_scaler");
@@ -419,8 +520,66 @@ static mt_pk *optimizer_state(export_ctx *x, const mt_layout *l, rank_out *o, fl
         mt_pk_sets(a, gs, "hysteresis_tracker", mt_pk_int(a, json_integer_value(json_object_get(ls, "hysteresis_tracker"))));
         mt_pk_sets(a, f16, "grad_scaler", gs);
     }
-    mt_pk_sets(a, f16, "fp32_from_fp16_params", masters);
+    if (!x->dist) mt_pk_sets(a, f16, "fp32_from_fp16_params", masters);
     return f16;
+}
+
+/* One rank's distrib_optim.pt at path: per model chunk's gradient buffer (ckpt/megatron_distopt.h), under its
+ * (param dtype, grad dtype) key, the flat fp32 main parameters and Adam's moments with zeros in the alignment
+ * gaps, and numel_unpadded, as DistributedOptimizer.get_parameter_state_dp_zero gathers them. */
+static int write_dist(export_ctx *x, const mt_layout *l, const char *path, mt_err *e)
+{
+    rank_out o = {0};
+    mt_pk_arena *a = &o.a;
+    json_t *args = x->mc->args;
+    int nc = l->chunks > 1 ? l->chunks : 1, rc = 0;
+    int64_t np = 0;
+    for (int j = 0; j < l->n; j++) np += (int64_t)l->t[j].numel;
+    /* the buckets of the args written: one data-parallel rank */
+    json_t *bs = json_object_get(args, "ddp-bucket-size");
+    int64_t size = mt_meg_bucket_size(json_is_true(json_object_get(args, "overlap-grad-reduce")),
+                                      json_is_integer(bs) ? json_integer_value(bs) : 0, 0, 1, np);
+    mt_meg_dbuf *b = mt_xcalloc((size_t)nc, sizeof *b);
+    mt_meg_dbufs(l, x->keys == MT_MEG_KEYS_MCORE, 0, x->mc->arch.tied_embeddings, size, b);
+    mt_pk *root = mt_pk_new(a, MT_PK_DICT);
+    mt_pk_sets(a, root, "buckets_coalesced", mt_pk_bool(a, true));
+    /* the gradients' dtype: fp32 for bf16 (Megatron turns accumulate_allreduce_grads_in_fp32 on) and fp32 */
+    const char *gdt = x->dt == MT_ST_F16 ? "torch.float16" : "torch.float32";
+    size_t most = 1;
+    for (int j = 0; j < l->n; j++)
+        if (l->t[j].numel > most) most = l->t[j].numel;
+    float *s = mt_xmalloc(most * sizeof(float));
+    static const char *const keys[3] = {"param", "exp_avg", "exp_avg_sq"};
+    static const char *const sfx[3] = {NULL, ".exp_avg", ".exp_avg_sq"};
+    for (int c = 0; c < nc && !rc; c++) {
+        int64_t numel = b[c].numel;
+        mt_pk *st = mt_pk_new(a, MT_PK_DICT);
+        for (int q = 0; q < 3 && !rc; q++) {
+            float *w = mt_xcalloc((size_t)(numel ? numel : 1), sizeof *w);
+            for (int p = 0; p < b[c].n && !rc; p++) {
+                const mt_layout_tensor *lt = b[c].t[p];
+                if (read_slice(x, lt, sfx[q], s, e)) rc = -1;
+                else memcpy(w + b[c].off[p], s, lt->numel * sizeof *s);
+            }
+            mt_pk *t = rc ? NULL : add_tensor(&o, w, (size_t)numel, MT_ST_F32, 1, &numel, keys[q], e);
+            free(w);
+            if (!t) rc = -1;
+            else mt_pk_sets(a, st, keys[q], t);
+        }
+        mt_pk_sets(a, st, "numel_unpadded", mt_pk_int(a, numel));
+        mt_pk *key = mt_pk_new(a, MT_PK_TUPLE), *g = mt_pk_new(a, MT_PK_DICT);
+        mt_pk_append(a, key, mt_pk_named(a, MT_PK_GLOBAL, x->torch_dtype));
+        mt_pk_append(a, key, mt_pk_named(a, MT_PK_GLOBAL, gdt));
+        mt_pk_set(a, g, key, st);
+        mt_pk_set(a, root, mt_pk_int(a, c), g);
+    }
+    if (!rc) rc = mt_tckpt_save(path, "distrib_optim", root, o.st, o.n, e);
+    if (rc) mt_err_prefix(e, "%s", path);
+    free(s);
+    mt_meg_dbufs_free(b, nc);
+    free(b);
+    rank_out_free(&o);
+    return rc;
 }
 
 /* One rank's model_optim_rng.pt at path. */
@@ -438,7 +597,7 @@ static int write_rank(export_ctx *x, const mt_layout *l, const char *path, mt_er
         if (l->t[j].numel > most) most = l->t[j].numel;
     float *s = mt_xmalloc(most * sizeof(float));
     /* mixed precision: the fp32 main parameters go with the optimizer's state */
-    mt_pk **master = x->optim && x->dt != MT_ST_F32 ? mt_xcalloc((size_t)(l->n ? l->n : 1), sizeof *master) : NULL;
+    mt_pk **master = x->optim && !x->dist && x->dt != MT_ST_F32 ? mt_xcalloc((size_t)(l->n ? l->n : 1), sizeof *master) : NULL;
     extra_states ex = {0};
     int rc = 0;
     for (int j = 0; j < l->n && !rc; j++) {
@@ -461,20 +620,12 @@ static int write_rank(export_ctx *x, const mt_layout *l, const char *path, mt_er
     }
     if (!rc) core_extra_states(&o.a, models[cur], &ex);
     mt_pk *opt = NULL;
-    if (!rc && x->optim && !x->mc->arch.num_experts && !(opt = optimizer_state(x, l, &o, s, master, -1, e)))
-        rc = mt_err_prefix(e, "%s", path);
-    if (!rc && x->optim && x->mc->arch.num_experts) {
-        /* with experts Megatron chains two optimizers, the dense parameters' and the experts': a list */
-        opt = mt_pk_new(&o.a, MT_PK_LIST);
-        for (int part = 0; part < 2 && !rc; part++) {
-            mt_pk *one = optimizer_state(x, l, &o, s, master, part, e);
-            if (!one) rc = mt_err_prefix(e, "%s", path);
-            else mt_pk_append(&o.a, opt, one);
-        }
-    }
+    if (!rc && x->optim && !(opt = optimizer_state(x, l, &o, s, master, e))) rc = mt_err_prefix(e, "%s", path);
     if (!rc) {
         mt_pk *ns = namespace(&o.a, x->mc, x->tp, x->pp, x->vp, x->rows, x->torch_dtype);
-        mt_pk *root = rank_root(&o.a, x->mc, ns, models, vp);
+        int64_t seed;
+        mt_pk *root = rank_root(&o.a, x->mc, ns, models, vp,
+                                mt_meg_export_rng_seed(x->mc, x->pp, &seed) ? rng_state(&o, l, seed) : NULL);
         if (opt) {   /* after the model (its last chunk), as Megatron's save_checkpoint orders the dict */
             char last[32];
             if (vp > 1) snprintf(last, sizeof last, "model%d", vp - 1);
@@ -494,6 +645,13 @@ static int write_rank(export_ctx *x, const mt_layout *l, const char *path, mt_er
     free(s);
     rank_out_free(&o);
     return rc;
+}
+
+int mt_meg_export_rng_seed(const mt_model_ckpt *mc, int pp, int64_t *seed)
+{
+    json_t *s = json_object_get(mc->args, "seed");
+    *seed = json_is_integer(s) ? json_integer_value(s) : 1234;
+    return *seed > 0 && *seed < ((int64_t)1 << 32) - 100 * (int64_t)pp;
 }
 
 int mt_meg_export_ckpt(mt_model_ckpt *mc, const char *out, int tp, int pp, int chunk_layers, mt_meg_keys keys,
@@ -518,6 +676,7 @@ int mt_meg_export_ckpt(mt_model_ckpt *mc, const char *out, int tp, int pp, int c
     }
     export_ctx x = {.mc = mc, .keys = keys, .tp = tp, .pp = pp, .vp = vp, .progress = progress,
                     .optim = !no_optim && mt_model_has_optim(mc) && json_is_object(json_object_get(mc->meta, "optimizer"))};
+    x.dist = x.optim && json_is_true(json_object_get(mc->args, "use-distributed-optimizer"));
     *with_optim = x.optim;
     if (!strcmp(dtype, "fp32")) x.dt = MT_ST_F32, x.torch_dtype = "torch.float32";
     else if (!strcmp(dtype, "bf16")) x.dt = MT_ST_BF16, x.torch_dtype = "torch.bfloat16";
@@ -551,6 +710,11 @@ int mt_meg_export_ckpt(mt_model_ckpt *mc, const char *out, int tp, int pp, int c
         rank_dir(rd, sizeof rd, i % tp, i / tp, pp);
         char *dir = mt_path_join(itdir, rd), *path = mt_path_join(dir, "model_optim_rng.pt");
         rc = mt_mkdir_p(dir, e) || write_rank(&x, &l[i], path, e) ? -1 : 0;
+        if (!rc && x.dist) {
+            char *dp = mt_path_join(dir, "distrib_optim.pt");
+            rc = write_dist(&x, &l[i], dp, e);
+            free(dp);
+        }
         free(dir);
         free(path);
     }

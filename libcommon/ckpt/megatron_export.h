@@ -30,6 +30,10 @@ int mt_meg_export_ckpt(mt_model_ckpt *mc, const char *out, int tp, int pp, int c
                        const char *dtype, int no_optim, mt_ckpt_progress *progress, const char **dtype_out,
                        int *with_optim, mt_err *e);
 
+/* The seed whose RNG state --to megatron writes (*seed: the run's --seed, default 1234): 1 when Megatron
+ * seeds every stage with it (0 < seed + 100 x the last stage < 2^32), 0 when it writes none. */
+int mt_meg_export_rng_seed(const mt_model_ckpt *mc, int pp, int64_t *seed);
+
 /* The Megatron-Core GPTModel name of a legacy layout name (layer indices as given; moe_layer: the layer is a
  * mixture of experts), or NULL for a name that has none. */
 const char *mt_meg_core_name(const char *legacy, int moe_layer, char *out, size_t cap);

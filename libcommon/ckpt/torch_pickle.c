@@ -83,6 +83,10 @@ mt_pk *mt_pk_str(mt_pk_arena *a, const char *s)
 {
     return bytes_val(a, MT_PK_STR, s, strlen(s));
 }
+mt_pk *mt_pk_bytes(mt_pk_arena *a, const void *p, size_t n)
+{
+    return bytes_val(a, MT_PK_BYTES, p, n);
+}
 mt_pk *mt_pk_named(mt_pk_arena *a, mt_pk_kind kind, const char *name)
 {
     return bytes_val(a, kind, name, strlen(name));

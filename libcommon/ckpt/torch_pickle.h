@@ -74,6 +74,7 @@ mt_pk *mt_pk_int(mt_pk_arena *a, int64_t v);
 mt_pk *mt_pk_float(mt_pk_arena *a, double v);
 mt_pk *mt_pk_bool(mt_pk_arena *a, bool v);
 mt_pk *mt_pk_str(mt_pk_arena *a, const char *s);
+mt_pk *mt_pk_bytes(mt_pk_arena *a, const void *p, size_t n);   /* a copy of n bytes */
 mt_pk *mt_pk_named(mt_pk_arena *a, mt_pk_kind kind, const char *name);
 mt_pk *mt_pk_tensor_new(mt_pk_arena *a, const char *key, mt_st_dtype dt, int64_t storage_numel, int64_t offset,
                         int ndim, const int64_t *shape);   /* contiguous strides */

@@ -6,7 +6,8 @@ checkpoints that mt writes and reads, and the checks around them, for tests/pipe
                             its pickle (anything else is an error) and torch.load reads it; prints the
                             files and tensors loaded
   same_optim DIR_A DIR_B    the optimizer state of each rank file of A equals B's (indices, groups, moments,
-                            steps, fp32 main parameters, loss scaler)
+                            steps, fp32 main parameters, loss scaler; the distributed optimizer's param
+                            groups and its distrib_optim.pt beside the file, keys and tensors)
   same_model DIR_A DIR_B    the model entries (model, or model0, model1, ...) of each rank file of A equal B's
                             (keys and their nesting, tensors and dtypes)
   convert1 FILE VOCAB MERGES
@@ -44,7 +45,9 @@ def offline_tokenizer(vocab, merges):
 
 ALLOWED = {"collections OrderedDict", "torch._utils _rebuild_tensor_v2", "argparse Namespace",
            "torch FloatStorage", "torch BFloat16Storage", "torch HalfStorage",
-           "torch float32", "torch bfloat16", "torch float16"}
+           "torch float32", "torch bfloat16", "torch float16",
+           # the RNG state: torch's generator states (uint8 tensors), numpy's state vector
+           "torch ByteStorage", "numpy.core.multiarray _reconstruct", "numpy ndarray", "numpy dtype"}
 
 
 def globals_of(path):
@@ -101,7 +104,7 @@ def same_optim(argv):
     """The 'optimizer' entries of two Megatron checkpoints of the same layout are the same state: per-parameter
     step, exp_avg and exp_avg_sq equal under the same indices, the same param groups (indices, wd_mult,
     weight_decay, betas, eps), the same fp32 main parameters and loss scaler."""
-    n = 0
+    n = ne = 0
     for name, pa, pb in rank_files(*argv):
         oa, ob = (torch.load(p, map_location="cpu")["optimizer"] for p in (pa, pb))
         def fail(what):
@@ -109,6 +112,39 @@ def same_optim(argv):
         if set(oa) != set(ob):
             fail("keys %s and %s" % (sorted(oa), sorted(ob)))
         sa, sb = (o["optimizer"] if "optimizer" in o else o for o in (oa, ob))
+        if "state" not in sa:   # DistributedOptimizer.state_dict(): no per-parameter state, distrib_optim.pt
+            if "state" in sb:
+                fail("distributed optimizer state against a non-distributed one")
+            if len(sa["param_groups"]) != len(sb["param_groups"]):
+                fail("param groups differ in number")
+            for g, (x, y) in enumerate(zip(sa["param_groups"], sb["param_groups"])):
+                for k in ("wd_mult", "lr_mult", "is_expert_parallel", "weight_decay", "betas", "eps", "step"):
+                    if x[k] != y[k] or type(x[k]) is not type(y[k]) or "params" in x or "params" in y:
+                        fail("param group %d %s: %s and %s" % (g, k, x.get(k), y.get(k)))
+            da, db = (torch.load(os.path.join(os.path.dirname(p), "distrib_optim.pt"), map_location="cpu") for p in (pa, pb))
+            def same(x, y, where):
+                if type(x) is not type(y):
+                    fail("%s: %s and %s" % (where, type(x).__name__, type(y).__name__))
+                if isinstance(x, dict):
+                    if list(x) != list(y):
+                        fail("%s: keys %s and %s" % (where, list(x), list(y)))
+                    for k in x:
+                        same(x[k], y[k], "%s[%r]" % (where, k))
+                elif isinstance(x, torch.Tensor):
+                    if x.dtype != y.dtype or not torch.equal(x, y):
+                        fail("%s differs" % where)
+                    return x.numel()
+                elif x != y:
+                    fail("%s: %r and %r" % (where, x, y))
+                return 0
+            def count(x):
+                return sum(count(v) for v in x.values()) if isinstance(x, dict) else x.numel() if isinstance(x, torch.Tensor) else 0
+            same(da, db, "distrib_optim.pt")
+            ne += count(da)
+            if "grad_scaler" in oa and {k: float(v) for k, v in oa["grad_scaler"].items()} != \
+                    {k: float(v) for k, v in ob["grad_scaler"].items()}:
+                fail("grad_scaler differs")
+            continue
         if sorted(sa["state"]) != sorted(sb["state"]):
             fail("parameter indices differ")
         for i, x in sa["state"].items():
@@ -132,7 +168,7 @@ def same_optim(argv):
                 {k: float(v) for k, v in ob["grad_scaler"].items()}:
             fail("grad_scaler differs")
         n += len(sa["state"])
-    print("%d parameters' state equal" % n)
+    print("%d elements of distrib_optim.pt equal" % ne if ne else "%d parameters' state equal" % n)
 
 
 def same_model(argv):

@@ -4,7 +4,7 @@ meta.json for the model's arguments), for tests/pipeline/megatron-read.sh.
 
 Usage: megatron_write.py MT_RANK_DIR OUT_DIR --tp T --pp P --vocab-file F --merge-file F [--divisible-by N] [--core]
        [--drop KEY] [--extra KEY] [--bad-ffn] [--release] [--checkpoint-version V] [--dtype D] [--round D]
-       [--optim] [--vp V]
+       [--optim [--distrib [--bucket-size N] [--args-bucket-size N] [--per-bucket]]] [--vp V]
 
 Written from the interop spec (sections 5.1-5.4, 7.2-7.6): the tracker, iter_NNNNNNN/mp_rank_TT[_PPP]/
 model_optim_rng.pt per rank, each a dict of args (an argparse.Namespace), checkpoint_version 3.0,
@@ -22,6 +22,19 @@ Megatron-Core's TransformerLayer with Transformer Engine's layers linear_proj, t
 fused norm first, linear_fc1 likewise, linear_fc2), FP32Optimizer's state_dict for fp32 and, with --dtype
 bf16 or fp16, Float16OptimizerWithFloat16Params' {'optimizer', 'fp32_from_fp16_params'} holding the fp32
 main parameters (and 'grad_scaler' for fp16).
+With --distrib, the distributed optimizer's state as Megatron-LM's main branch of 2026-08 saves it in this
+format (megatron/core/optimizer/distrib_optimizer.py, the "buckets_coalesced" layout of February 2024 on):
+model_optim_rng.pt's 'optimizer' is DistributedOptimizer.state_dict() (the inner optimizer's param groups
+without 'params', with 'step'; 'grad_scaler' for fp16), and distrib_optim.pt beside it holds, per model
+chunk's gradient buffer (get_parameter_state_dp_zero), under the key (param dtype, grad dtype), the fp32
+'param', 'exp_avg' and 'exp_avg_sq' of the whole buffer with each bucket's end padding dropped, and
+'numel_unpadded'. The buffer is laid out by a literal transcription of _compute_per_buffer_param_layout:
+parameters in reverse registration order, starts padded to 64 elements, buckets closed at --bucket-size
+elements (args overlap_grad_reduce and ddp_bucket_size; first stage, first chunk only) and around the
+shared embedding (Megatron-Core, pp > 1: the first stage's word embeddings, the last stage's output
+layer), bucket ends padded to lcm(dp, 128); the world tensors are then cut from that padded buffer bucket by
+bucket. --args-bucket-size writes another size into the args than the one used (a mismatch to refuse);
+--per-bucket writes the format before February 2024 (lists of per-bucket tensors, no 'buckets_coalesced').
 Tensor slices: word embeddings and QKV / h->4h rows split over tensor ranks (QKV rows in the per-head
 [np, 3, hn] order, kept as mt stores them; with --checkpoint-version 0 or 1 in those versions'
 orders, [3, np, hn] and [np, hn, 3]), dense / 4h->h columns split, the rest replicated; layers
@@ -33,6 +46,7 @@ import argparse
 import collections
 import io
 import json
+import math
 import os
 import random
 import struct
@@ -95,6 +109,65 @@ def optimizer(reg, w, mom, part, meta, a, dtype):
     return out
 
 
+def buffer_layout(numels, shared, bucket_size, dp):
+    """Megatron-Core's DistributedOptimizer._compute_per_buffer_param_layout: numels in registration order;
+    returns each parameter's (start, end), the buckets' (start, end) and their unpadded sizes."""
+    index, buckets, unpadded = {}, [], []
+    div = dp * 128 // math.gcd(dp, 128)
+
+    def finalize(end, bstart):
+        unpadded.append(end - bstart)
+        bend = -(-end // div) * div
+        buckets.append((bstart, bend))
+        return bend
+
+    start = bstart = end = 0
+    held = []
+    for i in reversed(range(len(numels))):
+        start = -(-start // 64) * 64
+        if shared[i] and held:
+            bstart = finalize(start, bstart)
+            held = []
+            start = bstart
+        end = start + numels[i]
+        index[i] = (start, end)
+        held.append(i)
+        if (bucket_size and end - bstart >= bucket_size) or shared[i]:
+            bstart = finalize(end, bstart)
+            held = []
+            start = bstart
+        else:
+            start = end
+    if held:
+        finalize(end, bstart)
+    return index, buckets, unpadded
+
+
+def distrib(chunks, w, mom, part, meta, a, dtype, bucket_size, first, per_bucket):
+    """distrib_optim.pt's dict: chunks, per model chunk the (mt name, slicing, shared) of its parameters in
+    registration order."""
+    TD = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
+    key = (TD[dtype], torch.float16 if dtype == "fp16" else torch.float32)
+    out = {} if per_bucket else {"buckets_coalesced": True}
+    for c, params in enumerate(chunks):
+        vals = {"param": [part(w[n], d) for n, d, _ in params],
+                "exp_avg": [part(mom[n + ".exp_avg"], d) for n, d, _ in params],
+                "exp_avg_sq": [part(mom[n + ".exp_avg_sq"], d) for n, d, _ in params]}
+        size = bucket_size if first and c == 0 else 0
+        index, buckets, unpadded = buffer_layout([v.size for v in vals["param"]], [sh for _, _, sh in params], size, 1)
+        st = {}
+        for k, xs in vals.items():
+            buf = np.zeros(buckets[-1][1], np.float32)   # the padded gradient buffer
+            for i, x in enumerate(xs):
+                buf[index[i][0]:index[i][1]] = x.reshape(-1)
+            cut = [torch.from_numpy(buf[b0:b0 + u].copy()) for (b0, _), u in zip(buckets, unpadded)]
+            st[k] = cut if per_bucket else torch.cat(cut)
+        if not per_bucket:
+            st["numel_unpadded"] = sum(unpadded)
+        out[c] = {key: st}
+    return out
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("src")
@@ -115,6 +188,10 @@ def main():
     ap.add_argument("--dtype", choices=("fp32", "bf16", "fp16"), default="fp32")
     ap.add_argument("--round", choices=("bf16", "fp16"), default=None)
     ap.add_argument("--optim", action="store_true")
+    ap.add_argument("--distrib", action="store_true")
+    ap.add_argument("--bucket-size", type=int, default=0)
+    ap.add_argument("--args-bucket-size", type=int, default=0)
+    ap.add_argument("--per-bucket", action="store_true")
     ap.add_argument("--vp", type=int, default=1)   # model chunks per stage (the interleaved schedule)
     o = ap.parse_args()
     meta = json.load(open(os.path.join(o.src, "meta.json")))
@@ -153,7 +230,9 @@ def main():
         consumed_valid_samples=meta["consumed_valid_samples"], split="969, 30, 1", data_cache_path=None,
         params_dtype=torch.float32, untie_embeddings_and_output_weights=False, add_bias_linear=True,
         swiglu=False, normalization="LayerNorm", position_embedding_type="learned_absolute",
-        apply_query_key_layer_scaling=False, lr=3e-4, fp16=False, bf16=False, load=None, save=o.out)
+        apply_query_key_layer_scaling=False, lr=3e-4, fp16=False, bf16=False, load=None, save=o.out,
+        use_distributed_optimizer=o.distrib, overlap_grad_reduce=bool(o.bucket_size),
+        ddp_bucket_size=(o.args_bucket_size or o.bucket_size) or None, data_parallel_size=1)
 
     def part(x, t, dim):
         n = x.shape[dim] // tp
@@ -186,8 +265,10 @@ def main():
                     return t.to(TD[o.round]).float()
                 return t.to(TD[o.dtype]) if o.dtype != "fp32" else t
             models, reg = [], []   # reg: (its mt name, slicing) in the order the model chunks register their parameters
+            chunks = []            # per model chunk: (mt name, slicing, shared embedding) in registration order
             for c in range(vp):
                 first, last = p == 0 and c == 0, p == pp - 1 and c == vp - 1
+                reg0 = len(reg)
                 enc = collections.OrderedDict()
                 flat = collections.OrderedDict()   # Megatron-Core's names
                 emb = collections.OrderedDict()
@@ -250,6 +331,9 @@ def main():
                     head = T(part(w["language_model.embedding.word_embeddings.weight"], t, 0))
                     model["word_embeddings_for_head"] = collections.OrderedDict(weight=head)
                     flat["output_layer.weight"] = head
+                # Megatron-Core marks the embeddings shared_embedding where a pipeline splits them
+                chunks.append([(n, dim, o.core and pp > 1 and n.endswith("word_embeddings.weight"))
+                               for n, dim in reg[reg0:]])
                 if o.core:
                     model = flat
                 if o.extra:
@@ -273,12 +357,24 @@ def main():
             else:   # the interleaved schedule's model chunks
                 for c in range(vp):
                     state["model%d" % c] = models[c]
+            sl = lambda x, dim: x if dim < 0 else part(x, t, dim)
             if o.optim:
-                state["optimizer"] = optimizer(reg, w, mom, lambda x, dim: x if dim < 0 else part(x, t, dim),
-                                               meta, a, o.dtype)
+                state["optimizer"] = optimizer(reg, w, mom, sl, meta, a, o.dtype)
             rank = "mp_rank_%02d" % t if pp == 1 else "mp_rank_%02d_%03d" % (t, p)
             d = os.path.join(o.out, sub, rank)
             os.makedirs(d, exist_ok=True)
+            if o.optim and o.distrib:
+                # DistributedOptimizer.state_dict(): the param groups without their parameters, with the step
+                opt = state["optimizer"]
+                inner = opt["optimizer"] if "optimizer" in opt else opt
+                groups = [dict((k, v) for k, v in g.items() if k != "params") for g in inner["param_groups"]]
+                for g in groups:
+                    g["step"] = int(meta["optimizer"]["step"])
+                state["optimizer"] = {"optimizer": {"param_groups": groups}}
+                if "grad_scaler" in opt:
+                    state["optimizer"]["grad_scaler"] = opt["grad_scaler"]
+                torch.save(distrib(chunks, w, mom, sl, meta, a, o.dtype, o.bucket_size, p == 0, o.per_bucket),
+                           os.path.join(d, "distrib_optim.pt"))
             torch.save(state, os.path.join(d, "model_optim_rng.pt"))
     with open(os.path.join(o.out, "latest_checkpointed_iteration.txt"), "w") as fh:
         fh.write("release" if o.release else str(it))

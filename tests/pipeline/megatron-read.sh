@@ -9,11 +9,12 @@
 # - a --bf16 or --fp16 run's checkpoint (tensors in that dtype) gives the loss of the same values in fp32;
 # - iteration, consumed samples and the schedule are kept, and mt-train --load --no-load-optim continues
 #   from that iteration with finite, falling losses;
-# - Megatron-Core's optimizer state (fp32, bf16 and fp16 runs) is read as mt saved it, and mt-train --load
-#   continues such a checkpoint exactly as the mt checkpoint it was made from;
+# - Megatron-Core's optimizer state (fp32, bf16 and fp16 runs; and the distributed optimizer's, its
+#   distrib_optim.pt at TP 2 x PP 2 with buckets and the split-off shared embeddings) is read as mt saved it,
+#   and mt-train --load continues such a checkpoint exactly as the mt checkpoint it was made from;
 # - the interleaved schedule's model chunks (model0, model1) are read byte for byte;
-# - a missing rank, a missing key, a shape the args do not give: one line naming the file and key,
-#   non-zero exit, nothing under --save.
+# - a missing rank, a missing key, a shape the args do not give, a missing or foreign distrib_optim.pt: one
+#   line naming the file and key, non-zero exit, nothing under --save.
 . "$(dirname "$0")/../lib.sh"
 PY=/usr/bin/python3
 d=$T_TMP
@@ -120,12 +121,6 @@ then t_pass "iteration, consumed samples and the schedule kept, no optimizer sta
 else t_fail "iteration, consumed samples and the schedule kept" "$(tail -2 "$d/st")"; fi
 grep -q "no optimizer state" "$d/ce" && t_pass "the message says the optimizer state is not converted" \
     || t_fail "the message says the optimizer state is not converted" "$(cat "$d/ce")"
-# the distributed optimizer's state file (not read yet) is named in the message
-: >"$d/meg/iter_0000020/mp_rank_00_000/distrib_optim.pt"
-rm -rf "$d/c2"
-mt-ckpt-convert --from megatron --load "$d/meg" --save "$d/c2" 2>"$d/ce" && grep -q "distrib_optim.pt is not read yet" "$d/ce" \
-    && t_pass "a distributed optimizer's distrib_optim.pt: weights only, said in the message" \
-    || t_fail "a distributed optimizer's distrib_optim.pt: said in the message" "$(cat "$d/ce")"
 
 # ---- mt-train continues at iteration 20 ----
 if mt-train "${train[@]}" --train-iters 26 --lr-decay-iters 40 --load "$d/c1" --no-load-optim \
@@ -145,38 +140,42 @@ else t_fail "mt-train --load --no-load-optim continues from iteration 20" "$(tai
 
 # ---- the optimizer's state (Megatron-Core's non-distributed optimizer, megatron_write.py --optim): read
 # into mt's own moments and (bf16, fp16: from fp32_from_fp16_params) weights byte for byte, with Adam's step
-# and the loss scaler, so mt-train --load continues exactly as from the mt checkpoint it came from ----
+# and the loss scaler, so mt-train --load continues exactly as from the mt checkpoint it came from; and the
+# distributed optimizer's (megatron_write.py --distrib: its param groups, distrib_optim.pt per rank) of a bf16
+# run at TP 2 x PP 2, with 100-element buckets (the first stage's bucket ends fall after 48-element QKV biases,
+# so dropping their padding moves what follows) and the shared embeddings in buckets of their own ----
 metrics() {   # FILE: iteration, loss, grad norm of each train line
     $PY -c 'import json,sys; [print(r["iteration"], repr(r["lm_loss"]), repr(r.get("grad_norm"))) for r in map(json.loads, open(sys.argv[1])) if r["type"] == "train"]' "$1"
 }
-for dt in fp32 bf16 fp16; do
-    flag=() of=()
+for v in fp32 bf16 fp16 bf16-distrib; do
+    dt=${v%-distrib} flag=() of=()
     [ $dt != fp32 ] && flag=(--$dt) && of=(--dtype $dt)
+    [ $v != $dt ] && of+=(--pp 2 --distrib --bucket-size 100)
     s=$src
     if [ $dt != fp32 ]; then
         s=$d/ck-$dt/iter_0000020/mp_rank_00
-        mt-train "${train[@]}" "${flag[@]}" --train-iters 20 --lr-decay-iters 40 --save "$d/ck-$dt" >/dev/null 2>"$d/t$dt.err" \
-            || { t_fail "$dt: a run to convert" "$(tail -2 "$d/t$dt.err")"; continue; }
+        [ -e "$s/optim.safetensors" ] || mt-train "${train[@]}" "${flag[@]}" --train-iters 20 --lr-decay-iters 40 \
+            --save "$d/ck-$dt" >/dev/null 2>"$d/t$dt.err" || { t_fail "$dt: a run to convert" "$(tail -2 "$d/t$dt.err")"; continue; }
     fi
     rm -rf "$d/meg" "$d/co"
     if ! oracle "$s" "$d/meg" --tp 2 --divisible-by 128 --core --optim "${of[@]}" >"$d/oe" 2>&1 ||
         ! mt-ckpt-convert --from megatron --load "$d/meg" --save "$d/co" 2>"$d/ce"; then
-        t_fail "$dt: Megatron-Core optimizer state converted" "$(tail -2 "$d/oe" "$d/ce")"; continue
+        t_fail "$v: Megatron-Core optimizer state converted" "$(tail -2 "$d/oe" "$d/ce")"; continue
     fi
     c=$d/co/iter_0000020/mp_rank_00
     if cmp -s "$c/optim.safetensors" "$s/optim.safetensors" && cmp -s "$c/model.safetensors" "$s/model.safetensors" &&
         $PY -c 'import json,sys; a,b=(json.load(open(f)) for f in sys.argv[1:3]); sys.exit(a["optimizer"]["step"]!=b["optimizer"]["step"] or (sys.argv[3]=="fp16" and a["loss_scaler"]!=b["loss_scaler"]))' \
             "$c/meta.json" "$s/meta.json" $dt; then
-        t_pass "$dt: Megatron-Core's optimizer state read: moments, weights, step$([ $dt = fp16 ] && echo ', loss scaler') as mt saved them ($(grep -o 'Adam step [0-9]*' "$d/ce"))"
-    else t_fail "$dt: Megatron-Core's optimizer state read as mt saved it" "$(cat "$d/ce")"; fi
+        t_pass "$v: Megatron-Core's optimizer state read: moments, weights, step$([ $dt = fp16 ] && echo ', loss scaler') as mt saved them ($(grep -o 'Adam step [0-9]*' "$d/ce"))"
+    else t_fail "$v: Megatron-Core's optimizer state read as mt saved it" "$(cat "$d/ce")"; fi
     rm -f "$d/ma.jsonl" "$d/mb.jsonl"
     cont=("${train[@]}" "${flag[@]}" --train-iters 24 --lr-decay-iters 40 --use-checkpoint-opt_param-scheduler)
     mt-train "${cont[@]}" --load "${s%/iter_*}" --metrics-file "$d/ma.jsonl" >/dev/null 2>"$d/ta.err"
     mt-train "${cont[@]}" --load "$d/co" --metrics-file "$d/mb.jsonl" >/dev/null 2>"$d/tb.err"
     a=$(metrics "$d/ma.jsonl" 2>/dev/null) b=$(metrics "$d/mb.jsonl" 2>/dev/null)
     [ "$(echo "$a" | wc -l)" = 4 ] && [ "$a" = "$b" ] \
-        && t_pass "$dt: mt-train --load continues the converted checkpoint as the mt one: iterations 21..24 equal ($(echo $b | cut -d' ' -f1-3) ...)" \
-        || t_fail "$dt: continued as the mt checkpoint" "mt: $a / converted: $b $(tail -1 "$d/tb.err")"
+        && t_pass "$v: mt-train --load continues the converted checkpoint as the mt one: iterations 21..24 equal ($(echo $b | cut -d' ' -f1-3) ...)" \
+        || t_fail "$v: continued as the mt checkpoint" "mt: $a / converted: $b $(tail -1 "$d/tb.err")"
 done
 
 # ---- the interleaved schedule's model chunks (model0, model1 per rank: a 4-layer model at PP 2 with 2 chunks
@@ -184,7 +183,7 @@ done
 # byte for byte ----
 if mt-train "${train[@]}" --num-layers 4 --train-iters 4 --lr-decay-iters 40 --save "$d/ck4" >/dev/null 2>"$d/t4.err"; then
     s4=$d/ck4/iter_0000004/mp_rank_00
-    for of in "" "--core --optim"; do
+    for of in "" "--core --optim" "--core --optim --distrib --bucket-size 100"; do
         rm -rf "$d/meg" "$d/c4"
         # shellcheck disable=SC2086
         if oracle "$s4" "$d/meg" --tp 2 --pp 2 --vp 2 --divisible-by 128 $of >"$d/oe" 2>&1 &&
@@ -214,6 +213,13 @@ REMOVE= refused "a shape the args do not give" "mp_rank_00_000/model_optim_rng.p
     --tp 2 --pp 2 --divisible-by 128 --bad-ffn
 REMOVE= refused "an extra tensor" "model tensor 'language_model.encoder.layers.0.extra.weight' is not one of this model's" \
     --extra layers.0.extra.weight --divisible-by 256
+REMOVE=mp_rank_00_001/distrib_optim.pt refused "a missing distrib_optim.pt" \
+    "mp_rank_00_001/distrib_optim.pt: missing: the distributed optimizer's state" --tp 2 --pp 2 --divisible-by 128 --core --optim --distrib
+REMOVE= refused "distrib_optim.pt laid out with other buckets than the args say" \
+    "mp_rank_00_000/distrib_optim.pt: buffer 0 holds 815568 elements (numel_unpadded); the model's parameters in Megatron-Core's buffer layout take 815616" \
+    --tp 2 --pp 2 --divisible-by 128 --core --optim --distrib --bucket-size 100 --args-bucket-size 5000
+REMOVE= refused "distrib_optim.pt of before February 2024 (per-bucket tensors)" \
+    "mp_rank_00/distrib_optim.pt: no 'buckets_coalesced'" --divisible-by 256 --core --optim --distrib --per-bucket
 REMOVE= refused "checkpoint_version 1.5 (no such version)" "checkpoint_version 1.5: not a version Megatron-LM wrote" \
     --checkpoint-version 1.5 --divisible-by 256
 mkdir -p "$d/notmeg" && echo 3 >"$d/notmeg/latest_checkpointed_iteration.txt"

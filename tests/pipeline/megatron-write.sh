@@ -4,7 +4,8 @@
 # runs them with GPT-2's tokenizer from share/ in place of the hub's). An mt-trained model exported:
 # - every rank's file names only mt's allowlisted globals in its pickle (pickletools), torch.load reads it, and
 #   the file holds the iteration, checkpoint_version 3.0, the args Megatron checks on load (the layout
-#   written, padded_vocab_size, params_dtype) and the schedule of the mt checkpoint;
+#   written, padded_vocab_size, params_dtype), the schedule of the mt checkpoint and, per rank, the RNG state
+#   Megatron seeds from --seed (Python's, numpy's and torch's own seeding, compared);
 # - convert_megatron_gpt2_checkpoint.py on the TP 1 export and checkpoint_reshaping_and_interoperability.py
 #   (Megatron to transformers) on a TP 2 x PP 2 export give a GPT2LMHeadModel whose logits equal
 #   mt-eval --score --logits to 1e-5 of the largest;
@@ -14,13 +15,15 @@
 # - the optimizer's state is Megatron-Core's (fp32: torch's AdamW state dict over Megatron's param groups;
 #   --bf16 and --fp16 runs: with the fp32 main parameters, and fp16's loss scaler) as
 #   tests/oracle/megatron_write.py --optim builds it with torch's own AdamW, and --no-save-optim leaves it out;
+#   a --use-distributed-optimizer run's is the distributed optimizer's (distrib_optim.pt per rank, buckets
+#   and all) as megatron_write.py --distrib builds it;
 # - back with --from megatron: the weights and moments are the original's byte for byte at TP 1 (fp32, bf16,
 #   fp16), and at TP 2 x PP 2 (legacy and Megatron-Core keys) every rank's are mt's own resharding's;
 #   iteration, consumed samples, Adam's step and the schedule come back;
 # - --dtype bf16 writes the tensors rounded as torch rounds them;
 # - the LLaMA options (RMSNorm, rope, SwiGLU, GQA, untied, no biases) go mt -> Megatron -> mt at TP 2 x PP 2
 #   as mt's own resharding, with both key families, and so does a mixture of experts (Megatron-Core's names,
-#   MoE args and chained optimizer);
+#   MoE args, the experts' optimizer state in the dense param groups in SequentialMLP's order);
 # and the other way, checkpoint_reshaping_and_interoperability.py (transformers to Megatron, TP 2 x PP 2;
 # args as a types.SimpleNamespace, transposed views of shared storages) from a random GPT2LMHeadModel, read
 # with --from megatron: mt's logits equal transformers' to 1e-5. Bad requests: one line, nothing written.
@@ -137,6 +140,32 @@ for keys in legacy mcore; do
     [ -z "$bad" ] && t_pass "mt -> Megatron ($keys keys) -> mt at TP 2 x PP 2: every rank's model and optim.safetensors are the reshard's" \
         || t_fail "mt -> Megatron ($keys keys) -> mt at TP 2 x PP 2: every rank's model and optim.safetensors are the reshard's" "differ:$bad"
 done
+# the RNG state of every rank: what Megatron's _set_random_seed gives for --seed 5 on that stage and tensor
+# rank, as Python's random, numpy and torch themselves produce it (so Megatron loads it without --no-load-rng)
+if $PY - "$d/meg22-mcore/iter_0000020" 5 >"$d/rng.out" 2>&1 <<'PYEOF'
+import random, struct, sys, numpy as np, torch
+n = 0
+for t in (0, 1):
+    for p in (0, 1):
+        sd = torch.load("%s/mp_rank_%02d_%03d/model_optim_rng.pt" % (sys.argv[1], t, p), map_location="cpu")
+        st, = sd["rng_state"]
+        seed = int(sys.argv[2]) + 100 * p
+        random.seed(seed)
+        assert st["random_rng_state"] == random.getstate(), "random"
+        np.random.seed(seed)
+        want = np.random.get_state()
+        got = st["np_rng_state"]
+        assert got[0] == want[0] and got[1].dtype == want[1].dtype and (got[1] == want[1]).all() and got[2:] == want[2:], "numpy"
+        assert torch.equal(st["torch_rng_state"], torch.Generator().manual_seed(seed).get_state()), "torch"
+        cuda = {k: struct.unpack("<QQ", bytes(v.tolist())) for k, v in st["rng_tracker_states"].items()}
+        assert struct.unpack("<QQ", bytes(st["cuda_rng_state"].tolist())) == (seed, 0), "cuda"
+        assert cuda == {"data-parallel-rng": (seed, 0), "model-parallel-rng": (seed + 2718 + t, 0),
+                        "expert-parallel-rng": (seed + 1024 + t, 0)}, cuda
+        n += 1
+print("%d ranks" % n)
+PYEOF
+then t_pass "each rank's rng_state is Megatron's seeding of --seed 5 (Python, numpy, torch CPU and CUDA states; $(cat "$d/rng.out"))"
+else t_fail "each rank's rng_state is Megatron's seeding of --seed" "$(tail -3 "$d/rng.out")"; fi
 # each rank's model and optimizer state are what tests/oracle/megatron_write.py lays out as Megatron saves
 # them (the optimizer's built with torch's own AdamW): legacy and Megatron-Core keys at TP 2 x PP 2, and the
 # interleaved schedule's model chunks
@@ -171,6 +200,24 @@ for dt in bf16 fp16; do   # Float16OptimizerWithFloat16Params: the fp32 main par
     then t_pass "--$dt run, legacy keys: $dt tensors, the optimizer state Megatron saves ($(cat "$d/so")), back byte for byte"
     else t_fail "--$dt run, legacy keys: the optimizer state Megatron saves, back byte for byte" "$(tail -2 "$d/t.err" "$d/ce" "$d/oe" "$d/so")"; fi
 done
+# ---- the distributed optimizer (a --bf16 run with --use-distributed-optimizer --overlap-grad-reduce and
+# 100-element buckets): each rank file holds DistributedOptimizer.state_dict() and distrib_optim.pt beside it
+# the buffers' main parameters and moments, as megatron_write.py --distrib lays them out (the same TP 2 x PP 2
+# layout from a one-rank copy of the run); back with --from megatron as mt's own reshard ----
+rm -rf "$d/ckd" "$d/ckd1" "$d/ckd22" "$d/megd" "$d/ord" "$d/rtd"
+if mt-train "${train[@]}" --bf16 --use-distributed-optimizer --overlap-grad-reduce --ddp-bucket-size 100 --train-iters 4 \
+        --lr-decay-iters 40 --save "$d/ckd" >/dev/null 2>"$d/t.err" &&
+    mt-ckpt-convert --load "$d/ckd" --save "$d/ckd1" 2>"$d/ce" &&
+    mt-ckpt-convert --load "$d/ckd" --save "$d/ckd22" --target-tensor-parallel-size 2 --target-pipeline-parallel-size 2 2>>"$d/ce" &&
+    mt-ckpt-convert --load "$d/ckd" --to megatron --out "$d/megd" --megatron-keys mcore --target-tensor-parallel-size 2 \
+        --target-pipeline-parallel-size 2 2>>"$d/ce" &&
+    mw "$d/ckd1/iter_0000004/mp_rank_00" "$d/ord" --tp 2 --pp 2 --core --optim --distrib --bucket-size 100 --dtype bf16 >"$d/oe" 2>&1 &&
+    same same_optim "$d/megd" "$d/ord" >"$d/so" 2>&1 && same same_model "$d/megd" "$d/ord" >"$d/sm" 2>&1 &&
+    mt-ckpt-convert --from megatron --load "$d/megd" --save "$d/rtd" --target-tensor-parallel-size 2 \
+        --target-pipeline-parallel-size 2 2>>"$d/ce" && bad=$(differ22 "$d/rtd" "$d/ckd22" 0000004) && [ -z "$bad" ]
+then t_pass "--use-distributed-optimizer run, TP 2 x PP 2: distrib_optim.pt and the param groups as Megatron saves them ($(cat "$d/so")), back as the reshard"
+else t_fail "--use-distributed-optimizer run: distrib_optim.pt as Megatron saves it, back as the reshard" \
+    "$(tail -2 "$d/t.err" "$d/ce" "$d/oe" "$d/so" "$d/sm" 2>/dev/null) $bad"; fi
 # ---- the LLaMA options (RMSNorm, rope, SwiGLU, grouped-query attention, untied, no biases) both ways ----
 if mt-train "${train[@]}" --normalization RMSNorm --position-embedding-type rope --swiglu --group-query-attention \
         --num-query-groups 2 --untie-embeddings-and-output-weights --disable-bias-linear --train-iters 4 \
@@ -192,7 +239,7 @@ then
 else t_fail "a LLaMA-options run" "$(tail -2 "$d/t.err" "$d/ce")"; fi
 
 # ---- a mixture of experts (a dense layer then an MoE layer: router, 4 experts, a shared expert), with
-# Megatron-Core's names and its chained optimizer (the dense parameters' state, then the experts') ----
+# Megatron-Core's names; no expert parallelism, so one optimizer holds the experts' state with the rest ----
 if mt-train "${train[@]}" --num-experts 4 --moe-router-topk 2 --moe-shared-expert-intermediate-size 64 \
         --moe-layer-freq "[0,1]" --moe-aux-loss-coeff 0.01 --disable-bias-linear --train-iters 4 --lr-decay-iters 40 \
         --save "$d/ckm" >/dev/null 2>"$d/t.err" &&
@@ -210,14 +257,23 @@ sd = torch.load(sys.argv[1], map_location="cpu")
 a, o, m = sd["args"], sd["optimizer"], sd["model"]
 assert (a.num_experts, a.moe_layer_freq, a.moe_router_topk, a.moe_shared_expert_intermediate_size,
         a.moe_expert_capacity_factor) == (4, [0, 1], 2, 64, None), vars(a)
-assert isinstance(o, list) and len(o) == 2, type(o)
-assert [g["is_expert_parallel"] for g in o[1]["param_groups"]] == [True] and len(o[1]["param_groups"][0]["params"]) == 8
+# no expert parallelism: Megatron reduces the experts' gradients with the dense ones (allreduce), so they are
+# in the dense param groups of one optimizer (no ChainedOptimizer list), in SequentialMLP's registration
+# order: expert 0's linear_fc1 and linear_fc2, then expert 1's, ...
+assert isinstance(o, dict) and [g["is_expert_parallel"] for g in o["param_groups"]] == [False, False], o["param_groups"]
+L = "decoder.layers.0."
+reg = [L + "self_attention.linear_proj.weight", L + "self_attention.linear_qkv.weight", L + "mlp.router.weight"]
+for j in range(4):
+    reg += [L + "mlp.experts.local_experts.%d.linear_fc%d.weight" % (j, f) for f in (1, 2)]
+reg += [L + "mlp.shared_experts.linear_fc1.weight", L + "mlp.shared_experts.linear_fc2.weight", "output_layer.weight"]
+got = [tuple(o["state"][i]["exp_avg"].shape) for i in o["param_groups"][0]["params"]]
+assert got == [tuple(m[k].shape) for k in reg], got
 for k in ("decoder.layers.0.pre_mlp_layernorm.weight", "decoder.layers.0.mlp.router.weight",
           "decoder.layers.0.mlp.experts.local_experts.3.linear_fc2.weight", "decoder.layers.0.mlp.shared_experts.linear_fc1.weight"):
     assert k in m, k
 PYEOF
     else bad="$(cat "$d/ce")"; fi
-    [ -z "$bad" ] && t_pass "experts, TP 2 x PP 2: Megatron-Core's MoE names, args and chained optimizer; back as the reshard, model and optimizer" \
+    [ -z "$bad" ] && t_pass "experts, TP 2 x PP 2: Megatron-Core's MoE names and args, the experts' state in SequentialMLP's order; back as the reshard, model and optimizer" \
         || t_fail "experts, TP 2 x PP 2: mt -> Megatron -> mt" "$bad"
     err1 mt-ckpt-convert --load "$d/ckm" --to megatron --out "$d/megml" && [ ! -e "$d/megml" ] \
         && t_pass "experts with the legacy keys: refused in one line ($(cat "$d/e"))" || t_fail "experts with the legacy keys refused" "$(cat "$d/e")"
