@@ -83,6 +83,8 @@ typedef struct mtk_ops {
                           int B, int T, int NH, int NG, int HS, const mtk_dropout *drop);
     void (*attention_kv)(mtk *k, void *out, const void *qkv, void *kcache, void *vcache, int B, int T, int pos0,
                          int Tmax, int NH, int NG, int HS);
+    void (*attention_paged)(mtk *k, void *out, const void *qkv, void *kpool, void *vpool, int N, const int32_t *seq,
+                            const int32_t *pos, const int32_t *table, int max_blocks, int BS, int NH, int NG, int HS);
     /* attention by blocks (context parallelism) */
     void (*attention_kv_pack)(mtk *k, void *kv, const void *qkv, int B, int T, int NH, int NG, int HS);
     void (*attention_block_fwd)(mtk *k, float *out, float *lse, const void *qkv, const void *kv, int B, int Tq, int Tk,

@@ -259,6 +259,20 @@ void mtk_attention_gqa_bwd(mtk *k, mtk_act *dqkv, const mtk_act *dout, const mtk
 void mtk_attention_gqa_kv(mtk *k, mtk_act *out, const mtk_act *qkv, mtk_act *kcache, mtk_act *vcache, int B, int T,
                           int pos0, int Tmax, int NH, int NG, int HS);
 
+/* ---- attention over a paged key/value cache (continuous batching: sequences at different positions in one
+ * call) ----
+ * The cache is a pool of blocks: block b of the key pool holds [NG][BS][HS] (BS positions; the value pool
+ * likewise), and sequence s keeps its position p in block table[s * max_blocks + p / BS], at row p % BS. qkv
+ * holds N token rows in the layout above ([N, NG, NH/NG + 2, HS]); row r is the token of sequence seq[r] at
+ * position pos[r]. The rows' keys and values are stored at their places first; then each row's query heads
+ * attend over positions 0 .. pos[r] of its sequence (causal), so one call may hold a chunk of one prompt and
+ * single new tokens of other sequences. out [N, NH*HS]; a row's output does not depend on the other rows.
+ * seq, pos and table are int32 device arrays; the caller keeps their entries inside the pool and every
+ * position below max_blocks BS, which must not exceed the reserved sequence length. */
+void mtk_attention_paged(mtk *k, mtk_act *out, const mtk_act *qkv, mtk_act *kpool, mtk_act *vpool, int N,
+                         const int32_t *seq, const int32_t *pos, const int32_t *table, int max_blocks, int BS, int NH,
+                         int NG, int HS);
+
 /* ---- attention by blocks, for context parallelism (ring attention) ----
  * A rank holds Tq tokens of each of the B sequences of Tg, in runs: mtk_att_rows says where each of its
  * rows sits in the sequence (row r at start[r / run] + r % run, the runs in increasing order). Its queries

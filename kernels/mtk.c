@@ -486,6 +486,20 @@ void mtk_attention_gqa_kv(mtk *k, mtk_act *out, const mtk_act *qkv, mtk_act *kca
     }
     k->ops->attention_kv(k, out, qkv, kcache, vcache, B, T, pos0, Tmax, NH, NG, HS);
 }
+void mtk_attention_paged(mtk *k, mtk_act *out, const mtk_act *qkv, mtk_act *kpool, mtk_act *vpool, int N,
+                         const int32_t *seq, const int32_t *pos, const int32_t *table, int max_blocks, int BS, int NH,
+                         int NG, int HS)
+{
+    if (!ready_att(k, "attention_paged", N, BS, NH, HS, (size_t)N * (NH + 2 * (size_t)NG) * HS) ||
+        !groups_ok(k, "attention_paged", NH, NG))
+        return;
+    if (max_blocks <= 0 || BS <= 0 || (long long)max_blocks * BS > k->lim.max_seq) {
+        mtk_fail(k, "attention_paged: %d blocks of %d positions exceed the reserved sequence of %d", max_blocks, BS,
+                 k->lim.max_seq);
+        return;
+    }
+    if (N) k->ops->attention_paged(k, out, qkv, kpool, vpool, N, seq, pos, table, max_blocks, BS, NH, NG, HS);
+}
 void mtk_attention_fwd(mtk *k, mtk_act *out, float *lse, const mtk_act *qkv, int B, int T, int NH, int HS,
                        const mtk_dropout *drop)
 {

@@ -72,6 +72,8 @@ void cpu_attention_kv(mtk *k, float *out, const float *qkv, float *kcache, float
                       int Tmax, int NH, int NG, int HS);
 /* attention_block.c */
 void cpu_attention_kv_pack(mtk *k, void *kv, const void *qkv, int B, int T, int NH, int NG, int HS);
+void cpu_attention_paged(mtk *k, void *out, const void *qkv, void *kpool, void *vpool, int N, const int32_t *seq,
+                         const int32_t *pos, const int32_t *table, int max_blocks, int BS, int NH, int NG, int HS);
 void cpu_attention_block_fwd(mtk *k, float *out, float *lse, const float *qkv, const float *kv, int B, int Tq, int Tk,
                              int Tg, const mtk_att_rows *qr, const mtk_att_rows *kr, int NH, int NG, int HS,
                              const mtk_dropout *drop);

@@ -716,6 +716,7 @@ const mtk_ops mtk_cpu_ops = {
     .attention_fwd = s_attention_fwd,
     .attention_bwd = s_attention_bwd,
     .attention_kv = s_attention_kv,
+    .attention_paged = cpu_attention_paged,
     .attention_kv_pack = cpu_attention_kv_pack,
     .attention_block_fwd = s_attention_block_fwd,
     .attention_merge = cpu_attention_merge,

@@ -166,6 +166,7 @@ extern "C" const mtk_ops MTK_CU_OPS = {
     .attention_fwd = ns::attention_fwd,
     .attention_bwd = ns::attention_bwd,
     .attention_kv = ns::attention_kv,
+    .attention_paged = ns::attention_paged,
     .attention_kv_pack = ns::attention_kv_pack,
     .attention_block_fwd = ns::attention_block_fwd,
     .attention_merge = ns::attention_merge,

@@ -254,6 +254,9 @@ void attention_bwd(mtk *k, void *dqkv, const void *dout, const void *qkv, const 
                    int T, int NH, int NG, int HS, const mtk_dropout *drop);
 void attention_kv(mtk *k, void *out, const void *qkv, void *kcache, void *vcache, int B, int T, int pos0, int Tmax,
                   int NH, int NG, int HS);
+// attention_paged.cu (a paged key/value cache)
+void attention_paged(mtk *k, void *out, const void *qkv, void *kpool, void *vpool, int N, const int32_t *seq,
+                     const int32_t *pos, const int32_t *table, int max_blocks, int BS, int NH, int NG, int HS);
 // attention_block.cu (attention by blocks, for context parallelism)
 void attention_kv_pack(mtk *k, void *kv, const void *qkv, int B, int T, int NH, int NG, int HS);
 void attention_block_fwd(mtk *k, float *out, float *lse, const void *qkv, const void *kv, int B, int Tq, int Tk, int Tg,

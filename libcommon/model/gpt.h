@@ -294,6 +294,35 @@ int mt_gpt_infer_len(const mt_gpt_infer *s);  /* tokens in the cache */
  * -1 + message when the cache would overflow, a token is out of range, or a kernel failed. */
 int mt_gpt_infer_step(mt_gpt_infer *s, const int32_t *tokens, int T, float *logits, mt_err *e);
 
+/* ---- generation over a paged KV cache: sequences at different positions stepped together ----
+ * A pool of blocks of block_size positions each (every layer's keys and values) shared by up to max_seqs
+ * sequence slots; a slot takes blocks as it grows (mt_gpt_paged_reserve) and gives them back when it ends
+ * (mt_gpt_paged_release). A step runs any mix of runs: a run is new tokens of one slot at consecutive
+ * positions, a prompt's chunk or one decoded token; their rows go through every layer together, and each
+ * run's last row gives logits. A slot's results do not depend on the other runs of a step beyond the
+ * rounding of the products over all the step's rows. */
+typedef struct mt_gpt_paged mt_gpt_paged;
+typedef struct mt_gpt_run {
+    int seq;       /* the slot, 0 .. max_seqs - 1 */
+    int pos;       /* the position of its first new token (the slot holds pos tokens already) */
+    int count;     /* new tokens (>= 1) */
+} mt_gpt_run;
+/* A pool of nblocks blocks of block_size positions for max_seqs slots of up to max_len positions each
+ * (<= max_position_embeddings), and steps of up to max_tokens new tokens. NULL with e set. */
+mt_gpt_paged *mt_gpt_paged_new(mt_gpt *m, int max_seqs, int max_tokens, int max_len, int block_size, int nblocks,
+                               mt_err *e);
+void mt_gpt_paged_free(mt_gpt_paged *p);
+/* Gives slot seq blocks for its positions below len: 0, or -1 (nothing taken) when the pool has too few free
+ * blocks or len exceeds max_len. */
+int mt_gpt_paged_reserve(mt_gpt_paged *p, int seq, int len);
+/* Returns slot seq's blocks to the pool. */
+void mt_gpt_paged_release(mt_gpt_paged *p, int seq);
+int mt_gpt_paged_free_blocks(const mt_gpt_paged *p);
+/* Runs runs[0..n) (distinct slots, each reserved past pos + count, tokens host [sum of counts] in run order)
+ * and writes each run's last row's logits, host [n, padded_vocab_size]. -1 + message on a token out of
+ * range, a run past its slot's blocks or the step's size, or a kernel failure. */
+int mt_gpt_paged_step(mt_gpt_paged *p, const mt_gpt_run *runs, int n, const int32_t *tokens, float *logits, mt_err *e);
+
 /* The mtk_dropout seed of one dropout site under key (counters start at offset 0 at every site):
  * site 0 is the embedding, and layer l has 1 + 3l (attention probabilities), 2 + 3l (attention output)
  * and 3 + 3l (MLP output). seed = splitmix64 finaliser of key + (site + 1) * 0x9E3779B97F4A7C15. */

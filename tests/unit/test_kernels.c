@@ -180,6 +180,8 @@ static void down_all(void)
     (up_all(), mtk_attention_gqa_bwd(k, D(dq), D(dout), D(qkv), D(o), D(l), B, T, NH, NG, HS, d), down_all())
 #define mtk_attention_gqa_kv(k, o, qkv, kc, vc, B, T, p0, Tm, NH, NG, HS) \
     (up_all(), mtk_attention_gqa_kv(k, D(o), D(qkv), D(kc), D(vc), B, T, p0, Tm, NH, NG, HS), down_all())
+#define mtk_attention_paged(k, o, qkv, kp, vp, N, sq, ps, tb, mb, BS, NH, NG, HS) \
+    (up_all(), mtk_attention_paged(k, D(o), D(qkv), D(kp), D(vp), N, D(sq), D(ps), D(tb), mb, BS, NH, NG, HS), down_all())
 #define mtk_matmul_fwd(k, o, i, w, b, N, C, OC) (up_all(), mtk_matmul_fwd(k, D(o), D(i), D(w), D(b), N, C, OC), down_all())
 #define mtk_matmul_gelu_fwd(k, o, pre, i, w, b, N, C, OC, x) \
     (up_all(), mtk_matmul_gelu_fwd(k, D(o), D(pre), D(i), D(w), D(b), N, C, OC, x), down_all())
@@ -1442,6 +1444,83 @@ TEST(attention_kv_cache)
     ffree(qkv), ffree(o), ffree(kc), ffree(vc);
 }
 
+/* ---- attention over a paged KV cache ----
+ * Three sequences of 5f, 9f and 17f tokens whose blocks of BS positions are scattered over the pool, run as
+ * a server would: prompt chunks of some sequences beside single tokens or chunks of others, rows in mixed
+ * order. Every row's output equals the full causal attention's at its position in its own sequence, and a
+ * row run again alone gives the same bits as in its batch. */
+static void check_paged(int NH, int NG, int HS, int BS, int f)
+{
+    enum { S = 3 };
+    const int len[S] = {5 * f, 9 * f, 17 * f}, C = NH * HS, W = (NH + 2 * NG) * HS, MB = (17 * f + BS - 1) / BS;
+    float *qkv[S], *full[S];
+    for (int s = 0; s < S; s++) {
+        qkv[s] = arand((size_t)len[s] * W, 1.5);
+        full[s] = adev((size_t)len[s] * C);
+        float *lse = fdev((size_t)NH * len[s]);
+        mtk_attention_gqa_fwd(K, full[s], lse, qkv[s], 1, len[s], NH, NG, HS, NULL);
+        ffree(lse);
+    }
+    /* block j of sequence s is pool block (j S + s + 1) mod (S MB): interleaved, none in order */
+    int32_t *table = idev((size_t)S * MB);
+    for (int s = 0; s < S; s++)
+        for (int j = 0; j < MB; j++) table[s * MB + j] = (int32_t)((j * S + s + 1) % (S * MB));
+    float *kp = adev((size_t)S * MB * NG * BS * HS), *vp = adev((size_t)S * MB * NG * BS * HS);
+    /* the steps: (sequence, first position, count) runs */
+    static const int steps[3][3][3] = {{{1, 0, 4}, {0, 0, 3}, {-1, 0, 0}},
+                                       {{2, 0, 7}, {0, 3, 2}, {1, 4, 5}},
+                                       {{2, 7, 10}, {-1, 0, 0}, {-1, 0, 0}}};
+    for (int st = 0; st < 3; st++) {
+        int N = 0;
+        for (int u = 0; u < 3; u++) N += steps[st][u][0] >= 0 ? steps[st][u][2] * f : 0;
+        float *x = arand((size_t)N * W, 1), *o = adev((size_t)N * C);
+        int32_t *sq = idev(N), *ps = idev(N);
+        int r = N;
+        for (int u = 0; u < 3; u++)   /* the rows from the last backward */
+            for (int i = 0; steps[st][u][0] >= 0 && i < steps[st][u][2] * f; i++) {
+                const int s = steps[st][u][0], p = steps[st][u][1] * f + i;
+                r--;
+                sq[r] = s, ps[r] = p;
+                memcpy(x + (size_t)r * W, qkv[s] + (size_t)p * W, sizeof(float) * W);
+            }
+        mtk_attention_paged(K, o, x, kp, vp, N, sq, ps, table, MB, BS, NH, NG, HS);
+        for (r = 0; r < N; r++) {
+            double *w = dnew(C);
+            for (int c = 0; c < C; c++) w[c] = full[sq[r]][(size_t)ps[r] * C + c];
+            T_CLOSE(o + (size_t)r * C, w, C, 2e-5);
+            free(w);
+        }
+        /* the first row again, alone: the same bits */
+        float *x1 = arand(W, 1), *o1 = adev(C);
+        int32_t *sq1 = idev(1), *ps1 = idev(1);
+        memcpy(x1, x, sizeof(float) * W);
+        sq1[0] = sq[0], ps1[0] = ps[0];
+        mtk_attention_paged(K, o1, x1, kp, vp, 1, sq1, ps1, table, MB, BS, NH, NG, HS);
+        T_CHECK(!memcmp(o1, o, sizeof(float) * C));
+        ffree(x1), ffree(o1), ffree(sq1), ffree(ps1);
+        ffree(x), ffree(o), ffree(sq), ffree(ps);
+    }
+    for (int s = 0; s < S; s++) ffree(qkv[s]), ffree(full[s]);
+    ffree(table), ffree(kp), ffree(vp);
+}
+
+TEST(attention_paged)
+{
+    check_paged(4, 2, 8, 4, 1);     /* grouped-query, blocks of 4 */
+    check_paged(3, 3, 5, 3, 1);     /* multi-head, odd sizes */
+    check_paged(2, 1, 64, 16, 1);   /* one group, head size 64 */
+    check_paged(2, 2, 160, 8, 1);   /* head size beyond one thread per dimension on a GPU */
+    check_paged(2, 1, 16, 16, 18);  /* 90, 162 and 306 tokens: several chunks of a GPU block's keys */
+    float *x = arand(3 * 8, 1), *o = adev(8), *kp = adev(64), *vp = adev(64);
+    int32_t *sq = idev(1), *ps = idev(1), *tb = idev(1);
+    mt_err e;
+    mtk_attention_paged(K, o, x, kp, vp, 1, sq, ps, tb, 1 << 24, 4, 2, 2, 4);   /* beyond the reserved length */
+    T_EQ_INT(mtk_status(K, &e), -1);
+    T_CHECK(strstr(e.msg, "attention_paged") != NULL);
+    mtk_clear_error(K);
+    ffree(x), ffree(o), ffree(kp), ffree(vp), ffree(sq), ffree(ps), ffree(tb);
+}
+
 /* ---- more odd shapes: sizes around the block, warp and 16-byte-pack widths of a GPU backend, one row or
  * one element, and operands at unaligned addresses ---- */
 
@@ -1958,6 +2037,7 @@ RUN(attention_blocks);
 RUN(attention_large_scores);
 RUN(attention_tensor_core_shapes);
 RUN(attention_kv_cache);
+RUN(attention_paged);
 RUN(attention_gqa);
 RUN(rmsnorm);
 RUN(swiglu);

@@ -642,6 +642,101 @@ TEST(kv_cache_matches_forward_llama)
     kv_cache_case(c);
 }
 
+/* Generation over a paged KV cache: three sequences (9, 6 and 12 tokens) stepped together as a server
+ * would, prompt chunks beside single decoded tokens, blocks of 4 positions taken as the slots grow and a
+ * finished slot's blocks reused by a new sequence; every run's logits equal those of the sequence generated
+ * alone with mt_gpt_infer (to 1e-5 of the largest: the products run over other rows), with GPT-2's and
+ * the LLaMA family's options. A run beyond its slot's blocks and a pool too small are refused. */
+static void paged_case(mt_gpt_config c)
+{
+    c.init_method_std = 0.3;
+    c.max_position_embeddings = c.seq_length = 12;
+    mt_err e;
+    mt_gpt *m = create(K, &c, 1, &e);
+    T_CHECK(m != NULL);
+    mt_gpt_init(m, 5);
+    enum { S = 4, LMAX = 12 };
+    static const int len[S] = {9, 6, 12, 7};
+    const int V = c.padded_vocab_size;
+    int32_t tok[S][LMAX];
+    float *want[S];
+    mt_gpt_infer *one = mt_gpt_infer_new(m, 1, LMAX, &e);
+    T_CHECK(one != NULL);
+    for (int s = 0; s < S; s++) {   /* each alone, a token at a time: the logits at every position */
+        want[s] = mt_xmalloc((size_t)len[s] * V * sizeof(float));
+        mt_gpt_infer_reset(one);
+        for (int p = 0; p < len[s]; p++) {
+            tok[s][p] = (int32_t)(urand() * c.vocab_size);
+            T_CHECK(mt_gpt_infer_step(one, &tok[s][p], 1, want[s] + (size_t)p * V, &e) == 0);
+        }
+    }
+    mt_gpt_infer_free(one);
+    mt_gpt_paged *pg = mt_gpt_paged_new(m, 3, 16, LMAX, 4, 9, &e);
+    T_CHECK(pg != NULL);
+    /* the steps: {sequence, slot, first position, count} runs; sequence 3 takes slot 1 after sequence 1 ends */
+    static const int steps[][3][4] = {
+        {{0, 0, 0, 5}, {1, 1, 0, 3}, {-1}},   {{0, 0, 5, 1}, {1, 1, 3, 3}, {2, 2, 0, 4}},
+        {{2, 2, 4, 6}, {0, 0, 6, 1}, {-1}},   {{0, 0, 7, 2}, {3, 1, 0, 7}, {2, 2, 10, 1}},
+        {{2, 2, 11, 1}, {-1}, {-1}}};
+    float *logits = mt_xmalloc((size_t)3 * V * sizeof(float));
+    double worst = 0, scale = 0;
+    int checked = 0;
+    for (size_t st = 0; st < sizeof steps / sizeof steps[0]; st++) {
+        mt_gpt_run runs[3];
+        int32_t in[16];
+        int n = 0, N = 0;
+        for (int u = 0; u < 3 && steps[st][u][0] >= 0; u++) {
+            const int *r = steps[st][u];
+            if (r[0] == 3 && r[2] == 0) mt_gpt_paged_release(pg, 1);   /* sequence 1 has ended */
+            T_CHECK(mt_gpt_paged_reserve(pg, r[1], r[2] + r[3]) == 0);
+            runs[n++] = (mt_gpt_run){r[1], r[2], r[3]};
+            for (int t = 0; t < r[3]; t++) in[N++] = tok[r[0]][r[2] + t];
+        }
+        T_CHECK(mt_gpt_paged_step(pg, runs, n, in, logits, &e) == 0);
+        for (int u = 0; u < n; u++) {
+            const int *r = steps[st][u];
+            const float *w = want[r[0]] + (size_t)(r[2] + r[3] - 1) * V;
+            for (int v = 0; v < V; v++) {
+                double d = fabs((double)logits[(size_t)u * V + v] - w[v]);
+                if (d > worst || d != d) worst = d;
+                if (fabs(w[v]) > scale) scale = fabs(w[v]);
+            }
+            checked++;
+        }
+    }
+    T_EQ_INT(checked, 11);
+    /* measured: 1.4e-7 (GPT-2) and 2.5e-7 (LLaMA) of the largest logit; 1e-5 leaves a margin of 40 */
+    if (getenv("MT_TEST_VERBOSE")) fprintf(stderr, "paged vs alone: %.3g of %.3g\n", worst, scale);
+    T_CHECK(scale > 0 && worst <= 1e-5 * scale);
+    /* slot 0 holds 9 positions in 3 blocks: a run to position 12 is refused; the pool has 9 blocks */
+    mt_gpt_run past = {0, 9, 4};
+    int32_t four[4] = {1, 2, 3, 4};
+    T_CHECK(mt_gpt_paged_step(pg, &past, 1, four, logits, &e) == -1);
+    T_CHECK(strstr(e.msg, "beyond the 3 blocks") != NULL);
+    T_EQ_INT(mt_gpt_paged_free_blocks(pg), 1);   /* 3 + 2 + 3 of 9 blocks held */
+    mt_gpt_paged_release(pg, 2);
+    T_EQ_INT(mt_gpt_paged_free_blocks(pg), 4);
+    T_CHECK(mt_gpt_paged_reserve(pg, 2, 13) == -1);   /* beyond max_len */
+    mt_gpt_paged_free(pg);
+    pg = mt_gpt_paged_new(m, 2, 16, LMAX, 4, 4, &e);   /* a pool of 4 blocks */
+    T_CHECK(pg != NULL && mt_gpt_paged_reserve(pg, 0, 12) == 0);
+    T_CHECK(mt_gpt_paged_reserve(pg, 1, 8) == -1);    /* 2 blocks wanted, 1 free: none taken */
+    T_EQ_INT(mt_gpt_paged_free_blocks(pg), 1);
+    mt_gpt_paged_free(pg);
+    for (int s = 0; s < S; s++) free(want[s]);
+    free(logits);
+    destroy(m);
+}
+TEST(paged_matches_kv_cache) { paged_case(tiny_config()); }
+TEST(paged_matches_kv_cache_llama)
+{
+    mt_gpt_config c = tiny_config();
+    c.norm = MT_NORM_RMSNORM, c.position = MT_POS_ROPE, c.rotary_base = 10000, c.rotary_percent = 1.0;
+    c.mlp = MT_MLP_SWIGLU, c.num_query_groups = 1, c.untie_embeddings_and_output_weights = 1;
+    c.disable_bias_linear = 1;
+    paged_case(c);
+}
+
 /* Two micro-batches in flight (two contexts, as a pipeline schedule keeps them) give the gradients of
  * running them one after the other, bit for bit; a model without gradients refuses a backward pass. */
 TEST(contexts_in_flight)
@@ -927,6 +1022,8 @@ RUN(loss_mask_scale_and_accumulation);
 RUN(dropout_modes);
 RUN(kv_cache_matches_forward);
 RUN(kv_cache_matches_forward_llama);
+RUN(paged_matches_kv_cache);
+RUN(paged_matches_kv_cache_llama);
 RUN(contexts_in_flight);
 RUN(bf16_activations);
 mtk_close(K);
