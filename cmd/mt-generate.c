@@ -91,10 +91,11 @@ static void show(const mt_gen_seq *s, size_t *done, size_t upto)
 }
 
 /* The engine's report of a new token: a single prompt's continuation is written as it comes. */
-static void on_token(void *arg, int b, const mt_gen_seq *s)
+static int on_token(void *arg, int b, const mt_gen_seq *s)
 {
     shown *sh = arg;
     if (sh->stream) show(s, &sh->n[b], s->safe);
+    return 0;
 }
 
 static void put(mt_buf *o, const char *s) { mt_buf_append(o, s, strlen(s)); }
@@ -282,7 +283,7 @@ int main(int argc, char **argv)
      * waiting for more), before more is read. */
     mt_bpe_ctx *bc = mt_bpe_ctx_new(gm.mc.tok.bpe);
     positions = mt_gpt_get_config(gm.mc.model)->max_position_embeddings;
-    mt_gen_opts go = {max_new, {greedy, temperature, (int)top_k, top_p, rep_penalty}, (uint64_t)seed, stop};
+    mt_gen_opts go = {max_new, {greedy, temperature, (int)top_k, top_p, rep_penalty}, (uint64_t)seed, stop, NULL, 0};
     mt_gen *g = mt_gen_new(gm.mc.model, gm.mc.tok.bpe, gm.mc.tok.vocab_size, gm.mc.tok.eod, &go);
     source src;
     source_open(&src, &pos);
