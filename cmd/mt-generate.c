@@ -17,6 +17,7 @@
 #include "util/err.h"
 #include "util/flags.h"
 #include "util/ompenv.h"
+#include "util/utf8.h"
 #include "util/vec.h"
 
 static const char *load_dir, *vocab_file, *merge_file, *device, *json_key, *stop;
@@ -72,14 +73,7 @@ typedef struct shown {
 /* Prints s->text[*done .. upto) up to the last complete UTF-8 character. */
 static void show(const mt_gen_seq *s, size_t *done, size_t upto)
 {
-    size_t end = upto;
-    for (size_t back = 1; back <= 3 && back <= end - *done; back++) {   /* an incomplete last character? */
-        unsigned char c = (unsigned char)s->text.p[end - back];
-        if ((c & 0xC0) == 0x80) continue;
-        size_t need = c >= 0xF0 ? 4 : c >= 0xE0 ? 3 : c >= 0xC0 ? 2 : 1;
-        if (need > back) end -= back;
-        break;
-    }
+    size_t end = mt_utf8_whole(s->text.p, *done, upto);   /* without an incomplete last character */
     if (end > *done) {
         mt_buf clean = {0};
         mt_utf8_sanitize(s->text.p + *done, end - *done, &clean);
