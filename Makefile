@@ -30,6 +30,12 @@ LDLIBS  := $(shell pkg-config --libs libzstd jansson openblas libutf8proc 2>/dev
            -ldnnl -lm -pthread -fopenmp
 # the libraries without the CUDA ones added below (the programs for valgrind)
 HOST_LDLIBS := $(LDLIBS)
+# libmicrohttpd: the HTTP server of libcommon/serve, linked into mt-serve only (the other programs take
+# nothing of serve/ from libmt.a)
+MHD_CFLAGS := $(shell pkg-config --cflags libmicrohttpd 2>/dev/null)
+MHD_LIBS   := $(shell pkg-config --libs libmicrohttpd 2>/dev/null || echo -lmicrohttpd)
+$(B)/obj/libcommon/serve/%.o: MT_CFLAGS += $(MHD_CFLAGS)
+$(B)/bin/mt-serve: LDLIBS += $(MHD_LIBS)
 
 # libmt.a: the host library (libcommon/<sub>/*.c) and the kernel library's dispatch and cpu backend.
 LIB_SRC  := $(sort $(wildcard libcommon/*/*.c) $(wildcard kernels/*.c) $(wildcard kernels/cpu/*.c))
