@@ -40,6 +40,7 @@ static int on_token(void *arg, int b, const mt_gen_seq *s)
     if (j->req.stream) {
         /* the text no later token can take back, without a character still incomplete; all of it at the end */
         size_t upto = s->why ? s->text.n : mt_utf8_whole(s->text.p, c->sent[k], s->safe);
+        if (upto < c->sent[k]) upto = c->sent[k];   /* (the engine never cuts into its safe text) */
         if (upto > c->sent[k] || s->why)
             push_text(c, k, s->text.p + c->sent[k], upto - c->sent[k], s->why ? mt_serve_finish_reason(s->why) : NULL);
         c->sent[k] = upto;
