@@ -1,9 +1,11 @@
 /* mt-serve: a trained model served over HTTP with OpenAI's completions API (man mt-serve.1): the flags,
  * loading the model as mt-generate does, and the signals; the server itself is serve/server.h's. */
+#include <errno.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "ckpt/open_gen.h"
 #include "model/device.h"
@@ -44,6 +46,21 @@ static const mt_cmd cmd = {
     flags,
 };
 
+/* SIGTERM and SIGINT: the handler, run by whichever thread the signal reaches (a library may have started
+ * threads before main), only writes a byte into a pipe that the main thread waits on. */
+static int stop_pipe[2];
+static volatile sig_atomic_t stop_sig;
+
+static void on_stop(int sig)
+{
+    stop_sig = sig;
+    int saved = errno;
+    char c = 0;
+    ssize_t r = write(stop_pipe[1], &c, 1);
+    (void)r;
+    errno = saved;
+}
+
 /* The default served name: the last component of --load. */
 static const char *base_name(const char *dir, char *buf, size_t cap)
 {
@@ -65,13 +82,15 @@ int main(int argc, char **argv)
     if (!load_dir) mt_die("--load is required (try --help)");
     if (bf16 && fp16) mt_die("--bf16 and --fp16 are mutually exclusive");
 
-    /* SIGTERM and SIGINT are taken by sigwait below: blocked here, before any thread starts, so that every
-     * thread inherits the mask. A client gone is a failed write, not a signal. */
-    sigset_t stop;
-    sigemptyset(&stop);
-    sigaddset(&stop, SIGTERM);
-    sigaddset(&stop, SIGINT);
-    pthread_sigmask(SIG_BLOCK, &stop, NULL);
+    /* A signal during the loading drains the server as soon as it has started. A client gone is a failed
+     * write, not a signal. */
+    if (pipe(stop_pipe)) mt_die("pipe: %s", strerror(errno));
+    struct sigaction sa = {0};
+    sa.sa_handler = on_stop;
+    sa.sa_flags = SA_RESTART;
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGTERM, &sa, NULL);
+    sigaction(SIGINT, &sa, NULL);
     signal(SIGPIPE, SIG_IGN);
 
     mt_gen_model gm;
@@ -86,9 +105,9 @@ int main(int argc, char **argv)
     fprintf(stderr, "%s: serving %s (%d positions) on http://%s%s%s:%d\n", mt_progname(), so.model_name,
             mt_gpt_get_config(gm.mc.model)->max_position_embeddings, strchr(host, ':') ? "[" : "", host,
             strchr(host, ':') ? "]" : "", mt_server_port(s));
-    int sig = 0;
-    sigwait(&stop, &sig);
-    fprintf(stderr, "%s: %s: draining\n", mt_progname(), sig == SIGINT ? "SIGINT" : "SIGTERM");
+    char c;
+    while (read(stop_pipe[0], &c, 1) < 0 && errno == EINTR) continue;
+    fprintf(stderr, "%s: %s: draining\n", mt_progname(), stop_sig == SIGINT ? "SIGINT" : "SIGTERM");
     int was = mt_server_drain(s);
     fprintf(stderr, "%s: stopped (%d requests were in flight)\n", mt_progname(), was);
     mt_gen_model_close(&gm);
