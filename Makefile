@@ -181,7 +181,8 @@ durations:
 # again.
 VG_OBJ   := $(B)/obj/vg/kernels/mtk.o $(B)/obj/vg/libcommon/comm/comm_nccl.o \
             $(filter-out $(B)/obj/kernels/mtk.o $(B)/obj/libcommon/comm/comm_nccl.o,$(LIB_OBJ))
-VG_PROGS := $(B)/vg/bin/mt-train $(B)/vg/bin/mt-eval $(B)/vg/bin/mt-generate
+VG_PROGS := $(B)/vg/bin/mt-train $(B)/vg/bin/mt-eval $(B)/vg/bin/mt-generate $(B)/vg/bin/mt-serve
+$(B)/vg/bin/mt-serve: HOST_LDLIBS += $(MHD_LIBS)
 $(B)/obj/vg/kernels/mtk.o: kernels/mtk.c | depcheck
 	@mkdir -p $(dir $@)
 	$(CC) $(filter-out -Ilibcommon,$(MT_CFLAGS)) $(CFLAGS) -c $< -o $@
