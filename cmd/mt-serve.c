@@ -27,7 +27,7 @@ static const mt_flag flags[] = {
     {"--port", MT_F_I64, &port, "N", "port to listen on (default 5000; 0: any free port, printed on stderr)", 0, 65535, NULL},
     {"--served-model-name", MT_F_STR, &model_name, "NAME", "the model's name in the API (default: the last component of --load)", 0, 0, NULL},
     {"--max-batch-size", MT_F_I64, &max_batch, "N", "sequences the engine runs together at most (default 32)", 1, 4096, NULL},
-    {"--max-queue", MT_F_I64, &max_queue, "N", "requests waiting for the engine at most; more are answered 429 (default 256)", 0, 1e6, NULL},
+    {"--max-queue", MT_F_I64, &max_queue, "N", "requests waiting for the engine at most; more are answered 429 (default 256)", 1, 1e6, NULL},
     {"--max-tokens-limit", MT_F_I64, &max_tokens_limit, "N", "largest max_tokens a request may ask for (default 4096)", 1, 1e9, NULL},
     {"--max-body-bytes", MT_F_I64, &max_body, "N", "largest request body; larger ones are answered 413 (default 1 MiB)", 1, 1e12, NULL},
     MT_FLAG_VOCAB_FILE(&vocab_file, "vocab.json (default: the checkpoint's)"),
