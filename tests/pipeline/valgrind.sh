@@ -102,7 +102,9 @@ check "mt-eval --score (windows, non-ASCII, empty document)" "$d/s.err"
 # client goes after its first chunks, then SIGTERM: no memcheck error and nothing leaked (the jobs, their
 # streams, the connections, the queue); the threads of the server run under memcheck too
 if command -v curl >/dev/null; then
-    (exec valgrind -q --error-exitcode=97 --leak-check=full --errors-for-leak-kinds=definite,indirect \
+    # --fair-sched: memcheck runs one thread at a time, and without it the engine's thread keeps the CPU while
+    # a connection's thread waits to send (a stream's first chunks reached the client seconds late)
+    (exec valgrind -q --fair-sched=yes --error-exitcode=97 --leak-check=full --errors-for-leak-kinds=definite,indirect \
         mt-serve --load "$d/gck" --port 0 --max-batch-size 1 2>"$d/sv.err") &
     svp=$!   # valgrind itself, which the signal must reach
     if t_wait_line "$d/sv.err" 'on http://127.0.0.1:[0-9]' 1200; then
