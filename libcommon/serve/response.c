@@ -29,17 +29,20 @@ static char *dump(json_t *o)
     return s;
 }
 
+/* The message and param may hold bytes of the request (a field's name, JSON's parser quoting where it
+ * stopped, possibly inside a character, a cut at the buffer's end): made valid UTF-8 like any text. */
 char *mt_serve_error_json(const mt_serve_fail *f)
 {
-    json_t *e = json_pack("{s:s, s:s, s:o, s:o}", "message", f->msg, "type", f->type ? f->type : "invalid_request_error",
-                          "param", f->param[0] ? json_string(f->param) : json_null(),
+    json_t *e = json_pack("{s:o, s:s, s:o, s:o}", "message", jtext(f->msg, strlen(f->msg)), "type",
+                          f->type ? f->type : "invalid_request_error",
+                          "param", f->param[0] ? jtext(f->param, strlen(f->param)) : json_null(),
                           "code", f->code ? json_string(f->code) : json_null());
     return dump(json_pack("{s:o}", "error", e));
 }
 
 char *mt_serve_models_json(const char *model, int64_t created, int positions)
 {
-    json_t *m = json_pack("{s:s, s:s, s:I, s:s, s:i}", "id", model, "object", "model", "created", (json_int_t)created,
+    json_t *m = json_pack("{s:o, s:s, s:I, s:s, s:i}", "id", jtext(model, strlen(model)), "object", "model", "created", (json_int_t)created,
                           "owned_by", "mt", "max_model_len", positions);
     return dump(json_pack("{s:s, s:[o]}", "object", "list", "data", m));
 }
@@ -89,8 +92,8 @@ char *mt_serve_completion_json(const mt_serve_job *j, const char *model, const m
         free(t.p);
         json_array_append_new(choices, c);
     }
-    return dump(json_pack("{s:s, s:s, s:I, s:s, s:o, s:o}", "id", j->id, "object", "text_completion", "created",
-                          (json_int_t)j->created, "model", model, "choices", choices, "usage", usage(j)));
+    return dump(json_pack("{s:s, s:s, s:I, s:o, s:o, s:o}", "id", j->id, "object", "text_completion", "created",
+                          (json_int_t)j->created, "model", jtext(model, strlen(model)), "choices", choices, "usage", usage(j)));
 }
 
 static void event(mt_buf *out, json_t *o)
@@ -107,14 +110,14 @@ void mt_serve_event_text(mt_buf *out, const mt_serve_job *j, const char *model, 
 {
     json_t *c = json_pack("{s:o, s:i, s:n, s:o}", "text", jtext(text, n), "index", index, "logprobs", "finish_reason",
                           finish ? json_string(finish) : json_null());
-    event(out, json_pack("{s:s, s:s, s:I, s:s, s:[o]}", "id", j->id, "object", "text_completion", "created",
-                         (json_int_t)j->created, "model", model, "choices", c));
+    event(out, json_pack("{s:s, s:s, s:I, s:o, s:[o]}", "id", j->id, "object", "text_completion", "created",
+                         (json_int_t)j->created, "model", jtext(model, strlen(model)), "choices", c));
 }
 
 void mt_serve_event_usage(mt_buf *out, const mt_serve_job *j, const char *model)
 {
-    event(out, json_pack("{s:s, s:s, s:I, s:s, s:[], s:o}", "id", j->id, "object", "text_completion", "created",
-                         (json_int_t)j->created, "model", model, "choices", "usage", usage(j)));
+    event(out, json_pack("{s:s, s:s, s:I, s:o, s:[], s:o}", "id", j->id, "object", "text_completion", "created",
+                         (json_int_t)j->created, "model", jtext(model, strlen(model)), "choices", "usage", usage(j)));
 }
 
 void mt_serve_event_done(mt_buf *out)

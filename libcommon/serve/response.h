@@ -1,6 +1,7 @@
 /* response.h: the JSON the server sends, in OpenAI's shapes: a completion, the events of a streamed one
  * (Server-Sent Events "data: {chunk}\n\n", then "data: [DONE]\n\n"), the model list and errors. Texts are
- * the bytes of the tokens, with invalid UTF-8 (a character cut by the end of a continuation) as U+FFFD. */
+ * the bytes of the tokens, with invalid UTF-8 (a character cut by the end of a continuation) as U+FFFD; so
+ * are the model's name and the error messages, which may quote a request's bytes. */
 #ifndef MT_SERVE_RESPONSE_H
 #define MT_SERVE_RESPONSE_H
 

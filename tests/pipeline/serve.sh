@@ -178,6 +178,8 @@ bad "a wrong type in the prompt list" 400 prompt '{"prompt": ["x", 3]}'
 bad "an unknown field" 400 max_new_tokens '{"prompt": "x", "max_new_tokens": 3}'
 bad "a duplicate field" 400 - '{"prompt": "x", "prompt": "y"}'
 bad "invalid UTF-8" 400 - "$(printf '{"prompt": "caf\xe9"}')"
+# JSON's own message names the bytes where it stopped: part of a character here, sent back as U+FFFD
+bad "a broken escape before a two-byte character" 400 - "$(printf '{"prompt": "\\ud8\xce\x99"}')"
 bad "max_tokens above --max-tokens-limit" 400 max_tokens '{"prompt": "x", "max_tokens": 65}'
 bad "a token id outside the vocabulary" 400 prompt '{"prompt": [50257]}'
 bad "an empty prompt" 400 prompt '{"prompt": ""}'
