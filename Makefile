@@ -30,6 +30,12 @@ LDLIBS  := $(shell pkg-config --libs libzstd jansson openblas libutf8proc 2>/dev
            -ldnnl -lm -pthread -fopenmp
 # the libraries without the CUDA ones added below (the programs for valgrind)
 HOST_LDLIBS := $(LDLIBS)
+# libmicrohttpd: the HTTP server of libcommon/serve, linked into mt-serve only (the other programs take
+# nothing of serve/ from libmt.a)
+MHD_CFLAGS := $(shell pkg-config --cflags libmicrohttpd 2>/dev/null)
+MHD_LIBS   := $(shell pkg-config --libs libmicrohttpd 2>/dev/null || echo -lmicrohttpd)
+$(B)/obj/libcommon/serve/%.o: MT_CFLAGS += $(MHD_CFLAGS)
+$(B)/bin/mt-serve: LDLIBS += $(MHD_LIBS)
 
 # libmt.a: the host library (libcommon/<sub>/*.c) and the kernel library's dispatch and cpu backend.
 LIB_SRC  := $(sort $(wildcard libcommon/*/*.c) $(wildcard kernels/*.c) $(wildcard kernels/cpu/*.c))
@@ -175,7 +181,8 @@ durations:
 # again.
 VG_OBJ   := $(B)/obj/vg/kernels/mtk.o $(B)/obj/vg/libcommon/comm/comm_nccl.o \
             $(filter-out $(B)/obj/kernels/mtk.o $(B)/obj/libcommon/comm/comm_nccl.o,$(LIB_OBJ))
-VG_PROGS := $(B)/vg/bin/mt-train $(B)/vg/bin/mt-eval $(B)/vg/bin/mt-generate
+VG_PROGS := $(B)/vg/bin/mt-train $(B)/vg/bin/mt-eval $(B)/vg/bin/mt-generate $(B)/vg/bin/mt-serve
+$(B)/vg/bin/mt-serve: HOST_LDLIBS += $(MHD_LIBS)
 $(B)/obj/vg/kernels/mtk.o: kernels/mtk.c | depcheck
 	@mkdir -p $(dir $@)
 	$(CC) $(filter-out -Ilibcommon,$(MT_CFLAGS)) $(CFLAGS) -c $< -o $@

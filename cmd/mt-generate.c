@@ -6,7 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "ckpt/open_model.h"
+#include "ckpt/open_gen.h"
 #include "gen/engine.h"
 #include "io/jsonl.h"
 #include "io/reader.h"
@@ -17,6 +17,7 @@
 #include "util/err.h"
 #include "util/flags.h"
 #include "util/ompenv.h"
+#include "util/utf8.h"
 #include "util/vec.h"
 
 static const char *load_dir, *vocab_file, *merge_file, *device, *json_key, *stop;
@@ -72,14 +73,7 @@ typedef struct shown {
 /* Prints s->text[*done .. upto) up to the last complete UTF-8 character. */
 static void show(const mt_gen_seq *s, size_t *done, size_t upto)
 {
-    size_t end = upto;
-    for (size_t back = 1; back <= 3 && back <= end - *done; back++) {   /* an incomplete last character? */
-        unsigned char c = (unsigned char)s->text.p[end - back];
-        if ((c & 0xC0) == 0x80) continue;
-        size_t need = c >= 0xF0 ? 4 : c >= 0xE0 ? 3 : c >= 0xC0 ? 2 : 1;
-        if (need > back) end -= back;
-        break;
-    }
+    size_t end = mt_utf8_whole(s->text.p, *done, upto);   /* without an incomplete last character */
     if (end > *done) {
         mt_buf clean = {0};
         mt_utf8_sanitize(s->text.p + *done, end - *done, &clean);
@@ -91,10 +85,11 @@ static void show(const mt_gen_seq *s, size_t *done, size_t upto)
 }
 
 /* The engine's report of a new token: a single prompt's continuation is written as it comes. */
-static void on_token(void *arg, int b, const mt_gen_seq *s)
+static int on_token(void *arg, int b, const mt_gen_seq *s)
 {
     shown *sh = arg;
     if (sh->stream) show(s, &sh->n[b], s->safe);
+    return 0;
 }
 
 static void put(mt_buf *o, const char *s) { mt_buf_append(o, s, strlen(s)); }
@@ -271,23 +266,19 @@ int main(int argc, char **argv)
     if (bf16 && fp16) mt_die("--bf16 and --fp16 are mutually exclusive");
     if (seed < 0 || seed > 4294967295LL) mt_die("--seed %lld: expected 0 .. 4294967295", (long long)seed);
 
-    mt_model_ckpt mc;
-    mt_model_open_opts o = {.iteration = ckpt_step >= 0 ? ckpt_step : MT_CKPT_LATEST, .vocab_file = vocab_file,
-                            .merge_file = merge_file};
-    if (mt_model_open(&mc, load_dir, &o, &e)) mt_die_err(&e);
-    if (!mc.tok.bpe) mt_die("%s: the checkpoint has no BPE vocabulary (NullTokenizer): pass --vocab-file and --merge-file", mc.dir);
-    mtk *k = mt_device_open(device, threads, bf16 ? MTK_BF16 : fp16 ? MTK_F16 : MTK_F32, &e);
-    if (!k) mt_die_err(&e);
-    if (mt_model_load_weights(&mc, k, NULL, &e)) mt_die_err(&e);
+    mt_gen_model gm;
+    mt_gen_open_opts o = {load_dir, ckpt_step >= 0 ? ckpt_step : MT_CKPT_LATEST, vocab_file, merge_file, device,
+                          threads, bf16 ? MTK_BF16 : fp16 ? MTK_F16 : MTK_F32};
+    if (mt_gen_model_open(&gm, &o, &e)) mt_die_err(&e);
 
     /* Prompts are read one at a time; consecutive prompts of one length share a batch, which is generated
      * (and printed) as soon as it is full, the next prompt has another length, or no whole line of input
      * is there to add to it (a prompt typed on a terminal or written into a pipe is answered without
      * waiting for more), before more is read. */
-    mt_bpe_ctx *bc = mt_bpe_ctx_new(mc.tok.bpe);
-    positions = mt_gpt_get_config(mc.model)->max_position_embeddings;
-    mt_gen_opts go = {max_new, {greedy, temperature, (int)top_k, top_p, rep_penalty}, (uint64_t)seed, stop};
-    mt_gen *g = mt_gen_new(mc.model, mc.tok.bpe, mc.tok.vocab_size, mc.tok.eod, &go);
+    mt_bpe_ctx *bc = mt_bpe_ctx_new(gm.mc.tok.bpe);
+    positions = mt_gpt_get_config(gm.mc.model)->max_position_embeddings;
+    mt_gen_opts go = {max_new, {greedy, temperature, (int)top_k, top_p, rep_penalty}, (uint64_t)seed, stop, NULL, 0};
+    mt_gen *g = mt_gen_new(gm.mc.model, gm.mc.tok.bpe, gm.mc.tok.vocab_size, gm.mc.tok.eod, &go);
     source src;
     source_open(&src, &pos);
     prompt *q = mt_xcalloc((size_t)batch_size, sizeof *q), cur;
@@ -299,8 +290,8 @@ int main(int argc, char **argv)
             first += nq, nq = 0;
             continue;
         }
-        if (add_bos && mc.tok.eod >= 0) mt_ids_push(&cur.ids, (uint32_t)mc.tok.eod);
-        mt_tokenizer_encode(&mc.tok, bc, cur.text, cur.len, &cur.ids);   /* a tokenizer.json's BOS included */
+        if (add_bos && gm.mc.tok.eod >= 0) mt_ids_push(&cur.ids, (uint32_t)gm.mc.tok.eod);
+        mt_tokenizer_encode(&gm.mc.tok, bc, cur.text, cur.len, &cur.ids);   /* a tokenizer.json's BOS included */
         if (!cur.ids.n) {
             got = mt_err_set(&e, "prompt %zu is empty (give --add-bos to generate from the end-of-document token)",
                              first + nq + 1);
@@ -326,8 +317,7 @@ int main(int argc, char **argv)
     free(pos.v);
     mt_gen_free(g);
     mt_bpe_ctx_free(bc);
-    mt_model_close(&mc);
-    mtk_close(k);
+    mt_gen_model_close(&gm);
     if (got < 0) mt_die_err(&e);
     return 0;
 }

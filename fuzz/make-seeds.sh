@@ -12,13 +12,22 @@ t=$(mktemp -d)
 trap 'rm -rf "$t"' EXIT
 sep=$'\n--8<--\n'
 join() { local out=$1 first=1; shift; : >"$out"; for f in "$@"; do [ $first = 1 ] || printf '%s' "$sep" >>"$out"; first=0; cat "$f" >>"$out"; done; }
-mkdir -p $c/{jsonl,tokstream,indexed,npy,gpt_cache,safetensors,hf_dir,ckpt,bpe,tiktoken,flags,torch_ckpt}
+mkdir -p $c/{jsonl,tokstream,indexed,npy,gpt_cache,safetensors,hf_dir,ckpt,bpe,tiktoken,flags,torch_ckpt,serve_request}
 
 # JSON lines: documents and prompts as the programs see them
 printf '%s' '{"text": "def f(x):\n    return x"}' >$c/jsonl/doc
 printf '%s' '{"text": "a\u0000b", "content": "\ud83d\ude00 \ud800"}' >$c/jsonl/escapes
 printf '%s' '{"content": ["not", "a", "string"], "text": null}' >$c/jsonl/types
 printf '%s' '[1, 2, {"text": "x"}]' >$c/jsonl/array
+
+# mt-serve's request bodies: text, lists, token ids, a stream, and one of every kind of mistake
+printf '%s' '{"prompt": "def add(a, b):", "max_tokens": 16, "temperature": 0}' >$c/serve_request/text
+printf '%s' '{"prompt": ["import os", "x = 1"], "n": 2, "seed": 7, "top_k": 40, "top_p": 0.9, "stop": ["\n", "def"], "echo": true}' \
+    >$c/serve_request/list
+printf '%s' '{"prompt": [[4299, 277], [87]], "logprobs": 0, "max_tokens": 8, "model": "ck"}' >$c/serve_request/ids
+printf '%s' '{"prompt": "caf\u00e9 \ud83d\ude00", "stream": true, "stream_options": {"include_usage": true}, "repetition_penalty": 1.2}' \
+    >$c/serve_request/stream
+printf '%s' '{"prompt": [1, "x"], "bogus": null, "temperature": "hot"}' >$c/serve_request/bad
 
 # the token stream and the indexed dataset it becomes
 printf '%s\n' '{"text": "hello world"}' '{"text": ""}' '{"text": "the cat sat on the mat"}' >"$t/docs.jsonl"

@@ -2,7 +2,7 @@
 # demo.sh: what `make demo` runs: builds a corpus that needs no download (the Python standard library
 # sources on this machine, as CodeParrot-style JSON lines, zstd-compressed) and runs every step of the
 # mt pipeline that exists: tokenize + index, sample indices (shuffle), training a small GPT on the CPU,
-# evaluation and scoring, and inspects the results.
+# evaluation and scoring, generation, conversion, serving over HTTP, and inspects the results.
 # Outputs go to demo/ (or $MT_DEMO_DIR).
 set -eu
 top=$(cd "$(dirname "$0")/.." && pwd)
@@ -91,5 +91,29 @@ echo "(in Python: AutoModelForCausalLM.from_pretrained(\"$out/hf\"), AutoTokeniz
 step "generate from the Hugging Face directory: mt-generate --load $out/hf"
 p3=$(printf 'class Config:\n    def __init__(self')
 printf '%s' "$p3"; "$bin/mt-generate" --load "$out/hf" --top-k 40 --temperature 0.8 --seed 2 --max-new-tokens 48 "$p3"
+
+step "serve: mt-serve on a free port of 127.0.0.1, asked once with curl, then stopped with SIGTERM"
+if command -v curl >/dev/null; then
+    "$bin/mt-serve" --load "$out/ckpt" --port 0 2>"$out/serve.log" &
+    serve_pid=$!
+    trap 'kill $serve_pid 2>/dev/null' EXIT
+    port=""
+    for _ in $(seq 600); do   # the first line on stderr names the port once the model is loaded
+        port=$(sed -n 's|.* on http://127.0.0.1:\([0-9][0-9]*\)$|\1|p' "$out/serve.log")
+        [ -n "$port" ] || ! kill -0 $serve_pid 2>/dev/null && break
+        sleep 0.1
+    done
+    [ -n "$port" ] || { cat "$out/serve.log" >&2; echo "demo: mt-serve did not start" >&2; exit 1; }
+    body='{"prompt": "def add(a, b):", "max_tokens": 24, "temperature": 0}'
+    echo "curl -s 127.0.0.1:$port/v1/completions -d '$body'" >&2
+    curl -sS "127.0.0.1:$port/v1/completions" -d "$body"
+    echo
+    kill -TERM $serve_pid
+    wait $serve_pid || { cat "$out/serve.log" >&2; echo "demo: mt-serve did not exit 0 after SIGTERM" >&2; exit 1; }
+    trap - EXIT
+    cat "$out/serve.log" >&2
+else
+    echo "(curl is not installed: make deps installs it)" >&2
+fi
 
 printf '\n\ndemo finished: outputs in %s\n' "$out" >&2

@@ -36,8 +36,8 @@ cuda_headers() {
 }
 
 BUILD_PKGS=${MT_BUILD_PKGS:-"build-essential pkg-config zstd libzstd-dev libjansson-dev
-      libopenblas-dev libdnnl-dev libopenmpi-dev openmpi-bin libpmix-dev libutf8proc-dev"}   # (MT_BUILD_PKGS: for tests)
-PKGS="$BUILD_PKGS python3 python3-venv python3-numpy python3-torch qemu-user"   # qemu-user: tests/pipeline/cpu-avx2.sh
+      libopenblas-dev libdnnl-dev libopenmpi-dev openmpi-bin libpmix-dev libutf8proc-dev libmicrohttpd-dev"}   # (MT_BUILD_PKGS: for tests)
+PKGS="$BUILD_PKGS python3 python3-venv python3-numpy python3-torch qemu-user curl"   # qemu-user: tests/pipeline/cpu-avx2.sh; curl: serve.sh
 if [ "${1:-}" = --check ]; then
     missing=""
     for p in $BUILD_PKGS; do

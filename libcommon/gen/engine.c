@@ -12,7 +12,10 @@ struct mt_gen {
     const mt_bpe *bpe;
     int64_t eod;
     mt_gen_opts o;
-    size_t hold;          /* strlen(stop): bytes a match may still need */
+    const char **stop;    /* the non-empty stop strings, n_stop of them */
+    size_t *stop_len;
+    int n_stop;
+    size_t hold;          /* the longest stop string's length: bytes a match may still need */
     mt_sampler sampler;   /* scratch of one vocabulary, used by one sequence at a time */
 };
 
@@ -23,7 +26,16 @@ mt_gen *mt_gen_new(mt_gpt *model, const mt_bpe *bpe, int64_t vocab_size, int64_t
     g->bpe = bpe;
     g->eod = eod;
     g->o = *o;
-    g->hold = o->stop ? strlen(o->stop) : 0;
+    g->stop = mt_xcalloc((size_t)o->n_stops + 1, sizeof *g->stop);
+    g->stop_len = mt_xcalloc((size_t)o->n_stops + 1, sizeof *g->stop_len);
+    for (int i = -1; i < o->n_stops; i++) {
+        const char *t = i < 0 ? o->stop : o->stops[i];
+        if (!t || !*t) continue;
+        g->stop[g->n_stop] = t;
+        g->stop_len[g->n_stop] = strlen(t);
+        if (g->stop_len[g->n_stop] > g->hold) g->hold = g->stop_len[g->n_stop];
+        g->n_stop++;
+    }
     mt_sampler_init(&g->sampler, (int)vocab_size);
     return g;
 }
@@ -32,6 +44,8 @@ void mt_gen_free(mt_gen *g)
 {
     if (!g) return;
     mt_sampler_free(&g->sampler);
+    free(g->stop);
+    free(g->stop_len);
     free(g);
 }
 
@@ -49,8 +63,8 @@ void mt_gen_seq_free(mt_gen_seq *s)
     memset(s, 0, sizeof *s);
 }
 
-/* Adds one generated token; ends the sequence at the end of document or the stop string, else moves the
- * final part of the text up to what the stop string can no longer take back. */
+/* Adds one generated token; ends the sequence at the end of document or the first stop string, else moves
+ * the final part of the text up to what a stop string can no longer take back. */
 static void append(mt_gen *g, mt_gen_seq *s, uint32_t id, double lp)
 {
     s->logprob[s->out.n] = lp;
@@ -63,14 +77,17 @@ static void append(mt_gen *g, mt_gen_seq *s, uint32_t id, double lp)
     const char *b = mt_bpe_token_bytes(g->bpe, id, &n);
     size_t from = s->text.n, hold = g->hold;
     if (b) mt_buf_append(&s->text, b, n);
-    if (hold) {
-        size_t look = from >= hold ? from - hold + 1 : 0;   /* a match can start in the held-back tail */
-        char *hit = memmem(s->text.p + look, s->text.n - look, g->o.stop, hold);
-        if (hit) {
-            s->text.n = (size_t)(hit - s->text.p);
-            s->why = "stop";
-            return;
-        }
+    char *first = NULL;   /* the earliest match of any stop string */
+    for (int i = 0; i < g->n_stop; i++) {
+        size_t len = g->stop_len[i];
+        size_t look = from >= len ? from - len + 1 : 0;   /* a match can start in the held-back tail */
+        char *hit = memmem(s->text.p + look, s->text.n - look, g->stop[i], len);
+        if (hit && (!first || hit < first)) first = hit;
+    }
+    if (first) {
+        s->text.n = (size_t)(first - s->text.p);
+        s->why = "stop";
+        return;
     }
     if (s->text.n > hold) s->safe = s->text.n - (hold ? hold - 1 : 0);
 }
@@ -118,8 +135,8 @@ int mt_gen_run(mt_gen *g, const mt_ids *prompts, int B, uint64_t first, mt_gen_s
                                         &rng[b], &lp);
             append(g, q, (uint32_t)id, lp);
             if (!q->why && q->out.n == (size_t)new_max) q->why = "length";
+            if (on_token && on_token(arg, b, q) && !q->why) q->why = "abort";
             if (q->why) live--;
-            if (on_token) on_token(arg, b, q);
             in[b] = id;
         }
         n = 1;

@@ -20,7 +20,10 @@ typedef struct mt_gen_opts {
     int64_t max_new_tokens;   /* >= 1: new tokens per prompt at most */
     mt_sampling sampling;
     uint64_t seed;            /* the input's prompt i (from 0) draws from MT19937 seeded (seed + i) mod 2^32 */
-    const char *stop;         /* end a continuation before the first place this appears; NULL: none */
+    const char *stop;         /* end a continuation before the first place this appears; NULL or "": none */
+    const char *const *stops; /* more such strings, n_stops of them (empty ones ignored): the continuation ends
+                                 before the first place where any of them (or stop) appears */
+    int n_stops;
 } mt_gen_opts;
 
 /* One prompt's continuation. */
@@ -30,8 +33,9 @@ typedef struct mt_gen_seq {
     mt_buf text;         /* the bytes of the generated tokens (none for the end of document), cut before
                             the stop string once it appears */
     size_t safe;         /* text[0..safe) is final while the sequence runs: no later token can cut it
-                            (the last strlen(stop) - 1 bytes may still start the stop string) */
-    const char *why;     /* NULL while running; then "eod", "stop" or "length" */
+                            (the last L - 1 bytes, L the longest stop string, may still start one) */
+    const char *why;     /* NULL while running; then "eod", "stop", "length", or "abort" (ended by the
+                            token callback) */
 } mt_gen_seq;
 
 typedef struct mt_gen_stats {
@@ -40,8 +44,10 @@ typedef struct mt_gen_stats {
     size_t made;         /* new tokens of all the batch's prompts */
 } mt_gen_stats;
 
-/* Called after each new token of sequence b (of a running sequence, or of one that this token ended). */
-typedef void (*mt_gen_token_fn)(void *arg, int b, const mt_gen_seq *s);
+/* Called after each new token of sequence b (of a running sequence, or of one that this token ended).
+ * Nonzero ends a running sequence b there (its why "abort"; a client gone, say); the batch goes on with
+ * the others, and ends when none is left. */
+typedef int (*mt_gen_token_fn)(void *arg, int b, const mt_gen_seq *s);
 
 typedef struct mt_gen mt_gen;
 

@@ -1,5 +1,6 @@
 /* utf8.h: strict UTF-8 decoding of one character (maximal-subpart error lengths, as Python's
- * errors='replace'), for the tokenizers' input and the JSON-lines scanner. */
+ * errors='replace'), for the tokenizers' input and the JSON-lines scanner; where text that is still
+ * growing can be cut without splitting a character (streamed continuations). */
 #ifndef MT_UTIL_UTF8_H
 #define MT_UTIL_UTF8_H
 
@@ -38,6 +39,19 @@ static inline int mt_utf8_decode(const unsigned char *s, size_t len, uint32_t *c
     if (len < 4 || (s[3] & 0xC0) != 0x80) return -3;
     *cp = (c & 0x07) << 18 | (s[1] & 0x3F) << 12 | (s[2] & 0x3F) << 6 | (s[3] & 0x3F);
     return 4;
+}
+
+/* The end of s[from..to) without a last character that more bytes may still complete: to, or up to 3
+ * bytes less when s[..to) ends with the start of a multi-byte character. What lies before it is final. */
+static inline size_t mt_utf8_whole(const char *s, size_t from, size_t to)
+{
+    for (size_t back = 1; back <= 3 && back <= to - from; back++) {
+        unsigned c = (unsigned char)s[to - back];
+        if ((c & 0xC0) == 0x80) continue;
+        size_t need = c >= 0xF0 ? 4 : c >= 0xE0 ? 3 : c >= 0xC0 ? 2 : 1;
+        return need > back ? to - back : to;
+    }
+    return to;
 }
 
 #endif

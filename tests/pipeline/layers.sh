@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
 # layers.sh: the #include lines keep the layering of the sources: each libcommon subsystem includes only
-# itself and those below it, in the order util io tok data comm model config gen ckpt report train (a
-# folder missing from the order fails until it is placed); kernels/ includes nothing from libcommon; and
-# the programs that only use a trained model (mt-eval, mt-generate, mt-ckpt-convert) include nothing from
-# train/, the trainer.
+# itself and those below it, in the order util io tok data comm model config gen ckpt report train serve
+# (a folder missing from the order fails until it is placed); kernels/ includes nothing from libcommon;
+# and the programs that only use a trained model (mt-eval, mt-generate, mt-serve, mt-ckpt-convert)
+# include nothing from train/, the trainer.
 . "$(dirname "$0")/../lib.sh"
-order=(util io tok data comm model config gen ckpt report train)
+order=(util io tok data comm model config gen ckpt report train serve)
 rank_of() {
     local i
     for i in "${!order[@]}"; do [ "${order[$i]}" = "$1" ] && { echo "$i"; return; }; done
@@ -53,7 +53,7 @@ if [ -z "$bad" ]; then t_pass "kernels/ includes nothing from libcommon"
 else t_fail "kernels/ includes nothing from libcommon" "includes:$bad"; fi
 
 # the programs of a trained model: nothing from train/
-for p in mt-eval mt-generate mt-ckpt-convert; do
+for p in mt-eval mt-generate mt-serve mt-ckpt-convert; do
     if [ ! -f "cmd/$p.c" ]; then t_fail "cmd/$p.c includes nothing from train/" "no cmd/$p.c"; continue; fi
     bad=$(include_lines "cmd/$p.c" | grep -E ':train/' | tr '\n' ' ')
     if [ -z "$bad" ]; then t_pass "cmd/$p.c includes nothing from train/"

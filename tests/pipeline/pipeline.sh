@@ -79,3 +79,7 @@ else t_pass "bad input upstream: no files"; fi
 # The README's first command, with a 6-iteration training run.
 if MT_DEMO_DIR=$T/demo MT_DEMO_ITERS=6 "$T_TOP/share/demo.sh" > "$T/demo.out" 2> "$T/demo.err"; then t_pass "make demo's script runs"
 else t_fail "make demo's script runs" "$(tail -5 "$T/demo.err")"; fi
+if command -v curl >/dev/null; then
+    t_grep "make demo asks mt-serve once with curl" '^\{"id":"cmpl-.*"object":"text_completion"' "$T/demo.out"
+    t_grep "make demo stops mt-serve with SIGTERM" 'mt-serve: stopped' "$T/demo.err"
+fi

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# valgrind.sh: mt-train (save, exit, resume with --load) and mt-eval (split mode and --score) under
-# valgrind's memcheck on a tiny model: no invalid reads or writes, no uses of uninitialized values and
-# no definite or indirect leaks. Blocks "possibly lost" in a thread pool's stacks are not errors here.
+# valgrind.sh: mt-train (save, exit, resume with --load), mt-eval (split mode and --score), mt-generate's
+# input errors and mt-serve (requests of each kind, a client gone mid-stream, SIGTERM) under valgrind's
+# memcheck on a tiny model: no invalid reads or writes, no uses of uninitialized values and no definite or
+# indirect leaks. Blocks "possibly lost" in a thread pool's stacks are not errors here.
 # Skipped when valgrind is not installed, and for sanitizer builds (make asan).
 . "$(dirname "$0")/../lib.sh"
 py=/usr/bin/python3
@@ -19,7 +20,8 @@ fi
 # that differ) and run from there. A failed build is a failure.
 b=${MT_BUILD:-build}
 vgb=$T_TOP/$b/vg
-if ! make -s -C "$T_TOP" B="$b" "$b/vg/bin/mt-train" "$b/vg/bin/mt-eval" "$b/vg/bin/mt-generate" >"$d/build.out" 2>&1; then
+if ! make -s -C "$T_TOP" B="$b" "$b/vg/bin/mt-train" "$b/vg/bin/mt-eval" "$b/vg/bin/mt-generate" "$b/vg/bin/mt-serve" \
+        >"$d/build.out" 2>&1; then
     t_fail "the programs without the CUDA backends" "$(tail -5 "$d/build.out")"; exit 0
 fi
 if ldd "$vgb/bin/mt-train" | grep -q 'libcu\|libnccl'; then t_fail "the build for memcheck links no CUDA library" "$(ldd "$vgb/bin/mt-train" | grep 'libcu\|libnccl')"; fi
@@ -95,3 +97,33 @@ vg mt-eval --load "$d/gck" --score <"$d/score.jsonl" >"$d/s.out" 2>"$d/s.err"; r
 check "mt-eval --score (windows, non-ASCII, empty document)" "$d/s.err"
 [ "$(grep -c '"logprob"' "$d/s.out")" = 4 ] && t_pass "--score: one line per document" \
     || t_fail "--score: one line per document" "$(cat "$d/s.out")"
+
+# mt-serve: a greedy request, a seeded one of n 2 with logprobs, a stream, bad requests, a stream whose
+# client goes after its first chunks, then SIGTERM: no memcheck error and nothing leaked (the jobs, their
+# streams, the connections, the queue); the threads of the server run under memcheck too
+if command -v curl >/dev/null; then
+    # --fair-sched: memcheck runs one thread at a time, and without it the engine's thread keeps the CPU while
+    # a connection's thread waits to send (a stream's first chunks reached the client seconds late)
+    (exec valgrind -q --fair-sched=yes --error-exitcode=97 --leak-check=full --errors-for-leak-kinds=definite,indirect \
+        mt-serve --load "$d/gck" --port 0 --max-batch-size 1 2>"$d/sv.err") &
+    svp=$!   # valgrind itself, which the signal must reach
+    if t_wait_line "$d/sv.err" 'on http://127.0.0.1:[0-9]' 1200; then
+        u=http://127.0.0.1:$(sed -n 's|.* on http://127.0.0.1:\([0-9][0-9]*\)$|\1|p' "$d/sv.err" | head -1)/v1/completions
+        {
+            curl -s --max-time 300 "$u" -d '{"prompt": "def f(x):", "max_tokens": 4, "temperature": 0}'
+            curl -s --max-time 300 "$u" -d '{"prompt": ["x = 1"], "max_tokens": 3, "n": 2, "seed": 3, "logprobs": 0, "stop": ["\n"]}'
+            curl -s --max-time 300 "$u" -d '{"prompt": [[87, 796]], "max_tokens": 4, "temperature": 0, "stream": true, "echo": true}'
+            curl -s --max-time 300 "$u" -d '{"prompt": "x", "bogus": 1}'
+            curl -s --max-time 300 "$u" -d '{"prompt": '
+        } >"$d/sv.out"
+        # 4 x 15 sampled tokens, one sequence at a time: it runs for seconds after its client has gone
+        curl -sN --max-time 300 "$u" -d '{"prompt": "x", "max_tokens": 15, "n": 4, "seed": 1, "stream": true}' \
+            | head -c 250 >/dev/null
+        t_wait_line "$d/sv.err" 'the client has gone' 1200 || t_fail "mt-serve under memcheck: a client gone" "$(tail -3 "$d/sv.err")"
+        [ "$(grep -c '"text_completion"' "$d/sv.out")" -ge 3 ] && grep -q '"param":"bogus"' "$d/sv.out" \
+            && t_pass "mt-serve under memcheck: the answers" || t_fail "mt-serve under memcheck: the answers" "$(head -c 600 "$d/sv.out")"
+    else t_fail "mt-serve under memcheck starts" "$(tail -3 "$d/sv.err")"; fi
+    kill -TERM $svp
+    wait $svp; rc=$?
+    check "mt-serve: requests of each kind, a client gone, SIGTERM" "$d/sv.err"
+else t_skip "mt-serve under memcheck" "curl is not installed"; fi
