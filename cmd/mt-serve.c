@@ -16,7 +16,7 @@
 
 static const char *load_dir, *vocab_file, *merge_file, *device, *host = "127.0.0.1", *model_name;
 static int64_t ckpt_step = -1, port = 5000, max_batch = 32, max_queue = 256, max_tokens_limit = 4096,
-               max_body = 1 << 20;
+               max_body = 1 << 20, max_prefill = 512, kv_tokens;
 static int threads;
 static bool bf16, fp16;
 
@@ -27,6 +27,8 @@ static const mt_flag flags[] = {
     {"--port", MT_F_I64, &port, "N", "port to listen on (default 5000; 0: any free port, printed on stderr)", 0, 65535, NULL},
     {"--served-model-name", MT_F_STR, &model_name, "NAME", "the model's name in the API (default: the last component of --load)", 0, 0, NULL},
     {"--max-batch-size", MT_F_I64, &max_batch, "N", "sequences the engine runs together at most (default 32)", 1, 4096, NULL},
+    {"--max-prefill-tokens", MT_F_I64, &max_prefill, "N", "prompt tokens read in one step at most, so that a long prompt is read in chunks between the others' tokens (default 512)", 1, 1 << 20, NULL},
+    {"--kv-cache-tokens", MT_F_I64, &kv_tokens, "N", "positions of the paged KV cache the running sequences share (default: the model's positions times the smaller of --max-batch-size and 8)", 1, 1e9, NULL},
     {"--max-queue", MT_F_I64, &max_queue, "N", "requests waiting for the engine at most; more are answered 429 (default 256)", 1, 1e6, NULL},
     {"--max-tokens-limit", MT_F_I64, &max_tokens_limit, "N", "largest max_tokens a request may ask for (default 4096)", 1, 1e9, NULL},
     {"--max-body-bytes", MT_F_I64, &max_body, "N", "largest request body; larger ones are answered 413 (default 1 MiB)", 1, 1e12, NULL},
@@ -38,7 +40,7 @@ static const mt_flag flags[] = {
 
 static const mt_cmd cmd = {
     "mt-serve",
-    "--load DIR [--port N] [--host ADDR] [--max-batch-size N] [--max-queue N] [--max-tokens-limit N]",
+    "--load DIR [--port N] [--host ADDR] [--max-batch-size N] [--max-prefill-tokens N] [--max-queue N] [--max-tokens-limit N]",
     "Serves a checkpoint written by mt-train (or a Hugging Face GPT-2 or Llama directory) over HTTP with\n"
     "OpenAI's completions API: GET /health, GET /v1/models, POST /v1/completions (and /completions), with\n"
     "\"stream\": true as Server-Sent Events. Greedy and seeded continuations are mt-generate's. SIGTERM or\n"
@@ -99,7 +101,7 @@ int main(int argc, char **argv)
     if (mt_gen_model_open(&gm, &o, &e)) mt_die_err(&e);
     char namebuf[4096];
     mt_serve_opts so = {host, (int)port, model_name ? model_name : base_name(load_dir, namebuf, sizeof namebuf),
-                        (int)max_batch, (int)max_queue, max_tokens_limit, (size_t)max_body};
+                        (int)max_batch, (int)max_prefill, kv_tokens, (int)max_queue, max_tokens_limit, (size_t)max_body};
     mt_server *s = mt_server_start(gm.mc.model, &gm.mc.tok, &so, &e);
     if (!s) mt_die_err(&e);
     fprintf(stderr, "%s: serving %s (%d positions) on http://%s%s%s:%d\n", mt_progname(), so.model_name,

@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "gen/seq.h"
 #include "util/mt19937.h"
 #include "util/progress.h"
 
@@ -12,10 +13,7 @@ struct mt_gen {
     const mt_bpe *bpe;
     int64_t eod;
     mt_gen_opts o;
-    const char **stop;    /* the non-empty stop strings, n_stop of them */
-    size_t *stop_len;
-    int n_stop;
-    size_t hold;          /* the longest stop string's length: bytes a match may still need */
+    mt_gen_stops stops;
     mt_sampler sampler;   /* scratch of one vocabulary, used by one sequence at a time */
 };
 
@@ -26,16 +24,7 @@ mt_gen *mt_gen_new(mt_gpt *model, const mt_bpe *bpe, int64_t vocab_size, int64_t
     g->bpe = bpe;
     g->eod = eod;
     g->o = *o;
-    g->stop = mt_xcalloc((size_t)o->n_stops + 1, sizeof *g->stop);
-    g->stop_len = mt_xcalloc((size_t)o->n_stops + 1, sizeof *g->stop_len);
-    for (int i = -1; i < o->n_stops; i++) {
-        const char *t = i < 0 ? o->stop : o->stops[i];
-        if (!t || !*t) continue;
-        g->stop[g->n_stop] = t;
-        g->stop_len[g->n_stop] = strlen(t);
-        if (g->stop_len[g->n_stop] > g->hold) g->hold = g->stop_len[g->n_stop];
-        g->n_stop++;
-    }
+    mt_gen_stops_init(&g->stops, o);
     mt_sampler_init(&g->sampler, (int)vocab_size);
     return g;
 }
@@ -44,8 +33,7 @@ void mt_gen_free(mt_gen *g)
 {
     if (!g) return;
     mt_sampler_free(&g->sampler);
-    free(g->stop);
-    free(g->stop_len);
+    mt_gen_stops_free(&g->stops);
     free(g);
 }
 
@@ -61,35 +49,6 @@ void mt_gen_seq_free(mt_gen_seq *s)
     free(s->logprob);
     free(s->text.p);
     memset(s, 0, sizeof *s);
-}
-
-/* Adds one generated token; ends the sequence at the end of document or the first stop string, else moves
- * the final part of the text up to what a stop string can no longer take back. */
-static void append(mt_gen *g, mt_gen_seq *s, uint32_t id, double lp)
-{
-    s->logprob[s->out.n] = lp;
-    mt_ids_push(&s->out, id);
-    if ((int64_t)id == g->eod) {
-        s->why = "eod";
-        return;
-    }
-    size_t n;
-    const char *b = mt_bpe_token_bytes(g->bpe, id, &n);
-    size_t from = s->text.n, hold = g->hold;
-    if (b) mt_buf_append(&s->text, b, n);
-    char *first = NULL;   /* the earliest match of any stop string */
-    for (int i = 0; i < g->n_stop; i++) {
-        size_t len = g->stop_len[i];
-        size_t look = from >= len ? from - len + 1 : 0;   /* a match can start in the held-back tail */
-        char *hit = memmem(s->text.p + look, s->text.n - look, g->stop[i], len);
-        if (hit && (!first || hit < first)) first = hit;
-    }
-    if (first) {
-        s->text.n = (size_t)(first - s->text.p);
-        s->why = "stop";
-        return;
-    }
-    if (s->text.n > hold) s->safe = s->text.n - (hold ? hold - 1 : 0);
 }
 
 int mt_gen_run(mt_gen *g, const mt_ids *prompts, int B, uint64_t first, mt_gen_seq *seqs, mt_gen_token_fn on_token,
@@ -133,7 +92,7 @@ int mt_gen_run(mt_gen *g, const mt_ids *prompts, int B, uint64_t first, mt_gen_s
             double lp;
             int32_t id = mt_sample_next(&g->sampler, logits + (size_t)b * Vp, &g->o.sampling, q->out.p, q->out.n,
                                         &rng[b], &lp);
-            append(g, q, (uint32_t)id, lp);
+            mt_gen_seq_append(&g->stops, g->bpe, g->eod, q, (uint32_t)id, lp);
             if (!q->why && q->out.n == (size_t)new_max) q->why = "length";
             if (on_token && on_token(arg, b, q) && !q->why) q->why = "abort";
             if (q->why) live--;

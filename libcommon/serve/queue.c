@@ -92,10 +92,10 @@ int mt_serve_queue_push(mt_serve_queue *q, mt_serve_job *j)
     return rc;
 }
 
-mt_serve_job *mt_serve_queue_pop(mt_serve_queue *q)
+static mt_serve_job *pop(mt_serve_queue *q, int wait)
 {
     pthread_mutex_lock(&q->mu);
-    while (!q->head && !q->closed) pthread_cond_wait(&q->cv, &q->mu);
+    while (wait && !q->head && !q->closed) pthread_cond_wait(&q->cv, &q->mu);
     mt_serve_job *j = q->head;
     if (j) {
         q->head = j->next;
@@ -106,6 +106,9 @@ mt_serve_job *mt_serve_queue_pop(mt_serve_queue *q)
     pthread_mutex_unlock(&q->mu);
     return j;
 }
+
+mt_serve_job *mt_serve_queue_pop(mt_serve_queue *q) { return pop(q, 1); }
+mt_serve_job *mt_serve_queue_try_pop(mt_serve_queue *q) { return pop(q, 0); }
 
 void mt_serve_queue_close(mt_serve_queue *q)
 {

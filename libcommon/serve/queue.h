@@ -1,8 +1,7 @@
 /* queue.h: the hand-off between the HTTP threads and the engine: a job (one request, its results and its
  * stream of events) and the bounded FIFO of jobs waiting for the engine.
  *
- * The engine takes one job at a time for now (serve/worker.h). The interface is the one continuous
- * batching needs, so that it can replace the worker without changing either side of the queue: a job
+ * The engine (serve/worker.h) batches the jobs continuously: a job
  * holds everything the engine must know up front (a checked mt_serve_req); the engine reports through the
  * job only (events appended to its stream as tokens come, results and done at the end); the connection
  * tells the engine through the job only that its client has gone. A batching engine takes jobs off the
@@ -63,6 +62,8 @@ int mt_serve_queue_push(mt_serve_queue *q, mt_serve_job *j);
 /* The oldest waiting job (its reference passes to the caller), waiting for one; NULL once the queue is
  * closed and empty. */
 mt_serve_job *mt_serve_queue_pop(mt_serve_queue *q);
+/* The oldest waiting job, or NULL when none waits (never waits). */
+mt_serve_job *mt_serve_queue_try_pop(mt_serve_queue *q);
 /* No more pushes; pop returns the jobs still waiting, then NULL. */
 void mt_serve_queue_close(mt_serve_queue *q);
 

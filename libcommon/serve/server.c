@@ -269,7 +269,7 @@ mt_server *mt_server_start(mt_gpt *model, const mt_tokenizer *tok, const mt_serv
     pthread_mutex_init(&s->mu, NULL);
     pthread_cond_init(&s->cv, NULL);
     mt_serve_queue_init(&s->q, o->max_queue);
-    mt_serve_worker_opts wo = {model, tok, o->model_name, o->max_batch};
+    mt_serve_worker_opts wo = {model, tok, o->model_name, o->max_batch, o->max_prefill, o->kv_tokens};
     if (!(s->w = mt_serve_worker_start(&wo, &s->q, e))) {
         freeaddrinfo(ai);
         mt_serve_queue_destroy(&s->q);

@@ -9,7 +9,7 @@
  * 404 for another path or model, 405 for another method (with Allow), 413 for a body above the limit,
  * 429 with Retry-After when the queue is full, 503 while draining. libmicrohttpd runs a thread per
  * connection, which waits for its job (a streamed one reads the job's events as they come); the engine
- * is serve/worker.h's thread behind the bounded queue of serve/queue.h. */
+ * is serve/worker.h's thread (continuous batching) behind the bounded queue of serve/queue.h. */
 #ifndef MT_SERVE_SERVER_H
 #define MT_SERVE_SERVER_H
 
@@ -24,7 +24,9 @@ typedef struct mt_serve_opts {
     const char *host;          /* address to listen on: a name or a numeric IPv4 / IPv6 address */
     int port;                  /* 0: any free port (mt_server_port says which) */
     const char *model_name;    /* the served model's name */
-    int max_batch;             /* choices the engine runs together at most */
+    int max_batch;             /* sequences the engine runs together at most */
+    int max_prefill;           /* prompt tokens the engine reads in one step at most */
+    int64_t kv_tokens;         /* positions of its KV cache (0: serve/worker.h's default) */
     int max_queue;             /* requests waiting for the engine at most; more get 429 */
     int64_t max_tokens_limit;  /* "max_tokens" at most */
     size_t max_body;           /* request body bytes at most; more get 413 */

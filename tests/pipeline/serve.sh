@@ -7,7 +7,8 @@
 # gets its status and OpenAI's error shape, and the server goes on; 429 with Retry-After while a long
 # request runs and another waits (--max-queue 1); a stream's chunks put together are the text of the same
 # request unstreamed, ending with [DONE]; a streaming client that disconnects frees its request at its
-# next token; SIGTERM lets a running stream finish and exits 0.
+# next token; SIGTERM lets a running stream finish and exits 0; with 8 sequences at once and prompts read 3
+# tokens a step (continuous batching), ten requests sent at once each get mt-generate's continuation.
 . "$(dirname "$0")/../lib.sh"
 PY=/usr/bin/python3
 d=$T_TMP
@@ -292,3 +293,46 @@ rc=$?
 tail -c 20 "$d/drain.txt" | grep -q '^data: \[DONE\]$' && [ "$(grep -c '"finish_reason":"' "$d/drain.txt")" = 12 ] \
     && t_pass "SIGTERM: the running stream finished, its 12 choices and [DONE]" \
     || t_fail "SIGTERM: the running stream finished" "$(tail -c 300 "$d/drain.txt")"
+
+# 9. continuous batching: a server running 8 sequences at once and reading prompts 3 tokens a step (so
+# prompts are read in chunks beside the others' decoded tokens); the five greedy and the five seeded
+# requests of section 2, each prompt alone (seed 5 + k: mt-generate's k-th prompt), sent at once, some
+# streamed: every answer is mt-generate's continuation of its prompt
+mt-serve --load "$d/ck" --port 0 --max-batch-size 8 --max-prefill-tokens 3 2>"$d/serve2.err" &
+sp=$!
+if wait_line "$d/serve2.err" 'serving ck (48 positions) on http://127.0.0.1:[0-9]'; then
+    url=http://127.0.0.1:$(sed -n 's|.* on http://127.0.0.1:\([0-9][0-9]*\)$|\1|p' "$d/serve2.err" | head -1)
+    pids=()
+    for k in 0 1 2 3 4; do
+        p=$($PY -c 'import json, sys; print(json.dumps(sys.argv[1]))' "${prompts[$k]}")
+        sed -n "$((k + 1))p" "$d/ref-greedy.jsonl" >"$d/ref-g$k.jsonl"
+        sed -n "$((k + 1))p" "$d/ref-seeded.jsonl" >"$d/ref-s$k.jsonl"
+        post /v1/completions '{"prompt": '"$p"', "max_tokens": 20, "temperature": 0, "logprobs": 0}' "cg$k" >"$d/cg$k.s" &
+        pids+=($!)
+        if [ $k -lt 3 ]; then
+            post /v1/completions '{"prompt": '"$p"', "max_tokens": 24, "temperature": 1.2, "top_k": 40, "top_p": 0.95,
+                "seed": '$((5 + k))', "logprobs": 0}' "cs$k" >"$d/cs$k.s" &
+        else
+            curl -sN -o "$d/cs$k.txt" "$url/v1/completions" --data-binary '{"prompt": '"$p"', "max_tokens": 24,
+                "temperature": 1.2, "top_k": 40, "top_p": 0.95, "seed": '$((5 + k))', "stream": true}' &
+        fi
+        pids+=($!)
+    done
+    wait "${pids[@]}"
+    bad=
+    for k in 0 1 2 3 4; do
+        check "at once, greedy prompt $k: mt-generate's" "$same" "$d/cg$k.json" "$d/ref-g$k.jsonl"
+        if [ $k -lt 3 ]; then check "at once, seeded prompt $k: mt-generate's" "$same" "$d/cs$k.json" "$d/ref-s$k.jsonl"
+        else check "at once, seeded prompt $k streamed: mt-generate's text" '
+text = "".join(json.loads(e[6:])["choices"][0]["text"] for e in open(a[2]).read().split("\n\n") if e.startswith("data: {"))
+assert text == json.loads(open(a[1]).readline())["text"], text' "$d/ref-s$k.jsonl" "$d/ref-s$k.jsonl" "$d/cs$k.txt"; fi
+    done
+    kill -TERM $sp
+    wait $sp && t_pass "the batching server ends on SIGTERM with exit 0" || t_fail "the batching server's exit" "$(tail -3 "$d/serve2.err")"
+else t_fail "a second mt-serve starts" "$(cat "$d/serve2.err")"; fi
+# a KV cache smaller than one sequence of the model: refused in one line
+if mt-serve --load "$d/ck" --port 0 --kv-cache-tokens 40 >"$d/kv.out" 2>"$d/kv.err"; then
+    t_fail "--kv-cache-tokens below the model's positions refused" "it started"
+else grep -q -- '--kv-cache-tokens 40: less than one sequence of the model.s 48 positions' "$d/kv.err" && [ "$(wc -l <"$d/kv.err")" = 1 ] \
+    && t_pass "--kv-cache-tokens below the model's positions: refused in one line" \
+    || t_fail "--kv-cache-tokens below the model's positions refused in one line" "$(cat "$d/kv.err")"; fi
