@@ -172,4 +172,17 @@ static inline void mt_gpt_norm_bwd(mt_gpt *m, void *dinp, int w, int b, const vo
 /* Reserves the backend workspace for n tokens of T at most (contexts and caches call it). */
 int mt_gpt_reserve(mt_gpt *m, size_t n, int T, mt_err *e);
 
+/* ---- generation's steps (gpt_infer.c), shared by mt_gpt_infer and mt_gpt_paged ---- */
+struct mt_moe_ctx;
+/* Layer l after its attention output att: the output projection added to x, the second norm into h, the MLP
+ * (through f, act, tmp) or the MoE block (moe, over B sequences of T) added to x; N = B T rows. 0, or -1 with
+ * e set. */
+int mt_gpt_infer_mlp(mt_gpt *m, struct mt_moe_ctx *moe, int l, void *x, void *h, const void *att, void *f, void *act,
+                     void *tmp, float *mean, float *rstd, int B, int T, mt_err *e);
+/* The logits of n rows last [n][C]: the final norm (into tmp), the head into dlogits, fp32 in logits32 when
+ * the activations are not, copied back into h_logits (the step's one wait for the device), then into the
+ * caller's logits [n][V_pad]. 0, or -1 with e set. */
+int mt_gpt_infer_logits(mt_gpt *m, const void *last, void *tmp, float *mean, float *rstd, void *dlogits, float *logits32,
+                        float *h_logits, int n, float *logits, mt_err *e);
+
 #endif

@@ -91,7 +91,7 @@ int mt_gpt_infer_step(mt_gpt_infer *s, const int32_t *tokens, int T, float *logi
 {
     mt_gpt *m = s->m;
     const mt_gpt_config *c = &m->c;
-    int B = s->batch, N = B * T, C = c->hidden_size, F = c->ffn_hidden_size, NH = c->num_heads;
+    int B = s->batch, N = B * T, C = c->hidden_size, NH = c->num_heads;
     int V = c->padded_vocab_size, L = c->num_layers, HS = C / NH;
     if (T <= 0 || s->len + T > s->max_len)
         return mt_err_set(e, "generation: %d more tokens after %d exceed the context of %d", T, s->len, s->max_len);
@@ -113,20 +113,8 @@ int mt_gpt_infer_step(mt_gpt_infer *s, const int32_t *tokens, int T, float *logi
         if (m->rot) mtk_rope_fwd(k, s->qkv, B, T, NH, m->groups, HS, m->rot, (float)c->rotary_base, s->len);
         mtk_attention_gqa_kv(k, s->att, s->qkv, AT(s->kc, (size_t)l * cache), AT(s->vc, (size_t)l * cache), B, T,
                              s->len, s->max_len, NH, m->groups, HS);
-        mtk_matmul_fwd(k, s->tmp, s->att, W(MT_T_PROJ_W), PO(MT_T_PROJ_B), N, C, C);
-        mtk_acc(k, s->x, s->tmp, (size_t)N * C);
-        mt_gpt_norm_fwd(m, s->h, s->mean, s->rstd, s->x, T_(MT_T_NORM2_W), T_(MT_T_NORM2_B), N, C);
-        if (mt_arch_is_moe(&m->layout.arch, l)) {
-            if (mt_moe_forward(s->moe, 0, l, l, s->h, s->tmp, B, T, 0, e)) return mt_err_prefix(e, "generation");
-            mtk_acc(k, s->x, s->tmp, (size_t)N * C);
-            continue;
-        }
-        mtk_matmul_fwd(k, s->f, s->h, W(MT_T_FC1_W), PO(MT_T_FC1_B), N, C, m->fcw);
-        void *act = s->f;
-        if (c->mlp == MT_MLP_SWIGLU) mtk_swiglu_fwd(k, act = s->act, s->f, N, F);
-        else mtk_gelu_fwd(k, s->f, s->f, (size_t)N * F, c->exact_gelu);
-        mtk_matmul_fwd(k, s->tmp, act, W(MT_T_FC2_W), PO(MT_T_FC2_B), N, F, C);
-        mtk_acc(k, s->x, s->tmp, (size_t)N * C);
+        if (mt_gpt_infer_mlp(m, s->moe, l, s->x, s->h, s->att, s->f, s->act, s->tmp, s->mean, s->rstd, B, T, e))
+            return -1;
 #undef T_
 #undef PO
 #undef W
@@ -134,16 +122,53 @@ int mt_gpt_infer_step(mt_gpt_infer *s, const int32_t *tokens, int T, float *logi
     /* The last new token of each sequence: gather its row, the final LayerNorm, the logits. */
     for (int b = 0; b < B; b++)
         mtk_copy(k, AT(s->h, (size_t)b * C), AT(s->x, ((size_t)b * T + (size_t)(T - 1)) * C), (size_t)C * m->asz);
-    mt_gpt_norm_fwd(m, s->tmp, s->mean, s->rstd, s->h, mt_gpt_t(m, -1, MT_T_FINAL_NORM_W),
-                    mt_gpt_t(m, -1, MT_T_FINAL_NORM_B), B, C);
-    mtk_matmul_fwd(k, s->logits, s->tmp, mt_gpt_w(m, m->head), NULL, B, C, V);
-    if (mtk_act_dtype(k) == MTK_F32) mtk_to_host(k, s->h_logits, s->logits, (size_t)B * V * sizeof(float));
+    if (mt_gpt_infer_logits(m, s->h, s->tmp, s->mean, s->rstd, s->logits, s->logits32, s->h_logits, B, logits, e))
+        return -1;
+    s->len += T;
+    return 0;
+}
+
+int mt_gpt_infer_mlp(mt_gpt *m, struct mt_moe_ctx *moe, int l, void *x, void *h, const void *att, void *f, void *act,
+                     void *tmp, float *mean, float *rstd, int B, int T, mt_err *e)
+{
+    const mt_gpt_config *c = &m->c;
+    mtk *k = m->k;
+    int N = B * T, C = c->hidden_size, F = c->ffn_hidden_size;
+#define T_(kind) mt_gpt_t(m, l, kind)
+#define PO(kind) mt_gpt_popt(m, mt_gpt_t(m, l, kind))
+#define W(kind) mt_gpt_w(m, mt_gpt_t(m, l, kind))
+    mtk_matmul_fwd(k, tmp, att, W(MT_T_PROJ_W), PO(MT_T_PROJ_B), N, C, C);
+    mtk_acc(k, x, tmp, (size_t)N * C);
+    mt_gpt_norm_fwd(m, h, mean, rstd, x, T_(MT_T_NORM2_W), T_(MT_T_NORM2_B), N, C);
+    if (mt_arch_is_moe(&m->layout.arch, l)) {
+        if (mt_moe_forward(moe, 0, l, l, h, tmp, B, T, 0, e)) return mt_err_prefix(e, "generation");
+    } else {
+        mtk_matmul_fwd(k, f, h, W(MT_T_FC1_W), PO(MT_T_FC1_B), N, C, m->fcw);
+        void *a = f;
+        if (c->mlp == MT_MLP_SWIGLU) mtk_swiglu_fwd(k, a = act, f, N, F);
+        else mtk_gelu_fwd(k, f, f, (size_t)N * F, c->exact_gelu);
+        mtk_matmul_fwd(k, tmp, a, W(MT_T_FC2_W), PO(MT_T_FC2_B), N, F, C);
+    }
+    mtk_acc(k, x, tmp, (size_t)N * C);
+#undef T_
+#undef PO
+#undef W
+    return 0;
+}
+
+int mt_gpt_infer_logits(mt_gpt *m, const void *last, void *tmp, float *mean, float *rstd, void *dlogits, float *logits32,
+                        float *h_logits, int n, float *logits, mt_err *e)
+{
+    mtk *k = m->k;
+    int C = m->c.hidden_size, V = m->c.padded_vocab_size;
+    mt_gpt_norm_fwd(m, tmp, mean, rstd, last, mt_gpt_t(m, -1, MT_T_FINAL_NORM_W), mt_gpt_t(m, -1, MT_T_FINAL_NORM_B), n, C);
+    mtk_matmul_fwd(k, dlogits, tmp, mt_gpt_w(m, m->head), NULL, n, C, V);
+    if (mtk_act_dtype(k) == MTK_F32) mtk_to_host(k, h_logits, dlogits, (size_t)n * V * sizeof(float));
     else {
-        mtk_convert(k, s->logits32, MTK_F32, s->logits, mtk_act_dtype(k), (size_t)B * V);
-        mtk_to_host(k, s->h_logits, s->logits32, (size_t)B * V * sizeof(float));
+        mtk_convert(k, logits32, MTK_F32, dlogits, mtk_act_dtype(k), (size_t)n * V);
+        mtk_to_host(k, h_logits, logits32, (size_t)n * V * sizeof(float));
     }
     if (mtk_status(k, e)) return mt_err_prefix(e, "generation");   /* the copy back waited: one sync a step */
-    memcpy(logits, s->h_logits, (size_t)B * V * sizeof(float));
-    s->len += T;
+    memcpy(logits, h_logits, (size_t)n * V * sizeof(float));
     return 0;
 }

@@ -120,7 +120,7 @@ int mt_gpt_paged_step(mt_gpt_paged *p, const mt_gpt_run *runs, int n, const int3
 {
     mt_gpt *m = p->m;
     const mt_gpt_config *c = &m->c;
-    int C = c->hidden_size, F = c->ffn_hidden_size, NH = c->num_heads, V = c->padded_vocab_size, L = c->num_layers;
+    int C = c->hidden_size, NH = c->num_heads, V = c->padded_vocab_size, L = c->num_layers;
     int HS = C / NH, N = 0;
     if (n <= 0 || n > p->max_seqs) return mt_err_set(e, "generation: %d runs in a step of at most %d", n, p->max_seqs);
     for (int i = 0; i < n; i++) {
@@ -165,20 +165,8 @@ int mt_gpt_paged_step(mt_gpt_paged *p, const mt_gpt_run *runs, int n, const int3
                              (float)c->rotary_base, runs[i].pos);
         mtk_attention_paged(k, p->att, p->qkv, AT(p->kpool, (size_t)l * layer_pool), AT(p->vpool, (size_t)l * layer_pool),
                             N, p->d_seq, p->d_pos, p->d_table, p->max_blocks, p->bs, NH, m->groups, HS);
-        mtk_matmul_fwd(k, p->tmp, p->att, W(MT_T_PROJ_W), PO(MT_T_PROJ_B), N, C, C);
-        mtk_acc(k, p->x, p->tmp, (size_t)N * C);
-        mt_gpt_norm_fwd(m, p->h, p->mean, p->rstd, p->x, T_(MT_T_NORM2_W), T_(MT_T_NORM2_B), N, C);
-        if (mt_arch_is_moe(&m->layout.arch, l)) {
-            if (mt_moe_forward(p->moe, 0, l, l, p->h, p->tmp, 1, N, 0, e)) return mt_err_prefix(e, "generation");
-            mtk_acc(k, p->x, p->tmp, (size_t)N * C);
-            continue;
-        }
-        mtk_matmul_fwd(k, p->f, p->h, W(MT_T_FC1_W), PO(MT_T_FC1_B), N, C, m->fcw);
-        void *act = p->f;
-        if (c->mlp == MT_MLP_SWIGLU) mtk_swiglu_fwd(k, act = p->act, p->f, N, F);
-        else mtk_gelu_fwd(k, p->f, p->f, (size_t)N * F, c->exact_gelu);
-        mtk_matmul_fwd(k, p->tmp, act, W(MT_T_FC2_W), PO(MT_T_FC2_B), N, F, C);
-        mtk_acc(k, p->x, p->tmp, (size_t)N * C);
+        if (mt_gpt_infer_mlp(m, p->moe, l, p->x, p->h, p->att, p->f, p->act, p->tmp, p->mean, p->rstd, 1, N, e))
+            return -1;
 #undef T_
 #undef PO
 #undef W
@@ -188,15 +176,5 @@ int mt_gpt_paged_step(mt_gpt_paged *p, const mt_gpt_run *runs, int n, const int3
         row += runs[i].count;
         mtk_copy(k, AT(p->last, (size_t)i * C), AT(p->x, (size_t)(row - 1) * C), (size_t)C * m->asz);
     }
-    mt_gpt_norm_fwd(m, p->tmp, p->mean, p->rstd, p->last, mt_gpt_t(m, -1, MT_T_FINAL_NORM_W),
-                    mt_gpt_t(m, -1, MT_T_FINAL_NORM_B), n, C);
-    mtk_matmul_fwd(k, p->logits, p->tmp, mt_gpt_w(m, m->head), NULL, n, C, V);
-    if (mtk_act_dtype(k) == MTK_F32) mtk_to_host(k, p->h_logits, p->logits, (size_t)n * V * sizeof(float));
-    else {
-        mtk_convert(k, p->logits32, MTK_F32, p->logits, mtk_act_dtype(k), (size_t)n * V);
-        mtk_to_host(k, p->h_logits, p->logits32, (size_t)n * V * sizeof(float));
-    }
-    if (mtk_status(k, e)) return mt_err_prefix(e, "generation");
-    memcpy(logits, p->h_logits, (size_t)n * V * sizeof(float));
-    return 0;
+    return mt_gpt_infer_logits(m, p->last, p->tmp, p->mean, p->rstd, p->logits, p->logits32, p->h_logits, n, logits, e);
 }
