@@ -244,11 +244,12 @@ demo: deps
 
 # The Debian packages (and, without a CUDA toolkit, the CUDA headers the simulator needs), then the tests'
 # Python environments from PyPI (build/venv: tiktoken, tokenizers, tensorboard, bpe-openai; build/venv-hf:
-# transformers); offline, those tests say why they skip.
+# transformers; build/venv-serve: openai, prometheus_client); offline, those tests say why they skip.
 deps:
 	@share/install-deps.sh
 	@tests/oracle/venv.sh >/dev/null || true
 	@tests/oracle/venv-hf.sh >/dev/null || true
+	@tests/oracle/venv-serve.sh >/dev/null || true
 
 # Plants each small bug of tests/mutants/list in a scratch copy, one at a time, runs the tests named for
 # it and prints which killed it (not part of make check; MUTANTS="ID ..." picks some).

@@ -16,7 +16,7 @@
 
 static const char *load_dir, *vocab_file, *merge_file, *device, *host = "127.0.0.1", *model_name;
 static int64_t ckpt_step = -1, port = 5000, max_batch = 32, max_queue = 256, max_tokens_limit = 4096,
-               max_body = 1 << 20, max_prefill = 512, kv_tokens;
+               max_body = 1 << 20, max_prefill = 512, kv_tokens, conn_timeout = 30, max_conns = 256;
 static int threads;
 static bool bf16, fp16;
 
@@ -32,6 +32,8 @@ static const mt_flag flags[] = {
     {"--max-queue", MT_F_I64, &max_queue, "N", "requests waiting for the engine at most; more are answered 429 (default 256)", 1, 1e6, NULL},
     {"--max-tokens-limit", MT_F_I64, &max_tokens_limit, "N", "largest max_tokens a request may ask for (default 4096)", 1, 1e9, NULL},
     {"--max-body-bytes", MT_F_I64, &max_body, "N", "largest request body; larger ones are answered 413 (default 1 MiB)", 1, 1e12, NULL},
+    {"--connection-timeout", MT_F_I64, &conn_timeout, "SECONDS", "a connection idle this long (its headers or body not coming, or no new request on a kept-alive one) is closed (default 30)", 1, 86400, NULL},
+    {"--max-connections", MT_F_I64, &max_conns, "N", "open connections at most, each with its thread; more are closed at once (default 256)", 1, 65536, NULL},
     MT_FLAG_VOCAB_FILE(&vocab_file, "vocab.json (default: the checkpoint's)"),
     MT_FLAG_MERGE_FILE(&merge_file, "merges.txt (default: the checkpoint's)"),
     MT_FLAGS_DEVICE(&device, &threads, &bf16, &fp16),
@@ -101,7 +103,8 @@ int main(int argc, char **argv)
     if (mt_gen_model_open(&gm, &o, &e)) mt_die_err(&e);
     char namebuf[4096];
     mt_serve_opts so = {host, (int)port, model_name ? model_name : base_name(load_dir, namebuf, sizeof namebuf),
-                        (int)max_batch, (int)max_prefill, kv_tokens, (int)max_queue, max_tokens_limit, (size_t)max_body};
+                        (int)max_batch, (int)max_prefill, kv_tokens, (int)max_queue, max_tokens_limit, (size_t)max_body,
+                        (int)conn_timeout, (int)max_conns};
     mt_server *s = mt_server_start(gm.mc.model, &gm.mc.tok, &so, &e);
     if (!s) mt_die_err(&e);
     fprintf(stderr, "%s: serving %s (%d positions) on http://%s%s%s:%d\n", mt_progname(), so.model_name,

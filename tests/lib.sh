@@ -141,3 +141,34 @@ print("worst %.2g" % worst)
 PYEOF
     then t_pass "$1 ($(cat "$T_TMP/cmp.out"))"; else t_fail "$1" "$(tail -3 "$T_TMP/cmp.out")"; fi
 }
+# t_serve_model DIR: the tiny GPT-2-vocabulary model the mt-serve tests ask (2 layers, 48 positions, 30
+# iterations on short Python functions), trained into DIR/ck; 1 with the reason on stdout when it cannot.
+t_serve_model() {
+    /usr/bin/python3 -c '
+import json
+for i in range(80):
+    print(json.dumps({"text": "def f%d(x, y=%d):\n    return x * y + %d\n" % (i, i % 7, i * i)}))' >"$1/train.jsonl"
+    mt-tokenize --vocab-file "$GPT2_VOCAB" --merge-file "$GPT2_MERGES" --append-eod --input "$1/train.jsonl" \
+        | mt-index --output-prefix "$1/data" 2>"$1/index.err" || { cat "$1/index.err"; return 1; }
+    mt-train --num-layers 2 --hidden-size 32 --num-attention-heads 4 --seq-length 32 --max-position-embeddings 48 \
+        --micro-batch-size 4 --global-batch-size 8 --train-iters 30 --lr 1e-2 --log-interval 10 --eval-iters 0 \
+        --init-method-std 0.1 --split 100,0,0 --seed 3 --vocab-file "$GPT2_VOCAB" --merge-file "$GPT2_MERGES" \
+        --data-path "$1/data_text_document" --data-cache-path "$1/cache" --save "$1/ck" >"$1/train.log" 2>"$1/train.err" \
+        || { tail -2 "$1/train.err"; return 1; }
+}
+# t_serve_start ERRFILE ARGS...: starts mt-serve ARGS --port 0 in the background, its stderr in ERRFILE;
+# once it listens, T_SERVE_PID is its pid and T_SERVE_URL its http://127.0.0.1:PORT; 1 when it does not
+# start within 120 s.
+t_serve_start() {
+    local err=$1 _
+    shift
+    mt-serve "$@" --port 0 2>"$err" &
+    T_SERVE_PID=$!
+    for _ in $(seq 1200); do
+        T_SERVE_URL=$(sed -n 's|.* on \(http://127.0.0.1:[0-9][0-9]*\)$|\1|p' "$err" | head -1)
+        [ -n "$T_SERVE_URL" ] && return 0
+        kill -0 $T_SERVE_PID 2>/dev/null || return 1
+        sleep 0.1
+    done
+    return 1
+}

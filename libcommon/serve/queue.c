@@ -110,6 +110,14 @@ static mt_serve_job *pop(mt_serve_queue *q, int wait)
 mt_serve_job *mt_serve_queue_pop(mt_serve_queue *q) { return pop(q, 1); }
 mt_serve_job *mt_serve_queue_try_pop(mt_serve_queue *q) { return pop(q, 0); }
 
+int mt_serve_queue_waiting(mt_serve_queue *q)
+{
+    pthread_mutex_lock(&q->mu);
+    int n = q->n;
+    pthread_mutex_unlock(&q->mu);
+    return n;
+}
+
 void mt_serve_queue_close(mt_serve_queue *q)
 {
     pthread_mutex_lock(&q->mu);

@@ -22,6 +22,7 @@ typedef struct mt_serve_job {
     mt_serve_req req;           /* what was asked (owned) */
     char id[40];                /* "cmpl-...", the response's id */
     int64_t created;            /* Unix time of the request */
+    double arrived;             /* mt_now() when its first byte came (time to first token) */
     atomic_int gone;            /* set by the connection when its client has gone; the engine stops the job */
     pthread_mutex_t mu;         /* guards what follows */
     pthread_cond_t cv;          /* signalled when events are added and when the job is done */
@@ -64,6 +65,8 @@ int mt_serve_queue_push(mt_serve_queue *q, mt_serve_job *j);
 mt_serve_job *mt_serve_queue_pop(mt_serve_queue *q);
 /* The oldest waiting job, or NULL when none waits (never waits). */
 mt_serve_job *mt_serve_queue_try_pop(mt_serve_queue *q);
+/* Jobs waiting now. */
+int mt_serve_queue_waiting(mt_serve_queue *q);
 /* No more pushes; pop returns the jobs still waiting, then NULL. */
 void mt_serve_queue_close(mt_serve_queue *q);
 

@@ -13,6 +13,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "serve/metrics.h"
 #include "serve/queue.h"
 #include "serve/request.h"
 #include "serve/response.h"
@@ -27,6 +28,7 @@ struct mt_server {
     int64_t started;
     mt_serve_queue q;
     mt_serve_worker *w;
+    mt_serve_metrics metrics;
     struct MHD_Daemon *d;
     int port;
     atomic_int draining;
@@ -37,7 +39,7 @@ struct mt_server {
     int active;                /* requests from their first byte to their response's end */
 };
 
-enum route { R_NONE, R_HEALTH, R_MODELS, R_COMPLETIONS };
+enum route { R_NONE, R_HEALTH, R_MODELS, R_METRICS, R_COMPLETIONS };
 
 static const struct {
     const char *path;
@@ -45,6 +47,7 @@ static const struct {
 } routes[] = {
     {"/health", R_HEALTH},
     {"/v1/models", R_MODELS},
+    {"/metrics", R_METRICS},
     {"/v1/completions", R_COMPLETIONS},
     {"/completions", R_COMPLETIONS},
 };
@@ -52,6 +55,7 @@ static const struct {
 /* One request of a connection, from its first call to the completed callback. */
 typedef struct req_state {
     enum route route;
+    const char *rpath;   /* the route's path, "other" for none (the label of /metrics) */
     char method[16], path[128];
     double t0;
     int status;
@@ -131,6 +135,7 @@ static enum MHD_Result completions(mt_server *s, struct MHD_Connection *c, req_s
     mt_serve_job *j = mt_serve_job_new(&r);
     snprintf(j->id, sizeof j->id, "cmpl-%08x%016llx", s->id_salt, (unsigned long long)atomic_fetch_add(&s->next_id, 1));
     j->created = (int64_t)time(NULL);
+    j->arrived = rs->t0;
     rc = mt_serve_queue_push(&s->q, j);
     if (rc) {
         mt_serve_job_unref(j);
@@ -174,6 +179,10 @@ static enum MHD_Result respond(mt_server *s, struct MHD_Connection *c, req_state
     case R_MODELS:
         return reply(c, rs, MHD_HTTP_OK, mt_serve_models_json(s->o.model_name, s->started, s->lim.positions),
                      "application/json", NULL, NULL);
+    case R_METRICS:
+        return reply(c, rs, MHD_HTTP_OK,
+                     mt_serve_metrics_text(&s->metrics, mt_serve_queue_waiting(&s->q), mt_serve_worker_running(s->w)),
+                     "text/plain; version=0.0.4; charset=utf-8", NULL, NULL);
     case R_COMPLETIONS: return completions(s, c, rs);
     default: return MHD_NO;
     }
@@ -194,8 +203,9 @@ static enum MHD_Result handle(void *cls, struct MHD_Connection *c, const char *u
         pthread_mutex_lock(&s->mu);
         s->active++;
         pthread_mutex_unlock(&s->mu);
+        rs->rpath = "other";
         for (size_t i = 0; i < sizeof routes / sizeof *routes; i++)
-            if (!strcmp(url, routes[i].path)) rs->route = routes[i].r;
+            if (!strcmp(url, routes[i].path)) rs->route = routes[i].r, rs->rpath = routes[i].path;
         if (rs->route == R_NONE) return fail(c, rs, 404, "invalid_request_error", "no such path: %s", rs->path);
         int post = !strcmp(method, MHD_HTTP_METHOD_POST);
         int get = !strcmp(method, MHD_HTTP_METHOD_GET) || !strcmp(method, MHD_HTTP_METHOD_HEAD);
@@ -226,8 +236,10 @@ static void completed(void *cls, struct MHD_Connection *c, void **con_cls, enum 
     mt_server *s = cls;
     req_state *rs = *con_cls;
     if (!rs) return;
-    fprintf(stderr, "%s: %s %s %d %.1f ms%s\n", mt_progname(), rs->method, rs->path, rs->status,
-            (mt_now() - rs->t0) * 1e3, toe == MHD_REQUEST_TERMINATED_COMPLETED_OK ? "" : " (connection closed early)");
+    double took = mt_now() - rs->t0;
+    fprintf(stderr, "%s: %s %s %d %.1f ms%s\n", mt_progname(), rs->method, rs->path, rs->status, took * 1e3,
+            toe == MHD_REQUEST_TERMINATED_COMPLETED_OK ? "" : " (connection closed early)");
+    mt_serve_metrics_request(&s->metrics, rs->rpath, rs->status, took);
     free(rs->body.p);
     free(rs);
     *con_cls = NULL;
@@ -269,10 +281,12 @@ mt_server *mt_server_start(mt_gpt *model, const mt_tokenizer *tok, const mt_serv
     pthread_mutex_init(&s->mu, NULL);
     pthread_cond_init(&s->cv, NULL);
     mt_serve_queue_init(&s->q, o->max_queue);
-    mt_serve_worker_opts wo = {model, tok, o->model_name, o->max_batch, o->max_prefill, o->kv_tokens};
+    mt_serve_metrics_init(&s->metrics);
+    mt_serve_worker_opts wo = {model, tok, o->model_name, o->max_batch, o->max_prefill, o->kv_tokens, &s->metrics};
     if (!(s->w = mt_serve_worker_start(&wo, &s->q, e))) {
         freeaddrinfo(ai);
         mt_serve_queue_destroy(&s->q);
+        mt_serve_metrics_destroy(&s->metrics);
         free(s);
         return NULL;
     }
@@ -280,13 +294,15 @@ mt_server *mt_server_start(mt_gpt *model, const mt_tokenizer *tok, const mt_serv
                      MHD_USE_ERROR_LOG | (ai->ai_family == AF_INET6 ? MHD_USE_IPv6 : 0);
     s->d = MHD_start_daemon(flags, (uint16_t)o->port, NULL, NULL, handle, s, MHD_OPTION_EXTERNAL_LOGGER, mhd_log, s,
                             MHD_OPTION_SOCK_ADDR, ai->ai_addr, MHD_OPTION_NOTIFY_COMPLETED, completed, s,
-                            MHD_OPTION_END);
+                            MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)o->conn_timeout, MHD_OPTION_CONNECTION_LIMIT,
+                            (unsigned)o->max_conns, MHD_OPTION_END);
     freeaddrinfo(ai);
     if (!s->d) {
         mt_err_set(e, "cannot listen on %s port %d (in use?)", o->host, o->port);
         mt_serve_queue_close(&s->q);
         mt_serve_worker_join(s->w);
         mt_serve_queue_destroy(&s->q);
+        mt_serve_metrics_destroy(&s->metrics);
         free(s);
         return NULL;
     }
@@ -313,6 +329,7 @@ int mt_server_drain(mt_server *s)
     mt_serve_worker_join(s->w);
     MHD_stop_daemon(s->d);
     mt_serve_queue_destroy(&s->q);
+    mt_serve_metrics_destroy(&s->metrics);
     pthread_cond_destroy(&s->cv);
     pthread_mutex_destroy(&s->mu);
     free(s);

@@ -2,6 +2,8 @@
  *
  *   GET  /health                          200 {"status": "ok"} (503 while draining)
  *   GET  /v1/models                       the served model, in OpenAI's list shape
+ *   GET  /metrics                         counters, gauges and latency histograms in Prometheus' text
+ *                                         format (serve/metrics.h)
  *   POST /v1/completions, /completions    a completion (serve/request.h's fields), or with "stream": true
  *                                         Server-Sent Events, one per piece of text, then [DONE]
  *
@@ -30,6 +32,9 @@ typedef struct mt_serve_opts {
     int max_queue;             /* requests waiting for the engine at most; more get 429 */
     int64_t max_tokens_limit;  /* "max_tokens" at most */
     size_t max_body;           /* request body bytes at most; more get 413 */
+    int conn_timeout;          /* seconds a connection may stay idle (headers or body not coming, or no
+                                  request on a kept-alive one) before it is closed */
+    int max_conns;             /* open connections at most; more are closed at once */
 } mt_serve_opts;
 
 typedef struct mt_server mt_server;

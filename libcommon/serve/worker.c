@@ -7,6 +7,7 @@
 
 #include "gen/batch.h"
 #include "serve/response.h"
+#include "util/progress.h"
 #include "util/utf8.h"
 
 /* A job taken off the queue: its choices not yet in the batch (from next), those not yet ended (left). */
@@ -16,6 +17,7 @@ typedef struct active {
     mt_gen_opts go;
     int K, next, left;
     size_t *sent;          /* per choice: the bytes of its text already streamed */
+    double *last;          /* per choice: mt_now() at its last new token, 0 before its first */
     struct active *link;
 } active;
 
@@ -24,6 +26,7 @@ struct mt_serve_worker {
     mt_serve_queue *q;
     mt_gen_batch *b;
     pthread_t thread;
+    atomic_int running;    /* sequences in the batch, for /metrics */
     active *head, *tail;   /* in the order they came */
 };
 
@@ -39,6 +42,9 @@ static int on_token(void *arg, int k, const mt_gen_seq *s)
     active *a = arg;
     mt_serve_job *j = a->j;
     int gone = atomic_load(&j->gone);
+    double now = mt_now();
+    mt_serve_metrics_token(a->w->o.metrics, a->last[k] == 0, now - (a->last[k] == 0 ? j->arrived : a->last[k]));
+    a->last[k] = now;
     pthread_mutex_lock(&j->mu);
     j->made++;
     if (j->req.stream) {
@@ -84,6 +90,7 @@ static void finish(mt_serve_worker *w, active *a)
     if (atomic_load(&j->gone)) fprintf(stderr, "%s: %s: the client has gone: stopped after %zu new tokens\n", mt_progname(), j->id, made);
     else if (failure) fprintf(stderr, "%s: %s: %s\n", mt_progname(), j->id, failure);
     free(a->sent);
+    free(a->last);
     mt_serve_job_finish(j);
     mt_serve_job_unref(j);
     free(a);
@@ -99,6 +106,7 @@ static void take(mt_serve_worker *w, mt_serve_job *j)
     a->K = a->left = r->n_prompts * r->n;
     a->go = (mt_gen_opts){r->max_tokens, r->sampling, r->seed, NULL, (const char *const *)r->stops, r->n_stops};
     a->sent = mt_xcalloc((size_t)a->K, sizeof *a->sent);
+    a->last = mt_xcalloc((size_t)a->K, sizeof *a->last);
     pthread_mutex_lock(&j->mu);
     j->seqs = mt_xcalloc((size_t)a->K, sizeof *j->seqs);
     pthread_mutex_unlock(&j->mu);
@@ -130,6 +138,7 @@ static void admit(mt_serve_worker *w)
             else if (rc < 0) failure = e.msg;
             else {
                 a->next++;
+                mt_serve_metrics_prompt(w->o.metrics, r->prompts[k / r->n].n);
                 if (r->stream && r->echo) {
                     pthread_mutex_lock(&j->mu);
                     push_text(a, k, r->prompt_text[k / r->n].p, r->prompt_text[k / r->n].n, NULL);
@@ -186,6 +195,7 @@ static void *loop(void *arg)
             }
         }
         admit(w);   /* finishes the jobs the step ended */
+        atomic_store(&w->running, mt_gen_batch_running(w->b));
     }
     return NULL;
 }
@@ -215,6 +225,11 @@ mt_serve_worker *mt_serve_worker_start(const mt_serve_worker_opts *o, mt_serve_q
         return NULL;
     }
     return w;
+}
+
+int mt_serve_worker_running(mt_serve_worker *w)
+{
+    return atomic_load(&w->running);
 }
 
 void mt_serve_worker_join(mt_serve_worker *w)

@@ -10,6 +10,7 @@
 
 #include "config/tokenizer.h"
 #include "model/gpt.h"
+#include "serve/metrics.h"
 #include "serve/queue.h"
 #include "util/err.h"
 
@@ -21,12 +22,15 @@ typedef struct mt_serve_worker_opts {
     int max_prefill;          /* prompt tokens read in one step at most (--max-prefill-tokens) */
     int64_t kv_tokens;        /* positions of the KV cache (--kv-cache-tokens); 0: the model's positions times
                                  the smaller of max_batch and 8 */
+    mt_serve_metrics *metrics; /* where tokens and their latencies are counted */
 } mt_serve_worker_opts;
 
 typedef struct mt_serve_worker mt_serve_worker;
 
 /* Makes the engine (its KV cache) and starts the thread over q. NULL with e set when it cannot. */
 mt_serve_worker *mt_serve_worker_start(const mt_serve_worker_opts *o, mt_serve_queue *q, mt_err *e);
+/* Sequences in the running batch (any thread). */
+int mt_serve_worker_running(mt_serve_worker *w);
 /* Waits for the thread to end (after mt_serve_queue_close, once the jobs left are done) and frees w. */
 void mt_serve_worker_join(mt_serve_worker *w);
 
