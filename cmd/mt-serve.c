@@ -45,8 +45,9 @@ static const mt_cmd cmd = {
     "--load DIR [--port N] [--host ADDR] [--max-batch-size N] [--max-prefill-tokens N] [--max-queue N] [--max-tokens-limit N]",
     "Serves a checkpoint written by mt-train (or a Hugging Face GPT-2 or Llama directory) over HTTP with\n"
     "OpenAI's completions API: GET /health, GET /v1/models, POST /v1/completions (and /completions), with\n"
-    "\"stream\": true as Server-Sent Events. Greedy and seeded continuations are mt-generate's. SIGTERM or\n"
-    "SIGINT stops accepting requests, lets the running ones finish, and exits 0.",
+    "\"stream\": true as Server-Sent Events; Megatron's PUT /api; GET /metrics for Prometheus. Greedy and\n"
+    "seeded continuations are mt-generate's. SIGTERM or SIGINT stops accepting requests, lets the running\n"
+    "ones finish, and exits 0.",
     flags,
 };
 

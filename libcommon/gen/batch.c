@@ -15,7 +15,8 @@ typedef struct bseq {
     mt_ids prompt;
     int read;              /* prompt tokens already in the cache */
     int32_t next;          /* once decoding: the token to feed */
-    int new_max;           /* new tokens at most */
+    int new_max;           /* new tokens at most (0: the prompt scored only) */
+    int score;             /* the prompt's log-probabilities: read a token a step */
     mt_sampling sampling;
     mt_gen_stops stops;
     mt_rs rng;
@@ -92,8 +93,10 @@ int mt_gen_batch_add(mt_gen_batch *b, const mt_ids *prompt, const mt_gen_opts *o
 {
     int T = (int)prompt->n;
     int64_t room = (int64_t)b->positions - T, new_max = o->max_new_tokens < room ? o->max_new_tokens : room;
-    if (T <= 0 || new_max <= 0)
+    int score_only = o->prompt_logprobs && o->max_new_tokens == 0;
+    if (T <= 0 || T > b->positions || (new_max <= 0 && !score_only))
         return mt_err_set(e, "%d prompt tokens leave no room in the model's %d positions", T, b->positions);
+    if (score_only) new_max = 0;
     int len = T + (int)new_max, need = (len + b->o.block_size - 1) / b->o.block_size;
     if (need > b->o.nblocks)
         return mt_err_set(e, "%d positions need %d KV blocks of %d, the cache has %d", len, need, b->o.block_size,
@@ -102,15 +105,16 @@ int mt_gen_batch_add(mt_gen_batch *b, const mt_ids *prompt, const mt_gen_opts *o
     while (s < b->o.max_seqs && b->seq[s].used) s++;
     if (s == b->o.max_seqs || mt_gpt_paged_reserve(b->paged, s, len)) return 1;
     bseq *q = &b->seq[s];
-    *q = (bseq){.used = 1, .order = b->joined++, .new_max = (int)new_max, .sampling = o->sampling, .out = out, .fn = fn,
-                .arg = arg, .tag = tag};
+    *q = (bseq){.used = 1, .order = b->joined++, .new_max = (int)new_max, .score = o->prompt_logprobs,
+                .sampling = o->sampling, .out = out, .fn = fn, .arg = arg, .tag = tag};
     q->prompt.p = mt_xmalloc((size_t)T * sizeof *q->prompt.p);
     memcpy(q->prompt.p, prompt->p, (size_t)T * sizeof *q->prompt.p);
     q->prompt.n = q->prompt.cap = (size_t)T;
     mt_gen_stops_init(&q->stops, o);
     mt_rs_seed(&q->rng, seed);
     *out = (mt_gen_seq){0};
-    out->logprob = mt_xmalloc((size_t)new_max * sizeof(double));
+    out->logprob = mt_xmalloc((size_t)(new_max ? new_max : 1) * sizeof(double));
+    if (q->score) out->prompt_logprob = mt_xcalloc((size_t)(T > 1 ? T - 1 : 1), sizeof(double));
     b->running++;
     return 0;
 }
@@ -136,6 +140,7 @@ int mt_gen_batch_step(mt_gen_batch *b, mt_err *e)
         if (best < 0) break;
         bseq *q = &b->seq[best];
         int count = (int)q->prompt.n - q->read < budget ? (int)q->prompt.n - q->read : budget;
+        if (q->score) count = 1;   /* a step gives the logits of each run's last row only */
         b->runs[n++] = (mt_gpt_run){best, q->read, count};
         for (int t = 0; t < count; t++) b->tokens[N++] = (int32_t)q->prompt.p[q->read + t];
         budget -= count;
@@ -152,11 +157,22 @@ int mt_gen_batch_step(mt_gen_batch *b, mt_err *e)
     for (int u = 0; u < n; u++) {
         int s = b->runs[u].seq;
         bseq *q = &b->seq[s];
+        mt_gen_seq *o = q->out;
         if (q->read < (int)q->prompt.n) {
             q->read += b->runs[u].count;
-            if (q->read < (int)q->prompt.n) continue;   /* more of its prompt to read */
+            if (q->read < (int)q->prompt.n) {   /* more of its prompt to read */
+                if (q->score)
+                    o->prompt_logprob[q->read - 1] = mt_logprob(b->logits + (size_t)u * b->Vp, b->sampler.V,
+                                                                (int32_t)q->prompt.p[q->read]);
+                continue;
+            }
+            if (!q->new_max) {   /* scored only */
+                o->why = "length";
+                if (q->fn) q->fn(q->arg, q->tag, o);
+                leave(b, s);
+                continue;
+            }
         }
-        mt_gen_seq *o = q->out;
         double lp;
         int32_t id = mt_sample_next(&b->sampler, b->logits + (size_t)u * b->Vp, &q->sampling, o->out.p, o->out.n, &q->rng,
                                     &lp);

@@ -33,9 +33,10 @@ mt_gen_batch *mt_gen_batch_new(mt_gpt *model, const mt_bpe *bpe, int64_t vocab_s
                                const mt_gen_batch_opts *o, mt_err *e);
 void mt_gen_batch_free(mt_gen_batch *b);
 
-/* Adds a sequence: prompt (copied), o's max_new_tokens, sampling and stop strings (kept: they must outlive
- * the sequence), draws from MT19937 seeded seed; out receives its continuation as mt_gen_run fills one (free
- * it with mt_gen_seq_free) and fn (may be NULL) sees each new token as on_token does, called with tag.
+/* Adds a sequence: prompt (copied), o's max_new_tokens, sampling, stop strings (kept: they must outlive
+ * the sequence) and prompt_logprobs, draws from MT19937 seeded seed; out receives its continuation as
+ * mt_gen_run fills one, and the prompt's log-probabilities when asked (free it with mt_gen_seq_free); fn
+ * (may be NULL) sees each new token as on_token does, called with tag.
  * 0 when it joined; 1 when there is no room now (no slot, or not the blocks of its length: retry after a
  * step); -1 with e set when it can never run (its prompt leaves no position, or needs more blocks than the
  * pool has). */

@@ -47,6 +47,7 @@ void mt_gen_seq_free(mt_gen_seq *s)
 {
     free(s->out.p);
     free(s->logprob);
+    free(s->prompt_logprob);
     free(s->text.p);
     memset(s, 0, sizeof *s);
 }

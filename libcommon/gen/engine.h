@@ -24,6 +24,9 @@ typedef struct mt_gen_opts {
     const char *const *stops; /* more such strings, n_stops of them (empty ones ignored): the continuation ends
                                  before the first place where any of them (or stop) appears */
     int n_stops;
+    int prompt_logprobs;      /* gen/batch.h only: each prompt token after the first gets its log-probability
+                                 (out->prompt_logprob), the prompt read a token a step; max_new_tokens may
+                                 then be 0 (the prompt scored, nothing generated) */
 } mt_gen_opts;
 
 /* One prompt's continuation. */
@@ -36,6 +39,8 @@ typedef struct mt_gen_seq {
                             (the last L - 1 bytes, L the longest stop string, may still start one) */
     const char *why;     /* NULL while running; then "eod", "stop", "length", or "abort" (ended by the
                             token callback) */
+    double *prompt_logprob;   /* with prompt_logprobs: [prompt length - 1], that of prompt token i + 1 after
+                                 tokens 0..i; else NULL */
 } mt_gen_seq;
 
 typedef struct mt_gen_stats {
@@ -44,7 +49,8 @@ typedef struct mt_gen_stats {
     size_t made;         /* new tokens of all the batch's prompts */
 } mt_gen_stats;
 
-/* Called after each new token of sequence b (of a running sequence, or of one that this token ended).
+/* Called after each new token of sequence b (of a running sequence, or of one that this token ended); for
+ * a sequence of no new tokens (prompt_logprobs, max_new_tokens 0), once when its prompt is read, why set.
  * Nonzero ends a running sequence b there (its why "abort"; a client gone, say); the batch goes on with
  * the others, and ends when none is left. */
 typedef int (*mt_gen_token_fn)(void *arg, int b, const mt_gen_seq *s);

@@ -30,14 +30,25 @@ static int by_value_desc(const void *a, const void *b)
     return x->id < y->id ? -1 : x->id > y->id;   /* ties: the smaller id first, as a stable sort would */
 }
 
+/* log(sum exp(logits[0..V))) */
+static double log_sum_exp(const float *logits, int V)
+{
+    double mx = -INFINITY, se = 0;
+    for (int j = 0; j < V; j++) mx = logits[j] > mx ? logits[j] : mx;
+    for (int j = 0; j < V; j++) se += exp((double)logits[j] - mx);
+    return mx + log(se);
+}
+
+double mt_logprob(const float *logits, int V, int32_t id)
+{
+    return (double)logits[id] - log_sum_exp(logits, V);
+}
+
 int32_t mt_sample_next(mt_sampler *s, const float *logits, const mt_sampling *p, const uint32_t *prev, size_t nprev,
                        mt_rs *rng, double *logprob)
 {
     const int V = s->V;
-    double mx = -INFINITY, se = 0;
-    for (int j = 0; j < V; j++) mx = logits[j] > mx ? logits[j] : mx;
-    for (int j = 0; j < V; j++) se += exp((double)logits[j] - mx);
-    const double lse = mx + log(se);
+    const double lse = log_sum_exp(logits, V);
 
     for (int j = 0; j < V; j++) s->x[j] = logits[j];
     if (p->repetition_penalty != 1.0 && nprev) {

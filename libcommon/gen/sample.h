@@ -38,4 +38,7 @@ void mt_sampler_free(mt_sampler *s);
 int32_t mt_sample_next(mt_sampler *s, const float *logits, const mt_sampling *p, const uint32_t *prev, size_t nprev,
                        mt_rs *rng, double *logprob);
 
+/* The log-probability of id under logits[0..V) (log-softmax). */
+double mt_logprob(const float *logits, int V, int32_t id);
+
 #endif

@@ -54,6 +54,10 @@ typedef struct mt_serve_req {
     char **stops;             /* non-empty strings */
     bool echo, stream, include_usage;
     bool logprobs;            /* "logprobs": 0: each chosen token's log-probability */
+    /* PUT /api (serve/api.h) */
+    bool api;                 /* answered in Megatron's shape */
+    bool prompt_logprobs;     /* each prompt token's log-probability too (max_tokens may be 0) */
+    bool stop_on_eol, stop_on_double_eol;   /* stop after a new token whose text holds "\n" / "\n\n" */
 } mt_serve_req;
 
 /* Reads body[0..len) into r with tok (bc: a tokenizer context of the calling thread). 0, or -1 with f

@@ -13,6 +13,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "serve/api.h"
 #include "serve/metrics.h"
 #include "serve/queue.h"
 #include "serve/request.h"
@@ -39,7 +40,7 @@ struct mt_server {
     int active;                /* requests from their first byte to their response's end */
 };
 
-enum route { R_NONE, R_HEALTH, R_MODELS, R_METRICS, R_COMPLETIONS };
+enum route { R_NONE, R_HEALTH, R_MODELS, R_METRICS, R_COMPLETIONS, R_API };
 
 static const struct {
     const char *path;
@@ -50,6 +51,7 @@ static const struct {
     {"/metrics", R_METRICS},
     {"/v1/completions", R_COMPLETIONS},
     {"/completions", R_COMPLETIONS},
+    {"/api", R_API},
 };
 
 /* One request of a connection, from its first call to the completed callback. */
@@ -80,12 +82,19 @@ static enum MHD_Result reply(struct MHD_Connection *c, req_state *rs, unsigned s
     return r;
 }
 
+/* The methods a route takes. */
+static const char *allowed(enum route r)
+{
+    return r == R_COMPLETIONS ? "POST" : r == R_API ? "PUT" : "GET, HEAD";
+}
+
 static enum MHD_Result reply_fail(struct MHD_Connection *c, req_state *rs, const mt_serve_fail *f)
 {
     const char *hname = NULL, *hvalue = NULL;
     if (f->status == 429) hname = MHD_HTTP_HEADER_RETRY_AFTER, hvalue = "1";
-    if (f->status == 405) hname = MHD_HTTP_HEADER_ALLOW, hvalue = rs->route == R_COMPLETIONS ? "POST" : "GET, HEAD";
-    return reply(c, rs, (unsigned)f->status, mt_serve_error_json(f), "application/json", hname, hvalue);
+    if (f->status == 405) hname = MHD_HTTP_HEADER_ALLOW, hvalue = allowed(rs->route);
+    return reply(c, rs, (unsigned)f->status, rs->route == R_API ? mt_serve_api_error_json(f) : mt_serve_error_json(f),
+                 "application/json", hname, hvalue);
 }
 
 static enum MHD_Result fail(struct MHD_Connection *c, req_state *rs, int status, const char *type, const char *fmt, ...)
@@ -129,7 +138,8 @@ static enum MHD_Result completions(mt_server *s, struct MHD_Connection *c, req_s
     mt_serve_req r;
     mt_serve_fail f;
     mt_bpe_ctx *bc = mt_bpe_ctx_new(s->tok->bpe);
-    int rc = mt_serve_req_parse(&r, rs->body.p ? rs->body.p : "", rs->body.n, &s->lim, s->tok, bc, &f);
+    int rc = (rs->route == R_API ? mt_serve_api_parse : mt_serve_req_parse)(&r, rs->body.p ? rs->body.p : "", rs->body.n,
+                                                                            &s->lim, s->tok, bc, &f);
     mt_bpe_ctx_free(bc);
     if (rc) return reply_fail(c, rs, &f);
     mt_serve_job *j = mt_serve_job_new(&r);
@@ -160,7 +170,9 @@ static enum MHD_Result completions(mt_server *s, struct MHD_Connection *c, req_s
     }
     mt_serve_job_wait(j);
     enum MHD_Result ok = j->failed ? fail(c, rs, 500, "server_error", "%s", j->err)
-                                   : reply(c, rs, MHD_HTTP_OK, mt_serve_completion_json(j, s->o.model_name, s->tok->bpe),
+                                   : reply(c, rs, MHD_HTTP_OK,
+                                           j->req.api ? mt_serve_api_json(j, s->tok->bpe)
+                                                      : mt_serve_completion_json(j, s->o.model_name, s->tok->bpe),
                                            "application/json", NULL, NULL);
     mt_serve_job_unref(j);
     return ok;
@@ -183,7 +195,8 @@ static enum MHD_Result respond(mt_server *s, struct MHD_Connection *c, req_state
         return reply(c, rs, MHD_HTTP_OK,
                      mt_serve_metrics_text(&s->metrics, mt_serve_queue_waiting(&s->q), mt_serve_worker_running(s->w)),
                      "text/plain; version=0.0.4; charset=utf-8", NULL, NULL);
-    case R_COMPLETIONS: return completions(s, c, rs);
+    case R_COMPLETIONS:
+    case R_API: return completions(s, c, rs);
     default: return MHD_NO;
     }
 }
@@ -207,11 +220,11 @@ static enum MHD_Result handle(void *cls, struct MHD_Connection *c, const char *u
         for (size_t i = 0; i < sizeof routes / sizeof *routes; i++)
             if (!strcmp(url, routes[i].path)) rs->route = routes[i].r, rs->rpath = routes[i].path;
         if (rs->route == R_NONE) return fail(c, rs, 404, "invalid_request_error", "no such path: %s", rs->path);
-        int post = !strcmp(method, MHD_HTTP_METHOD_POST);
+        int post = !strcmp(method, rs->route == R_API ? MHD_HTTP_METHOD_PUT : MHD_HTTP_METHOD_POST);
         int get = !strcmp(method, MHD_HTTP_METHOD_GET) || !strcmp(method, MHD_HTTP_METHOD_HEAD);
-        if (rs->route == R_COMPLETIONS ? !post : !get)
+        if (rs->route == R_COMPLETIONS || rs->route == R_API ? !post : !get)
             return fail(c, rs, 405, "invalid_request_error", "%s %s: the method is not allowed (use %s)", rs->method,
-                        rs->path, rs->route == R_COMPLETIONS ? "POST" : "GET");
+                        rs->path, allowed(rs->route));
         if (!post) return respond(s, c, rs);
         const char *cl = MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_LENGTH);
         if (cl && strtoull(cl, NULL, 10) > s->o.max_body) {   /* before the body is sent (Expect: 100-continue) */

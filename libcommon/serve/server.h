@@ -6,8 +6,9 @@
  *                                         format (serve/metrics.h)
  *   POST /v1/completions, /completions    a completion (serve/request.h's fields), or with "stream": true
  *                                         Server-Sent Events, one per piece of text, then [DONE]
+ *   PUT  /api                             Megatron's older interface (serve/api.h)
  *
- * Errors are OpenAI's {"error": {...}} with the status that says what went wrong: 400 for a bad request,
+ * Errors (but /api's) are OpenAI's {"error": {...}} with the status that says what went wrong: 400 for a bad request,
  * 404 for another path or model, 405 for another method (with Allow), 413 for a body above the limit,
  * 429 with Retry-After when the queue is full, 503 while draining. libmicrohttpd runs a thread per
  * connection, which waits for its job (a streamed one reads the job's events as they come); the engine

@@ -37,14 +37,30 @@ static void push_text(const active *a, int k, const char *text, size_t n, const 
     pthread_cond_broadcast(&a->j->cv);
 }
 
+/* Whether token id's text holds a newline (two in a row: twice). */
+static int ends_line(const mt_bpe *bpe, uint32_t id, int twice)
+{
+    mt_buf t = {0};
+    mt_err e;
+    int hit = !mt_bpe_decode(bpe, &id, 1, &t, &e) && t.n && memmem(t.p, t.n, twice ? "\n\n" : "\n", twice ? 2 : 1);
+    free(t.p);
+    return hit;
+}
+
 static int on_token(void *arg, int k, const mt_gen_seq *s)
 {
     active *a = arg;
     mt_serve_job *j = a->j;
-    int gone = atomic_load(&j->gone);
+    int stop = atomic_load(&j->gone);
+    if (!s->out.n) {   /* a prompt scored, nothing generated */
+        a->left--;
+        return 0;
+    }
     double now = mt_now();
     mt_serve_metrics_token(a->w->o.metrics, a->last[k] == 0, now - (a->last[k] == 0 ? j->arrived : a->last[k]));
     a->last[k] = now;
+    if ((j->req.stop_on_eol || j->req.stop_on_double_eol) && !s->why)
+        stop |= ends_line(a->w->o.tok->bpe, s->out.p[s->out.n - 1], j->req.stop_on_double_eol);
     pthread_mutex_lock(&j->mu);
     j->made++;
     if (j->req.stream) {
@@ -56,8 +72,8 @@ static int on_token(void *arg, int k, const mt_gen_seq *s)
         a->sent[k] = upto;
     }
     pthread_mutex_unlock(&j->mu);
-    if (s->why || gone) a->left--;   /* this choice ends here */
-    return gone;
+    if (s->why || stop) a->left--;   /* this choice ends here */
+    return stop;
 }
 
 /* The job has no choice left in the batch: its last events, then done (failed when j->err says why). */
@@ -104,7 +120,8 @@ static void take(mt_serve_worker *w, mt_serve_job *j)
     a->w = w;
     a->j = j;
     a->K = a->left = r->n_prompts * r->n;
-    a->go = (mt_gen_opts){r->max_tokens, r->sampling, r->seed, NULL, (const char *const *)r->stops, r->n_stops};
+    a->go = (mt_gen_opts){r->max_tokens, r->sampling, r->seed, NULL, (const char *const *)r->stops, r->n_stops,
+                         r->prompt_logprobs};
     a->sent = mt_xcalloc((size_t)a->K, sizeof *a->sent);
     a->last = mt_xcalloc((size_t)a->K, sizeof *a->last);
     pthread_mutex_lock(&j->mu);
