@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # serve-load.sh: mt-serve under load and under hostile clients, on serve.sh's tiny model, on 127.0.0.1.
-# 1. /metrics after 64 requests sent one at a time: Prometheus' own parser reads it, and its counters
+# 1. /metrics after 64 requests sent one at a time and one of three prompts: Prometheus' own parser reads it, and its counters
 #    equal what the answers say (requests, prompt and new tokens, one first-token time per choice, one
 #    inter-token time per later token).
 # 2. Load: 64 clients send 512 requests of mixed lengths (greedy and seeded, some streamed, 32 that
@@ -163,14 +163,16 @@ else t_fail "mt-serve starts" "$(tail -3 "$d/serve.err")"; exit 0; fi
 url=$T_SERVE_URL
 if $PY "$d/load.py" ref "$url" "$d/ref.json" >"$d/ref.out" 2>&1; then t_pass "64 requests one at a time"
 else t_fail "64 requests one at a time" "$(tail -1 "$d/ref.out")"; exit 0; fi
+# and one of three prompts of 1, 6 and 12 tokens (each choice's prompt counted)
+curl -s -o "$d/multi.json" "$url/v1/completions" --data-binary '{"prompt": ["x", "x = 1\n", "x = 1\ny = 2\nz = 3\n"], "max_tokens": 3}'
 curl -s -D "$d/metrics.h" -o "$d/metrics.txt" "$url/metrics"
 grep -qi '^Content-Type: text/plain; version=0.0.4' "$d/metrics.h" && t_pass "/metrics: Prometheus' text format, version 0.0.4" \
     || t_fail "/metrics: its content type" "$(cat "$d/metrics.h")"
-if "$SPY" - "$d/metrics.txt" "$d/ref.json" >"$d/m.out" 2>&1 <<'PYEOF'
+if "$SPY" - "$d/metrics.txt" "$d/ref.json" "$d/multi.json" >"$d/m.out" 2>&1 <<'PYEOF'
 import json, sys
 from prometheus_client.parser import text_string_to_metric_families
 fam = {f.name: f for f in text_string_to_metric_families(open(sys.argv[1]).read())}
-ref = json.load(open(sys.argv[2]))
+ref = json.load(open(sys.argv[2])) + [json.load(open(sys.argv[3]))]
 def one(name, **labels):
     v = [s.value for f in fam.values() for s in f.samples if s.name == name and s.labels == labels]
     assert len(v) == 1, (name, labels, v)
@@ -178,16 +180,16 @@ def one(name, **labels):
 prompt = sum(r["usage"]["prompt_tokens"] for r in ref)
 new = sum(r["usage"]["completion_tokens"] for r in ref)
 assert fam["mt_serve_requests"].type == "counter" and fam["mt_serve_time_to_first_token_seconds"].type == "histogram"
-assert one("mt_serve_requests_total", path="/v1/completions", status="200") == 64
+assert one("mt_serve_requests_total", path="/v1/completions", status="200") == 65
 assert one("mt_serve_prompt_tokens_total") == prompt, (one("mt_serve_prompt_tokens_total"), prompt)
 assert one("mt_serve_generation_tokens_total") == new, (one("mt_serve_generation_tokens_total"), new)
-assert one("mt_serve_time_to_first_token_seconds_count") == 64
-assert one("mt_serve_inter_token_latency_seconds_count") == new - 64
-assert one("mt_serve_request_duration_seconds_count") == 64
+assert one("mt_serve_time_to_first_token_seconds_count") == 67
+assert one("mt_serve_inter_token_latency_seconds_count") == new - 67
+assert one("mt_serve_request_duration_seconds_count") == 65
 assert one("mt_serve_requests_waiting") == 0 and one("mt_serve_sequences_running") == 0
 b = [(float(s.labels["le"]), s.value) for s in fam["mt_serve_time_to_first_token_seconds"].samples if s.name.endswith("_bucket")]
-assert b == sorted(b) and b[-1] == (float("inf"), 64), b
-assert 0 < one("mt_serve_time_to_first_token_seconds_sum") < 64 * 60
+assert b == sorted(b) and b[-1] == (float("inf"), 67), b
+assert 0 < one("mt_serve_time_to_first_token_seconds_sum") < 67 * 60
 PYEOF
 then t_pass "/metrics: parsed by prometheus_client; requests, tokens and latency counts equal the answers'"
 else t_fail "/metrics counts" "$(tail -1 "$d/m.out")"; fi
