@@ -17,6 +17,7 @@ typedef struct bseq {
     int32_t next;          /* once decoding: the token to feed */
     int new_max;           /* new tokens at most (0: the prompt scored only) */
     int score;             /* the prompt's log-probabilities: read a token a step */
+    int ntop;              /* alternatives per position */
     mt_sampling sampling;
     mt_gen_stops stops;
     mt_rs rng;
@@ -105,7 +106,7 @@ int mt_gen_batch_add(mt_gen_batch *b, const mt_ids *prompt, const mt_gen_opts *o
     while (s < b->o.max_seqs && b->seq[s].used) s++;
     if (s == b->o.max_seqs || mt_gpt_paged_reserve(b->paged, s, len)) return 1;
     bseq *q = &b->seq[s];
-    *q = (bseq){.used = 1, .order = b->joined++, .new_max = (int)new_max, .score = o->prompt_logprobs,
+    *q = (bseq){.used = 1, .order = b->joined++, .new_max = (int)new_max, .score = o->prompt_logprobs, .ntop = o->top_logprobs,
                 .sampling = o->sampling, .out = out, .fn = fn, .arg = arg, .tag = tag};
     q->prompt.p = mt_xmalloc((size_t)T * sizeof *q->prompt.p);
     memcpy(q->prompt.p, prompt->p, (size_t)T * sizeof *q->prompt.p);
@@ -115,8 +116,22 @@ int mt_gen_batch_add(mt_gen_batch *b, const mt_ids *prompt, const mt_gen_opts *o
     *out = (mt_gen_seq){0};
     out->logprob = mt_xmalloc((size_t)(new_max ? new_max : 1) * sizeof(double));
     if (q->score) out->prompt_logprob = mt_xcalloc((size_t)(T > 1 ? T - 1 : 1), sizeof(double));
+    if (q->ntop) {
+        size_t at = (size_t)(q->score ? T - 1 : 0) + (size_t)new_max + 1;
+        out->ntop = q->ntop;
+        out->top_id = mt_xcalloc(at * (size_t)q->ntop, sizeof *out->top_id);
+        out->top_lp = mt_xcalloc(at * (size_t)q->ntop, sizeof *out->top_lp);
+    }
     b->running++;
     return 0;
+}
+
+/* The alternatives of q's position at, from row u of the step's logits. */
+static void top(mt_gen_batch *b, bseq *q, int u, int at)
+{
+    if (q->ntop)
+        mt_top_logprobs(b->logits + (size_t)u * b->Vp, b->sampler.V, q->ntop, q->out->top_id + (size_t)at * q->ntop,
+                        q->out->top_lp + (size_t)at * q->ntop);
 }
 
 int mt_gen_batch_step(mt_gen_batch *b, mt_err *e)
@@ -161,9 +176,11 @@ int mt_gen_batch_step(mt_gen_batch *b, mt_err *e)
         if (q->read < (int)q->prompt.n) {
             q->read += b->runs[u].count;
             if (q->read < (int)q->prompt.n) {   /* more of its prompt to read */
-                if (q->score)
+                if (q->score) {
                     o->prompt_logprob[q->read - 1] = mt_logprob(b->logits + (size_t)u * b->Vp, b->sampler.V,
                                                                 (int32_t)q->prompt.p[q->read]);
+                    top(b, q, u, q->read - 1);
+                }
                 continue;
             }
             if (!q->new_max) {   /* scored only */
@@ -173,6 +190,7 @@ int mt_gen_batch_step(mt_gen_batch *b, mt_err *e)
                 continue;
             }
         }
+        top(b, q, u, (q->score ? (int)q->prompt.n - 1 : 0) + (int)o->out.n);
         double lp;
         int32_t id = mt_sample_next(&b->sampler, b->logits + (size_t)u * b->Vp, &q->sampling, o->out.p, o->out.n, &q->rng,
                                     &lp);

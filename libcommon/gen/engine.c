@@ -48,6 +48,8 @@ void mt_gen_seq_free(mt_gen_seq *s)
     free(s->out.p);
     free(s->logprob);
     free(s->prompt_logprob);
+    free(s->top_id);
+    free(s->top_lp);
     free(s->text.p);
     memset(s, 0, sizeof *s);
 }

@@ -27,7 +27,12 @@ typedef struct mt_gen_opts {
     int prompt_logprobs;      /* gen/batch.h only: each prompt token after the first gets its log-probability
                                  (out->prompt_logprob), the prompt read a token a step; max_new_tokens may
                                  then be 0 (the prompt scored, nothing generated) */
+    int top_logprobs;         /* gen/batch.h only: the likeliest ids at each scored and generated position,
+                                 this many (0 to MT_GEN_MAX_TOP), in out->top_id and out->top_lp */
 } mt_gen_opts;
+
+/* Alternatives per position at most (top_logprobs; OpenAI's limit for completions). */
+#define MT_GEN_MAX_TOP 5
 
 /* One prompt's continuation. */
 typedef struct mt_gen_seq {
@@ -41,6 +46,12 @@ typedef struct mt_gen_seq {
                             token callback) */
     double *prompt_logprob;   /* with prompt_logprobs: [prompt length - 1], that of prompt token i + 1 after
                                  tokens 0..i; else NULL */
+    int ntop;                 /* top_logprobs: the top_id and top_lp of position i are [i * ntop, (i + 1) *
+                                 ntop), the likeliest first (ties: the smaller id); positions are the
+                                 scored prompt tokens' (prompt length - 1 with prompt_logprobs, else none)
+                                 then the generated ones */
+    int32_t *top_id;
+    double *top_lp;
 } mt_gen_seq;
 
 typedef struct mt_gen_stats {

@@ -44,6 +44,22 @@ double mt_logprob(const float *logits, int V, int32_t id)
     return (double)logits[id] - log_sum_exp(logits, V);
 }
 
+void mt_top_logprobs(const float *logits, int V, int n, int32_t *ids, double *lps)
+{
+    const double lse = log_sum_exp(logits, V);
+    int have = 0;
+    for (int j = 0; j < V; j++) {   /* insertion into the n best so far: n is small */
+        if (have == n && logits[j] <= logits[ids[n - 1]]) continue;
+        int at = have < n ? have++ : n - 1;
+        while (at > 0 && logits[j] > logits[ids[at - 1]]) {
+            ids[at] = ids[at - 1];
+            at--;
+        }
+        ids[at] = j;
+    }
+    for (int i = 0; i < n; i++) lps[i] = (double)logits[ids[i]] - lse;
+}
+
 int32_t mt_sample_next(mt_sampler *s, const float *logits, const mt_sampling *p, const uint32_t *prev, size_t nprev,
                        mt_rs *rng, double *logprob)
 {

@@ -40,5 +40,8 @@ int32_t mt_sample_next(mt_sampler *s, const float *logits, const mt_sampling *p,
 
 /* The log-probability of id under logits[0..V) (log-softmax). */
 double mt_logprob(const float *logits, int V, int32_t id);
+/* The n likeliest ids of logits[0..V) (n <= V), the likeliest first (ties: the smaller id), into ids[0..n)
+ * and their log-probabilities into lps[0..n). */
+void mt_top_logprobs(const float *logits, int V, int n, int32_t *ids, double *lps);
 
 #endif

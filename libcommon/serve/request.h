@@ -58,6 +58,7 @@ typedef struct mt_serve_req {
     bool api;                 /* answered in Megatron's shape */
     bool prompt_logprobs;     /* each prompt token's log-probability too (max_tokens may be 0) */
     bool stop_on_eol, stop_on_double_eol;   /* stop after a new token whose text holds "\n" / "\n\n" */
+    int top_logprobs;         /* "logprobs": N: the N likeliest tokens of each position too */
 } mt_serve_req;
 
 /* Reads body[0..len) into r with tok (bc: a tokenizer context of the calling thread). 0, or -1 with f

@@ -126,8 +126,43 @@ TEST(seeded)
     mt_sampler_free(&sm);
 }
 
+/* mt_top_logprobs: the n likeliest ids, the likeliest first and ties by the smaller id, as a full sort
+ * gives them, with their log-softmax; n from 1 to all of V. */
+TEST(top_logprobs)
+{
+    enum { V = 300 };
+    float x[V];
+    uint64_t r = 12345;
+    for (int j = 0; j < V; j++) {
+        r = r * 6364136223846793005ull + 1442695040888963407ull;
+        x[j] = (float)((r >> 40) % 50) / 7.0f - 3;   /* 50 values over 300 ids: many ties */
+    }
+    double se = 0;
+    for (int j = 0; j < V; j++) se += exp((double)x[j]);
+    int order[V];
+    for (int j = 0; j < V; j++) order[j] = j;
+    for (int i = 1; i < V; i++)   /* a stable insertion sort, descending */
+        for (int k = i; k > 0 && x[order[k]] > x[order[k - 1]]; k--) {
+            int t = order[k];
+            order[k] = order[k - 1];
+            order[k - 1] = t;
+        }
+    int ns[] = {1, 2, 5, 17, V};
+    for (size_t c = 0; c < sizeof ns / sizeof *ns; c++) {
+        int32_t ids[V];
+        double lps[V];
+        mt_top_logprobs(x, V, ns[c], ids, lps);
+        for (int i = 0; i < ns[c]; i++) {
+            T_EQ_INT(ids[i], order[i]);
+            T_NEAR(lps[i], (double)x[order[i]] - log(se), 1e-12);
+        }
+    }
+    T_CHECK(fabs(mt_logprob(x, V, 7) - ((double)x[7] - log(se))) < 1e-12);
+}
+
 T_MAIN_BEGIN("test_sample")
 RUN(greedy_and_penalty);
+RUN(top_logprobs);
 RUN(topk_topp_and_frequencies);
 RUN(penalty_forgets);
 RUN(topp_boundary);
