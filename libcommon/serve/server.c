@@ -37,7 +37,7 @@ struct mt_server {
     int active;                /* requests from their first byte to their response's end */
 };
 
-enum route { R_NONE, R_HEALTH, R_MODELS, R_COMPLETIONS };
+enum route { R_NONE, R_HEALTH, R_MODELS, R_COMPLETIONS, R_CHAT };
 
 static const struct {
     const char *path;
@@ -47,6 +47,8 @@ static const struct {
     {"/v1/models", R_MODELS},
     {"/v1/completions", R_COMPLETIONS},
     {"/completions", R_COMPLETIONS},
+    {"/v1/chat/completions", R_CHAT},
+    {"/chat/completions", R_CHAT},
 };
 
 /* One request of a connection, from its first call to the completed callback. */
@@ -80,7 +82,7 @@ static enum MHD_Result reply_fail(struct MHD_Connection *c, req_state *rs, const
 {
     const char *hname = NULL, *hvalue = NULL;
     if (f->status == 429) hname = MHD_HTTP_HEADER_RETRY_AFTER, hvalue = "1";
-    if (f->status == 405) hname = MHD_HTTP_HEADER_ALLOW, hvalue = rs->route == R_COMPLETIONS ? "POST" : "GET, HEAD";
+    if (f->status == 405) hname = MHD_HTTP_HEADER_ALLOW, hvalue = rs->route >= R_COMPLETIONS ? "POST" : "GET, HEAD";
     return reply(c, rs, (unsigned)f->status, mt_serve_error_json(f), "application/json", hname, hvalue);
 }
 
@@ -120,16 +122,20 @@ static void stream_free(void *cls)
     mt_serve_job_unref(j);
 }
 
+/* POST /v1/completions and /v1/chat/completions: the same job, read from either kind of body */
 static enum MHD_Result completions(mt_server *s, struct MHD_Connection *c, req_state *rs)
 {
     mt_serve_req r;
     mt_serve_fail f;
     mt_bpe_ctx *bc = mt_bpe_ctx_new(s->tok->bpe);
-    int rc = mt_serve_req_parse(&r, rs->body.p ? rs->body.p : "", rs->body.n, &s->lim, s->tok, bc, &f);
+    int chat = rs->route == R_CHAT;
+    int rc = (chat ? mt_serve_chat_req_parse : mt_serve_req_parse)(&r, rs->body.p ? rs->body.p : "", rs->body.n, &s->lim,
+                                                                   s->tok, bc, &f);
     mt_bpe_ctx_free(bc);
     if (rc) return reply_fail(c, rs, &f);
     mt_serve_job *j = mt_serve_job_new(&r);
-    snprintf(j->id, sizeof j->id, "cmpl-%08x%016llx", s->id_salt, (unsigned long long)atomic_fetch_add(&s->next_id, 1));
+    snprintf(j->id, sizeof j->id, "%s-%08x%016llx", chat ? "chatcmpl" : "cmpl", s->id_salt,
+             (unsigned long long)atomic_fetch_add(&s->next_id, 1));
     j->created = (int64_t)time(NULL);
     rc = mt_serve_queue_push(&s->q, j);
     if (rc) {
@@ -174,7 +180,8 @@ static enum MHD_Result respond(mt_server *s, struct MHD_Connection *c, req_state
     case R_MODELS:
         return reply(c, rs, MHD_HTTP_OK, mt_serve_models_json(s->o.model_name, s->started, s->lim.positions),
                      "application/json", NULL, NULL);
-    case R_COMPLETIONS: return completions(s, c, rs);
+    case R_COMPLETIONS:
+    case R_CHAT: return completions(s, c, rs);
     default: return MHD_NO;
     }
 }
@@ -199,9 +206,9 @@ static enum MHD_Result handle(void *cls, struct MHD_Connection *c, const char *u
         if (rs->route == R_NONE) return fail(c, rs, 404, "invalid_request_error", "no such path: %s", rs->path);
         int post = !strcmp(method, MHD_HTTP_METHOD_POST);
         int get = !strcmp(method, MHD_HTTP_METHOD_GET) || !strcmp(method, MHD_HTTP_METHOD_HEAD);
-        if (rs->route == R_COMPLETIONS ? !post : !get)
+        if (rs->route >= R_COMPLETIONS ? !post : !get)
             return fail(c, rs, 405, "invalid_request_error", "%s %s: the method is not allowed (use %s)", rs->method,
-                        rs->path, rs->route == R_COMPLETIONS ? "POST" : "GET");
+                        rs->path, rs->route >= R_COMPLETIONS ? "POST" : "GET");
         if (!post) return respond(s, c, rs);
         const char *cl = MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_LENGTH);
         if (cl && strtoull(cl, NULL, 10) > s->o.max_body) {   /* before the body is sent (Expect: 100-continue) */
@@ -262,7 +269,7 @@ mt_server *mt_server_start(mt_gpt *model, const mt_tokenizer *tok, const mt_serv
     s->tok = tok;
     s->started = (int64_t)time(NULL);
     s->lim = (mt_serve_limits){o->model_name, o->max_tokens_limit, mt_gpt_get_config(model)->max_position_embeddings,
-                               tok->vocab_size};
+                               tok->vocab_size, o->chat};
     atomic_init(&s->draining, 0);
     atomic_init(&s->next_id, 1);
     s->id_salt = (uint32_t)getpid() ^ (uint32_t)s->started;

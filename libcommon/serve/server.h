@@ -4,6 +4,9 @@
  *   GET  /v1/models                       the served model, in OpenAI's list shape
  *   POST /v1/completions, /completions    a completion (serve/request.h's fields), or with "stream": true
  *                                         Server-Sent Events, one per piece of text, then [DONE]
+ *   POST /v1/chat/completions,            a chat completion: the messages rendered by the chat template
+ *        /chat/completions                (serve/chat_prompt.h), then run as a completion; streamed as
+ *                                         "chat.completion.chunk" events
  *
  * Errors are OpenAI's {"error": {...}} with the status that says what went wrong: 400 for a bad request,
  * 404 for another path or model, 405 for another method (with Allow), 413 for a body above the limit,
@@ -30,6 +33,7 @@ typedef struct mt_serve_opts {
     int max_queue;             /* requests waiting for the engine at most; more get 429 */
     int64_t max_tokens_limit;  /* "max_tokens" at most */
     size_t max_body;           /* request body bytes at most; more get 413 */
+    const struct mt_serve_chat *chat;   /* the chat template (serve/chat_source.h; the caller's), or NULL */
 } mt_serve_opts;
 
 typedef struct mt_server mt_server;

@@ -9,7 +9,7 @@
 static char top[1024] = ".";
 static mt_tokenizer tok;
 static mt_bpe_ctx *bc;
-static const mt_serve_limits lim = {"ck", 64, 48, 50257};
+static const mt_serve_limits lim = {"ck", 64, 48, 50257, NULL};
 
 static int parse(const char *body, mt_serve_req *r, mt_serve_fail *f)
 {
