@@ -215,7 +215,12 @@ if (argc >= 6 && !strcmp(argv[1], "--render")) {   /* the oracle's helper */
     if (!src || !msgs) return 2;
     mt_err e = {{0}};
     mt_chat_template *tp = mt_chat_template_parse(src, strlen(src), &e);
-    if (!tp) return printf("ERROR\n%s", e.msg), 0;
+    if (!tp) {
+        printf("ERROR\n%s", e.msg);
+        free(src);
+        free(msgs);
+        return 0;
+    }
     json_error_t je;
     json_t *m = json_loads(msgs, 0, &je);
     mt_chat_vars v = {m, argc > 6 && !strcmp(argv[6], "--gen"), argv[4], argv[5]};
@@ -223,6 +228,11 @@ if (argc >= 6 && !strcmp(argv[1], "--render")) {   /* the oracle's helper */
     bool raised;
     if (mt_chat_template_render(tp, &v, &out, &raised, &e)) printf("%s\n%s", raised ? "RAISED" : "ERROR", e.msg);
     else printf("OK\n%.*s", (int)out.n, out.p ? out.p : "");
+    free(out.p);
+    json_decref(m);
+    mt_chat_template_free(tp);
+    free(src);
+    free(msgs);
     return 0;
 }
 RUN(chatml);
