@@ -606,18 +606,25 @@ typedef struct call_args {
     json_t *kw;
 } call_args;
 
+static void free_args(call_args *a);
+
+/* 0, or -1 (c failed) with nothing left in a */
 static int get_args(ctx *c, const ct_node *n, call_args *a)
 {
     memset(a, 0, sizeof *a);
     a->kw = json_object();
     for (int i = 0; i < n->n_kids; i++) {
         json_t *v = eval(c, n->kids[i]);
-        if (c->failed) return -1;
+        if (c->failed) {
+            free_args(a);
+            return -1;
+        }
         if (n->names[i]) {
             /* an undefined keyword argument is kept apart from none (arg() gives NULL for it) */
             json_object_set_new(a->kw, n->names[i], v ? v : json_string("\x01undefined"));
         } else if (a->n_pos == 4) {
             drop(v);
+            free_args(a);
             fail(c, n, "too many arguments");
             return -1;
         } else {

@@ -243,7 +243,9 @@ static int lex(parser *p, const char *src, size_t len)
         } else mt_buf_putc(&b, src[i]);
     }
     if (b.n && b.p[b.n - 1] == '\n') b.n--;
-    const char *s = b.p ? b.p : "";
+    mt_buf_putc(&b, 0);   /* a terminator past the text, for the look-aheads (the text may hold NULs) */
+    b.n--;
+    const char *s = b.p;
     size_t n = b.n, pos = 0;
     int line = 1, line_starting = 1, rc = 0;
     while (pos < n && !rc) {
@@ -268,7 +270,7 @@ static int lex(parser *p, const char *src, size_t len)
         line += lines_in(s, pos, q);
         pos = q + 2 + (sign ? 1 : 0);
         if (kind == '#') {
-            const char *ce = strstr(s + pos, "#}");
+            const char *ce = memmem(s + pos, n - pos, "#}", 2);
             if (!ce) {
                 fail(p, line, "a {# comment that never ends");
                 rc = -1;

@@ -198,6 +198,8 @@ TEST(refusals)
     RENDERS("x\n{% endfor %}", m, false, "ERROR: chat template line 2: unexpected 'endfor'");
     RENDERS("{% break %}", m, false, "ERROR: chat template line 1: 'break' outside a for loop");
     RENDERS("{{ 'abc }}", m, false, "ERROR: chat template line 1: a string that never ends");
+    RENDERS("a\n{# open", m, false, "ERROR: chat template line 2: a {# comment that never ends");
+    RENDERS("{% if true %}x{% endif", m, false, "ERROR: chat template line 1: a {% tag that never ends");
     /* at render time: the line of the expression */
     RENDERS("\n{{ messages.nothing.deeper }}", m, false,
             "ERROR: chat template line 2: 'nothing' is undefined, so it has no attribute 'deeper'");
