@@ -9,8 +9,9 @@
 # bad messages, a chat template's raise_exception (its message carried), fields chat does not have. A
 # server without a template answers chat requests 501 naming --chat-template (completions still work); a
 # checkpoint's tokenizer_config.json whose template mt cannot parse: a one-line warning, and 501 naming
-# the reason; one it can: its template, and its eos_token as {"content": ...}; --chat-template FILE that
-# does not parse: mt-serve exits with one line naming FILE and the line.
+# the reason; one it can: its template, and its eos_token as {"content": ...}; --chat-template given a
+# tokenizer_config.json; --chat-template FILE that does not parse: mt-serve exits with one line naming
+# FILE and the line.
 . "$(dirname "$0")/../lib.sh"
 PY=/usr/bin/python3
 d=$T_TMP
@@ -250,7 +251,20 @@ if serve "$d/serve4.err"; then
     stop
 else t_fail "mt-serve with the checkpoint's template starts" "$(cat "$d/serve4.err")"; fi
 
-# 6. --chat-template FILE that does not parse, or is not there: mt-serve exits with one line
+# 6. --chat-template given a tokenizer_config.json: its template, bos_token and eos_token (over the
+# checkpoint's)
+rm "$d/ck/tokenizer_config.json"
+$PY -c 'import json, sys; json.dump({"chat_template": open(sys.argv[2]).read(), "eos_token": "<eos>"},
+    open(sys.argv[1], "w"))' "$d/other_config.json" "$d/chat.jinja"
+if serve "$d/serve5.err" --chat-template "$d/other_config.json"; then
+    gen --greedy --max-new-tokens 12 "$(render "$msgs" | sed 's/<|endoftext|>/<eos>/g')" >"$d/ref-json.jsonl"
+    s=$(post /v1/chat/completions '{"messages": '"$msgs"', "max_tokens": 12, "temperature": 0, "logprobs": true}' json)
+    [ "$s" = 200 ] && check "--chat-template tokenizer_config.json: its template and eos_token" "$same" "$d/json.json" "$d/ref-json.jsonl" \
+        || t_fail "--chat-template tokenizer_config.json" "status $s: $(head -c 300 "$d/json.json")"
+    stop
+else t_fail "mt-serve --chat-template tokenizer_config.json starts" "$(cat "$d/serve5.err")"; fi
+
+# 7. --chat-template FILE that does not parse, or is not there: mt-serve exits with one line
 printf 'ok\n{%% for m in messages %%}\n{%% macro x() %%}{%% endmacro %%}{%% endfor %%}\n' >"$d/badt.jinja"
 if mt-serve --load "$d/ck" --port 0 --chat-template "$d/badt.jinja" >"$d/badt.out" 2>"$d/badt.err"; then
     t_fail "--chat-template FILE that does not parse: refused" "it started"
