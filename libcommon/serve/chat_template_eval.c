@@ -1,13 +1,14 @@
-/* chat_template_eval.c: rendering a parsed chat template (chat_template.h) for one request's messages.
- * Values are jansson values (NULL: Jinja2's undefined), with Python's rules for truth, equality,
- * arithmetic and printing; the tree is only read, so threads render one template at once. */
+/* chat_template_eval.c: rendering a parsed chat template (chat_template.h) for one request's messages:
+ * variables and their scopes, expressions (operators, subscripts, slices), the filters, tests, functions
+ * and methods of the subset, and the statements. Values are jansson values (NULL: Jinja2's undefined)
+ * with Python's rules (chat_template_value.c); the tree is only read, so threads render one template at
+ * once. */
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
-#include <utf8proc.h>
 
 #include "serve/chat_template.h"
 #include "serve/chat_template_tree.h"
@@ -47,305 +48,6 @@ static void drop(json_t *v)
     if (v) json_decref(v);
 }
 
-static const char *type_name(const json_t *v)
-{
-    if (!v) return "undefined";
-    switch (json_typeof(v)) {
-    case JSON_OBJECT: return "dict";
-    case JSON_ARRAY: return "list";
-    case JSON_STRING: return "str";
-    case JSON_INTEGER: return "int";
-    case JSON_REAL: return "float";
-    case JSON_TRUE:
-    case JSON_FALSE: return "bool";
-    default: return "NoneType";
-    }
-}
-
-static int truthy(const json_t *v)
-{
-    if (!v) return 0;
-    switch (json_typeof(v)) {
-    case JSON_OBJECT: return json_object_size(v) > 0;
-    case JSON_ARRAY: return json_array_size(v) > 0;
-    case JSON_STRING: return json_string_length(v) > 0;
-    case JSON_INTEGER: return json_integer_value(v) != 0;
-    case JSON_REAL: return json_real_value(v) != 0;
-    case JSON_TRUE: return 1;
-    default: return 0;
-    }
-}
-
-static int is_num(const json_t *v)
-{
-    return v && (json_is_number(v) || json_is_boolean(v));
-}
-
-static int is_int(const json_t *v)
-{
-    return v && (json_is_integer(v) || json_is_boolean(v));
-}
-
-static long long int_of(const json_t *v)
-{
-    return json_is_integer(v) ? json_integer_value(v) : json_is_true(v);
-}
-
-static double num_of(const json_t *v)
-{
-    return json_is_real(v) ? json_real_value(v) : (double)int_of(v);
-}
-
-static json_t *str(const char *s, size_t n)
-{
-    return json_stringn_nocheck(s ? s : "", n);
-}
-
-/* ---- printing: Python's str() and repr() ---- */
-
-static void put(mt_buf *b, const char *s)
-{
-    mt_buf_append(b, s, strlen(s));
-}
-
-static void put_float(mt_buf *b, double x)
-{
-    char s[40];
-    if (isnan(x)) snprintf(s, sizeof s, "nan");
-    else if (isinf(x)) snprintf(s, sizeof s, x < 0 ? "-inf" : "inf");
-    else {
-        for (int p = 1; p <= 17; p++) {   /* the shortest that reads back, as Python's repr */
-            snprintf(s, sizeof s, "%.*g", p, x);
-            if (strtod(s, NULL) == x) break;
-        }
-        if (!strpbrk(s, ".e")) strcat(s, ".0");
-    }
-    put(b, s);
-}
-
-static void repr(mt_buf *b, const json_t *v);
-
-static void str_of(mt_buf *b, const json_t *v)
-{
-    if (!v) return;
-    char s[32];
-    switch (json_typeof(v)) {
-    case JSON_STRING: mt_buf_append(b, json_string_value(v), json_string_length(v)); break;
-    case JSON_INTEGER: snprintf(s, sizeof s, "%lld", (long long)json_integer_value(v)); put(b, s); break;
-    case JSON_REAL: put_float(b, json_real_value(v)); break;
-    case JSON_TRUE: put(b, "True"); break;
-    case JSON_FALSE: put(b, "False"); break;
-    case JSON_NULL: put(b, "None"); break;
-    default: repr(b, v);
-    }
-}
-
-static void repr_str(mt_buf *b, const char *s, size_t n)
-{
-    char q = memchr(s, '\'', n) && !memchr(s, '"', n) ? '"' : '\'';
-    mt_buf_putc(b, q);
-    for (size_t i = 0; i < n; i++) {
-        unsigned char c = (unsigned char)s[i];
-        char x[8];
-        if (c == '\\' || c == (unsigned char)q) mt_buf_putc(b, '\\'), mt_buf_putc(b, (char)c);
-        else if (c == '\n') put(b, "\\n");
-        else if (c == '\r') put(b, "\\r");
-        else if (c == '\t') put(b, "\\t");
-        else if (c < 0x20 || c == 0x7f) snprintf(x, sizeof x, "\\x%02x", c), put(b, x);
-        else mt_buf_putc(b, (char)c);
-    }
-    mt_buf_putc(b, q);
-}
-
-static void repr(mt_buf *b, const json_t *v)
-{
-    if (v && json_is_string(v)) {
-        repr_str(b, json_string_value(v), json_string_length(v));
-    } else if (v && json_is_array(v)) {
-        mt_buf_putc(b, '[');
-        for (size_t i = 0; i < json_array_size(v); i++) {
-            if (i) put(b, ", ");
-            repr(b, json_array_get(v, i));
-        }
-        mt_buf_putc(b, ']');
-    } else if (v && json_is_object(v)) {
-        const char *k;
-        json_t *x;
-        int first = 1;
-        mt_buf_putc(b, '{');
-        json_object_foreach((json_t *)v, k, x) {
-            if (!first) put(b, ", ");
-            first = 0;
-            repr_str(b, k, strlen(k));
-            put(b, ": ");
-            repr(b, x);
-        }
-        mt_buf_putc(b, '}');
-    } else {
-        str_of(b, v);
-    }
-}
-
-/* transformers' tojson: json.dumps(x, ensure_ascii=False, indent=indent) */
-static int tojson(mt_buf *b, const json_t *v, int indent, int depth)
-{
-    if (!v) return -1;
-    if (json_is_string(v)) {
-        const char *s = json_string_value(v);
-        mt_buf_putc(b, '"');
-        for (size_t i = 0; i < json_string_length(v); i++) {
-            unsigned char c = (unsigned char)s[i];
-            char x[8];
-            if (c == '"' || c == '\\') mt_buf_putc(b, '\\'), mt_buf_putc(b, (char)c);
-            else if (c == '\n') put(b, "\\n");
-            else if (c == '\r') put(b, "\\r");
-            else if (c == '\t') put(b, "\\t");
-            else if (c == '\b') put(b, "\\b");
-            else if (c == '\f') put(b, "\\f");
-            else if (c < 0x20) snprintf(x, sizeof x, "\\u%04x", c), put(b, x);
-            else mt_buf_putc(b, (char)c);
-        }
-        mt_buf_putc(b, '"');
-        return 0;
-    }
-    if (json_is_true(v) || json_is_false(v) || json_is_null(v)) {
-        put(b, json_is_true(v) ? "true" : json_is_false(v) ? "false" : "null");
-        return 0;
-    }
-    if (json_is_number(v)) {
-        str_of(b, v);
-        return 0;
-    }
-    size_t n = json_is_array(v) ? json_array_size(v) : json_object_size(v);
-    mt_buf_putc(b, json_is_array(v) ? '[' : '{');
-    const char *k;
-    json_t *x;
-    size_t i = 0;
-    void *it = json_is_object(v) ? json_object_iter((json_t *)v) : NULL;
-    for (i = 0; i < n; i++) {
-        if (i) put(b, indent >= 0 ? "," : ", ");
-        if (indent >= 0) {
-            mt_buf_putc(b, '\n');
-            for (int s = 0; s < indent * (depth + 1); s++) mt_buf_putc(b, ' ');
-        }
-        if (json_is_array(v)) {
-            x = json_array_get(v, i);
-        } else {
-            k = json_object_iter_key(it);
-            x = json_object_iter_value(it);
-            it = json_object_iter_next((json_t *)v, it);
-            json_t *key = json_string(k);
-            tojson(b, key, indent, depth + 1);
-            json_decref(key);
-            put(b, ": ");
-        }
-        if (tojson(b, x, indent, depth + 1)) return -1;
-    }
-    if (indent >= 0 && n) {
-        mt_buf_putc(b, '\n');
-        for (int s = 0; s < indent * depth; s++) mt_buf_putc(b, ' ');
-    }
-    mt_buf_putc(b, json_is_array(v) ? ']' : '}');
-    return 0;
-}
-
-/* ---- strings as code points ---- */
-
-/* The byte offsets of s's characters, and n (the count) at [n]. */
-static size_t *chars_of(const char *s, size_t len, size_t *n)
-{
-    size_t *o = mt_xmalloc((len + 1) * sizeof *o), k = 0;
-    for (size_t i = 0; i < len; i++)
-        if (((unsigned char)s[i] & 0xC0) != 0x80) o[k++] = i;
-    o[k] = len;
-    *n = k;
-    return o;
-}
-
-static size_t n_chars(const json_t *s)
-{
-    size_t k = 0;
-    const char *p = json_string_value(s);
-    for (size_t i = 0; i < json_string_length(s); i++) k += ((unsigned char)p[i] & 0xC0) != 0x80;
-    return k;
-}
-
-enum { CASE_UPPER, CASE_LOWER, CASE_TITLE, CASE_CAPITALIZE, CASE_JINJA_TITLE };
-
-static int is_ws_cp(int32_t c)
-{
-    return c == ' ' || (c >= 9 && c <= 13) || (c >= 0x1c && c <= 0x1f) || c == 0x85 || c == 0xa0 ||
-           utf8proc_category(c) == UTF8PROC_CATEGORY_ZS || c == 0x2028 || c == 0x2029;
-}
-
-static int is_cased(int32_t c)
-{
-    return utf8proc_toupper(c) != c || utf8proc_tolower(c) != c;
-}
-
-/* upper(), lower(), Python's title() and capitalize(), Jinja2's title filter (words split at whitespace,
- * '-' and opening brackets) */
-static json_t *recase(const json_t *v, int how)
-{
-    const char *s = json_string_value(v);
-    size_t len = json_string_length(v);
-    mt_buf b = {0};
-    int prev_cased = 0, word_start = 1;
-    for (size_t i = 0; i < len;) {
-        int32_t c;
-        utf8proc_ssize_t k = utf8proc_iterate((const utf8proc_uint8_t *)s + i, (utf8proc_ssize_t)(len - i), &c);
-        if (k <= 0) break;
-        i += (size_t)k;
-        int32_t r = c;
-        switch (how) {
-        case CASE_UPPER: r = utf8proc_toupper(c); break;
-        case CASE_LOWER: r = utf8proc_tolower(c); break;
-        case CASE_TITLE: r = prev_cased ? utf8proc_tolower(c) : utf8proc_totitle(c); prev_cased = is_cased(c); break;
-        case CASE_CAPITALIZE: r = i == (size_t)k ? utf8proc_totitle(c) : utf8proc_tolower(c); break;
-        default: {
-            int sep = is_ws_cp(c) || c == '-' || c == '(' || c == '{' || c == '[' || c == '<';
-            r = word_start && !sep ? utf8proc_totitle(c) : word_start ? c : utf8proc_tolower(c);
-            if (sep && !word_start) r = c;
-            word_start = sep;
-        }
-        }
-        utf8proc_uint8_t u[4];
-        utf8proc_ssize_t m = utf8proc_encode_char(r, u);
-        mt_buf_append(&b, u, (size_t)m);
-    }
-    json_t *out = str(b.p, b.n);
-    free(b.p);
-    return out;
-}
-
-/* strip / lstrip / rstrip: chars NULL strips whitespace */
-static json_t *strip(const json_t *v, const json_t *chars, int left, int right)
-{
-    const char *s = json_string_value(v);
-    size_t n, *o = chars_of(s, json_string_length(v), &n), a = 0, z = n;
-    size_t cn = 0, *co = chars ? chars_of(json_string_value(chars), json_string_length(chars), &cn) : NULL;
-    for (int side = 0; side < 2; side++) {
-        if (!(side ? right : left)) continue;
-        while (a < z) {
-            size_t i = side ? z - 1 : a;
-            int32_t c;
-            utf8proc_iterate((const utf8proc_uint8_t *)s + o[i], (utf8proc_ssize_t)(o[i + 1] - o[i]), &c);
-            int hit = 0;
-            if (!chars) hit = is_ws_cp(c);
-            for (size_t j = 0; chars && j < cn && !hit; j++)
-                hit = co[j + 1] - co[j] == o[i + 1] - o[i] &&
-                      !memcmp(json_string_value(chars) + co[j], s + o[i], o[i + 1] - o[i]);
-            if (!hit) break;
-            if (side) z--;
-            else a++;
-        }
-    }
-    json_t *r = str(s + o[a], o[z] - o[a]);
-    free(o);
-    free(co);
-    return r;
-}
-
 /* ---- variables ---- */
 
 static json_t *lookup(ctx *c, const char *name)
@@ -382,40 +84,12 @@ static int is_space(ctx *c, const json_t *v)
 
 static json_t *eval(ctx *c, const ct_node *n);
 
-static int py_eq(const json_t *a, const json_t *b)
-{
-    if (!a || !b) return !a && !b;
-    if (is_num(a) && is_num(b)) {
-        if (is_int(a) && is_int(b)) return int_of(a) == int_of(b);
-        return num_of(a) == num_of(b);
-    }
-    if (json_is_array(a) && json_is_array(b)) {
-        if (json_array_size(a) != json_array_size(b)) return 0;
-        for (size_t i = 0; i < json_array_size(a); i++)
-            if (!py_eq(json_array_get(a, i), json_array_get(b, i))) return 0;
-        return 1;
-    }
-    return json_equal((json_t *)a, (json_t *)b);
-}
-
-/* a < b (-1 when they cannot be ordered) */
-static int py_lt(const json_t *a, const json_t *b)
-{
-    if (is_num(a) && is_num(b)) return is_int(a) && is_int(b) ? int_of(a) < int_of(b) : num_of(a) < num_of(b);
-    if (a && b && json_is_string(a) && json_is_string(b)) {
-        size_t la = json_string_length(a), lb = json_string_length(b);
-        int r = memcmp(json_string_value(a), json_string_value(b), la < lb ? la : lb);
-        return r < 0 || (r == 0 && la < lb);
-    }
-    return -1;
-}
-
 static json_t *contains(ctx *c, const ct_node *n, const json_t *x, const json_t *in)
 {
     if (!in) return json_false();
     if (json_is_string(in)) {
         if (!x || !json_is_string(x))
-            return fail(c, n, "'in <string>' requires a string on the left, not %s", type_name(x));
+            return fail(c, n, "'in <string>' requires a string on the left, not %s", ct_type_name(x));
         const char *h = json_string_value(in), *nd = json_string_value(x);
         size_t hn = json_string_length(in), nn = json_string_length(x);
         for (size_t i = 0; i + nn <= hn; i++)
@@ -424,12 +98,12 @@ static json_t *contains(ctx *c, const ct_node *n, const json_t *x, const json_t 
     }
     if (json_is_array(in)) {
         for (size_t i = 0; i < json_array_size(in); i++)
-            if (py_eq(x, json_array_get(in, i))) return json_true();
+            if (ct_py_eq(x, json_array_get(in, i))) return json_true();
         return json_false();
     }
     if (json_is_object(in))
         return json_boolean(x && json_is_string(x) && json_object_get(in, json_string_value(x)));
-    return fail(c, n, "'in' needs a string, a list or a dict on the right, not %s", type_name(in));
+    return fail(c, n, "'in' needs a string, a list or a dict on the right, not %s", ct_type_name(in));
 }
 
 static long long py_floordiv(long long a, long long b)
@@ -445,7 +119,7 @@ static json_t *repeat(ctx *c, const ct_node *n, const json_t *s, long long k)
     if (json_is_string(s)) {
         mt_buf b = {0};
         for (long long i = 0; i < k; i++) mt_buf_append(&b, json_string_value(s), unit);
-        json_t *r = str(b.p, b.n);
+        json_t *r = ct_str(b.p, b.n);
         free(b.p);
         return r;
     }
@@ -459,13 +133,13 @@ static json_t *binary(ctx *c, const ct_node *n, const json_t *a, const json_t *b
     static const char *const names[] = {"+", "-", "*", "/", "//", "%", "~", "==", "!=", "<", ">", "<=", ">=",
                                         "in", "not in"};
     switch (n->op) {
-    case OP_EQ: return json_boolean(py_eq(a, b));
-    case OP_NE: return json_boolean(!py_eq(a, b));
+    case OP_EQ: return json_boolean(ct_py_eq(a, b));
+    case OP_NE: return json_boolean(!ct_py_eq(a, b));
     case OP_LT:
     case OP_GT:
     case OP_LE:
     case OP_GE: {
-        int lt = n->op == OP_LT || n->op == OP_GE ? py_lt(a, b) : py_lt(b, a);
+        int lt = n->op == OP_LT || n->op == OP_GE ? ct_py_lt(a, b) : ct_py_lt(b, a);
         if (lt < 0) break;
         return json_boolean(n->op == OP_LT || n->op == OP_GT ? lt : !lt);
     }
@@ -476,18 +150,18 @@ static json_t *binary(ctx *c, const ct_node *n, const json_t *a, const json_t *b
     }
     case OP_CONCAT: {
         mt_buf s = {0};
-        str_of(&s, a);
-        str_of(&s, b);
-        json_t *r = str(s.p, s.n);
+        ct_str_of(&s, a);
+        ct_str_of(&s, b);
+        json_t *r = ct_str(s.p, s.n);
         free(s.p);
         return r;
     }
     case OP_ADD:
         if (a && b && json_is_string(a) && json_is_string(b)) {
             mt_buf s = {0};
-            str_of(&s, a);
-            str_of(&s, b);
-            json_t *r = str(s.p, s.n);
+            ct_str_of(&s, a);
+            ct_str_of(&s, b);
+            json_t *r = ct_str(s.p, s.n);
             free(s.p);
             return r;
         }
@@ -498,15 +172,15 @@ static json_t *binary(ctx *c, const ct_node *n, const json_t *a, const json_t *b
         }
         /* fall through */
     default:
-        if (n->op == OP_MUL && a && b && (json_is_string(a) || json_is_array(a)) && is_int(b)) return repeat(c, n, a, int_of(b));
-        if (n->op == OP_MUL && a && b && (json_is_string(b) || json_is_array(b)) && is_int(a)) return repeat(c, n, b, int_of(a));
-        if (!is_num(a) || !is_num(b)) break;
+        if (n->op == OP_MUL && a && b && (json_is_string(a) || json_is_array(a)) && ct_is_int(b)) return repeat(c, n, a, ct_int_of(b));
+        if (n->op == OP_MUL && a && b && (json_is_string(b) || json_is_array(b)) && ct_is_int(a)) return repeat(c, n, b, ct_int_of(a));
+        if (!ct_is_num(a) || !ct_is_num(b)) break;
         if (n->op == OP_DIV) {
-            if (num_of(b) == 0) return fail(c, n, "division by zero");
-            return json_real(num_of(a) / num_of(b));
+            if (ct_num_of(b) == 0) return fail(c, n, "division by zero");
+            return json_real(ct_num_of(a) / ct_num_of(b));
         }
-        if (is_int(a) && is_int(b)) {
-            long long x = int_of(a), y = int_of(b);
+        if (ct_is_int(a) && ct_is_int(b)) {
+            long long x = ct_int_of(a), y = ct_int_of(b);
             if ((n->op == OP_FLOORDIV || n->op == OP_MOD) && !y) return fail(c, n, "division by zero");
             switch (n->op) {
             case OP_ADD: return json_integer(x + y);
@@ -516,7 +190,7 @@ static json_t *binary(ctx *c, const ct_node *n, const json_t *a, const json_t *b
             default: return json_integer(x - py_floordiv(x, y) * y);
             }
         }
-        double x = num_of(a), y = num_of(b);
+        double x = ct_num_of(a), y = ct_num_of(b);
         if ((n->op == OP_FLOORDIV || n->op == OP_MOD) && !y) return fail(c, n, "division by zero");
         switch (n->op) {
         case OP_ADD: return json_real(x + y);
@@ -526,7 +200,7 @@ static json_t *binary(ctx *c, const ct_node *n, const json_t *a, const json_t *b
         default: return json_real(x - floor(x / y) * y);
         }
     }
-    return fail(c, n, "'%s' is not supported between %s and %s", names[n->op], type_name(a), type_name(b));
+    return fail(c, n, "'%s' is not supported between %s and %s", names[n->op], ct_type_name(a), ct_type_name(b));
 }
 
 /* Python's indices of a slice [start:stop:step] of a sequence of len items, into idx (count returned). */
@@ -535,13 +209,13 @@ static long long slice_indices(const json_t *js, const json_t *jz, long long ste
     long long start, stop;
     if (!js || json_is_null(js)) start = step < 0 ? len - 1 : 0;
     else {
-        start = int_of(js);
+        start = ct_int_of(js);
         if (start < 0) start = start + len < 0 ? (step < 0 ? -1 : 0) : start + len;
         else if (start >= len) start = step < 0 ? len - 1 : len;
     }
     if (!jz || json_is_null(jz)) stop = step < 0 ? -1 : len;
     else {
-        stop = int_of(jz);
+        stop = ct_int_of(jz);
         if (stop < 0) stop = stop + len < 0 ? (step < 0 ? -1 : 0) : stop + len;
         else if (stop >= len) stop = step < 0 ? len - 1 : len;
     }
@@ -554,10 +228,10 @@ static long long slice_indices(const json_t *js, const json_t *jz, long long ste
 static json_t *slice(ctx *c, const ct_node *n, const json_t *v, const json_t *a, const json_t *b, const json_t *s)
 {
     for (const json_t *x = a; x; x = x == a ? b : x == b ? s : NULL)
-        if (!json_is_null(x) && !is_int(x)) return fail(c, n, "slice indices must be integers, not %s", type_name(x));
-    long long step = s && !json_is_null(s) ? int_of(s) : 1, *idx;
+        if (!json_is_null(x) && !ct_is_int(x)) return fail(c, n, "slice indices must be integers, not %s", ct_type_name(x));
+    long long step = s && !json_is_null(s) ? ct_int_of(s) : 1, *idx;
     if (!step) return fail(c, n, "a slice step of zero");
-    if (!v || (!json_is_string(v) && !json_is_array(v))) return fail(c, n, "cannot slice %s", type_name(v));
+    if (!v || (!json_is_string(v) && !json_is_array(v))) return fail(c, n, "cannot slice %s", ct_type_name(v));
     if (json_is_array(v)) {
         long long k = slice_indices(a, b, step, (long long)json_array_size(v), &idx);
         json_t *r = json_array();
@@ -565,12 +239,12 @@ static json_t *slice(ctx *c, const ct_node *n, const json_t *v, const json_t *a,
         free(idx);
         return r;
     }
-    size_t nc, *o = chars_of(json_string_value(v), json_string_length(v), &nc);
+    size_t nc, *o = ct_chars_of(json_string_value(v), json_string_length(v), &nc);
     long long k = slice_indices(a, b, step, (long long)nc, &idx);
     mt_buf buf = {0};
     for (long long i = 0; i < k; i++)
         mt_buf_append(&buf, json_string_value(v) + o[idx[i]], o[idx[i] + 1] - o[idx[i]]);
-    json_t *r = str(buf.p, buf.n);
+    json_t *r = ct_str(buf.p, buf.n);
     free(buf.p);
     free(idx);
     free(o);
@@ -582,17 +256,17 @@ static json_t *item(ctx *c, const ct_node *n, const json_t *v, const json_t *k)
 {
     if (!v) return fail(c, n, "cannot take an item of an undefined value");
     if (json_is_object(v)) return k && json_is_string(k) ? json_incref(json_object_get(v, json_string_value(k))) : NULL;
-    if (!k || !is_int(k) || json_is_boolean(k)) return NULL;
-    long long i = int_of(k);
+    if (!k || !ct_is_int(k) || json_is_boolean(k)) return NULL;
+    long long i = ct_int_of(k);
     if (json_is_array(v)) {
         long long len = (long long)json_array_size(v);
         if (i < 0) i += len;
         return i >= 0 && i < len ? json_incref(json_array_get(v, (size_t)i)) : NULL;
     }
     if (json_is_string(v)) {
-        size_t nc, *o = chars_of(json_string_value(v), json_string_length(v), &nc);
+        size_t nc, *o = ct_chars_of(json_string_value(v), json_string_length(v), &nc);
         if (i < 0) i += (long long)nc;
-        json_t *r = i >= 0 && i < (long long)nc ? str(json_string_value(v) + o[i], o[i + 1] - o[i]) : NULL;
+        json_t *r = i >= 0 && i < (long long)nc ? ct_str(json_string_value(v) + o[i], o[i + 1] - o[i]) : NULL;
         free(o);
         return r;
     }
@@ -672,7 +346,7 @@ static int check_args(ctx *c, const ct_node *n, const call_args *a, const char *
 static int need_str(ctx *c, const ct_node *n, const json_t *v, const char *what)
 {
     if (v && json_is_string(v)) return 0;
-    fail(c, n, "%s needs a string, not %s", what, type_name(v));
+    fail(c, n, "%s needs a string, not %s", what, ct_type_name(v));
     return -1;
 }
 
@@ -692,11 +366,11 @@ static json_t *split(ctx *c, const ct_node *n, const json_t *s, const json_t *se
             for (const char *x = p; max != 0 && x + dn <= end && !q; x++)
                 if (!memcmp(x, d, dn)) q = x;
             if (!q) break;
-            json_array_append_new(r, str(p, (size_t)(q - p)));
+            json_array_append_new(r, ct_str(p, (size_t)(q - p)));
             p = q + dn;
             max--;
         }
-        json_array_append_new(r, str(p, (size_t)(end - p)));
+        json_array_append_new(r, ct_str(p, (size_t)(end - p)));
         return r;
     }
     while (p < end) {   /* runs of whitespace */
@@ -710,7 +384,7 @@ static json_t *split(ctx *c, const ct_node *n, const json_t *s, const json_t *se
             while (z > p && strchr(" \t\n\r\f\v", z[-1])) z--;
             q = z;
         }
-        json_array_append_new(r, str(p, (size_t)(q - p)));
+        json_array_append_new(r, ct_str(p, (size_t)(q - p)));
         p = q;
         max--;
     }
@@ -721,7 +395,7 @@ static json_t *replace(ctx *c, const ct_node *n, const json_t *s, const json_t *
 {
     if (need_str(c, n, s, "replace") || need_str(c, n, old, "replace") || need_str(c, n, new, "replace")) return NULL;
     if (!json_string_length(old)) return fail(c, n, "replace of an empty string is not supported");
-    long long max = count && is_int(count) ? int_of(count) : -1;
+    long long max = count && ct_is_int(count) ? ct_int_of(count) : -1;
     mt_buf b = {0};
     const char *p = json_string_value(s), *end = p + json_string_length(s), *o = json_string_value(old);
     size_t on = json_string_length(old);
@@ -732,20 +406,20 @@ static json_t *replace(ctx *c, const ct_node *n, const json_t *s, const json_t *
             max--;
         } else mt_buf_putc(&b, *p++);
     }
-    json_t *r = str(b.p, b.n);
+    json_t *r = ct_str(b.p, b.n);
     free(b.p);
     return r;
 }
 
 static json_t *join(ctx *c, const ct_node *n, const json_t *list, const json_t *sep, int strict)
 {
-    if (!list || (!json_is_array(list) && !json_is_string(list))) return fail(c, n, "cannot join %s", type_name(list));
+    if (!list || (!json_is_array(list) && !json_is_string(list))) return fail(c, n, "cannot join %s", ct_type_name(list));
     mt_buf b = {0};
     json_t *items = json_is_string(list) ? NULL : (json_t *)list;
-    size_t nc = 0, *o = items ? NULL : chars_of(json_string_value(list), json_string_length(list), &nc);
+    size_t nc = 0, *o = items ? NULL : ct_chars_of(json_string_value(list), json_string_length(list), &nc);
     size_t count = items ? json_array_size(items) : nc;
     for (size_t i = 0; i < count; i++) {
-        if (i && sep) str_of(&b, sep);
+        if (i && sep) ct_str_of(&b, sep);
         if (!items) {
             mt_buf_append(&b, json_string_value(list) + o[i], o[i + 1] - o[i]);
             continue;
@@ -753,12 +427,12 @@ static json_t *join(ctx *c, const ct_node *n, const json_t *list, const json_t *
         json_t *x = json_array_get(items, i);
         if (strict && !json_is_string(x)) {
             free(b.p);
-            return fail(c, n, "join: item %zu is %s, not a string", i, type_name(x));
+            return fail(c, n, "join: item %zu is %s, not a string", i, ct_type_name(x));
         }
-        str_of(&b, x);
+        ct_str_of(&b, x);
     }
     free(o);
-    json_t *r = str(b.p, b.n);
+    json_t *r = ct_str(b.p, b.n);
     free(b.p);
     return r;
 }
@@ -786,12 +460,12 @@ static json_t *method(ctx *c, const ct_node *n, const json_t *self, const char *
             return r;
         }
     }
-    if (!self || !json_is_string(self)) return fail(c, n, "%s has no method '%s'", type_name(self), name);
+    if (!self || !json_is_string(self)) return fail(c, n, "%s has no method '%s'", ct_type_name(self), name);
     if (!strcmp(name, "strip") || !strcmp(name, "lstrip") || !strcmp(name, "rstrip")) {
         if (check_args(c, n, a, name, 1, none)) return NULL;
         json_t *chars = a->n_pos && !json_is_null(a->pos[0]) ? a->pos[0] : NULL;
         if (chars && need_str(c, n, chars, name)) return NULL;
-        return strip(self, chars, name[0] != 'r', name[0] != 'l');
+        return ct_strip(self, chars, name[0] != 'r', name[0] != 'l');
     }
     if (!strcmp(name, "startswith") || !strcmp(name, "endswith")) {
         if (check_args(c, n, a, name, 1, none)) return NULL;
@@ -810,7 +484,7 @@ static json_t *method(ctx *c, const ct_node *n, const json_t *self, const char *
     if (!strcmp(name, "split")) {
         if (check_args(c, n, a, "split", 2, split_kw)) return NULL;
         json_t *mx = arg(a, 1, "maxsplit");
-        return split(c, n, self, arg(a, 0, "sep"), mx && is_int(mx) ? int_of(mx) : -1);
+        return split(c, n, self, arg(a, 0, "sep"), mx && ct_is_int(mx) ? ct_int_of(mx) : -1);
     }
     if (!strcmp(name, "replace")) {
         if (check_args(c, n, a, "replace", 3, none)) return NULL;
@@ -821,10 +495,10 @@ static json_t *method(ctx *c, const ct_node *n, const json_t *self, const char *
         return join(c, n, arg(a, 0, NULL), self, 1);
     }
     if (check_args(c, n, a, name, 0, none)) return NULL;
-    if (!strcmp(name, "upper")) return recase(self, CASE_UPPER);
-    if (!strcmp(name, "lower")) return recase(self, CASE_LOWER);
-    if (!strcmp(name, "title")) return recase(self, CASE_TITLE);
-    if (!strcmp(name, "capitalize")) return recase(self, CASE_CAPITALIZE);
+    if (!strcmp(name, "upper")) return ct_recase(self, CT_CASE_UPPER);
+    if (!strcmp(name, "lower")) return ct_recase(self, CT_CASE_LOWER);
+    if (!strcmp(name, "title")) return ct_recase(self, CT_CASE_TITLE);
+    if (!strcmp(name, "capitalize")) return ct_recase(self, CT_CASE_CAPITALIZE);
     return fail(c, n, "str has no method '%s'", name);
 }
 
@@ -832,7 +506,7 @@ static json_t *function(ctx *c, const ct_node *n, const call_args *a)
 {
     if (!strcmp(n->name, "raise_exception")) {
         mt_buf b = {0};
-        str_of(&b, arg(a, 0, NULL));
+        ct_str_of(&b, arg(a, 0, NULL));
         mt_err_set(c->e, "%.*s", (int)(b.n < 1000 ? b.n : 1000), b.p ? b.p : "");
         free(b.p);
         c->failed = 1;
@@ -851,10 +525,10 @@ static json_t *function(ctx *c, const ct_node *n, const call_args *a)
     if (!strcmp(n->name, "range")) {
         if (check_args(c, n, a, "range", 3, NULL)) return NULL;
         for (int i = 0; i < a->n_pos; i++)
-            if (!is_int(a->pos[i])) return fail(c, n, "range needs integers, not %s", type_name(a->pos[i]));
+            if (!ct_is_int(a->pos[i])) return fail(c, n, "range needs integers, not %s", ct_type_name(a->pos[i]));
         if (!a->n_pos) return fail(c, n, "range needs an argument");
-        long long lo = a->n_pos > 1 ? int_of(a->pos[0]) : 0, hi = int_of(a->pos[a->n_pos > 1]),
-                  step = a->n_pos > 2 ? int_of(a->pos[2]) : 1;
+        long long lo = a->n_pos > 1 ? ct_int_of(a->pos[0]) : 0, hi = ct_int_of(a->pos[a->n_pos > 1]),
+                  step = a->n_pos > 2 ? ct_int_of(a->pos[2]) : 1;
         if (!step) return fail(c, n, "range with a step of zero");
         long long count = step > 0 ? (hi > lo ? (hi - lo + step - 1) / step : 0) : (lo > hi ? (lo - hi - step - 1) / -step : 0);
         if (count > 100000) return fail(c, n, "range of %lld numbers, more than 100000", count);
@@ -870,7 +544,7 @@ static json_t *function(ctx *c, const ct_node *n, const call_args *a)
     localtime_r(&t, &tm);
     char s[512];
     size_t k = strftime(s, sizeof s, json_string_value(f), &tm);
-    return str(s, k);
+    return ct_str(s, k);
 }
 
 static json_t *to_list(ctx *c, const ct_node *n, const json_t *v)
@@ -885,13 +559,13 @@ static json_t *to_list(ctx *c, const ct_node *n, const json_t *v)
         return r;
     }
     if (json_is_string(v)) {
-        size_t nc, *o = chars_of(json_string_value(v), json_string_length(v), &nc);
-        for (size_t i = 0; i < nc; i++) json_array_append_new(r, str(json_string_value(v) + o[i], o[i + 1] - o[i]));
+        size_t nc, *o = ct_chars_of(json_string_value(v), json_string_length(v), &nc);
+        for (size_t i = 0; i < nc; i++) json_array_append_new(r, ct_str(json_string_value(v) + o[i], o[i + 1] - o[i]));
         free(o);
         return r;
     }
     json_decref(r);
-    return fail(c, n, "'%s' object is not iterable", type_name(v));
+    return fail(c, n, "'%s' object is not iterable", ct_type_name(v));
 }
 
 static json_t *filter(ctx *c, const ct_node *n, json_t *v, const call_args *a)
@@ -907,19 +581,19 @@ static json_t *filter(ctx *c, const ct_node *n, json_t *v, const call_args *a)
     if (!strcmp(f, "default") || !strcmp(f, "d")) {
         if (check_args(c, n, a, f, 2, def_kw)) return NULL;
         json_t *b = arg(a, 1, "boolean");
-        if (v && !(b && truthy(b) && !truthy(v))) return json_incref(v);
+        if (v && !(b && ct_truthy(b) && !ct_truthy(v))) return json_incref(v);
         json_t *d = arg(a, 0, "default_value");
-        return d ? json_incref(d) : str("", 0);
+        return d ? json_incref(d) : ct_str("", 0);
     }
     if (!strcmp(f, "tojson")) {
         if (check_args(c, n, a, f, 1, json_kw)) return NULL;
         json_t *ind = arg(a, 0, "indent");
         mt_buf b = {0};
-        if (tojson(&b, v, ind && is_int(ind) ? (int)int_of(ind) : -1, 0)) {
+        if (ct_tojson(&b, v, ind && ct_is_int(ind) ? (int)ct_int_of(ind) : -1, 0)) {
             free(b.p);
             return fail(c, n, "tojson of an undefined value");
         }
-        json_t *r = str(b.p, b.n);
+        json_t *r = ct_str(b.p, b.n);
         free(b.p);
         return r;
     }
@@ -931,8 +605,8 @@ static json_t *filter(ctx *c, const ct_node *n, json_t *v, const call_args *a)
         if (check_args(c, n, a, f, 3, repl_kw)) return NULL;
         json_t *s = v && !json_is_string(v) ? NULL : v;
         mt_buf b = {0};
-        if (!s) str_of(&b, v);
-        json_t *tmp = s ? NULL : str(b.p, b.n);
+        if (!s) ct_str_of(&b, v);
+        json_t *tmp = s ? NULL : ct_str(b.p, b.n);
         free(b.p);
         json_t *r = replace(c, n, s ? s : tmp, arg(a, 0, NULL), arg(a, 1, NULL), arg(a, 2, "count"));
         drop(tmp);
@@ -941,7 +615,7 @@ static json_t *filter(ctx *c, const ct_node *n, json_t *v, const call_args *a)
     if (!strcmp(f, "int")) {
         if (check_args(c, n, a, f, 2, int_kw)) return NULL;
         json_t *d = arg(a, 0, "default");
-        if (is_int(v)) return json_integer(int_of(v));
+        if (ct_is_int(v)) return json_integer(ct_int_of(v));
         if (v && json_is_real(v)) return json_integer((long long)json_real_value(v));
         if (v && json_is_string(v)) {
             char *end;
@@ -959,8 +633,8 @@ static json_t *filter(ctx *c, const ct_node *n, json_t *v, const call_args *a)
         if (chars && json_is_null(chars)) chars = NULL;
         if (chars && need_str(c, n, chars, "trim")) return NULL;
         mt_buf b = {0};
-        str_of(&b, v);
-        json_t *s = str(b.p, b.n), *r = strip(s, chars, 1, 1);
+        ct_str_of(&b, v);
+        json_t *s = ct_str(b.p, b.n), *r = ct_strip(s, chars, 1, 1);
         free(b.p);
         json_decref(s);
         return r;
@@ -969,15 +643,15 @@ static json_t *filter(ctx *c, const ct_node *n, json_t *v, const call_args *a)
     if (!strcmp(f, "safe")) return v ? json_incref(v) : NULL;
     if (!strcmp(f, "length") || !strcmp(f, "count")) {
         if (!v) return json_integer(0);
-        if (json_is_string(v)) return json_integer((json_int_t)n_chars(v));
+        if (json_is_string(v)) return json_integer((json_int_t)ct_n_chars(v));
         if (json_is_array(v)) return json_integer((json_int_t)json_array_size(v));
         if (json_is_object(v)) return json_integer((json_int_t)json_object_size(v));
-        return fail(c, n, "object of type '%s' has no len()", type_name(v));
+        return fail(c, n, "object of type '%s' has no len()", ct_type_name(v));
     }
     if (!strcmp(f, "string")) {
         mt_buf b = {0};
-        str_of(&b, v);
-        json_t *r = str(b.p, b.n);
+        ct_str_of(&b, v);
+        json_t *r = ct_str(b.p, b.n);
         free(b.p);
         return r;
     }
@@ -999,11 +673,11 @@ static json_t *filter(ctx *c, const ct_node *n, json_t *v, const call_args *a)
     }
     /* upper, lower, title, capitalize: of the value as a string */
     mt_buf b = {0};
-    str_of(&b, v);
-    json_t *s = str(b.p, b.n);
+    ct_str_of(&b, v);
+    json_t *s = ct_str(b.p, b.n);
     free(b.p);
-    json_t *r = recase(s, !strcmp(f, "upper") ? CASE_UPPER : !strcmp(f, "lower") ? CASE_LOWER
-                          : !strcmp(f, "title") ? CASE_JINJA_TITLE : CASE_CAPITALIZE);
+    json_t *r = ct_recase(s, !strcmp(f, "upper") ? CT_CASE_UPPER : !strcmp(f, "lower") ? CT_CASE_LOWER
+                          : !strcmp(f, "title") ? CT_CASE_JINJA_TITLE : CT_CASE_CAPITALIZE);
     json_decref(s);
     return r;
 }
@@ -1016,7 +690,7 @@ static int test(const ct_node *n, const json_t *v)
     if (!v) return 0;
     if (!strcmp(t, "none")) return json_is_null(v);
     if (!strcmp(t, "string")) return json_is_string(v);
-    if (!strcmp(t, "number")) return is_num(v);
+    if (!strcmp(t, "number")) return ct_is_num(v);
     if (!strcmp(t, "integer")) return json_is_integer(v);
     if (!strcmp(t, "float")) return json_is_real(v);
     if (!strcmp(t, "boolean")) return json_is_boolean(v);
@@ -1024,10 +698,10 @@ static int test(const ct_node *n, const json_t *v)
     if (!strcmp(t, "false")) return json_is_false(v);
     if (!strcmp(t, "mapping")) return json_is_object(v);
     if (!strcmp(t, "sequence") || !strcmp(t, "iterable")) return json_is_string(v) || json_is_array(v) || json_is_object(v);
-    if (!strcmp(t, "odd") || !strcmp(t, "even")) return is_int(v) && (int_of(v) % 2 != 0) == (t[0] == 'o');
+    if (!strcmp(t, "odd") || !strcmp(t, "even")) return ct_is_int(v) && (ct_int_of(v) % 2 != 0) == (t[0] == 'o');
     /* lower, upper: Python's islower() / isupper(): cased characters, all of one case */
     if (!json_is_string(v)) return 0;
-    json_t *same = recase(v, t[0] == 'l' ? CASE_LOWER : CASE_UPPER), *other = recase(v, t[0] == 'l' ? CASE_UPPER : CASE_LOWER);
+    json_t *same = ct_recase(v, t[0] == 'l' ? CT_CASE_LOWER : CT_CASE_UPPER), *other = ct_recase(v, t[0] == 'l' ? CT_CASE_UPPER : CT_CASE_LOWER);
     int r = json_equal(same, v) && !json_equal(other, v);
     json_decref(same);
     json_decref(other);
@@ -1111,24 +785,24 @@ static json_t *eval(ctx *c, const ct_node *n)
     case CT_NEG:
         a = eval(c, n->a);
         if (c->failed) break;
-        if (!is_num(a)) fail(c, n, "bad operand for unary -: %s", type_name(a));
-        else r = json_is_real(a) ? json_real(-json_real_value(a)) : json_integer(-int_of(a));
+        if (!ct_is_num(a)) fail(c, n, "bad operand for unary -: %s", ct_type_name(a));
+        else r = json_is_real(a) ? json_real(-json_real_value(a)) : json_integer(-ct_int_of(a));
         break;
     case CT_NOT:
         a = eval(c, n->a);
-        if (!c->failed) r = json_boolean(!truthy(a));
+        if (!c->failed) r = json_boolean(!ct_truthy(a));
         break;
     case CT_AND:
     case CT_OR:
         a = eval(c, n->a);
         if (c->failed) break;
-        if (truthy(a) == (n->kind == CT_OR)) return a;
+        if (ct_truthy(a) == (n->kind == CT_OR)) return a;
         drop(a);
         return eval(c, n->b);
     case CT_COND:
         a = eval(c, n->a);
         if (c->failed) break;
-        r = truthy(a) ? eval(c, n->b) : n->c ? eval(c, n->c) : NULL;
+        r = ct_truthy(a) ? eval(c, n->b) : n->c ? eval(c, n->c) : NULL;
         break;
     case CT_BINARY:
         a = eval(c, n->a);
@@ -1168,7 +842,7 @@ static int bind(ctx *c, const ct_node *n, json_t *item)
         return 0;
     }
     if (!item || !json_is_array(item) || json_array_size(item) != (size_t)n->n_names) {
-        fail(c, n, "cannot unpack %s into %d loop variables", type_name(item), n->n_names);
+        fail(c, n, "cannot unpack %s into %d loop variables", ct_type_name(item), n->n_names);
         return -1;
     }
     for (int i = 0; i < n->n_names; i++) json_object_set(f, n->names[i], json_array_get(item, i));
@@ -1192,7 +866,7 @@ static void for_loop(ctx *c, const ct_node *n)
         push_frame(c);
         if (!bind(c, n, x)) {
             json_t *keep = eval(c, n->d);
-            if (truthy(keep)) json_array_append(items, x);
+            if (ct_truthy(keep)) json_array_append(items, x);
             drop(keep);
         }
         pop_frame(c);
@@ -1228,7 +902,7 @@ static void set(ctx *c, const ct_node *n)
         c->out = &b;
         exec(c, n->b);
         c->out = out;
-        v = str(b.p, b.n);
+        v = ct_str(b.p, b.n);
         free(b.p);
     }
     if (c->failed) {
@@ -1258,13 +932,13 @@ static void exec(ctx *c, const ct_node *n)
         break;
     case CT_OUTPUT: {
         json_t *v = eval(c, n->a);
-        if (!c->failed && !step(c, n)) str_of(c->out, v);
+        if (!c->failed && !step(c, n)) ct_str_of(c->out, v);
         drop(v);
         break;
     }
     case CT_IF: {
         json_t *v = eval(c, n->a);
-        if (!c->failed) exec(c, truthy(v) ? n->b : n->c);
+        if (!c->failed) exec(c, ct_truthy(v) ? n->b : n->c);
         drop(v);
         break;
     }
