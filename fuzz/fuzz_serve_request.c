@@ -13,7 +13,7 @@
 
 static mt_tokenizer tok;
 static mt_bpe_ctx *bc;
-static const mt_serve_limits lim = {"ck", 64, 48, 50257};
+static const mt_serve_limits lim = {"ck", 64, 48, 50257, NULL};
 
 static void parses_back(const char *s, size_t n)
 {

@@ -12,7 +12,7 @@ t=$(mktemp -d)
 trap 'rm -rf "$t"' EXIT
 sep=$'\n--8<--\n'
 join() { local out=$1 first=1; shift; : >"$out"; for f in "$@"; do [ $first = 1 ] || printf '%s' "$sep" >>"$out"; first=0; cat "$f" >>"$out"; done; }
-mkdir -p $c/{jsonl,tokstream,indexed,npy,gpt_cache,safetensors,hf_dir,ckpt,bpe,tiktoken,flags,torch_ckpt,serve_request}
+mkdir -p $c/{jsonl,tokstream,indexed,npy,gpt_cache,safetensors,hf_dir,ckpt,bpe,tiktoken,flags,torch_ckpt,serve_request,chat_template}
 
 # JSON lines: documents and prompts as the programs see them
 printf '%s' '{"text": "def f(x):\n    return x"}' >$c/jsonl/doc
@@ -28,6 +28,12 @@ printf '%s' '{"prompt": [[4299, 277], [87]], "logprobs": 0, "max_tokens": 8, "mo
 printf '%s' '{"prompt": "caf\u00e9 \ud83d\ude00", "stream": true, "stream_options": {"include_usage": true}, "repetition_penalty": 1.2}' \
     >$c/serve_request/stream
 printf '%s' '{"prompt": [1, "x"], "bogus": null, "temperature": "hot"}' >$c/serve_request/bad
+
+# chat templates (tests/golden/chat), each with a NUL and messages of its own, one content not a string
+for f in tests/golden/chat/*.jinja; do
+    { cat "$f"; printf '\0%s' '[{"role": "user", "content": "a"}, {"role": "assistant", "content": " b "}, {"role": "user", "content": [1]}]'; } \
+        >$c/chat_template/"$(basename "$f" .jinja)"
+done
 
 # the token stream and the indexed dataset it becomes
 printf '%s\n' '{"text": "hello world"}' '{"text": ""}' '{"text": "the cat sat on the mat"}' >"$t/docs.jsonl"

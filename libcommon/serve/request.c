@@ -1,4 +1,5 @@
-/* request.c: reading and checking a completions request (request.h). */
+/* request.c: reading and checking a completions or chat completions request (request.h): the fields
+ * both share are read by the same code. */
 #include "serve/request.h"
 
 #include <jansson.h>
@@ -9,6 +10,7 @@
 #include <sys/random.h>
 #include <time.h>
 
+#include "serve/chat_prompt.h"
 #include "tok/bpe.h"
 
 int mt_serve_fail_set(mt_serve_fail *f, int status, const char *param, const char *fmt, ...)
@@ -29,6 +31,11 @@ static const char *const known[] = {
     "model", "prompt", "max_tokens", "temperature", "top_p", "top_k", "n", "stream", "stream_options",
     "logprobs", "echo", "stop", "seed", "presence_penalty", "frequency_penalty", "repetition_penalty",
     "best_of", "logit_bias", "user", "suffix", NULL,
+};
+static const char *const known_chat[] = {
+    "model", "messages", "max_tokens", "max_completion_tokens", "temperature", "top_p", "top_k", "n", "stream",
+    "stream_options", "logprobs", "top_logprobs", "stop", "seed", "presence_penalty", "frequency_penalty",
+    "repetition_penalty", "logit_bias", "user", NULL,
 };
 
 static const char *kind(const json_t *v)
@@ -151,12 +158,19 @@ static int read_prompts(mt_serve_req *r, json_t *p, const mt_serve_limits *lim, 
     } else {
         return mt_serve_fail_set(f, 400, "prompt", "\"prompt\" must be a string or a list, not %s", kind(p));
     }
+    return 0;
+}
+
+/* Every prompt has a token and leaves a position to fill. */
+static int check_prompts(const mt_serve_req *r, const mt_serve_limits *lim, mt_serve_fail *f)
+{
+    const char *param = r->chat ? "messages" : "prompt";
     for (int i = 0; i < r->n_prompts; i++) {
         size_t n = r->prompts[i].n;
-        if (!n) return mt_serve_fail_set(f, 400, "prompt", "prompt %d is empty", i);
+        if (!n) return mt_serve_fail_set(f, 400, param, r->chat ? "the messages make an empty prompt" : "prompt %d is empty", i);
         if ((int64_t)n >= lim->positions)
-            return mt_serve_fail_set(f, 400, "prompt", "prompt %d has %zu tokens, which leave no room in the model's %d positions",
-                                     i, n, lim->positions);
+            return mt_serve_fail_set(f, 400, param, "%s %d has %zu tokens, which leave no room in the model's %d positions",
+                                     r->chat ? "the messages' prompt" : "prompt", i, n, lim->positions);
     }
     return 0;
 }
@@ -207,15 +221,58 @@ static int read_unsupported(json_t *o, int n, mt_serve_fail *f)
     return 0;
 }
 
+/* A chat request's prompt: its messages rendered by the chat template, tokenized as a completion's text. */
+static int chat_prompt(mt_serve_req *r, json_t *o, const mt_serve_limits *lim, const mt_tokenizer *tok,
+                       mt_bpe_ctx *bc, mt_serve_fail *f)
+{
+    mt_buf text = {0};
+    if (mt_serve_chat_prompt(lim->chat, json_object_get(o, "messages"), &text, f)) {
+        free(text.p);
+        return -1;
+    }
+    json_t *s = json_stringn_nocheck(text.p ? text.p : "", text.n);
+    free(text.p);
+    text_prompt(r, s, tok, bc);
+    json_decref(s);
+    return 0;
+}
+
+/* logprobs: a completion's 0 (up to 5 alternatives, which are not computed), a chat's true (top_logprobs
+ * alternatives, 0 only) */
+static int read_logprobs(mt_serve_req *r, json_t *o, mt_serve_fail *f)
+{
+    json_t *lp = json_object_get(o, "logprobs");
+    int64_t k = 0;
+    bool want = false;
+    if (r->chat) {
+        if (get_bool(o, "logprobs", &want, f) || get_int(o, "top_logprobs", 0, 20, &k, f)) return -1;
+        if (k > 0 && !want) return mt_serve_fail_set(f, 400, "top_logprobs", "\"top_logprobs\" needs \"logprobs\": true");
+    } else if (lp && !json_is_null(lp)) {
+        if (get_int(o, "logprobs", 0, 5, &k, f)) return -1;
+        want = true;
+    }
+    if (!want) return 0;
+    const char *param = r->chat ? "top_logprobs" : "logprobs";
+    if (k > 0)
+        return mt_serve_fail_set(f, 400, param, "\"%s\" %lld (the top alternatives of each token) is not supported yet; "
+                                 "%s gives each chosen token's log-probability", param, (long long)k,
+                                 r->chat ? "\"logprobs\": true" : "0");
+    if (r->stream) return mt_serve_fail_set(f, 400, "logprobs", "\"logprobs\" is not supported with \"stream\" yet");
+    if (r->echo) return mt_serve_fail_set(f, 400, "logprobs", "\"logprobs\" is not supported with \"echo\" yet");
+    r->logprobs = true;
+    return 0;
+}
+
 static int read_fields(mt_serve_req *r, json_t *o, const mt_serve_limits *lim, const mt_tokenizer *tok,
                        mt_bpe_ctx *bc, mt_serve_fail *f)
 {
     const char *key;
     json_t *v;
+    const char *const *names = r->chat ? known_chat : known;
     json_object_foreach(o, key, v) {
         int i = 0;
-        while (known[i] && strcmp(known[i], key)) i++;
-        if (!known[i]) return mt_serve_fail_set(f, 400, key, "unknown field \"%s\"", key);
+        while (names[i] && strcmp(names[i], key)) i++;
+        if (!names[i]) return mt_serve_fail_set(f, 400, key, "unknown field \"%s\"", key);
     }
     v = json_object_get(o, "model");
     if (v && !json_is_null(v)) {
@@ -227,12 +284,14 @@ static int read_fields(mt_serve_req *r, json_t *o, const mt_serve_limits *lim, c
             return -1;
         }
     }
-    int64_t max_tokens = 16, n = 1, top_k = 0, seed = -1;
+    /* a chat's default: as many as the server allows (the model's positions may end it sooner) */
+    int64_t max_tokens = r->chat ? lim->max_tokens : 16, n = 1, top_k = 0, seed = -1;
     double temperature = 1, top_p = 1, penalty = 1;
-    json_t *lp = json_object_get(o, "logprobs");
-    if (get_int(o, "max_tokens", 1, INT64_MAX, &max_tokens, f)) return -1;
+    const char *mt_name = r->chat && json_object_get(o, "max_completion_tokens") ? "max_completion_tokens" : "max_tokens";
+    if (r->chat && get_int(o, "max_tokens", 1, INT64_MAX, &max_tokens, f)) return -1;
+    if (get_int(o, mt_name, 1, INT64_MAX, &max_tokens, f)) return -1;
     if (max_tokens > lim->max_tokens)
-        return mt_serve_fail_set(f, 400, "max_tokens", "\"max_tokens\" is %lld, above this server's limit of %lld",
+        return mt_serve_fail_set(f, 400, mt_name, "\"%s\" is %lld, above this server's limit of %lld", mt_name,
                                  (long long)max_tokens, (long long)lim->max_tokens);
     if (get_int(o, "n", 1, MT_SERVE_MAX_CHOICES, &n, f) || get_num(o, "temperature", 0, false, 1e6, &temperature, f) ||
         get_num(o, "top_p", 0, true, 1, &top_p, f) || get_int(o, "top_k", -1, INT32_MAX, &top_k, f) ||
@@ -240,16 +299,7 @@ static int read_fields(mt_serve_req *r, json_t *o, const mt_serve_limits *lim, c
         get_bool(o, "echo", &r->echo, f) || get_bool(o, "stream", &r->stream, f) || read_unsupported(o, (int)n, f) ||
         read_stops(r, json_object_get(o, "stop"), f))
         return -1;
-    if (lp && !json_is_null(lp)) {
-        int64_t k = 0;
-        if (get_int(o, "logprobs", 0, 5, &k, f)) return -1;
-        if (k > 0)
-            return mt_serve_fail_set(f, 400, "logprobs", "\"logprobs\" %lld (the top alternatives of each token) is not "
-                                     "supported yet; 0 gives each chosen token's log-probability", (long long)k);
-        if (r->stream) return mt_serve_fail_set(f, 400, "logprobs", "\"logprobs\" is not supported with \"stream\" yet");
-        if (r->echo) return mt_serve_fail_set(f, 400, "logprobs", "\"logprobs\" is not supported with \"echo\" yet");
-        r->logprobs = true;
-    }
+    if (read_logprobs(r, o, f)) return -1;
     json_t *so = json_object_get(o, "stream_options");
     if (so && !json_is_null(so)) {
         if (!json_is_object(so))
@@ -261,7 +311,9 @@ static int read_fields(mt_serve_req *r, json_t *o, const mt_serve_limits *lim, c
             return mt_serve_fail_set(f, 400, "stream_options", "unknown field \"stream_options.%s\"", k2);
         if (get_bool(so, "include_usage", &r->include_usage, f)) return -1;
     }
-    if (read_prompts(r, json_object_get(o, "prompt"), lim, tok, bc, f)) return -1;
+    if (r->chat ? chat_prompt(r, o, lim, tok, bc, f) : read_prompts(r, json_object_get(o, "prompt"), lim, tok, bc, f))
+        return -1;
+    if (check_prompts(r, lim, f)) return -1;
     if (r->n_prompts * n > MT_SERVE_MAX_CHOICES)
         return mt_serve_fail_set(f, 400, "n", "%d prompts of %lld choices each are more than %d choices", r->n_prompts,
                                  (long long)n, MT_SERVE_MAX_CHOICES);
@@ -274,10 +326,11 @@ static int read_fields(mt_serve_req *r, json_t *o, const mt_serve_limits *lim, c
     return 0;
 }
 
-int mt_serve_req_parse(mt_serve_req *r, const char *body, size_t len, const mt_serve_limits *lim,
-                       const mt_tokenizer *tok, mt_bpe_ctx *bc, mt_serve_fail *f)
+static int parse(mt_serve_req *r, bool chat, const char *body, size_t len, const mt_serve_limits *lim,
+                 const mt_tokenizer *tok, mt_bpe_ctx *bc, mt_serve_fail *f)
 {
     memset(r, 0, sizeof *r);
+    r->chat = chat;
     size_t bad = mt_utf8_check(body, len);
     if (bad < len) return mt_serve_fail_set(f, 400, NULL, "the body is not valid UTF-8 (byte %zu)", bad);
     json_error_t je;
@@ -289,6 +342,18 @@ int mt_serve_req_parse(mt_serve_req *r, const char *body, size_t len, const mt_s
     json_decref(o);
     if (rc) mt_serve_req_free(r);
     return rc;
+}
+
+int mt_serve_req_parse(mt_serve_req *r, const char *body, size_t len, const mt_serve_limits *lim,
+                       const mt_tokenizer *tok, mt_bpe_ctx *bc, mt_serve_fail *f)
+{
+    return parse(r, false, body, len, lim, tok, bc, f);
+}
+
+int mt_serve_chat_req_parse(mt_serve_req *r, const char *body, size_t len, const mt_serve_limits *lim,
+                            const mt_tokenizer *tok, mt_bpe_ctx *bc, mt_serve_fail *f)
+{
+    return parse(r, true, body, len, lim, tok, bc, f);
 }
 
 void mt_serve_req_free(mt_serve_req *r)

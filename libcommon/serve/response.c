@@ -75,8 +75,40 @@ static json_t *logprobs(const mt_gen_seq *s, const mt_bpe *bpe)
     return json_pack("{s:o, s:o, s:n, s:o}", "tokens", toks, "token_logprobs", lps, "top_logprobs", "text_offset", offs);
 }
 
+/* A chat choice's logprobs: {"content": [{"token", "logprob", "bytes", "top_logprobs": []}, ...]}. */
+static json_t *chat_logprobs(const mt_gen_seq *s, const mt_bpe *bpe)
+{
+    json_t *content = json_array();
+    for (size_t i = 0; i < s->out.n; i++) {
+        size_t n = 0;
+        const char *b = mt_bpe_token_bytes(bpe, s->out.p[i], &n);
+        json_t *bytes = json_array();
+        for (size_t k = 0; b && k < n; k++) json_array_append_new(bytes, json_integer((unsigned char)b[k]));
+        json_array_append_new(content, json_pack("{s:o, s:o, s:o, s:[]}", "token", jtext(b, b ? n : 0), "logprob",
+                                                 isfinite(s->logprob[i]) ? json_real(s->logprob[i]) : json_null(),
+                                                 "bytes", bytes, "top_logprobs"));
+    }
+    return json_pack("{s:o}", "content", content);
+}
+
+/* A finished chat job: object "chat.completion", each choice's text as the assistant's message. */
+static char *chat_json(const mt_serve_job *j, const char *model, const mt_bpe *bpe)
+{
+    json_t *choices = json_array();
+    for (int k = 0; k < j->req.n; k++) {
+        const mt_gen_seq *s = &j->seqs[k];
+        json_t *msg = json_pack("{s:s, s:o}", "role", "assistant", "content", jtext(s->text.p, s->text.n));
+        json_array_append_new(choices, json_pack("{s:i, s:o, s:o, s:s}", "index", k, "message", msg, "logprobs",
+                                                 j->req.logprobs ? chat_logprobs(s, bpe) : json_null(), "finish_reason",
+                                                 mt_serve_finish_reason(s->why)));
+    }
+    return dump(json_pack("{s:s, s:s, s:I, s:o, s:o, s:o}", "id", j->id, "object", "chat.completion", "created",
+                          (json_int_t)j->created, "model", jtext(model, strlen(model)), "choices", choices, "usage", usage(j)));
+}
+
 char *mt_serve_completion_json(const mt_serve_job *j, const char *model, const mt_bpe *bpe)
 {
+    if (j->req.chat) return chat_json(j, model, bpe);
     json_t *choices = json_array();
     for (int k = 0; k < j->req.n_prompts * j->req.n; k++) {
         const mt_gen_seq *s = &j->seqs[k];
@@ -105,9 +137,28 @@ static void event(mt_buf *out, json_t *o)
     free(s);
 }
 
+/* A chat stream's chunk of choice index: delta and finish_reason (NULL: null). */
+static void chat_chunk(mt_buf *out, const mt_serve_job *j, const char *model, int index, json_t *delta, const char *finish)
+{
+    json_t *c = json_pack("{s:i, s:o, s:n, s:o}", "index", index, "delta", delta, "logprobs", "finish_reason",
+                          finish ? json_string(finish) : json_null());
+    event(out, json_pack("{s:s, s:s, s:I, s:o, s:[o]}", "id", j->id, "object", "chat.completion.chunk", "created",
+                         (json_int_t)j->created, "model", jtext(model, strlen(model)), "choices", c));
+}
+
+void mt_serve_event_role(mt_buf *out, const mt_serve_job *j, const char *model, int index)
+{
+    chat_chunk(out, j, model, index, json_pack("{s:s, s:s}", "role", "assistant", "content", ""), NULL);
+}
+
 void mt_serve_event_text(mt_buf *out, const mt_serve_job *j, const char *model, int index, const char *text, size_t n,
                          const char *finish)
 {
+    if (j->req.chat) {   /* the text, then the end in a chunk of its own */
+        if (n) chat_chunk(out, j, model, index, json_pack("{s:o}", "content", jtext(text, n)), NULL);
+        if (finish) chat_chunk(out, j, model, index, json_object(), finish);
+        return;
+    }
     json_t *c = json_pack("{s:o, s:i, s:n, s:o}", "text", jtext(text, n), "index", index, "logprobs", "finish_reason",
                           finish ? json_string(finish) : json_null());
     event(out, json_pack("{s:s, s:s, s:I, s:o, s:[o]}", "id", j->id, "object", "text_completion", "created",
@@ -116,7 +167,8 @@ void mt_serve_event_text(mt_buf *out, const mt_serve_job *j, const char *model, 
 
 void mt_serve_event_usage(mt_buf *out, const mt_serve_job *j, const char *model)
 {
-    event(out, json_pack("{s:s, s:s, s:I, s:o, s:[], s:o}", "id", j->id, "object", "text_completion", "created",
+    event(out, json_pack("{s:s, s:s, s:I, s:o, s:[], s:o}", "id", j->id, "object",
+                         j->req.chat ? "chat.completion.chunk" : "text_completion", "created",
                          (json_int_t)j->created, "model", jtext(model, strlen(model)), "choices", "usage", usage(j)));
 }
 

@@ -22,12 +22,17 @@ char *mt_serve_error_json(const mt_serve_fail *f);
 /* GET /v1/models: {"object": "list", "data": [{"id": model, "object": "model", ...}]} */
 char *mt_serve_models_json(const char *model, int64_t created, int positions);
 /* A finished job's completion: id, object "text_completion", created, model, choices (text, index,
- * logprobs, finish_reason), usage. */
+ * logprobs, finish_reason), usage; a chat job's: object "chat.completion", choices (index, message
+ * {"role": "assistant", "content"}, logprobs {"content": [...]} or null, finish_reason), usage. */
 char *mt_serve_completion_json(const mt_serve_job *j, const char *model, const mt_bpe *bpe);
 
-/* Appends to out the event of choice index's next text[0..n) (finish: NULL, or its finish_reason). */
+/* Appends to out the event of choice index's next text[0..n) (finish: NULL, or its finish_reason); for a
+ * chat job, "chat.completion.chunk" events: a delta {"content": text} when n > 0, then with finish an
+ * empty delta and the finish_reason. */
 void mt_serve_event_text(mt_buf *out, const mt_serve_job *j, const char *model, int index, const char *text, size_t n,
                          const char *finish);
+/* A chat stream's first event of choice index: the delta {"role": "assistant", "content": ""}. */
+void mt_serve_event_role(mt_buf *out, const mt_serve_job *j, const char *model, int index);
 /* Appends the event of the usage (stream_options.include_usage: an empty choices list). */
 void mt_serve_event_usage(mt_buf *out, const mt_serve_job *j, const char *model);
 /* Appends "data: [DONE]\n\n". */

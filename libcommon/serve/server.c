@@ -40,7 +40,7 @@ struct mt_server {
     int active;                /* requests from their first byte to their response's end */
 };
 
-enum route { R_NONE, R_HEALTH, R_MODELS, R_METRICS, R_COMPLETIONS, R_API };
+enum route { R_NONE, R_HEALTH, R_MODELS, R_METRICS, R_COMPLETIONS, R_CHAT, R_API };
 
 static const struct {
     const char *path;
@@ -51,6 +51,8 @@ static const struct {
     {"/metrics", R_METRICS},
     {"/v1/completions", R_COMPLETIONS},
     {"/completions", R_COMPLETIONS},
+    {"/v1/chat/completions", R_CHAT},
+    {"/chat/completions", R_CHAT},
     {"/api", R_API},
 };
 
@@ -85,7 +87,7 @@ static enum MHD_Result reply(struct MHD_Connection *c, req_state *rs, unsigned s
 /* The methods a route takes. */
 static const char *allowed(enum route r)
 {
-    return r == R_COMPLETIONS ? "POST" : r == R_API ? "PUT" : "GET, HEAD";
+    return r == R_API ? "PUT" : r >= R_COMPLETIONS ? "POST" : "GET, HEAD";
 }
 
 static enum MHD_Result reply_fail(struct MHD_Connection *c, req_state *rs, const mt_serve_fail *f)
@@ -133,17 +135,20 @@ static void stream_free(void *cls)
     mt_serve_job_unref(j);
 }
 
+/* POST /v1/completions and /v1/chat/completions: the same job, read from either kind of body */
 static enum MHD_Result completions(mt_server *s, struct MHD_Connection *c, req_state *rs)
 {
     mt_serve_req r;
     mt_serve_fail f;
     mt_bpe_ctx *bc = mt_bpe_ctx_new(s->tok->bpe);
-    int rc = (rs->route == R_API ? mt_serve_api_parse : mt_serve_req_parse)(&r, rs->body.p ? rs->body.p : "", rs->body.n,
-                                                                            &s->lim, s->tok, bc, &f);
+    int chat = rs->route == R_CHAT;
+    int rc = (chat ? mt_serve_chat_req_parse : rs->route == R_API ? mt_serve_api_parse : mt_serve_req_parse)(
+        &r, rs->body.p ? rs->body.p : "", rs->body.n, &s->lim, s->tok, bc, &f);
     mt_bpe_ctx_free(bc);
     if (rc) return reply_fail(c, rs, &f);
     mt_serve_job *j = mt_serve_job_new(&r);
-    snprintf(j->id, sizeof j->id, "cmpl-%08x%016llx", s->id_salt, (unsigned long long)atomic_fetch_add(&s->next_id, 1));
+    snprintf(j->id, sizeof j->id, "%s-%08x%016llx", chat ? "chatcmpl" : "cmpl", s->id_salt,
+             (unsigned long long)atomic_fetch_add(&s->next_id, 1));
     j->created = (int64_t)time(NULL);
     j->arrived = rs->t0;
     rc = mt_serve_queue_push(&s->q, j);
@@ -196,6 +201,7 @@ static enum MHD_Result respond(mt_server *s, struct MHD_Connection *c, req_state
                      mt_serve_metrics_text(&s->metrics, mt_serve_queue_waiting(&s->q), mt_serve_worker_running(s->w)),
                      "text/plain; version=0.0.4; charset=utf-8", NULL, NULL);
     case R_COMPLETIONS:
+    case R_CHAT:
     case R_API: return completions(s, c, rs);
     default: return MHD_NO;
     }
@@ -222,7 +228,7 @@ static enum MHD_Result handle(void *cls, struct MHD_Connection *c, const char *u
         if (rs->route == R_NONE) return fail(c, rs, 404, "invalid_request_error", "no such path: %s", rs->path);
         int post = !strcmp(method, rs->route == R_API ? MHD_HTTP_METHOD_PUT : MHD_HTTP_METHOD_POST);
         int get = !strcmp(method, MHD_HTTP_METHOD_GET) || !strcmp(method, MHD_HTTP_METHOD_HEAD);
-        if (rs->route == R_COMPLETIONS || rs->route == R_API ? !post : !get)
+        if (rs->route >= R_COMPLETIONS ? !post : !get)
             return fail(c, rs, 405, "invalid_request_error", "%s %s: the method is not allowed (use %s)", rs->method,
                         rs->path, allowed(rs->route));
         if (!post) return respond(s, c, rs);
@@ -287,7 +293,7 @@ mt_server *mt_server_start(mt_gpt *model, const mt_tokenizer *tok, const mt_serv
     s->tok = tok;
     s->started = (int64_t)time(NULL);
     s->lim = (mt_serve_limits){o->model_name, o->max_tokens_limit, mt_gpt_get_config(model)->max_position_embeddings,
-                               tok->vocab_size};
+                               tok->vocab_size, o->chat};
     atomic_init(&s->draining, 0);
     atomic_init(&s->next_id, 1);
     s->id_salt = (uint32_t)getpid() ^ (uint32_t)s->started;

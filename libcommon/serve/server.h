@@ -7,6 +7,9 @@
  *   POST /v1/completions, /completions    a completion (serve/request.h's fields), or with "stream": true
  *                                         Server-Sent Events, one per piece of text, then [DONE]
  *   PUT  /api                             Megatron's older interface (serve/api.h)
+ *   POST /v1/chat/completions,            a chat completion: the messages rendered by the chat template
+ *        /chat/completions                (serve/chat_prompt.h), then run as a completion; streamed as
+ *                                         "chat.completion.chunk" events
  *
  * Errors (but /api's) are OpenAI's {"error": {...}} with the status that says what went wrong: 400 for a bad request,
  * 404 for another path or model, 405 for another method (with Allow), 413 for a body above the limit,
@@ -36,6 +39,7 @@ typedef struct mt_serve_opts {
     int conn_timeout;          /* seconds a connection may stay idle (headers or body not coming, or no
                                   request on a kept-alive one) before it is closed */
     int max_conns;             /* open connections at most; more are closed at once */
+    const struct mt_serve_chat *chat;   /* the chat template (serve/chat_source.h; the caller's), or NULL */
 } mt_serve_opts;
 
 typedef struct mt_server mt_server;

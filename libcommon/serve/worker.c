@@ -156,9 +156,14 @@ static void admit(mt_serve_worker *w)
             else {
                 a->next++;
                 mt_serve_metrics_prompt(w->o.metrics, r->prompts[k / r->n].n);
-                if (r->stream && r->echo) {
+                if (r->stream && (r->echo || r->chat)) {   /* a stream's first event: the prompt, or a chat's role */
                     pthread_mutex_lock(&j->mu);
-                    push_text(a, k, r->prompt_text[k / r->n].p, r->prompt_text[k / r->n].n, NULL);
+                    if (r->chat) {
+                        mt_serve_event_role(&j->events, j, w->o.model_name, k);
+                        pthread_cond_broadcast(&j->cv);
+                    } else {
+                        push_text(a, k, r->prompt_text[k / r->n].p, r->prompt_text[k / r->n].n, NULL);
+                    }
                     pthread_mutex_unlock(&j->mu);
                 }
             }

@@ -98,7 +98,8 @@ check "mt-eval --score (windows, non-ASCII, empty document)" "$d/s.err"
 [ "$(grep -c '"logprob"' "$d/s.out")" = 4 ] && t_pass "--score: one line per document" \
     || t_fail "--score: one line per document" "$(cat "$d/s.out")"
 
-# mt-serve: a greedy request, a seeded one of n 2 with logprobs, a stream, bad requests, a stream whose
+# mt-serve: a greedy request, a seeded one of n 2 with logprobs, a stream, bad requests, PUT /api (with
+# the prompts' log-probabilities), three requests at once, /metrics, a stream whose
 # client goes after its first chunks, then SIGTERM: no memcheck error and nothing leaked (the jobs, their
 # streams, the connections, the queue); the threads of the server run under memcheck too
 if command -v curl >/dev/null; then
@@ -115,12 +116,26 @@ if command -v curl >/dev/null; then
             curl -s --max-time 300 "$u" -d '{"prompt": [[87, 796]], "max_tokens": 4, "temperature": 0, "stream": true, "echo": true}'
             curl -s --max-time 300 "$u" -d '{"prompt": "x", "bogus": 1}'
             curl -s --max-time 300 "$u" -d '{"prompt": '
+            # Megatron's PUT /api: generating with the prompts' log-probabilities, and scoring only
+            curl -s --max-time 300 -X PUT "${u%/v1/completions}/api" -d '{"prompts": ["x = 1", ""], "tokens_to_generate": 3,
+                "logprobs": true, "add_BOS": true, "stop_on_eol": true}'
+            curl -s --max-time 300 -X PUT "${u%/v1/completions}/api" -d '{"prompts": ["x = 1"], "tokens_to_generate": 0, "logprobs": true}'
+            # three at once (they queue)
+            cps=()
+            for k in 1 2 3; do
+                curl -s --max-time 300 "$u" -d '{"prompt": "y = '$k'", "max_tokens": 3}' >"$d/sv$k.out" &
+                cps+=($!)
+            done
+            wait "${cps[@]}"   # (not the server)
+            cat "$d/sv1.out" "$d/sv2.out" "$d/sv3.out"
+            curl -s --max-time 300 "${u%/v1/completions}/metrics"
         } >"$d/sv.out"
         # 4 x 15 sampled tokens, one sequence at a time: it runs for seconds after its client has gone
         curl -sN --max-time 300 "$u" -d '{"prompt": "x", "max_tokens": 15, "n": 4, "seed": 1, "stream": true}' \
             | head -c 250 >/dev/null
         t_wait_line "$d/sv.err" 'the client has gone' 1200 || t_fail "mt-serve under memcheck: a client gone" "$(tail -3 "$d/sv.err")"
-        [ "$(grep -c '"text_completion"' "$d/sv.out")" -ge 3 ] && grep -q '"param":"bogus"' "$d/sv.out" \
+        [ "$(grep -c '"text_completion"' "$d/sv.out")" -ge 6 ] && grep -q '"param":"bogus"' "$d/sv.out" \
+            && [ "$(grep -c '"segments"' "$d/sv.out")" = 2 ] && grep -q '^mt_serve_generation_tokens_total [1-9]' "$d/sv.out" \
             && t_pass "mt-serve under memcheck: the answers" || t_fail "mt-serve under memcheck: the answers" "$(head -c 600 "$d/sv.out")"
     else t_fail "mt-serve under memcheck starts" "$(tail -3 "$d/sv.err")"; fi
     kill -TERM $svp

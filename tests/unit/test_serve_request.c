@@ -1,7 +1,10 @@
 /* test_serve_request: serve/request.h without a server: the prompt forms and what they become, the
  * defaults, the neutral values of OpenAI's unimplemented fields, and each refusal with its status and the
- * field it names (serve.sh asks a running mt-serve; this covers the rest of the table). */
+ * field it names (serve.sh asks a running mt-serve; this covers the rest of the table); chat requests:
+ * the prompt is the rendered messages tokenized as a completion's text, their own fields and refusals. */
 #include "serve/request.h"
+
+#include "serve/chat_source.h"
 
 #include "t.h"
 #include "tok/bpe.h"
@@ -9,7 +12,7 @@
 static char top[1024] = ".";
 static mt_tokenizer tok;
 static mt_bpe_ctx *bc;
-static const mt_serve_limits lim = {"ck", 64, 48, 50257};
+static const mt_serve_limits lim = {"ck", 64, 48, 50257, NULL};
 
 static int parse(const char *body, mt_serve_req *r, mt_serve_fail *f)
 {
@@ -169,6 +172,96 @@ TEST(prompt_room)
     refused("{\"prompt\": \"x\", \"max_tokens\": 65}", 400, "max_tokens");
 }
 
+/* A chat request of body against a server with template src (NULL: none) */
+static int chat_parse(const char *src, const char *body, mt_serve_req *r, mt_serve_fail *f)
+{
+    mt_serve_chat ch = {0};
+    mt_err e;
+    if (src && !(ch.tmpl = mt_chat_template_parse(src, strlen(src), &e))) {
+        T_FAILF("%s", e.msg);
+        return -1;
+    }
+    ch.bos = "<s>";
+    ch.eos = "<|endoftext|>";
+    snprintf(ch.why, sizeof ch.why, "no tokenizer_config.json");
+    mt_serve_limits cl = lim;
+    cl.chat = &ch;
+    int rc = mt_serve_chat_req_parse(r, body, strlen(body), &cl, &tok, bc, f);
+    mt_chat_template_free(ch.tmpl);
+    return rc;
+}
+
+static const char *const tmpl = "{% for m in messages %}{{ m.role }}: {{ m.content }}{{ eos_token }}\n{% endfor %}"
+                                "{% if m is defined %}never{% endif %}{% if add_generation_prompt %}assistant:{% endif %}"
+                                "{% if messages[0].role == 'tool' %}{{ raise_exception('no tools') }}{% endif %}";
+
+TEST(chat)
+{
+    mt_serve_req r;
+    mt_serve_fail f;
+    const char *text = "system: be brief<|endoftext|>\nuser: def f(x<|endoftext|>\nassistant:";
+    mt_ids want = {0};
+    mt_tokenizer_encode(&tok, bc, text, strlen(text), &want);   /* as a completion's prompt text */
+    if (chat_parse(tmpl, "{\"messages\": [{\"role\": \"system\", \"content\": \"be brief\"}, {\"role\": \"user\","
+                         " \"content\": [{\"type\": \"text\", \"text\": \"def\"}, {\"type\": \"text\", \"text\": \"f(x\"}]}]}", &r, &f)) {
+        T_FAILF("refused: %s", f.msg);
+    } else {
+        T_CHECK(r.chat && r.n_prompts == 1 && r.n == 1 && !r.echo && !r.logprobs);
+        T_EQ_INT(r.max_tokens, 64);   /* the server's limit */
+        /* the parts are joined by a newline: "def\nf(x" */
+        mt_ids parts = {0};
+        const char *t2 = "system: be brief<|endoftext|>\nuser: def\nf(x<|endoftext|>\nassistant:";
+        mt_tokenizer_encode(&tok, bc, t2, strlen(t2), &parts);
+        T_CHECK(r.n_prompts == 1 && r.prompts[0].n == parts.n && !memcmp(r.prompts[0].p, parts.p, parts.n * 4));
+        T_CHECK(r.n_prompts == 1 && r.prompt_text[0].n == strlen(t2) && !memcmp(r.prompt_text[0].p, t2, strlen(t2)));
+        free(parts.p);
+        mt_serve_req_free(&r);
+    }
+    if (chat_parse(tmpl, "{\"messages\": [{\"role\": \"system\", \"content\": \"be brief\"}, {\"role\": \"user\","
+                         " \"content\": \"def f(x\"}], \"max_completion_tokens\": 7, \"max_tokens\": 9, \"logprobs\": true,"
+                         " \"top_logprobs\": 0, \"n\": 2, \"seed\": 3, \"temperature\": 0}", &r, &f)) {
+        T_FAILF("refused: %s", f.msg);
+    } else {
+        T_CHECK(r.n_prompts == 1 && r.prompts[0].n == want.n && !memcmp(r.prompts[0].p, want.p, want.n * 4));
+        T_CHECK(r.max_tokens == 7 && r.logprobs && r.n == 2 && r.seeded && r.seed == 3 && r.sampling.greedy);
+        mt_serve_req_free(&r);
+    }
+    free(want.p);
+    static const struct {
+        const char *src, *body;
+        int status;
+        const char *param, *says;
+    } bad[] = {
+        {tmpl, "{\"messages\": [{\"role\": \"tool\", \"content\": \"x\"}]}", 400, "messages", "no tools"},
+        {tmpl, "{\"messages\": [{\"role\": \"user\", \"content\": \"x\"}], \"echo\": true}", 400, "echo", "unknown field"},
+        {tmpl, "{\"messages\": [{\"role\": \"user\", \"content\": \"x\"}], \"logprobs\": 0}", 400, "logprobs", "boolean"},
+        {tmpl, "{\"messages\": [{\"role\": \"user\", \"content\": \"x\"}], \"max_completion_tokens\": 65}", 400,
+         "max_completion_tokens", "limit"},
+        {tmpl, "{\"messages\": [{\"role\": \"user\", \"content\": \"x\"}], \"max_tokens\": 0}", 400, "max_tokens", "outside"},
+        {tmpl, "{\"messages\": [{\"role\": \"user\", \"content\": \"x\"}], \"top_logprobs\": 1}", 400, "top_logprobs", "needs"},
+        {tmpl, "{\"messages\": [{\"role\": \"user\", \"content\": \"x\"}], \"logprobs\": true, \"stream\": true}", 400,
+         "logprobs", "stream"},
+        {tmpl, "{\"messages\": {\"role\": \"user\"}}", 400, "messages", "list"},
+        {tmpl, "{\"messages\": [{\"role\": 1, \"content\": \"x\"}]}", 400, "messages", "role"},
+        {tmpl, "{\"messages\": [{\"role\": \"user\", \"content\": [{\"type\": \"image_url\"}]}]}", 400, "messages", "image_url"},
+        {tmpl, "{\"messages\": [{\"role\": \"user\", \"content\": null}]}", 400, "messages", "content"},
+        {"{{ messages[0].nope.x }}", "{\"messages\": [{\"role\": \"user\", \"content\": \"x\"}]}", 400, "messages",
+         "cannot render these messages: chat template line 1: 'nope' is undefined"},
+        {"{% for m in messages %}{% endfor %}", "{\"messages\": [{\"role\": \"user\", \"content\": \"x\"}]}", 400, "messages",
+         "empty prompt"},
+        {NULL, "{\"messages\": [{\"role\": \"user\", \"content\": \"x\"}]}", 501, "", "--chat-template"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+        if (!chat_parse(bad[i].src, bad[i].body, &r, &f)) {
+            mt_serve_req_free(&r);
+            T_FAILF("accepted: %s", bad[i].body);
+        } else if (f.status != bad[i].status || strcmp(f.param, bad[i].param) || !strstr(f.msg, bad[i].says)) {
+            T_FAILF("%s: %d, param \"%s\" (%s); expected %d, \"%s\", \"%s\"", bad[i].body, f.status, f.param, f.msg,
+                    bad[i].status, bad[i].param, bad[i].says);
+        }
+    }
+}
+
 T_MAIN_BEGIN("test_serve_request")
 const char *t = getenv("MT_TOP");
 if (t && *t) snprintf(top, sizeof top, "%s", t);
@@ -187,6 +280,7 @@ RUN(prompt_forms);
 RUN(defaults_and_values);
 RUN(refusals);
 RUN(prompt_room);
+RUN(chat);
 mt_bpe_ctx_free(bc);
 mt_bpe_free(tok.bpe);
 T_MAIN_END
