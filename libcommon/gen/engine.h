@@ -31,8 +31,8 @@ typedef struct mt_gen_opts {
                                  this many (0 to MT_GEN_MAX_TOP), in out->top_id and out->top_lp */
 } mt_gen_opts;
 
-/* Alternatives per position at most (top_logprobs; OpenAI's limit for completions). */
-#define MT_GEN_MAX_TOP 5
+/* Alternatives per position at most (top_logprobs; OpenAI's limit for chat completions). */
+#define MT_GEN_MAX_TOP 20
 
 /* One prompt's continuation. */
 typedef struct mt_gen_seq {

@@ -237,8 +237,8 @@ static int chat_prompt(mt_serve_req *r, json_t *o, const mt_serve_limits *lim, c
     return 0;
 }
 
-/* logprobs: a completion's 0 (up to 5 alternatives, which are not computed), a chat's true (top_logprobs
- * alternatives, 0 only) */
+/* logprobs: a completion's 0 to 5 (the likeliest tokens of each position, with echo the prompt's too), a
+ * chat's true (top_logprobs: 0 to 20 alternatives) */
 static int read_logprobs(mt_serve_req *r, json_t *o, mt_serve_fail *f)
 {
     json_t *lp = json_object_get(o, "logprobs");
@@ -252,14 +252,10 @@ static int read_logprobs(mt_serve_req *r, json_t *o, mt_serve_fail *f)
         want = true;
     }
     if (!want) return 0;
-    const char *param = r->chat ? "top_logprobs" : "logprobs";
-    if (k > 0)
-        return mt_serve_fail_set(f, 400, param, "\"%s\" %lld (the top alternatives of each token) is not supported yet; "
-                                 "%s gives each chosen token's log-probability", param, (long long)k,
-                                 r->chat ? "\"logprobs\": true" : "0");
     if (r->stream) return mt_serve_fail_set(f, 400, "logprobs", "\"logprobs\" is not supported with \"stream\" yet");
-    if (r->echo) return mt_serve_fail_set(f, 400, "logprobs", "\"logprobs\" is not supported with \"echo\" yet");
     r->logprobs = true;
+    r->top_logprobs = (int)k;
+    r->prompt_logprobs |= r->echo;   /* the prompt's tokens are scored too (read a token a step) */
     return 0;
 }
 
@@ -289,7 +285,7 @@ static int read_fields(mt_serve_req *r, json_t *o, const mt_serve_limits *lim, c
     double temperature = 1, top_p = 1, penalty = 1;
     const char *mt_name = r->chat && json_object_get(o, "max_completion_tokens") ? "max_completion_tokens" : "max_tokens";
     if (r->chat && get_int(o, "max_tokens", 1, INT64_MAX, &max_tokens, f)) return -1;
-    if (get_int(o, mt_name, 1, INT64_MAX, &max_tokens, f)) return -1;
+    if (get_int(o, mt_name, r->chat ? 1 : 0, INT64_MAX, &max_tokens, f)) return -1;
     if (max_tokens > lim->max_tokens)
         return mt_serve_fail_set(f, 400, mt_name, "\"%s\" is %lld, above this server's limit of %lld", mt_name,
                                  (long long)max_tokens, (long long)lim->max_tokens);
@@ -299,6 +295,11 @@ static int read_fields(mt_serve_req *r, json_t *o, const mt_serve_limits *lim, c
         get_bool(o, "echo", &r->echo, f) || get_bool(o, "stream", &r->stream, f) || read_unsupported(o, (int)n, f) ||
         read_stops(r, json_object_get(o, "stop"), f))
         return -1;
+    if (!max_tokens) {   /* the prompt only: scored (lm-evaluation-harness' loglikelihood asks this) */
+        if (!r->echo) return mt_serve_fail_set(f, 400, "max_tokens", "\"max_tokens\" 0 needs \"echo\": true");
+        if (r->stream) return mt_serve_fail_set(f, 400, "max_tokens", "\"max_tokens\" 0 is not supported with \"stream\"");
+        r->prompt_logprobs = true;
+    }
     if (read_logprobs(r, o, f)) return -1;
     json_t *so = json_object_get(o, "stream_options");
     if (so && !json_is_null(so)) {

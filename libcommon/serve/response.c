@@ -56,37 +56,82 @@ static json_t *usage(const mt_serve_job *j)
                      "total_tokens", (json_int_t)(p + c));
 }
 
-/* OpenAI's logprobs object of a choice: each generated token, its log-probability and where it starts in
- * the text (in characters); top_logprobs null (alternatives are not computed). */
-static json_t *logprobs(const mt_gen_seq *s, const mt_bpe *bpe)
+static json_t *jlogprob(double x)
 {
-    json_t *toks = json_array(), *lps = json_array(), *offs = json_array();
-    size_t pos = 0, chars = 0, counted = 0;
-    for (size_t i = 0; i < s->out.n; i++) {
-        size_t n = 0;
-        const char *b = mt_bpe_token_bytes(bpe, s->out.p[i], &n);
-        size_t upto = pos < s->text.n ? pos : s->text.n;
-        for (; counted < upto; counted++) chars += ((unsigned char)s->text.p[counted] & 0xC0) != 0x80;
-        json_array_append_new(toks, jtext(b, b ? n : 0));
-        json_array_append_new(lps, isfinite(s->logprob[i]) ? json_real(s->logprob[i]) : json_null());
-        json_array_append_new(offs, json_integer((json_int_t)chars));
-        pos += b ? n : 0;
-    }
-    return json_pack("{s:o, s:o, s:n, s:o}", "tokens", toks, "token_logprobs", lps, "top_logprobs", "text_offset", offs);
+    return isfinite(x) ? json_real(x) : json_null();
 }
 
-/* A chat choice's logprobs: {"content": [{"token", "logprob", "bytes", "top_logprobs": []}, ...]}. */
+/* Token id's text as a JSON string, its bytes as a list of integers when bytes is not NULL. */
+static json_t *token_text(const mt_bpe *bpe, uint32_t id, json_t **bytes)
+{
+    size_t n = 0;
+    const char *b = mt_bpe_token_bytes(bpe, id, &n);
+    if (bytes) {
+        *bytes = json_array();
+        for (size_t k = 0; b && k < n; k++) json_array_append_new(*bytes, json_integer((unsigned char)b[k]));
+    }
+    return jtext(b, b ? n : 0);
+}
+
+/* OpenAI's logprobs object of a completion's choice k: each token (with echo, the prompt's first), its
+ * log-probability (null for the prompt's first), its likeliest alternatives ({text: log-probability},
+ * with "logprobs" N > 0; else null) and where it starts in the text (in characters). */
+static json_t *logprobs(const mt_serve_job *j, int k, const mt_bpe *bpe)
+{
+    const mt_gen_seq *s = &j->seqs[k];
+    const mt_ids *prompt = &j->req.prompts[k / j->req.n];
+    size_t np = j->req.echo ? prompt->n : 0, scored = s->prompt_logprob ? prompt->n - 1 : 0;
+    mt_buf all = {0};   /* the text the offsets count in */
+    if (np) mt_buf_append(&all, j->req.prompt_text[k / j->req.n].p, j->req.prompt_text[k / j->req.n].n);
+    mt_buf_append(&all, s->text.p, s->text.n);
+    json_t *toks = json_array(), *lps = json_array(), *offs = json_array(), *tops = s->ntop ? json_array() : json_null();
+    size_t pos = 0, chars = 0, counted = 0;
+    for (size_t i = 0; i < np + s->out.n; i++) {
+        uint32_t id = i < np ? prompt->p[i] : s->out.p[i - np];
+        size_t n = 0;
+        mt_bpe_token_bytes(bpe, id, &n);
+        size_t upto = pos < all.n ? pos : all.n;
+        for (; counted < upto; counted++) chars += ((unsigned char)all.p[counted] & 0xC0) != 0x80;
+        json_array_append_new(toks, token_text(bpe, id, NULL));
+        json_array_append_new(offs, json_integer((json_int_t)chars));
+        pos += n;
+        /* the log-probability, and the place of its alternatives: none for the prompt's first token */
+        size_t at = i < np ? i - 1 : scored + (i - np);
+        json_array_append_new(lps, i == 0 && np ? json_null() : jlogprob(i < np ? s->prompt_logprob[i - 1] : s->logprob[i - np]));
+        if (!s->ntop) continue;
+        if (i == 0 && np) {
+            json_array_append_new(tops, json_null());
+            continue;
+        }
+        json_t *alt = json_object();
+        for (int t = 0; t < s->ntop; t++) {
+            json_t *key = token_text(bpe, (uint32_t)s->top_id[at * (size_t)s->ntop + (size_t)t], NULL);
+            if (!json_object_get(alt, json_string_value(key)))   /* two ids of one text: the likelier */
+                json_object_set_new(alt, json_string_value(key), jlogprob(s->top_lp[at * (size_t)s->ntop + (size_t)t]));
+            json_decref(key);
+        }
+        json_array_append_new(tops, alt);
+    }
+    free(all.p);
+    return json_pack("{s:o, s:o, s:o, s:o}", "tokens", toks, "token_logprobs", lps, "top_logprobs", tops, "text_offset",
+                     offs);
+}
+
+/* A chat choice's logprobs: {"content": [{"token", "logprob", "bytes", "top_logprobs": [{"token",
+ * "logprob", "bytes"}, ...]}, ...]}. */
 static json_t *chat_logprobs(const mt_gen_seq *s, const mt_bpe *bpe)
 {
     json_t *content = json_array();
     for (size_t i = 0; i < s->out.n; i++) {
-        size_t n = 0;
-        const char *b = mt_bpe_token_bytes(bpe, s->out.p[i], &n);
-        json_t *bytes = json_array();
-        for (size_t k = 0; b && k < n; k++) json_array_append_new(bytes, json_integer((unsigned char)b[k]));
-        json_array_append_new(content, json_pack("{s:o, s:o, s:o, s:[]}", "token", jtext(b, b ? n : 0), "logprob",
-                                                 isfinite(s->logprob[i]) ? json_real(s->logprob[i]) : json_null(),
-                                                 "bytes", bytes, "top_logprobs"));
+        json_t *bytes, *tops = json_array();
+        for (int t = 0; t < s->ntop; t++) {
+            json_t *tb, *tt = token_text(bpe, (uint32_t)s->top_id[i * (size_t)s->ntop + (size_t)t], &tb);
+            json_array_append_new(tops, json_pack("{s:o, s:o, s:o}", "token", tt, "logprob",
+                                                  jlogprob(s->top_lp[i * (size_t)s->ntop + (size_t)t]), "bytes", tb));
+        }
+        json_t *tok = token_text(bpe, s->out.p[i], &bytes);
+        json_array_append_new(content, json_pack("{s:o, s:o, s:o, s:o}", "token", tok, "logprob", jlogprob(s->logprob[i]),
+                                                 "bytes", bytes, "top_logprobs", tops));
     }
     return json_pack("{s:o}", "content", content);
 }
@@ -119,7 +164,7 @@ char *mt_serve_completion_json(const mt_serve_job *j, const char *model, const m
         }
         mt_buf_append(&t, s->text.p ? s->text.p : "", s->text.n);
         json_t *c = json_pack("{s:o, s:i, s:o, s:s}", "text", jtext(t.p, t.n), "index", k, "logprobs",
-                              j->req.logprobs ? logprobs(s, bpe) : json_null(), "finish_reason",
+                              j->req.logprobs ? logprobs(j, k, bpe) : json_null(), "finish_reason",
                               mt_serve_finish_reason(s->why));
         free(t.p);
         json_array_append_new(choices, c);

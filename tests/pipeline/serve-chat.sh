@@ -202,7 +202,7 @@ bad "raise_exception in the template" 400 messages 'no tool turns here, turn 2' 
 bad "echo is not a chat field" 400 echo 'unknown field' '{"messages": [{"role": "user", "content": "x"}], "echo": true}'
 bad "prompt is not a chat field" 400 prompt 'unknown field' '{"messages": [{"role": "user", "content": "x"}], "prompt": "x"}'
 bad "max_completion_tokens above the limit" 400 max_completion_tokens 'limit of 64' '{"messages": [{"role": "user", "content": "x"}], "max_completion_tokens": 65}'
-bad "top_logprobs above 0" 400 top_logprobs 'not supported' '{"messages": [{"role": "user", "content": "x"}], "logprobs": true, "top_logprobs": 2}'
+bad "top_logprobs above 20" 400 top_logprobs "outside" '{"messages": [{"role": "user", "content": "x"}], "logprobs": true, "top_logprobs": 21}'
 bad "a prompt that leaves no position" 400 messages 'no room' "{\"messages\": [{\"role\": \"user\", \"content\": \"$($PY -c 'print("x " * 100)')\"}]}"
 s=$(post /v1/chat/completions '{"messages": [{"role": "user", "content": "x"}], "model": "other"}' model)
 [ "$s" = 404 ] && check "another model: 404 model_not_found" 'assert r["error"]["code"] == "model_not_found", r' "$d/model.json" \

@@ -185,7 +185,7 @@ bad "max_tokens above --max-tokens-limit" 400 max_tokens '{"prompt": "x", "max_t
 bad "a token id outside the vocabulary" 400 prompt '{"prompt": [50257]}'
 bad "an empty prompt" 400 prompt '{"prompt": ""}'
 bad "a prompt that leaves no position" 400 prompt "{\"prompt\": $($PY -c 'print(list(range(48)))')}"
-bad "logprobs above 0" 400 logprobs '{"prompt": "x", "logprobs": 1}'
+bad "logprobs above 5" 400 logprobs '{"prompt": "x", "logprobs": 6}'
 big=$($PY -c 'print("{\"prompt\": \"" + "x " * 3000 + "\"}")')
 bad "a body above --max-body-bytes (Content-Length)" 413 - "$big"
 bad "a body above --max-body-bytes (chunked)" 413 - "$big" -H 'Transfer-Encoding: chunked'

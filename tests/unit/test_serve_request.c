@@ -75,12 +75,22 @@ TEST(defaults_and_values)
     accepted("{\"prompt\": \"x\", \"temperature\": 0, \"top_k\": -1, \"seed\": 4294967295, \"n\": 3, \"max_tokens\": 64,"
              " \"stop\": [\"a\", \"\", \"\\n\"], \"logprobs\": 0, \"top_p\": 0.5}", &r);
     T_CHECK(r.sampling.greedy && r.sampling.top_k == 0 && r.seeded && r.seed == 4294967295u && r.n == 3);
-    T_CHECK(r.max_tokens == 64 && r.logprobs && r.sampling.top_p == 0.5);
+    T_CHECK(r.max_tokens == 64 && r.logprobs && r.sampling.top_p == 0.5 && !r.top_logprobs && !r.prompt_logprobs);
     T_CHECK(r.n_stops == 2 && !strcmp(r.stops[0], "a") && !strcmp(r.stops[1], "\n"));   /* "" dropped */
     mt_serve_req_free(&r);
     accepted("{\"prompt\": \"x\", \"stream\": true, \"stream_options\": {\"include_usage\": true}, \"stop\": \"yy\","
              " \"echo\": true}", &r);
     T_CHECK(r.stream && r.include_usage && r.echo && r.n_stops == 1 && !strcmp(r.stops[0], "yy"));
+    mt_serve_req_free(&r);
+    /* the alternatives; with echo the prompt's log-probabilities; max_tokens 0 scores the prompt only */
+    accepted("{\"prompt\": \"x\", \"logprobs\": 5}", &r);
+    T_CHECK(r.logprobs && r.top_logprobs == 5 && !r.prompt_logprobs);
+    mt_serve_req_free(&r);
+    accepted("{\"prompt\": \"x\", \"logprobs\": 2, \"echo\": true}", &r);
+    T_CHECK(r.logprobs && r.top_logprobs == 2 && r.prompt_logprobs && r.max_tokens == 16);
+    mt_serve_req_free(&r);
+    accepted("{\"prompt\": \"x y\", \"logprobs\": 0, \"echo\": true, \"max_tokens\": 0}", &r);
+    T_CHECK(r.logprobs && !r.top_logprobs && r.prompt_logprobs && r.max_tokens == 0);
     mt_serve_req_free(&r);
     /* OpenAI's fields that are not implemented pass at their neutral values */
     accepted("{\"prompt\": \"x\", \"presence_penalty\": 0, \"frequency_penalty\": 0, \"best_of\": 2, \"n\": 2,"
@@ -132,10 +142,11 @@ TEST(refusals)
         {"{\"prompt\": \"x\", \"stream_options\": {\"include_usage\": true}}", 400, "stream_options"},
         {"{\"prompt\": \"x\", \"stream\": true, \"stream_options\": {\"usage\": true}}", 400, "stream_options"},
         {"{\"prompt\": \"x\", \"stream\": true, \"stream_options\": []}", 400, "stream_options"},
-        {"{\"prompt\": \"x\", \"logprobs\": 1}", 400, "logprobs"},
         {"{\"prompt\": \"x\", \"logprobs\": 6}", 400, "logprobs"},
+        {"{\"prompt\": \"x\", \"logprobs\": -1}", 400, "logprobs"},
         {"{\"prompt\": \"x\", \"logprobs\": 0, \"stream\": true}", 400, "logprobs"},
-        {"{\"prompt\": \"x\", \"logprobs\": 0, \"echo\": true}", 400, "logprobs"},
+        {"{\"prompt\": \"x\", \"max_tokens\": 0}", 400, "max_tokens"},
+        {"{\"prompt\": \"x\", \"max_tokens\": 0, \"echo\": true, \"stream\": true}", 400, "max_tokens"},
         {"{\"prompt\": \"x\", \"presence_penalty\": 0.5}", 400, "presence_penalty"},
         {"{\"prompt\": \"x\", \"frequency_penalty\": 3}", 400, "frequency_penalty"},
         {"{\"prompt\": \"x\", \"best_of\": 2}", 400, "best_of"},
