@@ -3,6 +3,7 @@
 
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 mt_serve_job *mt_serve_job_new(mt_serve_req *req)
 {
@@ -54,6 +55,20 @@ void mt_serve_job_wait(mt_serve_job *j)
     pthread_mutex_lock(&j->mu);
     while (!j->done) pthread_cond_wait(&j->cv, &j->mu);
     pthread_mutex_unlock(&j->mu);
+}
+
+int mt_serve_job_wait_for(mt_serve_job *j, double seconds)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_REALTIME, &t);
+    double ns = (double)t.tv_nsec + seconds * 1e9;
+    t.tv_sec += (time_t)(ns / 1e9);
+    t.tv_nsec = (long)(ns - (double)(time_t)(ns / 1e9) * 1e9);
+    pthread_mutex_lock(&j->mu);
+    while (!j->done && pthread_cond_timedwait(&j->cv, &j->mu, &t) == 0) continue;
+    int done = j->done;
+    pthread_mutex_unlock(&j->mu);
+    return done;
 }
 
 void mt_serve_queue_init(mt_serve_queue *q, int cap)

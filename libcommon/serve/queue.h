@@ -44,6 +44,8 @@ void mt_serve_job_unref(mt_serve_job *j);
 void mt_serve_job_finish(mt_serve_job *j);
 /* Waits until j is done. */
 void mt_serve_job_wait(mt_serve_job *j);
+/* Waits until j is done or seconds have passed: whether it is done. */
+int mt_serve_job_wait_for(mt_serve_job *j, double seconds);
 
 typedef struct mt_serve_queue {
     pthread_mutex_t mu;

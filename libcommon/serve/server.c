@@ -3,6 +3,7 @@
 
 #include <microhttpd.h>
 #include <netdb.h>
+#include <poll.h>
 #include <pthread.h>
 #include <stdarg.h>
 #include <stdatomic.h>
@@ -136,6 +137,23 @@ static void stream_free(void *cls)
 }
 
 /* POST /v1/completions and /v1/chat/completions: the same job, read from either kind of body */
+/* Waits for j, watching its client: one that closes its connection meanwhile (the end of its stream or an
+ * error on the socket; a client that only half-closes looks the same) has gone, and the engine stops the
+ * job at its next token. A request pipelined behind it is data, not an end. */
+static void wait_watching(struct MHD_Connection *c, mt_serve_job *j)
+{
+    const union MHD_ConnectionInfo *ci = MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
+    int fd = ci ? ci->connect_fd : -1;
+    while (!mt_serve_job_wait_for(j, 0.02)) {
+        if (fd < 0 || atomic_load(&j->gone)) continue;
+        struct pollfd p = {fd, POLLIN | POLLRDHUP, 0};
+        char b;
+        if (poll(&p, 1, 0) == 1 && ((p.revents & (POLLHUP | POLLERR | POLLRDHUP)) ||
+                                    ((p.revents & POLLIN) && recv(fd, &b, 1, MSG_PEEK | MSG_DONTWAIT) == 0)))
+            atomic_store(&j->gone, 1);
+    }
+}
+
 static enum MHD_Result completions(mt_server *s, struct MHD_Connection *c, req_state *rs)
 {
     mt_serve_req r;
@@ -173,7 +191,7 @@ static enum MHD_Result completions(mt_server *s, struct MHD_Connection *c, req_s
         rs->status = 200;
         return ok;
     }
-    mt_serve_job_wait(j);
+    wait_watching(c, j);
     enum MHD_Result ok = j->failed ? fail(c, rs, 500, "server_error", "%s", j->err)
                                    : reply(c, rs, MHD_HTTP_OK,
                                            j->req.api ? mt_serve_api_json(j, s->tok->bpe)

@@ -272,6 +272,22 @@ if wait_line "$d/serve.err" 'the client has gone: stopped after' 300; then
     [ "$n" -lt 240 ] && t_pass "a client gone mid-stream: its request stopped after $n of 480 tokens" \
         || t_fail "a client gone mid-stream: its request stopped early" "after $n tokens"
 else t_fail "a client gone mid-stream: its request stops" "$(tail -3 "$d/serve.err")"; fi
+# a client that closes its connection while its unstreamed answer is made: seen on its socket, its request
+# stopped at its next token
+before=$(grep -c 'the client has gone' "$d/serve.err")
+$PY - "$port" <<'PYEOF'
+import json, socket, sys
+s = socket.create_connection(("127.0.0.1", int(sys.argv[1])))
+b = json.dumps({"prompt": "x", "n": 12, "max_tokens": 40, "temperature": 1, "seed": 2}).encode()
+s.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+          b"Content-Length: %d\r\n\r\n" % len(b) + b)
+s.close()
+PYEOF
+for _ in $(seq 1200); do [ "$(grep -c 'the client has gone' "$d/serve.err")" -gt "$before" ] && break; sleep 0.1; done
+n=$(sed -n 's/.*the client has gone: stopped after \([0-9]*\) new tokens/\1/p' "$d/serve.err" | tail -1)
+[ "$(grep -c 'the client has gone' "$d/serve.err")" -gt "$before" ] && [ "$n" -lt 240 ] \
+    && t_pass "a client gone before its unstreamed answer: its request stopped after $n of 480 tokens" \
+    || t_fail "a client gone before its unstreamed answer: its request stops" "$(tail -2 "$d/serve.err")"
 s=$(curl -s -o /dev/null -w '%{http_code}' "$url/health")
 [ "$s" = 200 ] && t_pass "and the server goes on" || t_fail "the server goes on after a client is gone" "status $s"
 
