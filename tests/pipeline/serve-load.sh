@@ -285,6 +285,22 @@ for i in range(100):
     s = conn()
     s.close()
 print("100 connections opened and dropped")
+# their threads end as the machine gets to them: until then they hold places of --max-connections
+t0 = time.time()
+while True:
+    try:
+        s = conn()
+        s.sendall(b"GET /health HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+        if s.recv(100).startswith(b"HTTP/1.1 200"):
+            break
+    except (ConnectionResetError, BrokenPipeError):
+        pass
+    finally:
+        s.close()
+    assert time.time() - t0 < 30, "no connection served within 30 s after the drops"
+    time.sleep(0.2)
+print("served again %.1f s after the drops" % (time.time() - t0))
+time.sleep(1)
 idle = [conn() for _ in range(24)]
 time.sleep(0.5)
 served = 0
