@@ -27,9 +27,10 @@
 # and the other way, checkpoint_reshaping_and_interoperability.py (transformers to Megatron, TP 2 x PP 2;
 # args as a types.SimpleNamespace, transposed views of shared storages) from a random GPT2LMHeadModel, read
 # with --from megatron: mt's logits equal transformers' to 1e-5. Bad requests: one line, nothing written.
-# The mt runs and exports come first, with their own checks; what Python checks is then done by one
-# megatron_write.py --jobs call and two megatron_hf.py --jobs calls (torch imported once each, every job's
-# output in a directory or log of its own), and those checks are reported after them, in the same order.
+# The mt runs and exports come first, with their own checks; what Python checks is then done by two
+# megatron_hf.py --jobs calls (torch and transformers imported once each; megatron_write.py's layouts as its
+# "run" jobs; every job's output in a directory or log of its own), and those checks are reported after
+# them, in the same order.
 . "$(dirname "$0")/../lib.sh"
 PY=/usr/bin/python3
 d=$T_TMP
@@ -38,16 +39,16 @@ if ! HPY=$("$T_TOP/tests/oracle/venv-hf.sh" 2>"$d/venv.err"); then
     t_skip "transformers" "unavailable: $(head -c 300 "$d/venv.err")"; exit 0
 fi
 # hjob LOG COMMAND ARGS...: a megatron_hf.py job of the next batch ($hjobs), its output in LOG; hok LOG: it
-# succeeded. mwjob SRC OUT FLAGS...: a megatron_write.py job; mwok OUT: it wrote OUT. pyfile NAME: the
-# Python check on stdin saved as $d/NAME.py, for a megatron_hf.py "run" job.
+# succeeded. mwjob SRC OUT FLAGS...: megatron_write.py's layout of SRC written into OUT by a job of that batch
+# (log OUT.log; before the jobs that read OUT); mwok OUT: it was. pyfile NAME: the Python check on stdin saved
+# as $d/NAME.py, for a megatron_hf.py "run" job.
 hjob() { printf '%q ' "$@" >>"$hjobs"; echo >>"$hjobs"; }
 hok() { grep -qxF "ok $1" "$d/hf.status"; }
-mwjob() { printf '%q ' "$@" >>"$d/mwjobs"; echo >>"$d/mwjobs"; }
-mwok() { grep -qxF "ok $1" "$d/mw.status"; }
+mwjob() { hjob "$2.log" run "$T_TOP/tests/oracle/megatron_write.py" "$@" --vocab-file "$GPT2_VOCAB" --merge-file "$GPT2_MERGES"; }
+mwok() { hok "$1.log"; }
 pyfile() { cat >"$d/$1.py"; }
 hjobs=$d/hjobs1
 : >"$hjobs"
-: >"$d/mwjobs"
 err1() { "$@" >"$d/o" 2>"$d/e"; local rc=$?; [ $rc != 0 ] && [ "$(wc -l <"$d/e")" -eq 1 ]; }
 differ22() {   # A B ITER: the TP 2 x PP 2 ranks whose model or optim.safetensors differ between checkpoints A and B
     local r f
@@ -329,10 +330,8 @@ err1 mt-ckpt-convert --load "$d/ck" --to megatron --out "$d/x" --target-num-laye
 err1 mt-ckpt-convert --load "$d/ck" --to megatron --out "$d/x" --no-load-optim && [ ! -e "$d/x" ] \
     && t_pass "--no-load-optim with --to megatron: one line ($(cat "$d/e"))" || t_fail "--no-load-optim with --to megatron" "$(cat "$d/e")"
 
-# ---- the oracles: megatron_write.py's layouts, then megatron_hf.py's jobs (two batches: mt reads the
-# checkpoint transformers' converter writes in the first before the second compares the logits) ----
-$PY -W ignore "$T_TOP/tests/oracle/megatron_write.py" --jobs "$d/mwjobs" --vocab-file "$GPT2_VOCAB" \
-    --merge-file "$GPT2_MERGES" >"$d/mw.status" 2>"$d/mw.err"
+# ---- the oracles: megatron_hf.py's jobs, in two batches (mt reads the checkpoint transformers' converter
+# writes in the first before the second compares the logits) ----
 "$HPY" -W ignore "$T_TOP/tests/oracle/megatron_hf.py" --jobs "$d/hjobs1" >"$d/hf.status" 2>"$d/hf.err"
 rc_r=1
 if hok "$d/rn.out" && hok "$d/c3.out"; then
@@ -361,24 +360,24 @@ then t_pass "each rank's rng_state is Megatron's seeding of --seed 5 (Python, nu
 else t_fail "each rank's rng_state is Megatron's seeding of --seed" "$(tail -3 "$d/rng.out")"; fi
 if mwok "$d/or22" && mwok "$d/or22l" && hok "$d/sm22l" && hok "$d/sm22" && hok "$d/so22"
 then t_pass "TP 2 x PP 2, legacy and Megatron-Core keys: model ($(cat "$d/sm22l" "$d/sm22" | tr '\n' ' ')) and optimizer state ($(cat "$d/so22")) as Megatron saves them"
-else t_fail "TP 2 x PP 2: model and optimizer state as Megatron saves them" "$(grep -F "$d/or22" "$d/mw.status"; tail -2 "$d/sm22l" "$d/sm22" "$d/so22" 2>/dev/null)"; fi
+else t_fail "TP 2 x PP 2: model and optimizer state as Megatron saves them" "$(tail -2 "$d/or22.log" "$d/or22l.log"; tail -2 "$d/sm22l" "$d/sm22" "$d/so22" 2>/dev/null)"; fi
 if [ $rc_v = 0 ] && mwok "$d/orv" && hok "$d/smv" && hok "$d/sov" &&
     cmp -s "$d/rtv/iter_0000020/mp_rank_00/model.safetensors" "$d/ck/iter_0000020/mp_rank_00/model.safetensors" &&
     cmp -s "$d/rtv/iter_0000020/mp_rank_00/optim.safetensors" "$d/ck/iter_0000020/mp_rank_00/optim.safetensors"
 then t_pass "--target-num-layers-per-virtual-pipeline-stage 1: model0, model1 and the optimizer state as Megatron saves them, back byte for byte"
-else t_fail "--target-num-layers-per-virtual-pipeline-stage 1: model chunks" "$(tail -2 "$d/ce-v"; grep -F "$d/orv" "$d/mw.status"; tail -2 "$d/smv" "$d/sov" 2>/dev/null)"; fi
+else t_fail "--target-num-layers-per-virtual-pipeline-stage 1: model chunks" "$(tail -2 "$d/ce-v"; tail -2 "$d/orv.log"; tail -2 "$d/smv" "$d/sov" 2>/dev/null)"; fi
 for dt in bf16 fp16; do
     if [ "${rc_dt[$dt]}" = 0 ] && mwok "$d/or-$dt" && hok "$d/so-$dt" &&
         cmp -s "$d/rt-$dt/iter_0000004/mp_rank_00/model.safetensors" "$d/ck-$dt/iter_0000004/mp_rank_00/model.safetensors" &&
         cmp -s "$d/rt-$dt/iter_0000004/mp_rank_00/optim.safetensors" "$d/ck-$dt/iter_0000004/mp_rank_00/optim.safetensors"
     then t_pass "--$dt run, legacy keys: $dt tensors, the optimizer state Megatron saves ($(cat "$d/so-$dt")), back byte for byte"
-    else t_fail "--$dt run, legacy keys: the optimizer state Megatron saves, back byte for byte" "$(tail -2 "$d/t-$dt.err" "$d/ce-$dt"; grep -F "$d/or-$dt" "$d/mw.status"; tail -2 "$d/so-$dt")"; fi
+    else t_fail "--$dt run, legacy keys: the optimizer state Megatron saves, back byte for byte" "$(tail -2 "$d/t-$dt.err" "$d/ce-$dt"; tail -2 "$d/or-$dt.log"; tail -2 "$d/so-$dt")"; fi
 done
 # the distributed optimizer
 if [ $rc_d = 0 ] && mwok "$d/ord" && hok "$d/sod" && hok "$d/smd" && [ -z "$bad_d" ]
 then t_pass "--use-distributed-optimizer run, TP 2 x PP 2: distrib_optim.pt and the param groups as Megatron saves them ($(cat "$d/sod")), back as the reshard"
 else t_fail "--use-distributed-optimizer run: distrib_optim.pt as Megatron saves it, back as the reshard" \
-    "$(tail -2 "$d/t-d.err" "$d/ce-d"; grep -F "$d/ord" "$d/mw.status"; tail -2 "$d/sod" "$d/smd" 2>/dev/null) $bad_d"; fi
+    "$(tail -2 "$d/t-d.err" "$d/ce-d"; tail -2 "$d/ord.log"; tail -2 "$d/sod" "$d/smd" 2>/dev/null) $bad_d"; fi
 # experts
 if [ "$moe" != failed ]; then
     [ "$moe" = exported ] && ! hok "$d/mo" && bad_m="$bad_m $(tail -1 "$d/mo")"
