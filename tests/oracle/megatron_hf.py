@@ -21,11 +21,19 @@ checkpoints that mt writes and reads, and the checks around them, for tests/pipe
                             previous token as input, end of document first, as mt-eval --score does)
                             against mt's float32 logits (the first vocabulary-size columns); fails
                             beyond 1e-5 of the largest logit
+  run SCRIPT ARGS...        the Python file SCRIPT run as __main__ with ARGS as its arguments (a test's own
+                            check, run here to share this process's imports)
+  --jobs FILE               many of the above in this one process (torch and transformers imported once):
+                            each non-empty line of FILE not starting with # is LOG COMMAND ARGS... (quoted as
+                            for the shell); the jobs run in order, each on its own, its stdout and stderr
+                            (file descriptors 1 and 2) written to LOG; a failing job does not stop the
+                            others. One line per job on stdout: "ok LOG", or "failed LOG: WHY" (its exit
+                            status or exception; the rest in LOG). Exit status 1 when any job failed, else 0
 
 The converters fetch GPT-2's tokenizer from the Hugging Face hub by name; here AutoTokenizer.from_pretrained
 builds it from the vocab.json and merges.txt given, so nothing is downloaded.
 """
-import os, runpy, sys
+import os, runpy, shlex, sys, traceback
 import numpy as np
 import torch
 
@@ -255,6 +263,63 @@ def logits(argv):
         sys.exit(1)
 
 
+def run(argv):
+    sys.argv = list(argv)
+    runpy.run_path(argv[0], run_name="__main__")
+
+
+COMMANDS = {"restricted": restricted, "same_optim": same_optim, "same_model": same_model, "convert1": convert1,
+            "reshape": reshape, "random": random, "logits": logits, "run": run}
+
+
+def jobs(path):
+    """--jobs FILE: each line LOG COMMAND ARGS..., run in order with fds 1 and 2 on LOG; one status line each."""
+    status = os.fdopen(os.dup(1), "w")
+    failed = 0
+    for line in open(path, encoding="utf-8"):
+        if not line.strip() or line.lstrip().startswith("#"):
+            continue
+        argv = shlex.split(line)
+        log = argv[0]
+        why = None
+        sys.stdout.flush()
+        sys.stderr.flush()
+        saved = os.dup(1), os.dup(2)
+        fd = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        os.dup2(fd, 1)
+        os.dup2(fd, 2)
+        os.close(fd)
+        argv0 = sys.argv
+        try:
+            if len(argv) < 2 or argv[1] not in COMMANDS:
+                raise SystemExit("no such command: %s" % (argv[1:2] or ["(none)"])[0])
+            COMMANDS[argv[1]](argv[2:])
+        except SystemExit as e:   # sys.exit() as a single run would exit
+            if e.code not in (0, None):
+                if isinstance(e.code, str):
+                    sys.stderr.write(e.code + "\n")
+                why = e.code if isinstance(e.code, str) else "exit status %d" % int(e.code)
+        except Exception as e:
+            traceback.print_exc()
+            why = "%s: %s" % (type(e).__name__, e)
+        finally:
+            sys.argv = argv0
+            sys.stdout.flush()
+            sys.stderr.flush()
+            os.dup2(saved[0], 1)
+            os.dup2(saved[1], 2)
+            os.close(saved[0])
+            os.close(saved[1])
+        if why is None:
+            status.write("ok %s\n" % log)
+        else:
+            failed += 1
+            status.write("failed %s: %s\n" % (log, str(why).replace("\n", " ")))
+        status.flush()
+    return 1 if failed else 0
+
+
 if __name__ == "__main__":
-    {"restricted": restricted, "same_optim": same_optim, "same_model": same_model, "convert1": convert1, "reshape": reshape, "random": random,
-     "logits": logits}[sys.argv[1]](sys.argv[2:])
+    if len(sys.argv) > 2 and sys.argv[1] == "--jobs":
+        sys.exit(jobs(sys.argv[2]))
+    COMMANDS[sys.argv[1]](sys.argv[2:])

@@ -5,6 +5,13 @@ meta.json for the model's arguments), for tests/pipeline/megatron-read.sh.
 Usage: megatron_write.py MT_RANK_DIR OUT_DIR --tp T --pp P --vocab-file F --merge-file F [--divisible-by N] [--core]
        [--drop KEY] [--extra KEY] [--bad-ffn] [--release] [--checkpoint-version V] [--dtype D] [--round D]
        [--optim [--distrib [--bucket-size N] [--args-bucket-size N] [--per-bucket]]] [--vp V]
+       megatron_write.py --jobs FILE [ARGS...]
+
+--jobs FILE runs many such writes in this one process (torch is imported once): each non-empty line of FILE
+not starting with # holds one job's arguments as for a single run (MT_RANK_DIR OUT_DIR FLAGS..., quoted as
+for the shell), ARGS are appended to every job's (e.g. --vocab-file F --merge-file F). The jobs run in
+order, each on its own; a failing job does not stop the others. One line per job on stdout: "ok OUT_DIR",
+or "failed OUT_DIR: ERROR" (its traceback on stderr). Exit status 1 when any job failed, else 0.
 
 Written from the interop spec (sections 5.1-5.4, 7.2-7.6): the tracker, iter_NNNNNNN/mp_rank_TT[_PPP]/
 model_optim_rng.pt per rank, each a dict of args (an argparse.Namespace), checkpoint_version 3.0,
@@ -49,8 +56,10 @@ import json
 import math
 import os
 import random
+import shlex
 import struct
 import sys
+import traceback
 
 import numpy as np
 import torch
@@ -168,7 +177,7 @@ def distrib(chunks, w, mom, part, meta, a, dtype, bucket_size, first, per_bucket
     return out
 
 
-def main():
+def main(argv=None):
     ap = argparse.ArgumentParser()
     ap.add_argument("src")
     ap.add_argument("out")
@@ -193,7 +202,7 @@ def main():
     ap.add_argument("--args-bucket-size", type=int, default=0)
     ap.add_argument("--per-bucket", action="store_true")
     ap.add_argument("--vp", type=int, default=1)   # model chunks per stage (the interleaved schedule)
-    o = ap.parse_args()
+    o = ap.parse_args(argv)
     meta = json.load(open(os.path.join(o.src, "meta.json")))
     a = meta["args"]
     w = read_safetensors(os.path.join(o.src, "model.safetensors"))
@@ -380,5 +389,33 @@ def main():
         fh.write("release" if o.release else str(it))
 
 
+def jobs(path, common):
+    """--jobs FILE [ARGS...]: each job line's arguments plus ARGS, run in order by main(); one status line each."""
+    failed = 0
+    for line in open(path, encoding="utf-8"):
+        if not line.strip() or line.lstrip().startswith("#"):
+            continue
+        argv = shlex.split(line)
+        out = argv[1] if len(argv) > 1 else line.strip()
+        try:
+            main(argv + common)
+            sys.stdout.write("ok %s\n" % out)
+        except SystemExit as e:   # argparse's refusals
+            if e.code in (0, None):
+                sys.stdout.write("ok %s\n" % out)
+            else:
+                failed += 1
+                sys.stdout.write("failed %s: exit %s\n" % (out, e.code))
+        except Exception as e:
+            failed += 1
+            traceback.print_exc()
+            sys.stdout.write("failed %s: %s: %s\n" % (out, type(e).__name__, str(e).replace("\n", " ")))
+        sys.stdout.flush()
+        sys.stderr.flush()
+    return 1 if failed else 0
+
+
 if __name__ == "__main__":
+    if len(sys.argv) > 2 and sys.argv[1] == "--jobs":
+        sys.exit(jobs(sys.argv[2], sys.argv[3:]))
     sys.exit(main())

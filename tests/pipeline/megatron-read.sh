@@ -15,12 +15,17 @@
 # - the interleaved schedule's model chunks (model0, model1) are read byte for byte;
 # - a missing rank, a missing key, a shape the args do not give, a missing or foreign distrib_optim.pt: one
 #   line naming the file and key, non-zero exit, nothing under --save.
+# The runs to convert are trained first, then every Megatron checkpoint the checks read is written by one
+# megatron_write.py --jobs call (torch imported once), each into a directory of its own.
 . "$(dirname "$0")/../lib.sh"
 PY=/usr/bin/python3
 d=$T_TMP
 export OMP_NUM_THREADS=2
-if ! $PY -c 'import torch, numpy' 2>/dev/null; then t_skip "torch reference" "no /usr/bin/python3 with torch and numpy"; exit 0; fi
-oracle() { $PY -W ignore "$T_TOP/tests/oracle/megatron_write.py" "$@" --vocab-file "$GPT2_VOCAB" --merge-file "$GPT2_MERGES"; }
+# (found, not imported: the one oracle process below imports them)
+if ! $PY -c 'import importlib.util as u, sys; sys.exit(not (u.find_spec("torch") and u.find_spec("numpy")))' 2>/dev/null; then t_skip "torch reference" "no /usr/bin/python3 with torch and numpy"; exit 0; fi
+job() { printf '%q ' "$@" >>"$d/jobs"; echo >>"$d/jobs"; }   # SRC OUT FLAGS...: one megatron_write.py job
+oracle_ok() { grep -qxF "ok $1" "$d/oracle.out"; }               # OUT: that job wrote its checkpoint
+oracle_why() { grep -F "failed $1:" "$d/oracle.out"; }           # OUT: why that job failed
 err1() { "$@" >"$d/o" 2>"$d/e"; local rc=$?; [ $rc != 0 ] && [ "$(wc -l <"$d/e")" -eq 1 ]; }
 
 $PY - "$T_TOP" >"$d/train.jsonl" <<'PYEOF'
@@ -50,41 +55,78 @@ loss() {   # LOAD: the loss of the first 32 sequences of the whole dataset (any 
 }
 want=$(loss "$d/ck")
 [ -n "$want" ] || { t_fail "mt-eval of the original" "$(head -c 300 "$d/le")"; exit 0; }
+orig=$want
+
+# ---- the other runs to convert (their failures reported where they are used), and every Megatron
+# checkpoint of the checks below, written by one megatron_write.py call ----
+declare -A trained
+for dt in bf16 fp16; do
+    mt-train "${train[@]}" --$dt --train-iters 20 --lr-decay-iters 40 --save "$d/ck-$dt" >/dev/null 2>"$d/t$dt.err"
+    trained[$dt]=$?
+done
+mt-train "${train[@]}" --num-layers 4 --train-iters 4 --lr-decay-iters 40 --save "$d/ck4" >/dev/null 2>"$d/t4.err"
+trained[4]=$?
+s4=$d/ck4/iter_0000004/mp_rank_00
+: >"$d/jobs"
+job "$src" "$d/meg-tp1" --divisible-by 256
+job "$src" "$d/meg-tp2pp2" --tp 2 --pp 2 --divisible-by 128
+job "$src" "$d/meg-v0" --tp 2 --divisible-by 128 --checkpoint-version 0
+job "$src" "$d/meg-v1" --tp 2 --divisible-by 128 --checkpoint-version 1
+job "$src" "$d/meg-core21" --tp 2 --divisible-by 128 --core
+job "$src" "$d/meg-core22" --tp 2 --pp 2 --divisible-by 256 --core
+for dt in bf16 fp16; do
+    job "$src" "$d/meg-$dt" --tp 2 --divisible-by 128 --dtype $dt
+    job "$src" "$d/meg-$dt-r" --tp 2 --divisible-by 128 --round $dt
+done
+job "$src" "$d/meg-opt-fp32" --tp 2 --divisible-by 128 --core --optim
+job "$d/ck-bf16/iter_0000020/mp_rank_00" "$d/meg-opt-bf16" --tp 2 --divisible-by 128 --core --optim --dtype bf16
+job "$d/ck-fp16/iter_0000020/mp_rank_00" "$d/meg-opt-fp16" --tp 2 --divisible-by 128 --core --optim --dtype fp16
+job "$d/ck-bf16/iter_0000020/mp_rank_00" "$d/meg-opt-bf16-distrib" --tp 2 --divisible-by 128 --core --optim \
+    --dtype bf16 --pp 2 --distrib --bucket-size 100
+job "$s4" "$d/meg-vp-0" --tp 2 --pp 2 --vp 2 --divisible-by 128
+job "$s4" "$d/meg-vp-1" --tp 2 --pp 2 --vp 2 --divisible-by 128 --core --optim
+job "$s4" "$d/meg-vp-2" --tp 2 --pp 2 --vp 2 --divisible-by 128 --core --optim --distrib --bucket-size 100
+job "$src" "$d/meg-bad-rank" --tp 2 --pp 2 --divisible-by 128
+job "$src" "$d/meg-bad-key" --drop layers.1.mlp.dense_4h_to_h.weight --divisible-by 256
+job "$src" "$d/meg-bad-shape" --tp 2 --pp 2 --divisible-by 128 --bad-ffn
+job "$src" "$d/meg-bad-extra" --extra layers.0.extra.weight --divisible-by 256
+job "$src" "$d/meg-bad-distrib" --tp 2 --pp 2 --divisible-by 128 --core --optim --distrib
+job "$src" "$d/meg-bad-buckets" --tp 2 --pp 2 --divisible-by 128 --core --optim --distrib --bucket-size 100 --args-bucket-size 5000
+job "$src" "$d/meg-bad-per-bucket" --divisible-by 256 --core --optim --distrib --per-bucket
+job "$src" "$d/meg-bad-version" --checkpoint-version 1.5 --divisible-by 256
+$PY -W ignore "$T_TOP/tests/oracle/megatron_write.py" --jobs "$d/jobs" --vocab-file "$GPT2_VOCAB" \
+    --merge-file "$GPT2_MERGES" >"$d/oracle.out" 2>"$d/oracle.err"
 
 # ---- each layout, converted, gives the original's loss ----
-check_layout() {   # NAME ORACLE-FLAGS -- CONVERT-FLAGS
-    local name=$1; shift
-    local of=() cf=()
-    while [ "$1" != -- ]; do of+=("$1"); shift; done; shift
-    cf=("$@")
-    rm -rf "$d/meg" "$d/out"
-    if ! oracle "$src" "$d/meg" "${of[@]}" >"$d/oe" 2>&1; then t_fail "$name: oracle" "$(tail -2 "$d/oe")"; return; fi
-    if ! mt-ckpt-convert --from megatron --load "$d/meg" --save "$d/out" "${cf[@]}" 2>"$d/ce"; then
-        t_fail "$name: converted" "$(cat "$d/ce")"; return
+check_layout() {   # NAME KEY CONVERT-FLAGS: $d/meg-KEY (its job above) converted into $d/out-KEY
+    local name=$1 key=$2; shift 2
+    local cf=("$@")
+    if ! oracle_ok "$d/meg-$key"; then t_fail "$name: oracle" "$(oracle_why "$d/meg-$key")"; return; fi
+    if ! mt-ckpt-convert --from megatron --load "$d/meg-$key" --save "$d/out-$key" "${cf[@]}" 2>"$d/ce-$key"; then
+        t_fail "$name: converted" "$(cat "$d/ce-$key")"; return
     fi
     local got
-    got=$(loss "$d/out")
+    got=$(loss "$d/out-$key")
     [ -n "$got" ] && [ "$got" = "$want" ] && t_pass "$name: mt-eval gives the original's loss ($got)" \
         || t_fail "$name: mt-eval gives the original's loss" "original $want, converted $got: $(head -c 300 "$d/le")"
 }
-check_layout "Megatron TP 1 -> mt TP 1" --divisible-by 256 --
-check_layout "Megatron TP 2 x PP 2 -> mt TP 1" --tp 2 --pp 2 --divisible-by 128 --
+check_layout "Megatron TP 1 -> mt TP 1" tp1
+check_layout "Megatron TP 2 x PP 2 -> mt TP 1" tp2pp2
 # older checkpoints: version 0 held QKV rows as [3, np, hn], version 1 as [np, hn, 3], both under the names
 # language_model.transformer and layers.N.attention
-check_layout "checkpoint_version 0 (TP 2, QKV [3, np, hn]) -> mt TP 1" --tp 2 --divisible-by 128 --checkpoint-version 0 --
-check_layout "checkpoint_version 1 (TP 2, QKV [np, hn, 3]) -> mt TP 1" --tp 2 --divisible-by 128 --checkpoint-version 1 --
-check_layout "Megatron TP 2 x PP 1 (Megatron-Core names) -> mt TP 1 x PP 2" --tp 2 --divisible-by 128 --core -- \
-    --target-pipeline-parallel-size 2
+check_layout "checkpoint_version 0 (TP 2, QKV [3, np, hn]) -> mt TP 1" v0
+check_layout "checkpoint_version 1 (TP 2, QKV [np, hn, 3]) -> mt TP 1" v1
+check_layout "Megatron TP 2 x PP 1 (Megatron-Core names) -> mt TP 1 x PP 2" core21 --target-pipeline-parallel-size 2
 # a tensor-parallel target: every rank's tensors as mt's own resharding of the original writes them (mt-eval
 # of a TP 2 checkpoint pads the vocabulary for one rank, so the loss is compared with the reshard's). Megatron
 # at TP 2 with 256 pads as mt's TP 2 reshard of a run with 256 does, and the target keeps its rows.
 mt-ckpt-convert --load "$d/ck" --save "$d/ck22" --target-tensor-parallel-size 2 --target-pipeline-parallel-size 2 2>/dev/null
 want=$(loss "$d/ck22")
-check_layout "Megatron TP 2 x PP 2 (Megatron-Core names) -> mt TP 2 x PP 2" --tp 2 --pp 2 --divisible-by 256 --core -- \
+check_layout "Megatron TP 2 x PP 2 (Megatron-Core names) -> mt TP 2 x PP 2" core22 \
     --target-tensor-parallel-size 2 --target-pipeline-parallel-size 2
 bad=
 for r in mp_rank_00_000 mp_rank_01_000 mp_rank_00_001 mp_rank_01_001; do
-    cmp -s "$d/out/iter_0000020/$r/model.safetensors" "$d/ck22/iter_0000020/$r/model.safetensors" || bad="$bad $r"
+    cmp -s "$d/out-core22/iter_0000020/$r/model.safetensors" "$d/ck22/iter_0000020/$r/model.safetensors" || bad="$bad $r"
 done
 [ -z "$bad" ] && t_pass "TP 2 x PP 2 target: every rank's model.safetensors is the reshard's, byte for byte" \
     || t_fail "TP 2 x PP 2 target: every rank's model.safetensors is the reshard's" "differ:$bad"
@@ -92,23 +134,20 @@ done
 # a --bf16 / --fp16 run's checkpoint (the model's tensors in that dtype): read exactly, so the loss is that of
 # the same values stored in fp32 (and not the fp32 original's)
 for dt in bf16 fp16; do
-    rm -rf "$d/meg" "$d/out" "$d/megr" "$d/outr"
-    if oracle "$src" "$d/meg" --tp 2 --divisible-by 128 --dtype $dt >"$d/oe" 2>&1 &&
-        oracle "$src" "$d/megr" --tp 2 --divisible-by 128 --round $dt >>"$d/oe" 2>&1 &&
-        mt-ckpt-convert --from megatron --load "$d/meg" --save "$d/out" 2>"$d/ce" &&
-        mt-ckpt-convert --from megatron --load "$d/megr" --save "$d/outr" 2>>"$d/ce"; then
-        a=$(loss "$d/out") b=$(loss "$d/outr") o=$(loss "$d/ck")
+    if oracle_ok "$d/meg-$dt" && oracle_ok "$d/meg-$dt-r" &&
+        mt-ckpt-convert --from megatron --load "$d/meg-$dt" --save "$d/out-$dt" 2>"$d/ce" &&
+        mt-ckpt-convert --from megatron --load "$d/meg-$dt-r" --save "$d/out-$dt-r" 2>>"$d/ce"; then
+        a=$(loss "$d/out-$dt") b=$(loss "$d/out-$dt-r") o=$orig
         [ -n "$a" ] && [ "$a" = "$b" ] && [ "$a" != "$o" ] &&
             t_pass "Megatron TP 2 in $dt -> mt: the loss of the same values in fp32 ($a; the fp32 original's $o)" ||
             t_fail "Megatron TP 2 in $dt" "$dt $a, rounded fp32 $b, original $o: $(tail -c 200 "$d/ce")"
-    else t_fail "Megatron TP 2 in $dt: oracle and conversion" "$(tail -2 "$d/oe" "$d/ce")"; fi
+    else t_fail "Megatron TP 2 in $dt: oracle and conversion" "$(oracle_why "$d/meg-$dt"; oracle_why "$d/meg-$dt-r"; tail -2 "$d/ce")"; fi
 done
 
-# ---- the state: iteration, consumed samples, the schedule; the message says what is not kept ----
-rm -rf "$d/meg" "$d/c1"
-oracle "$src" "$d/meg" --tp 2 --pp 2 --divisible-by 128 >/dev/null 2>&1
-mt-ckpt-convert --from megatron --load "$d/meg" --save "$d/c1" 2>"$d/ce"
-if $PY - "$src/meta.json" "$d/c1/iter_0000020/mp_rank_00/meta.json" "$d/c1/latest_checkpointed_iteration.txt" >"$d/st" 2>&1 <<'PYEOF'
+# ---- the state: iteration, consumed samples, the schedule; the message says what is not kept (of the
+# TP 2 x PP 2 layout's conversion above, $d/out-tp2pp2) ----
+c1=$d/out-tp2pp2
+if $PY - "$src/meta.json" "$c1/iter_0000020/mp_rank_00/meta.json" "$c1/latest_checkpointed_iteration.txt" >"$d/st" 2>&1 <<'PYEOF'
 import json, sys
 a, b = json.load(open(sys.argv[1])), json.load(open(sys.argv[2]))
 assert open(sys.argv[3]).read().strip() == "20"
@@ -119,12 +158,12 @@ print("iteration %d, %d samples" % (b["iteration"], b["consumed_train_samples"])
 PYEOF
 then t_pass "iteration, consumed samples and the schedule kept, no optimizer state ($(cat "$d/st"))"
 else t_fail "iteration, consumed samples and the schedule kept" "$(tail -2 "$d/st")"; fi
-grep -q "no optimizer state" "$d/ce" && t_pass "the message says the optimizer state is not converted" \
-    || t_fail "the message says the optimizer state is not converted" "$(cat "$d/ce")"
+grep -q "no optimizer state" "$d/ce-tp2pp2" && t_pass "the message says the optimizer state is not converted" \
+    || t_fail "the message says the optimizer state is not converted" "$(cat "$d/ce-tp2pp2")"
 
 # ---- mt-train continues at iteration 20 ----
-if mt-train "${train[@]}" --train-iters 26 --lr-decay-iters 40 --load "$d/c1" --no-load-optim \
-        --use-checkpoint-opt_param-scheduler --save "$d/c1" \
+if mt-train "${train[@]}" --train-iters 26 --lr-decay-iters 40 --load "$c1" --no-load-optim \
+        --use-checkpoint-opt_param-scheduler --save "$c1" \
         --metrics-file "$d/m.jsonl" >"$d/t2.log" 2>"$d/t2.err" && $PY - "$d/m.jsonl" >"$d/tc" 2>&1 <<'PYEOF'
 import json, math, sys
 r = [json.loads(l) for l in open(sys.argv[1])]
@@ -147,32 +186,31 @@ else t_fail "mt-train --load --no-load-optim continues from iteration 20" "$(tai
 metrics() {   # FILE: iteration, loss, grad norm of each train line
     $PY -c 'import json,sys; [print(r["iteration"], repr(r["lm_loss"]), repr(r.get("grad_norm"))) for r in map(json.loads, open(sys.argv[1])) if r["type"] == "train"]' "$1"
 }
-for v in fp32 bf16 fp16 bf16-distrib; do
-    dt=${v%-distrib} flag=() of=()
-    [ $dt != fp32 ] && flag=(--$dt) && of=(--dtype $dt)
-    [ $v != $dt ] && of+=(--pp 2 --distrib --bucket-size 100)
+for v in fp32 bf16 fp16 bf16-distrib; do   # the runs trained and the checkpoints written above
+    dt=${v%-distrib} flag=()
+    [ $dt != fp32 ] && flag=(--$dt)
     s=$src
     if [ $dt != fp32 ]; then
         s=$d/ck-$dt/iter_0000020/mp_rank_00
-        [ -e "$s/optim.safetensors" ] || mt-train "${train[@]}" "${flag[@]}" --train-iters 20 --lr-decay-iters 40 \
-            --save "$d/ck-$dt" >/dev/null 2>"$d/t$dt.err" || { t_fail "$dt: a run to convert" "$(tail -2 "$d/t$dt.err")"; continue; }
+        [ "${trained[$dt]}" = 0 ] || { t_fail "$dt: a run to convert" "$(tail -2 "$d/t$dt.err")"; continue; }
     fi
-    rm -rf "$d/meg" "$d/co"
-    if ! oracle "$s" "$d/meg" --tp 2 --divisible-by 128 --core --optim "${of[@]}" >"$d/oe" 2>&1 ||
-        ! mt-ckpt-convert --from megatron --load "$d/meg" --save "$d/co" 2>"$d/ce"; then
-        t_fail "$v: Megatron-Core optimizer state converted" "$(tail -2 "$d/oe" "$d/ce")"; continue
+    if ! oracle_ok "$d/meg-opt-$v" ||
+        ! mt-ckpt-convert --from megatron --load "$d/meg-opt-$v" --save "$d/co-$v" 2>"$d/ce"; then
+        t_fail "$v: Megatron-Core optimizer state converted" "$(oracle_why "$d/meg-opt-$v"; tail -2 "$d/ce")"; continue
     fi
-    c=$d/co/iter_0000020/mp_rank_00
+    c=$d/co-$v/iter_0000020/mp_rank_00
     if cmp -s "$c/optim.safetensors" "$s/optim.safetensors" && cmp -s "$c/model.safetensors" "$s/model.safetensors" &&
         $PY -c 'import json,sys; a,b=(json.load(open(f)) for f in sys.argv[1:3]); sys.exit(a["optimizer"]["step"]!=b["optimizer"]["step"] or (sys.argv[3]=="fp16" and a["loss_scaler"]!=b["loss_scaler"]))' \
             "$c/meta.json" "$s/meta.json" $dt; then
         t_pass "$v: Megatron-Core's optimizer state read: moments, weights, step$([ $dt = fp16 ] && echo ', loss scaler') as mt saved them ($(grep -o 'Adam step [0-9]*' "$d/ce"))"
     else t_fail "$v: Megatron-Core's optimizer state read as mt saved it" "$(cat "$d/ce")"; fi
-    rm -f "$d/ma.jsonl" "$d/mb.jsonl"
+    rm -f "$d/mb.jsonl"
     cont=("${train[@]}" "${flag[@]}" --train-iters 24 --lr-decay-iters 40 --use-checkpoint-opt_param-scheduler)
-    mt-train "${cont[@]}" --load "${s%/iter_*}" --metrics-file "$d/ma.jsonl" >/dev/null 2>"$d/ta.err"
-    mt-train "${cont[@]}" --load "$d/co" --metrics-file "$d/mb.jsonl" >/dev/null 2>"$d/tb.err"
-    a=$(metrics "$d/ma.jsonl" 2>/dev/null) b=$(metrics "$d/mb.jsonl" 2>/dev/null)
+    # the mt checkpoint's own continuation: once per run (bf16 and bf16-distrib come from the same one)
+    [ -e "$d/ma-$dt.jsonl" ] ||
+        mt-train "${cont[@]}" --load "${s%/iter_*}" --metrics-file "$d/ma-$dt.jsonl" >/dev/null 2>"$d/ta.err"
+    mt-train "${cont[@]}" --load "$d/co-$v" --metrics-file "$d/mb.jsonl" >/dev/null 2>"$d/tb.err"
+    a=$(metrics "$d/ma-$dt.jsonl" 2>/dev/null) b=$(metrics "$d/mb.jsonl" 2>/dev/null)
     [ "$(echo "$a" | wc -l)" = 4 ] && [ "$a" = "$b" ] \
         && t_pass "$v: mt-train --load continues the converted checkpoint as the mt one: iterations 21..24 equal ($(echo $b | cut -d' ' -f1-3) ...)" \
         || t_fail "$v: continued as the mt checkpoint" "mt: $a / converted: $b $(tail -1 "$d/tb.err")"
@@ -181,47 +219,42 @@ done
 # ---- the interleaved schedule's model chunks (model0, model1 per rank: a 4-layer model at PP 2 with 2 chunks
 # per stage, TP 2): read into the mt checkpoint they came from, weights and (Megatron-Core) optimizer state
 # byte for byte ----
-if mt-train "${train[@]}" --num-layers 4 --train-iters 4 --lr-decay-iters 40 --save "$d/ck4" >/dev/null 2>"$d/t4.err"; then
-    s4=$d/ck4/iter_0000004/mp_rank_00
+if [ "${trained[4]}" = 0 ]; then   # the 4-layer run trained above; its jobs meg-vp-0, -1, -2
+    i=0
     for of in "" "--core --optim" "--core --optim --distrib --bucket-size 100"; do
-        rm -rf "$d/meg" "$d/c4"
-        # shellcheck disable=SC2086
-        if oracle "$s4" "$d/meg" --tp 2 --pp 2 --vp 2 --divisible-by 128 $of >"$d/oe" 2>&1 &&
-            mt-ckpt-convert --from megatron --load "$d/meg" --save "$d/c4" 2>"$d/ce" &&
-            cmp -s "$d/c4/iter_0000004/mp_rank_00/model.safetensors" "$s4/model.safetensors" &&
-            { [ -z "$of" ] || cmp -s "$d/c4/iter_0000004/mp_rank_00/optim.safetensors" "$s4/optim.safetensors"; }
+        if oracle_ok "$d/meg-vp-$i" &&
+            mt-ckpt-convert --from megatron --load "$d/meg-vp-$i" --save "$d/c4-$i" 2>"$d/ce" &&
+            cmp -s "$d/c4-$i/iter_0000004/mp_rank_00/model.safetensors" "$s4/model.safetensors" &&
+            { [ -z "$of" ] || cmp -s "$d/c4-$i/iter_0000004/mp_rank_00/optim.safetensors" "$s4/optim.safetensors"; }
         then t_pass "TP 2 x PP 2 x 2 model chunks${of:+ ($of)} -> mt: the original's tensors byte for byte"
-        else t_fail "TP 2 x PP 2 x 2 model chunks${of:+ ($of)} -> mt" "$(tail -2 "$d/oe" "$d/ce")"; fi
+        else t_fail "TP 2 x PP 2 x 2 model chunks${of:+ ($of)} -> mt" "$(oracle_why "$d/meg-vp-$i"; tail -2 "$d/ce")"; fi
+        i=$((i + 1))
     done
 else t_fail "a 4-layer run" "$(tail -2 "$d/t4.err")"; fi
 
 # ---- errors: one line naming the file and key, nothing under --save ----
-refused() {   # NAME WANT ORACLE-FLAGS...
-    local name=$1 want=$2; shift 2
-    rm -rf "$d/meg" "$d/bad"
-    oracle "$src" "$d/meg" "$@" >/dev/null 2>&1
-    [ -n "$REMOVE" ] && rm -rf "$d/meg/iter_0000020/$REMOVE"
-    if err1 mt-ckpt-convert --from megatron --load "$d/meg" --save "$d/bad" && grep -q -- "$want" "$d/e" && ! [ -e "$d/bad/latest_checkpointed_iteration.txt" ] \
+refused() {   # NAME WANT KEY: $d/meg-bad-KEY (its job above), less $REMOVE, converted
+    local name=$1 want=$2 meg=$d/meg-bad-$3
+    rm -rf "$d/bad"
+    [ -n "$REMOVE" ] && rm -rf "$meg/iter_0000020/$REMOVE"
+    if err1 mt-ckpt-convert --from megatron --load "$meg" --save "$d/bad" && grep -q -- "$want" "$d/e" && ! [ -e "$d/bad/latest_checkpointed_iteration.txt" ] \
         && [ -z "$(ls -A "$d/bad" 2>/dev/null)" ]
     then t_pass "$name: refused in one line ($(cut -c1-150 "$d/e"))"
     else t_fail "$name: refused in one line, nothing written" "$(cat "$d/e") $(ls -A "$d/bad" 2>/dev/null)"; fi
 }
-REMOVE=mp_rank_01_000 refused "a missing rank" "mp_rank_01_000/model_optim_rng.pt: missing" --tp 2 --pp 2 --divisible-by 128
-REMOVE= refused "a missing key" "mp_rank_00/model_optim_rng.pt: no tensor 'language_model.encoder.layers.1.mlp.dense_4h_to_h.weight'" \
-    --drop layers.1.mlp.dense_4h_to_h.weight --divisible-by 256
+REMOVE=mp_rank_01_000 refused "a missing rank" "mp_rank_01_000/model_optim_rng.pt: missing" rank
+REMOVE= refused "a missing key" "mp_rank_00/model_optim_rng.pt: no tensor 'language_model.encoder.layers.1.mlp.dense_4h_to_h.weight'" key
 REMOVE= refused "a shape the args do not give" "mp_rank_00_000/model_optim_rng.pt: tensor 'language_model.encoder.layers.0.mlp.dense_h_to_4h.weight' has shape \[64, 32\], the args give \[68, 32\]" \
-    --tp 2 --pp 2 --divisible-by 128 --bad-ffn
-REMOVE= refused "an extra tensor" "model tensor 'language_model.encoder.layers.0.extra.weight' is not one of this model's" \
-    --extra layers.0.extra.weight --divisible-by 256
+    shape
+REMOVE= refused "an extra tensor" "model tensor 'language_model.encoder.layers.0.extra.weight' is not one of this model's" extra
 REMOVE=mp_rank_00_001/distrib_optim.pt refused "a missing distrib_optim.pt" \
-    "mp_rank_00_001/distrib_optim.pt: missing: the distributed optimizer's state" --tp 2 --pp 2 --divisible-by 128 --core --optim --distrib
+    "mp_rank_00_001/distrib_optim.pt: missing: the distributed optimizer's state" distrib
 REMOVE= refused "distrib_optim.pt laid out with other buckets than the args say" \
     "mp_rank_00_000/distrib_optim.pt: buffer 0 holds 815568 elements (numel_unpadded); the model's parameters in Megatron-Core's buffer layout take 815616" \
-    --tp 2 --pp 2 --divisible-by 128 --core --optim --distrib --bucket-size 100 --args-bucket-size 5000
+    buckets
 REMOVE= refused "distrib_optim.pt of before February 2024 (per-bucket tensors)" \
-    "mp_rank_00/distrib_optim.pt: no 'buckets_coalesced'" --divisible-by 256 --core --optim --distrib --per-bucket
-REMOVE= refused "checkpoint_version 1.5 (no such version)" "checkpoint_version 1.5: not a version Megatron-LM wrote" \
-    --checkpoint-version 1.5 --divisible-by 256
+    "mp_rank_00/distrib_optim.pt: no 'buckets_coalesced'" per-bucket
+REMOVE= refused "checkpoint_version 1.5 (no such version)" "checkpoint_version 1.5: not a version Megatron-LM wrote" version
 mkdir -p "$d/notmeg" && echo 3 >"$d/notmeg/latest_checkpointed_iteration.txt"
 err1 mt-ckpt-convert --from megatron --load "$d/notmeg" --save "$d/bad2" && ! [ -e "$d/bad2" ] \
     && t_pass "a directory without model_optim_rng.pt refused ($(cat "$d/e"))" \

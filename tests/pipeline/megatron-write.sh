@@ -27,6 +27,10 @@
 # and the other way, checkpoint_reshaping_and_interoperability.py (transformers to Megatron, TP 2 x PP 2;
 # args as a types.SimpleNamespace, transposed views of shared storages) from a random GPT2LMHeadModel, read
 # with --from megatron: mt's logits equal transformers' to 1e-5. Bad requests: one line, nothing written.
+# The mt runs and exports come first, with their own checks; what Python checks is then done by two
+# megatron_hf.py --jobs calls (torch and transformers imported once each; megatron_write.py's layouts as its
+# "run" jobs; every job's output in a directory or log of its own), and those checks are reported after
+# them, in the same order.
 . "$(dirname "$0")/../lib.sh"
 PY=/usr/bin/python3
 d=$T_TMP
@@ -34,7 +38,17 @@ export OMP_NUM_THREADS=2
 if ! HPY=$("$T_TOP/tests/oracle/venv-hf.sh" 2>"$d/venv.err"); then
     t_skip "transformers" "unavailable: $(head -c 300 "$d/venv.err")"; exit 0
 fi
-oracle() { "$HPY" -W ignore "$T_TOP/tests/oracle/megatron_hf.py" "$@"; }
+# hjob LOG COMMAND ARGS...: a megatron_hf.py job of the next batch ($hjobs), its output in LOG; hok LOG: it
+# succeeded. mwjob SRC OUT FLAGS...: megatron_write.py's layout of SRC written into OUT by a job of that batch
+# (log OUT.log; before the jobs that read OUT); mwok OUT: it was. pyfile NAME: the Python check on stdin saved
+# as $d/NAME.py, for a megatron_hf.py "run" job.
+hjob() { printf '%q ' "$@" >>"$hjobs"; echo >>"$hjobs"; }
+hok() { grep -qxF "ok $1" "$d/hf.status"; }
+mwjob() { hjob "$2.log" run "$T_TOP/tests/oracle/megatron_write.py" "$@" --vocab-file "$GPT2_VOCAB" --merge-file "$GPT2_MERGES"; }
+mwok() { hok "$1.log"; }
+pyfile() { cat >"$d/$1.py"; }
+hjobs=$d/hjobs1
+: >"$hjobs"
 err1() { "$@" >"$d/o" 2>"$d/e"; local rc=$?; [ $rc != 0 ] && [ "$(wc -l <"$d/e")" -eq 1 ]; }
 differ22() {   # A B ITER: the TP 2 x PP 2 ranks whose model or optim.safetensors differ between checkpoints A and B
     local r f
@@ -81,12 +95,11 @@ mt-eval --load "$d/ck" --score --logits "$d/logits.f32" <"$d/docs.jsonl" >/dev/n
 t_ok "--to megatron (TP 1, legacy keys)" mt-ckpt-convert --load "$d/ck" --to megatron --out "$d/meg1"
 t_grep "the tracker names iteration 20" '^20$' "$d/meg1/latest_checkpointed_iteration.txt"
 ls -a "$d" | grep -q '\.tmp\.' && t_fail "no temporary left beside --out" "$(ls -a "$d")"
-if oracle restricted "$d/meg1" >"$d/r.out" 2>"$d/r.err"; then
-    t_pass "its pickle names only allowlisted globals and torch.load reads it ($(cat "$d/r.out"))"
-else t_fail "its pickle names only allowlisted globals and torch.load reads it" "$(tail -2 "$d/r.err")"; fi
+hjob "$d/r.out" restricted "$d/meg1"
 # what Megatron reads on load, against the mt checkpoint's meta.json
-$PY - "$d/meg1/iter_0000020/mp_rank_00/model_optim_rng.pt" "$d/ck/iter_0000020/mp_rank_00/meta.json" \
-    >"$d/fields.out" 2>&1 <<'PYEOF'
+hjob "$d/fields.out" run "$d/fields.py" "$d/meg1/iter_0000020/mp_rank_00/model_optim_rng.pt" \
+    "$d/ck/iter_0000020/mp_rank_00/meta.json"
+pyfile fields <<'PYEOF'
 import json, sys, torch
 sd = torch.load(sys.argv[1], map_location="cpu")
 meta = json.load(open(sys.argv[2]))
@@ -105,12 +118,9 @@ bad = ["%s: %r, want %r" % w for w in want if w[1] != w[2]]
 print("; ".join(bad) if bad else "%d fields as Megatron reads them" % len(want))
 sys.exit(1 if bad else 0)
 PYEOF
-[ $? = 0 ] && t_pass "$(cat "$d/fields.out")" || t_fail "the file's fields" "$(tail -3 "$d/fields.out")"
 cp -r "$d/meg1" "$d/meg1-hf"
-if oracle convert1 "$d/meg1-hf/iter_0000020/mp_rank_00/model_optim_rng.pt" "$GPT2_VOCAB" "$GPT2_MERGES" \
-        >"$d/c1.out" 2>&1 && oracle logits "$d/meg1-hf/iter_0000020/mp_rank_00" "$d/ids.txt" "$d/logits.f32" >"$d/l1.out" 2>&1
-then t_pass "convert_megatron_gpt2_checkpoint.py on the TP 1 export: logits = mt-eval's ($(cat "$d/l1.out"))"
-else t_fail "convert_megatron_gpt2_checkpoint.py on the TP 1 export: logits = mt-eval's" "$(tail -3 "$d/c1.out" "$d/l1.out" 2>/dev/null)"; fi
+hjob "$d/c1.out" convert1 "$d/meg1-hf/iter_0000020/mp_rank_00/model_optim_rng.pt" "$GPT2_VOCAB" "$GPT2_MERGES"
+hjob "$d/l1.out" logits "$d/meg1-hf/iter_0000020/mp_rank_00" "$d/ids.txt" "$d/logits.f32"
 t_ok "--from megatron of the export" mt-ckpt-convert --from megatron --load "$d/meg1" --save "$d/rt1"
 cmp -s "$d/rt1/iter_0000020/mp_rank_00/model.safetensors" "$d/ck/iter_0000020/mp_rank_00/model.safetensors" \
     && cmp -s "$d/rt1/iter_0000020/mp_rank_00/optim.safetensors" "$d/ck/iter_0000020/mp_rank_00/optim.safetensors" \
@@ -142,7 +152,8 @@ for keys in legacy mcore; do
 done
 # the RNG state of every rank: what Megatron's _set_random_seed gives for --seed 5 on that stage and tensor
 # rank, as Python's random, numpy and torch themselves produce it (so Megatron loads it without --no-load-rng)
-if $PY - "$d/meg22-mcore/iter_0000020" 5 >"$d/rng.out" 2>&1 <<'PYEOF'
+hjob "$d/rng.out" run "$d/rng.py" "$d/meg22-mcore/iter_0000020" 5
+pyfile rng <<'PYEOF'
 import random, struct, sys, numpy as np, torch
 n = 0
 for t in (0, 1):
@@ -164,60 +175,51 @@ for t in (0, 1):
         n += 1
 print("%d ranks" % n)
 PYEOF
-then t_pass "each rank's rng_state is Megatron's seeding of --seed 5 (Python, numpy, torch CPU and CUDA states; $(cat "$d/rng.out"))"
-else t_fail "each rank's rng_state is Megatron's seeding of --seed" "$(tail -3 "$d/rng.out")"; fi
 # each rank's model and optimizer state are what tests/oracle/megatron_write.py lays out as Megatron saves
 # them (the optimizer's built with torch's own AdamW): legacy and Megatron-Core keys at TP 2 x PP 2, and the
 # interleaved schedule's model chunks
-mw() { $PY -W ignore "$T_TOP/tests/oracle/megatron_write.py" "$@" --vocab-file "$GPT2_VOCAB" --merge-file "$GPT2_MERGES"; }
-same() { $PY -W ignore "$T_TOP/tests/oracle/megatron_hf.py" "$@"; }
-if mw "$d/ck/iter_0000020/mp_rank_00" "$d/or22" --tp 2 --pp 2 --core --optim >"$d/oe" 2>&1 &&
-    mw "$d/ck/iter_0000020/mp_rank_00" "$d/or22l" --tp 2 --pp 2 >>"$d/oe" 2>&1 &&
-    same same_model "$d/meg22-legacy" "$d/or22l" >"$d/sm" 2>&1 && same same_model "$d/meg22-mcore" "$d/or22" >>"$d/sm" 2>&1 &&
-    same same_optim "$d/meg22-mcore" "$d/or22" >"$d/so" 2>&1
-then t_pass "TP 2 x PP 2, legacy and Megatron-Core keys: model ($(tr '\n' ' ' <"$d/sm")) and optimizer state ($(cat "$d/so")) as Megatron saves them"
-else t_fail "TP 2 x PP 2: model and optimizer state as Megatron saves them" "$(tail -2 "$d/oe" "$d/sm" "$d/so" 2>/dev/null)"; fi
+mwjob "$d/ck/iter_0000020/mp_rank_00" "$d/or22" --tp 2 --pp 2 --core --optim
+mwjob "$d/ck/iter_0000020/mp_rank_00" "$d/or22l" --tp 2 --pp 2
+hjob "$d/sm22l" same_model "$d/meg22-legacy" "$d/or22l"
+hjob "$d/sm22" same_model "$d/meg22-mcore" "$d/or22"
+hjob "$d/so22" same_optim "$d/meg22-mcore" "$d/or22"
+# the model chunks: exported, and back (compared after the batches, with the oracle's layout)
 rm -rf "$d/megv" "$d/orv" "$d/rtv"
-if mt-ckpt-convert --load "$d/ck" --to megatron --out "$d/megv" --megatron-keys mcore \
-        --target-num-layers-per-virtual-pipeline-stage 1 2>"$d/ce" &&
-    mw "$d/ck/iter_0000020/mp_rank_00" "$d/orv" --vp 2 --core --optim >"$d/oe" 2>&1 &&
-    same same_model "$d/megv" "$d/orv" >"$d/sm" 2>&1 && same same_optim "$d/megv" "$d/orv" >"$d/so" 2>&1 &&
-    mt-ckpt-convert --from megatron --load "$d/megv" --save "$d/rtv" 2>>"$d/ce" &&
-    cmp -s "$d/rtv/iter_0000020/mp_rank_00/model.safetensors" "$d/ck/iter_0000020/mp_rank_00/model.safetensors" &&
-    cmp -s "$d/rtv/iter_0000020/mp_rank_00/optim.safetensors" "$d/ck/iter_0000020/mp_rank_00/optim.safetensors"
-then t_pass "--target-num-layers-per-virtual-pipeline-stage 1: model0, model1 and the optimizer state as Megatron saves them, back byte for byte"
-else t_fail "--target-num-layers-per-virtual-pipeline-stage 1: model chunks" "$(tail -2 "$d/ce" "$d/oe" "$d/sm" "$d/so" 2>/dev/null)"; fi
+mt-ckpt-convert --load "$d/ck" --to megatron --out "$d/megv" --megatron-keys mcore \
+    --target-num-layers-per-virtual-pipeline-stage 1 2>"$d/ce-v" &&
+    mt-ckpt-convert --from megatron --load "$d/megv" --save "$d/rtv" 2>>"$d/ce-v"
+rc_v=$?
+mwjob "$d/ck/iter_0000020/mp_rank_00" "$d/orv" --vp 2 --core --optim
+hjob "$d/smv" same_model "$d/megv" "$d/orv"
+hjob "$d/sov" same_optim "$d/megv" "$d/orv"
+declare -A rc_dt
 for dt in bf16 fp16; do   # Float16OptimizerWithFloat16Params: the fp32 main parameters (and fp16's loss scaler)
     rm -rf "$d/ck-$dt" "$d/meg-$dt" "$d/or-$dt" "$d/rt-$dt"
-    if mt-train "${train[@]}" --$dt --train-iters 4 --lr-decay-iters 40 --save "$d/ck-$dt" >/dev/null 2>"$d/t.err" &&
-        mt-ckpt-convert --load "$d/ck-$dt" --to megatron --out "$d/meg-$dt" 2>"$d/ce" &&
-        $PY -W ignore "$T_TOP/tests/oracle/megatron_write.py" "$d/ck-$dt/iter_0000004/mp_rank_00" "$d/or-$dt" --optim \
-            --dtype $dt --vocab-file "$GPT2_VOCAB" --merge-file "$GPT2_MERGES" >"$d/oe" 2>&1 &&
-        $PY -W ignore "$T_TOP/tests/oracle/megatron_hf.py" same_optim "$d/meg-$dt" "$d/or-$dt" >"$d/so" 2>&1 &&
-        mt-ckpt-convert --from megatron --load "$d/meg-$dt" --save "$d/rt-$dt" 2>>"$d/ce" &&
-        cmp -s "$d/rt-$dt/iter_0000004/mp_rank_00/model.safetensors" "$d/ck-$dt/iter_0000004/mp_rank_00/model.safetensors" &&
-        cmp -s "$d/rt-$dt/iter_0000004/mp_rank_00/optim.safetensors" "$d/ck-$dt/iter_0000004/mp_rank_00/optim.safetensors"
-    then t_pass "--$dt run, legacy keys: $dt tensors, the optimizer state Megatron saves ($(cat "$d/so")), back byte for byte"
-    else t_fail "--$dt run, legacy keys: the optimizer state Megatron saves, back byte for byte" "$(tail -2 "$d/t.err" "$d/ce" "$d/oe" "$d/so")"; fi
+    mt-train "${train[@]}" --$dt --train-iters 4 --lr-decay-iters 40 --save "$d/ck-$dt" >/dev/null 2>"$d/t-$dt.err" &&
+        mt-ckpt-convert --load "$d/ck-$dt" --to megatron --out "$d/meg-$dt" 2>"$d/ce-$dt" &&
+        mt-ckpt-convert --from megatron --load "$d/meg-$dt" --save "$d/rt-$dt" 2>>"$d/ce-$dt"
+    rc_dt[$dt]=$?
+    mwjob "$d/ck-$dt/iter_0000004/mp_rank_00" "$d/or-$dt" --optim --dtype $dt
+    hjob "$d/so-$dt" same_optim "$d/meg-$dt" "$d/or-$dt"
 done
 # ---- the distributed optimizer (a --bf16 run with --use-distributed-optimizer --overlap-grad-reduce and
 # 100-element buckets): each rank file holds DistributedOptimizer.state_dict() and distrib_optim.pt beside it
 # the buffers' main parameters and moments, as megatron_write.py --distrib lays them out (the same TP 2 x PP 2
 # layout from a one-rank copy of the run); back with --from megatron as mt's own reshard ----
 rm -rf "$d/ckd" "$d/ckd1" "$d/ckd22" "$d/megd" "$d/ord" "$d/rtd"
-if mt-train "${train[@]}" --bf16 --use-distributed-optimizer --overlap-grad-reduce --ddp-bucket-size 100 --train-iters 4 \
-        --lr-decay-iters 40 --save "$d/ckd" >/dev/null 2>"$d/t.err" &&
-    mt-ckpt-convert --load "$d/ckd" --save "$d/ckd1" 2>"$d/ce" &&
-    mt-ckpt-convert --load "$d/ckd" --save "$d/ckd22" --target-tensor-parallel-size 2 --target-pipeline-parallel-size 2 2>>"$d/ce" &&
+bad_d=
+mt-train "${train[@]}" --bf16 --use-distributed-optimizer --overlap-grad-reduce --ddp-bucket-size 100 --train-iters 4 \
+        --lr-decay-iters 40 --save "$d/ckd" >/dev/null 2>"$d/t-d.err" &&
+    mt-ckpt-convert --load "$d/ckd" --save "$d/ckd1" 2>"$d/ce-d" &&
+    mt-ckpt-convert --load "$d/ckd" --save "$d/ckd22" --target-tensor-parallel-size 2 --target-pipeline-parallel-size 2 2>>"$d/ce-d" &&
     mt-ckpt-convert --load "$d/ckd" --to megatron --out "$d/megd" --megatron-keys mcore --target-tensor-parallel-size 2 \
-        --target-pipeline-parallel-size 2 2>>"$d/ce" &&
-    mw "$d/ckd1/iter_0000004/mp_rank_00" "$d/ord" --tp 2 --pp 2 --core --optim --distrib --bucket-size 100 --dtype bf16 >"$d/oe" 2>&1 &&
-    same same_optim "$d/megd" "$d/ord" >"$d/so" 2>&1 && same same_model "$d/megd" "$d/ord" >"$d/sm" 2>&1 &&
+        --target-pipeline-parallel-size 2 2>>"$d/ce-d" &&
     mt-ckpt-convert --from megatron --load "$d/megd" --save "$d/rtd" --target-tensor-parallel-size 2 \
-        --target-pipeline-parallel-size 2 2>>"$d/ce" && bad=$(differ22 "$d/rtd" "$d/ckd22" 0000004) && [ -z "$bad" ]
-then t_pass "--use-distributed-optimizer run, TP 2 x PP 2: distrib_optim.pt and the param groups as Megatron saves them ($(cat "$d/so")), back as the reshard"
-else t_fail "--use-distributed-optimizer run: distrib_optim.pt as Megatron saves it, back as the reshard" \
-    "$(tail -2 "$d/t.err" "$d/ce" "$d/oe" "$d/so" "$d/sm" 2>/dev/null) $bad"; fi
+        --target-pipeline-parallel-size 2 2>>"$d/ce-d" && bad_d=$(differ22 "$d/rtd" "$d/ckd22" 0000004)
+rc_d=$?
+mwjob "$d/ckd1/iter_0000004/mp_rank_00" "$d/ord" --tp 2 --pp 2 --core --optim --distrib --bucket-size 100 --dtype bf16
+hjob "$d/sod" same_optim "$d/megd" "$d/ord"
+hjob "$d/smd" same_model "$d/megd" "$d/ord"
 # ---- the LLaMA options (RMSNorm, rope, SwiGLU, grouped-query attention, untied, no biases) both ways ----
 if mt-train "${train[@]}" --normalization RMSNorm --position-embedding-type rope --swiglu --group-query-attention \
         --num-query-groups 2 --untie-embeddings-and-output-weights --disable-bias-linear --train-iters 4 \
@@ -245,13 +247,15 @@ if mt-train "${train[@]}" --num-experts 4 --moe-router-topk 2 --moe-shared-exper
         --save "$d/ckm" >/dev/null 2>"$d/t.err" &&
     mt-ckpt-convert --load "$d/ckm" --save "$d/ckm22" --target-tensor-parallel-size 2 --target-pipeline-parallel-size 2 2>"$d/ce"
 then
-    bad=
+    moe=ran bad_m=
     if mt-ckpt-convert --load "$d/ckm" --to megatron --out "$d/megm" --megatron-keys mcore --target-tensor-parallel-size 2 \
             --target-pipeline-parallel-size 2 2>"$d/ce" &&
         mt-ckpt-convert --from megatron --load "$d/megm" --save "$d/rtm" --target-tensor-parallel-size 2 \
             --target-pipeline-parallel-size 2 2>>"$d/ce"; then
-        bad=$(differ22 "$d/rtm" "$d/ckm22" 0000004)
-        $PY - "$d/megm/iter_0000004/mp_rank_00_001/model_optim_rng.pt" >"$d/mo" 2>&1 <<'PYEOF' || bad="$bad $(tail -1 "$d/mo")"
+        bad_m=$(differ22 "$d/rtm" "$d/ckm22" 0000004)
+        moe=exported   # and its file checked after the batch
+        hjob "$d/mo" run "$d/mo.py" "$d/megm/iter_0000004/mp_rank_00_001/model_optim_rng.pt"
+        pyfile mo <<'PYEOF'
 import sys, torch
 sd = torch.load(sys.argv[1], map_location="cpu")
 a, o, m = sd["args"], sd["optimizer"], sd["model"]
@@ -272,43 +276,31 @@ for k in ("decoder.layers.0.pre_mlp_layernorm.weight", "decoder.layers.0.mlp.rou
           "decoder.layers.0.mlp.experts.local_experts.3.linear_fc2.weight", "decoder.layers.0.mlp.shared_experts.linear_fc1.weight"):
     assert k in m, k
 PYEOF
-    else bad="$(cat "$d/ce")"; fi
-    [ -z "$bad" ] && t_pass "experts, TP 2 x PP 2: Megatron-Core's MoE names and args, the experts' state in SequentialMLP's order; back as the reshard, model and optimizer" \
-        || t_fail "experts, TP 2 x PP 2: mt -> Megatron -> mt" "$bad"
+    else bad_m="$(cat "$d/ce")"; fi
     err1 mt-ckpt-convert --load "$d/ckm" --to megatron --out "$d/megml" && [ ! -e "$d/megml" ] \
         && t_pass "experts with the legacy keys: refused in one line ($(cat "$d/e"))" || t_fail "experts with the legacy keys refused" "$(cat "$d/e")"
-else t_fail "an MoE run" "$(tail -2 "$d/t.err" "$d/ce")"; fi
+else moe=failed; t_fail "an MoE run" "$(tail -2 "$d/t.err" "$d/ce")"; fi
 
 t_ok "--no-save-optim" mt-ckpt-convert --load "$d/ck" --to megatron --out "$d/meg-noopt" --no-save-optim
-$PY -c 'import sys, torch; sys.exit("optimizer" in torch.load(sys.argv[1], map_location="cpu"))' \
-    "$d/meg-noopt/iter_0000020/mp_rank_00/model_optim_rng.pt" 2>/dev/null \
-    && t_pass "--no-save-optim: no optimizer entry" || t_fail "--no-save-optim: no optimizer entry" "present"
-if oracle restricted "$d/meg22-mcore" >"$d/r.out" 2>"$d/r.err"; then
-    t_pass "Megatron-Core keys: only allowlisted globals, torch.load reads it ($(cat "$d/r.out"))"
-else t_fail "Megatron-Core keys: only allowlisted globals, torch.load reads it" "$(tail -2 "$d/r.err")"; fi
-if oracle reshape "$GPT2_VOCAB" "$GPT2_MERGES" --convert_checkpoint_from_megatron_to_transformers \
-        --load_path "$d/meg22-legacy/iter_0000020" --save_path "$d/hf22" >"$d/c2.out" 2>&1 \
-        && oracle logits "$d/hf22" "$d/ids.txt" "$d/logits.f32" >"$d/l2.out" 2>&1
-then t_pass "checkpoint_reshaping_and_interoperability.py on the TP 2 x PP 2 export: logits = mt-eval's ($(cat "$d/l2.out"))"
-else t_fail "checkpoint_reshaping_and_interoperability.py on the TP 2 x PP 2 export: logits = mt-eval's" \
-    "$(tail -3 "$d/c2.out" "$d/l2.out" 2>/dev/null)"; fi
-
-# ---- transformers -> Megatron (TP 2 x PP 2) -> mt ----
-if oracle random "$d/rnd" >"$d/rn.out" 2>&1 && oracle reshape "$GPT2_VOCAB" "$GPT2_MERGES" --load_path "$d/rnd" \
-        --save_path "$d/megr" --target_tensor_model_parallel_size 2 --target_pipeline_model_parallel_size 2 >"$d/c3.out" 2>&1
-then
-    if mt-ckpt-convert --from megatron --load "$d/megr" --save "$d/mtr" --vocab-file "$GPT2_VOCAB" \
-            --merge-file "$GPT2_MERGES" 2>"$d/ce" \
-            && mt-eval --load "$d/mtr" --score --logits "$d/lr.f32" <"$d/docs.jsonl" >/dev/null 2>"$d/ee" \
-            && oracle logits "$d/rnd" "$d/ids.txt" "$d/lr.f32" >"$d/l3.out" 2>&1
-    then t_pass "transformers' TP 2 x PP 2 Megatron checkpoint of a random GPT-2, read: logits = transformers' ($(cat "$d/l3.out"))"
-    else t_fail "transformers' TP 2 x PP 2 Megatron checkpoint of a random GPT-2, read" "$(cat "$d/ce" "$d/ee"; tail -3 "$d/l3.out" 2>/dev/null)"; fi
-else t_fail "transformers' converter toward Megatron" "$(tail -3 "$d/rn.out" "$d/c3.out")"; fi
+hjob "$d/nso.out" run "$d/nso.py" "$d/meg-noopt/iter_0000020/mp_rank_00/model_optim_rng.pt"
+pyfile nso <<'PYEOF'
+import sys, torch; sys.exit("optimizer" in torch.load(sys.argv[1], map_location="cpu"))
+PYEOF
+hjob "$d/r22.out" restricted "$d/meg22-mcore"
+hjob "$d/c2.out" reshape "$GPT2_VOCAB" "$GPT2_MERGES" --convert_checkpoint_from_megatron_to_transformers \
+    --load_path "$d/meg22-legacy/iter_0000020" --save_path "$d/hf22"
+hjob "$d/l2.out" logits "$d/hf22" "$d/ids.txt" "$d/logits.f32"
+# transformers -> Megatron (TP 2 x PP 2): the random model and its conversion in this batch, mt's reading and
+# transformers' logits after it
+hjob "$d/rn.out" random "$d/rnd"
+hjob "$d/c3.out" reshape "$GPT2_VOCAB" "$GPT2_MERGES" --load_path "$d/rnd" \
+    --save_path "$d/megr" --target_tensor_model_parallel_size 2 --target_pipeline_model_parallel_size 2
 
 # ---- --dtype bf16: torch's rounding of the fp32 export ----
 t_ok "--to megatron --dtype bf16" mt-ckpt-convert --load "$d/ck" --to megatron --out "$d/megbf" --dtype bf16
-$PY - "$d/meg1/iter_0000020/mp_rank_00/model_optim_rng.pt" "$d/megbf/iter_0000020/mp_rank_00/model_optim_rng.pt" \
-    >"$d/bf.out" 2>&1 <<'PYEOF'
+hjob "$d/bf.out" run "$d/bf.py" "$d/meg1/iter_0000020/mp_rank_00/model_optim_rng.pt" \
+    "$d/megbf/iter_0000020/mp_rank_00/model_optim_rng.pt"
+pyfile bf <<'PYEOF'
 import sys, torch
 a, b = (torch.load(f, map_location="cpu") for f in sys.argv[1:])
 def flat(d, p=""):
@@ -320,8 +312,6 @@ bad = [k for k in fa if fb[k].dtype != torch.bfloat16 or not torch.equal(fa[k].t
 print("%d tensors, bad: %s" % (len(fa), bad[:3]) if bad or b["args"].params_dtype != torch.bfloat16 else "%d tensors" % len(fa))
 sys.exit(1 if bad or b["args"].params_dtype != torch.bfloat16 else 0)
 PYEOF
-[ $? = 0 ] && t_pass "bf16 export: $(cat "$d/bf.out") are torch's bf16 rounding of the fp32 export, params_dtype bfloat16" \
-    || t_fail "bf16 export is torch's rounding of the fp32 export" "$(tail -3 "$d/bf.out")"
 
 # ---- bad requests ----
 mkdir -p "$d/full" && echo x >"$d/full/keep"
@@ -339,3 +329,77 @@ err1 mt-ckpt-convert --load "$d/ck" --to megatron --out "$d/x" --target-num-laye
     || t_fail "model chunks the layers do not make" "$(cat "$d/e")"
 err1 mt-ckpt-convert --load "$d/ck" --to megatron --out "$d/x" --no-load-optim && [ ! -e "$d/x" ] \
     && t_pass "--no-load-optim with --to megatron: one line ($(cat "$d/e"))" || t_fail "--no-load-optim with --to megatron" "$(cat "$d/e")"
+
+# ---- the oracles: megatron_hf.py's jobs, in two batches (mt reads the checkpoint transformers' converter
+# writes in the first before the second compares the logits) ----
+"$HPY" -W ignore "$T_TOP/tests/oracle/megatron_hf.py" --jobs "$d/hjobs1" >"$d/hf.status" 2>"$d/hf.err"
+rc_r=1
+if hok "$d/rn.out" && hok "$d/c3.out"; then
+    mt-ckpt-convert --from megatron --load "$d/megr" --save "$d/mtr" --vocab-file "$GPT2_VOCAB" \
+        --merge-file "$GPT2_MERGES" 2>"$d/ce-r" \
+        && mt-eval --load "$d/mtr" --score --logits "$d/lr.f32" <"$d/docs.jsonl" >/dev/null 2>"$d/ee"
+    rc_r=$?
+    hjobs=$d/hjobs2
+    : >"$hjobs"
+    hjob "$d/l3.out" logits "$d/rnd" "$d/ids.txt" "$d/lr.f32"
+    [ $rc_r = 0 ] && "$HPY" -W ignore "$T_TOP/tests/oracle/megatron_hf.py" --jobs "$d/hjobs2" >>"$d/hf.status" 2>>"$d/hf.err"
+fi
+
+# ---- their checks, in the order of the sections above ----
+# TP 1, legacy keys
+if hok "$d/r.out"; then
+    t_pass "its pickle names only allowlisted globals and torch.load reads it ($(cat "$d/r.out"))"
+else t_fail "its pickle names only allowlisted globals and torch.load reads it" "$(tail -2 "$d/r.out")"; fi
+hok "$d/fields.out" && t_pass "$(cat "$d/fields.out")" || t_fail "the file's fields" "$(tail -3 "$d/fields.out")"
+if hok "$d/c1.out" && hok "$d/l1.out"
+then t_pass "convert_megatron_gpt2_checkpoint.py on the TP 1 export: logits = mt-eval's ($(cat "$d/l1.out"))"
+else t_fail "convert_megatron_gpt2_checkpoint.py on the TP 1 export: logits = mt-eval's" "$(tail -3 "$d/c1.out" "$d/l1.out" 2>/dev/null)"; fi
+# TP 2 x PP 2
+if hok "$d/rng.out"
+then t_pass "each rank's rng_state is Megatron's seeding of --seed 5 (Python, numpy, torch CPU and CUDA states; $(cat "$d/rng.out"))"
+else t_fail "each rank's rng_state is Megatron's seeding of --seed" "$(tail -3 "$d/rng.out")"; fi
+if mwok "$d/or22" && mwok "$d/or22l" && hok "$d/sm22l" && hok "$d/sm22" && hok "$d/so22"
+then t_pass "TP 2 x PP 2, legacy and Megatron-Core keys: model ($(cat "$d/sm22l" "$d/sm22" | tr '\n' ' ')) and optimizer state ($(cat "$d/so22")) as Megatron saves them"
+else t_fail "TP 2 x PP 2: model and optimizer state as Megatron saves them" "$(tail -2 "$d/or22.log" "$d/or22l.log"; tail -2 "$d/sm22l" "$d/sm22" "$d/so22" 2>/dev/null)"; fi
+if [ $rc_v = 0 ] && mwok "$d/orv" && hok "$d/smv" && hok "$d/sov" &&
+    cmp -s "$d/rtv/iter_0000020/mp_rank_00/model.safetensors" "$d/ck/iter_0000020/mp_rank_00/model.safetensors" &&
+    cmp -s "$d/rtv/iter_0000020/mp_rank_00/optim.safetensors" "$d/ck/iter_0000020/mp_rank_00/optim.safetensors"
+then t_pass "--target-num-layers-per-virtual-pipeline-stage 1: model0, model1 and the optimizer state as Megatron saves them, back byte for byte"
+else t_fail "--target-num-layers-per-virtual-pipeline-stage 1: model chunks" "$(tail -2 "$d/ce-v"; tail -2 "$d/orv.log"; tail -2 "$d/smv" "$d/sov" 2>/dev/null)"; fi
+for dt in bf16 fp16; do
+    if [ "${rc_dt[$dt]}" = 0 ] && mwok "$d/or-$dt" && hok "$d/so-$dt" &&
+        cmp -s "$d/rt-$dt/iter_0000004/mp_rank_00/model.safetensors" "$d/ck-$dt/iter_0000004/mp_rank_00/model.safetensors" &&
+        cmp -s "$d/rt-$dt/iter_0000004/mp_rank_00/optim.safetensors" "$d/ck-$dt/iter_0000004/mp_rank_00/optim.safetensors"
+    then t_pass "--$dt run, legacy keys: $dt tensors, the optimizer state Megatron saves ($(cat "$d/so-$dt")), back byte for byte"
+    else t_fail "--$dt run, legacy keys: the optimizer state Megatron saves, back byte for byte" "$(tail -2 "$d/t-$dt.err" "$d/ce-$dt"; tail -2 "$d/or-$dt.log"; tail -2 "$d/so-$dt")"; fi
+done
+# the distributed optimizer
+if [ $rc_d = 0 ] && mwok "$d/ord" && hok "$d/sod" && hok "$d/smd" && [ -z "$bad_d" ]
+then t_pass "--use-distributed-optimizer run, TP 2 x PP 2: distrib_optim.pt and the param groups as Megatron saves them ($(cat "$d/sod")), back as the reshard"
+else t_fail "--use-distributed-optimizer run: distrib_optim.pt as Megatron saves it, back as the reshard" \
+    "$(tail -2 "$d/t-d.err" "$d/ce-d"; tail -2 "$d/ord.log"; tail -2 "$d/sod" "$d/smd" 2>/dev/null) $bad_d"; fi
+# experts
+if [ "$moe" != failed ]; then
+    [ "$moe" = exported ] && ! hok "$d/mo" && bad_m="$bad_m $(tail -1 "$d/mo")"
+    [ -z "$bad_m" ] && t_pass "experts, TP 2 x PP 2: Megatron-Core's MoE names and args, the experts' state in SequentialMLP's order; back as the reshard, model and optimizer" \
+        || t_fail "experts, TP 2 x PP 2: mt -> Megatron -> mt" "$bad_m"
+fi
+# --no-save-optim, the Megatron-Core export's globals, transformers' converter on the TP 2 x PP 2 export
+hok "$d/nso.out" && t_pass "--no-save-optim: no optimizer entry" || t_fail "--no-save-optim: no optimizer entry" "present"
+if hok "$d/r22.out"; then
+    t_pass "Megatron-Core keys: only allowlisted globals, torch.load reads it ($(cat "$d/r22.out"))"
+else t_fail "Megatron-Core keys: only allowlisted globals, torch.load reads it" "$(tail -2 "$d/r22.out")"; fi
+if hok "$d/c2.out" && hok "$d/l2.out"
+then t_pass "checkpoint_reshaping_and_interoperability.py on the TP 2 x PP 2 export: logits = mt-eval's ($(cat "$d/l2.out"))"
+else t_fail "checkpoint_reshaping_and_interoperability.py on the TP 2 x PP 2 export: logits = mt-eval's" \
+    "$(tail -3 "$d/c2.out" "$d/l2.out" 2>/dev/null)"; fi
+# transformers -> Megatron (TP 2 x PP 2) -> mt
+if hok "$d/rn.out" && hok "$d/c3.out"
+then
+    if [ $rc_r = 0 ] && hok "$d/l3.out"
+    then t_pass "transformers' TP 2 x PP 2 Megatron checkpoint of a random GPT-2, read: logits = transformers' ($(cat "$d/l3.out"))"
+    else t_fail "transformers' TP 2 x PP 2 Megatron checkpoint of a random GPT-2, read" "$(cat "$d/ce-r" "$d/ee"; tail -3 "$d/l3.out" 2>/dev/null)"; fi
+else t_fail "transformers' converter toward Megatron" "$(tail -3 "$d/rn.out" "$d/c3.out")"; fi
+# --dtype bf16
+hok "$d/bf.out" && t_pass "bf16 export: $(cat "$d/bf.out") are torch's bf16 rounding of the fp32 export, params_dtype bfloat16" \
+    || t_fail "bf16 export is torch's rounding of the fp32 export" "$(tail -3 "$d/bf.out")"
