@@ -52,8 +52,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         return 0;
     }
     int K = r.n_prompts * r.n;
-    if (r.n_prompts < 1 || r.n < 1 || K > MT_SERVE_MAX_CHOICES || r.max_tokens < 1 || r.max_tokens > lim.max_tokens ||
-        r.n_stops > MT_SERVE_MAX_STOPS)
+    if (r.n_prompts < 1 || r.n < 1 || K > MT_SERVE_MAX_CHOICES || r.max_tokens < 0 || r.max_tokens > lim.max_tokens ||
+        r.n_stops > MT_SERVE_MAX_STOPS || (!r.max_tokens && !(r.echo && r.prompt_logprobs)) ||
+        (r.echo && r.logprobs && !r.prompt_logprobs) || r.top_logprobs < 0 || r.top_logprobs > MT_GEN_MAX_TOP)
         abort();
     for (int i = 0; i < r.n_prompts; i++) {
         if (!r.prompts[i].n || (int64_t)r.prompts[i].n >= lim.positions) abort();
@@ -62,11 +63,20 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     }
     for (int i = 0; i < r.n_stops; i++)
         if (!r.stops[i][0]) abort();
-    /* the server's JSON for it: choices with no tokens, the prompts echoed */
+    /* the server's JSON for it: choices with no tokens, the prompts echoed (and scored, as the engine would
+     * with logprobs: each position's log-probability and its alternatives, all of token 0) */
     r.echo = true;
+    r.prompt_logprobs |= r.logprobs;
     mt_serve_job *j = mt_serve_job_new(&r);
     snprintf(j->id, sizeof j->id, "cmpl-fuzz");
     j->seqs = mt_xcalloc((size_t)K, sizeof *j->seqs);
+    for (int k = 0; k < K && j->req.prompt_logprobs; k++) {
+        size_t at = j->req.prompts[k / j->req.n].n, nt = (size_t)j->req.top_logprobs;
+        j->seqs[k].prompt_logprob = mt_xcalloc(at, sizeof(double));
+        j->seqs[k].ntop = (int)nt;
+        j->seqs[k].top_id = mt_xcalloc(at * nt + 1, sizeof(int32_t));
+        j->seqs[k].top_lp = mt_xcalloc(at * nt + 1, sizeof(double));
+    }
     char *s = mt_serve_completion_json(j, "ck", tok.bpe);
     parses_back(s, strlen(s));
     free(s);

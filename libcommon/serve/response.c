@@ -95,11 +95,13 @@ static json_t *logprobs(const mt_serve_job *j, int k, const mt_bpe *bpe)
         json_array_append_new(toks, token_text(bpe, id, NULL));
         json_array_append_new(offs, json_integer((json_int_t)chars));
         pos += n;
-        /* the log-probability, and the place of its alternatives: none for the prompt's first token */
+        /* the log-probability, and the place of its alternatives: none for the prompt's first token (nor for
+         * a prompt not scored) */
+        int known = i >= np || (i > 0 && s->prompt_logprob);
         size_t at = i < np ? i - 1 : scored + (i - np);
-        json_array_append_new(lps, i == 0 && np ? json_null() : jlogprob(i < np ? s->prompt_logprob[i - 1] : s->logprob[i - np]));
+        json_array_append_new(lps, !known ? json_null() : jlogprob(i < np ? s->prompt_logprob[i - 1] : s->logprob[i - np]));
         if (!s->ntop) continue;
-        if (i == 0 && np) {
+        if (!known) {
             json_array_append_new(tops, json_null());
             continue;
         }
