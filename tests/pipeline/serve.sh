@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# serve.sh: mt-serve on a tiny GPT-2-vocabulary model (generate.sh's), asked with curl on a free port of
+# serve.sh: mt-serve on a tiny GPT-2-vocabulary model (lib.sh's t_serve_model), asked with curl on a free port of
 # 127.0.0.1. /health and /v1/models; completions equal mt-generate's --json continuations (text, the
 # number of tokens and each token's log-probability), greedy and seeded, for a list of prompts, for token
 # id prompts, and for n > 1 (choice k seeded as mt-generate's k-th prompt, the n choices split over
@@ -17,19 +17,8 @@ command -v curl >/dev/null || { t_skip "mt-serve" "curl is not installed (make d
 # no request waits for ever, whatever a broken server does
 curl() { command curl --max-time 120 "$@"; }
 
-$PY - >"$d/train.jsonl" <<'PYEOF'
-import json
-for i in range(80):
-    print(json.dumps({"text": "def f%d(x, y=%d):\n    return x * y + %d\n" % (i, i % 7, i * i)}))
-PYEOF
-mt-tokenize --vocab-file "$GPT2_VOCAB" --merge-file "$GPT2_MERGES" --append-eod --input "$d/train.jsonl" \
-    | mt-index --output-prefix "$d/data" 2>"$d/index.err" || { t_fail "dataset" "$(cat "$d/index.err")"; exit 0; }
-if mt-train --num-layers 2 --hidden-size 32 --num-attention-heads 4 --seq-length 32 --max-position-embeddings 48 \
-        --micro-batch-size 4 --global-batch-size 8 --train-iters 30 --lr 1e-2 --log-interval 10 --eval-iters 0 \
-        --init-method-std 0.1 --split 100,0,0 --seed 3 --vocab-file "$GPT2_VOCAB" --merge-file "$GPT2_MERGES" \
-        --data-path "$d/data_text_document" --data-cache-path "$d/cache" --save "$d/ck" >"$d/train.log" 2>"$d/train.err"
-then t_pass "tiny GPT-2-vocabulary model trained"
-else t_fail "tiny GPT-2-vocabulary model trained" "$(tail -2 "$d/train.err")"; exit 0; fi
+if why=$(t_serve_model "$d"); then t_pass "tiny GPT-2-vocabulary model trained"
+else t_fail "tiny GPT-2-vocabulary model trained" "$why"; exit 0; fi
 
 # the server: a free port; at most 2 sequences a batch, 1 request waiting, max_tokens 64, bodies of 4 KiB
 mt-serve --load "$d/ck" --port 0 --max-batch-size 2 --max-queue 1 --max-tokens-limit 64 --max-body-bytes 4096 \
