@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# serve.sh: mt-serve on a tiny GPT-2-vocabulary model (lib.sh's t_serve_model), asked with curl on a free port of
-# 127.0.0.1. /health and /v1/models; completions equal mt-generate's --json continuations (text, the
+# serve.sh: mt-serve on a tiny GPT-2-vocabulary model (lib.sh's t_serve_model), asked with curl on a free
+# port of 127.0.0.1. /health and /v1/models; completions equal mt-generate's --json continuations (text, the
 # number of tokens and each token's log-probability), greedy and seeded, for a list of prompts, for token
 # id prompts, and for n > 1 (choice k seeded as mt-generate's k-th prompt, the n choices split over
 # --max-batch-size batches); echo; stop strings (one spanning two tokens, in a list); each bad request
