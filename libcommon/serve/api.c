@@ -8,6 +8,7 @@
 #include <sys/random.h>
 #include <time.h>
 
+#include "serve/json_text.h"
 #include "util/utf8.h"
 
 static const char *const known[] = {
@@ -125,24 +126,6 @@ int mt_serve_api_parse(mt_serve_req *r, const char *body, size_t len, const mt_s
     return rc;
 }
 
-/* A JSON string of bytes s[0..n), invalid UTF-8 (a token's part of a character) replaced. */
-static json_t *text(const char *s, size_t n)
-{
-    mt_buf clean = {0};
-    mt_utf8_sanitize(s, n, &clean);
-    json_t *v = json_stringn(clean.p ? clean.p : "", clean.n);
-    free(clean.p);
-    return v;
-}
-
-static char *dump(json_t *o)
-{
-    char *s = json_dumps(o, JSON_COMPACT);
-    json_decref(o);
-    if (!s) mt_die("out of memory writing a JSON response");
-    return s;
-}
-
 char *mt_serve_api_json(const mt_serve_job *j, const mt_bpe *bpe)
 {
     const mt_serve_req *r = &j->req;
@@ -153,7 +136,7 @@ char *mt_serve_api_json(const mt_serve_job *j, const mt_bpe *bpe)
         mt_buf t = {0};
         mt_buf_append(&t, r->prompt_text[k].p, r->prompt_text[k].n);
         mt_buf_append(&t, s->text.p, s->text.n);
-        json_array_append_new(texts, text(t.p, t.n));
+        json_array_append_new(texts, mt_serve_jtext(t.p, t.n));
         json_t *ids = json_array(), *seg = json_array(), *lp = json_array();
         for (size_t i = 0; i < p->n + s->out.n; i++) {
             uint32_t id = i < p->n ? p->p[i] : s->out.p[i - p->n];
@@ -161,7 +144,7 @@ char *mt_serve_api_json(const mt_serve_job *j, const mt_bpe *bpe)
             mt_buf piece = {0};
             mt_err e;
             if (mt_bpe_decode(bpe, &id, 1, &piece, &e)) piece.n = 0;
-            json_array_append_new(seg, text(piece.p, piece.n));
+            json_array_append_new(seg, mt_serve_jtext(piece.p, piece.n));
             free(piece.p);
             if (i && r->logprobs) {
                 double x = i < p->n ? s->prompt_logprob[i - 1] : s->logprob[i - p->n];
@@ -176,10 +159,10 @@ char *mt_serve_api_json(const mt_serve_job *j, const mt_bpe *bpe)
     json_t *o = json_pack("{s:o, s:o, s:o}", "text", texts, "tokens", tokens, "segments", segments);
     if (r->logprobs) json_object_set_new(o, "logprobs", lps);
     else json_decref(lps);
-    return dump(o);
+    return mt_serve_dump(o);
 }
 
 char *mt_serve_api_error_json(const mt_serve_fail *f)
 {
-    return dump(json_pack("{s:o}", "message", text(f->msg, strlen(f->msg))));
+    return mt_serve_dump(json_pack("{s:o}", "message", mt_serve_jtext(f->msg, strlen(f->msg))));
 }

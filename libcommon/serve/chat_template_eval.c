@@ -128,6 +128,17 @@ static json_t *repeat(ctx *c, const ct_node *n, const json_t *s, long long k)
     return r;
 }
 
+/* str(a) + str(b): ~, and + of two strings */
+static json_t *concat(const json_t *a, const json_t *b)
+{
+    mt_buf s = {0};
+    ct_str_of(&s, a);
+    ct_str_of(&s, b);
+    json_t *r = ct_str(s.p, s.n);
+    free(s.p);
+    return r;
+}
+
 static json_t *binary(ctx *c, const ct_node *n, const json_t *a, const json_t *b)
 {
     static const char *const names[] = {"+", "-", "*", "/", "//", "%", "~", "==", "!=", "<", ">", "<=", ">=",
@@ -148,23 +159,9 @@ static json_t *binary(ctx *c, const ct_node *n, const json_t *a, const json_t *b
         json_t *r = contains(c, n, a, b);
         return r ? json_boolean(!json_is_true(r)) : NULL;
     }
-    case OP_CONCAT: {
-        mt_buf s = {0};
-        ct_str_of(&s, a);
-        ct_str_of(&s, b);
-        json_t *r = ct_str(s.p, s.n);
-        free(s.p);
-        return r;
-    }
+    case OP_CONCAT: return concat(a, b);
     case OP_ADD:
-        if (a && b && json_is_string(a) && json_is_string(b)) {
-            mt_buf s = {0};
-            ct_str_of(&s, a);
-            ct_str_of(&s, b);
-            json_t *r = ct_str(s.p, s.n);
-            free(s.p);
-            return r;
-        }
+        if (a && b && json_is_string(a) && json_is_string(b)) return concat(a, b);
         if (a && b && json_is_array(a) && json_is_array(b)) {
             json_t *r = json_copy((json_t *)a);
             json_array_extend(r, (json_t *)b);

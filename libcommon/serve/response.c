@@ -6,13 +6,14 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "serve/json_text.h"
+
 const char *mt_serve_finish_reason(const char *why)
 {
     return why && !strcmp(why, "length") ? "length" : "stop";
 }
 
-/* A JSON string of bytes s[0..n), invalid UTF-8 replaced. */
-static json_t *jtext(const char *s, size_t n)
+json_t *mt_serve_jtext(const char *s, size_t n)
 {
     mt_buf clean = {0};
     mt_utf8_sanitize(s ? s : "", n, &clean);
@@ -21,7 +22,7 @@ static json_t *jtext(const char *s, size_t n)
     return v;
 }
 
-static char *dump(json_t *o)
+char *mt_serve_dump(json_t *o)
 {
     char *s = json_dumps(o, JSON_COMPACT);
     json_decref(o);
@@ -33,18 +34,18 @@ static char *dump(json_t *o)
  * stopped, possibly inside a character, a cut at the buffer's end): made valid UTF-8 like any text. */
 char *mt_serve_error_json(const mt_serve_fail *f)
 {
-    json_t *e = json_pack("{s:o, s:s, s:o, s:o}", "message", jtext(f->msg, strlen(f->msg)), "type",
+    json_t *e = json_pack("{s:o, s:s, s:o, s:o}", "message", mt_serve_jtext(f->msg, strlen(f->msg)), "type",
                           f->type ? f->type : "invalid_request_error",
-                          "param", f->param[0] ? jtext(f->param, strlen(f->param)) : json_null(),
+                          "param", f->param[0] ? mt_serve_jtext(f->param, strlen(f->param)) : json_null(),
                           "code", f->code ? json_string(f->code) : json_null());
-    return dump(json_pack("{s:o}", "error", e));
+    return mt_serve_dump(json_pack("{s:o}", "error", e));
 }
 
 char *mt_serve_models_json(const char *model, int64_t created, int positions)
 {
-    json_t *m = json_pack("{s:o, s:s, s:I, s:s, s:i}", "id", jtext(model, strlen(model)), "object", "model", "created", (json_int_t)created,
+    json_t *m = json_pack("{s:o, s:s, s:I, s:s, s:i}", "id", mt_serve_jtext(model, strlen(model)), "object", "model", "created", (json_int_t)created,
                           "owned_by", "mt", "max_model_len", positions);
-    return dump(json_pack("{s:s, s:[o]}", "object", "list", "data", m));
+    return mt_serve_dump(json_pack("{s:s, s:[o]}", "object", "list", "data", m));
 }
 
 static json_t *usage(const mt_serve_job *j)
@@ -70,7 +71,7 @@ static json_t *token_text(const mt_bpe *bpe, uint32_t id, json_t **bytes)
         *bytes = json_array();
         for (size_t k = 0; b && k < n; k++) json_array_append_new(*bytes, json_integer((unsigned char)b[k]));
     }
-    return jtext(b, b ? n : 0);
+    return mt_serve_jtext(b, b ? n : 0);
 }
 
 /* OpenAI's logprobs object of a completion's choice k: each token (with echo, the prompt's first), its
@@ -144,13 +145,13 @@ static char *chat_json(const mt_serve_job *j, const char *model, const mt_bpe *b
     json_t *choices = json_array();
     for (int k = 0; k < j->req.n; k++) {
         const mt_gen_seq *s = &j->seqs[k];
-        json_t *msg = json_pack("{s:s, s:o}", "role", "assistant", "content", jtext(s->text.p, s->text.n));
+        json_t *msg = json_pack("{s:s, s:o}", "role", "assistant", "content", mt_serve_jtext(s->text.p, s->text.n));
         json_array_append_new(choices, json_pack("{s:i, s:o, s:o, s:s}", "index", k, "message", msg, "logprobs",
                                                  j->req.logprobs ? chat_logprobs(s, bpe) : json_null(), "finish_reason",
                                                  mt_serve_finish_reason(s->why)));
     }
-    return dump(json_pack("{s:s, s:s, s:I, s:o, s:o, s:o}", "id", j->id, "object", "chat.completion", "created",
-                          (json_int_t)j->created, "model", jtext(model, strlen(model)), "choices", choices, "usage", usage(j)));
+    return mt_serve_dump(json_pack("{s:s, s:s, s:I, s:o, s:o, s:o}", "id", j->id, "object", "chat.completion", "created",
+                          (json_int_t)j->created, "model", mt_serve_jtext(model, strlen(model)), "choices", choices, "usage", usage(j)));
 }
 
 char *mt_serve_completion_json(const mt_serve_job *j, const char *model, const mt_bpe *bpe)
@@ -165,19 +166,19 @@ char *mt_serve_completion_json(const mt_serve_job *j, const char *model, const m
             mt_buf_append(&t, p->p ? p->p : "", p->n);
         }
         mt_buf_append(&t, s->text.p ? s->text.p : "", s->text.n);
-        json_t *c = json_pack("{s:o, s:i, s:o, s:s}", "text", jtext(t.p, t.n), "index", k, "logprobs",
+        json_t *c = json_pack("{s:o, s:i, s:o, s:s}", "text", mt_serve_jtext(t.p, t.n), "index", k, "logprobs",
                               j->req.logprobs ? logprobs(j, k, bpe) : json_null(), "finish_reason",
                               mt_serve_finish_reason(s->why));
         free(t.p);
         json_array_append_new(choices, c);
     }
-    return dump(json_pack("{s:s, s:s, s:I, s:o, s:o, s:o}", "id", j->id, "object", "text_completion", "created",
-                          (json_int_t)j->created, "model", jtext(model, strlen(model)), "choices", choices, "usage", usage(j)));
+    return mt_serve_dump(json_pack("{s:s, s:s, s:I, s:o, s:o, s:o}", "id", j->id, "object", "text_completion", "created",
+                          (json_int_t)j->created, "model", mt_serve_jtext(model, strlen(model)), "choices", choices, "usage", usage(j)));
 }
 
 static void event(mt_buf *out, json_t *o)
 {
-    char *s = dump(o);
+    char *s = mt_serve_dump(o);
     mt_buf_append(out, "data: ", 6);
     mt_buf_append(out, s, strlen(s));
     mt_buf_append(out, "\n\n", 2);
@@ -190,7 +191,7 @@ static void chat_chunk(mt_buf *out, const mt_serve_job *j, const char *model, in
     json_t *c = json_pack("{s:i, s:o, s:n, s:o}", "index", index, "delta", delta, "logprobs", "finish_reason",
                           finish ? json_string(finish) : json_null());
     event(out, json_pack("{s:s, s:s, s:I, s:o, s:[o]}", "id", j->id, "object", "chat.completion.chunk", "created",
-                         (json_int_t)j->created, "model", jtext(model, strlen(model)), "choices", c));
+                         (json_int_t)j->created, "model", mt_serve_jtext(model, strlen(model)), "choices", c));
 }
 
 void mt_serve_event_role(mt_buf *out, const mt_serve_job *j, const char *model, int index)
@@ -202,21 +203,21 @@ void mt_serve_event_text(mt_buf *out, const mt_serve_job *j, const char *model, 
                          const char *finish)
 {
     if (j->req.chat) {   /* the text, then the end in a chunk of its own */
-        if (n) chat_chunk(out, j, model, index, json_pack("{s:o}", "content", jtext(text, n)), NULL);
+        if (n) chat_chunk(out, j, model, index, json_pack("{s:o}", "content", mt_serve_jtext(text, n)), NULL);
         if (finish) chat_chunk(out, j, model, index, json_object(), finish);
         return;
     }
-    json_t *c = json_pack("{s:o, s:i, s:n, s:o}", "text", jtext(text, n), "index", index, "logprobs", "finish_reason",
+    json_t *c = json_pack("{s:o, s:i, s:n, s:o}", "text", mt_serve_jtext(text, n), "index", index, "logprobs", "finish_reason",
                           finish ? json_string(finish) : json_null());
     event(out, json_pack("{s:s, s:s, s:I, s:o, s:[o]}", "id", j->id, "object", "text_completion", "created",
-                         (json_int_t)j->created, "model", jtext(model, strlen(model)), "choices", c));
+                         (json_int_t)j->created, "model", mt_serve_jtext(model, strlen(model)), "choices", c));
 }
 
 void mt_serve_event_usage(mt_buf *out, const mt_serve_job *j, const char *model)
 {
     event(out, json_pack("{s:s, s:s, s:I, s:o, s:[], s:o}", "id", j->id, "object",
                          j->req.chat ? "chat.completion.chunk" : "text_completion", "created",
-                         (json_int_t)j->created, "model", jtext(model, strlen(model)), "choices", "usage", usage(j)));
+                         (json_int_t)j->created, "model", mt_serve_jtext(model, strlen(model)), "choices", "usage", usage(j)));
 }
 
 void mt_serve_event_done(mt_buf *out)
