@@ -172,3 +172,15 @@ t_serve_start() {
     done
     return 1
 }
+# t_json_check NAME PYTHON ARGS...: a check of a JSON file: PYTHON (statements over r, the parsed first
+# ARG, and a, the ARGS) raises nothing; else its last line is the failure's reason
+t_json_check() {
+    local name=$1 code=$2; shift 2
+    if /usr/bin/python3 - "$@" >"$T_TMP/check.out" 2>&1 <<PYEOF
+import json, sys
+a = sys.argv[1:]
+r = json.load(open(a[0], encoding="utf-8"))
+$code
+PYEOF
+    then t_pass "$name"; else t_fail "$name" "$(tail -1 "$T_TMP/check.out" | head -c 600)"; fi
+}

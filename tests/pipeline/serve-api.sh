@@ -30,16 +30,7 @@ gen --seed 9 --top-p 0.9 --temperature 0.8 --max-new-tokens 24 "${prompts[@]}" >
 # put BODY NAME: the answer in $d/NAME.json, its status printed
 put() { curl -s -X PUT -o "$d/$2.json" -w '%{http_code}' "$url/api" -H 'Content-Type: application/json' --data-binary "$1"; }
 # check NAME PYTHON ARGS...: PYTHON (statements over r, the answer, and a, the ARGS) raises nothing
-check() {
-    local name=$1 code=$2; shift 2
-    if $PY - "$@" >"$d/check.out" 2>&1 <<PYEOF
-import json, sys
-a = sys.argv[1:]
-r = json.load(open(a[0], encoding="utf-8"))
-$code
-PYEOF
-    then t_pass "$name"; else t_fail "$name" "$(tail -1 "$d/check.out" | head -c 600)"; fi
-}
+check() { t_json_check "$@"; }
 # the answer of a request of these prompts is REF's continuations after them; logprobs: the new tokens'
 same='
 ref = [json.loads(l) for l in open(a[1])]

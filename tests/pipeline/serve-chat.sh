@@ -67,16 +67,7 @@ stop() { kill -TERM $sp; wait $sp; sp=; }
 # post PATH BODY NAME: the response in $d/NAME.json, its status printed
 post() { curl -s -o "$d/$3.json" -w '%{http_code}' "$url$1" -H 'Content-Type: application/json' --data-binary "$2"; }
 # check NAME PYTHON ARGS...: PYTHON (statements over r, the parsed response, and a, the ARGS) asserts
-check() {
-    local name=$1 code=$2; shift 2
-    if $PY - "$@" >"$d/check.out" 2>&1 <<PYEOF
-import json, sys
-a = sys.argv[1:]
-r = json.load(open(a[0], encoding="utf-8"))
-$code
-PYEOF
-    then t_pass "$name"; else t_fail "$name" "$(tail -1 "$d/check.out" | head -c 600)"; fi
-}
+check() { t_json_check "$@"; }
 
 if ! serve "$d/serve.err" --chat-template "$d/chat.jinja"; then
     t_fail "mt-serve --chat-template starts" "$(cat "$d/serve.err")"

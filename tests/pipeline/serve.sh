@@ -47,16 +47,7 @@ t_pass "mt-serve starts on a free port ($port)"
 post() { curl -s -o "$d/$3.json" -D "$d/$3.h" -w '%{http_code}' "$url$1" -H 'Content-Type: application/json' --data-binary "$2"; }
 # check NAME PYTHON ARGS...: PYTHON (a body of statements over r, the parsed response, and a the ARGS)
 # raises no assertion
-check() {
-    local name=$1 code=$2; shift 2
-    if $PY - "$@" >"$d/check.out" 2>&1 <<PYEOF
-import json, sys
-a = sys.argv[1:]
-r = json.load(open(a[0], encoding="utf-8"))
-$code
-PYEOF
-    then t_pass "$name"; else t_fail "$name" "$(tail -1 "$d/check.out" | head -c 600)"; fi
-}
+check() { t_json_check "$@"; }
 
 # 1. /health and /v1/models
 s=$(curl -s -o "$d/health.json" -w '%{http_code}' "$url/health")
