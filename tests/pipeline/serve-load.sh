@@ -220,6 +220,15 @@ worst=$(sed -n 's/.*the client has gone: stopped after \([0-9]*\) new tokens/\1/
 kill -TERM $T_SERVE_PID
 wait $T_SERVE_PID && t_pass "after the load, SIGTERM: exit 0" || t_fail "SIGTERM after the load" "$(tail -3 "$d/serve.err")"
 
+# the new flags' bad values: one line naming the flag, exit 1, before anything is loaded
+for bad in "--connection-timeout 0" "--max-connections x"; do
+    # shellcheck disable=SC2086
+    timeout 60 mt-serve --load "$d/ck" $bad --port 0 >"$d/flag.out" 2>"$d/flag.err"   # (a server that starts is stopped)
+    rc=$?
+    [ $rc = 1 ] && [ "$(wc -l <"$d/flag.err")" = 1 ] && grep -q -- "^mt-serve: ${bad% *}: " "$d/flag.err" \
+        && t_pass "$bad: refused in one line ($(cat "$d/flag.err"))" || t_fail "$bad refused in one line" "exit $rc: $(cat "$d/flag.err")"
+done
+
 # 3. hostile clients
 if ! t_serve_start "$d/serve3.err" --load "$d/ck" --connection-timeout 2 --max-connections 16; then
     t_fail "mt-serve with --connection-timeout 2" "$(tail -3 "$d/serve3.err")"; exit 0
