@@ -277,7 +277,7 @@ int main(int argc, char **argv)
      * waiting for more), before more is read. */
     mt_bpe_ctx *bc = mt_bpe_ctx_new(gm.mc.tok.bpe);
     positions = mt_gpt_get_config(gm.mc.model)->max_position_embeddings;
-    mt_gen_opts go = {max_new, {greedy, temperature, (int)top_k, top_p, rep_penalty}, (uint64_t)seed, stop, NULL, 0, 0, 0};
+    mt_gen_opts go = {max_new, {greedy, temperature, (int)top_k, top_p, rep_penalty}, (uint64_t)seed, stop, NULL, 0, 0, 0, 1};
     mt_gen *g = mt_gen_new(gm.mc.model, gm.mc.tok.bpe, gm.mc.tok.vocab_size, gm.mc.tok.eod, &go);
     source src;
     source_open(&src, &pos);

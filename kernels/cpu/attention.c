@@ -198,23 +198,12 @@ void cpu_attention_kv(mtk *k, float *out, const float *qkv, float *kc, float *vc
             const size_t bg = (size_t)b * NG + (size_t)(h / rep);
             const float *q = qkv + ((size_t)b * T + t) * S3 + q_off(h, rep, HS);
             const float *kb = kc + bg * Tmax * HS, *vb = vc + bg * Tmax * HS;
-            float mx = -INFINITY;
-            for (int j = 0; j < n; j++) {
-                float a = 0.0f;
-                const float *kj = kb + (size_t)j * HS;
-#pragma omp simd reduction(+ : a)
-                for (int d = 0; d < HS; d++) a += q[d] * kj[d];
-                s[j] = a * scale;
-                mx = s[j] > mx ? s[j] : mx;
-            }
+            const float mx = kv_scores(s, q, kb, n, HS, scale, -INFINITY);
             float sum = 0.0f;
             for (int j = 0; j < n; j++) sum += s[j] = vexp(s[j] - mx);
             float *o = out + ((size_t)b * T + t) * C + (size_t)h * HS;
             for (int d = 0; d < HS; d++) o[d] = 0.0f;
-            for (int j = 0; j < n; j++) {
-                const float p = s[j] / sum;
-                for (int d = 0; d < HS; d++) o[d] += p * vb[(size_t)j * HS + d];
-            }
+            kv_values(o, s, sum, vb, n, HS);
         }
     }
 }

@@ -1,6 +1,7 @@
 /* batch.c: continuous batching over the paged KV cache (batch.h). */
 #include "gen/batch.h"
 
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -18,6 +19,7 @@ typedef struct bseq {
     int new_max;           /* new tokens at most (0: the prompt scored only) */
     int score;             /* the prompt's log-probabilities: read a token a step */
     int ntop;              /* alternatives per position */
+    int logprobs;          /* each generated id's log-probability wanted */
     mt_sampling sampling;
     mt_gen_stops stops;
     mt_rs rng;
@@ -107,7 +109,7 @@ int mt_gen_batch_add(mt_gen_batch *b, const mt_ids *prompt, const mt_gen_opts *o
     if (s == b->o.max_seqs || mt_gpt_paged_reserve(b->paged, s, len)) return 1;
     bseq *q = &b->seq[s];
     *q = (bseq){.used = 1, .order = b->joined++, .new_max = (int)new_max, .score = o->prompt_logprobs, .ntop = o->top_logprobs,
-                .sampling = o->sampling, .out = out, .fn = fn, .arg = arg, .tag = tag};
+                .logprobs = o->logprobs, .sampling = o->sampling, .out = out, .fn = fn, .arg = arg, .tag = tag};
     q->prompt.p = mt_xmalloc((size_t)T * sizeof *q->prompt.p);
     memcpy(q->prompt.p, prompt->p, (size_t)T * sizeof *q->prompt.p);
     q->prompt.n = q->prompt.cap = (size_t)T;
@@ -191,9 +193,9 @@ int mt_gen_batch_step(mt_gen_batch *b, mt_err *e)
             }
         }
         top(b, q, u, (q->score ? (int)q->prompt.n - 1 : 0) + (int)o->out.n);
-        double lp;
+        double lp = NAN;
         int32_t id = mt_sample_next(&b->sampler, b->logits + (size_t)u * b->Vp, &q->sampling, o->out.p, o->out.n, &q->rng,
-                                    &lp);
+                                    q->logprobs ? &lp : NULL);
         mt_gen_seq_append(&q->stops, b->bpe, b->eod, o, (uint32_t)id, lp);
         if (!o->why && o->out.n == (size_t)q->new_max) o->why = "length";
         if (q->fn && q->fn(q->arg, q->tag, o) && !o->why) o->why = "abort";

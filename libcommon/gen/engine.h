@@ -29,6 +29,8 @@ typedef struct mt_gen_opts {
                                  then be 0 (the prompt scored, nothing generated) */
     int top_logprobs;         /* gen/batch.h only: the likeliest ids at each scored and generated position,
                                  this many (0 to MT_GEN_MAX_TOP), in out->top_id and out->top_lp */
+    int logprobs;             /* gen/batch.h: out->logprob gets each generated id's log-probability, else NaN
+                                 (the sum over the vocabulary skipped); mt_gen (mt-generate) always fills it */
 } mt_gen_opts;
 
 /* Alternatives per position at most (top_logprobs; OpenAI's limit for chat completions). */

@@ -60,12 +60,30 @@ void mt_top_logprobs(const float *logits, int V, int n, int32_t *ids, double *lp
     for (int i = 0; i < n; i++) lps[i] = (double)logits[ids[i]] - lse;
 }
 
+/* The first index of the largest of x[0..V), as a scan that keeps the first strictly larger value: a NaN
+ * never wins, except at 0 where the scan starts. In two passes, the maximum then its first place, so that
+ * both vectorize. */
+static int32_t argmax(const float *x, int V)
+{
+    if (isnan(x[0])) return 0;
+    float mx = x[0];
+#pragma omp simd reduction(max : mx)
+    for (int j = 1; j < V; j++) mx = x[j] > mx ? x[j] : mx;
+    for (int j = 0; j < V; j++)
+        if (x[j] == mx) return j;
+    return 0;
+}
+
 int32_t mt_sample_next(mt_sampler *s, const float *logits, const mt_sampling *p, const uint32_t *prev, size_t nprev,
                        mt_rs *rng, double *logprob)
 {
     const int V = s->V;
-    const double lse = log_sum_exp(logits, V);
-
+    const int greedy = p->greedy || p->temperature <= 0;
+    if (greedy && !(p->repetition_penalty != 1.0 && nprev)) {   /* the raw logits' first largest */
+        int32_t pick = argmax(logits, V);
+        if (logprob) *logprob = (double)logits[pick] - log_sum_exp(logits, V);
+        return pick;
+    }
     for (int j = 0; j < V; j++) s->x[j] = logits[j];
     if (p->repetition_penalty != 1.0 && nprev) {
         for (size_t i = 0; i < nprev; i++)
@@ -77,7 +95,7 @@ int32_t mt_sample_next(mt_sampler *s, const float *logits, const mt_sampling *p,
             }
     }
     int32_t pick = 0;
-    if (p->greedy || p->temperature <= 0) {
+    if (greedy) {
         for (int j = 1; j < V; j++)
             if (s->x[j] > s->x[pick]) pick = j;
     } else {
@@ -110,6 +128,6 @@ int32_t mt_sample_next(mt_sampler *s, const float *logits, const mt_sampling *p,
             }
         }
     }
-    if (logprob) *logprob = (double)logits[pick] - lse;
+    if (logprob) *logprob = (double)logits[pick] - log_sum_exp(logits, V);
     return pick;
 }

@@ -34,7 +34,8 @@ typedef struct mt_sampler {
 void mt_sampler_init(mt_sampler *s, int V);
 void mt_sampler_free(mt_sampler *s);
 /* The next id from logits[0..V) given the sequence so far (prev, for the penalty). *logprob receives the
- * chosen id's log-probability under the model itself (log-softmax of the raw logits). */
+ * chosen id's log-probability under the model itself (log-softmax of the raw logits); logprob NULL skips
+ * that sum over the vocabulary. */
 int32_t mt_sample_next(mt_sampler *s, const float *logits, const mt_sampling *p, const uint32_t *prev, size_t nprev,
                        mt_rs *rng, double *logprob);
 

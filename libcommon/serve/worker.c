@@ -121,7 +121,7 @@ static void take(mt_serve_worker *w, mt_serve_job *j)
     a->j = j;
     a->K = a->left = r->n_prompts * r->n;
     a->go = (mt_gen_opts){r->max_tokens, r->sampling, r->seed, NULL, (const char *const *)r->stops, r->n_stops,
-                         r->prompt_logprobs, r->top_logprobs};
+                         r->prompt_logprobs, r->top_logprobs, r->logprobs};
     a->sent = mt_xcalloc((size_t)a->K, sizeof *a->sent);
     a->last = mt_xcalloc((size_t)a->K, sizeof *a->last);
     pthread_mutex_lock(&j->mu);

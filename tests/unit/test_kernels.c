@@ -347,6 +347,29 @@ TEST(matmul_fwd)
     }
 }
 
+/* The few-row product (N <= 8, token-by-token generation and a server's decoding steps): each row's output
+ * has the same bits as the row alone, whatever N and the row's place among the tiles of input rows; the
+ * inner dimensions leave tails of the vector width, the output rows a tail of the weight tiles. */
+TEST(matmul_rows_alone)
+{
+    static const int shapes[][2] = {{67, 19}, {773, 45}, {16, 12}};
+    for (size_t sh = 0; sh < sizeof shapes / sizeof *shapes; sh++) {
+        const int C = shapes[sh][0], OC = shapes[sh][1];
+        float *x = arand(8 * C, 1), *w = arand(OC * C, 1), *b = frand(OC, 1), *out = adev(8 * OC), *one = adev(OC);
+        double *xd = todouble(x, 8 * C), *wd = todouble(w, OC * C), *bd = todouble(b, OC), *ref = dnew(8 * OC);
+        ref_matmul(ref, xd, wd, bd, 8, C, OC);
+        for (int N = 1; N <= 8; N++) {
+            mtk_matmul_fwd(K, out, x, w, b, N, C, OC);
+            T_CLOSE(out, ref, N * OC, 1e-5);
+            for (int n = 0; n < N; n++) {
+                mtk_matmul_fwd(K, one, x + (size_t)n * C, w, b, 1, C, OC);
+                T_CHECK(!memcmp(one, out + (size_t)n * OC, sizeof(float) * OC));
+            }
+        }
+        ffree(x), ffree(w), ffree(b), ffree(out), ffree(one), free(xd), free(wd), free(bd), free(ref);
+    }
+}
+
 TEST(matmul_bwd)
 {
     const int N = 13, C = 67, OC = 19;
@@ -2022,6 +2045,7 @@ if (argc > 2 && !strcmp(argv[1], "--dump-llama")) {
 }
 RUN(open_and_memory);
 RUN(matmul_fwd);
+if (!strcmp(BACKEND, "cpu") && ACT == MTK_F32) RUN(matmul_rows_alone);   /* the fp32 few-row path */
 RUN(matmul_bwd);
 RUN(layernorm);
 RUN(add_layernorm);

@@ -2,7 +2,7 @@
  * penalty forgetting one sequence's ids before the next, top-k 1, the top-p set (the token that crosses p
  * kept, the rest never drawn; Megatron's boundary: equal logits landing on p exactly keep the next one),
  * draw frequencies against the softmax at temperature 1 and 0.5, the reported log-probability, and
- * seeded repetition. */
+ * seeded repetition; greedy's first largest among many ties. */
 #include <math.h>
 
 #include "gen/sample.h"
@@ -128,6 +128,39 @@ TEST(seeded)
 
 /* mt_top_logprobs: the n likeliest ids, the likeliest first and ties by the smaller id, as a full sort
  * gives them, with their log-softmax; n from 1 to all of V. */
+/* Greedy over a vocabulary of many ties: the first largest logit, whether the penalty path (which ranks a
+ * copy) or the plain one (two vectorized passes over the logits) chooses; NaNs never win except at 0;
+ * without a logprob pointer the same id. */
+TEST(greedy_first_largest)
+{
+    enum { V = 1037 };
+    float x[V];
+    mt_sampler sm;
+    mt_sampler_init(&sm, V);
+    mt_rs rng;
+    mt_rs_seed(&rng, 1);
+    uint32_t none[1] = {V - 1};   /* a penalized id that is never the largest: the penalty path, same answer */
+    uint64_t r = 99;
+    for (int round = 0; round < 200; round++) {
+        for (int j = 0; j < V; j++) {
+            r = r * 6364136223846793005ull + 1442695040888963407ull;
+            x[j] = (float)((r >> 40) % 23) - 30.0f;   /* 23 values over 1037 ids */
+        }
+        x[V - 1] = -100.0f;
+        if (round % 3 == 1) x[(r >> 20) % V] = NAN;
+        int want = 0;   /* the scan the contract states: the first strictly larger (NaN compares false) */
+        for (int j = 1; j < V; j++)
+            if (x[j] > x[want]) want = j;
+        double lp;
+        T_EQ_INT(mt_sample_next(&sm, x, &(mt_sampling){1, 1, 0, 1, 1}, NULL, 0, &rng, &lp), want);
+        T_EQ_INT(mt_sample_next(&sm, x, &(mt_sampling){1, 1, 0, 1, 1}, NULL, 0, &rng, NULL), want);
+        T_EQ_INT(mt_sample_next(&sm, x, &(mt_sampling){1, 1, 0, 1, 2.0}, none, 1, &rng, NULL), want);
+    }
+    x[0] = NAN;   /* the scan never leaves a NaN at 0 */
+    T_EQ_INT(mt_sample_next(&sm, x, &(mt_sampling){1, 1, 0, 1, 1}, NULL, 0, &rng, NULL), 0);
+    mt_sampler_free(&sm);
+}
+
 TEST(top_logprobs)
 {
     enum { V = 300 };
@@ -162,6 +195,7 @@ TEST(top_logprobs)
 
 T_MAIN_BEGIN("test_sample")
 RUN(greedy_and_penalty);
+RUN(greedy_first_largest);
 RUN(top_logprobs);
 RUN(topk_topp_and_frequencies);
 RUN(penalty_forgets);
