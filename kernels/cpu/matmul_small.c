@@ -154,12 +154,17 @@ INLINE T256 void tile256(float *y, const float *x, const float *w, const float *
         for (int j = 0; j < J; j++) y[(size_t)r * OC + o + j] = hsum8(acc[r][j]) + (bias ? bias[o + j] : 0.0f);
 }
 
-/* Output rows [o0, o1): tiles of 4 weight rows by 4, 2 or 1 input rows; a last 1..3 weight rows one by one.
- * The first input tile of each weight tile prefetches the weight rows AHEAD further on. */
+/* Output rows [o0, o1): tiles of 4 weight rows by 4, 2 or 1 input rows; a last 1..3 weight rows one by one
+ * (a single input row: every weight row one by one). The first input tile of each weight tile prefetches
+ * the weight rows AHEAD further on. */
 static T512 void rows512(float *out, const float *inp, const float *w, const float *bias, int N, int C, int OC, int o0,
                          int o1)
 {
     int o = o0;
+    if (N == 1) {   /* one weight row at a time streams best */
+        for (; o < o1; o++) tile512(out, inp, w, bias, o + AHEAD < OC ? w + (size_t)(o + AHEAD) * C : NULL, C, OC, o, 1, 1);
+        return;
+    }
     for (; o + 4 <= o1; o += 4) {
         const float *pf = o + AHEAD + 4 <= OC ? w + (size_t)(o + AHEAD) * C : NULL;
         int n = 0;
@@ -175,6 +180,10 @@ static T256 void rows256(float *out, const float *inp, const float *w, const flo
                          int o1)
 {
     int o = o0;
+    if (N == 1) {   /* one weight row at a time streams best */
+        for (; o < o1; o++) tile256(out, inp, w, bias, o + AHEAD < OC ? w + (size_t)(o + AHEAD) * C : NULL, C, OC, o, 1, 1);
+        return;
+    }
     for (; o + 4 <= o1; o += 4) {
         const float *pf = o + AHEAD + 4 <= OC ? w + (size_t)(o + AHEAD) * C : NULL;
         int n = 0;
