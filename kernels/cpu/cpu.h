@@ -39,8 +39,10 @@ void cpu_rmsnorm_bwd(mtk *k, float *dinp, float *dw, const float *dout, const fl
 void cpu_rmsnorm_bwd_rows(float *dinp, const float *dout, const float *inp, const float *w, const float *rstd, int N,
                           int C);
 void cpu_matmul_fwd(mtk *k, float *out, const float *inp, const float *w, const float *bias, int N, int C, int OC);
-/* cpu_matmul_fwd for N <= MT_CPU_SMALL_N rows (matmul_small.c): reads the weights once, no BLAS packing. */
-enum { MT_CPU_SMALL_N = 8 };
+/* cpu_matmul_fwd for few rows (matmul_small.c): reads the weights once, no BLAS packing. It takes
+ * N <= MT_CPU_SMALL_N rows, and up to MT_CPU_SMALL_N_BIG rows of a weight matrix of MT_CPU_SMALL_BIG_W
+ * elements or more (an output layer over a vocabulary, which a BLAS would pack whole for a few rows). */
+enum { MT_CPU_SMALL_N = 8, MT_CPU_SMALL_N_BIG = 64, MT_CPU_SMALL_BIG_W = 1 << 23 };
 void cpu_matmul_small(float *out, const float *inp, const float *w, const float *bias, int N, int C, int OC);
 /* dbias[o] += sum_n dout[n][o] for fp32 or bf16 dout, in row order (matmul.c). */
 void cpu_bias_grad(float *dbias, const void *dout, mtk_dtype dt, int N, int OC, int acc);

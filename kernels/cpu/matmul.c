@@ -55,7 +55,7 @@ static void par_sgemm(mtk *k, CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int M, int
 void cpu_matmul_fwd(mtk *k, float *out, const float *inp, const float *w, const float *bias, int N, int C, int OC)
 {
     if (N <= 0 || OC <= 0) return;
-    if (N <= MT_CPU_SMALL_N) {
+    if (N <= MT_CPU_SMALL_N || (N <= MT_CPU_SMALL_N_BIG && (size_t)C * (size_t)OC >= MT_CPU_SMALL_BIG_W)) {
         cpu_matmul_small(out, inp, w, bias, N, C, OC);
         return;
     }

@@ -1,5 +1,5 @@
-/* matmul_small.c: the linear layer for a few rows (N <= MT_CPU_SMALL_N), as in token-by-token generation
- * and a server's decoding steps: out[n] = inp[n] . W^T + bias. A BLAS GEMM would repack the whole weight
+/* matmul_small.c: the linear layer for a few rows (cpu.h's MT_CPU_SMALL_N: how few), as in token-by-token
+ * generation and a server's decoding steps: out[n] = inp[n] . W^T + bias. A BLAS GEMM would repack the whole weight
  * matrix for every call, which costs more than the product; here each weight row is read once, straight
  * from memory, and dotted with every input row while it is in cache.
  *

@@ -347,18 +347,21 @@ TEST(matmul_fwd)
     }
 }
 
-/* The few-row product (N <= 8, token-by-token generation and a server's decoding steps): each row's output
- * has the same bits as the row alone, whatever N and the row's place among the tiles of input rows; the
- * inner dimensions leave tails of the vector width, the output rows a tail of the weight tiles. */
+/* The few-row product (token-by-token generation and a server's decoding steps: up to 8 rows, or 64 of an
+ * output layer's 2^23 weights or more): each row's output has the same bits as the row alone, whatever N
+ * and the row's place among the tiles of input rows; the inner dimensions leave tails of the vector width,
+ * the output rows a tail of the weight tiles. */
 TEST(matmul_rows_alone)
 {
-    static const int shapes[][2] = {{67, 19}, {773, 45}, {16, 12}};
+    static const int shapes[][3] = {{67, 19, 8}, {773, 45, 8}, {16, 12, 8}, {64, 1 << 17, 23}};
     for (size_t sh = 0; sh < sizeof shapes / sizeof *shapes; sh++) {
-        const int C = shapes[sh][0], OC = shapes[sh][1];
-        float *x = arand(8 * C, 1), *w = arand(OC * C, 1), *b = frand(OC, 1), *out = adev(8 * OC), *one = adev(OC);
-        double *xd = todouble(x, 8 * C), *wd = todouble(w, OC * C), *bd = todouble(b, OC), *ref = dnew(8 * OC);
-        ref_matmul(ref, xd, wd, bd, 8, C, OC);
-        for (int N = 1; N <= 8; N++) {
+        const int C = shapes[sh][0], OC = shapes[sh][1], M = shapes[sh][2];
+        float *x = arand(M * C, 1), *w = arand((size_t)OC * C, 1), *b = frand(OC, 1), *out = adev((size_t)M * OC),
+              *one = adev(OC);
+        double *xd = todouble(x, M * C), *wd = todouble(w, (size_t)OC * C), *bd = todouble(b, OC),
+               *ref = dnew((size_t)M * OC);
+        ref_matmul(ref, xd, wd, bd, M, C, OC);
+        for (int N = M > 8 ? 9 : 1; N <= M; N += M > 8 ? 14 : 1) {
             mtk_matmul_fwd(K, out, x, w, b, N, C, OC);
             T_CLOSE(out, ref, N * OC, 1e-5);
             for (int n = 0; n < N; n++) {
