@@ -69,33 +69,20 @@ MTK_CLONES static __attribute__((unused)) void row_bwd(float *s, float *dp, cons
 }
 
 /* Inference (cpu_attention_kv, cpu_attention_paged): a query's scores against m cached keys (rows of HS at
- * k), s[i] = (q . k_i) * scale; returns the larger of mx and the scores. Four keys go at a time for
- * independent sums, but every dot product has the same arithmetic whether it is one of four or alone, so
- * a score does not depend on how the cache is cut into calls (a paged cache's blocks, a contiguous one). */
+ * k), s[i] = (q . k_i) * scale; returns the larger of mx and the scores. Every dot product is the same
+ * loop, so a score does not depend on how the cache is cut into calls (a paged cache's blocks, a
+ * contiguous one): a server's row equals a lone generation's. */
 MTK_CLONES static __attribute__((unused)) float kv_scores(float *s, const float *q, const float *k, int m, int HS,
                                                           float scale, float mx)
 {
-    int i = 0;
-    for (; i + 4 <= m; i += 4) {
-        const float *k0 = k + (size_t)i * HS, *k1 = k0 + HS, *k2 = k1 + HS, *k3 = k2 + HS;
-        float a0 = 0.0f, a1 = 0.0f, a2 = 0.0f, a3 = 0.0f;
-#pragma omp simd reduction(+ : a0, a1, a2, a3)
-        for (int d = 0; d < HS; d++) {
-            a0 += q[d] * k0[d];
-            a1 += q[d] * k1[d];
-            a2 += q[d] * k2[d];
-            a3 += q[d] * k3[d];
-        }
-        s[i] = a0 * scale, s[i + 1] = a1 * scale, s[i + 2] = a2 * scale, s[i + 3] = a3 * scale;
+    for (int i = 0; i < m; i++) {
+        const float *ki = k + (size_t)i * HS;
+        float a = 0.0f;
+#pragma omp simd reduction(+ : a)
+        for (int d = 0; d < HS; d++) a += q[d] * ki[d];
+        s[i] = a * scale;
+        mx = s[i] > mx ? s[i] : mx;
     }
-    for (; i < m; i++) {
-        const float *k0 = k + (size_t)i * HS;
-        float a0 = 0.0f;
-#pragma omp simd reduction(+ : a0)
-        for (int d = 0; d < HS; d++) a0 += q[d] * k0[d];
-        s[i] = a0 * scale;
-    }
-    for (int j = 0; j < m; j++) mx = s[j] > mx ? s[j] : mx;
     return mx;
 }
 

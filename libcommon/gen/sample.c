@@ -74,6 +74,89 @@ static int32_t argmax(const float *x, int V)
     return 0;
 }
 
+/* Whether candidate a ranks before b: the larger value, ties by the smaller id (a total order). */
+static int before(const struct mt_cand *a, const struct mt_cand *b)
+{
+    return a->v > b->v || (a->v == b->v && a->id < b->id);
+}
+
+static void swap_cand(struct mt_cand *a, struct mt_cand *b)
+{
+    struct mt_cand t = *a;
+    *a = *b, *b = t;
+}
+
+/* c[0..n) reordered so that its m first in rank come first, sorted; the rest in any order. A quickselect
+ * (median of three, then a partition that a NaN cannot lead out of bounds), then a sort of the m. */
+static void best_first(struct mt_cand *c, int n, int m)
+{
+    int lo = 0, hi = n - 1;
+    while (m < n && lo < hi) {
+        int mid = lo + (hi - lo) / 2;
+        if (before(&c[mid], &c[lo])) swap_cand(&c[mid], &c[lo]);
+        if (before(&c[hi], &c[lo])) swap_cand(&c[hi], &c[lo]);
+        if (before(&c[hi], &c[mid])) swap_cand(&c[hi], &c[mid]);
+        swap_cand(&c[mid], &c[hi]);   /* the median of three as the pivot, at hi */
+        int at = lo;
+        for (int i = lo; i < hi; i++)
+            if (before(&c[i], &c[hi])) swap_cand(&c[i], &c[at++]);
+        swap_cand(&c[at], &c[hi]);    /* the pivot in its place: all before it rank before it */
+        if (at == m - 1 || at == m) break;
+        if (at < m) lo = at + 1;
+        else hi = at - 1;
+    }
+    qsort(c, (size_t)m, sizeof *c, by_value_desc);
+}
+
+/* The next prefix to rank: 256 candidates, then eight times as many, up to all n. */
+static int grow(int m, int n)
+{
+    return m == 0 ? (n < 256 ? n : 256) : n - m < 7 * m ? n : 8 * m;
+}
+
+/* One draw at the temperature, after top-k and top-p (sample.h). The candidates are ranked only as far
+ * as needed: top-k selects its k; top-p, then the draw, rank growing prefixes until one reaches the
+ * boundary (the draw's walk goes from the likeliest, so it usually stops early). */
+static int32_t draw(mt_sampler *s, const float *logits, int penalty, const mt_sampling *p, mt_rs *rng)
+{
+    const int V = s->V;
+    struct mt_cand *c = s->c;
+    double top = -INFINITY;
+    for (int j = 0; j < V; j++) {
+        double v = (penalty ? s->x[j] : (double)logits[j]) / p->temperature;
+        c[j].v = isnan(v) ? -INFINITY : v, c[j].id = j;
+        top = c[j].v > top ? c[j].v : top;
+    }
+    int n = V, ranked = 0;   /* candidates kept; the first ranked of them are in rank order */
+    if (p->top_k > 0 && p->top_k < V) {
+        best_first(c, V, p->top_k);
+        n = ranked = p->top_k;
+    }
+    double z = 0;
+    for (int j = 0; j < n; j++) z += exp(c[j].v - top);
+    if (p->top_p < 1.0) {   /* kept while the probability before it does not exceed p */
+        double cum = 0;
+        int j = 0, keep = 0;
+        for (int m = ranked ? ranked : grow(0, n); !keep; m = grow(m, n)) {
+            if (m > ranked) best_first(c, n, ranked = m);
+            while (j < m && !((cum += exp(c[j].v - top) / z) > p->top_p)) j++;
+            if (j < m || m == n) keep = j < m ? j + 1 : n;
+        }
+        n = keep;
+        z = 0;
+        for (j = 0; j < n; j++) z += exp(c[j].v - top);
+    }
+    double u = (double)(mt_rs_next64(rng) >> 11) * (1.0 / 9007199254740992.0) * z, acc = 0;
+    for (int m = ranked ? ranked : grow(0, n), j = 0;; m = grow(m, n)) {
+        if (m > ranked) best_first(c, n, ranked = m);   /* the ranked prefix stays as it was */
+        for (; j < m; j++) {
+            acc += exp(c[j].v - top);
+            if (u < acc) return c[j].id;
+        }
+        if (m == n) return c[n - 1].id;
+    }
+}
+
 int32_t mt_sample_next(mt_sampler *s, const float *logits, const mt_sampling *p, const uint32_t *prev, size_t nprev,
                        mt_rs *rng, double *logprob)
 {
@@ -84,8 +167,9 @@ int32_t mt_sample_next(mt_sampler *s, const float *logits, const mt_sampling *p,
         if (logprob) *logprob = (double)logits[pick] - log_sum_exp(logits, V);
         return pick;
     }
-    for (int j = 0; j < V; j++) s->x[j] = logits[j];
-    if (p->repetition_penalty != 1.0 && nprev) {
+    const int penalty = p->repetition_penalty != 1.0 && nprev;
+    if (penalty) {
+        for (int j = 0; j < V; j++) s->x[j] = logits[j];
         for (size_t i = 0; i < nprev; i++)
             if (prev[i] < (uint32_t)V) s->seen[prev[i]] = 1;
         for (int j = 0; j < V; j++)
@@ -99,34 +183,7 @@ int32_t mt_sample_next(mt_sampler *s, const float *logits, const mt_sampling *p,
         for (int j = 1; j < V; j++)
             if (s->x[j] > s->x[pick]) pick = j;
     } else {
-        for (int j = 0; j < V; j++) s->c[j].v = s->x[j] / p->temperature, s->c[j].id = j;
-        qsort(s->c, (size_t)V, sizeof *s->c, by_value_desc);
-        int n = p->top_k > 0 && p->top_k < V ? p->top_k : V;
-        double top = s->c[0].v, z = 0;
-        for (int j = 0; j < n; j++) z += s->x[j] = exp(s->c[j].v - top);   /* x reused for the weights */
-        if (p->top_p < 1.0) {
-            double cum = 0;
-            int keep = n;
-            for (int j = 0; j < n; j++) {   /* kept while the probability before it does not exceed p */
-                cum += s->x[j] / z;
-                if (cum > p->top_p) {
-                    keep = j + 1;
-                    break;
-                }
-            }
-            n = keep;
-            z = 0;
-            for (int j = 0; j < n; j++) z += s->x[j];
-        }
-        double u = (double)(mt_rs_next64(rng) >> 11) * (1.0 / 9007199254740992.0) * z, acc = 0;
-        pick = s->c[n - 1].id;
-        for (int j = 0; j < n; j++) {
-            acc += s->x[j];
-            if (u < acc) {
-                pick = s->c[j].id;
-                break;
-            }
-        }
+        pick = draw(s, logits, penalty, p, rng);
     }
     if (logprob) *logprob = (double)logits[pick] - log_sum_exp(logits, V);
     return pick;

@@ -225,8 +225,9 @@ assert u["choices"] == [] and u["usage"] == json.load(open(sys.argv[2]))["usage"
 
 # 6. a full queue: while a long stream runs and one request waits, another is answered 429 with
 # Retry-After; the waiting one is answered after it
+# (96 choices of 40 tokens, two at a time: some 2000 steps, seconds where the sleep below is half of one)
 long='{"prompt": "x", "n": 12, "max_tokens": 40, "temperature": 1, "seed": 1, "stream": true}'
-curl -sN -o "$d/long.txt" "$url/v1/completions" --data-binary "$long" &
+curl -sN -o "$d/long.txt" "$url/v1/completions" --data-binary "${long/\"n\": 12/\"n\": 96}" &
 lp=$!
 wait_line "$d/long.txt" '^data: {' || t_fail "a long stream starts" "$(tail -3 "$d/serve.err")"
 post /v1/completions '{"prompt": "x", "max_tokens": 2}' waiting >"$d/waiting.s" &

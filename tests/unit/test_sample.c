@@ -2,8 +2,9 @@
  * penalty forgetting one sequence's ids before the next, top-k 1, the top-p set (the token that crosses p
  * kept, the rest never drawn; Megatron's boundary: equal logits landing on p exactly keep the next one),
  * draw frequencies against the softmax at temperature 1 and 0.5, the reported log-probability, and
- * seeded repetition; greedy's first largest among many ties. */
+ * seeded repetition; greedy's first largest among many ties; top-k and top-p over thousands of ids. */
 #include <math.h>
+#include <string.h>
 
 #include "gen/sample.h"
 #include "t.h"
@@ -126,6 +127,66 @@ TEST(seeded)
     mt_sampler_free(&sm);
 }
 
+/* Top-k and top-p over a vocabulary of thousands with many ties, against a full stable sort: every draw is
+ * among the kept ids, and the draws of each kept rank follow the renormalized probabilities, pooled in
+ * five bins of ranks, to 5 standard deviations of the count. Top-p 0.95 over near-uniform logits keeps
+ * most of them, which the sampler ranks in growing prefixes. */
+TEST(large_vocab_filters)
+{
+    enum { V = 2000, DRAWS = 12000 };
+    static float x[V];
+    static int order[V], rank_of[V], cnt[V];
+    uint64_t r = 5;
+    for (int j = 0; j < V; j++) {
+        r = r * 6364136223846793005ull + 1442695040888963407ull;
+        x[j] = (float)((r >> 40) % 97) / 200.0f;   /* 97 values from 0 to 0.48 */
+    }
+    for (int j = 0; j < V; j++) order[j] = j;
+    for (int i = 1; i < V; i++)   /* a stable insertion sort, descending */
+        for (int k = i; k > 0 && x[order[k]] > x[order[k - 1]]; k--) {
+            int t = order[k];
+            order[k] = order[k - 1];
+            order[k - 1] = t;
+        }
+    for (int i = 0; i < V; i++) rank_of[order[i]] = i;
+    mt_sampler sm;
+    mt_sampler_init(&sm, V);
+    mt_rs rng;
+    mt_rs_seed(&rng, 11);
+    const mt_sampling cases[] = {{0, 1, 37, 1, 1}, {0, 1, 0, 0.95, 1}, {0, 0.7, 400, 0.5, 1}};
+    for (size_t cs = 0; cs < sizeof cases / sizeof *cases; cs++) {
+        const mt_sampling *p = &cases[cs];
+        int n = p->top_k ? p->top_k : V;
+        double z = 0, cum = 0, pr[V];
+        for (int i = 0; i < n; i++) z += pr[i] = exp((x[order[i]] - x[order[0]]) / p->temperature);
+        int keep = n;
+        for (int i = 0; i < n && p->top_p < 1; i++)
+            if ((cum += pr[i] / z) > p->top_p) {
+                keep = i + 1;
+                break;
+            }
+        double zk = 0;
+        for (int i = 0; i < keep; i++) zk += pr[i];
+        memset(cnt, 0, sizeof cnt);
+        int outside = 0;
+        for (int d = 0; d < DRAWS; d++) {
+            int id = mt_sample_next(&sm, x, p, NULL, 0, &rng, NULL);
+            if (rank_of[id] >= keep) outside++;
+            cnt[rank_of[id]]++;
+        }
+        T_EQ_INT(outside, 0);
+        const int bin = (keep + 4) / 5;
+        for (int b0 = 0; b0 < keep; b0 += bin) {
+            double want = 0, got = 0;
+            for (int i = b0; i < b0 + bin && i < keep; i++) want += pr[i] / zk * DRAWS, got += cnt[i];
+            if (fabs(got - want) > 5 * sqrt(want))
+                T_FAILF("case %zu: kept %d, ranks %d..: %.0f draws, %.0f expected", cs, keep, b0, got, want);
+        }
+        if (cs == 1) T_CHECK(keep > 1500);   /* beyond the first prefix the sampler ranks */
+    }
+    mt_sampler_free(&sm);
+}
+
 /* mt_top_logprobs: the n likeliest ids, the likeliest first and ties by the smaller id, as a full sort
  * gives them, with their log-softmax; n from 1 to all of V. */
 /* Greedy over a vocabulary of many ties: the first largest logit, whether the penalty path (which ranks a
@@ -196,6 +257,7 @@ TEST(top_logprobs)
 T_MAIN_BEGIN("test_sample")
 RUN(greedy_and_penalty);
 RUN(greedy_first_largest);
+RUN(large_vocab_filters);
 RUN(top_logprobs);
 RUN(topk_topp_and_frequencies);
 RUN(penalty_forgets);
