@@ -147,7 +147,7 @@ static int32_t draw(mt_sampler *s, const float *logits, int penalty, const mt_sa
         for (j = 0; j < n; j++) z += exp(c[j].v - top);
     }
     double u = (double)(mt_rs_next64(rng) >> 11) * (1.0 / 9007199254740992.0) * z, acc = 0;
-    for (int m = ranked ? ranked : grow(0, n), j = 0;; m = grow(m, n)) {
+    for (int m = ranked ? (ranked < n ? ranked : n) : grow(0, n), j = 0;; m = grow(m, n)) {
         if (m > ranked) best_first(c, n, ranked = m);   /* the ranked prefix stays as it was */
         for (; j < m; j++) {
             acc += exp(c[j].v - top);

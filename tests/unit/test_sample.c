@@ -130,7 +130,7 @@ TEST(seeded)
 /* Top-k and top-p over a vocabulary of thousands with many ties, against a full stable sort: every draw is
  * among the kept ids, and the draws of each kept rank follow the renormalized probabilities, pooled in
  * five bins of ranks, to 5 standard deviations of the count. Top-p 0.95 over near-uniform logits keeps
- * most of them, which the sampler ranks in growing prefixes. */
+ * most of them, and a draw without either filter walks most of them: both rank growing prefixes. */
 TEST(large_vocab_filters)
 {
     enum { V = 2000, DRAWS = 12000 };
@@ -153,7 +153,7 @@ TEST(large_vocab_filters)
     mt_sampler_init(&sm, V);
     mt_rs rng;
     mt_rs_seed(&rng, 11);
-    const mt_sampling cases[] = {{0, 1, 37, 1, 1}, {0, 1, 0, 0.95, 1}, {0, 0.7, 400, 0.5, 1}};
+    const mt_sampling cases[] = {{0, 1, 37, 1, 1}, {0, 1, 0, 0.95, 1}, {0, 0.7, 400, 0.5, 1}, {0, 1.3, 0, 1, 1}};
     for (size_t cs = 0; cs < sizeof cases / sizeof *cases; cs++) {
         const mt_sampling *p = &cases[cs];
         int n = p->top_k ? p->top_k : V;
