@@ -8,7 +8,8 @@
 # --bf16 says so once and trains, its losses and grad norms those of the same run natively with
 # MT_CPU_BF16=fp32 (the same path with AVX-512 kernels: the fp32 sums in another order, which bf16's
 # roundings of the activations carry on) within 3e-4 relative: the measured gap is 3.4e-5 (the test
-# loss; grad norms 1.5e-5), the bound about 9x that. --fp16 too, which always takes this path.
+# loss; grad norms 1.5e-5), the bound about 9x that. --fp16 too, which always takes this path. The fp32
+# kernels' unit tests and the sampler's pass there too (the AVX2 paths of generation's few-row product).
 . "$(dirname "$0")/../lib.sh"
 py=/usr/bin/python3
 d=$T_TMP
@@ -29,6 +30,14 @@ if [ $rc = 0 ] && [ "$nbad" = 0 ] && [ "$nok" -ge 10 ]; then t_pass "test_cpu_lo
 else t_fail "test_cpu_lowp without AVX-512" "exit $rc, $nok ok, $(grep -m3 '^not ok' "$d/lowp" | tr '\n' ' ') $(tail -c 300 "$d/lowp.err")"; fi
 t_grep "test_cpu_lowp: bf16 through fp32 products there" '^# bf16: products through oneDNN.s fp32 SGEMM of the bf16 values \(oneDNN has no bf16 matmul on this CPU\)$' "$d/lowp"
 t_grep "test_cpu_lowp: its MT_CPU_BF16=fp32 pass is that first pass there" '^# bf16 \(fp32 products\): the bf16 cases above ran on this path$' "$d/lowp"
+
+# the fp32 kernels and the sampler there: the few-row product's AVX2 tiles, the attention rows' AVX2 clones
+for u in test_kernels test_sample; do
+    emu "$T_TOP/${MT_BUILD:-build}/tests/$u" >"$d/$u" 2>"$d/$u.err"
+    rc=$? nok=$(grep -c '^ok' "$d/$u") nbad=$(grep -c '^not ok' "$d/$u")
+    if [ $rc = 0 ] && [ "$nbad" = 0 ] && [ "$nok" -ge 8 ]; then t_pass "$u without AVX-512: $nok cases"
+    else t_fail "$u without AVX-512" "exit $rc, $nok ok, $(grep -m3 '^not ok' "$d/$u" | tr '\n' ' ') $(tail -c 300 "$d/$u.err")"; fi
+done
 
 # mt-train --bf16 and --fp16, a few steps of a small GPT
 PYTHONPATH=$T_TOP/tests/oracle $py "$T_TOP/tests/oracle/walk_data.py" "$d/data" 7 100
