@@ -86,37 +86,69 @@ static void swap_cand(struct mt_cand *a, struct mt_cand *b)
     *a = *b, *b = t;
 }
 
-/* c[0..n) reordered so that its m first in rank come first, sorted; the rest in any order. A quickselect
- * (median of three, then a partition that a NaN cannot lead out of bounds), then a sort of the m. */
-static void best_first(struct mt_cand *c, int n, int m)
+/* The median of c[lo], c[mid] and c[hi - 1] moved to c[hi - 1], then c[lo..hi - 1) partitioned: those
+ * ranking before it first. Returns where the pivot then goes (it is swapped there). The comparisons
+ * cannot lead out of bounds, whatever the values. */
+static int partition(struct mt_cand *c, int lo, int hi)
 {
-    int lo = 0, hi = n - 1;
-    while (m < n && lo < hi) {
-        int mid = lo + (hi - lo) / 2;
-        if (before(&c[mid], &c[lo])) swap_cand(&c[mid], &c[lo]);
-        if (before(&c[hi], &c[lo])) swap_cand(&c[hi], &c[lo]);
-        if (before(&c[hi], &c[mid])) swap_cand(&c[hi], &c[mid]);
-        swap_cand(&c[mid], &c[hi]);   /* the median of three as the pivot, at hi */
-        int at = lo;
-        for (int i = lo; i < hi; i++)
-            if (before(&c[i], &c[hi])) swap_cand(&c[i], &c[at++]);
-        swap_cand(&c[at], &c[hi]);    /* the pivot in its place: all before it rank before it */
-        if (at == m - 1 || at == m) break;
+    int mid = lo + (hi - lo) / 2, last = hi - 1;
+    if (before(&c[mid], &c[lo])) swap_cand(&c[mid], &c[lo]);
+    if (before(&c[last], &c[lo])) swap_cand(&c[last], &c[lo]);
+    if (before(&c[last], &c[mid])) swap_cand(&c[last], &c[mid]);
+    swap_cand(&c[mid], &c[last]);
+    int at = lo;
+    for (int i = lo; i < last; i++)
+        if (before(&c[i], &c[last])) swap_cand(&c[i], &c[at++]);
+    swap_cand(&c[at], &c[last]);
+    return at;
+}
+
+/* c[0..n) rearranged so that its m first in rank come first, in no particular order (a quickselect). */
+static void select_best(struct mt_cand *c, int n, int m)
+{
+    int lo = 0, hi = n;
+    while (m > lo && m < hi && hi - lo > 1) {
+        int at = partition(c, lo, hi);
+        if (at == m || at == m - 1) break;
         if (at < m) lo = at + 1;
-        else hi = at - 1;
+        else hi = at;
     }
-    qsort(c, (size_t)m, sizeof *c, by_value_desc);
 }
 
-/* The next prefix to rank: 256 candidates, then eight times as many, up to all n. */
-static int grow(int m, int n)
+/* The candidate, in rank order, at which the running sum of the weights exp(v - top) of c[0..n) first
+ * exceeds t: c is rearranged so that those ranking before it come first (in no particular order), then
+ * it; returns its index. t at or beyond the sum: the last in rank. A quickselect on mass, each
+ * partition's weight deciding the side, then a sort and a walk of a last few: a draw and top-p's boundary
+ * cost a few passes over the vocabulary, not a sort of it. */
+static int crossing(struct mt_cand *c, int n, double top, double t)
 {
-    return m == 0 ? (n < 256 ? n : 256) : n - m < 7 * m ? n : 8 * m;
+    int lo = 0, hi = n;
+    while (hi - lo > 32) {
+        int at = partition(c, lo, hi);
+        double m = 0;
+        for (int i = lo; i < at; i++) m += exp(c[i].v - top);
+        if (m > t) {
+            hi = at;
+            continue;
+        }
+        t -= m;
+        double w = exp(c[at].v - top);
+        if (w > t) return at;
+        t -= w;
+        lo = at + 1;
+    }
+    qsort(c + lo, (size_t)(hi - lo), sizeof *c, by_value_desc);
+    for (int i = lo; i < hi; i++) {
+        double w = exp(c[i].v - top);
+        if (w > t) return i;
+        t -= w;
+    }
+    return hi > lo ? hi - 1 : lo - 1;   /* (lo > 0 here: the range is empty only after a pivot) */
 }
 
-/* One draw at the temperature, after top-k and top-p (sample.h). The candidates are ranked only as far
- * as needed: top-k selects its k; top-p, then the draw, rank growing prefixes until one reaches the
- * boundary (the draw's walk goes from the likeliest, so it usually stops early). */
+/* One draw at the temperature, after top-k and top-p (sample.h): the first candidate in rank order whose
+ * running probability exceeds a uniform draw; top-p keeps those up to the first whose running
+ * probability exceeds p. */
 static int32_t draw(mt_sampler *s, const float *logits, int penalty, const mt_sampling *p, mt_rs *rng)
 {
     const int V = s->V;
@@ -127,34 +159,17 @@ static int32_t draw(mt_sampler *s, const float *logits, int penalty, const mt_sa
         c[j].v = isnan(v) ? -INFINITY : v, c[j].id = j;
         top = c[j].v > top ? c[j].v : top;
     }
-    int n = V, ranked = 0;   /* candidates kept; the first ranked of them are in rank order */
-    if (p->top_k > 0 && p->top_k < V) {
-        best_first(c, V, p->top_k);
-        n = ranked = p->top_k;
-    }
+    int n = V;   /* candidates kept: c[0..n) */
+    if (p->top_k > 0 && p->top_k < V) select_best(c, V, n = p->top_k);
     double z = 0;
     for (int j = 0; j < n; j++) z += exp(c[j].v - top);
-    if (p->top_p < 1.0) {   /* kept while the probability before it does not exceed p */
-        double cum = 0;
-        int j = 0, keep = 0;
-        for (int m = ranked ? ranked : grow(0, n); !keep; m = grow(m, n)) {
-            if (m > ranked) best_first(c, n, ranked = m);
-            while (j < m && !((cum += exp(c[j].v - top) / z) > p->top_p)) j++;
-            if (j < m || m == n) keep = j < m ? j + 1 : n;
-        }
-        n = keep;
+    if (p->top_p < 1.0) {
+        n = crossing(c, n, top, p->top_p * z) + 1;
         z = 0;
-        for (j = 0; j < n; j++) z += exp(c[j].v - top);
+        for (int j = 0; j < n; j++) z += exp(c[j].v - top);
     }
-    double u = (double)(mt_rs_next64(rng) >> 11) * (1.0 / 9007199254740992.0) * z, acc = 0;
-    for (int m = ranked ? (ranked < n ? ranked : n) : grow(0, n), j = 0;; m = grow(m, n)) {
-        if (m > ranked) best_first(c, n, ranked = m);   /* the ranked prefix stays as it was */
-        for (; j < m; j++) {
-            acc += exp(c[j].v - top);
-            if (u < acc) return c[j].id;
-        }
-        if (m == n) return c[n - 1].id;
-    }
+    double u = (double)(mt_rs_next64(rng) >> 11) * (1.0 / 9007199254740992.0) * z;
+    return c[crossing(c, n, top, u)].id;
 }
 
 int32_t mt_sample_next(mt_sampler *s, const float *logits, const mt_sampling *p, const uint32_t *prev, size_t nprev,

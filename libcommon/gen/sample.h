@@ -6,10 +6,10 @@
  * probability of those before it is at most p (Hugging Face's TopPLogitsWarper keeps it only while that
  * is below p, one token fewer where a cumulative probability equals p exactly, e.g. two equal logits and
  * p 0.5). Greedy (or temperature 0) takes the first largest logit after the penalty. Draws come from
- * numpy's MT19937 seeded with --seed, 53 bits per draw, so a seeded run repeats exactly; a draw walks the
- * kept tokens from the likeliest (ties: the smaller id), so that the numbers' last bits, which a batch
- * may change, rarely change a choice. Only as much of the vocabulary is ranked as needed (a selection of
- * top-k's k; for top-p and the walk, growing prefixes). */
+ * numpy's MT19937 seeded with --seed, 53 bits per draw, so a seeded run repeats exactly; a draw takes the
+ * first kept token, from the likeliest (ties: the smaller id), whose running probability exceeds it, so
+ * that the numbers' last bits, which a batch may change, rarely change a choice. Nothing sorts the
+ * vocabulary: top-k selects its k, and top-p's boundary and the draw are found by partitions on mass. */
 #ifndef MT_GEN_SAMPLE_H
 #define MT_GEN_SAMPLE_H
 
