@@ -1,4 +1,5 @@
-"""generate_hf.py DIR DEVICE DTYPE THREADS NEW B WARM < prompt ids: transformers' greedy model.generate of NEW
+"""generate_hf.py DIR DEVICE DTYPE THREADS NEW B WARM [TEMPERATURE] < prompt ids: transformers' model.generate
+(greedy, or with TEMPERATURE > 0 sampling at that temperature over the whole vocabulary: top-k 0, top-p 1) of NEW
 tokens (exactly: min_new_tokens = NEW) for batches of B prompts given as token ids (a line of ids per prompt,
 all of the same length), on DEVICE (cpu or cuda) in DTYPE (fp32 or bf16), THREADS torch threads. Before the
 timed calls of each batch, an untimed generate of WARM new tokens. Prints one JSON line per batch:
@@ -13,6 +14,7 @@ from transformers import AutoModelForCausalLM
 
 d, dev, dtype = sys.argv[1], sys.argv[2], sys.argv[3]
 threads, new, B, warm = (int(a) for a in sys.argv[4:8])
+temperature = float(sys.argv[8]) if len(sys.argv) > 8 else 0.0
 dt = {"fp32": torch.float32, "bf16": torch.bfloat16}[dtype]
 torch.set_num_threads(threads)
 model = AutoModelForCausalLM.from_pretrained(d).to(device=dev, dtype=dt).eval()
@@ -22,6 +24,8 @@ eos = model.config.eos_token_id
 for i in range(0, len(ids), B):
     x = torch.tensor(ids[i:i + B], device=dev)
     kw = dict(attention_mask=torch.ones_like(x), do_sample=False, pad_token_id=eos)
+    if temperature > 0:
+        kw.update(do_sample=True, temperature=temperature, top_k=0, top_p=1.0)
     with torch.no_grad():
         model.generate(x, max_new_tokens=warm, min_new_tokens=warm, **kw)
         sync()
