@@ -2,6 +2,7 @@
 #include "gen/batch.h"
 
 #include <math.h>
+#include <omp.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -37,7 +38,10 @@ struct mt_gen_batch {
     int positions, Vp, running;
     uint64_t joined;
     mt_gpt_paged *paged;
-    mt_sampler sampler;
+    mt_sampler *samplers;  /* one per OpenMP thread: the step's choices are made in parallel */
+    int nsamplers, V;
+    int32_t *pick;         /* a step's, [max_seqs]: each run's next id (-1: none this step) */
+    double *pick_lp;
     bseq *seq;             /* [max_seqs], by slot */
     mt_gpt_run *runs;      /* a step's, [max_seqs] */
     int32_t *tokens;       /* [max_prefill + max_seqs] */
@@ -59,7 +63,12 @@ mt_gen_batch *mt_gen_batch_new(mt_gpt *model, const mt_bpe *bpe, int64_t vocab_s
     b->model = model, b->bpe = bpe, b->eod = eod, b->o = *o, b->paged = p;
     b->positions = c->max_position_embeddings;
     b->Vp = c->padded_vocab_size;
-    mt_sampler_init(&b->sampler, (int)vocab_size);
+    b->V = (int)vocab_size;
+    b->nsamplers = omp_get_max_threads();
+    b->samplers = mt_xcalloc((size_t)b->nsamplers, sizeof *b->samplers);
+    for (int t = 0; t < b->nsamplers; t++) mt_sampler_init(&b->samplers[t], b->V);
+    b->pick = mt_xcalloc((size_t)o->max_seqs, sizeof *b->pick);
+    b->pick_lp = mt_xcalloc((size_t)o->max_seqs, sizeof *b->pick_lp);
     b->seq = mt_xcalloc((size_t)o->max_seqs, sizeof *b->seq);
     b->runs = mt_xcalloc((size_t)o->max_seqs, sizeof *b->runs);
     b->tokens = mt_xcalloc((size_t)(o->max_prefill + o->max_seqs), sizeof *b->tokens);
@@ -84,7 +93,8 @@ void mt_gen_batch_free(mt_gen_batch *b)
     for (int s = 0; s < b->o.max_seqs; s++)
         if (b->seq[s].used) leave(b, s);
     mt_gpt_paged_free(b->paged);
-    mt_sampler_free(&b->sampler);
+    for (int t = 0; t < b->nsamplers; t++) mt_sampler_free(&b->samplers[t]);
+    free(b->samplers), free(b->pick), free(b->pick_lp);
     free(b->seq), free(b->runs), free(b->tokens), free(b->logits);
     free(b);
 }
@@ -132,7 +142,7 @@ int mt_gen_batch_add(mt_gen_batch *b, const mt_ids *prompt, const mt_gen_opts *o
 static void top(mt_gen_batch *b, bseq *q, int u, int at)
 {
     if (q->ntop)
-        mt_top_logprobs(b->logits + (size_t)u * b->Vp, b->sampler.V, q->ntop, q->out->top_id + (size_t)at * q->ntop,
+        mt_top_logprobs(b->logits + (size_t)u * b->Vp, b->V, q->ntop, q->out->top_id + (size_t)at * q->ntop,
                         q->out->top_lp + (size_t)at * q->ntop);
 }
 
@@ -171,6 +181,20 @@ int mt_gen_batch_step(mt_gen_batch *b, mt_err *e)
             }
         return -1;
     }
+    /* each run that chooses a token this step (decoding, or at the end of its prompt with tokens to make):
+     * its choice and its alternatives, the runs shared among the threads (each sequence draws from its own
+     * stream: the same choices in any order) */
+#pragma omp parallel for schedule(dynamic, 1) if (n > 1)
+    for (int u = 0; u < n; u++) {
+        bseq *q = &b->seq[b->runs[u].seq];
+        mt_gen_seq *o = q->out;
+        b->pick[u] = -1;
+        if ((q->read < (int)q->prompt.n && q->read + b->runs[u].count < (int)q->prompt.n) || !q->new_max) continue;
+        top(b, q, u, (q->score ? (int)q->prompt.n - 1 : 0) + (int)o->out.n);
+        b->pick_lp[u] = NAN;
+        b->pick[u] = mt_sample_next(&b->samplers[omp_get_thread_num()], b->logits + (size_t)u * b->Vp, &q->sampling,
+                                    o->out.p, o->out.n, &q->rng, q->logprobs ? &b->pick_lp[u] : NULL);
+    }
     for (int u = 0; u < n; u++) {
         int s = b->runs[u].seq;
         bseq *q = &b->seq[s];
@@ -179,7 +203,7 @@ int mt_gen_batch_step(mt_gen_batch *b, mt_err *e)
             q->read += b->runs[u].count;
             if (q->read < (int)q->prompt.n) {   /* more of its prompt to read */
                 if (q->score) {
-                    o->prompt_logprob[q->read - 1] = mt_logprob(b->logits + (size_t)u * b->Vp, b->sampler.V,
+                    o->prompt_logprob[q->read - 1] = mt_logprob(b->logits + (size_t)u * b->Vp, b->V,
                                                                 (int32_t)q->prompt.p[q->read]);
                     top(b, q, u, q->read - 1);
                 }
@@ -192,11 +216,8 @@ int mt_gen_batch_step(mt_gen_batch *b, mt_err *e)
                 continue;
             }
         }
-        top(b, q, u, (q->score ? (int)q->prompt.n - 1 : 0) + (int)o->out.n);
-        double lp = NAN;
-        int32_t id = mt_sample_next(&b->sampler, b->logits + (size_t)u * b->Vp, &q->sampling, o->out.p, o->out.n, &q->rng,
-                                    q->logprobs ? &lp : NULL);
-        mt_gen_seq_append(&q->stops, b->bpe, b->eod, o, (uint32_t)id, lp);
+        int32_t id = b->pick[u];
+        mt_gen_seq_append(&q->stops, b->bpe, b->eod, o, (uint32_t)id, b->pick_lp[u]);
         if (!o->why && o->out.n == (size_t)q->new_max) o->why = "length";
         if (q->fn && q->fn(q->arg, q->tag, o) && !o->why) o->why = "abort";
         if (o->why) leave(b, s);
