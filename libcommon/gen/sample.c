@@ -176,13 +176,12 @@ int32_t mt_sample_next(mt_sampler *s, const float *logits, const mt_sampling *p,
                        mt_rs *rng, double *logprob)
 {
     const int V = s->V;
-    const int greedy = p->greedy || p->temperature <= 0;
-    if (greedy && !(p->repetition_penalty != 1.0 && nprev)) {   /* the raw logits' first largest */
+    const int greedy = p->greedy || p->temperature <= 0, penalty = p->repetition_penalty != 1.0 && nprev;
+    if (greedy && !penalty) {   /* the raw logits' first largest */
         int32_t pick = argmax(logits, V);
         if (logprob) *logprob = (double)logits[pick] - log_sum_exp(logits, V);
         return pick;
     }
-    const int penalty = p->repetition_penalty != 1.0 && nprev;
     if (penalty) {
         for (int j = 0; j < V; j++) s->x[j] = logits[j];
         for (size_t i = 0; i < nprev; i++)

@@ -10,6 +10,19 @@
 #include "t.h"
 
 
+/* order[0..V): the ids by descending x, ties by the smaller id (a stable insertion sort: the reference the
+ * sampler's selections are checked against). */
+static void rank_desc(const float *x, int V, int *order)
+{
+    for (int j = 0; j < V; j++) order[j] = j;
+    for (int i = 1; i < V; i++)
+        for (int k = i; k > 0 && x[order[k]] > x[order[k - 1]]; k--) {
+            int t = order[k];
+            order[k] = order[k - 1];
+            order[k - 1] = t;
+        }
+}
+
 TEST(greedy_and_penalty)
 {
     mt_sampler sm;
@@ -141,13 +154,7 @@ TEST(large_vocab_filters)
         r = r * 6364136223846793005ull + 1442695040888963407ull;
         x[j] = (float)((r >> 40) % 97) / 200.0f;   /* 97 values from 0 to 0.48 */
     }
-    for (int j = 0; j < V; j++) order[j] = j;
-    for (int i = 1; i < V; i++)   /* a stable insertion sort, descending */
-        for (int k = i; k > 0 && x[order[k]] > x[order[k - 1]]; k--) {
-            int t = order[k];
-            order[k] = order[k - 1];
-            order[k - 1] = t;
-        }
+    rank_desc(x, V, order);
     for (int i = 0; i < V; i++) rank_of[order[i]] = i;
     mt_sampler sm;
     mt_sampler_init(&sm, V);
@@ -234,13 +241,7 @@ TEST(top_logprobs)
     double se = 0;
     for (int j = 0; j < V; j++) se += exp((double)x[j]);
     int order[V];
-    for (int j = 0; j < V; j++) order[j] = j;
-    for (int i = 1; i < V; i++)   /* a stable insertion sort, descending */
-        for (int k = i; k > 0 && x[order[k]] > x[order[k - 1]]; k--) {
-            int t = order[k];
-            order[k] = order[k - 1];
-            order[k - 1] = t;
-        }
+    rank_desc(x, V, order);
     int ns[] = {1, 2, 5, 17, V};
     for (size_t c = 0; c < sizeof ns / sizeof *ns; c++) {
         int32_t ids[V];
