@@ -115,7 +115,7 @@ typedef struct mtk_ops {
     void (*adamw)(mtk *k, float *p, void *work, const float *g, float *m, float *v, const mtk_adamw_seg *seg,
                   int nseg, float lr, float b1, float b2, float eps, float wd, int t, float grad_scale);
     /* mixture of experts (kernels.h). grouped_matmul_*: may be NULL: mtk.c runs matmul_fwd / matmul_bwd once
-     * per non-empty group (the reference). */
+     * per non-empty group (the reference loop below). */
     void (*router_fwd)(mtk *k, float *logits, const void *inp, const void *w, int N, int C, int E);
     void (*router_bwd)(mtk *k, void *dinp, float *dw, const float *dlogits, const void *inp, const void *w, int N,
                        int C, int E, int acc);
@@ -163,6 +163,12 @@ void mtk_fail(mtk *k, const char *fmt, ...) __attribute__((format(printf, 2, 3))
 /* Takes bytes (64-byte aligned) from the workspace for the current operation; NULL + error when the
  * reservation does not cover it. mtk.c rewinds the workspace at the start of every operation. */
 void *mtk_ws_take(mtk *k, size_t bytes);
+/* The grouped products as one matmul_fwd / matmul_bwd per non-empty group (a zeroed weight gradient for an
+ * empty one when assigned): the reference, for backends without grouped_matmul_* and for comparison. */
+void mtk_grouped_matmul_loop_fwd(mtk *k, void *out, const void *inp, const void *w, const int32_t *counts, int G, int C,
+                                 int OC);
+void mtk_grouped_matmul_loop_bwd(mtk *k, void *dinp, float *dw, const void *dout, const void *inp, const void *w,
+                                 const int32_t *counts, int G, int C, int OC, int acc);
 
 /* Sets e's message (e may be NULL); returns -1. */
 int mtk_err_set(mt_err *e, const char *fmt, ...) __attribute__((format(printf, 2, 3)));

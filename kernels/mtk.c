@@ -747,18 +747,11 @@ static long long group_rows(mtk *k, const char *op, const int32_t *counts, int G
     return R;
 }
 
-void mtk_grouped_matmul_fwd(mtk *k, mtk_act *out, const mtk_act *inp, const mtk_act *w, const int32_t *counts, int G,
-                            int C, int OC)
+void mtk_grouped_matmul_loop_fwd(mtk *k, void *out, const void *inp, const void *w, const int32_t *counts, int G, int C,
+                                 int OC)
 {
-    long long R = k->failed ? -1 : group_rows(k, "grouped_matmul_fwd", counts, G);
-    if (R < 0 || !ready(k, "grouped_matmul_fwd", G, (long long)C * OC, mx(mx((size_t)R * C, (size_t)R * OC), (size_t)OC * C)))
-        return;
-    if (k->ops->grouped_matmul_fwd) {
-        k->ops->grouped_matmul_fwd(k, out, inp, w, counts, G, C, OC);
-        return;
-    }
     size_t a = k->act == MTK_F32 ? 4 : 2, r0 = 0;
-    for (int g = 0; g < G; g++) {   /* the reference: one product per expert */
+    for (int g = 0; g < G; g++) {   /* one product per expert */
         if (counts[g]) {
             k->ws_used = 0;
             k->ops->matmul_fwd(k, (char *)out + r0 * OC * a, (const char *)inp + r0 * C * a,
@@ -767,17 +760,9 @@ void mtk_grouped_matmul_fwd(mtk *k, mtk_act *out, const mtk_act *inp, const mtk_
         r0 += (size_t)counts[g];
     }
 }
-void mtk_grouped_matmul_bwd(mtk *k, mtk_act *dinp, float *dw, const mtk_act *dout, const mtk_act *inp,
-                            const mtk_act *w, const int32_t *counts, int G, int C, int OC, mtk_grad_mode gm)
+void mtk_grouped_matmul_loop_bwd(mtk *k, void *dinp, float *dw, const void *dout, const void *inp, const void *w,
+                                 const int32_t *counts, int G, int C, int OC, int acc)
 {
-    long long R = k->failed ? -1 : group_rows(k, "grouped_matmul_bwd", counts, G);
-    if (R < 0 || !ready(k, "grouped_matmul_bwd", G, (long long)C * OC, mx(mx((size_t)R * C, (size_t)R * OC), (size_t)OC * C)))
-        return;
-    int acc = gm == MTK_GRAD_ACCUMULATE;
-    if (k->ops->grouped_matmul_bwd) {
-        k->ops->grouped_matmul_bwd(k, dinp, dw, dout, inp, w, counts, G, C, OC, acc);
-        return;
-    }
     size_t a = k->act == MTK_F32 ? 4 : 2, r0 = 0;
     for (int g = 0; g < G; g++) {
         float *dwg = dw ? dw + (size_t)g * OC * C : NULL;
@@ -790,6 +775,29 @@ void mtk_grouped_matmul_bwd(mtk *k, mtk_act *dinp, float *dw, const mtk_act *dou
             k->ops->zero(k, dwg, (size_t)OC * C * sizeof(float));
         r0 += (size_t)counts[g];
     }
+}
+void mtk_grouped_matmul_fwd(mtk *k, mtk_act *out, const mtk_act *inp, const mtk_act *w, const int32_t *counts, int G,
+                            int C, int OC)
+{
+    long long R = k->failed ? -1 : group_rows(k, "grouped_matmul_fwd", counts, G);
+    if (R < 0 || !ready(k, "grouped_matmul_fwd", G, (long long)C * OC, mx(mx((size_t)R * C, (size_t)R * OC), (size_t)OC * C)))
+        return;
+    if (k->ops->grouped_matmul_fwd)
+        k->ops->grouped_matmul_fwd(k, out, inp, w, counts, G, C, OC);
+    else
+        mtk_grouped_matmul_loop_fwd(k, out, inp, w, counts, G, C, OC);
+}
+void mtk_grouped_matmul_bwd(mtk *k, mtk_act *dinp, float *dw, const mtk_act *dout, const mtk_act *inp,
+                            const mtk_act *w, const int32_t *counts, int G, int C, int OC, mtk_grad_mode gm)
+{
+    long long R = k->failed ? -1 : group_rows(k, "grouped_matmul_bwd", counts, G);
+    if (R < 0 || !ready(k, "grouped_matmul_bwd", G, (long long)C * OC, mx(mx((size_t)R * C, (size_t)R * OC), (size_t)OC * C)))
+        return;
+    int acc = gm == MTK_GRAD_ACCUMULATE;
+    if (k->ops->grouped_matmul_bwd)
+        k->ops->grouped_matmul_bwd(k, dinp, dw, dout, inp, w, counts, G, C, OC, acc);
+    else
+        mtk_grouped_matmul_loop_bwd(k, dinp, dw, dout, inp, w, counts, G, C, OC, acc);
 }
 void mtk_sigmoid_gate_fwd(mtk *k, mtk_act *out, const mtk_act *x, const float *logit, int N, int C)
 {

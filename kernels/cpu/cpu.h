@@ -116,6 +116,12 @@ void cpu_moe_permute_bwd(mtk *k, void *dinp, const void *dout, const int32_t *ro
 void cpu_moe_unpermute(mtk *k, void *out, const void *y, const int32_t *row, const float *probs, int N, int K, int C);
 void cpu_moe_unpermute_bwd(mtk *k, void *dy, float *dprobs, const void *dout, const void *y, const int32_t *row,
                            const float *probs, int N, int K, int C, int R);
+/* The experts' grouped products (grouped.c) with operands of dtype dt: fp32, or bf16 when oneDNN has bf16
+ * products (bf16_dnnl). counts host memory, as kernels.h's. */
+void cpu_grouped_fwd(mtk *k, mtk_dtype dt, void *out, const void *inp, const void *w, const int32_t *counts, int G,
+                     int C, int OC);
+void cpu_grouped_bwd(mtk *k, mtk_dtype dt, void *dinp, float *dw, const void *dout, const void *inp, const void *w,
+                     const int32_t *counts, int G, int C, int OC, int acc);
 void cpu_sigmoid_gate_fwd(mtk *k, void *out, const void *x, const float *logit, int N, int C);
 void cpu_sigmoid_gate_bwd(mtk *k, void *dx, float *dlogit, const void *dout, const void *x, const float *logit, int N,
                           int C);
@@ -133,6 +139,17 @@ const char *cpu_dnnl_isa(void);
 int cpu_dnnl_matmul(mtk *k, cpu_dnnl *d, mtk_dtype ab, int M, int N, int K, const void *A, long sam, long sak,
                     const void *B, long sbk, long sbn, const float *bias, int accumulate, void *C, mtk_dtype cdt,
                     long ldc);
+/* Tiles: the same products with M (or with runtime_k, K) given at each run, for many threads at once. Get
+ * every tile and ready the threads outside a parallel region; then, inside one, each thread runs tiles as
+ * thread number `thread` (below the count readied). A tile stays valid until the next get that misses
+ * the cache (which holds 64), so a caller gets a handful and runs them. */
+typedef struct cpu_dnnl_tile cpu_dnnl_tile;
+const cpu_dnnl_tile *cpu_dnnl_tile_get(mtk *k, cpu_dnnl *d, mtk_dtype ab, int runtime_k, int M, int N, int K,
+                                       long sam, long sak, long sbk, long sbn, int accumulate, mtk_dtype cdt, long ldc);
+int cpu_dnnl_tile_threads(mtk *k, cpu_dnnl *d, int nthreads);
+/* 0, or -1 (no error set: the caller, maybe on another thread, says which product failed) */
+int cpu_dnnl_tile_run(cpu_dnnl *d, const cpu_dnnl_tile *t, int thread, int size, const void *A, const void *B,
+                      void *C);
 
 /* The cpu backend's state (k->impl). */
 typedef struct cpu_state {
@@ -140,6 +157,8 @@ typedef struct cpu_state {
     int sgemm_dnnl;   /* fp32 linear layers through oneDNN (default), or OpenBLAS with MT_CPU_SGEMM=openblas */
     int bf16_dnnl;    /* bf16 linear layers through oneDNN's bf16 matmul; 0: the bf16 values staged to fp32 and
                          multiplied by the fp32 products (no bf16 kernel on this CPU, or MT_CPU_BF16=fp32) */
+    int grouped_loop; /* MT_CPU_GROUPED=loop: the experts' grouped products one product per group (mtk.c's
+                         reference loop) instead of grouped.c's tiles */
     size_t capacity;  /* MT_CPU_MEMORY: the bytes the device buffers may hold at once, as a GPU's memory (0: no
                          limit) */
     _Atomic size_t used;   /* the bytes of the live buffers (headers included) */

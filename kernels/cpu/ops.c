@@ -61,8 +61,14 @@ static int cpu_open(mtk *k, const mtk_config *cfg, mt_err *e)
         free(s);
         return -1;
     }
-    const char *g = getenv("MT_CPU_SGEMM");
+    const char *g = getenv("MT_CPU_SGEMM"), *gr = getenv("MT_CPU_GROUPED");
     s->sgemm_dnnl = !(g && !strcmp(g, "openblas"));
+    if (gr && *gr && strcmp(gr, "tiles") && strcmp(gr, "loop")) {
+        cpu_dnnl_close(s->dnnl);
+        free(s);
+        return mtk_err_set(e, "MT_CPU_GROUPED: '%s' is not tiles or loop", gr);
+    }
+    s->grouped_loop = gr && !strcmp(gr, "loop");
     atomic_init(&s->used, 0);
     const char *cap = getenv("MT_CPU_MEMORY");
     if (cap && *cap && parse_bytes(cap, &s->capacity)) {
@@ -682,6 +688,77 @@ static void s_router_bwd(mtk *k, void *dinp, float *dw, const float *dlogits, co
     }
 }
 
+/* The experts' grouped products (grouped.c): fp32, and bf16 through oneDNN, as they are; otherwise the rows
+ * staged to fp32 whole and the experts' weights as many groups at a time as the workspace holds (at least
+ * one: a group's [OC, C] is within the reserved operand size). */
+static int direct(mtk *k) { return k->act == MTK_F32 || (k->act == MTK_BF16 && ((cpu_state *)k->impl)->bf16_dnnl); }
+
+/* Groups [g0, g0 + n) of w staged to fp32 in the workspace's free part: n as many as fit, at least 1. */
+static float *stage_groups(mtk *k, const void *w, int g0, int G, int C, int OC, int *n)
+{
+    const size_t one = (size_t)OC * C, room = (k->ws_bytes - k->ws_used) / sizeof(float);
+    size_t fit = room > 64 ? (room - 64) / one : 0;
+    *n = fit < 1 ? 1 : fit > (size_t)(G - g0) ? G - g0 : (int)fit;
+    return in(k, (const char *)w + (size_t)g0 * one * mtk_act_size(k), (size_t)*n * one);
+}
+
+/* The rows of groups [g0, g0 + n). */
+static size_t rows_of(const int32_t *counts, int g0, int n)
+{
+    size_t r = 0;
+    for (int g = g0; g < g0 + n; g++) r += (size_t)counts[g];
+    return r;
+}
+
+static void s_grouped_fwd(mtk *k, void *o, const void *inp, const void *w, const int32_t *counts, int G, int C, int OC)
+{
+    if (((cpu_state *)k->impl)->grouped_loop) {
+        mtk_grouped_matmul_loop_fwd(k, o, inp, w, counts, G, C, OC);
+        return;
+    }
+    if (direct(k)) {
+        cpu_grouped_fwd(k, k->act, o, inp, w, counts, G, C, OC);
+        return;
+    }
+    const size_t R = rows_of(counts, 0, G);
+    float *fi = in(k, inp, R * C), *fo = buf(k, o, R * OC);
+    size_t mark = k->ws_used, r0 = 0;
+    for (int g0 = 0, n = 0; g0 < G && STAGED_OK; g0 += n) {
+        float *fw = stage_groups(k, w, g0, G, C, OC, &n);
+        if (!STAGED_OK) return;
+        cpu_grouped_fwd(k, MTK_F32, fo + r0 * OC, fi + r0 * C, fw, counts + g0, n, C, OC);
+        r0 += rows_of(counts, g0, n);
+        k->ws_used = mark;
+    }
+    out(k, o, fo, R * OC);
+}
+
+static void s_grouped_bwd(mtk *k, void *dinp, float *dw, const void *dout, const void *inp, const void *w,
+                          const int32_t *counts, int G, int C, int OC, int acc)
+{
+    if (((cpu_state *)k->impl)->grouped_loop) {
+        mtk_grouped_matmul_loop_bwd(k, dinp, dw, dout, inp, w, counts, G, C, OC, acc);
+        return;
+    }
+    if (direct(k)) {
+        cpu_grouped_bwd(k, k->act, dinp, dw, dout, inp, w, counts, G, C, OC, acc);
+        return;
+    }
+    const size_t R = rows_of(counts, 0, G);
+    float *fdo = in(k, dout, R * OC), *fi = dw ? in(k, inp, R * C) : NULL, *fdi = buf(k, dinp, R * C);
+    if (!STAGED_OK) return;
+    if (dw) cpu_grouped_bwd(k, MTK_F32, NULL, dw, fdo, fi, NULL, counts, G, C, OC, acc);
+    size_t mark = k->ws_used, r0 = 0;
+    for (int g0 = 0, n = 0; dinp && g0 < G && STAGED_OK; g0 += n) {
+        float *fw = stage_groups(k, w, g0, G, C, OC, &n);
+        if (!STAGED_OK) return;
+        cpu_grouped_bwd(k, MTK_F32, fdi + r0 * C, NULL, fdo + r0 * OC, NULL, fw, counts + g0, n, C, OC, acc);
+        r0 += rows_of(counts, g0, n);
+        k->ws_used = mark;
+    }
+    out(k, dinp, fdi, R * C);
+}
+
 const mtk_ops mtk_cpu_ops = {
     .name = "cpu",
     .open = cpu_open,
@@ -742,6 +819,8 @@ const mtk_ops mtk_cpu_ops = {
     .moe_permute_bwd = cpu_moe_permute_bwd,
     .moe_unpermute = cpu_moe_unpermute,
     .moe_unpermute_bwd = cpu_moe_unpermute_bwd,
+    .grouped_matmul_fwd = s_grouped_fwd,
+    .grouped_matmul_bwd = s_grouped_bwd,
     .sigmoid_gate_fwd = cpu_sigmoid_gate_fwd,
     .sigmoid_gate_bwd = cpu_sigmoid_gate_bwd,
 };

@@ -2085,6 +2085,7 @@ RUN_F32(moe_route_bwd);
 RUN_F32(moe_dispatch);
 RUN(moe_permute);
 RUN(moe_grouped_matmul);
+RUN(moe_grouped_staged_batches);
 RUN(moe_sigmoid_gate);
 RUN(attention_cp_split);
 RUN(attention_block_whole_and_errors);
