@@ -1,8 +1,9 @@
 /* grouped.c: the experts' grouped products (mtk_grouped_matmul_fwd / _bwd) through mt's cpu kernel
  * backend, as its tiles (the default) and as one product per expert (MT_CPU_GROUPED=loop, the reference),
  * against one product of the same rows and FLOPs (mtk_matmul_fwd / _bwd of all the rows by one expert's
- * matrix): N tokens routed to E experts, top K, with uneven counts (a fixed Zipf-like share per expert,
- * the largest about 3x the mean), rows of C times [OC, C]. Best of several repetitions after a warm-up;
+ * matrix): N tokens routed to E experts, top K, with uneven counts (a Zipf-like share per expert, the
+ * largest about 3x the mean), rows of C times [OC, C]. As in training, where each step routes anew, the
+ * counts change from one repetition to the next (a few rows move between experts). Best of several repetitions after a warm-up;
  * prints, for fp32 and bf16, GFLOP/s of the tiles, the loop and the single forward, input gradient and
  * weight gradient, and the ratios tiles / single and loop / single. Built and run by bench/moe-cpu.
  * Usage: grouped THREADS N K E C OC */
@@ -22,10 +23,12 @@ static double now_s(void)
 }
 
 /* GFLOP/s of the three products, grouped (g) and single (s); loop: the grouped ones as the reference loop. */
-static int run(int nt, mtk_dtype dt, int loop, int R, const int32_t *counts, int E, int C, int OC, double g[3],
+static int run(int nt, mtk_dtype dt, int loop, int R, const int32_t *share, int E, int C, int OC, double g[3],
                double s[3])
 {
     mt_err e;
+    int32_t counts[1024];
+    if (E > 1024) return -1;
     setenv("MT_CPU_GROUPED", loop ? "loop" : "tiles", 1);
     mtk *k = mtk_open(&(mtk_config){.backend = "cpu", .threads = nt, .act_dtype = dt}, &e);
     if (!k) {
@@ -52,6 +55,11 @@ static int run(int nt, mtk_dtype dt, int loop, int R, const int32_t *counts, int
         for (int op = 0; op < 3; op++) {
             double best = 1e30;
             for (int rep = 0; rep < 6; rep++) {
+                for (int i = 0; i < E; i++) counts[i] = share[i];   /* a new routing: rows move in pairs */
+                for (int i = 0; i + 1 < E; i += 2) {
+                    const int want = (3 * rep + op) * (1 + i % 5), moved = want < counts[i] ? want : counts[i];
+                    counts[i] -= moved, counts[i + 1] += moved;
+                }
                 double t0 = now_s();
                 if (grouped) {
                     if (op == 0) mtk_grouped_matmul_fwd(k, y, x, w, counts, E, C, OC);

@@ -139,15 +139,18 @@ const char *cpu_dnnl_isa(void);
 int cpu_dnnl_matmul(mtk *k, cpu_dnnl *d, mtk_dtype ab, int M, int N, int K, const void *A, long sam, long sak,
                     const void *B, long sbk, long sbn, const float *bias, int accumulate, void *C, mtk_dtype cdt,
                     long ldc);
-/* Tiles: the same products with M (or with runtime_k, K) given at each run, for many threads at once. Get
- * every tile and ready the threads outside a parallel region; then, inside one, each thread runs tiles as
- * thread number `thread` (below the count readied). A tile stays valid until the next get that misses
- * the cache (which holds 64), so a caller gets a handful and runs them. */
+/* Tiles: the same products for many threads at once, of fixed sizes (CPU_TILE_FIXED) or with M (ROWS) or
+ * K (INNER) given at each run (oneDNN's runtime dimensions: one primitive for every size, a little slower
+ * than a fixed one). Get every tile and ready the threads outside a parallel region; then, inside one,
+ * each thread runs tiles as thread number `thread` (below the count readied). A tile stays valid until
+ * the next get that misses the cache (which holds 64), so a caller gets a handful and runs them. */
 typedef struct cpu_dnnl_tile cpu_dnnl_tile;
-const cpu_dnnl_tile *cpu_dnnl_tile_get(mtk *k, cpu_dnnl *d, mtk_dtype ab, int runtime_k, int M, int N, int K,
+typedef enum { CPU_TILE_FIXED, CPU_TILE_ROWS, CPU_TILE_INNER } cpu_tile_mode;
+const cpu_dnnl_tile *cpu_dnnl_tile_get(mtk *k, cpu_dnnl *d, mtk_dtype ab, cpu_tile_mode mode, int M, int N, int K,
                                        long sam, long sak, long sbk, long sbn, int accumulate, mtk_dtype cdt, long ldc);
 int cpu_dnnl_tile_threads(mtk *k, cpu_dnnl *d, int nthreads);
-/* 0, or -1 (no error set: the caller, maybe on another thread, says which product failed) */
+/* size: the tile's M or K given at the run (ignored for a fixed one). 0, or -1 (no error set: the caller,
+ * maybe on another thread, says which product failed) */
 int cpu_dnnl_tile_run(cpu_dnnl *d, const cpu_dnnl_tile *t, int thread, int size, const void *A, const void *B,
                       void *C);
 

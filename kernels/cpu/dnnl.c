@@ -33,7 +33,7 @@ typedef struct entry {
     dnnl_memory_desc_t smd;                  /* a tile's scratch */
 } entry;
 
-enum { FIXED, RUNTIME_M, RUNTIME_K };
+enum { FIXED, TILE_FIXED, RUNTIME_M, RUNTIME_K };   /* a regular product, then the tiles' modes */
 
 struct cpu_dnnl {
     dnnl_engine_t eng;
@@ -90,7 +90,7 @@ void cpu_dnnl_close(cpu_dnnl *d)
 static dnnl_data_type_t dt_of(mtk_dtype t) { return t == MTK_F32 ? dnnl_f32 : t == MTK_BF16 ? dnnl_bf16 : dnnl_f16; }
 
 /* Builds the primitive of one key into x; -1 when oneDNN has no implementation for it. runtime: FIXED, or
- * the size left to each run (a tile: no memory objects, scratch in x->smd). */
+ * a tile's mode (TILE_FIXED, or the size left to each run): no memory objects, scratch in x->smd. */
 static int build(cpu_dnnl *d, entry *x, mtk_dtype ab, int M, int N, int K, long sam, long sak, long sbk, long sbn,
                  int has_bias, int accumulate, mtk_dtype cdt, long ldc, int runtime)
 {
@@ -229,11 +229,12 @@ int cpu_dnnl_matmul(mtk *k, cpu_dnnl *d, mtk_dtype ab, int M, int N, int K, cons
 
 /* ---- tiles ---- */
 
-const cpu_dnnl_tile *cpu_dnnl_tile_get(mtk *k, cpu_dnnl *d, mtk_dtype ab, int runtime_k, int M, int N, int K,
+const cpu_dnnl_tile *cpu_dnnl_tile_get(mtk *k, cpu_dnnl *d, mtk_dtype ab, cpu_tile_mode mode, int M, int N, int K,
                                        long sam, long sak, long sbk, long sbn, int accumulate, mtk_dtype cdt, long ldc)
 {
-    entry *x = find(k, d, ab, runtime_k ? M : 0, N, runtime_k ? 0 : K, sam, sak, sbk, sbn, 0, accumulate, cdt, ldc,
-                    runtime_k ? RUNTIME_K : RUNTIME_M);
+    const int rt = mode == CPU_TILE_ROWS ? RUNTIME_M : mode == CPU_TILE_INNER ? RUNTIME_K : TILE_FIXED;
+    entry *x = find(k, d, ab, rt == RUNTIME_M ? 0 : M, N, rt == RUNTIME_K ? 0 : K, sam, sak, sbk, sbn, 0, accumulate, cdt,
+                    ldc, rt);
     if (x && x->scratch_bytes > d->tile_scratch_need) d->tile_scratch_need = x->scratch_bytes;
     return (const cpu_dnnl_tile *)x;
 }
@@ -265,8 +266,7 @@ int cpu_dnnl_tile_run(cpu_dnnl *d, const cpu_dnnl_tile *t, int thread, int size,
 {
     const entry *x = (const entry *)t;
     const long *key = x->key;   /* ab M N K sam sak sbk sbn bias accumulate cdt ldc runtime */
-    const int rk = key[12] == RUNTIME_K;
-    const long M = rk ? key[1] : size, N = key[2], K = rk ? size : key[3];
+    const long M = key[12] == RUNTIME_M ? size : key[1], N = key[2], K = key[12] == RUNTIME_K ? size : key[3];
     dnnl_memory_desc_t amd, bmd, cmd;
     dnnl_dims_t ad = {M, K}, as = {key[4], key[5]}, bd = {K, N}, bs = {key[6], key[7]}, cd = {M, N}, cs = {key[11], 1};
     dnnl_memory_t a = NULL, b = NULL, c = NULL, s = NULL;

@@ -1,11 +1,15 @@
 /* grouped.c: the experts' grouped products on cpu (kernels.h's mtk_grouped_matmul_fwd / _bwd). Every
  * group's product is cut into tiles, and the tiles of all the groups go to the OpenMP threads from one
- * list, each tile one single-threaded product: oneDNN's matmul with the group's rows (for the weight
- * gradient its inner size) given at each run, so that one primitive serves every group whatever its
- * count, or OpenBLAS's sgemm with MT_CPU_SGEMM=openblas. There is no barrier between groups, small groups
- * fill the threads beside large ones, and nothing is built per group size, where one product per group
- * (the reference loop in mtk.c) builds a primitive for every new count and waits for the slowest thread
- * at the end of every group.
+ * list, each tile one single-threaded product. There is no barrier between groups, small groups fill the
+ * threads beside large ones, and nothing is built per group size, where one product per group (the
+ * reference loop in mtk.c) builds a primitive for every new count and waits for the slowest thread at the
+ * end of every group.
+ *
+ * Through oneDNN (dnnl.c's tiles): the forward and input-gradient products take each group's rows 256, 128
+ * or 64 at a time with one fixed-size primitive (oneDNN's fastest kernels), and the rest of the group's
+ * rows with one primitive whose rows are given at each run; the weight gradient's tiles take a block of its
+ * rows over all the group's rows, the inner size given at each run. Through OpenBLAS (MT_CPU_SGEMM=
+ * openblas, fp32): the same tiles, one sgemm call each.
  *
  * Each output element is computed by one tile; the tiling depends on the counts and the thread count
  * only, so results are the same from run to run for a given thread count. Operands are fp32, or bf16
@@ -19,10 +23,11 @@
 
 enum {
     TILES_PER_THREAD = 4,   /* aim: about this many tiles per thread, for the dynamic schedule to balance */
-    MIN_ROWS = 64,          /* rows of a product tile at least (fewer only for a group that has fewer) */
-    MAX_ROWS = 512,         /* and at most: past this the tile is as fast as one product */
     COL_STEP = 64           /* column blocks are multiples of this */
 };
+/* The rows of a full tile of the forward and input-gradient products, by preference: oneDNN's fixed-size
+ * kernels run a tile of 256 rows at the rate of one large product, one of 64 rows at about 80% of it. */
+static const int FULL_ROWS[] = {256, 128, 64};
 
 typedef struct tile {
     int g;          /* the group */
@@ -33,6 +38,7 @@ typedef struct tile {
 typedef struct plan {
     tile *t;
     int n;
+    int full;   /* the rows of a full row tile (plan_rows) */
 } plan;
 
 static int round_up(int x, int step) { return (x + step - 1) / step * step; }
@@ -45,28 +51,32 @@ static int block_width(int len, int want)
     return w < len ? w : len;
 }
 
-/* The tiles of a product over row blocks of each group and blocks of N output columns. */
+/* The row tiles of the groups at `full` rows a tile (the rest of a group a tile of its own). */
+static int row_tiles(const int32_t *counts, int G, int full)
+{
+    int n = 0;
+    for (int g = 0; g < G; g++) n += (counts[g] + full - 1) / full;
+    return n;
+}
+
+/* The tiles of a product over each group's rows, p->full at a time (the largest of FULL_ROWS that still
+ * gives every thread TILES_PER_THREAD tiles, FULL_ROWS[last] else) and then the rest, and blocks of N output
+ * columns (more than one when there are too few row tiles to share). */
 static int plan_rows(plan *p, const int32_t *counts, int G, int N, int nt)
 {
-    long long R = 0;
-    for (int g = 0; g < G; g++) R += counts[g];
-    const int want = TILES_PER_THREAD * nt;
-    long long target = R / want;
-    target = target < MIN_ROWS ? MIN_ROWS : target > MAX_ROWS ? MAX_ROWS : target;
-    int rows = 0;   /* row tiles */
-    for (int g = 0; g < G; g++) rows += (int)((counts[g] + target - 1) / target);
+    const int want = TILES_PER_THREAD * nt, nfull = (int)(sizeof FULL_ROWS / sizeof *FULL_ROWS);
+    int i = 0;
+    while (i + 1 < nfull && row_tiles(counts, G, FULL_ROWS[i]) < want) i++;
+    const int full = p->full = FULL_ROWS[i], rows = row_tiles(counts, G, full);
     const int nb = block_width(N, rows ? (want + rows - 1) / rows : 1), ncb = (N + nb - 1) / nb;
     p->t = malloc(sizeof *p->t * ((size_t)rows * ncb + 1));
     if (!p->t) return -1;
     p->n = 0;
-    for (int g = 0, r0 = 0; g < G; r0 += counts[g++]) {
-        const int parts = (int)((counts[g] + target - 1) / target);
-        for (int i = 0; i < parts; i++) {   /* nearly equal parts, no short tail */
-            const int a = (int)((long long)counts[g] * i / parts), b = (int)((long long)counts[g] * (i + 1) / parts);
-            for (int n0 = 0; n0 < N; n0 += nb)
-                p->t[p->n++] = (tile){g, r0 + a, b - a, n0, N - n0 < nb ? N - n0 : nb};
+    for (int g = 0, r0 = 0; g < G; r0 += counts[g++])
+        for (int a = 0; a < counts[g]; a += full) {
+            const int m = counts[g] - a < full ? counts[g] - a : full;
+            for (int n0 = 0; n0 < N; n0 += nb) p->t[p->n++] = (tile){g, r0 + a, m, n0, N - n0 < nb ? N - n0 : nb};
         }
-    }
     return 0;
 }
 
@@ -87,14 +97,16 @@ static int plan_dw(plan *p, const int32_t *counts, int G, int OC, int nt)
 }
 
 /* A product of tiles, C = A . B (+ C) with element strides as cpu_dnnl_matmul's. A tile gives its m and its
- * width nb. Rows by groups (runtime_k 0): C[m, nb] = A[m, K] . B[K, nb]. The weight gradient (runtime_k 1):
- * C[nb, N] = A[nb, m] . B[m, N], the inner size the group's rows. Through oneDNN one primitive per distinct
- * width (at most two: the blocks and the last); through OpenBLAS one call per tile. */
+ * width nb. Rows by groups (inner 0): C[m, nb] = A[m, K] . B[K, nb], a full tile's m through the fixed
+ * primitive, other m through the one given m at the run. The weight gradient (inner 1): C[nb, N] =
+ * A[nb, m] . B[m, N], the inner size m the group's rows, given at the run. Through oneDNN one primitive of
+ * each kind per distinct width (at most two: the blocks and the last); through OpenBLAS one call. */
 typedef struct product {
-    int dnnl, runtime_k, N, K, acc;   /* N: the fixed columns with runtime_k; K: the fixed inner size without */
+    int dnnl, inner, N, K, acc;   /* N: the fixed columns when inner; K: the fixed inner size when not */
+    int full;                     /* the rows of a full row tile: its primitive's fixed M */
     mtk_dtype ab, cdt;
     long sam, sak, sbk, sbn, ldc;
-    const cpu_dnnl_tile *prim[2];
+    const cpu_dnnl_tile *prim[2][2];   /* [given m, fixed m][width] */
     int width[2];
 } product;
 
@@ -102,6 +114,7 @@ typedef struct product {
 static int product_ready(mtk *k, product *pr, const plan *p)
 {
     pr->width[0] = pr->width[1] = -1;
+    pr->full = p->full;
     if (!pr->dnnl) return 0;
     cpu_state *s = k->impl;
     for (int i = 0; i < p->n; i++) {
@@ -109,11 +122,19 @@ static int product_ready(mtk *k, product *pr, const plan *p)
         if (pr->width[j] == nb) continue;
         if (j == 1 && pr->width[1] >= 0) return mtk_fail(k, "grouped product: a third tile width %d", nb), -1;
         pr->width[j] = nb;
-        pr->prim[j] = pr->runtime_k ? cpu_dnnl_tile_get(k, s->dnnl, pr->ab, 1, nb, pr->N, 0, pr->sam, pr->sak, pr->sbk,
-                                                        pr->sbn, pr->acc, pr->cdt, pr->ldc)
-                                    : cpu_dnnl_tile_get(k, s->dnnl, pr->ab, 0, 0, nb, pr->K, pr->sam, pr->sak, pr->sbk,
-                                                        pr->sbn, pr->acc, pr->cdt, pr->ldc);
-        if (!pr->prim[j]) return -1;
+        if (pr->inner) {
+            pr->prim[0][j] = cpu_dnnl_tile_get(k, s->dnnl, pr->ab, CPU_TILE_INNER, nb, pr->N, 0, pr->sam, pr->sak,
+                                               pr->sbk, pr->sbn, pr->acc, pr->cdt, pr->ldc);
+            pr->prim[1][j] = pr->prim[0][j];
+        } else {
+            pr->prim[0][j] = cpu_dnnl_tile_get(k, s->dnnl, pr->ab, CPU_TILE_ROWS, 0, nb, pr->K, pr->sam, pr->sak,
+                                               pr->sbk, pr->sbn, pr->acc, pr->cdt, pr->ldc);
+            pr->prim[1][j] = pr->prim[0][j] ? cpu_dnnl_tile_get(k, s->dnnl, pr->ab, CPU_TILE_FIXED, p->full, nb, pr->K,
+                                                                pr->sam, pr->sak, pr->sbk, pr->sbn, pr->acc, pr->cdt,
+                                                                pr->ldc)
+                                             : NULL;
+        }
+        if (!pr->prim[0][j] || !pr->prim[1][j]) return -1;
     }
     return cpu_dnnl_tile_threads(k, s->dnnl, k->threads);
 }
@@ -122,11 +143,11 @@ static int product_ready(mtk *k, product *pr, const plan *p)
 static int product_run(mtk *k, const product *pr, int thread, int m, int nb, const void *A, const void *B, void *C)
 {
     if (pr->dnnl) {
-        const int j = pr->width[0] == nb ? 0 : 1;
-        return cpu_dnnl_tile_run(((cpu_state *)k->impl)->dnnl, pr->prim[j], thread, m, A, B, C);
+        const int j = pr->width[0] == nb ? 0 : 1, fixed = !pr->inner && m == pr->full;
+        return cpu_dnnl_tile_run(((cpu_state *)k->impl)->dnnl, pr->prim[fixed][j], thread, m, A, B, C);
     }
     /* fp32 through OpenBLAS (single-threaded): op(X) is X^T when its column stride is not 1 */
-    const int M = pr->runtime_k ? nb : m, N = pr->runtime_k ? pr->N : nb, K = pr->runtime_k ? m : pr->K;
+    const int M = pr->inner ? nb : m, N = pr->inner ? pr->N : nb, K = pr->inner ? m : pr->K;
     const CBLAS_TRANSPOSE ta = pr->sak == 1 ? CblasNoTrans : CblasTrans, tb = pr->sbn == 1 ? CblasNoTrans : CblasTrans;
     cblas_sgemm(CblasRowMajor, ta, tb, M, N, K, 1.0f, A, (int)(pr->sak == 1 ? pr->sam : pr->sak), B,
                 (int)(pr->sbn == 1 ? pr->sbk : pr->sbn), pr->acc ? 1.0f : 0.0f, C, (int)pr->ldc);
@@ -139,7 +160,7 @@ typedef void (*tile_operands)(const void *ctx, const tile *t, const void **A, co
 static int run_tiles(mtk *k, const product *pr, const plan *p, tile_operands at, const void *ctx, const char *what)
 {
     int failed = 0;
-#pragma omp parallel for schedule(dynamic, 1) reduction(| : failed)
+#pragma omp parallel for schedule(dynamic, 1) reduction(| : failed) num_threads(k->threads)
     for (int i = 0; i < p->n; i++) {
         const tile *t = &p->t[i];
         const void *A, *B;
@@ -220,7 +241,7 @@ void cpu_grouped_bwd(mtk *k, mtk_dtype dt, void *dinp, float *dw, const void *do
         return;
     }
     /* dw_g[o0 .. o0 + ob) (+)= dout_g[:, o0 ..]^T . inp_g, the inner size the group's rows */
-    product pr = {.dnnl = dt != MTK_F32 || s->sgemm_dnnl, .runtime_k = 1, .N = C, .acc = acc, .ab = dt, .cdt = MTK_F32,
+    product pr = {.dnnl = dt != MTK_F32 || s->sgemm_dnnl, .inner = 1, .N = C, .acc = acc, .ab = dt, .cdt = MTK_F32,
                   .sam = 1, .sak = OC, .sbk = C, .sbn = 1, .ldc = C};
     dw_ctx c = {.dout = dout, .inp = inp, .dw = dw, .a = dt == MTK_F32 ? 4 : 2, .C = C, .OC = OC};
     for (int i = 0; i < p.n && !acc; i++)   /* an empty group's assigned gradient is zero */
