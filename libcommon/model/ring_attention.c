@@ -112,10 +112,13 @@ uint64_t mt_ring_attention_sent(const mt_ring_attention *ra)
 }
 
 /* Starts one step of the ring (the n buffers in hand to rank r + 1, the next ones from r - 1), after the
- * kernels before it: its ticket, to wait for with finish(); blocking without an engine (ticket -1). */
+ * kernels before it: its ticket, to wait for with finish(); blocking without an engine (ticket -1). No host
+ * wait for the kernels: every communicator of device buffers orders its transfers after them (comm.h: the
+ * cpu backend's MPI, whose kernels have run when they return; the staged one, which waits for k's queues;
+ * NCCL, on the compute stream or after an event recorded there), so only a kernel's error is checked. */
 static int start(mt_ring_attention *ra, mt_p2p *ops, int n, mt_err *e)
 {
-    if (mtk_sync(ra->k, e)) return -2;
+    if (mtk_status(ra->k, e)) return -2;
     if (!ra->eng) return mt_p2p_batch(ra->cp, ops, n, e) ? -2 : -1;
     int t = mt_comm_async_start(ra->eng, &(mt_async_op){.kind = MT_ASYNC_P2P, .p2p = ops, .np = n}, e);
     return t < 0 ? -2 : t;
