@@ -308,13 +308,14 @@ int mt_ring_attention_bwd(mt_ring_attention *ra, mtk_act *dqkv, const mtk_act *d
         if (ticket == -2) return mt_err_prefix(e, "ring attention backward, step %d", step + 1);
         mtk_zero(k, part, ra->nkv * sizeof(float));
         block_bwd(ra, ra->dq, part, dout, qkv, ra->kv[cur], out, lse, &mine, &theirs, drop);
-        if (finish(ra, ticket > dticket ? ticket : dticket, e))
+        if (finish(ra, ticket > dticket ? ticket : dticket, e))   /* the block's hop and the gradient's */
             return mt_err_prefix(e, "ring attention backward, step %d", step + 1);
         if (CP == 1) break;
         /* the partial sum of the ranks before (none at the first step) added, and the sum sent on */
         if (step > 0) mtk_acc_f32(k, part, ra->dkv[(step + 1) % 3], ra->nkv);
         mt_p2p dkv[] = {{1, part, ra->nkv, MT_C_F32, next}, {0, ra->dkv[(step + 2) % 3], ra->nkv, MT_C_F32, prev}};
-        if ((dticket = start(ra, dkv, 2, e)) == -2) return mt_err_prefix(e, "ring attention backward, step %d", step + 1);
+        if ((dticket = start(ra, dkv, 2, e)) == -2)
+            return mt_err_prefix(e, "ring attention backward, step %d", step + 1);
     }
     if (finish(ra, dticket, e)) return mt_err_prefix(e, "ring attention backward, the gradients' last hop");
     /* this rank's own block's gradient, complete (with one rank, the only step's part) */
