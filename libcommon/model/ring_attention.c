@@ -24,8 +24,10 @@ struct mt_ring_attention {
     int NHt, h0;              /* the heads of the whole model and this rank's first (tensor parallelism) */
     size_t nkv, nout, nlse;   /* elements of a block of keys and values, of out, of lse (B sequences) */
     void *kv[2];              /* the block in hand and the one arriving (activation dtype) */
-    float *dkv[3];            /* gradients (fp32), in turn: a step's part, the partial sum arriving, the one leaving */
-    float *o32, *ob, *lb, *dq;  /* the forward's result (fp32) and a block's; the backward's dq is o32's memory */
+    float *dkv[3];            /* gradients (fp32), in turn: a step's part, the partial sum arriving, the one leaving;
+                                 dkv[2] is ob's memory */
+    float *o32, *ob, *lb, *dq;  /* the forward's result (fp32) and a block's (lb follows ob in one buffer); the
+                                   backward's dq is o32's memory */
     size_t bytes;
 };
 
@@ -58,10 +60,13 @@ mt_ring_attention *mt_ring_attention_new(mtk *k, mt_comm *cp, int B, int Tg, int
     const size_t a = mtk_act_size(k), f = sizeof(float);
     const int ring = type == MT_CP_P2P || CP == 1, gather = !ring;
     const int more = ring && CP > 1;   /* the ring's second block and second and third gradients */
-    void **where[] = {&ra->kv[0], &ra->kv[1], (void **)&ra->dkv[0], (void **)&ra->dkv[1], (void **)&ra->dkv[2],
-                      (void **)&ra->o32, (void **)&ra->ob, (void **)&ra->lb, &ra->kv_all, (void **)&ra->dkv_all};
+    /* the forward's block result (ob, then lb) and the backward's third gradient share one buffer: the
+     * forward takes the one and the backward the other, never both at once */
+    const size_t obl = ra->nout + ra->nlse, shared = more && ra->nkv > obl ? ra->nkv : obl;
+    void **where[] = {&ra->kv[0],         &ra->kv[1],         (void **)&ra->dkv[0], (void **)&ra->dkv[1],
+                      (void **)&ra->o32, (void **)&ra->ob, &ra->kv_all,         (void **)&ra->dkv_all};
     const size_t bytes[] = {ring * ra->nkv * a, more * ra->nkv * a, ring * ra->nkv * f, more * ra->nkv * f,
-                            more * ra->nkv * f, ra->nout * f, ra->nout * f, ra->nlse * f, gather * CP * ra->nkv * a,
+                            ra->nout * f,       shared * f,         gather * CP * ra->nkv * a,
                             gather * CP * ra->nkv * f};
     if (gather) {
         ra->counts = mt_xmalloc((size_t)CP * sizeof *ra->counts);
@@ -76,6 +81,8 @@ mt_ring_attention *mt_ring_attention_new(mtk *k, mt_comm *cp, int B, int Tg, int
         ra->bytes += bytes[i];
     }
     ra->dq = ra->o32;
+    ra->lb = ra->ob + ra->nout;
+    if (more) ra->dkv[2] = ra->ob;
     if (overlap && ring && CP > 1 && !(ra->eng = mt_comm_async_new(cp, e))) {
         mt_err_prefix(e, "ring attention");
         mt_ring_attention_free(ra);
@@ -90,14 +97,14 @@ size_t mt_ring_attention_plan(int B, int Tg, int CP, int NH, int NG, int HS, mt_
     const size_t nlse = (size_t)B * NH * Tl, f = sizeof(float);
     const int ring = type == MT_CP_P2P || CP == 1;
     if (!ring) return (size_t)CP * nkv * (asz + f) + 2 * nout * f + nlse * f;
-    return (CP > 1 ? 2 : 1) * nkv * asz + (CP > 1 ? 3 : 1) * nkv * f + 2 * nout * f + nlse * f;
+    const size_t shared = CP > 1 && nkv > nout + nlse ? nkv : nout + nlse;   /* ob, lb and the third gradient */
+    return (CP > 1 ? 2 : 1) * nkv * (asz + f) + nout * f + shared * f;
 }
 
 void mt_ring_attention_free(mt_ring_attention *ra)
 {
     if (!ra) return;
-    void *p[] = {ra->kv[0], ra->kv[1], ra->dkv[0], ra->dkv[1], ra->dkv[2], ra->o32, ra->ob, ra->lb, ra->kv_all,
-                 ra->dkv_all};
+    void *p[] = {ra->kv[0], ra->kv[1], ra->dkv[0], ra->dkv[1], ra->o32, ra->ob, ra->kv_all, ra->dkv_all};
     for (size_t i = 0; i < sizeof p / sizeof *p; i++) mtk_free(ra->k, p[i]);
     mt_comm_async_free(ra->eng);
     free(ra->counts);

@@ -10,7 +10,7 @@
 #     volume the log states; with --eod-mask-loss (the loss mask follows the chunks) CP 4 = one rank;
 #   - a checkpoint saved at CP 2 (with the distributed optimizer over data x context) resumes at CP 1 and
 #     at CP 4 with the uninterrupted run's losses;
-#   - at a sequence of 4096, the activations of a rank at CP 4 (its memory line) are within 12% of 1/4 of
+#   - at a sequence of 4096, the activations of a rank at CP 4 (its memory line) are within 10% of 1/4 of
 #     CP 1's, and the planner (--dry-run) prints the runs' memory lines; under a device memory limit
 #     (MT_CPU_MEMORY) that one rank cannot train the sequence in, four ranks at CP 4 do;
 #   - mixtures of experts (dropless, the load-balancing loss per micro-batch and per sequence, the z-loss):
@@ -135,8 +135,8 @@ for to in "2 1 --use-distributed-optimizer" "4 4"; do
 done
 
 # memory at a sequence of 4096 (one iteration; 8 layers: the ring's buffers, held once for all the layers,
-# are a little more than one layer's activations of the rank's tokens: two blocks of keys and values and
-# three of their fp32 gradients, the third (0.5 MB here) for the overlapped gradient hops)
+# are about one layer's activations of the rank's tokens: two blocks of keys and values and three of their
+# fp32 gradients, the third for the overlapped gradient hops in the forward's block-result buffer)
 long="--num-layers 8 --hidden-size 64 --num-attention-heads 4 --seq-length 4096 --max-position-embeddings 4096
       --tokenizer-type NullTokenizer --vocab-size 60 --micro-batch-size 1 --global-batch-size 1 --train-iters 1
       --lr 1e-3 --log-interval 1 --eval-iters 0 --split 100,0,0 --seed 1 --data-path $d/data --data-cache-path $d/cache"
@@ -147,9 +147,9 @@ mt-train $long >"$d/l1.log" 2>"$d/l1.err" || t_fail "sequence 4096, one rank" "$
 # shellcheck disable=SC2086
 mpi 4 mt-train $long --context-parallel-size 4 >"$d/l4.log" 2>"$d/l4.err" || t_fail "sequence 4096, CP=4" "$(tail -3 "$d/l4.err")"
 a1=$(act0 "$d/l1.log") a4=$(act0 "$d/l4.log")
-if [ -n "$a1" ] && [ -n "$a4" ] && $py -c "import sys; r = $a4 / ($a1 / 4); print('%.3f' % r); sys.exit(not 0.9 <= r <= 1.12)" >"$d/ratio"; then
+if [ -n "$a1" ] && [ -n "$a4" ] && $py -c "import sys; r = $a4 / ($a1 / 4); print('%.3f' % r); sys.exit(not 0.9 <= r <= 1.1)" >"$d/ratio"; then
     t_pass "sequence 4096: a CP=4 rank's activations $a4 MB = $(cat "$d/ratio") x 1/4 of one rank's $a1 MB"
-else t_fail "sequence 4096: CP=4 activations within 12% of 1/4" "one rank '$a1', CP=4 '$a4' ($(cat "$d/ratio"))"; fi
+else t_fail "sequence 4096: CP=4 activations within 10% of 1/4" "one rank '$a1', CP=4 '$a4' ($(cat "$d/ratio"))"; fi
 for cp in 1 4; do
     # shellcheck disable=SC2086
     mt-train $long --context-parallel-size $cp --dry-run --world-size $cp >"$d/p$cp" 2>&1
