@@ -73,6 +73,7 @@ typedef struct mtk_ops {
     void (*add)(mtk *k, void *out, const void *a, const void *b, size_t n);
     void (*acc)(mtk *k, void *y, const void *x, size_t n);
     void (*scale)(mtk *k, void *x, float s, size_t n);
+    void (*acc_f32)(mtk *k, float *y, const float *x, size_t n);
     void (*bias_add)(mtk *k, void *x, const float *bias, int N, int C);
     void (*dropout_fwd)(mtk *k, void *out, const void *inp, size_t n, const mtk_dropout *d);
     void (*dropout_bwd)(mtk *k, void *dinp, const void *dout, size_t n, const mtk_dropout *d);

@@ -207,6 +207,7 @@ void mtk_swiglu_bwd(mtk *k, mtk_act *dinp, const mtk_act *inp, const mtk_act *do
 void mtk_add(mtk *k, mtk_act *out, const mtk_act *a, const mtk_act *b, size_t n);   /* out = a + b */
 void mtk_acc(mtk *k, mtk_act *y, const mtk_act *x, size_t n);                      /* y += x */
 void mtk_scale(mtk *k, mtk_act *x, float s, size_t n);                             /* x *= s */
+void mtk_acc_f32(mtk *k, float *y, const float *x, size_t n);   /* y += x in fp32, whatever the activation dtype */
 /* x[n, c] += bias[c] for every row n of x [N, C]: the bias of a row-parallel layer, added after the
  * tensor-parallel reduction of the product (Megatron adds it once, to the sum). */
 void mtk_bias_add(mtk *k, mtk_act *x, const float *bias, int N, int C);

@@ -434,6 +434,10 @@ void mtk_acc(mtk *k, mtk_act *y, const mtk_act *x, size_t n)
 {
     if (ready(k, "acc", 0, 0, n)) k->ops->acc(k, y, x, n);
 }
+void mtk_acc_f32(mtk *k, float *y, const float *x, size_t n)
+{
+    if (ready(k, "acc_f32", 0, 0, 0)) k->ops->acc_f32(k, y, x, n);
+}
 void mtk_scale(mtk *k, mtk_act *x, float s, size_t n)
 {
     if (ready(k, "scale", 0, 0, n)) k->ops->scale(k, x, s, n);

@@ -787,6 +787,7 @@ const mtk_ops mtk_cpu_ops = {
     .add = s_add,
     .acc = s_acc,
     .scale = s_scale,
+    .acc_f32 = cpu_acc,
     .bias_add = s_bias_add,
     .dropout_fwd = s_dropout_fwd,
     .dropout_bwd = s_dropout_bwd,

@@ -160,6 +160,7 @@ extern "C" const mtk_ops MTK_CU_OPS = {
     .add = ns::add,
     .acc = ns::acc,
     .scale = ns::scale,
+    .acc_f32 = ns::acc_f32,
     .bias_add = ns::bias_add,
     .dropout_fwd = ns::dropout_fwd,
     .dropout_bwd = ns::dropout_bwd,

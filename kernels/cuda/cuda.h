@@ -215,6 +215,7 @@ void gelu_bwd(mtk *k, void *dinp, const void *inp, const void *dout, size_t n, i
 void add(mtk *k, void *out, const void *a, const void *b, size_t n);
 void acc(mtk *k, void *y, const void *x, size_t n);
 void scale(mtk *k, void *x, float s, size_t n);
+void acc_f32(mtk *k, float *y, const float *x, size_t n);
 void dropout_fwd(mtk *k, void *out, const void *inp, size_t n, const mtk_dropout *d);
 void dropout_bwd(mtk *k, void *dinp, const void *dout, size_t n, const mtk_dropout *d);
 void bias_rows(mtk *k, void *out, mtk_dtype dt, const float *bias, int N, int OC);

@@ -1,4 +1,4 @@
-// elementwise.cu: GeLU (tanh and erf forms) and its backward, add/acc/scale, counter-based dropout,
+// elementwise.cu: GeLU (tanh and erf forms) and its backward, add/acc/scale (and an fp32 acc), counter-based dropout,
 // and the two helpers the GEMM wrapper uses (a bias added to every row, column sums for dbias). The
 // element-wise kernels move 16 bytes per load and store when every operand is 16-byte aligned, with a
 // scalar loop for the tail (and for unaligned operands).
@@ -90,6 +90,11 @@ void scale(mtk *k, void *x, float s, size_t n)
 {
     EW(k, ScaleF, x, x, NULL, n, ScaleF{s});
     check(k, "scale");
+}
+void acc_f32(mtk *k, float *y, const float *x, size_t n)   // fp32 operands whatever the activation dtype
+{
+    ew<float>(k, y, y, x, n, AddF{});
+    check(k, "acc_f32");
 }
 
 // ---- dropout: element i is kept iff drop_keep(seed, offset + i, p), kept values scaled by 1/(1-p) ----

@@ -1,6 +1,10 @@
 /* ring_attention.c: context parallelism's ring attention (ring_attention.h): the blocks of keys and values
  * passed around the context-parallel ranks (or gathered at once), each rank's queries merged over them,
- * and the backward pass that carries each block's gradient around with it (or reduce-scatters them). */
+ * and the backward pass that carries each block's gradient around with it (or reduce-scatters them).
+ * With overlap (an engine; MT_CP_OVERLAP=0 in the trainer turns it off) every hop travels beside a block's
+ * compute: in the forward pass the next block's keys and values, in the backward pass those and the
+ * partial sum of the gradient the step before sent on; only the last gradient hop, which takes each
+ * block's complete gradient home after the last block, is waited for with nothing left to compute. */
 #include <math.h>
 #include <stdlib.h>
 
@@ -20,8 +24,10 @@ struct mt_ring_attention {
     int NHt, h0;              /* the heads of the whole model and this rank's first (tensor parallelism) */
     size_t nkv, nout, nlse;   /* elements of a block of keys and values, of out, of lse (B sequences) */
     void *kv[2];              /* the block in hand and the one arriving (activation dtype) */
-    float *dkv[2];            /* their gradients (fp32) */
-    float *o32, *ob, *lb, *dq;  /* the forward's result (fp32) and a block's; the backward's dq is o32's memory */
+    float *dkv[3];            /* gradients (fp32), in turn: a step's part, the partial sum arriving, the one leaving;
+                                 dkv[2] is ob's memory */
+    float *o32, *ob, *lb, *dq;  /* the forward's result (fp32) and a block's (lb follows ob in one buffer); the
+                                   backward's dq is o32's memory */
     size_t bytes;
 };
 
@@ -53,11 +59,15 @@ mt_ring_attention *mt_ring_attention_new(mtk *k, mt_comm *cp, int B, int Tg, int
     ra->nlse = (size_t)B * NH * ra->Tl;
     const size_t a = mtk_act_size(k), f = sizeof(float);
     const int ring = type == MT_CP_P2P || CP == 1, gather = !ring;
-    void **where[] = {&ra->kv[0], &ra->kv[1], (void **)&ra->dkv[0], (void **)&ra->dkv[1], (void **)&ra->o32,
-                      (void **)&ra->ob, (void **)&ra->lb, &ra->kv_all, (void **)&ra->dkv_all};
-    const size_t bytes[] = {ring ? ra->nkv * a : 0, ring && CP > 1 ? ra->nkv * a : 0, ring ? ra->nkv * f : 0,
-                            ring && CP > 1 ? ra->nkv * f : 0, ra->nout * f, ra->nout * f, ra->nlse * f,
-                            gather * CP * ra->nkv * a, gather * CP * ra->nkv * f};
+    const int more = ring && CP > 1;   /* the ring's second block and second and third gradients */
+    /* the forward's block result (ob, then lb) and the backward's third gradient share one buffer: the
+     * forward takes the one and the backward the other, never both at once */
+    const size_t obl = ra->nout + ra->nlse, shared = more && ra->nkv > obl ? ra->nkv : obl;
+    void **where[] = {&ra->kv[0],         &ra->kv[1],         (void **)&ra->dkv[0], (void **)&ra->dkv[1],
+                      (void **)&ra->o32, (void **)&ra->ob, &ra->kv_all,         (void **)&ra->dkv_all};
+    const size_t bytes[] = {ring * ra->nkv * a, more * ra->nkv * a, ring * ra->nkv * f, more * ra->nkv * f,
+                            ra->nout * f,       shared * f,         gather * CP * ra->nkv * a,
+                            gather * CP * ra->nkv * f};
     if (gather) {
         ra->counts = mt_xmalloc((size_t)CP * sizeof *ra->counts);
         for (int i = 0; i < CP; i++) ra->counts[i] = ra->nkv;
@@ -71,6 +81,8 @@ mt_ring_attention *mt_ring_attention_new(mtk *k, mt_comm *cp, int B, int Tg, int
         ra->bytes += bytes[i];
     }
     ra->dq = ra->o32;
+    ra->lb = ra->ob + ra->nout;
+    if (more) ra->dkv[2] = ra->ob;
     if (overlap && ring && CP > 1 && !(ra->eng = mt_comm_async_new(cp, e))) {
         mt_err_prefix(e, "ring attention");
         mt_ring_attention_free(ra);
@@ -85,13 +97,14 @@ size_t mt_ring_attention_plan(int B, int Tg, int CP, int NH, int NG, int HS, mt_
     const size_t nlse = (size_t)B * NH * Tl, f = sizeof(float);
     const int ring = type == MT_CP_P2P || CP == 1;
     if (!ring) return (size_t)CP * nkv * (asz + f) + 2 * nout * f + nlse * f;
-    return (CP > 1 ? 2 : 1) * nkv * (asz + f) + 2 * nout * f + nlse * f;
+    const size_t shared = CP > 1 && nkv > nout + nlse ? nkv : nout + nlse;   /* ob, lb and the third gradient */
+    return (CP > 1 ? 2 : 1) * nkv * (asz + f) + nout * f + shared * f;
 }
 
 void mt_ring_attention_free(mt_ring_attention *ra)
 {
     if (!ra) return;
-    void *p[] = {ra->kv[0], ra->kv[1], ra->dkv[0], ra->dkv[1], ra->o32, ra->ob, ra->lb, ra->kv_all, ra->dkv_all};
+    void *p[] = {ra->kv[0], ra->kv[1], ra->dkv[0], ra->dkv[1], ra->o32, ra->ob, ra->kv_all, ra->dkv_all};
     for (size_t i = 0; i < sizeof p / sizeof *p; i++) mtk_free(ra->k, p[i]);
     mt_comm_async_free(ra->eng);
     free(ra->counts);
@@ -106,10 +119,13 @@ uint64_t mt_ring_attention_sent(const mt_ring_attention *ra)
 }
 
 /* Starts one step of the ring (the n buffers in hand to rank r + 1, the next ones from r - 1), after the
- * kernels before it: its ticket, to wait for with finish(); blocking without an engine (ticket -1). */
+ * kernels before it: its ticket, to wait for with finish(); blocking without an engine (ticket -1). No host
+ * wait for the kernels: every communicator of device buffers orders its transfers after them (comm.h: the
+ * cpu backend's MPI, whose kernels have run when they return; the staged one, which waits for k's queues;
+ * NCCL, on the compute stream or after an event recorded there), so only a kernel's error is checked. */
 static int start(mt_ring_attention *ra, mt_p2p *ops, int n, mt_err *e)
 {
-    if (mtk_sync(ra->k, e)) return -2;
+    if (mtk_status(ra->k, e)) return -2;
     if (!ra->eng) return mt_p2p_batch(ra->cp, ops, n, e) ? -2 : -1;
     int t = mt_comm_async_start(ra->eng, &(mt_async_op){.kind = MT_ASYNC_P2P, .p2p = ops, .np = n}, e);
     return t < 0 ? -2 : t;
@@ -281,25 +297,36 @@ int mt_ring_attention_bwd(mt_ring_attention *ra, mtk_act *dqkv, const mtk_act *d
     const int r = ra->r, CP = ra->CP, next = (r + 1) % CP, prev = (r + CP - 1) % CP;
     const mtk_att_rows mine = mt_ring_rows(r, CP, ra->Tg);
     if (ra->kv_all) return gathered_bwd(ra, dqkv, dout, qkv, out, lse, drop, e);
-    int cur = 0;
     mtk_attention_kv_pack(k, ra->kv[0], qkv, ra->B, ra->Tl, ra->NH, ra->NG, ra->HS);
-    mtk_zero(k, ra->dkv[0], ra->nkv * sizeof(float));
     mtk_zero(k, ra->dq, ra->nout * sizeof(float));
-    for (int step = 0; step < CP; step++, cur ^= 1) {
+    /* The gradients of the blocks follow them around the ring, overlapped as the blocks are: step s computes
+     * its part of the block in hand's gradient into dkv[s % 3] while the partial sum of that block (the
+     * ranks' before this one, sent at their step s - 1) arrives in dkv[(s + 1) % 3]; then takes it in and
+     * sends the sum on, the next block's arriving in dkv[(s + 2) % 3] (the buffer the step before sent, and
+     * free now) during step s + 1. The last step's hop takes each block's complete gradient home. */
+    int dticket = -1;   /* the gradient hop in flight */
+    for (int step = 0, cur = 0; step < CP; step++, cur ^= 1) {
         const int j = (r - step + CP) % CP;
         const mtk_att_rows theirs = mt_ring_rows(j, CP, ra->Tg);
-        /* the block goes on while it is computed with; its gradient so far after this step's part is added
-         * (the last hop takes the gradient alone to its owner) */
+        float *part = ra->dkv[step % 3];
+        /* the block goes on while it is computed with (and the previous gradient hop travels) */
         mt_p2p kv[] = {{1, ra->kv[cur], ra->nkv, cdtype(k), next}, {0, ra->kv[cur ^ 1], ra->nkv, cdtype(k), prev}};
-        mt_p2p dkv[] = {{1, ra->dkv[cur], ra->nkv, MT_C_F32, next}, {0, ra->dkv[cur ^ 1], ra->nkv, MT_C_F32, prev}};
-        int ticket = step + 1 < CP ? start(ra, kv, 2, e) : -1;
+        const int ticket = step + 1 < CP ? start(ra, kv, 2, e) : -1;
         if (ticket == -2) return mt_err_prefix(e, "ring attention backward, step %d", step + 1);
-        block_bwd(ra, ra->dq, ra->dkv[cur], dout, qkv, ra->kv[cur], out, lse, &mine, &theirs, drop);
-        if (finish(ra, ticket, e)) return mt_err_prefix(e, "ring attention backward, step %d", step + 1);
+        mtk_zero(k, part, ra->nkv * sizeof(float));
+        block_bwd(ra, ra->dq, part, dout, qkv, ra->kv[cur], out, lse, &mine, &theirs, drop);
+        if (finish(ra, ticket > dticket ? ticket : dticket, e))   /* the block's hop and the gradient's */
+            return mt_err_prefix(e, "ring attention backward, step %d", step + 1);
         if (CP == 1) break;
-        if (finish(ra, start(ra, dkv, 2, e), e)) return mt_err_prefix(e, "ring attention backward, step %d", step + 1);
+        /* the partial sum of the ranks before (none at the first step) added, and the sum sent on */
+        if (step > 0) mtk_acc_f32(k, part, ra->dkv[(step + 1) % 3], ra->nkv);
+        mt_p2p dkv[] = {{1, part, ra->nkv, MT_C_F32, next}, {0, ra->dkv[(step + 2) % 3], ra->nkv, MT_C_F32, prev}};
+        if ((dticket = start(ra, dkv, 2, e)) == -2)
+            return mt_err_prefix(e, "ring attention backward, step %d", step + 1);
     }
-    /* after CP hops (or none with one rank) the block in hand is this rank's own, its gradient complete */
-    mtk_attention_dqkv_pack(k, dqkv, ra->dq, ra->dkv[CP == 1 ? 0 : cur], ra->B, ra->Tl, ra->NH, ra->NG, ra->HS);
+    if (finish(ra, dticket, e)) return mt_err_prefix(e, "ring attention backward, the gradients' last hop");
+    /* this rank's own block's gradient, complete (with one rank, the only step's part) */
+    mtk_attention_dqkv_pack(k, dqkv, ra->dq, ra->dkv[CP == 1 ? 0 : (CP + 1) % 3], ra->B, ra->Tl, ra->NH, ra->NG,
+                            ra->HS);
     return mtk_status(k, e);
 }

@@ -10,9 +10,11 @@
  * one last hop brings each block's gradient home. With CP = 1 it is the attention of the whole sequence.
  * Each step's exchange is one batched point-to-point transfer. With overlap it runs on an engine of
  * comm/comm_async.h (a progress thread on CPU ranks, a stream of its own with NCCL) while the block in hand
- * is computed: the next block of keys and values is in flight during each step's attention (the gradients,
- * which that step writes, go after it); the results are the same bits. The buffers are device memory of
- * kernels k, and cp a communicator for them (model/device.h's mt_device_comm).
+ * is computed: the next block of keys and values is in flight during each step's attention, and in the
+ * backward pass the gradient the step before sent on as well (as Megatron-Core: each step computes its
+ * part of the block's gradient into a buffer of its own, then adds the partial sum that arrived meanwhile
+ * and sends the sum on, so the ring holds three fp32 gradients); the results are the same bits. The
+ * buffers are device memory of kernels k, and cp a communicator for them (model/device.h's mt_device_comm).
  *
  * all_gather, the simple variant: every rank's keys and values are gathered at the start of each pass,
  * the queries go over them block by block in the ring's order (the forward pass gives the ring's bits),

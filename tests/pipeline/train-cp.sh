@@ -135,7 +135,8 @@ for to in "2 1 --use-distributed-optimizer" "4 4"; do
 done
 
 # memory at a sequence of 4096 (one iteration; 8 layers: the ring's buffers, held once for all the layers,
-# are about one layer's activations of the rank's tokens)
+# are about one layer's activations of the rank's tokens: two blocks of keys and values and three of their
+# fp32 gradients, the third for the overlapped gradient hops in the forward's block-result buffer)
 long="--num-layers 8 --hidden-size 64 --num-attention-heads 4 --seq-length 4096 --max-position-embeddings 4096
       --tokenizer-type NullTokenizer --vocab-size 60 --micro-batch-size 1 --global-batch-size 1 --train-iters 1
       --lr 1e-3 --log-interval 1 --eval-iters 0 --split 100,0,0 --seed 1 --data-path $d/data --data-cache-path $d/cache"

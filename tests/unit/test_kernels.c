@@ -192,6 +192,7 @@ static void down_all(void)
 #define mtk_add(k, o, a, b, n) (up_all(), mtk_add(k, D(o), D(a), D(b), n), down_all())
 #define mtk_acc(k, y, x, n) (up_all(), mtk_acc(k, D(y), D(x), n), down_all())
 #define mtk_scale(k, x, s, n) (up_all(), mtk_scale(k, D(x), s, n), down_all())
+#define mtk_acc_f32(k, y, x, n) (up_all(), mtk_acc_f32(k, D(y), D(x), n), down_all())
 #define mtk_bias_add(k, x, b, N, C) (up_all(), mtk_bias_add(k, D(x), D(b), N, C), down_all())
 #define mtk_dropout_fwd(k, o, i, n, d) (up_all(), mtk_dropout_fwd(k, D(o), D(i), n, d), down_all())
 #define mtk_dropout_bwd(k, di, dout, n, d) (up_all(), mtk_dropout_bwd(k, D(di), D(dout), n, d), down_all())
@@ -580,6 +581,17 @@ TEST(elementwise)
     mtk_scale(K, o, -0.37f, n);
     T_CLOSE(o, r, n, 1e-7);
     ffree(a), ffree(b), ffree(o), free(r);
+}
+
+/* y += x over fp32 arrays whatever the activation dtype (ring attention's gradients): the fp32 sums exactly */
+TEST(acc_f32)
+{
+    const size_t n = 1001;
+    float *y = frand(n, 1), *x = frand(n, 1), *want = malloc(n * sizeof *want);
+    for (size_t i = 0; i < n; i++) want[i] = y[i] + x[i];
+    mtk_acc_f32(K, y, x, n);
+    T_CHECK(memcmp(y, want, n * sizeof *y) == 0);
+    ffree(y), ffree(x), free(want);
 }
 
 /* x[n, c] += bias[c], every row (the row-parallel layers' bias after the tensor-parallel sum); the shapes
@@ -2055,6 +2067,7 @@ RUN(add_layernorm);
 RUN(gelu);
 RUN(matmul_gelu);
 RUN(elementwise);
+RUN(acc_f32);
 RUN(bias_add);
 RUN(dropout);
 RUN(add_norm_dropout);
