@@ -94,6 +94,7 @@ printf '%s' "$p3"; "$bin/mt-generate" --load "$out/hf" --top-k 40 --temperature 
 
 step "serve: mt-serve on a free port of 127.0.0.1, asked once with curl, then stopped with SIGTERM"
 if command -v curl >/dev/null; then
+    : >"$out/serve.log"   # there before the loop below reads it (the server's shell opens it when it runs)
     "$bin/mt-serve" --load "$out/ckpt" --port 0 2>"$out/serve.log" &
     serve_pid=$!
     trap 'kill $serve_pid 2>/dev/null' EXIT
