@@ -1,8 +1,8 @@
 // elementwise.cu: GeLU (tanh and erf forms) and its backward, add/acc/scale (and an fp32 acc), counter-based dropout,
 // the FP8 emulation of delayed scaling (quantize-dequantize with the amax, the scale update; kernels.h, the
-// cpu backend's kernels/cpu/fp8.c computes the same bits), and the two helpers the GEMM wrapper uses (a bias added to every row, column sums for dbias). The
-// element-wise kernels move 16 bytes per load and store when every operand is 16-byte aligned, with a
-// scalar loop for the tail (and for unaligned operands).
+// cpu backend's kernels/cpu/fp8.c computes the same bits), and the two helpers the GEMM wrapper uses (a bias
+// added to every row, column sums for dbias). The element-wise kernels move 16 bytes per load and store when
+// every operand is 16-byte aligned, with a scalar loop for the tail (and for unaligned operands).
 #include "cuda.h"
 
 namespace MTK_CU_NS {
@@ -133,8 +133,9 @@ template <class T>
 static void fp8_qdq_run(mtk *k, void *y, const void *x, size_t n, mtk_fp8 fmt, const float *scale, float *amax)
 {
     const int e5 = fmt == MTK_FP8_E5M2;
-    LAUNCH((fp8_qdq_kernel<T>), blocks_for(n), THREADS, 0, launch_stream(k))((T *)y, (const T *)x, n, e5 ? -14 : -6,
-                                                                              e5 ? 2 : 3, mtk_fp8_max(fmt), scale, amax);
+    const int emin = e5 ? -14 : -6, mb = e5 ? 2 : 3;
+    LAUNCH((fp8_qdq_kernel<T>), blocks_for(n), THREADS, 0, launch_stream(k))((T *)y, (const T *)x, n, emin, mb,
+                                                                              mtk_fp8_max(fmt), scale, amax);
 }
 void fp8_qdq(mtk *k, void *y, const void *x, size_t n, mtk_fp8 fmt, const float *scale, float *amax)
 {
@@ -159,8 +160,9 @@ __global__ void fp8_scale_update_kernel(float *history, float *scale, int S, int
 void fp8_scale_update(mtk *k, float *history, float *scale, int S, int L, mtk_fp8 fmt, mtk_amax_algo algo, int margin)
 {
     const float scaled_max = ldexpf(mtk_fp8_max(fmt), -margin);
-    LAUNCH(fp8_scale_update_kernel, blocks_for((size_t)S), THREADS, 0, launch_stream(k))(history, scale, S, L,
-                                                                                         algo == MTK_AMAX_MAX, scaled_max);
+    const int algo_max = algo == MTK_AMAX_MAX;
+    LAUNCH(fp8_scale_update_kernel, blocks_for((size_t)S), THREADS, 0, launch_stream(k))(history, scale, S, L, algo_max,
+                                                                                         scaled_max);
     check(k, "fp8_scale_update");
 }
 
