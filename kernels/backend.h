@@ -140,6 +140,9 @@ typedef struct mtk_ops {
     void (*sigmoid_gate_fwd)(mtk *k, void *out, const void *x, const float *logit, int N, int C);
     void (*sigmoid_gate_bwd)(mtk *k, void *dx, float *dlogit, const void *dout, const void *x, const float *logit,
                              int N, int C);
+    void (*fp8_qdq)(mtk *k, void *y, const void *x, size_t n, mtk_fp8 fmt, const float *scale, float *amax);
+    void (*fp8_scale_update)(mtk *k, float *history, float *scale, int S, int L, mtk_fp8 fmt, mtk_amax_algo algo,
+                             int margin);
 } mtk_ops;
 
 struct mtk {

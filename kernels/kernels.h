@@ -212,6 +212,36 @@ void mtk_acc_f32(mtk *k, float *y, const float *x, size_t n);   /* y += x in fp3
  * tensor-parallel reduction of the product (Megatron adds it once, to the sum). */
 void mtk_bias_add(mtk *k, mtk_act *x, const float *bias, int N, int C);
 
+/* ---- FP8, emulated: Transformer Engine's delayed scaling (Megatron --fp8-format, --fp8-margin,
+ * --fp8-amax-history-len, --fp8-amax-compute-algo) ----
+ * A tensor meant for an FP8 product is quantized to FP8 with a per-tensor fp32 scale and dequantized at
+ * once (fake quantization); the product then runs on the dequantized values with fp32 accumulation, which
+ * is an FP8 GEMM with fp32 accumulation up to the order of its sums. Formats (OCP FP8): E4M3 (TE's
+ * "E4M3", the fn variant: bias 7, 3 mantissa bits, max 448, subnormals down to 2^-9, no infinities) and
+ * E5M2 (bias 15, 2 mantissa bits, max 57344, subnormals down to 2^-16, IEEE-like). Megatron's
+ * --fp8-format e4m3 uses E4M3 everywhere; hybrid uses E4M3 forward and E5M2 for gradients. */
+typedef enum { MTK_FP8_E4M3 = 0, MTK_FP8_E5M2 = 1 } mtk_fp8;
+typedef enum { MTK_AMAX_MOST_RECENT = 0, MTK_AMAX_MAX = 1 } mtk_amax_algo;
+/* The largest finite value of the format. */
+static inline float mtk_fp8_max(mtk_fp8 f) { return f == MTK_FP8_E5M2 ? 57344.0f : 448.0f; }
+/* y[i] = fp8(x[i] * s) * (1 / s) with s = *scale (one fp32 of device memory, the tensor's scale; 1 / s is
+ * rounded to fp32 once, TE's scale_inv), stored in the activation dtype; y may alias x. fp8() rounds to
+ * the nearest value of the format, ties to even, subnormals exact, and saturates: a magnitude above the
+ * format's max (an infinity too) becomes +-max, as TE's casts (__NV_SATFINITE); NaN stays NaN.
+ * amax (one fp32 of device memory; NULL: none) takes the max of |x[i]| over the n elements (x as stored,
+ * before the scale), as TE's cast kernels: *amax = max(*amax, max |x[i]|), NaNs left out; *amax must hold
+ * a value >= +0 (the slot of the history that mtk_fp8_scale_update zeroed). */
+void mtk_fp8_qdq(mtk *k, mtk_act *y, const mtk_act *x, size_t n, mtk_fp8 fmt, const float *scale, float *amax);
+/* The delayed-scaling update of S tensors at once (TE's amax_and_scale_update), all fp32 device memory:
+ * history [L, S] (column j: tensor j's last L amaxes, row 0 this step's, written by mtk_fp8_qdq through
+ * amax = history + j), scale [S]. For each tensor: amax = history[0] (most_recent) or the max over all L
+ * rows (max); the column is rolled, row i taking row i + 1 and row L-1 taking the old row 0, and row 0 is
+ * zeroed for the next step; then scale = (fp8_max * 2^-margin) / amax in fp32 when amax is finite and
+ * > 0, else the scale stays. One format per call (hybrid: one call for the forward tensors, one for the
+ * gradients). L >= 1, S >= 0, margin >= 0. */
+void mtk_fp8_scale_update(mtk *k, float *history, float *scale, int S, int L, mtk_fp8 fmt, mtk_amax_algo algo,
+                          int margin);
+
 /* ---- dropout with a counter-based mask: nothing is stored, backward recomputes the mask ----
  * Element i (0-based within the call) is kept iff mtk_dropout_keep(d, i); kept values are scaled by
  * 1/(1-p). The mask depends only on (seed, offset + i), never on threads or backend, so a resumed run

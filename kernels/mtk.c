@@ -442,6 +442,33 @@ void mtk_scale(mtk *k, mtk_act *x, float s, size_t n)
 {
     if (ready(k, "scale", 0, 0, n)) k->ops->scale(k, x, s, n);
 }
+void mtk_fp8_qdq(mtk *k, mtk_act *y, const mtk_act *x, size_t n, mtk_fp8 fmt, const float *scale, float *amax)
+{
+    if (!ready(k, "fp8_qdq", 0, 0, n)) return;
+    if (fmt != MTK_FP8_E4M3 && fmt != MTK_FP8_E5M2) {
+        mtk_fail(k, "fp8_qdq: unknown FP8 format %d", (int)fmt);
+        return;
+    }
+    if (n) k->ops->fp8_qdq(k, y, x, n, fmt, scale, amax);
+}
+void mtk_fp8_scale_update(mtk *k, float *history, float *scale, int S, int L, mtk_fp8 fmt, mtk_amax_algo algo,
+                          int margin)
+{
+    if (!ready(k, "fp8_scale_update", S, margin, 0)) return;
+    if (fmt != MTK_FP8_E4M3 && fmt != MTK_FP8_E5M2) {
+        mtk_fail(k, "fp8_scale_update: unknown FP8 format %d", (int)fmt);
+        return;
+    }
+    if (algo != MTK_AMAX_MOST_RECENT && algo != MTK_AMAX_MAX) {
+        mtk_fail(k, "fp8_scale_update: unknown amax algorithm %d", (int)algo);
+        return;
+    }
+    if (L < 1 || margin > 126) {
+        mtk_fail(k, "fp8_scale_update: history length %d, margin %d", L, margin);
+        return;
+    }
+    if (S) k->ops->fp8_scale_update(k, history, scale, S, L, fmt, algo, margin);
+}
 void mtk_bias_add(mtk *k, mtk_act *x, const float *bias, int N, int C)
 {
     if (ready(k, "bias_add", N, C, (size_t)N * C)) k->ops->bias_add(k, x, bias, N, C);

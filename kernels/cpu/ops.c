@@ -824,4 +824,6 @@ const mtk_ops mtk_cpu_ops = {
     .grouped_matmul_bwd = s_grouped_bwd,
     .sigmoid_gate_fwd = cpu_sigmoid_gate_fwd,
     .sigmoid_gate_bwd = cpu_sigmoid_gate_bwd,
+    .fp8_qdq = cpu_fp8_qdq,
+    .fp8_scale_update = cpu_fp8_scale_update,
 };

@@ -197,4 +197,6 @@ extern "C" const mtk_ops MTK_CU_OPS = {
     .grouped_matmul_bwd = ns::grouped_matmul_bwd,
     .sigmoid_gate_fwd = ns::sigmoid_gate_fwd,
     .sigmoid_gate_bwd = ns::sigmoid_gate_bwd,
+    .fp8_qdq = ns::fp8_qdq,
+    .fp8_scale_update = ns::fp8_scale_update,
 };

@@ -1,7 +1,8 @@
 // elementwise.cu: GeLU (tanh and erf forms) and its backward, add/acc/scale (and an fp32 acc), counter-based dropout,
-// and the two helpers the GEMM wrapper uses (a bias added to every row, column sums for dbias). The
-// element-wise kernels move 16 bytes per load and store when every operand is 16-byte aligned, with a
-// scalar loop for the tail (and for unaligned operands).
+// the FP8 emulation of delayed scaling (quantize-dequantize with the amax, the scale update; kernels.h, the
+// cpu backend's kernels/cpu/fp8.c computes the same bits), and the two helpers the GEMM wrapper uses (a bias
+// added to every row, column sums for dbias). The element-wise kernels move 16 bytes per load and store when
+// every operand is 16-byte aligned, with a scalar loop for the tail (and for unaligned operands).
 #include "cuda.h"
 
 namespace MTK_CU_NS {
@@ -95,6 +96,74 @@ void acc_f32(mtk *k, float *y, const float *x, size_t n)   // fp32 operands what
 {
     ew<float>(k, y, y, x, n, AddF{});
     check(k, "acc_f32");
+}
+
+// ---- FP8 emulation (kernels.h, "FP8, emulated") ----
+// v rounded to the FP8 format (emin: the exponent of its smallest normal, mb: mantissa bits, max: its
+// largest finite value): nearest, ties to even, saturating at +-max (TE's __NV_SATFINITE casts); NaN stays
+// NaN. |v| / quantum is exact with quantum = 2^(max(floor(log2 |v|), emin) - mb); rintf rounds it to an
+// integer, ties to even; the product by the quantum is exact.
+__device__ __forceinline__ float fp8_round(float v, int emin, int mb, float max)
+{
+    const float a = fabsf(v);
+    if (!(a < max)) return a != a ? v : copysignf(max, v);   // NaN, or saturated
+    const int e = (int)(__float_as_uint(a) >> 23) - 127;
+    const int qe = (e < emin ? emin : e) - mb;
+    return copysignf(ldexpf(rintf(ldexpf(a, -qe)), qe), v);
+}
+// The max of |x| (NaNs left out) goes to *amax by an atomic max of its bits: a max of values >= +0, the same
+// bits in any order.
+template <class T>
+__global__ void fp8_qdq_kernel(T *y, const T *x, size_t n, int emin, int mb, float max, const float *scale, float *amax)
+{
+    __shared__ float buf[32];
+    const size_t tid = (size_t)blockIdx.x * blockDim.x + threadIdx.x, stride = (size_t)gridDim.x * blockDim.x;
+    const float s = *scale, inv = 1.0f / s;
+    float m = 0.0f;
+    for (size_t i = tid; i < n; i += stride) {
+        const float v = ldf(x[i]), a = fabsf(v);
+        m = a > m ? a : m;
+        y[i] = stf<T>(fp8_round(v * s, emin, mb, max) * inv);
+    }
+    if (!amax) return;
+    m = block_max(m, buf);
+    if (threadIdx.x == 0 && m > 0.0f) atomicMax((unsigned int *)amax, __float_as_uint(m));
+}
+template <class T>
+static void fp8_qdq_run(mtk *k, void *y, const void *x, size_t n, mtk_fp8 fmt, const float *scale, float *amax)
+{
+    const int e5 = fmt == MTK_FP8_E5M2;
+    const int emin = e5 ? -14 : -6, mb = e5 ? 2 : 3;
+    LAUNCH((fp8_qdq_kernel<T>), blocks_for(n), THREADS, 0, launch_stream(k))((T *)y, (const T *)x, n, emin, mb,
+                                                                              mtk_fp8_max(fmt), scale, amax);
+}
+void fp8_qdq(mtk *k, void *y, const void *x, size_t n, mtk_fp8 fmt, const float *scale, float *amax)
+{
+    MTK_CU_DISPATCH(k, fp8_qdq_run, k, y, x, n, fmt, scale, amax);
+    check(k, "fp8_qdq");
+}
+// One thread per tensor: its history column read, rolled and row 0 zeroed in order, then its scale.
+__global__ void fp8_scale_update_kernel(float *history, float *scale, int S, int L, int algo_max, float scaled_max)
+{
+    for (int j = blockIdx.x * blockDim.x + threadIdx.x; j < S; j += gridDim.x * blockDim.x) {
+        float *h = history + j;
+        const float last = h[0];
+        float amax = last;
+        if (algo_max)
+            for (int i = 1; i < L; i++) amax = fmaxf(amax, h[(size_t)i * S]);
+        for (int i = 0; i + 1 < L; i++) h[(size_t)i * S] = h[(size_t)(i + 1) * S];
+        h[(size_t)(L - 1) * S] = last;
+        h[0] = 0.0f;
+        if (amax > 0.0f && amax < INFINITY) scale[j] = scaled_max / amax;   // finite and > 0 (NaN fails both)
+    }
+}
+void fp8_scale_update(mtk *k, float *history, float *scale, int S, int L, mtk_fp8 fmt, mtk_amax_algo algo, int margin)
+{
+    const float scaled_max = ldexpf(mtk_fp8_max(fmt), -margin);
+    const int algo_max = algo == MTK_AMAX_MAX;
+    LAUNCH(fp8_scale_update_kernel, blocks_for((size_t)S), THREADS, 0, launch_stream(k))(history, scale, S, L, algo_max,
+                                                                                         scaled_max);
+    check(k, "fp8_scale_update");
 }
 
 // ---- dropout: element i is kept iff drop_keep(seed, offset + i, p), kept values scaled by 1/(1-p) ----

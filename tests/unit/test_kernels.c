@@ -5,7 +5,7 @@
  * pieces over 1-3 shards, the embedding's position offset and vocabulary shard, attention over a KV
  * cache against the full causal attention, grouped-query attention, RMSNorm, SwiGLU and rotary position
  * embeddings (with a position offset and a partial rotary dimension), the mixture of experts' operations
- * (kernels_moe.inc), dtype conversion, the workspace and the sticky error, events; on the cpu backend,
+ * (kernels_moe.inc), FP8 emulation (kernels_fp8.inc), dtype conversion, the workspace and the sticky error, events; on the cpu backend,
  * bit-identical results across runs and thread counts.
  *
  * The backend comes from MT_TEST_BACKEND (default cpu) and the activation dtype from MT_TEST_DTYPE
@@ -1646,6 +1646,7 @@ TEST(odd_shapes)
 
 #include "kernels_moe.inc"
 #include "kernels_attention_block.inc"
+#include "kernels_fp8.inc"
 
 /* ---- conversion, workspace, sticky error, events ---- */
 
@@ -1958,7 +1959,7 @@ static int dump_f32(const char *dir, const char *name, const float *x, size_t n)
     FILE *f = fopen(path, "wb");
     int ok = f && fwrite(x, sizeof *x, n, f) == n;
     if (f && fclose(f)) ok = 0;
-    if (!ok) fprintf(stderr, "test_kernels --dump-llama: %s: cannot write\n", path);
+    if (!ok) fprintf(stderr, "test_kernels: %s: cannot write\n", path);
     return ok ? 0 : -1;
 }
 
@@ -2006,6 +2007,40 @@ static int dump_llama(const char *dir)
     return rc ? 1 : 0;
 }
 
+/* --dump-fp8 DIR: mtk_fp8_qdq (fp32 activations) over every bf16 bit pattern as an fp32 input (zeros,
+ * subnormals, every exponent, infinities, NaNs) and random fp32 values, in both formats at the scales of
+ * scales.txt, for tests/oracle/fp8_ref.py (tests/pipeline/kernels-fp8-numpy.sh): x.f32, and y_F_I.f32 the
+ * output of format F (e4m3, e5m2) at scale I, amax_F_I.f32 the amax. */
+static int dump_fp8(const char *dir)
+{
+    const size_t n = 65536 + 4096;
+    const float scales[] = {1.0f, 0x1p-7f, 0x1p9f, 3.7f, 0.0123f, 448.0f / 2.9f};
+    const int ns = (int)(sizeof scales / sizeof *scales);
+    float *x = adev(n), *y = adev(n), *s = fdev(1), *amax = fdev(1);
+    for (size_t i = 0; i < 65536; i++) x[i] = mt_bf16_to_f32((uint16_t)i);
+    for (size_t i = 65536; i < n; i++) x[i] = (float)(urand() * ldexp(1, (int)(urand() * 24)));
+    char path[4096];
+    snprintf(path, sizeof path, "%s/scales.txt", dir);
+    FILE *m = fopen(path, "w");
+    if (!m) return fprintf(stderr, "test_kernels --dump-fp8: %s: cannot write\n", path), 1;
+    for (int i = 0; i < ns; i++) fprintf(m, "%.9g\n", (double)scales[i]);
+    if (fclose(m)) return 1;
+    int rc = dump_f32(dir, "x", x, n);
+    for (int f = 0; f < 2; f++)
+        for (int i = 0; i < ns; i++) {
+            char name[64];
+            s[0] = scales[i], amax[0] = 0;
+            mtk_fp8_qdq(K, y, x, n, (mtk_fp8)f, s, amax);
+            snprintf(name, sizeof name, "y_%s_%d", f ? "e5m2" : "e4m3", i);
+            rc |= dump_f32(dir, name, y, n);
+            snprintf(name, sizeof name, "amax_%s_%d", f ? "e5m2" : "e4m3", i);
+            rc |= dump_f32(dir, name, amax, 1);
+        }
+    mt_err e;
+    if (mtk_sync(K, &e)) return fprintf(stderr, "test_kernels --dump-fp8: %s\n", e.msg), 1;
+    return rc ? 1 : 0;
+}
+
 /* RUN_F32(name): a case whose operations take only fp32 and int32 operands (float *, int32_t *, no mtk_act):
  * its kernels and data are the same whatever the activation dtype, so only the fp32 run runs it (the bf16
  * and fp16 runs of kernels-dtypes.sh, kernels-sim.sh and sim-sanitizers.sh would repeat it bit for bit).
@@ -2050,6 +2085,11 @@ if (!K) {
 }
 if (bench) {
     int rc = bench_main(argc, argv);
+    mtk_close(K);
+    return rc;
+}
+if (argc > 2 && !strcmp(argv[1], "--dump-fp8")) {
+    int rc = ACT == MTK_F32 ? dump_fp8(argv[2]) : (fprintf(stderr, "test_kernels --dump-fp8: fp32 only\n"), 2);
     mtk_close(K);
     return rc;
 }
@@ -2102,6 +2142,9 @@ RUN(moe_grouped_staged_batches);
 RUN(moe_sigmoid_gate);
 RUN(attention_cp_split);
 RUN(attention_block_whole_and_errors);
+RUN(fp8_codes);
+RUN(fp8_qdq);
+RUN_F32(fp8_scale_update);
 RUN(convert);
 RUN(workspace_and_sticky_error);
 RUN(uploads);
