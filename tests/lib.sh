@@ -70,11 +70,30 @@ t_sigterm_stop() {
         t_pass "$1: both ranks stop at iteration $it, one checkpoint, exit 0"
     else t_fail "$1" "rc $(cat "$3" 2>/dev/null), tracker '$it': $(tail -c 300 "$4")"; fi
 }
+# t_has_sim: whether this build's test_kernels runs on the sim backend (a build without CUDA headers has no
+# SIMT simulator)
+t_has_sim() {
+    MT_TEST_BACKEND=sim "$T_TOP/${MT_BUILD:-build}/tests/test_kernels" 2>&1 | grep -q '^ok - test_kernels: matmul_fwd'
+}
+# t_kernel_dumps FLAG: test_kernels FLAG DIR on cpu, and on sim where built (fp32), each into $T_TMP/BACKEND;
+# sets T_DUMPED to the backends whose dump succeeded (a failed dump fails the test)
+t_kernel_dumps() {
+    local be bin=$T_TOP/${MT_BUILD:-build}/tests/test_kernels backends=cpu
+    T_DUMPED=""
+    [ -x "$bin" ] || { t_fail "$1" "$bin not built"; return; }
+    if t_has_sim; then backends="cpu sim"; fi
+    for be in $backends; do
+        mkdir -p "$T_TMP/$be"
+        if MT_TEST_BACKEND=$be MT_TEST_DTYPE=fp32 "$bin" "$1" "$T_TMP/$be" >"$T_TMP/$be.out" 2>&1; then
+            T_DUMPED="$T_DUMPED $be"
+        else t_fail "$be: dump" "test_kernels $1 failed: $(head -c 300 "$T_TMP/$be.out")"; fi
+    done
+}
 # t_sim_setup THREADS: the start of a test of mt-train on the sim backend: the script ends with a skip
 # where this build has no SIMT simulator; else walk_data's corpus of 3 x 200 documents is written to
 # $T_TMP/data (a --data-path prefix) and the CPU side runs THREADS OpenMP threads.
 t_sim_setup() {
-    if ! MT_TEST_BACKEND=sim "$T_TOP/${MT_BUILD:-build}/tests/test_kernels" 2>&1 | grep -q '^ok - test_kernels: matmul_fwd'; then
+    if ! t_has_sim; then
         t_skip "sim backend" "this build has no SIMT simulator (no CUDA headers: make deps)"
         exit 0
     fi

@@ -13,19 +13,11 @@
 # about ten times the gap measured on cpu and sim (stated beside each tolerance below).
 . "$(dirname "$0")/../lib.sh"
 PY=/usr/bin/python3
-BIN=$T_TOP/${MT_BUILD:-build}/tests/test_kernels
-if ! [ -x "$PY" ] || ! $PY -c 'import numpy, torch' 2>/dev/null; then
-    t_skip "torch reference" "no /usr/bin/python3 with numpy and torch (make deps installs python3-torch)"; exit 0
+if ! $PY -c 'import numpy, torch' 2>/dev/null; then
+    t_fail "torch reference" "no /usr/bin/python3 with numpy and torch (make deps installs python3-torch)"; exit 0
 fi
-[ -x "$BIN" ] || { t_fail "torch reference" "$BIN not built"; exit 0; }
-backends=cpu
-# (a build without the simulator: cpu only, as kernels-sim.sh skips)
-if MT_TEST_BACKEND=sim "$BIN" 2>&1 | grep -q '^ok - test_kernels: matmul_fwd'; then backends="cpu sim"; fi
-for be in $backends; do
-    mkdir -p "$T_TMP/$be"
-    if ! MT_TEST_BACKEND=$be MT_TEST_DTYPE=fp32 "$BIN" --dump-llama "$T_TMP/$be" >"$T_TMP/$be.out" 2>&1; then
-        t_fail "$be: dump" "test_kernels --dump-llama failed: $(head -c 300 "$T_TMP/$be.out")"; continue
-    fi
+t_kernel_dumps --dump-llama
+for be in $T_DUMPED; do
     $PY - "$T_TMP/$be" "$T_FILE: $be" <<'PYEOF'
 import sys
 import numpy as np

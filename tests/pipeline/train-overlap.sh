@@ -130,7 +130,7 @@ else t_fail "DP=2 bf16 overlapped save and resume" "$(tail -3 "$d/ck.err" "$d/re
 
 # two sim ranks (the CUDA kernels under the SIMT simulator, the host-staged communicator): the buckets start
 # as they become final, each run at once on the main thread (comm_async.h's inline engine); the same bits
-if MT_TEST_BACKEND=sim "$T_TOP/${MT_BUILD:-build}/tests/test_kernels" 2>&1 | grep -q '^ok - test_kernels: matmul_fwd'; then
+if t_has_sim; then
     sim="$args --train-iters 3 --eval-iters 0 --ddp-bucket-size 5000 --use-distributed-optimizer"
     # shellcheck disable=SC2086
     if MT_DEVICE=sim mpi 2 mt-train $sim --metrics-file "$d/s0.jsonl" >"$d/s0.log" 2>"$d/s0.err" &&
