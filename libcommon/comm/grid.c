@@ -9,15 +9,27 @@ int mt_grid_make(mt_grid *g, int world, int tp, int cp, int pp, mt_err *e)
                           "--context-parallel-size (%d) x --pipeline-model-parallel-size (%d)",
                           world, tp, cp, pp);
     g->tp = tp, g->cp = cp, g->pp = pp, g->dp = world / (tp * cp * pp);
-    g->ep = 1, g->edp = g->cp * g->dp;
+    g->ep = 1, g->etp = tp, g->edp = g->cp * g->dp;
     return 0;
 }
 
 int mt_grid_make_ep(mt_grid *g, int world, int tp, int cp, int pp, int ep, mt_err *e)
 {
+    return mt_grid_make_expert(g, world, tp, cp, pp, ep, 0, e);
+}
+
+int mt_grid_make_expert(mt_grid *g, int world, int tp, int cp, int pp, int ep, int etp, mt_err *e)
+{
     if (mt_grid_make(g, world, tp, cp, pp, e)) return -1;
-    int x = g->cp * g->dp;
-    if (ep < 1 || x % ep) {
+    if (etp < 0) return mt_err_set(e, "--expert-tensor-parallel-size (%d) is negative", etp);
+    if (etp == 0) etp = tp;
+    int x = g->cp * g->dp, stage = tp * x;
+    if (ep >= 1 && etp != tp && stage % (etp * ep))
+        return mt_err_set(e,
+                          "--expert-tensor-parallel-size (%d) x --expert-model-parallel-size (%d) does not divide the "
+                          "ranks of a pipeline stage %d (world size %d / --pipeline-model-parallel-size %d)",
+                          etp, ep, stage, world, pp);
+    if (ep < 1 || (etp == tp && x % ep)) {
         if (cp == 1)
             return mt_err_set(e,
                               "--expert-model-parallel-size (%d) does not divide the data-parallel size %d (world size "
@@ -28,7 +40,7 @@ int mt_grid_make_ep(mt_grid *g, int world, int tp, int cp, int pp, int ep, mt_er
                           "size %d (world size %d / (--tensor-model-parallel-size %d x --pipeline-model-parallel-size %d))",
                           ep, x, world, tp, pp);
     }
-    g->ep = ep, g->edp = x / ep;
+    g->ep = ep, g->etp = etp, g->edp = stage / (etp * ep);
     return 0;
 }
 
@@ -43,10 +55,13 @@ mt_grid_coord mt_grid_coords(const mt_grid *g, int rank)
     rank /= g->cp;
     c.dp = rank % g->dp;
     c.pp = rank / g->dp;
-    /* the expert view: x = cp_rank + cp dp_rank split as expert rank + ep x expert-data-parallel rank */
-    int ep = g->ep > 0 ? g->ep : 1, x = c.cp + g->cp * c.dp;
-    c.ep = x % ep;
-    c.edp = x / ep;
+    /* the expert view: the place in the stage s = tp_rank + tp (cp_rank + cp dp_rank) split as expert tensor
+     * rank + etp (expert rank + ep x expert-data-parallel rank) */
+    int ep = g->ep > 0 ? g->ep : 1, etp = g->etp > 0 ? g->etp : g->tp;
+    int s = c.tp + g->tp * (c.cp + g->cp * c.dp);
+    c.etp = s % etp;
+    c.ep = s / etp % ep;
+    c.edp = s / etp / ep;
     return c;
 }
 
@@ -70,8 +85,9 @@ int mt_grid_group(const mt_grid *g, int rank, mt_group_kind kind, int *members, 
         case MT_GROUP_DP: same = c.tp == me.tp && c.cp == me.cp && c.pp == me.pp; break;
         case MT_GROUP_PP: same = c.tp == me.tp && c.cp == me.cp && c.dp == me.dp; break;
         case MT_GROUP_MP: same = c.cp == me.cp && c.dp == me.dp; break;
-        case MT_GROUP_EP: same = c.tp == me.tp && c.pp == me.pp && c.edp == me.edp; break;
-        case MT_GROUP_EDP: same = c.tp == me.tp && c.pp == me.pp && c.ep == me.ep; break;
+        case MT_GROUP_EP: same = c.etp == me.etp && c.pp == me.pp && c.edp == me.edp; break;
+        case MT_GROUP_EDP: same = c.etp == me.etp && c.pp == me.pp && c.ep == me.ep; break;
+        case MT_GROUP_ETP: same = c.pp == me.pp && c.ep == me.ep && c.edp == me.edp; break;
         case MT_GROUP_DPCP: same = c.tp == me.tp && c.pp == me.pp; break;
         case MT_GROUP_EMBD:
             same = c.tp == me.tp && c.cp == me.cp && c.dp == me.dp && (c.pp == 0 || c.pp == g->pp - 1);

@@ -2,7 +2,10 @@
  * its expert groups, the refusal of launches without PMIx, the bootstrap and communicator of a singleton.
  * Run as "test_comm --mpi" under mpirun with several ranks (tests/pipeline/comm-mpi.sh): the PMIx
  * bootstrap, every collective of the MPI communicator against values each rank can compute, in the world
- * and in split groups, and the bytes each one counts; the parallel context's expert communicators. */
+ * and in split groups, and the bytes each one counts; the parallel context's expert communicators.
+ * Run as "test_comm --grid" with lines "WORLD TP CP PP EP ETP" on stdin: for each, the grid's groups of each
+ * kind, one line per kind as tests/oracle/megatron_grid.py prints them, or "refused", then a line "."
+ * (tests/pipeline/grid-ref.sh compares the two). */
 #include <stdint.h>
 
 #include "comm/agree.h"
@@ -255,6 +258,83 @@ TEST(grid_context_example)
         n = mt_grid_group(&g, r, MT_GROUP_DPCP, m, NULL, &idx);
         T_CHECK(members_eq(m, n, dpcp[r % 2], 4) && idx == c.cp + 2 * c.dp);
     }
+}
+
+/* An expert tensor size other than tp (grid.h's example): tp 2, etp 1, pp 1, 8 ranks, ep 2: expert groups
+ * [0,1] [2,3] [4,5] [6,7], expert-data-parallel groups [0,2,4,6] [1,3,5,7], expert-tensor groups of one
+ * rank; the dense groups as without it. etp 2 (= tp) and etp 0 give today's grid; a size etp x ep does not
+ * divide is refused naming both flags. */
+TEST(grid_expert_tensor_example)
+{
+    mt_grid g, h;
+    mt_err e;
+    T_CHECK(mt_grid_make_expert(&g, 8, 2, 1, 1, 2, 1, &e) == 0);
+    T_CHECK(g.dp == 4 && g.ep == 2 && g.etp == 1 && g.edp == 4);
+    int m[8], n, color, idx;
+    for (int r = 0; r < 8; r++) {
+        mt_grid_coord c = mt_grid_coords(&g, r);
+        T_CHECK(c.tp == r % 2 && c.dp == r / 2 && c.etp == 0 && c.ep == r % 2 && c.edp == r / 2);
+        int ep[2] = {r & ~1, r | 1}, edp[4] = {r % 2, r % 2 + 2, r % 2 + 4, r % 2 + 6}, tp[2] = {r & ~1, r | 1};
+        n = mt_grid_group(&g, r, MT_GROUP_EP, m, &color, &idx);
+        T_CHECK(members_eq(m, n, ep, 2) && idx == r % 2 && color == ep[0]);
+        n = mt_grid_group(&g, r, MT_GROUP_EDP, m, &color, &idx);
+        T_CHECK(members_eq(m, n, edp, 4) && idx == r / 2 && color == edp[0]);
+        n = mt_grid_group(&g, r, MT_GROUP_ETP, m, &color, &idx);
+        T_CHECK(n == 1 && m[0] == r && idx == 0 && color == r);
+        n = mt_grid_group(&g, r, MT_GROUP_TP, m, NULL, NULL);
+        T_CHECK(members_eq(m, n, tp, 2));
+    }
+    /* etp = tp, or 0: the grid of mt_grid_make_ep, its expert-tensor groups the tensor groups */
+    for (int etp = 0; etp <= 2; etp += 2) {
+        T_CHECK(mt_grid_make_expert(&g, 16, 2, 2, 2, 2, etp, &e) == 0);
+        T_CHECK(mt_grid_make_ep(&h, 16, 2, 2, 2, 2, &e) == 0);
+        T_CHECK(g.tp == h.tp && g.cp == h.cp && g.dp == h.dp && g.pp == h.pp && g.ep == h.ep && g.edp == h.edp && g.etp == 2);
+        for (int r = 0; r < 16; r++)
+            for (int kind = MT_GROUP_TP; kind <= MT_GROUP_ETP; kind++) {
+                int m2[16], c1, c2, i1, i2;
+                n = mt_grid_group(&g, r, (mt_group_kind)(kind == MT_GROUP_ETP ? MT_GROUP_TP : kind), m, &c1, &i1);
+                int n2 = mt_grid_group(&h, r, (mt_group_kind)kind, m2, &c2, &i2);
+                T_CHECK(members_eq(m, n, m2, n2) && c1 == c2 && i1 == i2);
+            }
+    }
+    /* tp 2, etp 1, pp 1 on 6 ranks: ep 4 does not divide the 6 ranks of a stage; ep 3 does (edp 2) */
+    T_CHECK(mt_grid_make_expert(&g, 6, 2, 1, 1, 4, 1, &e) == -1);
+    T_EQ_STR(e.msg, "--expert-tensor-parallel-size (1) x --expert-model-parallel-size (4) does not divide the ranks of "
+                    "a pipeline stage 6 (world size 6 / --pipeline-model-parallel-size 1)");
+    T_CHECK(mt_grid_make_expert(&g, 6, 2, 1, 1, 3, 1, &e) == 0 && g.edp == 2);
+    T_CHECK(mt_grid_make_expert(&g, 8, 2, 1, 1, 2, -1, &e) == -1);
+    T_CHECK(strstr(e.msg, "--expert-tensor-parallel-size (-1)") != NULL);
+    T_CHECK(mt_grid_make_expert(&g, 8, 2, 1, 1, 0, 1, &e) == -1);
+    T_CHECK(strstr(e.msg, "--expert-model-parallel-size (0)") != NULL);
+}
+
+/* --grid: for each line "WORLD TP CP PP EP ETP" of stdin, each kind's groups, each once, from its lowest
+ * rank, in the oracle's format, then ".". */
+static void print_grid(const int *a)
+{
+    mt_grid g;
+    mt_err e;
+    if (mt_grid_make_expert(&g, a[0], a[1], a[2], a[3], a[4], a[5], &e)) {
+        printf("refused\n.\n");
+        fprintf(stderr, "%s\n", e.msg);
+        return;
+    }
+    static const struct { mt_group_kind kind; const char *name; } kinds[] = {
+        {MT_GROUP_TP, "TP"}, {MT_GROUP_CP, "CP"}, {MT_GROUP_DP, "DP"}, {MT_GROUP_PP, "PP"}, {MT_GROUP_MP, "MP"},
+        {MT_GROUP_DPCP, "DPCP"}, {MT_GROUP_EP, "EP"}, {MT_GROUP_EDP, "EDP"}, {MT_GROUP_ETP, "ETP"}};
+    int world = mt_grid_world(&g), *m = malloc((size_t)world * sizeof *m);
+    if (!m) abort();
+    for (size_t k = 0; k < sizeof kinds / sizeof kinds[0]; k++) {
+        printf("%s:", kinds[k].name);
+        for (int r = 0; r < world; r++) {
+            int color, n = mt_grid_group(&g, r, kinds[k].kind, m, &color, NULL);
+            if (color != r) continue;
+            for (int i = 0; i < n; i++) printf("%c%d", i ? ',' : ' ', m[i]);
+        }
+        printf("\n");
+    }
+    free(m);
+    printf(".\n");
 }
 
 /* The parallel context on one rank: ep 1 makes a one-rank ep and edp = dp, no other communicator; an ep
@@ -973,6 +1053,11 @@ TEST(mpi_split_groups)
 int main(int argc, char **argv)
 {
     t_bin = "test_comm";
+    if (argc == 2 && !strcmp(argv[1], "--grid")) {
+        int a[6];
+        while (scanf("%d %d %d %d %d %d", &a[0], &a[1], &a[2], &a[3], &a[4], &a[5]) == 6) print_grid(a);
+        return 0;
+    }
     if (argc > 1 && !strcmp(argv[1], "--mpi")) {
         mt_err e;
         if (mt_boot_init(&boot, &e) || mt_boot_mpi(&boot, &e) || !(world = mt_comm_mpi_world(&e))) {
@@ -1004,6 +1089,7 @@ int main(int argc, char **argv)
     RUN(grid_expert_example);
     RUN(grid_context_example);
     RUN(grid_expert_groups_property);
+    RUN(grid_expert_tensor_example);
     RUN(parallel_expert_single);
     RUN(refuse_launch_without_pmix);
     RUN(single_rank_comm);
