@@ -44,7 +44,8 @@
  * local experts.
  *
  * Not yet used by the model: config/train_args.c refuses --expert-tensor-parallel-size other than tp, and
- * comm/parallel.c builds its groups with mt_grid_make_ep.
+ * comm/parallel.c builds its groups with mt_grid_make_ep. libcommon/model/README.md ("Expert tensor size
+ * other than tp") lists what the model, trainer, checkpoints and planner need for etp 1 with tp > 1.
  */
 #ifndef MT_COMM_GRID_H
 #define MT_COMM_GRID_H
