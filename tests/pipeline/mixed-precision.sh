@@ -61,9 +61,10 @@ f32=$(mt-eval --load "$d/ck-bf16" --eval-split test --eval-iters 6 --json 2>>"$d
 awk -v a="$got" -v b="$f32" 'BEGIN { r = (b - a) / a; if (r < 0) r = -r; exit !(a > 0 && a != b && r < 0.01) }' \
     && t_pass "mt-eval fp32 of the bf16 checkpoint: $f32, within 1% of bf16's" || t_fail "mt-eval fp32 of bf16 checkpoint" "$f32 vs $got"
 
-# MT_CPU_BF16: a value it does not know, and oneDNN's bf16 matmul insisted on where oneDNN has none, are
-# one-line errors before any step
+# MT_CPU_BF16 and MT_CPU_GROUPED: a value they do not know, and oneDNN's bf16 matmul insisted on where
+# oneDNN has none, are one-line errors before any step
 for bad in "MT_CPU_BF16=bogus|MT_CPU_BF16: 'bogus' is not onednn or fp32" \
+           "MT_CPU_GROUPED=bogus|MT_CPU_GROUPED: 'bogus' is not tiles or loop" \
            "MT_CPU_BF16=onednn ONEDNN_MAX_CPU_ISA=AVX2|MT_CPU_BF16=onednn: oneDNN has no bf16 matmul on this CPU (avx2)"; do
     envs=${bad%%|*} want="mt-train: ${bad#*|}"
     # shellcheck disable=SC2086
