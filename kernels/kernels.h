@@ -224,6 +224,9 @@ typedef enum { MTK_FP8_E4M3 = 0, MTK_FP8_E5M2 = 1 } mtk_fp8;
 typedef enum { MTK_AMAX_MOST_RECENT = 0, MTK_AMAX_MAX = 1 } mtk_amax_algo;
 /* The largest finite value of the format. */
 static inline float mtk_fp8_max(mtk_fp8 f) { return f == MTK_FP8_E5M2 ? 57344.0f : 448.0f; }
+/* The exponent of its smallest normal value, and its mantissa bits. */
+static inline int mtk_fp8_emin(mtk_fp8 f) { return f == MTK_FP8_E5M2 ? -14 : -6; }
+static inline int mtk_fp8_mbits(mtk_fp8 f) { return f == MTK_FP8_E5M2 ? 2 : 3; }
 /* y[i] = fp8(x[i] * s) * (1 / s) with s = *scale (one fp32 of device memory, the tensor's scale; 1 / s is
  * rounded to fp32 once, TE's scale_inv), stored in the activation dtype; y may alias x. fp8() rounds to
  * the nearest value of the format, ties to even, subnormals exact, and saturates: a magnitude above the

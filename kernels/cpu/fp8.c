@@ -40,7 +40,7 @@ static inline void st(void *y, mtk_dtype t, size_t i, float v)
 void cpu_fp8_qdq(mtk *k, void *y, const void *x, size_t n, mtk_fp8 fmt, const float *scale, float *amax)
 {
     const mtk_dtype t = k->act;
-    const int emin = fmt == MTK_FP8_E5M2 ? -14 : -6, mb = fmt == MTK_FP8_E5M2 ? 2 : 3;
+    const int emin = mtk_fp8_emin(fmt), mb = mtk_fp8_mbits(fmt);
     const float max = mtk_fp8_max(fmt), s = *scale, inv = 1.0f / s;
     float m = 0.0f;
 #pragma omp parallel for schedule(static) reduction(max : m)

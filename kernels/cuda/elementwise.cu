@@ -132,8 +132,7 @@ __global__ void fp8_qdq_kernel(T *y, const T *x, size_t n, int emin, int mb, flo
 template <class T>
 static void fp8_qdq_run(mtk *k, void *y, const void *x, size_t n, mtk_fp8 fmt, const float *scale, float *amax)
 {
-    const int e5 = fmt == MTK_FP8_E5M2;
-    const int emin = e5 ? -14 : -6, mb = e5 ? 2 : 3;
+    const int emin = mtk_fp8_emin(fmt), mb = mtk_fp8_mbits(fmt);
     LAUNCH((fp8_qdq_kernel<T>), blocks_for(n), THREADS, 0, launch_stream(k))((T *)y, (const T *)x, n, emin, mb,
                                                                               mtk_fp8_max(fmt), scale, amax);
 }
