@@ -18,6 +18,7 @@
 #include <string.h>
 
 #include "model/context_parallel.h"
+#include "model/fp8.h"
 #include "model/ring_attention.h"
 #include "model/gpt_impl.h"
 #include "model/moe.h"
@@ -179,6 +180,7 @@ void mt_gpt_free(mt_gpt *m)
     free(m->tp_counts);
     mt_ring_attention_free(m->ring);
     if (m->cp_losses) mtk_free(m->k, m->cp_losses);
+    mt_fp8_free(m->k, m->fp8);
     mt_layout_free(&m->layout);
     free(m);
 }
@@ -316,6 +318,7 @@ void mt_gpt_zero_grad(mt_gpt *m)
     }
     if (run1 > run0) mtk_zero(m->k, m->grads + run0, (run1 - run0) * sizeof(float));
     m->grads_assign = (1u << m->vp) - 1;   /* every chunk's */
+    mt_fp8_new_iteration(m);
 }
 
 void mt_gpt_memory(const mt_gpt *m, size_t *param_bytes, size_t *grad_bytes, size_t *act_bytes)
@@ -508,6 +511,7 @@ mt_gpt_ctx *mt_gpt_ctx_new_chunk(mt_gpt *m, int chunk, int max_batch, mt_err *e)
     x->moe = mt_moe_ctx_new(m, x->nmax, max_batch, x->nslots, m->nl, &failed, e);
     x->bytes += mt_moe_bytes(x->moe);
     x->moe_scale = 1.0;
+    if (m->fp8 && !failed && !(x->fp8_scale = mt_fp8_ctx_scales(m, e))) failed = 1;
     if (failed || grow_shared(m, x->nmax, e) || mt_gpt_reserve(m, x->nmax, m->c.seq_length, e)) {
         mt_err_prefix(e, "GPT activations (%zu bytes)", x->bytes);
         mt_gpt_ctx_free(x);
@@ -569,6 +573,7 @@ void mt_gpt_ctx_free(mt_gpt_ctx *x)
     for (int i = 0; i < CTX_BUFFERS; i++)
         if (*where[i]) mtk_free(x->m->k, *where[i]);
     mt_moe_ctx_free(x->moe);
+    if (x->fp8_scale) mtk_free(x->m->k, x->fp8_scale);
     if (x->h_losses) x->m->ctx_bytes -= x->bytes;
     free(x->h_losses);
     free(x->h_dscale);
@@ -648,6 +653,9 @@ static int layer_forward(mt_gpt_ctx *x, int li, void *scratch, mt_err *e)
 #define T_(kind) mt_gpt_t(m, l, kind)
 #define PO(kind) mt_gpt_popt(m, mt_gpt_t(m, l, kind))
 #define W(kind) mt_gpt_w(m, mt_gpt_t(m, l, kind))
+    /* a product's weight, quantized with FP8 (n elements) */
+#define WQ(p, kind, n) (fp8 ? mt_fp8_weight(x, li, p, W(kind), n) : W(kind))
+    const int fp8 = m->fp8 != NULL;
     layer_acts a;
     layer_views(x, li, &a);
     void *out = mt_tp_local(m, scratch, N, C);
@@ -655,13 +663,16 @@ static int layer_forward(mt_gpt_ctx *x, int li, void *scratch, mt_err *e)
     /* attention: QKV column-parallel (this rank's heads and key/value groups), rotary positions on q and k,
      * dense row-parallel (summed over the ranks) */
     mt_gpt_norm_fwd(m, a.ln1, a.mean1, a.rstd1, a.res_in, T_(MT_T_NORM1_W), T_(MT_T_NORM1_B), Nl, C);
+    if (fp8) mt_fp8_input(x, li, MT_FP8_QKV, a.ln1, a.ln1, (size_t)Nl * C);   /* kept quantized, for the backward */
     const void *ln1 = mt_tp_gathered(m, scratch, a.ln1, N, C, e);   /* every rank's rows, in scratch */
     if (!ln1) return mt_err_prefix(e, "GPT forward, layer %d attention", l);
-    mtk_matmul_fwd(k, a.qkv, ln1, W(MT_T_QKV_W), PO(MT_T_QKV_B), N, C, m->qkvw);
+    mtk_matmul_fwd(k, a.qkv, ln1, WQ(MT_FP8_QKV, MT_T_QKV_W, (size_t)m->qkvw * C), PO(MT_T_QKV_B), N, C, m->qkvw);
     if (m->rot) mt_cp_rope(m, 1, a.qkv, B, T);
     if (mt_cp_attention_fwd(m, a.atty, a.lse, a.qkv, B, T, site_dropout(x, &dd, l, SITE_ATTN_PROBS, 0), e))
         return mt_err_prefix(e, "GPT forward, layer %d attention", l);
-    if (mt_tp_row_linear_fwd(m, scratch, a.atty, W(MT_T_PROJ_W), PO(MT_T_PROJ_B), N, Cl, C, e))
+    const void *atty = a.atty;   /* FP8: quantized aside (the attention's backward reads its output) */
+    if (fp8) mt_fp8_input(x, li, MT_FP8_PROJ, x->s_f2, a.atty, (size_t)N * Cl), atty = x->s_f2;
+    if (mt_tp_row_linear_fwd(m, scratch, atty, WQ(MT_FP8_PROJ, MT_T_PROJ_W, (size_t)C * Cl), PO(MT_T_PROJ_B), N, Cl, C, e))
         return mt_err_prefix(e, "GPT forward, layer %d attention", l);
     /* the dense output's dropout fused into the residual add and the norm that follows it (with context
      * parallelism, by runs of global tokens first: the same bits) */
@@ -672,6 +683,7 @@ static int layer_forward(mt_gpt_ctx *x, int li, void *scratch, mt_err *e)
     mt_gpt_add_norm_fwd(m, a.res_mid, a.ln2, a.mean2, a.rstd2, a.res_in, out, T_(MT_T_NORM2_W),
                         T_(MT_T_NORM2_B), Nl, C, drop);
     /* MLP: the first layer column-parallel (GeLU, or SwiGLU of its gate and up halves), the second row-parallel */
+    if (fp8) mt_fp8_input(x, li, MT_FP8_FC1, a.ln2, a.ln2, (size_t)Nl * C);
     const void *ln2 = mt_tp_gathered(m, scratch, a.ln2, N, C, e);   /* scratch: the dense output is added */
     if (!ln2) return mt_err_prefix(e, "GPT forward, layer %d MLP", l);
     if (mt_arch_is_moe(&m->layout.arch, l)) {   /* its output (over ln2 when gathered) summed over the ranks */
@@ -679,18 +691,21 @@ static int layer_forward(mt_gpt_ctx *x, int li, void *scratch, mt_err *e)
             mt_tp_input_grad(m, scratch, N, C, e))
             return mt_err_prefix(e, "GPT forward, layer %d MoE", l);
     } else if (c->mlp == MT_MLP_SWIGLU) {
-        mtk_matmul_fwd(k, a.fch, ln2, W(MT_T_FC1_W), PO(MT_T_FC1_B), N, C, m->fcw);
+        mtk_matmul_fwd(k, a.fch, ln2, WQ(MT_FP8_FC1, MT_T_FC1_W, (size_t)m->fcw * C), PO(MT_T_FC1_B), N, C, m->fcw);
         mtk_swiglu_fwd(k, x->s_f1, a.fch, N, F);
     } else
-        mtk_matmul_gelu_fwd(k, x->s_f1, a.fch, ln2, W(MT_T_FC1_W), PO(MT_T_FC1_B), N, C, F, c->exact_gelu);
+        mtk_matmul_gelu_fwd(k, x->s_f1, a.fch, ln2, WQ(MT_FP8_FC1, MT_T_FC1_W, (size_t)m->fcw * C), PO(MT_T_FC1_B), N,
+                            C, F, c->exact_gelu);
+    if (fp8 && !mt_arch_is_moe(&m->layout.arch, l)) mt_fp8_input(x, li, MT_FP8_FC2, x->s_f1, x->s_f1, (size_t)N * F);
     if (!mt_arch_is_moe(&m->layout.arch, l) &&
-        mt_tp_row_linear_fwd(m, scratch, x->s_f1, W(MT_T_FC2_W), PO(MT_T_FC2_B), N, F, C, e))
+        mt_tp_row_linear_fwd(m, scratch, x->s_f1, WQ(MT_FP8_FC2, MT_T_FC2_W, (size_t)C * F), PO(MT_T_FC2_B), N, F, C, e))
         return mt_err_prefix(e, "GPT forward, layer %d MLP", l);
     if ((drop = site_dropout(x, &dd, l, SITE_MLP_OUT, h0))) mt_cp_dropout(m, 1, out, out, B, T, drop);
     mtk_add(k, a.res_out, a.res_mid, out, (size_t)Nl * C);
 #undef T_
 #undef PO
 #undef W
+#undef WQ
     return 0;
 }
 
@@ -748,10 +763,13 @@ static int forward(mt_gpt_ctx *x, const int32_t *tokens, const int32_t *targets,
         if (mt_tp_embed_fwd(m, x->bnd, x->s_c1, x->d_tok, B, T, e)) return mt_err_prefix(e, "GPT forward");
         if ((drop = site_dropout(x, &dd, 0, SITE_EMBED, h0))) mt_cp_dropout(m, 1, x->bnd, x->bnd, B, T, drop);
     }
+    x->fp8_replay = 0;
+    mt_fp8_forward_begin(x);
     for (int li = 0; li < L; li++)
         if ((m->hook && m->hook(m->hook_arg, MT_GPT_BEFORE_FORWARD, x->lc0 + li, e)) ||
             layer_forward(x, x->lc0 + li, x->s_c1, e))
             return -1;
+    if (mt_fp8_forward_end(x, e)) return mt_err_prefix(e, "GPT forward");
 
     if (!x->last) {   /* the output bnd[L] goes to the next stage; the loss is the last stage's */
         if (async ? mtk_status(k, e) : mtk_sync(k, e)) return mt_err_prefix(e, "GPT forward");
@@ -825,6 +843,16 @@ int mt_gpt_logits(mt_gpt_ctx *x, float *host, mt_err *e)
     return mtk_sync(k, e) ? mt_err_prefix(e, "GPT logits") : 0;
 }
 
+/* FP8: a product's output gradient dout [N rows, OC] quantized into buf (may be dout itself), its bias
+ * gradient (NULL: none) taken first from the unquantized values; returns buf. */
+static const void *fp8_dout(mt_gpt_ctx *x, int li, int p, const void *dout, void *buf, int n, float *dbias, int OC,
+                            mtk_grad_mode gm)
+{
+    if (dbias) mtk_matmul_bwd(x->m->k, NULL, NULL, dbias, dout, NULL, NULL, n / OC, 1, OC, gm);
+    mt_fp8_grad(x, li, p, buf, dout, (size_t)n);
+    return buf;
+}
+
 /* Local layer li's backward pass: dres (this rank's rows of the residual stream's gradient, x->s_c1)
  * from the layer's output to its input. The input gradients of column-parallel products (QKV, the MLP's
  * first layer) are partial sums over this rank's columns until summed over the tensor-parallel group
@@ -845,6 +873,8 @@ static int layer_backward(mt_gpt_ctx *x, int li, mtk_grad_mode gm, mt_err *e)
 #define W(kind) mt_gpt_w(m, mt_gpt_t(m, l, kind))
 #define G(kind) mt_gpt_g(m, mt_gpt_t(m, l, kind))
 #define GO(kind) mt_gpt_gopt(m, mt_gpt_t(m, l, kind))
+#define WQ(p, kind, n) (fp8 ? mt_fp8_weight(x, li, p, W(kind), n) : W(kind))
+    const int fp8 = m->fp8 != NULL;
     layer_acts a;
     layer_views(x, li, &a);
 
@@ -864,13 +894,21 @@ static int layer_backward(mt_gpt_ctx *x, int li, mtk_grad_mode gm, mt_err *e)
     } else {
         if (swiglu) mtk_swiglu_fwd(k, x->s_f1, a.fch, N, F);
         else mtk_gelu_fwd(k, x->s_f1, a.fch, (size_t)N * F, c->exact_gelu);
-        mtk_matmul_bwd(k, x->s_f2, G(MT_T_FC2_W), GO(MT_T_FC2_B), dout, x->s_f1, W(MT_T_FC2_W), N, F, C, gm);
+        if (fp8) {   /* the input as the forward quantized it; the bias gradient from the unquantized dout */
+            mt_fp8_input(x, li, MT_FP8_FC2, x->s_f1, x->s_f1, (size_t)N * F);
+            dout = fp8_dout(x, li, MT_FP8_FC2, dout, dtmp, N * C, GO(MT_T_FC2_B), C, gm);
+        }
+        mtk_matmul_bwd(k, x->s_f2, G(MT_T_FC2_W), fp8 ? NULL : GO(MT_T_FC2_B), dout, x->s_f1,
+                       WQ(MT_FP8_FC2, MT_T_FC2_W, (size_t)C * F), N, F, C, gm);
         if (swiglu) mtk_swiglu_bwd(k, x->s_f1, a.fch, x->s_f2, N, F);
         else mtk_gelu_bwd(k, x->s_f1, a.fch, x->s_f2, (size_t)N * F, c->exact_gelu);
         /* the product's input gathered again for its weight gradient, into dtmp (done with the output gradient) */
         const void *ln2 = mt_tp_gathered(m, dtmp, a.ln2, N, C, e);
         if (!ln2) return mt_err_prefix(e, "GPT backward, layer %d MLP", l);
-        mtk_matmul_bwd(k, dln, G(MT_T_FC1_W), GO(MT_T_FC1_B), x->s_f1, ln2, W(MT_T_FC1_W), N, C, m->fcw, gm);
+        const void *dfc = x->s_f1;
+        if (fp8) dfc = fp8_dout(x, li, MT_FP8_FC1, x->s_f1, x->s_f1, N * m->fcw, GO(MT_T_FC1_B), m->fcw, gm);
+        mtk_matmul_bwd(k, dln, G(MT_T_FC1_W), fp8 ? NULL : GO(MT_T_FC1_B), dfc, ln2,
+                       WQ(MT_FP8_FC1, MT_T_FC1_W, (size_t)m->fcw * C), N, C, m->fcw, gm);
     }
     if (mt_tp_input_grad(m, dln, N, C, e)) return mt_err_prefix(e, "GPT backward, layer %d MLP", l);
     /* the attention output's dropout backward fused into the norm's, on the residual gradient it leaves */
@@ -882,20 +920,29 @@ static int layer_backward(mt_gpt_ctx *x, int li, mtk_grad_mode gm, mt_err *e)
     /* Attention: res_mid = res_in + drop(dense(attn(qkv(ln1(res_in))))) */
     dout = drop ? dtmp_l : dres;
     if (mt_tp_output_grad(m, dout, dtmp, N, C, &dout, e)) return mt_err_prefix(e, "GPT backward, layer %d attention", l);
-    mtk_matmul_bwd(k, dln, G(MT_T_PROJ_W), GO(MT_T_PROJ_B), dout, a.atty, W(MT_T_PROJ_W), N, Cl, C, gm);
+    const void *atty = a.atty;
+    if (fp8) {   /* quantized aside, as the forward did */
+        mt_fp8_input(x, li, MT_FP8_PROJ, x->s_f2, a.atty, (size_t)N * Cl), atty = x->s_f2;
+        dout = fp8_dout(x, li, MT_FP8_PROJ, dout, dtmp, N * C, GO(MT_T_PROJ_B), C, gm);
+    }
+    mtk_matmul_bwd(k, dln, G(MT_T_PROJ_W), fp8 ? NULL : GO(MT_T_PROJ_B), dout, atty,
+                   WQ(MT_FP8_PROJ, MT_T_PROJ_W, (size_t)C * Cl), N, Cl, C, gm);
     if (mt_cp_attention_bwd(m, x->s_qkv, dln, a.qkv, a.atty, a.lse, B, T, site_dropout(x, &dd, l, SITE_ATTN_PROBS, 0),
                             e))
         return mt_err_prefix(e, "GPT backward, layer %d attention", l);
     if (m->rot) mt_cp_rope(m, 0, x->s_qkv, B, T);
     const void *ln1 = mt_tp_gathered(m, dtmp, a.ln1, N, C, e);   /* likewise */
     if (!ln1) return mt_err_prefix(e, "GPT backward, layer %d attention", l);
-    mtk_matmul_bwd(k, dln, G(MT_T_QKV_W), GO(MT_T_QKV_B), x->s_qkv, ln1, W(MT_T_QKV_W), N, C, m->qkvw, gm);
+    if (fp8) fp8_dout(x, li, MT_FP8_QKV, x->s_qkv, x->s_qkv, N * m->qkvw, GO(MT_T_QKV_B), m->qkvw, gm);
+    mtk_matmul_bwd(k, dln, G(MT_T_QKV_W), fp8 ? NULL : GO(MT_T_QKV_B), x->s_qkv, ln1,
+                   WQ(MT_FP8_QKV, MT_T_QKV_W, (size_t)m->qkvw * C), N, C, m->qkvw, gm);
     if (mt_tp_input_grad(m, dln, N, C, e)) return mt_err_prefix(e, "GPT backward, layer %d attention", l);
     mt_gpt_norm_bwd(m, dres, T_(MT_T_NORM1_W), T_(MT_T_NORM1_B), dln_l, a.res_in, a.mean1, a.rstd1, Nl, C, NULL, NULL);
 #undef T_
 #undef W
 #undef G
 #undef GO
+#undef WQ
     return 0;
 }
 
@@ -935,6 +982,7 @@ int mt_gpt_backward(mt_gpt_ctx *x, double scale, mt_err *e)
                         x->lnf_stat + x->nres, Nl, C, NULL, NULL);
     }   /* else dres holds the gradient of the output, from the next stage (mt_gpt_stage_grad) */
 
+    x->fp8_replay = 1;   /* FP8: quantized as the forward did, nothing recorded but the gradients' amaxes */
     for (int li = L - 1; li >= 0; li--) {
         /* a recomputed chunk's forward runs again from its input when the backward reaches its last layer
          * (the same kernels on the same inputs with the same dropout masks: the same activations) */
@@ -950,11 +998,12 @@ int mt_gpt_backward(mt_gpt_ctx *x, double scale, mt_err *e)
             return -1;
     }
 
+    x->fp8_replay = 0;
     if (x->first) {   /* else dres is the gradient of the input, for the previous stage */
         if ((drop = site_dropout(x, &dd, 0, SITE_EMBED, h0))) mt_cp_dropout(m, 0, dres, dres, B, T, drop);
         if (mt_tp_embed_bwd(m, dres, dtmp, x->d_tok, B, T, e)) return mt_err_prefix(e, "GPT backward, embedding");
     }
-    if (mtk_status(k, e)) return mt_err_prefix(e, "GPT backward");
+    if (mt_fp8_backward_end(x, e) || mtk_status(k, e)) return mt_err_prefix(e, "GPT backward");
     return 0;
 }
 

@@ -63,6 +63,7 @@ struct mt_gpt {
                                s_f1, s_f2 of every context point into it: one micro-batch computes at a time,
                                on one stream); shared_bytes of it, grown as contexts need */
     size_t shared_bytes;
+    struct mt_fp8_state *fp8; /* FP8 products (model/fp8.h); NULL without */
     mt_gpt_layer_hook hook; /* mt_gpt_set_layer_hook */
     void *hook_arg;
 };
@@ -118,6 +119,9 @@ struct mt_gpt_ctx {
     uint64_t dropout_key;
     struct mt_moe_ctx *moe;     /* the MoE layers' state (model/moe.h); NULL without MoE layers */
     double moe_scale;           /* the auxiliary losses' gradient factor (mt_gpt_set_moe_loss_scale; 1) */
+    float *fp8_scale;           /* FP8: the forward scales this context's pass used (model/fp8.h) */
+    int fp8_replay;             /* FP8: the backward (and its recomputation) runs: the forward tensors are
+                                   quantized with the scales of the forward, their amaxes not recorded */
 };
 
 /* The table index of the tensor of kind in layer (-1: the embeddings and final norm); -1 if absent. */

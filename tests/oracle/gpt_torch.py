@@ -129,7 +129,13 @@ def gelu_tanh(x):
     return 0.5 * x * (1.0 + torch.tanh(math.sqrt(2.0 / math.pi) * (x + 0.044715 * x ** 3)))
 
 
-def logits(cfg, P, tokens, drop=None):
+def plain_linear(layer, which, x, w, b):
+    """The layers' products: which is 0 QKV, 1 the attention's dense, 2 and 3 the MLP's (fp8_torch.py
+    replaces it)."""
+    return x @ w.T + b
+
+
+def logits(cfg, P, tokens, drop=None, lin=plain_linear):
     """Logits [B, T, V_pad] of tokens int64 [B, T] (drop None: no dropout)."""
     drop = drop or NoDropout()
     B, T = tokens.shape
@@ -143,7 +149,7 @@ def logits(cfg, P, tokens, drop=None):
     for l in range(L):
         p = lambda s: P["language_model.encoder.layers.%d.%s" % (l, s)]
         a = torch.nn.functional.layer_norm(x, (C,), p("input_layernorm.weight"), p("input_layernorm.bias"), eps)
-        qkv = a @ p("self_attention.query_key_value.weight").T + p("self_attention.query_key_value.bias")
+        qkv = lin(l, 0, a, p("self_attention.query_key_value.weight"), p("self_attention.query_key_value.bias"))
         qkv = qkv.view(B, T, NH, 3, HS).permute(3, 0, 2, 1, 4)          # [3, B, NH, T, HS]
         q, k, v = qkv[0], qkv[1], qkv[2]
         scores = (q @ k.transpose(-1, -2)) / math.sqrt(HS)
@@ -151,22 +157,22 @@ def logits(cfg, P, tokens, drop=None):
         probs = torch.softmax(scores, dim=-1)
         probs = drop.attn(probs, 1 + 3 * l)
         ctx = (probs @ v).permute(0, 2, 1, 3).reshape(B, T, C)          # heads concatenated
-        o = ctx @ p("self_attention.dense.weight").T + p("self_attention.dense.bias")
+        o = lin(l, 1, ctx, p("self_attention.dense.weight"), p("self_attention.dense.bias"))
         x = x + drop.hidden(o, 2 + 3 * l)
         m = torch.nn.functional.layer_norm(x, (C,), p("post_attention_layernorm.weight"),
                                            p("post_attention_layernorm.bias"), eps)
-        hmid = gelu_tanh(m @ p("mlp.dense_h_to_4h.weight").T + p("mlp.dense_h_to_4h.bias"))
-        o = hmid @ p("mlp.dense_4h_to_h.weight").T + p("mlp.dense_4h_to_h.bias")
+        hmid = gelu_tanh(lin(l, 2, m, p("mlp.dense_h_to_4h.weight"), p("mlp.dense_h_to_4h.bias")))
+        o = lin(l, 3, hmid, p("mlp.dense_4h_to_h.weight"), p("mlp.dense_4h_to_h.bias"))
         x = x + drop.hidden(o, 3 + 3 * l)
     x = torch.nn.functional.layer_norm(x, (C,), P["language_model.encoder.final_layernorm.weight"],
                                        P["language_model.encoder.final_layernorm.bias"], eps)
     return x @ wte.T                                                    # tied, over the padded vocabulary
 
 
-def forward(cfg, P, tokens, targets, mask, drop):
+def forward(cfg, P, tokens, targets, mask, drop, lin=plain_linear):
     """Masked mean loss and per-token losses. tokens/targets int64 [B,T], mask float64 [B,T]."""
     B, T = tokens.shape
-    out = logits(cfg, P, tokens, drop)
+    out = logits(cfg, P, tokens, drop, lin)
     losses = torch.nn.functional.cross_entropy(out.reshape(B * T, -1), targets.reshape(-1),
                                                reduction="none").view(B, T)
     return (losses * mask).sum() / mask.sum(), losses

@@ -11,6 +11,7 @@
 
 #include "io/npy.h"
 #include "kernels.h"
+#include "model/fp8.h"
 #include "model/gpt.h"
 #include "t.h"
 
@@ -30,11 +31,16 @@ static int slot(const mt_gpt *m)
         if (reg[i].m == m) return i;
     return -1;
 }
-static mt_gpt *create(mtk *k, const mt_gpt_config *c, int max_batch, mt_err *e)
+/* fp8: the FP8 recipe of its products (NULL: none) */
+static mt_gpt *create_fp8(mtk *k, const mt_gpt_config *c, int max_batch, const mt_fp8_recipe *fp8, mt_err *e)
 {
     int i = slot(NULL);
     mt_gpt *m = i < 0 ? NULL : mt_gpt_create(k, c, MT_GPT_TRAIN, e);
     if (!m) return NULL;
+    if (mt_gpt_set_fp8(m, fp8, NULL, e)) {
+        mt_gpt_free(m);
+        return NULL;
+    }
     mt_gpt_ctx *x = mt_gpt_ctx_new(m, max_batch, e);
     if (!x) {
         mt_gpt_free(m);
@@ -42,6 +48,10 @@ static mt_gpt *create(mtk *k, const mt_gpt_config *c, int max_batch, mt_err *e)
     }
     reg[i].m = m, reg[i].x = x, reg[i].count = 0;
     return m;
+}
+static mt_gpt *create(mtk *k, const mt_gpt_config *c, int max_batch, mt_err *e)
+{
+    return create_fp8(k, c, max_batch, NULL, e);
 }
 static void destroy(mt_gpt *m)
 {
@@ -848,8 +858,9 @@ TEST(bf16_activations)
 }
 
 /* ---- --dump DIR: the tiny model for tests/pipeline/model-torch.sh ----
- * DIR/eval and DIR/drop (training mode, dropout 0.1/0.1, key 4242 + step) each get:
- *   meta.txt      key value lines (config, batch, optimizer settings, loss)
+ * DIR/eval, DIR/drop (training mode, dropout 0.1/0.1, key 4242 + step), and DIR/fp8, DIR/fp8max (as drop,
+ * the layers' products in FP8, model/fp8.h; two recipes) each get:
+ *   meta.txt      key value lines (config, batch, optimizer settings, loss; the FP8 recipe)
  *   table.txt     name offset numel ndim rows cols no_decay, one tensor a line
  *   params.npy    float32 [P] initial parameters (mt_gpt_init seed 1234)
  *   tokens.npy, targets.npy int32 [B,T]; mask.npy float32 [B,T]
@@ -857,6 +868,10 @@ TEST(bf16_activations)
  *   step_tokens.npy, step_targets.npy int32 [S,B,T]; step_mask.npy float32 [S,B,T]
  *   step_losses.npy float64 [S+1]: the loss of step s's batch before its update (key 4242 + s), and last
  *   the loss of batch 0 after all S updates (evaluation mode)
+ *   DIR/fp8max's steps take two micro-batches (micro_batches 2): batch s and batch s + 1 (mod S), each
+ *   with half of the mean, step_losses the mean of the two;
+ *   FP8 only: step_fp8.npy float32 [S+1][mt_gpt_fp8_state_numel]: the FP8 state before step s and, last,
+ *   after the last step; step_params.npy, step_grads.npy float32 [S][P]: step s's parameters and gradients
  * Steps are AdamW through mtk_adamw: lr 1e-3, betas 0.9/0.999, eps 1e-8, weight decay 0.1 on
  * tensors that are not no_decay. */
 enum { D_B = 3, D_T = 16, D_STEPS = 10 };
@@ -876,7 +891,7 @@ static int dump_npy(const char *dir, const char *name, const char *descr, const 
     return 0;
 }
 
-static int dump_variant(const char *dir, int training)
+static int dump_variant(const char *dir, int training, const mt_fp8_recipe *fp8)
 {
     if (mkdir(dir, 0777) && errno != EEXIST) {
         perror(dir);
@@ -896,7 +911,9 @@ static int dump_variant(const char *dir, int training)
     c.hidden_dropout = 0.1f;
     c.attention_dropout = 0.1f;
     mt_err e;
-    mt_gpt *m = create(K, &c, D_B, &e);
+    /* fp8max: two micro-batches a step (a weight keeps its first micro-batch's scale) */
+    int micro = fp8 && fp8->algo == MTK_AMAX_MAX ? 2 : 1;
+    mt_gpt *m = create_fp8(K, &c, D_B, fp8, &e);
     if (!m) {
         fprintf(stderr, "%s\n", e.msg);
         return 1;
@@ -935,11 +952,31 @@ static int dump_variant(const char *dir, int training)
 
     float *mom = mtk_alloc(K, n * sizeof(float), &e), *var = mtk_alloc(K, n * sizeof(float), &e);
     double losses[D_STEPS + 1];
+    /* FP8: the state before each step and after the last, each step's parameters and gradients */
+    size_t fs = mt_gpt_fp8_state_numel(m);
+    float *fstate = fs ? mt_xmalloc((D_STEPS + 1) * fs * sizeof(float)) : NULL;
+    float *sp = fs ? mt_xmalloc(D_STEPS * n * sizeof(float)) : NULL, *sgr = fs ? mt_xmalloc(D_STEPS * n * sizeof(float)) : NULL;
     for (int s = 0; s < D_STEPS; s++) {
         set_dropout(m, training, key + (uint64_t)s);
         mt_gpt_zero_grad(m);
-        losses[s] = fwd(m, tok[s], tgt[s], mask[s], D_B, D_T, NULL);
-        bwd(m, 1.0f);
+        if (fs) {
+            mt_gpt_fp8_state_get(m, fstate + (size_t)s * fs);
+            mtk_to_host(K, sp + (size_t)s * n, mt_gpt_params(m), n * sizeof(float));
+        }
+        if (micro == 2) {   /* the step's batch and the next one, each half of the mean */
+            int s2 = (s + 1) % D_STEPS;
+            losses[s] = 0.5 * fwd(m, tok[s], tgt[s], mask[s], D_B, D_T, NULL);
+            bwd(m, 0.5f);
+            losses[s] += 0.5 * fwd(m, tok[s2], tgt[s2], mask[s2], D_B, D_T, NULL);
+            bwd(m, 0.5f);
+        } else {
+            losses[s] = fwd(m, tok[s], tgt[s], mask[s], D_B, D_T, NULL);
+            bwd(m, 1.0f);
+        }
+        if (fs) {
+            mtk_to_host(K, sgr + (size_t)s * n, mt_gpt_grads(m), n * sizeof(float));
+            if (mtk_sync(K, &e)) rc = 1;
+        }
         for (int i = 0; i < mt_gpt_num_tensors(m); i++) {
             const mt_gpt_tensor *t = mt_gpt_tensor_at(m, i);
             mtk_adamw(K, mt_gpt_params(m) + t->offset, mt_gpt_grads(m) + t->offset, mom + t->offset, var + t->offset,
@@ -950,6 +987,16 @@ static int dump_variant(const char *dir, int training)
     losses[D_STEPS] = fwd(m, tok[0], tgt[0], mask[0], D_B, D_T, NULL);
     int64_t lshape[1] = {D_STEPS + 1};
     rc |= dump_npy(dir, "step_losses.npy", "<f8", lshape, 1, losses);
+    if (fs) {
+        mt_gpt_fp8_state_get(m, fstate + (size_t)D_STEPS * fs);
+        int64_t fshape[2] = {D_STEPS + 1, (int64_t)fs}, pshape2[2] = {D_STEPS, (int64_t)n};
+        rc |= dump_npy(dir, "step_fp8.npy", "<f4", fshape, 2, fstate);
+        rc |= dump_npy(dir, "step_params.npy", "<f4", pshape2, 2, sp);
+        rc |= dump_npy(dir, "step_grads.npy", "<f4", pshape2, 2, sgr);
+        free(fstate);
+        free(sp);
+        free(sgr);
+    }
 
     char path[1024];
     snprintf(path, sizeof path, "%s/meta.txt", dir);
@@ -966,6 +1013,11 @@ static int dump_variant(const char *dir, int training)
             c.init_method_std, c.exact_gelu, (double)c.hidden_dropout, (double)c.attention_dropout);
     fprintf(f, "seed 1234\ntraining %d\nkey %" PRIu64 "\nB %d\nT %d\nsteps %d\n", training, key, D_B, D_T, D_STEPS);
     fprintf(f, "lr 1e-3\nbeta1 0.9\nbeta2 0.999\nadam_eps 1e-8\nweight_decay 0.1\nloss %.17g\n", loss);
+    fprintf(f, "micro_batches %d\n", micro);
+    if (fp8)
+        fprintf(f, "fp8_format %s\nfp8_margin %d\nfp8_amax_history_len %d\nfp8_amax_compute_algo %s\n",
+                fp8->bwd == MTK_FP8_E5M2 ? "hybrid" : "e4m3", fp8->margin, fp8->history_len,
+                fp8->algo == MTK_AMAX_MAX ? "max" : "most_recent");
     fclose(f);
     snprintf(path, sizeof path, "%s/table.txt", dir);
     f = fopen(path, "w");
@@ -995,9 +1047,16 @@ static int dump_main(const char *dir)
     }
     char sub[1024];
     snprintf(sub, sizeof sub, "%s/eval", dir);
-    if (dump_variant(sub, 0)) return 1;
+    if (dump_variant(sub, 0, NULL)) return 1;
     snprintf(sub, sizeof sub, "%s/drop", dir);
-    return dump_variant(sub, 1);
+    if (dump_variant(sub, 1, NULL)) return 1;
+    /* FP8: Megatron's defaults with hybrid, and E4M3 gradients with a margin and a longer max history */
+    mt_fp8_recipe hybrid = {1, MTK_FP8_E4M3, MTK_FP8_E5M2, 0, 1, MTK_AMAX_MOST_RECENT};
+    mt_fp8_recipe e4m3 = {1, MTK_FP8_E4M3, MTK_FP8_E4M3, 1, 3, MTK_AMAX_MAX};
+    snprintf(sub, sizeof sub, "%s/fp8", dir);
+    if (dump_variant(sub, 1, &hybrid)) return 1;
+    snprintf(sub, sizeof sub, "%s/fp8max", dir);
+    return dump_variant(sub, 1, &e4m3);
 }
 
 T_MAIN_BEGIN("test_model")

@@ -1,0 +1,77 @@
+/* fp8.h: FP8 training of the transformer layers' linear products, emulated (Megatron's --fp8-format with
+ * Transformer Engine's delayed scaling). Public part: the recipe and mt_gpt_set_fp8; the rest is the
+ * model's (gpt.c calls it around its products).
+ *
+ * What is quantized, as TE's Linear / LayerNormLinear / LayerNormMLP do in a Megatron-Core layer: the four
+ * products of each layer (QKV, the attention's dense projection, the MLP's first and second) take their
+ * input and their weight through the forward format (E4M3) and their output gradient through the backward
+ * format (E4M3 with --fp8-format e4m3, E5M2 with hybrid), each with its own per-tensor scale; the input
+ * gradient is dout_q . w_q, the weight gradient dout_q^T . inp_q (TE's fp8 wgrad), the bias gradient the
+ * sum of the unquantized output gradient (TE's fused bgrad), the bias added in high precision. Not
+ * quantized: the embeddings, the attention core, the norms, the output layer (a plain ColumnParallelLinear
+ * in Megatron), the MoE layers (refused for now).
+ *
+ * Delayed scaling: a tensor is quantized with the scale computed before the pass; the pass records its
+ * amax in row 0 of the tensor's history; after each training forward pass the forward tensors' row 0 is
+ * reduced (max) over the tensor-, context- and data-parallel ranks (Megatron's amax reduction group) and
+ * the histories and scales updated (mtk_fp8_scale_update), and after each backward pass the gradients'
+ * likewise. As TE with Megatron's is_first_microbatch, a weight is quantized with the scale it had at
+ * the iteration's first micro-batch and its amax recorded then only. A recomputed forward (activation
+ * recomputation) quantizes with the scales its pass used and records nothing; a forward that is not in
+ * training mode (evaluation) uses the current scales and changes nothing, as TE under torch.no_grad. */
+#ifndef MT_MODEL_FP8_H
+#define MT_MODEL_FP8_H
+
+#include "comm/comm.h"
+#include "kernels.h"
+#include "util/err.h"
+
+typedef struct mt_fp8_recipe {
+    int on;                 /* 0: no FP8 */
+    mtk_fp8 fwd, bwd;       /* e4m3: E4M3 both; hybrid: E4M3 forward, E5M2 gradients */
+    int margin;             /* --fp8-margin */
+    int history_len;        /* --fp8-amax-history-len */
+    mtk_amax_algo algo;     /* --fp8-amax-compute-algo */
+} mt_fp8_recipe;
+
+struct mt_gpt;
+struct mt_gpt_ctx;
+
+/* FP8 for the model's linear products (before its contexts are made); dp: the data-parallel group the
+ * amaxes are reduced over besides the model's tensor and context groups (NULL: one rank). Refused with e
+ * set for MoE layers, model chunks (vp > 1), an ffn narrower than the hidden size per tensor rank. */
+int mt_gpt_set_fp8(struct mt_gpt *m, const mt_fp8_recipe *r, mt_comm *dp, mt_err *e);
+
+/* The state a checkpoint keeps (TE's _extra_state): the forward tensors' scales [8 nl] and histories
+ * [len][8 nl], the gradients' scales [4 nl] and histories [len][4 nl], nl the model's local layers, in the
+ * order of mt_gpt_fp8_state_numel's floats: scale_f, hist_f, scale_b, hist_b. 0 floats without FP8. */
+size_t mt_gpt_fp8_state_numel(const struct mt_gpt *m);
+void mt_gpt_fp8_state_get(struct mt_gpt *m, float *host);
+void mt_gpt_fp8_state_set(struct mt_gpt *m, const float *host);
+
+/* ---- the model's side (gpt.c) ---- */
+
+/* A layer's products, in the order of the state's entries: local layer li's forward tensors are 8 li +
+ * 2 p (input) and 8 li + 2 p + 1 (weight), its gradient 4 li + p. */
+enum { MT_FP8_QKV, MT_FP8_PROJ, MT_FP8_FC1, MT_FP8_FC2 };
+
+typedef struct mt_fp8_state mt_fp8_state;
+void mt_fp8_free(mtk *k, mt_fp8_state *s);
+
+/* The next training forward pass starts an iteration (mt_gpt_zero_grad). */
+void mt_fp8_new_iteration(struct mt_gpt *m);
+/* A context's copy of the forward scales its pass used ([8 nl] device floats, NULL without FP8). */
+float *mt_fp8_ctx_scales(struct mt_gpt *m, mt_err *e);
+/* Before a forward pass: the scales it uses (and at an iteration's first training pass, the weights'). */
+void mt_fp8_forward_begin(struct mt_gpt_ctx *x);
+/* After a training forward / a backward pass: the amaxes reduced, the histories and scales updated. */
+int mt_fp8_forward_end(struct mt_gpt_ctx *x, mt_err *e);
+int mt_fp8_backward_end(struct mt_gpt_ctx *x, mt_err *e);
+/* Product p of local layer li: its input (n elements) quantized from in into out (may alias); its weight
+ * (n elements) into the model's weight buffer (returned; its amax recorded by the iteration's first
+ * training forward); its output gradient into out (may alias). */
+void mt_fp8_input(struct mt_gpt_ctx *x, int li, int p, void *out, const void *in, size_t n);
+const void *mt_fp8_weight(struct mt_gpt_ctx *x, int li, int p, const void *w, size_t n);
+void mt_fp8_grad(struct mt_gpt_ctx *x, int li, int p, void *out, const void *in, size_t n);
+
+#endif
