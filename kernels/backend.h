@@ -149,6 +149,7 @@ struct mtk {
     const mtk_ops *ops;
     int threads;          /* worker threads the backend uses (cpu: OpenMP threads) */
     int device;
+    int cc;               /* CUDA: the device's compute capability, major x 10 + minor; 0 elsewhere */
     mtk_dtype act;        /* activation dtype */
     int queue;            /* current queue */
     mtk_limits lim;       /* what mtk_reserve has covered so far */

@@ -63,6 +63,8 @@ typedef struct mtk_config {
 mtk *mtk_open(const mtk_config *cfg, mt_err *e);
 void mtk_close(mtk *k);
 const char *mtk_name(const mtk *k);
+/* A CUDA device's compute capability, major x 10 + minor (90: Hopper); 0 on cpu and sim. */
+int mtk_compute_capability(const mtk *k);
 mtk_dtype mtk_act_dtype(const mtk *k);
 size_t mtk_act_size(const mtk *k);   /* bytes of one activation element */
 int mtk_threads(const mtk *k);

@@ -94,6 +94,7 @@ const char *mtk_name(const mtk *k) { return k->ops->name; }
 mtk_dtype mtk_act_dtype(const mtk *k) { return k->act; }
 size_t mtk_act_size(const mtk *k) { return mtk_dtype_size(k->act); }
 int mtk_threads(const mtk *k) { return k->threads; }
+int mtk_compute_capability(const mtk *k) { return k->cc; }
 const char *mtk_products(const mtk *k) { return k->products; }
 
 /* ---- workspace ---- */

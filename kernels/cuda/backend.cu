@@ -37,6 +37,13 @@ static int open(mtk *k, const mtk_config *cfg, mt_err *e)
         return -1;
     }
     k->threads = 1;
+#ifndef SIMT_SIM
+    int major = 0, minor = 0;
+    if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, cfg->device) == cudaSuccess &&
+        cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, cfg->device) == cudaSuccess)
+        k->cc = 10 * major + minor;
+    cudaGetLastError();
+#endif
     return 0;
 }
 

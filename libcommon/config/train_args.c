@@ -151,6 +151,18 @@ static const mt_flag flags[] = {
      "fp16 weights and activations (fp32 master weights etc.) with loss scaling (dynamic unless --loss-scale)", 0, 0, NULL},
     {"--loss-scale", MT_F_DOUBLE, &A.loss_scale, "S", "static loss scale (with --fp16 or --bf16); a power of 2 keeps the scaling exact",
      0, 1e38, NULL},
+    {"--fp8-format", MT_F_CHOICE, &A.fp8_format, NULL,
+     "the layers' linear products in FP8: inputs and weights E4M3, output gradients E4M3 (e4m3) or E5M2 (hybrid); "
+     "emulated (quantized, then fp32 or bf16 products); default none", 0, 0, "e4m3|hybrid"},
+    {"--fp8-recipe", MT_F_CHOICE, &A.fp8_recipe, NULL, "FP8 scaling: delayed (Transformer Engine's; the only one)", 0, 0,
+     "delayed"},
+    {"--fp8-margin", MT_F_INT, &A.fp8_margin, "M", "FP8 scales leave 2^M of headroom (default 0)", 0, 64, NULL},
+    {"--fp8-amax-history-len", MT_F_INT, &A.fp8_amax_history_len, "N",
+     "FP8: the amaxes each tensor's scale looks back over (default 1)", 1, 1 << 16, NULL},
+    {"--fp8-amax-compute-algo", MT_F_CHOICE, &A.fp8_amax_compute_algo, NULL,
+     "FP8: a scale from the latest amax (most_recent, the default) or the history's largest (max)", 0, 0,
+     "most_recent|max"},
+    NOOP_I("--fp8-interval", "N", "accepted (deprecated in Megatron); scales update every step"),
     {"--initial-loss-scale", MT_F_DOUBLE, &A.initial_loss_scale, "S", "dynamic loss scale at the start (default 2^32)",
      0, 1e38, NULL},
     {"--min-loss-scale", MT_F_DOUBLE, &A.min_loss_scale, "S", "dynamic loss scale floor (default 1.0)", 0, 1e38, NULL},
@@ -343,6 +355,9 @@ static void defaults(mt_train_args *a)
     a->moe_router_load_balancing_type = "aux_loss";
     a->moe_router_score_function = "softmax";
     a->moe_token_drop_policy = "probs";
+    a->fp8_recipe = "delayed";
+    a->fp8_amax_compute_algo = "most_recent";
+    a->fp8_amax_history_len = 1;
     a->expert_model_parallel_size = 1;
     a->context_parallel_size = 1;
     a->cp_comm_type = "p2p";
@@ -534,6 +549,14 @@ static int parse(mt_train_args *out, int argc, char **argv, mt_err *e)
         return mt_err_set(e, "--loss-scale %g: must be positive", a->loss_scale);
     if (given(seen, "--loss-scale") && !a->fp16 && !a->bf16)
         return mt_err_set(e, "--loss-scale applies with --fp16 or --bf16 only");
+    static const char *const fp8_only[] = {"--fp8-margin", "--fp8-amax-history-len", "--fp8-amax-compute-algo",
+                                           "--fp8-recipe", NULL};
+    for (int i = 0; fp8_only[i]; i++)
+        if (given(seen, fp8_only[i]) && !a->fp8_format) return mt_err_set(e, "%s applies with --fp8-format only", fp8_only[i]);
+    if (a->fp8_format && a->num_experts)
+        return mt_err_set(e, "--fp8-format with --num-experts: FP8 for the MoE layers is not implemented");
+    if (a->fp8_format && a->num_layers_per_virtual_pipeline_stage)
+        return mt_err_set(e, "--fp8-format with --num-layers-per-virtual-pipeline-stage is not implemented");
     static const char *const dyn[] = {"--initial-loss-scale", "--min-loss-scale", "--loss-scale-window", "--hysteresis", NULL};
     for (int i = 0; dyn[i]; i++)
         if (given(seen, dyn[i]) && !a->fp16) return mt_err_set(e, "%s applies to the dynamic loss scaler of --fp16 only", dyn[i]);

@@ -55,6 +55,11 @@ typedef struct mt_train_args {
     bool override_opt_param_scheduler, use_checkpoint_opt_param_scheduler, no_check_for_nan_in_loss_and_grad;
     /* mixed precision (4.4) */
     bool fp16, bf16;
+    /* FP8 products with Transformer Engine's delayed scaling, emulated (model/fp8.h) */
+    const char *fp8_format;                /* --fp8-format e4m3|hybrid; NULL: none */
+    const char *fp8_recipe;                /* --fp8-recipe: delayed (the only one) */
+    const char *fp8_amax_compute_algo;     /* most_recent (default) | max */
+    int fp8_margin, fp8_amax_history_len;  /* defaults 0, 1 */
     double loss_scale, initial_loss_scale, min_loss_scale, loss_scale_window;
     int hysteresis;
     /* checkpoints (4.5) */

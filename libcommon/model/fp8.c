@@ -92,6 +92,12 @@ size_t mt_gpt_fp8_state_numel(const mt_gpt *m)
     return L1 * (size_t)(s->sf + s->sb);
 }
 
+void mt_gpt_fp8_layers(const mt_gpt *m, int *first, int *n)
+{
+    *first = m->l0;
+    *n = m->nl;
+}
+
 /* The state's four arrays in checkpoint order, and their lengths. */
 static void parts(const mt_fp8_state *s, float **p, size_t *n)
 {

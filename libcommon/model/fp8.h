@@ -46,6 +46,8 @@ int mt_gpt_set_fp8(struct mt_gpt *m, const mt_fp8_recipe *r, mt_comm *dp, mt_err
  * [len][8 nl], the gradients' scales [4 nl] and histories [len][4 nl], nl the model's local layers, in the
  * order of mt_gpt_fp8_state_numel's floats: scale_f, hist_f, scale_b, hist_b. 0 floats without FP8. */
 size_t mt_gpt_fp8_state_numel(const struct mt_gpt *m);
+/* The global layers the state covers: [*first, *first + *n) (the model's stage). */
+void mt_gpt_fp8_layers(const struct mt_gpt *m, int *first, int *n);
 void mt_gpt_fp8_state_get(struct mt_gpt *m, float *host);
 void mt_gpt_fp8_state_set(struct mt_gpt *m, const float *host);
 

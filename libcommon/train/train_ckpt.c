@@ -13,6 +13,7 @@
 #include "ckpt/dist_optim.h"
 #include "ckpt/meta.h"
 #include "ckpt/open_model.h"
+#include "model/fp8.h"
 #include "train/ckpt_write.h"
 
 /* ---- the metadata of a save (ckpt_write.c writes the files) ---- */
@@ -24,6 +25,23 @@ static json_t *sched_json(const mt_sched *s)
                      (json_int_t)s->decay_steps, "lr_decay_style", mt_lr_style_name(s->style), "num_steps",
                      (json_int_t)s->num_steps, "start_wd", s->start_wd, "end_wd", s->end_wd, "wd_incr_steps",
                      (json_int_t)s->wd_incr_steps, "wd_incr_style", mt_wd_style_name(s->wd_style));
+}
+
+/* The FP8 state of this rank's stage (Transformer Engine keeps it as each module's _extra_state): the
+ * recipe, the global layers [first_layer, first_layer + layers), and model/fp8.h's floats of them. */
+static json_t *fp8_json(const mt_trainer *t)
+{
+    size_t n = mt_gpt_fp8_state_numel(t->model);
+    float *h = mt_xmalloc(n * sizeof *h);
+    mt_gpt_fp8_state_get(t->model, h);
+    json_t *st = json_array();
+    for (size_t i = 0; i < n; i++) json_array_append_new(st, json_real(h[i]));
+    free(h);
+    int first, layers;
+    mt_gpt_fp8_layers(t->model, &first, &layers);
+    return json_pack("{s:s,s:i,s:i,s:s,s:i,s:i,s:o}", "format", t->a.fp8_format, "margin", t->a.fp8_margin,
+                     "amax_history_len", t->a.fp8_amax_history_len, "amax_compute_algo", t->a.fp8_amax_compute_algo,
+                     "first_layer", first, "layers", layers, "state", st);
 }
 
 json_t *mt_trainer_ckpt_meta(const mt_trainer *t, int with_optim, int shards)
@@ -55,6 +73,7 @@ json_t *mt_trainer_ckpt_meta(const mt_trainer *t, int with_optim, int shards)
                             json_pack("{s:I,s:s}", "seed", (json_int_t)t->a.seed, "dropout",
                                       "counter-based: masks derive from seed, iteration and micro-batch"));
     json_object_set_new(meta, "loss_scaler", mt_loss_scaler_to_json(&t->scaler));
+    if (mt_gpt_fp8_state_numel(t->model)) json_object_set_new(meta, "fp8", fp8_json(t));
     return meta;
 }
 
@@ -251,6 +270,67 @@ static int load_optimizer(mt_trainer *t, mt_model_ckpt *mc, mt_err *e)
     return rc;
 }
 
+/* The FP8 state of global layer gl (8 forward and 4 gradient tensors, L rows of history each) from a
+ * rank's meta.json "fp8" (o), into this rank's host state h (local layer li of nl). 1 when o covers gl. */
+static int fp8_layer_from(json_t *o, int gl, int L, float *h, int li, int nl, const char *dir, mt_err *e)
+{
+    json_t *st = json_object_get(o, "state");
+    json_int_t first = json_integer_value(json_object_get(o, "first_layer")),
+               n = json_integer_value(json_object_get(o, "layers"));
+    if (gl < first || gl >= first + n) return 0;
+    size_t sf = 8 * (size_t)n, sb = 4 * (size_t)n, lj = (size_t)(gl - first);
+    if (!json_is_array(st) || json_array_size(st) != (size_t)(L + 1) * (sf + sb))
+        return mt_err_set(e, "%s/meta.json: \"fp8.state\" does not hold %lld layers' FP8 state", dir, (long long)n);
+    size_t df = 8 * (size_t)nl, db = 4 * (size_t)nl;
+    /* source and destination offsets of the four arrays: scale_f, hist_f, scale_b, hist_b */
+    size_t so[4] = {0, sf, (size_t)(L + 1) * sf, (size_t)(L + 1) * sf + sb};
+    size_t ho[4] = {0, df, (size_t)(L + 1) * df, (size_t)(L + 1) * df + db};
+    for (int a = 0; a < 4; a++) {
+        int f = a < 2, rows = a % 2 ? L : 1, w = f ? 8 : 4;
+        size_t ss = f ? sf : sb, ds = f ? df : db;
+        for (int r = 0; r < rows; r++)
+            for (int j = 0; j < w; j++) {
+                json_t *v = json_array_get(st, so[a] + (size_t)r * ss + lj * (size_t)w + (size_t)j);
+                if (!json_is_number(v))
+                    return mt_err_set(e, "%s/meta.json: \"fp8.state\" holds a value that is not a number", dir);
+                h[ho[a] + (size_t)r * ds + (size_t)li * (size_t)w + (size_t)j] = (float)json_number_value(v);
+            }
+    }
+    return 1;
+}
+
+/* The FP8 state of this rank's layers from the checkpoint's rank directories (any stage layout); none in
+ * the checkpoint (saved without --fp8-format): the fresh state stays. */
+static int load_fp8(mt_trainer *t, mt_model_ckpt *mc, mt_err *e)
+{
+    int n = mc->g ? mc->g->n : 1, first, nl, L = t->a.fp8_amax_history_len, found = 0, rc = 0;
+    mt_gpt_fp8_layers(t->model, &first, &nl);
+    for (int i = 0; i < n; i++) found |= json_is_object(json_object_get(mt_ckpt_meta(mc->g ? mc->g->r[i] : mc->reader), "fp8"));
+    if (!found) return 0;
+    float *h = mt_xmalloc(mt_gpt_fp8_state_numel(t->model) * sizeof *h);
+    for (int li = 0; li < nl && !rc; li++) {
+        int got = 0;
+        for (int i = 0; i < n && !got && !rc; i++) {
+            mt_ckpt_reader *r = mc->g ? mc->g->r[i] : mc->reader;
+            json_t *o = json_object_get(mt_ckpt_meta(r), "fp8");
+            if (!json_is_object(o)) continue;
+            const char *fmt = json_string_value(json_object_get(o, "format"));
+            json_int_t len = json_integer_value(json_object_get(o, "amax_history_len"));
+            if (!fmt || strcmp(fmt, t->a.fp8_format))
+                rc = mt_err_set(e, "%s: the checkpoint's FP8 state is for --fp8-format %s, this run's is %s (load with --finetune to start it afresh)",
+                                mc->dir, fmt ? fmt : "(none)", t->a.fp8_format);
+            else if (len != L)
+                rc = mt_err_set(e, "%s: the checkpoint's FP8 amax histories hold %lld entries, this run's --fp8-amax-history-len is %d",
+                                mc->dir, (long long)len, L);
+            else if ((got = fp8_layer_from(o, first + li, L, h, li, nl, mc->dir, e)) < 0) rc = -1;
+        }
+        if (!rc && !got) rc = mt_err_set(e, "%s: no rank directory holds the FP8 state of layer %d", mc->dir, first + li + 1);
+    }
+    if (!rc) mt_gpt_fp8_state_set(t->model, h);
+    free(h);
+    return rc;
+}
+
 /* The counters, the scheduler and (unless --no-load-optim) the optimizer. */
 static int load_state(mt_trainer *t, mt_model_ckpt *mc, mt_err *e)
 {
@@ -277,6 +357,8 @@ static int load_state(mt_trainer *t, mt_model_ckpt *mc, mt_err *e)
     if (!t->a.no_load_optim && t->scaler.dynamic && json_is_true(json_object_get(ls, "dynamic")) &&
         mt_loss_scaler_from_json(&t->scaler, ls, dir, e))
         return -1;
+    /* FP8's scales and amax histories (the modules' extra state: loaded with the weights, as TE's) */
+    if (mt_gpt_fp8_state_numel(t->model) && load_fp8(t, mc, e)) return -1;
     /* --no-load-rng: nothing to restore; dropout masks derive from --seed and the iteration */
     return 0;
 }

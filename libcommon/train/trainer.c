@@ -10,6 +10,7 @@
 #include "config/tokenizer.h"
 #include "data/split.h"
 #include "model/device.h"
+#include "model/fp8.h"
 #include "model/ring_attention.h"
 #include "train/pipeline.h"
 #include "train/plan.h"
@@ -36,6 +37,21 @@ static double flops_per_iteration(const mt_trainer *t)
      * 4Thf (x glu); logits 2ThV; x3 for forward + backward */
     double fwd = L * (4 * T * h * h * (1 + g) + 2 * T * T * h + 4 * T * h * f * glu) + 2 * T * h * V;
     return 3 * B * fwd;
+}
+
+/* --fp8-format: the layers' products through FP8 (model/fp8.h), the amaxes reduced over the data-parallel
+ * group too (with the model's tensor and context groups: Megatron's amax reduction group); refused on a
+ * GPU without FP8 (below sm_89), as Transformer Engine does. */
+static int set_fp8(mt_trainer *t, mt_err *e)
+{
+    int cc = mtk_compute_capability(t->k);
+    if (cc > 0 && cc < 89)
+        return mt_err_set(e, "--fp8-format: this GPU has compute capability %d.%d; FP8 needs 8.9 or later (Ada, Hopper)",
+                          cc / 10, cc % 10);
+    mt_fp8_recipe r = {1, MTK_FP8_E4M3, strcmp(t->a.fp8_format, "hybrid") ? MTK_FP8_E4M3 : MTK_FP8_E5M2,
+                       t->a.fp8_margin, t->a.fp8_amax_history_len,
+                       strcmp(t->a.fp8_amax_compute_algo, "max") ? MTK_AMAX_MOST_RECENT : MTK_AMAX_MAX};
+    return mt_gpt_set_fp8(t->model, &r, t->dev_dp ? t->dev_dp : t->par->dpcp, e);
 }
 
 static int open_data(mt_trainer *t, mt_err *e)
@@ -175,6 +191,7 @@ int mt_trainer_open_par(mt_trainer *t, const mt_train_args *a, const mt_parallel
     if (t->cp_size > 1 &&
         mt_gpt_set_context_parallel(t->model, t->dev_cp, p2p ? MT_CP_P2P : MT_CP_ALL_GATHER, cp_overlap, e))
         return -1;
+    if (t->a.fp8_format && set_fp8(t, e)) return -1;
     /* the schedule and the contexts of the micro-batches in flight */
     if (!(t->pipe = mt_pipeline_open(t, e))) return -1;
     mt_gpt_init(t->model, (uint64_t)t->a.seed);
