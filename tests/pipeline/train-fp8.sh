@@ -10,6 +10,7 @@
 #     reduced over the tensor group); iterations 1 and 2 give the one-rank run's loss and grad norm to
 #     1e-5 (measured 1.4e-6), and the losses of all 20 are within 1e-3 of it (measured 2.5e-4: an element
 #     near a rounding tie rounds as the sums' order has it, and AdamW carries the difference on);
+#   - DP=2 resumed from iteration 10 continues bit for bit (the data-parallel ranks keep one state);
 #   - full activation recomputation gives the same bits (its forward quantizes with the scales the pass
 #     used and records nothing);
 #   - PP=2: each stage saves its layers' state; one rank resumes from that checkpoint within 1e-3 of the
@@ -115,6 +116,25 @@ PYEOF
     then t_pass "TP=2: both tensor ranks saved the same FP8 state ($(cat "$d/tp.out"))"
     else t_fail "TP=2: the tensor ranks' FP8 states" "$(tail -2 "$d/tp.out")"; fi
 else t_fail "TP=2 SP with FP8 under mpirun" "$(tail -5 "$m.err")"; fi
+
+# DP=2: a resume at iteration 10 continues bit for bit only if both data-parallel ranks held the state
+# rank 0 saved (the amaxes are reduced over the data-parallel group too)
+m=$d/dp2
+# shellcheck disable=SC2086
+if mpi 2 mt-train $base --fp8-format hybrid --metrics-file "$m.jsonl" >"$m.log" 2>"$m.err" &&
+   mpi 2 mt-train $base --fp8-format hybrid --save "$m-ck" --save-interval 10 --exit-interval 10 >/dev/null 2>"$m-h.err" &&
+   mpi 2 mt-train $base --fp8-format hybrid --load "$m-ck" --metrics-file "$m-r.jsonl" >/dev/null 2>"$m-r.err"; then
+    if $py - "$m.jsonl" "$m-r.jsonl" >"$d/dp.out" 2>&1 <<'PYEOF'
+import json, sys
+def rows(p): return {r["iteration"]: (r["lm_loss"], r["grad_norm"]) for r in map(json.loads, open(p)) if r["type"] == "train"}
+a, b = rows(sys.argv[1]), rows(sys.argv[2])
+assert sorted(b) == list(range(11, 21)), sorted(b)
+bad = [i for i in b if a[i] != b[i]]
+assert not bad, "iterations %s differ: %s vs %s" % (bad, a[bad[0]], b[bad[0]])
+print("iterations 11-20 bit for bit")
+PYEOF
+    then t_pass "DP=2 resumed at iteration 10: $(cat "$d/dp.out")"; else t_fail "DP=2 resumed at iteration 10" "$(tail -2 "$d/dp.out")"; fi
+else t_fail "DP=2 with FP8 under mpirun" "$(tail -5 "$m.err" "$m-h.err" "$m-r.err" 2>/dev/null)"; fi
 
 # full recomputation quantizes again with the scales its forward used: the same bits
 if run recompute --fp8-format hybrid --recompute-granularity full --recompute-method uniform --recompute-num-layers 1; then
