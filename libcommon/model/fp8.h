@@ -39,12 +39,15 @@ struct mt_gpt_ctx;
 
 /* FP8 for the model's linear products (before its contexts are made); dp: the data-parallel group the
  * amaxes are reduced over besides the model's tensor and context groups (NULL: one rank). Refused with e
- * set for MoE layers, model chunks (vp > 1), an ffn narrower than the hidden size per tensor rank. */
+ * set for MoE layers and an ffn narrower than the hidden size per tensor rank. With model chunks (the
+ * interleaved schedule) each chunk's tensors are updated after its own passes, as TE's autocast region
+ * of each chunk's forward. */
 int mt_gpt_set_fp8(struct mt_gpt *m, const mt_fp8_recipe *r, mt_comm *dp, mt_err *e);
 
 /* The state a checkpoint keeps (TE's _extra_state): the forward tensors' scales [8 nl] and histories
- * [len][8 nl], the gradients' scales [4 nl] and histories [len][4 nl], nl the model's local layers, in the
- * order of mt_gpt_fp8_state_numel's floats: scale_f, hist_f, scale_b, hist_b. 0 floats without FP8. */
+ * [len][8 nl], the gradients' scales [4 nl] and histories [len][4 nl], nl the stage's layers (all its
+ * chunks', in order), in the order of mt_gpt_fp8_state_numel's floats: scale_f, hist_f, scale_b, hist_b.
+ * 0 floats without FP8. */
 size_t mt_gpt_fp8_state_numel(const struct mt_gpt *m);
 /* The global layers the state covers: [*first, *first + *n) (the model's stage). */
 void mt_gpt_fp8_layers(const struct mt_gpt *m, int *first, int *n);
@@ -53,8 +56,8 @@ void mt_gpt_fp8_state_set(struct mt_gpt *m, const float *host);
 
 /* ---- the model's side (gpt.c) ---- */
 
-/* A layer's products, in the order of the state's entries: local layer li's forward tensors are 8 li +
- * 2 p (input) and 8 li + 2 p + 1 (weight), its gradient 4 li + p. */
+/* A layer's products, in the order of the state's entries: layer i of a chunk has forward tensors 8 i +
+ * 2 p (input) and 8 i + 2 p + 1 (weight), its gradient 4 i + p. */
 enum { MT_FP8_QKV, MT_FP8_PROJ, MT_FP8_FC1, MT_FP8_FC2 };
 
 typedef struct mt_fp8_state mt_fp8_state;

@@ -15,6 +15,8 @@
 #     used and records nothing);
 #   - PP=2: each stage saves its layers' state; one rank resumes from that checkpoint within 1e-3 of the
 #     one-rank run's losses;
+#   - the interleaved schedule (PP=2, chunks of one layer): the plain 1F1B run's losses and grad norms to
+#     1e-6 (each chunk's scales update after its own passes, and each layer sees the same passes);
 #   - bf16 with e4m3 and a max history of 4 trains, its losses within 3% of bf16's without FP8;
 #   - flags that do not fit are refused in one line before training.
 . "$(dirname "$0")/../lib.sh"
@@ -163,6 +165,17 @@ PYEOF
     then t_pass "PP=2 saved per stage, resumed on one rank: $(cat "$d/pp.out")"
     else t_fail "PP=2 saved, resumed on one rank" "$(tail -2 "$d/pp.out")"; fi
 else t_fail "PP=2 with FP8 under mpirun" "$(tail -5 "$m.err")"; fi
+
+# the interleaved schedule (4 layers, PP=2, chunks of one layer): each chunk's scales update after its own
+# passes, and every layer sees the micro-batches in the order of the plain 1F1B schedule: the same losses
+m=$d/vp
+# shellcheck disable=SC2086
+if mpi 2 mt-train $base --num-layers 4 --pipeline-model-parallel-size 2 --fp8-format hybrid \
+        --metrics-file "$m-1f1b.jsonl" >/dev/null 2>"$m-1f1b.err" &&
+   mpi 2 mt-train $base --num-layers 4 --pipeline-model-parallel-size 2 --num-layers-per-virtual-pipeline-stage 1 \
+        --fp8-format hybrid --metrics-file "$m.jsonl" >/dev/null 2>"$m.err"; then
+    t_same_losses "PP=2 interleaved, chunks of one layer: the plain schedule's losses and grad norms" "$m-1f1b.jsonl" "$m.jsonl" 1e-6
+else t_fail "PP=2 interleaved with FP8 under mpirun" "$(tail -5 "$m-1f1b.err" "$m.err" 2>/dev/null)"; fi
 
 # bf16, e4m3 everywhere, a margin and a max over 4 steps of history
 run bf16 --bf16 && run bf16-fp8 --bf16 --fp8-format e4m3 --fp8-margin 1 --fp8-amax-history-len 4 --fp8-amax-compute-algo max &&
