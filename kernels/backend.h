@@ -143,6 +143,7 @@ typedef struct mtk_ops {
     void (*fp8_qdq)(mtk *k, void *y, const void *x, size_t n, mtk_fp8 fmt, const float *scale, float *amax);
     void (*fp8_scale_update)(mtk *k, float *history, float *scale, int S, int L, mtk_fp8 fmt, mtk_amax_algo algo,
                              int margin);
+    void (*greedy)(mtk *k, int32_t *ids, double *lp, const void *logits, int N, int V, int ld);
 } mtk_ops;
 
 struct mtk {

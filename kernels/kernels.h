@@ -247,6 +247,14 @@ void mtk_fp8_qdq(mtk *k, mtk_act *y, const mtk_act *x, size_t n, mtk_fp8 fmt, co
 void mtk_fp8_scale_update(mtk *k, float *history, float *scale, int S, int L, mtk_fp8 fmt, mtk_amax_algo algo,
                           int margin);
 
+/* ---- greedy decoding on the device ----
+ * For each of N rows of logits (V entries, row stride ld >= V, activation dtype): ids[n] = the first index
+ * of the row's largest value (NaNs left out; 0 when the row starts with a NaN), lp[n] = its
+ * log-probability, x[id] - (m + log(sum_j exp(x[j] - m))), m the row's max, the exponentials' sum in fp64.
+ * ids and lp are device memory: a decode step copies back 12 bytes a sequence, not its logits. The cpu
+ * backend sums in index order (gen/sample.c's host sums, bit for bit); the cuda one by a block reduction. */
+void mtk_greedy(mtk *k, int32_t *ids, double *lp, const mtk_act *logits, int N, int V, int ld);
+
 /* ---- dropout with a counter-based mask: nothing is stored, backward recomputes the mask ----
  * Element i (0-based within the call) is kept iff mtk_dropout_keep(d, i); kept values are scaled by
  * 1/(1-p). The mask depends only on (seed, offset + i), never on threads or backend, so a resumed run

@@ -470,6 +470,15 @@ void mtk_fp8_scale_update(mtk *k, float *history, float *scale, int S, int L, mt
     }
     if (S) k->ops->fp8_scale_update(k, history, scale, S, L, fmt, algo, margin);
 }
+void mtk_greedy(mtk *k, int32_t *ids, double *lp, const mtk_act *logits, int N, int V, int ld)
+{
+    if (!ready(k, "greedy", N, V, (size_t)N * (size_t)(ld > 0 ? ld : 0))) return;
+    if (ld < V) {
+        mtk_fail(k, "greedy: row stride %d below the row's %d entries", ld, V);
+        return;
+    }
+    if (N && V) k->ops->greedy(k, ids, lp, logits, N, V, ld);
+}
 void mtk_bias_add(mtk *k, mtk_act *x, const float *bias, int N, int C)
 {
     if (ready(k, "bias_add", N, C, (size_t)N * C)) k->ops->bias_add(k, x, bias, N, C);

@@ -63,6 +63,8 @@ void cpu_rope(float *qkv, size_t n0, size_t n, int T, int NH, int NG, int HS, in
 void cpu_add(mtk *k, float *out, const float *a, const float *b, size_t n);
 void cpu_acc(mtk *k, float *y, const float *x, size_t n);
 void cpu_scale(mtk *k, float *x, float s, size_t n);
+/* greedy.c: the activation-dtype logits read directly */
+void cpu_greedy(mtk *k, int32_t *ids, double *lp, const void *logits, int N, int V, int ld);
 /* fp8.c: the activation-dtype operands read and written directly */
 void cpu_fp8_qdq(mtk *k, void *y, const void *x, size_t n, mtk_fp8 fmt, const float *scale, float *amax);
 void cpu_fp8_scale_update(mtk *k, float *history, float *scale, int S, int L, mtk_fp8 fmt, mtk_amax_algo algo,

@@ -826,4 +826,5 @@ const mtk_ops mtk_cpu_ops = {
     .sigmoid_gate_bwd = cpu_sigmoid_gate_bwd,
     .fp8_qdq = cpu_fp8_qdq,
     .fp8_scale_update = cpu_fp8_scale_update,
+    .greedy = cpu_greedy,
 };

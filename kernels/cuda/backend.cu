@@ -206,4 +206,5 @@ extern "C" const mtk_ops MTK_CU_OPS = {
     .sigmoid_gate_bwd = ns::sigmoid_gate_bwd,
     .fp8_qdq = ns::fp8_qdq,
     .fp8_scale_update = ns::fp8_scale_update,
+    .greedy = ns::greedy,
 };

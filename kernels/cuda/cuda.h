@@ -217,6 +217,7 @@ void acc(mtk *k, void *y, const void *x, size_t n);
 void scale(mtk *k, void *x, float s, size_t n);
 void acc_f32(mtk *k, float *y, const float *x, size_t n);
 void fp8_qdq(mtk *k, void *y, const void *x, size_t n, mtk_fp8 fmt, const float *scale, float *amax);
+void greedy(mtk *k, int32_t *ids, double *lp, const void *logits, int N, int V, int ld);
 void fp8_scale_update(mtk *k, float *history, float *scale, int S, int L, mtk_fp8 fmt, mtk_amax_algo algo, int margin);
 void dropout_fwd(mtk *k, void *out, const void *inp, size_t n, const mtk_dropout *d);
 void dropout_bwd(mtk *k, void *dinp, const void *dout, size_t n, const mtk_dropout *d);

@@ -15,6 +15,7 @@ struct mt_gen {
     mt_gen_opts o;
     mt_gen_stops stops;
     mt_sampler sampler;   /* scratch of one vocabulary, used by one sequence at a time */
+    int device_greedy;    /* greedy without a repetition penalty: chosen on the device (mtk_greedy) */
 };
 
 mt_gen *mt_gen_new(mt_gpt *model, const mt_bpe *bpe, int64_t vocab_size, int64_t eod, const mt_gen_opts *o)
@@ -26,6 +27,11 @@ mt_gen *mt_gen_new(mt_gpt *model, const mt_bpe *bpe, int64_t vocab_size, int64_t
     g->o = *o;
     mt_gen_stops_init(&g->stops, o);
     mt_sampler_init(&g->sampler, (int)vocab_size);
+    /* the same choice and log-probability as mt_sample_next's (the cpu backend's bit for bit), without the
+     * logits' copy to the host; MT_GREEDY_ON_HOST=1 keeps the host's, for comparison */
+    const char *h = getenv("MT_GREEDY_ON_HOST");
+    g->device_greedy = (o->sampling.greedy || o->sampling.temperature <= 0) && o->sampling.repetition_penalty == 1.0 &&
+                       !(h && !strcmp(h, "1"));
     return g;
 }
 
@@ -67,7 +73,9 @@ int mt_gen_run(mt_gen *g, const mt_ids *prompts, int B, uint64_t first, mt_gen_s
     mt_gpt_infer *s = mt_gpt_infer_new(g->model, B, T + new_max, e);
     if (!s) return -1;
     int Vp = c->padded_vocab_size;
-    float *logits = mt_xmalloc((size_t)B * Vp * sizeof *logits);
+    float *logits = g->device_greedy ? NULL : mt_xmalloc((size_t)B * Vp * sizeof *logits);
+    int32_t *ids = mt_xmalloc((size_t)B * sizeof *ids);
+    double *lps = mt_xmalloc((size_t)B * sizeof *lps);
     int32_t *in = mt_xmalloc((size_t)B * T * sizeof *in);
     mt_rs *rng = mt_xmalloc((size_t)B * sizeof *rng);
     for (int b = 0; b < B; b++) mt_rs_seed(&rng[b], (uint32_t)(g->o.seed + first + (uint64_t)b));
@@ -80,7 +88,8 @@ int mt_gen_run(mt_gen *g, const mt_ids *prompts, int B, uint64_t first, mt_gen_s
     double t_first = t0;
     size_t made = 0;
     for (int step = 0; step < new_max && live; step++) {
-        if (mt_gpt_infer_step(s, in, n, logits, e)) {
+        if (g->device_greedy ? mt_gpt_infer_step_greedy(s, in, n, g->sampler.V, ids, lps, e)
+                             : mt_gpt_infer_step(s, in, n, logits, e)) {
             rc = -1;
             break;
         }
@@ -92,9 +101,10 @@ int mt_gen_run(mt_gen *g, const mt_ids *prompts, int B, uint64_t first, mt_gen_s
                 in[b] = (int32_t)(g->eod >= 0 ? g->eod : 0);   /* finished: its inputs are ignored */
                 continue;
             }
-            double lp;
-            int32_t id = mt_sample_next(&g->sampler, logits + (size_t)b * Vp, &g->o.sampling, q->out.p, q->out.n,
-                                        &rng[b], &lp);
+            double lp = lps[b];
+            int32_t id = g->device_greedy ? ids[b]
+                                          : mt_sample_next(&g->sampler, logits + (size_t)b * Vp, &g->o.sampling, q->out.p,
+                                                           q->out.n, &rng[b], &lp);
             mt_gen_seq_append(&g->stops, g->bpe, g->eod, q, (uint32_t)id, lp);
             if (!q->why && q->out.n == (size_t)new_max) q->why = "length";
             if (on_token && on_token(arg, b, q) && !q->why) q->why = "abort";
@@ -111,6 +121,8 @@ int mt_gen_run(mt_gen *g, const mt_ids *prompts, int B, uint64_t first, mt_gen_s
     free(rng);
     free(in);
     free(logits);
+    free(ids);
+    free(lps);
     mt_gpt_infer_free(s);
     return rc;
 }

@@ -293,6 +293,10 @@ int mt_gpt_infer_len(const mt_gpt_infer *s);  /* tokens in the cache */
  * host [batch, padded_vocab_size] (columns from vocab_size on are padding: a sampler ignores them).
  * -1 + message when the cache would overflow, a token is out of range, or a kernel failed. */
 int mt_gpt_infer_step(mt_gpt_infer *s, const int32_t *tokens, int T, float *logits, mt_err *e);
+/* The same for greedy decoding without logits on the host: each sequence's first largest logit among the
+ * first V (the tokenizer's vocabulary; V <= the padded one) and its log-probability over them, chosen on
+ * the device (mtk_greedy): ids[batch], lp[batch]. */
+int mt_gpt_infer_step_greedy(mt_gpt_infer *s, const int32_t *tokens, int T, int V, int32_t *ids, double *lp, mt_err *e);
 
 /* ---- generation over a paged KV cache: sequences at different positions stepped together ----
  * A pool of blocks of block_size positions each (every layer's keys and values) shared by up to max_seqs

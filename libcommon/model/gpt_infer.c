@@ -18,6 +18,8 @@ struct mt_gpt_infer {
     float *logits32;           /* [batch][V_pad], fp32 (bf16/fp16 activations) */
     float *mean, *rstd;        /* [tokens] */
     int32_t *d_tok;
+    int32_t *d_ids;            /* [batch]: mt_gpt_infer_step_greedy's choices */
+    double *d_lp;              /* [batch]: their log-probabilities */
     float *h_logits;           /* host [batch][V_pad] */
     mt_moe_ctx *moe;           /* the MoE layers' (NULL: none) */
     size_t bytes;
@@ -44,10 +46,11 @@ mt_gpt_infer *mt_gpt_infer_new(mt_gpt *m, int batch, int max_len, mt_err *e)
     size_t L = (size_t)c->num_layers, C = (size_t)c->hidden_size, F = (size_t)c->ffn_hidden_size;
     size_t V = (size_t)c->padded_vocab_size, a = m->asz, n = s->tmax, KV = (size_t)m->groups * (size_t)m->hs;
     void **bufs[] = {&s->kc, &s->vc, &s->x, &s->h, &s->qkv, &s->att, &s->f, &s->act, &s->tmp, &s->logits,
-                     (void **)&s->logits32, (void **)&s->mean, (void **)&s->rstd, (void **)&s->d_tok};
+                     (void **)&s->logits32, (void **)&s->mean, (void **)&s->rstd, (void **)&s->d_tok,
+                     (void **)&s->d_ids, (void **)&s->d_lp};
     size_t sizes[] = {L * n * KV * a, L * n * KV * a, n * C * a, n * C * a, n * (size_t)m->qkvw * a, n * C * a,
                       n * (size_t)m->fcw * a, n * F * a, n * C * a, (size_t)batch * V * a, (size_t)batch * V * 4,
-                      n * 4, n * 4, n * 4};
+                      n * 4, n * 4, n * 4, (size_t)batch * 4, (size_t)batch * 8};
     for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++) {
         if (!(*bufs[i] = mtk_alloc(m->k, sizes[i], e)) ) {
             mt_err_prefix(e, "generation cache");
@@ -73,7 +76,7 @@ void mt_gpt_infer_free(mt_gpt_infer *s)
 {
     if (!s) return;
     void *dev[] = {s->kc,     s->vc,       s->x,    s->h,    s->qkv,  s->att,  s->f,   s->act,
-                   s->tmp,    s->logits,   s->logits32, s->mean, s->rstd, s->d_tok};
+                   s->tmp,    s->logits,   s->logits32, s->mean, s->rstd, s->d_tok, s->d_ids, s->d_lp};
     for (size_t i = 0; i < sizeof dev / sizeof dev[0]; i++)
         if (dev[i]) mtk_free(s->m->k, dev[i]);
     mt_moe_ctx_free(s->moe);
@@ -87,7 +90,9 @@ int mt_gpt_infer_len(const mt_gpt_infer *s) { return s->len; }
 
 #define AT(buf, i) ((void *)((char *)(buf) + (size_t)(i) * m->asz))
 
-int mt_gpt_infer_step(mt_gpt_infer *s, const int32_t *tokens, int T, float *logits, mt_err *e)
+/* The layers over T new tokens of each sequence, and each sequence's last row through the final norm
+ * into s->tmp (device); the cache grows by T. */
+static int step_rows(mt_gpt_infer *s, const int32_t *tokens, int T, mt_err *e)
 {
     mt_gpt *m = s->m;
     const mt_gpt_config *c = &m->c;
@@ -119,12 +124,42 @@ int mt_gpt_infer_step(mt_gpt_infer *s, const int32_t *tokens, int T, float *logi
 #undef PO
 #undef W
     }
-    /* The last new token of each sequence: gather its row, the final LayerNorm, the logits. */
+    /* The last new token of each sequence: gather its row */
     for (int b = 0; b < B; b++)
         mtk_copy(k, AT(s->h, (size_t)b * C), AT(s->x, ((size_t)b * T + (size_t)(T - 1)) * C), (size_t)C * m->asz);
-    if (mt_gpt_infer_logits(m, s->h, s->tmp, s->mean, s->rstd, s->logits, s->logits32, s->h_logits, B, logits, e))
-        return -1;
     s->len += T;
+    return 0;
+}
+
+int mt_gpt_infer_step(mt_gpt_infer *s, const int32_t *tokens, int T, float *logits, mt_err *e)
+{
+    if (step_rows(s, tokens, T, e)) return -1;
+    /* the final LayerNorm, the logits */
+    if (mt_gpt_infer_logits(s->m, s->h, s->tmp, s->mean, s->rstd, s->logits, s->logits32, s->h_logits, s->batch, logits,
+                            e)) {
+        s->len -= T;
+        return -1;
+    }
+    return 0;
+}
+
+int mt_gpt_infer_step_greedy(mt_gpt_infer *s, const int32_t *tokens, int T, int V, int32_t *ids, double *lp, mt_err *e)
+{
+    mt_gpt *m = s->m;
+    mtk *k = m->k;
+    int B = s->batch, C = m->c.hidden_size, Vp = m->c.padded_vocab_size;
+    if (V <= 0 || V > Vp) return mt_err_set(e, "generation: a vocabulary of %d, the model's rows are %d", V, Vp);
+    if (step_rows(s, tokens, T, e)) return -1;
+    mt_gpt_norm_fwd(m, s->tmp, s->mean, s->rstd, s->h, mt_gpt_t(m, -1, MT_T_FINAL_NORM_W), mt_gpt_t(m, -1, MT_T_FINAL_NORM_B),
+                    B, C);
+    mtk_matmul_fwd(k, s->logits, s->tmp, mt_gpt_w(m, m->head), NULL, B, C, Vp);
+    mtk_greedy(k, s->d_ids, s->d_lp, s->logits, B, V, Vp);
+    mtk_to_host(k, ids, s->d_ids, (size_t)B * sizeof *ids);
+    mtk_to_host(k, lp, s->d_lp, (size_t)B * sizeof *lp);
+    if (mtk_sync(k, e)) {
+        s->len -= T;
+        return mt_err_prefix(e, "generation");
+    }
     return 0;
 }
 

@@ -2,7 +2,8 @@
 # generate.sh: mt-generate on a tiny GPT-2-vocabulary model. Greedy continuations (batched and not) equal
 # token for token those of an independent float64 reference that recomputes the whole sequence at every
 # step (tests/oracle/generate_ref.py over tests/oracle/gpt_torch.py, reading model.safetensors itself,
-# from the prompt ids mt-generate reports), with log-probabilities to 1e-4; the streamed text equals the
+# from the prompt ids mt-generate reports), with log-probabilities to 1e-4; greedy's choice on the device
+# equals the host sampler's bit for bit (cpu); the streamed text equals the
 # --json text; seeded sampling repeats and another seed differs; --stop ends a continuation before the
 # stop string; the repetition penalty of one prompt does not reach another; bad input is a one-line error
 # (after the continuations of the prompts before it); prompts written into an open input (a FIFO, a
@@ -40,6 +41,12 @@ ok = len(a) == len(b) == 5 and all(x["tokens"] == y["tokens"] and x["text"] == y
      max(abs(p - q) for p, q in zip(x["logprobs"], y["logprobs"])) < 1e-5 for x, y in zip(a, b))
 sys.exit(not ok)' "$d/greedy1.jsonl" "$d/greedy.jsonl" && t_pass "batched prompts give the unbatched continuations" \
     || t_fail "batched prompts give the unbatched continuations" "differ"
+# greedy decoding chooses on the device (mtk_greedy) unless MT_GREEDY_ON_HOST=1 asks for the host's sampler:
+# on the cpu backend the same tokens and log-probabilities, bit for bit
+MT_GREEDY_ON_HOST=1 gen --greedy --max-new-tokens 20 --json "${prompts[@]}" >"$d/greedy-host.jsonl" 2>/dev/null
+if [ -s "$d/greedy-host.jsonl" ] && cmp -s "$d/greedy.jsonl" "$d/greedy-host.jsonl"; then
+    t_pass "greedy chosen on the device: the host sampler's output, bit for bit"
+else t_fail "greedy chosen on the device" "differs from MT_GREEDY_ON_HOST=1's: $(diff "$d/greedy.jsonl" "$d/greedy-host.jsonl" | head -c 300)"; fi
 if $PY -c 'import torch, numpy' 2>/dev/null; then
     $PY -c 'import json, sys
 for l in open(sys.argv[1]):

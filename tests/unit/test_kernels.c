@@ -5,7 +5,7 @@
  * pieces over 1-3 shards, the embedding's position offset and vocabulary shard, attention over a KV
  * cache against the full causal attention, grouped-query attention, RMSNorm, SwiGLU and rotary position
  * embeddings (with a position offset and a partial rotary dimension), the mixture of experts' operations
- * (kernels_moe.inc), FP8 emulation (kernels_fp8.inc), dtype conversion, the workspace and the sticky error, events; on the cpu backend,
+ * (kernels_moe.inc), FP8 emulation (kernels_fp8.inc), greedy decoding (kernels_greedy.inc), dtype conversion, the workspace and the sticky error, events; on the cpu backend,
  * bit-identical results across runs and thread counts.
  *
  * The backend comes from MT_TEST_BACKEND (default cpu) and the activation dtype from MT_TEST_DTYPE
@@ -1647,6 +1647,7 @@ TEST(odd_shapes)
 #include "kernels_moe.inc"
 #include "kernels_attention_block.inc"
 #include "kernels_fp8.inc"
+#include "kernels_greedy.inc"
 
 /* ---- conversion, workspace, sticky error, events ---- */
 
@@ -2145,6 +2146,7 @@ RUN(attention_block_whole_and_errors);
 RUN(fp8_codes);
 RUN(fp8_qdq);
 RUN_F32(fp8_scale_update);
+RUN(greedy);
 RUN(convert);
 RUN(workspace_and_sticky_error);
 RUN(uploads);
