@@ -10,7 +10,8 @@
 #     reduced over the tensor group); iterations 1 and 2 give the one-rank run's loss and grad norm to
 #     1e-5 (measured 1.4e-6), and the losses of all 20 are within 1e-3 of it (measured 2.5e-4: an element
 #     near a rounding tie rounds as the sums' order has it, and AdamW carries the difference on);
-#   - DP=2 resumed from iteration 10 continues bit for bit (the data-parallel ranks keep one state);
+#   - DP=2 resumed from iteration 10 continues bit for bit (the data-parallel ranks keep one state), and
+#     with --overlap-grad-reduce gives the same bits;
 #   - full activation recomputation gives the same bits (its forward quantizes with the scales the pass
 #     used and records nothing);
 #   - PP=2: each stage saves its layers' state; one rank resumes from that checkpoint within 1e-3 of the
@@ -137,6 +138,14 @@ print("iterations 11-20 bit for bit")
 PYEOF
     then t_pass "DP=2 resumed at iteration 10: $(cat "$d/dp.out")"; else t_fail "DP=2 resumed at iteration 10" "$(tail -2 "$d/dp.out")"; fi
 else t_fail "DP=2 with FP8 under mpirun" "$(tail -5 "$m.err" "$m-h.err" "$m-r.err" 2>/dev/null)"; fi
+# with the gradient buckets reduced by the progress thread meanwhile (its own communicator): the same bits
+# shellcheck disable=SC2086
+if mpi 2 mt-train $base --fp8-format hybrid --overlap-grad-reduce --metrics-file "$m-ov.jsonl" >/dev/null 2>"$m-ov.err"; then
+    if cmp -s <(grep -o '"lm_loss":[^,]*,"loss_scale":[^,]*,"grad_norm":[^,]*' "$m.jsonl") \
+              <(grep -o '"lm_loss":[^,]*,"loss_scale":[^,]*,"grad_norm":[^,]*' "$m-ov.jsonl"); then
+        t_pass "DP=2 --overlap-grad-reduce: the losses and grad norms without it, bit for bit"
+    else t_fail "DP=2 --overlap-grad-reduce" "the losses or grad norms differ from the run without it"; fi
+else t_fail "DP=2 --overlap-grad-reduce with FP8 under mpirun" "$(tail -5 "$m-ov.err")"; fi
 
 # full recomputation quantizes again with the scales its forward used: the same bits
 if run recompute --fp8-format hybrid --recompute-granularity full --recompute-method uniform --recompute-num-layers 1; then
