@@ -8,25 +8,10 @@
 . "$(dirname "$0")/../lib.sh"
 py=/usr/bin/python3
 d=$T_TMP
-if ! command -v mpirun >/dev/null; then t_skip "mpirun" "openmpi-bin is not installed"; exit 0; fi
-export OMP_NUM_THREADS=1 OMPI_MCA_mpi_yield_when_idle=1 OMPI_MCA_btl_base_warn_component_unused=0 TMPDIR=$T_TMP
-export ASAN_OPTIONS="${ASAN_OPTIONS:+$ASAN_OPTIONS:}detect_leaks=0"
-root=""; [ "$(id -u)" = 0 ] && root=--allow-run-as-root
-mpi() { local n=$1; shift; timeout -k 5 120 mpirun $root --oversubscribe -np "$n" "$@"; }
+t_mpi_walk
+args=$T_WALK
 # the newest rank (mt-train re-executes itself as /proc/self/exe, so match the command line)
 newest_rank() { pgrep -n -f "^([^ ]*/)?mt-train .*--data-path $d/data "; }
-
-PYTHONPATH=$T_TOP/tests/oracle $py "$T_TOP/tests/oracle/walk_data.py" "$d/data" 7 300
-
-args="--num-layers 2 --hidden-size 32 --num-attention-heads 4 --seq-length 32 --max-position-embeddings 32
-      --tokenizer-type NullTokenizer --vocab-size 60 --make-vocab-size-divisible-by 16
-      --micro-batch-size 2 --global-batch-size 8 --train-iters 20 --lr 3e-3 --min-lr 3e-4 --lr-decay-style cosine
-      --lr-warmup-iters 5 --weight-decay 0.1 --clip-grad 1.0 --log-interval 1 --eval-interval 10 --eval-iters 2
-      --split 90,5,5 --seed 77 --data-path $d/data --data-cache-path $d/cache"
-# the index cache once, so that the runs below only read it
-# shellcheck disable=SC2086
-mt-train $args --train-iters 1 --eval-iters 0 >/dev/null 2>&1
-
 
 # shellcheck disable=SC2086
 MT_TRACE_SAMPLES=$d/trace1 mt-train $args --metrics-file "$d/m1.jsonl" --save "$d/c1" --save-interval 10 \

@@ -25,20 +25,8 @@
 . "$(dirname "$0")/../lib.sh"
 py=/usr/bin/python3
 d=$T_TMP
-if ! command -v mpirun >/dev/null; then t_fail "mpirun" "openmpi-bin is not installed (make deps)"; exit 1; fi
-export OMP_NUM_THREADS=1 OMPI_MCA_mpi_yield_when_idle=1 OMPI_MCA_btl_base_warn_component_unused=0 TMPDIR=$T_TMP
-export ASAN_OPTIONS="${ASAN_OPTIONS:+$ASAN_OPTIONS:}detect_leaks=0"
-root=""; [ "$(id -u)" = 0 ] && root=--allow-run-as-root
-mpi() { local n=$1; shift; timeout -k 5 180 mpirun $root --oversubscribe -np "$n" "$@"; }
-
-PYTHONPATH=$T_TOP/tests/oracle $py "$T_TOP/tests/oracle/walk_data.py" "$d/data" 7 300
-base="--num-layers 2 --hidden-size 32 --num-attention-heads 4 --seq-length 32 --max-position-embeddings 32
-      --tokenizer-type NullTokenizer --vocab-size 60 --make-vocab-size-divisible-by 16
-      --micro-batch-size 2 --global-batch-size 8 --train-iters 20 --lr 3e-3 --min-lr 3e-4 --lr-decay-style cosine
-      --lr-warmup-iters 5 --weight-decay 0.1 --clip-grad 1.0 --log-interval 1 --eval-interval 10 --eval-iters 2
-      --split 90,5,5 --seed 77 --data-path $d/data --data-cache-path $d/cache"
-# shellcheck disable=SC2086
-mt-train $base --train-iters 1 --eval-iters 0 >/dev/null 2>&1   # the index cache, once
+t_mpi_walk
+base=$T_WALK
 
 # run NAME FLAGS...: one rank, metrics in $d/NAME.jsonl
 run() {
@@ -68,18 +56,8 @@ run plain && run fp8 --fp8-format hybrid --save "$d/ck" --save-interval 10 &&
 # the exact resume from iteration 10 (a run that saves there and exits)
 run half --fp8-format hybrid --save "$d/ck-half" --save-interval 10 --exit-interval 10
 cp -a "$d/ck-half" "$d/ck-drop"
-if run resumed --fp8-format hybrid --load "$d/ck-half"; then
-    if $py - "$d/fp8.jsonl" "$d/resumed.jsonl" >"$d/res.out" 2>&1 <<'PYEOF'
-import json, sys
-def rows(p): return {r["iteration"]: (r["lm_loss"], r["grad_norm"]) for r in map(json.loads, open(p)) if r["type"] == "train"}
-a, b = rows(sys.argv[1]), rows(sys.argv[2])
-assert sorted(b) == list(range(11, 21)), sorted(b)
-bad = [i for i in b if a[i] != b[i]]
-assert not bad, "iterations %s differ: %s vs %s" % (bad, a[bad[0]], b[bad[0]])
-print("iterations 11-20 bit for bit")
-PYEOF
-    then t_pass "resume at iteration 10: $(cat "$d/res.out")"; else t_fail "resume at iteration 10" "$(tail -2 "$d/res.out")"; fi
-fi
+run resumed --fp8-format hybrid --load "$d/ck-half" &&
+    t_resumed_losses "resume at iteration 10: iterations 11-20 bit for bit" "$d/fp8.jsonl" "$d/resumed.jsonl" 0
 t_grep "the checkpoint's meta.json holds the FP8 state" '"amax_history_len": 1' "$d/ck-half/iter_0000010/mp_rank_00/meta.json"
 # without the saved state the resumed run starts from fresh scales: iteration 11 differs
 $py - "$d/ck-drop/iter_0000010/mp_rank_00/meta.json" <<'PYEOF'
@@ -129,33 +107,18 @@ m=$d/dp2
 if mpi 2 mt-train $base --fp8-format hybrid --metrics-file "$m.jsonl" >"$m.log" 2>"$m.err" &&
    mpi 2 mt-train $base --fp8-format hybrid --save "$m-ck" --save-interval 10 --exit-interval 10 >/dev/null 2>"$m-h.err" &&
    mpi 2 mt-train $base --fp8-format hybrid --load "$m-ck" --metrics-file "$m-r.jsonl" >/dev/null 2>"$m-r.err"; then
-    if $py - "$m.jsonl" "$m-r.jsonl" >"$d/dp.out" 2>&1 <<'PYEOF'
-import json, sys
-def rows(p): return {r["iteration"]: (r["lm_loss"], r["grad_norm"]) for r in map(json.loads, open(p)) if r["type"] == "train"}
-a, b = rows(sys.argv[1]), rows(sys.argv[2])
-assert sorted(b) == list(range(11, 21)), sorted(b)
-bad = [i for i in b if a[i] != b[i]]
-assert not bad, "iterations %s differ: %s vs %s" % (bad, a[bad[0]], b[bad[0]])
-print("iterations 11-20 bit for bit")
-PYEOF
-    then t_pass "DP=2 resumed at iteration 10: $(cat "$d/dp.out")"; else t_fail "DP=2 resumed at iteration 10" "$(tail -2 "$d/dp.out")"; fi
+    t_resumed_losses "DP=2 resumed at iteration 10: iterations 11-20 bit for bit" "$m.jsonl" "$m-r.jsonl" 0
 else t_fail "DP=2 with FP8 under mpirun" "$(tail -5 "$m.err" "$m-h.err" "$m-r.err" 2>/dev/null)"; fi
 # with the gradient buckets reduced by the progress thread meanwhile (its own communicator): the same bits
 # shellcheck disable=SC2086
 if mpi 2 mt-train $base --fp8-format hybrid --overlap-grad-reduce --metrics-file "$m-ov.jsonl" >/dev/null 2>"$m-ov.err"; then
-    if cmp -s <(grep -o '"lm_loss":[^,]*,"loss_scale":[^,]*,"grad_norm":[^,]*' "$m.jsonl") \
-              <(grep -o '"lm_loss":[^,]*,"loss_scale":[^,]*,"grad_norm":[^,]*' "$m-ov.jsonl"); then
-        t_pass "DP=2 --overlap-grad-reduce: the losses and grad norms without it, bit for bit"
-    else t_fail "DP=2 --overlap-grad-reduce" "the losses or grad norms differ from the run without it"; fi
+    t_same_losses "DP=2 --overlap-grad-reduce: the losses and grad norms without it, bit for bit" "$m.jsonl" "$m-ov.jsonl" 0
 else t_fail "DP=2 --overlap-grad-reduce with FP8 under mpirun" "$(tail -5 "$m-ov.err")"; fi
 
 # full recomputation quantizes again with the scales its forward used: the same bits
-if run recompute --fp8-format hybrid --recompute-granularity full --recompute-method uniform --recompute-num-layers 1; then
-    if cmp -s <(grep -o '"lm_loss":[^,]*,"loss_scale":[^,]*,"grad_norm":[^,]*' "$d/fp8.jsonl") \
-              <(grep -o '"lm_loss":[^,]*,"loss_scale":[^,]*,"grad_norm":[^,]*' "$d/recompute.jsonl"); then
-        t_pass "full recomputation: the losses and grad norms of the run without it, bit for bit"
-    else t_fail "full recomputation" "the losses or grad norms differ from the run without it"; fi
-fi
+run recompute --fp8-format hybrid --recompute-granularity full --recompute-method uniform --recompute-num-layers 1 &&
+    t_same_losses "full recomputation: the losses and grad norms of the run without it, bit for bit" "$d/fp8.jsonl" \
+        "$d/recompute.jsonl" 0
 
 # PP=2: each stage saves its layers' state; one rank resumes from it (the state of both stages)
 m=$d/pp2
