@@ -283,7 +283,7 @@ int mt_meg_dir_layout(mt_meg_dir *m, const mt_model_arch *a, mt_err *e)
 {
     m->l = mt_xcalloc((size_t)m->n, sizeof *m->l);
     for (int i = 0; i < m->n; i++) {
-        mt_layout_part part = {i % m->tp, m->tp, i / m->tp, m->pp, m->vp, 0, 1};
+        mt_layout_part part = {i % m->tp, m->tp, i / m->tp, m->pp, m->vp, 0, 1, 0, 0};
         if (mt_layout_build(a, &part, &m->l[i], e)) return mt_err_prefix(e, "%s", m->r[i].path);
         const mt_meg_rank *r = &m->r[i];
         for (int j = 0; j < m->l[i].n; j++) {

@@ -16,7 +16,7 @@
 static int kept_floats(const mt_gpt_config *cfg, int r, int tp, int s, int pp, int vp, size_t *n, mt_err *e)
 {
     mt_model_arch arch = mt_gpt_arch(cfg);
-    mt_layout_part part = {r, tp, s, pp, vp, 0, 1};
+    mt_layout_part part = {r, tp, s, pp, vp, 0, 1, 0, 0};
     mt_layout l;
     if (mt_layout_build(&arch, &part, &l, e)) return -1;
     *n = 0;
