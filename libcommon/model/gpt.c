@@ -55,7 +55,8 @@ mt_model_arch mt_gpt_arch(const mt_gpt_config *c)
 static int build_table(mt_gpt *m, mt_err *e)
 {
     mt_model_arch a = mt_gpt_arch(&m->c);
-    mt_layout_part part = {m->tp_rank, m->tp_size, m->pp_stage, m->pp_size, m->vp, m->ep_rank, m->ep_size};
+    mt_layout_part part = {m->tp_rank, m->tp_size, m->pp_stage, m->pp_size, m->vp, m->ep_rank, m->ep_size, 0,
+                           m->experts_whole};
     if (mt_layout_build(&a, &part, &m->layout, e)) return -1;
     m->l0 = m->layout.first_layer;
     m->nl = m->layout.num_layers;
@@ -98,6 +99,21 @@ mt_gpt *mt_gpt_create_tp(mtk *k, const mt_gpt_config *config, mt_comm *tp, int m
     return mt_gpt_create_chunks(k, config, tp, 0, 1, 1, mode, e);
 }
 
+/* The expert tensor size of the config: tp (or 0), or 1 with tp > 1 and sequence parallelism (experts_whole);
+ * the router's statistics summed over the tensor group until mt_gpt_set_router_group says otherwise. */
+static int expert_tensor(mt_gpt *m, const mt_gpt_config *c, mt_err *e)
+{
+    int etp = c->expert_tensor_parallel_size;
+    m->experts_whole = c->num_experts > 0 && m->tp_size > 1 && etp == 1;
+    if (c->num_experts > 0 && etp > 0 && etp != m->tp_size && etp != 1)
+        return mt_err_set(e, "--expert-tensor-parallel-size (%d): 1 or --tensor-model-parallel-size (%d)", etp, m->tp_size);
+    if (m->experts_whole && !m->sp)
+        return mt_err_set(e, "--expert-tensor-parallel-size 1 with --tensor-model-parallel-size %d needs --sequence-parallel",
+                          m->tp_size);
+    m->router_group = m->tp;
+    return 0;
+}
+
 /* The shapes of the part (tensor rank tp_rank of tp_size, stage of stages) with activations of asz bytes:
  * its table and shares, no device memory (m zeroed by the caller). */
 static int describe(mt_gpt *m, const mt_gpt_config *config, int tp_rank, int tp_size, int stage, int stages,
@@ -119,6 +135,7 @@ static int describe(mt_gpt *m, const mt_gpt_config *config, int tp_rank, int tp_
     m->fcw = (config->mlp == MT_MLP_SWIGLU ? 2 : 1) * m->ffn;
     m->rot = config->position == MT_POS_ROPE ? (int)(m->hs * (config->rotary_percent > 0 ? config->rotary_percent : 1.0)) : 0;
     m->sp = tp_size > 1 && config->sequence_parallel;
+    if (expert_tensor(m, config, e)) return -1;
     m->cp_size = config->context_parallel_size > 1 ? config->context_parallel_size : 1;
     m->pp_stage = stage, m->pp_size = stages, m->vp = vp > 1 ? vp : 1;
     if (m->vp > 16) return mt_err_set(e, "%d model chunks per stage: at most 16", m->vp);
@@ -257,7 +274,7 @@ int mt_gpt_reserve(mt_gpt *m, size_t n, int T, mt_err *e)
     size_t C = (size_t)c->hidden_size, V = (size_t)m->vocab, F = (size_t)m->fcw, Q = (size_t)m->qkvw;
     /* the largest activation-dtype operand of any operation, with this rank's shares of the vocabulary,
      * ffn and heads: activations [n][V|F|QKV|C], weights [V|pos|QKV|F|C][C] */
-    size_t R = mt_moe_rows_max(m, n), EF = (size_t)(c->mlp == MT_MLP_SWIGLU ? 2 : 1) * (size_t)(c->moe_ffn_hidden_size / m->tp_size);
+    size_t R = mt_moe_rows_max(m, n), EF = (size_t)(c->mlp == MT_MLP_SWIGLU ? 2 : 1) * (size_t)(c->moe_ffn_hidden_size / (m->experts_whole ? 1 : m->tp_size));
     size_t SF = (size_t)(c->mlp == MT_MLP_SWIGLU ? 2 : 1) * (size_t)(c->moe_shared_ffn / m->tp_size);
     size_t cand[] = {n * V, n * F, n * Q, n * C, V * C, (size_t)c->max_position_embeddings * C, Q * C, F * C, C * C,
                      R * C, R * EF, EF * C, (size_t)c->num_experts * C, n * SF, SF * C};
@@ -455,6 +472,13 @@ static int ctx_shape(mt_gpt_ctx *x, mt_gpt *m, int chunk, int max_batch, mt_err 
     x->nres = m->sp ? x->nmax / (size_t)m->tp_size : x->nmax;
     recompute_plan(m, &x->chunk, &x->recomputed, &x->nslots);
     return 0;
+}
+
+int mt_gpt_experts_whole(const mt_gpt *m) { return m->experts_whole; }
+
+void mt_gpt_set_router_group(mt_gpt *m, mt_comm *tpcp)
+{
+    if (tpcp && tpcp->size > 1) m->router_group = tpcp;
 }
 
 int mt_gpt_set_context_parallel(mt_gpt *m, mt_comm *cp, int type, int overlap, mt_err *e)

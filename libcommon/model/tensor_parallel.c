@@ -112,18 +112,19 @@ int mt_tp_embed_bwd(mt_gpt *m, const void *dlocal, void *scratch, const int32_t 
     return 0;
 }
 
-/* The tensors whose gradients a sequence-parallel rank computes from its own rows only: the norms. */
-static int rows_only(mt_tensor_kind k)
+/* The tensors whose gradients a sequence-parallel rank computes from its own rows only: the norms, and with
+ * the experts whole (moe.h) the MoE layers' routers. */
+static int rows_only(const mt_gpt *m, mt_tensor_kind k)
 {
     return k == MT_T_NORM1_W || k == MT_T_NORM1_B || k == MT_T_NORM2_W || k == MT_T_NORM2_B ||
-           k == MT_T_FINAL_NORM_W || k == MT_T_FINAL_NORM_B;
+           k == MT_T_FINAL_NORM_W || k == MT_T_FINAL_NORM_B || (m->experts_whole && k == MT_T_ROUTER_W);
 }
 
 int mt_gpt_reduce_grads(mt_gpt *m, mt_err *e)
 {
     if (!m->sp || !m->grads) return 0;
     for (int t = 0; t < m->ntensors; t++) {
-        if (!rows_only(m->layout.t[t].kind)) continue;
+        if (!rows_only(m, m->layout.t[t].kind)) continue;
         if (mt_all_reduce(m->tp, mt_gpt_g(m, t), m->tensors[t].numel, MT_C_F32, e))
             return mt_err_prefix(e, "sequence-parallel gradients of %s", m->tensors[t].name);
     }
