@@ -484,6 +484,7 @@ int mt_trainer_step(mt_trainer *t, mt_step_result *r, mt_err *e)
     if (t->moe_layer) {   /* each layer's from its stage, summed over the data-parallel ranks */
         size_t n = (size_t)t->cfg.num_layers * (size_t)(2 + t->cfg.num_experts);
         if ((t->pp_size > 1 && mt_all_reduce(t->par->pp, t->moe_layer, n, MT_C_F64, e)) ||
+            (t->experts_whole && mt_all_reduce(t->par->tp, t->moe_layer, n, MT_C_F64, e)) ||
             (t->dp_size > 1 && mt_all_reduce(t->par->dp, t->moe_layer, n, MT_C_F64, e)))
             return mt_err_prefix(e, "iteration %lld: MoE per-layer logging", (long long)t->iteration + 1);
         for (int l = 0; l < t->cfg.num_layers; l++)

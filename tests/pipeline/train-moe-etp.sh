@@ -10,6 +10,8 @@
 #     parameter gathering, and TP 2 x PP 2 x EP 2 give the one-rank run's 10 iterations of lm loss, grad norm,
 #     params norm, load_balancing_loss and z_loss and its validation losses to 1e-5 relative, and TP 2 x EP 2
 #     those of the same layout with the expert tensor size 2 (= tp, Megatron's default);
+#   - --moe-per-layer-logging gives the per-layer losses and rows per expert of one tensor rank (two stages)
+#     on TP 2 x PP 2 x EP 2;
 #   - a rank holds its experts whole: its parameters are the dense part of tp 2 plus 2 whole experts per
 #     MoE layer, as the dry run says (its parameters and memory line are the run's), and the dry run's
 #     all-to-all volume is a rank's own rows';
@@ -81,6 +83,24 @@ for v in "tp2-ep2-etp2:4:$tp --expert-model-parallel-size 2" \
     else t_fail "$name" "$(tail -3 "$d/$name.err")"; fi
 done
 check "tp2-ep2-etp1: the losses of etp 2 (= tp) on the same ranks" "$d/tp2-ep2-etp1.jsonl" 1e-5 "$d/tp2-ep2-etp2.jsonl"
+
+# ---- --moe-per-layer-logging: each MoE layer's losses and rows per expert (the tensor ranks' rows summed) as one
+# rank's, on TP 2 x PP 2 x EP 2 with etp 1 (4 ranks: the stage's two tensor ranks are the two expert ranks) ----
+mt-train -n 2 $base --pipeline-model-parallel-size 2 --moe-per-layer-logging --tensorboard-dir "$d/tb0" >/dev/null 2>"$d/tb0.err" &&
+    mt-train -n 4 $base $etp1 --pipeline-model-parallel-size 2 --expert-model-parallel-size 2 --moe-per-layer-logging \
+        --tensorboard-dir "$d/tb1" >/dev/null 2>"$d/tb1.err" || t_fail "per-layer logging runs" "$(tail -3 "$d/tb0.err" "$d/tb1.err")"
+if PYTHONPATH=$T_TOP/tests/oracle $py - "$d/tb0" "$d/tb1" >"$d/tb.out" 2>&1 <<'PYEOF'
+import sys
+from tfevents import scalars
+a, b = scalars(sys.argv[1]), scalars(sys.argv[2])
+tags = [t for t in a if t.startswith("moe/")]
+assert len(tags) == 3 * (2 + 4), tags
+w = max(abs(v - b[t][s]) / abs(v) for t in tags for s, v in a[t].items() if v)
+assert w < 1e-6, "worst %g" % w
+print("%d tags, worst %.2g" % (len(tags), w))
+PYEOF
+then t_pass "per-layer logging: every MoE layer's losses and rows per expert as one rank's ($(cat "$d/tb.out"))"
+else t_fail "per-layer logging" "$(tail -2 "$d/tb.out")"; fi
 
 # ---- each rank's experts whole: the dense part of tp 2 plus 2 whole experts (24 x 32 x 3 each) per MoE layer ----
 params() { sed -nE 's/.*number of parameters on \(tensor, pipeline\) model parallel rank \(0, 0\): ([0-9]+)$/\1/p' "$1" | head -1; }
