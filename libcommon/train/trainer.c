@@ -559,12 +559,22 @@ double mt_trainer_tp_volume(const mt_trainer *t)
      * final one on the last stage) for the weight gradients: an all-gather, half a ring all-reduce, each */
     if (t->cfg.sequence_parallel) micro += (2 * L + last) * N * C * a * ring / 2;
     /* an MoE layer's backward pass sums the gradients of its routing weights (and of its shared expert's
-     * gate) over the ranks: each rank's experts give a partial sum of the output they weigh */
+     * gate) over the ranks: each rank's experts give a partial sum of the output they weigh. With the experts
+     * whole the routing weights' are each rank's own; the router's statistics are summed over the ranks
+     * instead (in each forward pass, recomputed ones too; the tensor group without context parallelism), and
+     * its weight's gradient once per step */
     const mt_layout *lay = mt_gpt_layout(t->model);
-    int moe = 0;
-    for (int li = 0; li < lay->num_layers; li++) moe += mt_arch_is_moe(&lay->arch, mt_layout_global_layer(lay, li));
-    micro += moe * (t->cfg.moe_topk + (t->cfg.moe_shared_gate && t->cfg.moe_shared_ffn > 0)) * N * sizeof(float) * ring;
+    int moe = 0, moe_rc = 0, gate = t->cfg.moe_shared_gate && t->cfg.moe_shared_ffn > 0;
+    for (int li = 0; li < lay->num_layers; li++) {
+        int is = mt_arch_is_moe(&lay->arch, mt_layout_global_layer(lay, li));
+        moe += is, moe_rc += is && li < R;
+    }
+    int stats = t->experts_whole && t->cp_size == 1 &&
+                ((t->cfg.moe_aux_type != MT_MOE_AUX_NONE && t->cfg.moe_aux_coeff > 0) || t->cfg.moe_z_coeff > 0);
+    micro += moe * ((t->experts_whole ? 0 : t->cfg.moe_topk) + gate) * N * sizeof(float) * ring;
+    micro += stats * (moe + moe_rc) * (2.0 * t->cfg.num_experts + 1) * sizeof(float) * ring;
     double step = t->num_micro * micro + sizeof(double) * ring;
+    if (t->experts_whole) step += moe * (double)t->cfg.num_experts * C * sizeof(float) * ring;
     int nv = t->cfg.norm == MT_NORM_LAYERNORM ? 2 : 1;   /* vectors of a norm: weight (and bias) */
     if (t->cfg.sequence_parallel) step += nv * (2 * L + last) * C * sizeof(float) * ring;   /* the norms' gradients */
     return step;

@@ -9,7 +9,8 @@
 #     EP 2 with it (8 ranks), TP 2 x CP 2 x EP 2, DP 2 x TP 2 x EP 2 with overlapped gradient reduction and
 #     parameter gathering, and TP 2 x PP 2 x EP 2 give the one-rank run's 10 iterations of lm loss, grad norm,
 #     params norm, load_balancing_loss and z_loss and its validation losses to 1e-5 relative, and TP 2 x EP 2
-#     those of the same layout with the expert tensor size 2 (= tp, Megatron's default);
+#     those of the same layout with the expert tensor size 2 (= tp, Megatron's default); a tensor rank sends
+#     exactly the ring volume of what the model exchanges;
 #   - --moe-per-layer-logging gives the per-layer losses and rows per expert of one tensor rank (two stages)
 #     on TP 2 x PP 2 x EP 2;
 #   - a rank holds its experts whole: its parameters are the dense part of tp 2 plus 2 whole experts per
@@ -83,6 +84,12 @@ for v in "tp2-ep2-etp2:4:$tp --expert-model-parallel-size 2" \
     else t_fail "$name" "$(tail -3 "$d/$name.err")"; fi
 done
 check "tp2-ep2-etp1: the losses of etp 2 (= tp) on the same ranks" "$d/tp2-ep2-etp1.jsonl" 1e-5 "$d/tp2-ep2-etp2.jsonl"
+# the bytes a tensor rank sends: the dense exchanges, the shared expert's gate gradient, the router's statistics
+# in each forward pass and its weight's gradient once per step (no routing weights' gradients: each rank's own)
+for name in tp2-ep2-etp1 tp2-etp1; do
+    t_grep "$name: tensor-parallel bytes sent = the ring volume of what the model exchanges" \
+        'tensor-parallel communication per iteration \| bytes sent: ([0-9]+) \| ring volume of the activations and statistics: \1$' "$d/$name.log"
+done
 
 # ---- --moe-per-layer-logging: each MoE layer's losses and rows per expert (the tensor ranks' rows summed) as one
 # rank's, on TP 2 x PP 2 x EP 2 with etp 1 (4 ranks: the stage's two tensor ranks are the two expert ranks) ----
