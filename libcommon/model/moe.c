@@ -403,8 +403,9 @@ int mt_moe_forward(mt_moe_ctx *mc, int s, int li, int l, const void *x, void *ou
         if (c->moe_z_coeff > 0) mc->z[li] = hs[2 * E * (size_t)runs] / ((double)Nr * routing_ranks(m));
     }
 
-    /* the choices by expert, and their counts on the host for the grouped products (the rows routed here are
-     * whole sequences, or one piece of one) */
+    /* the choices by expert, and their counts on the host for the grouped products (with the experts whole the
+     * rows routed here are read as whole sequences where they are, else as one run: the order of the tokens
+     * matters only to token dropping, which config/train_args.c refuses then) */
     int S = shards(m), seq = Nr % (size_t)T ? (int)Nr : T;
     mtk_moe_dispatch(k, counts, row, src, idx, probs, (int)Nr, (int)K, (int)E, capacity(c, Nr / (size_t)S),
                      c->moe_drop_position, c->moe_pad_to_capacity, seq, S);
