@@ -11,6 +11,7 @@
 #     params norm, load_balancing_loss and z_loss and its validation losses to 1e-5 relative, and TP 2 x EP 2
 #     those of the same layout with the expert tensor size 2 (= tp, Megatron's default); a tensor rank sends
 #     exactly the ring volume of what the model exchanges;
+#   - on the sim backend (the CUDA kernels under the simulator) TP 2 x EP 2 with etp 1 gives the cpu's numbers;
 #   - --moe-per-layer-logging gives the per-layer losses and rows per expert of one tensor rank (two stages)
 #     on TP 2 x PP 2 x EP 2;
 #   - a rank holds its experts whole: its parameters are the dense part of tp 2 plus 2 whole experts per
@@ -90,6 +91,27 @@ for name in tp2-ep2-etp1 tp2-etp1; do
     t_grep "$name: tensor-parallel bytes sent = the ring volume of what the model exchanges" \
         'tensor-parallel communication per iteration \| bytes sent: ([0-9]+) \| ring volume of the activations and statistics: \1$' "$d/$name.log"
 done
+
+# ---- the sim backend (the CUDA kernels under the SIMT simulator, host-staged communicators): TP 2 x EP 2 with
+# etp 1, 3 iterations, the cpu backend's losses and norms to 1e-6 (measured 1.5e-8) ----
+if t_has_sim; then
+    short="--train-iters 3 --eval-iters 0 --lr-warmup-iters 1"
+    MT_DEVICE=sim mt-train -n 4 $base $short $etp1 --expert-model-parallel-size 2 --metrics-file "$d/sim.jsonl" >"$d/sim.log" 2>&1 &&
+        mt-train -n 4 $base $short $etp1 --expert-model-parallel-size 2 --metrics-file "$d/cpu3.jsonl" >"$d/cpu3.log" 2>&1 ||
+        t_fail "sim and cpu runs" "$(tail -n 3 "$d/sim.log" "$d/cpu3.log")"
+    if $py - "$d/cpu3.jsonl" "$d/sim.jsonl" >"$d/sim.out" 2>&1 <<'PYEOF'
+import json, sys
+keys = ("lm_loss", "grad_norm", "load_balancing_loss", "z_loss", "params_norm")
+def load(p): return {r["iteration"]: [r[k] for k in keys] for r in map(json.loads, open(p)) if r["type"] == "train"}
+a, b = load(sys.argv[1]), load(sys.argv[2])
+assert sorted(a) == sorted(b) == [1, 2, 3], (sorted(a), sorted(b))
+w = max(abs(x - y) / abs(x) for i in a for x, y in zip(a[i], b[i]))
+assert w <= 1e-6, "worst %g" % w
+print("worst %.2g" % w)
+PYEOF
+    then t_pass "tp2-ep2-etp1 on sim: the cpu backend's losses and norms ($(cat "$d/sim.out"))"
+    else t_fail "tp2-ep2-etp1 on sim" "$(tail -2 "$d/sim.out")"; fi
+else t_skip "tp2-ep2-etp1 on sim" "this build has no SIMT simulator"; fi
 
 # ---- --moe-per-layer-logging: each MoE layer's losses and rows per expert (the tensor ranks' rows summed) as one
 # rank's, on TP 2 x PP 2 x EP 2 with etp 1 (4 ranks: the stage's two tensor ranks are the two expert ranks) ----
