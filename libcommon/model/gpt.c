@@ -695,12 +695,15 @@ static int layer_forward(mt_gpt_ctx *x, int li, void *scratch, mt_err *e)
     }
     mt_gpt_add_norm_fwd(m, a.res_mid, a.ln2, a.mean2, a.rstd2, a.res_in, out, T_(MT_T_NORM2_W),
                         T_(MT_T_NORM2_B), Nl, C, drop);
-    /* MLP: the first layer column-parallel (GeLU, or SwiGLU of its gate and up halves), the second row-parallel */
-    const void *ln2 = mt_tp_gathered(m, scratch, a.ln2, N, C, e);   /* scratch: the dense output is added */
+    /* MLP: the first layer column-parallel (GeLU, or SwiGLU of its gate and up halves), the second row-parallel;
+     * an MoE layer with whole experts and no shared expert on this rank's rows alone (moe.h) */
+    int moe = mt_arch_is_moe(&m->layout.arch, l), rows_only = moe && mt_moe_rows_only(m);
+    const void *ln2 = rows_only ? mt_tp_placed(m, scratch, a.ln2, N, C)
+                                : mt_tp_gathered(m, scratch, a.ln2, N, C, e);   /* scratch: the dense output is added */
     if (!ln2) return mt_err_prefix(e, "GPT forward, layer %d MLP", l);
-    if (mt_arch_is_moe(&m->layout.arch, l)) {   /* its output (over ln2 when gathered) summed over the ranks */
+    if (moe) {   /* its output (over ln2 when gathered) summed over the ranks */
         if (mt_moe_forward(x->moe, layer_slot(x, li - x->lc0), li, l, ln2, scratch, B, T, x->training, e) ||
-            mt_tp_input_grad(m, scratch, N, C, e))
+            (!rows_only && mt_tp_input_grad(m, scratch, N, C, e)))
             return mt_err_prefix(e, "GPT forward, layer %d MoE", l);
     } else if (c->mlp == MT_MLP_SWIGLU) {
         mtk_matmul_fwd(k, a.fch, ln2, W(MT_T_FC1_W), PO(MT_T_FC1_B), N, C, m->fcw);
@@ -878,10 +881,13 @@ static int layer_backward(mt_gpt_ctx *x, int li, mtk_grad_mode gm, mt_err *e)
         mt_cp_dropout(m, 0, dtmp_l, dres, B, T, drop);
         dout = dtmp_l;
     }
-    if (mt_tp_output_grad(m, dout, dtmp, N, C, &dout, e)) return mt_err_prefix(e, "GPT backward, layer %d MLP", l);
+    int moe = mt_arch_is_moe(&m->layout.arch, l), rows_only = moe && mt_moe_rows_only(m);
+    if (rows_only) dout = mt_tp_placed(m, dtmp, dout, N, C);
+    else if (mt_tp_output_grad(m, dout, dtmp, N, C, &dout, e)) return mt_err_prefix(e, "GPT backward, layer %d MLP", l);
     int swiglu = c->mlp == MT_MLP_SWIGLU;   /* the activation is recomputed from the first product's output */
-    if (mt_arch_is_moe(&m->layout.arch, l)) {   /* ln2 gathered beside the output gradient (in dtmp) */
-        const void *ln2 = mt_tp_gathered(m, mt_moe_gather_buffer(x->moe), a.ln2, N, C, e);
+    if (moe) {   /* ln2 gathered beside the output gradient (in dtmp) */
+        void *xg = mt_moe_gather_buffer(x->moe);
+        const void *ln2 = rows_only ? mt_tp_placed(m, xg, a.ln2, N, C) : mt_tp_gathered(m, xg, a.ln2, N, C, e);
         if (!ln2 || mt_moe_backward(x->moe, layer_slot(x, li - x->lc0), l, ln2, dout, dln, B, T, x->moe_scale, gm,
                                     x->training, e))
             return mt_err_prefix(e, "GPT backward, layer %d MLP", l);
@@ -896,7 +902,7 @@ static int layer_backward(mt_gpt_ctx *x, int li, mtk_grad_mode gm, mt_err *e)
         if (!ln2) return mt_err_prefix(e, "GPT backward, layer %d MLP", l);
         mtk_matmul_bwd(k, dln, G(MT_T_FC1_W), GO(MT_T_FC1_B), x->s_f1, ln2, W(MT_T_FC1_W), N, C, m->fcw, gm);
     }
-    if (mt_tp_input_grad(m, dln, N, C, e)) return mt_err_prefix(e, "GPT backward, layer %d MLP", l);
+    if (!rows_only && mt_tp_input_grad(m, dln, N, C, e)) return mt_err_prefix(e, "GPT backward, layer %d MLP", l);
     /* the attention output's dropout backward fused into the norm's, on the residual gradient it leaves */
     drop = site_dropout(x, &dd, l, SITE_ATTN_OUT, h0);
     mt_gpt_norm_bwd(m, dres, T_(MT_T_NORM2_W), T_(MT_T_NORM2_B), dln_l, a.res_mid, a.mean2, a.rstd2, Nl, C,

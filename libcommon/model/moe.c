@@ -58,6 +58,8 @@ static int shards(const mt_gpt *m) { return m->sp && m->tp_size > 1 && !m->exper
 static int routing_ranks(const mt_gpt *m) { return m->cp_size * (m->experts_whole ? m->tp_size : 1); }
 static mt_comm *routing_group(const mt_gpt *m) { return m->experts_whole ? m->router_group : m->cp; }
 
+int mt_moe_rows_only(const mt_gpt *m) { return m->experts_whole && m->c.moe_shared_ffn == 0; }
+
 static int has_moe(const mt_gpt *m)
 {
     for (int li = 0; li < m->nl; li++)
@@ -439,7 +441,7 @@ int mt_moe_forward(mt_moe_ctx *mc, int s, int li, int l, const void *x, void *ou
     }
     void *outr = out;
     if (m->experts_whole) {
-        mtk_zero(k, out, N * C * m->asz);
+        if (mc->Fs) mtk_zero(k, out, N * C * m->asz);   /* the shared expert's partial sum goes on every row */
         outr = mt_tp_local(m, out, (int)N, (int)C);
     }
     mtk_moe_unpermute(k, outr, y, row, probs, (int)Nr, (int)K, (int)C);
@@ -476,7 +478,7 @@ int mt_moe_backward(mt_moe_ctx *mc, int s, int l, const void *x, const void *dou
         Nr = (size_t)mt_tp_tokens(m, (int)N);
         xr = mt_tp_local(m, (void *)x, (int)N, (int)C), doutr = mt_tp_local(m, (void *)dout, (int)N, (int)C);
         dxr = mt_tp_local(m, dx, (int)N, (int)C);
-        mtk_zero(k, dx, N * C * m->asz);
+        if (mc->Fs) mtk_zero(k, dx, N * C * m->asz);
     }
 
     /* the experts, back to the tokens' rows (dx assigned), and the weights' gradients */

@@ -42,6 +42,11 @@ void mt_moe_ctx_free(mt_moe_ctx *mc);
  * losses recorded (training). 0, or -1 with e set. */
 int mt_moe_forward(mt_moe_ctx *mc, int s, int li, int l, const void *x, void *out, int B, int T, int training,
                    mt_err *e);
+/* Whether the MoE layers read and write only this rank's rows: the experts whole and no shared expert (no
+ * exchange over the tensor group in the layer, as Megatron's with an expert tensor size of 1); x and dout
+ * then need only this rank's rows, and out and dx are whole on them (the other rows untouched), with no sum
+ * over the ranks to follow. */
+int mt_moe_rows_only(const mt_gpt *m);
 /* Its backward: dx [N, C] (assigned; with tensor parallelism a partial sum for the caller to sum over the
  * ranks; with the experts whole, the routed part on this rank's rows only) from dout [N, C] (every row), the weight gradients assigned or added as gm says; scale: the factor
  * of the auxiliary losses' gradients. */

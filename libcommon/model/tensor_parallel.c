@@ -50,6 +50,13 @@ const void *mt_tp_gathered(mt_gpt *m, void *full, const void *local, int N, int 
     return mt_tp_gather(m, full, N, C, e) ? NULL : full;
 }
 
+void *mt_tp_placed(mt_gpt *m, void *full, const void *local, int N, int C)
+{
+    void *mine = mt_tp_local(m, full, N, C);
+    if (mine != local) mtk_copy(m->k, mine, local, (size_t)mt_tp_tokens(m, N) * (size_t)C * m->asz);
+    return full;
+}
+
 static int scatter_sum(mt_gpt *m, void *full, int N, int C, mt_err *e)
 {
     if (mt_reduce_scatter(m->tp, full, row_counts(m, N, C, m->tp_counts), act_cdtype(m), e))

@@ -573,6 +573,9 @@ double mt_trainer_tp_volume(const mt_trainer *t)
                 ((t->cfg.moe_aux_type != MT_MOE_AUX_NONE && t->cfg.moe_aux_coeff > 0) || t->cfg.moe_z_coeff > 0);
     micro += moe * ((t->experts_whole ? 0 : t->cfg.moe_topk) + gate) * N * sizeof(float) * ring;
     micro += stats * (moe + moe_rc) * (2.0 * t->cfg.num_experts + 1) * sizeof(float) * ring;
+    /* ... and without a shared expert such a layer exchanges no activations: not its input's gathers (forward,
+     * recomputed forward, and again for the backward) nor its output's and input gradient's sums */
+    if (t->experts_whole && !(t->cfg.moe_shared_ffn > 0)) micro -= (2.5 * moe + moe_rc) * N * C * a * ring;
     double step = t->num_micro * micro + sizeof(double) * ring;
     if (t->experts_whole) step += moe * (double)t->cfg.num_experts * C * sizeof(float) * ring;
     int nv = t->cfg.norm == MT_NORM_LAYERNORM ? 2 : 1;   /* vectors of a norm: weight (and bias) */

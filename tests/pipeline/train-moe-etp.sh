@@ -11,6 +11,8 @@
 #     params norm, load_balancing_loss and z_loss and its validation losses to 1e-5 relative, and TP 2 x EP 2
 #     those of the same layout with the expert tensor size 2 (= tp, Megatron's default); a tensor rank sends
 #     exactly the ring volume of what the model exchanges;
+#   - without a shared expert (no tensor-parallel exchange in the MoE layers) TP 2 x EP 2 gives that model's
+#     one-rank losses, and a tensor rank sends the ring volume of what is left;
 #   - on the sim backend (the CUDA kernels under the simulator) TP 2 x EP 2 with etp 1 gives the cpu's numbers;
 #   - --moe-per-layer-logging gives the per-layer losses and rows per expert of one tensor rank (two stages)
 #     on TP 2 x PP 2 x EP 2;
@@ -91,6 +93,18 @@ for name in tp2-ep2-etp1 tp2-etp1; do
     t_grep "$name: tensor-parallel bytes sent = the ring volume of what the model exchanges" \
         'tensor-parallel communication per iteration \| bytes sent: ([0-9]+) \| ring volume of the activations and statistics: \1$' "$d/$name.log"
 done
+
+# ---- without a shared expert an MoE layer with whole experts exchanges no activations over the tensor group
+# (Megatron's with etp 1): TP 2 x EP 2 gives the one-rank losses of that model, and the bytes a tensor rank sends
+# are the ring volume without the MoE layers' gathers and reduce-scatters ----
+noshared=${base//--moe-shared-expert-intermediate-size 16/}
+noshared=${noshared//--moe-shared-expert-gate/}
+mt-train $noshared --metrics-file "$d/ns-ref.jsonl" >/dev/null 2>"$d/ns-ref.err" &&
+    mt-train -n 4 $noshared $etp1 --expert-model-parallel-size 2 --metrics-file "$d/ns.jsonl" >"$d/ns.log" 2>"$d/ns.err" ||
+    t_fail "runs without a shared expert" "$(tail -n 3 "$d/ns-ref.err" "$d/ns.err")"
+check "tp2-ep2-etp1 without a shared expert: the one-rank losses" "$d/ns.jsonl" 1e-5 "$d/ns-ref.jsonl"
+t_grep "... tensor-parallel bytes sent = the ring volume without the MoE layers' activations" \
+    'tensor-parallel communication per iteration \| bytes sent: ([0-9]+) \| ring volume of the activations and statistics: \1$' "$d/ns.log"
 
 # ---- the sim backend (the CUDA kernels under the SIMT simulator, host-staged communicators): TP 2 x EP 2 with
 # etp 1, 3 iterations, the cpu backend's losses and norms to 1e-6 (measured 1.5e-8) ----
