@@ -5,9 +5,10 @@
 # tensor ranks, the experts' gradients summed over the new expert-data-parallel group), on CPU ranks with
 # train-moe.sh's model (LLaMA-style, MoE in layers 0, 2 and 3 of 4, 4 experts top 2, load-balancing and z
 # losses, a shared expert with its gate, dropout on, fp32):
-#   - TP 2 x EP 2 (4 ranks), TP 2 alone (2 ranks), TP 2 x EP 2 with the distributed optimizer, DP 2 x TP 2 x
-#     EP 2 with it (8 ranks), TP 2 x CP 2 x EP 2, DP 2 x TP 2 x EP 2 with overlapped gradient reduction and
-#     parameter gathering, and TP 2 x PP 2 x EP 2 give the one-rank run's 10 iterations of lm loss, grad norm,
+#   - TP 2 x EP 2 (4 ranks), TP 2 alone (2 ranks), TP 2 x EP 2 on 2 ranks (the two tensor ranks are the
+#     two expert ranks: expert parallelism without data parallelism), TP 2 x EP 2 with the distributed
+#     optimizer, DP 2 x TP 2 x EP 2 with it (8 ranks), TP 2 x CP 2 x EP 2, DP 2 x TP 2 x EP 2 with overlapped
+#     gradient reduction and parameter gathering, and TP 2 x PP 2 x EP 2 give the one-rank run's 10 iterations of lm loss, grad norm,
 #     params norm, load_balancing_loss and z_loss and its validation losses to 1e-5 relative, and TP 2 x EP 2
 #     those of the same layout with the expert tensor size 2 (= tp, Megatron's default); a tensor rank sends
 #     exactly the ring volume of what the model exchanges;
@@ -76,6 +77,7 @@ check() {   # NAME JSONL TOL [REF]: against the one-rank run, or REF
 for v in "tp2-ep2-etp2:4:$tp --expert-model-parallel-size 2" \
          "tp2-ep2-etp1:4:$etp1 --expert-model-parallel-size 2" \
          "tp2-etp1:2:$etp1" \
+         "tp2-ep2-etp1-2ranks:2:$etp1 --expert-model-parallel-size 2" \
          "tp2-ep2-etp1-dist:4:$etp1 --expert-model-parallel-size 2 --use-distributed-optimizer" \
          "dp2-tp2-ep2-etp1-dist:8:$etp1 --expert-model-parallel-size 2 --use-distributed-optimizer" \
          "tp2-cp2-ep2-etp1:4:$etp1 --context-parallel-size 2 --expert-model-parallel-size 2" \
