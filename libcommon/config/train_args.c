@@ -85,7 +85,8 @@ static const mt_flag flags[] = {
     {"--moe-per-layer-logging", MT_F_BOOL, &A.moe_per_layer_logging, NULL,
      "MoE: each MoE layer's losses and rows per expert to TensorBoard (moe/..._layer_L)", 0, 0, NULL},
     {"--expert-model-parallel-size", MT_F_INT, &A.expert_model_parallel_size, "N",
-     "MoE: ranks the experts are split over (of the data-parallel ones; default 1)", 1, 1 << 16, NULL},
+     "MoE: ranks the experts are split over (of the data-parallel ones, or with --expert-tensor-parallel-size 1 of "
+     "a stage's; default 1)", 1, 1 << 16, NULL},
     {"--expert-tensor-parallel-size", MT_F_INT, &A.expert_tensor_parallel_size, "N",
      "MoE: ranks each expert's matrices are split over: --tensor-model-parallel-size (the default), or 1 with "
      "--sequence-parallel (each expert whole, routed on each rank's sequence shard; no --save/--load yet)", 1, 1 << 16,
