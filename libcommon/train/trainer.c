@@ -114,6 +114,9 @@ int mt_trainer_open_par(mt_trainer *t, const mt_train_args *a, const mt_parallel
     if (t->cp_size != t->a.context_parallel_size)
         return mt_err_set(e, "--context-parallel-size (%d) is not the job's context-parallel group (%d ranks)",
                           t->a.context_parallel_size, t->cp_size);
+    if (t->a.num_experts && t->a.expert_tensor_parallel_size && t->a.expert_tensor_parallel_size != t->par->etp_size)
+        return mt_err_set(e, "--expert-tensor-parallel-size (%d) is not the job's expert tensor size (%d)",
+                          t->a.expert_tensor_parallel_size, t->par->etp_size);
     if (t->pp_size != t->a.pipeline_model_parallel_size)
         return mt_err_set(e, "--pipeline-model-parallel-size (%d) is not the job's pipeline group (%d ranks)",
                           t->a.pipeline_model_parallel_size, t->pp_size);
