@@ -393,8 +393,9 @@ static void join_job(run *r, const mt_train_args *a)
         if (mt_boot_agree(&r->boot, rank_name, desc, n, &e)) mt_die_err(&e);
         free(desc);
     }
-    if (mt_parallel_init_cp(&r->par, &r->boot, a->tensor_model_parallel_size, a->context_parallel_size,
-                            a->pipeline_model_parallel_size, a->expert_model_parallel_size, &e))
+    if (mt_parallel_init_expert(&r->par, &r->boot, a->tensor_model_parallel_size, a->context_parallel_size,
+                                a->pipeline_model_parallel_size, a->expert_model_parallel_size,
+                                a->num_experts ? a->expert_tensor_parallel_size : 0, &e))
         mt_die_err(&e);
     r->world = r->par.world;
     const mt_grid g = r->par.grid;

@@ -22,7 +22,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     mt_err e;
     if (mt_model_open(&mc, dir, &o, &e)) return fz_refused(&e);
     mt_layout l;
-    mt_layout_part one = {0, 1, 0, 1, 1, 0, 1};
+    mt_layout_part one = {0, 1, 0, 1, 1, 0, 1, 0, 0};
     if (!mt_layout_build(&mc.arch, &one, &l, &e)) {
         int rc = 0;
         for (int i = 0; i < l.n && !rc; i++) {

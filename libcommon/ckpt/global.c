@@ -41,7 +41,7 @@ int mt_ckpt_global_open(mt_ckpt_global *g, mt_ckpt_reader *first, const char *lo
                         const mt_model_arch *a, int tp, int pp, int vp, int ep, mt_err *e)
 {
     memset(g, 0, sizeof *g);
-    mt_layout_part one = {0, 1, 0, 1, 1, 0, 1};
+    mt_layout_part one = {0, 1, 0, 1, 1, 0, 1, 0, 0};
     if (mt_layout_build(a, &one, &g->whole, e)) return -1;
     g->tp = tp;
     g->pp = pp;
@@ -54,7 +54,7 @@ int mt_ckpt_global_open(mt_ckpt_global *g, mt_ckpt_reader *first, const char *lo
         for (int x = 0; x < g->ep; x++)
         for (int t = 0; t < tp; t++) {
             int i = (p * g->ep + x) * tp + t;
-            mt_layout_part part = {t, tp, p, pp, vp, x, g->ep};
+            mt_layout_part part = {t, tp, p, pp, vp, x, g->ep, 0, 0};
             if (mt_layout_build(a, &part, &g->l[i], e)) {
                 mt_err_prefix(e, "checkpoint of tensor-parallel size %d, pipeline %d", tp, pp);
                 mt_ckpt_global_close(g);

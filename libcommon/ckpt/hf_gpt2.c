@@ -258,7 +258,7 @@ mt_hf_tensor *mt_hf_tensors(const mt_model_arch *a, int64_t hf_rows, int *n, mt_
     }
     if (mt_hf_check_rows(a, hf_rows, e)) return NULL;
     mt_layout l;
-    mt_layout_part one = {0, 1, 0, 1, 1, 0, 1};
+    mt_layout_part one = {0, 1, 0, 1, 1, 0, 1, 0, 0};
     if (mt_layout_build(a, &one, &l, e)) return NULL;
     int cap = 4 + 12 * a->num_layers, k = 0;
     mt_hf_tensor *t = mt_xcalloc((size_t)cap, sizeof *t);

@@ -140,7 +140,7 @@ mt_hf_tensor *mt_hf_llama_tensors(const mt_model_arch *a, int64_t hf_rows, int *
     }
     if (mt_hf_check_rows(a, hf_rows, e)) return NULL;
     mt_layout l;
-    mt_layout_part one = {0, 1, 0, 1, 1, 0, 1};
+    mt_layout_part one = {0, 1, 0, 1, 1, 0, 1, 0, 0};
     if (mt_layout_build(a, &one, &l, e)) return NULL;
     int64_t h = a->hidden_size, hn = h / a->num_heads, f = a->ffn_hidden_size;
     int64_t q = a->num_heads * hn, kv = a->num_query_groups * hn;

@@ -172,7 +172,7 @@ mt_hf_tensor *mt_hf_moe_tensors(const mt_model_arch *a, int64_t hf_rows, int *n,
     int kind = mt_hf_moe_kind(a, e);
     if (kind < 0 || mt_hf_check_rows(a, hf_rows, e)) return NULL;
     mt_layout l;
-    mt_layout_part one = {0, 1, 0, 1, 1, 0, 1};
+    mt_layout_part one = {0, 1, 0, 1, 1, 0, 1, 0, 0};
     if (mt_layout_build(a, &one, &l, e)) return NULL;
     int64_t h = a->hidden_size, hn = h / a->num_heads, E = a->num_experts;
     int64_t q = a->num_heads * hn, kv = a->num_query_groups * hn;

@@ -215,6 +215,9 @@ int mt_meg_dir_open(mt_meg_dir *m, const char *dir, mt_err *e)
     m->pp = int_attr(args, "pipeline_model_parallel_size", 1);
     m->vp = int_attr(args, "virtual_pipeline_model_parallel_size", 1);
     int ep = int_attr(args, "expert_model_parallel_size", 1);
+    int etp = int_attr(args, "expert_tensor_parallel_size", 0);   /* None (Megatron's default) or 0 (mt's export
+                                                                        of a run without the flag): tp */
+    if (etp <= 0) etp = m->tp;
     rc = 0;
     if (m->tp < 1 || m->pp < 1 || m->tp > 4096 || m->pp > 4096)
         rc = mt_err_set(e, "%s: args: tensor-parallel size %d, pipeline size %d", first.path, m->tp, m->pp);
@@ -222,6 +225,9 @@ int mt_meg_dir_open(mt_meg_dir *m, const char *dir, mt_err *e)
         rc = mt_err_set(e, "%s: args: virtual_pipeline_model_parallel_size %d (1 to %d)", first.path, m->vp, MT_MEG_MAX_VP);
     else if (ep > 1)
         rc = mt_err_set(e, "%s: args: expert parallelism: not read yet", first.path);
+    else if (etp != m->tp)
+        rc = mt_err_set(e, "%s: args: expert_tensor_parallel_size %d other than tensor_model_parallel_size %d: not read yet",
+                        first.path, etp, m->tp);
     m->n = m->tp * m->pp;
     m->r = mt_xcalloc((size_t)m->n, sizeof *m->r);
     m->r[0] = first;
@@ -283,7 +289,7 @@ int mt_meg_dir_layout(mt_meg_dir *m, const mt_model_arch *a, mt_err *e)
 {
     m->l = mt_xcalloc((size_t)m->n, sizeof *m->l);
     for (int i = 0; i < m->n; i++) {
-        mt_layout_part part = {i % m->tp, m->tp, i / m->tp, m->pp, m->vp, 0, 1};
+        mt_layout_part part = {i % m->tp, m->tp, i / m->tp, m->pp, m->vp, 0, 1, 0, 0};
         if (mt_layout_build(a, &part, &m->l[i], e)) return mt_err_prefix(e, "%s", m->r[i].path);
         const mt_meg_rank *r = &m->r[i];
         for (int j = 0; j < m->l[i].n; j++) {

@@ -686,13 +686,13 @@ int mt_meg_export_ckpt(mt_model_ckpt *mc, const char *out, int tp, int pp, int c
     mt_model_arch arch = mc->arch;
     arch.padded_vocab_size = x.rows = mt_gpt_padded_vocab(mc->vocab_size, mc->a.make_vocab_size_divisible_by, tp);
     mt_layout whole;
-    mt_layout_part one = {0, 1, 0, 1, 1, 0, 1};
+    mt_layout_part one = {0, 1, 0, 1, 1, 0, 1, 0, 0};
     if (mt_layout_build(&arch, &one, &whole, e)) return -1;
     x.whole = &whole;
     int n = tp * pp, rc = 0;
     mt_layout *l = mt_xcalloc((size_t)n, sizeof *l);
     for (int i = 0; i < n && !rc; i++) {
-        mt_layout_part part = {i % tp, tp, i / tp, pp, vp, 0, 1};
+        mt_layout_part part = {i % tp, tp, i / tp, pp, vp, 0, 1, 0, 0};
         if (mt_layout_build(&arch, &part, &l[i], e)) rc = -1;
         else x.total += l[i].n;
     }

@@ -58,7 +58,7 @@ int mt_ckpt_write_layout(mt_model_ckpt *mc, const char *save, int64_t it, int tp
     if (ep > 1 && !a.num_experts) return mt_err_set(e, "%s: an expert-parallel size (%d) for a model without experts", mc->dir, ep);
     int n = tp * pp * ep, rc = 0, done = 0, total = 0;   /* rank i: (stage, expert rank, tensor rank) */
     mt_layout whole, *l = mt_xcalloc((size_t)n, sizeof *l);
-    mt_layout_part one = {0, 1, 0, 1, 1, 0, 1};
+    mt_layout_part one = {0, 1, 0, 1, 1, 0, 1, 0, 0};
     if (mt_layout_build(&a, &one, &whole, e)) {
         free(l);
         return -1;
@@ -67,7 +67,7 @@ int mt_ckpt_write_layout(mt_model_ckpt *mc, const char *save, int64_t it, int tp
     for (int i = 0; i < whole.n; i++)
         if (whole.t[i].numel > most) most = whole.t[i].numel;
     for (int i = 0; i < n && !rc; i++) {
-        mt_layout_part part = {i % tp, tp, i / (tp * ep), pp, 1, (i / tp) % ep, ep};
+        mt_layout_part part = {i % tp, tp, i / (tp * ep), pp, 1, (i / tp) % ep, ep, 0, 0};
         if (mt_layout_build(&a, &part, &l[i], e)) rc = -1;
         else total += l[i].n * (with_optim ? 3 : 1);
     }

@@ -43,9 +43,8 @@
  * coordinates (and the parallel context's copy of them) carry its expert rank for the model to pick its
  * local experts.
  *
- * Not yet used by the model: config/train_args.c refuses --expert-tensor-parallel-size other than tp, and
- * comm/parallel.c builds its groups with mt_grid_make_ep. libcommon/model/README.md ("Expert tensor size
- * other than tp") lists what the model, trainer, checkpoints and planner need for etp 1 with tp > 1.
+ * comm/parallel.c builds its groups with mt_grid_make_expert; the model and trainer run etp 1 with tp > 1
+ * (libcommon/model/README.md, "Expert tensor size other than tp", which lists what remains: checkpoints).
  */
 #ifndef MT_COMM_GRID_H
 #define MT_COMM_GRID_H

@@ -19,6 +19,14 @@
  * is dpcp itself; with ep_size = the data x context size, ep is dpcp itself and edp a one-rank
  * communicator. So ep, edp or dpcp may be the same pointer as dp or dpcp: never free them apart from the
  * context (mt_parallel_free frees each once).
+ *
+ * An expert tensor size etp_size other than tp (grid.h's mt_grid_make_expert, Megatron's
+ * --expert-tensor-parallel-size): ep and edp are the groups of that grid (with etp 1 an expert-parallel
+ * group mixes tensor ranks: tp 2, ep 2 on 8 ranks gives [0,1] [2,3] ...), always made by a split (or
+ * one-rank) then; etp the expert-tensor group (MT_GROUP_ETP: tp itself when etp_size = tp, a one-rank
+ * communicator when it is 1); tpcp the tensor x context ranks (equal data rank and stage: the router's
+ * statistics of the sequence shards, Megatron's tp-cp group), tp itself when cp_size is 1. etp and tpcp
+ * may be the same pointer as tp.
  */
 #ifndef MT_COMM_PARALLEL_H
 #define MT_COMM_PARALLEL_H
@@ -37,6 +45,8 @@ typedef struct mt_parallel {
     mt_comm *ep, *edp;     /* expert-model-parallel and expert-data-parallel groups (may alias dpcp: above) */
     int cp_size;           /* context-parallel size (1: none) */
     mt_comm *cp, *dpcp;    /* context-parallel and data x context groups (dpcp may alias dp: above) */
+    int etp_size;          /* expert tensor size (tp unless given otherwise) */
+    mt_comm *etp, *tpcp;   /* expert-tensor and tensor x context groups (may alias tp: above) */
     int own_world;         /* world was made here (mt_parallel_init) and is freed with the context */
 } mt_parallel;
 
@@ -54,6 +64,10 @@ int mt_parallel_init_comm_ep(mt_parallel *p, mt_comm *world, int tp, int pp, int
  * divide the job's size. */
 int mt_parallel_init_cp(mt_parallel *p, const mt_boot *boot, int tp, int cp, int pp, int ep, mt_err *e);
 int mt_parallel_init_comm_cp(mt_parallel *p, mt_comm *world, int tp, int cp, int pp, int ep, mt_err *e);
+/* The same with expert tensor size etp (0: tp): -1 naming --expert-tensor-parallel-size as
+ * mt_grid_make_expert does. */
+int mt_parallel_init_expert(mt_parallel *p, const mt_boot *boot, int tp, int cp, int pp, int ep, int etp, mt_err *e);
+int mt_parallel_init_comm_expert(mt_parallel *p, mt_comm *world, int tp, int cp, int pp, int ep, int etp, mt_err *e);
 void mt_parallel_free(mt_parallel *p);
 
 #endif

@@ -54,6 +54,7 @@ mt_gpt_config mt_gpt_config_from_args(const mt_train_args *a, int64_t vocab_size
         c.moe_aux_type = !strcmp(lb, "none") ? MT_MOE_AUX_NONE : !strcmp(lb, "seq_aux_loss") ? MT_MOE_AUX_SEQ : MT_MOE_AUX;
         c.moe_aux_coeff = a->moe_aux_loss_coeff;
         c.moe_z_coeff = a->moe_z_loss_coeff;
+        c.expert_tensor_parallel_size = a->expert_tensor_parallel_size;
     }
     c.context_parallel_size = a->context_parallel_size > 1 ? a->context_parallel_size : 1;
     return c;

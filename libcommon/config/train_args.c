@@ -85,10 +85,12 @@ static const mt_flag flags[] = {
     {"--moe-per-layer-logging", MT_F_BOOL, &A.moe_per_layer_logging, NULL,
      "MoE: each MoE layer's losses and rows per expert to TensorBoard (moe/..._layer_L)", 0, 0, NULL},
     {"--expert-model-parallel-size", MT_F_INT, &A.expert_model_parallel_size, "N",
-     "MoE: ranks the experts are split over (of the data-parallel ones; default 1)", 1, 1 << 16, NULL},
+     "MoE: ranks the experts are split over (of the data-parallel ones, or with --expert-tensor-parallel-size 1 of "
+     "a stage's; default 1)", 1, 1 << 16, NULL},
     {"--expert-tensor-parallel-size", MT_F_INT, &A.expert_tensor_parallel_size, "N",
-     "MoE: tensor-parallel ranks each expert's matrices are split over: --tensor-model-parallel-size (the default; "
-     "no other is implemented)", 1, 1 << 16, NULL},
+     "MoE: ranks each expert's matrices are split over: --tensor-model-parallel-size (the default), or 1 with "
+     "--sequence-parallel (each expert whole, routed on each rank's sequence shard; no --save/--load yet)", 1, 1 << 16,
+     NULL},
     NOOP_B("--moe-grouped-gemm", "accepted; the experts' products are always one grouped product"),
     NOOP_S("--moe-token-dispatcher-type", "TYPE", "accepted (alltoall, allgather); the tokens go to their experts one way"),
     NOOP_B("--moe-permute-fusion", "accepted; fusion does not change results"),
@@ -418,6 +420,33 @@ static bool given(const bool *seen, const char *name)
     return false;
 }
 
+/* --expert-tensor-parallel-size: the tensor size (its default), or 1 with tensor parallelism and
+ * --sequence-parallel (each expert whole on its rank, Megatron's MoE layer then routing each rank's sequence
+ * shard); dropless routing over the micro-batch (aux_loss), and no checkpoints yet (their layout of the
+ * experts is libcommon/model/README.md's next step). Where etp x ep must divide the ranks of a stage is the
+ * parallel grid's check (comm/grid.h), when the world size is known. */
+static int check_expert_tensor(const mt_train_args *a, mt_err *e)
+{
+    int etp = a->expert_tensor_parallel_size, tp = a->tensor_model_parallel_size;
+    if (!etp || etp == tp) return 0;
+    if (etp != 1)
+        return mt_err_set(e, "--expert-tensor-parallel-size (%d): 1 or --tensor-model-parallel-size (%d); other sizes are "
+                             "not implemented", etp, tp);
+    if (!a->sequence_parallel)
+        return mt_err_set(e, "--expert-tensor-parallel-size 1 with --tensor-model-parallel-size %d needs --sequence-parallel "
+                             "(as Megatron's MoE layer in training)", tp);
+    if (a->moe_expert_capacity_factor > 0)
+        return mt_err_set(e, "--moe-expert-capacity-factor with --expert-tensor-parallel-size 1 (other than "
+                             "--tensor-model-parallel-size %d): not implemented (dropless routing only)", tp);
+    if (a->moe_router_load_balancing_type && !strcmp(a->moe_router_load_balancing_type, "seq_aux_loss"))
+        return mt_err_set(e, "--moe-router-load-balancing-type seq_aux_loss with --expert-tensor-parallel-size 1 (other "
+                             "than --tensor-model-parallel-size %d): not implemented (aux_loss)", tp);
+    if (a->save || a->load)
+        return mt_err_set(e, "--%s with --expert-tensor-parallel-size 1 (other than --tensor-model-parallel-size %d): "
+                             "checkpoints of that layout are not implemented yet", a->save ? "save" : "load", tp);
+    return 0;
+}
+
 /* The mixture of experts' flags: only with --num-experts, and what mt implements of them. */
 static int check_moe(mt_train_args *a, const bool *seen, mt_err *e)
 {
@@ -448,11 +477,7 @@ static int check_moe(mt_train_args *a, const bool *seen, mt_err *e)
     if (a->num_experts % a->expert_model_parallel_size)
         return mt_err_set(e, "--expert-model-parallel-size (%d) must divide --num-experts (%d)",
                           a->expert_model_parallel_size, a->num_experts);
-    if (a->expert_tensor_parallel_size && a->expert_tensor_parallel_size != a->tensor_model_parallel_size)
-        return mt_err_set(e, "--expert-tensor-parallel-size (%d) other than --tensor-model-parallel-size (%d): not "
-                             "implemented; the experts are split over the tensor-parallel ranks as the MLP (Megatron's default)",
-                          a->expert_tensor_parallel_size, a->tensor_model_parallel_size);
-    return 0;
+    return check_expert_tensor(a, e);
 }
 
 static int parse(mt_train_args *out, int argc, char **argv, mt_err *e)

@@ -56,7 +56,8 @@ mt_model_arch mt_gpt_arch(const mt_gpt_config *c)
 static int build_table(mt_gpt *m, mt_err *e)
 {
     mt_model_arch a = mt_gpt_arch(&m->c);
-    mt_layout_part part = {m->tp_rank, m->tp_size, m->pp_stage, m->pp_size, m->vp, m->ep_rank, m->ep_size};
+    mt_layout_part part = {m->tp_rank, m->tp_size, m->pp_stage, m->pp_size, m->vp, m->ep_rank, m->ep_size, 0,
+                           m->experts_whole};
     if (mt_layout_build(&a, &part, &m->layout, e)) return -1;
     m->l0 = m->layout.first_layer;
     m->nl = m->layout.num_layers;
@@ -99,6 +100,21 @@ mt_gpt *mt_gpt_create_tp(mtk *k, const mt_gpt_config *config, mt_comm *tp, int m
     return mt_gpt_create_chunks(k, config, tp, 0, 1, 1, mode, e);
 }
 
+/* The expert tensor size of the config: tp (or 0), or 1 with tp > 1 and sequence parallelism (experts_whole);
+ * the router's statistics summed over the tensor group until mt_gpt_set_router_group says otherwise. */
+static int expert_tensor(mt_gpt *m, const mt_gpt_config *c, mt_err *e)
+{
+    int etp = c->expert_tensor_parallel_size;
+    m->experts_whole = c->num_experts > 0 && m->tp_size > 1 && etp == 1;
+    if (c->num_experts > 0 && etp > 0 && etp != m->tp_size && etp != 1)
+        return mt_err_set(e, "--expert-tensor-parallel-size (%d): 1 or --tensor-model-parallel-size (%d)", etp, m->tp_size);
+    if (m->experts_whole && !m->sp)
+        return mt_err_set(e, "--expert-tensor-parallel-size 1 with --tensor-model-parallel-size %d needs --sequence-parallel",
+                          m->tp_size);
+    m->router_group = m->tp;
+    return 0;
+}
+
 /* The shapes of the part (tensor rank tp_rank of tp_size, stage of stages) with activations of asz bytes:
  * its table and shares, no device memory (m zeroed by the caller). */
 static int describe(mt_gpt *m, const mt_gpt_config *config, int tp_rank, int tp_size, int stage, int stages,
@@ -120,6 +136,7 @@ static int describe(mt_gpt *m, const mt_gpt_config *config, int tp_rank, int tp_
     m->fcw = (config->mlp == MT_MLP_SWIGLU ? 2 : 1) * m->ffn;
     m->rot = config->position == MT_POS_ROPE ? (int)(m->hs * (config->rotary_percent > 0 ? config->rotary_percent : 1.0)) : 0;
     m->sp = tp_size > 1 && config->sequence_parallel;
+    if (expert_tensor(m, config, e)) return -1;
     m->cp_size = config->context_parallel_size > 1 ? config->context_parallel_size : 1;
     m->pp_stage = stage, m->pp_size = stages, m->vp = vp > 1 ? vp : 1;
     if (m->vp > 16) return mt_err_set(e, "%d model chunks per stage: at most 16", m->vp);
@@ -259,7 +276,7 @@ int mt_gpt_reserve(mt_gpt *m, size_t n, int T, mt_err *e)
     size_t C = (size_t)c->hidden_size, V = (size_t)m->vocab, F = (size_t)m->fcw, Q = (size_t)m->qkvw;
     /* the largest activation-dtype operand of any operation, with this rank's shares of the vocabulary,
      * ffn and heads: activations [n][V|F|QKV|C], weights [V|pos|QKV|F|C][C] */
-    size_t R = mt_moe_rows_max(m, n), EF = (size_t)(c->mlp == MT_MLP_SWIGLU ? 2 : 1) * (size_t)(c->moe_ffn_hidden_size / m->tp_size);
+    size_t R = mt_moe_rows_max(m, n), EF = (size_t)(c->mlp == MT_MLP_SWIGLU ? 2 : 1) * (size_t)(c->moe_ffn_hidden_size / (m->experts_whole ? 1 : m->tp_size));
     size_t SF = (size_t)(c->mlp == MT_MLP_SWIGLU ? 2 : 1) * (size_t)(c->moe_shared_ffn / m->tp_size);
     size_t cand[] = {n * V, n * F, n * Q, n * C, V * C, (size_t)c->max_position_embeddings * C, Q * C, F * C, C * C,
                      R * C, R * EF, EF * C, (size_t)c->num_experts * C, n * SF, SF * C};
@@ -458,6 +475,13 @@ static int ctx_shape(mt_gpt_ctx *x, mt_gpt *m, int chunk, int max_batch, mt_err 
     x->nres = m->sp ? x->nmax / (size_t)m->tp_size : x->nmax;
     recompute_plan(m, &x->chunk, &x->recomputed, &x->nslots);
     return 0;
+}
+
+int mt_gpt_experts_whole(const mt_gpt *m) { return m->experts_whole; }
+
+void mt_gpt_set_router_group(mt_gpt *m, mt_comm *tpcp)
+{
+    if (tpcp && tpcp->size > 1) m->router_group = tpcp;
 }
 
 int mt_gpt_set_context_parallel(mt_gpt *m, mt_comm *cp, int type, int overlap, mt_err *e)
@@ -682,13 +706,16 @@ static int layer_forward(mt_gpt_ctx *x, int li, void *scratch, mt_err *e)
     }
     mt_gpt_add_norm_fwd(m, a.res_mid, a.ln2, a.mean2, a.rstd2, a.res_in, out, T_(MT_T_NORM2_W),
                         T_(MT_T_NORM2_B), Nl, C, drop);
-    /* MLP: the first layer column-parallel (GeLU, or SwiGLU of its gate and up halves), the second row-parallel */
+    /* MLP: the first layer column-parallel (GeLU, or SwiGLU of its gate and up halves), the second row-parallel;
+     * an MoE layer with whole experts and no shared expert on this rank's rows alone (moe.h) */
+    int moe = mt_arch_is_moe(&m->layout.arch, l), rows_only = moe && mt_moe_rows_only(m);
     if (fp8) mt_fp8_input(x, li, MT_FP8_FC1, a.ln2, a.ln2, (size_t)Nl * C);
-    const void *ln2 = mt_tp_gathered(m, scratch, a.ln2, N, C, e);   /* scratch: the dense output is added */
+    const void *ln2 = rows_only ? mt_tp_placed(m, scratch, a.ln2, N, C)
+                                : mt_tp_gathered(m, scratch, a.ln2, N, C, e);   /* scratch: the dense output is added */
     if (!ln2) return mt_err_prefix(e, "GPT forward, layer %d MLP", l);
-    if (mt_arch_is_moe(&m->layout.arch, l)) {   /* its output (over ln2 when gathered) summed over the ranks */
+    if (moe) {   /* its output (over ln2 when gathered) summed over the ranks */
         if (mt_moe_forward(x->moe, layer_slot(x, li - x->lc0), li, l, ln2, scratch, B, T, x->training, e) ||
-            mt_tp_input_grad(m, scratch, N, C, e))
+            (!rows_only && mt_tp_input_grad(m, scratch, N, C, e)))
             return mt_err_prefix(e, "GPT forward, layer %d MoE", l);
     } else if (c->mlp == MT_MLP_SWIGLU) {
         mtk_matmul_fwd(k, a.fch, ln2, WQ(MT_FP8_FC1, MT_T_FC1_W, (size_t)m->fcw * C), PO(MT_T_FC1_B), N, C, m->fcw);
@@ -884,10 +911,13 @@ static int layer_backward(mt_gpt_ctx *x, int li, mtk_grad_mode gm, mt_err *e)
         mt_cp_dropout(m, 0, dtmp_l, dres, B, T, drop);
         dout = dtmp_l;
     }
-    if (mt_tp_output_grad(m, dout, dtmp, N, C, &dout, e)) return mt_err_prefix(e, "GPT backward, layer %d MLP", l);
+    int moe = mt_arch_is_moe(&m->layout.arch, l), rows_only = moe && mt_moe_rows_only(m);
+    if (rows_only) dout = mt_tp_placed(m, dtmp, dout, N, C);
+    else if (mt_tp_output_grad(m, dout, dtmp, N, C, &dout, e)) return mt_err_prefix(e, "GPT backward, layer %d MLP", l);
     int swiglu = c->mlp == MT_MLP_SWIGLU;   /* the activation is recomputed from the first product's output */
-    if (mt_arch_is_moe(&m->layout.arch, l)) {   /* ln2 gathered beside the output gradient (in dtmp) */
-        const void *ln2 = mt_tp_gathered(m, mt_moe_gather_buffer(x->moe), a.ln2, N, C, e);
+    if (moe) {   /* ln2 gathered beside the output gradient (in dtmp) */
+        void *xg = mt_moe_gather_buffer(x->moe);
+        const void *ln2 = rows_only ? mt_tp_placed(m, xg, a.ln2, N, C) : mt_tp_gathered(m, xg, a.ln2, N, C, e);
         if (!ln2 || mt_moe_backward(x->moe, layer_slot(x, li - x->lc0), l, ln2, dout, dln, B, T, x->moe_scale, gm,
                                     x->training, e))
             return mt_err_prefix(e, "GPT backward, layer %d MLP", l);
@@ -910,7 +940,7 @@ static int layer_backward(mt_gpt_ctx *x, int li, mtk_grad_mode gm, mt_err *e)
         mtk_matmul_bwd(k, dln, G(MT_T_FC1_W), fp8 ? NULL : GO(MT_T_FC1_B), dfc, ln2,
                        WQ(MT_FP8_FC1, MT_T_FC1_W, (size_t)m->fcw * C), N, C, m->fcw, gm);
     }
-    if (mt_tp_input_grad(m, dln, N, C, e)) return mt_err_prefix(e, "GPT backward, layer %d MLP", l);
+    if (!rows_only && mt_tp_input_grad(m, dln, N, C, e)) return mt_err_prefix(e, "GPT backward, layer %d MLP", l);
     /* the attention output's dropout backward fused into the norm's, on the residual gradient it leaves */
     drop = site_dropout(x, &dd, l, SITE_ATTN_OUT, h0);
     mt_gpt_norm_bwd(m, dres, T_(MT_T_NORM2_W), T_(MT_T_NORM2_B), dln_l, a.res_mid, a.mean2, a.rstd2, Nl, C,

@@ -82,6 +82,9 @@ typedef struct mt_gpt_config {
     int moe_aux_type;             /* --moe-router-load-balancing-type: MT_MOE_AUX_NONE, _AUX or _SEQ */
     double moe_aux_coeff;         /* --moe-aux-loss-coeff */
     double moe_z_coeff;           /* --moe-z-loss-coeff (0: none) */
+    int expert_tensor_parallel_size;   /* --expert-tensor-parallel-size: 0 or tp, the experts' matrices split as
+                                          the MLP's; 1 with tp > 1 (and sequence parallelism): each expert whole
+                                          on its rank, the MoE layer's routed part on the rank's own rows (moe.h) */
     /* Context parallelism: each sequence split over this many ranks (0 or 1: none; model/context_parallel.h);
      * the activations of a context are then of seq_length / context_parallel_size tokens per sequence. */
     int context_parallel_size;    /* --context-parallel-size */
@@ -158,6 +161,14 @@ size_t mt_gpt_expert_lo(const mt_gpt *m);
  * losses are the whole sequences'; an expert's capacity holds in each rank's tokens, as Megatron's. 0, or -1
  * with e set. */
 int mt_gpt_set_context_parallel(mt_gpt *m, mt_comm *cp, int type, int overlap, mt_err *e);
+/* With config->expert_tensor_parallel_size 1 under tensor parallelism (each expert whole on its rank, the MoE
+ * layers' routing on the rank's own rows): the tensor x context group (comm/parallel.h's tpcp, as a device
+ * communicator), over which the router's statistics are summed; the tensor group until it is set, which is
+ * that group without context parallelism. tpcp must outlive the model. */
+void mt_gpt_set_router_group(mt_gpt *m, mt_comm *tpcp);
+/* Whether the experts are whole on each tensor rank (expert tensor size 1 under tensor parallelism): the
+ * routers' gradients are then each rank's rows' part, summed over the tensor group by mt_gpt_reduce_grads. */
+int mt_gpt_experts_whole(const mt_gpt *m);
 /* The bytes the context-parallel attention has sent to the other ranks of the group so far. */
 uint64_t mt_gpt_cp_bytes(const mt_gpt *m);
 /* The bytes the MoE layers' all-to-alls have sent to the other expert ranks so far (their blocks for the
@@ -333,8 +344,8 @@ int mt_gpt_paged_step(mt_gpt_paged *p, const mt_gpt_run *runs, int n, const int3
 uint64_t mt_gpt_dropout_seed(uint64_t key, uint64_t site);
 
 /* After a step's backward passes: with sequence parallelism, the gradients of the norms (computed by each
- * rank from its own tokens) summed over the tensor-parallel group, as Megatron's finalize_model_grads
- * does; nothing otherwise. 0, or -1 with e set. */
+ * rank from its own tokens; with the experts whole, the routers' too) summed over the tensor-parallel group,
+ * as Megatron's finalize_model_grads does; nothing otherwise. 0, or -1 with e set. */
 int mt_gpt_reduce_grads(mt_gpt *m, mt_err *e);
 
 /* The sum of squares of the gradients in [lo, hi) of the flat buffer that this rank counts in the

@@ -34,9 +34,11 @@ static int check(const mt_model_arch *a, const mt_layout_part *p, mt_err *e)
         if (a->num_layers > MT_MOE_MAX_LAYERS)
             return mt_err_set(e, "--num-experts: at most %d layers", MT_MOE_MAX_LAYERS);
         if (a->moe_ffn_hidden_size <= 0) return mt_err_set(e, "--moe-ffn-hidden-size must be positive");
-        if (a->moe_ffn_hidden_size % tp)
-            return mt_err_set(e, "--tensor-model-parallel-size (%d) must divide --moe-ffn-hidden-size (%d)", tp,
-                              a->moe_ffn_hidden_size);
+        int etp = p->etp_size > 0 ? p->etp_size : tp;
+        if (a->moe_ffn_hidden_size % etp)
+            return mt_err_set(e, "--%s-parallel-size (%d) must divide --moe-ffn-hidden-size (%d)",
+                              p->etp_size > 0 ? "expert-tensor" : "tensor-model", etp, a->moe_ffn_hidden_size);
+        if (p->etp_rank < 0 || p->etp_rank >= etp) return mt_err_set(e, "expert tensor rank %d of %d", p->etp_rank, etp);
         if (a->shared_ffn % tp)
             return mt_err_set(e, "--tensor-model-parallel-size (%d) must divide --moe-shared-expert-intermediate-size (%d)",
                               tp, a->shared_ffn);
@@ -99,6 +101,18 @@ static void add(mt_layout *l, mt_tensor_kind kind, int layer, const char *name, 
     add_chunked(l, kind, layer, name, rows, cols, pdim, no_decay, 1);
 }
 
+/* An expert's tensor t split over the expert tensor size instead of tp (etp_size > 0). */
+static void split_expert(mt_layout *l, mt_layout_tensor *t)
+{
+    if (l->part.etp_size <= 0 || t->partition_dim < 0) return;
+    int pd = t->partition_dim, chunks = t->partition_chunks;
+    l->numel -= t->numel;
+    t->local_shape[pd] = t->global_shape[pd] / l->part.etp_size;
+    t->partition_offset = (int64_t)l->part.etp_rank * (t->local_shape[pd] / chunks);
+    t->numel = (size_t)t->local_shape[0] * (size_t)t->local_shape[1];
+    l->numel += t->numel;
+}
+
 /* An MoE layer's tensors after its second norm (local layer i, global l; pre the model chunk's prefix): the
  * router [E, h] (replicated), every expert's dense_h_to_4h [f1, F] (column-parallel, SwiGLU's [gate; up] in
  * two chunks) one after another, then their dense_4h_to_h [h, F] (row-parallel), then the shared expert's
@@ -124,6 +138,7 @@ static void add_moe(mt_layout *out, const mt_model_arch *a, const char *pre, int
             if (fc) ADD(MT_T_EXPERT_FC2_W, h, F, 1, 1);
             else ADD(MT_T_EXPERT_FC1_W, glu * F, h, 0, glu);
             out->t[out->n - 1].expert = x0 + j;
+            split_expert(out, &out->t[out->n - 1]);
             snprintf(out->t[out->n - 1].whole_name, sizeof out->t[0].whole_name,
                      "language_model.encoder.layers.%d.mlp.experts.local_experts.%d.%s", l, x0 + j, w);
         }
@@ -317,7 +332,9 @@ int mt_layout_build(const mt_model_arch *a, const mt_layout_part *p, mt_layout *
 #undef NAMED
     }
     out->expert_lo = out->numel;
-    if (p->ep_size > 1) {   /* the experts' tensors after all the others in the buffer, each part in table order */
+    int etp = p->etp_size > 0 ? p->etp_size : p->tp_size;
+    if (p->ep_size > 1 || etp != p->tp_size) {   /* the experts' tensors after all the others in the buffer, each
+                                                    part in table order */
         size_t off[2] = {0, 0};
         for (int i = 0; i < out->n; i++)
             if (out->t[i].expert < 0) off[1] += out->t[i].numel;

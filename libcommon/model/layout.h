@@ -68,6 +68,8 @@ typedef struct mt_layout_part {
     int vp_chunks;   /* the interleaved schedule's model chunks per stage (0 or 1: one) */
     int ep_rank, ep_size;   /* expert parallelism (0 or 1: none): this rank holds experts [ep_rank E / ep_size,
                                (ep_rank + 1) E / ep_size) of each MoE layer, named local_experts.0 ... */
+    int etp_rank, etp_size; /* the experts' matrices split over etp_size ranks (Megatron's expert tensor size;
+                               0: over the tensor ranks, as the MLP's), this rank's slice etp_rank */
 } mt_layout_part;
 
 typedef enum {
@@ -112,8 +114,9 @@ typedef struct mt_layout {
     mt_layout_tensor *t;           /* in buffer order */
     int *layer_start;              /* [num_layers + 1]: index in t of each local layer's first tensor, and the end */
     size_t numel;                  /* the rank's flat buffer */
-    size_t expert_lo;              /* with expert parallelism the experts' tensors are the buffer's [expert_lo, numel)
-                                      (their gradients are reduced over other ranks than the rest's); numel without */
+    size_t expert_lo;              /* with expert parallelism (or an expert tensor size other than tp) the experts'
+                                      tensors are the buffer's [expert_lo, numel) (their gradients are reduced over
+                                      other ranks than the rest's); numel without */
 } mt_layout;
 
 /* The global index of local layer li (0 .. num_layers - 1) of layout l. */

@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "model/moe.h"
+#include "model/tensor_parallel.h"
 
 struct mt_moe_ctx {
     mt_gpt *m;
@@ -48,8 +49,16 @@ static int capacity(const mt_gpt_config *c, size_t n)
 }
 
 /* The shards the capacity holds in apart: with sequence parallelism Megatron routes each tensor rank's
- * shard of the positions on its own, its capacity that of the shard's tokens; 1 otherwise. */
-static int shards(const mt_gpt *m) { return m->sp && m->tp_size > 1 ? m->tp_size : 1; }
+ * shard of the positions on its own, its capacity that of the shard's tokens; 1 otherwise (and with the
+ * experts whole, where a rank routes only its own rows). */
+static int shards(const mt_gpt *m) { return m->sp && m->tp_size > 1 && !m->experts_whole ? m->tp_size : 1; }
+
+/* The ranks a micro-batch's rows are spread over for the routing: the context ranks, and with the experts
+ * whole the tensor ranks too (each routes its own rows); the router's statistics are summed over them. */
+static int routing_ranks(const mt_gpt *m) { return m->cp_size * (m->experts_whole ? m->tp_size : 1); }
+static mt_comm *routing_group(const mt_gpt *m) { return m->experts_whole ? m->router_group : m->cp; }
+
+int mt_moe_rows_only(const mt_gpt *m) { return m->experts_whole && m->c.moe_shared_ffn == 0; }
 
 static int has_moe(const mt_gpt *m)
 {
@@ -110,7 +119,7 @@ static void shape(mt_moe_ctx *mc, const mt_gpt *m, size_t ntok, int max_batch, i
     int glu = c->mlp == MT_MLP_SWIGLU ? 2 : 1;
     mc->m = (mt_gpt *)m;
     mc->E = c->num_experts, mc->K = c->moe_topk;
-    mc->F = c->moe_ffn_hidden_size / m->tp_size, mc->Fs = c->moe_shared_ffn / m->tp_size;
+    mc->F = c->moe_ffn_hidden_size / (m->experts_whole ? 1 : m->tp_size), mc->Fs = c->moe_shared_ffn / m->tp_size;
     mc->fc1 = glu * mc->F, mc->sfc1 = glu * mc->Fs;
     mc->slots = slots, mc->max_batch = max_batch;
     mc->nmax = ntok;
@@ -362,23 +371,27 @@ int mt_moe_forward(mt_moe_ctx *mc, int s, int li, int l, const void *x, void *ou
     int32_t *src = mc->src + (size_t)s * mc->rmax, *counts = mc->counts + (size_t)s * E, *hc = mc->h_counts + (size_t)s * E;
     void *h1 = AT(mc->h1, (size_t)s * mc->rx * (size_t)mc->fc1), *y = AT(mc->y, (size_t)s * mc->rmax * C);
     int t0 = mt_gpt_t(m, l, MT_T_ROUTER_W);
+    /* the rows routed here: every row, or with the experts whole this rank's rows of x (Nr of them) */
+    size_t Nr = m->experts_whole ? (size_t)mt_tp_tokens(m, (int)N) : N;
+    const void *xr = m->experts_whole ? mt_tp_local(m, (void *)x, (int)N, (int)C) : x;
+    mt_comm *rg = routing_group(m);
 
     /* routing */
-    mtk_router_fwd(k, logits, x, mt_gpt_w(m, t0), (int)N, (int)C, (int)E);
-    mtk_moe_topk(k, idx, probs, logits, (int)N, &r);
+    mtk_router_fwd(k, logits, xr, mt_gpt_w(m, t0), (int)Nr, (int)C, (int)E);
+    mtk_moe_topk(k, idx, probs, logits, (int)Nr, &r);
     mc->lb[li] = mc->z[li] = 0;
     if (training && (aux_on(c) || c->moe_z_coeff > 0)) {
-        int seq = c->moe_aux_type == MT_MOE_AUX_SEQ ? T : (int)N, runs = (int)N / seq;
+        int seq = c->moe_aux_type == MT_MOE_AUX_SEQ ? T : (int)Nr, runs = (int)Nr / seq;
         float *stats = mc->stats + (size_t)s * st, *hs = mc->h_stats + (size_t)s * st;
-        mtk_moe_route_stats(k, stats, logits, idx, (int)N, seq, &r);
-        /* with context parallelism a rank's runs are its chunks of the sequences (or of the micro-batch): the
-         * statistics of the whole ones are the sums over the group */
-        if (m->cp && mt_all_reduce(m->cp, stats, 2 * E * (size_t)runs + 1, MT_C_F32, e))
+        mtk_moe_route_stats(k, stats, logits, idx, (int)Nr, seq, &r);
+        /* with context parallelism a rank's runs are its chunks of the sequences (or of the micro-batch), with
+         * the experts whole its rows of them: the statistics of the whole ones are the sums over the group */
+        if (rg && mt_all_reduce(rg, stats, 2 * E * (size_t)runs + 1, MT_C_F32, e))
             return mt_err_prefix(e, "MoE layer %d router statistics", l);
         mtk_to_host(k, hs, stats, (2 * E * (size_t)runs + 1) * sizeof(float));
         if (mtk_status(k, e)) return mt_err_prefix(e, "MoE layer %d router", l);
         mc->runs[s] = runs;
-        const double n = (double)seq * m->cp_size;   /* the tokens of a whole run */
+        const double n = (double)seq * routing_ranks(m);   /* the tokens of a whole run */
         if (aux_on(c)) {   /* E / (K n^2) sum_e P_e f_e per run, averaged over the runs: aux / coeff */
             double sum = 0;
             for (int q = 0; q < runs; q++) {
@@ -389,13 +402,15 @@ int mt_moe_forward(mt_moe_ctx *mc, int s, int li, int l, const void *x, void *ou
             }
             mc->lb[li] = sum / runs;
         }
-        if (c->moe_z_coeff > 0) mc->z[li] = hs[2 * E * (size_t)runs] / ((double)N * m->cp_size);
+        if (c->moe_z_coeff > 0) mc->z[li] = hs[2 * E * (size_t)runs] / ((double)Nr * routing_ranks(m));
     }
 
-    /* the choices by expert, and their counts on the host for the grouped products */
-    int S = shards(m);
-    mtk_moe_dispatch(k, counts, row, src, idx, probs, (int)N, (int)K, (int)E, capacity(c, N / (size_t)S),
-                     c->moe_drop_position, c->moe_pad_to_capacity, T, S);
+    /* the choices by expert, and their counts on the host for the grouped products (with the experts whole the
+     * rows routed here are read as whole sequences where they are, else as one run: the order of the tokens
+     * matters only to token dropping, which config/train_args.c refuses then) */
+    int S = shards(m), seq = Nr % (size_t)T ? (int)Nr : T;
+    mtk_moe_dispatch(k, counts, row, src, idx, probs, (int)Nr, (int)K, (int)E, capacity(c, Nr / (size_t)S),
+                     c->moe_drop_position, c->moe_pad_to_capacity, seq, S);
     mtk_to_host(k, hc, counts, E * sizeof(int32_t));
     if (mtk_status(k, e)) return mt_err_prefix(e, "MoE layer %d dispatch", l);
     size_t R = 0;
@@ -405,7 +420,7 @@ int mt_moe_forward(mt_moe_ctx *mc, int s, int li, int l, const void *x, void *ou
     memcpy(mc->tok + (size_t)li * E, hc, E * sizeof *hc);
 
     /* everything that reads x first: out may be x's buffer */
-    mtk_moe_permute(k, mc->xp, x, src, (int)R, (int)C);
+    mtk_moe_permute(k, mc->xp, xr, src, (int)R, (int)C);
     void *sh1 = mc->Fs ? AT(mc->sh1, (size_t)s * mc->nmax * (size_t)mc->sfc1) : NULL;
     void *sy = mc->Fs ? AT(mc->sy, (size_t)s * mc->nmax * C) : NULL;
     int g = mc->Fs ? mt_gpt_t(m, l, MT_T_SHARED_GATE_W) : -1;
@@ -415,7 +430,8 @@ int mt_moe_forward(mt_moe_ctx *mc, int s, int li, int l, const void *x, void *ou
         if (g >= 0) mtk_router_fwd(k, glog, x, mt_gpt_w(m, g), (int)N, (int)C, 1);
     }
     /* the experts (with tensor parallelism this rank's columns: out and sy are partial sums, completed by the
-     * caller's sum over the ranks, the weighted sums being linear in them) */
+     * caller's sum over the ranks, the weighted sums being linear in them; with the experts whole, this rank's
+     * rows of out are its rows' whole output, the other rows zero, before the shared expert's partial sum) */
     if (mc->P > 1) {
         if (experts_ep(mc, s, l, e)) return -1;
     } else {
@@ -423,7 +439,12 @@ int mt_moe_forward(mt_moe_ctx *mc, int s, int li, int l, const void *x, void *ou
         act_fwd(m, mc->a, h1, R, mc->F);
         mtk_grouped_matmul_fwd(k, y, mc->a, mt_gpt_w(m, mt_gpt_t(m, l, MT_T_EXPERT_FC2_W)), hc, (int)E, mc->F, (int)C);
     }
-    mtk_moe_unpermute(k, out, y, row, probs, (int)N, (int)K, (int)C);
+    void *outr = out;
+    if (m->experts_whole) {
+        if (mc->Fs) mtk_zero(k, out, N * C * m->asz);   /* the shared expert's partial sum goes on every row */
+        outr = mt_tp_local(m, out, (int)N, (int)C);
+    }
+    mtk_moe_unpermute(k, outr, y, row, probs, (int)Nr, (int)K, (int)C);
     /* the shared expert, with its gate */
     if (mc->Fs) {
         act_fwd(m, mc->sa, sh1, N, mc->Fs);
@@ -448,33 +469,45 @@ int mt_moe_backward(mt_moe_ctx *mc, int s, int l, const void *x, const void *dou
     int32_t *src = mc->src + (size_t)s * mc->rmax, *hc = mc->h_counts + (size_t)s * E;
     void *h1 = AT(mc->h1, (size_t)s * mc->rx * (size_t)mc->fc1), *y = AT(mc->y, (size_t)s * mc->rmax * C);
     int tr = mt_gpt_t(m, l, MT_T_ROUTER_W), t1 = mt_gpt_t(m, l, MT_T_EXPERT_FC1_W), t2 = mt_gpt_t(m, l, MT_T_EXPERT_FC2_W);
+    /* with the experts whole the routed part is this rank's rows (Nr) of x, dout and dx; dx's other rows get
+     * only the shared expert's partial sum */
+    size_t Nr = N;
+    const void *xr = x, *doutr = dout;
+    void *dxr = dx;
+    if (m->experts_whole) {
+        Nr = (size_t)mt_tp_tokens(m, (int)N);
+        xr = mt_tp_local(m, (void *)x, (int)N, (int)C), doutr = mt_tp_local(m, (void *)dout, (int)N, (int)C);
+        dxr = mt_tp_local(m, dx, (int)N, (int)C);
+        if (mc->Fs) mtk_zero(k, dx, N * C * m->asz);
+    }
 
     /* the experts, back to the tokens' rows (dx assigned), and the weights' gradients */
-    mtk_moe_unpermute_bwd(k, mc->dy, mc->dprobs, dout, y, row, probs, (int)N, (int)K, (int)C, (int)R);
-    /* y is this rank's partial sum with tensor parallelism: so is dout . y */
-    if (m->tp && mt_all_reduce(m->tp, mc->dprobs, N * K, MT_C_F32, e)) return mt_err_prefix(e, "MoE layer %d", l);
+    mtk_moe_unpermute_bwd(k, mc->dy, mc->dprobs, doutr, y, row, probs, (int)Nr, (int)K, (int)C, (int)R);
+    /* y is this rank's partial sum with the experts split over the tensor ranks: so is dout . y */
+    if (m->tp && !m->experts_whole && mt_all_reduce(m->tp, mc->dprobs, N * K, MT_C_F32, e))
+        return mt_err_prefix(e, "MoE layer %d", l);
     if (mc->P > 1) {   /* the rows' input gradients come back into xp */
         if (experts_ep_bwd(mc, s, l, gm, e)) return -1;
-        mtk_moe_permute_bwd(k, dx, mc->xp, row, (int)N, (int)K, (int)C);
+        mtk_moe_permute_bwd(k, dxr, mc->xp, row, (int)Nr, (int)K, (int)C);
     } else {
-        mtk_moe_permute(k, mc->xp, x, src, (int)R, (int)C);   /* recomputed, as the activation */
+        mtk_moe_permute(k, mc->xp, xr, src, (int)R, (int)C);   /* recomputed, as the activation */
         act_fwd(m, mc->a, h1, R, mc->F);
         mtk_grouped_matmul_bwd(k, mc->da, mt_gpt_g(m, t2), mc->dy, mc->a, mt_gpt_w(m, t2), hc, (int)E, mc->F, (int)C, gm);
         act_bwd(m, mc->dh, h1, mc->da, R, mc->F);
         mtk_grouped_matmul_bwd(k, mc->dy, mt_gpt_g(m, t1), mc->dh, mc->xp, mt_gpt_w(m, t1), hc, (int)E, (int)C, mc->fc1,
                                gm);
-        mtk_moe_permute_bwd(k, dx, mc->dy, row, (int)N, (int)K, (int)C);
+        mtk_moe_permute_bwd(k, dxr, mc->dy, row, (int)Nr, (int)K, (int)C);
     }
 
     /* the router: the weights' gradient, and in training the auxiliary losses' */
     const float *aux = NULL;
     float zcoef = 0;
-    int seq = (int)N;
+    int seq = (int)Nr;
     if (training && (aux_on(c) || c->moe_z_coeff > 0)) {
         int runs = mc->runs[s];
-        seq = (int)N / runs;
+        seq = (int)Nr / runs;
         const float *hs = mc->h_stats + (size_t)s * st;
-        const double n = (double)seq * m->cp_size;   /* the tokens of a whole run (over the context ranks) */
+        const double n = (double)seq * routing_ranks(m);   /* the tokens of a whole run (over the routing ranks) */
         if (aux_on(c)) {   /* d(coeff aux)/d score[n][e] = scale coeff E / (K n^2 runs) count[run][e] */
             float *h = mt_xmalloc((size_t)runs * E * sizeof *h);
             double f = scale * c->moe_aux_coeff * (double)E / ((double)K * n * n * (double)runs);
@@ -484,13 +517,15 @@ int mt_moe_backward(mt_moe_ctx *mc, int s, int l, const void *x, const void *dou
             free(h);
             aux = mc->aux;
         }
-        if (c->moe_z_coeff > 0) zcoef = (float)(scale * c->moe_z_coeff / ((double)N * m->cp_size));
+        if (c->moe_z_coeff > 0) zcoef = (float)(scale * c->moe_z_coeff / ((double)Nr * routing_ranks(m)));
     }
-    mtk_moe_route_bwd(k, mc->dlogits, mc->dprobs, aux, seq, zcoef, logits, idx, (int)N, &r);
+    mtk_moe_route_bwd(k, mc->dlogits, mc->dprobs, aux, seq, zcoef, logits, idx, (int)Nr, &r);
     /* every tensor rank computes the router's whole gradients: its input gradient counts once in the sum over
-     * the ranks that follows */
-    void *dxr = m->tp_rank == 0 ? dx : NULL;
-    mtk_router_bwd(k, dxr, mt_gpt_g(m, tr), mc->dlogits, x, mt_gpt_w(m, tr), (int)N, (int)C, (int)E, gm);
+     * the ranks that follows (with the experts whole, each rank its own rows': the weight's gradient is summed
+     * over the tensor ranks by mt_gpt_reduce_grads) */
+    void *dx0 = m->tp_rank == 0 ? dx : NULL;
+    mtk_router_bwd(k, m->experts_whole ? dxr : dx0, mt_gpt_g(m, tr), mc->dlogits, xr, mt_gpt_w(m, tr), (int)Nr, (int)C,
+                   (int)E, gm);
 
     /* the shared expert */
     if (mc->Fs) {
@@ -508,7 +543,7 @@ int mt_moe_backward(mt_moe_ctx *mc, int s, int l, const void *x, const void *dou
         act_bwd(m, mc->dsh, sh1, mc->dsa, N, mc->Fs);
         mtk_matmul_bwd(k, mc->dtmp, mt_gpt_g(m, s1), NULL, mc->dsh, x, mt_gpt_w(m, s1), (int)N, (int)C, mc->sfc1, gm);
         mtk_acc(k, dx, mc->dtmp, N * C);
-        if (g >= 0) mtk_router_bwd(k, dxr, mt_gpt_g(m, g), mc->dglog, x, mt_gpt_w(m, g), (int)N, (int)C, 1, gm);
+        if (g >= 0) mtk_router_bwd(k, dx0, mt_gpt_g(m, g), mc->dglog, x, mt_gpt_w(m, g), (int)N, (int)C, 1, gm);
     }
     if (mtk_status(k, e)) return mt_err_prefix(e, "MoE layer %d backward", l);
     return 0;

@@ -50,6 +50,13 @@ const void *mt_tp_gathered(mt_gpt *m, void *full, const void *local, int N, int 
     return mt_tp_gather(m, full, N, C, e) ? NULL : full;
 }
 
+void *mt_tp_placed(mt_gpt *m, void *full, const void *local, int N, int C)
+{
+    void *mine = mt_tp_local(m, full, N, C);
+    if (mine != local) mtk_copy(m->k, mine, local, (size_t)mt_tp_tokens(m, N) * (size_t)C * m->asz);
+    return full;
+}
+
 static int scatter_sum(mt_gpt *m, void *full, int N, int C, mt_err *e)
 {
     if (mt_reduce_scatter(m->tp, full, row_counts(m, N, C, m->tp_counts), act_cdtype(m), e))
@@ -112,18 +119,19 @@ int mt_tp_embed_bwd(mt_gpt *m, const void *dlocal, void *scratch, const int32_t 
     return 0;
 }
 
-/* The tensors whose gradients a sequence-parallel rank computes from its own rows only: the norms. */
-static int rows_only(mt_tensor_kind k)
+/* The tensors whose gradients a sequence-parallel rank computes from its own rows only: the norms, and with
+ * the experts whole (moe.h) the MoE layers' routers. */
+static int rows_only(const mt_gpt *m, mt_tensor_kind k)
 {
     return k == MT_T_NORM1_W || k == MT_T_NORM1_B || k == MT_T_NORM2_W || k == MT_T_NORM2_B ||
-           k == MT_T_FINAL_NORM_W || k == MT_T_FINAL_NORM_B;
+           k == MT_T_FINAL_NORM_W || k == MT_T_FINAL_NORM_B || (m->experts_whole && k == MT_T_ROUTER_W);
 }
 
 int mt_gpt_reduce_grads(mt_gpt *m, mt_err *e)
 {
     if (!m->sp || !m->grads) return 0;
     for (int t = 0; t < m->ntensors; t++) {
-        if (!rows_only(m->layout.t[t].kind)) continue;
+        if (!rows_only(m, m->layout.t[t].kind)) continue;
         if (mt_all_reduce(m->tp, mt_gpt_g(m, t), m->tensors[t].numel, MT_C_F32, e))
             return mt_err_prefix(e, "sequence-parallel gradients of %s", m->tensors[t].name);
     }

@@ -49,6 +49,10 @@ int mt_tp_gather(mt_gpt *m, void *full, int N, int C, mt_err *e);
  * (e set) when the gather fails. The forward pass gathers a LayerNorm's output this way for its product,
  * and the backward pass again for the product's weight gradient: a context keeps this rank's rows only. */
 const void *mt_tp_gathered(mt_gpt *m, void *full, const void *local, int N, int C, mt_err *e);
+/* local [mt_tp_tokens, C] copied to this rank's rows of full (a free [N, C] buffer; nothing to copy where it is
+ * already there), and full returned: the input of an operation that reads only this rank's rows of a full
+ * buffer (an MoE layer whose experts are whole, without a shared expert: moe.h). */
+void *mt_tp_placed(mt_gpt *m, void *full, const void *local, int N, int C);
 /* A row-parallel product: full [N, OC] = inp [N, Cl] . w [OC, Cl]^T summed over the ranks, then + bias on
  * this rank's rows (mt_tp_local(full); the whole of it without sequence parallelism). */
 int mt_tp_row_linear_fwd(mt_gpt *m, void *full, const void *inp, const void *w, const float *bias, int N, int Cl,

@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "comm/comm.h"
+#include "comm/grid.h"
 #include "config/model_config.h"
 #include "config/tokenizer.h"
 #include "model/gpt.h"
@@ -16,7 +17,7 @@
 static int kept_floats(const mt_gpt_config *cfg, int r, int tp, int s, int pp, int vp, size_t *n, mt_err *e)
 {
     mt_model_arch arch = mt_gpt_arch(cfg);
-    mt_layout_part part = {r, tp, s, pp, vp, 0, 1};
+    mt_layout_part part = {r, tp, s, pp, vp, 0, 1, 0, 0};
     mt_layout l;
     if (mt_layout_build(&arch, &part, &l, e)) return -1;
     *n = 0;
@@ -82,16 +83,21 @@ int mt_plan_print(FILE *out, const mt_train_args *a, int world, mt_err *e)
                              "multiple of --pipeline-model-parallel-size (%d)", M, pp);
     double mb = 1024.0 * 1024.0;
     int ep = a->num_experts ? a->expert_model_parallel_size : 1;
-    if (ep > 1 && dp % ep)
-        return mt_err_set(e, "--expert-model-parallel-size (%d) does not divide the data-parallel size %d", ep, dp);
+    int etp = a->num_experts ? a->expert_tensor_parallel_size : 0;
+    mt_grid grid;   /* the expert groups as the run makes them: etp x ep must divide the ranks of a stage */
+    if (mt_grid_make_expert(&grid, world, tp, cp, pp, ep, etp, e)) return -1;
+    int whole = grid.etp == 1 && tp > 1;   /* experts whole on each tensor rank, routed on its rows */
+    int apart = ep > 1 || whole;           /* the experts' gradients over their own group (grid.edp ranks) */
     int nmoe = mt_gpt_moe_layers(&cfg);
-    if (nmoe) {   /* the experts, and what expert parallelism exchanges with routing spread evenly */
-        double N = (double)a->micro_batch_size * a->seq_length, K = cfg.moe_topk, C = cfg.hidden_size;
+    if (nmoe) {   /* the experts, and what expert parallelism exchanges with routing spread evenly: every token
+                     of the micro-batch from each tensor rank, or with the experts whole each rank's own */
+        double N = (double)a->micro_batch_size * a->seq_length / (whole ? tp : 1), K = cfg.moe_topk, C = cfg.hidden_size;
         double rows = N * K * (ep - 1) / ep;   /* the rows a rank sends to the other ranks' experts */
         double bytes = (double)nmoe / pp * M * (4.0 * rows * C * (double)asz + (ep - 1) * (cfg.num_experts / ep) * 4.0);
-        fprintf(out, "> %d MoE layers of %d experts (top %d), %d on each of %d expert-parallel ranks; all-to-all "
+        fprintf(out, "> %d MoE layers of %d experts (top %d), %d on each of %d expert-parallel ranks%s; all-to-all "
                      "bytes a rank sends per iteration with evenly spread routing: %.0f\n",
-                nmoe, cfg.num_experts, cfg.moe_topk, cfg.num_experts / ep, ep, ep > 1 ? bytes : 0.0);
+                nmoe, cfg.num_experts, cfg.moe_topk, cfg.num_experts / ep, ep,
+                whole ? ", each whole on its tensor rank (--expert-tensor-parallel-size 1)" : "", ep > 1 ? bytes : 0.0);
     }
     size_t *cb = mt_xcalloc((size_t)vp, sizeof *cb);
     int *live = mt_xcalloc((size_t)vp, sizeof *live);
@@ -114,11 +120,13 @@ int mt_plan_print(FILE *out, const mt_train_args *a, int world, mt_err *e)
             if (a->use_distributed_optimizer) {   /* with expert parallelism the dense part over the data-parallel
                                                      ranks, the experts over the expert-data-parallel ones */
                 size_t *counts = mt_xmalloc((size_t)dp * cp * sizeof *counts);   /* over data x context */
-                mt_comm_even_counts(ep > 1 ? np - nx : np, dp * cp, counts);
+                mt_comm_even_counts(apart ? np - nx : np, dp * cp, counts);
                 shard = counts[0];
-                if (ep > 1) {
-                    mt_comm_even_counts(nx, dp / ep, counts);
-                    shard += counts[0];
+                if (apart) {
+                    size_t *xc = mt_xmalloc((size_t)grid.edp * sizeof *xc);
+                    mt_comm_even_counts(nx, grid.edp, xc);
+                    shard += xc[0];
+                    free(xc);
                 }
                 free(counts);
             }

@@ -130,6 +130,9 @@ int mt_trainer_open_par(mt_trainer *t, const mt_train_args *a, const mt_parallel
     if (t->cp_size != t->a.context_parallel_size)
         return mt_err_set(e, "--context-parallel-size (%d) is not the job's context-parallel group (%d ranks)",
                           t->a.context_parallel_size, t->cp_size);
+    if (t->a.num_experts && t->a.expert_tensor_parallel_size && t->a.expert_tensor_parallel_size != t->par->etp_size)
+        return mt_err_set(e, "--expert-tensor-parallel-size (%d) is not the job's expert tensor size (%d)",
+                          t->a.expert_tensor_parallel_size, t->par->etp_size);
     if (t->pp_size != t->a.pipeline_model_parallel_size)
         return mt_err_set(e, "--pipeline-model-parallel-size (%d) is not the job's pipeline group (%d ranks)",
                           t->a.pipeline_model_parallel_size, t->pp_size);
@@ -151,12 +154,15 @@ int mt_trainer_open_par(mt_trainer *t, const mt_train_args *a, const mt_parallel
     if (t->cp_size > 1 && !(t->dev_cp = mt_device_comm(t->par->cp, t->k, e))) return -1;
     if (t->tp_size > 1 && !(t->dev_tp = mt_device_comm(t->par->tp, t->k, e))) return -1;
     t->ep_size = t->par->ep_size > 1 ? t->par->ep_size : 1;
-    if (t->ep_size > 1) {
-        if (!(t->dev_ep = mt_device_comm(t->par->ep, t->k, e))) return -1;
+    t->experts_whole = t->a.num_experts > 0 && t->tp_size > 1 && t->par->etp_size == 1;
+    t->experts_apart = t->ep_size > 1 || t->experts_whole;
+    if (t->experts_apart) {
+        if (t->ep_size > 1 && !(t->dev_ep = mt_device_comm(t->par->ep, t->k, e))) return -1;
         if (t->par->edp->size > 1 && !(t->dev_edp = t->par->edp == t->par->dpcp && t->dev_dp ? t->dev_dp
                                                     : mt_device_comm(t->par->edp, t->k, e)))
             return -1;
     }
+    if (t->experts_whole && t->cp_size > 1 && !(t->dev_tpcp = mt_device_comm(t->par->tpcp, t->k, e))) return -1;
     if (t->pp_size > 1) {
         /* the embedding group: stage 0 and the last stage (the others get a group they do not use) */
         int member = t->pp_rank == 0 || t->pp_rank == t->pp_size - 1;
@@ -185,6 +191,7 @@ int mt_trainer_open_par(mt_trainer *t, const mt_train_args *a, const mt_parallel
         t->moe_layer = mt_xcalloc((size_t)t->cfg.num_layers * (size_t)(2 + t->cfg.num_experts), sizeof *t->moe_layer);
     t->model = mt_gpt_create_ep(t->k, &t->cfg, t->dev_tp, t->dev_ep, t->pp_rank, t->pp_size, t->vp, MT_GPT_TRAIN, e);
     if (!t->model) return -1;
+    if (t->dev_tpcp) mt_gpt_set_router_group(t->model, t->dev_tpcp);
     /* the ring's exchanges overlap its blocks (MT_CP_OVERLAP=0, a measurement aid: they do not) */
     const char *ov = getenv("MT_CP_OVERLAP");
     int p2p = !strcmp(t->a.cp_comm_type, "p2p"), cp_overlap = p2p && !(ov && !strcmp(ov, "0"));
@@ -222,12 +229,12 @@ int mt_trainer_open_par(mt_trainer *t, const mt_train_args *a, const mt_parallel
     t->slot_n = mt_xcalloc((size_t)t->nslot, sizeof *t->slot_n);
     size_t bucket = t->a.ddp_bucket_size ? (size_t)t->a.ddp_bucket_size : mt_grad_sync_default_bucket(t->gdp_size);
     size_t xlo = mt_gpt_expert_lo(t->model), n = mt_gpt_num_params(t->model);
-    mt_grad_sync_init(&t->gs, t->dev_dp ? t->dev_dp : t->par->dpcp, t->ep_size > 1 ? xlo : n, bucket);
-    if (t->ep_size > 1) mt_grad_sync_init(&t->gs_exp, t->dev_edp ? t->dev_edp : t->par->edp, n - xlo, bucket);
+    mt_grad_sync_init(&t->gs, t->dev_dp ? t->dev_dp : t->par->dpcp, t->experts_apart ? xlo : n, bucket);
+    if (t->experts_apart) mt_grad_sync_init(&t->gs_exp, t->dev_edp ? t->dev_edp : t->par->edp, n - xlo, bucket);
     /* the distributed optimizer: moments for this rank's shard only; with expert parallelism that of the
      * dense parameters over the data-parallel ranks and that of its experts over the expert-data-parallel
      * ones (Megatron's two buffers) */
-    if (t->a.use_distributed_optimizer && t->ep_size > 1) {
+    if (t->a.use_distributed_optimizer && t->experts_apart) {
         int x = t->par->edp->rank;
         if (mt_adamw_shard2(&t->opt, t->gs.shard_lo[t->gdp_rank], t->gs.shard_lo[t->gdp_rank + 1],
                             xlo + t->gs_exp.shard_lo[x], xlo + t->gs_exp.shard_lo[x + 1], e))
@@ -244,7 +251,7 @@ int mt_trainer_open_par(mt_trainer *t, const mt_train_args *a, const mt_parallel
         int rc = mt_overlap_init(t->ov, t->model, &t->gs, 0, t->a.overlap_grad_reduce, params,
                                  t->a.use_distributed_optimizer, passes, t->vp, sp, wr, e);
         /* with expert parallelism the experts' buckets over their own group, driven by the same hook */
-        if (!rc && t->ep_size > 1 && t->par->edp->size > 1) {
+        if (!rc && t->experts_apart && t->par->edp->size > 1) {
             t->ov_exp = mt_xcalloc(1, sizeof *t->ov_exp);
             rc = mt_overlap_init(t->ov_exp, t->model, &t->gs_exp, xlo, t->a.overlap_grad_reduce, params,
                                  t->a.use_distributed_optimizer, passes, t->vp, sp, wr, e);
@@ -286,7 +293,8 @@ void mt_trainer_close(mt_trainer *t)
     if (t->dev_tp != t->par->tp) mt_comm_free(t->dev_tp);
     if (t->dev_edp && t->dev_edp != t->dev_dp && t->dev_edp != t->par->edp) mt_comm_free(t->dev_edp);
     if (t->dev_ep && t->dev_ep != t->par->ep) mt_comm_free(t->dev_ep);
-    t->dev_ep = t->dev_edp = NULL;
+    if (t->dev_tpcp && t->dev_tpcp != t->par->tpcp) mt_comm_free(t->dev_tpcp);
+    t->dev_ep = t->dev_edp = t->dev_tpcp = NULL;
     if (t->dev_pp != t->par->pp) mt_comm_free(t->dev_pp);
     if (t->dev_emb != t->emb) mt_comm_free(t->dev_emb);
     mt_comm_free(t->emb);
@@ -295,7 +303,7 @@ void mt_trainer_close(mt_trainer *t)
     mt_grad_sync_free(&t->gs);
     free(t->moe_layer);
     t->moe_layer = NULL;
-    if (t->ep_size > 1) mt_grad_sync_free(&t->gs_exp);
+    if (t->experts_apart) mt_grad_sync_free(&t->gs_exp);
     if (t->trace) fclose(t->trace);
     t->trace = NULL;
     if (t->own.world) mt_parallel_free(&t->own);
@@ -381,7 +389,7 @@ static int gather_params(mt_trainer *t, mt_err *e)
 {
     /* with expert parallelism the experts (the buffer's end) from their expert-data-parallel shards */
     size_t xlo = mt_gpt_expert_lo(t->model);
-    int exp = t->ep_size > 1 && t->par->edp->size > 1;
+    int exp = t->experts_apart && t->par->edp->size > 1;
     if (!mt_gpt_master_dropped(t->model)) {
         if (mt_grad_all_gather(&t->gs, mt_gpt_params(t->model), e) ||
             (exp && mt_grad_all_gather(&t->gs_exp, mt_gpt_params(t->model) + xlo, e)))
@@ -408,13 +416,19 @@ int mt_trainer_params_ready(mt_trainer *t, mt_err *e)
                : 0;
 }
 
+/* The sum of squares of every expert rank's experts (summed over the expert-parallel group) as this rank
+ * counts it in a norm then summed over the tensor ranks: on tensor rank 0 only when the experts are whole
+ * on each tensor rank (the expert-parallel group then spans them, each holding the same sum); all of it when
+ * each tensor rank holds its slices. */
+static double experts_counted(const mt_trainer *t, double all) { return t->experts_whole && t->tp_rank != 0 ? 0 : all; }
+
 int mt_trainer_params_norm(mt_trainer *t, double *norm, mt_err *e)
 {
     if (mt_trainer_params_ready(t, e)) return -1;
     /* as Megatron's calc_params_l2_norm: every parameter once over the model-parallel ranks (a replicated
      * tensor on tensor rank 0, not the last stage's copy of tied embeddings), each expert rank's experts */
     const mt_adamw *o = &t->opt;
-    size_t n = mt_gpt_num_params(t->model), xlo = t->ep_size > 1 ? mt_gpt_expert_lo(t->model) : n;
+    size_t n = mt_gpt_num_params(t->model), xlo = t->experts_apart ? mt_gpt_expert_lo(t->model) : n;
     double ss;
     if (o->main) {   /* the shards of the fp32 master: summed over the data-parallel ranks */
         ss = mt_gpt_sumsq_counted(t->model, o->main, o->lo, o->lo, o->hi);
@@ -426,7 +440,7 @@ int mt_trainer_params_norm(mt_trainer *t, double *norm, mt_err *e)
         if (xlo < n) {   /* the experts: every expert rank's */
             double x = mt_gpt_sumsq_counted(t->model, p, 0, xlo, n);
             if (mt_all_reduce(t->par->ep, &x, 1, MT_C_F64, e)) return mt_err_prefix(e, "parameter norm");
-            ss += x;
+            ss += experts_counted(t, x);
         }
     }
     if ((t->tp_size > 1 && mt_all_reduce(t->par->tp, &ss, 1, MT_C_F64, e)) ||
@@ -463,7 +477,7 @@ int mt_trainer_step(mt_trainer *t, mt_step_result *r, mt_err *e)
     /* with expert parallelism the experts' gradients (the buffer's end) over the ranks holding the same
      * ones: summed into each one's shard with the distributed optimizer */
     float *xg = grads + mt_gpt_expert_lo(t->model);
-    if (t->ep_size > 1 && t->par->edp->size > 1 &&
+    if (t->experts_apart && t->par->edp->size > 1 &&
         (t->ov_exp && t->ov_exp->grads ? mt_overlap_grads_finish(t->ov_exp, e)
          : dist                        ? mt_grad_reduce_scatter(&t->gs_exp, xg, e)
                                        : mt_grad_all_reduce(&t->gs_exp, xg, e)))
@@ -476,20 +490,21 @@ int mt_trainer_step(mt_trainer *t, mt_step_result *r, mt_err *e)
      * tensor rank, computed on the device and copied back with the losses (the step's one sync) */
     double ss;
     if (step_results(t, r, &ss, e)) return -1;
-    if (t->ep_size > 1 && !dist) {   /* the experts' squares: every expert rank's, the others' once (with the
-                                        distributed optimizer the shards' sum over the data-parallel ranks
-                                        below counts each expert rank's experts once) */
+    if (t->experts_apart && !dist) {   /* the experts' squares: every expert rank's, the others' once (with the
+                                          distributed optimizer the shards' sum over the data-parallel and tensor
+                                          ranks below counts each expert rank's experts once) */
         size_t xlo = mt_gpt_expert_lo(t->model);
         double mine = mt_gpt_grad_sumsq(t->model, xlo, mt_gpt_num_params(t->model)), all = mine;
         uint64_t b0 = t->par->ep->bytes_sent;
         if (mt_all_reduce(t->par->ep, &all, 1, MT_C_F64, e)) return mt_err_prefix(e, "grad norm");
         t->ep_norm_bytes += t->par->ep->bytes_sent - b0;
-        ss += all - mine;
+        ss += experts_counted(t, all) - mine;
     }
     int nmoe = mt_gpt_moe_layers(&t->cfg), ns = nmoe ? 4 : 2;   /* with MoE layers their losses too */
     if (t->moe_layer) {   /* each layer's from its stage, summed over the data-parallel ranks */
         size_t n = (size_t)t->cfg.num_layers * (size_t)(2 + t->cfg.num_experts);
         if ((t->pp_size > 1 && mt_all_reduce(t->par->pp, t->moe_layer, n, MT_C_F64, e)) ||
+            (t->experts_whole && mt_all_reduce(t->par->tp, t->moe_layer, n, MT_C_F64, e)) ||
             (t->dp_size > 1 && mt_all_reduce(t->par->dp, t->moe_layer, n, MT_C_F64, e)))
             return mt_err_prefix(e, "iteration %lld: MoE per-layer logging", (long long)t->iteration + 1);
         for (int l = 0; l < t->cfg.num_layers; l++)
@@ -564,12 +579,25 @@ double mt_trainer_tp_volume(const mt_trainer *t)
      * final one on the last stage) for the weight gradients: an all-gather, half a ring all-reduce, each */
     if (t->cfg.sequence_parallel) micro += (2 * L + last) * N * C * a * ring / 2;
     /* an MoE layer's backward pass sums the gradients of its routing weights (and of its shared expert's
-     * gate) over the ranks: each rank's experts give a partial sum of the output they weigh */
+     * gate) over the ranks: each rank's experts give a partial sum of the output they weigh. With the experts
+     * whole the routing weights' are each rank's own; the router's statistics are summed over the ranks
+     * instead (in each forward pass, recomputed ones too; the tensor group without context parallelism), and
+     * its weight's gradient once per step */
     const mt_layout *lay = mt_gpt_layout(t->model);
-    int moe = 0;
-    for (int li = 0; li < lay->num_layers; li++) moe += mt_arch_is_moe(&lay->arch, mt_layout_global_layer(lay, li));
-    micro += moe * (t->cfg.moe_topk + (t->cfg.moe_shared_gate && t->cfg.moe_shared_ffn > 0)) * N * sizeof(float) * ring;
+    int moe = 0, moe_rc = 0, gate = t->cfg.moe_shared_gate && t->cfg.moe_shared_ffn > 0;
+    for (int li = 0; li < lay->num_layers; li++) {
+        int is = mt_arch_is_moe(&lay->arch, mt_layout_global_layer(lay, li));
+        moe += is, moe_rc += is && li < R;
+    }
+    int stats = t->experts_whole && t->cp_size == 1 &&
+                ((t->cfg.moe_aux_type != MT_MOE_AUX_NONE && t->cfg.moe_aux_coeff > 0) || t->cfg.moe_z_coeff > 0);
+    micro += moe * ((t->experts_whole ? 0 : t->cfg.moe_topk) + gate) * N * sizeof(float) * ring;
+    micro += stats * (moe + moe_rc) * (2.0 * t->cfg.num_experts + 1) * sizeof(float) * ring;
+    /* ... and without a shared expert such a layer exchanges no activations: not its input's gathers (forward,
+     * recomputed forward, and again for the backward) nor its output's and input gradient's sums */
+    if (t->experts_whole && !(t->cfg.moe_shared_ffn > 0)) micro -= (2.5 * moe + moe_rc) * N * C * a * ring;
     double step = t->num_micro * micro + sizeof(double) * ring;
+    if (t->experts_whole) step += moe * (double)t->cfg.num_experts * C * sizeof(float) * ring;
     int nv = t->cfg.norm == MT_NORM_LAYERNORM ? 2 : 1;   /* vectors of a norm: weight (and bias) */
     if (t->cfg.sequence_parallel) step += nv * (2 * L + last) * C * sizeof(float) * ring;   /* the norms' gradients */
     return step;

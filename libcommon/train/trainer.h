@@ -78,6 +78,10 @@ typedef struct mt_trainer {
     mt_comm *dev_cp;         /* the context-parallel group (NULL without context parallelism) */
     mt_comm *dev_ep, *dev_edp;  /* expert parallelism (NULL without): the experts' all-to-all, their gradients' sum */
     int ep_size;
+    int experts_apart;       /* expert parallelism, or an expert tensor size other than tp: the experts' gradients
+                                (the buffer's end) over the expert-data-parallel group, gs_exp */
+    int experts_whole;       /* expert tensor size 1 under tp > 1: each expert whole on its tensor rank */
+    mt_comm *dev_tpcp;       /* with experts_whole and context parallelism: the router's tensor x context group */
     int dp_rank, dp_size, tp_rank, tp_size, pp_rank, pp_size;   /* par's groups' ranks and sizes */
     int cp_size;             /* context-parallel ranks (1: none) */
     int gdp_rank, gdp_size;  /* in the data x context group (dp's without context parallelism): the gradients'

@@ -202,6 +202,7 @@ def main(argv=None):
     ap.add_argument("--args-bucket-size", type=int, default=0)
     ap.add_argument("--per-bucket", action="store_true")
     ap.add_argument("--vp", type=int, default=1)   # model chunks per stage (the interleaved schedule)
+    ap.add_argument("--args-etp", type=int, default=0)   # expert_tensor_parallel_size in the args (0: None)
     o = ap.parse_args(argv)
     meta = json.load(open(os.path.join(o.src, "meta.json")))
     a = meta["args"]
@@ -241,7 +242,8 @@ def main(argv=None):
         swiglu=False, normalization="LayerNorm", position_embedding_type="learned_absolute",
         apply_query_key_layer_scaling=False, lr=3e-4, fp16=False, bf16=False, load=None, save=o.out,
         use_distributed_optimizer=o.distrib, overlap_grad_reduce=bool(o.bucket_size),
-        ddp_bucket_size=(o.args_bucket_size or o.bucket_size) or None, data_parallel_size=1)
+        ddp_bucket_size=(o.args_bucket_size or o.bucket_size) or None, data_parallel_size=1,
+        expert_tensor_parallel_size=o.args_etp or None)
 
     def part(x, t, dim):
         n = x.shape[dim] // tp

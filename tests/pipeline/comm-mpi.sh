@@ -3,7 +3,8 @@
 # blob exchange, ring all-reduce (sum and max; fp32, fp64, int64, bytes, bf16 and fp16 bit for bit) /
 # reduce-scatter / all-gather / broadcast / send-recv / batched point-to-point / all-to-all of uneven blocks
 # (also as MPI datatypes of pieces) / barrier against values every rank computes, bytes counted, split
-# groups in Megatron's order, the parallel context's expert and context groups; the host-staged communicator on
+# groups in Megatron's order, the parallel context's expert and context groups (also with an expert tensor
+# size of 1 under tp 2: ep, edp, etp and the tensor x context group); the host-staged communicator on
 # device buffers of the cpu backend and, on 2 ranks, of the simulator: the same bits as on the host.
 # Every rank reports.
 . "$(dirname "$0")/../lib.sh"
@@ -17,7 +18,7 @@ for n in 2 3 4; do
     # shellcheck disable=SC2086
     TMPDIR=$T_TMP timeout -k 5 120 mpirun $root --oversubscribe -np $n "$bin" --mpi >"$T_TMP/out$n" 2>"$T_TMP/err$n"
     rc=$?
-    want=$((12 * n)); [ $((n % 2)) = 1 ] && want=$((11 * n))   # split groups need an even count
+    want=$((13 * n)); [ $((n % 2)) = 1 ] && want=$((12 * n))   # split groups need an even count
     oks=$(grep -c '^ok - test_comm\[rank [0-9]*/'$n'\]' "$T_TMP/out$n")
     if [ $rc = 0 ] && [ "$oks" = $want ] && ! grep -q '^not ok' "$T_TMP/out$n"; then
         t_pass "$n ranks: every collective on every rank ($oks checks)"

@@ -13,8 +13,9 @@
 #   distrib_optim.pt at TP 2 x PP 2 with buckets and the split-off shared embeddings) is read as mt saved it,
 #   and mt-train --load continues such a checkpoint exactly as the mt checkpoint it was made from;
 # - the interleaved schedule's model chunks (model0, model1) are read byte for byte;
-# - a missing rank, a missing key, a shape the args do not give, a missing or foreign distrib_optim.pt: one
-#   line naming the file and key, non-zero exit, nothing under --save.
+# - a missing rank, a missing key, a shape the args do not give, a missing or foreign distrib_optim.pt, an
+#   expert_tensor_parallel_size other than the tensor size in the args (not read yet): one line naming the
+#   file and key, non-zero exit, nothing under --save.
 # The runs to convert are trained first, then every Megatron checkpoint the checks read is written by one
 # megatron_write.py --jobs call (torch imported once), each into a directory of its own.
 . "$(dirname "$0")/../lib.sh"
@@ -94,6 +95,7 @@ job "$src" "$d/meg-bad-distrib" --tp 2 --pp 2 --divisible-by 128 --core --optim 
 job "$src" "$d/meg-bad-buckets" --tp 2 --pp 2 --divisible-by 128 --core --optim --distrib --bucket-size 100 --args-bucket-size 5000
 job "$src" "$d/meg-bad-per-bucket" --divisible-by 256 --core --optim --distrib --per-bucket
 job "$src" "$d/meg-bad-version" --checkpoint-version 1.5 --divisible-by 256
+job "$src" "$d/meg-bad-etp" --tp 2 --divisible-by 128 --args-etp 1
 $PY -W ignore "$T_TOP/tests/oracle/megatron_write.py" --jobs "$d/jobs" --vocab-file "$GPT2_VOCAB" \
     --merge-file "$GPT2_MERGES" >"$d/oracle.out" 2>"$d/oracle.err"
 
@@ -255,6 +257,8 @@ REMOVE= refused "distrib_optim.pt laid out with other buckets than the args say"
 REMOVE= refused "distrib_optim.pt of before February 2024 (per-bucket tensors)" \
     "mp_rank_00/distrib_optim.pt: no 'buckets_coalesced'" per-bucket
 REMOVE= refused "checkpoint_version 1.5 (no such version)" "checkpoint_version 1.5: not a version Megatron-LM wrote" version
+REMOVE= refused "an expert tensor size other than tp in the args (not read yet)" \
+    "mp_rank_00/model_optim_rng.pt: args: expert_tensor_parallel_size 1 other than tensor_model_parallel_size 2: not read yet" etp
 mkdir -p "$d/notmeg" && echo 3 >"$d/notmeg/latest_checkpointed_iteration.txt"
 err1 mt-ckpt-convert --from megatron --load "$d/notmeg" --save "$d/bad2" && ! [ -e "$d/bad2" ] \
     && t_pass "a directory without model_optim_rng.pt refused ($(cat "$d/e"))" \

@@ -37,8 +37,9 @@
 #   - mt-eval runs the MoE checkpoint;
 #   - flags: MoE without --disable-bias-linear, top-k above the experts, an MoE flag without --num-experts,
 #     a layer list of the wrong length, padding without a capacity, expert parallelism over experts it does
-#     not divide, and an expert tensor-parallel size other than the tensor-parallel one (that one, Megatron's
-#     default, is accepted: the tp2-sp layout gives it) are refused naming the flag. (Token dropping with
+#     not divide, and an expert tensor-parallel size of 1 under tp 2 without --sequence-parallel (etp = tp,
+#     Megatron's default, is accepted: the tp2-sp layout gives it; etp 1 is train-moe-etp.sh's) are refused
+#     naming the flag. (Token dropping with
 #     sequence parallelism, a capacity per shard, is model-moe-torch.sh's.)
 . "$(dirname "$0")/../lib.sh"
 set -f   # the layer lists ([1,0,1,1]) are not file patterns
@@ -406,6 +407,7 @@ t_fails "padding without a capacity factor" mt-train $base --moe-pad-expert-inpu
 t_fails "expert parallelism over 3 experts" mt-train $base --num-experts 3 --expert-model-parallel-size 2 --dry-run
 t_grep "... names the flags" 'expert-model-parallel-size \(2\) must divide --num-experts \(3\)' "$T_TMP/err"
 # shellcheck disable=SC2086
-t_fails "an expert tensor-parallel size other than the tensor-parallel size" mt-train $base --tensor-model-parallel-size 2 \
+t_fails "an expert tensor-parallel size of 1 without --sequence-parallel" mt-train $base --tensor-model-parallel-size 2 \
     --expert-tensor-parallel-size 1 --dry-run
-t_grep "... names both" 'expert-tensor-parallel-size \(1\) other than --tensor-model-parallel-size \(2\): not implemented' "$T_TMP/err"
+t_grep "... names both (train-moe-etp.sh runs it with --sequence-parallel)" \
+    'expert-tensor-parallel-size 1 with --tensor-model-parallel-size 2 needs --sequence-parallel' "$T_TMP/err"

@@ -2,7 +2,8 @@
  * its expert groups, the refusal of launches without PMIx, the bootstrap and communicator of a singleton.
  * Run as "test_comm --mpi" under mpirun with several ranks (tests/pipeline/comm-mpi.sh): the PMIx
  * bootstrap, every collective of the MPI communicator against values each rank can compute, in the world
- * and in split groups, and the bytes each one counts; the parallel context's expert communicators.
+ * and in split groups, and the bytes each one counts; the parallel context's expert communicators (also with
+ * an expert tensor size of 1).
  * Run as "test_comm --grid" with lines "WORLD TP CP PP EP ETP" on stdin: for each, the grid's groups of each
  * kind, one line per kind as tests/oracle/megatron_grid.py prints them, or "refused", then a line "."
  * (tests/pipeline/grid-ref.sh compares the two). */
@@ -891,6 +892,58 @@ TEST(mpi_parallel_context)
     T_CHECK(world->size == N);
 }
 
+/* The parallel context with an expert tensor size of 1 under tp 2 (an even world), for every ep with ep
+ * dividing the world: the ep, edp and etp communicators' members are the expert grid's groups (a sum of
+ * their world ranks), their ranks the grid's indices (the expert-parallel group mixes tensor ranks); tpcp
+ * is tp itself with cp 1 and the tensor x context ranks with cp 2; etp 2 (= tp) keeps etp = tp. */
+static void check_comm_group(mt_parallel *p, mt_comm *c, const int *m, int n, int idx)
+{
+    mt_err e;
+    T_EQ_INT(c->size, n);
+    T_EQ_INT(c->rank, idx);
+    int64_t sum = world->rank * 1000 + 1, want = 0;
+    for (int i = 0; i < n; i++) want += m[i] * 1000 + 1;
+    if (mt_all_reduce(c, &sum, 1, MT_C_I64, &e)) T_FAILF("%s", e.msg);
+    T_EQ_INT(sum, want);
+    (void)p;
+}
+
+TEST(mpi_parallel_expert_tensor)
+{
+    int N = world->size, r = world->rank;
+    mt_err e;
+    if (N % 2) return;
+    for (int cp = 1; cp <= 2; cp++)
+        for (int ep = 1; ep <= N; ep++) {
+            if (N % (2 * cp) || N % ep) continue;
+            mt_parallel p;
+            if (mt_parallel_init_comm_expert(&p, world, 2, cp, 1, ep, 1, &e)) {
+                T_FAILF("tp 2 cp %d etp 1 ep %d: %s", cp, ep, e.msg);
+                return;
+            }
+            T_CHECK(p.etp_size == 1 && p.etp->size == 1 && p.ep_size == ep && p.ep->size == ep && p.edp->size == N / ep);
+            T_CHECK(p.coord.ep == r / 1 % ep && p.coord.edp == r / ep);   /* the place in the stage, read as etp 1 */
+            mt_comm *cs[3] = {p.ep, p.edp, p.etp};
+            const mt_group_kind kinds[3] = {MT_GROUP_EP, MT_GROUP_EDP, MT_GROUP_ETP};
+            for (int k = 0; k < 3; k++) {
+                int m[64], idx, n = mt_grid_group(&p.grid, r, kinds[k], m, NULL, &idx);
+                check_comm_group(&p, cs[k], m, n, idx);
+            }
+            /* tensor x context: equal data rank (and stage), ordered tensor rank fastest */
+            int m[64], n = 0;
+            for (int q = 0; q < N; q++)
+                if (q / (2 * cp) == r / (2 * cp)) m[n++] = q;
+            T_CHECK(cp != 1 || p.tpcp == p.tp);
+            check_comm_group(&p, p.tpcp, m, n, r % (2 * cp));
+            mt_parallel_free(&p);
+        }
+    mt_parallel p;   /* etp = tp: the tensor group is the expert-tensor one */
+    if (mt_parallel_init_comm_expert(&p, world, 2, 1, 1, 1, 2, &e)) T_FAILF("etp 2: %s", e.msg);
+    else T_CHECK(p.etp == p.tp && p.etp_size == 2 && p.tpcp == p.tp);
+    mt_parallel_free(&p);
+    T_CHECK(world->size == N);
+}
+
 /* The host-staged communicator over the world, on device buffers of the backend MT_TEST_BACKEND (default
  * cpu; sim: the simulator's memory): every operation gives the bits and the byte counts of the MPI
  * communicator on host buffers of the same values, also in a split group. */
@@ -1077,6 +1130,7 @@ int main(int argc, char **argv)
         RUN(mpi_all_to_all_v);
         RUN(mpi_parallel_expert);
         RUN(mpi_parallel_context);
+        RUN(mpi_parallel_expert_tensor);
         RUN(mpi_staged);
         RUN(mpi_split_groups);
         mt_comm_free(world);

@@ -21,7 +21,7 @@ TEST(gpt2_one_rank)
     mt_model_arch a = gpt2(2, 8, 2, 64);
     mt_layout l;
     mt_err e;
-    T_EQ_INT(mt_layout_build(&a, &(mt_layout_part){0, 1, 0, 1, 1, 0, 1}, &l, &e), 0);
+    T_EQ_INT(mt_layout_build(&a, &(mt_layout_part){0, 1, 0, 1, 1, 0, 1, 0, 0}, &l, &e), 0);
     static const struct {
         const char *suffix;
         int rows, cols;   /* in units of h (f = 4h: 4), 0: 1-D */
@@ -70,7 +70,7 @@ static void check_grid(const mt_model_arch *a, int tp, int pp)
     int seen[MT_T_KINDS][16] = {{0}};   /* [kind][layer + 1]: stages holding it */
     for (int s = 0; s < pp; s++) {
         mt_layout r[8];
-        for (int t = 0; t < tp; t++) T_EQ_INT(mt_layout_build(a, &(mt_layout_part){t, tp, s, pp, 1, 0, 1}, &r[t], &e), 0);
+        for (int t = 0; t < tp; t++) T_EQ_INT(mt_layout_build(a, &(mt_layout_part){t, tp, s, pp, 1, 0, 1, 0, 0}, &r[t], &e), 0);
         T_EQ_INT(r[0].first_layer, s * a->num_layers / pp);
         for (int i = 0; i < r[0].n; i++) {
             const mt_layout_tensor *g = &r[0].t[i];
@@ -123,7 +123,7 @@ TEST(swiglu_fc1_slices)
     for (int r = 0; r < 2; r++) {
         mt_layout l;
         mt_err e;
-        T_EQ_INT(mt_layout_build(&a, &(mt_layout_part){r, 2, 0, 1, 1, 0, 1}, &l, &e), 0);
+        T_EQ_INT(mt_layout_build(&a, &(mt_layout_part){r, 2, 0, 1, 1, 0, 1, 0, 0}, &l, &e), 0);
         const mt_layout_tensor *t = mt_layout_get(&l, 0, MT_T_FC1_W);
         T_CHECK(t && t->local_shape[0] == 6 && t->global_shape[0] == 12);
         mt_layout_slice(t, whole, slice);
@@ -156,7 +156,7 @@ TEST(stages_and_tied_copy)
     mt_model_arch a = gpt2(4, 8, 2, 64);
     mt_layout l;
     mt_err e;
-    T_EQ_INT(mt_layout_build(&a, &(mt_layout_part){1, 2, 1, 2, 1, 0, 1}, &l, &e), 0);
+    T_EQ_INT(mt_layout_build(&a, &(mt_layout_part){1, 2, 1, 2, 1, 0, 1, 0, 0}, &l, &e), 0);
     T_EQ_INT(l.first_layer, 2);
     const mt_layout_tensor *t = mt_layout_find(&l, "language_model.encoder.layers.0.self_attention.dense.weight");
     T_CHECK(t && t->layer == 2 && t->partition_dim == 1 && t->local_shape[1] == 4 && t->partition_offset == 4);
@@ -166,7 +166,7 @@ TEST(stages_and_tied_copy)
     t = mt_layout_get(&l, 3, MT_T_QKV_B);
     T_CHECK(t && t->local_shape[0] == 12 && t->partition_offset == 12);   /* whole heads: 3h/tp rows */
     mt_layout_free(&l);
-    T_EQ_INT(mt_layout_build(&a, &(mt_layout_part){0, 2, 0, 2, 1, 0, 1}, &l, &e), 0);
+    T_EQ_INT(mt_layout_build(&a, &(mt_layout_part){0, 2, 0, 2, 1, 0, 1, 0, 0}, &l, &e), 0);
     T_CHECK(mt_layout_find(&l, "word_embeddings_for_head.weight") == NULL);
     T_CHECK(mt_layout_find(&l, "language_model.encoder.final_layernorm.weight") == NULL);
     mt_layout_free(&l);
@@ -179,7 +179,7 @@ TEST(llama_options)
                        .add_bias_linear = 0, .tied_embeddings = 0};
     mt_layout l;
     mt_err e;
-    T_EQ_INT(mt_layout_build(&a, &(mt_layout_part){0, 1, 0, 1, 1, 0, 1}, &l, &e), 0);
+    T_EQ_INT(mt_layout_build(&a, &(mt_layout_part){0, 1, 0, 1, 1, 0, 1, 0, 0}, &l, &e), 0);
     T_CHECK(mt_layout_get(&l, -1, MT_T_POS_EMB) == NULL);                 /* rotary: no position table */
     T_CHECK(mt_layout_get(&l, 0, MT_T_NORM1_B) == NULL && mt_layout_get(&l, 0, MT_T_QKV_B) == NULL);
     const mt_layout_tensor *q = mt_layout_get(&l, 1, MT_T_QKV_W);
@@ -197,19 +197,19 @@ TEST(errors)
     mt_model_arch a = gpt2(6, 16, 4, 64);
     mt_layout l;
     mt_err e;
-    T_EQ_INT(mt_layout_build(&a, &(mt_layout_part){0, 8, 0, 1, 1, 0, 1}, &l, &e), -1);
+    T_EQ_INT(mt_layout_build(&a, &(mt_layout_part){0, 8, 0, 1, 1, 0, 1, 0, 0}, &l, &e), -1);
     T_CHECK(strstr(e.msg, "--num-attention-heads"));
-    T_EQ_INT(mt_layout_build(&a, &(mt_layout_part){0, 1, 0, 4, 1, 0, 1}, &l, &e), -1);
+    T_EQ_INT(mt_layout_build(&a, &(mt_layout_part){0, 1, 0, 4, 1, 0, 1, 0, 0}, &l, &e), -1);
     T_CHECK(strstr(e.msg, "--num-layers (6)"));
     mt_model_arch v = a;
     v.padded_vocab_size = 66;
-    T_EQ_INT(mt_layout_build(&v, &(mt_layout_part){0, 4, 0, 1, 1, 0, 1}, &l, &e), -1);
+    T_EQ_INT(mt_layout_build(&v, &(mt_layout_part){0, 4, 0, 1, 1, 0, 1, 0, 0}, &l, &e), -1);
     T_CHECK(strstr(e.msg, "padded vocabulary (66)"));
     mt_model_arch g = a;
     g.num_query_groups = 2;
-    T_EQ_INT(mt_layout_build(&g, &(mt_layout_part){0, 4, 0, 1, 1, 0, 1}, &l, &e), -1);
+    T_EQ_INT(mt_layout_build(&g, &(mt_layout_part){0, 4, 0, 1, 1, 0, 1, 0, 0}, &l, &e), -1);
     T_CHECK(strstr(e.msg, "--num-query-groups (2)"));
-    T_EQ_INT(mt_layout_build(&a, &(mt_layout_part){2, 2, 0, 1, 1, 0, 1}, &l, &e), -1);
+    T_EQ_INT(mt_layout_build(&a, &(mt_layout_part){2, 2, 0, 1, 1, 0, 1, 0, 0}, &l, &e), -1);
     T_CHECK(strstr(e.msg, "outside the grid"));
 }
 
