@@ -148,6 +148,11 @@ static mt_pk *namespace(mt_pk_arena *a, const mt_model_ckpt *mc, int tp, int pp,
         }
     }
     mt_pk_sets(a, d, "tensor_model_parallel_size", mt_pk_int(a, tp));
+    /* the experts are written split as the dense tensors: Megatron's default, the expert tensor size tp */
+    mt_pk_sets(a, d, "expert_tensor_parallel_size", mt_pk_int(a, tp));
+    /* --fp8-format is Megatron's args.fp8 (its dest) */
+    const char *fp8 = json_string_value(json_object_get(mc->args, "fp8-format"));
+    mt_pk_sets(a, d, "fp8", fp8 ? mt_pk_str(a, fp8) : mt_pk_new(a, MT_PK_NONE));
     mt_pk_sets(a, d, "pipeline_model_parallel_size", mt_pk_int(a, pp));
     mt_pk_sets(a, d, "virtual_pipeline_model_parallel_size", vp > 1 ? mt_pk_int(a, vp) : mt_pk_new(a, MT_PK_NONE));
     mt_pk_sets(a, d, "num_layers_per_virtual_pipeline_stage",

@@ -107,6 +107,7 @@ a = sd["args"]
 want = [("iteration", sd["iteration"], 20), ("checkpoint_version", sd["checkpoint_version"], 3.0),
         ("tensor_model_parallel_size", a.tensor_model_parallel_size, 1),
         ("pipeline_model_parallel_size", a.pipeline_model_parallel_size, 1),
+        ("expert_tensor_parallel_size", a.expert_tensor_parallel_size, 1), ("fp8", a.fp8, None),
         ("padded_vocab_size", a.padded_vocab_size, 50304), ("params_dtype", a.params_dtype, torch.float32),
         ("num_layers", a.num_layers, 2), ("hidden_size", a.hidden_size, 32), ("ffn_hidden_size", a.ffn_hidden_size, 128),
         ("make_vocab_size_divisible_by", a.make_vocab_size_divisible_by, 128),
