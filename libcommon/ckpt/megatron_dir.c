@@ -215,8 +215,8 @@ int mt_meg_dir_open(mt_meg_dir *m, const char *dir, mt_err *e)
     m->pp = int_attr(args, "pipeline_model_parallel_size", 1);
     m->vp = int_attr(args, "virtual_pipeline_model_parallel_size", 1);
     int ep = int_attr(args, "expert_model_parallel_size", 1);
-    int etp = int_attr(args, "expert_tensor_parallel_size", 0);   /* None (Megatron's default) or 0 (mt's export
-                                                                        of a run without the flag): tp */
+    int etp = int_attr(args, "expert_tensor_parallel_size", 0);   /* absent (older Megatron), None, or 0 (mt's
+                                                                        exports before it wrote tp): tp */
     if (etp <= 0) etp = m->tp;
     rc = 0;
     if (m->tp < 1 || m->pp < 1 || m->tp > 4096 || m->pp > 4096)
