@@ -108,6 +108,26 @@ t_mpi_env() {
     T_MPI_ROOT=""; [ "$(id -u)" = 0 ] && T_MPI_ROOT=--allow-run-as-root
 }
 mpi() { local n=$1; shift; timeout -k 5 180 mpirun $T_MPI_ROOT --oversubscribe -np "$n" "$@"; }
+# t_moe_walk: walk_data's corpus of 7 x 300 documents in $T_TMP/data, one OpenMP thread, and in T_MOE the
+# flags of the small LLaMA-style mixture of experts the MoE training tests share (4 layers, 3 of them MoE
+# with 4 experts, top 2, a gated shared expert, the aux and z losses; 10 iterations of 8 sequences of 32,
+# dropout on, validation at 5 and 10) over it, its index cache built.
+t_moe_walk() {
+    PYTHONPATH=$T_TOP/tests/oracle /usr/bin/python3 "$T_TOP/tests/oracle/walk_data.py" "$T_TMP/data" 7 300
+    export OMP_NUM_THREADS=1
+    T_MOE="--num-layers 4 --hidden-size 32 --num-attention-heads 4 --group-query-attention --num-query-groups 2
+      --ffn-hidden-size 48 --normalization RMSNorm --position-embedding-type rope --swiglu
+      --untie-embeddings-and-output-weights --disable-bias-linear --seq-length 32 --max-position-embeddings 32
+      --tokenizer-type NullTokenizer --vocab-size 60 --make-vocab-size-divisible-by 16
+      --micro-batch-size 2 --global-batch-size 8 --train-iters 10 --lr 3e-3 --min-lr 3e-4 --lr-decay-style cosine
+      --lr-warmup-iters 3 --weight-decay 0.1 --clip-grad 1.0 --log-interval 1 --eval-interval 5 --eval-iters 2
+      --split 90,5,5 --seed 77 --data-path $T_TMP/data --data-cache-path $T_TMP/cache
+      --num-experts 4 --moe-router-topk 2 --moe-ffn-hidden-size 24 --moe-layer-freq [1,0,1,1]
+      --moe-aux-loss-coeff 1e-2 --moe-z-loss-coeff 1e-3 --moe-shared-expert-intermediate-size 16
+      --moe-shared-expert-gate --log-params-norm"
+    # shellcheck disable=SC2086
+    (set -f; mt-train $T_MOE --train-iters 1 --eval-iters 0 >/dev/null 2>&1)
+}
 # t_mpi_walk: the start of a test of mt-train on CPU ranks: mpirun present (else a failure, and the script
 # ends), t_mpi_env, walk_data's corpus of 7 x 300 documents in $T_TMP/data, and in T_WALK the flags of the
 # small model the training tests share (2 layers, hidden size 32, 4 heads, sequences of 32, 20 iterations

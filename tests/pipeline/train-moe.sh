@@ -45,21 +45,8 @@
 set -f   # the layer lists ([1,0,1,1]) are not file patterns
 py=/usr/bin/python3
 d=$T_TMP
-PYTHONPATH=$T_TOP/tests/oracle $py "$T_TOP/tests/oracle/walk_data.py" "$d/data" 7 300
-export OMP_NUM_THREADS=1
-
-base="--num-layers 4 --hidden-size 32 --num-attention-heads 4 --group-query-attention --num-query-groups 2
-      --ffn-hidden-size 48 --normalization RMSNorm --position-embedding-type rope --swiglu
-      --untie-embeddings-and-output-weights --disable-bias-linear --seq-length 32 --max-position-embeddings 32
-      --tokenizer-type NullTokenizer --vocab-size 60 --make-vocab-size-divisible-by 16
-      --micro-batch-size 2 --global-batch-size 8 --train-iters 10 --lr 3e-3 --min-lr 3e-4 --lr-decay-style cosine
-      --lr-warmup-iters 3 --weight-decay 0.1 --clip-grad 1.0 --log-interval 1 --eval-interval 5 --eval-iters 2
-      --split 90,5,5 --seed 77 --data-path $d/data --data-cache-path $d/cache
-      --num-experts 4 --moe-router-topk 2 --moe-ffn-hidden-size 24 --moe-layer-freq [1,0,1,1]
-      --moe-aux-loss-coeff 1e-2 --moe-z-loss-coeff 1e-3 --moe-shared-expert-intermediate-size 16
-      --moe-shared-expert-gate --log-params-norm"
-# shellcheck disable=SC2086
-mt-train $base --train-iters 1 --eval-iters 0 >/dev/null 2>&1   # the index cache, once
+t_moe_walk
+base=$T_MOE
 # shellcheck disable=SC2086
 mt-train $base --metrics-file "$d/ref.jsonl" >"$d/ref.log" 2>"$d/ref.err" || t_fail "one rank" "$(tail -3 "$d/ref.err")"
 t_grep "the iteration line: lm loss, load_balancing_loss, z_loss" \
