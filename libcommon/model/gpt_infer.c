@@ -90,6 +90,14 @@ int mt_gpt_infer_len(const mt_gpt_infer *s) { return s->len; }
 
 #define AT(buf, i) ((void *)((char *)(buf) + (size_t)(i) * m->asz))
 
+/* The logits (device, activation dtype, [n][V_pad]) of n last rows: the final norm into tmp, the output layer. */
+static void final_logits(mt_gpt *m, const void *last, void *tmp, float *mean, float *rstd, void *dlogits, int n)
+{
+    int C = m->c.hidden_size;
+    mt_gpt_norm_fwd(m, tmp, mean, rstd, last, mt_gpt_t(m, -1, MT_T_FINAL_NORM_W), mt_gpt_t(m, -1, MT_T_FINAL_NORM_B), n, C);
+    mtk_matmul_fwd(m->k, dlogits, tmp, mt_gpt_w(m, m->head), NULL, n, C, m->c.padded_vocab_size);
+}
+
 /* The layers over T new tokens of each sequence, and each sequence's last row through the final norm
  * into s->tmp (device); the cache grows by T. */
 static int step_rows(mt_gpt_infer *s, const int32_t *tokens, int T, mt_err *e)
@@ -147,12 +155,10 @@ int mt_gpt_infer_step_greedy(mt_gpt_infer *s, const int32_t *tokens, int T, int 
 {
     mt_gpt *m = s->m;
     mtk *k = m->k;
-    int B = s->batch, C = m->c.hidden_size, Vp = m->c.padded_vocab_size;
+    int B = s->batch, Vp = m->c.padded_vocab_size;
     if (V <= 0 || V > Vp) return mt_err_set(e, "generation: a vocabulary of %d, the model's rows are %d", V, Vp);
     if (step_rows(s, tokens, T, e)) return -1;
-    mt_gpt_norm_fwd(m, s->tmp, s->mean, s->rstd, s->h, mt_gpt_t(m, -1, MT_T_FINAL_NORM_W), mt_gpt_t(m, -1, MT_T_FINAL_NORM_B),
-                    B, C);
-    mtk_matmul_fwd(k, s->logits, s->tmp, mt_gpt_w(m, m->head), NULL, B, C, Vp);
+    final_logits(m, s->h, s->tmp, s->mean, s->rstd, s->logits, B);
     mtk_greedy(k, s->d_ids, s->d_lp, s->logits, B, V, Vp);
     mtk_to_host(k, ids, s->d_ids, (size_t)B * sizeof *ids);
     mtk_to_host(k, lp, s->d_lp, (size_t)B * sizeof *lp);
@@ -195,9 +201,8 @@ int mt_gpt_infer_logits(mt_gpt *m, const void *last, void *tmp, float *mean, flo
                         float *h_logits, int n, float *logits, mt_err *e)
 {
     mtk *k = m->k;
-    int C = m->c.hidden_size, V = m->c.padded_vocab_size;
-    mt_gpt_norm_fwd(m, tmp, mean, rstd, last, mt_gpt_t(m, -1, MT_T_FINAL_NORM_W), mt_gpt_t(m, -1, MT_T_FINAL_NORM_B), n, C);
-    mtk_matmul_fwd(k, dlogits, tmp, mt_gpt_w(m, m->head), NULL, n, C, V);
+    int V = m->c.padded_vocab_size;
+    final_logits(m, last, tmp, mean, rstd, dlogits, n);
     if (mtk_act_dtype(k) == MTK_F32) mtk_to_host(k, h_logits, dlogits, (size_t)n * V * sizeof(float));
     else {
         mtk_convert(k, logits32, MTK_F32, dlogits, mtk_act_dtype(k), (size_t)n * V);
