@@ -21,7 +21,8 @@
 #   - the sim backend (the CUDA kernels under the simulator) gives the cpu's iteration 1 to 1e-6 and the
 #     losses of iterations 2 and 3 to 1e-5;
 #   - bf16 with e4m3 and a max history of 4 trains, its losses within 3% of bf16's without FP8;
-#   - flags that do not fit are refused in one line before training.
+#   - flags that do not fit, and a damaged FP8 state in a checkpoint, are refused in one line before
+#     training.
 . "$(dirname "$0")/../lib.sh"
 py=/usr/bin/python3
 d=$T_TMP
@@ -192,3 +193,17 @@ refused "--fp8-format with experts" "MoE layers is not implemented" --fp8-format
     --disable-bias-linear
 refused "a resume with another history length" "amax histories hold 1 entries" --fp8-format hybrid \
     --fp8-amax-history-len 2 --load "$d/ck-half"
+# a damaged FP8 state in meta.json: named by file, before any iteration
+for bad in short text; do
+    cp -a "$d/ck-half" "$d/ck-$bad"
+    $py - "$d/ck-$bad/iter_0000010/mp_rank_00/meta.json" "$bad" <<'PYEOF'
+import json, sys
+m = json.load(open(sys.argv[1]))
+if sys.argv[2] == "short": m["fp8"]["state"] = m["fp8"]["state"][:-1]
+else: m["fp8"]["state"][3] = "x"
+json.dump(m, open(sys.argv[1], "w"))
+PYEOF
+done
+refused "a truncated FP8 state" 'mp_rank_00/meta.json: "fp8.state" does not hold 2 layers' --fp8-format hybrid --load "$d/ck-short"
+refused "an FP8 state with a string" 'mp_rank_00/meta.json: "fp8.state" holds a value that is not a number' --fp8-format hybrid \
+    --load "$d/ck-text"
