@@ -20,7 +20,7 @@
 static const char *load_dir, *to_fmt, *from_fmt, *in_dir, *out_dir, *save_dir, *dtype_name, *vocab_file,
     *merge_file, *megatron_keys;
 static int64_t iteration = -1;
-static int target_tp, target_pp, target_ep, target_chunk_layers;
+static int target_tp, target_pp, target_ep, target_etp, target_chunk_layers;
 static bool no_load_optim, no_save_optim;
 
 static const mt_flag flags[] = {
@@ -43,6 +43,9 @@ static const mt_flag flags[] = {
     {"--target-tensor-parallel-size", MT_F_INT, &target_tp, "N", "tensor-parallel size of the checkpoint written (default 1)", 1, 4096, NULL},
     {"--target-expert-model-parallel-size", MT_F_INT, &target_ep, "N",
      "expert-parallel size of the checkpoint written (default 1; a model with experts)", 1, 4096, NULL},
+    {"--target-expert-tensor-parallel-size", MT_F_INT, &target_etp, "N",
+     "ranks each expert is split over in the checkpoint written: the target tensor size (the default), or 1 (each "
+     "expert whole; mt-train --expert-tensor-parallel-size 1)", 1, 4096, NULL},
     {"--target-pipeline-parallel-size", MT_F_INT, &target_pp, "N", "pipeline-parallel size of the checkpoint written (default 1)", 1, 4096, NULL},
     {"--target-num-layers-per-virtual-pipeline-stage", MT_F_INT, &target_chunk_layers, "N",
      "with --to megatron: model chunks of N layers for Megatron's interleaved schedule (model0, model1, ...)", 1, 100000,
@@ -64,10 +67,12 @@ static const mt_cmd cmd = {
     "                                      [--target-tensor-parallel-size N --target-pipeline-parallel-size N\n"
     "                                       --target-num-layers-per-virtual-pipeline-stage N]\n"
     "               --from hf --in DIR --save DIR [--target-tensor-parallel-size N --target-pipeline-parallel-size N\n"
-    "                                                --target-expert-model-parallel-size N]\n"
+    "                                                --target-expert-model-parallel-size N\n"
+    "                                                --target-expert-tensor-parallel-size N]\n"
                "               --from megatron --load DIR --save DIR [--target-tensor-parallel-size N\n"
                "                                                      --target-pipeline-parallel-size N]\n"
-    "               --load DIR --save DIR --target-tensor-parallel-size N --target-pipeline-parallel-size N",
+    "               --load DIR --save DIR --target-tensor-parallel-size N --target-pipeline-parallel-size N\n"
+    "                                     [--target-expert-model-parallel-size N --target-expert-tensor-parallel-size N]",
     "Converts a checkpoint written by mt-train into a directory that Hugging Face transformers loads as\n"
     "GPT2LMHeadModel, or as LlamaForCausalLM (--normalization RMSNorm --position-embedding-type rope\n"
     "--swiglu --disable-bias-linear), MixtralForCausalLM or Qwen2MoeForCausalLM (the same with experts),\n"
@@ -143,7 +148,7 @@ static void from_hf(void)
     mt_model_open_opts o = {.iteration = MT_CKPT_LATEST, .vocab_file = vocab_file, .merge_file = merge_file, .vocab_only = true};
     if (mt_model_open(&mc, in_dir, &o, &e)) mt_die_err(&e);
     if (mt_hf_import_ckpt(&mc, in_dir, save_dir, target_tp ? target_tp : 1, target_pp ? target_pp : 1,
-                          target_ep ? target_ep : 1, progress, &e))
+                          target_ep ? target_ep : 1, target_etp, progress, &e))
         mt_die_err(&e);
     fprintf(stderr, "%s: wrote %s (release, from %s, %s)\n", mt_progname(), save_dir, in_dir,
             mt_hf_dtype_name(mc.hf->dtype));
@@ -179,13 +184,16 @@ static void reshard(void)
     if (mc.hf) mt_die("%s: a Hugging Face directory: use --from hf --in %s --save DIR", load_dir, load_dir);
     int tp = target_tp ? target_tp : 1, pp = target_pp ? target_pp : 1, stp, spp, with_optim;
     mt_model_parallel_sizes(&mc, &stp, &spp);
-    if (mt_ckpt_reshard(&mc, save_dir, tp, pp, target_ep ? target_ep : 1, progress, &with_optim, &e)) mt_die_err(&e);
-    json_t *se = json_object_get(mc.args, "expert-model-parallel-size");
+    if (mt_ckpt_reshard(&mc, save_dir, tp, pp, target_ep ? target_ep : 1, target_etp, progress, &with_optim, &e))
+        mt_die_err(&e);
+    json_t *se = json_object_get(mc.args, "expert-model-parallel-size"), *st = json_object_get(mc.args, "expert-tensor-parallel-size");
     int sep = json_is_integer(se) ? (int)json_integer_value(se) : 1, ep = target_ep ? target_ep : 1;
-    char eps[64] = "";
+    int setp = json_is_integer(st) && json_integer_value(st) > 0 ? (int)json_integer_value(st) : stp, etp = target_etp ? target_etp : tp;
+    char eps[64] = "", etps[64] = "";
     if (sep > 1 || ep > 1) snprintf(eps, sizeof eps, ", expert-parallel %d -> %d", sep, ep);
-    fprintf(stderr, "%s: wrote %s: tensor-parallel %d -> %d, pipeline %d -> %d%s%s\n", mt_progname(), save_dir, stp, tp,
-            spp, pp, eps, with_optim ? ", with optimizer state" : "");
+    if (mc.arch.num_experts && (setp != stp || etp != tp)) snprintf(etps, sizeof etps, ", expert tensor %d -> %d", setp, etp);
+    fprintf(stderr, "%s: wrote %s: tensor-parallel %d -> %d, pipeline %d -> %d%s%s%s\n", mt_progname(), save_dir, stp, tp,
+            spp, pp, eps, etps, with_optim ? ", with optimizer state" : "");
     mt_model_close(&mc);
 }
 
@@ -203,16 +211,17 @@ int main(int argc, char **argv)
         mt_die("--target-num-layers-per-virtual-pipeline-stage goes with --to megatron");
     if (to_fmt && !strcmp(to_fmt, "megatron")) {
         if (in_dir || save_dir) mt_die("--to megatron reads --load and writes --out (--in and --save go with --from)");
-        if (target_ep) mt_die("--to megatron: --target-expert-model-parallel-size: experts are not written yet");
+        if (target_ep || target_etp)
+            mt_die("--to megatron: --target-expert-%s-parallel-size: experts are not written yet", target_ep ? "model" : "tensor");
         to_megatron();
     } else if (to_fmt) {
         if (in_dir || save_dir) mt_die("--to hf reads --load and writes --out (--in and --save go with --from hf)");
-        if (target_tp || target_pp || target_ep) mt_die("--to hf writes one directory: --target-*-parallel-size go with --save");
+        if (target_tp || target_pp || target_ep || target_etp) mt_die("--to hf writes one directory: --target-*-parallel-size go with --save");
         to_hf();
     } else if (from_fmt && !strcmp(from_fmt, "megatron")) {
-        if (in_dir || out_dir || dtype_name || iteration >= 0 || target_ep)
+        if (in_dir || out_dir || dtype_name || iteration >= 0 || target_ep || target_etp)
             mt_die("--from megatron reads --load and writes --save (--in, --out, --dtype, --iteration and "
-                   "--target-expert-model-parallel-size do not go with it)");
+                   "--target-expert-*-parallel-size do not go with it)");
         from_megatron();
     } else if (from_fmt) {
         if (load_dir || out_dir || dtype_name || iteration >= 0)

@@ -128,6 +128,33 @@ t_moe_walk() {
     # shellcheck disable=SC2086
     (set -f; mt-train $T_MOE --train-iters 1 --eval-iters 0 >/dev/null 2>&1)
 }
+# t_moe_check NAME JSONL TOL [FIRST [REF]] (after t_moe_walk): the train iterations FIRST..10 (default 1) of
+# JSONL have the lm_loss, grad_norm, load_balancing_loss, z_loss and params_norm (where both log it) of REF
+# (default $T_TMP/ref.jsonl, the one-rank run) within TOL relative (0: the same bits), and with FIRST 1 the
+# validation losses too
+t_moe_check() {
+    if /usr/bin/python3 - "${5:-$T_TMP/ref.jsonl}" "$2" "$3" "${4:-1}" >"$T_TMP/cmp.out" 2>&1 <<'PYEOF'
+import json, sys
+keys = ("lm_loss", "grad_norm", "load_balancing_loss", "z_loss", "params_norm")
+def load(p):
+    rows = [json.loads(l) for l in open(p)]
+    return ({r["iteration"]: [r.get(k, float("nan")) for k in keys] for r in rows if r["type"] == "train"},
+            [(r["type"], r["iteration"], r["lm_loss"]) for r in rows if r["type"] != "train"])
+(a, ea), (b, eb) = load(sys.argv[1]), load(sys.argv[2])
+tol, first = float(sys.argv[3]), int(sys.argv[4])
+assert sorted(b) == list(range(first, 11)), "iterations %s" % sorted(b)
+w = max(abs(x - y) / abs(x) for i in b for x, y in zip(a[i], b[i]) if x == x and y == y)
+assert all(y == y for i in b for y in b[i][:4]), "a loss or norm missing"
+assert w <= tol, "worst relative difference %g" % w
+if first == 1:
+    assert len(ea) == len(eb) >= 3, (ea, eb)
+    for x, y in zip(ea, eb):
+        assert x[:2] == y[:2] and abs(x[2] - y[2]) <= tol * abs(x[2]), (x, y)
+print("worst %.2g" % w)
+PYEOF
+    then t_pass "$1 ($(cat "$T_TMP/cmp.out"))"
+    else t_fail "$1" "$(tail -2 "$T_TMP/cmp.out")"; fi
+}
 # t_mpi_walk: the start of a test of mt-train on CPU ranks: mpirun present (else a failure, and the script
 # ends), t_mpi_env, walk_data's corpus of 7 x 300 documents in $T_TMP/data, and in T_WALK the flags of the
 # small model the training tests share (2 layers, hidden size 32, 4 heads, sequences of 32, 20 iterations

@@ -27,22 +27,16 @@ static json_t *piece(const char *file, size_t lo, size_t hi, size_t at)
     return json_pack("[s,I,I,I]", file, (json_int_t)lo, (json_int_t)hi, (json_int_t)at);
 }
 
-json_t *mt_dist_optim_meta_ep(int dp_size, const size_t *lo, int ep_size, int ep_rank, const size_t *xlo, int tp_rank,
-                              int pp_rank, int pp_size)
+json_t *mt_dist_optim_meta_pieces(int dp_size, int ep_size, const mt_dist_src *p, int n)
 {
     json_t *pieces = json_array();
-    char file[96], dir[32], name[40];
-    for (int r = 0; r < dp_size; r++) {   /* the dense shards, each in its writer's directory */
-        shard_name(name, sizeof name, r);
-        mt_ckpt_rank_name_ep(dir, sizeof dir, tp_rank, pp_rank, pp_size, r % ep_size, ep_size);
-        if (r % ep_size == ep_rank) snprintf(file, sizeof file, "%s", name);
-        else snprintf(file, sizeof file, "../%s/%s", dir, name);
-        if (lo[r + 1] > lo[r]) json_array_append_new(pieces, piece(file, lo[r], lo[r + 1], 0));
-    }
-    for (int x = 0; x < dp_size / ep_size; x++) {   /* this expert rank's experts, after each file's dense part */
-        int r = x * ep_size + ep_rank;
-        shard_name(name, sizeof name, r);
-        if (xlo[x + 1] > xlo[x]) json_array_append_new(pieces, piece(name, xlo[x], xlo[x + 1], lo[r + 1] - lo[r]));
+    char file[96], name[40];
+    for (int i = 0; i < n; i++) {
+        if (p[i].hi <= p[i].lo) continue;
+        shard_name(name, sizeof name, p[i].shard);
+        if (p[i].dir && p[i].dir[0]) snprintf(file, sizeof file, "../%s/%s", p[i].dir, name);
+        else snprintf(file, sizeof file, "%s", name);
+        json_array_append_new(pieces, piece(file, p[i].lo, p[i].hi, p[i].at));
     }
     return json_pack("{s:i,s:i,s:o}", "dp_size", dp_size, "expert_model_parallel_size", ep_size, "pieces", pieces);
 }

@@ -10,14 +10,15 @@
  * "distributed": {"dp_size": N, "shard_offsets": [lo_0, ..., lo_N-1, numel]} (each rank directory its
  * own). How the ranks agree on a save is the trainer's (train/ckpt_write.h).
  *
- * With expert parallelism (--expert-model-parallel-size E) a rank's shard has two ranges: its part of the
- * dense parameters (the buffer's start, sharded over the whole data-parallel group) and its part of its
- * expert rank's experts (the buffer's end from the first expert tensor, sharded over the ranks of the
- * same expert rank). Its file, in its own rank directory (mp_rank_TT[_PPP]_EEE), holds the first range
- * then the second, with the metadata "ranges" ("lo:hi,lo2:hi2"). The dense part of one directory's buffer
- * is then in files of every expert rank's directory, so such a directory's "distributed" object lists
- * where each piece of its buffer lies: "pieces": [[file, lo, hi, at], ...] in rising order from 0 to
- * numel, file relative to the rank directory (distrib_optim_RRR.safetensors or
+ * With expert parallelism (--expert-model-parallel-size E), or the experts whole on every tensor rank
+ * (--expert-tensor-parallel-size 1), a rank's shard has two ranges: its part of the dense parameters (the
+ * buffer's start, sharded over the whole data-parallel group) and its part of its expert rank's experts
+ * (the buffer's end from the first expert tensor, sharded over the expert-data-parallel group: with whole
+ * experts its ranks are of every tensor rank). Its file, in its own rank directory (mp_rank_TT[_PPP]_EEE),
+ * holds the first range then the second, with the metadata "ranges" ("lo:hi,lo2:hi2"). The pieces of one
+ * directory's buffer are then in files of other rank directories, so such a directory's "distributed"
+ * object lists where each piece of its buffer lies: "pieces": [[file, lo, hi, at], ...] in rising order
+ * from 0 to numel, file relative to the rank directory (distrib_optim_RRR.safetensors or
  * ../mp_rank_.../distrib_optim_RRR.safetensors) and at the piece's first element in that file's tensors.
  *
  * Loading reads ranges of the flat buffer from the shard files that hold them (whatever data-parallel
@@ -40,13 +41,16 @@ extern const char *const MT_DIST_OPTIM_NAMES[3];
 
 /* The "distributed" object of meta.json's "optimizer": dp_size shards, shard r from lo[r] to lo[r + 1]. */
 json_t *mt_dist_optim_meta(int dp_size, const size_t *lo);
-/* The same with expert parallelism, for the directory of expert rank ep_rank (of ep_size) at tensor rank
- * tp_rank and stage pp_rank (of pp_size): the dense shards lo[0 .. dp_size] of the data-parallel ranks (rank
- * r writes its file in expert rank r % ep_size's directory), then the expert shards xlo[0 .. dp_size /
- * ep_size] (flat offsets) of the ranks of this expert rank (expert-data-parallel rank x is data-parallel
- * rank x ep_size + ep_rank). */
-json_t *mt_dist_optim_meta_ep(int dp_size, const size_t *lo, int ep_size, int ep_rank, const size_t *xlo, int tp_rank,
-                              int pp_rank, int pp_size);
+/* The same with the experts apart (expert parallelism, or the experts whole on every tensor rank): where
+ * each piece of one rank directory's flat buffer lies, elements lo .. hi - 1 in shard file
+ * distrib_optim_<shard> of rank directory dir (NULL or "": this one) from element at of its tensors, the
+ * pieces in rising order from 0 to the buffer's end. */
+typedef struct mt_dist_src {
+    const char *dir;
+    int shard;
+    size_t lo, hi, at;
+} mt_dist_src;
+json_t *mt_dist_optim_meta_pieces(int dp_size, int ep_size, const mt_dist_src *p, int n);
 
 /* Writes data-parallel rank dp_rank's shard into dir (its rank directory of the save): parameters lo ..
  * hi - 1 and lo2 .. hi2 - 1 (none when lo2 == hi2) of numel, produced in pieces of MT_DIST_OPTIM_CHUNK bytes

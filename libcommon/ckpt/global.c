@@ -5,9 +5,14 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
+#include "io/fsutil.h"
+
 #include "ckpt/dist_optim.h"
+
+static int holder(const mt_ckpt_global *g, int i, const mt_layout_tensor *lt);
 
 /* Before anything is allocated for them: every tensor that mt_ckpt_global_read takes from a rank (not the
  * copies that only check_copies compares) is in that rank's model file with its local shape, so that sizes
@@ -15,13 +20,13 @@
 static int check_shapes(const mt_ckpt_global *g, mt_err *e)
 {
     for (int i = 0; i < g->n; i++) {
+        if (!g->r[i]) continue;
         const mt_st_file *f = mt_ckpt_file(g->r[i], MT_CKPT_MODEL);
         for (int j = 0; f && j < g->l[i].n; j++) {
             const mt_layout_tensor *lt = &g->l[i].t[j];
             const mt_st_info *s = mt_st_find(f, lt->name);
             if (!s) {
-                if ((lt->kind == MT_T_OUTPUT && g->whole.arch.tied_embeddings) || (lt->partition_dim < 0 && i % g->tp))
-                    continue;
+                if ((lt->kind == MT_T_OUTPUT && g->whole.arch.tied_embeddings) || holder(g, i, lt) != i) continue;
                 return mt_err_set(e, "%s: missing tensor '%s'", f->path, lt->name);
             }
             bool same = s->ndim == lt->ndim;
@@ -37,8 +42,52 @@ static int check_shapes(const mt_ckpt_global *g, mt_err *e)
     return 0;
 }
 
+/* Whether the rank directory name exists beside first's (the same iteration's directory). */
+static int dir_exists(const mt_ckpt_reader *first, const char *name)
+{
+    char *top = mt_xstrdup(mt_ckpt_dir(first)), *slash = strrchr(top, '/');
+    if (slash) *slash = 0;
+    char *p = mt_path_join(slash ? top : ".", name);
+    struct stat st;
+    int yes = !stat(p, &st) && S_ISDIR(st.st_mode);
+    free(p);
+    free(top);
+    return yes;
+}
+
+/* With the experts whole on every tensor rank (expert tensor size 1 < tp) only the (tensor rank, expert
+ * rank) pairs that some rank of the run held were saved: every stage needs a directory of each tensor rank
+ * (its dense slices) and one of each expert rank (its experts). */
+static int check_cover(const mt_ckpt_global *g, mt_err *e)
+{
+    char top[4096];
+    snprintf(top, sizeof top, "%s", mt_ckpt_dir(g->r[0]));   /* the iteration's directory */
+    if (strrchr(top, '/')) *strrchr(top, '/') = 0;
+    for (int p = 0; p < g->pp; p++) {
+        for (int t = 0; t < g->tp; t++) {
+            int any = 0;
+            for (int x = 0; x < g->ep && !any; x++) any = g->r[(p * g->ep + x) * g->tp + t] != NULL;
+            char name[32];
+            mt_ckpt_rank_name_ep(name, sizeof name, t, p, g->pp, 0, g->ep);
+            if (!any)
+                return mt_err_set(e, "%s: missing shard: no directory of tensor rank %d (%s%s)", top, t, name,
+                                  g->ep > 1 ? " or another expert rank's" : "");
+        }
+        for (int x = 0; x < g->ep; x++) {
+            int any = 0;
+            for (int t = 0; t < g->tp && !any; t++) any = g->r[(p * g->ep + x) * g->tp + t] != NULL;
+            char name[32];
+            mt_ckpt_rank_name_ep(name, sizeof name, 0, p, g->pp, x, g->ep);
+            if (!any)
+                return mt_err_set(e, "%s: missing shard: no directory of expert rank %d (%s or another tensor rank's)",
+                                  top, x, name);
+        }
+    }
+    return 0;
+}
+
 int mt_ckpt_global_open(mt_ckpt_global *g, mt_ckpt_reader *first, const char *load_dir, int64_t iteration,
-                        const mt_model_arch *a, int tp, int pp, int vp, int ep, mt_err *e)
+                        const mt_model_arch *a, int tp, int pp, int vp, int ep, int etp, mt_err *e)
 {
     memset(g, 0, sizeof *g);
     mt_layout_part one = {0, 1, 0, 1, 1, 0, 1, 0, 0};
@@ -47,6 +96,11 @@ int mt_ckpt_global_open(mt_ckpt_global *g, mt_ckpt_reader *first, const char *lo
     g->pp = pp;
     g->ep = ep > 1 ? ep : 1;
     g->n = tp * pp * g->ep;
+    if (etp > 0 && etp != tp && etp != 1) {
+        mt_layout_free(&g->whole);
+        return mt_err_set(e, "%s: expert-tensor-parallel-size %d: only 1 or the tensor size (%d) is read", load_dir, etp, tp);
+    }
+    g->whole_experts = etp == 1 && tp > 1 && a->num_experts > 0;
     g->r = mt_xcalloc((size_t)g->n, sizeof *g->r);
     g->l = mt_xcalloc((size_t)g->n, sizeof *g->l);
     size_t most = 1;
@@ -54,7 +108,7 @@ int mt_ckpt_global_open(mt_ckpt_global *g, mt_ckpt_reader *first, const char *lo
         for (int x = 0; x < g->ep; x++)
         for (int t = 0; t < tp; t++) {
             int i = (p * g->ep + x) * tp + t;
-            mt_layout_part part = {t, tp, p, pp, vp, x, g->ep, 0, 0};
+            mt_layout_part part = {t, tp, p, pp, vp, x, g->ep, 0, g->whole_experts ? 1 : 0};
             if (mt_layout_build(a, &part, &g->l[i], e)) {
                 mt_err_prefix(e, "checkpoint of tensor-parallel size %d, pipeline %d", tp, pp);
                 mt_ckpt_global_close(g);
@@ -68,6 +122,7 @@ int mt_ckpt_global_open(mt_ckpt_global *g, mt_ckpt_reader *first, const char *lo
             }
             char name[32];
             mt_ckpt_rank_name_ep(name, sizeof name, t, p, pp, x, g->ep);
+            if (g->whole_experts && !dir_exists(first, name)) continue;   /* a pair no rank held */
             g->r[i] = mt_ckpt_open_rank(load_dir, iteration, name, e);
             if (!g->r[i]) {
                 mt_err_prefix(e, "checkpoint of tensor-parallel size %d, pipeline %d: missing shard", tp, pp);
@@ -75,7 +130,7 @@ int mt_ckpt_global_open(mt_ckpt_global *g, mt_ckpt_reader *first, const char *lo
                 return -1;
             }
         }
-    if (check_shapes(g, e)) {
+    if ((g->whole_experts && check_cover(g, e)) || check_shapes(g, e)) {
         mt_ckpt_global_close(g);
         return -1;
     }
@@ -92,7 +147,8 @@ void mt_ckpt_global_close(mt_ckpt_global *g)
     free(g->fd);
     free(g->shards);
     free(g->shards_state);
-    for (int i = 1; g->r && i < g->n; i++) mt_ckpt_close(g->r[i]);
+    for (int i = 1; g->r && i < g->n; i++)
+        if (g->r[i]) mt_ckpt_close(g->r[i]);
     for (int i = 0; g->l && i < g->n; i++) mt_layout_free(&g->l[i]);
     mt_layout_free(&g->whole);
     free(g->r);
@@ -120,8 +176,23 @@ static int read_slice(mt_ckpt_global *g, int which, int i, const mt_layout_tenso
     return mt_ckpt_read_tensor(g->r[i], which, nm, lt->ndim, lt->local_shape, g->scratch, e);
 }
 
-/* The expert rank of rank i. */
-static int expert_rank(const mt_ckpt_global *g, int i) { return (i / g->tp) % g->ep; }
+/* The directory the reads take tensor lt of present directory i (a tensor of g->l[i]) from: an expert's
+ * from its own directory, or with the experts whole from the first present one of its expert rank and
+ * stage; any other tensor from the first present directory of its tensor rank (tensor rank 0's when it is
+ * replicated) and stage: expert rank 0's, unless no rank held that pair. */
+static int holder(const mt_ckpt_global *g, int i, const mt_layout_tensor *lt)
+{
+    int p = i / (g->ep * g->tp), x = (i / g->tp) % g->ep, t = i % g->tp;
+    if (lt->expert >= 0) {
+        for (int u = 0; g->whole_experts && u < g->tp; u++)
+            if (g->r[(p * g->ep + x) * g->tp + u]) return (p * g->ep + x) * g->tp + u;
+        return i;
+    }
+    if (lt->partition_dim < 0) t = 0;
+    for (int y = 0; y < g->ep; y++)
+        if (g->r[(p * g->ep + y) * g->tp + t]) return (p * g->ep + y) * g->tp + t;
+    return i;
+}
 
 int mt_ckpt_global_read(mt_ckpt_global *g, int which, const char *name, const char *suffix, int ndim,
                         const int64_t *shape, float *dst, mt_err *e)
@@ -139,9 +210,8 @@ int mt_ckpt_global_read(mt_ckpt_global *g, int which, const char *name, const ch
     float *out = vocab && shape[0] != rows ? mt_xmalloc((size_t)(rows * cols) * sizeof(float)) : dst;
     int found = 0, rc = 0;
     for (int i = 0; i < g->n && !rc; i++) {
-        const mt_layout_tensor *lt = mt_layout_get_expert(&g->l[i], w->layer, w->kind, w->expert);
-        if (!lt || (w->expert < 0 && expert_rank(g, i) > 0)) continue;   /* the rest: expert rank 0's */
-        if (lt->partition_dim < 0 && found) continue;   /* replicated: the first holder's */
+        const mt_layout_tensor *lt = g->r[i] ? mt_layout_get_expert(&g->l[i], w->layer, w->kind, w->expert) : NULL;
+        if (!lt || holder(g, i, lt) != i) continue;   /* a copy of a slice another directory gives */
         local_name(nm, sizeof nm, lt->name, suffix);
         if (read_slice(g, which, i, lt, suffix, nm, e)) rc = -1;
         else mt_layout_place(lt, g->scratch, out);
@@ -172,33 +242,33 @@ static int same_copy(mt_ckpt_global *g, int which, int i, const mt_layout_tensor
     return rc;
 }
 
-/* The copies in rank i that mt_ckpt_global_read does not take: a replicated tensor of tensor rank > 0
- * (equal to tensor rank 0's) and the last stage's head copy of tied embeddings (equal to the first
+/* The copies in rank i that mt_ckpt_global_read does not take: a tensor whose slice another directory
+ * gives (a replicated tensor of tensor rank > 0, a dense one of expert rank > 0, a whole expert of tensor
+ * rank > 0), equal to that copy, and the last stage's head copy of tied embeddings (equal to the first
  * stage's embeddings of the same tensor rank). */
 static int check_copies(mt_ckpt_global *g, int which, int i, const char *suffix, mt_err *e)
 {
     for (int j = 0; j < g->l[i].n; j++) {
         const mt_layout_tensor *lt = &g->l[i].t[j];
-        char nm[200], n0[200];
+        char nm[200], n0[200], what[96];
         local_name(nm, sizeof nm, lt->name, suffix);
         const mt_st_file *f = mt_ckpt_file(g->r[i], which);
         if (!f || !mt_st_find(f, nm)) continue;   /* missing: reported by the reads */
         if (lt->kind == MT_T_OUTPUT && g->whole.arch.tied_embeddings) {
-            int t = i % g->tp;
-            const mt_layout_tensor *emb = mt_layout_get(&g->l[t], -1, MT_T_WORD_EMB);
+            const mt_layout_tensor *emb = mt_layout_get(&g->l[i % g->tp], -1, MT_T_WORD_EMB);
+            int h = holder(g, i % g->tp, emb);
+            emb = mt_layout_get(&g->l[h], -1, MT_T_WORD_EMB);
             local_name(n0, sizeof n0, emb->name, suffix);
-            if (same_copy(g, which, i, lt, nm, t, emb, n0, "the first stage's word embeddings", e)) return -1;
-        } else if (lt->partition_dim < 0 && i % g->tp != 0) {
-            int r0 = i - i % g->tp;
-            const mt_layout_tensor *l0 = mt_layout_get_expert(&g->l[r0], lt->layer, lt->kind, lt->expert);
-            local_name(n0, sizeof n0, l0->name, suffix);
-            if (same_copy(g, which, i, lt, nm, r0, l0, n0, "tensor rank 0's copy", e)) return -1;
-        } else if (lt->expert < 0 && expert_rank(g, i) > 0) {   /* not an expert's: as expert rank 0 has it */
-            int r0 = i - expert_rank(g, i) * g->tp;
-            const mt_layout_tensor *l0 = mt_layout_get(&g->l[r0], lt->layer, lt->kind);
-            local_name(n0, sizeof n0, l0->name, suffix);
-            if (same_copy(g, which, i, lt, nm, r0, l0, n0, "expert rank 0's copy", e)) return -1;
+            if (same_copy(g, which, i, lt, nm, h, emb, n0, "the first stage's word embeddings", e)) return -1;
+            continue;
         }
+        int h = holder(g, i, lt);
+        if (h == i) continue;
+        const mt_layout_tensor *l0 = mt_layout_get_expert(&g->l[h], lt->layer, lt->kind, lt->expert);
+        local_name(n0, sizeof n0, l0->name, suffix);
+        snprintf(what, sizeof what, "%s's copy", strrchr(mt_ckpt_dir(g->r[h]), '/') ? strrchr(mt_ckpt_dir(g->r[h]), '/') + 1
+                                                                                    : mt_ckpt_dir(g->r[h]));
+        if (same_copy(g, which, i, lt, nm, h, l0, n0, what, e)) return -1;
     }
     return 0;
 }
@@ -208,6 +278,7 @@ int mt_ckpt_global_check_all_read(mt_ckpt_global *g, int which, const char *cons
     static const char *const none[] = {"", NULL};
     if (!suffixes) suffixes = none;
     for (int i = 0; i < g->n; i++) {
+        if (!g->r[i]) continue;
         for (int s = 0; g->n > 1 && suffixes[s]; s++)
             if (check_copies(g, which, i, suffixes[s], e)) return -1;
         if (mt_ckpt_check_all_read(g->r[i], which, e)) return -1;
@@ -238,6 +309,7 @@ static int rank_shards(mt_ckpt_global *g, int i, mt_err *e)
 int mt_ckpt_global_has_master(mt_ckpt_global *g, mt_err *e)
 {
     for (int i = 0; i < g->n; i++) {
+        if (!g->r[i]) continue;
         int s = rank_shards(g, i, e);
         if (s <= 0) return s;
         if (!g->shards[i].has_param) return 0;
@@ -341,9 +413,8 @@ int mt_ckpt_global_read_part(mt_ckpt_global *g, int which, const mt_layout_tenso
     const mt_layout_tensor **src = mt_xcalloc((size_t)g->n, sizeof *src);
     int any = 0;
     for (int i = 0; i < g->n; i++) {
-        src[i] = mt_layout_get_expert(&g->l[i], w->layer, w->kind, w->expert);
-        if (w->expert < 0 && expert_rank(g, i) > 0) src[i] = NULL;   /* not an expert's: expert rank 0's */
-        if (src[i] && src[i]->partition_dim < 0 && any) src[i] = NULL;
+        src[i] = g->r[i] ? mt_layout_get_expert(&g->l[i], w->layer, w->kind, w->expert) : NULL;
+        if (src[i] && holder(g, i, src[i]) != i) src[i] = NULL;   /* a copy of a slice another directory gives */
         any |= src[i] != NULL;
     }
     int rc = any ? 0 : mt_err_set(e, "%s: no rank holds '%s'", mt_ckpt_dir(g->r[0]), t->whole_name);
@@ -390,6 +461,7 @@ int mt_ckpt_global_check_names(mt_ckpt_global *g, int which, const char *const *
     if (!suffixes) suffixes = none;
     char nm[200];
     for (int i = 0; i < g->n; i++) {
+        if (!g->r[i]) continue;
         const mt_st_file *f = mt_ckpt_file(g->r[i], which);
         int unread = 0, first = -1;
         for (int j = 0; f && j < f->n; j++) {

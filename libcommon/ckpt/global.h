@@ -13,7 +13,10 @@
 
 typedef struct mt_ckpt_global {
     int tp, pp, ep, n;
-    mt_ckpt_reader **r;   /* rank (p ep + x) tp + t (x the expert rank); r[0] is the caller's, not closed here */
+    int whole_experts;    /* saved with expert tensor size 1 < tp: each expert whole in every directory of its
+                             expert rank, and only the (tensor rank, expert rank) pairs some rank held */
+    mt_ckpt_reader **r;   /* rank (p ep + x) tp + t (x the expert rank); r[0] is the caller's, not closed here;
+                             NULL: a pair no rank held (whole_experts only) */
     mt_layout *l;         /* each rank's layout */
     mt_layout whole;      /* the one-rank layout: global names and shapes */
     float *scratch;       /* the largest slice */
@@ -31,10 +34,12 @@ typedef struct mt_ckpt_global {
 #define MT_CKPT_MASTER 2
 
 /* Opens the other ranks of the checkpoint first was opened from (load_dir, iteration) for a model of
- * architecture a saved with tensor size tp, pipeline size pp and vp model chunks per stage (the
- * interleaved schedule; 1 without). 0, or -1 with e set (nothing open). */
+ * architecture a saved with tensor size tp, pipeline size pp, vp model chunks per stage (the interleaved
+ * schedule; 1 without), expert size ep and expert tensor size etp (0 or tp: the experts split as the MLP;
+ * 1: whole, and then the directories of the pairs no rank held are absent; a stage must still have one of
+ * each tensor rank and one of each expert rank). 0, or -1 with e set (nothing open). */
 int mt_ckpt_global_open(mt_ckpt_global *g, mt_ckpt_reader *first, const char *load_dir, int64_t iteration,
-                        const mt_model_arch *a, int tp, int pp, int vp, int ep, mt_err *e);
+                        const mt_model_arch *a, int tp, int pp, int vp, int ep, int etp, mt_err *e);
 void mt_ckpt_global_close(mt_ckpt_global *g);
 
 /* Reads the whole tensor name (a one-rank name) of file which (MT_CKPT_MODEL; MT_CKPT_OPTIM with suffix

@@ -253,7 +253,7 @@ static char *copy_tokenizer(const char *in, const char *save, char **copied, int
     return dir;
 }
 
-int mt_hf_import_ckpt(mt_model_ckpt *mc, const char *in, const char *save, int tp, int pp, int ep,
+int mt_hf_import_ckpt(mt_model_ckpt *mc, const char *in, const char *save, int tp, int pp, int ep, int etp,
                       mt_ckpt_progress *progress, mt_err *e)
 {
     if (!mc->hf) return mt_err_set(e, "%s: not a Hugging Face model directory", mc->dir);
@@ -295,7 +295,7 @@ int mt_hf_import_ckpt(mt_model_ckpt *mc, const char *in, const char *save, int t
         json_object_set_new(from, "eos_token_id", hc->eos_token_id >= 0 ? json_integer(hc->eos_token_id) : json_null());
     }
     int rc = mt_model_check_all_read(mc, e);   /* names only: the data are read while saving */
-    if (!rc) rc = mt_ckpt_write_layout(mc, save, MT_CKPT_RELEASE, tp, pp, ep, meta, 0, progress, e);
+    if (!rc) rc = mt_ckpt_write_layout(mc, save, MT_CKPT_RELEASE, tp, pp, ep, etp, meta, 0, progress, e);
     for (int i = 0; i < ncopied; i++) {   /* nothing of a failed conversion stays: the tokenizer files go too */
         if (rc) unlink(copied[i]);
         free(copied[i]);

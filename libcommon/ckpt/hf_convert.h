@@ -24,12 +24,12 @@ const char *mt_hf_dtype_name(mt_st_dtype d);
 int mt_hf_export_ckpt(mt_model_ckpt *mc, const char *out, const char *dtype, mt_ckpt_progress *progress,
                       int *n_tensors, const char **dtype_out, mt_err *e);
 
-/* Writes the Hugging Face directory opened as mc from in as a release checkpoint of tensor size tp and
- * pipeline size pp under save (a directory that mt_ckpt_check_save_dir accepts), with copies of the
+/* Writes the Hugging Face directory opened as mc from in as a release checkpoint of tensor size tp,
+ * pipeline size pp and expert sizes ep and etp (reshard.h) under save (a directory that mt_ckpt_check_save_dir accepts), with copies of the
  * tokenizer files in save (a tokenizer mt cannot read is refused before anything is written); meta.json
  * records where it came from ("converted_from": directory, dtype, vocabulary rows, and Llama's beginning
  * and end ids). 0, or -1 with e set. */
-int mt_hf_import_ckpt(mt_model_ckpt *mc, const char *in, const char *save, int tp, int pp, int ep,
+int mt_hf_import_ckpt(mt_model_ckpt *mc, const char *in, const char *save, int tp, int pp, int ep, int etp,
                       mt_ckpt_progress *progress, mt_err *e);
 
 #endif

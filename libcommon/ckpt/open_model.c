@@ -301,8 +301,8 @@ static int open_shards(mt_model_ckpt *mc, mt_err *e)
     if (mc->g) return 0;
     if (!mc->have_arch) return mt_err_set(e, "%s: the model's architecture is not known yet", mc->dir);
     static const char *const sizes[] = {"tensor-model-parallel-size", "pipeline-model-parallel-size",
-                                        "expert-model-parallel-size"};
-    for (int i = 0; i < 3; i++) {   /* absent: 1; present: an integer */
+                                        "expert-model-parallel-size", "expert-tensor-parallel-size"};
+    for (int i = 0; i < 4; i++) {   /* absent: 1; present: an integer */
         json_t *v = json_object_get(mc->args, sizes[i]);
         if (v && !json_is_integer(v)) return mt_err_set(e, "%s/meta.json: \"args.%s\" is not an integer", mc->dir, sizes[i]);
     }
@@ -328,7 +328,14 @@ static int open_shards(mt_model_ckpt *mc, mt_err *e)
         free(g);
         return mt_err_set(e, "%s/meta.json: expert-model-parallel-size %d out of range", mc->dir, ep);
     }
-    if (mt_ckpt_global_open(g, mc->reader, mc->load_dir, mc->iteration, &a, tp, pp, vp, ep, e)) {
+    /* the experts' tensor size: absent or 0, the tensor size */
+    json_t *xj = json_object_get(mc->args, "expert-tensor-parallel-size");
+    int etp = json_is_integer(xj) && a.num_experts ? (int)json_integer_value(xj) : 0;
+    if (etp < 0 || etp > tp) {
+        free(g);
+        return mt_err_set(e, "%s/meta.json: expert-tensor-parallel-size %d out of range", mc->dir, etp);
+    }
+    if (mt_ckpt_global_open(g, mc->reader, mc->load_dir, mc->iteration, &a, tp, pp, vp, ep, etp, e)) {
         free(g);
         return mt_err_prefix(e, "%s", mc->load_dir);
     }

@@ -48,14 +48,21 @@ static int check_all_read(const char *tmp, void *arg, mt_err *e)
     return mt_model_check_all_read(x->mc, e) || (x->with_optim && mt_model_check_all_read_optim(x->mc, e)) ? -1 : 0;
 }
 
-int mt_ckpt_write_layout(mt_model_ckpt *mc, const char *save, int64_t it, int tp, int pp, int ep, const json_t *meta,
-                         int with_optim, mt_ckpt_progress *progress, mt_err *e)
+int mt_ckpt_write_layout(mt_model_ckpt *mc, const char *save, int64_t it, int tp, int pp, int ep, int etp,
+                         const json_t *meta, int with_optim, mt_ckpt_progress *progress, mt_err *e)
 {
     mt_model_arch a = mc->arch;
     int d = mc->a.make_vocab_size_divisible_by;
     a.padded_vocab_size = mt_gpt_padded_vocab(mc->vocab_size, d, tp);
     if (ep < 1) ep = 1;
     if (ep > 1 && !a.num_experts) return mt_err_set(e, "%s: an expert-parallel size (%d) for a model without experts", mc->dir, ep);
+    if (etp > 0 && etp != 1 && etp != tp)
+        return mt_err_set(e, "expert tensor size %d: 1 or the tensor size (%d); other sizes are not implemented", etp, tp);
+    if (etp > 0 && etp != tp && !a.num_experts)
+        return mt_err_set(e, "%s: an expert tensor size (%d) for a model without experts", mc->dir, etp);
+    /* experts whole on every tensor rank: every (tensor rank, expert rank) pair is written, which any data-parallel
+     * size a run resumes with finds its own in */
+    int whole_experts = etp == 1 && tp > 1;
     int n = tp * pp * ep, rc = 0, done = 0, total = 0;   /* rank i: (stage, expert rank, tensor rank) */
     mt_layout whole, *l = mt_xcalloc((size_t)n, sizeof *l);
     mt_layout_part one = {0, 1, 0, 1, 1, 0, 1, 0, 0};
@@ -67,7 +74,7 @@ int mt_ckpt_write_layout(mt_model_ckpt *mc, const char *save, int64_t it, int tp
     for (int i = 0; i < whole.n; i++)
         if (whole.t[i].numel > most) most = whole.t[i].numel;
     for (int i = 0; i < n && !rc; i++) {
-        mt_layout_part part = {i % tp, tp, i / (tp * ep), pp, 1, (i / tp) % ep, ep, 0, 0};
+        mt_layout_part part = {i % tp, tp, i / (tp * ep), pp, 1, (i / tp) % ep, ep, 0, whole_experts};
         if (mt_layout_build(&a, &part, &l[i], e)) rc = -1;
         else total += l[i].n * (with_optim ? 3 : 1);
     }
@@ -101,6 +108,8 @@ int mt_ckpt_write_layout(mt_model_ckpt *mc, const char *save, int64_t it, int tp
         json_object_set_new(args, "tensor-model-parallel-size", json_integer(tp));
         json_object_set_new(args, "pipeline-model-parallel-size", json_integer(pp));
         if (a.num_experts) json_object_set_new(args, "expert-model-parallel-size", json_integer(ep));
+        if (whole_experts) json_object_set_new(args, "expert-tensor-parallel-size", json_integer(1));
+        else json_object_del(args, "expert-tensor-parallel-size");   /* the tensor size */
         json_object_del(args, "num-layers-per-virtual-pipeline-stage");   /* written without model chunks */
         ranks[i] = (mt_ckpt_rank){names[i], ct, nt, with_optim ? ct + nt : NULL, with_optim ? 2 * nt : 0, m};
         srcs[i] = src;
@@ -125,7 +134,7 @@ int mt_ckpt_write_layout(mt_model_ckpt *mc, const char *save, int64_t it, int tp
     return rc;
 }
 
-int mt_ckpt_reshard(mt_model_ckpt *mc, const char *save, int tp, int pp, int ep, mt_ckpt_progress *progress,
+int mt_ckpt_reshard(mt_model_ckpt *mc, const char *save, int tp, int pp, int ep, int etp, mt_ckpt_progress *progress,
                     int *with_optim, mt_err *e)
 {
     if (mc->hf) return mt_err_set(e, "%s: a Hugging Face directory, not a checkpoint", mc->dir);
@@ -134,7 +143,7 @@ int mt_ckpt_reshard(mt_model_ckpt *mc, const char *save, int tp, int pp, int ep,
     json_t *meta = json_deep_copy(mc->meta);
     /* distributed-optimizer shards become each rank's optim.safetensors */
     json_object_del(json_object_get(meta, "optimizer"), "distributed");
-    int rc = mt_ckpt_write_layout(mc, save, mc->iteration, tp, pp, ep, meta, opt, progress, e);
+    int rc = mt_ckpt_write_layout(mc, save, mc->iteration, tp, pp, ep, etp, meta, opt, progress, e);
     json_decref(meta);
     if (with_optim) *with_optim = opt;
     return rc;

@@ -89,7 +89,7 @@ static const mt_flag flags[] = {
      "a stage's; default 1)", 1, 1 << 16, NULL},
     {"--expert-tensor-parallel-size", MT_F_INT, &A.expert_tensor_parallel_size, "N",
      "MoE: ranks each expert's matrices are split over: --tensor-model-parallel-size (the default), or 1 with "
-     "--sequence-parallel (each expert whole, routed on each rank's sequence shard; no --save/--load yet)", 1, 1 << 16,
+     "--sequence-parallel (each expert whole, routed on each rank's sequence shard)", 1, 1 << 16,
      NULL},
     NOOP_B("--moe-grouped-gemm", "accepted; the experts' products are always one grouped product"),
     NOOP_S("--moe-token-dispatcher-type", "TYPE", "accepted (alltoall, allgather); the tokens go to their experts one way"),
@@ -422,8 +422,7 @@ static bool given(const bool *seen, const char *name)
 
 /* --expert-tensor-parallel-size: the tensor size (its default), or 1 with tensor parallelism and
  * --sequence-parallel (each expert whole on its rank, Megatron's MoE layer then routing each rank's sequence
- * shard); dropless routing over the micro-batch (aux_loss), and no checkpoints yet (their layout of the
- * experts is libcommon/model/README.md's next step). Where etp x ep must divide the ranks of a stage is the
+ * shard); dropless routing over the micro-batch (aux_loss). Where etp x ep must divide the ranks of a stage is the
  * parallel grid's check (comm/grid.h), when the world size is known. */
 static int check_expert_tensor(const mt_train_args *a, mt_err *e)
 {
@@ -441,9 +440,6 @@ static int check_expert_tensor(const mt_train_args *a, mt_err *e)
     if (a->moe_router_load_balancing_type && !strcmp(a->moe_router_load_balancing_type, "seq_aux_loss"))
         return mt_err_set(e, "--moe-router-load-balancing-type seq_aux_loss with --expert-tensor-parallel-size 1 (other "
                              "than --tensor-model-parallel-size %d): not implemented (aux_loss)", tp);
-    if (a->save || a->load)
-        return mt_err_set(e, "--%s with --expert-tensor-parallel-size 1 (other than --tensor-model-parallel-size %d): "
-                             "checkpoints of that layout are not implemented yet", a->save ? "save" : "load", tp);
     return 0;
 }
 

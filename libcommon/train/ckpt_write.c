@@ -95,6 +95,7 @@ struct mt_ckpt_job {
     long rss_before, rss_peak;
     pthread_t th;
     int thread, done;
+    int broken;                             /* the save failed before writing (j->err) */
 };
 
 static int check_finite(const mt_ckpt_job *j, const float *x, size_t n, const char *name, const char *suffix, mt_err *e)
@@ -162,6 +163,10 @@ static int stats_on(void)
 /* This rank's files, written and synced. */
 static int job_write(mt_ckpt_job *j, mt_err *e)
 {
+    if (j->broken) {
+        if (e != &j->err) *e = j->err;
+        return -1;
+    }
     char *dir = NULL;
     int rc = mt_ckpt_part_dir(j->tmp, j->rank_name, &dir, e);
     if (!rc && j->model) {
@@ -228,6 +233,83 @@ static void job_free(mt_ckpt_job *j)
     free(j);
 }
 
+/* ---- with the experts apart: which directory holds what ---- */
+
+/* What every rank of the job holds and writes, gathered (W_N values a rank). */
+enum { W_PP, W_TP, W_EP, W_GDP, W_EDP, W_DENSE, W_MODEL, W_N };
+
+static void place_name(const mt_trainer *t, const int64_t *w, char *buf, size_t cap)
+{
+    mt_ckpt_rank_name_ep(buf, cap, (int)w[W_TP], (int)w[W_PP], t->pp_size, (int)w[W_EP], t->ep_size);
+}
+
+/* Every rank's place, and that no two ranks write the same rank directory. NULL with e set. */
+static int64_t *gather_places(mt_trainer *t, int model, mt_err *e)
+{
+    int n = t->par->world->size;
+    int64_t *w = mt_xcalloc((size_t)n * W_N, sizeof *w), *me = w + (size_t)t->par->world->rank * W_N;
+    me[W_PP] = t->pp_rank, me[W_TP] = t->tp_rank, me[W_EP] = t->ep_size > 1 ? t->par->ep->rank : 0;
+    me[W_GDP] = t->gdp_rank, me[W_EDP] = t->par->edp->rank, me[W_DENSE] = (int64_t)(t->opt.hi - t->opt.lo);
+    me[W_MODEL] = model;
+    size_t *counts = mt_xmalloc((size_t)n * sizeof *counts);
+    for (int r = 0; r < n; r++) counts[r] = W_N;
+    int rc = mt_all_gather(t->par->world, w, counts, MT_C_I64, e);
+    free(counts);
+    for (int a = 0; a < n && !rc; a++)
+        for (int b = a + 1; b < n && !rc; b++) {
+            const int64_t *x = w + (size_t)a * W_N, *y = w + (size_t)b * W_N;
+            if (x[W_MODEL] && y[W_MODEL] && x[W_PP] == y[W_PP] && x[W_TP] == y[W_TP] && x[W_EP] == y[W_EP]) {
+                char name[32];
+                place_name(t, x, name, sizeof name);
+                rc = mt_err_set(e, "checkpoint of iteration %lld: ranks %d and %d would both write %s",
+                                (long long)t->iteration, a, b, name);
+            }
+        }
+    if (rc) {
+        free(w);
+        return NULL;
+    }
+    return w;
+}
+
+/* The distributed object of this rank's directory: its dense pieces in the files of its tensor rank and
+ * stage's data-parallel ranks, its experts' in those of its expert-data-parallel ranks (dist_optim.h). */
+static json_t *pieces_meta(const mt_trainer *t, const int64_t *w, mt_err *e)
+{
+    int n = t->par->world->size, nd = t->gdp_size, nx = t->par->edp->size;
+    const int64_t *me = w + (size_t)t->par->world->rank * W_N;
+    mt_dist_src *p = mt_xcalloc((size_t)(nd + nx), sizeof *p);
+    char (*dirs)[32] = mt_xcalloc((size_t)(nd + nx), sizeof *dirs), mine[32];
+    place_name(t, me, mine, sizeof mine);
+    size_t xlo = mt_gpt_expert_lo(t->model);
+    int rc = 0;
+    for (int i = 0; i < nd + nx && !rc; i++) {
+        int dense = i < nd, x = dense ? i : i - nd, q;
+        for (q = 0; q < n; q++) {
+            const int64_t *o = w + (size_t)q * W_N;
+            if (o[W_PP] != me[W_PP]) continue;
+            if (dense ? o[W_TP] == me[W_TP] && o[W_GDP] == x
+                      : o[W_EP] == me[W_EP] && o[W_EDP] == x && (t->experts_whole || o[W_TP] == me[W_TP]))
+                break;
+        }
+        if (q == n) {
+            rc = mt_err_set(e, "checkpoint of iteration %lld: no rank holds %s shard %d of %s", (long long)t->iteration,
+                            dense ? "data-parallel" : "expert-data-parallel", x, mine);
+            break;
+        }
+        const int64_t *o = w + (size_t)q * W_N;
+        place_name(t, o, dirs[i], sizeof dirs[i]);
+        p[i].dir = strcmp(dirs[i], mine) ? dirs[i] : NULL;
+        p[i].shard = (int)o[W_GDP];
+        if (dense) p[i].lo = t->gs.shard_lo[x], p[i].hi = t->gs.shard_lo[x + 1];
+        else p[i].lo = xlo + t->gs_exp.shard_lo[x], p[i].hi = xlo + t->gs_exp.shard_lo[x + 1], p[i].at = (size_t)o[W_DENSE];
+    }
+    json_t *d = rc ? NULL : mt_dist_optim_meta_pieces(nd, t->ep_size, p, nd + nx);
+    free(p);
+    free(dirs);
+    return d;
+}
+
 /* Every rank: the temporary directory's name from rank 0, and what this rank writes. NULL with e set when
  * rank 0 could not create it. */
 static mt_ckpt_job *job_begin(mt_trainer *t, mt_err *e)
@@ -268,15 +350,22 @@ static mt_ckpt_job *job_begin(mt_trainer *t, mt_err *e)
     j->np = mt_gpt_num_params(t->model);
     j->lo = t->opt.lo, j->hi = t->opt.hi, j->lo2 = t->opt.lo2, j->hi2 = t->opt.hi2;
     j->dp_rank = t->gdp_rank, j->dp_size = t->gdp_size;   /* the shards are over the data x context group */
-    /* the model's files: data-parallel rank 0's, or with expert parallelism each expert rank's (the ranks of
-     * expert-data-parallel rank 0: its experts, and the rest as every rank has it) */
-    j->model = t->ep_size > 1 ? t->par->edp->rank == 0 : t->gdp_rank == 0;
+    /* the model's files: data-parallel rank 0's, and with the experts apart those of expert-data-parallel rank
+     * 0 (its experts, and the rest as every rank has it): with expert tensor size 1 < tp neither alone has
+     * every (tensor rank, expert rank) pair some rank holds, the two together do (as Megatron's) */
+    j->model = t->gdp_rank == 0 || (t->experts_apart && t->par->edp->rank == 0);
     j->shard = with_optim && t->a.use_distributed_optimizer;
     j->optim_whole = with_optim && !j->shard && j->model;
     j->param = j->shard && t->opt.main;
     mt_ckpt_rank_name_ep(j->rank_name, sizeof j->rank_name, t->tp_rank, t->pp_rank, t->pp_size,
                          t->ep_size > 1 ? t->par->ep->rank : 0, t->ep_size);
-    if (j->model) j->meta = mt_trainer_ckpt_meta(t, with_optim, j->shard);
+    json_t *dist = NULL;
+    if (t->experts_apart) {   /* a failure here fails the save at the ranks' agreement, as a write's would */
+        int64_t *w = gather_places(t, j->model, &j->err);
+        if (!w || (j->model && j->shard && !(dist = pieces_meta(t, w, &j->err)))) j->broken = 1;
+        free(w);
+    } else if (j->model && j->shard) dist = mt_dist_optim_meta(t->gdp_size, t->gs.shard_lo);
+    if (j->model) j->meta = mt_trainer_ckpt_meta(t, with_optim, dist);
     flat_src dev = {.k = t->k};
     j->p = dev;
     if (mt_gpt_master_dropped(t->model)) {

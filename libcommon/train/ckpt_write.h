@@ -52,8 +52,9 @@ int mt_trainer_save_poll(mt_trainer *t, FILE *log, mt_err *e);
  * pending), or -1 with e set. */
 int mt_trainer_save_wait(mt_trainer *t, FILE *log, mt_err *e);
 
-/* meta.json of a save (train_ckpt.c): with_optim, the optimizer's state; shards, its distributed shards. */
-json_t *mt_trainer_ckpt_meta(const mt_trainer *t, int with_optim, int shards);
+/* meta.json of a save (train_ckpt.c): with_optim, the optimizer's state; distributed (taken, may be NULL),
+ * where its distributed shards lie (ckpt/dist_optim.h). */
+json_t *mt_trainer_ckpt_meta(const mt_trainer *t, int with_optim, json_t *distributed);
 
 /* Prints the MT_CKPT_STATS load line (train_ckpt.c). */
 void mt_ckpt_stats_load(const mt_trainer *t, int64_t iteration, uint64_t bytes, double seconds);

@@ -44,7 +44,7 @@ static json_t *fp8_json(const mt_trainer *t)
                      "first_layer", first, "layers", layers, "state", st);
 }
 
-json_t *mt_trainer_ckpt_meta(const mt_trainer *t, int with_optim, int shards)
+json_t *mt_trainer_ckpt_meta(const mt_trainer *t, int with_optim, json_t *distributed)
 {
     json_t *meta = json_object();
     json_object_set_new(meta, "checkpoint_version", json_real(3.0));
@@ -57,17 +57,9 @@ json_t *mt_trainer_ckpt_meta(const mt_trainer *t, int with_optim, int shards)
     if (with_optim) {
         json_t *o = json_pack("{s:s,s:I,s:f,s:f,s:f}", "type", "adamw", "step", (json_int_t)t->opt.step, "beta1",
                               t->opt.beta1, "beta2", t->opt.beta2, "eps", t->opt.eps);
-        if (shards && t->ep_size > 1) {   /* the dense shards over every expert rank's directory (dist_optim.h) */
-            int ex = t->par->edp->size;
-            size_t xlo = mt_gpt_expert_lo(t->model), *b = mt_xmalloc((size_t)(ex + 1) * sizeof *b);
-            for (int x = 0; x <= ex; x++) b[x] = xlo + t->gs_exp.shard_lo[x];
-            json_object_set_new(o, "distributed", mt_dist_optim_meta_ep(t->gdp_size, t->gs.shard_lo, t->ep_size,
-                                                                         t->par->ep->rank, b, t->tp_rank, t->pp_rank,
-                                                                         t->pp_size));
-            free(b);
-        } else if (shards) json_object_set_new(o, "distributed", mt_dist_optim_meta(t->gdp_size, t->gs.shard_lo));
+        if (distributed) json_object_set_new(o, "distributed", distributed);
         json_object_set_new(meta, "optimizer", o);
-    }
+    } else json_decref(distributed);
     if (!t->a.no_save_rng)
         json_object_set_new(meta, "rng_state",
                             json_pack("{s:I,s:s}", "seed", (json_int_t)t->a.seed, "dropout",
@@ -305,14 +297,17 @@ static int load_fp8(mt_trainer *t, mt_model_ckpt *mc, mt_err *e)
 {
     int n = mc->g ? mc->g->n : 1, first, nl, L = t->a.fp8_amax_history_len, found = 0, rc = 0;
     mt_gpt_fp8_layers(t->model, &first, &nl);
-    for (int i = 0; i < n; i++) found |= json_is_object(json_object_get(mt_ckpt_meta(mc->g ? mc->g->r[i] : mc->reader), "fp8"));
+    for (int i = 0; i < n; i++) {
+        mt_ckpt_reader *r = mc->g ? mc->g->r[i] : mc->reader;
+        found |= r && json_is_object(json_object_get(mt_ckpt_meta(r), "fp8"));
+    }
     if (!found) return 0;
     float *h = mt_xmalloc(mt_gpt_fp8_state_numel(t->model) * sizeof *h);
     for (int li = 0; li < nl && !rc; li++) {
         int got = 0;
         for (int i = 0; i < n && !got && !rc; i++) {
             mt_ckpt_reader *r = mc->g ? mc->g->r[i] : mc->reader;
-            json_t *o = json_object_get(mt_ckpt_meta(r), "fp8");
+            json_t *o = r ? json_object_get(mt_ckpt_meta(r), "fp8") : NULL;
             if (!json_is_object(o)) continue;
             const char *fmt = json_string_value(json_object_get(o, "format"));
             json_int_t len = json_integer_value(json_object_get(o, "amax_history_len"));

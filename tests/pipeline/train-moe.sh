@@ -52,35 +52,6 @@ mt-train $base --metrics-file "$d/ref.jsonl" >"$d/ref.log" 2>"$d/ref.err" || t_f
 t_grep "the iteration line: lm loss, load_balancing_loss, z_loss" \
     '\| lm loss: [0-9.E+-]+ \| load_balancing_loss: [0-9.E+-]+ \| z_loss: [0-9.E+-]+ \| loss scale' "$d/ref.log"
 
-# same A.jsonl B.jsonl TOL [FIRST]: the train iterations FIRST..10 (default 1) of B have A's lm_loss,
-# grad_norm, load_balancing_loss and z_loss within TOL relative (0: the same bits), and with FIRST 1 the
-# validation losses too
-same() {
-    $py - "$@" <<'PYEOF'
-import json, sys
-keys = ("lm_loss", "grad_norm", "load_balancing_loss", "z_loss", "params_norm")   # params_norm: where both log it
-def load(p):
-    rows = [json.loads(l) for l in open(p)]
-    return ({r["iteration"]: [r.get(k, float("nan")) for k in keys] for r in rows if r["type"] == "train"},
-            [(r["type"], r["iteration"], r["lm_loss"]) for r in rows if r["type"] != "train"])
-(a, ea), (b, eb) = load(sys.argv[1]), load(sys.argv[2])
-tol, first = float(sys.argv[3]), int(sys.argv[4]) if len(sys.argv) > 4 else 1
-assert sorted(b) == list(range(first, 11)), "iterations %s" % sorted(b)
-w = max(abs(x - y) / abs(x) for i in b for x, y in zip(a[i], b[i]) if x == x and y == y)
-assert all(y == y for i in b for y in b[i][:4]), "a loss or norm missing"
-assert w <= tol, "worst relative difference %g" % w
-if first == 1:
-    assert len(ea) == len(eb) >= 3, (ea, eb)
-    for x, y in zip(ea, eb):
-        assert x[:2] == y[:2] and abs(x[2] - y[2]) <= tol * abs(x[2]), (x, y)
-print("worst %.2g" % w)
-PYEOF
-}
-check() {   # NAME JSONL TOL [FIRST [REF]]: against the one-rank run, or REF
-    if same "${5:-$d/ref.jsonl}" "$2" "$3" "${4:-1}" >"$d/cmp.out" 2>&1; then t_pass "$1 ($(cat "$d/cmp.out"))"
-    else t_fail "$1" "$(tail -2 "$d/cmp.out")"; fi
-}
-
 # ---- layouts ----
 for v in "dp2:2:" "pp2:2:--pipeline-model-parallel-size 2" "dp2-dist:2:--use-distributed-optimizer" \
          "dp2-pp2-dist:4:--pipeline-model-parallel-size 2 --use-distributed-optimizer" \
@@ -94,7 +65,7 @@ for v in "dp2:2:" "pp2:2:--pipeline-model-parallel-size 2" "dp2-dist:2:--use-dis
     name=${v%%:*} rest=${v#*:} n=${rest%%:*} extra=${rest#*:}
     # shellcheck disable=SC2086
     if mt-train -n "$n" $base $extra --metrics-file "$d/$name.jsonl" >"$d/$name.log" 2>"$d/$name.err"; then
-        check "$name: the one-rank losses" "$d/$name.jsonl" 1e-5
+        t_moe_check "$name: the one-rank losses" "$d/$name.jsonl" 1e-5
     else t_fail "$name" "$(tail -3 "$d/$name.err")"; fi
 done
 # the bytes a tensor rank sends: the dense exchanges and an MoE layer's sum of its routing weights' gradients
@@ -105,7 +76,7 @@ done
 # shellcheck disable=SC2086
 mt-train $base --recompute-granularity full --recompute-method uniform --recompute-num-layers 2 \
     --metrics-file "$d/rc.jsonl" >"$d/rc.log" 2>"$d/rc.err" || t_fail "recompute" "$(tail -3 "$d/rc.err")"
-check "full recomputation: the same bits" "$d/rc.jsonl" 0
+t_moe_check "full recomputation: the same bits" "$d/rc.jsonl" 0
 
 # the dry run's plan of EP 2 (2 ranks): rank 0's parameters and memory line as the real run's
 # shellcheck disable=SC2086
@@ -128,7 +99,7 @@ pad="--moe-expert-capacity-factor 1.0 --moe-pad-expert-input-to-capacity"
 mt-train $base $pad --metrics-file "$d/pad1.jsonl" >"$d/pad1.log" 2>"$d/pad1.err" &&
     mt-train -n 4 $base $pad --expert-model-parallel-size 2 --metrics-file "$d/pad-ep.jsonl" >"$d/pad-ep.log" 2>"$d/pad-ep.err" ||
     t_fail "padded runs" "$(tail -n 3 "$d/pad1.err" "$d/pad-ep.err")"
-check "EP 2 (4 ranks), padded to capacity: the one-rank losses" "$d/pad-ep.jsonl" 1e-5 1 "$d/pad1.jsonl"
+t_moe_check "EP 2 (4 ranks), padded to capacity: the one-rank losses" "$d/pad-ep.jsonl" 1e-5 1 "$d/pad1.jsonl"
 want=$((3 * (4 * 64 * 32 * 4 + 2 * 4) + 8))
 t_grep "EP 2 (4 ranks): all-to-all bytes per step = the routed rows' volume ($want)" \
     "expert-parallel communication per iteration \| bytes sent: $want\$" "$d/pad-ep.log"
@@ -139,12 +110,12 @@ mt-train $base --save "$d/ck" --exit-interval 5 >/dev/null 2>"$d/ck.err" || t_fa
 # shellcheck disable=SC2086
 mt-train $base --load "$d/ck" --save "$d/ck" --metrics-file "$d/res.jsonl" >/dev/null 2>"$d/res.err" ||
     t_fail "resume" "$(tail -3 "$d/res.err")"
-check "resumed at 5: iterations 6-10 bit for bit" "$d/res.jsonl" 0 6
+t_moe_check "resumed at 5: iterations 6-10 bit for bit" "$d/res.jsonl" 0 6
 # shellcheck disable=SC2086
 mt-train -n 2 $base --pipeline-model-parallel-size 2 --save "$d/ckp" --exit-interval 5 >/dev/null 2>"$d/ckp.err" &&
     mt-train -n 2 $base --pipeline-model-parallel-size 2 --load "$d/ckp" --metrics-file "$d/resp.jsonl" >/dev/null 2>"$d/resp.err" ||
     t_fail "two stages: save and resume" "$(tail -3 "$d/ckp.err" "$d/resp.err")"
-check "two stages resumed at 5: the uninterrupted two-stage run bit for bit" "$d/resp.jsonl" 0 6 "$d/pp2.jsonl"
+t_moe_check "two stages resumed at 5: the uninterrupted two-stage run bit for bit" "$d/resp.jsonl" 0 6 "$d/pp2.jsonl"
 if $py - "$d/ck/iter_0000010/mp_rank_00/model.safetensors" >"$d/names.out" 2>&1 <<'PYEOF'
 import json, struct, sys
 f = open(sys.argv[1], "rb")
@@ -202,13 +173,13 @@ else t_fail "EP 2 checkpoint directories" "$(ls "$d/cke/iter_0000005" | tr '\n' 
 # shellcheck disable=SC2086
 mt-train -n 2 $base --expert-model-parallel-size 2 --load "$d/cke" --metrics-file "$d/cke-res.jsonl" >/dev/null 2>"$d/cke-res.err" ||
     t_fail "EP 2: resume" "$(tail -3 "$d/cke-res.err")"
-check "EP 2 resumed at 5: the uninterrupted EP 2 run bit for bit" "$d/cke-res.jsonl" 0 6 "$d/ep2.jsonl"
+t_moe_check "EP 2 resumed at 5: the uninterrupted EP 2 run bit for bit" "$d/cke-res.jsonl" 0 6 "$d/ep2.jsonl"
 for v in "1:1" "4:4"; do   # on one rank, and on EP 4: the experts go to their new ranks
     n=${v%%:*} ep=${v#*:}
     # shellcheck disable=SC2086
     mt-train -n "$n" $base --expert-model-parallel-size "$ep" --load "$d/cke" --metrics-file "$d/cke-$ep.jsonl" >/dev/null \
         2>"$d/cke-$ep.err" || t_fail "EP 2 checkpoint on EP $ep" "$(tail -3 "$d/cke-$ep.err")"
-    check "EP 2 checkpoint resumed on EP $ep ($n ranks): the one-rank losses" "$d/cke-$ep.jsonl" 1e-5 6
+    t_moe_check "EP 2 checkpoint resumed on EP $ep ($n ranks): the one-rank losses" "$d/cke-$ep.jsonl" 1e-5 6
 done
 # resharded offline onto 4 expert ranks (mt-ckpt-convert), then resumed there
 mt-ckpt-convert --load "$d/cke" --save "$d/cke4" --target-expert-model-parallel-size 4 >/dev/null 2>"$d/cke4.err" ||
@@ -216,7 +187,7 @@ mt-ckpt-convert --load "$d/cke" --save "$d/cke4" --target-expert-model-parallel-
 # shellcheck disable=SC2086
 mt-train -n 4 $base --expert-model-parallel-size 4 --load "$d/cke4" --metrics-file "$d/cke4.jsonl" >/dev/null 2>"$d/cke4r.err" ||
     t_fail "EP 4 from the resharded checkpoint" "$(tail -3 "$d/cke4r.err")"
-check "resharded to EP 4 by mt-ckpt-convert, resumed: the one-rank losses" "$d/cke4.jsonl" 1e-5 6
+t_moe_check "resharded to EP 4 by mt-ckpt-convert, resumed: the one-rank losses" "$d/cke4.jsonl" 1e-5 6
 if mt-eval --load "$d/cke" --data-path "$d/data" --eval-iters 2 >"$d/cke-eval.out" 2>"$d/cke-eval.err" &&
     grep -Eq 'lm loss value: [0-9]\.[0-9]+E\+00' "$d/cke-eval.out"; then t_pass "mt-eval of the EP 2 checkpoint (every rank's copy checked)"
 else t_fail "mt-eval of the EP 2 checkpoint" "$(tail -2 "$d/cke-eval.err")"; fi
@@ -244,10 +215,10 @@ epd="--expert-model-parallel-size 2 --use-distributed-optimizer"
 mt-train -n 4 $base $epd --save "$d/ckd" --exit-interval 5 >/dev/null 2>"$d/ckd.err" &&
     mt-train -n 4 $base $epd --load "$d/ckd" --metrics-file "$d/ckd-res.jsonl" >/dev/null 2>"$d/ckd-res.err" ||
     t_fail "EP 2 x DP 2, distributed optimizer: save and resume" "$(tail -3 "$d/ckd.err" "$d/ckd-res.err")"
-check "EP 2 x DP 2 with the distributed optimizer resumed at 5: the uninterrupted run bit for bit" "$d/ckd-res.jsonl" 0 6 "$d/ep2-dp2-dist.jsonl"
+t_moe_check "EP 2 x DP 2 with the distributed optimizer resumed at 5: the uninterrupted run bit for bit" "$d/ckd-res.jsonl" 0 6 "$d/ep2-dp2-dist.jsonl"
 # shellcheck disable=SC2086
 mt-train $base --load "$d/ckd" --metrics-file "$d/ckd-1.jsonl" >/dev/null 2>"$d/ckd-1.err" || t_fail "its checkpoint on one rank" "$(tail -3 "$d/ckd-1.err")"
-check "... and on one rank: the one-rank losses" "$d/ckd-1.jsonl" 1e-5 6
+t_moe_check "... and on one rank: the one-rank losses" "$d/ckd-1.jsonl" 1e-5 6
 # the shards: rank r's file holds a quarter of the dense parameters and half of its expert rank's experts
 if $py - "$d/ckd/iter_0000005" >"$d/shards.out" 2>&1 <<'PYEOF'
 import json, struct, sys, os
@@ -309,7 +280,7 @@ mt-train -n 4 $base $epd --bf16 --metrics-file "$d/epdb.jsonl" >/dev/null 2>"$d/
     mt-train -n 4 $base $epd --bf16 --save "$d/ckdb" --exit-interval 5 >/dev/null 2>"$d/ckdb.err" &&
     mt-train -n 4 $base $epd --bf16 --load "$d/ckdb" --metrics-file "$d/ckdb-res.jsonl" >/dev/null 2>"$d/ckdb-res.err" ||
     t_fail "EP 2 x DP 2 bf16 runs" "$(tail -3 "$d/epdb.err" "$d/ckdb.err" "$d/ckdb-res.err")"
-check "EP 2 x DP 2, bf16, resumed at 5: the uninterrupted bf16 run bit for bit" "$d/ckdb-res.jsonl" 0 6 "$d/epdb.jsonl"
+t_moe_check "EP 2 x DP 2, bf16, resumed at 5: the uninterrupted bf16 run bit for bit" "$d/ckdb-res.jsonl" 0 6 "$d/epdb.jsonl"
 # shellcheck disable=SC2086
 mt-train -n 4 $base $epd --save "$d/ckda" --save-interval 5 --async-save >"$d/ckda.log" 2>"$d/ckda.err" ||
     t_fail "EP 2 x DP 2 --async-save" "$(tail -3 "$d/ckda.err")"
@@ -318,7 +289,7 @@ echo 5 >"$d/ckda/latest_checkpointed_iteration.txt"
 # shellcheck disable=SC2086
 mt-train -n 4 $base $epd --load "$d/ckda" --metrics-file "$d/ckda-res.jsonl" >/dev/null 2>"$d/ckda-res.err" ||
     t_fail "EP 2 x DP 2: resume from the background save" "$(tail -3 "$d/ckda-res.err")"
-check "... resumed from its iteration 5: bit for bit" "$d/ckda-res.jsonl" 0 6 "$d/ep2-dp2-dist.jsonl"
+t_moe_check "... resumed from its iteration 5: bit for bit" "$d/ckda-res.jsonl" 0 6 "$d/ep2-dp2-dist.jsonl"
 
 # overlap: the experts' buckets of 4000 parameters (4 on a rank) and the dense ones, each bucket's collective
 # started as the backward passes make it final and the parameters waited for before the layer that reads
@@ -329,12 +300,12 @@ ov="--overlap-grad-reduce --overlap-param-gather --ddp-bucket-size 4000" nonorm=
 MT_TRACE_BUCKETS=$d/trace mt-train -n 4 $nonorm $epd $ov --metrics-file "$d/epd-ov.jsonl" >/dev/null 2>"$d/epd-ov.err" &&
     mt-train -n 4 $nonorm $epd --ddp-bucket-size 4000 --metrics-file "$d/epd-b.jsonl" >/dev/null 2>"$d/epd-b.err" ||
     t_fail "EP 2 x DP 2 with overlap" "$(tail -3 "$d/epd-ov.err" "$d/epd-b.err")"
-check "EP 2 x DP 2, distributed optimizer, overlap: the one-rank losses" "$d/epd-ov.jsonl" 1e-5
-check "... and the run without overlap bit for bit" "$d/epd-ov.jsonl" 0 1 "$d/epd-b.jsonl"
+t_moe_check "EP 2 x DP 2, distributed optimizer, overlap: the one-rank losses" "$d/epd-ov.jsonl" 1e-5
+t_moe_check "... and the run without overlap bit for bit" "$d/epd-ov.jsonl" 0 1 "$d/epd-b.jsonl"
 # shellcheck disable=SC2086
 mt-train -n 4 $base $epd --bf16 --overlap-grad-reduce --overlap-param-gather --metrics-file "$d/epdb-ov.jsonl" >/dev/null \
     2>"$d/epdb-ov.err" || t_fail "EP 2 x DP 2, bf16, overlap" "$(tail -3 "$d/epdb-ov.err")"
-check "... in bf16 (the working copy gathered): the run without overlap bit for bit" "$d/epdb-ov.jsonl" 0 1 "$d/epdb.jsonl"
+t_moe_check "... in bf16 (the working copy gathered): the run without overlap bit for bit" "$d/epdb-ov.jsonl" 0 1 "$d/epdb.jsonl"
 for part in "" .experts; do
     f=$d/trace.1$part
     during=$(grep -c '^5 grad bucket [0-9]* after layer [0-9]' "$f" 2>/dev/null) before=$(grep -c '^5 param bucket [0-9]* before layer [0-9]' "$f" 2>/dev/null)
