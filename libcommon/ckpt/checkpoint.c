@@ -473,11 +473,19 @@ mt_ckpt_reader *mt_ckpt_open_rank(const char *load_dir, int64_t iteration, const
     r->iteration = r->release ? 0 : iteration;
     char *name = iter_name(iteration), *top = mt_path_join(load_dir, name);
     struct stat st;
-    if (!rank_name) {   /* the first rank: mp_rank_00, or mp_rank_00_000 in a pipeline-parallel checkpoint */
-        char *pp0 = mt_path_join(top, "mp_rank_00_000"), *tp0 = mt_path_join(top, "mp_rank_00");
-        rank_name = stat(tp0, &st) && !stat(pp0, &st) ? "mp_rank_00_000" : "mp_rank_00";
-        free(pp0);
-        free(tp0);
+    if (!rank_name) {   /* the first rank: mp_rank_00, mp_rank_00_000 with stages or with expert parallelism, or
+                           mp_rank_00_000_000 with both; mp_rank_00 named in the error when none is there */
+        static const char *const first[] = {"mp_rank_00", "mp_rank_00_000", "mp_rank_00_000_000"};
+        rank_name = first[0];
+        for (int i = 0; i < 3; i++) {
+            char *p = mt_path_join(top, first[i]);
+            int there = !stat(p, &st);
+            free(p);
+            if (there) {
+                rank_name = first[i];
+                break;
+            }
+        }
     }
     r->dir = mt_path_join(top, rank_name);
     char *model = mt_path_join(r->dir, "model.safetensors"), *optim = mt_path_join(r->dir, "optim.safetensors"),

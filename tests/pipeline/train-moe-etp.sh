@@ -22,7 +22,8 @@
 #     all-to-all volume is a rank's own rows';
 #   - checkpoints: TP 2 x EP 2 writes only mp_rank_00_000 and mp_rank_01_001 (the pairs its ranks hold, as
 #     Megatron), resumes bit for bit, and resumes on one rank, with etp 2 and on EP 4 with the one-rank losses
-#     (1e-5); mt-eval reads it; with the distributed optimizer over TP 2 alone each directory's meta.json names
+#     (1e-5); mt-eval reads it; TP 2 x PP 2 x EP 2 (--async-save) writes the held pairs of each stage
+#     (mp_rank_TT_PPP_EEE), resumes bit for bit and on one rank; with the distributed optimizer over TP 2 alone each directory's meta.json names
 #     the expert shard in the other tensor rank's file, resumes bit for bit and on one rank; mt-ckpt-convert
 #     writes whole experts on 4 expert ranks (all 8 pairs) and experts split over the tensor ranks, each
 #     resuming with the one-rank losses, and back to whole experts the saved tensors bit for bit; --to megatron
@@ -204,6 +205,22 @@ t_grep "... mp_rank_00's meta.json: its second expert shard in mp_rank_01's file
 mt-train $base --load "$ckd" --metrics-file "$d/ckd-1.jsonl" >/dev/null 2>"$d/ckd-1.err" ||
     t_fail "tp2-etp1 distributed checkpoint on one rank" "$(tail -3 "$d/ckd-1.err")"
 t_moe_check "... resumed on one rank: the one-rank losses" "$d/ckd-1.jsonl" 1e-5 6
+
+# with stages too (TP 2 x PP 2 x EP 2 on 8 ranks, --async-save): mp_rank_TT_PPP_EEE directories of the held
+# pairs, the first mp_rank_00_000_000; resumed bit for bit, and on one rank
+ckp=$d/ckp
+mt-train -n 8 $base $etp1 --pipeline-model-parallel-size 2 --expert-model-parallel-size 2 --async-save --save "$ckp" \
+    --exit-interval 5 >/dev/null 2>"$d/ckp.err" || t_fail "tp2-pp2-ep2-etp1: save" "$(tail -3 "$d/ckp.err")"
+dirs=$(ls "$ckp/iter_0000005" 2>&1 | tr '\n' ' ')
+if [ "$dirs" = "mp_rank_00_000_000 mp_rank_00_001_000 mp_rank_01_000_001 mp_rank_01_001_001 " ]; then
+    t_pass "tp2-pp2-ep2-etp1 checkpoint: the held pairs of each stage ($dirs)"
+else t_fail "tp2-pp2-ep2-etp1 checkpoint directories" "$dirs"; fi
+mt-train -n 8 $base $etp1 --pipeline-model-parallel-size 2 --expert-model-parallel-size 2 --load "$ckp" \
+    --metrics-file "$d/ckp-res.jsonl" >/dev/null 2>"$d/ckp-res.err" || t_fail "tp2-pp2-ep2-etp1: resume" "$(tail -3 "$d/ckp-res.err")"
+t_moe_check "tp2-pp2-ep2-etp1 resumed at 5: the uninterrupted run bit for bit" "$d/ckp-res.jsonl" 0 6 "$d/tp2-pp2-ep2-etp1.jsonl"
+mt-train $base --load "$ckp" --metrics-file "$d/ckp-1.jsonl" >/dev/null 2>"$d/ckp-1.err" ||
+    t_fail "tp2-pp2-ep2-etp1 checkpoint on one rank" "$(tail -3 "$d/ckp-1.err")"
+t_moe_check "... resumed on one rank: the one-rank losses" "$d/ckp-1.jsonl" 1e-5 6
 
 # mt-ckpt-convert: to whole experts on 4 expert ranks (every pair written), and to experts split over the tensor
 # ranks; each resumed on its layout gives the one-rank losses
