@@ -129,7 +129,8 @@ t_moe_walk() {
     (set -f; mt-train $T_MOE --train-iters 1 --eval-iters 0 >/dev/null 2>&1)
 }
 # t_moe_check NAME JSONL TOL [FIRST [REF]] (after t_moe_walk): the train iterations FIRST..10 (default 1) of
-# JSONL have the lm_loss, grad_norm, load_balancing_loss, z_loss and params_norm (where both log it) of REF
+# JSONL have the lm_loss, grad_norm, load_balancing_loss (or seq_load_balancing_loss), z_loss and params_norm
+# (where both log it) of REF
 # (default $T_TMP/ref.jsonl, the one-rank run) within TOL relative (0: the same bits), and with FIRST 1 the
 # validation losses too
 t_moe_check() {
@@ -138,7 +139,7 @@ import json, sys
 keys = ("lm_loss", "grad_norm", "load_balancing_loss", "z_loss", "params_norm")
 def load(p):
     rows = [json.loads(l) for l in open(p)]
-    return ({r["iteration"]: [r.get(k, float("nan")) for k in keys] for r in rows if r["type"] == "train"},
+    return ({r["iteration"]: [r.get(k, r.get("seq_" + k, float("nan"))) for k in keys] for r in rows if r["type"] == "train"},
             [(r["type"], r["iteration"], r["lm_loss"]) for r in rows if r["type"] != "train"])
 (a, ea), (b, eb) = load(sys.argv[1]), load(sys.argv[2])
 tol, first = float(sys.argv[3]), int(sys.argv[4])

@@ -422,7 +422,7 @@ static bool given(const bool *seen, const char *name)
 
 /* --expert-tensor-parallel-size: the tensor size (its default), or 1 with tensor parallelism and
  * --sequence-parallel (each expert whole on its rank, Megatron's MoE layer then routing each rank's sequence
- * shard); dropless routing over the micro-batch (aux_loss). Where etp x ep must divide the ranks of a stage is the
+ * shard); dropless routing, and seq_aux_loss where a rank's rows are whole sequences. Where etp x ep must divide the ranks of a stage is the
  * parallel grid's check (comm/grid.h), when the world size is known. */
 static int check_expert_tensor(const mt_train_args *a, mt_err *e)
 {
@@ -437,9 +437,11 @@ static int check_expert_tensor(const mt_train_args *a, mt_err *e)
     if (a->moe_expert_capacity_factor > 0)
         return mt_err_set(e, "--moe-expert-capacity-factor with --expert-tensor-parallel-size 1 (other than "
                              "--tensor-model-parallel-size %d): not implemented (dropless routing only)", tp);
-    if (a->moe_router_load_balancing_type && !strcmp(a->moe_router_load_balancing_type, "seq_aux_loss"))
-        return mt_err_set(e, "--moe-router-load-balancing-type seq_aux_loss with --expert-tensor-parallel-size 1 (other "
-                             "than --tensor-model-parallel-size %d): not implemented (aux_loss)", tp);
+    if (a->moe_router_load_balancing_type && !strcmp(a->moe_router_load_balancing_type, "seq_aux_loss") &&
+        a->micro_batch_size % tp)
+        return mt_err_set(e, "--moe-router-load-balancing-type seq_aux_loss with --expert-tensor-parallel-size 1 needs "
+                             "--micro-batch-size (%d) divisible by --tensor-model-parallel-size (%d): each tensor rank's rows "
+                             "whole sequences", a->micro_batch_size, tp);
     return 0;
 }
 

@@ -58,6 +58,12 @@ static int shards(const mt_gpt *m) { return m->sp && m->tp_size > 1 && !m->exper
 static int routing_ranks(const mt_gpt *m) { return m->cp_size * (m->experts_whole ? m->tp_size : 1); }
 static mt_comm *routing_group(const mt_gpt *m) { return m->experts_whole ? m->router_group : m->cp; }
 
+/* seq_aux_loss with the experts whole: a tensor rank's rows are whole sequences (its micro-batch's share,
+ * sequences q0 .. q0 + rl - 1, of T tokens each here: the rank's chunks with context parallelism), so its
+ * runs are statistics of its own sequences, placed among the micro-batch's B before the sum over the
+ * routing group; a run's tokens are T on each context rank. */
+static int seq_whole(const mt_gpt *m) { return m->experts_whole && m->c.moe_aux_type == MT_MOE_AUX_SEQ; }
+
 int mt_moe_rows_only(const mt_gpt *m) { return m->experts_whole && m->c.moe_shared_ffn == 0; }
 
 static int has_moe(const mt_gpt *m)
@@ -383,7 +389,20 @@ int mt_moe_forward(mt_moe_ctx *mc, int s, int li, int l, const void *x, void *ou
     if (training && (aux_on(c) || c->moe_z_coeff > 0)) {
         int seq = c->moe_aux_type == MT_MOE_AUX_SEQ ? T : (int)Nr, runs = (int)Nr / seq;
         float *stats = mc->stats + (size_t)s * st, *hs = mc->h_stats + (size_t)s * st;
-        mtk_moe_route_stats(k, stats, logits, idx, (int)Nr, seq, &r);
+        if (seq_whole(m)) {   /* this rank's sequences' runs among the micro-batch's B, the rest zero */
+            if (Nr % (size_t)T)
+                return mt_err_set(e, "MoE layer %d: seq_aux_loss with the experts whole: a tensor rank's %zu rows are not "
+                                     "whole sequences of %d", l, Nr, T);
+            float *tmp = mc->dlogits;   /* the backward's scratch, free in a forward pass */
+            size_t rl = (size_t)runs, q0 = (size_t)m->tp_rank * rl;
+            if (2 * E * rl + 1 > mc->nmax * E)
+                return mt_err_set(e, "MoE layer %d: seq_aux_loss with the experts whole needs sequences of at least 3 tokens", l);
+            runs = B;
+            mtk_moe_route_stats(k, tmp, logits, idx, (int)Nr, seq, &r);
+            mtk_zero(k, stats, (2 * E * (size_t)runs + 1) * sizeof(float));
+            mtk_copy(k, stats + 2 * E * q0, tmp, 2 * E * rl * sizeof(float));
+            mtk_copy(k, stats + 2 * E * (size_t)runs, tmp + 2 * E * rl, sizeof(float));
+        } else mtk_moe_route_stats(k, stats, logits, idx, (int)Nr, seq, &r);
         /* with context parallelism a rank's runs are its chunks of the sequences (or of the micro-batch), with
          * the experts whole its rows of them: the statistics of the whole ones are the sums over the group */
         if (rg && mt_all_reduce(rg, stats, 2 * E * (size_t)runs + 1, MT_C_F32, e))
@@ -391,7 +410,8 @@ int mt_moe_forward(mt_moe_ctx *mc, int s, int li, int l, const void *x, void *ou
         mtk_to_host(k, hs, stats, (2 * E * (size_t)runs + 1) * sizeof(float));
         if (mtk_status(k, e)) return mt_err_prefix(e, "MoE layer %d router", l);
         mc->runs[s] = runs;
-        const double n = (double)seq * routing_ranks(m);   /* the tokens of a whole run */
+        /* the tokens of a whole run */
+        const double n = (double)seq * (seq_whole(m) ? m->cp_size : routing_ranks(m));
         if (aux_on(c)) {   /* E / (K n^2) sum_e P_e f_e per run, averaged over the runs: aux / coeff */
             double sum = 0;
             for (int q = 0; q < runs; q++) {
@@ -504,16 +524,18 @@ int mt_moe_backward(mt_moe_ctx *mc, int s, int l, const void *x, const void *dou
     float zcoef = 0;
     int seq = (int)Nr;
     if (training && (aux_on(c) || c->moe_z_coeff > 0)) {
-        int runs = mc->runs[s];
-        seq = (int)Nr / runs;
+        int runs = mc->runs[s], rl = runs, q0 = 0;   /* all runs, and this rank's: rl from q0 */
+        if (seq_whole(m)) rl = (int)(Nr / (size_t)T), q0 = m->tp_rank * rl;
+        seq = (int)Nr / rl;
         const float *hs = mc->h_stats + (size_t)s * st;
-        const double n = (double)seq * routing_ranks(m);   /* the tokens of a whole run (over the routing ranks) */
+        /* the tokens of a whole run (over the routing ranks) */
+        const double n = (double)seq * (seq_whole(m) ? m->cp_size : routing_ranks(m));
         if (aux_on(c)) {   /* d(coeff aux)/d score[n][e] = scale coeff E / (K n^2 runs) count[run][e] */
-            float *h = mt_xmalloc((size_t)runs * E * sizeof *h);
+            float *h = mt_xmalloc((size_t)rl * E * sizeof *h);
             double f = scale * c->moe_aux_coeff * (double)E / ((double)K * n * n * (double)runs);
-            for (int q = 0; q < runs; q++)
-                for (size_t j = 0; j < E; j++) h[(size_t)q * E + j] = (float)(f * hs[2 * E * (size_t)q + j]);
-            mtk_to_device(k, mc->aux, h, (size_t)runs * E * sizeof *h);
+            for (int q = 0; q < rl; q++)
+                for (size_t j = 0; j < E; j++) h[(size_t)q * E + j] = (float)(f * hs[2 * E * (size_t)(q0 + q) + j]);
+            mtk_to_device(k, mc->aux, h, (size_t)rl * E * sizeof *h);
             free(h);
             aux = mc->aux;
         }

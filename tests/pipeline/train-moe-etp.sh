@@ -29,9 +29,11 @@
 #     resuming with the one-rank losses, and back to whole experts the saved tensors bit for bit; --to megatron
 #     gives the same model and optimizer state from it as from its conversion to etp 2; a missing
 #     tensor rank's directory and an expert tensor size of 3 are refused in one line;
+#   - seq_aux_loss: TP 2 x EP 2, TP 2 x CP 2 x EP 2 and TP 2 alone give the one-rank run's losses (each tensor
+#     rank's rows whole sequences);
 #   - refused in one line before any step: etp 1 without --sequence-parallel, an etp that is neither 1 nor tp,
-#     etp x ep not dividing the ranks of a stage (at startup and in the dry run), token dropping and
-#     seq_aux_loss with it.
+#     etp x ep not dividing the ranks of a stage (at startup and in the dry run), token dropping with it, and
+#     seq_aux_loss with a micro-batch that does not split into whole sequences over the tensor ranks.
 # shellcheck disable=SC2086   # the flag lists ($base, $tp, $etp1, $extra) split into words
 . "$(dirname "$0")/../lib.sh"
 set -f   # the layer list ([1,0,1,1]) is not a file pattern
@@ -78,6 +80,20 @@ mt-train $noshared --metrics-file "$d/ns-ref.jsonl" >/dev/null 2>"$d/ns-ref.err"
 t_moe_check "tp2-ep2-etp1 without a shared expert: the one-rank losses" "$d/ns.jsonl" 1e-5 1 "$d/ns-ref.jsonl"
 t_grep "... tensor-parallel bytes sent = the ring volume without the MoE layers' activations" \
     'tensor-parallel communication per iteration \| bytes sent: ([0-9]+) \| ring volume of the activations and statistics: \1$' "$d/ns.log"
+
+# ---- seq_aux_loss with the experts whole: each tensor rank's rows are whole sequences, whose statistics it
+# places among the micro-batch's before the sum over the tensor (x context) ranks: TP 2 x EP 2, TP 2 x CP 2 x EP 2
+# and TP 2 alone give the one-rank run's losses, its seq_load_balancing_loss included (measured 1.2e-7) ----
+seqaux="--moe-router-load-balancing-type seq_aux_loss"
+mt-train $base $seqaux --metrics-file "$d/seq-ref.jsonl" >/dev/null 2>"$d/seq-ref.err" || t_fail "seq_aux_loss on one rank" "$(tail -3 "$d/seq-ref.err")"
+for v in "tp2-ep2-etp1:4:--expert-model-parallel-size 2" "tp2-cp2-ep2-etp1:4:--context-parallel-size 2 --expert-model-parallel-size 2" \
+         "tp2-etp1:2:"; do
+    name=${v%%:*} rest=${v#*:} n=${rest%%:*} extra=${rest#*:}
+    if mt-train -n "$n" $base $etp1 $seqaux $extra --metrics-file "$d/seq-$name.jsonl" >/dev/null 2>"$d/seq-$name.err"; then
+        t_moe_check "seq_aux_loss, $name: the one-rank losses" "$d/seq-$name.jsonl" 1e-5 1 "$d/seq-ref.jsonl"
+    else t_fail "seq_aux_loss, $name" "$(tail -3 "$d/seq-$name.err")"; fi
+done
+t_grep "... the iteration line shows seq_load_balancing_loss" '"seq_load_balancing_loss":' "$d/seq-tp2-ep2-etp1.jsonl"
 
 # ---- the sim backend (the CUDA kernels under the SIMT simulator, host-staged communicators): TP 2 x EP 2 with
 # etp 1, 3 iterations, the cpu backend's losses and norms to 1e-6 (measured 1.5e-8) ----
@@ -166,8 +182,9 @@ refused "... and in the dry run" \
     $etp1 --expert-model-parallel-size 4 --global-batch-size 12 --dry-run --world-size 6
 refused "etp 1 with token dropping" 'moe-expert-capacity-factor with --expert-tensor-parallel-size 1.*dropless routing only' 2 \
     $etp1 --moe-expert-capacity-factor 1.0
-refused "etp 1 with seq_aux_loss" 'seq_aux_loss with --expert-tensor-parallel-size 1.*not implemented' 2 \
-    $etp1 --moe-router-load-balancing-type seq_aux_loss
+refused "etp 1 with seq_aux_loss and a micro-batch of 1 sequence on 2 tensor ranks" \
+    'seq_aux_loss with --expert-tensor-parallel-size 1 needs --micro-batch-size \(1\) divisible by --tensor-model-parallel-size \(2\)' 2 \
+    ${base//--micro-batch-size 2/--micro-batch-size 1} $etp1 --moe-router-load-balancing-type seq_aux_loss
 
 # ---- checkpoints with the experts whole: only the (tensor rank, expert rank) pairs some rank holds are
 # written, as Megatron's (TP 2 x EP 2 on 4 ranks: mp_rank_00_000 and mp_rank_01_001) ----
