@@ -44,8 +44,8 @@ static const mt_flag flags[] = {
     {"--target-expert-model-parallel-size", MT_F_INT, &target_ep, "N",
      "expert-parallel size of the checkpoint written (default 1; a model with experts)", 1, 4096, NULL},
     {"--target-expert-tensor-parallel-size", MT_F_INT, &target_etp, "N",
-     "ranks each expert is split over in the checkpoint written: the target tensor size (the default), or 1 (each "
-     "expert whole; mt-train --expert-tensor-parallel-size 1)", 1, 4096, NULL},
+     "ranks each expert is split over in the checkpoint written: the target tensor size (the default), or a divisor of "
+     "it (1: each expert whole; mt-train --expert-tensor-parallel-size N)", 1, 4096, NULL},
     {"--target-pipeline-parallel-size", MT_F_INT, &target_pp, "N", "pipeline-parallel size of the checkpoint written (default 1)", 1, 4096, NULL},
     {"--target-num-layers-per-virtual-pipeline-stage", MT_F_INT, &target_chunk_layers, "N",
      "with --to megatron: model chunks of N layers for Megatron's interleaved schedule (model0, model1, ...)", 1, 100000,

@@ -55,9 +55,9 @@ static int dir_exists(const mt_ckpt_reader *first, const char *name)
     return yes;
 }
 
-/* With the experts whole on every tensor rank (expert tensor size 1 < tp) only the (tensor rank, expert
- * rank) pairs that some rank of the run held were saved: every stage needs a directory of each tensor rank
- * (its dense slices) and one of each expert rank (its experts). */
+/* With an expert tensor size etp below tp only the (tensor rank, expert rank) pairs that some rank of the run
+ * held were saved: every stage needs a directory of each tensor rank (its dense slices) and for each expert
+ * rank one of each expert tensor rank (tensor rank % etp: its slices of the experts). */
 static int check_cover(const mt_ckpt_global *g, mt_err *e)
 {
     char top[4096];
@@ -73,15 +73,16 @@ static int check_cover(const mt_ckpt_global *g, mt_err *e)
                 return mt_err_set(e, "%s: missing shard: no directory of tensor rank %d (%s%s)", top, t, name,
                                   g->ep > 1 ? " or another expert rank's" : "");
         }
-        for (int x = 0; x < g->ep; x++) {
-            int any = 0;
-            for (int t = 0; t < g->tp && !any; t++) any = g->r[(p * g->ep + x) * g->tp + t] != NULL;
-            char name[32];
-            mt_ckpt_rank_name_ep(name, sizeof name, 0, p, g->pp, x, g->ep);
-            if (!any)
-                return mt_err_set(e, "%s: missing shard: no directory of expert rank %d (%s or another tensor rank's)",
-                                  top, x, name);
-        }
+        for (int x = 0; x < g->ep; x++)
+            for (int y = 0; y < g->etp; y++) {
+                int any = 0;
+                for (int t = y; t < g->tp && !any; t += g->etp) any = g->r[(p * g->ep + x) * g->tp + t] != NULL;
+                char name[32];
+                mt_ckpt_rank_name_ep(name, sizeof name, y, p, g->pp, x, g->ep);
+                if (!any)
+                    return mt_err_set(e, "%s: missing shard: no directory of expert rank %d%s (%s or another tensor rank's)",
+                                      top, x, g->etp > 1 ? " and its expert tensor slice" : "", name);
+            }
     }
     return 0;
 }
@@ -96,11 +97,12 @@ int mt_ckpt_global_open(mt_ckpt_global *g, mt_ckpt_reader *first, const char *lo
     g->pp = pp;
     g->ep = ep > 1 ? ep : 1;
     g->n = tp * pp * g->ep;
-    if (etp > 0 && etp != tp && etp != 1) {
+    if (etp > 0 && tp % etp) {
         mt_layout_free(&g->whole);
-        return mt_err_set(e, "%s: expert-tensor-parallel-size %d: only 1 or the tensor size (%d) is read", load_dir, etp, tp);
+        return mt_err_set(e, "%s: expert-tensor-parallel-size %d does not divide the tensor size %d", load_dir, etp, tp);
     }
-    g->whole_experts = etp == 1 && tp > 1 && a->num_experts > 0;
+    g->etp = etp > 0 && a->num_experts > 0 ? etp : tp;
+    int grouped = g->etp < tp;
     g->r = mt_xcalloc((size_t)g->n, sizeof *g->r);
     g->l = mt_xcalloc((size_t)g->n, sizeof *g->l);
     size_t most = 1;
@@ -108,7 +110,7 @@ int mt_ckpt_global_open(mt_ckpt_global *g, mt_ckpt_reader *first, const char *lo
         for (int x = 0; x < g->ep; x++)
         for (int t = 0; t < tp; t++) {
             int i = (p * g->ep + x) * tp + t;
-            mt_layout_part part = {t, tp, p, pp, vp, x, g->ep, 0, g->whole_experts ? 1 : 0};
+            mt_layout_part part = {t, tp, p, pp, vp, x, g->ep, grouped ? t % g->etp : 0, grouped ? g->etp : 0};
             if (mt_layout_build(a, &part, &g->l[i], e)) {
                 mt_err_prefix(e, "checkpoint of tensor-parallel size %d, pipeline %d", tp, pp);
                 mt_ckpt_global_close(g);
@@ -122,7 +124,7 @@ int mt_ckpt_global_open(mt_ckpt_global *g, mt_ckpt_reader *first, const char *lo
             }
             char name[32];
             mt_ckpt_rank_name_ep(name, sizeof name, t, p, pp, x, g->ep);
-            if (g->whole_experts && !dir_exists(first, name)) continue;   /* a pair no rank held */
+            if (grouped && !dir_exists(first, name)) continue;   /* a pair no rank held */
             g->r[i] = mt_ckpt_open_rank(load_dir, iteration, name, e);
             if (!g->r[i]) {
                 mt_err_prefix(e, "checkpoint of tensor-parallel size %d, pipeline %d: missing shard", tp, pp);
@@ -130,7 +132,7 @@ int mt_ckpt_global_open(mt_ckpt_global *g, mt_ckpt_reader *first, const char *lo
                 return -1;
             }
         }
-    if ((g->whole_experts && check_cover(g, e)) || check_shapes(g, e)) {
+    if ((grouped && check_cover(g, e)) || check_shapes(g, e)) {
         mt_ckpt_global_close(g);
         return -1;
     }
@@ -177,14 +179,14 @@ static int read_slice(mt_ckpt_global *g, int which, int i, const mt_layout_tenso
 }
 
 /* The directory the reads take tensor lt of present directory i (a tensor of g->l[i]) from: an expert's
- * from its own directory, or with the experts whole from the first present one of its expert rank and
- * stage; any other tensor from the first present directory of its tensor rank (tensor rank 0's when it is
- * replicated) and stage: expert rank 0's, unless no rank held that pair. */
+ * from its own directory, or with an expert tensor size below tp from the first present one of its expert
+ * rank, stage and expert tensor slice; any other tensor from the first present directory of its tensor rank
+ * (tensor rank 0's when it is replicated) and stage: expert rank 0's, unless no rank held that pair. */
 static int holder(const mt_ckpt_global *g, int i, const mt_layout_tensor *lt)
 {
     int p = i / (g->ep * g->tp), x = (i / g->tp) % g->ep, t = i % g->tp;
     if (lt->expert >= 0) {
-        for (int u = 0; g->whole_experts && u < g->tp; u++)
+        for (int u = t % g->etp; g->etp < g->tp && u < g->tp; u += g->etp)
             if (g->r[(p * g->ep + x) * g->tp + u]) return (p * g->ep + x) * g->tp + u;
         return i;
     }

@@ -13,10 +13,12 @@
 
 typedef struct mt_ckpt_global {
     int tp, pp, ep, n;
-    int whole_experts;    /* saved with expert tensor size 1 < tp: each expert whole in every directory of its
-                             expert rank, and only the (tensor rank, expert rank) pairs some rank held */
+    int etp;              /* the expert tensor size (tp: the experts split as the MLP); below tp each expert's
+                             slice etp_rank = tensor rank % etp is in every directory of its expert rank and
+                             such a tensor rank, and only the (tensor rank, expert rank) pairs some rank held
+                             were saved */
     mt_ckpt_reader **r;   /* rank (p ep + x) tp + t (x the expert rank); r[0] is the caller's, not closed here;
-                             NULL: a pair no rank held (whole_experts only) */
+                             NULL: a pair no rank held (etp < tp only) */
     mt_layout *l;         /* each rank's layout */
     mt_layout whole;      /* the one-rank layout: global names and shapes */
     float *scratch;       /* the largest slice */
@@ -36,8 +38,9 @@ typedef struct mt_ckpt_global {
 /* Opens the other ranks of the checkpoint first was opened from (load_dir, iteration) for a model of
  * architecture a saved with tensor size tp, pipeline size pp, vp model chunks per stage (the interleaved
  * schedule; 1 without), expert size ep and expert tensor size etp (0 or tp: the experts split as the MLP;
- * 1: whole, and then the directories of the pairs no rank held are absent; a stage must still have one of
- * each tensor rank and one of each expert rank). 0, or -1 with e set (nothing open). */
+ * a divisor of tp: split over etp, 1 whole, and then the directories of the pairs no rank held are absent;
+ * a stage must still have one of each tensor rank, and for each expert rank one of each expert tensor
+ * rank). 0, or -1 with e set (nothing open). */
 int mt_ckpt_global_open(mt_ckpt_global *g, mt_ckpt_reader *first, const char *load_dir, int64_t iteration,
                         const mt_model_arch *a, int tp, int pp, int vp, int ep, int etp, mt_err *e);
 void mt_ckpt_global_close(mt_ckpt_global *g);

@@ -331,7 +331,7 @@ static int open_shards(mt_model_ckpt *mc, mt_err *e)
     /* the experts' tensor size: absent or 0, the tensor size */
     json_t *xj = json_object_get(mc->args, "expert-tensor-parallel-size");
     int etp = json_is_integer(xj) && a.num_experts ? (int)json_integer_value(xj) : 0;
-    if (etp < 0 || etp > tp) {
+    if (etp < 0 || etp > tp || (etp > 0 && tp % etp)) {
         free(g);
         return mt_err_set(e, "%s/meta.json: expert-tensor-parallel-size %d out of range", mc->dir, etp);
     }

@@ -56,13 +56,13 @@ int mt_ckpt_write_layout(mt_model_ckpt *mc, const char *save, int64_t it, int tp
     a.padded_vocab_size = mt_gpt_padded_vocab(mc->vocab_size, d, tp);
     if (ep < 1) ep = 1;
     if (ep > 1 && !a.num_experts) return mt_err_set(e, "%s: an expert-parallel size (%d) for a model without experts", mc->dir, ep);
-    if (etp > 0 && etp != 1 && etp != tp)
-        return mt_err_set(e, "expert tensor size %d: 1 or the tensor size (%d); other sizes are not implemented", etp, tp);
+    if (etp > 0 && tp % etp)
+        return mt_err_set(e, "expert tensor size %d: it must divide the tensor size (%d)", etp, tp);
     if (etp > 0 && etp != tp && !a.num_experts)
         return mt_err_set(e, "%s: an expert tensor size (%d) for a model without experts", mc->dir, etp);
-    /* experts whole on every tensor rank: every (tensor rank, expert rank) pair is written, which any data-parallel
-     * size a run resumes with finds its own in */
-    int whole_experts = etp == 1 && tp > 1;
+    /* an expert tensor size below tp: the experts split over etp (whole with 1), every (tensor rank, expert rank)
+     * pair written, which any data-parallel size a run resumes with finds its own in */
+    int grouped = etp > 0 && etp < tp;
     int n = tp * pp * ep, rc = 0, done = 0, total = 0;   /* rank i: (stage, expert rank, tensor rank) */
     mt_layout whole, *l = mt_xcalloc((size_t)n, sizeof *l);
     mt_layout_part one = {0, 1, 0, 1, 1, 0, 1, 0, 0};
@@ -74,7 +74,8 @@ int mt_ckpt_write_layout(mt_model_ckpt *mc, const char *save, int64_t it, int tp
     for (int i = 0; i < whole.n; i++)
         if (whole.t[i].numel > most) most = whole.t[i].numel;
     for (int i = 0; i < n && !rc; i++) {
-        mt_layout_part part = {i % tp, tp, i / (tp * ep), pp, 1, (i / tp) % ep, ep, 0, whole_experts};
+        mt_layout_part part = {i % tp, tp, i / (tp * ep), pp, 1, (i / tp) % ep, ep, grouped ? (i % tp) % etp : 0,
+                               grouped ? etp : 0};
         if (mt_layout_build(&a, &part, &l[i], e)) rc = -1;
         else total += l[i].n * (with_optim ? 3 : 1);
     }
@@ -108,7 +109,7 @@ int mt_ckpt_write_layout(mt_model_ckpt *mc, const char *save, int64_t it, int tp
         json_object_set_new(args, "tensor-model-parallel-size", json_integer(tp));
         json_object_set_new(args, "pipeline-model-parallel-size", json_integer(pp));
         if (a.num_experts) json_object_set_new(args, "expert-model-parallel-size", json_integer(ep));
-        if (whole_experts) json_object_set_new(args, "expert-tensor-parallel-size", json_integer(1));
+        if (grouped) json_object_set_new(args, "expert-tensor-parallel-size", json_integer(etp));
         else json_object_del(args, "expert-tensor-parallel-size");   /* the tensor size */
         json_object_del(args, "num-layers-per-virtual-pipeline-stage");   /* written without model chunks */
         ranks[i] = (mt_ckpt_rank){names[i], ct, nt, with_optim ? ct + nt : NULL, with_optim ? 2 * nt : 0, m};

@@ -85,11 +85,11 @@ static const mt_flag flags[] = {
     {"--moe-per-layer-logging", MT_F_BOOL, &A.moe_per_layer_logging, NULL,
      "MoE: each MoE layer's losses and rows per expert to TensorBoard (moe/..._layer_L)", 0, 0, NULL},
     {"--expert-model-parallel-size", MT_F_INT, &A.expert_model_parallel_size, "N",
-     "MoE: ranks the experts are split over (of the data-parallel ones, or with --expert-tensor-parallel-size 1 of "
-     "a stage's; default 1)", 1, 1 << 16, NULL},
+     "MoE: ranks the experts are split over (of the data-parallel ones, or with an --expert-tensor-parallel-size below "
+     "the tensor size of a stage's; default 1)", 1, 1 << 16, NULL},
     {"--expert-tensor-parallel-size", MT_F_INT, &A.expert_tensor_parallel_size, "N",
-     "MoE: ranks each expert's matrices are split over: --tensor-model-parallel-size (the default), or 1 with "
-     "--sequence-parallel (each expert whole, routed on each rank's sequence shard)", 1, 1 << 16,
+     "MoE: ranks each expert's matrices are split over: --tensor-model-parallel-size (the default), or a divisor of it "
+     "with --sequence-parallel (1: each expert whole, routed on each rank's sequence shard)", 1, 1 << 16,
      NULL},
     NOOP_B("--moe-grouped-gemm", "accepted; the experts' products are always one grouped product"),
     NOOP_S("--moe-token-dispatcher-type", "TYPE", "accepted (alltoall, allgather); the tokens go to their experts one way"),
@@ -420,25 +420,28 @@ static bool given(const bool *seen, const char *name)
     return false;
 }
 
-/* --expert-tensor-parallel-size: the tensor size (its default), or 1 with tensor parallelism and
- * --sequence-parallel (each expert whole on its rank, Megatron's MoE layer then routing each rank's sequence
- * shard); dropless routing, and seq_aux_loss where a rank's rows are whole sequences. Where etp x ep must divide the ranks of a stage is the
- * parallel grid's check (comm/grid.h), when the world size is known. */
+/* --expert-tensor-parallel-size: the tensor size (its default), or a divisor of it with --sequence-parallel
+ * (Megatron's MoE layer then routing each rank's sequence shard; mt each expert-tensor group's rows, the
+ * experts split over the group: whole with 1); dropless routing, and seq_aux_loss with 1 where a rank's rows
+ * are whole sequences. Where etp x ep must divide the ranks of a stage is the parallel grid's check
+ * (comm/grid.h), when the world size is known. */
 static int check_expert_tensor(const mt_train_args *a, mt_err *e)
 {
     int etp = a->expert_tensor_parallel_size, tp = a->tensor_model_parallel_size;
     if (!etp || etp == tp) return 0;
-    if (etp != 1)
-        return mt_err_set(e, "--expert-tensor-parallel-size (%d): 1 or --tensor-model-parallel-size (%d); other sizes are "
-                             "not implemented", etp, tp);
+    if (tp % etp)
+        return mt_err_set(e, "--expert-tensor-parallel-size (%d) must divide --tensor-model-parallel-size (%d)", etp, tp);
     if (!a->sequence_parallel)
-        return mt_err_set(e, "--expert-tensor-parallel-size 1 with --tensor-model-parallel-size %d needs --sequence-parallel "
-                             "(as Megatron's MoE layer in training)", tp);
+        return mt_err_set(e, "--expert-tensor-parallel-size %d with --tensor-model-parallel-size %d needs --sequence-parallel "
+                             "(as Megatron's MoE layer in training)", etp, tp);
     if (a->moe_expert_capacity_factor > 0)
-        return mt_err_set(e, "--moe-expert-capacity-factor with --expert-tensor-parallel-size 1 (other than "
-                             "--tensor-model-parallel-size %d): not implemented (dropless routing only)", tp);
-    if (a->moe_router_load_balancing_type && !strcmp(a->moe_router_load_balancing_type, "seq_aux_loss") &&
-        a->micro_batch_size % tp)
+        return mt_err_set(e, "--moe-expert-capacity-factor with --expert-tensor-parallel-size %d (other than "
+                             "--tensor-model-parallel-size %d): not implemented (dropless routing only)", etp, tp);
+    int seq = a->moe_router_load_balancing_type && !strcmp(a->moe_router_load_balancing_type, "seq_aux_loss");
+    if (seq && etp > 1)
+        return mt_err_set(e, "--moe-router-load-balancing-type seq_aux_loss with --expert-tensor-parallel-size %d (between 1 "
+                             "and --tensor-model-parallel-size %d): not implemented", etp, tp);
+    if (seq && a->micro_batch_size % tp)
         return mt_err_set(e, "--moe-router-load-balancing-type seq_aux_loss with --expert-tensor-parallel-size 1 needs "
                              "--micro-batch-size (%d) divisible by --tensor-model-parallel-size (%d): each tensor rank's rows "
                              "whole sequences", a->micro_batch_size, tp);

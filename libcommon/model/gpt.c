@@ -56,8 +56,8 @@ mt_model_arch mt_gpt_arch(const mt_gpt_config *c)
 static int build_table(mt_gpt *m, mt_err *e)
 {
     mt_model_arch a = mt_gpt_arch(&m->c);
-    mt_layout_part part = {m->tp_rank, m->tp_size, m->pp_stage, m->pp_size, m->vp, m->ep_rank, m->ep_size, 0,
-                           m->experts_whole};
+    mt_layout_part part = {m->tp_rank, m->tp_size, m->pp_stage, m->pp_size, m->vp, m->ep_rank, m->ep_size,
+                           m->experts_grouped ? m->tp_rank % m->etp : 0, m->experts_grouped ? m->etp : 0};
     if (mt_layout_build(&a, &part, &m->layout, e)) return -1;
     m->l0 = m->layout.first_layer;
     m->nl = m->layout.num_layers;
@@ -100,17 +100,21 @@ mt_gpt *mt_gpt_create_tp(mtk *k, const mt_gpt_config *config, mt_comm *tp, int m
     return mt_gpt_create_chunks(k, config, tp, 0, 1, 1, mode, e);
 }
 
-/* The expert tensor size of the config: tp (or 0), or 1 with tp > 1 and sequence parallelism (experts_whole);
- * the router's statistics summed over the tensor group until mt_gpt_set_router_group says otherwise. */
+/* The expert tensor size of the config: tp (or 0), or a divisor of tp with sequence parallelism
+ * (experts_grouped; 1: experts_whole); the router's statistics summed over the tensor group until
+ * mt_gpt_set_router_group says otherwise. */
 static int expert_tensor(mt_gpt *m, const mt_gpt_config *c, mt_err *e)
 {
-    int etp = c->expert_tensor_parallel_size;
-    m->experts_whole = c->num_experts > 0 && m->tp_size > 1 && etp == 1;
-    if (c->num_experts > 0 && etp > 0 && etp != m->tp_size && etp != 1)
-        return mt_err_set(e, "--expert-tensor-parallel-size (%d): 1 or --tensor-model-parallel-size (%d)", etp, m->tp_size);
-    if (m->experts_whole && !m->sp)
-        return mt_err_set(e, "--expert-tensor-parallel-size 1 with --tensor-model-parallel-size %d needs --sequence-parallel",
+    int etp = c->expert_tensor_parallel_size > 0 && c->num_experts > 0 ? c->expert_tensor_parallel_size : m->tp_size;
+    if (m->tp_size % etp)
+        return mt_err_set(e, "--expert-tensor-parallel-size (%d) must divide --tensor-model-parallel-size (%d)", etp,
                           m->tp_size);
+    m->etp = etp;
+    m->experts_grouped = etp < m->tp_size;
+    m->experts_whole = m->experts_grouped && etp == 1;
+    if (m->experts_grouped && !m->sp)
+        return mt_err_set(e, "--expert-tensor-parallel-size %d with --tensor-model-parallel-size %d needs --sequence-parallel",
+                          etp, m->tp_size);
     m->router_group = m->tp;
     return 0;
 }
@@ -276,7 +280,7 @@ int mt_gpt_reserve(mt_gpt *m, size_t n, int T, mt_err *e)
     size_t C = (size_t)c->hidden_size, V = (size_t)m->vocab, F = (size_t)m->fcw, Q = (size_t)m->qkvw;
     /* the largest activation-dtype operand of any operation, with this rank's shares of the vocabulary,
      * ffn and heads: activations [n][V|F|QKV|C], weights [V|pos|QKV|F|C][C] */
-    size_t R = mt_moe_rows_max(m, n), EF = (size_t)(c->mlp == MT_MLP_SWIGLU ? 2 : 1) * (size_t)(c->moe_ffn_hidden_size / (m->experts_whole ? 1 : m->tp_size));
+    size_t R = mt_moe_rows_max(m, n), EF = (size_t)(c->mlp == MT_MLP_SWIGLU ? 2 : 1) * (size_t)(c->moe_ffn_hidden_size / m->etp);
     size_t SF = (size_t)(c->mlp == MT_MLP_SWIGLU ? 2 : 1) * (size_t)(c->moe_shared_ffn / m->tp_size);
     size_t cand[] = {n * V, n * F, n * Q, n * C, V * C, (size_t)c->max_position_embeddings * C, Q * C, F * C, C * C,
                      R * C, R * EF, EF * C, (size_t)c->num_experts * C, n * SF, SF * C};
@@ -477,11 +481,16 @@ static int ctx_shape(mt_gpt_ctx *x, mt_gpt *m, int chunk, int max_batch, mt_err 
     return 0;
 }
 
-int mt_gpt_experts_whole(const mt_gpt *m) { return m->experts_whole; }
+int mt_gpt_experts_grouped(const mt_gpt *m) { return m->experts_grouped; }
 
 void mt_gpt_set_router_group(mt_gpt *m, mt_comm *tpcp)
 {
     if (tpcp && tpcp->size > 1) m->router_group = tpcp;
+}
+
+void mt_gpt_set_expert_tensor_group(mt_gpt *m, mt_comm *etp)
+{
+    m->etp_comm = etp && etp->size > 1 ? etp : NULL;
 }
 
 int mt_gpt_set_context_parallel(mt_gpt *m, mt_comm *cp, int type, int overlap, mt_err *e)

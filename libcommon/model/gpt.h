@@ -161,14 +161,18 @@ size_t mt_gpt_expert_lo(const mt_gpt *m);
  * losses are the whole sequences'; an expert's capacity holds in each rank's tokens, as Megatron's. 0, or -1
  * with e set. */
 int mt_gpt_set_context_parallel(mt_gpt *m, mt_comm *cp, int type, int overlap, mt_err *e);
-/* With config->expert_tensor_parallel_size 1 under tensor parallelism (each expert whole on its rank, the MoE
- * layers' routing on the rank's own rows): the tensor x context group (comm/parallel.h's tpcp, as a device
- * communicator), over which the router's statistics are summed; the tensor group until it is set, which is
- * that group without context parallelism. tpcp must outlive the model. */
+/* With config->expert_tensor_parallel_size below the tensor size (the MoE layers' routing on the rows of the
+ * rank's expert-tensor group, its experts split over that group: whole with 1): the tensor x context group
+ * (comm/parallel.h's tpcp, as a device communicator), over which the router's statistics are summed; the
+ * tensor group until it is set, which is that group without context parallelism. tpcp must outlive the
+ * model. */
 void mt_gpt_set_router_group(mt_gpt *m, mt_comm *tpcp);
-/* Whether the experts are whole on each tensor rank (expert tensor size 1 under tensor parallelism): the
- * routers' gradients are then each rank's rows' part, summed over the tensor group by mt_gpt_reduce_grads. */
-int mt_gpt_experts_whole(const mt_gpt *m);
+/* With an expert tensor size between 1 and the tensor size: the expert-tensor group (comm/parallel.h's etp,
+ * as a device communicator), over which the experts' outputs are partial sums. It must outlive the model. */
+void mt_gpt_set_expert_tensor_group(mt_gpt *m, mt_comm *etp);
+/* Whether the expert tensor size is below the tensor size: the routers' gradients are then each expert-tensor
+ * group's rows' part, summed over the tensor group by mt_gpt_reduce_grads. */
+int mt_gpt_experts_grouped(const mt_gpt *m);
 /* The bytes the context-parallel attention has sent to the other ranks of the group so far. */
 uint64_t mt_gpt_cp_bytes(const mt_gpt *m);
 /* The bytes the MoE layers' all-to-alls have sent to the other expert ranks so far (their blocks for the

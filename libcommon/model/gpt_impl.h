@@ -41,10 +41,15 @@ struct mt_gpt {
     size_t cp_bytes;        /* of the ring and cp_losses (counted with the activations) */
     mt_comm *ep;            /* expert parallelism: the ranks holding the other experts (NULL: one rank); not owned */
     int ep_rank, ep_size;   /* this rank holds experts [ep_rank E / ep_size, ...) of each MoE layer */
-    int experts_whole;      /* expert tensor size 1 under tp > 1: each expert whole on its rank, the MoE layer's
-                               routing and experts on this rank's rows (moe.h) */
-    mt_comm *router_group;  /* with experts_whole, the ranks whose rows make up the micro-batch (tensor x
+    int etp;                /* the expert tensor size: tp (the experts split as the MLP), or a divisor of it */
+    int experts_grouped;    /* etp < tp: the MoE layer routes the rows of this rank's expert-tensor group (tensor
+                               ranks etp (tp_rank / etp) ...: their sequence-parallel shards), its experts split
+                               over the group's ranks (moe.h) */
+    int experts_whole;      /* etp 1 < tp: each expert whole on its rank, routing its own rows */
+    mt_comm *router_group;  /* with experts_grouped, the ranks whose rows make up the micro-batch (tensor x
                                context): the router's statistics are summed over them; not owned */
+    mt_comm *etp_comm;      /* with 1 < etp < tp: the expert-tensor group, over which the experts' outputs are
+                               partial sums; not owned */
     uint64_t ep_bytes;      /* bytes the MoE layers' all-to-alls have sent to the other expert ranks */
     int vp;                 /* model chunks of the interleaved schedule (1: none); chunk c of the stage holds its
                                local layers [c nl / vp, (c + 1) nl / vp) */

@@ -162,7 +162,8 @@ void mt_gpt_init(mt_gpt *m, uint64_t seed)
     /* the draws follow the whole model's table (one stage, this tensor rank); a pipeline stage keeps the
      * tensors it holds, and the last stage's copy of tied embeddings takes the word embeddings' values */
     mt_model_arch arch = m->layout.arch;
-    mt_layout_part part = {m->tp_rank, m->tp_size, 0, 1, 1, 0, 1, 0, m->experts_whole};   /* every expert */
+    mt_layout_part part = {m->tp_rank, m->tp_size, 0, 1, 1, 0, 1, m->experts_grouped ? m->tp_rank % m->etp : 0,
+                           m->experts_grouped ? m->etp : 0};   /* every expert */
     mt_layout whole;
     mt_err e;
     if (mt_layout_build(&arch, &part, &whole, &e)) mt_die("GPT init: %s", e.msg);   /* built once already */

@@ -49,14 +49,30 @@ static int capacity(const mt_gpt_config *c, size_t n)
 }
 
 /* The shards the capacity holds in apart: with sequence parallelism Megatron routes each tensor rank's
- * shard of the positions on its own, its capacity that of the shard's tokens; 1 otherwise (and with the
- * experts whole, where a rank routes only its own rows). */
-static int shards(const mt_gpt *m) { return m->sp && m->tp_size > 1 && !m->experts_whole ? m->tp_size : 1; }
+ * shard of the positions on its own, its capacity that of the shard's tokens; 1 otherwise (and with an
+ * expert tensor size below tp, where token dropping is refused). */
+static int shards(const mt_gpt *m) { return m->sp && m->tp_size > 1 && !m->experts_grouped ? m->tp_size : 1; }
 
-/* The ranks a micro-batch's rows are spread over for the routing: the context ranks, and with the experts
- * whole the tensor ranks too (each routes its own rows); the router's statistics are summed over them. */
-static int routing_ranks(const mt_gpt *m) { return m->cp_size * (m->experts_whole ? m->tp_size : 1); }
-static mt_comm *routing_group(const mt_gpt *m) { return m->experts_whole ? m->router_group : m->cp; }
+/* The ranks a micro-batch's rows are spread over for the routing: the context ranks, and with an expert tensor
+ * size below tp the expert-tensor groups too (each routes its own rows); the router's statistics are summed
+ * over them (every tensor rank's, of which the first of each group gives them). */
+static int routing_ranks(const mt_gpt *m) { return m->cp_size * (m->experts_grouped ? m->tp_size / m->etp : 1); }
+static mt_comm *routing_group(const mt_gpt *m) { return m->experts_grouped ? m->router_group : m->cp; }
+/* With the experts split over a group of several tensor ranks (1 < etp < tp) the group's ranks route the same
+ * rows: the first gives the statistics and the router's gradients, the others zero. */
+static int group_echo(const mt_gpt *m) { return m->experts_grouped && m->tp_rank % m->etp != 0; }
+
+/* The rows this rank routes: its expert-tensor group's (the sequence-parallel shards of its etp tensor ranks),
+ * or all N with the experts split over the tensor ranks; group_local(full) is where they are in a full buffer. */
+static size_t group_rows(const mt_gpt *m, size_t N)
+{
+    return m->experts_grouped ? (size_t)mt_tp_tokens(m, (int)N) * (size_t)m->etp : N;
+}
+static void *group_local(const mt_gpt *m, void *full, size_t N, size_t C)
+{
+    size_t first = m->experts_grouped ? (size_t)(m->tp_rank / m->etp) * group_rows(m, N) : 0;
+    return (char *)full + first * C * m->asz;
+}
 
 /* seq_aux_loss with the experts whole: a tensor rank's rows are whole sequences (its micro-batch's share,
  * sequences q0 .. q0 + rl - 1, of T tokens each here: the rank's chunks with context parallelism), so its
@@ -125,7 +141,7 @@ static void shape(mt_moe_ctx *mc, const mt_gpt *m, size_t ntok, int max_batch, i
     int glu = c->mlp == MT_MLP_SWIGLU ? 2 : 1;
     mc->m = (mt_gpt *)m;
     mc->E = c->num_experts, mc->K = c->moe_topk;
-    mc->F = c->moe_ffn_hidden_size / (m->experts_whole ? 1 : m->tp_size), mc->Fs = c->moe_shared_ffn / m->tp_size;
+    mc->F = c->moe_ffn_hidden_size / m->etp, mc->Fs = c->moe_shared_ffn / m->tp_size;
     mc->fc1 = glu * mc->F, mc->sfc1 = glu * mc->Fs;
     mc->slots = slots, mc->max_batch = max_batch;
     mc->nmax = ntok;
@@ -377,9 +393,9 @@ int mt_moe_forward(mt_moe_ctx *mc, int s, int li, int l, const void *x, void *ou
     int32_t *src = mc->src + (size_t)s * mc->rmax, *counts = mc->counts + (size_t)s * E, *hc = mc->h_counts + (size_t)s * E;
     void *h1 = AT(mc->h1, (size_t)s * mc->rx * (size_t)mc->fc1), *y = AT(mc->y, (size_t)s * mc->rmax * C);
     int t0 = mt_gpt_t(m, l, MT_T_ROUTER_W);
-    /* the rows routed here: every row, or with the experts whole this rank's rows of x (Nr of them) */
-    size_t Nr = m->experts_whole ? (size_t)mt_tp_tokens(m, (int)N) : N;
-    const void *xr = m->experts_whole ? mt_tp_local(m, (void *)x, (int)N, (int)C) : x;
+    /* the rows routed here: every row, or with an expert tensor size below tp its group's rows of x (Nr of them) */
+    size_t Nr = group_rows(m, N);
+    const void *xr = group_local(m, (void *)x, N, C);
     mt_comm *rg = routing_group(m);
 
     /* routing */
@@ -403,6 +419,7 @@ int mt_moe_forward(mt_moe_ctx *mc, int s, int li, int l, const void *x, void *ou
             mtk_copy(k, stats + 2 * E * q0, tmp, 2 * E * rl * sizeof(float));
             mtk_copy(k, stats + 2 * E * (size_t)runs, tmp + 2 * E * rl, sizeof(float));
         } else mtk_moe_route_stats(k, stats, logits, idx, (int)Nr, seq, &r);
+        if (group_echo(m)) mtk_zero(k, stats, (2 * E * (size_t)runs + 1) * sizeof(float));   /* the group's first's */
         /* with context parallelism a rank's runs are its chunks of the sequences (or of the micro-batch), with
          * the experts whole its rows of them: the statistics of the whole ones are the sums over the group */
         if (rg && mt_all_reduce(rg, stats, 2 * E * (size_t)runs + 1, MT_C_F32, e))
@@ -459,11 +476,9 @@ int mt_moe_forward(mt_moe_ctx *mc, int s, int li, int l, const void *x, void *ou
         act_fwd(m, mc->a, h1, R, mc->F);
         mtk_grouped_matmul_fwd(k, y, mc->a, mt_gpt_w(m, mt_gpt_t(m, l, MT_T_EXPERT_FC2_W)), hc, (int)E, mc->F, (int)C);
     }
-    void *outr = out;
-    if (m->experts_whole) {
-        if (mc->Fs) mtk_zero(k, out, N * C * m->asz);   /* the shared expert's partial sum goes on every row */
-        outr = mt_tp_local(m, out, (int)N, (int)C);
-    }
+    void *outr = group_local(m, out, N, C);
+    if (m->experts_grouped && !mt_moe_rows_only(m))   /* the other groups' rows: the shared expert's partial sum */
+        mtk_zero(k, out, N * C * m->asz);
     mtk_moe_unpermute(k, outr, y, row, probs, (int)Nr, (int)K, (int)C);
     /* the shared expert, with its gate */
     if (mc->Fs) {
@@ -489,23 +504,19 @@ int mt_moe_backward(mt_moe_ctx *mc, int s, int l, const void *x, const void *dou
     int32_t *src = mc->src + (size_t)s * mc->rmax, *hc = mc->h_counts + (size_t)s * E;
     void *h1 = AT(mc->h1, (size_t)s * mc->rx * (size_t)mc->fc1), *y = AT(mc->y, (size_t)s * mc->rmax * C);
     int tr = mt_gpt_t(m, l, MT_T_ROUTER_W), t1 = mt_gpt_t(m, l, MT_T_EXPERT_FC1_W), t2 = mt_gpt_t(m, l, MT_T_EXPERT_FC2_W);
-    /* with the experts whole the routed part is this rank's rows (Nr) of x, dout and dx; dx's other rows get
-     * only the shared expert's partial sum */
-    size_t Nr = N;
-    const void *xr = x, *doutr = dout;
-    void *dxr = dx;
-    if (m->experts_whole) {
-        Nr = (size_t)mt_tp_tokens(m, (int)N);
-        xr = mt_tp_local(m, (void *)x, (int)N, (int)C), doutr = mt_tp_local(m, (void *)dout, (int)N, (int)C);
-        dxr = mt_tp_local(m, dx, (int)N, (int)C);
-        if (mc->Fs) mtk_zero(k, dx, N * C * m->asz);
-    }
+    /* with an expert tensor size below tp the routed part is the group's rows (Nr) of x, dout and dx; dx's other
+     * rows get only the shared expert's partial sum */
+    size_t Nr = group_rows(m, N);
+    const void *xr = group_local(m, (void *)x, N, C), *doutr = group_local(m, (void *)dout, N, C);
+    void *dxr = group_local(m, dx, N, C);
+    if (m->experts_grouped && !mt_moe_rows_only(m)) mtk_zero(k, dx, N * C * m->asz);
 
     /* the experts, back to the tokens' rows (dx assigned), and the weights' gradients */
     mtk_moe_unpermute_bwd(k, mc->dy, mc->dprobs, doutr, y, row, probs, (int)Nr, (int)K, (int)C, (int)R);
-    /* y is this rank's partial sum with the experts split over the tensor ranks: so is dout . y */
-    if (m->tp && !m->experts_whole && mt_all_reduce(m->tp, mc->dprobs, N * K, MT_C_F32, e))
-        return mt_err_prefix(e, "MoE layer %d", l);
+    /* y is this rank's partial sum with the experts split over the tensor ranks (or over the expert-tensor group):
+     * so is dout . y */
+    mt_comm *split = !m->experts_grouped ? m->tp : m->etp_comm;
+    if (split && mt_all_reduce(split, mc->dprobs, Nr * K, MT_C_F32, e)) return mt_err_prefix(e, "MoE layer %d", l);
     if (mc->P > 1) {   /* the rows' input gradients come back into xp */
         if (experts_ep_bwd(mc, s, l, gm, e)) return -1;
         mtk_moe_permute_bwd(k, dxr, mc->xp, row, (int)Nr, (int)K, (int)C);
@@ -543,11 +554,12 @@ int mt_moe_backward(mt_moe_ctx *mc, int s, int l, const void *x, const void *dou
     }
     mtk_moe_route_bwd(k, mc->dlogits, mc->dprobs, aux, seq, zcoef, logits, idx, (int)Nr, &r);
     /* every tensor rank computes the router's whole gradients: its input gradient counts once in the sum over
-     * the ranks that follows (with the experts whole, each rank its own rows': the weight's gradient is summed
-     * over the tensor ranks by mt_gpt_reduce_grads) */
+     * the ranks that follows (with an expert tensor size below tp, each group's rows' from its first rank, the
+     * others' zero: the weight's gradient is summed over the tensor ranks by mt_gpt_reduce_grads) */
     void *dx0 = m->tp_rank == 0 ? dx : NULL;
-    mtk_router_bwd(k, m->experts_whole ? dxr : dx0, mt_gpt_g(m, tr), mc->dlogits, xr, mt_gpt_w(m, tr), (int)Nr, (int)C,
-                   (int)E, gm);
+    if (group_echo(m)) mtk_zero(k, mc->dlogits, Nr * E * sizeof(float));
+    mtk_router_bwd(k, m->experts_grouped ? (group_echo(m) ? NULL : dxr) : dx0, mt_gpt_g(m, tr), mc->dlogits, xr,
+                   mt_gpt_w(m, tr), (int)Nr, (int)C, (int)E, gm);
 
     /* the shared expert */
     if (mc->Fs) {

@@ -120,11 +120,12 @@ int mt_tp_embed_bwd(mt_gpt *m, const void *dlocal, void *scratch, const int32_t 
 }
 
 /* The tensors whose gradients a sequence-parallel rank computes from its own rows only: the norms, and with
- * the experts whole (moe.h) the MoE layers' routers. */
+ * an expert tensor size below tp (moe.h) the MoE layers' routers (its expert-tensor group's rows, from the
+ * group's first rank). */
 static int rows_only(const mt_gpt *m, mt_tensor_kind k)
 {
     return k == MT_T_NORM1_W || k == MT_T_NORM1_B || k == MT_T_NORM2_W || k == MT_T_NORM2_B ||
-           k == MT_T_FINAL_NORM_W || k == MT_T_FINAL_NORM_B || (m->experts_whole && k == MT_T_ROUTER_W);
+           k == MT_T_FINAL_NORM_W || k == MT_T_FINAL_NORM_B || (m->experts_grouped && k == MT_T_ROUTER_W);
 }
 
 int mt_gpt_reduce_grads(mt_gpt *m, mt_err *e)

@@ -282,14 +282,14 @@ static json_t *pieces_meta(const mt_trainer *t, const int64_t *w, mt_err *e)
     char (*dirs)[32] = mt_xcalloc((size_t)(nd + nx), sizeof *dirs), mine[32];
     place_name(t, me, mine, sizeof mine);
     size_t xlo = mt_gpt_expert_lo(t->model);
-    int rc = 0;
+    int rc = 0, etp = t->par->etp_size;   /* the expert-data-parallel ranks hold this rank's expert tensor slice */
     for (int i = 0; i < nd + nx && !rc; i++) {
         int dense = i < nd, x = dense ? i : i - nd, q;
         for (q = 0; q < n; q++) {
             const int64_t *o = w + (size_t)q * W_N;
             if (o[W_PP] != me[W_PP]) continue;
             if (dense ? o[W_TP] == me[W_TP] && o[W_GDP] == x
-                      : o[W_EP] == me[W_EP] && o[W_EDP] == x && (t->experts_whole || o[W_TP] == me[W_TP]))
+                      : o[W_EP] == me[W_EP] && o[W_EDP] == x && o[W_TP] % etp == me[W_TP] % etp)
                 break;
         }
         if (q == n) {

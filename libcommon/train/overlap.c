@@ -100,7 +100,7 @@ int mt_overlap_init(mt_overlap *o, mt_gpt *model, mt_grad_sync *gs, size_t base,
         for (int li = 0; li < o->nl; li++)
             if (i >= l->layer_start[li] && i < l->layer_start[li + 1]) g = li;
         if (o->nl > 0 && i >= l->layer_start[o->nl]) g = o->nl - 1;   /* the final norm, the output layer */
-        if ((sp && (is_norm(t->kind) || (t->kind == MT_T_ROUTER_W && mt_gpt_experts_whole(model)))) || i == tied)
+        if ((sp && (is_norm(t->kind) || (t->kind == MT_T_ROUTER_W && mt_gpt_experts_grouped(model)))) || i == tied)
             g = -1;   /* summed elsewhere first */
         o->group[i] = in_part(o, t) ? g : -2;
     }

@@ -175,8 +175,10 @@ static int run_forward(mt_trainer *t, mt_pipeline *p, mt_pp_mc mc, mt_step_resul
         for (int li = 0; li < lay->num_layers; li++) {
             double *row = t->moe_layer + (size_t)mt_layout_global_layer(lay, li) * (size_t)(2 + E), tok[MTK_MOE_MAX_EXPERTS];
             if (!mt_gpt_moe_layer_stats(x, li, &lb, &z, tok)) continue;
-            if (t->experts_whole && t->tp_rank != 0) lb = z = 0;   /* the rows' counts summed over the tensor
-                                                                        ranks, the losses (every rank's) once */
+            if (t->experts_grouped && t->tp_rank != 0) lb = z = 0;   /* the rows' counts summed over the tensor
+                                                                          ranks (an expert-tensor group's from
+                                                                          its first), the losses once */
+            if (t->experts_grouped && t->tp_rank % t->par->etp_size) memset(tok, 0, sizeof tok);
             row[0] += lb, row[1] += z;
             for (int j = 0; j < E; j++) row[2 + j] += tok[j];
         }

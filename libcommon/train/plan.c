@@ -86,18 +86,24 @@ int mt_plan_print(FILE *out, const mt_train_args *a, int world, mt_err *e)
     int etp = a->num_experts ? a->expert_tensor_parallel_size : 0;
     mt_grid grid;   /* the expert groups as the run makes them: etp x ep must divide the ranks of a stage */
     if (mt_grid_make_expert(&grid, world, tp, cp, pp, ep, etp, e)) return -1;
-    int whole = grid.etp == 1 && tp > 1;   /* experts whole on each tensor rank, routed on its rows */
-    int apart = ep > 1 || whole;           /* the experts' gradients over their own group (grid.edp ranks) */
+    int grouped = grid.etp < tp;   /* experts split over expert-tensor groups of tensor ranks (whole with 1), each
+                                      group routing its rows */
+    int apart = ep > 1 || grouped; /* the experts' gradients over their own group (grid.edp ranks) */
     int nmoe = mt_gpt_moe_layers(&cfg);
     if (nmoe) {   /* the experts, and what expert parallelism exchanges with routing spread evenly: every token
-                     of the micro-batch from each tensor rank, or with the experts whole each rank's own */
-        double N = (double)a->micro_batch_size * a->seq_length / (whole ? tp : 1), K = cfg.moe_topk, C = cfg.hidden_size;
+                     of the micro-batch from each tensor rank, or with an expert tensor size below tp its group's */
+        double N = (double)a->micro_batch_size * a->seq_length * (grouped ? (double)grid.etp / tp : 1.0), K = cfg.moe_topk,
+               C = cfg.hidden_size;
         double rows = N * K * (ep - 1) / ep;   /* the rows a rank sends to the other ranks' experts */
+        char split[96] = "";
+        if (grouped && grid.etp == 1) snprintf(split, sizeof split, ", each whole on its tensor rank (--expert-tensor-parallel-size 1)");
+        else if (grouped)
+            snprintf(split, sizeof split, ", each split over %d tensor ranks (--expert-tensor-parallel-size %d)", grid.etp, grid.etp);
         double bytes = (double)nmoe / pp * M * (4.0 * rows * C * (double)asz + (ep - 1) * (cfg.num_experts / ep) * 4.0);
         fprintf(out, "> %d MoE layers of %d experts (top %d), %d on each of %d expert-parallel ranks%s; all-to-all "
                      "bytes a rank sends per iteration with evenly spread routing: %.0f\n",
                 nmoe, cfg.num_experts, cfg.moe_topk, cfg.num_experts / ep, ep,
-                whole ? ", each whole on its tensor rank (--expert-tensor-parallel-size 1)" : "", ep > 1 ? bytes : 0.0);
+                split, ep > 1 ? bytes : 0.0);
     }
     size_t *cb = mt_xcalloc((size_t)vp, sizeof *cb);
     int *live = mt_xcalloc((size_t)vp, sizeof *live);

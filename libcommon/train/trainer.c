@@ -155,14 +155,16 @@ int mt_trainer_open_par(mt_trainer *t, const mt_train_args *a, const mt_parallel
     if (t->tp_size > 1 && !(t->dev_tp = mt_device_comm(t->par->tp, t->k, e))) return -1;
     t->ep_size = t->par->ep_size > 1 ? t->par->ep_size : 1;
     t->experts_whole = t->a.num_experts > 0 && t->tp_size > 1 && t->par->etp_size == 1;
-    t->experts_apart = t->ep_size > 1 || t->experts_whole;
+    t->experts_grouped = t->a.num_experts > 0 && t->par->etp_size < t->tp_size;
+    t->experts_apart = t->ep_size > 1 || t->experts_grouped;
     if (t->experts_apart) {
         if (t->ep_size > 1 && !(t->dev_ep = mt_device_comm(t->par->ep, t->k, e))) return -1;
         if (t->par->edp->size > 1 && !(t->dev_edp = t->par->edp == t->par->dpcp && t->dev_dp ? t->dev_dp
                                                     : mt_device_comm(t->par->edp, t->k, e)))
             return -1;
     }
-    if (t->experts_whole && t->cp_size > 1 && !(t->dev_tpcp = mt_device_comm(t->par->tpcp, t->k, e))) return -1;
+    if (t->experts_grouped && t->cp_size > 1 && !(t->dev_tpcp = mt_device_comm(t->par->tpcp, t->k, e))) return -1;
+    if (t->experts_grouped && t->par->etp_size > 1 && !(t->dev_etp = mt_device_comm(t->par->etp, t->k, e))) return -1;
     if (t->pp_size > 1) {
         /* the embedding group: stage 0 and the last stage (the others get a group they do not use) */
         int member = t->pp_rank == 0 || t->pp_rank == t->pp_size - 1;
@@ -192,6 +194,7 @@ int mt_trainer_open_par(mt_trainer *t, const mt_train_args *a, const mt_parallel
     t->model = mt_gpt_create_ep(t->k, &t->cfg, t->dev_tp, t->dev_ep, t->pp_rank, t->pp_size, t->vp, MT_GPT_TRAIN, e);
     if (!t->model) return -1;
     if (t->dev_tpcp) mt_gpt_set_router_group(t->model, t->dev_tpcp);
+    if (t->dev_etp) mt_gpt_set_expert_tensor_group(t->model, t->dev_etp);
     /* the ring's exchanges overlap its blocks (MT_CP_OVERLAP=0, a measurement aid: they do not) */
     const char *ov = getenv("MT_CP_OVERLAP");
     int p2p = !strcmp(t->a.cp_comm_type, "p2p"), cp_overlap = p2p && !(ov && !strcmp(ov, "0"));
@@ -294,7 +297,8 @@ void mt_trainer_close(mt_trainer *t)
     if (t->dev_edp && t->dev_edp != t->dev_dp && t->dev_edp != t->par->edp) mt_comm_free(t->dev_edp);
     if (t->dev_ep && t->dev_ep != t->par->ep) mt_comm_free(t->dev_ep);
     if (t->dev_tpcp && t->dev_tpcp != t->par->tpcp) mt_comm_free(t->dev_tpcp);
-    t->dev_ep = t->dev_edp = t->dev_tpcp = NULL;
+    if (t->dev_etp && t->dev_etp != t->par->etp) mt_comm_free(t->dev_etp);
+    t->dev_ep = t->dev_edp = t->dev_tpcp = t->dev_etp = NULL;
     if (t->dev_pp != t->par->pp) mt_comm_free(t->dev_pp);
     if (t->dev_emb != t->emb) mt_comm_free(t->dev_emb);
     mt_comm_free(t->emb);
@@ -417,10 +421,13 @@ int mt_trainer_params_ready(mt_trainer *t, mt_err *e)
 }
 
 /* The sum of squares of every expert rank's experts (summed over the expert-parallel group) as this rank
- * counts it in a norm then summed over the tensor ranks: on tensor rank 0 only when the experts are whole
- * on each tensor rank (the expert-parallel group then spans them, each holding the same sum); all of it when
- * each tensor rank holds its slices. */
-static double experts_counted(const mt_trainer *t, double all) { return t->experts_whole && t->tp_rank != 0 ? 0 : all; }
+ * counts it in a norm then summed over the tensor ranks: with an expert tensor size below tp on the first
+ * expert-tensor group's ranks only (tensor ranks 0 .. etp - 1: the others' groups hold the same slices); all
+ * of it when each tensor rank holds its slices. */
+static double experts_counted(const mt_trainer *t, double all)
+{
+    return t->experts_grouped && t->tp_rank >= t->par->etp_size ? 0 : all;
+}
 
 int mt_trainer_params_norm(mt_trainer *t, double *norm, mt_err *e)
 {
@@ -504,7 +511,7 @@ int mt_trainer_step(mt_trainer *t, mt_step_result *r, mt_err *e)
     if (t->moe_layer) {   /* each layer's from its stage, summed over the data-parallel ranks */
         size_t n = (size_t)t->cfg.num_layers * (size_t)(2 + t->cfg.num_experts);
         if ((t->pp_size > 1 && mt_all_reduce(t->par->pp, t->moe_layer, n, MT_C_F64, e)) ||
-            (t->experts_whole && mt_all_reduce(t->par->tp, t->moe_layer, n, MT_C_F64, e)) ||
+            (t->experts_grouped && mt_all_reduce(t->par->tp, t->moe_layer, n, MT_C_F64, e)) ||
             (t->dp_size > 1 && mt_all_reduce(t->par->dp, t->moe_layer, n, MT_C_F64, e)))
             return mt_err_prefix(e, "iteration %lld: MoE per-layer logging", (long long)t->iteration + 1);
         for (int l = 0; l < t->cfg.num_layers; l++)
@@ -589,15 +596,15 @@ double mt_trainer_tp_volume(const mt_trainer *t)
         int is = mt_arch_is_moe(&lay->arch, mt_layout_global_layer(lay, li));
         moe += is, moe_rc += is && li < R;
     }
-    int stats = t->experts_whole && t->cp_size == 1 &&
+    int stats = t->experts_grouped && t->cp_size == 1 &&
                 ((t->cfg.moe_aux_type != MT_MOE_AUX_NONE && t->cfg.moe_aux_coeff > 0) || t->cfg.moe_z_coeff > 0);
-    micro += moe * ((t->experts_whole ? 0 : t->cfg.moe_topk) + gate) * N * sizeof(float) * ring;
+    micro += moe * ((t->experts_grouped ? 0 : t->cfg.moe_topk) + gate) * N * sizeof(float) * ring;
     micro += stats * (moe + moe_rc) * (2.0 * t->cfg.num_experts + 1) * sizeof(float) * ring;
     /* ... and without a shared expert such a layer exchanges no activations: not its input's gathers (forward,
      * recomputed forward, and again for the backward) nor its output's and input gradient's sums */
     if (t->experts_whole && !(t->cfg.moe_shared_ffn > 0)) micro -= (2.5 * moe + moe_rc) * N * C * a * ring;
     double step = t->num_micro * micro + sizeof(double) * ring;
-    if (t->experts_whole) step += moe * (double)t->cfg.num_experts * C * sizeof(float) * ring;
+    if (t->experts_grouped) step += moe * (double)t->cfg.num_experts * C * sizeof(float) * ring;
     int nv = t->cfg.norm == MT_NORM_LAYERNORM ? 2 : 1;   /* vectors of a norm: weight (and bias) */
     if (t->cfg.sequence_parallel) step += nv * (2 * L + last) * C * sizeof(float) * ring;   /* the norms' gradients */
     return step;

@@ -81,7 +81,9 @@ typedef struct mt_trainer {
     int experts_apart;       /* expert parallelism, or an expert tensor size other than tp: the experts' gradients
                                 (the buffer's end) over the expert-data-parallel group, gs_exp */
     int experts_whole;       /* expert tensor size 1 under tp > 1: each expert whole on its tensor rank */
-    mt_comm *dev_tpcp;       /* with experts_whole and context parallelism: the router's tensor x context group */
+    int experts_grouped;     /* expert tensor size below tp: the MoE layers route each expert-tensor group's rows */
+    mt_comm *dev_tpcp;       /* with experts_grouped and context parallelism: the router's tensor x context group */
+    mt_comm *dev_etp;        /* with 1 < expert tensor size < tp: the expert-tensor group (the experts' partial sums) */
     int dp_rank, dp_size, tp_rank, tp_size, pp_rank, pp_size;   /* par's groups' ranks and sizes */
     int cp_size;             /* context-parallel ranks (1: none) */
     int gdp_rank, gdp_size;  /* in the data x context group (dp's without context parallelism): the gradients'

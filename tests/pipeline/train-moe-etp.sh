@@ -31,9 +31,15 @@
 #     tensor rank's directory and an expert tensor size of 3 are refused in one line;
 #   - seq_aux_loss: TP 2 x EP 2, TP 2 x CP 2 x EP 2 and TP 2 alone give the one-rank run's losses (each tensor
 #     rank's rows whole sequences);
-#   - refused in one line before any step: etp 1 without --sequence-parallel, an etp that is neither 1 nor tp,
+#   - an expert tensor size between 1 and tp (tp 4, etp 2, with 4 query groups): TP 4, TP 4 x EP 2, with the
+#     distributed optimizer, DP 2 x TP 4 x EP 2 with the overlapped buckets, TP 4 x CP 2 x EP 2 and TP 4 x PP 2
+#     x EP 2 give the one-rank losses; the dry run's parameters, memory line and all-to-all bytes are the run's;
+#     its checkpoints hold each tensor rank's pair, resume bit for bit, on one rank and on etp 1 x EP 4, and
+#     with the distributed optimizer name the expert shard in the other group's directory;
+#   - refused in one line before any step: etp 1 without --sequence-parallel, an etp that does not divide tp,
 #     etp x ep not dividing the ranks of a stage (at startup and in the dry run), token dropping with it, and
-#     seq_aux_loss with a micro-batch that does not split into whole sequences over the tensor ranks.
+#     seq_aux_loss with a micro-batch that does not split into whole sequences over the tensor ranks or with
+#     an etp between 1 and tp.
 # shellcheck disable=SC2086   # the flag lists ($base, $tp, $etp1, $extra) split into words
 . "$(dirname "$0")/../lib.sh"
 set -f   # the layer list ([1,0,1,1]) is not a file pattern
@@ -156,6 +162,62 @@ want=$((3 * 2 * (4 * 32 * 32 * 4 + 2 * 4)))
 t_grep "... its experts whole and its all-to-all of the rank's own rows ($want bytes)" \
     "2 on each of 2 expert-parallel ranks, each whole on its tensor rank \(--expert-tensor-parallel-size 1\); all-to-all bytes a rank sends per iteration with evenly spread routing: $want\$" "$d/plan.out"
 
+# ---- an expert tensor size between 1 and tp: tp 4, etp 2 (the model with 4 query groups): each expert-tensor group
+# of 2 tensor ranks routes its rows, its experts split over the group's two ranks (their outputs partial sums
+# there); TP 4 alone, TP 4 x EP 2, with the distributed optimizer, DP 2 x TP 4 x EP 2 with the overlapped buckets,
+# TP 4 x CP 2 x EP 2 and TP 4 x PP 2 x EP 2 give the one-rank run's losses to 1e-5 (measured 1.2e-7) ----
+base4=${base//--num-query-groups 2/--num-query-groups 4}
+tp4="--tensor-model-parallel-size 4 --sequence-parallel"
+etp2="$tp4 --expert-tensor-parallel-size 2"
+mt-train $base4 --metrics-file "$d/ref4.jsonl" >/dev/null 2>"$d/ref4.err" || t_fail "one rank, 4 query groups" "$(tail -3 "$d/ref4.err")"
+for v in "tp4-etp2:4:" "tp4-ep2-etp2:4:--expert-model-parallel-size 2" "tp4-etp2-dist:4:--use-distributed-optimizer" \
+         "dp2-tp4-ep2-etp2-overlap:8:--expert-model-parallel-size 2 --use-distributed-optimizer --overlap-grad-reduce --overlap-param-gather --ddp-bucket-size 4000" \
+         "tp4-cp2-ep2-etp2:8:--context-parallel-size 2 --expert-model-parallel-size 2" \
+         "tp4-pp2-ep2-etp2:8:--pipeline-model-parallel-size 2 --expert-model-parallel-size 2"; do
+    name=${v%%:*} rest=${v#*:} n=${rest%%:*} extra=${rest#*:}
+    if mt-train -n "$n" $base4 $etp2 $extra --metrics-file "$d/$name.jsonl" >"$d/$name.log" 2>"$d/$name.err"; then
+        t_moe_check "$name: the one-rank losses" "$d/$name.jsonl" 1e-5 1 "$d/ref4.jsonl"
+    else t_fail "$name" "$(tail -3 "$d/$name.err")"; fi
+done
+# the dry run of TP 4 x EP 2 x etp 2 with the distributed optimizer: rank 0's parameters and memory line as the run's
+# (the dense part of tp 4 plus half of each of its 2 experts), and the all-to-all of its group's 32 rows x 2 choices,
+# half of them to the other expert rank: 3 layers x 4 micro-batches x (4 x 32 rows x 32 floats x 4 bytes + 2 x 4)
+mt-train $base4 $etp2 --expert-model-parallel-size 2 --use-distributed-optimizer --dry-run --world-size 4 >"$d/plan4.out" 2>&1 &&
+    mt-train -n 4 $base4 $etp2 --expert-model-parallel-size 2 --use-distributed-optimizer --train-iters 1 --eval-iters 0 \
+        --lr-warmup-iters 0 >"$d/run4.out" 2>&1 || t_fail "etp 2: dry run and run" "$(tail -2 "$d/plan4.out" "$d/run4.out")"
+for pat in 'number of parameters on' 'memory \(MB\)'; do
+    a=$(mem "$d/plan4.out" "$pat") b=$(mem "$d/run4.out" "$pat")
+    if [ -n "$a" ] && [ "$a" = "$b" ]; then t_pass "etp 2 dry run: $pat as the run's ($a)"
+    else t_fail "etp 2 dry run: $pat" "plan '$a', run '$b'"; fi
+done
+want=$((3 * 4 * (4 * 32 * 32 * 4 + 2 * 4)))
+t_grep "... each expert split over 2 tensor ranks, the all-to-all of its group's rows ($want bytes)" \
+    "2 on each of 2 expert-parallel ranks, each split over 2 tensor ranks \(--expert-tensor-parallel-size 2\); all-to-all bytes a rank sends per iteration with evenly spread routing: $want\$" "$d/plan4.out"
+# its checkpoints: TP 4 x EP 2 writes mp_rank_00_000, 01_000, 02_001 and 03_001 (each tensor rank's pair), resumes bit
+# for bit and on one rank and on etp 1 x EP 4; TP 4 with the distributed optimizer names the expert shard of the same
+# expert tensor slice in the other group's directory (mp_rank_02 for mp_rank_00), resumes bit for bit
+ck4=$d/ck4
+mt-train -n 4 $base4 $etp2 --expert-model-parallel-size 2 --save "$ck4" --exit-interval 5 >/dev/null 2>"$d/ck4.err" ||
+    t_fail "tp4-ep2-etp2: save" "$(tail -3 "$d/ck4.err")"
+dirs=$(ls "$ck4/iter_0000005" 2>&1 | tr '\n' ' ')
+if [ "$dirs" = "mp_rank_00_000 mp_rank_01_000 mp_rank_02_001 mp_rank_03_001 " ]; then t_pass "tp4-ep2-etp2 checkpoint: $dirs"
+else t_fail "tp4-ep2-etp2 checkpoint directories" "$dirs"; fi
+for v in "itself:4:$etp2 --expert-model-parallel-size 2:0:$d/tp4-ep2-etp2.jsonl" "one rank:1::1e-5:$d/ref4.jsonl" \
+         "etp 1 x EP 4:4:$tp4 --expert-tensor-parallel-size 1 --expert-model-parallel-size 4:1e-5:$d/ref4.jsonl"; do
+    name=${v%%:*} rest=${v#*:} n=${rest%%:*} rest=${rest#*:} extra=${rest%%:*} rest=${rest#*:} tol=${rest%%:*} ref=${rest#*:}
+    rm -f "$d/ck4-x.jsonl"
+    if mt-train -n "$n" $base4 $extra --load "$ck4" --metrics-file "$d/ck4-x.jsonl" >/dev/null 2>"$d/ck4-x.err"; then
+        t_moe_check "tp4-ep2-etp2 checkpoint resumed on $name" "$d/ck4-x.jsonl" "$tol" 6 "$ref"
+    else t_fail "tp4-ep2-etp2 checkpoint on $name" "$(tail -3 "$d/ck4-x.err")"; fi
+done
+ck4d=$d/ck4d
+mt-train -n 4 $base4 $etp2 --use-distributed-optimizer --save "$ck4d" --exit-interval 5 >/dev/null 2>"$d/ck4d.err" &&
+    mt-train -n 4 $base4 $etp2 --use-distributed-optimizer --load "$ck4d" --metrics-file "$d/ck4d-res.jsonl" >/dev/null 2>"$d/ck4d-res.err" ||
+    t_fail "tp4-etp2, distributed optimizer: save and resume" "$(tail -3 "$d/ck4d.err" "$d/ck4d-res.err")"
+t_moe_check "tp4-etp2, distributed optimizer, resumed at 5: the uninterrupted run bit for bit" "$d/ck4d-res.jsonl" 0 6 "$d/tp4-etp2-dist.jsonl"
+t_grep "... mp_rank_00's meta.json: its second expert shard in mp_rank_02's file" \
+    '"\.\./mp_rank_02/distrib_optim_000\.safetensors"' "$ck4d/iter_0000005/mp_rank_00/meta.json"
+
 # ---- refused in one line, before any step ----
 refused() {   # NAME PATTERN N FLAGS...: mt-train -n N (0: without -n) with FLAGS fails with one line matching PATTERN
     local name=$1 pat=$2 n=$3   # (the same line from every rank), and no iteration
@@ -171,9 +233,11 @@ refused() {   # NAME PATTERN N FLAGS...: mt-train -n N (0: without -n) with FLAG
 refused "etp 1 without --sequence-parallel" \
     'expert-tensor-parallel-size 1 with --tensor-model-parallel-size 2 needs --sequence-parallel' 2 \
     --tensor-model-parallel-size 2 --expert-tensor-parallel-size 1
-refused "etp 3 with tp 2 (neither 1 nor tp)" \
-    'expert-tensor-parallel-size \(3\): 1 or --tensor-model-parallel-size \(2\); other sizes are not implemented' 0 \
+refused "etp 3 with tp 2 (not a divisor)" \
+    'expert-tensor-parallel-size \(3\) must divide --tensor-model-parallel-size \(2\)' 0 \
     $tp --expert-tensor-parallel-size 3 --dry-run
+refused "etp 2 (between 1 and tp 4) with seq_aux_loss" 'seq_aux_loss with --expert-tensor-parallel-size 2 \(between 1 and --tensor-model-parallel-size 4\): not implemented' 0 \
+    $base4 $tp4 --expert-tensor-parallel-size 2 --moe-router-load-balancing-type seq_aux_loss --dry-run
 refused "etp 1 x ep 4 on a stage of 6 ranks (at startup)" \
     'expert-tensor-parallel-size \(1\) x --expert-model-parallel-size \(4\) does not divide the ranks of a pipeline stage 6' 6 \
     $etp1 --expert-model-parallel-size 4 --global-batch-size 12
