@@ -11,7 +11,9 @@
 #include "io/fsutil.h"
 #include "mt_base.h"
 
-static char *rank_path(const mt_meg_dir *m, int64_t it, int t, int p, int pp)
+/* A rank's model_optim_rng.pt: mp_rank_TT, _PPP with pipeline stages, _EEE (expert rank x) with expert
+ * parallelism (ep > 1), as Megatron's get_checkpoint_name names it. */
+static char *rank_path(const mt_meg_dir *m, int64_t it, int t, int p, int pp, int x, int ep)
 {
     char sub[64], *s, *f;
     if (it == MT_CKPT_RELEASE) snprintf(sub, sizeof sub, "release");
@@ -19,6 +21,7 @@ static char *rank_path(const mt_meg_dir *m, int64_t it, int t, int p, int pp)
     char rank[32];
     if (pp > 1) snprintf(rank, sizeof rank, "mp_rank_%02d_%03d", t, p);
     else snprintf(rank, sizeof rank, "mp_rank_%02d", t);
+    if (ep > 1) snprintf(rank + strlen(rank), sizeof rank - strlen(rank), "_%03d", x);
     s = mt_path_join(m->dir, sub);
     f = mt_path_join(s, rank);
     free(s);
@@ -33,10 +36,11 @@ int mt_meg_dir_is(const char *dir)
     mt_err e = {0};
     if (mt_ckpt_latest(dir, &it, &e) != 0) return 0;
     mt_meg_dir m = {.dir = (char *)dir};
-    char *a = rank_path(&m, it, 0, 0, 1), *b = rank_path(&m, it, 0, 0, 2);
-    int yes = access(a, F_OK) == 0 || access(b, F_OK) == 0;
+    char *a = rank_path(&m, it, 0, 0, 1, 0, 1), *b = rank_path(&m, it, 0, 0, 2, 0, 1), *c = rank_path(&m, it, 0, 0, 2, 0, 2);
+    int yes = access(a, F_OK) == 0 || access(b, F_OK) == 0 || access(c, F_OK) == 0;
     free(a);
     free(b);
+    free(c);
     return yes;
 }
 
@@ -182,6 +186,27 @@ static int rank_model(mt_meg_dir *m, mt_meg_rank *r, mt_err *e)
     return 0;
 }
 
+/* With only the held (tensor rank, expert rank) pairs saved: every stage has a file of each tensor rank (its
+ * dense slices) and one of each expert rank (its experts); a missing one is named by its expert rank 0's (or
+ * tensor rank 0's) file. */
+static int check_cover(const mt_meg_dir *m, mt_err *e)
+{
+    for (int p = 0; p < m->pp; p++) {
+        for (int k = 0; k < m->tp + m->ep; k++) {
+            int t = k < m->tp ? k : -1, x = k < m->tp ? -1 : k - m->tp, any = 0;
+            for (int q = 0; q < (t >= 0 ? m->ep : m->tp) && !any; q++) {
+                int tt = t >= 0 ? t : q, xx = t >= 0 ? q : x;
+                any = !m->r[(p * m->ep + xx) * m->tp + tt].absent;
+            }
+            if (!any)
+                return mt_err_set(e, "%s: missing: no file of %s rank %d (nor of another %s rank's)",
+                                  m->r[(p * m->ep + (x >= 0 ? x : 0)) * m->tp + (t >= 0 ? t : 0)].path,
+                                  t >= 0 ? "tensor" : "expert", t >= 0 ? t : x, t >= 0 ? "expert" : "tensor");
+        }
+    }
+    return 0;
+}
+
 int mt_meg_dir_open(mt_meg_dir *m, const char *dir, mt_err *e)
 {
     memset(m, 0, sizeof *m);
@@ -192,10 +217,11 @@ int mt_meg_dir_open(mt_meg_dir *m, const char *dir, mt_err *e)
     m->dir = mt_xstrdup(dir);
     m->iteration = it;
     /* the first rank names the sizes */
-    mt_meg_rank first = {.path = rank_path(m, it, 0, 0, 1)};
-    if (access(first.path, F_OK)) {
+    /* mp_rank_00, or mp_rank_00_000 (a stage or an expert rank: the args say which), or mp_rank_00_000_000 */
+    mt_meg_rank first = {.path = rank_path(m, it, 0, 0, 1, 0, 1)};
+    for (int k = 1; k < 3 && access(first.path, F_OK); k++) {
         free(first.path);
-        first.path = rank_path(m, it, 0, 0, 2);
+        first.path = rank_path(m, it, 0, 0, 2, 0, k);
     }
     if (mt_tckpt_load(&first.ck, first.path, e)) {
         free(first.path);
@@ -223,29 +249,36 @@ int mt_meg_dir_open(mt_meg_dir *m, const char *dir, mt_err *e)
         rc = mt_err_set(e, "%s: args: tensor-parallel size %d, pipeline size %d", first.path, m->tp, m->pp);
     else if (m->vp < 1 || m->vp > MT_MEG_MAX_VP)
         rc = mt_err_set(e, "%s: args: virtual_pipeline_model_parallel_size %d (1 to %d)", first.path, m->vp, MT_MEG_MAX_VP);
-    else if (ep > 1)
-        rc = mt_err_set(e, "%s: args: expert parallelism: not read yet", first.path);
-    else if (etp != m->tp)
-        rc = mt_err_set(e, "%s: args: expert_tensor_parallel_size %d other than tensor_model_parallel_size %d: not read yet",
+    else if (ep < 1 || ep > 4096)
+        rc = mt_err_set(e, "%s: args: expert_model_parallel_size %d", first.path, ep);
+    else if (etp != m->tp && etp != 1)
+        rc = mt_err_set(e, "%s: args: expert_tensor_parallel_size %d: only 1 or tensor_model_parallel_size (%d) is read",
                         first.path, etp, m->tp);
-    m->n = m->tp * m->pp;
+    m->ep = ep;
+    m->etp = etp;
+    m->n = m->tp * m->pp * m->ep;
     m->r = mt_xcalloc((size_t)m->n, sizeof *m->r);
     m->r[0] = first;
     m->root = first.ck.root;
-    char *want = rank_path(m, it, 0, 0, m->pp);
+    char *want = rank_path(m, it, 0, 0, m->pp, 0, m->ep);
     if (!rc && strcmp(want, first.path))
-        rc = mt_err_set(e, "%s: pipeline size %d in its args, but the rank directories are named %s", first.path, m->pp,
-                        m->pp > 1 ? "mp_rank_TT" : "mp_rank_TT_PPP");
+        rc = mt_err_set(e, "%s: pipeline size %d and expert-parallel size %d in its args, but the first rank's file is %s",
+                        first.path, m->pp, m->ep, want);
     free(want);
     if (!rc) rc = rank_model(m, &m->r[0], e);
+    /* experts whole under tensor parallelism with expert parallelism: only the (tensor rank, expert rank) pairs
+     * some rank held were saved (Megatron's ranks of data-parallel or expert-data-parallel rank 0) */
+    int held_only = m->ep > 1 && etp == 1 && m->tp > 1;
     for (int i = 1; i < m->n && !rc; i++) {
         mt_meg_rank *r = &m->r[i];
-        r->path = rank_path(m, it, i % m->tp, i / m->tp, m->pp);
-        if (access(r->path, F_OK))
-            rc = mt_err_set(e, "%s: missing (tensor-parallel size %d, pipeline size %d in the args)", r->path, m->tp,
-                            m->pp);
+        r->path = rank_path(m, it, i % m->tp, i / (m->tp * m->ep), m->pp, (i / m->tp) % m->ep, m->ep);
+        if (access(r->path, F_OK) && held_only) r->absent = 1;
+        else if (access(r->path, F_OK))
+            rc = mt_err_set(e, "%s: missing (tensor-parallel size %d, pipeline size %d, expert-parallel size %d in the args)",
+                            r->path, m->tp, m->pp, m->ep);
         else rc = mt_tckpt_load(&r->ck, r->path, e) || rank_model(m, r, e) ? -1 : 0;
     }
+    if (!rc && held_only) rc = check_cover(m, e);
     if (rc) mt_meg_dir_close(m);
     return rc;
 }
@@ -263,6 +296,7 @@ void mt_meg_dir_close(mt_meg_dir *m)
         free(r->exp_avg);
         free(r->exp_avg_sq);
         free(r->master);
+        free(r->copy);
         free(r->path);
         if (m->l) mt_layout_free(&m->l[i]);
     }
@@ -285,13 +319,37 @@ static void shape_str(char *b, size_t cap, int ndim, const int64_t *s)
     else snprintf(b, cap, "[%lld, %lld]", (long long)s[0], (long long)s[1]);
 }
 
+/* Marks rank i's partitioned tensors of which an earlier rank of its stage holds the same slice (the dense
+ * slices on every expert rank, the experts whole on every tensor rank): copies, compared with the one read. */
+static void mark_copies(mt_meg_dir *m, int i)
+{
+    const mt_layout *l = &m->l[i];
+    mt_meg_rank *r = &m->r[i];
+    r->copy = mt_xcalloc((size_t)(l->n ? l->n : 1), 1);
+    int stage = i / (m->tp * m->ep);
+    for (int j = 0; j < l->n; j++) {
+        const mt_layout_tensor *lt = &l->t[j];
+        if (lt->partition_dim < 0) continue;
+        for (int q = stage * m->tp * m->ep; q < i && !r->copy[j]; q++) {
+            if (m->r[q].absent) continue;
+            const mt_layout_tensor *o = mt_layout_find(&m->l[q], lt->name);
+            r->copy[j] = o && !strcmp(o->whole_name, lt->whole_name) && o->partition_offset == lt->partition_offset &&
+                         o->numel == lt->numel;
+        }
+    }
+}
+
 int mt_meg_dir_layout(mt_meg_dir *m, const mt_model_arch *a, mt_err *e)
 {
     m->l = mt_xcalloc((size_t)m->n, sizeof *m->l);
     for (int i = 0; i < m->n; i++) {
-        mt_layout_part part = {i % m->tp, m->tp, i / m->tp, m->pp, m->vp, 0, 1, 0, 0};
+        /* rank i: tensor rank i % tp, expert rank (i / tp) % ep, stage i / (tp ep) */
+        mt_layout_part part = {i % m->tp, m->tp, i / (m->tp * m->ep), m->pp, m->vp, (i / m->tp) % m->ep, m->ep, 0,
+                               m->etp == 1 && m->tp > 1};
         if (mt_layout_build(a, &part, &m->l[i], e)) return mt_err_prefix(e, "%s", m->r[i].path);
-        const mt_meg_rank *r = &m->r[i];
+        mt_meg_rank *r = &m->r[i];
+        if (r->absent) continue;
+        mark_copies(m, i);
         for (int j = 0; j < m->l[i].n; j++) {
             const mt_layout_tensor *lt = &m->l[i].t[j];
             int k = find(r, lt->name);
@@ -380,10 +438,11 @@ static int read_which(mt_meg_dir *m, int which, const char *name, int ndim, cons
     if (!m->l) return mt_err_set(e, "%s: the model's layout is not known yet", m->dir);
     int found = 0, rc = 0;
     for (int i = 0; i < m->n && !rc; i++)
-        for (int j = 0; j < m->l[i].n && !rc; j++) {
+        for (int j = 0; j < m->l[i].n && !rc && !m->r[i].absent; j++) {
             const mt_layout_tensor *lt = &m->l[i].t[j];
             if (strcmp(lt->whole_name, name) || (lt->kind == MT_T_OUTPUT && tied)) continue;
             if (lt->partition_dim < 0 && found) continue;   /* replicated: the first rank's; the others compared below */
+            if (m->r[i].copy[j]) continue;                 /* another expert or tensor rank's copy: likewise */
             if (!found) {
                 /* the word embeddings may be asked for with more rows (a tensor-parallel target's padding): zero */
                 int more = (lt->kind == MT_T_WORD_EMB || lt->kind == MT_T_OUTPUT) && ndim == 2 && shape[0] > lt->global_shape[0];
@@ -406,11 +465,12 @@ static int read_which(mt_meg_dir *m, int which, const char *name, int ndim, cons
     if (which != W_MODEL) return rc;
     int first = 1;
     for (int i = 0; i < m->n && !rc; i++)
-        for (int j = 0; j < m->l[i].n && !rc; j++) {
+        for (int j = 0; j < m->l[i].n && !rc && !m->r[i].absent; j++) {
             const mt_layout_tensor *lt = &m->l[i].t[j];
             int head = lt->kind == MT_T_OUTPUT && tied;   /* the head copy of tied embeddings */
-            if (strcmp(lt->whole_name, name) || (!head && lt->partition_dim >= 0)) continue;
-            if (!head && first) {
+            int copy = m->r[i].copy[j];
+            if (strcmp(lt->whole_name, name) || (!head && !copy && lt->partition_dim >= 0)) continue;
+            if (!head && !copy && first) {
                 first = 0;
                 continue;
             }
@@ -420,7 +480,7 @@ static int read_which(mt_meg_dir *m, int which, const char *name, int ndim, cons
             mt_layout_slice(lt, dst, w);
             if (!rc && memcmp(s, w, lt->numel * sizeof(float)))
                 rc = mt_err_set(e, "%s: '%s' differs from %s", m->r[i].path, lt->name,
-                                head ? "the first stage's word embeddings" : "the first rank's copy");
+                                head ? "the first stage's word embeddings" : copy ? "another rank's copy of its slice" : "the first rank's copy");
             free(s);
             free(w);
         }
@@ -773,6 +833,9 @@ static int rank_optim(mt_meg_dir *m, int i, mt_err *e)
     const mt_layout *l = &m->l[i];
     const mt_pk *opt = mt_pk_get(r->ck.root, "optimizer");
     if (!opt || (opt->kind != MT_PK_DICT && opt->kind != MT_PK_LIST)) return 0;
+    if (opt->kind == MT_PK_LIST && opt->len != 2)
+        return mt_err_set(e, "%s: optimizer: a ChainedOptimizer's list of %zu states; Megatron's holds 2 (the dense "
+                             "parameters', the experts')", r->path, opt->len);
     group_lists gl = {0};
     const mt_layout_tensor **order = mt_xcalloc((size_t)(l->n ? l->n : 1), sizeof *order);
     int n = mt_meg_param_order(l, r->core, r->grouped_experts, order), rc = 0, have = 0, sep = expert_groups(opt);
@@ -819,6 +882,7 @@ int mt_meg_dir_optim(mt_meg_dir *m, mt_err *e)
     m->beta1 = 0.9, m->beta2 = 0.999, m->eps = 1e-8;
     int have = 0;
     for (int i = 0; i < m->n; i++) {
+        if (m->r[i].absent) continue;
         int rc = rank_optim(m, i, e);
         if (rc < 0) return -1;
         if (i && rc != have)

@@ -32,12 +32,15 @@ typedef struct mt_meg_rank {
     const mt_pk_tensor **exp_avg, **exp_avg_sq, **master;
     mt_tckpt dopt;              /* the distributed optimizer's distrib_optim.pt, whose tensors those are (has_dopt) */
     int has_dopt;
+    int absent;                 /* a (tensor rank, expert rank) pair no rank of the run held: no file */
+    unsigned char *copy;        /* per layout tensor: a slice an earlier rank of the stage holds too (compared) */
 } mt_meg_rank;
 
 typedef struct mt_meg_dir {
     char *dir;                  /* the --save directory of Megatron */
     int64_t iteration;          /* MT_CKPT_RELEASE for release/ */
-    int tp, pp, n;              /* n = tp pp ranks, rank p tp + t */
+    int tp, pp, n;              /* n = tp pp ep ranks, rank (p ep + x) tp + t */
+    int ep, etp;                /* expert-parallel size, expert tensor size (tp or 1) */
     int vp;                     /* model chunks per stage (the interleaved schedule: model0 ...), else 1 */
     mt_meg_rank *r;
     const mt_pk *root;          /* the first rank's dict */

@@ -102,7 +102,7 @@ static mt_pk *from_json(mt_pk_arena *a, json_t *v)
 /* mt's args as Megatron's argparse.Namespace: flag names as attribute names ('-' to '_'), the flags that
  * Megatron stores negated (store_false) under their positive names, and the attributes Megatron derives
  * and checks on load for the layout written. */
-static mt_pk *namespace(mt_pk_arena *a, const mt_model_ckpt *mc, int tp, int pp, int vp, int rows,
+static mt_pk *namespace(mt_pk_arena *a, const mt_model_ckpt *mc, int tp, int pp, int vp, int ep, int etp, int rows,
                         const char *torch_dtype)
 {
     static const char *const negated[][2] = {
@@ -148,8 +148,9 @@ static mt_pk *namespace(mt_pk_arena *a, const mt_model_ckpt *mc, int tp, int pp,
         }
     }
     mt_pk_sets(a, d, "tensor_model_parallel_size", mt_pk_int(a, tp));
-    /* the experts are written split as the dense tensors: Megatron's default, the expert tensor size tp */
-    mt_pk_sets(a, d, "expert_tensor_parallel_size", mt_pk_int(a, tp));
+    /* the experts' layout written: over ep expert ranks, split over etp ranks (Megatron's default: tp) */
+    mt_pk_sets(a, d, "expert_model_parallel_size", mt_pk_int(a, ep));
+    mt_pk_sets(a, d, "expert_tensor_parallel_size", mt_pk_int(a, etp));
     /* --fp8-format is Megatron's args.fp8 (its dest) */
     const char *fp8 = json_string_value(json_object_get(mc->args, "fp8-format"));
     mt_pk_sets(a, d, "fp8", fp8 ? mt_pk_str(a, fp8) : mt_pk_new(a, MT_PK_NONE));
@@ -157,8 +158,12 @@ static mt_pk *namespace(mt_pk_arena *a, const mt_model_ckpt *mc, int tp, int pp,
     mt_pk_sets(a, d, "virtual_pipeline_model_parallel_size", vp > 1 ? mt_pk_int(a, vp) : mt_pk_new(a, MT_PK_NONE));
     mt_pk_sets(a, d, "num_layers_per_virtual_pipeline_stage",
                vp > 1 ? mt_pk_int(a, mc->arch.num_layers / (pp * vp)) : mt_pk_new(a, MT_PK_NONE));
-    mt_pk_sets(a, d, "data_parallel_size", mt_pk_int(a, 1));
-    mt_pk_sets(a, d, "world_size", mt_pk_int(a, (int64_t)tp * pp));
+    /* the smallest run of this layout: its world a multiple of tp pp (the dense grid) and of etp ep pp (the
+     * experts') */
+    int64_t span = tp, ex = (int64_t)etp * ep;
+    while (span % ex) span += tp;
+    mt_pk_sets(a, d, "data_parallel_size", mt_pk_int(a, span / tp));
+    mt_pk_sets(a, d, "world_size", mt_pk_int(a, span * pp));
     mt_pk_sets(a, d, "padded_vocab_size", mt_pk_int(a, rows));
     mt_pk_sets(a, d, "params_dtype", mt_pk_named(a, MT_PK_GLOBAL, torch_dtype));
     /* Megatron reduces bf16 gradients in fp32 (it turns this on for --bf16): the distributed optimizer's
@@ -266,10 +271,13 @@ static int place(mt_pk_arena *a, mt_pk *model, const char *n, mt_meg_keys keys, 
     return 0;
 }
 
-static void rank_dir(char *b, size_t cap, int t, int p, int pp)
+/* A rank's directory, as Megatron's get_checkpoint_name names it: mp_rank_TT, _PPP with pipeline stages, then
+ * _EEE (the expert rank er) with expert parallelism. */
+static void rank_dir(char *b, size_t cap, int t, int p, int pp, int er, int ep)
 {
     if (pp > 1) snprintf(b, cap, "mp_rank_%02d_%03d", t, p);
     else snprintf(b, cap, "mp_rank_%02d", t);
+    if (ep > 1) snprintf(b + strlen(b), cap - strlen(b), "_%03d", er);
 }
 
 typedef struct export_ctx {
@@ -280,6 +288,9 @@ typedef struct export_ctx {
     const char *torch_dtype;
     mt_meg_keys keys;
     int tp, pp, vp, rows, done, total;   /* vp: model chunks per stage (1: not interleaved) */
+    int ep, etp;            /* the experts over ep expert ranks, split over etp ranks (tp or 1) */
+    int chained;            /* the experts' gradients reduced apart (ep > 1 or etp != tp): Megatron's
+                               ChainedOptimizer of the dense parameters' optimizer and the experts' */
     int optim;              /* write the optimizer's state */
     int dist;               /* as the distributed optimizer saves it (the run's --use-distributed-optimizer) */
     mt_ckpt_progress *progress;
@@ -392,7 +403,8 @@ static mt_pk *rng_state(rank_out *o, const mt_layout *l, int64_t seed)
 {
     mt_pk_arena *a = &o->a;
     mt_meg_rng g;
-    mt_meg_rng_seeded(seed, l->part.tp_rank, l->part.pp_stage, &g);
+    mt_meg_rng_seeded_ep(seed, l->part.tp_rank, l->part.pp_stage, l->part.ep_size > 1 ? l->part.ep_rank : 0,
+                         l->part.etp_size == 1 ? 0 : l->part.tp_rank, &g);
     mt_pk *d = mt_pk_new(a, MT_PK_DICT), *py = mt_pk_new(a, MT_PK_TUPLE), *words = mt_pk_new(a, MT_PK_TUPLE);
     for (int i = 0; i < MT_MT19937_N; i++) mt_pk_append(a, words, mt_pk_int(a, g.py[i]));
     mt_pk_append(a, words, mt_pk_int(a, MT_MT19937_N));   /* the index */
@@ -446,8 +458,10 @@ static int read_slice(export_ctx *x, const mt_layout_tensor *lt, const char *suf
  * layout index) and, for fp16, the loss scaler. The experts (no expert parallelism: Megatron reduces their
  * gradients with the dense ones, allreduce) are in the same two groups, so there is one optimizer, not a
  * ChainedOptimizer's list. With the distributed optimizer (x->dist) its state_dict(): the param groups without
- * their parameters, with the step, and the loss scaler (the parameters' state goes to distrib_optim.pt). */
-static mt_pk *optimizer_state(export_ctx *x, const mt_layout *l, rank_out *o, float *s, mt_pk **master, mt_err *e)
+ * their parameters, with the step, and the loss scaler (the parameters' state goes to distrib_optim.pt).
+ * sel: -1 every parameter; 0 the dense ones, 1 the experts' (a ChainedOptimizer's two, see chained_state). */
+static mt_pk *optimizer_state(export_ctx *x, const mt_layout *l, rank_out *o, float *s, mt_pk **master, int sel,
+                              mt_err *e)
 {
     mt_pk_arena *a = &o->a;
     json_t *jo = json_object_get(x->mc->meta, "optimizer"), *args = x->mc->args;
@@ -459,12 +473,14 @@ static mt_pk *optimizer_state(export_ctx *x, const mt_layout *l, rank_out *o, fl
     /* the groups in the order Megatron-Core sorts them: the default (weight-decayed), then wd_mult 0 */
     for (int g = 0; g < 2 && !rc; g++) {
         int any = 0;
-        for (int q = 0; q < n; q++) any |= order[q]->no_decay == g;
-        if (!any) continue;
+        for (int q = 0; q < n; q++) any |= order[q]->no_decay == g && (sel < 0 || (order[q]->expert >= 0) == sel);
+        /* the experts' optimizer has its group on every rank (Megatron gathers the groups' keys over the ranks),
+         * empty on a stage without experts */
+        if (!any && !(sel == 1 && g == 0)) continue;
         mt_pk *gr = mt_pk_new(a, MT_PK_DICT), *params = mt_pk_new(a, MT_PK_LIST), *mg = mt_pk_new(a, MT_PK_LIST);
         for (int q = 0; q < n && !rc && !x->dist; q++) {
             const mt_layout_tensor *lt = order[q];
-            if (lt->no_decay != g) continue;
+            if (lt->no_decay != g || (sel >= 0 && (lt->expert >= 0) != sel)) continue;
             mt_pk *ps = mt_pk_new(a, MT_PK_DICT), *t;
             t = add_tensor(o, &stepf, 1, MT_ST_F32, 0, NULL, "step", e);
             mt_pk_sets(a, ps, "step", t);
@@ -483,7 +499,7 @@ static mt_pk *optimizer_state(export_ctx *x, const mt_layout *l, rank_out *o, fl
          * lr and weight_decay are set again by Megatron's scheduler at every step */
         mt_pk_sets(a, gr, "wd_mult", mt_pk_float(a, g ? 0.0 : 1.0));
         mt_pk_sets(a, gr, "lr_mult", mt_pk_float(a, 1.0));
-        mt_pk_sets(a, gr, "is_expert_parallel", mt_pk_bool(a, false));
+        mt_pk_sets(a, gr, "is_expert_parallel", mt_pk_bool(a, sel == 1));
         mt_pk_sets(a, gr, "is_decoupled_lr", mt_pk_bool(a, false));
         mt_pk_sets(a, gr, "default_config", mt_pk_bool(a, true));
         double lr = json_number_value(json_object_get(args, "lr")), wd = json_number_value(json_object_get(args, "weight-decay"));
@@ -527,6 +543,20 @@ static mt_pk *optimizer_state(export_ctx *x, const mt_layout *l, rank_out *o, fl
     }
     if (!x->dist) mt_pk_sets(a, f16, "fp32_from_fp16_params", masters);
     return f16;
+}
+
+/* A ChainedOptimizer's state_dict() (the experts' gradients reduced over other ranks than the rest's: Megatron
+ * builds one optimizer of the dense parameters and one of the experts', is_expert_parallel): the list of the
+ * two optimizers' state dicts, each with its own parameter indices from 0. */
+static mt_pk *chained_state(export_ctx *x, const mt_layout *l, rank_out *o, float *s, mt_pk **master, mt_err *e)
+{
+    mt_pk *list = mt_pk_new(&o->a, MT_PK_LIST);
+    for (int sel = 0; sel < 2; sel++) {
+        mt_pk *sd = optimizer_state(x, l, o, s, master, sel, e);
+        if (!sd) return NULL;
+        mt_pk_append(&o->a, list, sd);
+    }
+    return list;
 }
 
 /* One rank's distrib_optim.pt at path: per model chunk's gradient buffer (ckpt/megatron_distopt.h), under its
@@ -625,9 +655,10 @@ static int write_rank(export_ctx *x, const mt_layout *l, const char *path, mt_er
     }
     if (!rc) core_extra_states(&o.a, models[cur], &ex);
     mt_pk *opt = NULL;
-    if (!rc && x->optim && !(opt = optimizer_state(x, l, &o, s, master, e))) rc = mt_err_prefix(e, "%s", path);
+    if (!rc && x->optim && !(opt = x->chained ? chained_state(x, l, &o, s, master, e) : optimizer_state(x, l, &o, s, master, -1, e)))
+        rc = mt_err_prefix(e, "%s", path);
     if (!rc) {
-        mt_pk *ns = namespace(&o.a, x->mc, x->tp, x->pp, x->vp, x->rows, x->torch_dtype);
+        mt_pk *ns = namespace(&o.a, x->mc, x->tp, x->pp, x->vp, x->ep, x->etp, x->rows, x->torch_dtype);
         int64_t seed;
         mt_pk *root = rank_root(&o.a, x->mc, ns, models, vp,
                                 mt_meg_export_rng_seed(x->mc, x->pp, &seed) ? rng_state(&o, l, seed) : NULL);
@@ -659,14 +690,24 @@ int mt_meg_export_rng_seed(const mt_model_ckpt *mc, int pp, int64_t *seed)
     return *seed > 0 && *seed < ((int64_t)1 << 32) - 100 * (int64_t)pp;
 }
 
-int mt_meg_export_ckpt(mt_model_ckpt *mc, const char *out, int tp, int pp, int chunk_layers, mt_meg_keys keys,
-                       const char *dtype, int no_optim, mt_ckpt_progress *progress, const char **dtype_out,
+int mt_meg_export_ckpt(mt_model_ckpt *mc, const char *out, int tp, int pp, int ep, int etp, int chunk_layers,
+                       mt_meg_keys keys, const char *dtype, int no_optim, mt_ckpt_progress *progress, const char **dtype_out,
                        int *with_optim, mt_err *e)
 {
     if (mc->hf || mc->meg) return mt_err_set(e, "%s: --to megatron writes an mt checkpoint", mc->dir);
     if (mc->arch.num_experts && keys != MT_MEG_KEYS_MCORE)
         return mt_err_set(e, "%s: a model with experts: Megatron's legacy model has none (use --megatron-keys mcore)",
                           mc->dir);
+    if (ep < 1) ep = 1;
+    if (etp < 1) etp = tp;
+    if ((ep > 1 || etp != tp) && !mc->arch.num_experts)
+        return mt_err_set(e, "%s: --target-expert-%s-parallel-size %d for a model without experts", mc->dir,
+                          ep > 1 ? "model" : "tensor", ep > 1 ? ep : etp);
+    if (etp != 1 && etp != tp)
+        return mt_err_set(e, "--target-expert-tensor-parallel-size %d: 1 or the tensor size (%d)", etp, tp);
+    if (ep > 1 && mc->arch.num_experts % ep)
+        return mt_err_set(e, "--target-expert-model-parallel-size %d does not divide the %d experts", ep,
+                          mc->arch.num_experts);
     if (!dtype)
         dtype = json_is_true(json_object_get(mc->args, "bf16"))   ? "bf16"
                 : json_is_true(json_object_get(mc->args, "fp16")) ? "fp16"
@@ -679,9 +720,13 @@ int mt_meg_export_ckpt(mt_model_ckpt *mc, const char *out, int tp, int pp, int c
                               chunk_layers, L, pp);
         vp = L / (pp * chunk_layers);
     }
-    export_ctx x = {.mc = mc, .keys = keys, .tp = tp, .pp = pp, .vp = vp, .progress = progress,
+    export_ctx x = {.mc = mc, .keys = keys, .tp = tp, .pp = pp, .vp = vp, .ep = ep, .etp = etp,
+                    .chained = ep > 1 || etp != tp, .progress = progress,
                     .optim = !no_optim && mt_model_has_optim(mc) && json_is_object(json_object_get(mc->meta, "optimizer"))};
     x.dist = x.optim && json_is_true(json_object_get(mc->args, "use-distributed-optimizer"));
+    if (x.dist && x.chained)
+        return mt_err_set(e, "%s: the distributed optimizer's state of experts over other ranks than the tensor ranks "
+                             "(distrib_optim.pt's expert buffers) is not written yet: convert with --no-save-optim", mc->dir);
     *with_optim = x.optim;
     if (!strcmp(dtype, "fp32")) x.dt = MT_ST_F32, x.torch_dtype = "torch.float32";
     else if (!strcmp(dtype, "bf16")) x.dt = MT_ST_BF16, x.torch_dtype = "torch.bfloat16";
@@ -694,10 +739,13 @@ int mt_meg_export_ckpt(mt_model_ckpt *mc, const char *out, int tp, int pp, int c
     mt_layout_part one = {0, 1, 0, 1, 1, 0, 1, 0, 0};
     if (mt_layout_build(&arch, &one, &whole, e)) return -1;
     x.whole = &whole;
-    int n = tp * pp, rc = 0;
+    /* rank i: tensor rank i % tp, expert rank (i / tp) % ep, stage i / (tp ep); with the experts whole under
+     * tensor parallelism every (tensor rank, expert rank) pair, so that a run of any data-parallel size finds
+     * the directory of its own */
+    int n = tp * pp * ep, rc = 0;
     mt_layout *l = mt_xcalloc((size_t)n, sizeof *l);
     for (int i = 0; i < n && !rc; i++) {
-        mt_layout_part part = {i % tp, tp, i / tp, pp, vp, 0, 1, 0, 0};
+        mt_layout_part part = {i % tp, tp, i / (tp * ep), pp, vp, (i / tp) % ep, ep, 0, etp == 1 && tp > 1};
         if (mt_layout_build(&arch, &part, &l[i], e)) rc = -1;
         else x.total += l[i].n;
     }
@@ -712,7 +760,7 @@ int mt_meg_export_ckpt(mt_model_ckpt *mc, const char *out, int tp, int pp, int c
     if (!rc) rc = mt_hf_out_begin(&o, out, e);
     char *itdir = o.tmp ? mt_path_join(o.tmp, sub) : NULL;
     for (int i = 0; i < n && !rc; i++) {
-        rank_dir(rd, sizeof rd, i % tp, i / tp, pp);
+        rank_dir(rd, sizeof rd, i % tp, i / (tp * ep), pp, (i / tp) % ep, ep);
         char *dir = mt_path_join(itdir, rd), *path = mt_path_join(dir, "model_optim_rng.pt");
         rc = mt_mkdir_p(dir, e) || write_rank(&x, &l[i], path, e) ? -1 : 0;
         if (!rc && x.dist) {
