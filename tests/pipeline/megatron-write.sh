@@ -442,6 +442,16 @@ PYEOF
     err1 mt-ckpt-convert --from megatron --load "$d/megmiss" --save "$d/x" && [ ! -e "$d/x" ] && grep -q mp_rank_01_001_000 "$d/e" \
         && t_pass "a missing expert rank directory: one line naming it ($(cat "$d/e")), nothing written" \
         || t_fail "a missing expert rank directory" "$(cat "$d/e")"
+    # the distributed optimizer's state of experts over expert ranks: not written yet, refused before anything is
+    if mt-train "${train[@]}" --num-experts 4 --moe-router-topk 2 --moe-layer-freq "[0,1]" --disable-bias-linear \
+            --use-distributed-optimizer --train-iters 2 --lr-decay-iters 40 --save "$d/ckmd" >/dev/null 2>"$d/t.err"; then
+        err1 mt-ckpt-convert --load "$d/ckmd" --to megatron --out "$d/x" --megatron-keys mcore --target-expert-model-parallel-size 2 \
+            && [ ! -e "$d/x" ] && grep -q "no-save-optim" "$d/e" \
+            && mt-ckpt-convert --load "$d/ckmd" --to megatron --out "$d/megmd" --megatron-keys mcore \
+                --target-expert-model-parallel-size 2 --no-save-optim 2>"$d/ce" && [ -e "$d/megmd/iter_0000002/mp_rank_00_001" ] \
+            && t_pass "the distributed optimizer's state of experts over expert ranks: refused in one line ($(cat "$d/e")), nothing written; --no-save-optim writes the weights" \
+            || t_fail "the distributed optimizer's state of experts over expert ranks refused" "$(cat "$d/e" "$d/ce")"
+    else t_fail "an MoE run with --use-distributed-optimizer" "$(tail -2 "$d/t.err")"; fi
     rm -r "$d/megheld/iter_0000004/mp_rank_01_001"
     err1 mt-ckpt-convert --from megatron --load "$d/megheld" --save "$d/x" && [ ! -e "$d/x" ] && grep -q "mp_rank_01_" "$d/e" \
         && t_pass "ETP 1, no directory of tensor rank 1 at all: one line naming it ($(cat "$d/e")), nothing written" \
