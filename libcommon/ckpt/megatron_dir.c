@@ -319,8 +319,9 @@ static void shape_str(char *b, size_t cap, int ndim, const int64_t *s)
     else snprintf(b, cap, "[%lld, %lld]", (long long)s[0], (long long)s[1]);
 }
 
-/* Marks rank i's partitioned tensors of which an earlier rank of its stage holds the same slice (the dense
- * slices on every expert rank, the experts whole on every tensor rank): copies, compared with the one read. */
+/* Marks rank i's tensors of which an earlier rank of its stage holds the same slice (a replicated tensor on
+ * every tensor rank, the dense slices on every expert rank, the experts whole on every tensor rank): copies,
+ * compared with the one read (and their optimizer state is that one's). */
 static void mark_copies(mt_meg_dir *m, int i)
 {
     const mt_layout *l = &m->l[i];
@@ -329,7 +330,6 @@ static void mark_copies(mt_meg_dir *m, int i)
     int stage = i / (m->tp * m->ep);
     for (int j = 0; j < l->n; j++) {
         const mt_layout_tensor *lt = &l->t[j];
-        if (lt->partition_dim < 0) continue;
         for (int q = stage * m->tp * m->ep; q < i && !r->copy[j]; q++) {
             if (m->r[q].absent) continue;
             const mt_layout_tensor *o = mt_layout_find(&m->l[q], lt->name);
@@ -431,6 +431,16 @@ static int slice_floats(mt_meg_dir *m, int i, int k, int which, float *dst, mt_e
     return 0;
 }
 
+/* The values v of rank r's tensor k as that rank holds them: where its optimizer keeps no fp32 main copy of it
+ * (a distributed optimizer's state saved in another directory) the model's bf16 or fp16 tensor, so v rounded
+ * to that dtype. */
+static void held_as(const mt_meg_rank *r, int k, float *v, size_t n)
+{
+    mt_st_dtype dt = r->t[k]->dtype;
+    if ((r->master && r->master[k]) || (dt != MT_ST_BF16 && dt != MT_ST_F16)) return;
+    for (size_t j = 0; j < n; j++) v[j] = dt == MT_ST_BF16 ? mt_bf16_to_f32(mt_f32_to_bf16(v[j])) : mt_f16_to_f32(mt_f32_to_f16(v[j]));
+}
+
 static int read_which(mt_meg_dir *m, int which, const char *name, int ndim, const int64_t *shape, float *dst, mt_err *e)
 {
     const mt_pk *untie = mt_pk_get(m->args, "untie_embeddings_and_output_weights");
@@ -478,6 +488,7 @@ static int read_which(mt_meg_dir *m, int which, const char *name, int ndim, cons
             int k = find(&m->r[i], lt->name);
             rc = slice_floats(m, i, k, W_MODEL, s, e);
             mt_layout_slice(lt, dst, w);
+            if (!rc) held_as(&m->r[i], k, w, lt->numel);
             if (!rc && memcmp(s, w, lt->numel * sizeof(float)))
                 rc = mt_err_set(e, "%s: '%s' differs from %s", m->r[i].path, lt->name,
                                 head ? "the first stage's word embeddings" : copy ? "another rank's copy of its slice" : "the first rank's copy");
@@ -596,11 +607,31 @@ static int bool_attr(const mt_pk *args, const char *key)
     return v && v->kind == MT_PK_BOOL && v->b;
 }
 
+/* Rank i's distrib_optim.pt beside its file, loaded once (a chained optimizer's two entries share it). */
+static int load_dopt(mt_meg_rank *r, mt_err *e)
+{
+    if (r->has_dopt) return 0;
+    char *dir = mt_xstrdup(r->path), *slash = strrchr(dir, '/');
+    if (slash) *slash = 0;
+    char *path = mt_path_join(dir, "distrib_optim.pt");
+    free(dir);
+    int rc = 0;
+    if (access(path, F_OK))
+        rc = mt_err_set(e, "%s: missing: the distributed optimizer's state (%s holds its param groups only); convert "
+                           "with --no-load-optim", path, r->path);
+    else if (!(rc = mt_tckpt_load(&r->dopt, path, e))) r->has_dopt = 1;
+    free(path);
+    return rc;
+}
+
 /* The distributed optimizer's state of rank i: its param groups (DistributedOptimizer.state_dict(), in
  * model_optim_rng.pt: Adam's hyperparameters and step, no parameters) and distrib_optim.pt beside its file,
  * each parameter's main copy and moments taken as views of the buffers' flat tensors where
- * ckpt/megatron_distopt.h lays them out. */
-static int dist_state(mt_meg_dir *m, int i, const mt_pk *groups, double *step, mt_err *e)
+ * ckpt/megatron_distopt.h lays them out. sel: -1 the only optimizer (every parameter); 0 or 1 the dense or the
+ * experts' entry of a ChainedOptimizer, whose distrib_optim.pt is the list of the two states
+ * (ChainedOptimizer.save_parameter_state), None where this directory's rank did not save that one (its
+ * parameters' state is another directory's copy). */
+static int dist_state(mt_meg_dir *m, int i, const mt_pk *groups, double *step, int sel, mt_err *e)
 {
     mt_meg_rank *r = &m->r[i];
     const mt_layout *l = &m->l[i];
@@ -610,41 +641,35 @@ static int dist_state(mt_meg_dir *m, int i, const mt_pk *groups, double *step, m
         if (num(mt_pk_get(gr, "lr_mult"), 1) != 1 || num(mt_pk_get(gr, "is_decoupled_lr"), 0))
             return mt_err_set(e, "%s: optimizer param group %zu has its own learning rate: not read (convert with "
                                  "--no-load-optim)", r->path, g);
-        if (num(mt_pk_get(gr, "is_expert_parallel"), 0))
-            return mt_err_set(e, "%s: optimizer param group %zu of expert-parallel parameters: the distributed "
-                                 "optimizer's state of expert parallelism is not read (convert with --no-load-optim)", r->path, g);
-        if (g == 0) {
+        if ((num(mt_pk_get(gr, "is_expert_parallel"), 0) != 0) != (sel == 1))
+            return mt_err_set(e, "%s: optimizer param group %zu is%s of expert-parallel parameters, in the %s", r->path, g,
+                              sel == 1 ? " not" : "", sel < 0 ? "only optimizer" : sel ? "experts' optimizer" : "dense one");
+        if (g == 0 && sel <= 0) {
             const mt_pk *b = mt_pk_get(gr, "betas");
             if (b && b->kind == MT_PK_TUPLE && b->len == 2) m->beta1 = num(b->items[0], 0.9), m->beta2 = num(b->items[1], 0.999);
             m->eps = num(mt_pk_get(gr, "eps"), 1e-8);
         }
         if (mt_pk_get(gr, "step") && *step < 0 && scalar(r, mt_pk_get(gr, "step"), "param group step", step, e)) return -1;
     }
-    if (r->has_dopt) return mt_err_set(e, "%s: a chained optimizer of distributed optimizers: not read", r->path);
-    char *dir = mt_xstrdup(r->path), *slash = strrchr(dir, '/');
-    if (slash) *slash = 0;
-    char *path = mt_path_join(dir, "distrib_optim.pt");
-    free(dir);
+    if (load_dopt(r, e)) return -1;
     int rc = 0;
-    if (access(path, F_OK)) {
-        rc = mt_err_set(e, "%s: missing: the distributed optimizer's state (%s holds its param groups only); convert "
-                           "with --no-load-optim", path, r->path);
-        free(path);
-        return rc;
+    const char *path = r->dopt.zip.path ? r->dopt.zip.path : r->path;
+    const mt_pk *root = r->dopt.root, *bc;
+    if (sel < 0 && root->kind == MT_PK_LIST)
+        return mt_err_set(e, "%s: a list of optimizers' states, but the model's experts are not apart (one optimizer)", path);
+    if (sel >= 0) {
+        if (root->kind != MT_PK_LIST || root->len != 2)
+            return mt_err_set(e, "%s: not a list of the two optimizers' states a ChainedOptimizer saves", path);
+        root = root->items[sel];
+        if (root->kind == MT_PK_NONE) return 0;   /* saved in another directory */
     }
-    if (mt_tckpt_load(&r->dopt, path, e)) {
-        free(path);
-        return -1;
-    }
-    r->has_dopt = 1;
-    const mt_pk *root = r->dopt.root, *bc = mt_pk_get(root, "buckets_coalesced");
-    if (root->kind == MT_PK_LIST)
-        rc = mt_err_set(e, "%s: a list of optimizers' state (expert parallelism): not read; convert with --no-load-optim", path);
-    else if (root->kind != MT_PK_DICT) rc = mt_err_set(e, "%s: not a dict of the distributed optimizer's state", path);
+    bc = root->kind == MT_PK_DICT ? mt_pk_get(root, "buckets_coalesced") : NULL;
+    if (root->kind != MT_PK_DICT) rc = mt_err_set(e, "%s: not a dict of the distributed optimizer's state", path);
     else if (!bc || bc->kind != MT_PK_BOOL || !bc->b)
         rc = mt_err_set(e, "%s: no 'buckets_coalesced': the per-bucket format of Megatron-LM before February 2024, not "
                            "read (Megatron's --ckpt-convert-update-legacy-dist-opt-format rewrites it); convert with "
                            "--no-load-optim", path);
+    if (rc) return rc;
     /* the buffers as the run that saved it laid them out (its args) */
     const mt_pk *args = m->args;
     int64_t np = 0;
@@ -657,21 +682,22 @@ static int dist_state(mt_meg_dir *m, int i, const mt_pk *groups, double *step, m
                                             (int64_t)int_attr(args, "data_parallel_size", 1) *
                                                 int_attr(args, "context_parallel_size", 1),
                                             np);
-    int nc = l->chunks > 1 ? l->chunks : 1;
+    int nc = l->chunks > 1 ? l->chunks : 1, at = 0;
     mt_meg_dbuf *b = mt_xcalloc((size_t)nc, sizeof *b);
-    mt_meg_dbufs(l, r->core, r->grouped_experts, !bool_attr(args, "untie_embeddings_and_output_weights"), size, b);
+    mt_meg_dbufs(l, r->core, r->grouped_experts, !bool_attr(args, "untie_embeddings_and_output_weights"), size, sel, b);
     if (!r->master) r->master = mt_xcalloc((size_t)(r->n ? r->n : 1), sizeof *r->master);
     static const char *const keys[3] = {"param", "exp_avg", "exp_avg_sq"};
     for (int c = 0; c < nc && !rc; c++) {
-        const mt_pk *g = get_int(root, c), *st, *nu;
+        if (sel == 1 && !b[c].n) continue;   /* a chunk without experts has no expert buffer */
+        const mt_pk *g = get_int(root, at), *st, *nu;
         if (!g || g->kind != MT_PK_DICT || g->len != 1 || (st = g->vals[0])->kind != MT_PK_DICT) {
-            rc = mt_err_set(e, "%s: no buffer %d (a dict of one dtype's state) for model chunk %d of %d", path, c, c, nc);
+            rc = mt_err_set(e, "%s: no buffer %d (a dict of one dtype's state) for model chunk %d of %d", path, at, c, nc);
             break;
         }
         nu = mt_pk_get(st, "numel_unpadded");
         if (!nu || nu->kind != MT_PK_INT || nu->i != b[c].numel) {
             rc = mt_err_set(e, "%s: buffer %d holds %lld elements (numel_unpadded); the model's parameters in Megatron-Core's "
-                               "buffer layout take %lld (args overlap_grad_reduce, ddp_bucket_size)", path, c,
+                               "buffer layout take %lld (args overlap_grad_reduce, ddp_bucket_size)", path, at,
                             nu && nu->kind == MT_PK_INT ? (long long)nu->i : -1LL, (long long)b[c].numel);
             break;
         }
@@ -680,7 +706,7 @@ static int dist_state(mt_meg_dir *m, int i, const mt_pk *groups, double *step, m
             const mt_pk *v = mt_pk_get(st, keys[q]);
             w[q] = v && v->kind == MT_PK_TENSOR ? v->t : NULL;
             if (!w[q] || w[q]->dtype != MT_ST_F32 || w[q]->ndim != 1 || w[q]->shape[0] != b[c].numel || w[q]->stride[0] != 1)
-                rc = mt_err_set(e, "%s: buffer %d: '%s' is not an fp32 vector of its %lld elements", path, c, keys[q],
+                rc = mt_err_set(e, "%s: buffer %d: '%s' is not an fp32 vector of its %lld elements", path, at, keys[q],
                                 (long long)b[c].numel);
         }
         for (int p = 0; p < b[c].n && !rc; p++) {
@@ -695,19 +721,34 @@ static int dist_state(mt_meg_dir *m, int i, const mt_pk *groups, double *step, m
                 *to[q] = mt_pk_tensor_new(&r->dopt.arena, w[q]->key, MT_ST_F32, w[q]->storage_numel,
                                           w[q]->offset + b[c].off[p], lt->ndim, lt->local_shape)->t;
         }
+        at++;
     }
-    for (int k = 0; k < r->n && !rc; k++)
-        if (!r->exp_avg[k]) rc = mt_err_set(e, "%s: no state of model tensor '%s' in its buffers", path, r->names[k]);
     mt_meg_dbufs_free(b, nc);
     free(b);
-    free(path);
     return rc;
+}
+
+/* After the distributed optimizer's entries of rank i: every parameter whose slice no earlier rank holds has
+ * its state (a copy's, and the head copy of tied embeddings', is read from another rank). */
+static int dist_complete(mt_meg_dir *m, int i, mt_err *e)
+{
+    mt_meg_rank *r = &m->r[i];
+    const mt_layout *l = &m->l[i];
+    for (int j = 0; j < l->n; j++) {
+        int k = find(r, l->t[j].name);
+        int head = l->t[j].kind == MT_T_OUTPUT && !bool_attr(m->args, "untie_embeddings_and_output_weights");
+        if (k >= 0 && !r->copy[j] && !head && !r->exp_avg[k])
+            return mt_err_set(e, "%s: no state of model tensor '%s' in its buffers (distrib_optim.pt beside it)", r->path,
+                              r->names[k]);
+    }
+    return 0;
 }
 
 /* One optimizer's state (an entry of a ChainedOptimizer's list, or the only one): 1 when it has per-parameter
  * state, 0 when not (a dummy, or never stepped), -1 on error. Its parameters are taken from gl by their
  * groups' kinds; *step and the scaler are filled in. */
-static int optim_entry(mt_meg_dir *m, mt_meg_rank *r, int rank, const mt_pk *opt, group_lists *gl, double *step, mt_err *e)
+static int optim_entry(mt_meg_dir *m, mt_meg_rank *r, int rank, const mt_pk *opt, int sel, group_lists *gl, double *step,
+                       mt_err *e)
 {
     const mt_pk *sd = opt, *masters = NULL, *scaler = NULL;
     if (!opt || opt->kind != MT_PK_DICT) return 0;
@@ -719,7 +760,7 @@ static int optim_entry(mt_meg_dir *m, mt_meg_rank *r, int rank, const mt_pk *opt
     }
     const mt_pk *state = mt_pk_get(sd, "state"), *groups = mt_pk_get(sd, "param_groups");
     if (!state && sd != opt && groups && groups->kind == MT_PK_LIST) {   /* DistributedOptimizer */
-        if (dist_state(m, rank, groups, step, e) || (scaler && scaler->kind == MT_PK_DICT && read_scaler(m, r, rank, scaler, e)))
+        if (dist_state(m, rank, groups, step, sel, e) || (scaler && scaler->kind == MT_PK_DICT && read_scaler(m, r, rank, scaler, e)))
             return -1;
         return 1;
     }
@@ -851,12 +892,14 @@ static int rank_optim(mt_meg_dir *m, int i, mt_err *e)
     have = 2;
     size_t ne = opt->kind == MT_PK_LIST ? opt->len : 1;
     for (size_t q = 0; q < ne && !rc; q++) {
-        int h = optim_entry(m, r, i, opt->kind == MT_PK_LIST ? opt->items[q] : opt, &gl, &step, e);
+        int h = optim_entry(m, r, i, opt->kind == MT_PK_LIST ? opt->items[q] : opt, opt->kind == MT_PK_LIST ? (int)q : -1,
+                            &gl, &step, e);
         if (h < 0) rc = -1;
         else if (h == 2) continue;   /* no parameters here */
         else if (q && h != have && have != 2) rc = mt_err_set(e, "%s: optimizer: a chained optimizer's entries do not all hold state", r->path);
         have = h;
     }
+    if (!rc && have == 1 && r->has_dopt) rc = dist_complete(m, i, e);
     if (!rc && have == 1 && !r->has_dopt)   /* (the distributed optimizer's buffers hold every parameter) */
         for (int a = 0; a < 2 && !rc; a++)
             for (int b = 0; b < 2 && !rc; b++)

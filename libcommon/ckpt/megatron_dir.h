@@ -70,7 +70,9 @@ int mt_meg_dir_layout(mt_meg_dir *m, const mt_model_arch *a, mt_err *e);
  * registers them: the legacy model's is the layout's, Megatron-Core's layers register linear_proj before
  * linear_qkv). The distributed optimizer's (DistributedOptimizer.state_dict(): the param groups without their
  * parameters) takes the parameters' state from distrib_optim.pt beside each rank's file
- * (ckpt/megatron_distopt.h). No 'optimizer', or one without per-parameter state (transformers' converters
+ * (ckpt/megatron_distopt.h); with the experts' optimizer apart (a ChainedOptimizer's list of two states) the
+ * file is the list of the dense and the expert buffers' states, None where another directory saved that one
+ * (its parameters' state is read from there). No 'optimizer', or one without per-parameter state (transformers' converters
  * write such a dummy): has_optim 0. A state that does not match the model is an error naming the file. 0, or
  * -1. */
 int mt_meg_dir_optim(mt_meg_dir *m, mt_err *e);

@@ -559,15 +559,15 @@ static mt_pk *chained_state(export_ctx *x, const mt_layout *l, rank_out *o, floa
     return list;
 }
 
-/* One rank's distrib_optim.pt at path: per model chunk's gradient buffer (ckpt/megatron_distopt.h), under its
- * (param dtype, grad dtype) key, the flat fp32 main parameters and Adam's moments with zeros in the alignment
- * gaps, and numel_unpadded, as DistributedOptimizer.get_parameter_state_dp_zero gathers them. */
-static int write_dist(export_ctx *x, const mt_layout *l, const char *path, mt_err *e)
+/* One optimizer's get_parameter_state_dp_zero() of the rank (sel: -1 every parameter, 0 the dense ones, 1 the
+ * experts', as mt_meg_dbufs): buckets_coalesced, then per gradient buffer (one per model chunk holding such
+ * parameters, numbered from 0), under its (param dtype, grad dtype) key, the flat fp32 main parameters and Adam's
+ * moments with zeros in the alignment gaps, and numel_unpadded. NULL on error. */
+static mt_pk *dist_state(export_ctx *x, const mt_layout *l, rank_out *o, int sel, float *s, mt_err *e)
 {
-    rank_out o = {0};
-    mt_pk_arena *a = &o.a;
+    mt_pk_arena *a = &o->a;
     json_t *args = x->mc->args;
-    int nc = l->chunks > 1 ? l->chunks : 1, rc = 0;
+    int nc = l->chunks > 1 ? l->chunks : 1, rc = 0, k = 0;
     int64_t np = 0;
     for (int j = 0; j < l->n; j++) np += (int64_t)l->t[j].numel;
     /* the buckets of the args written: one data-parallel rank */
@@ -575,19 +575,16 @@ static int write_dist(export_ctx *x, const mt_layout *l, const char *path, mt_er
     int64_t size = mt_meg_bucket_size(json_is_true(json_object_get(args, "overlap-grad-reduce")),
                                       json_is_integer(bs) ? json_integer_value(bs) : 0, 0, 1, np);
     mt_meg_dbuf *b = mt_xcalloc((size_t)nc, sizeof *b);
-    mt_meg_dbufs(l, x->keys == MT_MEG_KEYS_MCORE, 0, x->mc->arch.tied_embeddings, size, b);
+    mt_meg_dbufs(l, x->keys == MT_MEG_KEYS_MCORE, 0, x->mc->arch.tied_embeddings, size, sel, b);
     mt_pk *root = mt_pk_new(a, MT_PK_DICT);
     mt_pk_sets(a, root, "buckets_coalesced", mt_pk_bool(a, true));
     /* the gradients' dtype: fp32 for bf16 (Megatron turns accumulate_allreduce_grads_in_fp32 on) and fp32 */
     const char *gdt = x->dt == MT_ST_F16 ? "torch.float16" : "torch.float32";
-    size_t most = 1;
-    for (int j = 0; j < l->n; j++)
-        if (l->t[j].numel > most) most = l->t[j].numel;
-    float *s = mt_xmalloc(most * sizeof(float));
     static const char *const keys[3] = {"param", "exp_avg", "exp_avg_sq"};
     static const char *const sfx[3] = {NULL, ".exp_avg", ".exp_avg_sq"};
     for (int c = 0; c < nc && !rc; c++) {
         int64_t numel = b[c].numel;
+        if (sel == 1 && !b[c].n) continue;   /* a chunk without experts has no expert buffer */
         mt_pk *st = mt_pk_new(a, MT_PK_DICT);
         for (int q = 0; q < 3 && !rc; q++) {
             float *w = mt_xcalloc((size_t)(numel ? numel : 1), sizeof *w);
@@ -596,7 +593,7 @@ static int write_dist(export_ctx *x, const mt_layout *l, const char *path, mt_er
                 if (read_slice(x, lt, sfx[q], s, e)) rc = -1;
                 else memcpy(w + b[c].off[p], s, lt->numel * sizeof *s);
             }
-            mt_pk *t = rc ? NULL : add_tensor(&o, w, (size_t)numel, MT_ST_F32, 1, &numel, keys[q], e);
+            mt_pk *t = rc ? NULL : add_tensor(o, w, (size_t)numel, MT_ST_F32, 1, &numel, keys[q], e);
             free(w);
             if (!t) rc = -1;
             else mt_pk_sets(a, st, keys[q], t);
@@ -606,13 +603,55 @@ static int write_dist(export_ctx *x, const mt_layout *l, const char *path, mt_er
         mt_pk_append(a, key, mt_pk_named(a, MT_PK_GLOBAL, x->torch_dtype));
         mt_pk_append(a, key, mt_pk_named(a, MT_PK_GLOBAL, gdt));
         mt_pk_set(a, g, key, st);
-        mt_pk_set(a, root, mt_pk_int(a, c), g);
+        mt_pk_set(a, root, mt_pk_int(a, k++), g);
+    }
+    mt_meg_dbufs_free(b, nc);
+    free(b);
+    return rc ? NULL : root;
+}
+
+/* Which of a ChainedOptimizer's two states the smallest run of the layout saves in the directory of (tensor
+ * rank t, expert rank er): each rank writes the list of its optimizers' states, an optimizer's only on its
+ * data-parallel rank 0 (the dense one's data-parallel group, the experts' expert-data-parallel group), None for
+ * the other; the ranks of data-parallel rank 0 are the first tp, of expert-data-parallel rank 0 the first
+ * etp ep, rank r at tensor rank r % tp and expert rank (r / etp) % ep. A pair no rank holds (experts whole:
+ * never loaded) gets both. */
+static void dist_held(const export_ctx *x, int t, int er, int *dense, int *experts)
+{
+    *dense = (t / x->etp) % x->ep == er;
+    *experts = 0;
+    for (int r = 0; r < x->etp * x->ep && !*experts; r++) *experts = r % x->tp == t && (r / x->etp) % x->ep == er;
+    if (!*dense && !*experts) *dense = *experts = 1;
+}
+
+/* One rank's distrib_optim.pt at path: its optimizer's dist_state, or with the experts' optimizer apart (a
+ * ChainedOptimizer, as ChainedOptimizer.save_parameter_state writes it) the list of the dense parameters' and
+ * the experts' states, None for one this directory's rank does not save (dist_held). */
+static int write_dist(export_ctx *x, const mt_layout *l, const char *path, mt_err *e)
+{
+    rank_out o = {0};
+    mt_pk_arena *a = &o.a;
+    size_t most = 1;
+    for (int j = 0; j < l->n; j++)
+        if (l->t[j].numel > most) most = l->t[j].numel;
+    float *s = mt_xmalloc(most * sizeof(float));
+    mt_pk *root = NULL;
+    int rc = 0;
+    if (!x->chained) {
+        if (!(root = dist_state(x, l, &o, -1, s, e))) rc = -1;
+    } else {
+        int held[2];
+        dist_held(x, l->part.tp_rank, l->part.ep_size > 1 ? l->part.ep_rank : 0, &held[0], &held[1]);
+        root = mt_pk_new(a, MT_PK_LIST);
+        for (int sel = 0; sel < 2 && !rc; sel++) {
+            mt_pk *st = held[sel] ? dist_state(x, l, &o, sel, s, e) : mt_pk_new(a, MT_PK_NONE);
+            if (!st) rc = -1;
+            else mt_pk_append(a, root, st);
+        }
     }
     if (!rc) rc = mt_tckpt_save(path, "distrib_optim", root, o.st, o.n, e);
     if (rc) mt_err_prefix(e, "%s", path);
     free(s);
-    mt_meg_dbufs_free(b, nc);
-    free(b);
     rank_out_free(&o);
     return rc;
 }
@@ -724,9 +763,6 @@ int mt_meg_export_ckpt(mt_model_ckpt *mc, const char *out, int tp, int pp, int e
                     .chained = ep > 1 || etp != tp, .progress = progress,
                     .optim = !no_optim && mt_model_has_optim(mc) && json_is_object(json_object_get(mc->meta, "optimizer"))};
     x.dist = x.optim && json_is_true(json_object_get(mc->args, "use-distributed-optimizer"));
-    if (x.dist && x.chained)
-        return mt_err_set(e, "%s: the distributed optimizer's state of experts over other ranks than the tensor ranks "
-                             "(distrib_optim.pt's expert buffers) is not written yet: convert with --no-save-optim", mc->dir);
     *with_optim = x.optim;
     if (!strcmp(dtype, "fp32")) x.dt = MT_ST_F32, x.torch_dtype = "torch.float32";
     else if (!strcmp(dtype, "bf16")) x.dt = MT_ST_BF16, x.torch_dtype = "torch.bfloat16";

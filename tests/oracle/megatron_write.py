@@ -244,7 +244,7 @@ def main(argv=None):
     freq = a.get("moe-layer-freq") or "1"
     moe = set()
     if E:
-        assert o.core and not o.distrib and o.vp == 1, "experts: Megatron-Core's names, no --distrib or --vp here"
+        assert o.core and o.vp == 1 and not o.per_bucket, "experts: Megatron-Core's names, no --vp or --per-bucket here"
         fl = json.loads(freq) if freq.startswith("[") else [int(l % int(freq) == 0) for l in range(a["num-layers"])]
         moe = {l for l, x in enumerate(fl) if x}
     chained = E and (ep > 1 or etp != tp)   # Megatron's ChainedOptimizer: the dense parameters', the experts'
@@ -468,16 +468,35 @@ def main(argv=None):
             os.makedirs(d, exist_ok=True)
             if o.optim and o.distrib:
                 # DistributedOptimizer.state_dict(): the param groups without their parameters, with the step
-                opt = state["optimizer"]
-                inner = opt["optimizer"] if "optimizer" in opt else opt
-                groups = [dict((k, v) for k, v in g.items() if k != "params") for g in inner["param_groups"]]
-                for g in groups:
-                    g["step"] = int(meta["optimizer"]["step"])
-                state["optimizer"] = {"optimizer": {"param_groups": groups}}
-                if "grad_scaler" in opt:
-                    state["optimizer"]["grad_scaler"] = opt["grad_scaler"]
-                torch.save(distrib(chunks, w, mom, sl, meta, a, o.dtype, o.bucket_size, p == 0, o.per_bucket),
-                           os.path.join(d, "distrib_optim.pt"))
+                def dist_sd(opt):
+                    inner = opt["optimizer"] if "optimizer" in opt else opt
+                    groups = [dict((k, v) for k, v in g.items() if k != "params") for g in inner["param_groups"]]
+                    for g in groups:
+                        g["step"] = int(meta["optimizer"]["step"])
+                    out = {"optimizer": {"param_groups": groups}}
+                    if "grad_scaler" in opt:
+                        out["grad_scaler"] = opt["grad_scaler"]
+                    return out
+                args = (w, mom, sl, meta, a, o.dtype, o.bucket_size, p == 0, o.per_bucket)
+                if chained:
+                    # ChainedOptimizer: each optimizer's state_dict(), and save_parameter_state's list of each one's
+                    # get_parameter_state_dp_zero() where this rank is that optimizer's data-parallel rank 0, else
+                    # None (the smallest world's ranks simulated; a pair none holds gets both)
+                    state["optimizer"] = [dist_sd(x) for x in state["optimizer"]]
+                    dense = [[x for x in ch if x[1] < 10] for ch in chunks]
+                    experts = [ch for ch in ([x for x in ch if x[1] >= 10] for ch in chunks) if ch]
+                    world = tp
+                    while world % (etp * ep):
+                        world += tp
+                    saves = [any(r % tp == t and (r // etp) % ep == e and q == 0 for r in range(world)
+                                 for q in ([r // tp] if k == 0 else [r // (etp * ep)])) for k in (0, 1)]
+                    if not any(saves):
+                        saves = [True, True]
+                    states = [distrib(ch, *args) if sv else None for ch, sv in zip((dense, experts), saves)]
+                    torch.save(states, os.path.join(d, "distrib_optim.pt"))
+                else:
+                    state["optimizer"] = dist_sd(state["optimizer"])
+                    torch.save(distrib(chunks, *args), os.path.join(d, "distrib_optim.pt"))
             torch.save(state, os.path.join(d, "model_optim_rng.pt"))
     with open(os.path.join(o.out, "latest_checkpointed_iteration.txt"), "w") as fh:
         fh.write("release" if o.release else str(it))

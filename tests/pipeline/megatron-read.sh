@@ -19,7 +19,9 @@
 # - experts over expert ranks (megatron_write.py --ep, mp_rank_TT[_PPP]_EEE; with --etp 1 --held each expert
 #   whole and only the (tensor rank, expert rank) pairs a Megatron run saves), with the ChainedOptimizer's
 #   state (the dense parameters', the experts'): read into the mt checkpoint they came from byte for byte,
-#   and mt-train --load continues them as it continues that checkpoint; a missing expert rank directory, a
+#   and mt-train --load continues them as it continues that checkpoint; so with the distributed optimizer
+#   (--distrib: distrib_optim.pt's list of the dense and the expert buffers' states, None where the directory's
+#   rank saves one not); a missing expert rank directory or distrib_optim.pt, a
 #   tensor rank no held pair covers and a chained list of 3 are refused in one line naming the file.
 # The runs to convert are trained first, then every Megatron checkpoint the checks read is written by one
 # megatron_write.py --jobs call (torch imported once), each into a directory of its own.
@@ -114,6 +116,10 @@ job "$smoe" "$d/meg-ep-etp1" --tp 2 --pp 2 --ep 2 --etp 1 --held --divisible-by 
 job "$smoe" "$d/meg-bad-ep-rank" --tp 2 --ep 2 --divisible-by 128 --core --optim
 job "$smoe" "$d/meg-bad-held" --tp 2 --ep 2 --etp 1 --held --divisible-by 128 --core
 job "$smoe" "$d/meg-bad-chain" --tp 2 --ep 2 --divisible-by 128 --core --optim --chain-len 3
+# and with the distributed optimizer (distrib_optim.pt: the list of the dense and the expert buffers' states)
+job "$smoe" "$d/meg-epd" --tp 2 --ep 2 --divisible-by 128 --core --optim --distrib --bucket-size 100
+job "$smoe" "$d/meg-epd-etp1" --tp 2 --pp 2 --ep 2 --etp 1 --held --divisible-by 128 --core --optim --distrib
+job "$smoe" "$d/meg-bad-epd" --tp 2 --ep 2 --divisible-by 128 --core --optim --distrib
 $PY -W ignore "$T_TOP/tests/oracle/megatron_write.py" --jobs "$d/jobs" --vocab-file "$GPT2_VOCAB" \
     --merge-file "$GPT2_MERGES" >"$d/oracle.out" 2>"$d/oracle.err"
 
@@ -256,7 +262,7 @@ else t_fail "a 4-layer run" "$(tail -2 "$d/t4.err")"; fi
 # dense and expert states): read into the mt checkpoint they came from byte for byte, weights and moments,
 # and mt-train --load continues them exactly as it continues that checkpoint ----
 if [ "${trained[moe]}" = 0 ]; then
-    for k in ep ep-etp1; do
+    for k in ep ep-etp1 epd epd-etp1; do
         if oracle_ok "$d/meg-$k" && mt-ckpt-convert --from megatron --load "$d/meg-$k" --save "$d/cm-$k" 2>"$d/ce" &&
             cmp -s "$d/cm-$k/iter_0000004/mp_rank_00/model.safetensors" "$smoe/model.safetensors" &&
             cmp -s "$d/cm-$k/iter_0000004/mp_rank_00/optim.safetensors" "$smoe/optim.safetensors"
@@ -301,6 +307,8 @@ REMOVE= refused "an expert tensor size neither 1 nor tp in the args" \
 REMOVE=mp_rank_01_001 refused "a missing expert rank directory" "mp_rank_01_001/model_optim_rng.pt: missing" ep-rank
 REMOVE=mp_rank_01_001 refused "ETP 1, held pairs, no directory of tensor rank 1 (nor expert rank 1)" \
     "mp_rank_01_000/model_optim_rng.pt: missing: no file of tensor rank 1" held
+REMOVE=mp_rank_00_001/distrib_optim.pt refused "an expert rank's missing distrib_optim.pt" \
+    "mp_rank_00_001/distrib_optim.pt: missing: the distributed optimizer's state" epd
 REMOVE= refused "a ChainedOptimizer's list of 3" \
     "mp_rank_00_000/model_optim_rng.pt: optimizer: a ChainedOptimizer's list of 3 states; Megatron's holds 2" chain
 mkdir -p "$d/notmeg" && echo 3 >"$d/notmeg/latest_checkpointed_iteration.txt"

@@ -29,6 +29,9 @@
 #   dense parameters', the experts') equal to the source's slices as a Python reading of the layout computes
 #   them, the expert-parallel RNG seed per rank; back with --from megatron (of every pair, and of only the pairs
 #   a Megatron run holds) as mt's own resharding, which mt-train resumes with the same losses;
+#   with --use-distributed-optimizer the ChainedOptimizer's two DistributedOptimizer states and distrib_optim.pt's
+#   list of the dense and expert buffers' states as megatron_write.py --distrib --ep builds them, back as the
+#   reshard;
 # and the other way, checkpoint_reshaping_and_interoperability.py (transformers to Megatron, TP 2 x PP 2;
 # args as a types.SimpleNamespace, transposed views of shared storages) from a random GPT2LMHeadModel, read
 # with --from megatron: mt's logits equal transformers' to 1e-5. Bad requests: one line, nothing written.
@@ -442,16 +445,29 @@ PYEOF
     err1 mt-ckpt-convert --from megatron --load "$d/megmiss" --save "$d/x" && [ ! -e "$d/x" ] && grep -q mp_rank_01_001_000 "$d/e" \
         && t_pass "a missing expert rank directory: one line naming it ($(cat "$d/e")), nothing written" \
         || t_fail "a missing expert rank directory" "$(cat "$d/e")"
-    # the distributed optimizer's state of experts over expert ranks: not written yet, refused before anything is
-    if mt-train "${train[@]}" --num-experts 4 --moe-router-topk 2 --moe-layer-freq "[0,1]" --disable-bias-linear \
-            --use-distributed-optimizer --train-iters 2 --lr-decay-iters 40 --save "$d/ckmd" >/dev/null 2>"$d/t.err"; then
-        err1 mt-ckpt-convert --load "$d/ckmd" --to megatron --out "$d/x" --megatron-keys mcore --target-expert-model-parallel-size 2 \
-            && [ ! -e "$d/x" ] && grep -q "no-save-optim" "$d/e" \
-            && mt-ckpt-convert --load "$d/ckmd" --to megatron --out "$d/megmd" --megatron-keys mcore \
-                --target-expert-model-parallel-size 2 --no-save-optim 2>"$d/ce" && [ -e "$d/megmd/iter_0000002/mp_rank_00_001" ] \
-            && t_pass "the distributed optimizer's state of experts over expert ranks: refused in one line ($(cat "$d/e")), nothing written; --no-save-optim writes the weights" \
-            || t_fail "the distributed optimizer's state of experts over expert ranks refused" "$(cat "$d/e" "$d/ce")"
-    else t_fail "an MoE run with --use-distributed-optimizer" "$(tail -2 "$d/t.err")"; fi
+    # the distributed optimizer with experts over expert ranks (a --bf16 run, --overlap-grad-reduce, 100-element
+    # buckets): each rank's ChainedOptimizer of two DistributedOptimizer states and distrib_optim.pt's list of the
+    # dense and the expert buffers' states (None where the directory's rank is not that optimizer's data-parallel
+    # rank 0), as megatron_write.py --distrib --ep lays them out; back as the reshard (TP 2 x PP 2 x EP 2, and
+    # ETP 1)
+    bad_epd=
+    if mt-train "${train[@]}" --num-experts 4 --moe-router-topk 2 --moe-shared-expert-intermediate-size 64 \
+            --moe-layer-freq "[0,1]" --moe-aux-loss-coeff 0.01 --disable-bias-linear --bf16 --use-distributed-optimizer \
+            --overlap-grad-reduce --ddp-bucket-size 100 --train-iters 4 --lr-decay-iters 40 --save "$d/ckmd" >/dev/null 2>"$d/t.err" &&
+        mt-ckpt-convert --load "$d/ckmd" --save "$d/ckmd1" 2>"$d/ce" &&
+        mt-ckpt-convert --load "$d/ckmd" --save "$d/ckmd22" --target-tensor-parallel-size 2 --target-pipeline-parallel-size 2 2>>"$d/ce"
+    then
+        for etp in 2 1; do
+            if mt-ckpt-convert --load "$d/ckmd" --to megatron --out "$d/megepd$etp" --megatron-keys mcore --target-tensor-parallel-size 2 \
+                    --target-pipeline-parallel-size 2 --target-expert-model-parallel-size 2 --target-expert-tensor-parallel-size $etp 2>>"$d/ce" &&
+                mt-ckpt-convert --from megatron --load "$d/megepd$etp" --save "$d/rtepd$etp" --target-tensor-parallel-size 2 \
+                    --target-pipeline-parallel-size 2 2>>"$d/ce"
+            then b=$(differ22 "$d/rtepd$etp" "$d/ckmd22" 0000004); [ -n "$b" ] && bad_epd="$bad_epd ETP $etp:$b"
+            else bad_epd="$bad_epd $(tail -1 "$d/ce")"; fi
+        done
+        mwjob "$d/ckmd1/iter_0000004/mp_rank_00" "$d/orepd" --tp 2 --pp 2 --ep 2 --core --optim --distrib --bucket-size 100 --dtype bf16
+        hjob "$d/soepd" same_optim "$d/megepd2" "$d/orepd"
+    else bad_epd="an MoE run with --use-distributed-optimizer: $(tail -2 "$d/t.err" "$d/ce")"; fi
     rm -r "$d/megheld/iter_0000004/mp_rank_01_001"
     err1 mt-ckpt-convert --from megatron --load "$d/megheld" --save "$d/x" && [ ! -e "$d/x" ] && grep -q "mp_rank_01_" "$d/e" \
         && t_pass "ETP 1, no directory of tensor rank 1 at all: one line naming it ($(cat "$d/e")), nothing written" \
@@ -565,6 +581,9 @@ if [ "$moe" != failed ]; then
     if [ -z "$bad_ep" ] && hok "$d/mep.out"
     then t_pass "experts, TP 2 x PP 2 x EP 2: mp_rank_TT_PPP_EEE, each rank's tensors and ChainedOptimizer state the source's slices ($(cat "$d/mep.out")); back as the reshard"
     else t_fail "experts, TP 2 x PP 2 x EP 2: mt -> Megatron -> mt" "$bad_ep $(tail -2 "$d/mep.out")"; fi
+    if [ -z "$bad_epd" ] && mwok "$d/orepd" && hok "$d/soepd"
+    then t_pass "experts over expert ranks, --use-distributed-optimizer: the ChainedOptimizer's states and distrib_optim.pt's list as Megatron saves them ($(cat "$d/soepd")); back as the reshard (ETP 2 and 1)"
+    else t_fail "experts over expert ranks, --use-distributed-optimizer" "$bad_epd $(tail -2 "$d/orepd.log" "$d/soepd" 2>/dev/null)"; fi
     if [ -z "$bad_etp" ] && hok "$d/metp.out"
     then t_pass "experts whole, TP 2 x EP 2 x ETP 1: every pair's file the source's slices ($(cat "$d/metp.out")); the held pairs read back as the reshard, mt-train resumes with its losses"
     else t_fail "experts whole, TP 2 x EP 2 x ETP 1: mt -> Megatron -> mt" "$bad_etp $(tail -2 "$d/metp.out")"; fi
