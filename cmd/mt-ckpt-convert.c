@@ -173,8 +173,10 @@ static void from_megatron(void)
     if (m.has_optim) snprintf(what, sizeof what, "with the optimizer's state (Adam step %lld)", (long long)m.step);
     else snprintf(what, sizeof what, "weights only, no optimizer state: continue with mt-train --load %s --no-load-optim",
                   save_dir);
-    fprintf(stderr, "%s: wrote %s (%s, from %s: tensor-parallel %d -> %d, pipeline %d -> %d; %s)\n", mt_progname(),
-            save_dir, it, load_dir, m.tp, tp, m.pp, pp, what);
+    char eps[64] = "";
+    if (m.ep > 1 || m.etp != m.tp) snprintf(eps, sizeof eps, ", expert-parallel %d (expert tensor %d) -> 1", m.ep, m.etp);
+    fprintf(stderr, "%s: wrote %s (%s, from %s: tensor-parallel %d -> %d, pipeline %d -> %d%s; %s)\n", mt_progname(),
+            save_dir, it, load_dir, m.tp, tp, m.pp, pp, eps, what);
     mt_meg_close(&mc, &m);
 }
 

@@ -99,6 +99,15 @@ static mt_pk *from_json(mt_pk_arena *a, json_t *v)
     }
 }
 
+/* The data-parallel size of the smallest run of a layout: its world a multiple of tp pp (the dense grid) and of
+ * etp ep pp (the experts'). */
+static int smallest_dp(int tp, int ep, int etp)
+{
+    int span = tp;
+    while (span % (etp * ep)) span += tp;
+    return span / tp;
+}
+
 /* mt's args as Megatron's argparse.Namespace: flag names as attribute names ('-' to '_'), the flags that
  * Megatron stores negated (store_false) under their positive names, and the attributes Megatron derives
  * and checks on load for the layout written. */
@@ -158,12 +167,9 @@ static mt_pk *namespace(mt_pk_arena *a, const mt_model_ckpt *mc, int tp, int pp,
     mt_pk_sets(a, d, "virtual_pipeline_model_parallel_size", vp > 1 ? mt_pk_int(a, vp) : mt_pk_new(a, MT_PK_NONE));
     mt_pk_sets(a, d, "num_layers_per_virtual_pipeline_stage",
                vp > 1 ? mt_pk_int(a, mc->arch.num_layers / (pp * vp)) : mt_pk_new(a, MT_PK_NONE));
-    /* the smallest run of this layout: its world a multiple of tp pp (the dense grid) and of etp ep pp (the
-     * experts') */
-    int64_t span = tp, ex = (int64_t)etp * ep;
-    while (span % ex) span += tp;
-    mt_pk_sets(a, d, "data_parallel_size", mt_pk_int(a, span / tp));
-    mt_pk_sets(a, d, "world_size", mt_pk_int(a, span * pp));
+    int dp = smallest_dp(tp, ep, etp);
+    mt_pk_sets(a, d, "data_parallel_size", mt_pk_int(a, dp));
+    mt_pk_sets(a, d, "world_size", mt_pk_int(a, (int64_t)dp * tp * pp));
     mt_pk_sets(a, d, "padded_vocab_size", mt_pk_int(a, rows));
     mt_pk_sets(a, d, "params_dtype", mt_pk_named(a, MT_PK_GLOBAL, torch_dtype));
     /* Megatron reduces bf16 gradients in fp32 (it turns this on for --bf16): the distributed optimizer's
@@ -570,10 +576,11 @@ static mt_pk *dist_state(export_ctx *x, const mt_layout *l, rank_out *o, int sel
     int nc = l->chunks > 1 ? l->chunks : 1, rc = 0, k = 0;
     int64_t np = 0;
     for (int j = 0; j < l->n; j++) np += (int64_t)l->t[j].numel;
-    /* the buckets of the args written: one data-parallel rank */
+    /* the buckets of the args written: their data-parallel size, the smallest run's */
     json_t *bs = json_object_get(args, "ddp-bucket-size");
     int64_t size = mt_meg_bucket_size(json_is_true(json_object_get(args, "overlap-grad-reduce")),
-                                      json_is_integer(bs) ? json_integer_value(bs) : 0, 0, 1, np);
+                                      json_is_integer(bs) ? json_integer_value(bs) : 0, 0,
+                                      smallest_dp(x->tp, x->ep, x->etp), np);
     mt_meg_dbuf *b = mt_xcalloc((size_t)nc, sizeof *b);
     mt_meg_dbufs(l, x->keys == MT_MEG_KEYS_MCORE, 0, x->mc->arch.tied_embeddings, size, sel, b);
     mt_pk *root = mt_pk_new(a, MT_PK_DICT);

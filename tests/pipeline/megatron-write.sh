@@ -327,7 +327,7 @@ if [ "$moe" != failed ]; then
     else bad_etp="$(cat "$d/ce")"; fi
     hjob "$d/metp.out" run "$d/mep.py" "$d/ckm/iter_0000004/mp_rank_00" "$d/megetp/iter_0000004" 2 1 2 1 5
     pyfile mep <<'PYEOF'
-import glob, json, os, re, struct, sys
+import glob, json, math, os, re, struct, sys
 import numpy as np, torch
 src, top, tp, pp, ep, etp, seed = sys.argv[1], sys.argv[2], *map(int, sys.argv[3:8])
 def safetensors(path):   # the whole source: mt's one-rank checkpoint, read without mt
@@ -405,6 +405,9 @@ for t in range(tp):
             a = sd["args"]
             assert (a.tensor_model_parallel_size, a.pipeline_model_parallel_size, a.expert_model_parallel_size,
                     a.expert_tensor_parallel_size) == (tp, pp, ep, etp), (f, vars(a))
+            # the smallest run of the layout: a world per stage of lcm(tp, etp ep) ranks
+            span = tp * etp * ep // math.gcd(tp, etp * ep)
+            assert (a.data_parallel_size, a.world_size) == (span // tp, span * pp), (f, a.data_parallel_size, a.world_size)
             m = {k: v for k, v in sd["model"].items() if v is not None}
             reg = registered(p, e)
             assert sorted(m) == sorted(reg), (f, sorted(set(m) ^ set(reg)))
