@@ -71,7 +71,9 @@ static const mt_cmd cmd = {
     "                                                --target-expert-model-parallel-size N\n"
     "                                                --target-expert-tensor-parallel-size N]\n"
                "               --from megatron --load DIR --save DIR [--target-tensor-parallel-size N\n"
-               "                                                      --target-pipeline-parallel-size N]\n"
+               "                                                      --target-pipeline-parallel-size N\n"
+               "                                                      --target-expert-model-parallel-size N\n"
+               "                                                      --target-expert-tensor-parallel-size N]\n"
     "               --load DIR --save DIR --target-tensor-parallel-size N --target-pipeline-parallel-size N\n"
     "                                     [--target-expert-model-parallel-size N --target-expert-tensor-parallel-size N]",
     "Converts a checkpoint written by mt-train into a directory that Hugging Face transformers loads as\n"
@@ -167,14 +169,16 @@ static void from_megatron(void)
     mt_meg_dir m;
     int tp = target_tp ? target_tp : 1, pp = target_pp ? target_pp : 1;
     if (mt_meg_open(&mc, &m, load_dir, tp, vocab_file, merge_file, no_load_optim, &e)) mt_die_err(&e);
-    if (mt_meg_import_ckpt(&mc, save_dir, tp, pp, progress, &e)) mt_die_err(&e);
+    if (mt_meg_import_ckpt(&mc, save_dir, tp, pp, target_ep ? target_ep : 1, target_etp, progress, &e)) mt_die_err(&e);
     char it[32] = "release", what[200];
     if (m.iteration != MT_CKPT_RELEASE) snprintf(it, sizeof it, "iteration %lld", (long long)m.iteration);
     if (m.has_optim) snprintf(what, sizeof what, "with the optimizer's state (Adam step %lld)", (long long)m.step);
     else snprintf(what, sizeof what, "weights only, no optimizer state: continue with mt-train --load %s --no-load-optim",
                   save_dir);
-    char eps[64] = "";
-    if (m.ep > 1 || m.etp != m.tp) snprintf(eps, sizeof eps, ", expert-parallel %d (expert tensor %d) -> 1", m.ep, m.etp);
+    char eps[96] = "";
+    if (m.ep > 1 || m.etp != m.tp || target_ep > 1 || (target_etp && target_etp != tp))
+        snprintf(eps, sizeof eps, ", expert-parallel %d -> %d, expert tensor %d -> %d", m.ep, target_ep ? target_ep : 1, m.etp,
+                 target_etp ? target_etp : tp);
     fprintf(stderr, "%s: wrote %s (%s, from %s: tensor-parallel %d -> %d, pipeline %d -> %d%s; %s)\n", mt_progname(),
             save_dir, it, load_dir, m.tp, tp, m.pp, pp, eps, what);
     mt_meg_close(&mc, &m);
@@ -223,9 +227,8 @@ int main(int argc, char **argv)
         if (target_tp || target_pp || target_ep || target_etp) mt_die("--to hf writes one directory: --target-*-parallel-size go with --save");
         to_hf();
     } else if (from_fmt && !strcmp(from_fmt, "megatron")) {
-        if (in_dir || out_dir || dtype_name || iteration >= 0 || target_ep || target_etp)
-            mt_die("--from megatron reads --load and writes --save (--in, --out, --dtype, --iteration and "
-                   "--target-expert-*-parallel-size do not go with it)");
+        if (in_dir || out_dir || dtype_name || iteration >= 0)
+            mt_die("--from megatron reads --load and writes --save (--in, --out, --dtype and --iteration do not go with it)");
         from_megatron();
     } else if (from_fmt) {
         if (load_dir || out_dir || dtype_name || iteration >= 0)

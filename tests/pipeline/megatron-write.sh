@@ -303,6 +303,18 @@ if [ "$moe" != failed ]; then
             --target-pipeline-parallel-size 2 2>>"$d/ce"
     then bad_ep=$(differ22 "$d/rtep" "$d/ckm22" 0000004)
     else bad_ep="$(cat "$d/ce")"; fi
+    # and straight into mt's own expert-parallel layout: the directories mt's resharding writes, byte for byte
+    if mt-ckpt-convert --from megatron --load "$d/megep" --save "$d/rtep222" --target-tensor-parallel-size 2 \
+            --target-pipeline-parallel-size 2 --target-expert-model-parallel-size 2 2>"$d/ce" &&
+        mt-ckpt-convert --load "$d/ckm" --save "$d/ckm222" --target-tensor-parallel-size 2 --target-pipeline-parallel-size 2 \
+            --target-expert-model-parallel-size 2 2>>"$d/ce"
+    then
+        n=0
+        for f in "$d"/ckm222/iter_0000004/mp_rank_*/*.safetensors; do
+            n=$((n + 1)); cmp -s "$f" "$d/rtep222/${f#$d/ckm222/}" || bad_ep="$bad_ep ${f#$d/ckm222/}"
+        done
+        [ $n = 16 ] && [ "$(ls "$d/rtep222/iter_0000004")" = "$(ls "$d/ckm222/iter_0000004")" ] || bad_ep="$bad_ep ($n files)"
+    else bad_ep="$bad_ep $(cat "$d/ce")"; fi
     hjob "$d/mep.out" run "$d/mep.py" "$d/ckm/iter_0000004/mp_rank_00" "$d/megep/iter_0000004" 2 2 2 2 5
     bad_etp=
     if mt-ckpt-convert --load "$d/ckm" --to megatron --out "$d/megetp" --megatron-keys mcore --target-tensor-parallel-size 2 \
@@ -582,7 +594,7 @@ fi
 # experts over expert ranks
 if [ "$moe" != failed ]; then
     if [ -z "$bad_ep" ] && hok "$d/mep.out"
-    then t_pass "experts, TP 2 x PP 2 x EP 2: mp_rank_TT_PPP_EEE, each rank's tensors and ChainedOptimizer state the source's slices ($(cat "$d/mep.out")); back as the reshard"
+    then t_pass "experts, TP 2 x PP 2 x EP 2: mp_rank_TT_PPP_EEE, each rank's tensors and ChainedOptimizer state the source's slices ($(cat "$d/mep.out")); back as the reshard (to TP 2 x PP 2, and to mt's TP 2 x PP 2 x EP 2)"
     else t_fail "experts, TP 2 x PP 2 x EP 2: mt -> Megatron -> mt" "$bad_ep $(tail -2 "$d/mep.out")"; fi
     if [ -z "$bad_epd" ] && mwok "$d/orepd" && hok "$d/soepd"
     then t_pass "experts over expert ranks, --use-distributed-optimizer: the ChainedOptimizer's states and distrib_optim.pt's list as Megatron saves them ($(cat "$d/soepd")); back as the reshard (ETP 2 and 1)"
