@@ -5,7 +5,7 @@ meta.json for the model's arguments), for tests/pipeline/megatron-read.sh.
 Usage: megatron_write.py MT_RANK_DIR OUT_DIR --tp T --pp P --vocab-file F --merge-file F [--divisible-by N] [--core]
        [--drop KEY] [--extra KEY] [--bad-ffn] [--release] [--checkpoint-version V] [--dtype D] [--round D]
        [--optim [--distrib [--bucket-size N] [--args-bucket-size N] [--per-bucket]]] [--vp V]
-       [--ep E [--etp 1] [--held] [--chain-len N]]
+       [--ep E [--etp 1] [--held] [--grouped] [--chain-len N]]
        megatron_write.py --jobs FILE [ARGS...]
 
 --jobs FILE runs many such writes in this one process (torch is imported once): each non-empty line of FILE
@@ -52,7 +52,8 @@ vocabulary is padded with zero rows to Megatron's padded size for the tensor siz
 A model with experts (meta.json's num-experts; --core only): an MoE layer (--moe-layer-freq) holds
 pre_mlp_layernorm, mlp.router, SequentialMLP's mlp.experts.local_experts.J.linear_fc1 / linear_fc2 and the
 shared expert's mlp.shared_experts.linear_fc1 / linear_fc2, registered in that order (each local expert's
-fc1 then fc2). With --ep E the experts go over E expert ranks (get_checkpoint_name: mp_rank_TT[_PPP]_EEE per
+fc1 then fc2; with --grouped TEGroupedMLP's mlp.experts.linear_fc1.weightJ and linear_fc2.weightJ, every fc1
+registered before the fc2s). With --ep E the experts go over E expert ranks (get_checkpoint_name: mp_rank_TT[_PPP]_EEE per
 (tensor rank, expert rank) pair; local expert J of expert rank e is global expert e num_experts / E + J),
 each expert split over the tensor ranks, or with --etp 1 whole on every tensor rank; --held writes only the
 pairs that the ranks of data-parallel or expert-data-parallel rank 0 of the smallest world (a multiple of
@@ -232,6 +233,7 @@ def main(argv=None):
     ap.add_argument("--ep", type=int, default=1)
     ap.add_argument("--etp", type=int, default=0)
     ap.add_argument("--held", action="store_true")
+    ap.add_argument("--grouped", action="store_true")   # TEGroupedMLP's experts.linear_fc1.weightJ names and order
     ap.add_argument("--chain-len", type=int, default=0)   # the ChainedOptimizer's list cut or repeated to N (bad)
     o = ap.parse_args(argv)
     meta = json.load(open(os.path.join(o.src, "meta.json")))
@@ -307,9 +309,11 @@ def main(argv=None):
         names = [(n, d) for n, d in per_layer if g not in moe or not n.startswith("mlp.")]
         if g in moe:
             names.append(("mlp.router.weight", -1))
-            for j in range(E // ep):
-                for n, d in (("dense_h_to_4h", 10), ("dense_4h_to_h", 11)):
-                    names.append(("mlp.experts.local_experts.%d.%s.weight" % (j, n), d))
+            fcs = (("dense_h_to_4h", 10), ("dense_4h_to_h", 11))
+            if o.grouped:   # TEGroupedMLP: linear_fc1 (every expert's weightJ), then linear_fc2
+                names += [("mlp.experts.local_experts.%d.%s.weight" % (j, n), d) for n, d in fcs for j in range(E // ep)]
+            else:           # SequentialMLP: expert by expert, each one's linear_fc1 then linear_fc2
+                names += [("mlp.experts.local_experts.%d.%s.weight" % (j, n), d) for j in range(E // ep) for n, d in fcs]
             names += [("mlp.shared_experts.dense_h_to_4h.weight", 0), ("mlp.shared_experts.dense_4h_to_h.weight", 1)]
         out = []
         for n, d in names:
@@ -322,6 +326,9 @@ def main(argv=None):
     def core_name(n, g):
         if g in moe and n.startswith("post_attention_layernorm."):
             return "pre_mlp_layernorm." + n[25:]
+        x = re.fullmatch(r"mlp\.experts\.local_experts\.(\d+)\.dense_(h_to_4h|4h_to_h)\.weight", n)
+        if x and o.grouped:
+            return "mlp.experts.linear_fc%d.weight%s" % (1 if x.group(2) == "h_to_4h" else 2, x.group(1))
         for old, new in core_names.items():
             if n.startswith(old):
                 return new + n[len(old):]

@@ -17,7 +17,8 @@
 #   expert_tensor_parallel_size neither 1 nor the tensor size in the args: one line naming the
 #   file and key, non-zero exit, nothing under --save;
 # - experts over expert ranks (megatron_write.py --ep, mp_rank_TT[_PPP]_EEE; with --etp 1 --held each expert
-#   whole and only the (tensor rank, expert rank) pairs a Megatron run saves), with the ChainedOptimizer's
+#   whole and only the (tensor rank, expert rank) pairs a Megatron run saves; with --grouped TEGroupedMLP's
+#   experts), with the ChainedOptimizer's
 #   state (the dense parameters', the experts'): read into the mt checkpoint they came from byte for byte,
 #   and mt-train --load continues them as it continues that checkpoint; so with the distributed optimizer
 #   (--distrib: distrib_optim.pt's list of the dense and the expert buffers' states, None where the directory's
@@ -119,6 +120,9 @@ job "$smoe" "$d/meg-bad-chain" --tp 2 --ep 2 --divisible-by 128 --core --optim -
 # and with the distributed optimizer (distrib_optim.pt: the list of the dense and the expert buffers' states)
 job "$smoe" "$d/meg-epd" --tp 2 --ep 2 --divisible-by 128 --core --optim --distrib --bucket-size 100
 job "$smoe" "$d/meg-epd-etp1" --tp 2 --pp 2 --ep 2 --etp 1 --held --divisible-by 128 --core --optim --distrib
+# TEGroupedMLP's experts (experts.linear_fc1.weightJ, every fc1 registered first), non-distributed and distributed
+job "$smoe" "$d/meg-epg" --tp 2 --ep 2 --divisible-by 128 --core --optim --grouped
+job "$smoe" "$d/meg-epdg" --tp 2 --pp 2 --ep 2 --divisible-by 128 --core --optim --grouped --distrib --bucket-size 100
 job "$smoe" "$d/meg-bad-epd" --tp 2 --ep 2 --divisible-by 128 --core --optim --distrib
 $PY -W ignore "$T_TOP/tests/oracle/megatron_write.py" --jobs "$d/jobs" --vocab-file "$GPT2_VOCAB" \
     --merge-file "$GPT2_MERGES" >"$d/oracle.out" 2>"$d/oracle.err"
@@ -262,7 +266,7 @@ else t_fail "a 4-layer run" "$(tail -2 "$d/t4.err")"; fi
 # dense and expert states): read into the mt checkpoint they came from byte for byte, weights and moments,
 # and mt-train --load continues them exactly as it continues that checkpoint ----
 if [ "${trained[moe]}" = 0 ]; then
-    for k in ep ep-etp1 epd epd-etp1; do
+    for k in ep ep-etp1 epd epd-etp1 epg epdg; do
         if oracle_ok "$d/meg-$k" && mt-ckpt-convert --from megatron --load "$d/meg-$k" --save "$d/cm-$k" 2>"$d/ce" &&
             cmp -s "$d/cm-$k/iter_0000004/mp_rank_00/model.safetensors" "$smoe/model.safetensors" &&
             cmp -s "$d/cm-$k/iter_0000004/mp_rank_00/optim.safetensors" "$smoe/optim.safetensors"
