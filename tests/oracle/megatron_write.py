@@ -61,7 +61,11 @@ tp and of etp E) hold, as Megatron's save_checkpoint does. Where the experts' gr
 (E > 1 or etp != tp: allreduce False, is_expert_parallel), the optimizer's state is a ChainedOptimizer's
 state_dict(): the list of the dense parameters' optimizer state dict and the experts' (one param group, on a
 stage without experts empty), each indexing its parameters from 0; --chain-len N cuts or repeats that list to
-N entries (a bad checkpoint).
+N entries (a bad checkpoint). With --distrib, distrib_optim.pt is ChainedOptimizer.save_parameter_state's list
+of the two optimizers' get_parameter_state_dp_zero() (the dense buffers', the expert buffers': the experts
+alone, one per model chunk that has them), None where this directory's rank of the smallest world is not
+that optimizer's data-parallel rank 0 (dense: data-parallel group; experts: expert-data-parallel group);
+--dist-len N cuts or repeats it.
 """
 import argparse
 import collections
@@ -234,7 +238,8 @@ def main(argv=None):
     ap.add_argument("--etp", type=int, default=0)
     ap.add_argument("--held", action="store_true")
     ap.add_argument("--grouped", action="store_true")   # TEGroupedMLP's experts.linear_fc1.weightJ names and order
-    ap.add_argument("--chain-len", type=int, default=0)   # the ChainedOptimizer's list cut or repeated to N (bad)
+    ap.add_argument("--chain-len", type=int, default=0)
+    ap.add_argument("--dist-len", type=int, default=0)   # distrib_optim.pt's list cut or repeated to N (bad)   # the ChainedOptimizer's list cut or repeated to N (bad)
     o = ap.parse_args(argv)
     meta = json.load(open(os.path.join(o.src, "meta.json")))
     a = meta["args"]
@@ -500,6 +505,8 @@ def main(argv=None):
                     if not any(saves):
                         saves = [True, True]
                     states = [distrib(ch, *args) if sv else None for ch, sv in zip((dense, experts), saves)]
+                    if o.dist_len:
+                        states = (states * o.dist_len)[:o.dist_len]
                     torch.save(states, os.path.join(d, "distrib_optim.pt"))
                 else:
                     state["optimizer"] = dist_sd(state["optimizer"])

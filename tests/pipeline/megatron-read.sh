@@ -124,6 +124,7 @@ job "$smoe" "$d/meg-epd-etp1" --tp 2 --pp 2 --ep 2 --etp 1 --held --divisible-by
 job "$smoe" "$d/meg-epg" --tp 2 --ep 2 --divisible-by 128 --core --optim --grouped
 job "$smoe" "$d/meg-epdg" --tp 2 --pp 2 --ep 2 --divisible-by 128 --core --optim --grouped --distrib --bucket-size 100
 job "$smoe" "$d/meg-bad-epd" --tp 2 --ep 2 --divisible-by 128 --core --optim --distrib
+job "$smoe" "$d/meg-bad-dist-len" --tp 2 --ep 2 --divisible-by 128 --core --optim --distrib --dist-len 1
 $PY -W ignore "$T_TOP/tests/oracle/megatron_write.py" --jobs "$d/jobs" --vocab-file "$GPT2_VOCAB" \
     --merge-file "$GPT2_MERGES" >"$d/oracle.out" 2>"$d/oracle.err"
 
@@ -313,6 +314,8 @@ REMOVE=mp_rank_01_001 refused "ETP 1, held pairs, no directory of tensor rank 1 
     "mp_rank_01_000/model_optim_rng.pt: missing: no file of tensor rank 1" held
 REMOVE=mp_rank_00_001/distrib_optim.pt refused "an expert rank's missing distrib_optim.pt" \
     "mp_rank_00_001/distrib_optim.pt: missing: the distributed optimizer's state" epd
+REMOVE= refused "distrib_optim.pt's list of 1 (a ChainedOptimizer saves 2)" \
+    "mp_rank_00_000/distrib_optim.pt: not a list of the two optimizers' states a ChainedOptimizer saves" dist-len
 REMOVE= refused "a ChainedOptimizer's list of 3" \
     "mp_rank_00_000/model_optim_rng.pt: optimizer: a ChainedOptimizer's list of 3 states; Megatron's holds 2" chain
 mkdir -p "$d/notmeg" && echo 3 >"$d/notmeg/latest_checkpointed_iteration.txt"
