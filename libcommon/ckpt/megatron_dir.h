@@ -1,5 +1,6 @@
 /* megatron_dir.h: a Megatron-LM `--ckpt-format torch` checkpoint directory read as whole tensors: the
- * tracker, one model_optim_rng.pt per tensor/pipeline rank (mp_rank_TT or mp_rank_TT_PPP, torch_ckpt.h),
+ * tracker, one model_optim_rng.pt per tensor/pipeline rank and, with expert parallelism, expert rank
+ * (mp_rank_TT[_PPP][_EEE], torch_ckpt.h; with the experts whole under tensor parallelism only the held pairs),
  * the first rank's args Namespace, iteration and counters, and each tensor of the GPT model assembled
  * from the ranks' slices as model/layout.h partitions it (Megatron's own partitioning). The model's
  * state dict may be the legacy nested one (spec 5.3) or Megatron-Core's flat names (spec 5.4), which are

@@ -1,6 +1,6 @@
 /* megatron_export.h: an mt checkpoint written as a Megatron-LM `--ckpt-format torch` checkpoint directory
- * (mt-ckpt-convert --to megatron): the tracker, then one model_optim_rng.pt per tensor/pipeline rank
- * (iter_NNNNNNN/mp_rank_TT or mp_rank_TT_PPP, torch_ckpt.h) holding the args Namespace (mt's args under
+ * (mt-ckpt-convert --to megatron): the tracker, then one model_optim_rng.pt per tensor/pipeline rank and,
+ * with expert parallelism, expert rank (iter_NNNNNNN/mp_rank_TT[_PPP][_EEE], torch_ckpt.h) holding the args Namespace (mt's args under
  * Megatron's attribute names, with the sizes of the layout written, padded_vocab_size and params_dtype),
  * checkpoint_version 3.0, the iteration, the rank's model state dict, the learning-rate schedule
  * (opt_param_scheduler) and the floating-point operations so far. The model's keys are the legacy GPT
