@@ -65,12 +65,15 @@ static const mt_cmd cmd = {
     "--load DIR --to hf --out DIR [--dtype fp32|bf16|fp16]\n"
     "               --load DIR --to megatron --out DIR [--megatron-keys legacy|mcore] [--dtype fp32|bf16|fp16]\n"
     "                                      [--target-tensor-parallel-size N --target-pipeline-parallel-size N\n"
-    "                                       --target-num-layers-per-virtual-pipeline-stage N]\n"
+    "                                       --target-num-layers-per-virtual-pipeline-stage N\n"
+    "                                       --target-expert-model-parallel-size N --target-expert-tensor-parallel-size N]\n"
     "               --from hf --in DIR --save DIR [--target-tensor-parallel-size N --target-pipeline-parallel-size N\n"
     "                                                --target-expert-model-parallel-size N\n"
     "                                                --target-expert-tensor-parallel-size N]\n"
                "               --from megatron --load DIR --save DIR [--target-tensor-parallel-size N\n"
-               "                                                      --target-pipeline-parallel-size N]\n"
+               "                                                      --target-pipeline-parallel-size N\n"
+               "                                                      --target-expert-model-parallel-size N\n"
+               "                                                      --target-expert-tensor-parallel-size N]\n"
     "               --load DIR --save DIR --target-tensor-parallel-size N --target-pipeline-parallel-size N\n"
     "                                     [--target-expert-model-parallel-size N --target-expert-tensor-parallel-size N]",
     "Converts a checkpoint written by mt-train into a directory that Hugging Face transformers loads as\n"
@@ -79,9 +82,9 @@ static const mt_cmd cmd = {
     "with its tokenizer, or such a directory into a checkpoint that\n"
     "mt-train loads (with --finetune), mt-eval and mt-generate use, or reshards a checkpoint of any\n"
     "tensor/pipeline-parallel layout to another. --from megatron reads Megatron-LM's --ckpt-format torch\n"
-    "checkpoint of any tensor/pipeline layout: weights, args, iteration, consumed samples and the learning-rate\n"
+    "checkpoint of any tensor/pipeline/expert-parallel layout: weights, args, iteration, consumed samples and the learning-rate\n"
     "schedule are kept, and the optimizer's state where Megatron saved it (mt-train --load DIR continues).\n"
-    "--to megatron writes such a checkpoint of any tensor/pipeline layout (weights, args, iteration, consumed\n"
+    "--to megatron writes such a checkpoint of any tensor/pipeline/expert-parallel layout (weights, args, iteration, consumed\n"
     "samples, schedule, optimizer state, the RNG state Megatron seeds from --seed).\n"
     "Tensors are converted one at a time.",
     flags,
@@ -123,16 +126,19 @@ static void to_megatron(void)
     mt_meg_keys keys = megatron_keys && !strcmp(megatron_keys, "mcore") ? MT_MEG_KEYS_MCORE : MT_MEG_KEYS_LEGACY;
     const char *dn;
     int with_optim;
-    if (mt_meg_export_ckpt(&mc, out_dir, tp, pp, target_chunk_layers, keys, dtype_name, no_save_optim, progress, &dn,
-                           &with_optim, &e))
+    if (mt_meg_export_ckpt(&mc, out_dir, tp, pp, target_ep, target_etp, target_chunk_layers, keys, dtype_name,
+                           no_save_optim, progress, &dn, &with_optim, &e))
         mt_die_err(&e);
     char it[32] = "release", rng[96];
     if (mc.iteration != MT_CKPT_RELEASE) snprintf(it, sizeof it, "iteration %lld", (long long)mc.iteration);
     int64_t seed;
     if (mt_meg_export_rng_seed(&mc, pp, &seed)) snprintf(rng, sizeof rng, "the RNG state of seed %lld", (long long)seed);
     else snprintf(rng, sizeof rng, "no RNG state (seed %lld): Megatron continues with --no-load-rng", (long long)seed);
-    fprintf(stderr, "%s: wrote %s (Megatron-LM torch checkpoint, %s keys, %s, tensor-parallel %d, pipeline %d, %s; %s%s; %s)\n",
-            mt_progname(), out_dir, keys == MT_MEG_KEYS_MCORE ? "Megatron-Core" : "legacy", it, tp, pp, dn,
+    char eps[96] = "";
+    if (target_ep > 1 || (target_etp && target_etp != tp))
+        snprintf(eps, sizeof eps, ", expert-parallel %d, expert tensor %d", target_ep ? target_ep : 1, target_etp ? target_etp : tp);
+    fprintf(stderr, "%s: wrote %s (Megatron-LM torch checkpoint, %s keys, %s, tensor-parallel %d, pipeline %d%s, %s; %s%s; %s)\n",
+            mt_progname(), out_dir, keys == MT_MEG_KEYS_MCORE ? "Megatron-Core" : "legacy", it, tp, pp, eps, dn,
             with_optim ? "with the optimizer's state" : "no optimizer state: Megatron continues with --no-load-optim",
             with_optim && json_is_true(json_object_get(mc.args, "use-distributed-optimizer")) ? " (the distributed optimizer's)" : "",
             rng);
@@ -163,14 +169,18 @@ static void from_megatron(void)
     mt_meg_dir m;
     int tp = target_tp ? target_tp : 1, pp = target_pp ? target_pp : 1;
     if (mt_meg_open(&mc, &m, load_dir, tp, vocab_file, merge_file, no_load_optim, &e)) mt_die_err(&e);
-    if (mt_meg_import_ckpt(&mc, save_dir, tp, pp, progress, &e)) mt_die_err(&e);
+    if (mt_meg_import_ckpt(&mc, save_dir, tp, pp, target_ep ? target_ep : 1, target_etp, progress, &e)) mt_die_err(&e);
     char it[32] = "release", what[200];
     if (m.iteration != MT_CKPT_RELEASE) snprintf(it, sizeof it, "iteration %lld", (long long)m.iteration);
     if (m.has_optim) snprintf(what, sizeof what, "with the optimizer's state (Adam step %lld)", (long long)m.step);
     else snprintf(what, sizeof what, "weights only, no optimizer state: continue with mt-train --load %s --no-load-optim",
                   save_dir);
-    fprintf(stderr, "%s: wrote %s (%s, from %s: tensor-parallel %d -> %d, pipeline %d -> %d; %s)\n", mt_progname(),
-            save_dir, it, load_dir, m.tp, tp, m.pp, pp, what);
+    char eps[96] = "";
+    if (m.ep > 1 || m.etp != m.tp || target_ep > 1 || (target_etp && target_etp != tp))
+        snprintf(eps, sizeof eps, ", expert-parallel %d -> %d, expert tensor %d -> %d", m.ep, target_ep ? target_ep : 1, m.etp,
+                 target_etp ? target_etp : tp);
+    fprintf(stderr, "%s: wrote %s (%s, from %s: tensor-parallel %d -> %d, pipeline %d -> %d%s; %s)\n", mt_progname(),
+            save_dir, it, load_dir, m.tp, tp, m.pp, pp, eps, what);
     mt_meg_close(&mc, &m);
 }
 
@@ -211,17 +221,14 @@ int main(int argc, char **argv)
         mt_die("--target-num-layers-per-virtual-pipeline-stage goes with --to megatron");
     if (to_fmt && !strcmp(to_fmt, "megatron")) {
         if (in_dir || save_dir) mt_die("--to megatron reads --load and writes --out (--in and --save go with --from)");
-        if (target_ep || target_etp)
-            mt_die("--to megatron: --target-expert-%s-parallel-size: experts are not written yet", target_ep ? "model" : "tensor");
         to_megatron();
     } else if (to_fmt) {
         if (in_dir || save_dir) mt_die("--to hf reads --load and writes --out (--in and --save go with --from hf)");
         if (target_tp || target_pp || target_ep || target_etp) mt_die("--to hf writes one directory: --target-*-parallel-size go with --save");
         to_hf();
     } else if (from_fmt && !strcmp(from_fmt, "megatron")) {
-        if (in_dir || out_dir || dtype_name || iteration >= 0 || target_ep || target_etp)
-            mt_die("--from megatron reads --load and writes --save (--in, --out, --dtype, --iteration and "
-                   "--target-expert-*-parallel-size do not go with it)");
+        if (in_dir || out_dir || dtype_name || iteration >= 0)
+            mt_die("--from megatron reads --load and writes --save (--in, --out, --dtype and --iteration do not go with it)");
         from_megatron();
     } else if (from_fmt) {
         if (load_dir || out_dir || dtype_name || iteration >= 0)

@@ -63,7 +63,8 @@ void mt_meg_close(mt_model_ckpt *mc, mt_meg_dir *m)
     mt_meg_dir_close(m);
 }
 
-int mt_meg_import_ckpt(mt_model_ckpt *mc, const char *save, int tp, int pp, mt_ckpt_progress *progress, mt_err *e)
+int mt_meg_import_ckpt(mt_model_ckpt *mc, const char *save, int tp, int pp, int ep, int etp, mt_ckpt_progress *progress,
+                       mt_err *e)
 {
     mt_meg_dir *m = mc->meg;
     if (!m) return mt_err_set(e, "%s: not a Megatron-LM checkpoint", mc->dir);
@@ -86,7 +87,7 @@ int mt_meg_import_ckpt(mt_model_ckpt *mc, const char *save, int tp, int pp, mt_c
                         json_pack("{s:s,s:s,s:i,s:i}", "format", "megatron", "dir", m->dir, "tensor-model-parallel-size",
                                   m->tp, "pipeline-model-parallel-size", m->pp));
     /* every tensor of every rank is read while saving, and the sources' leftovers checked before installing */
-    int rc = mt_ckpt_write_layout(mc, save, it, tp, pp, 1, 0, meta, m->has_optim, progress, e);
+    int rc = mt_ckpt_write_layout(mc, save, it, tp, pp, ep, etp, meta, m->has_optim, progress, e);
     json_decref(meta);
     return rc;
 }

@@ -21,8 +21,10 @@ int mt_meg_open(mt_model_ckpt *mc, mt_meg_dir *m, const char *dir, int tp, const
 void mt_meg_close(mt_model_ckpt *mc, mt_meg_dir *m);
 
 /* Writes the opened checkpoint under save (a directory mt_ckpt_check_new_save_dir accepts) at its
- * iteration (release stays release) with tensor size tp (as opened) and pipeline size pp. Nothing is left
- * under save on failure. 0, or -1 with e set. */
-int mt_meg_import_ckpt(mt_model_ckpt *mc, const char *save, int tp, int pp, mt_ckpt_progress *progress, mt_err *e);
+ * iteration (release stays release) with tensor size tp (as opened) and pipeline size pp, a model with experts
+ * over ep expert ranks with expert tensor size etp (0: tp; as mt_ckpt_write_layout). Nothing is left under
+ * save on failure. 0, or -1 with e set. */
+int mt_meg_import_ckpt(mt_model_ckpt *mc, const char *save, int tp, int pp, int ep, int etp, mt_ckpt_progress *progress,
+                       mt_err *e);
 
 #endif

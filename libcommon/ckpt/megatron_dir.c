@@ -11,7 +11,9 @@
 #include "io/fsutil.h"
 #include "mt_base.h"
 
-static char *rank_path(const mt_meg_dir *m, int64_t it, int t, int p, int pp)
+/* A rank's model_optim_rng.pt: mp_rank_TT, _PPP with pipeline stages, _EEE (expert rank x) with expert
+ * parallelism (ep > 1), as Megatron's get_checkpoint_name names it. */
+static char *rank_path(const mt_meg_dir *m, int64_t it, int t, int p, int pp, int x, int ep)
 {
     char sub[64], *s, *f;
     if (it == MT_CKPT_RELEASE) snprintf(sub, sizeof sub, "release");
@@ -19,6 +21,7 @@ static char *rank_path(const mt_meg_dir *m, int64_t it, int t, int p, int pp)
     char rank[32];
     if (pp > 1) snprintf(rank, sizeof rank, "mp_rank_%02d_%03d", t, p);
     else snprintf(rank, sizeof rank, "mp_rank_%02d", t);
+    if (ep > 1) snprintf(rank + strlen(rank), sizeof rank - strlen(rank), "_%03d", x);
     s = mt_path_join(m->dir, sub);
     f = mt_path_join(s, rank);
     free(s);
@@ -33,10 +36,11 @@ int mt_meg_dir_is(const char *dir)
     mt_err e = {0};
     if (mt_ckpt_latest(dir, &it, &e) != 0) return 0;
     mt_meg_dir m = {.dir = (char *)dir};
-    char *a = rank_path(&m, it, 0, 0, 1), *b = rank_path(&m, it, 0, 0, 2);
-    int yes = access(a, F_OK) == 0 || access(b, F_OK) == 0;
+    char *a = rank_path(&m, it, 0, 0, 1, 0, 1), *b = rank_path(&m, it, 0, 0, 2, 0, 1), *c = rank_path(&m, it, 0, 0, 2, 0, 2);
+    int yes = access(a, F_OK) == 0 || access(b, F_OK) == 0 || access(c, F_OK) == 0;
     free(a);
     free(b);
+    free(c);
     return yes;
 }
 
@@ -182,6 +186,27 @@ static int rank_model(mt_meg_dir *m, mt_meg_rank *r, mt_err *e)
     return 0;
 }
 
+/* With only the held (tensor rank, expert rank) pairs saved: every stage has a file of each tensor rank (its
+ * dense slices) and one of each expert rank (its experts); a missing one is named by its expert rank 0's (or
+ * tensor rank 0's) file. */
+static int check_cover(const mt_meg_dir *m, mt_err *e)
+{
+    for (int p = 0; p < m->pp; p++) {
+        for (int k = 0; k < m->tp + m->ep; k++) {
+            int t = k < m->tp ? k : -1, x = k < m->tp ? -1 : k - m->tp, any = 0;
+            for (int q = 0; q < (t >= 0 ? m->ep : m->tp) && !any; q++) {
+                int tt = t >= 0 ? t : q, xx = t >= 0 ? q : x;
+                any = !m->r[(p * m->ep + xx) * m->tp + tt].absent;
+            }
+            if (!any)
+                return mt_err_set(e, "%s: missing: no file of %s rank %d (nor of another %s rank's)",
+                                  m->r[(p * m->ep + (x >= 0 ? x : 0)) * m->tp + (t >= 0 ? t : 0)].path,
+                                  t >= 0 ? "tensor" : "expert", t >= 0 ? t : x, t >= 0 ? "expert" : "tensor");
+        }
+    }
+    return 0;
+}
+
 int mt_meg_dir_open(mt_meg_dir *m, const char *dir, mt_err *e)
 {
     memset(m, 0, sizeof *m);
@@ -192,10 +217,11 @@ int mt_meg_dir_open(mt_meg_dir *m, const char *dir, mt_err *e)
     m->dir = mt_xstrdup(dir);
     m->iteration = it;
     /* the first rank names the sizes */
-    mt_meg_rank first = {.path = rank_path(m, it, 0, 0, 1)};
-    if (access(first.path, F_OK)) {
+    /* mp_rank_00, or mp_rank_00_000 (a stage or an expert rank: the args say which), or mp_rank_00_000_000 */
+    mt_meg_rank first = {.path = rank_path(m, it, 0, 0, 1, 0, 1)};
+    for (int k = 1; k < 3 && access(first.path, F_OK); k++) {
         free(first.path);
-        first.path = rank_path(m, it, 0, 0, 2);
+        first.path = rank_path(m, it, 0, 0, 2, 0, k);
     }
     if (mt_tckpt_load(&first.ck, first.path, e)) {
         free(first.path);
@@ -223,29 +249,36 @@ int mt_meg_dir_open(mt_meg_dir *m, const char *dir, mt_err *e)
         rc = mt_err_set(e, "%s: args: tensor-parallel size %d, pipeline size %d", first.path, m->tp, m->pp);
     else if (m->vp < 1 || m->vp > MT_MEG_MAX_VP)
         rc = mt_err_set(e, "%s: args: virtual_pipeline_model_parallel_size %d (1 to %d)", first.path, m->vp, MT_MEG_MAX_VP);
-    else if (ep > 1)
-        rc = mt_err_set(e, "%s: args: expert parallelism: not read yet", first.path);
-    else if (etp != m->tp)
-        rc = mt_err_set(e, "%s: args: expert_tensor_parallel_size %d other than tensor_model_parallel_size %d: not read yet",
+    else if (ep < 1 || ep > 4096)
+        rc = mt_err_set(e, "%s: args: expert_model_parallel_size %d", first.path, ep);
+    else if (etp != m->tp && etp != 1)
+        rc = mt_err_set(e, "%s: args: expert_tensor_parallel_size %d: only 1 or tensor_model_parallel_size (%d) is read",
                         first.path, etp, m->tp);
-    m->n = m->tp * m->pp;
+    m->ep = ep;
+    m->etp = etp;
+    m->n = m->tp * m->pp * m->ep;
     m->r = mt_xcalloc((size_t)m->n, sizeof *m->r);
     m->r[0] = first;
     m->root = first.ck.root;
-    char *want = rank_path(m, it, 0, 0, m->pp);
+    char *want = rank_path(m, it, 0, 0, m->pp, 0, m->ep);
     if (!rc && strcmp(want, first.path))
-        rc = mt_err_set(e, "%s: pipeline size %d in its args, but the rank directories are named %s", first.path, m->pp,
-                        m->pp > 1 ? "mp_rank_TT" : "mp_rank_TT_PPP");
+        rc = mt_err_set(e, "%s: pipeline size %d and expert-parallel size %d in its args, but the first rank's file is %s",
+                        first.path, m->pp, m->ep, want);
     free(want);
     if (!rc) rc = rank_model(m, &m->r[0], e);
+    /* experts whole under tensor parallelism with expert parallelism: only the (tensor rank, expert rank) pairs
+     * some rank held were saved (Megatron's ranks of data-parallel or expert-data-parallel rank 0) */
+    int held_only = m->ep > 1 && etp == 1 && m->tp > 1;
     for (int i = 1; i < m->n && !rc; i++) {
         mt_meg_rank *r = &m->r[i];
-        r->path = rank_path(m, it, i % m->tp, i / m->tp, m->pp);
-        if (access(r->path, F_OK))
-            rc = mt_err_set(e, "%s: missing (tensor-parallel size %d, pipeline size %d in the args)", r->path, m->tp,
-                            m->pp);
+        r->path = rank_path(m, it, i % m->tp, i / (m->tp * m->ep), m->pp, (i / m->tp) % m->ep, m->ep);
+        if (access(r->path, F_OK) && held_only) r->absent = 1;
+        else if (access(r->path, F_OK))
+            rc = mt_err_set(e, "%s: missing (tensor-parallel size %d, pipeline size %d, expert-parallel size %d in the args)",
+                            r->path, m->tp, m->pp, m->ep);
         else rc = mt_tckpt_load(&r->ck, r->path, e) || rank_model(m, r, e) ? -1 : 0;
     }
+    if (!rc && held_only) rc = check_cover(m, e);
     if (rc) mt_meg_dir_close(m);
     return rc;
 }
@@ -263,6 +296,7 @@ void mt_meg_dir_close(mt_meg_dir *m)
         free(r->exp_avg);
         free(r->exp_avg_sq);
         free(r->master);
+        free(r->copy);
         free(r->path);
         if (m->l) mt_layout_free(&m->l[i]);
     }
@@ -285,13 +319,37 @@ static void shape_str(char *b, size_t cap, int ndim, const int64_t *s)
     else snprintf(b, cap, "[%lld, %lld]", (long long)s[0], (long long)s[1]);
 }
 
+/* Marks rank i's tensors of which an earlier rank of its stage holds the same slice (a replicated tensor on
+ * every tensor rank, the dense slices on every expert rank, the experts whole on every tensor rank): copies,
+ * compared with the one read (and their optimizer state is that one's). */
+static void mark_copies(mt_meg_dir *m, int i)
+{
+    const mt_layout *l = &m->l[i];
+    mt_meg_rank *r = &m->r[i];
+    r->copy = mt_xcalloc((size_t)(l->n ? l->n : 1), 1);
+    int stage = i / (m->tp * m->ep);
+    for (int j = 0; j < l->n; j++) {
+        const mt_layout_tensor *lt = &l->t[j];
+        for (int q = stage * m->tp * m->ep; q < i && !r->copy[j]; q++) {
+            if (m->r[q].absent) continue;
+            const mt_layout_tensor *o = mt_layout_find(&m->l[q], lt->name);
+            r->copy[j] = o && !strcmp(o->whole_name, lt->whole_name) && o->partition_offset == lt->partition_offset &&
+                         o->numel == lt->numel;
+        }
+    }
+}
+
 int mt_meg_dir_layout(mt_meg_dir *m, const mt_model_arch *a, mt_err *e)
 {
     m->l = mt_xcalloc((size_t)m->n, sizeof *m->l);
     for (int i = 0; i < m->n; i++) {
-        mt_layout_part part = {i % m->tp, m->tp, i / m->tp, m->pp, m->vp, 0, 1, 0, 0};
+        /* rank i: tensor rank i % tp, expert rank (i / tp) % ep, stage i / (tp ep) */
+        mt_layout_part part = {i % m->tp, m->tp, i / (m->tp * m->ep), m->pp, m->vp, (i / m->tp) % m->ep, m->ep, 0,
+                               m->etp == 1 && m->tp > 1};
         if (mt_layout_build(a, &part, &m->l[i], e)) return mt_err_prefix(e, "%s", m->r[i].path);
-        const mt_meg_rank *r = &m->r[i];
+        mt_meg_rank *r = &m->r[i];
+        if (r->absent) continue;
+        mark_copies(m, i);
         for (int j = 0; j < m->l[i].n; j++) {
             const mt_layout_tensor *lt = &m->l[i].t[j];
             int k = find(r, lt->name);
@@ -373,6 +431,16 @@ static int slice_floats(mt_meg_dir *m, int i, int k, int which, float *dst, mt_e
     return 0;
 }
 
+/* The values v of rank r's tensor k as that rank holds them: where its optimizer keeps no fp32 main copy of it
+ * (a distributed optimizer's state saved in another directory) the model's bf16 or fp16 tensor, so v rounded
+ * to that dtype. */
+static void held_as(const mt_meg_rank *r, int k, float *v, size_t n)
+{
+    mt_st_dtype dt = r->t[k]->dtype;
+    if ((r->master && r->master[k]) || (dt != MT_ST_BF16 && dt != MT_ST_F16)) return;
+    for (size_t j = 0; j < n; j++) v[j] = dt == MT_ST_BF16 ? mt_bf16_to_f32(mt_f32_to_bf16(v[j])) : mt_f16_to_f32(mt_f32_to_f16(v[j]));
+}
+
 static int read_which(mt_meg_dir *m, int which, const char *name, int ndim, const int64_t *shape, float *dst, mt_err *e)
 {
     const mt_pk *untie = mt_pk_get(m->args, "untie_embeddings_and_output_weights");
@@ -380,10 +448,11 @@ static int read_which(mt_meg_dir *m, int which, const char *name, int ndim, cons
     if (!m->l) return mt_err_set(e, "%s: the model's layout is not known yet", m->dir);
     int found = 0, rc = 0;
     for (int i = 0; i < m->n && !rc; i++)
-        for (int j = 0; j < m->l[i].n && !rc; j++) {
+        for (int j = 0; j < m->l[i].n && !rc && !m->r[i].absent; j++) {
             const mt_layout_tensor *lt = &m->l[i].t[j];
             if (strcmp(lt->whole_name, name) || (lt->kind == MT_T_OUTPUT && tied)) continue;
             if (lt->partition_dim < 0 && found) continue;   /* replicated: the first rank's; the others compared below */
+            if (m->r[i].copy[j]) continue;                 /* another expert or tensor rank's copy: likewise */
             if (!found) {
                 /* the word embeddings may be asked for with more rows (a tensor-parallel target's padding): zero */
                 int more = (lt->kind == MT_T_WORD_EMB || lt->kind == MT_T_OUTPUT) && ndim == 2 && shape[0] > lt->global_shape[0];
@@ -406,11 +475,12 @@ static int read_which(mt_meg_dir *m, int which, const char *name, int ndim, cons
     if (which != W_MODEL) return rc;
     int first = 1;
     for (int i = 0; i < m->n && !rc; i++)
-        for (int j = 0; j < m->l[i].n && !rc; j++) {
+        for (int j = 0; j < m->l[i].n && !rc && !m->r[i].absent; j++) {
             const mt_layout_tensor *lt = &m->l[i].t[j];
             int head = lt->kind == MT_T_OUTPUT && tied;   /* the head copy of tied embeddings */
-            if (strcmp(lt->whole_name, name) || (!head && lt->partition_dim >= 0)) continue;
-            if (!head && first) {
+            int copy = m->r[i].copy[j];
+            if (strcmp(lt->whole_name, name) || (!head && !copy && lt->partition_dim >= 0)) continue;
+            if (!head && !copy && first) {
                 first = 0;
                 continue;
             }
@@ -418,9 +488,10 @@ static int read_which(mt_meg_dir *m, int which, const char *name, int ndim, cons
             int k = find(&m->r[i], lt->name);
             rc = slice_floats(m, i, k, W_MODEL, s, e);
             mt_layout_slice(lt, dst, w);
+            if (!rc) held_as(&m->r[i], k, w, lt->numel);
             if (!rc && memcmp(s, w, lt->numel * sizeof(float)))
                 rc = mt_err_set(e, "%s: '%s' differs from %s", m->r[i].path, lt->name,
-                                head ? "the first stage's word embeddings" : "the first rank's copy");
+                                head ? "the first stage's word embeddings" : copy ? "another rank's copy of its slice" : "the first rank's copy");
             free(s);
             free(w);
         }
@@ -536,11 +607,31 @@ static int bool_attr(const mt_pk *args, const char *key)
     return v && v->kind == MT_PK_BOOL && v->b;
 }
 
+/* Rank i's distrib_optim.pt beside its file, loaded once (a chained optimizer's two entries share it). */
+static int load_dopt(mt_meg_rank *r, mt_err *e)
+{
+    if (r->has_dopt) return 0;
+    char *dir = mt_xstrdup(r->path), *slash = strrchr(dir, '/');
+    if (slash) *slash = 0;
+    char *path = mt_path_join(dir, "distrib_optim.pt");
+    free(dir);
+    int rc = 0;
+    if (access(path, F_OK))
+        rc = mt_err_set(e, "%s: missing: the distributed optimizer's state (%s holds its param groups only); convert "
+                           "with --no-load-optim", path, r->path);
+    else if (!(rc = mt_tckpt_load(&r->dopt, path, e))) r->has_dopt = 1;
+    free(path);
+    return rc;
+}
+
 /* The distributed optimizer's state of rank i: its param groups (DistributedOptimizer.state_dict(), in
  * model_optim_rng.pt: Adam's hyperparameters and step, no parameters) and distrib_optim.pt beside its file,
  * each parameter's main copy and moments taken as views of the buffers' flat tensors where
- * ckpt/megatron_distopt.h lays them out. */
-static int dist_state(mt_meg_dir *m, int i, const mt_pk *groups, double *step, mt_err *e)
+ * ckpt/megatron_distopt.h lays them out. sel: -1 the only optimizer (every parameter); 0 or 1 the dense or the
+ * experts' entry of a ChainedOptimizer, whose distrib_optim.pt is the list of the two states
+ * (ChainedOptimizer.save_parameter_state), None where this directory's rank did not save that one (its
+ * parameters' state is another directory's copy). */
+static int dist_state(mt_meg_dir *m, int i, const mt_pk *groups, double *step, int sel, mt_err *e)
 {
     mt_meg_rank *r = &m->r[i];
     const mt_layout *l = &m->l[i];
@@ -550,41 +641,35 @@ static int dist_state(mt_meg_dir *m, int i, const mt_pk *groups, double *step, m
         if (num(mt_pk_get(gr, "lr_mult"), 1) != 1 || num(mt_pk_get(gr, "is_decoupled_lr"), 0))
             return mt_err_set(e, "%s: optimizer param group %zu has its own learning rate: not read (convert with "
                                  "--no-load-optim)", r->path, g);
-        if (num(mt_pk_get(gr, "is_expert_parallel"), 0))
-            return mt_err_set(e, "%s: optimizer param group %zu of expert-parallel parameters: the distributed "
-                                 "optimizer's state of expert parallelism is not read (convert with --no-load-optim)", r->path, g);
-        if (g == 0) {
+        if ((num(mt_pk_get(gr, "is_expert_parallel"), 0) != 0) != (sel == 1))
+            return mt_err_set(e, "%s: optimizer param group %zu is%s of expert-parallel parameters, in the %s", r->path, g,
+                              sel == 1 ? " not" : "", sel < 0 ? "only optimizer" : sel ? "experts' optimizer" : "dense one");
+        if (g == 0 && sel <= 0) {
             const mt_pk *b = mt_pk_get(gr, "betas");
             if (b && b->kind == MT_PK_TUPLE && b->len == 2) m->beta1 = num(b->items[0], 0.9), m->beta2 = num(b->items[1], 0.999);
             m->eps = num(mt_pk_get(gr, "eps"), 1e-8);
         }
         if (mt_pk_get(gr, "step") && *step < 0 && scalar(r, mt_pk_get(gr, "step"), "param group step", step, e)) return -1;
     }
-    if (r->has_dopt) return mt_err_set(e, "%s: a chained optimizer of distributed optimizers: not read", r->path);
-    char *dir = mt_xstrdup(r->path), *slash = strrchr(dir, '/');
-    if (slash) *slash = 0;
-    char *path = mt_path_join(dir, "distrib_optim.pt");
-    free(dir);
+    if (load_dopt(r, e)) return -1;
     int rc = 0;
-    if (access(path, F_OK)) {
-        rc = mt_err_set(e, "%s: missing: the distributed optimizer's state (%s holds its param groups only); convert "
-                           "with --no-load-optim", path, r->path);
-        free(path);
-        return rc;
+    const char *path = r->dopt.zip.path ? r->dopt.zip.path : r->path;
+    const mt_pk *root = r->dopt.root, *bc;
+    if (sel < 0 && root->kind == MT_PK_LIST)
+        return mt_err_set(e, "%s: a list of optimizers' states, but the model's experts are not apart (one optimizer)", path);
+    if (sel >= 0) {
+        if (root->kind != MT_PK_LIST || root->len != 2)
+            return mt_err_set(e, "%s: not a list of the two optimizers' states a ChainedOptimizer saves", path);
+        root = root->items[sel];
+        if (root->kind == MT_PK_NONE) return 0;   /* saved in another directory */
     }
-    if (mt_tckpt_load(&r->dopt, path, e)) {
-        free(path);
-        return -1;
-    }
-    r->has_dopt = 1;
-    const mt_pk *root = r->dopt.root, *bc = mt_pk_get(root, "buckets_coalesced");
-    if (root->kind == MT_PK_LIST)
-        rc = mt_err_set(e, "%s: a list of optimizers' state (expert parallelism): not read; convert with --no-load-optim", path);
-    else if (root->kind != MT_PK_DICT) rc = mt_err_set(e, "%s: not a dict of the distributed optimizer's state", path);
+    bc = root->kind == MT_PK_DICT ? mt_pk_get(root, "buckets_coalesced") : NULL;
+    if (root->kind != MT_PK_DICT) rc = mt_err_set(e, "%s: not a dict of the distributed optimizer's state", path);
     else if (!bc || bc->kind != MT_PK_BOOL || !bc->b)
         rc = mt_err_set(e, "%s: no 'buckets_coalesced': the per-bucket format of Megatron-LM before February 2024, not "
                            "read (Megatron's --ckpt-convert-update-legacy-dist-opt-format rewrites it); convert with "
                            "--no-load-optim", path);
+    if (rc) return rc;
     /* the buffers as the run that saved it laid them out (its args) */
     const mt_pk *args = m->args;
     int64_t np = 0;
@@ -597,21 +682,22 @@ static int dist_state(mt_meg_dir *m, int i, const mt_pk *groups, double *step, m
                                             (int64_t)int_attr(args, "data_parallel_size", 1) *
                                                 int_attr(args, "context_parallel_size", 1),
                                             np);
-    int nc = l->chunks > 1 ? l->chunks : 1;
+    int nc = l->chunks > 1 ? l->chunks : 1, at = 0;
     mt_meg_dbuf *b = mt_xcalloc((size_t)nc, sizeof *b);
-    mt_meg_dbufs(l, r->core, r->grouped_experts, !bool_attr(args, "untie_embeddings_and_output_weights"), size, b);
+    mt_meg_dbufs(l, r->core, r->grouped_experts, !bool_attr(args, "untie_embeddings_and_output_weights"), size, sel, b);
     if (!r->master) r->master = mt_xcalloc((size_t)(r->n ? r->n : 1), sizeof *r->master);
     static const char *const keys[3] = {"param", "exp_avg", "exp_avg_sq"};
     for (int c = 0; c < nc && !rc; c++) {
-        const mt_pk *g = get_int(root, c), *st, *nu;
+        if (sel == 1 && !b[c].n) continue;   /* a chunk without experts has no expert buffer */
+        const mt_pk *g = get_int(root, at), *st, *nu;
         if (!g || g->kind != MT_PK_DICT || g->len != 1 || (st = g->vals[0])->kind != MT_PK_DICT) {
-            rc = mt_err_set(e, "%s: no buffer %d (a dict of one dtype's state) for model chunk %d of %d", path, c, c, nc);
+            rc = mt_err_set(e, "%s: no buffer %d (a dict of one dtype's state) for model chunk %d of %d", path, at, c, nc);
             break;
         }
         nu = mt_pk_get(st, "numel_unpadded");
         if (!nu || nu->kind != MT_PK_INT || nu->i != b[c].numel) {
             rc = mt_err_set(e, "%s: buffer %d holds %lld elements (numel_unpadded); the model's parameters in Megatron-Core's "
-                               "buffer layout take %lld (args overlap_grad_reduce, ddp_bucket_size)", path, c,
+                               "buffer layout take %lld (args overlap_grad_reduce, ddp_bucket_size)", path, at,
                             nu && nu->kind == MT_PK_INT ? (long long)nu->i : -1LL, (long long)b[c].numel);
             break;
         }
@@ -620,7 +706,7 @@ static int dist_state(mt_meg_dir *m, int i, const mt_pk *groups, double *step, m
             const mt_pk *v = mt_pk_get(st, keys[q]);
             w[q] = v && v->kind == MT_PK_TENSOR ? v->t : NULL;
             if (!w[q] || w[q]->dtype != MT_ST_F32 || w[q]->ndim != 1 || w[q]->shape[0] != b[c].numel || w[q]->stride[0] != 1)
-                rc = mt_err_set(e, "%s: buffer %d: '%s' is not an fp32 vector of its %lld elements", path, c, keys[q],
+                rc = mt_err_set(e, "%s: buffer %d: '%s' is not an fp32 vector of its %lld elements", path, at, keys[q],
                                 (long long)b[c].numel);
         }
         for (int p = 0; p < b[c].n && !rc; p++) {
@@ -635,19 +721,34 @@ static int dist_state(mt_meg_dir *m, int i, const mt_pk *groups, double *step, m
                 *to[q] = mt_pk_tensor_new(&r->dopt.arena, w[q]->key, MT_ST_F32, w[q]->storage_numel,
                                           w[q]->offset + b[c].off[p], lt->ndim, lt->local_shape)->t;
         }
+        at++;
     }
-    for (int k = 0; k < r->n && !rc; k++)
-        if (!r->exp_avg[k]) rc = mt_err_set(e, "%s: no state of model tensor '%s' in its buffers", path, r->names[k]);
     mt_meg_dbufs_free(b, nc);
     free(b);
-    free(path);
     return rc;
+}
+
+/* After the distributed optimizer's entries of rank i: every parameter whose slice no earlier rank holds has
+ * its state (a copy's, and the head copy of tied embeddings', is read from another rank). */
+static int dist_complete(mt_meg_dir *m, int i, mt_err *e)
+{
+    mt_meg_rank *r = &m->r[i];
+    const mt_layout *l = &m->l[i];
+    for (int j = 0; j < l->n; j++) {
+        int k = find(r, l->t[j].name);
+        int head = l->t[j].kind == MT_T_OUTPUT && !bool_attr(m->args, "untie_embeddings_and_output_weights");
+        if (k >= 0 && !r->copy[j] && !head && !r->exp_avg[k])
+            return mt_err_set(e, "%s: no state of model tensor '%s' in its buffers (distrib_optim.pt beside it)", r->path,
+                              r->names[k]);
+    }
+    return 0;
 }
 
 /* One optimizer's state (an entry of a ChainedOptimizer's list, or the only one): 1 when it has per-parameter
  * state, 0 when not (a dummy, or never stepped), -1 on error. Its parameters are taken from gl by their
  * groups' kinds; *step and the scaler are filled in. */
-static int optim_entry(mt_meg_dir *m, mt_meg_rank *r, int rank, const mt_pk *opt, group_lists *gl, double *step, mt_err *e)
+static int optim_entry(mt_meg_dir *m, mt_meg_rank *r, int rank, const mt_pk *opt, int sel, group_lists *gl, double *step,
+                       mt_err *e)
 {
     const mt_pk *sd = opt, *masters = NULL, *scaler = NULL;
     if (!opt || opt->kind != MT_PK_DICT) return 0;
@@ -659,7 +760,7 @@ static int optim_entry(mt_meg_dir *m, mt_meg_rank *r, int rank, const mt_pk *opt
     }
     const mt_pk *state = mt_pk_get(sd, "state"), *groups = mt_pk_get(sd, "param_groups");
     if (!state && sd != opt && groups && groups->kind == MT_PK_LIST) {   /* DistributedOptimizer */
-        if (dist_state(m, rank, groups, step, e) || (scaler && scaler->kind == MT_PK_DICT && read_scaler(m, r, rank, scaler, e)))
+        if (dist_state(m, rank, groups, step, sel, e) || (scaler && scaler->kind == MT_PK_DICT && read_scaler(m, r, rank, scaler, e)))
             return -1;
         return 1;
     }
@@ -773,6 +874,9 @@ static int rank_optim(mt_meg_dir *m, int i, mt_err *e)
     const mt_layout *l = &m->l[i];
     const mt_pk *opt = mt_pk_get(r->ck.root, "optimizer");
     if (!opt || (opt->kind != MT_PK_DICT && opt->kind != MT_PK_LIST)) return 0;
+    if (opt->kind == MT_PK_LIST && opt->len != 2)
+        return mt_err_set(e, "%s: optimizer: a ChainedOptimizer's list of %zu states; Megatron's holds 2 (the dense "
+                             "parameters', the experts')", r->path, opt->len);
     group_lists gl = {0};
     const mt_layout_tensor **order = mt_xcalloc((size_t)(l->n ? l->n : 1), sizeof *order);
     int n = mt_meg_param_order(l, r->core, r->grouped_experts, order), rc = 0, have = 0, sep = expert_groups(opt);
@@ -788,12 +892,14 @@ static int rank_optim(mt_meg_dir *m, int i, mt_err *e)
     have = 2;
     size_t ne = opt->kind == MT_PK_LIST ? opt->len : 1;
     for (size_t q = 0; q < ne && !rc; q++) {
-        int h = optim_entry(m, r, i, opt->kind == MT_PK_LIST ? opt->items[q] : opt, &gl, &step, e);
+        int h = optim_entry(m, r, i, opt->kind == MT_PK_LIST ? opt->items[q] : opt, opt->kind == MT_PK_LIST ? (int)q : -1,
+                            &gl, &step, e);
         if (h < 0) rc = -1;
         else if (h == 2) continue;   /* no parameters here */
         else if (q && h != have && have != 2) rc = mt_err_set(e, "%s: optimizer: a chained optimizer's entries do not all hold state", r->path);
         have = h;
     }
+    if (!rc && have == 1 && r->has_dopt) rc = dist_complete(m, i, e);
     if (!rc && have == 1 && !r->has_dopt)   /* (the distributed optimizer's buffers hold every parameter) */
         for (int a = 0; a < 2 && !rc; a++)
             for (int b = 0; b < 2 && !rc; b++)
@@ -819,6 +925,7 @@ int mt_meg_dir_optim(mt_meg_dir *m, mt_err *e)
     m->beta1 = 0.9, m->beta2 = 0.999, m->eps = 1e-8;
     int have = 0;
     for (int i = 0; i < m->n; i++) {
+        if (m->r[i].absent) continue;
         int rc = rank_optim(m, i, e);
         if (rc < 0) return -1;
         if (i && rc != have)

@@ -1,5 +1,6 @@
 /* megatron_dir.h: a Megatron-LM `--ckpt-format torch` checkpoint directory read as whole tensors: the
- * tracker, one model_optim_rng.pt per tensor/pipeline rank (mp_rank_TT or mp_rank_TT_PPP, torch_ckpt.h),
+ * tracker, one model_optim_rng.pt per tensor/pipeline rank and, with expert parallelism, expert rank
+ * (mp_rank_TT[_PPP][_EEE], torch_ckpt.h; with the experts whole under tensor parallelism only the held pairs),
  * the first rank's args Namespace, iteration and counters, and each tensor of the GPT model assembled
  * from the ranks' slices as model/layout.h partitions it (Megatron's own partitioning). The model's
  * state dict may be the legacy nested one (spec 5.3) or Megatron-Core's flat names (spec 5.4), which are
@@ -32,12 +33,15 @@ typedef struct mt_meg_rank {
     const mt_pk_tensor **exp_avg, **exp_avg_sq, **master;
     mt_tckpt dopt;              /* the distributed optimizer's distrib_optim.pt, whose tensors those are (has_dopt) */
     int has_dopt;
+    int absent;                 /* a (tensor rank, expert rank) pair no rank of the run held: no file */
+    unsigned char *copy;        /* per layout tensor: a slice an earlier rank of the stage holds too (compared) */
 } mt_meg_rank;
 
 typedef struct mt_meg_dir {
     char *dir;                  /* the --save directory of Megatron */
     int64_t iteration;          /* MT_CKPT_RELEASE for release/ */
-    int tp, pp, n;              /* n = tp pp ranks, rank p tp + t */
+    int tp, pp, n;              /* n = tp pp ep ranks, rank (p ep + x) tp + t */
+    int ep, etp;                /* expert-parallel size, expert tensor size (tp or 1) */
     int vp;                     /* model chunks per stage (the interleaved schedule: model0 ...), else 1 */
     mt_meg_rank *r;
     const mt_pk *root;          /* the first rank's dict */
@@ -67,7 +71,9 @@ int mt_meg_dir_layout(mt_meg_dir *m, const mt_model_arch *a, mt_err *e);
  * registers them: the legacy model's is the layout's, Megatron-Core's layers register linear_proj before
  * linear_qkv). The distributed optimizer's (DistributedOptimizer.state_dict(): the param groups without their
  * parameters) takes the parameters' state from distrib_optim.pt beside each rank's file
- * (ckpt/megatron_distopt.h). No 'optimizer', or one without per-parameter state (transformers' converters
+ * (ckpt/megatron_distopt.h); with the experts' optimizer apart (a ChainedOptimizer's list of two states) the
+ * file is the list of the dense and the expert buffers' states, None where another directory saved that one
+ * (its parameters' state is read from there). No 'optimizer', or one without per-parameter state (transformers' converters
  * write such a dummy): has_optim 0. A state that does not match the model is an error naming the file. 0, or
  * -1. */
 int mt_meg_dir_optim(mt_meg_dir *m, mt_err *e);

@@ -25,7 +25,7 @@ static int chunk_of(const mt_layout *l, const mt_layout_tensor *t)
     return c;
 }
 
-void mt_meg_dbufs(const mt_layout *l, int core, int grouped, int tied, int64_t bucket_size, mt_meg_dbuf *b)
+void mt_meg_dbufs(const mt_layout *l, int core, int grouped, int tied, int64_t bucket_size, int sel, mt_meg_dbuf *b)
 {
     int nc = l->chunks > 1 ? l->chunks : 1;
     const mt_layout_tensor **order = mt_xcalloc((size_t)(l->n ? l->n : 1), sizeof *order);
@@ -40,7 +40,7 @@ void mt_meg_dbufs(const mt_layout *l, int core, int grouped, int tied, int64_t b
         int in_bucket = 0;
         for (int j = n - 1; j >= 0; j--) {   /* the buffer runs backward through the registration order */
             const mt_layout_tensor *t = order[j];
-            if (chunk_of(l, t) != c) continue;
+            if (chunk_of(l, t) != c || (sel >= 0 && (t->expert >= 0) != sel)) continue;
             /* Megatron-Core marks the word embeddings shared_embedding on the first stage's first chunk and the
              * output layer's copy on the last stage's last chunk, when a pipeline splits tied embeddings */
             int shared = core && tied && l->part.pp_stages > 1 &&

@@ -99,10 +99,19 @@ static mt_pk *from_json(mt_pk_arena *a, json_t *v)
     }
 }
 
+/* The data-parallel size of the smallest run of a layout: its world a multiple of tp pp (the dense grid) and of
+ * etp ep pp (the experts'). */
+static int smallest_dp(int tp, int ep, int etp)
+{
+    int span = tp;
+    while (span % (etp * ep)) span += tp;
+    return span / tp;
+}
+
 /* mt's args as Megatron's argparse.Namespace: flag names as attribute names ('-' to '_'), the flags that
  * Megatron stores negated (store_false) under their positive names, and the attributes Megatron derives
  * and checks on load for the layout written. */
-static mt_pk *namespace(mt_pk_arena *a, const mt_model_ckpt *mc, int tp, int pp, int vp, int rows,
+static mt_pk *namespace(mt_pk_arena *a, const mt_model_ckpt *mc, int tp, int pp, int vp, int ep, int etp, int rows,
                         const char *torch_dtype)
 {
     static const char *const negated[][2] = {
@@ -148,8 +157,9 @@ static mt_pk *namespace(mt_pk_arena *a, const mt_model_ckpt *mc, int tp, int pp,
         }
     }
     mt_pk_sets(a, d, "tensor_model_parallel_size", mt_pk_int(a, tp));
-    /* the experts are written split as the dense tensors: Megatron's default, the expert tensor size tp */
-    mt_pk_sets(a, d, "expert_tensor_parallel_size", mt_pk_int(a, tp));
+    /* the experts' layout written: over ep expert ranks, split over etp ranks (Megatron's default: tp) */
+    mt_pk_sets(a, d, "expert_model_parallel_size", mt_pk_int(a, ep));
+    mt_pk_sets(a, d, "expert_tensor_parallel_size", mt_pk_int(a, etp));
     /* --fp8-format is Megatron's args.fp8 (its dest) */
     const char *fp8 = json_string_value(json_object_get(mc->args, "fp8-format"));
     mt_pk_sets(a, d, "fp8", fp8 ? mt_pk_str(a, fp8) : mt_pk_new(a, MT_PK_NONE));
@@ -157,8 +167,9 @@ static mt_pk *namespace(mt_pk_arena *a, const mt_model_ckpt *mc, int tp, int pp,
     mt_pk_sets(a, d, "virtual_pipeline_model_parallel_size", vp > 1 ? mt_pk_int(a, vp) : mt_pk_new(a, MT_PK_NONE));
     mt_pk_sets(a, d, "num_layers_per_virtual_pipeline_stage",
                vp > 1 ? mt_pk_int(a, mc->arch.num_layers / (pp * vp)) : mt_pk_new(a, MT_PK_NONE));
-    mt_pk_sets(a, d, "data_parallel_size", mt_pk_int(a, 1));
-    mt_pk_sets(a, d, "world_size", mt_pk_int(a, (int64_t)tp * pp));
+    int dp = smallest_dp(tp, ep, etp);
+    mt_pk_sets(a, d, "data_parallel_size", mt_pk_int(a, dp));
+    mt_pk_sets(a, d, "world_size", mt_pk_int(a, (int64_t)dp * tp * pp));
     mt_pk_sets(a, d, "padded_vocab_size", mt_pk_int(a, rows));
     mt_pk_sets(a, d, "params_dtype", mt_pk_named(a, MT_PK_GLOBAL, torch_dtype));
     /* Megatron reduces bf16 gradients in fp32 (it turns this on for --bf16): the distributed optimizer's
@@ -266,10 +277,13 @@ static int place(mt_pk_arena *a, mt_pk *model, const char *n, mt_meg_keys keys, 
     return 0;
 }
 
-static void rank_dir(char *b, size_t cap, int t, int p, int pp)
+/* A rank's directory, as Megatron's get_checkpoint_name names it: mp_rank_TT, _PPP with pipeline stages, then
+ * _EEE (the expert rank er) with expert parallelism. */
+static void rank_dir(char *b, size_t cap, int t, int p, int pp, int er, int ep)
 {
     if (pp > 1) snprintf(b, cap, "mp_rank_%02d_%03d", t, p);
     else snprintf(b, cap, "mp_rank_%02d", t);
+    if (ep > 1) snprintf(b + strlen(b), cap - strlen(b), "_%03d", er);
 }
 
 typedef struct export_ctx {
@@ -280,6 +294,9 @@ typedef struct export_ctx {
     const char *torch_dtype;
     mt_meg_keys keys;
     int tp, pp, vp, rows, done, total;   /* vp: model chunks per stage (1: not interleaved) */
+    int ep, etp;            /* the experts over ep expert ranks, split over etp ranks (tp or 1) */
+    int chained;            /* the experts' gradients reduced apart (ep > 1 or etp != tp): Megatron's
+                               ChainedOptimizer of the dense parameters' optimizer and the experts' */
     int optim;              /* write the optimizer's state */
     int dist;               /* as the distributed optimizer saves it (the run's --use-distributed-optimizer) */
     mt_ckpt_progress *progress;
@@ -392,7 +409,8 @@ static mt_pk *rng_state(rank_out *o, const mt_layout *l, int64_t seed)
 {
     mt_pk_arena *a = &o->a;
     mt_meg_rng g;
-    mt_meg_rng_seeded(seed, l->part.tp_rank, l->part.pp_stage, &g);
+    mt_meg_rng_seeded_ep(seed, l->part.tp_rank, l->part.pp_stage, l->part.ep_size > 1 ? l->part.ep_rank : 0,
+                         l->part.etp_size == 1 ? 0 : l->part.tp_rank, &g);
     mt_pk *d = mt_pk_new(a, MT_PK_DICT), *py = mt_pk_new(a, MT_PK_TUPLE), *words = mt_pk_new(a, MT_PK_TUPLE);
     for (int i = 0; i < MT_MT19937_N; i++) mt_pk_append(a, words, mt_pk_int(a, g.py[i]));
     mt_pk_append(a, words, mt_pk_int(a, MT_MT19937_N));   /* the index */
@@ -446,8 +464,10 @@ static int read_slice(export_ctx *x, const mt_layout_tensor *lt, const char *suf
  * layout index) and, for fp16, the loss scaler. The experts (no expert parallelism: Megatron reduces their
  * gradients with the dense ones, allreduce) are in the same two groups, so there is one optimizer, not a
  * ChainedOptimizer's list. With the distributed optimizer (x->dist) its state_dict(): the param groups without
- * their parameters, with the step, and the loss scaler (the parameters' state goes to distrib_optim.pt). */
-static mt_pk *optimizer_state(export_ctx *x, const mt_layout *l, rank_out *o, float *s, mt_pk **master, mt_err *e)
+ * their parameters, with the step, and the loss scaler (the parameters' state goes to distrib_optim.pt).
+ * sel: -1 every parameter; 0 the dense ones, 1 the experts' (a ChainedOptimizer's two, see chained_state). */
+static mt_pk *optimizer_state(export_ctx *x, const mt_layout *l, rank_out *o, float *s, mt_pk **master, int sel,
+                              mt_err *e)
 {
     mt_pk_arena *a = &o->a;
     json_t *jo = json_object_get(x->mc->meta, "optimizer"), *args = x->mc->args;
@@ -459,12 +479,14 @@ static mt_pk *optimizer_state(export_ctx *x, const mt_layout *l, rank_out *o, fl
     /* the groups in the order Megatron-Core sorts them: the default (weight-decayed), then wd_mult 0 */
     for (int g = 0; g < 2 && !rc; g++) {
         int any = 0;
-        for (int q = 0; q < n; q++) any |= order[q]->no_decay == g;
-        if (!any) continue;
+        for (int q = 0; q < n; q++) any |= order[q]->no_decay == g && (sel < 0 || (order[q]->expert >= 0) == sel);
+        /* the experts' optimizer has its group on every rank (Megatron gathers the groups' keys over the ranks),
+         * empty on a stage without experts */
+        if (!any && !(sel == 1 && g == 0)) continue;
         mt_pk *gr = mt_pk_new(a, MT_PK_DICT), *params = mt_pk_new(a, MT_PK_LIST), *mg = mt_pk_new(a, MT_PK_LIST);
         for (int q = 0; q < n && !rc && !x->dist; q++) {
             const mt_layout_tensor *lt = order[q];
-            if (lt->no_decay != g) continue;
+            if (lt->no_decay != g || (sel >= 0 && (lt->expert >= 0) != sel)) continue;
             mt_pk *ps = mt_pk_new(a, MT_PK_DICT), *t;
             t = add_tensor(o, &stepf, 1, MT_ST_F32, 0, NULL, "step", e);
             mt_pk_sets(a, ps, "step", t);
@@ -483,7 +505,7 @@ static mt_pk *optimizer_state(export_ctx *x, const mt_layout *l, rank_out *o, fl
          * lr and weight_decay are set again by Megatron's scheduler at every step */
         mt_pk_sets(a, gr, "wd_mult", mt_pk_float(a, g ? 0.0 : 1.0));
         mt_pk_sets(a, gr, "lr_mult", mt_pk_float(a, 1.0));
-        mt_pk_sets(a, gr, "is_expert_parallel", mt_pk_bool(a, false));
+        mt_pk_sets(a, gr, "is_expert_parallel", mt_pk_bool(a, sel == 1));
         mt_pk_sets(a, gr, "is_decoupled_lr", mt_pk_bool(a, false));
         mt_pk_sets(a, gr, "default_config", mt_pk_bool(a, true));
         double lr = json_number_value(json_object_get(args, "lr")), wd = json_number_value(json_object_get(args, "weight-decay"));
@@ -529,35 +551,47 @@ static mt_pk *optimizer_state(export_ctx *x, const mt_layout *l, rank_out *o, fl
     return f16;
 }
 
-/* One rank's distrib_optim.pt at path: per model chunk's gradient buffer (ckpt/megatron_distopt.h), under its
- * (param dtype, grad dtype) key, the flat fp32 main parameters and Adam's moments with zeros in the alignment
- * gaps, and numel_unpadded, as DistributedOptimizer.get_parameter_state_dp_zero gathers them. */
-static int write_dist(export_ctx *x, const mt_layout *l, const char *path, mt_err *e)
+/* A ChainedOptimizer's state_dict() (the experts' gradients reduced over other ranks than the rest's: Megatron
+ * builds one optimizer of the dense parameters and one of the experts', is_expert_parallel): the list of the
+ * two optimizers' state dicts, each with its own parameter indices from 0. */
+static mt_pk *chained_state(export_ctx *x, const mt_layout *l, rank_out *o, float *s, mt_pk **master, mt_err *e)
 {
-    rank_out o = {0};
-    mt_pk_arena *a = &o.a;
+    mt_pk *list = mt_pk_new(&o->a, MT_PK_LIST);
+    for (int sel = 0; sel < 2; sel++) {
+        mt_pk *sd = optimizer_state(x, l, o, s, master, sel, e);
+        if (!sd) return NULL;
+        mt_pk_append(&o->a, list, sd);
+    }
+    return list;
+}
+
+/* One optimizer's get_parameter_state_dp_zero() of the rank (sel: -1 every parameter, 0 the dense ones, 1 the
+ * experts', as mt_meg_dbufs): buckets_coalesced, then per gradient buffer (one per model chunk holding such
+ * parameters, numbered from 0), under its (param dtype, grad dtype) key, the flat fp32 main parameters and Adam's
+ * moments with zeros in the alignment gaps, and numel_unpadded. NULL on error. */
+static mt_pk *dist_state(export_ctx *x, const mt_layout *l, rank_out *o, int sel, float *s, mt_err *e)
+{
+    mt_pk_arena *a = &o->a;
     json_t *args = x->mc->args;
-    int nc = l->chunks > 1 ? l->chunks : 1, rc = 0;
+    int nc = l->chunks > 1 ? l->chunks : 1, rc = 0, k = 0;
     int64_t np = 0;
     for (int j = 0; j < l->n; j++) np += (int64_t)l->t[j].numel;
-    /* the buckets of the args written: one data-parallel rank */
+    /* the buckets of the args written: their data-parallel size, the smallest run's */
     json_t *bs = json_object_get(args, "ddp-bucket-size");
     int64_t size = mt_meg_bucket_size(json_is_true(json_object_get(args, "overlap-grad-reduce")),
-                                      json_is_integer(bs) ? json_integer_value(bs) : 0, 0, 1, np);
+                                      json_is_integer(bs) ? json_integer_value(bs) : 0, 0,
+                                      smallest_dp(x->tp, x->ep, x->etp), np);
     mt_meg_dbuf *b = mt_xcalloc((size_t)nc, sizeof *b);
-    mt_meg_dbufs(l, x->keys == MT_MEG_KEYS_MCORE, 0, x->mc->arch.tied_embeddings, size, b);
+    mt_meg_dbufs(l, x->keys == MT_MEG_KEYS_MCORE, 0, x->mc->arch.tied_embeddings, size, sel, b);
     mt_pk *root = mt_pk_new(a, MT_PK_DICT);
     mt_pk_sets(a, root, "buckets_coalesced", mt_pk_bool(a, true));
     /* the gradients' dtype: fp32 for bf16 (Megatron turns accumulate_allreduce_grads_in_fp32 on) and fp32 */
     const char *gdt = x->dt == MT_ST_F16 ? "torch.float16" : "torch.float32";
-    size_t most = 1;
-    for (int j = 0; j < l->n; j++)
-        if (l->t[j].numel > most) most = l->t[j].numel;
-    float *s = mt_xmalloc(most * sizeof(float));
     static const char *const keys[3] = {"param", "exp_avg", "exp_avg_sq"};
     static const char *const sfx[3] = {NULL, ".exp_avg", ".exp_avg_sq"};
     for (int c = 0; c < nc && !rc; c++) {
         int64_t numel = b[c].numel;
+        if (sel == 1 && !b[c].n) continue;   /* a chunk without experts has no expert buffer */
         mt_pk *st = mt_pk_new(a, MT_PK_DICT);
         for (int q = 0; q < 3 && !rc; q++) {
             float *w = mt_xcalloc((size_t)(numel ? numel : 1), sizeof *w);
@@ -566,7 +600,7 @@ static int write_dist(export_ctx *x, const mt_layout *l, const char *path, mt_er
                 if (read_slice(x, lt, sfx[q], s, e)) rc = -1;
                 else memcpy(w + b[c].off[p], s, lt->numel * sizeof *s);
             }
-            mt_pk *t = rc ? NULL : add_tensor(&o, w, (size_t)numel, MT_ST_F32, 1, &numel, keys[q], e);
+            mt_pk *t = rc ? NULL : add_tensor(o, w, (size_t)numel, MT_ST_F32, 1, &numel, keys[q], e);
             free(w);
             if (!t) rc = -1;
             else mt_pk_sets(a, st, keys[q], t);
@@ -576,13 +610,55 @@ static int write_dist(export_ctx *x, const mt_layout *l, const char *path, mt_er
         mt_pk_append(a, key, mt_pk_named(a, MT_PK_GLOBAL, x->torch_dtype));
         mt_pk_append(a, key, mt_pk_named(a, MT_PK_GLOBAL, gdt));
         mt_pk_set(a, g, key, st);
-        mt_pk_set(a, root, mt_pk_int(a, c), g);
+        mt_pk_set(a, root, mt_pk_int(a, k++), g);
+    }
+    mt_meg_dbufs_free(b, nc);
+    free(b);
+    return rc ? NULL : root;
+}
+
+/* Which of a ChainedOptimizer's two states the smallest run of the layout saves in the directory of (tensor
+ * rank t, expert rank er): each rank writes the list of its optimizers' states, an optimizer's only on its
+ * data-parallel rank 0 (the dense one's data-parallel group, the experts' expert-data-parallel group), None for
+ * the other; the ranks of data-parallel rank 0 are the first tp, of expert-data-parallel rank 0 the first
+ * etp ep, rank r at tensor rank r % tp and expert rank (r / etp) % ep. A pair no rank holds (experts whole:
+ * never loaded) gets both. */
+static void dist_held(const export_ctx *x, int t, int er, int *dense, int *experts)
+{
+    *dense = (t / x->etp) % x->ep == er;
+    *experts = 0;
+    for (int r = 0; r < x->etp * x->ep && !*experts; r++) *experts = r % x->tp == t && (r / x->etp) % x->ep == er;
+    if (!*dense && !*experts) *dense = *experts = 1;
+}
+
+/* One rank's distrib_optim.pt at path: its optimizer's dist_state, or with the experts' optimizer apart (a
+ * ChainedOptimizer, as ChainedOptimizer.save_parameter_state writes it) the list of the dense parameters' and
+ * the experts' states, None for one this directory's rank does not save (dist_held). */
+static int write_dist(export_ctx *x, const mt_layout *l, const char *path, mt_err *e)
+{
+    rank_out o = {0};
+    mt_pk_arena *a = &o.a;
+    size_t most = 1;
+    for (int j = 0; j < l->n; j++)
+        if (l->t[j].numel > most) most = l->t[j].numel;
+    float *s = mt_xmalloc(most * sizeof(float));
+    mt_pk *root = NULL;
+    int rc = 0;
+    if (!x->chained) {
+        if (!(root = dist_state(x, l, &o, -1, s, e))) rc = -1;
+    } else {
+        int held[2];
+        dist_held(x, l->part.tp_rank, l->part.ep_size > 1 ? l->part.ep_rank : 0, &held[0], &held[1]);
+        root = mt_pk_new(a, MT_PK_LIST);
+        for (int sel = 0; sel < 2 && !rc; sel++) {
+            mt_pk *st = held[sel] ? dist_state(x, l, &o, sel, s, e) : mt_pk_new(a, MT_PK_NONE);
+            if (!st) rc = -1;
+            else mt_pk_append(a, root, st);
+        }
     }
     if (!rc) rc = mt_tckpt_save(path, "distrib_optim", root, o.st, o.n, e);
     if (rc) mt_err_prefix(e, "%s", path);
     free(s);
-    mt_meg_dbufs_free(b, nc);
-    free(b);
     rank_out_free(&o);
     return rc;
 }
@@ -625,9 +701,10 @@ static int write_rank(export_ctx *x, const mt_layout *l, const char *path, mt_er
     }
     if (!rc) core_extra_states(&o.a, models[cur], &ex);
     mt_pk *opt = NULL;
-    if (!rc && x->optim && !(opt = optimizer_state(x, l, &o, s, master, e))) rc = mt_err_prefix(e, "%s", path);
+    if (!rc && x->optim && !(opt = x->chained ? chained_state(x, l, &o, s, master, e) : optimizer_state(x, l, &o, s, master, -1, e)))
+        rc = mt_err_prefix(e, "%s", path);
     if (!rc) {
-        mt_pk *ns = namespace(&o.a, x->mc, x->tp, x->pp, x->vp, x->rows, x->torch_dtype);
+        mt_pk *ns = namespace(&o.a, x->mc, x->tp, x->pp, x->vp, x->ep, x->etp, x->rows, x->torch_dtype);
         int64_t seed;
         mt_pk *root = rank_root(&o.a, x->mc, ns, models, vp,
                                 mt_meg_export_rng_seed(x->mc, x->pp, &seed) ? rng_state(&o, l, seed) : NULL);
@@ -659,14 +736,24 @@ int mt_meg_export_rng_seed(const mt_model_ckpt *mc, int pp, int64_t *seed)
     return *seed > 0 && *seed < ((int64_t)1 << 32) - 100 * (int64_t)pp;
 }
 
-int mt_meg_export_ckpt(mt_model_ckpt *mc, const char *out, int tp, int pp, int chunk_layers, mt_meg_keys keys,
-                       const char *dtype, int no_optim, mt_ckpt_progress *progress, const char **dtype_out,
+int mt_meg_export_ckpt(mt_model_ckpt *mc, const char *out, int tp, int pp, int ep, int etp, int chunk_layers,
+                       mt_meg_keys keys, const char *dtype, int no_optim, mt_ckpt_progress *progress, const char **dtype_out,
                        int *with_optim, mt_err *e)
 {
     if (mc->hf || mc->meg) return mt_err_set(e, "%s: --to megatron writes an mt checkpoint", mc->dir);
     if (mc->arch.num_experts && keys != MT_MEG_KEYS_MCORE)
         return mt_err_set(e, "%s: a model with experts: Megatron's legacy model has none (use --megatron-keys mcore)",
                           mc->dir);
+    if (ep < 1) ep = 1;
+    if (etp < 1) etp = tp;
+    if ((ep > 1 || etp != tp) && !mc->arch.num_experts)
+        return mt_err_set(e, "%s: --target-expert-%s-parallel-size %d for a model without experts", mc->dir,
+                          ep > 1 ? "model" : "tensor", ep > 1 ? ep : etp);
+    if (etp != 1 && etp != tp)
+        return mt_err_set(e, "--target-expert-tensor-parallel-size %d: 1 or the tensor size (%d)", etp, tp);
+    if (ep > 1 && mc->arch.num_experts % ep)
+        return mt_err_set(e, "--target-expert-model-parallel-size %d does not divide the %d experts", ep,
+                          mc->arch.num_experts);
     if (!dtype)
         dtype = json_is_true(json_object_get(mc->args, "bf16"))   ? "bf16"
                 : json_is_true(json_object_get(mc->args, "fp16")) ? "fp16"
@@ -679,7 +766,8 @@ int mt_meg_export_ckpt(mt_model_ckpt *mc, const char *out, int tp, int pp, int c
                               chunk_layers, L, pp);
         vp = L / (pp * chunk_layers);
     }
-    export_ctx x = {.mc = mc, .keys = keys, .tp = tp, .pp = pp, .vp = vp, .progress = progress,
+    export_ctx x = {.mc = mc, .keys = keys, .tp = tp, .pp = pp, .vp = vp, .ep = ep, .etp = etp,
+                    .chained = ep > 1 || etp != tp, .progress = progress,
                     .optim = !no_optim && mt_model_has_optim(mc) && json_is_object(json_object_get(mc->meta, "optimizer"))};
     x.dist = x.optim && json_is_true(json_object_get(mc->args, "use-distributed-optimizer"));
     *with_optim = x.optim;
@@ -694,10 +782,13 @@ int mt_meg_export_ckpt(mt_model_ckpt *mc, const char *out, int tp, int pp, int c
     mt_layout_part one = {0, 1, 0, 1, 1, 0, 1, 0, 0};
     if (mt_layout_build(&arch, &one, &whole, e)) return -1;
     x.whole = &whole;
-    int n = tp * pp, rc = 0;
+    /* rank i: tensor rank i % tp, expert rank (i / tp) % ep, stage i / (tp ep); with the experts whole under
+     * tensor parallelism every (tensor rank, expert rank) pair, so that a run of any data-parallel size finds
+     * the directory of its own */
+    int n = tp * pp * ep, rc = 0;
     mt_layout *l = mt_xcalloc((size_t)n, sizeof *l);
     for (int i = 0; i < n && !rc; i++) {
-        mt_layout_part part = {i % tp, tp, i / tp, pp, vp, 0, 1, 0, 0};
+        mt_layout_part part = {i % tp, tp, i / (tp * ep), pp, vp, (i / tp) % ep, ep, 0, etp == 1 && tp > 1};
         if (mt_layout_build(&arch, &part, &l[i], e)) rc = -1;
         else x.total += l[i].n;
     }
@@ -712,7 +803,7 @@ int mt_meg_export_ckpt(mt_model_ckpt *mc, const char *out, int tp, int pp, int c
     if (!rc) rc = mt_hf_out_begin(&o, out, e);
     char *itdir = o.tmp ? mt_path_join(o.tmp, sub) : NULL;
     for (int i = 0; i < n && !rc; i++) {
-        rank_dir(rd, sizeof rd, i % tp, i / tp, pp);
+        rank_dir(rd, sizeof rd, i % tp, i / (tp * ep), pp, (i / tp) % ep, ep);
         char *dir = mt_path_join(itdir, rd), *path = mt_path_join(dir, "model_optim_rng.pt");
         rc = mt_mkdir_p(dir, e) || write_rank(&x, &l[i], path, e) ? -1 : 0;
         if (!rc && x.dist) {

@@ -1,6 +1,6 @@
 /* megatron_export.h: an mt checkpoint written as a Megatron-LM `--ckpt-format torch` checkpoint directory
- * (mt-ckpt-convert --to megatron): the tracker, then one model_optim_rng.pt per tensor/pipeline rank
- * (iter_NNNNNNN/mp_rank_TT or mp_rank_TT_PPP, torch_ckpt.h) holding the args Namespace (mt's args under
+ * (mt-ckpt-convert --to megatron): the tracker, then one model_optim_rng.pt per tensor/pipeline rank and,
+ * with expert parallelism, expert rank (iter_NNNNNNN/mp_rank_TT[_PPP][_EEE], torch_ckpt.h) holding the args Namespace (mt's args under
  * Megatron's attribute names, with the sizes of the layout written, padded_vocab_size and params_dtype),
  * checkpoint_version 3.0, the iteration, the rank's model state dict, the learning-rate schedule
  * (opt_param_scheduler) and the floating-point operations so far. The model's keys are the legacy GPT
@@ -21,13 +21,16 @@
 typedef enum { MT_MEG_KEYS_LEGACY, MT_MEG_KEYS_MCORE } mt_meg_keys;
 
 /* Writes the opened checkpoint mc as the Megatron-LM checkpoint directory out (absent or empty; it
- * appears complete or not at all) at tensor size tp and pipeline size pp (chunk_layers > 0: the interleaved
+ * appears complete or not at all) at tensor size tp and pipeline size pp, a model with experts over ep expert
+ * ranks (1: none; directories mp_rank_TT[_PPP]_EEE above 1) with each expert split over etp ranks (0: tp; 1: whole
+ * in the directory of every tensor rank; then the optimizer's state is a ChainedOptimizer's, the dense
+ * parameters' and the experts', as it is for ep > 1) (chunk_layers > 0: the interleaved
  * schedule's model chunks of that many layers, model0 ... per rank), with the model's keys of
  * family keys and tensors of dtype ("fp32", "bf16", "fp16"; NULL: the run's, as Megatron saves its
  * parameters), and the optimizer's state unless no_optim (or the checkpoint has none). *dtype_out: the
  * dtype's name; *with_optim: whether the optimizer's state was written. 0, or -1 with e set. */
-int mt_meg_export_ckpt(mt_model_ckpt *mc, const char *out, int tp, int pp, int chunk_layers, mt_meg_keys keys,
-                       const char *dtype, int no_optim, mt_ckpt_progress *progress, const char **dtype_out,
+int mt_meg_export_ckpt(mt_model_ckpt *mc, const char *out, int tp, int pp, int ep, int etp, int chunk_layers,
+                       mt_meg_keys keys, const char *dtype, int no_optim, mt_ckpt_progress *progress, const char **dtype_out,
                        int *with_optim, mt_err *e);
 
 /* The seed whose RNG state --to megatron writes (*seed: the run's --seed, default 1234): 1 when Megatron

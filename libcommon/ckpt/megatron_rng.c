@@ -67,6 +67,11 @@ static void cuda_state(uint64_t seed, unsigned char *out)
 
 void mt_meg_rng_seeded(int64_t seed0, int tp_rank, int pp_stage, mt_meg_rng *out)
 {
+    mt_meg_rng_seeded_ep(seed0, tp_rank, pp_stage, 0, tp_rank, out);
+}
+
+void mt_meg_rng_seeded_ep(int64_t seed0, int tp_rank, int pp_stage, int ep_rank, int etp_rank, mt_meg_rng *out)
+{
     uint64_t seed = (uint64_t)(seed0 + 100 * (int64_t)pp_stage);
     /* Python: random.seed(int) keys init_by_array with the int's 32-bit words, least significant first */
     uint32_t key[2] = {(uint32_t)seed, (uint32_t)(seed >> 32)};
@@ -77,5 +82,5 @@ void mt_meg_rng_seeded(int64_t seed0, int tp_rank, int pp_stage, mt_meg_rng *out
     cuda_state(seed, out->cuda);
     cuda_state(seed, out->data_parallel);
     cuda_state(seed + 2718 + (uint64_t)tp_rank, out->model_parallel);
-    cuda_state(seed + 1024 + (uint64_t)tp_rank, out->expert_parallel);
+    cuda_state(seed + 1024 + 100 * (uint64_t)ep_rank + (uint64_t)etp_rank, out->expert_parallel);
 }

@@ -114,68 +114,81 @@ def same_optim(argv):
     weight_decay, betas, eps), the same fp32 main parameters and loss scaler."""
     n = ne = 0
     for name, pa, pb in rank_files(*argv):
-        oa, ob = (torch.load(p, map_location="cpu")["optimizer"] for p in (pa, pb))
+        OA, OB = (torch.load(p, map_location="cpu")["optimizer"] for p in (pa, pb))
         def fail(what):
             sys.exit("%s: %s" % (name, what))
-        if set(oa) != set(ob):
-            fail("keys %s and %s" % (sorted(oa), sorted(ob)))
-        sa, sb = (o["optimizer"] if "optimizer" in o else o for o in (oa, ob))
-        if "state" not in sa:   # DistributedOptimizer.state_dict(): no per-parameter state, distrib_optim.pt
-            if "state" in sb:
-                fail("distributed optimizer state against a non-distributed one")
+        # a ChainedOptimizer's list (the dense parameters', the experts'): entry by entry
+        if isinstance(OA, list) != isinstance(OB, list) or isinstance(OA, list) and len(OA) != len(OB):
+            fail("optimizer %s and %s" % (type(OA).__name__, type(OB).__name__))
+        dist_seen = False
+        for oa, ob in (zip(OA, OB) if isinstance(OA, list) else [(OA, OB)]):
+            if set(oa) != set(ob):
+                fail("keys %s and %s" % (sorted(oa), sorted(ob)))
+            sa, sb = (o["optimizer"] if "optimizer" in o else o for o in (oa, ob))
+            if "state" not in sa:   # DistributedOptimizer.state_dict(): no per-parameter state, distrib_optim.pt
+                if "state" in sb:
+                    fail("distributed optimizer state against a non-distributed one")
+                if len(sa["param_groups"]) != len(sb["param_groups"]):
+                    fail("param groups differ in number")
+                for g, (x, y) in enumerate(zip(sa["param_groups"], sb["param_groups"])):
+                    for k in ("wd_mult", "lr_mult", "is_expert_parallel", "weight_decay", "betas", "eps", "step"):
+                        if x[k] != y[k] or type(x[k]) is not type(y[k]) or "params" in x or "params" in y:
+                            fail("param group %d %s: %s and %s" % (g, k, x.get(k), y.get(k)))
+                da, db = (torch.load(os.path.join(os.path.dirname(p), "distrib_optim.pt"), map_location="cpu") for p in (pa, pb))
+                if dist_seen:
+                    continue   # (the list's file, compared at its first entry)
+                dist_seen = True
+                def same(x, y, where):
+                    if type(x) is not type(y):
+                        fail("%s: %s and %s" % (where, type(x).__name__, type(y).__name__))
+                    if isinstance(x, list):
+                        if len(x) != len(y):
+                            fail("%s: %d and %d entries" % (where, len(x), len(y)))
+                        return sum(same(u, v, "%s[%d]" % (where, q)) for q, (u, v) in enumerate(zip(x, y)))
+                    if isinstance(x, dict):
+                        if list(x) != list(y):
+                            fail("%s: keys %s and %s" % (where, list(x), list(y)))
+                        for k in x:
+                            same(x[k], y[k], "%s[%r]" % (where, k))
+                    elif isinstance(x, torch.Tensor):
+                        if x.dtype != y.dtype or not torch.equal(x, y):
+                            fail("%s differs" % where)
+                        return x.numel()
+                    elif x != y:
+                        fail("%s: %r and %r" % (where, x, y))
+                    return 0
+                def count(x):
+                    return sum(count(v) for v in x.values()) if isinstance(x, dict) else sum(map(count, x)) \
+                        if isinstance(x, list) else x.numel() if isinstance(x, torch.Tensor) else 0
+                same(da, db, "distrib_optim.pt")
+                ne += count(da)
+                if "grad_scaler" in oa and {k: float(v) for k, v in oa["grad_scaler"].items()} != \
+                        {k: float(v) for k, v in ob["grad_scaler"].items()}:
+                    fail("grad_scaler differs")
+                continue
+            if sorted(sa["state"]) != sorted(sb["state"]):
+                fail("parameter indices differ")
+            for i, x in sa["state"].items():
+                y = sb["state"][i]
+                for k in ("exp_avg", "exp_avg_sq"):
+                    if x[k].dtype != y[k].dtype or not torch.equal(x[k], y[k]):
+                        fail("state %d %s differs" % (i, k))
+                if float(x["step"]) != float(y["step"]):
+                    fail("state %d step %s and %s" % (i, x["step"], y["step"]))
+            for g, (x, y) in enumerate(zip(sa["param_groups"], sb["param_groups"])):
+                for k in ("params", "wd_mult", "weight_decay", "betas", "eps"):
+                    if x[k] != y[k]:
+                        fail("param group %d %s: %s and %s" % (g, k, x[k], y[k]))
             if len(sa["param_groups"]) != len(sb["param_groups"]):
                 fail("param groups differ in number")
-            for g, (x, y) in enumerate(zip(sa["param_groups"], sb["param_groups"])):
-                for k in ("wd_mult", "lr_mult", "is_expert_parallel", "weight_decay", "betas", "eps", "step"):
-                    if x[k] != y[k] or type(x[k]) is not type(y[k]) or "params" in x or "params" in y:
-                        fail("param group %d %s: %s and %s" % (g, k, x.get(k), y.get(k)))
-            da, db = (torch.load(os.path.join(os.path.dirname(p), "distrib_optim.pt"), map_location="cpu") for p in (pa, pb))
-            def same(x, y, where):
-                if type(x) is not type(y):
-                    fail("%s: %s and %s" % (where, type(x).__name__, type(y).__name__))
-                if isinstance(x, dict):
-                    if list(x) != list(y):
-                        fail("%s: keys %s and %s" % (where, list(x), list(y)))
-                    for k in x:
-                        same(x[k], y[k], "%s[%r]" % (where, k))
-                elif isinstance(x, torch.Tensor):
-                    if x.dtype != y.dtype or not torch.equal(x, y):
-                        fail("%s differs" % where)
-                    return x.numel()
-                elif x != y:
-                    fail("%s: %r and %r" % (where, x, y))
-                return 0
-            def count(x):
-                return sum(count(v) for v in x.values()) if isinstance(x, dict) else x.numel() if isinstance(x, torch.Tensor) else 0
-            same(da, db, "distrib_optim.pt")
-            ne += count(da)
+            if "fp32_from_fp16_params" in oa:
+                for g, (x, y) in enumerate(zip(oa["fp32_from_fp16_params"], ob["fp32_from_fp16_params"])):
+                    if len(x) != len(y) or not all(torch.equal(u, v) for u, v in zip(x, y)):
+                        fail("fp32_from_fp16_params[%d] differ" % g)
             if "grad_scaler" in oa and {k: float(v) for k, v in oa["grad_scaler"].items()} != \
                     {k: float(v) for k, v in ob["grad_scaler"].items()}:
                 fail("grad_scaler differs")
-            continue
-        if sorted(sa["state"]) != sorted(sb["state"]):
-            fail("parameter indices differ")
-        for i, x in sa["state"].items():
-            y = sb["state"][i]
-            for k in ("exp_avg", "exp_avg_sq"):
-                if x[k].dtype != y[k].dtype or not torch.equal(x[k], y[k]):
-                    fail("state %d %s differs" % (i, k))
-            if float(x["step"]) != float(y["step"]):
-                fail("state %d step %s and %s" % (i, x["step"], y["step"]))
-        for g, (x, y) in enumerate(zip(sa["param_groups"], sb["param_groups"])):
-            for k in ("params", "wd_mult", "weight_decay", "betas", "eps"):
-                if x[k] != y[k]:
-                    fail("param group %d %s: %s and %s" % (g, k, x[k], y[k]))
-        if len(sa["param_groups"]) != len(sb["param_groups"]):
-            fail("param groups differ in number")
-        if "fp32_from_fp16_params" in oa:
-            for g, (x, y) in enumerate(zip(oa["fp32_from_fp16_params"], ob["fp32_from_fp16_params"])):
-                if len(x) != len(y) or not all(torch.equal(u, v) for u, v in zip(x, y)):
-                    fail("fp32_from_fp16_params[%d] differ" % g)
-        if "grad_scaler" in oa and {k: float(v) for k, v in oa["grad_scaler"].items()} != \
-                {k: float(v) for k, v in ob["grad_scaler"].items()}:
-            fail("grad_scaler differs")
-        n += len(sa["state"])
+            n += len(sa["state"])
     print("%d elements of distrib_optim.pt equal" % ne if ne else "%d parameters' state equal" % n)
 
 

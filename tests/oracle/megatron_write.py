@@ -5,6 +5,7 @@ meta.json for the model's arguments), for tests/pipeline/megatron-read.sh.
 Usage: megatron_write.py MT_RANK_DIR OUT_DIR --tp T --pp P --vocab-file F --merge-file F [--divisible-by N] [--core]
        [--drop KEY] [--extra KEY] [--bad-ffn] [--release] [--checkpoint-version V] [--dtype D] [--round D]
        [--optim [--distrib [--bucket-size N] [--args-bucket-size N] [--per-bucket]]] [--vp V]
+       [--ep E [--etp 1] [--held] [--grouped] [--chain-len N]]
        megatron_write.py --jobs FILE [ARGS...]
 
 --jobs FILE runs many such writes in this one process (torch is imported once): each non-empty line of FILE
@@ -48,6 +49,23 @@ orders, [3, np, hn] and [np, hn, 3]), dense / 4h->h columns split, the rest repl
 split evenly over stages (with --vp V, over V model chunks per stage, model0 ... model<V-1>: chunk c of
 stage p holds global layers (c pp + p) L / (pp V) + i), local indices; the last stage's copy of tied embeddings when pp > 1. The
 vocabulary is padded with zero rows to Megatron's padded size for the tensor size.
+A model with experts (meta.json's num-experts; --core only): an MoE layer (--moe-layer-freq) holds
+pre_mlp_layernorm, mlp.router, SequentialMLP's mlp.experts.local_experts.J.linear_fc1 / linear_fc2 and the
+shared expert's mlp.shared_experts.linear_fc1 / linear_fc2, registered in that order (each local expert's
+fc1 then fc2; with --grouped TEGroupedMLP's mlp.experts.linear_fc1.weightJ and linear_fc2.weightJ, every fc1
+registered before the fc2s). With --ep E the experts go over E expert ranks (get_checkpoint_name: mp_rank_TT[_PPP]_EEE per
+(tensor rank, expert rank) pair; local expert J of expert rank e is global expert e num_experts / E + J),
+each expert split over the tensor ranks, or with --etp 1 whole on every tensor rank; --held writes only the
+pairs that the ranks of data-parallel or expert-data-parallel rank 0 of the smallest world (a multiple of
+tp and of etp E) hold, as Megatron's save_checkpoint does. Where the experts' gradients are reduced apart
+(E > 1 or etp != tp: allreduce False, is_expert_parallel), the optimizer's state is a ChainedOptimizer's
+state_dict(): the list of the dense parameters' optimizer state dict and the experts' (one param group, on a
+stage without experts empty), each indexing its parameters from 0; --chain-len N cuts or repeats that list to
+N entries (a bad checkpoint). With --distrib, distrib_optim.pt is ChainedOptimizer.save_parameter_state's list
+of the two optimizers' get_parameter_state_dp_zero() (the dense buffers', the expert buffers': the experts
+alone, one per model chunk that has them), None where this directory's rank of the smallest world is not
+that optimizer's data-parallel rank 0 (dense: data-parallel group; experts: expert-data-parallel group);
+--dist-len N cuts or repeats it.
 """
 import argparse
 import collections
@@ -56,6 +74,7 @@ import json
 import math
 import os
 import random
+import re
 import shlex
 import struct
 import sys
@@ -86,18 +105,28 @@ def read_safetensors(path):
     return out
 
 
-def optimizer(reg, w, mom, part, meta, a, dtype):
+def optimizer(reg, w, mom, part, meta, a, dtype, expert=False):
     """Megatron-Core's optimizer state of one rank: reg, the rank's parameters (mt names and partition) in
-    registration order; torch.optim.AdamW builds the state dict over Megatron's two param groups."""
+    registration order; torch.optim.AdamW builds the state dict over Megatron's two param groups. expert: the
+    experts' optimizer of a ChainedOptimizer (is_expert_parallel; its one group of 2-D weights, on a rank
+    without experts empty)."""
     params, nowd = [], []
     for name, dim in reg:
         p = torch.nn.Parameter(torch.from_numpy(np.ascontiguousarray(part(w[name], dim))))
         params.append((name, dim, p))
-    common = {"lr_mult": 1.0, "is_expert_parallel": False, "is_decoupled_lr": False, "default_config": True,
+    common = {"lr_mult": 1.0, "is_expert_parallel": expert, "is_decoupled_lr": False, "default_config": True,
               "max_lr": a["lr"], "min_lr": a["min-lr"]}
     groups = [dict(params=[p for n, d, p in params if not (n.endswith(".bias") or p.dim() == 1)], wd_mult=1.0,
                    **common),
               dict(params=[p for n, d, p in params if n.endswith(".bias") or p.dim() == 1], wd_mult=0.0, **common)]
+    if expert:
+        groups = groups[:1]
+    if not params:   # torch builds no optimizer of no parameters: its state_dict() as it would be
+        g = dict(groups[0], params=[], lr=a["lr"], betas=(a["adam-beta1"], a["adam-beta2"]), eps=a["adam-eps"],
+                 weight_decay=a["weight-decay"], amsgrad=False, maximize=False, foreach=None, capturable=False,
+                 differentiable=False, fused=None)
+        sd = {"state": {}, "param_groups": [g]}
+        return sd if dtype == "fp32" else {"optimizer": sd, "fp32_from_fp16_params": [[]]}
     opt = torch.optim.AdamW(groups, lr=a["lr"], betas=(a["adam-beta1"], a["adam-beta2"]), eps=a["adam-eps"],
                             weight_decay=a["weight-decay"])
     for g in opt.param_groups:   # as Megatron's OptimizerParamScheduler.step() leaves them
@@ -203,12 +232,29 @@ def main(argv=None):
     ap.add_argument("--per-bucket", action="store_true")
     ap.add_argument("--vp", type=int, default=1)   # model chunks per stage (the interleaved schedule)
     ap.add_argument("--args-etp", type=int, default=0)   # expert_tensor_parallel_size in the args (0: None)
+    # a model with experts (--core): over --ep expert ranks, each expert split over --etp ranks (0: tp; or 1);
+    # --held: only the (tensor rank, expert rank) pairs the smallest Megatron run of the layout saves
+    ap.add_argument("--ep", type=int, default=1)
+    ap.add_argument("--etp", type=int, default=0)
+    ap.add_argument("--held", action="store_true")
+    ap.add_argument("--grouped", action="store_true")   # TEGroupedMLP's experts.linear_fc1.weightJ names and order
+    ap.add_argument("--chain-len", type=int, default=0)
+    ap.add_argument("--dist-len", type=int, default=0)   # distrib_optim.pt's list cut or repeated to N (bad)   # the ChainedOptimizer's list cut or repeated to N (bad)
     o = ap.parse_args(argv)
     meta = json.load(open(os.path.join(o.src, "meta.json")))
     a = meta["args"]
     w = read_safetensors(os.path.join(o.src, "model.safetensors"))
     mom = read_safetensors(os.path.join(o.src, "optim.safetensors")) if o.optim else {}
     tp, pp = o.tp, o.pp
+    ep, etp = o.ep, o.etp or o.tp
+    E = a.get("num-experts") or 0
+    freq = a.get("moe-layer-freq") or "1"
+    moe = set()
+    if E:
+        assert o.core and o.vp == 1 and not o.per_bucket, "experts: Megatron-Core's names, no --vp or --per-bucket here"
+        fl = json.loads(freq) if freq.startswith("[") else [int(l % int(freq) == 0) for l in range(a["num-layers"])]
+        moe = {l for l, x in enumerate(fl) if x}
+    chained = E and (ep > 1 or etp != tp)   # Megatron's ChainedOptimizer: the dense parameters', the experts'
     L, h, nh = a["num-layers"], a["hidden-size"], a["num-attention-heads"]
     f = a["ffn-hidden-size"]
     V = len(json.load(open(o.vocab_file, encoding="utf-8")))
@@ -238,16 +284,70 @@ def main(argv=None):
         virtual_pipeline_model_parallel_size=o.vp if o.vp > 1 else None,
         num_layers_per_virtual_pipeline_stage=L // (o.pp * o.vp) if o.vp > 1 else None, consumed_train_samples=meta["consumed_train_samples"],
         consumed_valid_samples=meta["consumed_valid_samples"], split="969, 30, 1", data_cache_path=None,
-        params_dtype=torch.float32, untie_embeddings_and_output_weights=False, add_bias_linear=True,
+        params_dtype=torch.float32, untie_embeddings_and_output_weights=False,
+        add_bias_linear=not a.get("disable-bias-linear", False),
         swiglu=False, normalization="LayerNorm", position_embedding_type="learned_absolute",
         apply_query_key_layer_scaling=False, lr=3e-4, fp16=False, bf16=False, load=None, save=o.out,
         use_distributed_optimizer=o.distrib, overlap_grad_reduce=bool(o.bucket_size),
         ddp_bucket_size=(o.args_bucket_size or o.bucket_size) or None, data_parallel_size=1,
-        expert_tensor_parallel_size=o.args_etp or None)
+        expert_tensor_parallel_size=o.args_etp or (etp if E else None))
+    if E:
+        for k in ("num-experts", "moe-ffn-hidden-size", "moe-router-topk", "moe-aux-loss-coeff"):
+            setattr(ns, k.replace("-", "_"), a[k])
+        ns.moe_layer_freq = json.loads(freq) if freq.startswith("[") else int(freq)
+        ns.moe_shared_expert_intermediate_size = a.get("moe-shared-expert-intermediate-size") or None
+        ns.expert_model_parallel_size = ep
 
     def part(x, t, dim):
+        if dim >= 10:   # an expert's: over the expert tensor size (its rank the tensor rank; 1: whole)
+            if etp == 1:
+                return np.ascontiguousarray(x)
+            dim -= 10
         n = x.shape[dim] // tp
         return np.ascontiguousarray(x[t * n:(t + 1) * n] if dim == 0 else x[:, t * n:(t + 1) * n])
+
+    def layer_items(g, e):
+        """layer g's (name under the legacy layer, its mt name, slicing) in the legacy registration order, on
+        expert rank e: an MoE layer's router, local experts (global e E / ep + j), shared expert in place of the
+        MLP; the model's biases only where it has them"""
+        pre = "language_model.encoder.layers.%d." % g
+        names = [(n, d) for n, d in per_layer if g not in moe or not n.startswith("mlp.")]
+        if g in moe:
+            names.append(("mlp.router.weight", -1))
+            fcs = (("dense_h_to_4h", 10), ("dense_4h_to_h", 11))
+            if o.grouped:   # TEGroupedMLP: linear_fc1 (every expert's weightJ), then linear_fc2
+                names += [("mlp.experts.local_experts.%d.%s.weight" % (j, n), d) for n, d in fcs for j in range(E // ep)]
+            else:           # SequentialMLP: expert by expert, each one's linear_fc1 then linear_fc2
+                names += [("mlp.experts.local_experts.%d.%s.weight" % (j, n), d) for j in range(E // ep) for n, d in fcs]
+            names += [("mlp.shared_experts.dense_h_to_4h.weight", 0), ("mlp.shared_experts.dense_4h_to_h.weight", 1)]
+        out = []
+        for n, d in names:
+            x = re.match(r"mlp\.experts\.local_experts\.(\d+)\.(.*)", n)
+            src = pre + ("mlp.experts.local_experts.%d.%s" % (e * E // ep + int(x.group(1)), x.group(2)) if x else n)
+            if src in w:
+                out.append((n, src, d))
+        return out
+
+    def core_name(n, g):
+        if g in moe and n.startswith("post_attention_layernorm."):
+            return "pre_mlp_layernorm." + n[25:]
+        x = re.fullmatch(r"mlp\.experts\.local_experts\.(\d+)\.dense_(h_to_4h|4h_to_h)\.weight", n)
+        if x and o.grouped:
+            return "mlp.experts.linear_fc%d.weight%s" % (1 if x.group(2) == "h_to_4h" else 2, x.group(1))
+        for old, new in core_names.items():
+            if n.startswith(old):
+                return new + n[len(old):]
+        return n.replace(".dense_h_to_4h.", ".linear_fc1.").replace(".dense_4h_to_h.", ".linear_fc2.")
+
+    # the rank directories: every (tensor rank, expert rank) pair, or with --held those a run of the smallest
+    # world saves (its ranks of data-parallel or expert-data-parallel rank 0)
+    pairs = [(t, e) for e in range(ep) for t in range(tp)]
+    if o.held:
+        world = tp
+        while world % (etp * ep):
+            world += tp
+        pairs = sorted({(r % tp, (r // etp) % ep) for r in range(world) if r // tp == 0 or r // (etp * ep) == 0},
+                       key=lambda q: (q[1], q[0]))
 
     per_layer = [("input_layernorm.weight", -1), ("input_layernorm.bias", -1),
                  ("self_attention.query_key_value.weight", 0), ("self_attention.query_key_value.bias", 0),
@@ -265,7 +365,7 @@ def main(argv=None):
     vp = o.vp
     per = L // (pp * vp)   # layers per model chunk
     for p in range(pp):
-        for t in range(tp):
+        for t, e in pairs:
             TD = {"bf16": torch.bfloat16, "fp16": torch.float16}
 
             def T(x):
@@ -294,10 +394,12 @@ def main(argv=None):
                             ("language_model.embedding.position_embeddings.weight", -1)]
                 for i in range(per):
                     g = (c * pp + p) * per + i
-                    order = per_layer if not o.core else per_layer[4:6] + per_layer[:4] + per_layer[6:]
-                    reg += [("language_model.encoder.layers.%d.%s" % (g, name), dim) for name, dim in order]
-                    for name, dim in per_layer:
-                        x = w["language_model.encoder.layers.%d.%s" % (g, name)]
+                    items = layer_items(g, e)
+                    order = items if not o.core else [x for x in items if x[0].startswith("self_attention.dense.")] + \
+                        [x for x in items if not x[0].startswith("self_attention.dense.")]
+                    reg += [(src, dim) for _, src, dim in order]
+                    for name, src, dim in items:
+                        x = w[src]
                         x = x if dim < 0 else part(x, t, dim) if x.ndim == 2 or dim == 0 else x
                         if "query_key_value" in name and o.checkpoint_version < 2.0:
                             # the rank's rows in the order of older checkpoints (Megatron's checkpointing.py
@@ -308,12 +410,7 @@ def main(argv=None):
                                 else y.transpose(0, 2, 1, *range(3, y.ndim))
                             x = np.ascontiguousarray(y).reshape(x.shape)
                         enc["layers.%d.%s" % (i, name)] = T(x)
-                        cn = name
-                        for old, new in core_names.items():
-                            if name.startswith(old):
-                                cn = new + name[len(old):]
-                                break
-                        flat["decoder.layers.%d.%s" % (i, cn)] = enc["layers.%d.%s" % (i, name)]
+                        flat["decoder.layers.%d.%s" % (i, core_name(name, g))] = enc["layers.%d.%s" % (i, name)]
                         if o.core and name == "mlp.dense_4h_to_h.bias":
                             # Transformer Engine's modules keep their FP8 metadata as torch.save'd into an
                             # io.BytesIO (of None without FP8)
@@ -369,23 +466,51 @@ def main(argv=None):
                 for c in range(vp):
                     state["model%d" % c] = models[c]
             sl = lambda x, dim: x if dim < 0 else part(x, t, dim)
-            if o.optim:
+            if o.optim and chained:
+                state["optimizer"] = [optimizer([r for r in reg if r[1] < 10], w, mom, sl, meta, a, o.dtype),
+                                      optimizer([r for r in reg if r[1] >= 10], w, mom, sl, meta, a, o.dtype, True)]
+            elif o.optim:
                 state["optimizer"] = optimizer(reg, w, mom, sl, meta, a, o.dtype)
+            if o.optim and chained and o.chain_len:
+                state["optimizer"] = (state["optimizer"] * o.chain_len)[:o.chain_len]
             rank = "mp_rank_%02d" % t if pp == 1 else "mp_rank_%02d_%03d" % (t, p)
+            if ep > 1:
+                rank += "_%03d" % e
             d = os.path.join(o.out, sub, rank)
             os.makedirs(d, exist_ok=True)
             if o.optim and o.distrib:
                 # DistributedOptimizer.state_dict(): the param groups without their parameters, with the step
-                opt = state["optimizer"]
-                inner = opt["optimizer"] if "optimizer" in opt else opt
-                groups = [dict((k, v) for k, v in g.items() if k != "params") for g in inner["param_groups"]]
-                for g in groups:
-                    g["step"] = int(meta["optimizer"]["step"])
-                state["optimizer"] = {"optimizer": {"param_groups": groups}}
-                if "grad_scaler" in opt:
-                    state["optimizer"]["grad_scaler"] = opt["grad_scaler"]
-                torch.save(distrib(chunks, w, mom, sl, meta, a, o.dtype, o.bucket_size, p == 0, o.per_bucket),
-                           os.path.join(d, "distrib_optim.pt"))
+                def dist_sd(opt):
+                    inner = opt["optimizer"] if "optimizer" in opt else opt
+                    groups = [dict((k, v) for k, v in g.items() if k != "params") for g in inner["param_groups"]]
+                    for g in groups:
+                        g["step"] = int(meta["optimizer"]["step"])
+                    out = {"optimizer": {"param_groups": groups}}
+                    if "grad_scaler" in opt:
+                        out["grad_scaler"] = opt["grad_scaler"]
+                    return out
+                args = (w, mom, sl, meta, a, o.dtype, o.bucket_size, p == 0, o.per_bucket)
+                if chained:
+                    # ChainedOptimizer: each optimizer's state_dict(), and save_parameter_state's list of each one's
+                    # get_parameter_state_dp_zero() where this rank is that optimizer's data-parallel rank 0, else
+                    # None (the smallest world's ranks simulated; a pair none holds gets both)
+                    state["optimizer"] = [dist_sd(x) for x in state["optimizer"]]
+                    dense = [[x for x in ch if x[1] < 10] for ch in chunks]
+                    experts = [ch for ch in ([x for x in ch if x[1] >= 10] for ch in chunks) if ch]
+                    world = tp
+                    while world % (etp * ep):
+                        world += tp
+                    saves = [any(r % tp == t and (r // etp) % ep == e and q == 0 for r in range(world)
+                                 for q in ([r // tp] if k == 0 else [r // (etp * ep)])) for k in (0, 1)]
+                    if not any(saves):
+                        saves = [True, True]
+                    states = [distrib(ch, *args) if sv else None for ch, sv in zip((dense, experts), saves)]
+                    if o.dist_len:
+                        states = (states * o.dist_len)[:o.dist_len]
+                    torch.save(states, os.path.join(d, "distrib_optim.pt"))
+                else:
+                    state["optimizer"] = dist_sd(state["optimizer"])
+                    torch.save(distrib(chunks, *args), os.path.join(d, "distrib_optim.pt"))
             torch.save(state, os.path.join(d, "model_optim_rng.pt"))
     with open(os.path.join(o.out, "latest_checkpointed_iteration.txt"), "w") as fh:
         fh.write("release" if o.release else str(it))

@@ -14,8 +14,16 @@
 #   and mt-train --load continues such a checkpoint exactly as the mt checkpoint it was made from;
 # - the interleaved schedule's model chunks (model0, model1) are read byte for byte;
 # - a missing rank, a missing key, a shape the args do not give, a missing or foreign distrib_optim.pt, an
-#   expert_tensor_parallel_size other than the tensor size in the args (not read yet): one line naming the
-#   file and key, non-zero exit, nothing under --save.
+#   expert_tensor_parallel_size neither 1 nor the tensor size in the args: one line naming the
+#   file and key, non-zero exit, nothing under --save;
+# - experts over expert ranks (megatron_write.py --ep, mp_rank_TT[_PPP]_EEE; with --etp 1 --held each expert
+#   whole and only the (tensor rank, expert rank) pairs a Megatron run saves; with --grouped TEGroupedMLP's
+#   experts), with the ChainedOptimizer's
+#   state (the dense parameters', the experts'): read into the mt checkpoint they came from byte for byte,
+#   and mt-train --load continues them as it continues that checkpoint; so with the distributed optimizer
+#   (--distrib: distrib_optim.pt's list of the dense and the expert buffers' states, None where the directory's
+#   rank saves one not); a missing expert rank directory or distrib_optim.pt, a
+#   tensor rank no held pair covers and a chained list of 3 are refused in one line naming the file.
 # The runs to convert are trained first, then every Megatron checkpoint the checks read is written by one
 # megatron_write.py --jobs call (torch imported once), each into a directory of its own.
 . "$(dirname "$0")/../lib.sh"
@@ -67,6 +75,12 @@ for dt in bf16 fp16; do
 done
 mt-train "${train[@]}" --num-layers 4 --train-iters 4 --lr-decay-iters 40 --save "$d/ck4" >/dev/null 2>"$d/t4.err"
 trained[4]=$?
+# a mixture of experts (a dense layer, then an MoE layer of 4 experts and a shared expert)
+moe=(--num-experts 4 --moe-router-topk 2 --moe-shared-expert-intermediate-size 64 --moe-layer-freq "[0,1]"
+     --moe-aux-loss-coeff 0.01 --disable-bias-linear)
+mt-train "${train[@]}" "${moe[@]}" --train-iters 4 --lr-decay-iters 40 --save "$d/ckmoe" >/dev/null 2>"$d/tmoe.err"
+trained[moe]=$?
+smoe=$d/ckmoe/iter_0000004/mp_rank_00
 s4=$d/ck4/iter_0000004/mp_rank_00
 : >"$d/jobs"
 job "$src" "$d/meg-tp1" --divisible-by 256
@@ -95,7 +109,22 @@ job "$src" "$d/meg-bad-distrib" --tp 2 --pp 2 --divisible-by 128 --core --optim 
 job "$src" "$d/meg-bad-buckets" --tp 2 --pp 2 --divisible-by 128 --core --optim --distrib --bucket-size 100 --args-bucket-size 5000
 job "$src" "$d/meg-bad-per-bucket" --divisible-by 256 --core --optim --distrib --per-bucket
 job "$src" "$d/meg-bad-version" --checkpoint-version 1.5 --divisible-by 256
-job "$src" "$d/meg-bad-etp" --tp 2 --divisible-by 128 --args-etp 1
+job "$src" "$d/meg-bad-etp" --tp 2 --divisible-by 128 --args-etp 3
+# experts over expert ranks: TP 2 x EP 2 (every pair), and TP 2 x PP 2 x EP 2 with each expert whole (ETP 1)
+# and only the pairs a Megatron run of 2 ranks per stage saves
+job "$smoe" "$d/meg-ep" --tp 2 --ep 2 --divisible-by 128 --core --optim
+job "$smoe" "$d/meg-ep-etp1" --tp 2 --pp 2 --ep 2 --etp 1 --held --divisible-by 128 --core --optim
+job "$smoe" "$d/meg-bad-ep-rank" --tp 2 --ep 2 --divisible-by 128 --core --optim
+job "$smoe" "$d/meg-bad-held" --tp 2 --ep 2 --etp 1 --held --divisible-by 128 --core
+job "$smoe" "$d/meg-bad-chain" --tp 2 --ep 2 --divisible-by 128 --core --optim --chain-len 3
+# and with the distributed optimizer (distrib_optim.pt: the list of the dense and the expert buffers' states)
+job "$smoe" "$d/meg-epd" --tp 2 --ep 2 --divisible-by 128 --core --optim --distrib --bucket-size 100
+job "$smoe" "$d/meg-epd-etp1" --tp 2 --pp 2 --ep 2 --etp 1 --held --divisible-by 128 --core --optim --distrib
+# TEGroupedMLP's experts (experts.linear_fc1.weightJ, every fc1 registered first), non-distributed and distributed
+job "$smoe" "$d/meg-epg" --tp 2 --ep 2 --divisible-by 128 --core --optim --grouped
+job "$smoe" "$d/meg-epdg" --tp 2 --pp 2 --ep 2 --divisible-by 128 --core --optim --grouped --distrib --bucket-size 100
+job "$smoe" "$d/meg-bad-epd" --tp 2 --ep 2 --divisible-by 128 --core --optim --distrib
+job "$smoe" "$d/meg-bad-dist-len" --tp 2 --ep 2 --divisible-by 128 --core --optim --distrib --dist-len 1
 $PY -W ignore "$T_TOP/tests/oracle/megatron_write.py" --jobs "$d/jobs" --vocab-file "$GPT2_VOCAB" \
     --merge-file "$GPT2_MERGES" >"$d/oracle.out" 2>"$d/oracle.err"
 
@@ -234,11 +263,32 @@ if [ "${trained[4]}" = 0 ]; then   # the 4-layer run trained above; its jobs meg
     done
 else t_fail "a 4-layer run" "$(tail -2 "$d/t4.err")"; fi
 
+# ---- experts over expert ranks (mp_rank_TT[_PPP]_EEE, each rank's local experts, the ChainedOptimizer's
+# dense and expert states): read into the mt checkpoint they came from byte for byte, weights and moments,
+# and mt-train --load continues them exactly as it continues that checkpoint ----
+if [ "${trained[moe]}" = 0 ]; then
+    for k in ep ep-etp1 epd epd-etp1 epg epdg; do
+        if oracle_ok "$d/meg-$k" && mt-ckpt-convert --from megatron --load "$d/meg-$k" --save "$d/cm-$k" 2>"$d/ce" &&
+            cmp -s "$d/cm-$k/iter_0000004/mp_rank_00/model.safetensors" "$smoe/model.safetensors" &&
+            cmp -s "$d/cm-$k/iter_0000004/mp_rank_00/optim.safetensors" "$smoe/optim.safetensors"
+        then t_pass "experts, $k ($(ls "$d/meg-$k/iter_0000004" | tr '\n' ' ')) -> mt: the original's weights and moments byte for byte"
+        else t_fail "experts, $k -> mt: the original's weights and moments" "$(oracle_why "$d/meg-$k"; tail -2 "$d/ce")"; continue; fi
+        cont=("${train[@]}" "${moe[@]}" --train-iters 6 --lr-decay-iters 40 --use-checkpoint-opt_param-scheduler)
+        [ -e "$d/ma-moe.jsonl" ] || mt-train "${cont[@]}" --load "$d/ckmoe" --metrics-file "$d/ma-moe.jsonl" >/dev/null 2>"$d/ta.err"
+        rm -f "$d/mb.jsonl"
+        mt-train "${cont[@]}" --load "$d/cm-$k" --metrics-file "$d/mb.jsonl" >/dev/null 2>"$d/tb.err"
+        a=$(metrics "$d/ma-moe.jsonl" 2>/dev/null) b=$(metrics "$d/mb.jsonl" 2>/dev/null)
+        [ "$(echo "$a" | wc -l)" = 2 ] && [ "$a" = "$b" ] \
+            && t_pass "experts, $k: mt-train --load continues it as the mt checkpoint: iterations 5..6 equal ($(echo $b | cut -d' ' -f1-3) ...)" \
+            || t_fail "experts, $k: continued as the mt checkpoint" "mt: $a / converted: $b $(tail -1 "$d/tb.err")"
+    done
+else t_fail "an MoE run" "$(tail -2 "$d/tmoe.err")"; fi
+
 # ---- errors: one line naming the file and key, nothing under --save ----
 refused() {   # NAME WANT KEY: $d/meg-bad-KEY (its job above), less $REMOVE, converted
     local name=$1 want=$2 meg=$d/meg-bad-$3
     rm -rf "$d/bad"
-    [ -n "$REMOVE" ] && rm -rf "$meg/iter_0000020/$REMOVE"
+    [ -n "$REMOVE" ] && rm -rf "$meg"/iter_*/"$REMOVE"
     if err1 mt-ckpt-convert --from megatron --load "$meg" --save "$d/bad" && grep -q -- "$want" "$d/e" && ! [ -e "$d/bad/latest_checkpointed_iteration.txt" ] \
         && [ -z "$(ls -A "$d/bad" 2>/dev/null)" ]
     then t_pass "$name: refused in one line ($(cut -c1-150 "$d/e"))"
@@ -257,8 +307,17 @@ REMOVE= refused "distrib_optim.pt laid out with other buckets than the args say"
 REMOVE= refused "distrib_optim.pt of before February 2024 (per-bucket tensors)" \
     "mp_rank_00/distrib_optim.pt: no 'buckets_coalesced'" per-bucket
 REMOVE= refused "checkpoint_version 1.5 (no such version)" "checkpoint_version 1.5: not a version Megatron-LM wrote" version
-REMOVE= refused "an expert tensor size other than tp in the args (not read yet)" \
-    "mp_rank_00/model_optim_rng.pt: args: expert_tensor_parallel_size 1 other than tensor_model_parallel_size 2: not read yet" etp
+REMOVE= refused "an expert tensor size neither 1 nor tp in the args" \
+    "mp_rank_00/model_optim_rng.pt: args: expert_tensor_parallel_size 3: only 1 or tensor_model_parallel_size (2) is read" etp
+REMOVE=mp_rank_01_001 refused "a missing expert rank directory" "mp_rank_01_001/model_optim_rng.pt: missing" ep-rank
+REMOVE=mp_rank_01_001 refused "ETP 1, held pairs, no directory of tensor rank 1 (nor expert rank 1)" \
+    "mp_rank_01_000/model_optim_rng.pt: missing: no file of tensor rank 1" held
+REMOVE=mp_rank_00_001/distrib_optim.pt refused "an expert rank's missing distrib_optim.pt" \
+    "mp_rank_00_001/distrib_optim.pt: missing: the distributed optimizer's state" epd
+REMOVE= refused "distrib_optim.pt's list of 1 (a ChainedOptimizer saves 2)" \
+    "mp_rank_00_000/distrib_optim.pt: not a list of the two optimizers' states a ChainedOptimizer saves" dist-len
+REMOVE= refused "a ChainedOptimizer's list of 3" \
+    "mp_rank_00_000/model_optim_rng.pt: optimizer: a ChainedOptimizer's list of 3 states; Megatron's holds 2" chain
 mkdir -p "$d/notmeg" && echo 3 >"$d/notmeg/latest_checkpointed_iteration.txt"
 err1 mt-ckpt-convert --from megatron --load "$d/notmeg" --save "$d/bad2" && ! [ -e "$d/bad2" ] \
     && t_pass "a directory without model_optim_rng.pt refused ($(cat "$d/e"))" \

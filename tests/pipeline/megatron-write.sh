@@ -24,6 +24,14 @@
 # - the LLaMA options (RMSNorm, rope, SwiGLU, GQA, untied, no biases) go mt -> Megatron -> mt at TP 2 x PP 2
 #   as mt's own resharding, with both key families, and so does a mixture of experts (Megatron-Core's names,
 #   MoE args, the experts' optimizer state in the dense param groups in SequentialMLP's order);
+# - experts over expert ranks (--target-expert-model-parallel-size 2, with --target-expert-tensor-parallel-size
+#   1 too): the mp_rank_TT[_PPP]_EEE directories, every rank's tensors and its ChainedOptimizer's moments (the
+#   dense parameters', the experts') equal to the source's slices as a Python reading of the layout computes
+#   them, the expert-parallel RNG seed per rank; back with --from megatron (of every pair, and of only the pairs
+#   a Megatron run holds) as mt's own resharding, which mt-train resumes with the same losses;
+#   with --use-distributed-optimizer the ChainedOptimizer's two DistributedOptimizer states and distrib_optim.pt's
+#   list of the dense and expert buffers' states as megatron_write.py --distrib --ep builds them, back as the
+#   reshard;
 # and the other way, checkpoint_reshaping_and_interoperability.py (transformers to Megatron, TP 2 x PP 2;
 # args as a types.SimpleNamespace, transposed views of shared storages) from a random GPT2LMHeadModel, read
 # with --from megatron: mt's logits equal transformers' to 1e-5. Bad requests: one line, nothing written.
@@ -282,6 +290,204 @@ PYEOF
         && t_pass "experts with the legacy keys: refused in one line ($(cat "$d/e"))" || t_fail "experts with the legacy keys refused" "$(cat "$d/e")"
 else moe=failed; t_fail "an MoE run" "$(tail -2 "$d/t.err" "$d/ce")"; fi
 
+# ---- experts over expert ranks: TP 2 x PP 2 x EP 2 (mp_rank_TT_PPP_EEE), and TP 2 x EP 2 with each expert
+# whole (--target-expert-tensor-parallel-size 1); the optimizer's state as Megatron's ChainedOptimizer (the dense
+# parameters', then the experts'). Back with --from megatron as the reshard (all pairs, and only the pairs a
+# Megatron run of 2 ranks holds: mp_rank_00_000, mp_rank_01_001), and mt-train resumes it with the reshard's
+# losses ----
+if [ "$moe" != failed ]; then
+    bad_ep=
+    if mt-ckpt-convert --load "$d/ckm" --to megatron --out "$d/megep" --megatron-keys mcore --target-tensor-parallel-size 2 \
+            --target-pipeline-parallel-size 2 --target-expert-model-parallel-size 2 2>"$d/ce" &&
+        mt-ckpt-convert --from megatron --load "$d/megep" --save "$d/rtep" --target-tensor-parallel-size 2 \
+            --target-pipeline-parallel-size 2 2>>"$d/ce"
+    then bad_ep=$(differ22 "$d/rtep" "$d/ckm22" 0000004)
+    else bad_ep="$(cat "$d/ce")"; fi
+    # and straight into mt's own expert-parallel layout: the directories mt's resharding writes, byte for byte
+    if mt-ckpt-convert --from megatron --load "$d/megep" --save "$d/rtep222" --target-tensor-parallel-size 2 \
+            --target-pipeline-parallel-size 2 --target-expert-model-parallel-size 2 2>"$d/ce" &&
+        mt-ckpt-convert --load "$d/ckm" --save "$d/ckm222" --target-tensor-parallel-size 2 --target-pipeline-parallel-size 2 \
+            --target-expert-model-parallel-size 2 2>>"$d/ce"
+    then
+        n=0
+        for f in "$d"/ckm222/iter_0000004/mp_rank_*/*.safetensors; do
+            n=$((n + 1)); cmp -s "$f" "$d/rtep222/${f#$d/ckm222/}" || bad_ep="$bad_ep ${f#$d/ckm222/}"
+        done
+        [ $n = 16 ] && [ "$(ls "$d/rtep222/iter_0000004")" = "$(ls "$d/ckm222/iter_0000004")" ] || bad_ep="$bad_ep ($n files)"
+    else bad_ep="$bad_ep $(cat "$d/ce")"; fi
+    hjob "$d/mep.out" run "$d/mep.py" "$d/ckm/iter_0000004/mp_rank_00" "$d/megep/iter_0000004" 2 2 2 2 5
+    bad_etp=
+    if mt-ckpt-convert --load "$d/ckm" --to megatron --out "$d/megetp" --megatron-keys mcore --target-tensor-parallel-size 2 \
+            --target-expert-model-parallel-size 2 --target-expert-tensor-parallel-size 1 2>"$d/ce" &&
+        mt-ckpt-convert --load "$d/ckm" --save "$d/ckm2" --target-tensor-parallel-size 2 2>>"$d/ce" &&
+        cp -a "$d/megetp" "$d/megheld" && rm -r "$d/megheld/iter_0000004/mp_rank_00_001" "$d/megheld/iter_0000004/mp_rank_01_000" &&
+        mt-ckpt-convert --from megatron --load "$d/megheld" --save "$d/rtetp" --target-tensor-parallel-size 2 2>>"$d/ce"
+    then
+        for r in mp_rank_00 mp_rank_01; do for f in model optim; do
+            cmp -s "$d/rtetp/iter_0000004/$r/$f.safetensors" "$d/ckm2/iter_0000004/$r/$f.safetensors" || bad_etp="$bad_etp $r/$f"
+        done; done
+        # resumed: two more iterations from the round trip and from the reshard, the same losses
+        for c in rtetp ckm2; do
+            mt-train -n 2 "${train[@]}" --tensor-model-parallel-size 2 --num-experts 4 --moe-router-topk 2 \
+                --moe-shared-expert-intermediate-size 64 --moe-layer-freq "[0,1]" --moe-aux-loss-coeff 0.01 --disable-bias-linear \
+                --train-iters 6 --lr-decay-iters 40 --log-interval 1 --use-checkpoint-opt_param-scheduler --load "$d/$c" --save "$d/$c" >"$d/res-$c.log" 2>"$d/res-$c.err" \
+                || bad_etp="$bad_etp resume $c: $(tail -1 "$d/res-$c.err")"
+            grep -o "iteration  *[0-9]*/.*lm loss: [^|]*" "$d/res-$c.log" | sed 's/elapsed.*lm loss/lm loss/' >"$d/res-$c.txt"
+        done
+        [ "$(wc -l <"$d/res-ckm2.txt")" = 2 ] && cmp -s "$d/res-rtetp.txt" "$d/res-ckm2.txt" \
+            || bad_etp="$bad_etp losses: $(cat "$d/res-rtetp.txt" "$d/res-ckm2.txt" | tr '\n' ' ')"
+    else bad_etp="$(cat "$d/ce")"; fi
+    hjob "$d/metp.out" run "$d/mep.py" "$d/ckm/iter_0000004/mp_rank_00" "$d/megetp/iter_0000004" 2 1 2 1 5
+    pyfile mep <<'PYEOF'
+import glob, json, math, os, re, struct, sys
+import numpy as np, torch
+src, top, tp, pp, ep, etp, seed = sys.argv[1], sys.argv[2], *map(int, sys.argv[3:8])
+def safetensors(path):   # the whole source: mt's one-rank checkpoint, read without mt
+    with open(path, "rb") as f:
+        n = struct.unpack("<Q", f.read(8))[0]
+        h, raw = json.loads(f.read(n)), f.read()
+    return {k: np.frombuffer(raw[v["data_offsets"][0]:v["data_offsets"][1]], np.float32).reshape(v["shape"])
+            for k, v in h.items() if k != "__metadata__"}
+W = safetensors(src + "/model.safetensors")
+O = safetensors(src + "/optim.safetensors")
+E = 4
+L = max(int(k.split(".")[3]) for k in W if k.startswith("language_model.encoder.layers.")) + 1
+moe = {l for l in range(L) if any(k.startswith("language_model.encoder.layers.%d.mlp.router" % l) for k in W)}
+def piece(a, dim, n, r):   # rank r's slice of n along dim
+    s = a.shape[dim] // n
+    return a[r * s:(r + 1) * s] if dim == 0 else a[:, r * s:(r + 1) * s]
+def expected(key, t, p, e, whole):
+    """(the source tensor of Megatron-Core key `key` on rank (t, p, e), sliced as Megatron holds it)"""
+    if key.startswith("embedding.word_embeddings.") or key == "output_layer.weight":
+        a = whole["language_model.embedding.word_embeddings.weight"]
+        rows = -(-a.shape[0] // (128 * tp)) * 128 * tp
+        a = np.concatenate([a, np.zeros((rows - a.shape[0], a.shape[1]), np.float32)])
+        return piece(a, 0, tp, t)
+    if key.startswith("embedding.position_embeddings."): return whole["language_model.embedding.position_embeddings.weight"]
+    if key.startswith("decoder.final_layernorm."): return whole["language_model.encoder." + key[8:]]
+    m = re.fullmatch(r"decoder\.layers\.(\d+)\.(.*)", key)
+    g = p * (L // pp) + int(m.group(1))
+    pre, rest = "language_model.encoder.layers.%d." % g, m.group(2)
+    x = re.fullmatch(r"mlp\.experts\.local_experts\.(\d+)\.linear_fc([12])\.weight", rest)
+    if x:
+        j, f = int(x.group(1)), x.group(2)
+        a = whole[pre + "mlp.experts.local_experts.%d.%s.weight" % (e * E // ep + j, "dense_h_to_4h" if f == "1" else "dense_4h_to_h")]
+        return a if etp == 1 else piece(a, 0 if f == "1" else 1, tp, t)
+    table = [("self_attention.linear_qkv.layer_norm_", "input_layernorm.", None),
+             ("mlp.linear_fc1.layer_norm_", "post_attention_layernorm.", None),
+             ("pre_mlp_layernorm.", "post_attention_layernorm.", None), ("mlp.router.", "mlp.router.", None),
+             ("self_attention.linear_qkv.", "self_attention.query_key_value.", 0),
+             ("self_attention.linear_proj.", "self_attention.dense.", 1),
+             ("mlp.shared_experts.linear_fc1.", "mlp.shared_experts.dense_h_to_4h.", 0),
+             ("mlp.shared_experts.linear_fc2.", "mlp.shared_experts.dense_4h_to_h.", 1),
+             ("mlp.linear_fc1.", "mlp.dense_h_to_4h.", 0), ("mlp.linear_fc2.", "mlp.dense_4h_to_h.", 1)]
+    for a, b, dim in table:
+        if rest.startswith(a):
+            w = whole[pre + b + rest[len(a):]]
+            return w if dim is None else piece(w, dim, tp, t)
+    raise KeyError(key)
+def registered(p, e):
+    """rank (p, e)'s parameters in Megatron-Core's registration order"""
+    out = ["embedding.word_embeddings.weight", "embedding.position_embeddings.weight"] if p == 0 else []
+    for n in range(L // pp):
+        g, q = p * (L // pp) + n, "decoder.layers.%d." % n
+        out += [q + "self_attention.linear_proj.weight", q + "self_attention.linear_qkv.layer_norm_weight",
+                q + "self_attention.linear_qkv.layer_norm_bias", q + "self_attention.linear_qkv.weight"]
+        if g in moe:
+            out += [q + "pre_mlp_layernorm.weight", q + "pre_mlp_layernorm.bias", q + "mlp.router.weight"]
+            for j in range(E // ep): out += [q + "mlp.experts.local_experts.%d.linear_fc%d.weight" % (j, f) for f in (1, 2)]
+            out += [q + "mlp.shared_experts.linear_fc1.weight", q + "mlp.shared_experts.linear_fc2.weight"]
+        else:
+            out += [q + "mlp.linear_fc1.layer_norm_weight", q + "mlp.linear_fc1.layer_norm_bias",
+                    q + "mlp.linear_fc1.weight", q + "mlp.linear_fc2.weight"]
+    if p == pp - 1:
+        out += ["decoder.final_layernorm.weight", "decoder.final_layernorm.bias"] + (["output_layer.weight"] if pp > 1 else [])
+    return out
+def rank_name(t, p, e):
+    return "mp_rank_%02d" % t + ("_%03d" % p if pp > 1 else "") + ("_%03d" % e if ep > 1 else "")
+want = sorted(rank_name(t, p, e) for t in range(tp) for p in range(pp) for e in range(ep))
+have = sorted(os.path.basename(x) for x in glob.glob(top + "/mp_rank_*"))
+assert have == want, (have, want)
+ntens = nstate = 0
+for t in range(tp):
+    for p in range(pp):
+        for e in range(ep):
+            f = "%s/%s/model_optim_rng.pt" % (top, rank_name(t, p, e))
+            sd = torch.load(f, map_location="cpu", weights_only=False)
+            a = sd["args"]
+            assert (a.tensor_model_parallel_size, a.pipeline_model_parallel_size, a.expert_model_parallel_size,
+                    a.expert_tensor_parallel_size) == (tp, pp, ep, etp), (f, vars(a))
+            # the smallest run of the layout: a world per stage of lcm(tp, etp ep) ranks
+            span = tp * etp * ep // math.gcd(tp, etp * ep)
+            assert (a.data_parallel_size, a.world_size) == (span // tp, span * pp), (f, a.data_parallel_size, a.world_size)
+            m = {k: v for k, v in sd["model"].items() if v is not None}
+            reg = registered(p, e)
+            assert sorted(m) == sorted(reg), (f, sorted(set(m) ^ set(reg)))
+            for k in reg:
+                x = expected(k, t, p, e, W)
+                assert m[k].dtype == torch.float32 and np.array_equal(m[k].numpy(), x), (f, k)
+                ntens += 1
+            # the optimizer: Megatron's ChainedOptimizer, the dense parameters' then the experts'
+            o = sd["optimizer"]
+            assert isinstance(o, list) and len(o) == 2, (f, type(o))
+            for which, opt in enumerate(o):
+                ps = [k for k in reg if (".local_experts." in k) == bool(which)]
+                groups = [[k for k in ps if m[k].dim() >= 2], [k for k in ps if m[k].dim() < 2]]
+                if which: groups = groups[:1]   # the experts' have no 1-D parameters: one group, on every rank
+                got = [(g["is_expert_parallel"], g["weight_decay"] > 0 or not a.weight_decay, len(g["params"])) for g in opt["param_groups"]]
+                assert got == [(bool(which), i == 0, len(gr)) for i, gr in enumerate(groups)], (f, which, got)
+                idx = [i for g in opt["param_groups"] for i in g["params"]]
+                assert idx == list(range(len(idx))), (f, idx)
+                for i, k in zip(idx, groups[0] + (groups[1] if len(groups) > 1 else [])):
+                    st = opt["state"][i]
+                    for mo in ("exp_avg", "exp_avg_sq"):
+                        moments = {kk[:-len(mo) - 1]: v for kk, v in O.items() if kk.endswith("." + mo)}
+                        assert np.array_equal(st[mo].numpy(), expected(k, t, p, e, moments)), (f, which, k, mo)
+                    nstate += 1
+            r = sd["rng_state"][0]["rng_tracker_states"]
+            want_seed = seed + 100 * p + 1024 + 100 * e + (0 if etp == 1 else t)
+            assert r["expert-parallel-rng"][:8].view(torch.int64).item() == want_seed, (f, r["expert-parallel-rng"])
+print("%d ranks, %d tensors and %d parameters' moments equal the source's slices" % (len(want), ntens, nstate))
+PYEOF
+    # bad requests: one line, nothing written
+    err1 mt-ckpt-convert --load "$d/ckm" --to megatron --out "$d/x" --megatron-keys mcore --target-expert-model-parallel-size 3 \
+        && [ ! -e "$d/x" ] && t_pass "an expert-parallel size that does not divide the experts: one line ($(cat "$d/e"))" \
+        || t_fail "an expert-parallel size that does not divide the experts" "$(cat "$d/e")"
+    err1 mt-ckpt-convert --load "$d/ck" --to megatron --out "$d/x" --target-expert-model-parallel-size 2 && [ ! -e "$d/x" ] \
+        && t_pass "an expert-parallel size for a model without experts: one line ($(cat "$d/e"))" \
+        || t_fail "an expert-parallel size for a model without experts" "$(cat "$d/e")"
+    cp -a "$d/megep" "$d/megmiss" && rm -r "$d/megmiss/iter_0000004/mp_rank_01_001_000"
+    err1 mt-ckpt-convert --from megatron --load "$d/megmiss" --save "$d/x" && [ ! -e "$d/x" ] && grep -q mp_rank_01_001_000 "$d/e" \
+        && t_pass "a missing expert rank directory: one line naming it ($(cat "$d/e")), nothing written" \
+        || t_fail "a missing expert rank directory" "$(cat "$d/e")"
+    # the distributed optimizer with experts over expert ranks (a --bf16 run, --overlap-grad-reduce, 100-element
+    # buckets): each rank's ChainedOptimizer of two DistributedOptimizer states and distrib_optim.pt's list of the
+    # dense and the expert buffers' states (None where the directory's rank is not that optimizer's data-parallel
+    # rank 0), as megatron_write.py --distrib --ep lays them out; back as the reshard (TP 2 x PP 2 x EP 2, and
+    # ETP 1)
+    bad_epd=
+    if mt-train "${train[@]}" --num-experts 4 --moe-router-topk 2 --moe-shared-expert-intermediate-size 64 \
+            --moe-layer-freq "[0,1]" --moe-aux-loss-coeff 0.01 --disable-bias-linear --bf16 --use-distributed-optimizer \
+            --overlap-grad-reduce --ddp-bucket-size 100 --train-iters 4 --lr-decay-iters 40 --save "$d/ckmd" >/dev/null 2>"$d/t.err" &&
+        mt-ckpt-convert --load "$d/ckmd" --save "$d/ckmd1" 2>"$d/ce" &&
+        mt-ckpt-convert --load "$d/ckmd" --save "$d/ckmd22" --target-tensor-parallel-size 2 --target-pipeline-parallel-size 2 2>>"$d/ce"
+    then
+        for etp in 2 1; do
+            if mt-ckpt-convert --load "$d/ckmd" --to megatron --out "$d/megepd$etp" --megatron-keys mcore --target-tensor-parallel-size 2 \
+                    --target-pipeline-parallel-size 2 --target-expert-model-parallel-size 2 --target-expert-tensor-parallel-size $etp 2>>"$d/ce" &&
+                mt-ckpt-convert --from megatron --load "$d/megepd$etp" --save "$d/rtepd$etp" --target-tensor-parallel-size 2 \
+                    --target-pipeline-parallel-size 2 2>>"$d/ce"
+            then b=$(differ22 "$d/rtepd$etp" "$d/ckmd22" 0000004); [ -n "$b" ] && bad_epd="$bad_epd ETP $etp:$b"
+            else bad_epd="$bad_epd $(tail -1 "$d/ce")"; fi
+        done
+        mwjob "$d/ckmd1/iter_0000004/mp_rank_00" "$d/orepd" --tp 2 --pp 2 --ep 2 --core --optim --distrib --bucket-size 100 --dtype bf16
+        hjob "$d/soepd" same_optim "$d/megepd2" "$d/orepd"
+    else bad_epd="an MoE run with --use-distributed-optimizer: $(tail -2 "$d/t.err" "$d/ce")"; fi
+    rm -r "$d/megheld/iter_0000004/mp_rank_01_001"
+    err1 mt-ckpt-convert --from megatron --load "$d/megheld" --save "$d/x" && [ ! -e "$d/x" ] && grep -q "mp_rank_01_" "$d/e" \
+        && t_pass "ETP 1, no directory of tensor rank 1 at all: one line naming it ($(cat "$d/e")), nothing written" \
+        || t_fail "ETP 1 without tensor rank 1" "$(cat "$d/e")"
+fi
 t_ok "--no-save-optim" mt-ckpt-convert --load "$d/ck" --to megatron --out "$d/meg-noopt" --no-save-optim
 hjob "$d/nso.out" run "$d/nso.py" "$d/meg-noopt/iter_0000020/mp_rank_00/model_optim_rng.pt"
 pyfile nso <<'PYEOF'
@@ -384,6 +590,18 @@ if [ "$moe" != failed ]; then
     [ "$moe" = exported ] && ! hok "$d/mo" && bad_m="$bad_m $(tail -1 "$d/mo")"
     [ -z "$bad_m" ] && t_pass "experts, TP 2 x PP 2: Megatron-Core's MoE names and args, the experts' state in SequentialMLP's order; back as the reshard, model and optimizer" \
         || t_fail "experts, TP 2 x PP 2: mt -> Megatron -> mt" "$bad_m"
+fi
+# experts over expert ranks
+if [ "$moe" != failed ]; then
+    if [ -z "$bad_ep" ] && hok "$d/mep.out"
+    then t_pass "experts, TP 2 x PP 2 x EP 2: mp_rank_TT_PPP_EEE, each rank's tensors and ChainedOptimizer state the source's slices ($(cat "$d/mep.out")); back as the reshard (to TP 2 x PP 2, and to mt's TP 2 x PP 2 x EP 2)"
+    else t_fail "experts, TP 2 x PP 2 x EP 2: mt -> Megatron -> mt" "$bad_ep $(tail -2 "$d/mep.out")"; fi
+    if [ -z "$bad_epd" ] && mwok "$d/orepd" && hok "$d/soepd"
+    then t_pass "experts over expert ranks, --use-distributed-optimizer: the ChainedOptimizer's states and distrib_optim.pt's list as Megatron saves them ($(cat "$d/soepd")); back as the reshard (ETP 2 and 1)"
+    else t_fail "experts over expert ranks, --use-distributed-optimizer" "$bad_epd $(tail -2 "$d/orepd.log" "$d/soepd" 2>/dev/null)"; fi
+    if [ -z "$bad_etp" ] && hok "$d/metp.out"
+    then t_pass "experts whole, TP 2 x EP 2 x ETP 1: every pair's file the source's slices ($(cat "$d/metp.out")); the held pairs read back as the reshard, mt-train resumes with its losses"
+    else t_fail "experts whole, TP 2 x EP 2 x ETP 1: mt -> Megatron -> mt" "$bad_etp $(tail -2 "$d/metp.out")"; fi
 fi
 # --no-save-optim, the Megatron-Core export's globals, transformers' converter on the TP 2 x PP 2 export
 hok "$d/nso.out" && t_pass "--no-save-optim: no optimizer entry" || t_fail "--no-save-optim: no optimizer entry" "present"
