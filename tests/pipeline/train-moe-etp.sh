@@ -16,7 +16,7 @@
 #     one-rank losses, and a tensor rank sends the ring volume of what is left;
 #   - on the sim backend (the CUDA kernels under the simulator) TP 2 x EP 2 with etp 1 gives the cpu's numbers;
 #   - --moe-per-layer-logging gives the per-layer losses and rows per expert of one tensor rank (two stages)
-#     on TP 2 x PP 2 x EP 2;
+#     on TP 2 x PP 2 x EP 2, and with etp 2 on TP 4 x PP 2 x EP 2;
 #   - a rank holds its experts whole: its parameters are the dense part of tp 2 plus 2 whole experts per
 #     MoE layer, as the dry run says (its parameters and memory line are the run's), and the dry run's
 #     all-to-all volume is a rank's own rows';
@@ -127,7 +127,9 @@ else t_skip "tp2-ep2-etp1 on sim" "this build has no SIMT simulator"; fi
 mt-train -n 2 $base --pipeline-model-parallel-size 2 --moe-per-layer-logging --tensorboard-dir "$d/tb0" >/dev/null 2>"$d/tb0.err" &&
     mt-train -n 4 $base $etp1 --pipeline-model-parallel-size 2 --expert-model-parallel-size 2 --moe-per-layer-logging \
         --tensorboard-dir "$d/tb1" >/dev/null 2>"$d/tb1.err" || t_fail "per-layer logging runs" "$(tail -3 "$d/tb0.err" "$d/tb1.err")"
-if PYTHONPATH=$T_TOP/tests/oracle $py - "$d/tb0" "$d/tb1" >"$d/tb.out" 2>&1 <<'PYEOF'
+# per_layer NAME REF_DIR DIR: DIR's TensorBoard has REF_DIR's per-layer losses and rows per expert to 1e-6
+per_layer() {
+    if PYTHONPATH=$T_TOP/tests/oracle $py - "$2" "$3" >"$d/tb.out" 2>&1 <<'PYEOF'
 import sys
 from tfevents import scalars
 a, b = scalars(sys.argv[1]), scalars(sys.argv[2])
@@ -137,8 +139,18 @@ w = max(abs(v - b[t][s]) / abs(v) for t in tags for s, v in a[t].items() if v)
 assert w < 1e-6, "worst %g" % w
 print("%d tags, worst %.2g" % (len(tags), w))
 PYEOF
-then t_pass "per-layer logging: every MoE layer's losses and rows per expert as one rank's ($(cat "$d/tb.out"))"
-else t_fail "per-layer logging" "$(tail -2 "$d/tb.out")"; fi
+    then t_pass "$1: every MoE layer's losses and rows per expert as one rank's ($(cat "$d/tb.out"))"
+    else t_fail "$1" "$(tail -2 "$d/tb.out")"; fi
+}
+per_layer "per-layer logging" "$d/tb0" "$d/tb1"
+# the same with an expert tensor size between 1 and tp: TP 4 x PP 2 x EP 2, etp 2 (8 ranks; a group's second rank
+# routes the rows its first does, which count once)
+mt-train -n 2 ${base//--num-query-groups 2/--num-query-groups 4} --pipeline-model-parallel-size 2 --moe-per-layer-logging \
+    --tensorboard-dir "$d/tb2" >/dev/null 2>"$d/tb2.err" &&
+    mt-train -n 8 ${base//--num-query-groups 2/--num-query-groups 4} --tensor-model-parallel-size 4 --sequence-parallel \
+        --expert-tensor-parallel-size 2 --pipeline-model-parallel-size 2 --expert-model-parallel-size 2 --moe-per-layer-logging \
+        --tensorboard-dir "$d/tb3" >/dev/null 2>"$d/tb3.err" || t_fail "per-layer logging runs, etp 2" "$(tail -3 "$d/tb2.err" "$d/tb3.err")"
+per_layer "per-layer logging, tp 4 x etp 2" "$d/tb2" "$d/tb3"
 
 # ---- each rank's experts whole: the dense part of tp 2 plus 2 whole experts (24 x 32 x 3 each) per MoE layer ----
 params() { sed -nE 's/.*number of parameters on \(tensor, pipeline\) model parallel rank \(0, 0\): ([0-9]+)$/\1/p' "$1" | head -1; }
