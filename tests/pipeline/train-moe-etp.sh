@@ -34,7 +34,8 @@
 #   - an expert tensor size between 1 and tp (tp 4, etp 2, with 4 query groups): TP 4, TP 4 x EP 2, with the
 #     distributed optimizer, DP 2 x TP 4 x EP 2 with the overlapped buckets, TP 4 x CP 2 x EP 2 and TP 4 x PP 2
 #     x EP 2 give the one-rank losses; the dry run's parameters, memory line and all-to-all bytes are the run's;
-#     its checkpoints hold each tensor rank's pair, resume bit for bit, on one rank and on etp 1 x EP 4, and
+#     its checkpoints hold each tensor rank's pair, resume bit for bit, on one rank, on etp 1 x EP 4 and resharded
+#     to TP 4 x etp 2 without EP, and
 #     with the distributed optimizer name the expert shard in the other group's directory;
 #   - refused in one line before any step: etp 1 without --sequence-parallel, an etp that does not divide tp,
 #     etp x ep not dividing the ranks of a stage (at startup and in the dry run), token dropping with it, and
@@ -222,6 +223,13 @@ for v in "itself:4:$etp2 --expert-model-parallel-size 2:0:$d/tp4-ep2-etp2.jsonl"
         t_moe_check "tp4-ep2-etp2 checkpoint resumed on $name" "$d/ck4-x.jsonl" "$tol" 6 "$ref"
     else t_fail "tp4-ep2-etp2 checkpoint on $name" "$(tail -3 "$d/ck4-x.err")"; fi
 done
+# resharded offline to TP 4 x etp 2 without expert parallelism (every tensor rank's slice of every expert), resumed
+if mt-ckpt-convert --load "$ck4" --save "$d/ck4r" --target-tensor-parallel-size 4 --target-expert-tensor-parallel-size 2 \
+        >/dev/null 2>"$d/ck4r.err" &&
+    mt-train -n 4 $base4 $etp2 --load "$d/ck4r" --metrics-file "$d/ck4r.jsonl" >/dev/null 2>>"$d/ck4r.err"; then
+    t_moe_check "tp4-ep2-etp2 checkpoint resharded to TP 4 x etp 2 by mt-ckpt-convert, resumed: the one-rank losses" \
+        "$d/ck4r.jsonl" 1e-5 6 "$d/ref4.jsonl"
+else t_fail "tp4-ep2-etp2 checkpoint resharded to TP 4 x etp 2" "$(tail -3 "$d/ck4r.err")"; fi
 ck4d=$d/ck4d
 mt-train -n 4 $base4 $etp2 --use-distributed-optimizer --save "$ck4d" --exit-interval 5 >/dev/null 2>"$d/ck4d.err" &&
     mt-train -n 4 $base4 $etp2 --use-distributed-optimizer --load "$ck4d" --metrics-file "$d/ck4d-res.jsonl" >/dev/null 2>"$d/ck4d-res.err" ||
