@@ -62,6 +62,8 @@ json_t *mt_meg_args(const mt_pk *ns, const char *where, int64_t *padded_rows, mt
     }
     *padded_rows = json_integer_value(json_object_get(a, "vocab-rows"));
     json_object_del(a, "vocab-rows");
+    const mt_pk *vs = attr(ns, "vocab_size");   /* NullTokenizer's --vocab-size (None for the others) */
+    if (vs && vs->kind == MT_PK_INT) json_object_set_new(a, "vocab-size", json_integer(vs->i));
     const mt_pk *kv = attr(ns, "kv_channels");
     if (kv && kv->kind == MT_PK_INT) json_object_set_new(a, "kv-channels", json_integer(kv->i));
     const mt_pk *gb = attr(ns, "global_batch_size");

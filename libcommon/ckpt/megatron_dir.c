@@ -187,22 +187,26 @@ static int rank_model(mt_meg_dir *m, mt_meg_rank *r, mt_err *e)
 }
 
 /* With only the held (tensor rank, expert rank) pairs saved: every stage has a file of each tensor rank (its
- * dense slices) and one of each expert rank (its experts); a missing one is named by its expert rank 0's (or
- * tensor rank 0's) file. */
+ * dense slices) and for each expert rank one of each expert tensor slice (tensor rank % etp: its slices of the
+ * experts); a missing one is named by its expert rank 0's (or that slice's first tensor rank's) file. */
 static int check_cover(const mt_meg_dir *m, mt_err *e)
 {
     for (int p = 0; p < m->pp; p++) {
-        for (int k = 0; k < m->tp + m->ep; k++) {
-            int t = k < m->tp ? k : -1, x = k < m->tp ? -1 : k - m->tp, any = 0;
-            for (int q = 0; q < (t >= 0 ? m->ep : m->tp) && !any; q++) {
-                int tt = t >= 0 ? t : q, xx = t >= 0 ? q : x;
-                any = !m->r[(p * m->ep + xx) * m->tp + tt].absent;
-            }
+        for (int t = 0; t < m->tp; t++) {
+            int any = 0;
+            for (int x = 0; x < m->ep && !any; x++) any = !m->r[(p * m->ep + x) * m->tp + t].absent;
             if (!any)
-                return mt_err_set(e, "%s: missing: no file of %s rank %d (nor of another %s rank's)",
-                                  m->r[(p * m->ep + (x >= 0 ? x : 0)) * m->tp + (t >= 0 ? t : 0)].path,
-                                  t >= 0 ? "tensor" : "expert", t >= 0 ? t : x, t >= 0 ? "expert" : "tensor");
+                return mt_err_set(e, "%s: missing: no file of tensor rank %d (nor of another expert rank's)",
+                                  m->r[(p * m->ep) * m->tp + t].path, t);
         }
+        for (int x = 0; x < m->ep; x++)
+            for (int y = 0; y < m->etp; y++) {
+                int any = 0;
+                for (int t = y; t < m->tp && !any; t += m->etp) any = !m->r[(p * m->ep + x) * m->tp + t].absent;
+                if (!any)
+                    return mt_err_set(e, "%s: missing: no file of expert rank %d%s (nor of another tensor rank's)",
+                                      m->r[(p * m->ep + x) * m->tp + y].path, x, m->etp > 1 ? " and its expert tensor slice" : "");
+            }
     }
     return 0;
 }
@@ -251,8 +255,8 @@ int mt_meg_dir_open(mt_meg_dir *m, const char *dir, mt_err *e)
         rc = mt_err_set(e, "%s: args: virtual_pipeline_model_parallel_size %d (1 to %d)", first.path, m->vp, MT_MEG_MAX_VP);
     else if (ep < 1 || ep > 4096)
         rc = mt_err_set(e, "%s: args: expert_model_parallel_size %d", first.path, ep);
-    else if (etp != m->tp && etp != 1)
-        rc = mt_err_set(e, "%s: args: expert_tensor_parallel_size %d: only 1 or tensor_model_parallel_size (%d) is read",
+    else if (etp > m->tp || m->tp % etp)
+        rc = mt_err_set(e, "%s: args: expert_tensor_parallel_size %d does not divide tensor_model_parallel_size %d",
                         first.path, etp, m->tp);
     m->ep = ep;
     m->etp = etp;
@@ -268,7 +272,7 @@ int mt_meg_dir_open(mt_meg_dir *m, const char *dir, mt_err *e)
     if (!rc) rc = rank_model(m, &m->r[0], e);
     /* experts whole under tensor parallelism with expert parallelism: only the (tensor rank, expert rank) pairs
      * some rank held were saved (Megatron's ranks of data-parallel or expert-data-parallel rank 0) */
-    int held_only = m->ep > 1 && etp == 1 && m->tp > 1;
+    int held_only = m->ep > 1 && etp < m->tp;
     for (int i = 1; i < m->n && !rc; i++) {
         mt_meg_rank *r = &m->r[i];
         r->path = rank_path(m, it, i % m->tp, i / (m->tp * m->ep), m->pp, (i / m->tp) % m->ep, m->ep);
@@ -344,8 +348,9 @@ int mt_meg_dir_layout(mt_meg_dir *m, const mt_model_arch *a, mt_err *e)
     m->l = mt_xcalloc((size_t)m->n, sizeof *m->l);
     for (int i = 0; i < m->n; i++) {
         /* rank i: tensor rank i % tp, expert rank (i / tp) % ep, stage i / (tp ep) */
-        mt_layout_part part = {i % m->tp, m->tp, i / (m->tp * m->ep), m->pp, m->vp, (i / m->tp) % m->ep, m->ep, 0,
-                               m->etp == 1 && m->tp > 1};
+        int grouped = m->etp < m->tp;   /* the experts split over etp ranks, slice tensor rank % etp */
+        mt_layout_part part = {i % m->tp, m->tp, i / (m->tp * m->ep), m->pp, m->vp, (i / m->tp) % m->ep, m->ep,
+                               grouped ? (i % m->tp) % m->etp : 0, grouped ? m->etp : 0};
         if (mt_layout_build(a, &part, &m->l[i], e)) return mt_err_prefix(e, "%s", m->r[i].path);
         mt_meg_rank *r = &m->r[i];
         if (r->absent) continue;

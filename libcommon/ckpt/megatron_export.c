@@ -294,7 +294,7 @@ typedef struct export_ctx {
     const char *torch_dtype;
     mt_meg_keys keys;
     int tp, pp, vp, rows, done, total;   /* vp: model chunks per stage (1: not interleaved) */
-    int ep, etp;            /* the experts over ep expert ranks, split over etp ranks (tp or 1) */
+    int ep, etp;            /* the experts over ep expert ranks, split over etp ranks (a divisor of tp) */
     int chained;            /* the experts' gradients reduced apart (ep > 1 or etp != tp): Megatron's
                                ChainedOptimizer of the dense parameters' optimizer and the experts' */
     int optim;              /* write the optimizer's state */
@@ -410,7 +410,7 @@ static mt_pk *rng_state(rank_out *o, const mt_layout *l, int64_t seed)
     mt_pk_arena *a = &o->a;
     mt_meg_rng g;
     mt_meg_rng_seeded_ep(seed, l->part.tp_rank, l->part.pp_stage, l->part.ep_size > 1 ? l->part.ep_rank : 0,
-                         l->part.etp_size == 1 ? 0 : l->part.tp_rank, &g);
+                         l->part.etp_size > 0 ? l->part.etp_rank : l->part.tp_rank, &g);
     mt_pk *d = mt_pk_new(a, MT_PK_DICT), *py = mt_pk_new(a, MT_PK_TUPLE), *words = mt_pk_new(a, MT_PK_TUPLE);
     for (int i = 0; i < MT_MT19937_N; i++) mt_pk_append(a, words, mt_pk_int(a, g.py[i]));
     mt_pk_append(a, words, mt_pk_int(a, MT_MT19937_N));   /* the index */
@@ -749,8 +749,8 @@ int mt_meg_export_ckpt(mt_model_ckpt *mc, const char *out, int tp, int pp, int e
     if ((ep > 1 || etp != tp) && !mc->arch.num_experts)
         return mt_err_set(e, "%s: --target-expert-%s-parallel-size %d for a model without experts", mc->dir,
                           ep > 1 ? "model" : "tensor", ep > 1 ? ep : etp);
-    if (etp != 1 && etp != tp)
-        return mt_err_set(e, "--target-expert-tensor-parallel-size %d: 1 or the tensor size (%d)", etp, tp);
+    if (tp % etp)
+        return mt_err_set(e, "--target-expert-tensor-parallel-size %d: it must divide the tensor size (%d)", etp, tp);
     if (ep > 1 && mc->arch.num_experts % ep)
         return mt_err_set(e, "--target-expert-model-parallel-size %d does not divide the %d experts", ep,
                           mc->arch.num_experts);
@@ -788,7 +788,8 @@ int mt_meg_export_ckpt(mt_model_ckpt *mc, const char *out, int tp, int pp, int e
     int n = tp * pp * ep, rc = 0;
     mt_layout *l = mt_xcalloc((size_t)n, sizeof *l);
     for (int i = 0; i < n && !rc; i++) {
-        mt_layout_part part = {i % tp, tp, i / (tp * ep), pp, vp, (i / tp) % ep, ep, 0, etp == 1 && tp > 1};
+        mt_layout_part part = {i % tp, tp, i / (tp * ep), pp, vp, (i / tp) % ep, ep, etp < tp ? (i % tp) % etp : 0,
+                               etp < tp ? etp : 0};
         if (mt_layout_build(&arch, &part, &l[i], e)) rc = -1;
         else x.total += l[i].n;
     }

@@ -14,7 +14,7 @@
 #   and mt-train --load continues such a checkpoint exactly as the mt checkpoint it was made from;
 # - the interleaved schedule's model chunks (model0, model1) are read byte for byte;
 # - a missing rank, a missing key, a shape the args do not give, a missing or foreign distrib_optim.pt, an
-#   expert_tensor_parallel_size neither 1 nor the tensor size in the args: one line naming the
+#   expert_tensor_parallel_size not dividing the tensor size in the args: one line naming the
 #   file and key, non-zero exit, nothing under --save;
 # - experts over expert ranks (megatron_write.py --ep, mp_rank_TT[_PPP]_EEE; with --etp 1 --held each expert
 #   whole and only the (tensor rank, expert rank) pairs a Megatron run saves; with --grouped TEGroupedMLP's
@@ -307,8 +307,8 @@ REMOVE= refused "distrib_optim.pt laid out with other buckets than the args say"
 REMOVE= refused "distrib_optim.pt of before February 2024 (per-bucket tensors)" \
     "mp_rank_00/distrib_optim.pt: no 'buckets_coalesced'" per-bucket
 REMOVE= refused "checkpoint_version 1.5 (no such version)" "checkpoint_version 1.5: not a version Megatron-LM wrote" version
-REMOVE= refused "an expert tensor size neither 1 nor tp in the args" \
-    "mp_rank_00/model_optim_rng.pt: args: expert_tensor_parallel_size 3: only 1 or tensor_model_parallel_size (2) is read" etp
+REMOVE= refused "an expert tensor size not dividing tp in the args" \
+    "mp_rank_00/model_optim_rng.pt: args: expert_tensor_parallel_size 3 does not divide tensor_model_parallel_size 2" etp
 REMOVE=mp_rank_01_001 refused "a missing expert rank directory" "mp_rank_01_001/model_optim_rng.pt: missing" ep-rank
 REMOVE=mp_rank_01_001 refused "ETP 1, held pairs, no directory of tensor rank 1 (nor expert rank 1)" \
     "mp_rank_01_000/model_optim_rng.pt: missing: no file of tensor rank 1" held

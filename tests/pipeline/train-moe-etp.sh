@@ -35,7 +35,8 @@
 #     distributed optimizer, DP 2 x TP 4 x EP 2 with the overlapped buckets, TP 4 x CP 2 x EP 2 and TP 4 x PP 2
 #     x EP 2 give the one-rank losses; the dry run's parameters, memory line and all-to-all bytes are the run's;
 #     its checkpoints hold each tensor rank's pair, resume bit for bit, on one rank, on etp 1 x EP 4 and resharded
-#     to TP 4 x etp 2 without EP, and
+#     to TP 4 x etp 2 without EP; --to megatron writes each rank file's expert slices, and --from megatron
+#     reads them back (every pair, or the held ones) as mt's own resharding, byte for byte; and
 #     with the distributed optimizer name the expert shard in the other group's directory;
 #   - refused in one line before any step: etp 1 without --sequence-parallel, an etp that does not divide tp,
 #     etp x ep not dividing the ranks of a stage (at startup and in the dry run), token dropping with it, and
@@ -230,6 +231,57 @@ if mt-ckpt-convert --load "$ck4" --save "$d/ck4r" --target-tensor-parallel-size 
     t_moe_check "tp4-ep2-etp2 checkpoint resharded to TP 4 x etp 2 by mt-ckpt-convert, resumed: the one-rank losses" \
         "$d/ck4r.jsonl" 1e-5 6 "$d/ref4.jsonl"
 else t_fail "tp4-ep2-etp2 checkpoint resharded to TP 4 x etp 2" "$(tail -3 "$d/ck4r.err")"; fi
+# Megatron-LM's checkpoint of that layout (--to megatron, TP 4 x EP 2 x etp 2): each rank file's experts are the
+# slices of the whole ones (torch against the one-rank conversion: SwiGLU's gate and up rows of the slice,
+# the second product's columns), and --from megatron gives mt's own resharding byte for byte, from every
+# pair's files and from those of the pairs a 4-rank run holds
+lay4="--target-tensor-parallel-size 4 --target-expert-model-parallel-size 2 --target-expert-tensor-parallel-size 2"
+bad=
+if mt-ckpt-convert --load "$ck4" --to megatron --megatron-keys mcore --out "$d/meg4" $lay4 >/dev/null 2>"$d/meg4.err" &&
+    mt-ckpt-convert --load "$ck4" --save "$d/rs4" $lay4 >/dev/null 2>>"$d/meg4.err" &&
+    mt-ckpt-convert --load "$ck4" --save "$d/one4" --target-tensor-parallel-size 1 >/dev/null 2>>"$d/meg4.err" &&
+    mt-ckpt-convert --from megatron --load "$d/meg4" --save "$d/rt4" $lay4 >/dev/null 2>>"$d/meg4.err" &&
+    cp -a "$d/meg4" "$d/meg4h" && rm -r "$d/meg4h/iter_0000005/mp_rank_00_001" "$d/meg4h/iter_0000005/mp_rank_01_001" \
+        "$d/meg4h/iter_0000005/mp_rank_02_000" "$d/meg4h/iter_0000005/mp_rank_03_000" &&
+    mt-ckpt-convert --from megatron --load "$d/meg4h" --save "$d/rt4h" $lay4 >/dev/null 2>>"$d/meg4.err"; then
+    for r in 00_000 00_001 01_000 01_001 02_000 02_001 03_000 03_001; do
+        for f in model optim; do
+            for rt in rt4 rt4h; do
+                cmp -s "$d/$rt/iter_0000005/mp_rank_$r/$f.safetensors" "$d/rs4/iter_0000005/mp_rank_$r/$f.safetensors" ||
+                    bad="$bad $rt/mp_rank_$r/$f"
+            done
+        done
+    done
+else bad="$(tail -2 "$d/meg4.err")"; fi
+if [ -z "$bad" ]; then t_pass "tp4-ep2-etp2 to Megatron and back (every pair, and the held pairs): mt's resharding byte for byte"
+else t_fail "tp4-ep2-etp2 to Megatron and back" "$bad"; fi
+if $py - "$d/one4/iter_0000005/mp_rank_00/model.safetensors" "$d/meg4/iter_0000005" >"$d/meg4.out" 2>&1 <<'PYEOF'
+import json, struct, sys
+import numpy as np, torch
+b = open(sys.argv[1], "rb").read()
+n = struct.unpack("<Q", b[:8])[0]
+h = json.loads(b[8:8 + n])
+whole = {k: np.frombuffer(b[8 + n + v["data_offsets"][0]:8 + n + v["data_offsets"][1]], np.float32).reshape(v["shape"])
+         for k, v in h.items() if k != "__metadata__"}
+F, etp, checked = 24, 2, 0
+for t in range(4):
+    for x in range(2):
+        ck = torch.load("%s/mp_rank_%02d_%03d/model_optim_rng.pt" % (sys.argv[2], t, x), weights_only=False)
+        assert (ck["args"].expert_tensor_parallel_size, ck["args"].expert_model_parallel_size) == (2, 2), vars(ck["args"])
+        y, f = t % etp, F // etp
+        for l in (0, 2, 3):
+            for j in range(2):
+                pre = "language_model.encoder.layers.%d.mlp.experts.local_experts.%d." % (l, 2 * x + j)
+                w1, w2 = whole[pre + "dense_h_to_4h.weight"], whole[pre + "dense_4h_to_h.weight"]
+                m = "decoder.layers.%d.mlp.experts.local_experts.%d." % (l, j)
+                got1, got2 = ck["model"][m + "linear_fc1.weight"].numpy(), ck["model"][m + "linear_fc2.weight"].numpy()
+                assert np.array_equal(got1, np.concatenate([w1[y * f:(y + 1) * f], w1[F + y * f:F + (y + 1) * f]])), (t, x, l, j)
+                assert np.array_equal(got2, w2[:, y * f:(y + 1) * f]), (t, x, l, j)
+                checked += 2
+print("%d expert slices" % checked)
+PYEOF
+then t_pass "... each Megatron rank file's experts the whole ones' slices ($(cat "$d/meg4.out"))"
+else t_fail "... each Megatron rank file's experts the whole ones' slices" "$(tail -3 "$d/meg4.out")"; fi
 ck4d=$d/ck4d
 mt-train -n 4 $base4 $etp2 --use-distributed-optimizer --save "$ck4d" --exit-interval 5 >/dev/null 2>"$d/ck4d.err" &&
     mt-train -n 4 $base4 $etp2 --use-distributed-optimizer --load "$ck4d" --metrics-file "$d/ck4d-res.jsonl" >/dev/null 2>"$d/ck4d-res.err" ||
@@ -382,7 +434,7 @@ PYEOF
 then t_pass "--to megatron of the etp 1 checkpoint: its etp 2 conversion's model and optimizer state ($(cat "$d/meg.out"))"
 else t_fail "--to megatron of the etp 1 checkpoint" "$(tail -3 "$d/meg.err" "$d/meg.out")"; fi
 
-# damaged: tensor rank 1's only directory gone; an expert tensor size neither 1 nor the tensor size: one line
+# damaged: tensor rank 1's only directory gone; an expert tensor size above the tensor size: one line
 # naming what is wrong
 rm -rf "$d/ckm" && cp -r "$ck" "$d/ckm" && rm -rf "$d/ckm/iter_0000005/mp_rank_01_001"
 t_fails "a tp2-ep2-etp1 checkpoint without mp_rank_01_001" mt-train $base --load "$d/ckm"
