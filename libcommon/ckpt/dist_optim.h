@@ -10,11 +10,11 @@
  * "distributed": {"dp_size": N, "shard_offsets": [lo_0, ..., lo_N-1, numel]} (each rank directory its
  * own). How the ranks agree on a save is the trainer's (train/ckpt_write.h).
  *
- * With expert parallelism (--expert-model-parallel-size E), or the experts whole on every tensor rank
- * (--expert-tensor-parallel-size 1), a rank's shard has two ranges: its part of the dense parameters (the
+ * With expert parallelism (--expert-model-parallel-size E), or an expert tensor size below the tensor size
+ * (--expert-tensor-parallel-size), a rank's shard has two ranges: its part of the dense parameters (the
  * buffer's start, sharded over the whole data-parallel group) and its part of its expert rank's experts
- * (the buffer's end from the first expert tensor, sharded over the expert-data-parallel group: with whole
- * experts its ranks are of every tensor rank). Its file, in its own rank directory (mp_rank_TT[_PPP]_EEE),
+ * (the buffer's end from the first expert tensor, sharded over the expert-data-parallel group: with an expert
+ * tensor size below tp its ranks are of several tensor ranks). Its file, in its own rank directory (mp_rank_TT[_PPP]_EEE),
  * holds the first range then the second, with the metadata "ranges" ("lo:hi,lo2:hi2"). The pieces of one
  * directory's buffer are then in files of other rank directories, so such a directory's "distributed"
  * object lists where each piece of its buffer lies: "pieces": [[file, lo, hi, at], ...] in rising order
@@ -41,7 +41,7 @@ extern const char *const MT_DIST_OPTIM_NAMES[3];
 
 /* The "distributed" object of meta.json's "optimizer": dp_size shards, shard r from lo[r] to lo[r + 1]. */
 json_t *mt_dist_optim_meta(int dp_size, const size_t *lo);
-/* The same with the experts apart (expert parallelism, or the experts whole on every tensor rank): where
+/* The same with the experts apart (expert parallelism, or an expert tensor size below tp): where
  * each piece of one rank directory's flat buffer lies, elements lo .. hi - 1 in shard file
  * distrib_optim_<shard> of rank directory dir (NULL or "": this one) from element at of its tensors, the
  * pieces in rising order from 0 to the buffer's end. */

@@ -270,7 +270,7 @@ int mt_meg_dir_open(mt_meg_dir *m, const char *dir, mt_err *e)
                         first.path, m->pp, m->ep, want);
     free(want);
     if (!rc) rc = rank_model(m, &m->r[0], e);
-    /* experts whole under tensor parallelism with expert parallelism: only the (tensor rank, expert rank) pairs
+    /* an expert tensor size below tp with expert parallelism: only the (tensor rank, expert rank) pairs
      * some rank held were saved (Megatron's ranks of data-parallel or expert-data-parallel rank 0) */
     int held_only = m->ep > 1 && etp < m->tp;
     for (int i = 1; i < m->n && !rc; i++) {
@@ -324,7 +324,7 @@ static void shape_str(char *b, size_t cap, int ndim, const int64_t *s)
 }
 
 /* Marks rank i's tensors of which an earlier rank of its stage holds the same slice (a replicated tensor on
- * every tensor rank, the dense slices on every expert rank, the experts whole on every tensor rank): copies,
+ * every tensor rank, the dense slices on every expert rank, an expert slice on every tensor rank of it): copies,
  * compared with the one read (and their optimizer state is that one's). */
 static void mark_copies(mt_meg_dir *m, int i)
 {

@@ -1,6 +1,6 @@
 /* megatron_dir.h: a Megatron-LM `--ckpt-format torch` checkpoint directory read as whole tensors: the
  * tracker, one model_optim_rng.pt per tensor/pipeline rank and, with expert parallelism, expert rank
- * (mp_rank_TT[_PPP][_EEE], torch_ckpt.h; with the experts whole under tensor parallelism only the held pairs),
+ * (mp_rank_TT[_PPP][_EEE], torch_ckpt.h; with an expert tensor size below tp only the held pairs),
  * the first rank's args Namespace, iteration and counters, and each tensor of the GPT model assembled
  * from the ranks' slices as model/layout.h partitions it (Megatron's own partitioning). The model's
  * state dict may be the legacy nested one (spec 5.3) or Megatron-Core's flat names (spec 5.4), which are
@@ -41,7 +41,7 @@ typedef struct mt_meg_dir {
     char *dir;                  /* the --save directory of Megatron */
     int64_t iteration;          /* MT_CKPT_RELEASE for release/ */
     int tp, pp, n;              /* n = tp pp ep ranks, rank (p ep + x) tp + t */
-    int ep, etp;                /* expert-parallel size, expert tensor size (tp or 1) */
+    int ep, etp;                /* expert-parallel size, expert tensor size (a divisor of tp) */
     int vp;                     /* model chunks per stage (the interleaved schedule: model0 ...), else 1 */
     mt_meg_rank *r;
     const mt_pk *root;          /* the first rank's dict */

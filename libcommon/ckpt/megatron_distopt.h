@@ -36,7 +36,7 @@ int64_t mt_meg_bucket_size(int overlap_grad_reduce, int64_t ddp_bucket_size, int
  * tied: the output layer shares the word embeddings; bucket_size: as mt_meg_bucket_size, applied to the first
  * stage's first chunk (Megatron disables bucketing elsewhere, and everywhere with
  * --overlap-param-gather-with-optimizer-step: pass 0); sel: -1 every parameter, 0 the dense ones, 1 the experts'
- * (with expert parallelism, or experts whole under tensor parallelism, Megatron-Core keeps the experts in buffers
+ * (with expert parallelism, or an expert tensor size other than tp, Megatron-Core keeps the experts in buffers
  * of their own, expert_parallel_buffers, laid out the same way, and a ChainedOptimizer's two optimizers own the
  * two kinds). Free with mt_meg_dbufs_free. */
 void mt_meg_dbufs(const mt_layout *l, int core, int grouped, int tied, int64_t bucket_size, int sel, mt_meg_dbuf *b);

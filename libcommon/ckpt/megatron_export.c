@@ -782,8 +782,8 @@ int mt_meg_export_ckpt(mt_model_ckpt *mc, const char *out, int tp, int pp, int e
     mt_layout_part one = {0, 1, 0, 1, 1, 0, 1, 0, 0};
     if (mt_layout_build(&arch, &one, &whole, e)) return -1;
     x.whole = &whole;
-    /* rank i: tensor rank i % tp, expert rank (i / tp) % ep, stage i / (tp ep); with the experts whole under
-     * tensor parallelism every (tensor rank, expert rank) pair, so that a run of any data-parallel size finds
+    /* rank i: tensor rank i % tp, expert rank (i / tp) % ep, stage i / (tp ep); with an expert tensor size below
+     * tp every (tensor rank, expert rank) pair, so that a run of any data-parallel size finds
      * the directory of its own */
     int n = tp * pp * ep, rc = 0;
     mt_layout *l = mt_xcalloc((size_t)n, sizeof *l);

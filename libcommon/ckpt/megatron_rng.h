@@ -25,7 +25,7 @@ typedef struct mt_meg_rng {
 /* The state of the rank at tensor rank tp_rank and pipeline stage pp_stage of a run seeded with seed (> 0;
  * expert parallelism off, the expert tensor rank the tensor rank). */
 void mt_meg_rng_seeded(int64_t seed, int tp_rank, int pp_stage, mt_meg_rng *out);
-/* The same for a rank of expert rank ep_rank and expert tensor rank etp_rank (0 with the experts whole). */
+/* The same for a rank of expert rank ep_rank and expert tensor rank etp_rank (tensor rank % expert tensor size). */
 void mt_meg_rng_seeded_ep(int64_t seed, int tp_rank, int pp_stage, int ep_rank, int etp_rank, mt_meg_rng *out);
 
 #endif
