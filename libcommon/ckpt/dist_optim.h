@@ -14,11 +14,11 @@
  * (--expert-tensor-parallel-size), a rank's shard has two ranges: its part of the dense parameters (the
  * buffer's start, sharded over the whole data-parallel group) and its part of its expert rank's experts
  * (the buffer's end from the first expert tensor, sharded over the expert-data-parallel group: with an expert
- * tensor size below tp its ranks are of several tensor ranks). Its file, in its own rank directory (mp_rank_TT[_PPP]_EEE),
- * holds the first range then the second, with the metadata "ranges" ("lo:hi,lo2:hi2"). The pieces of one
- * directory's buffer are then in files of other rank directories, so such a directory's "distributed"
- * object lists where each piece of its buffer lies: "pieces": [[file, lo, hi, at], ...] in rising order
- * from 0 to numel, file relative to the rank directory (distrib_optim_RRR.safetensors or
+ * tensor size below tp its ranks are of several tensor ranks). Its file, in its own rank directory
+ * (mp_rank_TT[_PPP]_EEE), holds the first range then the second, with the metadata "ranges" ("lo:hi,lo2:hi2").
+ * The pieces of one directory's buffer are then in files of other rank directories, so such a directory's
+ * "distributed" object lists where each piece of its buffer lies: "pieces": [[file, lo, hi, at], ...] in
+ * rising order from 0 to numel, file relative to the rank directory (distrib_optim_RRR.safetensors or
  * ../mp_rank_.../distrib_optim_RRR.safetensors) and at the piece's first element in that file's tensors.
  *
  * Loading reads ranges of the flat buffer from the shard files that hold them (whatever data-parallel
