@@ -156,6 +156,17 @@ PYEOF
     then t_pass "$1 ($(cat "$T_TMP/cmp.out"))"
     else t_fail "$1" "$(tail -2 "$T_TMP/cmp.out")"; fi
 }
+# t_plan_as_run NAME PLAN RUN: the dry run's (PLAN, mt-train --dry-run's output) rank 0 parameters and memory
+# line are the run's (RUN, its log)
+t_plan_mem() { grep -E "$2" "$1" | head -1 | sed -E 's/.*(parameters: [^|]*\| gradients: [^|]*\| optimizer: [^|]*\| activations: [^|]*\| total: [0-9.]*).*/\1/'; }
+t_plan_as_run() {
+    local pat a b
+    for pat in 'number of parameters on' 'memory \(MB\)'; do
+        a=$(t_plan_mem "$2" "$pat") b=$(t_plan_mem "$3" "$pat")
+        if [ -n "$a" ] && [ "$a" = "$b" ]; then t_pass "$1: $pat as the run's ($a)"
+        else t_fail "$1: $pat" "plan '$a', run '$b'"; fi
+    done
+}
 # t_mpi_walk: the start of a test of mt-train on CPU ranks: mpirun present (else a failure, and the script
 # ends), t_mpi_env, walk_data's corpus of 7 x 300 documents in $T_TMP/data, and in T_WALK the flags of the
 # small model the training tests share (2 layers, hidden size 32, 4 heads, sequences of 32, 20 iterations

@@ -51,6 +51,28 @@ t_moe_walk
 base=$T_MOE
 tp="--tensor-model-parallel-size 2 --sequence-parallel"
 etp1="$tp --expert-tensor-parallel-size 1"
+# save_at_5 NAME CKPT "DIRS" N FLAGS...: a run of N ranks saves iteration 5 into CKPT, whose rank directories are DIRS
+save_at_5() {
+    local name=$1 ck=$2 want=$3 n=$4
+    shift 4
+    mt-train -n "$n" "$@" --save "$ck" --exit-interval 5 >/dev/null 2>"$ck.err" || t_fail "$name: save" "$(tail -3 "$ck.err")"
+    local dirs
+    dirs=$(ls "$ck/iter_0000005" 2>&1 | tr '\n' ' ')
+    if [ "$dirs" = "$want " ]; then t_pass "$name checkpoint: $want"
+    else t_fail "$name checkpoint directories" "$dirs"; fi
+}
+# dist_resume NAME CKPT PEER N FLAGS...: a run with the distributed optimizer saved at 5 and resumed gives
+# $d/NAME.jsonl (the uninterrupted run) bit for bit, and mp_rank_00's meta.json names a piece in PEER's shard file
+dist_resume() {
+    local name=$1 ck=$2 peer=$3 n=$4
+    shift 4
+    mt-train -n "$n" "$@" --use-distributed-optimizer --save "$ck" --exit-interval 5 >/dev/null 2>"$ck.err" &&
+        mt-train -n "$n" "$@" --use-distributed-optimizer --load "$ck" --metrics-file "$ck-res.jsonl" >/dev/null 2>"$ck-res.err" ||
+        t_fail "$name, distributed optimizer: save and resume" "$(tail -3 "$ck.err" "$ck-res.err")"
+    t_moe_check "$name, distributed optimizer, resumed at 5: the uninterrupted run bit for bit" "$ck-res.jsonl" 0 6 "$d/$name.jsonl"
+    t_grep "... mp_rank_00's meta.json: its second expert shard in $peer's file" \
+        "\"\\.\\./$peer/distrib_optim_000\\.safetensors\"" "$ck/iter_0000005/mp_rank_00/meta.json"
+}
 mt-train $base --metrics-file "$d/ref.jsonl" >"$d/ref.log" 2>"$d/ref.err" || t_fail "one rank" "$(tail -3 "$d/ref.err")"
 
 # ---- layouts ----
@@ -164,12 +186,7 @@ else t_fail "tp2-ep2-etp1: parameters of a rank" "etp 1: '$p1', etp 2: '$p2'"; f
 # the dry run of TP 2 x EP 2 x etp 1 with the distributed optimizer: rank 0's parameters and memory line as the run's
 mt-train $base $etp1 --expert-model-parallel-size 2 --use-distributed-optimizer --dry-run --world-size 4 >"$d/plan.out" 2>&1 ||
     t_fail "dry run" "$(tail -2 "$d/plan.out")"
-mem() { grep -E "$2" "$1" | head -1 | sed -E 's/.*(parameters: [^|]*\| gradients: [^|]*\| optimizer: [^|]*\| activations: [^|]*\| total: [0-9.]*).*/\1/'; }
-for pat in 'number of parameters on' 'memory \(MB\)'; do
-    a=$(mem "$d/plan.out" "$pat") b=$(mem "$d/tp2-ep2-etp1-dist.log" "$pat")
-    if [ -n "$a" ] && [ "$a" = "$b" ]; then t_pass "etp 1 dry run: $pat as the run's ($a)"
-    else t_fail "etp 1 dry run: $pat" "plan '$a', run '$b'"; fi
-done
+t_plan_as_run "etp 1 dry run" "$d/plan.out" "$d/tp2-ep2-etp1-dist.log"
 # a rank's own 32 rows x 2 choices, half of them to the other expert rank: 3 layers x 2 micro-batches x (4 x 32 rows
 # x 32 floats x 4 bytes + 2 counts x 4 bytes)
 want=$((3 * 2 * (4 * 32 * 32 * 4 + 2 * 4)))
@@ -199,11 +216,7 @@ done
 mt-train $base4 $etp2 --expert-model-parallel-size 2 --use-distributed-optimizer --dry-run --world-size 4 >"$d/plan4.out" 2>&1 &&
     mt-train -n 4 $base4 $etp2 --expert-model-parallel-size 2 --use-distributed-optimizer --train-iters 1 --eval-iters 0 \
         --lr-warmup-iters 0 >"$d/run4.out" 2>&1 || t_fail "etp 2: dry run and run" "$(tail -2 "$d/plan4.out" "$d/run4.out")"
-for pat in 'number of parameters on' 'memory \(MB\)'; do
-    a=$(mem "$d/plan4.out" "$pat") b=$(mem "$d/run4.out" "$pat")
-    if [ -n "$a" ] && [ "$a" = "$b" ]; then t_pass "etp 2 dry run: $pat as the run's ($a)"
-    else t_fail "etp 2 dry run: $pat" "plan '$a', run '$b'"; fi
-done
+t_plan_as_run "etp 2 dry run" "$d/plan4.out" "$d/run4.out"
 want=$((3 * 4 * (4 * 32 * 32 * 4 + 2 * 4)))
 t_grep "... each expert split over 2 tensor ranks, the all-to-all of its group's rows ($want bytes)" \
     "2 on each of 2 expert-parallel ranks, each split over 2 tensor ranks \(--expert-tensor-parallel-size 2\); all-to-all bytes a rank sends per iteration with evenly spread routing: $want\$" "$d/plan4.out"
@@ -211,11 +224,7 @@ t_grep "... each expert split over 2 tensor ranks, the all-to-all of its group's
 # for bit and on one rank and on etp 1 x EP 4; TP 4 with the distributed optimizer names the expert shard of the same
 # expert tensor slice in the other group's directory (mp_rank_02 for mp_rank_00), resumes bit for bit
 ck4=$d/ck4
-mt-train -n 4 $base4 $etp2 --expert-model-parallel-size 2 --save "$ck4" --exit-interval 5 >/dev/null 2>"$d/ck4.err" ||
-    t_fail "tp4-ep2-etp2: save" "$(tail -3 "$d/ck4.err")"
-dirs=$(ls "$ck4/iter_0000005" 2>&1 | tr '\n' ' ')
-if [ "$dirs" = "mp_rank_00_000 mp_rank_01_000 mp_rank_02_001 mp_rank_03_001 " ]; then t_pass "tp4-ep2-etp2 checkpoint: $dirs"
-else t_fail "tp4-ep2-etp2 checkpoint directories" "$dirs"; fi
+save_at_5 tp4-ep2-etp2 "$ck4" "mp_rank_00_000 mp_rank_01_000 mp_rank_02_001 mp_rank_03_001" 4 $base4 $etp2 --expert-model-parallel-size 2
 for v in "itself:4:$etp2 --expert-model-parallel-size 2:0:$d/tp4-ep2-etp2.jsonl" "one rank:1::1e-5:$d/ref4.jsonl" \
          "etp 1 x EP 4:4:$tp4 --expert-tensor-parallel-size 1 --expert-model-parallel-size 4:1e-5:$d/ref4.jsonl"; do
     name=${v%%:*} rest=${v#*:} n=${rest%%:*} rest=${rest#*:} extra=${rest%%:*} rest=${rest#*:} tol=${rest%%:*} ref=${rest#*:}
@@ -282,13 +291,7 @@ print("%d expert slices" % checked)
 PYEOF
 then t_pass "... each Megatron rank file's experts the whole ones' slices ($(cat "$d/meg4.out"))"
 else t_fail "... each Megatron rank file's experts the whole ones' slices" "$(tail -3 "$d/meg4.out")"; fi
-ck4d=$d/ck4d
-mt-train -n 4 $base4 $etp2 --use-distributed-optimizer --save "$ck4d" --exit-interval 5 >/dev/null 2>"$d/ck4d.err" &&
-    mt-train -n 4 $base4 $etp2 --use-distributed-optimizer --load "$ck4d" --metrics-file "$d/ck4d-res.jsonl" >/dev/null 2>"$d/ck4d-res.err" ||
-    t_fail "tp4-etp2, distributed optimizer: save and resume" "$(tail -3 "$d/ck4d.err" "$d/ck4d-res.err")"
-t_moe_check "tp4-etp2, distributed optimizer, resumed at 5: the uninterrupted run bit for bit" "$d/ck4d-res.jsonl" 0 6 "$d/tp4-etp2-dist.jsonl"
-t_grep "... mp_rank_00's meta.json: its second expert shard in mp_rank_02's file" \
-    '"\.\./mp_rank_02/distrib_optim_000\.safetensors"' "$ck4d/iter_0000005/mp_rank_00/meta.json"
+dist_resume tp4-etp2-dist "$d/ck4d" mp_rank_02 4 $base4 $etp2
 
 # ---- refused in one line, before any step ----
 refused() {   # NAME PATTERN N FLAGS...: mt-train -n N (0: without -n) with FLAGS fails with one line matching PATTERN
@@ -325,11 +328,7 @@ refused "etp 1 with seq_aux_loss and a micro-batch of 1 sequence on 2 tensor ran
 # ---- checkpoints with the experts whole: only the (tensor rank, expert rank) pairs some rank holds are
 # written, as Megatron's (TP 2 x EP 2 on 4 ranks: mp_rank_00_000 and mp_rank_01_001) ----
 ck=$d/ck
-mt-train -n 4 $base $etp1 --expert-model-parallel-size 2 --save "$ck" --exit-interval 5 >/dev/null 2>"$d/ck.err" ||
-    t_fail "tp2-ep2-etp1: save" "$(tail -3 "$d/ck.err")"
-dirs=$(ls "$ck/iter_0000005" 2>&1 | tr '\n' ' ')
-if [ "$dirs" = "mp_rank_00_000 mp_rank_01_001 " ]; then t_pass "tp2-ep2-etp1 checkpoint: mp_rank_00_000 and mp_rank_01_001 only"
-else t_fail "tp2-ep2-etp1 checkpoint directories" "$dirs"; fi
+save_at_5 tp2-ep2-etp1 "$ck" "mp_rank_00_000 mp_rank_01_001" 4 $base $etp1 --expert-model-parallel-size 2
 mt-train -n 4 $base $etp1 --expert-model-parallel-size 2 --load "$ck" --metrics-file "$d/ck-res.jsonl" >/dev/null 2>"$d/ck-res.err" ||
     t_fail "tp2-ep2-etp1: resume" "$(tail -3 "$d/ck-res.err")"
 t_moe_check "tp2-ep2-etp1 resumed at 5: the uninterrupted run bit for bit" "$d/ck-res.jsonl" 0 6 "$d/tp2-ep2-etp1.jsonl"
@@ -349,12 +348,7 @@ else t_fail "mt-eval of the tp2-ep2-etp1 checkpoint" "$(tail -2 "$d/ck-eval.err"
 # the distributed optimizer over TP 2 alone: the experts' shards are over the two tensor ranks, so each rank
 # directory's meta.json names a piece in the other's shard file; resumed bit for bit, and on one rank
 ckd=$d/ckd
-mt-train -n 2 $base $etp1 --use-distributed-optimizer --save "$ckd" --exit-interval 5 >/dev/null 2>"$d/ckd.err" &&
-    mt-train -n 2 $base $etp1 --use-distributed-optimizer --load "$ckd" --metrics-file "$d/ckd-res.jsonl" >/dev/null 2>"$d/ckd-res.err" ||
-    t_fail "tp2-etp1 with the distributed optimizer: save and resume" "$(tail -3 "$d/ckd.err" "$d/ckd-res.err")"
-t_moe_check "tp2-etp1, distributed optimizer, resumed at 5: the uninterrupted run bit for bit" "$d/ckd-res.jsonl" 0 6 "$d/tp2-etp1-dist.jsonl"
-t_grep "... mp_rank_00's meta.json: its second expert shard in mp_rank_01's file" \
-    '"\.\./mp_rank_01/distrib_optim_000\.safetensors"' "$ckd/iter_0000005/mp_rank_00/meta.json"
+dist_resume tp2-etp1-dist "$ckd" mp_rank_01 2 $base $etp1
 mt-train $base --load "$ckd" --metrics-file "$d/ckd-1.jsonl" >/dev/null 2>"$d/ckd-1.err" ||
     t_fail "tp2-etp1 distributed checkpoint on one rank" "$(tail -3 "$d/ckd-1.err")"
 t_moe_check "... resumed on one rank: the one-rank losses" "$d/ckd-1.jsonl" 1e-5 6
@@ -362,12 +356,8 @@ t_moe_check "... resumed on one rank: the one-rank losses" "$d/ckd-1.jsonl" 1e-5
 # with stages too (TP 2 x PP 2 x EP 2 on 8 ranks, --async-save): mp_rank_TT_PPP_EEE directories of the held
 # pairs, the first mp_rank_00_000_000; resumed bit for bit, and on one rank
 ckp=$d/ckp
-mt-train -n 8 $base $etp1 --pipeline-model-parallel-size 2 --expert-model-parallel-size 2 --async-save --save "$ckp" \
-    --exit-interval 5 >/dev/null 2>"$d/ckp.err" || t_fail "tp2-pp2-ep2-etp1: save" "$(tail -3 "$d/ckp.err")"
-dirs=$(ls "$ckp/iter_0000005" 2>&1 | tr '\n' ' ')
-if [ "$dirs" = "mp_rank_00_000_000 mp_rank_00_001_000 mp_rank_01_000_001 mp_rank_01_001_001 " ]; then
-    t_pass "tp2-pp2-ep2-etp1 checkpoint: the held pairs of each stage ($dirs)"
-else t_fail "tp2-pp2-ep2-etp1 checkpoint directories" "$dirs"; fi
+save_at_5 tp2-pp2-ep2-etp1 "$ckp" "mp_rank_00_000_000 mp_rank_00_001_000 mp_rank_01_000_001 mp_rank_01_001_001" 8 $base $etp1 \
+    --pipeline-model-parallel-size 2 --expert-model-parallel-size 2 --async-save
 mt-train -n 8 $base $etp1 --pipeline-model-parallel-size 2 --expert-model-parallel-size 2 --load "$ckp" \
     --metrics-file "$d/ckp-res.jsonl" >/dev/null 2>"$d/ckp-res.err" || t_fail "tp2-pp2-ep2-etp1: resume" "$(tail -3 "$d/ckp-res.err")"
 t_moe_check "tp2-pp2-ep2-etp1 resumed at 5: the uninterrupted run bit for bit" "$d/ckp-res.jsonl" 0 6 "$d/tp2-pp2-ep2-etp1.jsonl"

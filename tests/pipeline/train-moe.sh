@@ -81,12 +81,7 @@ t_moe_check "full recomputation: the same bits" "$d/rc.jsonl" 0
 # the dry run's plan of EP 2 (2 ranks): rank 0's parameters and memory line as the real run's
 # shellcheck disable=SC2086
 mt-train $base --expert-model-parallel-size 2 --dry-run --world-size 2 >"$d/plan.out" 2>&1 || t_fail "dry run" "$(tail -2 "$d/plan.out")"
-mem() { grep -E "$2" "$1" | head -1 | sed -E 's/.*(parameters: [^|]*\| gradients: [^|]*\| optimizer: [^|]*\| activations: [^|]*\| total: [0-9.]*).*/\1/'; }
-for pat in 'number of parameters on' 'memory \(MB\)'; do
-    a=$(mem "$d/plan.out" "$pat") b=$(mem "$d/ep2.log" "$pat")
-    if [ -n "$a" ] && [ "$a" = "$b" ]; then t_pass "EP 2 dry run: $pat as the run's ($a)"
-    else t_fail "EP 2 dry run: $pat" "plan '$a', run '$b'"; fi
-done
+t_plan_as_run "EP 2 dry run" "$d/plan.out" "$d/ep2.log"
 t_grep "... and it names the experts of each rank" '> 3 MoE layers of 4 experts \(top 2\), 2 on each of 2 expert-parallel ranks' "$d/plan.out"
 
 # expert parallelism's traffic: with every expert padded to its capacity (ceil(64 tokens x 2 / 4 experts x
