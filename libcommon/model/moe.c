@@ -74,11 +74,11 @@ static void *group_local(const mt_gpt *m, void *full, size_t N, size_t C)
     return (char *)full + first * C * m->asz;
 }
 
-/* seq_aux_loss with the experts whole: a tensor rank's rows are whole sequences (its micro-batch's share,
- * sequences q0 .. q0 + rl - 1, of T tokens each here: the rank's chunks with context parallelism), so its
- * runs are statistics of its own sequences, placed among the micro-batch's B before the sum over the
- * routing group; a run's tokens are T on each context rank. */
-static int seq_whole(const mt_gpt *m) { return m->experts_whole && m->c.moe_aux_type == MT_MOE_AUX_SEQ; }
+/* seq_aux_loss with an expert tensor size below tp: an expert-tensor group's rows are whole sequences (its
+ * micro-batch's share, sequences q0 .. q0 + rl - 1, of T tokens each here: the rank's chunks with context
+ * parallelism), so its runs are statistics of its own sequences, placed among the micro-batch's B before the
+ * sum over the routing group (from the group's first rank); a run's tokens are T on each context rank. */
+static int seq_whole(const mt_gpt *m) { return m->experts_grouped && m->c.moe_aux_type == MT_MOE_AUX_SEQ; }
 
 int mt_moe_rows_only(const mt_gpt *m) { return m->experts_whole && m->c.moe_shared_ffn == 0; }
 
@@ -410,7 +410,7 @@ int mt_moe_forward(mt_moe_ctx *mc, int s, int li, int l, const void *x, void *ou
                 return mt_err_set(e, "MoE layer %d: seq_aux_loss with the experts whole: a tensor rank's %zu rows are not "
                                      "whole sequences of %d", l, Nr, T);
             float *tmp = mc->dlogits;   /* the backward's scratch, free in a forward pass */
-            size_t rl = (size_t)runs, q0 = (size_t)m->tp_rank * rl;
+            size_t rl = (size_t)runs, q0 = (size_t)(m->tp_rank / m->etp) * rl;
             if (2 * E * rl + 1 > mc->nmax * E)
                 return mt_err_set(e, "MoE layer %d: seq_aux_loss with the experts whole needs sequences of at least 3 tokens", l);
             runs = B;
@@ -536,7 +536,7 @@ int mt_moe_backward(mt_moe_ctx *mc, int s, int l, const void *x, const void *dou
     int seq = (int)Nr;
     if (training && (aux_on(c) || c->moe_z_coeff > 0)) {
         int runs = mc->runs[s], rl = runs, q0 = 0;   /* all runs, and this rank's: rl from q0 */
-        if (seq_whole(m)) rl = (int)(Nr / (size_t)T), q0 = m->tp_rank * rl;
+        if (seq_whole(m)) rl = (int)(Nr / (size_t)T), q0 = m->tp_rank / m->etp * rl;
         seq = (int)Nr / rl;
         const float *hs = mc->h_stats + (size_t)s * st;
         /* the tokens of a whole run (over the routing ranks) */
