@@ -214,6 +214,10 @@ int main(int argc, char **argv)
     mt_err e;
     if (mt_flags_parse(&cmd, argc, argv, NULL, NULL, &e)) mt_die_err(&e);
     if (to_fmt && from_fmt) mt_die("--to and --from are exclusive (try --help)");
+    /* before anything is opened or created */
+    if (target_etp && (target_tp ? target_tp : 1) % target_etp)
+        mt_die("--target-expert-tensor-parallel-size %d must divide --target-tensor-parallel-size %d", target_etp,
+               target_tp ? target_tp : 1);
     if (megatron_keys && !(to_fmt && !strcmp(to_fmt, "megatron"))) mt_die("--megatron-keys goes with --to megatron");
     if (no_load_optim && !(from_fmt && !strcmp(from_fmt, "megatron"))) mt_die("--no-load-optim goes with --from megatron");
     if (no_save_optim && !(to_fmt && !strcmp(to_fmt, "megatron"))) mt_die("--no-save-optim goes with --to megatron");

@@ -156,6 +156,15 @@ PYEOF
     then t_pass "$1 ($(cat "$T_TMP/cmp.out"))"
     else t_fail "$1" "$(tail -2 "$T_TMP/cmp.out")"; fi
 }
+# t_moe_layout LABEL STEM N REF FLAGS...: mt-train on N ranks with FLAGS (metrics in $T_TMP/STEM.jsonl, its
+# output in STEM.log and STEM.err) gives REF's losses and norms to 1e-5 ("LABEL: the one-rank losses")
+t_moe_layout() {
+    local label=$1 stem=$T_TMP/$2 n=$3 ref=$4
+    shift 4
+    if mt-train -n "$n" "$@" --metrics-file "$stem.jsonl" >"$stem.log" 2>"$stem.err"; then
+        t_moe_check "$label: the one-rank losses" "$stem.jsonl" 1e-5 1 "$ref"
+    else t_fail "$label" "$(tail -3 "$stem.err")"; fi
+}
 # t_plan_as_run NAME PLAN RUN: the dry run's (PLAN, mt-train --dry-run's output) rank 0 parameters and memory
 # line are the run's (RUN, its log)
 t_plan_mem() { grep -E "$2" "$1" | head -1 | sed -E 's/.*(parameters: [^|]*\| gradients: [^|]*\| optimizer: [^|]*\| activations: [^|]*\| total: [0-9.]*).*/\1/'; }

@@ -87,9 +87,7 @@ for v in "tp2-ep2-etp2:4:$tp --expert-model-parallel-size 2" \
          "dp2-tp2-ep2-etp1-overlap:8:$etp1 --expert-model-parallel-size 2 --use-distributed-optimizer --overlap-grad-reduce --overlap-param-gather --ddp-bucket-size 4000" \
          "tp2-pp2-ep2-etp1:8:$etp1 --pipeline-model-parallel-size 2 --expert-model-parallel-size 2"; do
     name=${v%%:*} rest=${v#*:} n=${rest%%:*} extra=${rest#*:}
-    if mt-train -n "$n" $base $extra --metrics-file "$d/$name.jsonl" >"$d/$name.log" 2>"$d/$name.err"; then
-        t_moe_check "$name: the one-rank losses" "$d/$name.jsonl" 1e-5
-    else t_fail "$name" "$(tail -3 "$d/$name.err")"; fi
+    t_moe_layout "$name" "$name" "$n" "$d/ref.jsonl" $base $extra
 done
 t_moe_check "tp2-ep2-etp1: the losses of etp 2 (= tp) on the same ranks" "$d/tp2-ep2-etp1.jsonl" 1e-5 1 "$d/tp2-ep2-etp2.jsonl"
 # the bytes a tensor rank sends: the dense exchanges, the shared expert's gate gradient, the router's statistics
@@ -119,9 +117,7 @@ mt-train $base $seqaux --metrics-file "$d/seq-ref.jsonl" >/dev/null 2>"$d/seq-re
 for v in "tp2-ep2-etp1:4:--expert-model-parallel-size 2" "tp2-cp2-ep2-etp1:4:--context-parallel-size 2 --expert-model-parallel-size 2" \
          "tp2-etp1:2:"; do
     name=${v%%:*} rest=${v#*:} n=${rest%%:*} extra=${rest#*:}
-    if mt-train -n "$n" $base $etp1 $seqaux $extra --metrics-file "$d/seq-$name.jsonl" >/dev/null 2>"$d/seq-$name.err"; then
-        t_moe_check "seq_aux_loss, $name: the one-rank losses" "$d/seq-$name.jsonl" 1e-5 1 "$d/seq-ref.jsonl"
-    else t_fail "seq_aux_loss, $name" "$(tail -3 "$d/seq-$name.err")"; fi
+    t_moe_layout "seq_aux_loss, $name" "seq-$name" "$n" "$d/seq-ref.jsonl" $base $etp1 $seqaux $extra
 done
 t_grep "... the iteration line shows seq_load_balancing_loss" '"seq_load_balancing_loss":' "$d/seq-tp2-ep2-etp1.jsonl"
 
@@ -206,18 +202,14 @@ for v in "tp4-etp2:4:" "tp4-ep2-etp2:4:--expert-model-parallel-size 2" "tp4-etp2
          "tp4-cp2-ep2-etp2:8:--context-parallel-size 2 --expert-model-parallel-size 2" \
          "tp4-pp2-ep2-etp2:8:--pipeline-model-parallel-size 2 --expert-model-parallel-size 2"; do
     name=${v%%:*} rest=${v#*:} n=${rest%%:*} extra=${rest#*:}
-    if mt-train -n "$n" $base4 $etp2 $extra --metrics-file "$d/$name.jsonl" >"$d/$name.log" 2>"$d/$name.err"; then
-        t_moe_check "$name: the one-rank losses" "$d/$name.jsonl" 1e-5 1 "$d/ref4.jsonl"
-    else t_fail "$name" "$(tail -3 "$d/$name.err")"; fi
+    t_moe_layout "$name" "$name" "$n" "$d/ref4.jsonl" $base4 $etp2 $extra
 done
 # seq_aux_loss: each expert-tensor group's rows whole sequences, placed by its first rank (measured 6.3e-8)
 mt-train $base4 $seqaux --metrics-file "$d/seq-ref4.jsonl" >/dev/null 2>"$d/seq-ref4.err" ||
     t_fail "seq_aux_loss on one rank, 4 query groups" "$(tail -3 "$d/seq-ref4.err")"
 for v in "tp4-ep2-etp2:4:--expert-model-parallel-size 2" "tp4-cp2-ep2-etp2:8:--context-parallel-size 2 --expert-model-parallel-size 2"; do
     name=${v%%:*} rest=${v#*:} n=${rest%%:*} extra=${rest#*:}
-    if mt-train -n "$n" $base4 $etp2 $seqaux $extra --metrics-file "$d/seq-$name.jsonl" >/dev/null 2>"$d/seq-$name.err"; then
-        t_moe_check "seq_aux_loss, $name: the one-rank losses" "$d/seq-$name.jsonl" 1e-5 1 "$d/seq-ref4.jsonl"
-    else t_fail "seq_aux_loss, $name" "$(tail -3 "$d/seq-$name.err")"; fi
+    t_moe_layout "seq_aux_loss, $name" "seq-$name" "$n" "$d/seq-ref4.jsonl" $base4 $etp2 $seqaux $extra
 done
 # the dry run of TP 4 x EP 2 x etp 2 with the distributed optimizer: rank 0's parameters and memory line as the run's
 # (the dense part of tp 4 plus half of each of its 2 experts), and the all-to-all of its group's 32 rows x 2 choices,
@@ -385,6 +377,13 @@ for v in "ckw:4:--target-expert-model-parallel-size 4 --target-expert-tensor-par
         t_moe_check "converted with $conv, resumed: the one-rank losses" "$d/$name.jsonl" 1e-5 6
     else t_fail "converted with $conv" "$(tail -3 "$d/$name.err")"; fi
 done
+# a target expert tensor size that does not divide the target tensor size: one line naming both flags, before
+# anything is created
+t_fails "mt-ckpt-convert --target-expert-tensor-parallel-size 3 with --target-tensor-parallel-size 2" \
+    mt-ckpt-convert --load "$ck" --save "$d/ck-bad" --target-tensor-parallel-size 2 --target-expert-tensor-parallel-size 3
+t_grep "... one line naming both flags" \
+    '^mt-ckpt-convert: --target-expert-tensor-parallel-size 3 must divide --target-tensor-parallel-size 2$' "$T_TMP/err"
+if [ -e "$d/ck-bad" ]; then t_fail "... nothing created" "$(ls -a "$d/ck-bad")"; else t_pass "... nothing created"; fi
 n=$(ls "$d/ckw/iter_0000005" 2>/dev/null | wc -l)
 if [ "$n" = 8 ]; then t_pass "... whole experts on 4 expert ranks: all 8 (tensor rank, expert rank) directories"
 else t_fail "... whole experts on 4 expert ranks: directories" "$n"; fi
