@@ -217,6 +217,13 @@ else t_fail "mt-train --load --no-load-optim continues from iteration 20" "$(tai
 metrics() {   # FILE: iteration, loss, grad norm of each train line
     $PY -c 'import json,sys; [print(r["iteration"], repr(r["lm_loss"]), repr(r.get("grad_norm"))) for r in map(json.loads, open(sys.argv[1])) if r["type"] == "train"]' "$1"
 }
+continues() {   # NAME MT.jsonl CONVERTED.jsonl N ERR: both hold the same N train iterations, bit for bit
+    local a b
+    a=$(metrics "$2" 2>/dev/null) b=$(metrics "$3" 2>/dev/null)
+    [ "$(echo "$a" | wc -l)" = "$4" ] && [ "$a" = "$b" ] \
+        && t_pass "$1: mt-train --load continues the converted checkpoint as the mt one: iterations equal ($(echo $b | cut -d' ' -f1-3) ...)" \
+        || t_fail "$1: continued as the mt checkpoint" "mt: $a / converted: $b $(tail -1 "$5")"
+}
 for v in fp32 bf16 fp16 bf16-distrib; do   # the runs trained and the checkpoints written above
     dt=${v%-distrib} flag=()
     [ $dt != fp32 ] && flag=(--$dt)
@@ -241,10 +248,7 @@ for v in fp32 bf16 fp16 bf16-distrib; do   # the runs trained and the checkpoint
     [ -e "$d/ma-$dt.jsonl" ] ||
         mt-train "${cont[@]}" --load "${s%/iter_*}" --metrics-file "$d/ma-$dt.jsonl" >/dev/null 2>"$d/ta.err"
     mt-train "${cont[@]}" --load "$d/co-$v" --metrics-file "$d/mb.jsonl" >/dev/null 2>"$d/tb.err"
-    a=$(metrics "$d/ma-$dt.jsonl" 2>/dev/null) b=$(metrics "$d/mb.jsonl" 2>/dev/null)
-    [ "$(echo "$a" | wc -l)" = 4 ] && [ "$a" = "$b" ] \
-        && t_pass "$v: mt-train --load continues the converted checkpoint as the mt one: iterations 21..24 equal ($(echo $b | cut -d' ' -f1-3) ...)" \
-        || t_fail "$v: continued as the mt checkpoint" "mt: $a / converted: $b $(tail -1 "$d/tb.err")"
+    continues "$v" "$d/ma-$dt.jsonl" "$d/mb.jsonl" 4 "$d/tb.err"
 done
 
 # ---- the interleaved schedule's model chunks (model0, model1 per rank: a 4-layer model at PP 2 with 2 chunks
@@ -277,10 +281,7 @@ if [ "${trained[moe]}" = 0 ]; then
         [ -e "$d/ma-moe.jsonl" ] || mt-train "${cont[@]}" --load "$d/ckmoe" --metrics-file "$d/ma-moe.jsonl" >/dev/null 2>"$d/ta.err"
         rm -f "$d/mb.jsonl"
         mt-train "${cont[@]}" --load "$d/cm-$k" --metrics-file "$d/mb.jsonl" >/dev/null 2>"$d/tb.err"
-        a=$(metrics "$d/ma-moe.jsonl" 2>/dev/null) b=$(metrics "$d/mb.jsonl" 2>/dev/null)
-        [ "$(echo "$a" | wc -l)" = 2 ] && [ "$a" = "$b" ] \
-            && t_pass "experts, $k: mt-train --load continues it as the mt checkpoint: iterations 5..6 equal ($(echo $b | cut -d' ' -f1-3) ...)" \
-            || t_fail "experts, $k: continued as the mt checkpoint" "mt: $a / converted: $b $(tail -1 "$d/tb.err")"
+        continues "experts, $k" "$d/ma-moe.jsonl" "$d/mb.jsonl" 2 "$d/tb.err"
     done
 else t_fail "an MoE run" "$(tail -2 "$d/tmoe.err")"; fi
 
