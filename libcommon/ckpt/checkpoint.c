@@ -119,6 +119,24 @@ void mt_ckpt_rank_name(char *buf, size_t cap, int tp_rank, int pp_rank, int pp_s
     mt_ckpt_rank_name_ep(buf, cap, tp_rank, pp_rank, pp_size, 0, 1);
 }
 
+int mt_ckpt_held_gap(const unsigned char *present, int tp, int pp, int ep, int etp, int *p, int *t, int *x)
+{
+    for (*p = 0; *p < pp; ++*p) {
+        for (*t = 0; *t < tp; ++*t) {
+            int any = 0;
+            for (int q = 0; q < ep && !any; q++) any = present[(*p * ep + q) * tp + *t];
+            if (!any) return *x = -1, 1;
+        }
+        for (*x = 0; *x < ep; ++*x)
+            for (*t = 0; *t < etp; ++*t) {
+                int any = 0;
+                for (int u = *t; u < tp && !any; u += etp) any = present[(*p * ep + *x) * tp + u];
+                if (!any) return 1;
+            }
+    }
+    return 0;
+}
+
 void mt_ckpt_rank_name_ep(char *buf, size_t cap, int tp_rank, int pp_rank, int pp_size, int ep_rank, int ep_size)
 {
     int n = pp_size > 1 ? snprintf(buf, cap, "mp_rank_%02d_%03d", tp_rank, pp_rank) : snprintf(buf, cap, "mp_rank_%02d", tp_rank);

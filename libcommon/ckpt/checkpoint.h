@@ -116,6 +116,13 @@ void mt_ckpt_rank_name(char *buf, size_t cap, int tp_rank, int pp_rank, int pp_s
 /* With expert parallelism (ep_size > 1) Megatron appends the expert rank: "mp_rank_TT[_PPP]_EEE". */
 void mt_ckpt_rank_name_ep(char *buf, size_t cap, int tp_rank, int pp_rank, int pp_size, int ep_rank, int ep_size);
 
+/* With an expert tensor size etp below tp only the (tensor rank, expert rank) pairs some rank held are saved.
+ * present[(p ep + x) tp + t]: whether the rank directory of stage p, expert rank x, tensor rank t is there.
+ * Every stage needs one of each tensor rank (its dense slices) and, for each expert rank, one of each expert
+ * tensor slice (tensor rank % etp). 0 when covered; else 1 with the first gap's stage, tensor rank (-1: the
+ * gap is an expert rank's) and expert rank (-1: a tensor rank's), its slice then in *t. */
+int mt_ckpt_held_gap(const unsigned char *present, int tp, int pp, int ep, int etp, int *p, int *t, int *x);
+
 /* Checks at start-up that save_dir is usable: creates it (and its parents) if missing, then that it is a
  * directory in which this process can create entries. Returns 0 or -1 naming the directory. */
 int mt_ckpt_check_save_dir(const char *save_dir, mt_err *e);

@@ -60,31 +60,22 @@ static int dir_exists(const mt_ckpt_reader *first, const char *name)
  * rank one of each expert tensor rank (tensor rank % etp: its slices of the experts). */
 static int check_cover(const mt_ckpt_global *g, mt_err *e)
 {
-    char top[4096];
+    char top[4096], name[32];
     snprintf(top, sizeof top, "%s", mt_ckpt_dir(g->r[0]));   /* the iteration's directory */
     if (strrchr(top, '/')) *strrchr(top, '/') = 0;
-    for (int p = 0; p < g->pp; p++) {
-        for (int t = 0; t < g->tp; t++) {
-            int any = 0;
-            for (int x = 0; x < g->ep && !any; x++) any = g->r[(p * g->ep + x) * g->tp + t] != NULL;
-            char name[32];
-            mt_ckpt_rank_name_ep(name, sizeof name, t, p, g->pp, 0, g->ep);
-            if (!any)
-                return mt_err_set(e, "%s: missing shard: no directory of tensor rank %d (%s%s)", top, t, name,
-                                  g->ep > 1 ? " or another expert rank's" : "");
-        }
-        for (int x = 0; x < g->ep; x++)
-            for (int y = 0; y < g->etp; y++) {
-                int any = 0;
-                for (int t = y; t < g->tp && !any; t += g->etp) any = g->r[(p * g->ep + x) * g->tp + t] != NULL;
-                char name[32];
-                mt_ckpt_rank_name_ep(name, sizeof name, y, p, g->pp, x, g->ep);
-                if (!any)
-                    return mt_err_set(e, "%s: missing shard: no directory of expert rank %d%s (%s or another tensor rank's)",
-                                      top, x, g->etp > 1 ? " and its expert tensor slice" : "", name);
-            }
+    unsigned char *present = mt_xmalloc((size_t)g->n);
+    for (int i = 0; i < g->n; i++) present[i] = g->r[i] != NULL;
+    int p, t, x, gap = mt_ckpt_held_gap(present, g->tp, g->pp, g->ep, g->etp, &p, &t, &x);
+    free(present);
+    if (!gap) return 0;
+    if (x < 0) {
+        mt_ckpt_rank_name_ep(name, sizeof name, t, p, g->pp, 0, g->ep);
+        return mt_err_set(e, "%s: missing shard: no directory of tensor rank %d (%s%s)", top, t, name,
+                          g->ep > 1 ? " or another expert rank's" : "");
     }
-    return 0;
+    mt_ckpt_rank_name_ep(name, sizeof name, t, p, g->pp, x, g->ep);
+    return mt_err_set(e, "%s: missing shard: no directory of expert rank %d%s (%s or another tensor rank's)", top, x,
+                      g->etp > 1 ? " and its expert tensor slice" : "", name);
 }
 
 int mt_ckpt_global_open(mt_ckpt_global *g, mt_ckpt_reader *first, const char *load_dir, int64_t iteration,

@@ -191,24 +191,16 @@ static int rank_model(mt_meg_dir *m, mt_meg_rank *r, mt_err *e)
  * experts); a missing one is named by its expert rank 0's (or that slice's first tensor rank's) file. */
 static int check_cover(const mt_meg_dir *m, mt_err *e)
 {
-    for (int p = 0; p < m->pp; p++) {
-        for (int t = 0; t < m->tp; t++) {
-            int any = 0;
-            for (int x = 0; x < m->ep && !any; x++) any = !m->r[(p * m->ep + x) * m->tp + t].absent;
-            if (!any)
-                return mt_err_set(e, "%s: missing: no file of tensor rank %d (nor of another expert rank's)",
-                                  m->r[(p * m->ep) * m->tp + t].path, t);
-        }
-        for (int x = 0; x < m->ep; x++)
-            for (int y = 0; y < m->etp; y++) {
-                int any = 0;
-                for (int t = y; t < m->tp && !any; t += m->etp) any = !m->r[(p * m->ep + x) * m->tp + t].absent;
-                if (!any)
-                    return mt_err_set(e, "%s: missing: no file of expert rank %d%s (nor of another tensor rank's)",
-                                      m->r[(p * m->ep + x) * m->tp + y].path, x, m->etp > 1 ? " and its expert tensor slice" : "");
-            }
-    }
-    return 0;
+    unsigned char *present = mt_xmalloc((size_t)m->n);
+    for (int i = 0; i < m->n; i++) present[i] = !m->r[i].absent;
+    int p, t, x, gap = mt_ckpt_held_gap(present, m->tp, m->pp, m->ep, m->etp, &p, &t, &x);
+    free(present);
+    if (!gap) return 0;
+    if (x < 0)
+        return mt_err_set(e, "%s: missing: no file of tensor rank %d (nor of another expert rank's)",
+                          m->r[(p * m->ep) * m->tp + t].path, t);
+    return mt_err_set(e, "%s: missing: no file of expert rank %d%s (nor of another tensor rank's)",
+                      m->r[(p * m->ep + x) * m->tp + t].path, x, m->etp > 1 ? " and its expert tensor slice" : "");
 }
 
 int mt_meg_dir_open(mt_meg_dir *m, const char *dir, mt_err *e)

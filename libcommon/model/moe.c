@@ -407,12 +407,12 @@ int mt_moe_forward(mt_moe_ctx *mc, int s, int li, int l, const void *x, void *ou
         float *stats = mc->stats + (size_t)s * st, *hs = mc->h_stats + (size_t)s * st;
         if (seq_whole(m)) {   /* this rank's sequences' runs among the micro-batch's B, the rest zero */
             if (Nr % (size_t)T)
-                return mt_err_set(e, "MoE layer %d: seq_aux_loss with the experts whole: a tensor rank's %zu rows are not "
+                return mt_err_set(e, "MoE layer %d: seq_aux_loss: an expert-tensor group's %zu rows are not "
                                      "whole sequences of %d", l, Nr, T);
             float *tmp = mc->dlogits;   /* the backward's scratch, free in a forward pass */
             size_t rl = (size_t)runs, q0 = (size_t)(m->tp_rank / m->etp) * rl;
             if (2 * E * rl + 1 > mc->nmax * E)
-                return mt_err_set(e, "MoE layer %d: seq_aux_loss with the experts whole needs sequences of at least 3 tokens", l);
+                return mt_err_set(e, "MoE layer %d: seq_aux_loss with an expert tensor size below tp needs sequences of at least 3 tokens", l);
             runs = B;
             mtk_moe_route_stats(k, tmp, logits, idx, (int)Nr, seq, &r);
             mtk_zero(k, stats, (2 * E * (size_t)runs + 1) * sizeof(float));
@@ -421,7 +421,8 @@ int mt_moe_forward(mt_moe_ctx *mc, int s, int li, int l, const void *x, void *ou
         } else mtk_moe_route_stats(k, stats, logits, idx, (int)Nr, seq, &r);
         if (group_echo(m)) mtk_zero(k, stats, (2 * E * (size_t)runs + 1) * sizeof(float));   /* the group's first's */
         /* with context parallelism a rank's runs are its chunks of the sequences (or of the micro-batch), with
-         * the experts whole its rows of them: the statistics of the whole ones are the sums over the group */
+         * an expert tensor size below tp its group's rows of them: the statistics of the whole ones are the sums
+         * over the group */
         if (rg && mt_all_reduce(rg, stats, 2 * E * (size_t)runs + 1, MT_C_F32, e))
             return mt_err_prefix(e, "MoE layer %d router statistics", l);
         mtk_to_host(k, hs, stats, (2 * E * (size_t)runs + 1) * sizeof(float));
@@ -442,8 +443,8 @@ int mt_moe_forward(mt_moe_ctx *mc, int s, int li, int l, const void *x, void *ou
         if (c->moe_z_coeff > 0) mc->z[li] = hs[2 * E * (size_t)runs] / ((double)Nr * routing_ranks(m));
     }
 
-    /* the choices by expert, and their counts on the host for the grouped products (with the experts whole the
-     * rows routed here are read as whole sequences where they are, else as one run: the order of the tokens
+    /* the choices by expert, and their counts on the host for the grouped products (with an expert tensor size below
+     * tp the rows routed here are read as whole sequences where they are, else as one run: the order of the tokens
      * matters only to token dropping, which config/train_args.c refuses then) */
     int S = shards(m), seq = Nr % (size_t)T ? (int)Nr : T;
     mtk_moe_dispatch(k, counts, row, src, idx, probs, (int)Nr, (int)K, (int)E, capacity(c, Nr / (size_t)S),
@@ -467,8 +468,9 @@ int mt_moe_forward(mt_moe_ctx *mc, int s, int li, int l, const void *x, void *ou
         if (g >= 0) mtk_router_fwd(k, glog, x, mt_gpt_w(m, g), (int)N, (int)C, 1);
     }
     /* the experts (with tensor parallelism this rank's columns: out and sy are partial sums, completed by the
-     * caller's sum over the ranks, the weighted sums being linear in them; with the experts whole, this rank's
-     * rows of out are its rows' whole output, the other rows zero, before the shared expert's partial sum) */
+     * caller's sum over the ranks, the weighted sums being linear in them; with an expert tensor size below tp,
+     * the group's rows of out are its rows' output (summed over the group), the other rows zero, before the
+     * shared expert's partial sum) */
     if (mc->P > 1) {
         if (experts_ep(mc, s, l, e)) return -1;
     } else {

@@ -35,11 +35,12 @@ void mt_moe_ctx_free(mt_moe_ctx *mc);
 
 /* Global layer l's MoE block on the micro-batch of B x T tokens: out [N, C] (assigned; may be x's buffer)
  * from x [N, C] (every row: with sequence parallelism, gathered); with tensor parallelism out is this
- * rank's partial sum, for the caller to sum over the ranks. With the experts whole (an expert tensor size
- * of 1 under tensor and sequence parallelism, gpt_impl.h's experts_whole) the router, the experts and the
- * all-to-all take only this rank's rows of x (mt_tp_local), whose rows of out get their whole routed
- * output, the other rows none: out is still a partial sum over the ranks with the shared expert's part. The activations kept in slot s, local layer li's
- * losses recorded (training). 0, or -1 with e set. */
+ * rank's partial sum, for the caller to sum over the ranks. With an expert tensor size below tp under
+ * sequence parallelism (gpt_impl.h's experts_grouped; experts_whole with 1) the router, the experts and the
+ * all-to-all take only the rows of this rank's expert-tensor group (this rank's own with 1), whose rows of
+ * out get the routed output (split over the group, a partial sum), the other rows none: out is still a
+ * partial sum over the ranks with the shared expert's part. The activations kept in slot s, local layer
+ * li's losses recorded (training). 0, or -1 with e set. */
 int mt_moe_forward(mt_moe_ctx *mc, int s, int li, int l, const void *x, void *out, int B, int T, int training,
                    mt_err *e);
 /* Whether the MoE layers read and write only this rank's rows: the experts whole and no shared expert (no
@@ -48,8 +49,9 @@ int mt_moe_forward(mt_moe_ctx *mc, int s, int li, int l, const void *x, void *ou
  * over the ranks to follow. */
 int mt_moe_rows_only(const mt_gpt *m);
 /* Its backward: dx [N, C] (assigned; with tensor parallelism a partial sum for the caller to sum over the
- * ranks; with the experts whole, the routed part on this rank's rows only) from dout [N, C] (every row), the weight gradients assigned or added as gm says; scale: the factor
- * of the auxiliary losses' gradients. */
+ * ranks; with an expert tensor size below tp, the routed part on the group's rows only) from dout [N, C]
+ * (every row), the weight gradients assigned or added as gm says; scale: the factor of the auxiliary
+ * losses' gradients. */
 int mt_moe_backward(mt_moe_ctx *mc, int s, int l, const void *x, const void *dout, void *dx, int B, int T, double scale,
                     mtk_grad_mode gm, int training, mt_err *e);
 /* Local layer li's load-balancing loss / coefficient, z-loss / coefficient and rows per expert (tokens[E])
