@@ -422,8 +422,7 @@ static bool given(const bool *seen, const char *name)
 
 /* --expert-tensor-parallel-size: the tensor size (its default), or a divisor of it with --sequence-parallel
  * (Megatron's MoE layer then routing each rank's sequence shard; mt each expert-tensor group's rows, the
- * experts split over the group: whole with 1); dropless routing, and seq_aux_loss where a group's rows are
- * whole sequences. Where etp x ep must divide the ranks of a stage is the parallel grid's check
+ * experts split over the group: whole with 1); seq_aux_loss where a group's rows are whole sequences. Where etp x ep must divide the ranks of a stage is the parallel grid's check
  * (comm/grid.h), when the world size is known. */
 static int check_expert_tensor(const mt_train_args *a, mt_err *e)
 {
@@ -434,9 +433,6 @@ static int check_expert_tensor(const mt_train_args *a, mt_err *e)
     if (!a->sequence_parallel)
         return mt_err_set(e, "--expert-tensor-parallel-size %d with --tensor-model-parallel-size %d needs --sequence-parallel "
                              "(as Megatron's MoE layer in training)", etp, tp);
-    if (a->moe_expert_capacity_factor > 0)
-        return mt_err_set(e, "--moe-expert-capacity-factor with --expert-tensor-parallel-size %d (other than "
-                             "--tensor-model-parallel-size %d): not implemented (dropless routing only)", etp, tp);
     int seq = a->moe_router_load_balancing_type && !strcmp(a->moe_router_load_balancing_type, "seq_aux_loss");
     if (seq && a->micro_batch_size % (tp / etp))
         return mt_err_set(e, "--moe-router-load-balancing-type seq_aux_loss with --expert-tensor-parallel-size %d needs "

@@ -30,6 +30,9 @@ struct mt_moe_ctx {
     void *sa, *dsa, *dsh, *dsy, *dtmp;   /* [N][Fs], [N][Fs], [N][sfc1], [N][C], [N][C] */
     void *xg;                     /* [N][C] with sequence parallelism: the input gathered again in the backward */
     float *dlogits, *dprobs, *aux, *dglog;   /* [N][E], [N][K], [max_batch][E], [N] */
+    /* token dropping with an expert tensor size below tp (drop_gathered): the micro-batch's choices */
+    int32_t *fidx, *frow, *fsrc, *fcounts;   /* [N][K] (then the group's choices kept), [N][K], [N K], [E] */
+    float *fprobs;                /* [N][K] */
     /* host */
     int32_t *h_counts;            /* [S][E] */
     int *rows;                    /* [S]: the rows of the experts' side */
@@ -37,6 +40,7 @@ struct mt_moe_ctx {
     int *runs;                    /* [S]: the runs of h_stats (1, or B with seq_aux_loss) */
     double *lb, *z;               /* [nl]: each local layer's losses / coefficients, of the last forward */
     int32_t *tok;                 /* [nl][E]: each local layer's rows per expert (its capacity when padded) */
+    int32_t *h_sel;               /* [2][N][K] with drop_gathered: the group's choices and their rows */
     size_t bytes;
 };
 
@@ -49,9 +53,15 @@ static int capacity(const mt_gpt_config *c, size_t n)
 }
 
 /* The shards the capacity holds in apart: with sequence parallelism Megatron routes each tensor rank's
- * shard of the positions on its own, its capacity that of the shard's tokens; 1 otherwise (and with an
- * expert tensor size below tp, where token dropping is refused). */
-static int shards(const mt_gpt *m) { return m->sp && m->tp_size > 1 && !m->experts_grouped ? m->tp_size : 1; }
+ * shard of the positions on its own, its capacity that of the shard's tokens (whatever the expert tensor
+ * size); 1 otherwise. */
+static int shards(const mt_gpt *m) { return m->sp && m->tp_size > 1 ? m->tp_size : 1; }
+
+/* Token dropping with an expert tensor size below tp: a group routes its rows, whole sequences of the
+ * micro-batch, while a capacity holds in a shard of the positions of every sequence (Megatron's tensor
+ * rank's). The choices are gathered over the tensor ranks, the micro-batch's dropped as with the experts
+ * split over tp, and the group keeps its kept ones (drop_over_group). */
+static int drop_gathered(const mt_gpt *m) { return m->experts_grouped && m->c.moe_capacity_factor > 0; }
 
 /* The ranks a micro-batch's rows are spread over for the routing: the context ranks, and with an expert tensor
  * size below tp the expert-tensor groups too (each routes its own rows); the router's statistics are summed
@@ -90,7 +100,7 @@ static int has_moe(const mt_gpt *m)
 }
 
 /* The device buffers: where each goes and its bytes. */
-enum { NBUF = 31 };
+enum { NBUF = 36 };
 static void buffers(mt_moe_ctx *mc, const mt_gpt *m, void **where[NBUF], size_t bytes[NBUF])
 {
     size_t S = (size_t)mc->slots, N = mc->nmax, R = mc->rmax, E = (size_t)mc->E, K = (size_t)mc->K, X = mc->rx;
@@ -131,6 +141,12 @@ static void buffers(mt_moe_ctx *mc, const mt_gpt *m, void **where[NBUF], size_t 
     BUF(dprobs, N * K * f);
     BUF(dglog, gate * N * f);
     BUF(xg, (m->sp ? N * C : 0) * a);
+    size_t dg = (size_t)drop_gathered(m);
+    BUF(fidx, dg * N * K * i4);
+    BUF(frow, dg * N * K * i4);
+    BUF(fsrc, dg * N * K * i4);
+    BUF(fcounts, dg * E * i4);
+    BUF(fprobs, dg * N * K * f);
 #undef BUF
     (void)i;
 }
@@ -197,6 +213,7 @@ mt_moe_ctx *mt_moe_ctx_new(mt_gpt *m, size_t ntok, int max_batch, int slots, int
     mc->lb = mt_xcalloc((size_t)(nl > 0 ? nl : 1), sizeof *mc->lb);
     mc->z = mt_xcalloc((size_t)(nl > 0 ? nl : 1), sizeof *mc->z);
     mc->tok = mt_xcalloc((size_t)(nl > 0 ? nl : 1) * (size_t)mc->E, sizeof *mc->tok);
+    if (drop_gathered(m)) mc->h_sel = mt_xcalloc(2 * mc->nmax * (size_t)mc->K, sizeof *mc->h_sel);
     return mc;
 }
 
@@ -217,6 +234,7 @@ void mt_moe_ctx_free(mt_moe_ctx *mc)
     free(mc->lb);
     free(mc->z);
     free(mc->tok);
+    free(mc->h_sel);
     free(mc);
 }
 
@@ -379,6 +397,36 @@ static int experts_ep_bwd(mt_moe_ctx *mc, int s, int l, mtk_grad_mode gm, mt_err
     return rc_ ? mt_err_prefix(e, "MoE layer %d, expert-parallel exchange", l) : 0;
 }
 
+/* drop_gathered: mc->fidx [Nr][K] = this group's choices idx [Nr][K] (of its Nr rows, probs their weights)
+ * with -1 for those the capacity drops, as the micro-batch's choices, gathered over the tensor ranks (each
+ * rank's from its sequence shard), are dropped with the experts split over tp (a capacity in each shard of
+ * the positions). */
+static int drop_over_group(mt_moe_ctx *mc, const int32_t *idx, const float *probs, size_t N, int T, int l, mt_err *e)
+{
+    mt_gpt *m = mc->m;
+    mtk *k = m->k;
+    size_t K = (size_t)mc->K, Nt = (size_t)mt_tp_tokens(m, (int)N), Nr = group_rows(m, N), NK = Nr * K;
+    size_t own = (size_t)(m->tp_rank % m->etp) * Nt * K, first = mt_tp_first(m, (int)N) * K;
+    size_t P = (size_t)m->tp_size, *cb = mt_xmalloc(2 * P * sizeof *cb), *cf = cb + P;
+    for (size_t p = 0; p < P; p++) cb[p] = Nt * K * sizeof(int32_t), cf[p] = Nt * K;
+    mtk_copy(k, mc->fidx + first, idx + own, Nt * K * sizeof(int32_t));
+    mtk_copy(k, mc->fprobs + first, probs + own, Nt * K * sizeof(float));
+    int rc = mt_all_gather(m->tp, mc->fidx, cb, MT_C_BYTE, e) || mt_all_gather(m->tp, mc->fprobs, cf, MT_C_F32, e);
+    free(cb);
+    if (rc) return mt_err_prefix(e, "MoE layer %d: the choices for token dropping", l);
+    int S = shards(m);
+    mtk_moe_dispatch(k, mc->fcounts, mc->frow, mc->fsrc, mc->fidx, mc->fprobs, (int)N, (int)K, mc->E,
+                     capacity(&m->c, N / (size_t)S), m->c.moe_drop_position, 0, T, S);
+    int32_t *hi = mc->h_sel, *hr = hi + NK;
+    mtk_to_host(k, hi, idx, NK * sizeof(int32_t));
+    mtk_to_host(k, hr, mc->frow + (size_t)(m->tp_rank / m->etp) * NK, NK * sizeof(int32_t));
+    if (mtk_status(k, e)) return mt_err_prefix(e, "MoE layer %d: token dropping", l);
+    for (size_t i = 0; i < NK; i++)
+        if (hr[i] < 0) hi[i] = -1;
+    mtk_to_device(k, mc->fidx, hi, NK * sizeof(int32_t));
+    return mtk_status(k, e) ? mt_err_prefix(e, "MoE layer %d: token dropping", l) : 0;
+}
+
 int mt_moe_forward(mt_moe_ctx *mc, int s, int li, int l, const void *x, void *out, int B, int T, int training,
                    mt_err *e)
 {
@@ -445,10 +493,16 @@ int mt_moe_forward(mt_moe_ctx *mc, int s, int li, int l, const void *x, void *ou
 
     /* the choices by expert, and their counts on the host for the grouped products (with an expert tensor size below
      * tp the rows routed here are read as whole sequences where they are, else as one run: the order of the tokens
-     * matters only to token dropping, which config/train_args.c refuses then) */
+     * matters only to token dropping, which is then the micro-batch's, drop_over_group's) */
     int S = shards(m), seq = Nr % (size_t)T ? (int)Nr : T;
-    mtk_moe_dispatch(k, counts, row, src, idx, probs, (int)Nr, (int)K, (int)E, capacity(c, Nr / (size_t)S),
-                     c->moe_drop_position, c->moe_pad_to_capacity, seq, S);
+    if (drop_gathered(m)) {
+        if (drop_over_group(mc, idx, probs, N, T, l, e)) return -1;
+        /* each expert keeps at most its capacity in each of the S shards: no more drops (padded to all of them) */
+        mtk_moe_dispatch(k, counts, row, src, mc->fidx, probs, (int)Nr, (int)K, (int)E, capacity(c, N / (size_t)S) * S,
+                         c->moe_drop_position, c->moe_pad_to_capacity, seq, 1);
+    } else
+        mtk_moe_dispatch(k, counts, row, src, idx, probs, (int)Nr, (int)K, (int)E, capacity(c, Nr / (size_t)S),
+                         c->moe_drop_position, c->moe_pad_to_capacity, seq, S);
     mtk_to_host(k, hc, counts, E * sizeof(int32_t));
     if (mtk_status(k, e)) return mt_err_prefix(e, "MoE layer %d dispatch", l);
     size_t R = 0;

@@ -600,6 +600,10 @@ double mt_trainer_tp_volume(const mt_trainer *t)
                 ((t->cfg.moe_aux_type != MT_MOE_AUX_NONE && t->cfg.moe_aux_coeff > 0) || t->cfg.moe_z_coeff > 0);
     micro += moe * ((t->experts_grouped ? 0 : t->cfg.moe_topk) + gate) * N * sizeof(float) * ring;
     micro += stats * (moe + moe_rc) * (2.0 * t->cfg.num_experts + 1) * sizeof(float) * ring;
+    /* token dropping with the experts in groups below tp: every forward gathers the micro-batch's choices (an
+     * index and a weight each) over the tensor ranks, half a ring all-reduce */
+    int drops = t->experts_grouped && t->cfg.moe_capacity_factor > 0;
+    micro += drops * (moe + moe_rc) * (double)t->cfg.moe_topk * N * (sizeof(int32_t) + sizeof(float)) * ring / 2;
     /* ... and without a shared expert such a layer exchanges no activations: not its input's gathers (forward,
      * recomputed forward, and again for the backward) nor its output's and input gradient's sums */
     if (t->experts_whole && !(t->cfg.moe_shared_ffn > 0)) micro -= (2.5 * moe + moe_rc) * N * C * a * ring;

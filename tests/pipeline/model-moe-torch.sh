@@ -19,7 +19,9 @@
 #     its gate and experts of --moe-ffn-hidden-size 32; capacity 1.0 on 2 tensor ranks with
 #     --sequence-parallel, where Megatron routes each rank's shard of the positions (16 of the 32, of both
 #     sequences) on its own, with a capacity of ceil(2 x 16 x 2 / 4) = 16 per shard and expert (the
-#     reference does the same per shard; the one-rank capacity of 32 over whole sequences gives other losses).
+#     reference does the same per shard; the one-rank capacity of 32 over whole sequences gives other losses);
+#     the same with --expert-tensor-parallel-size 1, each tensor rank routing a whole sequence and its experts
+#     whole, the capacity still each shard's of the positions.
 #   - the checkpoint holds exactly the tensors of the variant (router, experts, shared expert and gate by
 #     Megatron's names, the dense MLP in dense layers).
 #   - no routing decision is a near tie: the smallest gap between a token's K-th and (K+1)-th score and, with
@@ -69,6 +71,8 @@ variants=(
  |\"shared_size\": 48, \"shared_gate\": true"
 "capacity 1.0, TP 2 + SP|--moe-expert-capacity-factor 1.0|\"capacity_factor\": 1.0, \"shards\": 2, \"must_drop\": true
  |2:--tensor-model-parallel-size 2 --sequence-parallel"
+"capacity 1.0, TP 2 + SP, etp 1|--moe-expert-capacity-factor 1.0|\"capacity_factor\": 1.0, \"shards\": 2, \"must_drop\": true
+ |2:--tensor-model-parallel-size 2 --sequence-parallel --expert-tensor-parallel-size 1"
 )
 i=0
 for v in "${variants[@]}"; do

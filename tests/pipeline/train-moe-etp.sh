@@ -39,8 +39,12 @@
 #     to TP 4 x etp 2 without EP; --to megatron writes each rank file's expert slices, and --from megatron
 #     reads them back (every pair, or the held ones) as mt's own resharding, byte for byte; and
 #     with the distributed optimizer name the expert shard in the other group's directory;
+#   - token dropping (capacity 1.0; a capacity in each tensor rank's shard of the positions): TP 2 x etp 1, TP 2 x
+#     EP 2 x etp 1, TP 4 x etp 2, TP 4 x EP 2 x etp 2 (position policy, padded) and TP 4 x CP 2 x EP 2 x etp 2 give
+#     the losses of the same layout with etp = tp, not the dropless ones; the tensor-parallel bytes and the dry
+#     run's memory line are the run's;
 #   - refused in one line before any step: etp 1 without --sequence-parallel, an etp that does not divide tp,
-#     etp x ep not dividing the ranks of a stage (at startup and in the dry run), token dropping with it, and
+#     etp x ep not dividing the ranks of a stage (at startup and in the dry run), and
 #     seq_aux_loss with a micro-batch that does not split into whole sequences over the expert-tensor groups.
 # shellcheck disable=SC2086   # the flag lists ($base, $tp, $etp1, $extra) split into words
 . "$(dirname "$0")/../lib.sh"
@@ -294,6 +298,41 @@ then t_pass "... each Megatron rank file's experts the whole ones' slices ($(cat
 else t_fail "... each Megatron rank file's experts the whole ones' slices" "$(tail -3 "$d/meg4.out")"; fi
 dist_resume tp4-etp2-dist "$d/ck4d" mp_rank_02 4 $base4 $etp2
 
+# ---- token dropping (--moe-expert-capacity-factor 1.0) with an expert tensor size below tp: a capacity holds in each
+# tensor rank's shard of the positions (Megatron's, whatever the expert tensor size), while an expert-tensor group
+# routes whole sequences: the micro-batch's choices are gathered over the tensor ranks and dropped as with the
+# experts split over tp. TP 2 x etp 1, TP 2 x EP 2 x etp 1, TP 4 x etp 2, TP 4 x EP 2 x etp 2 (the position policy,
+# padded to the capacity) and TP 4 x CP 2 x EP 2 x etp 2 give the losses of the same layout with etp = tp to 1e-5
+# (measured 1.2e-7), which differ from the dropless ones; a tensor rank sends the ring volume with the gathers,
+# and the dry run's memory line is the run's ----
+cap="--moe-expert-capacity-factor 1.0"
+pad="--moe-token-drop-policy position --moe-pad-expert-input-to-capacity"
+for v in "cap-tp2:2:$base:$tp $cap" "cap-tp4:4:$base4:$tp4 $cap" "cap-tp4-pad:4:$base4:$tp4 $cap $pad" \
+         "cap-tp4-cp2:8:$base4:$tp4 $cap --context-parallel-size 2"; do
+    name=${v%%:*} rest=${v#*:} n=${rest%%:*} rest=${rest#*:} b=${rest%%:*} extra=${rest#*:}
+    mt-train -n "$n" $b $extra --metrics-file "$d/$name.jsonl" >/dev/null 2>"$d/$name.err" || t_fail "$name" "$(tail -3 "$d/$name.err")"
+done
+for v in "cap-tp2-etp1:2:cap-tp2:$base:$etp1 $cap" "cap-tp2-ep2-etp1:4:cap-tp2:$base:$etp1 $cap --expert-model-parallel-size 2" \
+         "cap-tp4-etp2:4:cap-tp4:$base4:$etp2 $cap" "cap-tp4-ep2-etp2-pad:4:cap-tp4-pad:$base4:$etp2 $cap $pad --expert-model-parallel-size 2" \
+         "cap-tp4-cp2-ep2-etp2:8:cap-tp4-cp2:$base4:$etp2 $cap --context-parallel-size 2 --expert-model-parallel-size 2"; do
+    name=${v%%:*} rest=${v#*:} n=${rest%%:*} rest=${rest#*:} ref=${rest%%:*} rest=${rest#*:} b=${rest%%:*} extra=${rest#*:}
+    if mt-train -n "$n" $b $extra --metrics-file "$d/$name.jsonl" >"$d/$name.log" 2>"$d/$name.err"; then
+        t_moe_check "$name: the capacity's losses with etp = tp ($ref)" "$d/$name.jsonl" 1e-5 1 "$d/$ref.jsonl"
+    else t_fail "$name" "$(tail -3 "$d/$name.err")"; fi
+done
+if ! /usr/bin/python3 - "$d/cap-tp2-etp1.jsonl" "$d/tp2-etp1.jsonl" <<'PYEOF' >"$d/cap.out" 2>&1
+import json, sys
+a, b = ([r["lm_loss"] for r in map(json.loads, open(p)) if r["type"] == "train"] for p in sys.argv[1:])
+assert len(a) == len(b) == 10 and max(abs(x - y) for x, y in zip(a, b)) > 1e-4, (a, b)
+PYEOF
+then t_fail "cap-tp2-etp1: tokens dropped" "the dropless losses: $(tail -1 "$d/cap.out")"
+else t_pass "cap-tp2-etp1: other losses than dropless (tokens dropped)"; fi
+t_grep "cap-tp2-etp1: tensor-parallel bytes sent = the ring volume, the choices' gathers included" \
+    'tensor-parallel communication per iteration \| bytes sent: ([0-9]+) \| ring volume of the activations and statistics: \1$' "$d/cap-tp2-etp1.log"
+mt-train $base4 $etp2 $cap $pad --expert-model-parallel-size 2 --dry-run --world-size 4 >"$d/plan-cap.out" 2>&1 ||
+    t_fail "token dropping, etp 2: dry run" "$(tail -2 "$d/plan-cap.out")"
+t_plan_as_run "token dropping, etp 2: dry run" "$d/plan-cap.out" "$d/cap-tp4-ep2-etp2-pad.log"
+
 # ---- refused in one line, before any step ----
 refused() {   # NAME PATTERN N FLAGS...: mt-train -n N (0: without -n) with FLAGS fails with one line matching PATTERN
     local name=$1 pat=$2 n=$3   # (the same line from every rank), and no iteration
@@ -321,8 +360,6 @@ refused "etp 1 x ep 4 on a stage of 6 ranks (at startup)" \
 refused "... and in the dry run" \
     'expert-tensor-parallel-size \(1\) x --expert-model-parallel-size \(4\) does not divide the ranks of a pipeline stage 6' 0 \
     $etp1 --expert-model-parallel-size 4 --global-batch-size 12 --dry-run --world-size 6
-refused "etp 1 with token dropping" 'moe-expert-capacity-factor with --expert-tensor-parallel-size 1.*dropless routing only' 2 \
-    $etp1 --moe-expert-capacity-factor 1.0
 refused "etp 1 with seq_aux_loss and a micro-batch of 1 sequence on 2 tensor ranks" \
     'seq_aux_loss with --expert-tensor-parallel-size 1 needs --micro-batch-size \(1\) divisible by --tensor-model-parallel-size / --expert-tensor-parallel-size \(2\)' 2 \
     ${base//--micro-batch-size 2/--micro-batch-size 1} $etp1 --moe-router-load-balancing-type seq_aux_loss
