@@ -571,46 +571,69 @@ int mt_trainer_step(mt_trainer *t, mt_step_result *r, mt_err *e)
     return 0;
 }
 
+/* The bytes this rank sends in mt's ring exchanges over the tensor group (comm_mpi.c), n elements of es bytes
+ * in the chunks of mt_comm_even_counts: a reduce-scatter sends every chunk but the rank's own, an all-gather
+ * every chunk but the next rank's, an all-reduce both. */
+static double chunk(const mt_trainer *t, double n, int i)
+{
+    size_t w = (size_t)n, P = (size_t)t->tp_size, q = (size_t)(i % t->tp_size);
+    return (double)(w / P + (q < w % P));
+}
+static double ring_all_reduce(const mt_trainer *t, double n, double es)
+{
+    return es * (2 * n - chunk(t, n, t->tp_rank) - chunk(t, n, t->tp_rank + 1));
+}
+static double ring_all_gather(const mt_trainer *t, double n, double es)
+{
+    return es * (n - chunk(t, n, t->tp_rank + 1));
+}
+
 double mt_trainer_tp_volume(const mt_trainer *t)
 {
     int n = t->tp_size;
     if (n <= 1) return 0;
-    double ring = 2.0 * (n - 1) / n, N = (double)t->a.micro_batch_size * (t->a.seq_length / t->cp_size);
-    double C = t->cfg.hidden_size, a = (double)mtk_act_size(t->k);
+    double N = (double)t->a.micro_batch_size * (t->a.seq_length / t->cp_size);
+    double C = t->cfg.hidden_size, a = (double)mtk_act_size(t->k), f = sizeof(float);
+    /* an activation's exchange, a sum over the ranks: with sequence parallelism a gather and a reduce-scatter of
+     * each rank's rows, else an all-reduce; and a gather alone */
+    int sp = t->cfg.sequence_parallel;
+    double act = sp ? C * ring_all_reduce(t, N, a) : ring_all_reduce(t, N * C, a), gather = C * ring_all_gather(t, N, a);
     /* this rank's stage: its layers, those recomputed (their forward exchanges run again in the backward
-     * pass), the embedding on the first, the logits and the cross-entropy on the last */
+     * pass), the embedding on the first, the logits and the cross-entropy (its rows' maximum, then their
+     * sums of exponentials and target logits) on the last */
     int L = t->cfg.num_layers / t->pp_size, R = mt_gpt_recomputed_layers(t->model);
     int first = t->pp_rank == 0, last = t->pp_rank == t->pp_size - 1;
-    double micro = (4 * L + 2 * R + first + last) * N * C * a * ring + (last ? 3 * N * sizeof(float) * ring : 0);
+    double micro = (4 * L + 2 * R + first + last) * act + last * (ring_all_reduce(t, N, f) + ring_all_reduce(t, 2 * N, f));
     /* with sequence parallelism the backward pass gathers every LayerNorm output again (two a layer, the
-     * final one on the last stage) for the weight gradients: an all-gather, half a ring all-reduce, each */
-    if (t->cfg.sequence_parallel) micro += (2 * L + last) * N * C * a * ring / 2;
+     * final one on the last stage) for the weight gradients */
+    if (sp) micro += (2 * L + last) * gather;
     /* an MoE layer's backward pass sums the gradients of its routing weights (and of its shared expert's
      * gate) over the ranks: each rank's experts give a partial sum of the output they weigh. With the experts
      * whole the routing weights' are each rank's own; the router's statistics are summed over the ranks
      * instead (in each forward pass, recomputed ones too; the tensor group without context parallelism), and
      * its weight's gradient once per step */
     const mt_layout *lay = mt_gpt_layout(t->model);
-    int moe = 0, moe_rc = 0, gate = t->cfg.moe_shared_gate && t->cfg.moe_shared_ffn > 0;
+    int moe = 0, moe_rc = 0, gate = t->cfg.moe_shared_gate && t->cfg.moe_shared_ffn > 0, E = t->cfg.num_experts;
     for (int li = 0; li < lay->num_layers; li++) {
         int is = mt_arch_is_moe(&lay->arch, mt_layout_global_layer(lay, li));
         moe += is, moe_rc += is && li < R;
     }
     int stats = t->experts_grouped && t->cp_size == 1 &&
                 ((t->cfg.moe_aux_type != MT_MOE_AUX_NONE && t->cfg.moe_aux_coeff > 0) || t->cfg.moe_z_coeff > 0);
-    micro += moe * ((t->experts_grouped ? 0 : t->cfg.moe_topk) + gate) * N * sizeof(float) * ring;
-    micro += stats * (moe + moe_rc) * (2.0 * t->cfg.num_experts + 1) * sizeof(float) * ring;
-    /* token dropping with the experts in groups below tp: every forward gathers the micro-batch's choices (an
-     * index and a weight each) over the tensor ranks, half a ring all-reduce */
+    double K = t->cfg.moe_topk;
+    micro += moe * ((t->experts_grouped ? 0 : ring_all_reduce(t, N * K, f)) + gate * ring_all_reduce(t, N, f));
+    micro += stats * (moe + moe_rc) * ring_all_reduce(t, 2.0 * E + 1, f);
+    /* token dropping with the experts in groups below tp: every forward gathers each rank's rows' choices (an
+     * index and a weight each) over the tensor ranks */
     int drops = t->experts_grouped && t->cfg.moe_capacity_factor > 0;
-    micro += drops * (moe + moe_rc) * (double)t->cfg.moe_topk * N * (sizeof(int32_t) + sizeof(float)) * ring / 2;
+    micro += drops * (moe + moe_rc) * K * ring_all_gather(t, N, sizeof(int32_t) + sizeof(float));
     /* ... and without a shared expert such a layer exchanges no activations: not its input's gathers (forward,
      * recomputed forward, and again for the backward) nor its output's and input gradient's sums */
-    if (t->experts_whole && !(t->cfg.moe_shared_ffn > 0)) micro -= (2.5 * moe + moe_rc) * N * C * a * ring;
-    double step = t->num_micro * micro + sizeof(double) * ring;
-    if (t->experts_grouped) step += moe * (double)t->cfg.num_experts * C * sizeof(float) * ring;
+    if (t->experts_whole && !(t->cfg.moe_shared_ffn > 0)) micro -= (2 * moe + moe_rc) * act + moe * gather;
+    double step = t->num_micro * micro + ring_all_reduce(t, 1, sizeof(double));
+    if (t->experts_grouped) step += moe * ring_all_reduce(t, (double)E * C, f);
     int nv = t->cfg.norm == MT_NORM_LAYERNORM ? 2 : 1;   /* vectors of a norm: weight (and bias) */
-    if (t->cfg.sequence_parallel) step += nv * (2 * L + last) * C * sizeof(float) * ring;   /* the norms' gradients */
+    if (sp) step += nv * (2 * L + last) * ring_all_reduce(t, C, f);   /* the norms' gradients */
     return step;
 }
 

@@ -164,14 +164,15 @@ typedef struct mt_step_result {
 int mt_trainer_step(mt_trainer *t, mt_step_result *r, mt_err *e);
 
 /* The bytes a rank must send to its tensor-parallel group in one step, by ring collectives of the
- * volumes the model exchanges (tensor_parallel.h), 2(t-1)/t of the bytes each: per micro-batch of N
+ * volumes the model exchanges (tensor_parallel.h), about 2(t-1)/t of the bytes each (exactly this rank's
+ * share of mt's ring, whose chunks of an array split unevenly over t ranks differ by one): per micro-batch of N
  * tokens, 4L + 2R (+1 on the first stage, +1 on the last) all-reduces of N x hidden activations (L the
  * stage's layers, R those recomputed: two per layer forward and backward, two more per recomputed
  * forward, the embedding's, the logits' input gradient; with sequence parallelism each is an all-gather
  * and a reduce-scatter of the same total, plus an all-gather in the backward pass of each LayerNorm output
  * the products' weight gradients need, 2L + 1 on the last stage) and, on the last stage, the
- * cross-entropy's row statistics (3 N floats); per step the grad norm (a double) and, with sequence parallelism, the norms' gradients. 0 with
- * one tensor rank. */
+ * cross-entropy's row statistics (3 N floats); per step the grad norm (a double) and, with sequence
+ * parallelism, the norms' gradients; the MoE layers' exchanges (trainer.c). 0 with one tensor rank. */
 double mt_trainer_tp_volume(const mt_trainer *t);
 
 /* The bytes a rank must send to the other stages in one step: per micro-batch (and model chunk) its output

@@ -33,7 +33,8 @@
 #     rank's rows whole sequences);
 #   - an expert tensor size between 1 and tp (tp 4, etp 2, with 4 query groups): TP 4, TP 4 x EP 2, with the
 #     distributed optimizer, DP 2 x TP 4 x EP 2 with the overlapped buckets, TP 4 x CP 2 x EP 2 and TP 4 x PP 2
-#     x EP 2 give the one-rank losses, and with seq_aux_loss TP 4 x EP 2 and TP 4 x CP 2 x EP 2; the dry run's
+#     x EP 2 give the one-rank losses, and with seq_aux_loss TP 4 x EP 2 and TP 4 x CP 2 x EP 2; a tensor rank
+#     sends exactly its share of mt's ring (uneven chunks of small arrays over 4 ranks); the dry run's
 #     parameters, memory line and all-to-all bytes are the run's;
 #     its checkpoints hold each tensor rank's pair, resume bit for bit, on one rank, on etp 1 x EP 4 and resharded
 #     to TP 4 x etp 2 without EP; --to megatron writes each rank file's expert slices, and --from megatron
@@ -208,6 +209,12 @@ for v in "tp4-etp2:4:" "tp4-ep2-etp2:4:--expert-model-parallel-size 2" "tp4-etp2
     name=${v%%:*} rest=${v#*:} n=${rest%%:*} extra=${rest#*:}
     t_moe_layout "$name" "$name" "$n" "$d/ref4.jsonl" $base4 $etp2 $extra
 done
+# the bytes a tensor rank sends on 4 tensor ranks: exactly its share of mt's ring, whose chunks of the router's
+# statistics (2 x 4 + 1 floats) and of the grad norm (a double) are uneven
+for name in tp4-etp2 tp4-ep2-etp2 tp4-cp2-ep2-etp2 tp4-pp2-ep2-etp2; do
+    t_grep "$name: tensor-parallel bytes sent = the ring volume of what the model exchanges" \
+        'tensor-parallel communication per iteration \| bytes sent: ([0-9]+) \| ring volume of the activations and statistics: \1$' "$d/$name.log"
+done
 # seq_aux_loss: each expert-tensor group's rows whole sequences, placed by its first rank (measured 6.3e-8)
 mt-train $base4 $seqaux --metrics-file "$d/seq-ref4.jsonl" >/dev/null 2>"$d/seq-ref4.err" ||
     t_fail "seq_aux_loss on one rank, 4 query groups" "$(tail -3 "$d/seq-ref4.err")"
@@ -327,8 +334,10 @@ assert len(a) == len(b) == 10 and max(abs(x - y) for x, y in zip(a, b)) > 1e-4, 
 PYEOF
 then t_fail "cap-tp2-etp1: tokens dropped" "the dropless losses: $(tail -1 "$d/cap.out")"
 else t_pass "cap-tp2-etp1: other losses than dropless (tokens dropped)"; fi
-t_grep "cap-tp2-etp1: tensor-parallel bytes sent = the ring volume, the choices' gathers included" \
-    'tensor-parallel communication per iteration \| bytes sent: ([0-9]+) \| ring volume of the activations and statistics: \1$' "$d/cap-tp2-etp1.log"
+for name in cap-tp2-etp1 cap-tp4-etp2; do
+    t_grep "$name: tensor-parallel bytes sent = the ring volume, the choices' gathers included" \
+        'tensor-parallel communication per iteration \| bytes sent: ([0-9]+) \| ring volume of the activations and statistics: \1$' "$d/$name.log"
+done
 mt-train $base4 $etp2 $cap $pad --expert-model-parallel-size 2 --dry-run --world-size 4 >"$d/plan-cap.out" 2>&1 ||
     t_fail "token dropping, etp 2: dry run" "$(tail -2 "$d/plan-cap.out")"
 t_plan_as_run "token dropping, etp 2: dry run" "$d/plan-cap.out" "$d/cap-tp4-ep2-etp2-pad.log"
