@@ -572,8 +572,6 @@ static int parse(mt_train_args *out, int argc, char **argv, mt_err *e)
                                            "--fp8-recipe", NULL};
     for (int i = 0; fp8_only[i]; i++)
         if (given(seen, fp8_only[i]) && !a->fp8_format) return mt_err_set(e, "%s applies with --fp8-format only", fp8_only[i]);
-    if (a->fp8_format && a->num_experts)
-        return mt_err_set(e, "--fp8-format with --num-experts: FP8 for the MoE layers is not implemented");
     static const char *const dyn[] = {"--initial-loss-scale", "--min-loss-scale", "--loss-scale-window", "--hysteresis", NULL};
     for (int i = 0; dyn[i]; i++)
         if (given(seen, dyn[i]) && !a->fp16) return mt_err_set(e, "%s applies to the dynamic loss scaler of --fp16 only", dyn[i]);

@@ -10,8 +10,9 @@
 #include "util/err.h"
 
 /* One model chunk's tensors (all of the stage's without the interleaved schedule): its layers' forward
- * tensors 8 per layer, gradients 4 per layer. */
+ * tensors (8 a layer, 4 El more in an MoE layer) and gradients (4, and 2 El). */
 typedef struct fp8_chunk {
+    int sf, sb;              /* its forward tensors and gradients */
     float *scale_f, *hist_f; /* device [sf], [len][sf] */
     float *scale_b, *hist_b; /* device [sb], [len][sb] */
     float *wscale;           /* device [sf]: the scales at the iteration's first training pass (the weights'
@@ -21,7 +22,8 @@ typedef struct fp8_chunk {
 
 struct mt_fp8_state {
     mt_fp8_recipe r;
-    int nl, vp, cl, sf, sb;  /* the stage's layers, its chunks, layers per chunk, a chunk's 8 cl and 4 cl */
+    int nl, vp, cl, El;      /* the stage's layers, its chunks, layers per chunk, the rank's experts of an MoE layer */
+    int *of, *ob;            /* [nl + 1]: local layer li's first forward tensor and gradient in the stage's order */
     fp8_chunk *c;            /* [vp] */
     void *wq;                /* one product's quantized weight, activation dtype */
     mt_comm *dp;             /* not owned */
@@ -36,6 +38,7 @@ void mt_fp8_free(mtk *k, mt_fp8_state *s)
             if (f[i]) mtk_free(k, f[i]);
     }
     free(s->c);
+    free(s->of);
     if (s->wq) mtk_free(k, s->wq);
     free(s);
 }
@@ -74,7 +77,6 @@ int mt_gpt_set_fp8(mt_gpt *m, const mt_fp8_recipe *r, mt_comm *dp, mt_err *e)
     int C = c->hidden_size, Cl = C / m->tp_size;
     if (m->fp8) return mt_err_set(e, "FP8: set twice");
     if (m->ctx_bytes) return mt_err_set(e, "FP8: set after the model's contexts were made");
-    if (c->num_experts > 0) return mt_err_set(e, "--fp8-format: not implemented for MoE layers (--num-experts)");
     if (m->ffn < Cl)
         return mt_err_set(e, "--fp8-format: an ffn (%d per tensor rank) narrower than the hidden size (%d per rank) is not supported",
                           m->ffn, Cl);
@@ -85,16 +87,31 @@ int mt_gpt_set_fp8(mt_gpt *m, const mt_fp8_recipe *r, mt_comm *dp, mt_err *e)
     s->nl = m->nl;
     s->vp = m->vp > 1 ? m->vp : 1;
     s->cl = m->nl / s->vp;
-    s->sf = 8 * s->cl;
-    s->sb = 4 * s->cl;
+    s->El = c->num_experts > 0 ? c->num_experts / (m->ep_size > 1 ? m->ep_size : 1) : 0;
+    s->of = mt_xcalloc(2 * ((size_t)m->nl + 1), sizeof *s->of);
+    s->ob = s->of + m->nl + 1;
+    for (int li = 0; li < m->nl; li++) {
+        int moe = mt_arch_is_moe(&m->layout.arch, mt_layout_global_layer(&m->layout, li));
+        s->of[li + 1] = s->of[li] + 8 + (moe ? 4 * s->El : 0);
+        s->ob[li + 1] = s->ob[li] + 4 + (moe ? 2 * s->El : 0);
+    }
     s->dp = dp && dp->size > 1 ? dp : NULL;
     s->c = mt_xcalloc((size_t)s->vp, sizeof *s->c);
+    /* the largest weight quantized at once: a dense product's, or an MoE layer's El experts' of a product (or its
+     * shared expert's) */
+    int glu = c->mlp == MT_MLP_SWIGLU ? 2 : 1, F = c->num_experts > 0 ? c->moe_ffn_hidden_size / m->etp : 0;
+    size_t Fs = (size_t)(c->moe_shared_ffn / m->tp_size), El = (size_t)s->El;
     size_t wn = (size_t)C * (size_t)m->qkvw;
-    size_t more[] = {(size_t)Cl * C, (size_t)C * (size_t)m->fcw, (size_t)m->ffn * C};
-    for (size_t i = 0; i < 3; i++) wn = more[i] > wn ? more[i] : wn;
+    size_t more[] = {(size_t)Cl * C, (size_t)C * (size_t)m->fcw, (size_t)m->ffn * C, El * (size_t)(glu * F) * C,
+                     El * (size_t)F * C, (size_t)glu * Fs * C};
+    for (size_t i = 0; i < sizeof more / sizeof *more; i++) wn = more[i] > wn ? more[i] : wn;
     mtk *k = m->k;
     int failed = !(s->wq = mtk_alloc(k, wn * m->asz, e));
-    for (int ch = 0; ch < s->vp && !failed; ch++) failed = chunk_alloc(k, &s->c[ch], s->sf, s->sb, (size_t)r->history_len, e);
+    for (int ch = 0; ch < s->vp && !failed; ch++) {
+        fp8_chunk *cc = &s->c[ch];
+        cc->sf = s->of[(ch + 1) * s->cl] - s->of[ch * s->cl], cc->sb = s->ob[(ch + 1) * s->cl] - s->ob[ch * s->cl];
+        failed = chunk_alloc(k, cc, cc->sf, cc->sb, (size_t)r->history_len, e);
+    }
     if (failed) {
         mt_fp8_free(k, s);
         return mt_err_prefix(e, "FP8 state");
@@ -108,8 +125,10 @@ size_t mt_gpt_fp8_state_numel(const mt_gpt *m)
     const mt_fp8_state *s = m->fp8;
     if (!s) return 0;
     size_t L1 = (size_t)s->r.history_len + 1;
-    return L1 * 12 * (size_t)s->nl;
+    return L1 * (size_t)(s->of[s->nl] + s->ob[s->nl]);
 }
+
+int mt_gpt_fp8_local_experts(const mt_gpt *m) { return m->fp8 ? m->fp8->El : 0; }
 
 void mt_gpt_fp8_layers(const mt_gpt *m, int *first, int *n)
 {
@@ -117,20 +136,22 @@ void mt_gpt_fp8_layers(const mt_gpt *m, int *first, int *n)
     *n = m->nl;
 }
 
-/* Between the stage-wide host order (scale_f [8 nl], hist_f [L][8 nl], scale_b [4 nl], hist_b [L][4 nl])
- * and the chunks' device arrays: to_host 1 gets, 0 sets. */
+/* Between the stage-wide host order (scale_f [SF], hist_f [L][SF], scale_b [SB], hist_b [L][SB], SF and SB
+ * the stage's forward tensors and gradients, layer by layer) and the chunks' device arrays: to_host 1 gets,
+ * 0 sets. */
 static void transfer(mt_gpt *m, float *host, int to_host)
 {
     mt_fp8_state *s = m->fp8;
-    size_t L = (size_t)s->r.history_len, nl = (size_t)s->nl;
-    size_t off[4] = {0, 8 * nl, (L + 1) * 8 * nl, (L + 1) * 8 * nl + 4 * nl};
+    size_t L = (size_t)s->r.history_len, SF = (size_t)s->of[s->nl], SB = (size_t)s->ob[s->nl];
+    size_t off[4] = {0, SF, (L + 1) * SF, (L + 1) * SF + SB}, width[4] = {SF, SF, SB, SB};
     for (int ch = 0; ch < s->vp; ch++) {
         fp8_chunk *c = &s->c[ch];
         float *dev[4] = {c->scale_f, c->hist_f, c->scale_b, c->hist_b};
         for (int a = 0; a < 4; a++) {
-            size_t w = a < 2 ? 8 : 4, rows = a % 2 ? L : 1, cw = w * (size_t)s->cl;   /* a chunk's row */
+            const int *o = a < 2 ? s->of : s->ob;
+            size_t rows = a % 2 ? L : 1, cw = (size_t)(a < 2 ? c->sf : c->sb), c0 = (size_t)o[ch * s->cl];   /* a chunk's row */
             for (size_t r = 0; r < rows; r++) {
-                float *h = host + off[a] + r * w * nl + (size_t)ch * cw, *d = dev[a] + r * cw;
+                float *h = host + off[a] + r * width[a] + c0, *d = dev[a] + r * cw;
                 if (to_host) mtk_to_host(m->k, h, d, cw * sizeof(float));
                 else mtk_to_device(m->k, d, h, cw * sizeof(float));
             }
@@ -154,7 +175,9 @@ void mt_gpt_fp8_state_set(mt_gpt *m, const float *host)
 float *mt_fp8_ctx_scales(mt_gpt *m, mt_err *e)
 {
     if (!m->fp8) return NULL;
-    return mtk_alloc(m->k, (size_t)(m->fp8->sf > 0 ? m->fp8->sf : 1) * sizeof(float), e);
+    int sf = 1;
+    for (int ch = 0; ch < m->fp8->vp; ch++) sf = m->fp8->c[ch].sf > sf ? m->fp8->c[ch].sf : sf;
+    return mtk_alloc(m->k, (size_t)sf * sizeof(float), e);
 }
 
 void mt_fp8_new_iteration(mt_gpt *m)
@@ -169,7 +192,7 @@ void mt_fp8_forward_begin(mt_gpt_ctx *x)
     mt_fp8_state *s = x->m->fp8;
     if (!s) return;
     fp8_chunk *c = chunk_of(x);
-    size_t b = (size_t)s->sf * sizeof(float);
+    size_t b = (size_t)c->sf * sizeof(float);
     if (x->training && c->new_iter) mtk_copy(x->m->k, c->wscale, c->scale_f, b);
     mtk_copy(x->m->k, x->fp8_scale, c->scale_f, b);
 }
@@ -190,8 +213,8 @@ int mt_fp8_forward_end(mt_gpt_ctx *x, mt_err *e)
     mt_fp8_state *s = m->fp8;
     if (!s || !x->training) return 0;
     fp8_chunk *c = chunk_of(x);
-    if (reduce_amax(m, c->hist_f, s->sf, e)) return -1;
-    mtk_fp8_scale_update(m->k, c->hist_f, c->scale_f, s->sf, s->r.history_len, s->r.fwd, s->r.algo, s->r.margin);
+    if (reduce_amax(m, c->hist_f, c->sf, e)) return -1;
+    mtk_fp8_scale_update(m->k, c->hist_f, c->scale_f, c->sf, s->r.history_len, s->r.fwd, s->r.algo, s->r.margin);
     c->new_iter = 0;
     return 0;
 }
@@ -202,8 +225,8 @@ int mt_fp8_backward_end(mt_gpt_ctx *x, mt_err *e)
     mt_fp8_state *s = m->fp8;
     if (!s) return 0;
     fp8_chunk *c = chunk_of(x);
-    if (reduce_amax(m, c->hist_b, s->sb, e)) return -1;
-    mtk_fp8_scale_update(m->k, c->hist_b, c->scale_b, s->sb, s->r.history_len, s->r.bwd, s->r.algo, s->r.margin);
+    if (reduce_amax(m, c->hist_b, c->sb, e)) return -1;
+    mtk_fp8_scale_update(m->k, c->hist_b, c->scale_b, c->sb, s->r.history_len, s->r.bwd, s->r.algo, s->r.margin);
     return 0;
 }
 
@@ -211,27 +234,60 @@ int mt_fp8_backward_end(mt_gpt_ctx *x, mt_err *e)
  * recomputation). */
 static int records(const mt_gpt_ctx *x) { return x->training && !x->fp8_replay; }
 
-void mt_fp8_input(mt_gpt_ctx *x, int li, int p, void *out, const void *in, size_t n)
+/* The chunk's forward tensor / gradient `slot` of local layer li (fwd: 2 p + 0 input, + 1 weight of product p;
+ * 8 + 4 e + 2 p + 0 / 1 of expert e's product p; grad: p, 4 + 2 e + p). */
+static int fwd_j(const mt_gpt_ctx *x, int li, int slot) { return x->m->fp8->of[li] - x->m->fp8->of[x->lc0] + slot; }
+static int bwd_j(const mt_gpt_ctx *x, int li, int slot) { return x->m->fp8->ob[li] - x->m->fp8->ob[x->lc0] + slot; }
+
+static void input_q(mt_gpt_ctx *x, int j, void *out, const void *in, size_t n)
 {
     mt_fp8_state *s = x->m->fp8;
-    int j = 8 * (li - x->lc0) + 2 * p;
     mtk_fp8_qdq(x->m->k, out, in, n, s->r.fwd, x->fp8_scale + j, records(x) ? chunk_of(x)->hist_f + j : NULL);
+}
+static void weight_q(mt_gpt_ctx *x, int j, void *out, const void *w, size_t n)
+{
+    mt_fp8_state *s = x->m->fp8;
+    fp8_chunk *c = chunk_of(x);
+    mtk_fp8_qdq(x->m->k, out, w, n, s->r.fwd, c->wscale + j, records(x) && c->new_iter ? c->hist_f + j : NULL);
+}
+static void grad_q(mt_gpt_ctx *x, int j, void *out, const void *in, size_t n)
+{
+    mt_fp8_state *s = x->m->fp8;
+    fp8_chunk *c = chunk_of(x);
+    mtk_fp8_qdq(x->m->k, out, in, n, s->r.bwd, c->scale_b + j, c->hist_b + j);
+}
+
+void mt_fp8_input(mt_gpt_ctx *x, int li, int p, void *out, const void *in, size_t n)
+{
+    input_q(x, fwd_j(x, li, 2 * p), out, in, n);
 }
 
 const void *mt_fp8_weight(mt_gpt_ctx *x, int li, int p, const void *w, size_t n)
 {
-    mt_fp8_state *s = x->m->fp8;
-    fp8_chunk *c = chunk_of(x);
-    int j = 8 * (li - x->lc0) + 2 * p + 1;
-    float *amax = records(x) && c->new_iter ? c->hist_f + j : NULL;
-    mtk_fp8_qdq(x->m->k, s->wq, w, n, s->r.fwd, c->wscale + j, amax);
-    return s->wq;
+    weight_q(x, fwd_j(x, li, 2 * p + 1), x->m->fp8->wq, w, n);
+    return x->m->fp8->wq;
 }
 
 void mt_fp8_grad(mt_gpt_ctx *x, int li, int p, void *out, const void *in, size_t n)
 {
+    grad_q(x, bwd_j(x, li, p), out, in, n);
+}
+
+void mt_fp8_expert_input(mt_gpt_ctx *x, int li, int e, int p, void *out, const void *in, size_t n)
+{
+    if (n) input_q(x, fwd_j(x, li, 8 + 4 * e + 2 * p), out, in, n);
+}
+
+const void *mt_fp8_expert_weights(mt_gpt_ctx *x, int li, int p, const void *w, size_t n)
+{
     mt_fp8_state *s = x->m->fp8;
-    fp8_chunk *c = chunk_of(x);
-    int j = 4 * (li - x->lc0) + p;
-    mtk_fp8_qdq(x->m->k, out, in, n, s->r.bwd, c->scale_b + j, c->hist_b + j);
+    size_t b = n * x->m->asz;
+    for (int e = 0; e < s->El; e++)
+        weight_q(x, fwd_j(x, li, 8 + 4 * e + 2 * p + 1), (char *)s->wq + (size_t)e * b, (const char *)w + (size_t)e * b, n);
+    return s->wq;
+}
+
+void mt_fp8_expert_grad(mt_gpt_ctx *x, int li, int e, int p, void *out, const void *in, size_t n)
+{
+    if (n) grad_q(x, bwd_j(x, li, 4 + 2 * e + p), out, in, n);
 }

@@ -9,7 +9,14 @@
  * gradient is dout_q . w_q, the weight gradient dout_q^T . inp_q (TE's fp8 wgrad), the bias gradient the
  * sum of the unquantized output gradient (TE's fused bgrad), the bias added in high precision. Not
  * quantized: the embeddings, the attention core, the norms, the output layer (a plain ColumnParallelLinear
- * in Megatron), the MoE layers (refused for now).
+ * in Megatron), an MoE layer's router and its shared expert's gate (plain products in Megatron).
+ *
+ * An MoE layer (TE's GroupedLinear in Megatron's TEGroupedMLP): its attention's two products as above, its
+ * shared expert's two in the MLP's places, and each of the rank's El experts its own input, weight and
+ * output gradient of each of its two products, the rows routed to it taken as one tensor. As TE reduces the
+ * amaxes of a GroupedLinear's GEMMs by their place in the module, the rank's expert j (of El) shares its
+ * amaxes, hence its scales, with expert j of every rank of the amax reduction group: with expert
+ * parallelism global expert e has the scales of slot e mod El.
  *
  * Delayed scaling: a tensor is quantized with the scale computed before the pass; the pass records its
  * amax in row 0 of the tensor's history; after each training forward pass the forward tensors' row 0 is
@@ -39,16 +46,20 @@ struct mt_gpt_ctx;
 
 /* FP8 for the model's linear products (before its contexts are made); dp: the data-parallel group the
  * amaxes are reduced over besides the model's tensor and context groups (NULL: one rank). Refused with e
- * set for MoE layers and an ffn narrower than the hidden size per tensor rank. With model chunks (the
+ * set for an ffn narrower than the hidden size per tensor rank. With model chunks (the
  * interleaved schedule) each chunk's tensors are updated after its own passes, as TE's autocast region
  * of each chunk's forward. */
 int mt_gpt_set_fp8(struct mt_gpt *m, const mt_fp8_recipe *r, mt_comm *dp, mt_err *e);
 
-/* The state a checkpoint keeps (TE's _extra_state): the forward tensors' scales [8 nl] and histories
- * [len][8 nl], the gradients' scales [4 nl] and histories [len][4 nl], nl the stage's layers (all its
- * chunks', in order), in the order of mt_gpt_fp8_state_numel's floats: scale_f, hist_f, scale_b, hist_b.
- * 0 floats without FP8. */
+/* The state a checkpoint keeps (TE's _extra_state): the forward tensors' scales [SF] and histories
+ * [len][SF], the gradients' scales [SB] and histories [len][SB], in the order of mt_gpt_fp8_state_numel's
+ * floats: scale_f, hist_f, scale_b, hist_b. SF and SB are the stage's layers' (all its chunks', in order)
+ * forward tensors and gradients one layer after another: 8 and 4 of a layer, and in an MoE layer 4 El and
+ * 2 El more (mt_gpt_fp8_local_experts). 0 floats without FP8. */
 size_t mt_gpt_fp8_state_numel(const struct mt_gpt *m);
+/* El: the experts of an MoE layer on this rank (--num-experts / --expert-model-parallel-size), whose FP8
+ * tensors an MoE layer has; 0 without FP8 or MoE. */
+int mt_gpt_fp8_local_experts(const struct mt_gpt *m);
 /* The global layers the state covers: [*first, *first + *n) (the model's stage). */
 void mt_gpt_fp8_layers(const struct mt_gpt *m, int *first, int *n);
 void mt_gpt_fp8_state_get(struct mt_gpt *m, float *host);
@@ -56,8 +67,9 @@ void mt_gpt_fp8_state_set(struct mt_gpt *m, const float *host);
 
 /* ---- the model's side (gpt.c) ---- */
 
-/* A layer's products, in the order of the state's entries: layer i of a chunk has forward tensors 8 i +
- * 2 p (input) and 8 i + 2 p + 1 (weight), its gradient 4 i + p. */
+/* A layer's products, in the order of its state's entries: forward tensors 2 p (input) and 2 p + 1
+ * (weight), gradient p; an MoE layer's expert e then has forward tensors 8 + 4 e + 2 q (+ 1) and gradients
+ * 4 + 2 e + q of its products q (0 the first, 1 the second). The shared expert's are the MLP's. */
 enum { MT_FP8_QKV, MT_FP8_PROJ, MT_FP8_FC1, MT_FP8_FC2 };
 
 typedef struct mt_fp8_state mt_fp8_state;
@@ -78,5 +90,11 @@ int mt_fp8_backward_end(struct mt_gpt_ctx *x, mt_err *e);
 void mt_fp8_input(struct mt_gpt_ctx *x, int li, int p, void *out, const void *in, size_t n);
 const void *mt_fp8_weight(struct mt_gpt_ctx *x, int li, int p, const void *w, size_t n);
 void mt_fp8_grad(struct mt_gpt_ctx *x, int li, int p, void *out, const void *in, size_t n);
+/* The same for expert e (of the rank's El) of MoE layer li, its product q: its rows' input (n elements; none:
+ * nothing recorded), its output gradient; and the El experts' weights of product q (w: El matrices of n
+ * elements one after another) quantized into the model's weight buffer, returned. */
+void mt_fp8_expert_input(struct mt_gpt_ctx *x, int li, int e, int q, void *out, const void *in, size_t n);
+void mt_fp8_expert_grad(struct mt_gpt_ctx *x, int li, int e, int q, void *out, const void *in, size_t n);
+const void *mt_fp8_expert_weights(struct mt_gpt_ctx *x, int li, int q, const void *w, size_t n);
 
 #endif

@@ -718,12 +718,12 @@ static int layer_forward(mt_gpt_ctx *x, int li, void *scratch, mt_err *e)
     /* MLP: the first layer column-parallel (GeLU, or SwiGLU of its gate and up halves), the second row-parallel;
      * an MoE layer with whole experts and no shared expert on this rank's rows alone (moe.h) */
     int moe = mt_arch_is_moe(&m->layout.arch, l), rows_only = moe && mt_moe_rows_only(m);
-    if (fp8) mt_fp8_input(x, li, MT_FP8_FC1, a.ln2, a.ln2, (size_t)Nl * C);
+    if (fp8 && !moe) mt_fp8_input(x, li, MT_FP8_FC1, a.ln2, a.ln2, (size_t)Nl * C);   /* the router reads ln2 as it is */
     const void *ln2 = rows_only ? mt_tp_placed(m, scratch, a.ln2, N, C)
                                 : mt_tp_gathered(m, scratch, a.ln2, N, C, e);   /* scratch: the dense output is added */
     if (!ln2) return mt_err_prefix(e, "GPT forward, layer %d MLP", l);
     if (moe) {   /* its output (over ln2 when gathered) summed over the ranks */
-        if (mt_moe_forward(x->moe, layer_slot(x, li - x->lc0), li, l, ln2, scratch, B, T, x->training, e) ||
+        if (mt_moe_forward(x->moe, fp8 ? x : NULL, layer_slot(x, li - x->lc0), li, l, ln2, scratch, B, T, x->training, e) ||
             (!rows_only && mt_tp_input_grad(m, scratch, N, C, e)))
             return mt_err_prefix(e, "GPT forward, layer %d MoE", l);
     } else if (c->mlp == MT_MLP_SWIGLU) {
@@ -927,8 +927,8 @@ static int layer_backward(mt_gpt_ctx *x, int li, mtk_grad_mode gm, mt_err *e)
     if (moe) {   /* ln2 gathered beside the output gradient (in dtmp) */
         void *xg = mt_moe_gather_buffer(x->moe);
         const void *ln2 = rows_only ? mt_tp_placed(m, xg, a.ln2, N, C) : mt_tp_gathered(m, xg, a.ln2, N, C, e);
-        if (!ln2 || mt_moe_backward(x->moe, layer_slot(x, li - x->lc0), l, ln2, dout, dln, B, T, x->moe_scale, gm,
-                                    x->training, e))
+        if (!ln2 || mt_moe_backward(x->moe, fp8 ? x : NULL, layer_slot(x, li - x->lc0), li, l, ln2, dout, dln, B, T,
+                                    x->moe_scale, gm, x->training, e))
             return mt_err_prefix(e, "GPT backward, layer %d MLP", l);
     } else {
         if (swiglu) mtk_swiglu_fwd(k, x->s_f1, a.fch, N, F);

@@ -182,7 +182,7 @@ int mt_gpt_infer_mlp(mt_gpt *m, struct mt_moe_ctx *moe, int l, void *x, void *h,
     mtk_acc(k, x, tmp, (size_t)N * C);
     mt_gpt_norm_fwd(m, h, mean, rstd, x, T_(MT_T_NORM2_W), T_(MT_T_NORM2_B), N, C);
     if (mt_arch_is_moe(&m->layout.arch, l)) {
-        if (mt_moe_forward(moe, 0, l, l, h, tmp, B, T, 0, e)) return mt_err_prefix(e, "generation");
+        if (mt_moe_forward(moe, NULL, 0, l, l, h, tmp, B, T, 0, e)) return mt_err_prefix(e, "generation");
     } else {
         mtk_matmul_fwd(k, f, h, W(MT_T_FC1_W), PO(MT_T_FC1_B), N, C, m->fcw);
         void *a = f;

@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "model/fp8.h"
 #include "model/moe.h"
 #include "model/tensor_parallel.h"
 
@@ -33,6 +34,7 @@ struct mt_moe_ctx {
     /* token dropping with an expert tensor size below tp (drop_gathered): the micro-batch's choices */
     int32_t *fidx, *frow, *fsrc, *fcounts;   /* [N][K] (then the group's choices kept), [N][K], [N K], [E] */
     float *fprobs;                /* [N][K] */
+    void *xq;                     /* [N][C] with FP8 and a shared expert: its input quantized */
     /* host */
     int32_t *h_counts;            /* [S][E] */
     int *rows;                    /* [S]: the rows of the experts' side */
@@ -100,7 +102,7 @@ static int has_moe(const mt_gpt *m)
 }
 
 /* The device buffers: where each goes and its bytes. */
-enum { NBUF = 36 };
+enum { NBUF = 37 };
 static void buffers(mt_moe_ctx *mc, const mt_gpt *m, void **where[NBUF], size_t bytes[NBUF])
 {
     size_t S = (size_t)mc->slots, N = mc->nmax, R = mc->rmax, E = (size_t)mc->E, K = (size_t)mc->K, X = mc->rx;
@@ -147,6 +149,7 @@ static void buffers(mt_moe_ctx *mc, const mt_gpt *m, void **where[NBUF], size_t 
     BUF(fsrc, dg * N * K * i4);
     BUF(fcounts, dg * E * i4);
     BUF(fprobs, dg * N * K * f);
+    BUF(xq, (m->fp8 && Fs ? N * C : 0) * a);
 #undef BUF
     (void)i;
 }
@@ -283,6 +286,31 @@ static void act_bwd(mt_gpt *m, void *dh, const void *h, const void *da, size_t n
     else mtk_gelu_bwd(m->k, dh, h, da, n * (size_t)F, m->c.exact_gelu);
 }
 
+/* ---- FP8 (model/fp8.h): each of the rank's experts quantizes its rows with its own scales ---- */
+
+/* Rows of `width` grouped by sender (P blocks) and in each by the rank's El experts (counts [P][El]): each
+ * expert's rows through its input (grad 0) or output gradient (grad 1) of product q, in place. */
+static void fp8_rows(mt_moe_ctx *mc, mt_gpt_ctx *gx, int li, int q, int grad, void *buf, const int32_t *counts, int P,
+                     size_t width)
+{
+    mt_gpt *m = mc->m;
+    size_t r0 = 0;
+    for (int p = 0; p < P; p++)
+        for (int j = 0; j < mc->El; j++) {
+            size_t n = (size_t)counts[p * mc->El + j] * width;
+            void *at = AT(buf, r0 * width);
+            if (grad) mt_fp8_expert_grad(gx, li, j, q, at, at, n);
+            else mt_fp8_expert_input(gx, li, j, q, at, at, n);
+            r0 += (size_t)counts[p * mc->El + j];
+        }
+}
+
+/* The experts' weights of product q (El matrices of n elements), quantized with FP8 */
+static const void *expert_w(mt_gpt_ctx *gx, int li, int q, const void *w, size_t n)
+{
+    return gx ? mt_fp8_expert_weights(gx, li, q, w, n) : w;
+}
+
 /* ---- expert parallelism: the rows exchanged with the other ranks' experts ---- */
 
 static mt_cdtype act_cdtype(const mt_gpt *m)
@@ -319,7 +347,7 @@ static void ep_counts(const mt_moe_ctx *mc, const int32_t *hc, const int32_t *rc
  * back into the slot's y in the same order. Each rank first learns how many rows each rank sends it for
  * each of its experts (an all-to-all of the counts), and computes the rows of each sender as one grouped
  * product over its El experts. */
-static int experts_ep(mt_moe_ctx *mc, int s, int l, mt_err *e)
+static int experts_ep(mt_moe_ctx *mc, mt_gpt_ctx *gx, int s, int li, int l, mt_err *e)
 {
     mt_gpt *m = mc->m;
     mtk *k = m->k;
@@ -341,12 +369,16 @@ static int experts_ep(mt_moe_ctx *mc, int s, int l, mt_err *e)
     if (!rc_) rc_ = mtk_sync(k, e) || a2a(m, mc->xp, sc, xr, rr, act_cdtype(m), m->asz, e);
     if (!rc_) {
         const void *w1 = mt_gpt_w(m, mt_gpt_t(m, l, MT_T_EXPERT_FC1_W)), *w2 = mt_gpt_w(m, mt_gpt_t(m, l, MT_T_EXPERT_FC2_W));
+        if (gx) fp8_rows(mc, gx, li, 0, 0, xr, rc, (int)P, C);   /* kept quantized, for the backward */
+        w1 = expert_w(gx, li, 0, w1, (size_t)mc->fc1 * C);
         size_t r0 = 0;
         for (size_t p = 0; p < P; p++) {   /* each sender's rows: its blocks for this rank's experts in order */
             mtk_grouped_matmul_fwd(k, AT(h1, r0 * (size_t)mc->fc1), AT(xr, r0 * C), w1, rc + p * El, (int)El, (int)C, mc->fc1);
             r0 += rr[p] / C;
         }
         act_fwd(m, mc->a, h1, Rr, mc->F);
+        if (gx) fp8_rows(mc, gx, li, 1, 0, mc->a, rc, (int)P, (size_t)mc->F);
+        w2 = expert_w(gx, li, 1, w2, C * (size_t)mc->F);
         r0 = 0;
         for (size_t p = 0; p < P; p++) {
             mtk_grouped_matmul_fwd(k, AT(mc->yr, r0 * C), AT(mc->a, r0 * (size_t)mc->F), w2, rc + p * El, (int)El, mc->F,
@@ -361,7 +393,7 @@ static int experts_ep(mt_moe_ctx *mc, int s, int l, mt_err *e)
 
 /* Its backward: dy (this rank's rows' output gradients, mc->dy) to the experts' ranks, the experts' weight
  * gradients there, and the rows' input gradients back into mc->xp. */
-static int experts_ep_bwd(mt_moe_ctx *mc, int s, int l, mtk_grad_mode gm, mt_err *e)
+static int experts_ep_bwd(mt_moe_ctx *mc, mt_gpt_ctx *gx, int s, int li, int l, mtk_grad_mode gm, mt_err *e)
 {
     mt_gpt *m = mc->m;
     mtk *k = m->k;
@@ -376,19 +408,26 @@ static int experts_ep_bwd(mt_moe_ctx *mc, int s, int l, mtk_grad_mode gm, mt_err
     int rc_ = mtk_sync(k, e) || a2a(m, mc->dy, sc, mc->dyr, rr, act_cdtype(m), m->asz, e);
     if (!rc_) {
         act_fwd(m, mc->a, h1, Rr, mc->F);
+        if (gx) {   /* the second product's input as the forward quantized it, the output gradients quantized */
+            fp8_rows(mc, gx, li, 1, 0, mc->a, rc, (int)P, (size_t)mc->F);
+            fp8_rows(mc, gx, li, 1, 1, mc->dyr, rc, (int)P, C);
+        }
+        const void *w2 = expert_w(gx, li, 1, mt_gpt_w(m, t2), C * (size_t)mc->F);
         size_t r0 = 0;
         for (size_t p = 0; p < P; p++) {   /* the first sender's rows assign (as gm says), the others add */
             mtk_grad_mode g = p == 0 ? gm : MTK_GRAD_ACCUMULATE;
             mtk_grouped_matmul_bwd(k, AT(mc->da, r0 * (size_t)mc->F), mt_gpt_g(m, t2), AT(mc->dyr, r0 * C),
-                                   AT(mc->a, r0 * (size_t)mc->F), mt_gpt_w(m, t2), rc + p * El, (int)El, mc->F, (int)C, g);
+                                   AT(mc->a, r0 * (size_t)mc->F), w2, rc + p * El, (int)El, mc->F, (int)C, g);
             r0 += rr[p] / C;
         }
         act_bwd(m, mc->dh, h1, mc->da, Rr, mc->F);
+        if (gx) fp8_rows(mc, gx, li, 0, 1, mc->dh, rc, (int)P, (size_t)mc->fc1);
+        const void *w1 = expert_w(gx, li, 0, mt_gpt_w(m, t1), (size_t)mc->fc1 * C);
         r0 = 0;
         for (size_t p = 0; p < P; p++) {
             mtk_grad_mode g1 = p == 0 ? gm : MTK_GRAD_ACCUMULATE;
             mtk_grouped_matmul_bwd(k, AT(mc->dxr, r0 * C), mt_gpt_g(m, t1), AT(mc->dh, r0 * (size_t)mc->fc1),
-                                   AT(xr, r0 * C), mt_gpt_w(m, t1), rc + p * El, (int)El, (int)C, mc->fc1, g1);
+                                   AT(xr, r0 * C), w1, rc + p * El, (int)El, (int)C, mc->fc1, g1);
             r0 += rr[p] / C;
         }
         rc_ = mtk_sync(k, e) || a2a(m, mc->dxr, rr, mc->xp, sc, act_cdtype(m), m->asz, e);
@@ -427,8 +466,8 @@ static int drop_over_group(mt_moe_ctx *mc, const int32_t *idx, const float *prob
     return mtk_status(k, e) ? mt_err_prefix(e, "MoE layer %d: token dropping", l) : 0;
 }
 
-int mt_moe_forward(mt_moe_ctx *mc, int s, int li, int l, const void *x, void *out, int B, int T, int training,
-                   mt_err *e)
+int mt_moe_forward(mt_moe_ctx *mc, mt_gpt_ctx *gx, int s, int li, int l, const void *x, void *out, int B, int T,
+                   int training, mt_err *e)
 {
     mt_gpt *m = mc->m;
     const mt_gpt_config *c = &m->c;
@@ -517,8 +556,13 @@ int mt_moe_forward(mt_moe_ctx *mc, int s, int li, int l, const void *x, void *ou
     void *sy = mc->Fs ? AT(mc->sy, (size_t)s * mc->nmax * C) : NULL;
     int g = mc->Fs ? mt_gpt_t(m, l, MT_T_SHARED_GATE_W) : -1;
     float *glog = g >= 0 ? mc->glog + (size_t)s * mc->nmax : NULL;
-    if (mc->Fs) {
-        mtk_matmul_fwd(k, sh1, x, mt_gpt_w(m, mt_gpt_t(m, l, MT_T_SHARED_FC1_W)), NULL, (int)N, (int)C, mc->sfc1);
+    if (mc->Fs) {   /* with FP8 the shared expert's input quantized aside: the router and the experts read x */
+        const void *xs = x, *ws = mt_gpt_w(m, mt_gpt_t(m, l, MT_T_SHARED_FC1_W));
+        if (gx) {
+            mt_fp8_input(gx, li, MT_FP8_FC1, mc->xq, x, N * C), xs = mc->xq;
+            ws = mt_fp8_weight(gx, li, MT_FP8_FC1, ws, (size_t)mc->sfc1 * C);
+        }
+        mtk_matmul_fwd(k, sh1, xs, ws, NULL, (int)N, (int)C, mc->sfc1);
         if (g >= 0) mtk_router_fwd(k, glog, x, mt_gpt_w(m, g), (int)N, (int)C, 1);
     }
     /* the experts (with tensor parallelism this rank's columns: out and sy are partial sums, completed by the
@@ -526,11 +570,17 @@ int mt_moe_forward(mt_moe_ctx *mc, int s, int li, int l, const void *x, void *ou
      * the group's rows of out are its rows' output (summed over the group), the other rows zero, before the
      * shared expert's partial sum) */
     if (mc->P > 1) {
-        if (experts_ep(mc, s, l, e)) return -1;
+        if (experts_ep(mc, gx, s, li, l, e)) return -1;
     } else {
-        mtk_grouped_matmul_fwd(k, h1, mc->xp, mt_gpt_w(m, mt_gpt_t(m, l, MT_T_EXPERT_FC1_W)), hc, (int)E, (int)C, mc->fc1);
+        if (gx) fp8_rows(mc, gx, li, 0, 0, mc->xp, hc, 1, C);
+        mtk_grouped_matmul_fwd(k, h1, mc->xp, expert_w(gx, li, 0, mt_gpt_w(m, mt_gpt_t(m, l, MT_T_EXPERT_FC1_W)),
+                                                       (size_t)mc->fc1 * C),
+                               hc, (int)E, (int)C, mc->fc1);
         act_fwd(m, mc->a, h1, R, mc->F);
-        mtk_grouped_matmul_fwd(k, y, mc->a, mt_gpt_w(m, mt_gpt_t(m, l, MT_T_EXPERT_FC2_W)), hc, (int)E, mc->F, (int)C);
+        if (gx) fp8_rows(mc, gx, li, 1, 0, mc->a, hc, 1, (size_t)mc->F);
+        mtk_grouped_matmul_fwd(k, y, mc->a, expert_w(gx, li, 1, mt_gpt_w(m, mt_gpt_t(m, l, MT_T_EXPERT_FC2_W)),
+                                                     C * (size_t)mc->F),
+                               hc, (int)E, mc->F, (int)C);
     }
     void *outr = group_local(m, out, N, C);
     if (m->experts_grouped && !mt_moe_rows_only(m))   /* the other groups' rows: the shared expert's partial sum */
@@ -539,15 +589,20 @@ int mt_moe_forward(mt_moe_ctx *mc, int s, int li, int l, const void *x, void *ou
     /* the shared expert, with its gate */
     if (mc->Fs) {
         act_fwd(m, mc->sa, sh1, N, mc->Fs);
-        mtk_matmul_fwd(k, sy, mc->sa, mt_gpt_w(m, mt_gpt_t(m, l, MT_T_SHARED_FC2_W)), NULL, (int)N, mc->Fs, (int)C);
+        const void *ws = mt_gpt_w(m, mt_gpt_t(m, l, MT_T_SHARED_FC2_W));
+        if (gx) {
+            mt_fp8_input(gx, li, MT_FP8_FC2, mc->sa, mc->sa, N * (size_t)mc->Fs);
+            ws = mt_fp8_weight(gx, li, MT_FP8_FC2, ws, C * (size_t)mc->Fs);
+        }
+        mtk_matmul_fwd(k, sy, mc->sa, ws, NULL, (int)N, mc->Fs, (int)C);
         if (g >= 0) mtk_sigmoid_gate_fwd(k, out, sy, glog, (int)N, (int)C);
         else mtk_acc(k, out, sy, N * C);
     }
     return 0;
 }
 
-int mt_moe_backward(mt_moe_ctx *mc, int s, int l, const void *x, const void *dout, void *dx, int B, int T, double scale,
-                    mtk_grad_mode gm, int training, mt_err *e)
+int mt_moe_backward(mt_moe_ctx *mc, mt_gpt_ctx *gx, int s, int li, int l, const void *x, const void *dout, void *dx,
+                    int B, int T, double scale, mtk_grad_mode gm, int training, mt_err *e)
 {
     mt_gpt *m = mc->m;
     const mt_gpt_config *c = &m->c;
@@ -574,15 +629,23 @@ int mt_moe_backward(mt_moe_ctx *mc, int s, int l, const void *x, const void *dou
     mt_comm *split = !m->experts_grouped ? m->tp : m->etp_comm;
     if (split && mt_all_reduce(split, mc->dprobs, Nr * K, MT_C_F32, e)) return mt_err_prefix(e, "MoE layer %d", l);
     if (mc->P > 1) {   /* the rows' input gradients come back into xp */
-        if (experts_ep_bwd(mc, s, l, gm, e)) return -1;
+        if (experts_ep_bwd(mc, gx, s, li, l, gm, e)) return -1;
         mtk_moe_permute_bwd(k, dxr, mc->xp, row, (int)Nr, (int)K, (int)C);
     } else {
         mtk_moe_permute(k, mc->xp, xr, src, (int)R, (int)C);   /* recomputed, as the activation */
         act_fwd(m, mc->a, h1, R, mc->F);
-        mtk_grouped_matmul_bwd(k, mc->da, mt_gpt_g(m, t2), mc->dy, mc->a, mt_gpt_w(m, t2), hc, (int)E, mc->F, (int)C, gm);
+        if (gx) {   /* the inputs as the forward quantized them, the output gradients quantized */
+            fp8_rows(mc, gx, li, 0, 0, mc->xp, hc, 1, C);
+            fp8_rows(mc, gx, li, 1, 0, mc->a, hc, 1, (size_t)mc->F);
+            fp8_rows(mc, gx, li, 1, 1, mc->dy, hc, 1, C);
+        }
+        mtk_grouped_matmul_bwd(k, mc->da, mt_gpt_g(m, t2), mc->dy, mc->a,
+                               expert_w(gx, li, 1, mt_gpt_w(m, t2), C * (size_t)mc->F), hc, (int)E, mc->F, (int)C, gm);
         act_bwd(m, mc->dh, h1, mc->da, R, mc->F);
-        mtk_grouped_matmul_bwd(k, mc->dy, mt_gpt_g(m, t1), mc->dh, mc->xp, mt_gpt_w(m, t1), hc, (int)E, (int)C, mc->fc1,
-                               gm);
+        if (gx) fp8_rows(mc, gx, li, 0, 1, mc->dh, hc, 1, (size_t)mc->fc1);
+        mtk_grouped_matmul_bwd(k, mc->dy, mt_gpt_g(m, t1), mc->dh, mc->xp,
+                               expert_w(gx, li, 0, mt_gpt_w(m, t1), (size_t)mc->fc1 * C), hc, (int)E, (int)C,
+                               mc->fc1, gm);
         mtk_moe_permute_bwd(k, dxr, mc->dy, row, (int)Nr, (int)K, (int)C);
     }
 
@@ -629,9 +692,21 @@ int mt_moe_backward(mt_moe_ctx *mc, int s, int l, const void *x, const void *dou
             dsy = mc->dsy;
         }
         act_fwd(m, mc->sa, sh1, N, mc->Fs);
-        mtk_matmul_bwd(k, mc->dsa, mt_gpt_g(m, s2), NULL, dsy, mc->sa, mt_gpt_w(m, s2), (int)N, mc->Fs, (int)C, gm);
+        const void *w2 = mt_gpt_w(m, s2), *xs = x;
+        if (gx) {   /* as the forward quantized (its input aside again), the output gradients quantized */
+            mt_fp8_input(gx, li, MT_FP8_FC2, mc->sa, mc->sa, N * (size_t)mc->Fs);
+            mt_fp8_grad(gx, li, MT_FP8_FC2, mc->dsy, dsy, N * C), dsy = mc->dsy;
+            w2 = mt_fp8_weight(gx, li, MT_FP8_FC2, w2, C * (size_t)mc->Fs);
+        }
+        mtk_matmul_bwd(k, mc->dsa, mt_gpt_g(m, s2), NULL, dsy, mc->sa, w2, (int)N, mc->Fs, (int)C, gm);
         act_bwd(m, mc->dsh, sh1, mc->dsa, N, mc->Fs);
-        mtk_matmul_bwd(k, mc->dtmp, mt_gpt_g(m, s1), NULL, mc->dsh, x, mt_gpt_w(m, s1), (int)N, (int)C, mc->sfc1, gm);
+        const void *w1 = mt_gpt_w(m, s1);
+        if (gx) {
+            mt_fp8_grad(gx, li, MT_FP8_FC1, mc->dsh, mc->dsh, N * (size_t)mc->sfc1);
+            mt_fp8_input(gx, li, MT_FP8_FC1, mc->xq, x, N * C), xs = mc->xq;
+            w1 = mt_fp8_weight(gx, li, MT_FP8_FC1, w1, (size_t)mc->sfc1 * C);
+        }
+        mtk_matmul_bwd(k, mc->dtmp, mt_gpt_g(m, s1), NULL, mc->dsh, xs, w1, (int)N, (int)C, mc->sfc1, gm);
         mtk_acc(k, dx, mc->dtmp, N * C);
         if (g >= 0) mtk_router_bwd(k, dx0, mt_gpt_g(m, g), mc->dglog, x, mt_gpt_w(m, g), (int)N, (int)C, 1, gm);
     }

@@ -40,9 +40,10 @@ void mt_moe_ctx_free(mt_moe_ctx *mc);
  * all-to-all take only the rows of this rank's expert-tensor group (this rank's own with 1), whose rows of
  * out get the routed output (split over the group, a partial sum), the other rows none: out is still a
  * partial sum over the ranks with the shared expert's part. The activations kept in slot s, local layer
- * li's losses recorded (training). 0, or -1 with e set. */
-int mt_moe_forward(mt_moe_ctx *mc, int s, int li, int l, const void *x, void *out, int B, int T, int training,
-                   mt_err *e);
+ * li's losses recorded (training). fp8: the pass's context when the model has FP8 (model/fp8.h: the experts'
+ * and the shared expert's products quantized), else NULL. 0, or -1 with e set. */
+int mt_moe_forward(mt_moe_ctx *mc, struct mt_gpt_ctx *fp8, int s, int li, int l, const void *x, void *out, int B, int T,
+                   int training, mt_err *e);
 /* Whether the MoE layers read and write only this rank's rows: the experts whole and no shared expert (no
  * exchange over the tensor group in the layer, as Megatron's with an expert tensor size of 1); x and dout
  * then need only this rank's rows, and out and dx are whole on them (the other rows untouched), with no sum
@@ -51,9 +52,9 @@ int mt_moe_rows_only(const mt_gpt *m);
 /* Its backward: dx [N, C] (assigned; with tensor parallelism a partial sum for the caller to sum over the
  * ranks; with an expert tensor size below tp, the routed part on the group's rows only) from dout [N, C]
  * (every row), the weight gradients assigned or added as gm says; scale: the factor of the auxiliary
- * losses' gradients. */
-int mt_moe_backward(mt_moe_ctx *mc, int s, int l, const void *x, const void *dout, void *dx, int B, int T, double scale,
-                    mtk_grad_mode gm, int training, mt_err *e);
+ * losses' gradients; fp8 and li as the forward's. */
+int mt_moe_backward(mt_moe_ctx *mc, struct mt_gpt_ctx *fp8, int s, int li, int l, const void *x, const void *dout,
+                    void *dx, int B, int T, double scale, mtk_grad_mode gm, int training, mt_err *e);
 /* Local layer li's load-balancing loss / coefficient, z-loss / coefficient and rows per expert (tokens[E])
  * of the last forward pass. */
 void mt_moe_layer_stats(const mt_moe_ctx *mc, int li, double *lb, double *z, double *tokens);

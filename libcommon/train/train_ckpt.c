@@ -28,7 +28,8 @@ static json_t *sched_json(const mt_sched *s)
 }
 
 /* The FP8 state of this rank's stage (Transformer Engine keeps it as each module's _extra_state): the
- * recipe, the global layers [first_layer, first_layer + layers), and model/fp8.h's floats of them. */
+ * recipe, the global layers [first_layer, first_layer + layers), the experts of an MoE layer on a rank
+ * (local_experts, with MoE layers), and model/fp8.h's floats of them. */
 static json_t *fp8_json(const mt_trainer *t)
 {
     size_t n = mt_gpt_fp8_state_numel(t->model);
@@ -37,11 +38,13 @@ static json_t *fp8_json(const mt_trainer *t)
     json_t *st = json_array();
     for (size_t i = 0; i < n; i++) json_array_append_new(st, json_real(h[i]));
     free(h);
-    int first, layers;
+    int first, layers, El = mt_gpt_fp8_local_experts(t->model);
     mt_gpt_fp8_layers(t->model, &first, &layers);
-    return json_pack("{s:s,s:i,s:i,s:s,s:i,s:i,s:o}", "format", t->a.fp8_format, "margin", t->a.fp8_margin,
-                     "amax_history_len", t->a.fp8_amax_history_len, "amax_compute_algo", t->a.fp8_amax_compute_algo,
-                     "first_layer", first, "layers", layers, "state", st);
+    json_t *o = json_pack("{s:s,s:i,s:i,s:s,s:i,s:i,s:o}", "format", t->a.fp8_format, "margin", t->a.fp8_margin,
+                          "amax_history_len", t->a.fp8_amax_history_len, "amax_compute_algo", t->a.fp8_amax_compute_algo,
+                          "first_layer", first, "layers", layers, "state", st);
+    if (El) json_object_set_new(o, "local_experts", json_integer(El));
+    return o;
 }
 
 json_t *mt_trainer_ckpt_meta(const mt_trainer *t, int with_optim, json_t *distributed)
@@ -262,30 +265,53 @@ static int load_optimizer(mt_trainer *t, mt_model_ckpt *mc, mt_err *e)
     return rc;
 }
 
-/* The FP8 state of global layer gl (8 forward and 4 gradient tensors, L rows of history each) from a
- * rank's meta.json "fp8" (o), into this rank's host state h (local layer li of nl). 1 when o covers gl. */
-static int fp8_layer_from(json_t *o, int gl, int L, float *h, int li, int nl, const char *dir, mt_err *e)
+/* Global layer l's FP8 tensors with El experts a rank (model/fp8.h): forward (*f) and gradients (*b). */
+static void fp8_widths(const mt_model_arch *arch, int l, int El, size_t *f, size_t *b)
+{
+    int moe = mt_arch_is_moe(arch, l);
+    *f = 8 + (moe ? 4 * (size_t)El : 0), *b = 4 + (moe ? 2 * (size_t)El : 0);
+}
+
+/* The FP8 state of global layer gl from a rank's meta.json "fp8" (o), into this rank's host state h (its
+ * layers [first, first + nl), El experts a rank). 1 when o covers gl. */
+static int fp8_layer_from(json_t *o, const mt_model_arch *arch, int gl, int L, float *h, int first, int nl, int El,
+                          const char *dir, mt_err *e)
 {
     json_t *st = json_object_get(o, "state");
-    json_int_t first = json_integer_value(json_object_get(o, "first_layer")),
-               n = json_integer_value(json_object_get(o, "layers"));
-    if (gl < first || gl >= first + n) return 0;
-    size_t sf = 8 * (size_t)n, sb = 4 * (size_t)n, lj = (size_t)(gl - first);
+    json_int_t f0 = json_integer_value(json_object_get(o, "first_layer")), n = json_integer_value(json_object_get(o, "layers"));
+    json_int_t sEl = json_integer_value(json_object_get(o, "local_experts"));
+    if (gl < f0 || gl >= f0 + n) return 0;
+    size_t wf, wb, sf = 0, sb = 0, sof = 0, sob = 0, df = 0, db = 0, dof = 0, dob = 0;
+    for (int l = (int)f0; l < f0 + n; l++) {   /* the checkpoint's layers: gl's place and the totals */
+        if (l == gl) sof = sf, sob = sb;
+        fp8_widths(arch, l, (int)sEl, &wf, &wb);
+        sf += wf, sb += wb;
+    }
+    for (int l = first; l < first + nl; l++) {   /* this run's */
+        if (l == gl) dof = df, dob = db;
+        fp8_widths(arch, l, El, &wf, &wb);
+        df += wf, db += wb;
+    }
     if (!json_is_array(st) || json_array_size(st) != (size_t)(L + 1) * (sf + sb))
         return mt_err_set(e, "%s/meta.json: \"fp8.state\" does not hold %lld layers' FP8 state", dir, (long long)n);
-    size_t df = 8 * (size_t)nl, db = 4 * (size_t)nl;
-    /* source and destination offsets of the four arrays: scale_f, hist_f, scale_b, hist_b */
+    if (mt_arch_is_moe(arch, gl) && sEl != El)
+        return mt_err_set(e, "%s/meta.json: the FP8 state of MoE layer %d is for %lld experts a rank, this run has %d "
+                             "(--expert-model-parallel-size): load with --finetune to start it afresh",
+                          dir, gl + 1, (long long)sEl, El);
+    /* source and destination offsets of the four arrays (scale_f, hist_f, scale_b, hist_b) and of the layer's
+     * tensors in a row of each */
     size_t so[4] = {0, sf, (size_t)(L + 1) * sf, (size_t)(L + 1) * sf + sb};
     size_t ho[4] = {0, df, (size_t)(L + 1) * df, (size_t)(L + 1) * df + db};
+    fp8_widths(arch, gl, El, &wf, &wb);
     for (int a = 0; a < 4; a++) {
-        int f = a < 2, rows = a % 2 ? L : 1, w = f ? 8 : 4;
-        size_t ss = f ? sf : sb, ds = f ? df : db;
+        int fw = a < 2, rows = a % 2 ? L : 1;
+        size_t w = fw ? wf : wb, ss = fw ? sf : sb, ds = fw ? df : db, sl = fw ? sof : sob, dl = fw ? dof : dob;
         for (int r = 0; r < rows; r++)
-            for (int j = 0; j < w; j++) {
-                json_t *v = json_array_get(st, so[a] + (size_t)r * ss + lj * (size_t)w + (size_t)j);
+            for (size_t j = 0; j < w; j++) {
+                json_t *v = json_array_get(st, so[a] + (size_t)r * ss + sl + j);
                 if (!json_is_number(v))
                     return mt_err_set(e, "%s/meta.json: \"fp8.state\" holds a value that is not a number", dir);
-                h[ho[a] + (size_t)r * ds + (size_t)li * (size_t)w + (size_t)j] = (float)json_number_value(v);
+                h[ho[a] + (size_t)r * ds + dl + j] = (float)json_number_value(v);
             }
     }
     return 1;
@@ -296,6 +322,8 @@ static int fp8_layer_from(json_t *o, int gl, int L, float *h, int li, int nl, co
 static int load_fp8(mt_trainer *t, mt_model_ckpt *mc, mt_err *e)
 {
     int n = mc->g ? mc->g->n : 1, first, nl, L = t->a.fp8_amax_history_len, found = 0, rc = 0;
+    int El = mt_gpt_fp8_local_experts(t->model);
+    const mt_model_arch *arch = &mt_gpt_layout(t->model)->arch;
     mt_gpt_fp8_layers(t->model, &first, &nl);
     for (int i = 0; i < n; i++) {
         mt_ckpt_reader *r = mc->g ? mc->g->r[i] : mc->reader;
@@ -317,7 +345,7 @@ static int load_fp8(mt_trainer *t, mt_model_ckpt *mc, mt_err *e)
             else if (len != L)
                 rc = mt_err_set(e, "%s: the checkpoint's FP8 amax histories hold %lld entries, this run's --fp8-amax-history-len is %d",
                                 mc->dir, (long long)len, L);
-            else if ((got = fp8_layer_from(o, first + li, L, h, li, nl, mc->dir, e)) < 0) rc = -1;
+            else if ((got = fp8_layer_from(o, arch, first + li, L, h, first, nl, El, mc->dir, e)) < 0) rc = -1;
         }
         if (!rc && !got) rc = mt_err_set(e, "%s: no rank directory holds the FP8 state of layer %d", mc->dir, first + li + 1);
     }

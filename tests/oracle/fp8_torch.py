@@ -31,12 +31,18 @@ class Recipe:
 
 
 class State:
-    """The scales and histories of num_layers layers: forward tensors 8 l + 2 p (input) and 8 l + 2 p + 1
-    (weight), gradients 4 l + p, p the product (0 QKV, 1 dense, 2 h_to_4h, 3 4h_to_h)."""
+    """The scales and histories of num_layers layers, one after another: a layer's forward tensors 2 p
+    (input) and 2 p + 1 (weight), gradients p, p the product (0 QKV, 1 dense, 2 h_to_4h, 3 4h_to_h); with
+    experts (moe_layers: the layers that are MoE layers, El: the experts a rank) an MoE layer's slot s (of
+    El) has forward tensors 8 + 4 s + 2 q (+ 1) and gradients 4 + 2 s + q of its products q (0, 1)."""
 
-    def __init__(self, recipe, num_layers):
-        self.r = recipe
-        self.sf, self.sb = 8 * num_layers, 4 * num_layers
+    def __init__(self, recipe, num_layers, moe_layers=(), El=0):
+        self.r, self.El = recipe, El
+        wf = [8 + (4 * El if l in moe_layers else 0) for l in range(num_layers)]
+        wb = [4 + (2 * El if l in moe_layers else 0) for l in range(num_layers)]
+        self.of = np.concatenate(([0], np.cumsum(wf))).astype(int)
+        self.ob = np.concatenate(([0], np.cumsum(wb))).astype(int)
+        self.sf, self.sb = int(self.of[-1]), int(self.ob[-1])
         self.scale_f = np.ones(self.sf, np.float32)
         self.scale_b = np.ones(self.sb, np.float32)
         self.hist_f = np.zeros((recipe.L, self.sf), np.float32)
@@ -94,7 +100,7 @@ class State:
 
     def _q(self, t, scale, fmt, hist=None, j=None):
         a = t.detach().numpy()
-        if hist is not None:
+        if hist is not None and a.size:
             hist[0, j] = max(hist[0, j], np.float32(np.abs(a).max()))
         return torch.tensor(fp8_ref.qdq(a, float(scale), EBITS[fmt]).astype(np.float64))
 
@@ -130,5 +136,19 @@ class _Linear(torch.autograd.Function):
 
 
 def linear(st):
-    """gpt_torch's lin argument: the products through FP8 with state st."""
-    return lambda layer, p, x, w, b: _Linear.apply(x, w, b, st, 8 * layer + 2 * p, 4 * layer + p)
+    """gpt_torch's and llama_torch's lin argument: the products through FP8 with state st (no bias: zero)."""
+    def lin(layer, p, x, w, b=None):
+        b = torch.zeros(w.shape[0], dtype=w.dtype) if b is None else b
+        return _Linear.apply(x, w, b, st, int(st.of[layer]) + 2 * p, int(st.ob[layer]) + p)
+    return lin
+
+
+def expert_linear(st):
+    """moe_torch's experts' products through FP8: expert e's product q of layer l (x its rows) with the
+    tensors of slot e mod El (Transformer Engine reduces a GroupedLinear's amaxes by the GEMM's place in the
+    rank's module: the rank's expert j shares them with expert j of the other expert ranks)."""
+    def lin(layer, e, q, x, w):
+        s = e % st.El
+        b = torch.zeros(w.shape[0], dtype=w.dtype)
+        return _Linear.apply(x, w, b, st, int(st.of[layer]) + 8 + 4 * s + 2 * q, int(st.ob[layer]) + 4 + 2 * s + q)
+    return lin

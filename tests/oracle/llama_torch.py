@@ -75,23 +75,32 @@ def rope(x, base, percent):
     return torch.cat((xr * torch.cos(ang) + rotated * torch.sin(ang), rest), dim=-1)
 
 
-def swiglu_mlp(m, w1, w2):
-    """The SwiGLU MLP of m [..., h]: w1 [2F, h] the rows [gate; up], silu(gate) * up into w2 [h, F]."""
+def plain(layer, p, x, w):
+    """A layer's product p (0 QKV, 1 the attention's dense, 2 and 3 the MLP's) of x and the weight w [out, in]."""
+    return x @ w.T
+
+
+def swiglu_mlp(m, w1, w2, lin1=None, lin2=None):
+    """The SwiGLU MLP of m [..., h]: w1 [2F, h] the rows [gate; up], silu(gate) * up into w2 [h, F]; lin1 and
+    lin2 (x, w): its products (None: x . w^T)."""
     F = w1.shape[0] // 2
-    gu = m @ w1.T
-    return (torch.nn.functional.silu(gu[..., :F]) * gu[..., F:]) @ w2.T
+    gu = lin1(m, w1) if lin1 else m @ w1.T
+    a = torch.nn.functional.silu(gu[..., :F]) * gu[..., F:]
+    return lin2(a, w2) if lin2 else a @ w2.T
 
 
-def dense_mlp(cfg, P, l, m):
-    """Layer l's MLP of m [B, T, h], the output of its post-attention norm."""
+def dense_mlp(cfg, P, l, m, lin=plain):
+    """Layer l's MLP of m [B, T, h], the output of its post-attention norm; lin as logits'."""
     p = PRE + "encoder.layers.%d.mlp." % l
-    return swiglu_mlp(m, P[p + "dense_h_to_4h.weight"], P[p + "dense_4h_to_h.weight"])
+    return swiglu_mlp(m, P[p + "dense_h_to_4h.weight"], P[p + "dense_4h_to_h.weight"],
+                      lambda x, w: lin(l, 2, x, w), lambda x, w: lin(l, 3, x, w))
 
 
-def logits(cfg, P, tokens, mlp=dense_mlp):
+def logits(cfg, P, tokens, mlp=dense_mlp, lin=plain):
     """Logits [B, T, V_pad] of tokens int64 [B, T]; cfg: num_layers, hidden_size, num_heads,
-    num_query_groups, ffn_hidden_size, eps, rotary_base, rotary_percent. mlp(cfg, P, l, m) is layer l's
-    MLP (dense_mlp; another model's, e.g. a mixture of experts, in its place)."""
+    num_query_groups, ffn_hidden_size, eps, rotary_base, rotary_percent. mlp(cfg, P, l, m, lin) is layer l's
+    MLP (dense_mlp; another model's, e.g. a mixture of experts, in its place); lin(l, p, x, w) each layer's
+    products (plain; FP8's in its place)."""
     B, T = tokens.shape
     h, nh, ng, L = (cfg[k] for k in ("hidden_size", "num_heads", "num_query_groups", "num_layers"))
     hn, per, eps = h // nh, nh // ng, cfg["eps"]
@@ -100,7 +109,7 @@ def logits(cfg, P, tokens, mlp=dense_mlp):
     for l in range(L):
         p = lambda s: P[PRE + "encoder.layers.%d.%s" % (l, s)]
         a = rms_norm(x, p("input_layernorm.weight"), eps)
-        qkv = (a @ p("self_attention.query_key_value.weight").T).view(B, T, ng, per + 2, hn)
+        qkv = lin(l, 0, a, p("self_attention.query_key_value.weight")).view(B, T, ng, per + 2, hn)
         q = qkv[:, :, :, :per].reshape(B, T, nh, hn).permute(0, 2, 1, 3)        # head g*per + j
         k = qkv[:, :, :, per].permute(0, 2, 1, 3)                                # [B, ng, T, hn]
         v = qkv[:, :, :, per + 1].permute(0, 2, 1, 3)
@@ -111,15 +120,15 @@ def logits(cfg, P, tokens, mlp=dense_mlp):
         scores = (q @ k.transpose(-1, -2)) / math.sqrt(hn)
         probs = torch.softmax(scores.masked_fill(~causal, float("-inf")), dim=-1)
         ctx = (probs @ v).permute(0, 2, 1, 3).reshape(B, T, h)
-        x = x + ctx @ p("self_attention.dense.weight").T
-        x = x + mlp(cfg, P, l, rms_norm(x, p("post_attention_layernorm.weight"), eps))
+        x = x + lin(l, 1, ctx, p("self_attention.dense.weight"))
+        x = x + mlp(cfg, P, l, rms_norm(x, p("post_attention_layernorm.weight"), eps), lin)
     x = rms_norm(x, P[PRE + "encoder.final_layernorm.weight"], eps)
     return x @ P[PRE + "output_layer.weight"].T
 
 
-def loss(cfg, P, tokens, targets, mask, mlp=dense_mlp):
+def loss(cfg, P, tokens, targets, mask, mlp=dense_mlp, lin=plain):
     B, T = tokens.shape
-    out = logits(cfg, P, tokens, mlp)
+    out = logits(cfg, P, tokens, mlp, lin)
     ls = torch.nn.functional.cross_entropy(out.reshape(B * T, -1), targets.reshape(-1), reduction="none")
     return (ls.view(B, T) * mask).sum() / mask.sum()
 
@@ -135,6 +144,12 @@ class Trainer:
                                       {"params": nodecay, "weight_decay": 0.0}],
                                      lr=0.0, betas=(beta1, beta2), eps=eps)
 
+    def start_step(self):
+        """Before a step's first micro-batch (a subclass's hook)."""
+
+    def after_backward(self):
+        """After each micro-batch's backward pass (a subclass's hook)."""
+
     def objective(self, tok, tgt, mask):
         """A micro-batch's (objective to differentiate, lm loss): here both the lm loss."""
         l = loss(self.cfg, self.P, tok, tgt, mask)
@@ -144,10 +159,12 @@ class Trainer:
         """micro_batches: [(tokens, targets, mask)]; the loss is the mean of the micro-batches' losses
         (their objectives' mean is what is differentiated). Returns (loss, grad norm before clipping)."""
         self.opt.zero_grad()
+        self.start_step()
         total = 0.0
         for tok, tgt, mask in micro_batches:
             obj, lm = self.objective(tok, tgt, mask)
             (obj / len(micro_batches)).backward()
+            self.after_backward()
             total += lm.item() / len(micro_batches)
         grads = [t.grad for t in self.P.values()]
         norm = math.sqrt(sum(float((g * g).sum()) for g in grads))

@@ -38,6 +38,7 @@ import sys
 
 import torch
 
+import fp8_torch
 import llama_torch as base
 
 PRE = base.PRE
@@ -161,8 +162,9 @@ class Record:
         self.topk_margin = self.drop_margin = math.inf
 
 
-def moe_layer(cfg, P, l, m, rec=None):
-    """Layer l's MoE output for m [B, T, h]; its losses go to rec (a Record)."""
+def moe_layer(cfg, P, l, m, rec=None, lin=base.plain, elin=None):
+    """Layer l's MoE output for m [B, T, h]; its losses go to rec (a Record); lin: the shared expert's products
+    (llama_torch.logits'), elin(l, e, q, x, w): expert e's (None: plain)."""
     B, T, h = m.shape
     p = lambda s: P[PRE + "encoder.layers.%d.mlp.%s" % (l, s)]
     E, K = cfg["num_experts"], cfg["topk"]
@@ -174,11 +176,14 @@ def moe_layer(cfg, P, l, m, rec=None):
     out = torch.zeros_like(x)
     for e in range(E):
         n, k = torch.nonzero((idx == e) & keep, as_tuple=True)
+        l1 = (lambda x_, w, e=e: elin(l, e, 0, x_, w)) if elin else None
+        l2 = (lambda x_, w, e=e: elin(l, e, 1, x_, w)) if elin else None
         y = base.swiglu_mlp(x[n], p("experts.local_experts.%d.dense_h_to_4h.weight" % e),
-                            p("experts.local_experts.%d.dense_4h_to_h.weight" % e))
+                            p("experts.local_experts.%d.dense_4h_to_h.weight" % e), l1, l2)
         out = out.index_add(0, n, weight[n, k].unsqueeze(-1) * y)
     if cfg.get("shared_size", 0):
-        y = base.swiglu_mlp(x, p("shared_experts.dense_h_to_4h.weight"), p("shared_experts.dense_4h_to_h.weight"))
+        y = base.swiglu_mlp(x, p("shared_experts.dense_h_to_4h.weight"), p("shared_experts.dense_4h_to_h.weight"),
+                            lambda x_, w: lin(l, 2, x_, w), lambda x_, w: lin(l, 3, x_, w))
         if cfg.get("shared_gate"):
             y = y * torch.sigmoid(x @ p("shared_experts.gate_weight").T)
         out = out + y
@@ -207,16 +212,41 @@ def moe_layer(cfg, P, l, m, rec=None):
     return out.view(T, B, h).transpose(0, 1)
 
 
-def mlp(rec):
-    """llama_torch.logits' mlp hook: the MoE layer where there is one, else the dense MLP."""
-    def f(cfg, P, l, m):
-        return moe_layer(cfg, P, l, m, rec) if is_moe(cfg, l) else base.dense_mlp(cfg, P, l, m)
+def mlp(rec, elin=None):
+    """llama_torch.logits' mlp hook: the MoE layer where there is one, else the dense MLP; elin: the
+    experts' products (moe_layer's)."""
+    def f(cfg, P, l, m, lin=base.plain):
+        return moe_layer(cfg, P, l, m, rec, lin, elin) if is_moe(cfg, l) else base.dense_mlp(cfg, P, l, m, lin)
     return f
 
 
 class Trainer(base.Trainer):
     """llama_torch's step, the router's losses added to the objective. After step: logs (the metrics
-    Megatron logs for the MoE layers), dropped and choices (over the step), topk_margin, drop_margin."""
+    Megatron logs for the MoE layers), dropped and choices (over the step), topk_margin, drop_margin.
+    With cfg "fp8" (the format, "hybrid" or "e4m3"; "local_experts": El, default every expert) the products
+    go through fp8_torch's delayed scaling, its State in self.fp8 (the experts' in slots of El); with "dp": D
+    the micro-batches go in rounds of D, as on D data-parallel ranks: the state updated after each round's
+    forward passes and after its backward passes (the amaxes of the round's passes, their max)."""
+
+    def __init__(self, cfg, P):
+        super().__init__(cfg, P)
+        self.fp8 = None
+        if cfg.get("fp8"):
+            L, E = cfg["num_layers"], cfg["num_experts"]
+            self.fp8 = fp8_torch.State(fp8_torch.Recipe(cfg["fp8"]), L, [l for l in range(L) if is_moe(cfg, l)],
+                                       cfg.get("local_experts", E))
+
+    def start_step(self):
+        self.passes = 0
+        if self.fp8:
+            self.fp8.start_iteration()
+
+    def round_ends(self):
+        return self.passes % self.cfg.get("dp", 1) == 0
+
+    def after_backward(self):
+        if self.fp8 and self.round_ends():
+            self.fp8.backward_end()
 
     def step(self, micro_batches, lr, wd, clip):
         self.recs = []
@@ -237,7 +267,15 @@ class Trainer(base.Trainer):
     def objective(self, tok, tgt, mask):
         rec = Record()
         self.recs.append(rec)
-        lm = base.loss(self.cfg, self.P, tok, tgt, mask, mlp(rec))
+        if not self.fp8:
+            lm = base.loss(self.cfg, self.P, tok, tgt, mask, mlp(rec))
+            return lm + sum(rec.extra), lm
+        self.fp8.forward_begin(True)
+        lm = base.loss(self.cfg, self.P, tok, tgt, mask, mlp(rec, fp8_torch.expert_linear(self.fp8)),
+                       fp8_torch.linear(self.fp8))
+        self.passes += 1
+        if self.round_ends():
+            self.fp8.forward_end()
         return lm + sum(rec.extra), lm
 
 

@@ -21,7 +21,16 @@
 #     sequences) on its own, with a capacity of ceil(2 x 16 x 2 / 4) = 16 per shard and expert (the
 #     reference does the same per shard; the one-rank capacity of 32 over whole sequences gives other losses);
 #     the same with --expert-tensor-parallel-size 1, each tensor rank routing a whole sequence and its experts
-#     whole, the capacity still each shard's of the positions.
+#     whole, the capacity still each shard's of the positions;
+#     FP8 (--fp8-format; the reference's products through fp8_torch.py's delayed scaling, each expert's own
+#     input, weight and gradient scales): hybrid; e4m3 with the shared expert and its gate; hybrid with EP 2
+#     on 2 ranks, where a rank's expert j shares its scales with expert j of the other rank (Transformer
+#     Engine reduces a GroupedLinear's amaxes by the GEMM's place: the reference's experts e in slots e mod 2)
+#     and the two data-parallel ranks' micro-batches are one round of passes (the state updated after both).
+#     The FP8 scales and amax histories mt saved at iteration 2 equal the reference's to 1e-4 relative
+#     (measured 6.9e-7); iterations 1 and 2 agree to 1e-5 (measured 6e-8), and the 10 iterations to 5e-2
+#     (measured 2e-2 in the grad norm: from iteration 3 or 4 on an element near an FP8 rounding tie rounds
+#     as the fp32 or float64 value has it, and the runs drift apart, as model-torch.sh's dense FP8 runs).
 #   - the checkpoint holds exactly the tensors of the variant (router, experts, shared expert and gate by
 #     Megatron's names, the dense MLP in dense layers).
 #   - no routing decision is a near tie: the smallest gap between a token's K-th and (K+1)-th score and, with
@@ -73,6 +82,10 @@ variants=(
  |2:--tensor-model-parallel-size 2 --sequence-parallel"
 "capacity 1.0, TP 2 + SP, etp 1|--moe-expert-capacity-factor 1.0|\"capacity_factor\": 1.0, \"shards\": 2, \"must_drop\": true
  |2:--tensor-model-parallel-size 2 --sequence-parallel --expert-tensor-parallel-size 1"
+"FP8 hybrid|--fp8-format hybrid|\"fp8\": \"hybrid\""
+"FP8 e4m3, shared expert and gate|--fp8-format e4m3 --moe-shared-expert-intermediate-size 48 --moe-shared-expert-gate
+ --moe-ffn-hidden-size 32|\"fp8\": \"e4m3\", \"shared_size\": 48, \"shared_gate\": true"
+"FP8 hybrid, EP 2|--fp8-format hybrid|\"fp8\": \"hybrid\", \"local_experts\": 2, \"dp\": 2|2:--expert-model-parallel-size 2"
 )
 i=0
 for v in "${variants[@]}"; do
@@ -81,14 +94,16 @@ for v in "${variants[@]}"; do
     run=(mt-train)
     # shellcheck disable=SC2206
     [ -n "$par" ] && run=(mt-train -n "${par%%:*}" ${par#*:})
+    more=()   # FP8: the state at iteration 2, for the reference's
+    [[ $extra == *'"fp8"'* ]] && more=(--save "$r.ck" --save-interval 2)
     # shellcheck disable=SC2086
     if ! mt-train $base $flags --exit-interval 1 --save "$r.init" >"$r.init.log" 2>&1 ||
-        ! "${run[@]}" $base $flags --metrics-file "$r.jsonl" >"$r.log" 2>&1; then
+        ! "${run[@]}" $base $flags "${more[@]}" --metrics-file "$r.jsonl" >"$r.log" 2>&1; then
         t_fail "$name: mt-train" "$(tail -3 "$r.init.log" "$r.log")"; continue
     fi
     $PY - "$T_TOP/tests/oracle" "$r.init/iter_0000001/mp_rank_00/model.safetensors" "$r.jsonl" \
-        "{$common, \"data_seed\": $dseed${extra:+, $extra}}" "$T_FILE" "$name" <<'PYEOF'
-import json, sys
+        "{$common, \"data_seed\": $dseed${extra:+, $extra}}" "$T_FILE" "$name" "$r.ck" <<'PYEOF'
+import glob, json, sys
 import numpy as np
 import torch
 
@@ -99,8 +114,12 @@ import lr_schedule_ref as lrs
 import moe_torch as ref
 import walk_data
 
-weights, metrics, a, me, name = sys.argv[2], sys.argv[3], json.loads(sys.argv[4]), sys.argv[5], sys.argv[6]
+weights, metrics, a, me, name, ck = sys.argv[2], sys.argv[3], json.loads(sys.argv[4]), sys.argv[5], sys.argv[6], sys.argv[7]
 TOL = 1e-6   # 7x the largest gap measured (the header)
+TOL_FREE = TOL   # from iteration 3 on
+TOL_STATE = 1e-4
+if a.get("fp8"):   # the header's measured gaps
+    TOL, TOL_FREE = 1e-5, 5e-2
 torch.set_num_threads(1)
 
 def report(what, ok, detail):
@@ -131,6 +150,13 @@ try:
                           for j in range(M)])
             mbs.append((torch.tensor(s[:, :-1]), torch.tensor(s[:, 1:]), torch.ones(M, T, dtype=torch.float64)))
         loss, norm = trainer.step(mbs, sched.lr((it - 1) * G), sched.wd((it - 1) * G), a["clip"])
+        if a.get("fp8") and it == 2:   # the FP8 state mt saved at iteration 2 (every rank directory's)
+            want_st, metas = trainer.fp8.flat(), sorted(glob.glob(ck + "/iter_0000002/mp_rank_*/meta.json"))
+            gaps = [float(np.max(np.abs(np.array(json.load(open(f))["fp8"]["state"]) - want_st) /
+                                 np.maximum(np.abs(want_st), 1e-30))) for f in metas]
+            report("FP8 scales and amax histories at iteration 2", metas and max(gaps) <= TOL_STATE,
+                   "%d floats, %d rank directories, worst relative %s" % (len(want_st), len(metas),
+                                                                         ", ".join("%.2g" % g for g in gaps)))
         want = {"lm_loss": loss, "grad_norm": norm, **trainer.logs}
         if it == 1:
             keys += sorted(trainer.logs)
@@ -140,10 +166,12 @@ try:
         errs = {k: abs(r[k] - want[k]) / abs(want[k]) if k in r else float("inf") for k in keys}
         for k in keys:
             worst[k] = max(worst.get(k, 0.0), errs[k])
-        if max(errs.values()) >= TOL:
+        tol = TOL if it <= 2 else TOL_FREE
+        if max(errs.values()) >= tol:
             bad.append("iteration %d: %s" % (it, ", ".join("%s %s vs %.9g" % (k, r.get(k, "missing"), want[k])
-                                                        for k in keys if errs[k] >= TOL)))
-    report("%d iterations of %s = float64 torch within %g" % (I, ", ".join(keys), TOL), not bad,
+                                                        for k in keys if errs[k] >= tol)))
+    within = "%g" % TOL if TOL == TOL_FREE else "%g (iterations 1 and 2), %g" % (TOL, TOL_FREE)
+    report("%d iterations of %s = float64 torch within %s" % (I, ", ".join(keys), within), not bad,
            "; ".join(bad[:3]) if bad else "worst relative differences %s; lm loss %.4f -> %.4f"
            % (", ".join("%.2g" % worst[k] for k in keys), rows[0]["lm_loss"], rows[-1]["lm_loss"]))
     report("no routing decision is a near tie", min(margins) > 1e-6, "smallest margins: top-k %.2g, capacity %.2g "

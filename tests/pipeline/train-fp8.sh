@@ -189,8 +189,6 @@ refused() {   # NAME PATTERN FLAGS...
 refused "--fp8-margin alone" "applies with --fp8-format only" --fp8-margin 1
 refused "--fp8-format e5m2" "fp8-format" --fp8-format e5m2
 refused "--fp8-amax-history-len 0" "fp8-amax-history-len" --fp8-format hybrid --fp8-amax-history-len 0
-refused "--fp8-format with experts" "MoE layers is not implemented" --fp8-format hybrid --num-experts 4 \
-    --disable-bias-linear
 refused "a resume with another history length" "amax histories hold 1 entries" --fp8-format hybrid \
     --fp8-amax-history-len 2 --load "$d/ck-half"
 # a damaged FP8 state in meta.json: named by file, before any iteration
