@@ -34,7 +34,6 @@ struct mt_moe_ctx {
     /* token dropping with an expert tensor size below tp (drop_gathered): the micro-batch's choices */
     int32_t *fidx, *frow, *fsrc, *fcounts;   /* [N][K] (then the group's choices kept), [N][K], [N K], [E] */
     float *fprobs;                /* [N][K] */
-    void *xq;                     /* [N][C] with FP8 and a shared expert: its input quantized */
     /* host */
     int32_t *h_counts;            /* [S][E] */
     int *rows;                    /* [S]: the rows of the experts' side */
@@ -102,7 +101,7 @@ static int has_moe(const mt_gpt *m)
 }
 
 /* The device buffers: where each goes and its bytes. */
-enum { NBUF = 37 };
+enum { NBUF = 36 };
 static void buffers(mt_moe_ctx *mc, const mt_gpt *m, void **where[NBUF], size_t bytes[NBUF])
 {
     size_t S = (size_t)mc->slots, N = mc->nmax, R = mc->rmax, E = (size_t)mc->E, K = (size_t)mc->K, X = mc->rx;
@@ -149,7 +148,6 @@ static void buffers(mt_moe_ctx *mc, const mt_gpt *m, void **where[NBUF], size_t 
     BUF(fsrc, dg * N * K * i4);
     BUF(fcounts, dg * E * i4);
     BUF(fprobs, dg * N * K * f);
-    BUF(xq, (m->fp8 && Fs ? N * C : 0) * a);
 #undef BUF
     (void)i;
 }
@@ -556,10 +554,11 @@ int mt_moe_forward(mt_moe_ctx *mc, mt_gpt_ctx *gx, int s, int li, int l, const v
     void *sy = mc->Fs ? AT(mc->sy, (size_t)s * mc->nmax * C) : NULL;
     int g = mc->Fs ? mt_gpt_t(m, l, MT_T_SHARED_GATE_W) : -1;
     float *glog = g >= 0 ? mc->glog + (size_t)s * mc->nmax : NULL;
-    if (mc->Fs) {   /* with FP8 the shared expert's input quantized aside: the router and the experts read x */
+    if (mc->Fs) {   /* with FP8 the shared expert's input quantized aside (into the backward's scratch dtmp): the
+                     * router and the experts read x */
         const void *xs = x, *ws = mt_gpt_w(m, mt_gpt_t(m, l, MT_T_SHARED_FC1_W));
         if (gx) {
-            mt_fp8_input(gx, li, MT_FP8_FC1, mc->xq, x, N * C), xs = mc->xq;
+            mt_fp8_input(gx, li, MT_FP8_FC1, mc->dtmp, x, N * C), xs = mc->dtmp;
             ws = mt_fp8_weight(gx, li, MT_FP8_FC1, ws, (size_t)mc->sfc1 * C);
         }
         mtk_matmul_fwd(k, sh1, xs, ws, NULL, (int)N, (int)C, mc->sfc1);
@@ -703,7 +702,7 @@ int mt_moe_backward(mt_moe_ctx *mc, mt_gpt_ctx *gx, int s, int li, int l, const 
         const void *w1 = mt_gpt_w(m, s1);
         if (gx) {
             mt_fp8_grad(gx, li, MT_FP8_FC1, mc->dsh, mc->dsh, N * (size_t)mc->sfc1);
-            mt_fp8_input(gx, li, MT_FP8_FC1, mc->xq, x, N * C), xs = mc->xq;
+            mt_fp8_input(gx, li, MT_FP8_FC1, mc->dsy, x, N * C), xs = mc->dsy;   /* dsy: done with */
             w1 = mt_fp8_weight(gx, li, MT_FP8_FC1, w1, (size_t)mc->sfc1 * C);
         }
         mtk_matmul_bwd(k, mc->dtmp, mt_gpt_g(m, s1), NULL, mc->dsh, xs, w1, (int)N, (int)C, mc->sfc1, gm);
