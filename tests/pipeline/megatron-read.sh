@@ -214,8 +214,8 @@ else t_fail "mt-train --load --no-load-optim continues from iteration 20" "$(tai
 # distributed optimizer's (megatron_write.py --distrib: its param groups, distrib_optim.pt per rank) of a bf16
 # run at TP 2 x PP 2, with 100-element buckets (the first stage's bucket ends fall after 48-element QKV biases,
 # so dropping their padding moves what follows) and the shared embeddings in buckets of their own ----
-metrics() {   # FILE: iteration, loss, grad norm of each train line
-    $PY -c 'import json,sys; [print(r["iteration"], repr(r["lm_loss"]), repr(r.get("grad_norm"))) for r in map(json.loads, open(sys.argv[1])) if r["type"] == "train"]' "$1"
+metrics() {   # FILE: iteration, loss, grad norm of each train line (None, None: an iteration the fp16 loss scaler skipped)
+    $PY -c 'import json,sys; [print(r["iteration"], repr(r.get("lm_loss")), repr(r.get("grad_norm"))) for r in map(json.loads, open(sys.argv[1])) if r["type"] == "train"]' "$1"
 }
 continues() {   # NAME MT.jsonl CONVERTED.jsonl N ERR: both hold the same N train iterations, bit for bit
     local a b
