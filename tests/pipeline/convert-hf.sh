@@ -21,16 +21,8 @@ oracle() { "$HPY" -W ignore "$T_TOP/tests/oracle/hf_oracle.py" "$@"; }
 err1() { "$@" >"$d/o" 2>"$d/e"; local rc=$?; [ $rc != 0 ] && [ "$(wc -l <"$d/e")" -eq 1 ]; }
 
 # ---- an mt-trained model, exported ----
-# real text: the project's own README and man pages, a paragraph per document
-$PY - "$T_TOP" >"$d/train.jsonl" <<'PYEOF'
-import glob, json, sys
-top = sys.argv[1]
-paras = []
-for f in [top + "/README.md"] + sorted(glob.glob(top + "/man/*.1")):
-    paras += [p.strip() for p in open(f, encoding="utf-8").read().split("\n\n") if len(p.strip()) > 40]
-for p in paras[:400]:
-    print(json.dumps({"text": p}))
-PYEOF
+# a fixed corpus of English-like paragraphs (tests/oracle/prose.py), a paragraph per document
+$PY "$T_TOP/tests/oracle/prose.py" 1200 >"$d/train.jsonl"
 mt-tokenize --vocab-file "$GPT2_VOCAB" --merge-file "$GPT2_MERGES" --append-eod --quiet --input "$d/train.jsonl" \
     | mt-index --output-prefix "$d/data" 2>"$d/index.err" || { t_fail "dataset" "$(cat "$d/index.err")"; exit 0; }
 if mt-train --num-layers 2 --hidden-size 48 --num-attention-heads 4 --seq-length 96 --max-position-embeddings 96 \

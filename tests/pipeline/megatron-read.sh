@@ -37,15 +37,7 @@ oracle_ok() { grep -qxF "ok $1" "$d/oracle.out"; }               # OUT: that job
 oracle_why() { grep -F "failed $1:" "$d/oracle.out"; }           # OUT: why that job failed
 err1() { "$@" >"$d/o" 2>"$d/e"; local rc=$?; [ $rc != 0 ] && [ "$(wc -l <"$d/e")" -eq 1 ]; }
 
-$PY - "$T_TOP" >"$d/train.jsonl" <<'PYEOF'
-import glob, json, sys
-top = sys.argv[1]
-paras = []
-for f in [top + "/README.md"] + sorted(glob.glob(top + "/man/*.1")):
-    paras += [p.strip() for p in open(f, encoding="utf-8").read().split("\n\n") if len(p.strip()) > 40]
-for p in paras[:300]:
-    print(json.dumps({"text": p}))
-PYEOF
+$PY "$T_TOP/tests/oracle/prose.py" 900 >"$d/train.jsonl"   # a fixed corpus, not the docs
 mt-tokenize --vocab-file "$GPT2_VOCAB" --merge-file "$GPT2_MERGES" --append-eod --quiet --input "$d/train.jsonl" \
     | mt-index --output-prefix "$d/data" 2>"$d/index.err" || { t_fail "dataset" "$(cat "$d/index.err")"; exit 0; }
 # vocabulary rows padded to 256: Megatron's padding (128) at tensor size 2, so every layout has the same rows

@@ -68,15 +68,7 @@ differ22() {   # A B ITER: the TP 2 x PP 2 ranks whose model or optim.safetensor
 }
 
 # ---- a tiny GPT-2 trained on real text, and text it was not trained on ----
-$PY - "$T_TOP" >"$d/train.jsonl" <<'PYEOF'
-import glob, json, sys
-top = sys.argv[1]
-paras = []
-for f in [top + "/README.md"] + sorted(glob.glob(top + "/man/*.1")):
-    paras += [p.strip() for p in open(f, encoding="utf-8").read().split("\n\n") if len(p.strip()) > 40]
-for p in paras[:300]:
-    print(json.dumps({"text": p}))
-PYEOF
+$PY "$T_TOP/tests/oracle/prose.py" 900 >"$d/train.jsonl"   # a fixed corpus, not the docs
 mt-tokenize --vocab-file "$GPT2_VOCAB" --merge-file "$GPT2_MERGES" --append-eod --quiet --input "$d/train.jsonl" \
     | mt-index --output-prefix "$d/data" 2>"$d/index.err" || { t_fail "dataset" "$(cat "$d/index.err")"; exit 0; }
 train=(--num-layers 2 --hidden-size 32 --num-attention-heads 4 --seq-length 64 --max-position-embeddings 64
