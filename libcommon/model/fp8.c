@@ -27,6 +27,7 @@ struct mt_fp8_state {
     fp8_chunk *c;            /* [vp] */
     void *wq;                /* one product's quantized weight, activation dtype */
     mt_comm *dp;             /* not owned */
+    size_t bytes;            /* device memory held (the chunks' arrays and wq) */
 };
 
 void mt_fp8_free(mtk *k, mt_fp8_state *s)
@@ -59,6 +60,13 @@ static float *ones(mtk *k, int n, mt_err *e)
     return d;
 }
 
+/* The bytes of a chunk's arrays (chunk_alloc's) */
+static size_t chunk_bytes(int sf, int sb, size_t L)
+{
+    size_t f = (size_t)(sf > 0 ? sf : 1), b = (size_t)(sb > 0 ? sb : 1);
+    return (2 * f + b + L * (size_t)sf + 1 + L * (size_t)sb + 1) * sizeof(float);
+}
+
 static int chunk_alloc(mtk *k, fp8_chunk *c, int sf, int sb, size_t L, mt_err *e)
 {
     size_t fl = sizeof(float);
@@ -69,6 +77,52 @@ static int chunk_alloc(mtk *k, fp8_chunk *c, int sf, int sb, size_t L, mt_err *e
                ? -1
                : 0;
 }
+
+/* The tensors of the stage's layers: El (the experts of an MoE layer on this rank), of and ob [nl + 1] (each
+ * local layer's first forward tensor and gradient); returns the elements of the largest weight quantized at
+ * once: a dense product's, or an MoE layer's El experts' of a product (or its shared expert's). */
+static size_t layout(const mt_gpt *m, int *El, int *of, int *ob)
+{
+    const mt_gpt_config *c = &m->c;
+    *El = c->num_experts > 0 ? c->num_experts / (m->ep_size > 1 ? m->ep_size : 1) : 0;
+    of[0] = ob[0] = 0;
+    for (int li = 0; li < m->nl; li++) {
+        int moe = mt_arch_is_moe(&m->layout.arch, mt_layout_global_layer(&m->layout, li));
+        of[li + 1] = of[li] + 8 + (moe ? 4 * *El : 0);
+        ob[li + 1] = ob[li] + 4 + (moe ? 2 * *El : 0);
+    }
+    size_t C = (size_t)c->hidden_size, Cl = C / (size_t)m->tp_size, e = (size_t)*El;
+    int glu = c->mlp == MT_MLP_SWIGLU ? 2 : 1, F = c->num_experts > 0 ? c->moe_ffn_hidden_size / m->etp : 0;
+    size_t Fs = (size_t)(c->moe_shared_ffn / m->tp_size), wn = C * (size_t)m->qkvw;
+    size_t more[] = {Cl * C, C * (size_t)m->fcw, (size_t)m->ffn * C, e * (size_t)(glu * F) * C, e * (size_t)F * C,
+                     (size_t)glu * Fs * C};
+    for (size_t i = 0; i < sizeof more / sizeof *more; i++) wn = more[i] > wn ? more[i] : wn;
+    return wn;
+}
+
+/* A chunk's layers [ch cl, (ch + 1) cl): its forward tensors and gradients */
+static void chunk_size(const int *of, const int *ob, int ch, int cl, int *sf, int *sb)
+{
+    *sf = of[(ch + 1) * cl] - of[ch * cl], *sb = ob[(ch + 1) * cl] - ob[ch * cl];
+}
+
+size_t mt_fp8_plan_bytes(const mt_gpt *m, int history_len, size_t *ctx_bytes)
+{
+    int El, vp = m->vp > 1 ? m->vp : 1, cl = m->nl / vp, sfmax = 1;
+    int *of = mt_xcalloc(2 * ((size_t)m->nl + 1), sizeof *of), *ob = of + m->nl + 1;
+    size_t bytes = layout(m, &El, of, ob) * m->asz;
+    for (int ch = 0; ch < vp; ch++) {
+        int sf, sb;
+        chunk_size(of, ob, ch, cl, &sf, &sb);
+        bytes += chunk_bytes(sf, sb, (size_t)history_len);
+        sfmax = sf > sfmax ? sf : sfmax;
+    }
+    free(of);
+    *ctx_bytes = (size_t)sfmax * sizeof(float);
+    return bytes;
+}
+
+size_t mt_fp8_bytes(const mt_gpt *m) { return m->fp8 ? m->fp8->bytes : 0; }
 
 int mt_gpt_set_fp8(mt_gpt *m, const mt_fp8_recipe *r, mt_comm *dp, mt_err *e)
 {
@@ -87,30 +141,19 @@ int mt_gpt_set_fp8(mt_gpt *m, const mt_fp8_recipe *r, mt_comm *dp, mt_err *e)
     s->nl = m->nl;
     s->vp = m->vp > 1 ? m->vp : 1;
     s->cl = m->nl / s->vp;
-    s->El = c->num_experts > 0 ? c->num_experts / (m->ep_size > 1 ? m->ep_size : 1) : 0;
     s->of = mt_xcalloc(2 * ((size_t)m->nl + 1), sizeof *s->of);
     s->ob = s->of + m->nl + 1;
-    for (int li = 0; li < m->nl; li++) {
-        int moe = mt_arch_is_moe(&m->layout.arch, mt_layout_global_layer(&m->layout, li));
-        s->of[li + 1] = s->of[li] + 8 + (moe ? 4 * s->El : 0);
-        s->ob[li + 1] = s->ob[li] + 4 + (moe ? 2 * s->El : 0);
-    }
+    size_t wn = layout(m, &s->El, s->of, s->ob);
     s->dp = dp && dp->size > 1 ? dp : NULL;
     s->c = mt_xcalloc((size_t)s->vp, sizeof *s->c);
-    /* the largest weight quantized at once: a dense product's, or an MoE layer's El experts' of a product (or its
-     * shared expert's) */
-    int glu = c->mlp == MT_MLP_SWIGLU ? 2 : 1, F = c->num_experts > 0 ? c->moe_ffn_hidden_size / m->etp : 0;
-    size_t Fs = (size_t)(c->moe_shared_ffn / m->tp_size), El = (size_t)s->El;
-    size_t wn = (size_t)C * (size_t)m->qkvw;
-    size_t more[] = {(size_t)Cl * C, (size_t)C * (size_t)m->fcw, (size_t)m->ffn * C, El * (size_t)(glu * F) * C,
-                     El * (size_t)F * C, (size_t)glu * Fs * C};
-    for (size_t i = 0; i < sizeof more / sizeof *more; i++) wn = more[i] > wn ? more[i] : wn;
     mtk *k = m->k;
     int failed = !(s->wq = mtk_alloc(k, wn * m->asz, e));
+    s->bytes = wn * m->asz;
     for (int ch = 0; ch < s->vp && !failed; ch++) {
         fp8_chunk *cc = &s->c[ch];
-        cc->sf = s->of[(ch + 1) * s->cl] - s->of[ch * s->cl], cc->sb = s->ob[(ch + 1) * s->cl] - s->ob[ch * s->cl];
+        chunk_size(s->of, s->ob, ch, s->cl, &cc->sf, &cc->sb);
         failed = chunk_alloc(k, cc, cc->sf, cc->sb, (size_t)r->history_len, e);
+        s->bytes += chunk_bytes(cc->sf, cc->sb, (size_t)r->history_len);
     }
     if (failed) {
         mt_fp8_free(k, s);
@@ -172,12 +215,17 @@ void mt_gpt_fp8_state_set(mt_gpt *m, const float *host)
     if (m->fp8) transfer(m, (float *)host, 0);
 }
 
+size_t mt_fp8_ctx_scale_bytes(const mt_gpt *m)
+{
+    int sf = 1;
+    for (int ch = 0; m->fp8 && ch < m->fp8->vp; ch++) sf = m->fp8->c[ch].sf > sf ? m->fp8->c[ch].sf : sf;
+    return m->fp8 ? (size_t)sf * sizeof(float) : 0;
+}
+
 float *mt_fp8_ctx_scales(mt_gpt *m, mt_err *e)
 {
     if (!m->fp8) return NULL;
-    int sf = 1;
-    for (int ch = 0; ch < m->fp8->vp; ch++) sf = m->fp8->c[ch].sf > sf ? m->fp8->c[ch].sf : sf;
-    return mtk_alloc(m->k, (size_t)sf * sizeof(float), e);
+    return mtk_alloc(m->k, mt_fp8_ctx_scale_bytes(m), e);
 }
 
 void mt_fp8_new_iteration(mt_gpt *m)

@@ -77,8 +77,15 @@ void mt_fp8_free(mtk *k, mt_fp8_state *s);
 
 /* The next training forward pass starts an iteration (mt_gpt_zero_grad). */
 void mt_fp8_new_iteration(struct mt_gpt *m);
-/* A context's copy of the forward scales its pass used ([8 nl] device floats, NULL without FP8). */
+/* A context's copy of the forward scales its pass used (its chunk's forward tensors: device floats, NULL
+ * without FP8), and its bytes (0 without FP8). */
 float *mt_fp8_ctx_scales(struct mt_gpt *m, mt_err *e);
+size_t mt_fp8_ctx_scale_bytes(const struct mt_gpt *m);
+/* The device memory the FP8 state holds (its scales and histories, and the buffer of a quantized weight);
+ * 0 without FP8. The same for a model described but not made (the dry run: m's layout and sizes) with
+ * amax histories of history_len, and in *ctx_bytes each context's copy of the scales. */
+size_t mt_fp8_bytes(const struct mt_gpt *m);
+size_t mt_fp8_plan_bytes(const struct mt_gpt *m, int history_len, size_t *ctx_bytes);
 /* Before a forward pass: the scales it uses (and at an iteration's first training pass, the weights'). */
 void mt_fp8_forward_begin(struct mt_gpt_ctx *x);
 /* After a training forward / a backward pass: the amaxes reduced, the histories and scales updated. */

@@ -349,7 +349,8 @@ void mt_gpt_memory(const mt_gpt *m, size_t *param_bytes, size_t *grad_bytes, siz
     size_t mb = (m->params ? m->nparams : m->nkept) * sizeof(float);
     if (param_bytes) *param_bytes = mb + wb;
     if (grad_bytes) *grad_bytes = m->grads ? m->nparams * sizeof(float) : 0;
-    if (act_bytes) *act_bytes = m->ctx_bytes + m->cp_bytes;   /* with the context-parallel attention's buffers */
+    /* with the context-parallel attention's buffers and the FP8 state */
+    if (act_bytes) *act_bytes = m->ctx_bytes + m->cp_bytes + mt_fp8_bytes(m);
 }
 
 /* ---- activation contexts ---- */
@@ -545,6 +546,7 @@ mt_gpt_ctx *mt_gpt_ctx_new_chunk(mt_gpt *m, int chunk, int max_batch, mt_err *e)
     x->bytes += mt_moe_bytes(x->moe);
     x->moe_scale = 1.0;
     if (m->fp8 && !failed && !(x->fp8_scale = mt_fp8_ctx_scales(m, e))) failed = 1;
+    x->bytes += mt_fp8_ctx_scale_bytes(m);
     if (failed || grow_shared(m, x->nmax, e) || mt_gpt_reserve(m, x->nmax, m->c.seq_length, e)) {
         mt_err_prefix(e, "GPT activations (%zu bytes)", x->bytes);
         mt_gpt_ctx_free(x);
@@ -566,18 +568,20 @@ mt_gpt_ctx *mt_gpt_ctx_new_chunk(mt_gpt *m, int chunk, int max_batch, mt_err *e)
 int mt_gpt_plan_part(const mt_gpt_config *config, int tp_rank, int tp_size, int stage, int stages, int vp,
                      int max_batch, size_t act_size, size_t *params, size_t *ctx_bytes, size_t *shared_bytes, mt_err *e)
 {
-    return mt_gpt_plan_part_ep(config, tp_rank, tp_size, 1, stage, stages, vp, max_batch, act_size, params, NULL, ctx_bytes,
-                               shared_bytes, e);
+    return mt_gpt_plan_part_ep(config, tp_rank, tp_size, 1, stage, stages, vp, max_batch, act_size, 0, params, NULL,
+                               ctx_bytes, shared_bytes, e);
 }
 
 int mt_gpt_plan_part_ep(const mt_gpt_config *config, int tp_rank, int tp_size, int ep_size, int stage, int stages,
-                        int vp, int max_batch, size_t act_size, size_t *params, size_t *expert_params, size_t *ctx_bytes,
-                        size_t *shared_bytes, mt_err *e)
+                        int vp, int max_batch, size_t act_size, int fp8_history, size_t *params, size_t *expert_params,
+                        size_t *ctx_bytes, size_t *shared_bytes, mt_err *e)
 {
     mt_gpt m = {0};
     m.ep_size = ep_size > 1 ? ep_size : 1;
     int rc = describe(&m, config, tp_rank, tp_size, stage, stages, vp, act_size, e);
-    if (!rc) *shared_bytes = shared_need(&m, (size_t)max_batch * (size_t)(config->seq_length / m.cp_size));
+    size_t fp8_ctx = 0;   /* FP8: its state counted with the scratch the contexts share, each context's scales */
+    if (!rc) *shared_bytes = shared_need(&m, (size_t)max_batch * (size_t)(config->seq_length / m.cp_size)) +
+                             (fp8_history > 0 ? mt_fp8_plan_bytes(&m, fp8_history, &fp8_ctx) : 0);
     for (int c = 0; !rc && c < m.vp; c++) {
         mt_gpt_ctx x = {0};
         rc = ctx_shape(&x, &m, c, max_batch, e);
@@ -585,7 +589,7 @@ int mt_gpt_plan_part_ep(const mt_gpt_config *config, int tp_rank, int tp_size, i
         void **where[CTX_BUFFERS];
         size_t bytes[CTX_BUFFERS];
         ctx_buffers(&x, where, bytes);
-        ctx_bytes[c] = mt_moe_ctx_bytes(&m, x.nmax, max_batch, x.nslots);
+        ctx_bytes[c] = mt_moe_ctx_bytes(&m, x.nmax, max_batch, x.nslots) + fp8_ctx;
         for (int i = 0; i < CTX_BUFFERS; i++) ctx_bytes[c] += bytes[i];
         *params = m.nparams;
         if (expert_params) *expert_params = m.nparams - m.layout.expert_lo;

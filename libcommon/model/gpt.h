@@ -397,11 +397,13 @@ int mt_gpt_tied_copy(mt_gpt *m);
  * e set. */
 int mt_gpt_plan_part(const mt_gpt_config *config, int tp_rank, int tp_size, int stage, int stages, int vp,
                      int max_batch, size_t act_size, size_t *params, size_t *ctx_bytes, size_t *shared_bytes, mt_err *e);
-/* The same for expert rank 0 of ep_size (the experts split over ep_size ranks, every one holding as many);
- * *expert_params (unless NULL): how many of *params are its experts' (the flat buffer's end). */
+/* The same for expert rank 0 of ep_size (the experts split over ep_size ranks, every one holding as many),
+ * with FP8 when fp8_history > 0 (its amax histories' length: model/fp8.h's state and buffers counted in
+ * *shared_bytes and ctx_bytes); *expert_params (unless NULL): how many of *params are its experts' (the flat
+ * buffer's end). */
 int mt_gpt_plan_part_ep(const mt_gpt_config *config, int tp_rank, int tp_size, int ep_size, int stage, int stages,
-                        int vp, int max_batch, size_t act_size, size_t *params, size_t *expert_params, size_t *ctx_bytes,
-                        size_t *shared_bytes, mt_err *e);
+                        int vp, int max_batch, size_t act_size, int fp8_history, size_t *params, size_t *expert_params,
+                        size_t *ctx_bytes, size_t *shared_bytes, mt_err *e);
 
 /* Bytes of device memory held for parameters (with the working copy), gradients, and the activations
  * and KV caches of the live contexts (memory reports). */

@@ -114,7 +114,8 @@ int mt_plan_print(FILE *out, const mt_train_args *a, int world, mt_err *e)
         }
         for (int r = 0; r < tp; r++) {
             size_t np, nx, shared;
-            if (mt_gpt_plan_part_ep(&cfg, r, tp, ep, s, pp, vp, a->micro_batch_size, asz, &np, &nx, cb, &shared, e)) {
+            if (mt_gpt_plan_part_ep(&cfg, r, tp, ep, s, pp, vp, a->micro_batch_size, asz,
+                                    a->fp8_format ? a->fp8_amax_history_len : 0, &np, &nx, cb, &shared, e)) {
                 free(cb), free(live);
                 return -1;
             }

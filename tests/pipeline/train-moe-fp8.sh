@@ -19,7 +19,9 @@
 #     and records nothing); PP 2 (each stage's state its layers': of one width or another) resumes bit for
 #     bit, and the interleaved schedule (chunks of one layer) gives the 1F1B run's losses to 1e-6;
 #   - an EP 2 checkpoint's FP8 state loaded on one rank (4 experts a rank) is refused in one line naming
-#     --expert-model-parallel-size.
+#     --expert-model-parallel-size;
+#   - the dry run's parameters and memory line are the run's, the FP8 state and its buffer of quantized
+#     weights counted (hidden 256: 4 MB of them), on one rank and with EP 2.
 # shellcheck disable=SC2086   # the flag lists split into words
 . "$(dirname "$0")/../lib.sh"
 set -f   # the layer list ([1,0,1,1]) is not a file pattern
@@ -118,3 +120,14 @@ train pp2 2 $base --pipeline-model-parallel-size 2 &&
         "$d/res-pp2.jsonl" 0 6 "$d/pp2.jsonl" &&
     train pp2-vp 2 $base --pipeline-model-parallel-size 2 --num-layers-per-virtual-pipeline-stage 1 &&
     t_moe_check "PP 2 interleaved (chunks of one layer): the 1F1B run's losses" "$d/pp2-vp.jsonl" 1e-6 1 "$d/pp2.jsonl"
+
+# the dry run counts the FP8 state and its buffer of quantized weights (here the 4 experts' first products of
+# 1024 x 256, 4 MB) as the run holds them: rank 0's memory line as the run's, on one rank and with EP 2
+big="${T_MOE//--hidden-size 32/--hidden-size 256} --ffn-hidden-size 512 --moe-ffn-hidden-size 512 --fp8-format hybrid"
+for v in "1:" "2:$ep2"; do
+    n=${v%%:*} extra=${v#*:}
+    mt-train $big $extra --dry-run --world-size "$n" >"$d/plan.out" 2>&1 &&
+        mt-train -n "$n" $big $extra --train-iters 1 --eval-iters 0 --lr-warmup-iters 0 >"$d/run.out" 2>&1 ||
+        t_fail "FP8 dry run and run on $n ranks" "$(tail -2 "$d/plan.out" "$d/run.out")"
+    t_plan_as_run "FP8 dry run on $n ranks" "$d/plan.out" "$d/run.out"
+done
