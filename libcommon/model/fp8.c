@@ -78,6 +78,11 @@ static int chunk_alloc(mtk *k, fp8_chunk *c, int sf, int sb, size_t L, mt_err *e
                : 0;
 }
 
+void mt_fp8_layer_tensors(int moe, int El, int *f, int *b)
+{
+    *f = 8 + (moe ? 4 * El : 0), *b = 4 + (moe ? 2 * El : 0);
+}
+
 /* The tensors of the stage's layers: El (the experts of an MoE layer on this rank), of and ob [nl + 1] (each
  * local layer's first forward tensor and gradient); returns the elements of the largest weight quantized at
  * once: a dense product's, or an MoE layer's El experts' of a product (or its shared expert's). */
@@ -87,9 +92,9 @@ static size_t layout(const mt_gpt *m, int *El, int *of, int *ob)
     *El = c->num_experts > 0 ? c->num_experts / (m->ep_size > 1 ? m->ep_size : 1) : 0;
     of[0] = ob[0] = 0;
     for (int li = 0; li < m->nl; li++) {
-        int moe = mt_arch_is_moe(&m->layout.arch, mt_layout_global_layer(&m->layout, li));
-        of[li + 1] = of[li] + 8 + (moe ? 4 * *El : 0);
-        ob[li + 1] = ob[li] + 4 + (moe ? 2 * *El : 0);
+        int f, b;
+        mt_fp8_layer_tensors(mt_arch_is_moe(&m->layout.arch, mt_layout_global_layer(&m->layout, li)), *El, &f, &b);
+        of[li + 1] = of[li] + f, ob[li + 1] = ob[li] + b;
     }
     size_t C = (size_t)c->hidden_size, Cl = C / (size_t)m->tp_size, e = (size_t)*El;
     int glu = c->mlp == MT_MLP_SWIGLU ? 2 : 1, F = c->num_experts > 0 ? c->moe_ffn_hidden_size / m->etp : 0;

@@ -57,6 +57,9 @@ int mt_gpt_set_fp8(struct mt_gpt *m, const mt_fp8_recipe *r, mt_comm *dp, mt_err
  * forward tensors and gradients one layer after another: 8 and 4 of a layer, and in an MoE layer 4 El and
  * 2 El more (mt_gpt_fp8_local_experts). 0 floats without FP8. */
 size_t mt_gpt_fp8_state_numel(const struct mt_gpt *m);
+/* A layer's forward tensors (*f) and gradients (*b): 8 and 4, and in an MoE layer (moe) with El experts a
+ * rank 4 El and 2 El more. */
+void mt_fp8_layer_tensors(int moe, int El, int *f, int *b);
 /* El: the experts of an MoE layer on this rank (--num-experts / --expert-model-parallel-size), whose FP8
  * tensors an MoE layer has; 0 without FP8 or MoE. */
 int mt_gpt_fp8_local_experts(const struct mt_gpt *m);

@@ -268,8 +268,9 @@ static int load_optimizer(mt_trainer *t, mt_model_ckpt *mc, mt_err *e)
 /* Global layer l's FP8 tensors with El experts a rank (model/fp8.h): forward (*f) and gradients (*b). */
 static void fp8_widths(const mt_model_arch *arch, int l, int El, size_t *f, size_t *b)
 {
-    int moe = mt_arch_is_moe(arch, l);
-    *f = 8 + (moe ? 4 * (size_t)El : 0), *b = 4 + (moe ? 2 * (size_t)El : 0);
+    int wf, wb;
+    mt_fp8_layer_tensors(mt_arch_is_moe(arch, l), El, &wf, &wb);
+    *f = (size_t)wf, *b = (size_t)wb;
 }
 
 /* The FP8 state of global layer gl from a rank's meta.json "fp8" (o), into this rank's host state h (its
@@ -279,7 +280,14 @@ static int fp8_layer_from(json_t *o, const mt_model_arch *arch, int gl, int L, f
 {
     json_t *st = json_object_get(o, "state");
     json_int_t f0 = json_integer_value(json_object_get(o, "first_layer")), n = json_integer_value(json_object_get(o, "layers"));
-    json_int_t sEl = json_integer_value(json_object_get(o, "local_experts"));
+    json_t *jEl = json_object_get(o, "local_experts");
+    json_int_t sEl = json_integer_value(jEl);
+    if (f0 < 0 || n < 1 || f0 + n > arch->num_layers)
+        return mt_err_set(e, "%s/meta.json: \"fp8\" names layers %lld to %lld, not layers of this model (1 to %d)", dir,
+                          (long long)f0 + 1, (long long)(f0 + n), arch->num_layers);
+    if (arch->num_experts > 0 && (!json_is_integer(jEl) || sEl < 1 || sEl > arch->num_experts))
+        return mt_err_set(e, "%s/meta.json: \"fp8.local_experts\" is missing or not a count of experts (1 to %d)", dir,
+                          arch->num_experts);
     if (gl < f0 || gl >= f0 + n) return 0;
     size_t wf, wb, sf = 0, sb = 0, sof = 0, sob = 0, df = 0, db = 0, dof = 0, dob = 0;
     for (int l = (int)f0; l < f0 + n; l++) {   /* the checkpoint's layers: gl's place and the totals */

@@ -19,7 +19,8 @@
 #     and records nothing); PP 2 (each stage's state its layers': of one width or another) resumes bit for
 #     bit, and the interleaved schedule (chunks of one layer) gives the 1F1B run's losses to 1e-6;
 #   - an EP 2 checkpoint's FP8 state loaded on one rank (4 experts a rank) is refused in one line naming
-#     --expert-model-parallel-size;
+#     --expert-model-parallel-size, and a damaged "fp8" (local_experts not a count, layers beyond the model's)
+#     in one line naming the file;
 #   - the dry run's parameters and memory line are the run's, the FP8 state and its buffer of quantized
 #     weights counted (hidden 256: 4 MB of them), on one rank and with EP 2.
 # shellcheck disable=SC2086   # the flag lists split into words
@@ -130,4 +131,25 @@ for v in "1:" "2:$ep2"; do
         mt-train -n "$n" $big $extra --train-iters 1 --eval-iters 0 --lr-warmup-iters 0 >"$d/run.out" 2>&1 ||
         t_fail "FP8 dry run and run on $n ranks" "$(tail -2 "$d/plan.out" "$d/run.out")"
     t_plan_as_run "FP8 dry run on $n ranks" "$d/plan.out" "$d/run.out"
+done
+
+# a damaged "fp8" in meta.json (local_experts not a count, layers beyond the model's): one line naming the file,
+# before any iteration
+for bad in experts layers; do
+    cp -a "$d/ck-one" "$d/ck-$bad"
+    $py - "$d/ck-$bad/iter_0000005/mp_rank_00/meta.json" "$bad" <<'PYEOF'
+import json, sys
+m = json.load(open(sys.argv[1]))
+if sys.argv[2] == "experts": m["fp8"]["local_experts"] = "4"
+else: m["fp8"]["layers"] = 10 ** 12
+json.dump(m, open(sys.argv[1], "w"))
+PYEOF
+    mt-train $base --load "$d/ck-$bad" >"$d/r.out" 2>"$d/r.err"
+    rc=$?
+    want='"fp8.local_experts" is missing or not a count of experts \(1 to 4\)'
+    [ $bad = layers ] && want='"fp8" names layers 1 to 1000000000000, not layers of this model \(1 to 4\)'
+    if [ $rc != 0 ] && [ "$(wc -l <"$d/r.err")" = 1 ] && grep -q "ck-$bad/iter_0000005/mp_rank_00/meta.json" "$d/r.err" &&
+        grep -Eq "$want" "$d/r.err" && ! grep -q ' iteration  *[0-9]*/' "$d/r.out"; then
+        t_pass "a damaged FP8 state ($bad): refused in one line ($(cat "$d/r.err"))"
+    else t_fail "a damaged FP8 state ($bad)" "$(head -c 300 "$d/r.err")"; fi
 done
